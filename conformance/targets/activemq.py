@@ -1,0 +1,562 @@
+"""Run ActiveMQ Classic 5.17 (Debian package) as a plain JVM process.
+
+The broker gets a private ``ACTIVEMQ_BASE`` under a work directory with a
+generated ``conf/activemq.xml``, logging configuration and data directory, and
+listens on free loopback ports only.
+
+How it is launched
+------------------
+Debian's ``/usr/bin/activemq`` wrapper only adds ``--add-opens`` flags and a
+few ``-Dactivemq.*`` properties before running ``$ACTIVEMQ_HOME/bin/activemq.jar``
+(``org.apache.activemq.console.Main``) through ``sh -c ... &``, which would
+hide the JVM's PID behind a shell and pull in ``/usr/share/activemq/activemq-options``.
+We invoke ``java`` directly with the same flags instead, so that the PID we
+hold *is* the JVM, in its own process group::
+
+    java -Xmx<heap>m <add-opens...> -Dactivemq.home=/usr/share/activemq \
+         -Dactivemq.base=W -Dactivemq.conf=W/conf -Dactivemq.data=W/data \
+         -Djava.io.tmpdir=W/tmp -Dactivemq.classpath=W/conf[:mqtt jars] \
+         -jar /usr/share/activemq/bin/activemq.jar start xbean:file:W/conf/activemq.xml
+
+``console.Main`` builds the broker class loader from every jar in
+``$ACTIVEMQ_HOME/lib`` and ``lib/optional`` (the Debian symlinks into
+``/usr/share/java``), ``$ACTIVEMQ_BASE/lib`` and every entry of
+``activemq.classpath`` (directories and jar files as given).  ``W/conf`` comes
+first so our ``log4j.properties`` wins (Debian's build logs through log4j 1.2
+via ``slf4j-log4j12``; a ``log4j2.properties`` is written too for upstream
+builds).  The MQTT transport (``activemq-mqtt.jar``, in ``lib``) needs
+``mqtt-client.jar`` (libmqtt-client-java) and ``hawtdispatch*.jar``
+(libhawtdispatch-java) from ``/usr/share/java``; they are appended to
+``activemq.classpath`` when ``mqtt=True``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import weakref
+from pathlib import Path
+from xml.sax.saxutils import quoteattr
+
+__all__ = [
+    "ActiveMQNotInstalled",
+    "ActiveMQStartError",
+    "ActiveMQProcess",
+    "activemq_available",
+    "activemq_mqtt_available",
+    "DEFAULT_STOMP_SCHEME",
+]
+
+ACTIVEMQ_HOME = Path(os.environ.get("BROKERCONF_ACTIVEMQ_HOME", "/usr/share/activemq"))
+JAVA_SHARE = Path(os.environ.get("BROKERCONF_JAVA_SHARE", "/usr/share/java"))
+INSTALL_HINT = (
+    "install it with `apt-get install activemq libmqtt-client-java libhawtdispatch-java` "
+    "(or run ./scripts/test.sh as root on Debian, which installs them)"
+)
+
+#: jars the MQTT transport needs beyond $ACTIVEMQ_HOME/lib, with their Debian package
+MQTT_JARS: tuple[tuple[str, str], ...] = (
+    ("mqtt-client.jar", "libmqtt-client-java"),
+    ("hawtdispatch.jar", "libhawtdispatch-java"),
+    ("hawtdispatch-transport.jar", "libhawtdispatch-java"),
+)
+
+#: Measured on 2 cores with conformance.bench.stomp_load (200k x 256 B, 1->1):
+#: ``stomp+nio`` and plain ``stomp`` are within noise of each other; see
+#: the module's benchmark notes in the project report.  Plain ``stomp`` (one
+#: blocking thread per connection) is the default.
+DEFAULT_STOMP_SCHEME = "stomp"
+
+# Same module flags as Debian's /usr/bin/activemq uses for Java > 8.
+_JDK9_FLAGS = (
+    "--add-reads=java.xml=java.logging",
+    "--add-opens", "java.base/java.security=ALL-UNNAMED",
+    "--add-opens", "java.base/java.net=ALL-UNNAMED",
+    "--add-opens", "java.base/java.lang=ALL-UNNAMED",
+    "--add-opens", "java.base/java.util=ALL-UNNAMED",
+    "--add-opens", "java.naming/javax.naming.spi=ALL-UNNAMED",
+    "--add-opens", "java.rmi/sun.rmi.transport.tcp=ALL-UNNAMED",
+    "--add-opens", "java.base/java.util.concurrent=ALL-UNNAMED",
+    "--add-opens", "java.base/java.util.concurrent.atomic=ALL-UNNAMED",
+    "--add-exports=java.base/sun.net.www.protocol.http=ALL-UNNAMED",
+    "--add-exports=java.base/sun.net.www.protocol.https=ALL-UNNAMED",
+    "--add-exports=java.base/sun.net.www.protocol.jar=ALL-UNNAMED",
+    "--add-exports=jdk.xml.dom/org.w3c.dom.html=ALL-UNNAMED",
+    "--add-exports=jdk.naming.rmi/com.sun.jndi.url.rmi=ALL-UNNAMED",
+)
+
+
+class ActiveMQNotInstalled(RuntimeError):
+    """ActiveMQ Classic (or a jar / Java it needs) is not installed."""
+
+
+class ActiveMQStartError(RuntimeError):
+    """The broker process exited or did not become ready; the message has the log tail."""
+
+
+# --------------------------------------------------------------------------- discovery
+
+
+def _find_java() -> str | None:
+    candidates: list[str | None] = [
+        os.environ.get("BROKERCONF_JAVA"),
+        "/usr/lib/jvm/default-java/bin/java",  # Debian's default-jre symlink, as the package uses
+        shutil.which("java"),
+    ]
+    if os.environ.get("JAVA_HOME"):
+        candidates.append(os.path.join(os.environ["JAVA_HOME"], "bin", "java"))
+    for c in candidates:
+        if c and os.path.isfile(c) and os.access(c, os.X_OK):
+            return c
+    return None
+
+
+def _missing_core() -> str:
+    run_jar = ACTIVEMQ_HOME / "bin" / "activemq.jar"
+    if not run_jar.is_file():
+        return f"ActiveMQ Classic is not installed: {run_jar} is missing (Debian package `activemq`); {INSTALL_HINT}"
+    for jar in ("activemq-broker.jar", "activemq-stomp.jar", "activemq-client.jar"):
+        p = ACTIVEMQ_HOME / "lib" / jar
+        if not p.is_file():
+            return f"ActiveMQ Classic installation is incomplete: {p} is missing (Debian package `activemq`); {INSTALL_HINT}"
+    if not (ACTIVEMQ_HOME / "lib" / "optional" / "xbean-spring.jar").is_file():
+        return (f"ActiveMQ Classic installation is incomplete: {ACTIVEMQ_HOME / 'lib/optional/xbean-spring.jar'} "
+                f"is missing (Debian package `activemq`); {INSTALL_HINT}")
+    if _find_java() is None:
+        return ("no Java runtime found for ActiveMQ (looked at $BROKERCONF_JAVA, /usr/lib/jvm/default-java, "
+                "PATH, $JAVA_HOME); install it with `apt-get install default-jre-headless` (pulled in by `activemq`)")
+    return ""
+
+
+def _missing_mqtt() -> str:
+    for jar, pkg in MQTT_JARS:
+        if not (JAVA_SHARE / jar).is_file():
+            return (f"ActiveMQ's MQTT transport needs {JAVA_SHARE / jar}, which is missing "
+                    f"(Debian package `{pkg}`); install it with `apt-get install {pkg}`")
+    if not (ACTIVEMQ_HOME / "lib" / "activemq-mqtt.jar").is_file():
+        return (f"{ACTIVEMQ_HOME / 'lib/activemq-mqtt.jar'} is missing (Debian package `activemq`); {INSTALL_HINT}")
+    return ""
+
+
+def activemq_available() -> tuple[bool, str]:
+    """``(True, "")`` when ActiveMQ Classic can be launched, else ``(False, reason)``."""
+    reason = _missing_core()
+    return (not reason, reason)
+
+
+def activemq_mqtt_available() -> tuple[bool, str]:
+    """Like :func:`activemq_available`, additionally requiring the MQTT transport's jars."""
+    reason = _missing_core() or _missing_mqtt()
+    return (not reason, reason)
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _free_ports(n: int) -> list[int]:
+    """n distinct free TCP ports on 127.0.0.1 (held open together so they differ)."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """Finalizer: SIGKILL a still-running broker group (never a reaped PID)."""
+    try:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+    except (ProcessLookupError, PermissionError, subprocess.TimeoutExpired, OSError):
+        pass
+
+
+def _stomp_handshake(port: int, timeout: float) -> tuple[bool, str]:
+    """Connect to STOMP on 127.0.0.1:port; True when CONNECT is answered with CONNECTED."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+            s.settimeout(timeout)
+            s.sendall(b"CONNECT\naccept-version:1.0,1.1,1.2\nhost:localhost\nheart-beat:0,0\n\n\x00")
+            buf = b""
+            while b"\x00" not in buf:
+                chunk = s.recv(4096)
+                if not chunk:
+                    return False, "connection closed before CONNECTED"
+                buf += chunk
+            frame = buf.lstrip(b"\r\n")
+            if frame.startswith(b"CONNECTED"):
+                try:
+                    s.sendall(b"DISCONNECT\n\n\x00")
+                except OSError:
+                    pass
+                return True, ""
+            return False, frame.split(b"\x00", 1)[0].decode("utf-8", "replace")
+    except OSError as e:
+        return False, str(e)
+
+
+def _tcp_accepts(port: int, timeout: float) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+_LOG4J1 = """\
+# generated by brokerconf
+log4j.rootLogger=INFO, logfile
+log4j.logger.org.springframework=WARN
+log4j.logger.org.apache.xbean=WARN
+log4j.logger.org.apache.activemq.spring=WARN
+log4j.appender.logfile=org.apache.log4j.FileAppender
+log4j.appender.logfile.File={log}
+log4j.appender.logfile.Append=true
+log4j.appender.logfile.layout=org.apache.log4j.PatternLayout
+log4j.appender.logfile.layout.ConversionPattern=%d | %-5p | %m | %c | %t%n
+"""
+
+_LOG4J2 = """\
+# generated by brokerconf (used only by log4j2-based ActiveMQ builds)
+rootLogger.level=INFO
+rootLogger.appenderRef.logfile.ref=LogFile
+logger.spring.name=org.springframework
+logger.spring.level=WARN
+logger.xbean.name=org.apache.xbean
+logger.xbean.level=WARN
+appender.logfile.type=File
+appender.logfile.name=LogFile
+appender.logfile.fileName={log}
+appender.logfile.append=true
+appender.logfile.layout.type=PatternLayout
+appender.logfile.layout.pattern=%d | %-5p | %m | %c | %t%n
+"""
+
+
+# --------------------------------------------------------------------------- the process
+
+
+class ActiveMQProcess:
+    """One ActiveMQ Classic broker JVM with generated configuration on loopback ports."""
+
+    host = "127.0.0.1"
+
+    def __init__(
+        self,
+        workdir: Path,
+        *,
+        name: str = "brokerconf",
+        stomp: bool = True,
+        openwire: bool = True,
+        mqtt: bool = False,
+        persistent: bool = False,
+        policy_entries_xml: str = "",
+        memory_limit_mb: int = 512,
+        jvm_heap_mb: int = 1024,
+        advisory_support: bool = False,
+        stomp_scheme: str = DEFAULT_STOMP_SCHEME,
+        extra_jvm_args: tuple[str, ...] = (),
+    ) -> None:
+        if not (stomp or openwire or mqtt):
+            raise ValueError("enable at least one of stomp, openwire, mqtt")
+        if stomp_scheme not in ("stomp", "stomp+nio"):
+            raise ValueError(f"stomp_scheme must be 'stomp' or 'stomp+nio', not {stomp_scheme!r}")
+        if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
+            raise ValueError(f"broker name must match [A-Za-z0-9_.-]+: {name!r}")
+        self.workdir = Path(workdir).absolute()
+        self.name = name
+        self.stomp = stomp
+        self.openwire = openwire
+        self.mqtt = mqtt
+        self.persistent = persistent
+        self.policy_entries_xml = policy_entries_xml
+        self.memory_limit_mb = int(memory_limit_mb)
+        self.jvm_heap_mb = int(jvm_heap_mb)
+        self.advisory_support = advisory_support
+        self.stomp_scheme = stomp_scheme
+        self.extra_jvm_args = tuple(extra_jvm_args)
+
+        self.config_path = self.workdir / "conf" / "activemq.xml"
+        self.log_path = self.workdir / "activemq.log"
+        self.data_dir = self.workdir / "data"
+        self.stomp_port: int = 0
+        self.openwire_port: int = 0
+        self.mqtt_port: int | None = None
+        self.pid: int = 0
+        self.command: list[str] = []
+        self._proc: subprocess.Popen | None = None
+        self._log_fh = None
+        self._finalizer: weakref.finalize | None = None
+        self._rss_peak = 0
+
+    # ----------------------------------------------------------------- urls
+    @property
+    def stomp_address(self) -> tuple[str, int]:
+        return (self.host, self.stomp_port)
+
+    @property
+    def openwire_url(self) -> str:
+        return f"tcp://{self.host}:{self.openwire_port}"
+
+    @property
+    def mqtt_address(self) -> tuple[str, int] | None:
+        return (self.host, self.mqtt_port) if self.mqtt_port else None
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    # ----------------------------------------------------------------- config
+    def _connectors_xml(self) -> str:
+        h = self.host
+        rows = []
+        if self.stomp:
+            rows.append(f'<transportConnector name="stomp" '
+                        f'uri="{self.stomp_scheme}://{h}:{self.stomp_port}?transport.closeAsync=false"/>')
+        if self.openwire:
+            rows.append(f'<transportConnector name="openwire" uri="tcp://{h}:{self.openwire_port}"/>')
+        if self.mqtt:
+            rows.append(f'<transportConnector name="mqtt" uri="mqtt://{h}:{self.mqtt_port}"/>')
+        return "\n      ".join(rows)
+
+    def render_config(self) -> str:
+        """The activemq.xml for the current settings and ports."""
+        data = quoteattr(str(self.data_dir))
+        persistence = ""
+        if self.persistent:
+            persistence = (f"\n    <persistenceAdapter>\n      <kahaDB directory={quoteattr(str(self.data_dir / 'kahadb'))}/>"
+                           f"\n    </persistenceAdapter>")
+        policy = ""
+        if self.policy_entries_xml.strip():
+            policy = ("\n    <destinationPolicy>\n      <policyMap>\n        <policyEntries>\n"
+                      f"{self.policy_entries_xml}\n        </policyEntries>\n      </policyMap>\n"
+                      "    </destinationPolicy>")
+        bool_s = lambda b: "true" if b else "false"  # noqa: E731
+        return f"""<?xml version="1.0" encoding="UTF-8"?>
+<!-- generated by brokerconf (conformance.targets.activemq) -->
+<beans
+  xmlns="http://www.springframework.org/schema/beans"
+  xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance"
+  xsi:schemaLocation="http://www.springframework.org/schema/beans http://www.springframework.org/schema/beans/spring-beans-2.0.xsd
+  http://activemq.apache.org/schema/core http://activemq.apache.org/schema/core/activemq-core.xsd">
+
+  <broker xmlns="http://activemq.apache.org/schema/core"
+          brokerName={quoteattr(self.name)}
+          persistent="{bool_s(self.persistent)}"
+          useJmx="false"
+          schedulerSupport="false"
+          advisorySupport="{bool_s(self.advisory_support)}"
+          useShutdownHook="true"
+          dataDirectory={data}>{persistence}{policy}
+    <systemUsage>
+      <systemUsage>
+        <memoryUsage><memoryUsage limit="{self.memory_limit_mb} mb"/></memoryUsage>
+        <storeUsage><storeUsage limit="1 gb"/></storeUsage>
+        <tempUsage><tempUsage limit="1 gb"/></tempUsage>
+      </systemUsage>
+    </systemUsage>
+    <transportConnectors>
+      {self._connectors_xml()}
+    </transportConnectors>
+  </broker>
+</beans>
+"""
+
+    def _write_layout(self) -> None:
+        conf = self.workdir / "conf"
+        for d in (conf, self.data_dir, self.workdir / "tmp"):
+            d.mkdir(parents=True, exist_ok=True)
+        self.config_path.write_text(self.render_config(), encoding="utf-8")
+        log = str(self.log_path).replace("\\", "/")
+        (conf / "log4j.properties").write_text(_LOG4J1.format(log=log), encoding="utf-8")
+        (conf / "log4j2.properties").write_text(_LOG4J2.format(log=log), encoding="utf-8")
+
+    def _classpath(self) -> str:
+        entries = [str(self.workdir / "conf")]
+        if self.mqtt:
+            entries += [str(JAVA_SHARE / jar) for jar, _ in MQTT_JARS]
+        return os.pathsep.join(entries)
+
+    def build_command(self) -> list[str]:
+        java = _find_java()
+        if java is None:
+            raise ActiveMQNotInstalled(_missing_core())
+        w = self.workdir
+        return [
+            java,
+            f"-Xmx{self.jvm_heap_mb}m",
+            "-Djava.awt.headless=true",
+            *_JDK9_FLAGS,
+            f"-Dactivemq.home={ACTIVEMQ_HOME}",
+            f"-Dactivemq.base={w}",
+            f"-Dactivemq.conf={w / 'conf'}",
+            f"-Dactivemq.data={self.data_dir}",
+            f"-Djava.io.tmpdir={w / 'tmp'}",
+            f"-Dactivemq.classpath={self._classpath()}",
+            f"-Dlog4j.configuration=file:{w / 'conf' / 'log4j.properties'}",
+            f"-Dlog4j2.configurationFile={w / 'conf' / 'log4j2.properties'}",
+            *self.extra_jvm_args,
+            "-jar", str(ACTIVEMQ_HOME / "bin" / "activemq.jar"),
+            "start", f"xbean:file:{self.config_path}",
+        ]
+
+    # ----------------------------------------------------------------- lifecycle
+    def start(self, timeout: float = 60) -> None:
+        if self.running:
+            raise RuntimeError(f"ActiveMQ {self.name!r} is already running (pid {self.pid})")
+        reason = _missing_core() or (_missing_mqtt() if self.mqtt else "")
+        if reason:
+            raise ActiveMQNotInstalled(reason)
+        deadline = time.monotonic() + timeout
+        attempts = 3  # a picked port can be taken by someone else before the JVM binds it
+        for attempt in range(1, attempts + 1):
+            try:
+                self._start_once(deadline)
+                return
+            except ActiveMQStartError as e:
+                bind_race = "Address already in use" in str(e)
+                if bind_race and attempt < attempts and time.monotonic() < deadline:
+                    continue
+                raise
+
+    def _start_once(self, deadline: float) -> None:
+        ports = _free_ports(3)
+        self.stomp_port = ports[0] if self.stomp else 0
+        self.openwire_port = ports[1] if self.openwire else 0
+        self.mqtt_port = ports[2] if self.mqtt else None
+        self._write_layout()
+        self.command = self.build_command()
+        self._close_log()
+        self.log_path.write_bytes(b"")  # fresh log for this attempt
+        # O_APPEND: the JVM's stdout/stderr and log4j's FileAppender share the file safely.
+        self._log_fh = open(self.log_path, "ab", buffering=0)
+        self._rss_peak = 0
+        self._proc = subprocess.Popen(
+            self.command,
+            cwd=str(self.workdir),
+            stdin=subprocess.DEVNULL,
+            stdout=self._log_fh,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # own session & process group: pgid == pid
+            close_fds=True,
+        )
+        self.pid = self._proc.pid
+        self._finalizer = weakref.finalize(self, _kill_group, self._proc)
+        try:
+            self._wait_ready(deadline)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _wait_ready(self, deadline: float) -> None:
+        last = "not tried yet"
+        while True:
+            rc = self._proc.poll()
+            if rc is not None:
+                raise ActiveMQStartError(
+                    f"ActiveMQ (pid {self.pid}) exited with code {rc} during startup; "
+                    f"log {self.log_path}:\n{self.log_tail(60)}")
+            self._sample_rss()
+            if self.stomp:
+                ok, last = _stomp_handshake(self.stomp_port, timeout=min(5.0, max(0.5, deadline - time.monotonic())))
+            else:
+                port = self.openwire_port or self.mqtt_port or 0
+                ok = _tcp_accepts(port, 1.0) and ") started" in self.log_tail(200)
+                last = "port not accepting or 'started' not yet logged"
+            if ok:
+                return
+            if time.monotonic() >= deadline:
+                raise ActiveMQStartError(
+                    f"ActiveMQ (pid {self.pid}) not ready before timeout (last check: {last}); "
+                    f"log {self.log_path}:\n{self.log_tail(60)}")
+            time.sleep(0.1)
+
+    def stop(self, timeout: float = 20) -> None:
+        """SIGTERM the broker's process group, wait, then SIGKILL. Idempotent."""
+        proc = self._proc
+        if proc is None:
+            return
+        if proc.poll() is None:
+            self._sample_rss()
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            try:
+                proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                try:
+                    # the leader is not reaped yet, so this group id cannot have been reused
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                proc.wait(timeout=30)
+        if self._finalizer is not None:
+            self._finalizer.detach()
+            self._finalizer = None
+        self._close_log()
+
+    def _close_log(self) -> None:
+        if self._log_fh is not None:
+            try:
+                self._log_fh.close()
+            finally:
+                self._log_fh = None
+
+    # ----------------------------------------------------------------- observation
+    def _sample_rss(self) -> int:
+        if self._proc is None or self._proc.poll() is not None:
+            return self._rss_peak
+        try:
+            with open(f"/proc/{self.pid}/status", "rb") as f:
+                for line in f:
+                    if line.startswith(b"VmHWM:"):
+                        self._rss_peak = max(self._rss_peak, int(line.split()[1]) * 1024)
+                        break
+        except (OSError, ValueError):
+            try:
+                import psutil
+
+                self._rss_peak = max(self._rss_peak, psutil.Process(self.pid).memory_info().rss)
+            except Exception:
+                pass
+        return self._rss_peak
+
+    def rss_peak_bytes(self) -> int:
+        """Peak resident set size of the JVM (VmHWM); after stop(), the last value seen."""
+        return self._sample_rss()
+
+    def log_tail(self, lines: int = 50) -> str:
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                size = f.tell()
+                f.seek(max(0, size - max(65536, lines * 400)))
+                data = f.read()
+        except OSError:
+            return ""
+        return "\n".join(data.decode("utf-8", "replace").splitlines()[-lines:])
+
+    # ----------------------------------------------------------------- context manager
+    def __enter__(self) -> "ActiveMQProcess":
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        state = f"pid={self.pid}" if self.running else "stopped"
+        return (f"<ActiveMQProcess {self.name} {state} stomp={self.stomp_port} "
+                f"openwire={self.openwire_port} mqtt={self.mqtt_port}>")

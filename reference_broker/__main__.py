@@ -1,0 +1,98 @@
+"""`python -m reference_broker`: run the reference broker until SIGTERM or Ctrl-C."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+
+from .config import BrokerConfig, ConfigError, build_config, load_config
+
+
+def build_parser(prog: str = "python -m reference_broker") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description="Run the brokerconf reference broker.")
+    add_arguments(parser)
+    return parser
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", metavar="FILE", help="TOML configuration file")
+    parser.add_argument("--name", help="broker name (default: reference)")
+    parser.add_argument("--stomp", metavar="HOST:PORT", help="STOMP listener (default 127.0.0.1:61613; port 0 picks one)")
+    parser.add_argument("--http", metavar="HOST:PORT", help="read-only JSON statistics listener")
+    parser.add_argument("--data", metavar="DIR", help="data directory; enables the journal store")
+    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+
+
+def config_from_args(args: argparse.Namespace) -> BrokerConfig:
+    config = load_config(args.config) if args.config else BrokerConfig()
+    overrides = config.model_dump()
+    if args.name:
+        overrides["name"] = args.name
+    if args.stomp:
+        overrides["stomp"] = args.stomp
+    if args.http:
+        overrides["http"] = args.http
+    if args.data:
+        overrides["data"] = args.data
+        overrides["store"]["kind"] = "journal"
+    return build_config(overrides)
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=args.log_level, stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        config = config_from_args(args)
+    except ConfigError as exc:
+        print(f"reference broker: bad configuration: {exc}", file=sys.stderr)
+        return 2
+    try:
+        import uvloop  # optional: faster event loop where available
+
+        uvloop.install()
+    except ImportError:
+        pass
+    return asyncio.run(_serve(config))
+
+
+async def _serve(config: BrokerConfig) -> int:
+    from .server import BrokerServer
+
+    log = logging.getLogger("reference_broker")
+    try:
+        server = BrokerServer(config)
+        await server.start()
+    except OSError as exc:
+        log.error("cannot start: %s", exc)
+        return 1
+    except Exception as exc:  # store locked or corrupt, etc.: say what, exit non-zero
+        log.error("cannot start: %s", exc)
+        return 1
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    parts = []
+    if server.stomp_address:
+        parts.append("stomp=%s:%d" % server.stomp_address)
+    if server.http_address:
+        parts.append("http=%s:%d" % server.http_address)
+    # Launchers wait for this line (and read the bound ports from it when port 0 was given).
+    print(f"reference broker {config.name!r} ready: {' '.join(parts)}", file=sys.stderr, flush=True)
+    await stop.wait()
+    log.info("shutting down")
+    await server.stop()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run(build_parser().parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,280 @@
+"""One typed configuration model for the reference broker.
+
+Option names follow the documents they come from, in snake_case, with the documented defaults:
+- ActiveMQ Classic destination policies (`policy_entries`): pending message limit and eviction
+  strategies ("Slow Consumer Handling"), memory limits and producer flow control, dead-letter
+  and redelivery settings.
+- Artemis address settings (`address_settings`): the message grouping defaults
+  (`default_group_rebalance`, `default_group_buckets`, `default_group_first_key`) from
+  "Message Grouping".
+
+A bad configuration is refused with an error naming the option (and a suggestion for a typo),
+never half-applied.
+"""
+
+from __future__ import annotations
+
+import difflib
+import tomllib
+from pathlib import Path
+from typing import Annotated, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+
+class ConfigError(ValueError):
+    """A configuration the broker refuses to run with; the message names the option."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+# --- Slow consumer handling (ActiveMQ "Slow Consumer Handling", "Pending Message Limit Strategy")
+
+
+class ConstantPendingMessageLimit(_Strict):
+    """The same limit for every consumer, counted above its prefetch buffer."""
+
+    type: Literal["constant"] = "constant"
+    limit: int = Field(ge=-1)  # -1 disables discarding; 0 keeps nothing beyond the prefetch
+
+
+class PrefetchRatePendingMessageLimit(_Strict):
+    """The limit is the consumer's prefetch size times a multiplier."""
+
+    type: Literal["prefetch_rate"] = "prefetch_rate"
+    multiplier: float = Field(ge=0)
+
+
+PendingMessageLimitStrategy = Annotated[
+    Union[ConstantPendingMessageLimit, PrefetchRatePendingMessageLimit], Field(discriminator="type")
+]
+
+
+class OldestEviction(_Strict):
+    """ActiveMQ's default eviction: drop the oldest pending message."""
+
+    type: Literal["oldest"] = "oldest"
+
+
+class OldestWithLowestPriorityEviction(_Strict):
+    type: Literal["oldest_with_lowest_priority"] = "oldest_with_lowest_priority"
+
+
+class UniquePropertyEviction(_Strict):
+    """Keep only the newest pending message per value of a property (e.g. a stock symbol)."""
+
+    type: Literal["unique_property"] = "unique_property"
+    property_name: str = Field(min_length=1)
+
+
+MessageEvictionStrategy = Annotated[
+    Union[OldestEviction, OldestWithLowestPriorityEviction, UniquePropertyEviction],
+    Field(discriminator="type"),
+]
+
+
+class PolicyEntry(_Strict):
+    """ActiveMQ-style `policyEntry`: applies to the queues or topics its wildcard matches."""
+
+    queue: str | None = None
+    topic: str | None = None
+    # Memory and producer flow control (bytes; None = only the broker-wide limit applies).
+    memory_limit: int | None = Field(default=None, gt=0)
+    producer_flow_control: bool = True
+    send_fail_if_no_space: bool = False
+    send_fail_if_no_space_after_timeout: int = Field(default=0, ge=0)  # ms; 0 = wait forever
+    # Slow consumers on non-durable topics. ActiveMQ's default keeps every pending message
+    # (no strategy configured); memory limits and flow control then bound the broker.
+    pending_message_limit_strategy: PendingMessageLimitStrategy | None = None
+    message_eviction_strategy: MessageEvictionStrategy = Field(default_factory=OldestEviction)
+    # Dispatch.
+    max_page_size: int = Field(default=200, ge=1)  # how far dispatch looks past blocked messages
+    # ActiveMQ's own default is false; the reference broker orders by priority by default
+    # because its queues promise FIFO *within* a priority level (DESIGN: engine).
+    prioritized_messages: bool = True
+    # Redelivery and dead letters (ActiveMQ RedeliveryPolicy / DeadLetterStrategy defaults).
+    maximum_redeliveries: int = Field(default=6, ge=-1)  # -1 = redeliver forever
+    dead_letter_queue: str = "ActiveMQ.DLQ"
+    process_non_persistent: bool = False  # ActiveMQ discards poisoned non-persistent messages
+    process_expired: bool = True
+
+    @model_validator(mode="after")
+    def _one_destination(self) -> "PolicyEntry":
+        if (self.queue is None) == (self.topic is None):
+            raise ValueError("a policy entry needs exactly one of 'queue' or 'topic'")
+        return self
+
+    @property
+    def pattern(self) -> str:
+        return self.queue if self.queue is not None else self.topic  # type: ignore[return-value]
+
+    @property
+    def kind(self) -> str:
+        return "queue" if self.queue is not None else "topic"
+
+
+class AddressSetting(_Strict):
+    """Artemis `address-setting` group defaults, matched by wildcard against destination names."""
+
+    match: str
+    default_group_rebalance: bool = False
+    default_group_buckets: int = Field(default=-1, ge=-1)  # -1 every group, 0 grouping off
+    default_group_first_key: str | None = None
+
+
+# --- Security
+
+
+class User(_Strict):
+    name: str = Field(min_length=1)
+    password: str
+    groups: list[str] = Field(default_factory=list)
+
+
+class AuthorizationEntry(_Strict):
+    """ActiveMQ `authorizationEntry`: which groups may read / write matching destinations."""
+
+    queue: str | None = None
+    topic: str | None = None
+    read: list[str] = Field(default_factory=list)
+    write: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _one_destination(self) -> "AuthorizationEntry":
+        if (self.queue is None) == (self.topic is None):
+            raise ValueError("an authorization entry needs exactly one of 'queue' or 'topic'")
+        return self
+
+
+class Security(_Strict):
+    users: list[User] = Field(default_factory=list)
+    # ActiveMQ's simple authentication refuses anonymous logins unless allowed; a broker with no
+    # users configured has no authentication at all. None picks between the two.
+    allow_anonymous: bool | None = None
+    anonymous_groups: list[str] = Field(default_factory=lambda: ["anonymous"])
+    authorization: list[AuthorizationEntry] = Field(default_factory=list)
+
+    @property
+    def anonymous_allowed(self) -> bool:
+        return self.allow_anonymous if self.allow_anonymous is not None else not self.users
+
+
+# --- Store, limits, listeners
+
+
+class StoreConfig(_Strict):
+    kind: Literal["memory", "journal"] = "memory"
+    directory: str | None = None  # defaults to <data>/journal
+    sync: Literal["always", "interval", "never"] = "always"
+    sync_interval_ms: int = Field(default=1000, gt=0)
+    segment_size: int = Field(default=32 * 1024 * 1024, gt=4096)
+
+
+class StompConfig(_Strict):
+    max_frame_size: int = Field(default=10 * 1024 * 1024, gt=0)
+    max_header_block: int = Field(default=64 * 1024, gt=0)
+    max_headers: int = Field(default=1000, gt=0)
+    max_header_length: int = Field(default=16 * 1024, gt=0)
+    # Heart-beats the broker offers (ms); the negotiated value follows the STOMP 1.1+ rules.
+    heart_beat_send_ms: int = Field(default=10_000, ge=0)
+    heart_beat_receive_ms: int = Field(default=10_000, ge=0)
+    default_prefetch: int = Field(default=1000, gt=0)
+    # STOMP headers are strings; ActiveMQ can convert them for numeric selector comparisons.
+    convert_string_expressions: bool = True
+
+
+class SystemUsage(_Strict):
+    memory_limit: int = Field(default=256 * 1024 * 1024, gt=0)  # bytes, across all destinations
+
+
+def _host_port(value: str | None) -> str | None:
+    if value is None:
+        return None
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not (0 <= int(port) <= 65535):
+        raise ValueError(f"expected HOST:PORT, got {value!r}")
+    return value
+
+
+class BrokerConfig(_Strict):
+    name: str = "reference"
+    stomp: str | None = "127.0.0.1:61613"
+    http: str | None = None
+    data: str = "data"
+    store: StoreConfig = Field(default_factory=StoreConfig)
+    stomp_options: StompConfig = Field(default_factory=StompConfig)
+    system_usage: SystemUsage = Field(default_factory=SystemUsage)
+    security: Security = Field(default_factory=Security)
+    policy_entries: list[PolicyEntry] = Field(default_factory=list)
+    address_settings: list[AddressSetting] = Field(default_factory=list)
+    expiry_check_period_ms: int = Field(default=1000, gt=0)
+
+    _check_stomp = field_validator("stomp", "http")(_host_port)
+
+
+def _describe(loc: tuple) -> str:
+    path = ".".join(str(p) for p in loc[:-1])
+    return f"[{path}]" if path else "the top level"
+
+
+def _field_names(model: type[BaseModel], loc: tuple) -> list[str]:
+    """Names valid at `loc` (walks nested models and lists of models) for 'did you mean'."""
+    current: object = model
+    for part in loc[:-1]:
+        if isinstance(part, int):
+            continue
+        if not (isinstance(current, type) and issubclass(current, BaseModel)):
+            return []
+        info = current.model_fields.get(str(part))
+        if info is None:
+            return []
+        current = _model_in(info.annotation)
+    if isinstance(current, type) and issubclass(current, BaseModel):
+        return list(current.model_fields)
+    return []
+
+
+def _model_in(annotation: object) -> object:
+    for arg in getattr(annotation, "__args__", ()) or ():
+        found = _model_in(arg)
+        if isinstance(found, type) and issubclass(found, BaseModel):
+            return found
+    return annotation
+
+
+def _explain(error: ValidationError, model: type[BaseModel]) -> str:
+    lines = []
+    for err in error.errors():
+        loc = tuple(err["loc"])
+        name = str(loc[-1]) if loc else ""
+        if err["type"] == "extra_forbidden":
+            guess = difflib.get_close_matches(name, _field_names(model, loc), n=1)
+            hint = f": did you mean '{guess[0]}'?" if guess else ""
+            lines.append(f"unknown option '{name}' in {_describe(loc)}{hint}")
+        else:
+            where = ".".join(str(p) for p in loc) or "configuration"
+            lines.append(f"invalid value for '{where}': {err['msg']}")
+    return "; ".join(lines)
+
+
+def build_config(data: dict) -> BrokerConfig:
+    try:
+        return BrokerConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_explain(exc, BrokerConfig)) from None
+
+
+def load_config(path: str | Path) -> BrokerConfig:
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"configuration file not found: {path}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    try:
+        return build_config(data)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None

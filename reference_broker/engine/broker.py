@@ -1,0 +1,533 @@
+"""The engine's facade: a `Broker` holds destinations; each protocol connection gets a
+`Connection` through which it sends, subscribes, acknowledges and runs transactions.
+
+Everything here is synchronous and protocol-neutral: a protocol adapter calls in with decoded
+requests and receives deliveries through the callback it gave `subscribe`. Durability follows
+the store's batch rhythm: the adapter calls `Broker.flush()` after each network read and only
+then confirms persistent sends, so confirmations are group-committed.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from typing import Callable
+
+from ..config import BrokerConfig
+from ..store.base import MessageStore
+from ..store.memory import MemoryStore
+from .consumer import AckMode, Consumer, DeliverCallback
+from .errors import (
+    AuthenticationFailed,
+    ClientIdInUse,
+    InvalidSelectorError,
+    NotAuthorized,
+    ResourceLimitError,
+    TransactionError,
+    UnknownMessage,
+    UnknownSubscription,
+)
+from .message import Message, MessageRef
+from .names import QUEUE, TOPIC, DestinationName, parse_destination
+from .policy import Policies
+from .queue import Queue
+from .selector import SelectorError, parse_selector
+from .topic import DurableSubscription, Topic, TopicSubscription
+from .usage import MemoryUsage
+from .wildcard import WildcardMap, has_wildcards
+
+log = logging.getLogger("reference_broker.engine")
+
+
+class Broker:
+    def __init__(
+        self,
+        config: BrokerConfig | None = None,
+        store: MessageStore | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.config = config or BrokerConfig()
+        self.store: MessageStore = store or MemoryStore()
+        self.clock = clock
+        self.policies = Policies(self.config)
+        self.system_usage = MemoryUsage("system", self.config.system_usage.memory_limit)
+        self.queues: dict[str, Queue] = {}
+        self.topics: dict[str, Topic] = {}
+        self.subscriptions: list[TopicSubscription | DurableSubscription] = []
+        self.durable: dict[str, DurableSubscription] = {}
+        self._route_cache: dict[str, list] = {}
+        self.connections: dict[str, Connection] = {}
+        self._client_ids: dict[str, Connection] = {}
+        self._connection_numbers = itertools.count(1)
+        self._users = {u.name: u for u in self.config.security.users}
+        self._read_acl = WildcardMap(
+            ((e.queue and f"queue://{e.queue}") or f"topic://{e.topic}", e)
+            for e in self.config.security.authorization
+        )
+        self.started_at = clock()
+
+    def now_ms(self) -> int:
+        return int(self.clock() * 1000)
+
+    # ------------------------------------------------------------ lifecycle
+
+    def recover(self) -> int:
+        """Load what the store kept (after a restart or crash); returns messages recovered."""
+        state = self.store.recover()
+        for key, meta in state.durable_subscriptions.items():
+            selector = parse_selector(meta["selector"]) if meta.get("selector") else None
+            self._create_durable(
+                key, meta["client_id"], meta["name"], parse_destination(meta["destination"], TOPIC),
+                selector, bool(meta.get("no_local")), persist=False,
+            )
+        count = 0
+        for key, messages in state.messages.items():
+            if key in self.durable:
+                queue = self.durable[key].queue
+            else:
+                queue = self.queue(parse_destination(key, QUEUE))
+            for message in messages:
+                redeliveries = state.redelivery_counts.get((key, message.message_id), 0)
+                queue.enqueue(message, delivery_count=redeliveries, persist=False)
+                count += 1
+        if count:
+            log.info("recovered %d persistent messages from the store", count)
+        return count
+
+    def flush(self) -> None:
+        self.store.flush()
+
+    def close(self) -> None:
+        for connection in list(self.connections.values()):
+            connection.close()
+        self.store.flush()
+        self.store.close()
+
+    def tick(self) -> int:
+        """Periodic housekeeping: expire messages nobody is dispatching."""
+        now = self.now_ms()
+        expired = sum(q.expire_sweep(now) for q in list(self.queues.values()))
+        for durable in self.durable.values():
+            expired += durable.queue.expire_sweep(now)
+        return expired
+
+    # ------------------------------------------------------------ security
+
+    def authenticate(self, login: str | None, passcode: str | None) -> tuple[str | None, list[str]]:
+        security = self.config.security
+        if login:
+            user = self._users.get(login)
+            if user is None or user.password != (passcode or ""):
+                raise AuthenticationFailed(f"user {login!r}: wrong user name or password")
+            return user.name, list(user.groups)
+        if not security.anonymous_allowed:
+            raise AuthenticationFailed("anonymous login is not allowed: give a login and passcode")
+        return None, list(security.anonymous_groups)
+
+    def _authorize(self, groups: list[str], dest: DestinationName, action: str) -> None:
+        if not self.config.security.authorization:
+            return
+        entry = self._read_acl.lookup(dest.canonical)
+        allowed = getattr(entry, action) if entry is not None else []
+        if not (set(groups) & set(allowed)) and "*" not in allowed:
+            verb = "read from" if action == "read" else "write to"
+            raise NotAuthorized(f"not authorized to {verb} {dest.canonical}")
+
+    # ------------------------------------------------------------ destinations
+
+    def queue(self, dest: DestinationName) -> Queue:
+        key = dest.canonical
+        queue = self.queues.get(key)
+        if queue is None:
+            policy = self.policies.policy_for(dest)
+            usage = MemoryUsage(key, policy.memory_limit, self.system_usage)
+            queue = Queue(self, DestinationName(QUEUE, dest.name), key, policy, self.policies.groups_for(dest), usage)
+            self.queues[key] = queue
+        return queue
+
+    def topic(self, dest: DestinationName) -> Topic:
+        key = dest.canonical
+        topic = self.topics.get(key)
+        if topic is None:
+            policy = self.policies.policy_for(dest)
+            topic = Topic(DestinationName(TOPIC, dest.name), policy, MemoryUsage(key, policy.memory_limit, self.system_usage))
+            self.topics[key] = topic
+        return topic
+
+    def usage_for(self, dest: DestinationName) -> MemoryUsage:
+        return self.queue(dest).usage if dest.is_queue else self.topic(dest).usage
+
+    def _routes(self, topic_name: str) -> list:
+        routes = self._route_cache.get(topic_name)
+        if routes is None:
+            routes = [s for s in self.subscriptions if s.matches_topic(topic_name)]
+            self._route_cache[topic_name] = routes
+        return routes
+
+    def _subscriptions_changed(self) -> None:
+        self._route_cache.clear()
+
+    def route(self, dest: DestinationName, message: Message) -> None:
+        """Deliver an accepted message to its destination."""
+        if dest.is_queue:
+            self.queue(dest).enqueue(message)
+            return
+        topic = self.topic(dest)
+        topic.enqueued += 1
+        # A topic message is only as durable as its subscriptions: durable ones store it.
+        for subscription in self._routes(dest.name):
+            subscription.add(message, topic)
+
+    def dead_letter(self, source: Queue, ref: MessageRef, cause: str) -> None:
+        original = ref.message
+        dlq_name = source.policy.dead_letter_queue
+        properties = dict(original.properties)
+        properties["originalDestination"] = original.destination
+        properties["dlqDeliveryFailureCause"] = cause
+        copy = Message(
+            message_id=original.message_id,
+            destination=f"queue://{dlq_name}",
+            body=original.body,
+            properties=properties,
+            persistent=original.persistent,
+            priority=original.priority,
+            timestamp=original.timestamp,
+            expiration=0,  # a dead letter must not expire away
+            correlation_id=original.correlation_id,
+            reply_to=original.reply_to,
+            type=original.type,
+            group_id=original.group_id,
+            group_seq=original.group_seq,
+            content_type=original.content_type,
+            producer_id=original.producer_id,
+        )
+        log.info("dead-lettering %s from %s to %s: %s", original.message_id, source.name, dlq_name, cause)
+        self.queue(DestinationName(QUEUE, dlq_name)).enqueue(copy)
+
+    def _create_durable(self, key, client_id, name, pattern, selector, no_local, persist=True) -> DurableSubscription:
+        dest = DestinationName(QUEUE, key)
+        policy = self.policies.policy_for(pattern)
+        usage = MemoryUsage(key, policy.memory_limit, self.system_usage)
+        queue = Queue(self, dest, key, policy, self.policies.groups_for(pattern), usage)
+        durable = DurableSubscription(key, client_id, name, pattern, selector, no_local, queue)
+        self.durable[key] = durable
+        self.subscriptions.append(durable)
+        self._subscriptions_changed()
+        if persist:
+            self.store.add_durable_subscription(key, durable.metadata())
+        return durable
+
+    def remove_durable(self, key: str) -> None:
+        durable = self.durable.pop(key, None)
+        if durable is None:
+            raise UnknownSubscription(f"no durable subscription {key!r}")
+        if durable.active is not None:
+            raise TransactionError(f"durable subscription {durable.name!r} is still active")
+        self.subscriptions.remove(durable)
+        self._subscriptions_changed()
+        self.store.remove_durable_subscription(key)
+
+    # ------------------------------------------------------------ connections
+
+    def connect(
+        self, *, login: str | None = None, passcode: str | None = None, client_id: str | None = None
+    ) -> "Connection":
+        user, groups = self.authenticate(login, passcode)
+        if client_id is not None and client_id in self._client_ids:
+            raise ClientIdInUse(f"client id {client_id!r} is already connected")
+        connection = Connection(self, f"{self.config.name}-{next(self._connection_numbers)}", user, groups, client_id)
+        self.connections[connection.connection_id] = connection
+        if client_id is not None:
+            self._client_ids[client_id] = connection
+        return connection
+
+    def _forget(self, connection: "Connection") -> None:
+        self.connections.pop(connection.connection_id, None)
+        if connection.client_id is not None and self._client_ids.get(connection.client_id) is connection:
+            del self._client_ids[connection.client_id]
+
+    # ------------------------------------------------------------ statistics
+
+    def stats(self) -> dict:
+        return {
+            "broker": self.config.name,
+            "uptime_s": round(self.clock() - self.started_at, 3),
+            "connections": len(self.connections),
+            "memory": {"used": self.system_usage.used, "limit": self.system_usage.limit,
+                       "high_water": self.system_usage.high_water},
+            "store": self.store.stats(),
+            "queues": [q.stats() for q in self.queues.values()],
+            "topics": [
+                {
+                    "name": t.name.canonical,
+                    "kind": "topic",
+                    "enqueued": t.enqueued,
+                    "dispatched": t.dispatched,
+                    "memory_usage": t.usage.used,
+                    "memory_limit": t.usage.limit,
+                }
+                for t in self.topics.values()
+            ],
+            "subscriptions": [s.stats() for s in self.subscriptions],
+        }
+
+
+class Transaction:
+    """A local transaction: sends and acknowledgements applied together at commit."""
+
+    def __init__(self, tx_id: str) -> None:
+        self.tx_id = tx_id
+        self.sends: list[tuple[DestinationName, Message]] = []
+        # (consumer, refs, "ack" | "nack") in the order the client issued them
+        self.outcomes: list[tuple[Consumer, list[MessageRef], str]] = []
+
+
+class Connection:
+    """One client connection's view of the broker (a STOMP/MQTT/AMQP connection)."""
+
+    def __init__(self, broker: Broker, connection_id: str, user: str | None, groups: list[str], client_id: str | None) -> None:
+        self.broker = broker
+        self.connection_id = connection_id
+        self.user = user
+        self.groups = groups
+        self.client_id = client_id
+        self.consumers: dict[str, Consumer] = {}
+        self.transactions: dict[str, Transaction] = {}
+        self._consumer_numbers = itertools.count(1)
+        self._message_numbers = itertools.count(1)
+        self.closed = False
+
+    # ------------------------------------------------------------ producing
+
+    def new_message_id(self) -> str:
+        return f"ID:{self.connection_id}-{next(self._message_numbers)}"
+
+    def check_send(self, dest: DestinationName) -> None:
+        self.broker._authorize(self.groups, dest, "write")
+
+    def send(self, dest: DestinationName, message: Message, transaction: str | None = None) -> bool:
+        """Accept a message. Returns False when the destination is now over its memory limit
+        and the caller must pause this producer until `wait_for_space` calls back.
+        Raises ResourceLimitError when the policy refuses sends while full."""
+        broker = self.broker
+        broker._authorize(self.groups, dest, "write")
+        message.producer_id = self.connection_id
+        if not message.timestamp:
+            message.timestamp = broker.now_ms()
+        if transaction is not None:
+            self._transaction(transaction).sends.append((dest, message))
+            return True
+        usage = broker.usage_for(dest)
+        if usage.full:
+            policy = broker.policies.policy_for(dest)
+            if policy.send_fail_if_no_space:
+                raise ResourceLimitError(
+                    f"{dest.canonical} is full ({usage.used} bytes pending, limit "
+                    f"{usage.limit or broker.system_usage.limit}) and its policy refuses sends "
+                    "while full (send_fail_if_no_space)"
+                )
+        broker.route(dest, message)
+        if usage.full:
+            return not broker.policies.policy_for(dest).producer_flow_control
+        return True
+
+    def wait_for_space(self, dest: DestinationName, callback: Callable[[], None]) -> None:
+        self.broker.usage_for(dest).wait_for_space(callback)
+
+    # ------------------------------------------------------------ consuming
+
+    def subscribe(
+        self,
+        consumer_id: str,
+        dest: DestinationName,
+        *,
+        deliver: DeliverCallback,
+        ack_mode: AckMode = AckMode.AUTO,
+        prefetch: int = 1000,
+        selector: str | None = None,
+        priority: int = 0,
+        exclusive: bool = False,
+        no_local: bool = False,
+        durable_name: str | None = None,
+    ) -> Consumer:
+        broker = self.broker
+        if consumer_id in self.consumers:
+            raise UnknownSubscription(f"subscription id {consumer_id!r} is already in use on this connection")
+        broker._authorize(self.groups, dest, "read")
+        try:
+            compiled = parse_selector(selector) if selector else None
+        except SelectorError as exc:
+            raise InvalidSelectorError(f"invalid selector: {exc}") from None
+        if dest.is_queue and has_wildcards(dest.name):
+            raise UnknownSubscription(f"cannot consume from a wildcard queue {dest.canonical}")
+        consumer = Consumer(
+            self, consumer_id, next(self._consumer_numbers), dest, deliver=deliver, ack_mode=ack_mode,
+            prefetch=prefetch, selector=compiled, priority=priority, exclusive=exclusive,
+            no_local=no_local, durable_name=durable_name,
+        )
+        if dest.is_queue:
+            self.consumers[consumer_id] = consumer
+            broker.queue(dest).add_consumer(consumer)
+        elif durable_name is not None:
+            if self.client_id is None:
+                raise UnknownSubscription("a durable subscription needs a client id on the connection")
+            key = f"durable://{self.client_id}:{durable_name}"
+            durable = broker.durable.get(key)
+            if durable is not None and durable.active is not None:
+                raise UnknownSubscription(f"durable subscription {durable_name!r} is already active")
+            if durable is not None and (durable.pattern != dest or (durable.selector and durable.selector.text) != (compiled and compiled.text)):
+                # JMS: changing the topic or selector of a durable subscription replaces it.
+                broker.remove_durable(key)
+                durable = None
+            if durable is None:
+                durable = broker._create_durable(key, self.client_id, durable_name, dest, compiled, no_local)
+            durable.active = consumer
+            durable.last_connection_id = self.connection_id
+            consumer.selector = None  # applied when messages enter the subscription
+            consumer.no_local = False
+            self.consumers[consumer_id] = consumer
+            durable.queue.add_consumer(consumer)
+        else:
+            policy = broker.policies.policy_for(dest)
+            subscription = TopicSubscription(broker, consumer, policy)
+            self.consumers[consumer_id] = consumer
+            broker.subscriptions.append(subscription)
+            broker._subscriptions_changed()
+        return consumer
+
+    def unsubscribe(self, consumer_id: str, *, remove_durable: bool = False) -> None:
+        consumer = self.consumers.pop(consumer_id, None)
+        if consumer is None:
+            raise UnknownSubscription(f"no subscription with id {consumer_id!r}")
+        self._detach(consumer)
+        if remove_durable and consumer.durable_name is not None:
+            self.broker.remove_durable(f"durable://{self.client_id}:{consumer.durable_name}")
+
+    def _detach(self, consumer: Consumer) -> None:
+        broker = self.broker
+        consumer.closed = True
+        source = consumer.source
+        if isinstance(source, TopicSubscription):
+            source.remove_consumer(consumer)
+            broker.subscriptions.remove(source)
+            broker._subscriptions_changed()
+        elif source is not None:
+            source.remove_consumer(consumer)
+            if consumer.durable_name is not None:
+                durable = broker.durable.get(source.store_key)
+                if durable is not None and durable.active is consumer:
+                    durable.active = None
+
+    def consumer(self, consumer_id: str) -> Consumer:
+        try:
+            return self.consumers[consumer_id]
+        except KeyError:
+            raise UnknownSubscription(f"no subscription with id {consumer_id!r}") from None
+
+    def find_consumer_for(self, message_id: str) -> Consumer:
+        """STOMP 1.0 acks name only the message: find the consumer holding it."""
+        for consumer in self.consumers.values():
+            if message_id in consumer.in_flight:
+                return consumer
+        raise UnknownMessage(f"message {message_id!r} is not awaiting acknowledgement on this connection")
+
+    def _take(self, consumer: Consumer, message_id: str) -> list[MessageRef]:
+        """Remove from in-flight the refs an ack of `message_id` covers (per ack mode)."""
+        in_flight = consumer.in_flight
+        if message_id not in in_flight:
+            raise UnknownMessage(
+                f"message {message_id!r} is not awaiting acknowledgement on subscription {consumer.consumer_id!r}"
+            )
+        if consumer.ack_mode is AckMode.CLIENT:
+            taken = []
+            for mid in list(in_flight):
+                taken.append(in_flight.pop(mid))
+                if mid == message_id:
+                    break
+            return taken
+        return [in_flight.pop(message_id)]
+
+    def ack(self, consumer: Consumer, message_id: str, transaction: str | None = None) -> None:
+        self._settle(consumer, message_id, "ack", transaction)
+
+    def nack(self, consumer: Consumer, message_id: str, transaction: str | None = None) -> None:
+        self._settle(consumer, message_id, "nack", transaction)
+
+    def _settle(self, consumer: Consumer, message_id: str, outcome: str, transaction: str | None) -> None:
+        if consumer.ack_mode is AckMode.AUTO:
+            raise UnknownMessage(f"subscription {consumer.consumer_id!r} uses auto acknowledgement")
+        tx = self._transaction(transaction) if transaction is not None else None
+        refs = self._take(consumer, message_id)
+        if tx is not None:
+            for ref in refs:
+                consumer.tx_held[ref.message.message_id] = ref
+            tx.outcomes.append((consumer, refs, outcome))
+            consumer.source.dispatch()  # the prefetch window has room again
+            return
+        self._apply(consumer, refs, outcome)
+
+    @staticmethod
+    def _apply(consumer: Consumer, refs: list[MessageRef], outcome: str) -> None:
+        if outcome == "ack":
+            consumer.source.acknowledge(consumer, refs)
+        else:
+            consumer.source.negative_acknowledge(consumer, refs)
+
+    def set_writable(self, writable: bool) -> None:
+        """Transport back-pressure: stop dispatching while the socket's buffer is full."""
+        for consumer in list(self.consumers.values()):
+            consumer.writable = writable
+        if writable:
+            for consumer in list(self.consumers.values()):
+                if consumer.source is not None and not consumer.closed:
+                    consumer.source.dispatch()
+
+    # ------------------------------------------------------------ transactions
+
+    def _transaction(self, tx_id: str) -> Transaction:
+        try:
+            return self.transactions[tx_id]
+        except KeyError:
+            raise TransactionError(f"transaction {tx_id!r} was not begun on this connection") from None
+
+    def begin(self, tx_id: str) -> None:
+        if tx_id in self.transactions:
+            raise TransactionError(f"transaction {tx_id!r} is already active")
+        self.transactions[tx_id] = Transaction(tx_id)
+
+    def commit(self, tx_id: str) -> None:
+        tx = self.transactions.pop(tx_id, None)
+        if tx is None:
+            raise TransactionError(f"transaction {tx_id!r} was not begun on this connection")
+        for dest, message in tx.sends:
+            self.broker.route(dest, message)
+        for consumer, refs, outcome in tx.outcomes:
+            for ref in refs:
+                consumer.tx_held.pop(ref.message.message_id, None)
+            if not consumer.closed:
+                self._apply(consumer, refs, outcome)
+
+    def abort(self, tx_id: str) -> None:
+        tx = self.transactions.pop(tx_id, None)
+        if tx is None:
+            raise TransactionError(f"transaction {tx_id!r} was not begun on this connection")
+        # Sends are discarded. Acks are undone: the messages are unacknowledged again on their
+        # consumer (the client may ack them again; closing redelivers them).
+        for consumer, refs, _ in tx.outcomes:
+            for ref in refs:
+                if consumer.tx_held.pop(ref.message.message_id, None) is not None:
+                    consumer.in_flight[ref.message.message_id] = ref
+
+    # ------------------------------------------------------------ closing
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        for tx_id in list(self.transactions):
+            self.abort(tx_id)
+        for consumer in list(self.consumers.values()):
+            self._detach(consumer)
+        self.consumers.clear()
+        self.broker._forget(self)

@@ -1,0 +1,81 @@
+"""Effective settings for one destination: the ActiveMQ policy entry that matches it and the
+Artemis group settings (address-setting defaults overridden by destination parameters)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..config import AddressSetting, BrokerConfig, PolicyEntry
+from .errors import InvalidDestination
+from .names import QUEUE, DestinationName
+from .wildcard import WildcardMap
+
+
+@dataclass(frozen=True, slots=True)
+class GroupSettings:
+    """Artemis "Message Grouping": group-rebalance, group-buckets and group-first-key."""
+
+    rebalance: bool = False
+    buckets: int = -1  # -1 tracks every group id, 0 disables grouping, N hashes into N buckets
+    first_key: str | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return self.buckets != 0
+
+
+_BOOLS = {"true": True, "false": False}
+
+
+def _group_params(dest: DestinationName, base: GroupSettings) -> GroupSettings:
+    rebalance, buckets, first_key = base.rebalance, base.buckets, base.first_key
+    value = dest.param("group-rebalance")
+    if value is not None:
+        if value.lower() not in _BOOLS:
+            raise InvalidDestination(f"group-rebalance must be true or false, got {value!r}")
+        rebalance = _BOOLS[value.lower()]
+    value = dest.param("group-buckets")
+    if value is not None:
+        try:
+            buckets = int(value)
+        except ValueError:
+            raise InvalidDestination(f"group-buckets must be an integer, got {value!r}") from None
+        if buckets < -1:
+            raise InvalidDestination(f"group-buckets must be -1, 0 or positive, got {buckets}")
+    value = dest.param("group-first-key")
+    if value is not None:
+        first_key = value or None
+    return GroupSettings(rebalance, buckets, first_key)
+
+
+class Policies:
+    def __init__(self, config: BrokerConfig) -> None:
+        self._queue_entries = WildcardMap(
+            (e.pattern, e) for e in config.policy_entries if e.kind == QUEUE
+        )
+        self._topic_entries = WildcardMap(
+            (e.pattern, e) for e in config.policy_entries if e.kind != QUEUE
+        )
+        self._default_queue = PolicyEntry(queue=">")
+        self._default_topic = PolicyEntry(topic=">")
+        self._address_settings: WildcardMap[AddressSetting] = WildcardMap(
+            (s.match, s) for s in config.address_settings
+        )
+
+    def policy_for(self, dest: DestinationName) -> PolicyEntry:
+        if dest.is_queue:
+            return self._queue_entries.lookup(dest.name) or self._default_queue
+        return self._topic_entries.lookup(dest.name) or self._default_topic
+
+    def groups_for(self, dest: DestinationName) -> GroupSettings:
+        setting = self._address_settings.lookup(dest.name)
+        base = (
+            GroupSettings(
+                setting.default_group_rebalance,
+                setting.default_group_buckets,
+                setting.default_group_first_key,
+            )
+            if setting
+            else GroupSettings()
+        )
+        return _group_params(dest, base) if dest.params else base

@@ -1,0 +1,552 @@
+"""STOMP session adapter: maps decoded STOMP frames onto engine calls and engine deliveries onto
+MESSAGE frames. No sockets here: bytes come in through `data_received`, bytes go out through the
+`SessionTransport` the listener provides, which batches them into one write per read.
+
+Protocol references are to the STOMP 1.2 specification (stomp.github.io) by section, and to
+ActiveMQ's STOMP extension headers ("ActiveMQ STOMP" page).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Callable, Protocol
+
+from ...config import StompConfig
+from ...engine.broker import Broker, Connection
+from ...engine.consumer import AckMode, Consumer
+from ...engine.errors import EngineError, InvalidDestination
+from ...engine.message import DEFAULT_PRIORITY, Message, MessageRef
+from ...engine.names import QUEUE, TOPIC, DestinationName, parse_destination
+from .codec import (
+    HEARTBEAT,
+    Frame,
+    FrameLimits,
+    StompParser,
+    StompProtocolError,
+    escape_header,
+    serialize_frame,
+)
+
+log = logging.getLogger("reference_broker.stomp")
+
+SUPPORTED_VERSIONS = ("1.0", "1.1", "1.2")
+SERVER_NAME = "brokerconf-reference/0.1"
+
+# SEND headers that describe the message rather than being application properties.
+_SEND_CONTROL = frozenset(
+    {
+        "destination", "content-length", "receipt", "transaction", "persistent", "priority",
+        "expires", "correlation-id", "reply-to", "type", "JMSXGroupID", "JMSXGroupSeq",
+        "content-type", "message-id", "timestamp", "subscription", "ack", "redelivered",
+    }
+)
+_ACK_MODES = {"auto": AckMode.AUTO, "client": AckMode.CLIENT, "client-individual": AckMode.CLIENT_INDIVIDUAL}
+_TRUE = ("true", "1", "yes")
+
+
+class SessionTransport(Protocol):
+    def write(self, data: bytes) -> None: ...
+    def close(self) -> None: ...
+    def pause_reading(self) -> None: ...
+    def resume_reading(self) -> None: ...
+
+
+class FrameError(Exception):
+    """A client error answered with an ERROR frame, after which the connection closes."""
+
+    def __init__(self, message: str, detail: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.detail = detail
+
+
+def stomp_destination(name: str) -> DestinationName:
+    """`/queue/X`, `/topic/X` (ActiveMQ's STOMP names) or `queue://X`, `topic://X`."""
+    if name.startswith("/queue/"):
+        return parse_destination("queue://" + name[7:])
+    if name.startswith("/topic/"):
+        return parse_destination("topic://" + name[7:])
+    if name.startswith(("queue://", "topic://")):
+        return parse_destination(name)
+    raise InvalidDestination(
+        f"unsupported destination {name!r}: use /queue/NAME or /topic/NAME"
+    )
+
+
+def wire_destination(canonical: str) -> str:
+    kind, _, name = canonical.partition("://")
+    return f"/{kind}/{name}"
+
+
+def negotiate_version(accept: str | None) -> str | None:
+    """STOMP 1.2 "Protocol Negotiation": no accept-version means 1.0; else the highest common."""
+    if accept is None:
+        return "1.0"
+    offered = {v.strip() for v in accept.split(",")}
+    for version in reversed(SUPPORTED_VERSIONS):
+        if version in offered:
+            return version
+    return None
+
+
+def negotiate_heartbeat(client: str | None, server_send: int, server_receive: int) -> tuple[int, int]:
+    """(ms between our heart-beats, ms within which we must hear from the client); 0 = off.
+    STOMP 1.2 "Heart-beating": each direction uses the larger of what one side can do and the
+    other wants, and is off when either side says 0."""
+    if client is None:
+        return 0, 0
+    try:
+        cx, cy = (int(part) for part in client.split(","))
+    except ValueError:
+        raise FrameError(f"invalid heart-beat header {client!r}: expected two integers 'cx,cy'") from None
+    if cx < 0 or cy < 0:
+        raise FrameError(f"invalid heart-beat header {client!r}: values must not be negative")
+    send = max(server_send, cy) if server_send and cy else 0
+    receive = max(server_receive, cx) if server_receive and cx else 0
+    return send, receive
+
+
+class StompSession:
+    def __init__(
+        self,
+        broker: Broker,
+        transport: SessionTransport,
+        options: StompConfig | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.broker = broker
+        self.transport = transport
+        self.options = options or StompConfig()
+        self.clock = clock
+        o = self.options
+        self.parser = StompParser(
+            FrameLimits(o.max_frame_size, o.max_header_block, o.max_headers, o.max_header_length)
+        )
+        self.version = "1.2"
+        self.connection: Connection | None = None
+        self.closing = False
+        self.heartbeat_send_ms = 0
+        self.heartbeat_receive_ms = 0
+        self.last_received = clock()
+        self.last_sent = clock()
+        self._backlog: list = []  # frames parsed while the producer was paused by flow control
+        self._paused = False
+        self._blocked_since: float | None = None
+        self._blocked_dest: DestinationName | None = None
+        self._message_prefixes: dict[tuple[int, str], bytes] = {}
+
+    # ------------------------------------------------------------ bytes in
+
+    def data_received(self, data: bytes) -> None:
+        if self.closing:
+            return
+        self.last_received = self.clock()
+        try:
+            events = self.parser.feed(data)
+        except StompProtocolError as exc:
+            self._error(exc.message if hasattr(exc, "message") else str(exc))
+            return
+        if self._paused:
+            self._backlog.extend(events)
+            return
+        self._process(events)
+
+    def _process(self, events: list) -> None:
+        for index, event in enumerate(events):
+            if self.closing:
+                return
+            if event is HEARTBEAT:
+                continue
+            try:
+                blocked = self._handle(event)
+            except FrameError as exc:
+                self._error(exc.message, exc.detail, event)
+                return
+            except EngineError as exc:
+                self._error(str(exc), "", event)
+                return
+            if blocked:
+                self._backlog.extend(events[index + 1 :])
+                return
+
+    def _handle(self, frame: Frame) -> bool:
+        """Handle one frame; True when the producer must now pause (flow control)."""
+        command = frame.command
+        if self.connection is None:
+            if command in ("CONNECT", "STOMP"):
+                self._on_connect(frame)
+                return False
+            raise FrameError(f"expected CONNECT or STOMP as the first frame, got {command}")
+        handler = self._handlers.get(command)
+        if handler is None:
+            raise FrameError(f"{command} is not a frame a client may send")
+        return bool(handler(self, frame))
+
+    # ------------------------------------------------------------ frames
+
+    def _on_connect(self, frame: Frame) -> None:
+        version = negotiate_version(frame.get("accept-version"))
+        if version is None:
+            self.version = "1.2"
+            raise FrameError(
+                "no common protocol version",
+                f"this broker speaks STOMP {', '.join(SUPPORTED_VERSIONS)}; "
+                f"the client accepts {frame.get('accept-version')}",
+            )
+        self.version = version
+        self.parser.version = version
+        o = self.options
+        self.heartbeat_send_ms, self.heartbeat_receive_ms = negotiate_heartbeat(
+            frame.get("heart-beat"), o.heart_beat_send_ms, o.heart_beat_receive_ms
+        )
+        self.connection = self.broker.connect(
+            login=frame.get("login"), passcode=frame.get("passcode"), client_id=frame.get("client-id")
+        )
+        headers = [("version", version), ("server", SERVER_NAME), ("session", self.connection.connection_id)]
+        if version != "1.0":
+            headers.append(("heart-beat", f"{self.heartbeat_send_ms},{self.heartbeat_receive_ms}"))
+        self._write(serialize_frame("CONNECTED", headers, b"", version, content_length=False))
+
+    def _on_send(self, frame: Frame) -> bool:
+        conn = self.connection
+        dest = self._destination(frame)
+        message = self._message_from(frame, dest, conn)
+        transaction = frame.get("transaction")
+        can_continue = conn.send(dest, message, transaction)
+        self._receipt(frame)
+        if not can_continue:
+            self._pause(dest)
+            return True
+        return False
+
+    def _message_from(self, frame: Frame, dest: DestinationName, conn: Connection) -> Message:
+        properties: dict = {}
+        get = frame.get
+        for name, value in frame.headers:
+            if name not in _SEND_CONTROL and name not in properties:
+                properties[name] = value
+        priority = DEFAULT_PRIORITY
+        raw = get("priority")
+        if raw is not None:
+            try:
+                priority = int(raw)
+            except ValueError:
+                raise FrameError(f"invalid priority header {raw!r}: expected an integer 0-9") from None
+            if not 0 <= priority <= 9:
+                raise FrameError(f"invalid priority {priority}: JMS priorities are 0-9")
+        expiration = 0
+        raw = get("expires")
+        if raw is not None:
+            try:
+                expiration = int(raw)
+            except ValueError:
+                raise FrameError(f"invalid expires header {raw!r}: expected milliseconds since the epoch") from None
+        group_seq = 0
+        raw = get("JMSXGroupSeq")
+        if raw is not None:
+            try:
+                group_seq = int(raw)
+            except ValueError:
+                raise FrameError(f"invalid JMSXGroupSeq header {raw!r}: expected an integer") from None
+        persistent = get("persistent")
+        return Message(
+            message_id=conn.new_message_id(),
+            destination=dest.canonical,
+            body=frame.body,
+            properties=properties,
+            persistent=persistent is not None and persistent.lower() in _TRUE,
+            priority=priority,
+            expiration=expiration,
+            correlation_id=get("correlation-id"),
+            reply_to=get("reply-to"),
+            type=get("type"),
+            group_id=get("JMSXGroupID"),
+            group_seq=group_seq,
+            content_type=get("content-type"),
+        )
+
+    def _on_subscribe(self, frame: Frame) -> None:
+        dest = self._destination(frame)
+        sub_id = frame.get("id")
+        if sub_id is None:
+            if self.version != "1.0":
+                raise FrameError("SUBSCRIBE needs an id header (STOMP 1.1 and later)")
+            sub_id = frame.get("destination")
+        ack_name = frame.get("ack", "auto")
+        ack_mode = _ACK_MODES.get(ack_name)
+        if ack_mode is None or (self.version == "1.0" and ack_mode is AckMode.CLIENT_INDIVIDUAL):
+            raise FrameError(f"invalid ack mode {ack_name!r}: use auto, client or client-individual")
+        prefetch = self._int_header(frame, "activemq.prefetchSize", self.options.default_prefetch, minimum=1)
+        priority = self._int_header(frame, "activemq.priority", 0, minimum=0)
+        durable_name = frame.get("activemq.subscriptionName") or frame.get("durable-subscription-name")
+        self.connection.subscribe(
+            sub_id,
+            dest,
+            deliver=self._deliver,
+            ack_mode=ack_mode,
+            prefetch=prefetch,
+            selector=frame.get("selector"),
+            priority=priority,
+            exclusive=(frame.get("activemq.exclusive") or "").lower() in _TRUE,
+            no_local=(frame.get("activemq.noLocal") or "").lower() in _TRUE,
+            durable_name=durable_name if dest.is_topic else None,
+        )
+        self._receipt(frame)
+
+    def _on_unsubscribe(self, frame: Frame) -> None:
+        sub_id = frame.get("id")
+        if sub_id is None and self.version == "1.0":
+            sub_id = frame.get("destination")
+        if sub_id is None:
+            raise FrameError("UNSUBSCRIBE needs an id header")
+        remove_durable = bool(frame.get("activemq.subscriptionName") or frame.get("durable-subscription-name"))
+        self.connection.unsubscribe(sub_id, remove_durable=remove_durable)
+        self._receipt(frame)
+
+    def _on_ack(self, frame: Frame, outcome: str = "ack") -> None:
+        conn = self.connection
+        if self.version == "1.2":
+            ack_id = frame.get("id")
+            if ack_id is None:
+                raise FrameError(f"{frame.command} needs an id header (STOMP 1.2)")
+            consumer, message_id = self._resolve_ack_id(ack_id)
+        else:
+            message_id = frame.get("message-id")
+            if message_id is None:
+                raise FrameError(f"{frame.command} needs a message-id header (STOMP {self.version})")
+            sub_id = frame.get("subscription")
+            consumer = conn.consumer(sub_id) if sub_id is not None else conn.find_consumer_for(message_id)
+        if outcome == "ack":
+            conn.ack(consumer, message_id, frame.get("transaction"))
+        else:
+            conn.nack(consumer, message_id, frame.get("transaction"))
+        self._receipt(frame)
+
+    def _on_nack(self, frame: Frame) -> None:
+        if self.version == "1.0":
+            raise FrameError("NACK is not part of STOMP 1.0")
+        self._on_ack(frame, "nack")
+
+    def _resolve_ack_id(self, ack_id: str) -> tuple[Consumer, str]:
+        # Our ack ids are "<consumer number>:<message id>" so one message delivered to two
+        # subscriptions of the same connection is acked on the right one.
+        number, sep, message_id = ack_id.partition(":")
+        if sep and number.isdigit():
+            for consumer in self.connection.consumers.values():
+                if consumer.number == int(number):
+                    return consumer, message_id
+        raise FrameError(f"unknown ack id {ack_id!r}: not a message awaiting acknowledgement on this connection")
+
+    def _tx_id(self, frame: Frame) -> str:
+        tx = frame.get("transaction")
+        if tx is None:
+            raise FrameError(f"{frame.command} needs a transaction header")
+        return tx
+
+    def _on_begin(self, frame: Frame) -> None:
+        self.connection.begin(self._tx_id(frame))
+        self._receipt(frame)
+
+    def _on_commit(self, frame: Frame) -> None:
+        self.connection.commit(self._tx_id(frame))
+        self._receipt(frame)
+
+    def _on_abort(self, frame: Frame) -> None:
+        self.connection.abort(self._tx_id(frame))
+        self._receipt(frame)
+
+    def _on_disconnect(self, frame: Frame) -> None:
+        self._receipt(frame)
+        self._shutdown()
+
+    def _on_server_frame(self, frame: Frame) -> None:
+        raise FrameError(f"{frame.command} is a server frame; clients may not send it")
+
+    _handlers = {
+        "SEND": _on_send,
+        "SUBSCRIBE": _on_subscribe,
+        "UNSUBSCRIBE": _on_unsubscribe,
+        "ACK": _on_ack,
+        "NACK": _on_nack,
+        "BEGIN": _on_begin,
+        "COMMIT": _on_commit,
+        "ABORT": _on_abort,
+        "DISCONNECT": _on_disconnect,
+        "CONNECT": lambda self, f: self._already_connected(),
+        "STOMP": lambda self, f: self._already_connected(),
+        "CONNECTED": _on_server_frame,
+        "MESSAGE": _on_server_frame,
+        "RECEIPT": _on_server_frame,
+        "ERROR": _on_server_frame,
+    }
+
+    def _already_connected(self) -> None:
+        raise FrameError("already connected: CONNECT may only be the first frame")
+
+    # ------------------------------------------------------------ helpers
+
+    def _destination(self, frame: Frame) -> DestinationName:
+        name = frame.get("destination")
+        if not name:
+            raise FrameError(f"{frame.command} needs a destination header")
+        return stomp_destination(name)
+
+    @staticmethod
+    def _int_header(frame: Frame, name: str, default: int, minimum: int) -> int:
+        raw = frame.get(name)
+        if raw is None:
+            return default
+        try:
+            value = int(raw)
+        except ValueError:
+            raise FrameError(f"invalid {name} header {raw!r}: expected an integer") from None
+        if value < minimum:
+            raise FrameError(f"invalid {name} header {raw!r}: must be at least {minimum}")
+        return value
+
+    def _receipt(self, frame: Frame) -> None:
+        receipt = frame.get("receipt")
+        if receipt is not None:
+            # Sent in the same flush as the store's group commit, so a receipt for a persistent
+            # send means the message is in the journal (see listeners/stomp.py).
+            self._write(serialize_frame("RECEIPT", [("receipt-id", receipt)], b"", self.version, content_length=False))
+
+    def _write(self, data: bytes) -> None:
+        self.last_sent = self.clock()
+        self.transport.write(data)
+
+    def _error(self, message: str, detail: str = "", frame: Frame | None = None) -> None:
+        """STOMP 1.2 "ERROR": send the error, then close the connection."""
+        if self.closing:
+            return
+        log.info("STOMP error on %s: %s", self.connection.connection_id if self.connection else "new connection", message)
+        headers = [("message", message.replace("\n", " ")), ("content-type", "text/plain")]
+        if frame is not None and frame.get("receipt") is not None:
+            headers.append(("receipt-id", frame.get("receipt")))
+        body = (detail or message).encode()
+        if frame is not None:
+            body += f"\n\nThe offending frame was {frame.command}.".encode()
+        self._write(serialize_frame("ERROR", headers, body, self.version))
+        self._shutdown()
+
+    def _shutdown(self) -> None:
+        self.closing = True
+        self._release()
+        self.transport.close()
+
+    def _release(self) -> None:
+        if self.connection is not None:
+            self.connection.close()
+
+    def connection_lost(self) -> None:
+        self.closing = True
+        self._release()
+
+    # ------------------------------------------------------------ flow control
+
+    def _pause(self, dest: DestinationName) -> None:
+        """Producer flow control: stop reading until the destination has room."""
+        self._paused = True
+        self._blocked_since = self.clock()
+        self._blocked_dest = dest
+        self.transport.pause_reading()
+        self.connection.wait_for_space(dest, self._resume)
+
+    def _resume(self) -> None:
+        if not self._paused or self.closing:
+            return
+        self._paused = False
+        self._blocked_since = None
+        backlog, self._backlog = self._backlog, []
+        self._process(backlog)
+        if not self._paused and not self.closing:
+            self.transport.resume_reading()
+
+    def set_writable(self, writable: bool) -> None:
+        if self.connection is not None:
+            self.connection.set_writable(writable)
+
+    # ------------------------------------------------------------ deliveries out
+
+    def _deliver(self, consumer: Consumer, ref: MessageRef) -> None:
+        self._write(self.encode_message(consumer, ref))
+
+    def encode_message(self, consumer: Consumer, ref: MessageRef) -> bytes:
+        message = ref.message
+        version = self.version
+        cache = message.wire_cache
+        if cache is None:
+            cache = message.wire_cache = {}
+        key = "stomp" + version
+        common = cache.get(key)
+        if common is None:
+            common = cache[key] = self._encode_common(message, version)
+        prefix_key = (consumer.number, message.destination)
+        prefix = self._message_prefixes.get(prefix_key)
+        if prefix is None:
+            sub = consumer.consumer_id if version == "1.0" else escape_header(consumer.consumer_id, version)
+            dest = wire_destination(message.destination)
+            if version != "1.0":
+                dest = escape_header(dest, version)
+            prefix = f"MESSAGE\nsubscription:{sub}\ndestination:{dest}\n".encode()
+            self._message_prefixes[prefix_key] = prefix
+        extra = ""
+        if consumer.ack_mode is not AckMode.AUTO and version == "1.2":
+            extra = f"ack:{consumer.number}:{escape_header(message.message_id, version)}\n"
+        if ref.delivery_count:
+            extra += f"redelivered:true\nJMSXDeliveryCount:{ref.delivery_count + 1}\n"
+        if ref.first_for_consumer:
+            key_name = consumer.source.group_settings.first_key
+            extra += f"{escape_header(key_name, version) if version != '1.0' else key_name}:true\n"
+        body = message.body
+        return b"".join((prefix, extra.encode() if extra else b"", common, b"content-length:%d\n\n" % len(body), body, b"\0"))
+
+    @staticmethod
+    def _encode_common(message: Message, version: str) -> bytes:
+        def esc(value: str) -> str:
+            return value if version == "1.0" else escape_header(value, version)
+
+        lines = [f"message-id:{esc(message.message_id)}", f"timestamp:{message.timestamp}",
+                 f"expires:{message.expiration}", f"priority:{message.priority}"]
+        if message.persistent:
+            lines.append("persistent:true")
+        for name, value in (("correlation-id", message.correlation_id), ("reply-to", message.reply_to),
+                            ("type", message.type), ("content-type", message.content_type),
+                            ("JMSXGroupID", message.group_id)):
+            if value is not None:
+                lines.append(f"{name}:{esc(value)}")
+        if message.group_id is not None and message.group_seq:
+            lines.append(f"JMSXGroupSeq:{message.group_seq}")
+        for name, value in message.properties.items():
+            if isinstance(value, bool):
+                value = "true" if value else "false"
+            lines.append(f"{esc(name)}:{esc(str(value))}")
+        lines.append("")
+        return "\n".join(lines).encode()
+
+    # ------------------------------------------------------------ timers
+
+    def tick(self, now: float) -> None:
+        """Heart-beats both ways (STOMP 1.2 "Heart-beating") and flow-control timeouts."""
+        if self.closing or self.connection is None:
+            return
+        if self.heartbeat_send_ms and (now - self.last_sent) * 1000 >= self.heartbeat_send_ms:
+            self._write(b"\n")
+        # Allow twice the negotiated period for network delay before giving up on the client.
+        if self.heartbeat_receive_ms and (now - self.last_received) * 1000 > 2 * self.heartbeat_receive_ms:
+            log.info("closing %s: no data from the client for %.1f s (heart-beat %d ms)",
+                     self.connection.connection_id, now - self.last_received, self.heartbeat_receive_ms)
+            self._shutdown()
+            return
+        if self._paused and self._blocked_since is not None:
+            self._check_send_timeout(now)
+
+    def _check_send_timeout(self, now: float) -> None:
+        # send_fail_if_no_space_after_timeout: a producer blocked longer than the policy allows
+        # gets an error instead of waiting forever.
+        dest = self._blocked_dest
+        timeout = self.broker.policies.policy_for(dest).send_fail_if_no_space_after_timeout
+        if timeout and (now - self._blocked_since) * 1000 >= timeout:
+            self._paused = False
+            self._error(f"{dest.canonical} stayed full for {timeout} ms (send_fail_if_no_space_after_timeout)")

@@ -1,0 +1,99 @@
+"""Assembles a running broker: the store, the engine, and the network listeners, with the
+periodic housekeeping (heart-beats, expiry) and a clean shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from pathlib import Path
+
+from .config import BrokerConfig
+from .engine.broker import Broker
+from .listeners.http import serve_http
+from .listeners.stomp import StompProtocol
+from .store.base import MessageStore, SyncPolicy
+from .store.memory import MemoryStore
+
+log = logging.getLogger("reference_broker")
+
+TICK_SECONDS = 0.25  # heart-beat resolution; well under the smallest sensible heart-beat
+
+
+def open_store(config: BrokerConfig) -> MessageStore:
+    if config.store.kind == "memory":
+        return MemoryStore()
+    from .store.journal import JournalStore
+
+    directory = Path(config.store.directory or Path(config.data) / "journal")
+    return JournalStore(
+        directory,
+        sync=SyncPolicy(config.store.sync),
+        sync_interval_ms=config.store.sync_interval_ms,
+        segment_size=config.store.segment_size,
+    )
+
+
+def _split(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+class BrokerServer:
+    """`await server.start()` binds the listeners; `server.stomp_address` is then the bound
+    (host, port), useful with port 0. `await server.stop()` closes everything."""
+
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.store = open_store(config)
+        self.broker = Broker(config, self.store)
+        self.broker.recover()
+        self._connections: set[StompProtocol] = set()
+        self._servers: list[asyncio.AbstractServer] = []
+        self._tick_task: asyncio.Task | None = None
+        self.stomp_address: tuple[str, int] | None = None
+        self.http_address: tuple[str, int] | None = None
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        cfg = self.config
+        if cfg.stomp:
+            host, port = _split(cfg.stomp)
+            server = await loop.create_server(
+                lambda: StompProtocol(self.broker, cfg.stomp_options, self._connections), host, port,
+                reuse_address=True,
+            )
+            self._servers.append(server)
+            self.stomp_address = server.sockets[0].getsockname()[:2]
+        if cfg.http:
+            host, port = _split(cfg.http)
+            server = await serve_http(self.broker, host, port)
+            self._servers.append(server)
+            self.http_address = server.sockets[0].getsockname()[:2]
+        self._tick_task = asyncio.create_task(self._housekeeping())
+
+    async def _housekeeping(self) -> None:
+        last_expiry = time.monotonic()
+        period = self.config.expiry_check_period_ms / 1000
+        while True:
+            await asyncio.sleep(TICK_SECONDS)
+            now = time.monotonic()
+            for connection in list(self._connections):
+                connection.tick(now)
+            if now - last_expiry >= period:
+                last_expiry = now
+                self.broker.tick()
+            self.broker.flush()
+
+    async def stop(self) -> None:
+        if self._tick_task is not None:
+            self._tick_task.cancel()
+        for server in self._servers:
+            server.close()
+        for connection in list(self._connections):
+            if connection.transport is not None:
+                connection.transport.close()
+        for server in self._servers:
+            await server.wait_closed()
+        self.broker.close()
+        log.info("broker %r stopped", self.config.name)

@@ -1,0 +1,128 @@
+# shellcheck shell=bash
+# Sourced by scripts/main.sh and scripts/test.sh:
+#   * creates .venv in the repository root (python3 -m venv) if missing,
+#   * pip-installs the project with its test extra when pyproject.toml changed
+#     since the last successful install (hash kept in .venv/.brokerconf-install-stamp),
+#   * as root on Debian, installs the Debian packages the real-broker targets need
+#     (set BROKERCONF_INSTALL_BROKERS=0 to skip).
+# Leaves the current directory at the repository root.
+set -euo pipefail
+
+BROKERCONF_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
+cd "$BROKERCONF_ROOT"
+
+BROKERCONF_PYTHON="${BROKERCONF_PYTHON:-python3}"
+BROKERCONF_DEBIAN_BROKER_PACKAGES=(activemq libmqtt-client-java libhawtdispatch-java)
+
+_bc_log() { echo "brokerconf: $*" >&2; }
+
+_bc_is_root() { [ "$(id -u)" = "0" ]; }
+
+_bc_have_apt() { command -v apt-get >/dev/null 2>&1 && command -v dpkg-query >/dev/null 2>&1; }
+
+# apt-get install with noninteractive settings; runs apt-get update (once) only
+# when the first attempt fails, e.g. because the package lists are missing.
+_bc_apt_install() {
+    local -a cmd=(apt-get install -y --no-install-recommends "$@")
+    if DEBIAN_FRONTEND=noninteractive "${cmd[@]}"; then
+        return 0
+    fi
+    _bc_log "apt-get install failed; running apt-get update and retrying..."
+    DEBIAN_FRONTEND=noninteractive apt-get update
+    DEBIAN_FRONTEND=noninteractive "${cmd[@]}"
+}
+
+_bc_dpkg_installed() {
+    dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"
+}
+
+_bc_hash() {
+    if command -v sha256sum >/dev/null 2>&1; then
+        sha256sum "$1" | cut -d' ' -f1
+    else
+        "$BROKERCONF_PYTHON" -c 'import hashlib,sys; print(hashlib.sha256(open(sys.argv[1],"rb").read()).hexdigest())' "$1"
+    fi
+}
+
+# --------------------------------------------------------------------------- python
+_bc_ensure_python() {
+    if command -v "$BROKERCONF_PYTHON" >/dev/null 2>&1; then
+        return 0
+    fi
+    if _bc_is_root && _bc_have_apt; then
+        _bc_log "installing python3 (Debian package python3)..."
+        _bc_apt_install python3
+    else
+        _bc_log "error: $BROKERCONF_PYTHON not found; install Python 3.11+ (Debian: sudo apt-get install python3 python3-venv)"
+        exit 1
+    fi
+}
+
+_bc_ensure_venv_module() {
+    # Debian splits venv/ensurepip into python3-venv; without it `python3 -m venv` fails.
+    if "$BROKERCONF_PYTHON" -c 'import venv, ensurepip' >/dev/null 2>&1; then
+        return 0
+    fi
+    if _bc_is_root && _bc_have_apt; then
+        _bc_log "installing python3-venv (Python's venv module is missing)..."
+        _bc_apt_install python3-venv
+    else
+        _bc_log "error: Python's venv module is missing; install the Debian package python3-venv" \
+                "(sudo apt-get install python3-venv) and rerun"
+        exit 1
+    fi
+}
+
+_bc_ensure_venv() {
+    if [ -x .venv/bin/python ] && .venv/bin/python -m pip --version >/dev/null 2>&1; then
+        return 0
+    fi
+    _bc_ensure_python
+    _bc_ensure_venv_module
+    if [ -e .venv ]; then
+        _bc_log "recreating broken virtualenv in .venv..."
+        "$BROKERCONF_PYTHON" -m venv --clear .venv
+    else
+        _bc_log "creating virtualenv in .venv..."
+        "$BROKERCONF_PYTHON" -m venv .venv
+    fi
+    rm -f .venv/.brokerconf-install-stamp
+}
+
+_bc_ensure_packages() {
+    local stamp=.venv/.brokerconf-install-stamp want
+    # the root path is part of the stamp: a moved checkout needs its entry points rewritten
+    want="$(_bc_hash pyproject.toml) $BROKERCONF_ROOT"
+    if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+        return 0
+    fi
+    _bc_log "installing Python packages (pip install -e '.[test]')..."
+    .venv/bin/python -m pip install --disable-pip-version-check --no-input -q -e '.[test]'
+    printf '%s\n' "$want" > "$stamp"
+}
+
+# --------------------------------------------------------------------------- brokers
+_bc_ensure_brokers() {
+    _bc_have_apt || return 0   # not Debian: the launcher reports ActiveMQ as unavailable
+    local -a missing=()
+    local p
+    for p in "${BROKERCONF_DEBIAN_BROKER_PACKAGES[@]}"; do
+        _bc_dpkg_installed "$p" || missing+=("$p")
+    done
+    [ "${#missing[@]}" -eq 0 ] && return 0
+    if _bc_is_root && [ "${BROKERCONF_INSTALL_BROKERS:-1}" != "0" ]; then
+        _bc_log "installing Debian packages for real-broker targets: ${missing[*]}..."
+        if ! _bc_apt_install "${missing[@]}"; then
+            _bc_log "error: could not install ${missing[*]}; fix apt or rerun with BROKERCONF_INSTALL_BROKERS=0" \
+                    "to skip real-broker comparisons"
+            exit 1
+        fi
+    else
+        _bc_log "note: real-broker comparisons will be skipped; install ${missing[*]} to enable them" \
+                "(sudo apt-get install ${missing[*]})"
+    fi
+}
+
+_bc_ensure_venv
+_bc_ensure_packages
+_bc_ensure_brokers
