@@ -482,7 +482,7 @@ class _Compiler(Transformer_NonRecursive):
                 value = lookup(name)
                 if value is None or value is True or value is False:
                     return value
-                return bool(value) if isinstance(value, bool) else False
+                return False  # a non-boolean value used as a condition: FALSE (ActiveMQ)
 
             return boolean_property
         raise self.error(f"{context} must be a boolean condition, not {self.described(expr)}",
@@ -768,16 +768,13 @@ class _Compiler(Transformer_NonRecursive):
         name, convert = value.name, self.convert
 
         def member(v):
-            t = type(v)
-            if t is str or isinstance(v, str):
+            if type(v) is str or isinstance(v, str):
                 if v in strings:
                     return True
                 if convert and numbers:
-                    for n in numbers:
-                        c = _convert(v, n)
-                        if c is not _FAIL and c == n:
-                            return True
-                return None if not strings and not (convert and numbers) else False
+                    return any(c is not _FAIL and c == n for n in numbers
+                               for c in (_convert(v, n),))
+                return False if strings else None
             if numbers and _is_number(v):
                 return v in numbers
             return None  # a type the list does not hold: UNKNOWN, as in ActiveMQ
@@ -937,7 +934,7 @@ def _like_matcher(pattern: str, escape: str | None) -> Callable[[str], bool]:
     i, n = 0, len(pattern)
     while i < n:
         c = pattern[i]
-        if escape is not None and c == escape and i + 1 < n and pattern[i + 1] in ("_", "%", escape):
+        if c == escape and i + 1 < n and pattern[i + 1] in ("_", "%", escape):
             pieces.append(("lit", pattern[i + 1]))
             i += 2
             continue

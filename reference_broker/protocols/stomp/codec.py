@@ -581,10 +581,13 @@ def serialize_frame(
                         f"(STOMP {version}) cannot carry unescaped"
                     )
         else:
-            text = "\n".join(
-                [f"{escape_header(name, version)}:{escape_header(str(value), version)}"
-                 for name, value in headers]
-            )
+            # Same test line by line, so only the offending headers pay for escaping (a broker's
+            # message ids, for one, often hold colons).
+            for i, line in enumerate(lines):
+                if "\\" in line or "\n" in line or "\r" in line or line.count(":") != 1:
+                    name, value = headers[i]
+                    lines[i] = f"{escape_header(name, version)}:{escape_header(str(value), version)}"
+            text = "\n".join(lines)
     if content_length and not (
         "content-length" in text and any(name == "content-length" for name, _ in headers)
     ):

@@ -1,0 +1,104 @@
+"""`brokerconf bench stomp`: end-to-end STOMP throughput, one producer to one consumer,
+non-persistent messages, auto-ack, against the reference broker and (when installed) ActiveMQ
+Classic, in the same run, with each broker's peak RSS and the ratio between them.
+
+The brokers run as their own processes and the load generator (stomp_load.py) runs its
+producer and consumer in two more, so nothing here shares a GIL with the broker under test.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from ..targets.activemq import ActiveMQProcess, activemq_available
+from ..targets.reference import ReferenceBrokerProcess
+from .stomp_load import run_stomp_load
+
+
+@dataclass
+class TargetBench:
+    target: str
+    runs: list[float] = field(default_factory=list)  # msgs/s per run
+    rss_peak_bytes: int = 0
+    error: str | None = None
+    skipped: str | None = None
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.runs) if self.runs else 0.0
+
+
+def _bench_target(name: str, launcher, *, messages: int, body_size: int, repeats: int,
+                  destination: str, progress: Callable[[str], None]) -> TargetBench:
+    result = TargetBench(name)
+    try:
+        progress(f"starting {name}...")
+        launcher.start()
+        host, port = "127.0.0.1", launcher.stomp_port
+        for attempt in range(1, repeats + 1):
+            run = run_stomp_load(host, port, target=name, messages=messages, body_size=body_size,
+                                 destination=destination)
+            if run.error:
+                result.error = run.error
+                progress(f"{name} run {attempt}: error: {run.error}")
+                break
+            result.runs.append(run.msgs_per_sec)
+            progress(f"{name} run {attempt}/{repeats}: {run.msgs_per_sec:,.0f} msg/s "
+                     f"({run.consumer_received:,} messages in {run.seconds:.2f} s)")
+        result.rss_peak_bytes = launcher.rss_peak_bytes()
+    except Exception as exc:  # a broker that cannot start is reported, and the bench goes on
+        result.error = f"{type(exc).__name__}: {exc}"
+        progress(f"{name}: {result.error}")
+    finally:
+        launcher.stop()
+    return result
+
+
+def run_stomp_bench(*, messages: int = 200_000, body_size: int = 256, repeats: int = 3,
+                    targets: tuple[str, ...] = ("reference", "activemq"), destination: str = "/queue/bench",
+                    progress: Callable[[str], None] = print) -> list[TargetBench]:
+    results = []
+    with tempfile.TemporaryDirectory(prefix="brokerconf-bench-") as tmp:
+        for name in targets:
+            if name == "reference":
+                launcher = ReferenceBrokerProcess(name="bench", http=False, log_level="WARNING")
+            elif name == "activemq":
+                ok, reason = activemq_available()
+                if not ok:
+                    results.append(TargetBench(name, skipped=reason))
+                    progress(f"activemq: not measured: {reason}")
+                    continue
+                launcher = ActiveMQProcess(Path(tmp) / "activemq")
+            else:
+                raise ValueError(f"unknown bench target {name!r}: use reference or activemq")
+            results.append(_bench_target(name, launcher, messages=messages, body_size=body_size,
+                                         repeats=repeats, destination=destination, progress=progress))
+    return results
+
+
+def format_table(results: list[TargetBench], messages: int, body_size: int) -> str:
+    lines = [
+        f"STOMP end-to-end, 1 producer -> 1 consumer, {messages:,} x {body_size}-byte non-persistent messages, auto-ack",
+        f"{'target':<12} {'median msg/s':>14} {'runs (msg/s)':<36} {'peak RSS':>10}",
+    ]
+    for r in results:
+        if r.skipped or (r.error and not r.runs):
+            lines.append(f"{r.target:<12} {'-':>14} {(r.skipped or r.error)[:60]}")
+            continue
+        runs = ", ".join(f"{x:,.0f}" for x in r.runs)
+        lines.append(f"{r.target:<12} {r.median:>14,.0f} {runs:<36} {r.rss_peak_bytes / 2**20:>8.1f} MB")
+    by_name = {r.target: r for r in results}
+    ref, amq = by_name.get("reference"), by_name.get("activemq")
+    if ref and amq and ref.runs and amq.runs:
+        lines.append(f"ratio reference / activemq: {ref.median / amq.median:.2f}x (target: at least 2x)")
+    return "\n".join(lines)
+
+
+def write_json(results: list[TargetBench], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps([{**asdict(r), "median": r.median} for r in results], indent=2))
