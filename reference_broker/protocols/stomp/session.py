@@ -286,13 +286,21 @@ class StompSession:
             deliver=self._deliver,
             ack_mode=ack_mode,
             prefetch=prefetch,
-            selector=frame.get("selector"),
+            selector=self._selector(frame),
             priority=priority,
             exclusive=(frame.get("activemq.exclusive") or "").lower() in _TRUE,
             no_local=(frame.get("activemq.noLocal") or "").lower() in _TRUE,
             durable_name=durable_name if dest.is_topic else None,
         )
         self._receipt(frame)
+
+    def _selector(self, frame: Frame) -> str | None:
+        selector = frame.get("selector")
+        if selector and self.options.convert_string_expressions:
+            # STOMP headers are strings: like ActiveMQ's STOMP transport, let `price > 5`
+            # compare a string property numerically.
+            return "convert_string_expressions:" + selector
+        return selector
 
     def _on_unsubscribe(self, frame: Frame) -> None:
         sub_id = frame.get("id")
