@@ -61,10 +61,12 @@ class Broker:
         self._client_ids: dict[str, Connection] = {}
         self._connection_numbers = itertools.count(1)
         self._users = {u.name: u for u in self.config.security.users}
-        self._read_acl = WildcardMap(
-            ((e.queue and f"queue://{e.queue}") or f"topic://{e.topic}", e)
-            for e in self.config.security.authorization
-        )
+        # One map per destination kind, keyed by the plain pattern: a "queue://" prefix glued to
+        # the first path element would stop a leading wildcard (queue=">") from matching.
+        self._acl = {
+            QUEUE: WildcardMap((e.queue, e) for e in self.config.security.authorization if e.queue is not None),
+            TOPIC: WildcardMap((e.topic, e) for e in self.config.security.authorization if e.topic is not None),
+        }
         self.started_at = clock()
 
     def now_ms(self) -> int:
@@ -128,7 +130,7 @@ class Broker:
     def _authorize(self, groups: list[str], dest: DestinationName, action: str) -> None:
         if not self.config.security.authorization:
             return
-        entry = self._read_acl.lookup(dest.canonical)
+        entry = self._acl[dest.kind].lookup(dest.name)
         allowed = getattr(entry, action) if entry is not None else []
         if not (set(groups) & set(allowed)) and "*" not in allowed:
             verb = "read from" if action == "read" else "write to"
@@ -527,6 +529,10 @@ class Connection:
         self.closed = True
         for tx_id in list(self.transactions):
             self.abort(tx_id)
+        # Close every consumer before detaching any: otherwise what the first one had in flight
+        # is redispatched to a sibling that is about to close (inflating its delivery count).
+        for consumer in self.consumers.values():
+            consumer.closed = True
         for consumer in list(self.consumers.values()):
             self._detach(consumer)
         self.consumers.clear()

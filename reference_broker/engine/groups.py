@@ -17,10 +17,21 @@ C = TypeVar("C")
 
 
 def java_string_hash(text: str) -> int:
-    """Java's String.hashCode, so bucket assignment matches Artemis for the same group ids."""
+    """Java's String.hashCode (ActiveMQ Classic's MessageGroupHashBucket hashes group ids with
+    it). Artemis buckets with `artemis_group_hash` instead."""
     h = 0
     for (unit,) in struct.iter_unpack(">H", text.encode("utf-16-be")):
         h = (31 * h + unit) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def artemis_group_hash(group_id: str) -> int:
+    """The hash Artemis buckets a group id with: its group ids are `SimpleString`s, whose
+    hashCode runs Java's `31 * h + x` over the UTF-16 code units as *signed little-endian
+    bytes* (low byte, then high byte) - not String.hashCode over the chars."""
+    h = 0
+    for byte in group_id.encode("utf-16-le"):
+        h = (31 * h + (byte - 256 if byte > 127 else byte)) & 0xFFFFFFFF
     return h - (1 << 32) if h & 0x80000000 else h
 
 
@@ -31,8 +42,9 @@ class GroupTable(Generic[C]):
 
     def key(self, group_id: str) -> object:
         if self.buckets > 0:
-            # Artemis: (hashCode & Integer.MAX_VALUE) % buckets
-            return (java_string_hash(group_id) & 0x7FFFFFFF) % self.buckets
+            # Artemis BucketMessageGroups: (groupId.hashCode() & Integer.MAX_VALUE) % buckets,
+            # where groupId is a SimpleString.
+            return (artemis_group_hash(group_id) & 0x7FFFFFFF) % self.buckets
         return group_id
 
     def owner(self, key: object) -> C | None:

@@ -97,6 +97,8 @@ class Queue:
         """A consumer for `ref` when no groups or exclusivity are involved, else None."""
         if ref.message.group_id is not None and self.group_settings.enabled:
             return None
+        if ref.message.expiration and ref.message.is_expired(self.broker.now_ms()):
+            return None  # let dispatch expire (dead-letter or drop) it instead of delivering it
         first = self.consumers[0]
         if len(self.consumers) == 1:
             if first.exclusive or not first.has_credit() or not first.accepts(ref):
@@ -104,8 +106,15 @@ class Queue:
             return first
         return None
 
+    def _level(self, ref: MessageRef) -> int:
+        if len(self._levels) == 1:
+            return 0
+        # JMS priorities are 0-9; protocols with a wider range (AMQP's ubyte) clamp, as
+        # ActiveMQ does, instead of indexing past the levels.
+        return min(max(ref.message.priority, 0), PRIORITY_LEVELS - 1)
+
     def _push(self, ref: MessageRef) -> None:
-        level = ref.message.priority if len(self._levels) > 1 else 0
+        level = self._level(ref)
         self._levels[level].append(ref)
         self._pending_count += 1
         self.usage.increase(ref.message.size)
@@ -115,7 +124,7 @@ class Queue:
         by_level: dict[int, list[MessageRef]] = {}
         for ref in refs:
             ref.consumer = None
-            level = ref.message.priority if len(self._levels) > 1 else 0
+            level = self._level(ref)
             by_level.setdefault(level, []).append(ref)
             self._pending_count += 1
             self.usage.increase(ref.message.size)
@@ -257,7 +266,10 @@ class Queue:
             # Nobody with room wants it. Stop when nobody has room at all; otherwise look past
             # it for messages the consumers with room do want.
             return None, (not any_credit) or (wanted and exclusive is not None), False
-        self._rotate(chosen)
+        if exclusive is None:
+            # Round robin only among competing consumers: rotating an exclusive consumer would
+            # hand the exclusivity to the next exclusive consumer of the same priority.
+            self._rotate(chosen)
         if group_key is not None:
             self.groups.assign(group_key, chosen)
             return chosen, False, True

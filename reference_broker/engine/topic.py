@@ -56,6 +56,7 @@ class TopicSubscription:
         self.discarded = 0
         self.dispatched = 0
         self.dequeued = 0
+        self._dispatching = False
         consumer.source = self
 
     @property
@@ -109,16 +110,24 @@ class TopicSubscription:
             consumer.deliver(consumer, ref)
 
     def dispatch(self) -> None:
-        now = self.broker.now_ms()
-        pending = self.pending
-        consumer = self.consumer
-        while pending and consumer.has_credit():
-            ref = pending.popleft()
-            self._release_memory(ref)
-            if ref.message.expiration and ref.message.is_expired(now):
-                self.discarded += 1  # expired while waiting; non-durable topics have no DLQ
-                continue
-            self._hand_over(ref)
+        if self._dispatching:
+            # Re-entered from a delivery callback (an immediate ack): the loop below re-checks
+            # credit after every delivery, so recursing would only grow the stack per message.
+            return
+        self._dispatching = True
+        try:
+            now = self.broker.now_ms()
+            pending = self.pending
+            consumer = self.consumer
+            while pending and consumer.has_credit():
+                ref = pending.popleft()
+                self._release_memory(ref)
+                if ref.message.expiration and ref.message.is_expired(now):
+                    self.discarded += 1  # expired while waiting; non-durable topics have no DLQ
+                    continue
+                self._hand_over(ref)
+        finally:
+            self._dispatching = False
 
     def acknowledge(self, consumer: Consumer, refs: list[MessageRef]) -> None:
         consumer.acknowledged += len(refs)

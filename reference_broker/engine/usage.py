@@ -11,6 +11,21 @@ from __future__ import annotations
 from typing import Callable
 
 
+class _Waiter:
+    """A `wait_for_space` callback that runs at most once, however many usages it waits on."""
+
+    __slots__ = ("callback", "done")
+
+    def __init__(self, callback: Callable[[], None]) -> None:
+        self.callback = callback
+        self.done = False
+
+    def __call__(self) -> None:
+        if not self.done:
+            self.done = True
+            self.callback()
+
+
 class MemoryUsage:
     __slots__ = ("name", "limit", "used", "parent", "_waiters", "high_water")
 
@@ -20,7 +35,7 @@ class MemoryUsage:
         self.used = 0
         self.high_water = 0
         self.parent = parent
-        self._waiters: list[Callable[[], None]] = []
+        self._waiters: list[_Waiter] = []
 
     @property
     def full(self) -> bool:
@@ -39,29 +54,40 @@ class MemoryUsage:
         self.used -= amount
         if self.parent is not None:
             self.parent.decrease(amount)
-        if self._waiters and not self.full:
+        if not self._waiters:
+            return
+        if not self.full:
             self._wake()
-        elif self.parent is not None and self.parent._waiters and not self.parent.full:
-            self.parent._wake()
+        elif self.parent is not None and (self.limit is None or self.used < self.limit):
+            # Only the parent is in the way now: its next decrease (from any destination)
+            # must wake these waiters, not only a decrease of this usage.
+            for waiter in self._waiters:
+                if waiter not in self.parent._waiters:
+                    self.parent._waiters.append(waiter)
 
     def wait_for_space(self, callback: Callable[[], None]) -> None:
         """Call `callback` once when this usage (and its parents) has room again."""
         if not self.full:
             callback()
             return
-        self._waiters.append(callback)
-        if self.parent is not None and self.parent.full:
-            self.parent._waiters.append(callback)
+        waiter = _Waiter(callback)
+        self._waiters = [w for w in self._waiters if not w.done]  # woken through the parent
+        self._waiters.append(waiter)
+        own_full = self.limit is not None and self.used >= self.limit
+        if not own_full and self.parent is not None and self.parent.full:
+            # Only the parent is full: a decrease anywhere under it may make room. (When this
+            # usage is full itself, `decrease` hands the waiter to the parent once it is not.)
+            self.parent._waiters.append(waiter)
 
     def cancel(self, callback: Callable[[], None]) -> None:
         for usage in (self, self.parent):
-            if usage is not None and callback in usage._waiters:
-                usage._waiters.remove(callback)
+            if usage is not None:
+                usage._waiters = [w for w in usage._waiters if w.callback is not callback]
 
     def _wake(self) -> None:
         waiters, self._waiters = self._waiters, []
-        for callback in waiters:
-            callback()
+        for waiter in waiters:
+            waiter()
 
     def percent(self) -> float:
         return 100.0 * self.used / self.limit if self.limit else 0.0

@@ -34,7 +34,8 @@ priority; timestamp; expiration; group_seq), then the strings message_id, destin
 present optional ones, then ``str`` properties as compact JSON in insertion order (empty when
 there are none; JSON keeps ``bool``, ``int`` and ``float`` apart exactly, so each value comes
 back with the type it had), then the raw body bytes up to the end of the payload. The encoding
-is deterministic (same message, same bytes) and uses no pickle.
+is deterministic (same message, same bytes) and uses no pickle. Message fields declared with
+``compare=False`` (per-protocol caches such as ``wire_cache``) are not persisted.
 
 Group commit and the fsync policy
 ---------------------------------
@@ -167,6 +168,8 @@ _TMP_NAME = re.compile(r"^journal-(\d{6,})\.log\.tmp$")
 
 _OPTIONAL_FIELDS = ("correlation_id", "reply_to", "type", "group_id", "content_type",
                     "producer_id")
+# Every Message field that is part of the message's identity (``compare=True``) is encoded;
+# fields declared with ``compare=False`` are caches (e.g. ``wire_cache``) and are not persisted.
 _ENCODED_FIELDS = frozenset(
     ("message_id", "destination", "body", "properties", "persistent", "priority", "timestamp",
      "expiration", "group_seq") + _OPTIONAL_FIELDS)
@@ -415,9 +418,8 @@ class JournalStore:
             raise JournalLockedError(
                 f"journal directory {self.directory} is already in use by another broker"
                 f"{who}: could not lock {path}: {exc.strerror}") from None
-        try:
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
+        try:  # fixed width, so no truncation (a metadata write) is needed
+            os.pwrite(fd, f"{os.getpid():<15}\n".encode("ascii"), 0)
         except OSError:
             pass  # the pid is informational only
         return fd

@@ -530,7 +530,7 @@ def test_default_limits():
             limits.max_header_length) == (10 * 1024 * 1024, 64 * 1024, 1000, 16 * 1024)
     parser = StompParser()
     with pytest.raises(StompProtocolError, match="max_header_block"):
-        parser.feed(b"SEND\n" + b"h:" + b"v" * 1000 + b"\n" + (b"h:" + b"v" * 8000 + b"\n") * 8)
+        parser.feed(b"SEND\n" + b"h:" + b"v" * 1000 + b"\n" + (b"h:" + b"v" * 8000 + b"\n") * 9)
 
 
 # ------------------------------------------------------------------------------------------
@@ -613,14 +613,11 @@ def test_encode_message_frame():
 # Property tests
 # ------------------------------------------------------------------------------------------
 
-# Header text: any Unicode except NUL and surrogates (not encodable as UTF-8), with the
-# characters escaping is about made frequent.
-header_text = st.text(
-    alphabet=st.one_of(
-        st.sampled_from(":\\\n\r c"),
-        st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"),
-    ),
-    max_size=12,
+# Header text: either drawn mostly from the characters escaping is about, or any Unicode except
+# NUL and surrogates (which UTF-8 cannot encode).
+header_text = st.one_of(
+    st.text(alphabet=":\\\n\rcnrt a\u00e9\u20ac\U0001f600", max_size=12),
+    st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=12),
 )
 header_pairs = st.lists(
     st.tuples(header_text, header_text).filter(lambda pair: pair[0] != "content-length"),
@@ -629,7 +626,7 @@ header_pairs = st.lists(
 escaped_commands = st.sampled_from(sorted(COMMANDS - {"CONNECT", "CONNECTED"}))
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(
     version=st.sampled_from(["1.1", "1.2"]),
     command=escaped_commands,
@@ -644,7 +641,7 @@ def test_roundtrip_with_content_length(version, command, headers, body):
     assert frame.body == body
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=50, deadline=None)
 @given(
     version=st.sampled_from(["1.1", "1.2"]),
     command=escaped_commands,
@@ -656,7 +653,7 @@ def test_roundtrip_without_content_length(version, command, headers, body):
     assert parse_one(data, version=version) == Frame(command, headers, body)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(
     version=st.sampled_from(["1.1", "1.2"]),
     frames=st.lists(st.tuples(escaped_commands, header_pairs, st.binary(max_size=50)),
@@ -694,7 +691,7 @@ garbage = st.one_of(
 )
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     blob=garbage,
     version=st.sampled_from(["1.0", "1.1", "1.2"]),

@@ -480,11 +480,6 @@ class StompParser:
             )
         if buffered >= limits.max_frame_size:
             raise StompProtocolError(f"frame exceeds {limits.max_frame_size} bytes (max_frame_size)")
-        start = pos + self._counted
-        if buf.find(b"\x00", start, end) >= 0:
-            raise StompProtocolError(
-                "NUL octet inside the header block (a frame ended before its blank line?)"
-            )
         first_lf = buf.find(b"\n", pos, end)
         if first_lf < 0:
             # Still on the command line: reject it as soon as it cannot be a command.
@@ -492,6 +487,11 @@ class StompParser:
                 _check_command_bytes(buf[pos:end], self._crlf)
         elif self._lines == 0:
             _check_command_bytes(buf[pos:first_lf], self._crlf)
+        start = pos + self._counted
+        if buf.find(b"\x00", start, end) >= 0:
+            raise StompProtocolError(
+                "NUL octet inside the header block (a frame ended before its blank line?)"
+            )
         new_lines = buf.count(b"\n", start, end)
         if new_lines:
             line_start = self._line_start

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from functools import lru_cache
 from typing import Callable, Protocol
 
 from ...config import StompConfig
@@ -61,6 +62,7 @@ class FrameError(Exception):
         self.detail = detail
 
 
+@lru_cache(maxsize=4096)
 def stomp_destination(name: str) -> DestinationName:
     """`/queue/X`, `/topic/X` (ActiveMQ's STOMP names) or `queue://X`, `topic://X`."""
     if name.startswith("/queue/"):
@@ -210,45 +212,42 @@ class StompSession:
 
     def _on_send(self, frame: Frame) -> bool:
         conn = self.connection
-        dest = self._destination(frame)
-        message = self._message_from(frame, dest, conn)
-        transaction = frame.get("transaction")
-        can_continue = conn.send(dest, message, transaction)
-        self._receipt(frame)
+        headers = frame.header_dict()  # one pass; first occurrence wins (STOMP 1.2)
+        name = headers.get("destination")
+        if not name:
+            raise FrameError("SEND needs a destination header")
+        dest = stomp_destination(name)
+        message = self._message_from(frame, headers, dest, conn)
+        can_continue = conn.send(dest, message, headers.get("transaction"))
+        receipt = headers.get("receipt")
+        if receipt is not None:
+            self._write_receipt(receipt)
         if not can_continue:
             self._pause(dest)
             return True
         return False
 
-    def _message_from(self, frame: Frame, dest: DestinationName, conn: Connection) -> Message:
-        properties: dict = {}
-        get = frame.get
-        for name, value in frame.headers:
-            if name not in _SEND_CONTROL and name not in properties:
-                properties[name] = value
+    @staticmethod
+    def _int_value(headers: dict, name: str, default: int, expected: str) -> int:
+        raw = headers.get(name)
+        if raw is None:
+            return default
+        try:
+            return int(raw)
+        except ValueError:
+            raise FrameError(f"invalid {name} header {raw!r}: expected {expected}") from None
+
+    def _message_from(self, frame: Frame, headers: dict, dest: DestinationName, conn: Connection) -> Message:
+        if len(headers) > 2:
+            properties = {k: v for k, v in headers.items() if k not in _SEND_CONTROL}
+        else:
+            properties = {}  # only destination (+ content-length): the common fast case
+        get = headers.get
         priority = DEFAULT_PRIORITY
-        raw = get("priority")
-        if raw is not None:
-            try:
-                priority = int(raw)
-            except ValueError:
-                raise FrameError(f"invalid priority header {raw!r}: expected an integer 0-9") from None
+        if "priority" in headers:
+            priority = self._int_value(headers, "priority", DEFAULT_PRIORITY, "an integer 0-9")
             if not 0 <= priority <= 9:
                 raise FrameError(f"invalid priority {priority}: JMS priorities are 0-9")
-        expiration = 0
-        raw = get("expires")
-        if raw is not None:
-            try:
-                expiration = int(raw)
-            except ValueError:
-                raise FrameError(f"invalid expires header {raw!r}: expected milliseconds since the epoch") from None
-        group_seq = 0
-        raw = get("JMSXGroupSeq")
-        if raw is not None:
-            try:
-                group_seq = int(raw)
-            except ValueError:
-                raise FrameError(f"invalid JMSXGroupSeq header {raw!r}: expected an integer") from None
         persistent = get("persistent")
         return Message(
             message_id=conn.new_message_id(),
@@ -257,12 +256,12 @@ class StompSession:
             properties=properties,
             persistent=persistent is not None and persistent.lower() in _TRUE,
             priority=priority,
-            expiration=expiration,
+            expiration=self._int_value(headers, "expires", 0, "milliseconds since the epoch"),
             correlation_id=get("correlation-id"),
             reply_to=get("reply-to"),
             type=get("type"),
             group_id=get("JMSXGroupID"),
-            group_seq=group_seq,
+            group_seq=self._int_value(headers, "JMSXGroupSeq", 0, "an integer"),
             content_type=get("content-type"),
         )
 
@@ -416,9 +415,12 @@ class StompSession:
     def _receipt(self, frame: Frame) -> None:
         receipt = frame.get("receipt")
         if receipt is not None:
-            # Sent in the same flush as the store's group commit, so a receipt for a persistent
-            # send means the message is in the journal (see listeners/stomp.py).
-            self._write(serialize_frame("RECEIPT", [("receipt-id", receipt)], b"", self.version, content_length=False))
+            self._write_receipt(receipt)
+
+    def _write_receipt(self, receipt: str) -> None:
+        # Sent in the same flush as the store's group commit, so a receipt for a persistent
+        # send means the message is in the journal (see listeners/stomp.py).
+        self._write(serialize_frame("RECEIPT", [("receipt-id", receipt)], b"", self.version, content_length=False))
 
     def _write(self, data: bytes) -> None:
         self.last_sent = self.clock()
@@ -501,7 +503,7 @@ class StompSession:
             self._message_prefixes[prefix_key] = prefix
         extra = ""
         if consumer.ack_mode is not AckMode.AUTO and version == "1.2":
-            extra = f"ack:{consumer.number}:{escape_header(message.message_id, version)}\n"
+            extra = f"ack:{escape_header(f'{consumer.number}:{message.message_id}', version)}\n"
         if ref.delivery_count:
             extra += f"redelivered:true\nJMSXDeliveryCount:{ref.delivery_count + 1}\n"
         if ref.first_for_consumer:
@@ -512,26 +514,24 @@ class StompSession:
 
     @staticmethod
     def _encode_common(message: Message, version: str) -> bytes:
-        def esc(value: str) -> str:
-            return value if version == "1.0" else escape_header(value, version)
-
-        lines = [f"message-id:{esc(message.message_id)}", f"timestamp:{message.timestamp}",
-                 f"expires:{message.expiration}", f"priority:{message.priority}"]
+        """The headers every delivery of `message` shares, encoded once per protocol version."""
+        esc = (lambda v: v) if version == "1.0" else (lambda v: escape_header(v, version))
+        text = (f"message-id:{esc(message.message_id)}\ntimestamp:{message.timestamp}\n"
+                f"expires:{message.expiration}\npriority:{message.priority}\n")
         if message.persistent:
-            lines.append("persistent:true")
+            text += "persistent:true\n"
         for name, value in (("correlation-id", message.correlation_id), ("reply-to", message.reply_to),
                             ("type", message.type), ("content-type", message.content_type),
                             ("JMSXGroupID", message.group_id)):
             if value is not None:
-                lines.append(f"{name}:{esc(value)}")
+                text += f"{name}:{esc(value)}\n"
         if message.group_id is not None and message.group_seq:
-            lines.append(f"JMSXGroupSeq:{message.group_seq}")
+            text += f"JMSXGroupSeq:{message.group_seq}\n"
         for name, value in message.properties.items():
             if isinstance(value, bool):
                 value = "true" if value else "false"
-            lines.append(f"{esc(name)}:{esc(str(value))}")
-        lines.append("")
-        return "\n".join(lines).encode()
+            text += f"{esc(name)}:{esc(str(value))}\n"
+        return text.encode()
 
     # ------------------------------------------------------------ timers
 
