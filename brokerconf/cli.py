@@ -37,7 +37,7 @@ def cmd_bench_stomp(args: argparse.Namespace) -> int:
               "(known: reference, activemq)", file=sys.stderr)
         return 2
     results = run_stomp_bench(messages=args.messages, body_size=args.body_size, repeats=args.repeats,
-                              targets=targets, progress=_progress)
+                              targets=targets, warmup_messages=args.warmup_messages, progress=_progress)
     print()
     print(format_table(results, args.messages, args.body_size))
     if args.json:
@@ -124,6 +124,8 @@ def build_parser() -> argparse.ArgumentParser:
     stomp.add_argument("--messages", type=_positive_int, default=200_000)
     stomp.add_argument("--body-size", type=_positive_int, default=256)
     stomp.add_argument("--repeats", type=_positive_int, default=3)
+    stomp.add_argument("--warmup-messages", type=_positive_int, default=100_000,
+                       help="messages in the discarded first run per target (JIT warm-up)")
     stomp.add_argument("--targets", default="reference,activemq")
     stomp.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     stomp.set_defaults(func=cmd_bench_stomp)

@@ -74,8 +74,12 @@ _bc_ensure_venv_module() {
 }
 
 _bc_ensure_venv() {
-    if [ -x .venv/bin/python ] && .venv/bin/python -m pip --version >/dev/null 2>&1; then
-        return 0
+    # A completed install leaves the stamp; without it, make sure pip is usable
+    # (a venv created without ensurepip has no pip and must be recreated).
+    if [ -x .venv/bin/python ] && .venv/bin/python -c '' >/dev/null 2>&1; then
+        if [ -f .venv/.brokerconf-install-stamp ] || .venv/bin/python -m pip --version >/dev/null 2>&1; then
+            return 0
+        fi
     fi
     _bc_ensure_python
     _bc_ensure_venv_module

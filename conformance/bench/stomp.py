@@ -34,12 +34,19 @@ class TargetBench:
 
 
 def _bench_target(name: str, launcher, *, messages: int, body_size: int, repeats: int,
-                  destination: str, progress: Callable[[str], None]) -> TargetBench:
+                  destination: str, progress: Callable[[str], None], warmup_messages: int) -> TargetBench:
     result = TargetBench(name)
     try:
         progress(f"starting {name}...")
         launcher.start()
         host, port = "127.0.0.1", launcher.stomp_port
+        # One discarded run first, for every target alike: a JVM broker's first run mostly
+        # measures its JIT compiler warming up.
+        progress(f"{name}: warm-up run ({warmup_messages:,} messages, not counted)")
+        warm = run_stomp_load(host, port, target=name, messages=warmup_messages, body_size=body_size,
+                              destination=destination)
+        if warm.error:
+            raise RuntimeError(f"warm-up run failed: {warm.error}")
         for attempt in range(1, repeats + 1):
             run = run_stomp_load(host, port, target=name, messages=messages, body_size=body_size,
                                  destination=destination)
@@ -61,7 +68,7 @@ def _bench_target(name: str, launcher, *, messages: int, body_size: int, repeats
 
 def run_stomp_bench(*, messages: int = 200_000, body_size: int = 256, repeats: int = 3,
                     targets: tuple[str, ...] = ("reference", "activemq"), destination: str = "/queue/bench",
-                    progress: Callable[[str], None] = print) -> list[TargetBench]:
+                    warmup_messages: int = 100_000, progress: Callable[[str], None] = print) -> list[TargetBench]:
     results = []
     with tempfile.TemporaryDirectory(prefix="brokerconf-bench-") as tmp:
         for name in targets:
@@ -77,7 +84,8 @@ def run_stomp_bench(*, messages: int = 200_000, body_size: int = 256, repeats: i
             else:
                 raise ValueError(f"unknown bench target {name!r}: use reference or activemq")
             results.append(_bench_target(name, launcher, messages=messages, body_size=body_size,
-                                         repeats=repeats, destination=destination, progress=progress))
+                                         repeats=repeats, destination=destination, progress=progress,
+                                         warmup_messages=warmup_messages))
     return results
 
 

@@ -21,9 +21,10 @@ workers read ``time.perf_counter()``, which is CLOCK_MONOTONIC on Linux and so
 comparable across processes).  If the consumer receives nothing for
 ``timeout`` seconds the run ends with an error saying how many arrived.
 
-Command line (prints the result as JSON)::
+Command line (prints one JSON result per run)::
 
     python -m conformance.bench.stomp_load 127.0.0.1:61613 --messages 200000
+    python -m conformance.bench.stomp_load --activemq --runs 3   # temporary ActiveMQ, adds its peak RSS
 """
 
 from __future__ import annotations
@@ -49,6 +50,11 @@ _PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 @dataclass
 class StompBenchResult:
+    """One measurement.  ``messages``/``consumer_received``/``producer_sent`` count timed
+    messages only (warm-up excluded); ``seconds`` runs from the producer's first timed
+    send to the consumer's last timed receive; on error ``msgs_per_sec`` is 0.0 and
+    ``error`` says what happened (e.g. how many arrived before the consumer stalled)."""
+
     target: str
     messages: int
     seconds: float
@@ -466,7 +472,12 @@ def _main(argv: list[str] | None = None) -> int:
         return _worker_main(argv[1], argv[2])
     ap = argparse.ArgumentParser(prog="python -m conformance.bench.stomp_load",
                                  description="STOMP 1->1 throughput (raw sockets, pipelined)")
-    ap.add_argument("endpoint", help="host:port of the STOMP listener")
+    ap.add_argument("endpoint", nargs="?", help="host:port of the STOMP listener (omit with --activemq)")
+    ap.add_argument("--activemq", action="store_true",
+                    help="start a temporary ActiveMQ Classic (conformance.targets.activemq) and measure it; "
+                         "adds its peak RSS to each result")
+    ap.add_argument("--stomp-scheme", default=None, help="with --activemq: stomp or stomp+nio")
+    ap.add_argument("--runs", type=int, default=1, help="repeat the measurement (same broker)")
     ap.add_argument("--target", default=None, help="label for the result (default: the endpoint)")
     ap.add_argument("--messages", type=int, default=200_000)
     ap.add_argument("--body-size", type=int, default=256)
@@ -476,12 +487,32 @@ def _main(argv: list[str] | None = None) -> int:
     ap.add_argument("--passcode")
     ap.add_argument("--timeout", type=float, default=120)
     a = ap.parse_args(argv)
+    if bool(a.activemq) == bool(a.endpoint):
+        ap.error("give either host:port or --activemq")
+
+    def measure(host: str, port: int, target: str, broker=None) -> int:
+        rc = 0
+        for i in range(a.runs):
+            res = run_stomp_load(host, port, target=target, messages=a.messages, body_size=a.body_size,
+                                 destination=a.destination, warmup=a.warmup, login=a.login,
+                                 passcode=a.passcode, timeout=a.timeout)
+            out = res.to_dict()
+            out["run"] = i + 1
+            if broker is not None:
+                out["broker_rss_peak_bytes"] = broker.rss_peak_bytes()
+            print(json.dumps(out), flush=True)
+            rc |= res.error is not None
+        return rc
+
+    if a.activemq:
+        from conformance.targets.activemq import DEFAULT_STOMP_SCHEME, ActiveMQProcess
+
+        with tempfile.TemporaryDirectory(prefix="brokerconf-amq-") as d:
+            scheme = a.stomp_scheme or DEFAULT_STOMP_SCHEME
+            with ActiveMQProcess(Path(d), stomp_scheme=scheme) as amq:
+                return measure("127.0.0.1", amq.stomp_port, a.target or f"activemq-{scheme}", amq)
     host, _, port = a.endpoint.rpartition(":")
-    res = run_stomp_load(host or "127.0.0.1", int(port), target=a.target or a.endpoint, messages=a.messages,
-                         body_size=a.body_size, destination=a.destination, warmup=a.warmup,
-                         login=a.login, passcode=a.passcode, timeout=a.timeout)
-    print(json.dumps(res.to_dict()))
-    return 0 if res.error is None else 1
+    return measure(host or "127.0.0.1", int(port), a.target or a.endpoint)
 
 
 if __name__ == "__main__":

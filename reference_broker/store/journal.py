@@ -34,8 +34,11 @@ priority; timestamp; expiration; group_seq), then the strings message_id, destin
 present optional ones, then ``str`` properties as compact JSON in insertion order (empty when
 there are none; JSON keeps ``bool``, ``int`` and ``float`` apart exactly, so each value comes
 back with the type it had), then the raw body bytes up to the end of the payload. The encoding
-is deterministic (same message, same bytes) and uses no pickle. Message fields declared with
-``compare=False`` (per-protocol caches such as ``wire_cache``) are not persisted.
+is deterministic (same message, same bytes) and uses no pickle. Property keys must be ``str``
+and values ``str``/``int``/``float``/``bool``; a value JSON cannot encode (e.g. ``bytes``) is
+rejected by ``add`` with ``TypeError``, a priority outside int16 or a time or group_seq outside
+int64 with ``struct.error``. Message fields declared with ``compare=False`` (per-protocol
+caches such as ``wire_cache``) are not persisted.
 
 Group commit and the fsync policy
 ---------------------------------
@@ -785,6 +788,15 @@ class JournalStore:
     # --- recovery -----------------------------------------------------------------------------
 
     def _recover(self) -> None:
+        try:
+            self._recover_journal()
+        except BaseException:
+            # leave nothing half-replayed behind: a retry starts from scratch
+            self._live, self._subs, self._segment_sizes = {}, {}, {}
+            self._live_bytes = self._nmessages = self._journal_bytes = self._records = 0
+            raise
+
+    def _recover_journal(self) -> None:
         directory = self.directory
         numbers: list[int] = []
         temps: list[Path] = []
