@@ -315,6 +315,9 @@ class Connection:
         broker = self.broker
         broker._authorize(self.groups, dest, "write")
         message.producer_id = self.connection_id
+        # The engine finds a message's destination (and its memory accounting) by this name:
+        # make it the canonical one whatever the caller put there.
+        message.destination = dest.canonical
         if not message.timestamp:
             message.timestamp = broker.now_ms()
         if transaction is not None:
@@ -369,8 +372,9 @@ class Connection:
             no_local=no_local, durable_name=durable_name,
         )
         if dest.is_queue:
+            queue = broker.queue(dest)  # may refuse the destination: register nothing before
             self.consumers[consumer_id] = consumer
-            broker.queue(dest).add_consumer(consumer)
+            queue.add_consumer(consumer)
         elif durable_name is not None:
             if self.client_id is None:
                 raise UnknownSubscription("a durable subscription needs a client id on the connection")

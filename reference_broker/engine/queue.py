@@ -243,6 +243,10 @@ class Queue:
             group_key = self.groups.key(message.group_id)
             owner = self.groups.owner(group_key)
             if owner is not None:
+                if not owner.accepts(ref):
+                    # The owner's selector refuses it and nobody else may take a pinned
+                    # message: it waits (as in Artemis and ActiveMQ), without blocking others.
+                    return None, False, False
                 if owner.has_credit():
                     return owner, False, False
                 return None, True, False  # head-of-line: the owner must take it first

@@ -30,6 +30,10 @@ def matches(pattern: str, name: str) -> bool:
             return False
         if p != "*" and p != parts[i]:
             return False
+        if p == "*" and parts[i] in (">", "#"):
+            # `name` is itself a wildcard (a wildcard subscription looking up its policy or
+            # permissions): one-element `*` does not cover every descendant that `>` names.
+            return False
     return len(parts) == len(pat)
 
 
