@@ -110,8 +110,11 @@ class Broker:
         """Periodic housekeeping: expire messages nobody is dispatching."""
         now = self.now_ms()
         expired = sum(q.expire_sweep(now) for q in list(self.queues.values()))
-        for durable in self.durable.values():
-            expired += durable.queue.expire_sweep(now)
+        for subscription in self.subscriptions:
+            if isinstance(subscription, DurableSubscription):
+                expired += subscription.queue.expire_sweep(now)
+            else:
+                expired += subscription.expire_sweep(now)
         return expired
 
     # ------------------------------------------------------------ security

@@ -149,6 +149,25 @@ class TopicSubscription:
             if topic is not None:
                 topic.usage.increase(ref.message.size)
         self.dispatch()
+        if self.limit != NO_LIMIT and len(self.pending) > self.limit:
+            self._enforce_limit()  # redeliveries count against the pending limit too
+
+    def expire_sweep(self, now_ms: int) -> int:
+        """Drop expired pending messages (non-durable topics have no dead-letter queue)."""
+        if not any(ref.message.expiration for ref in self.pending):
+            return 0
+        keep = []
+        expired = 0
+        for ref in self.pending:
+            if ref.message.expiration and ref.message.is_expired(now_ms):
+                self._release_memory(ref)
+                expired += 1
+            else:
+                keep.append(ref)
+        self.pending.clear()
+        self.pending.extend(keep)
+        self.discarded += expired
+        return expired
 
     def remove_consumer(self, consumer: Consumer) -> None:
         for ref in self.pending:

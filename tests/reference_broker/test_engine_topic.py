@@ -151,3 +151,29 @@ def test_eng_topic_5_no_local():
     me.send(T, "mine")
     other.send(T, "theirs")
     assert me.got() == ["theirs"], "ENG-TOPIC-5"
+
+
+def test_expired_pending_topic_messages_are_swept_by_tick():
+    """ENG-TOPIC-EXP-1: a non-durable subscription's pending messages that expire are dropped
+    by the periodic sweep (and counted as discarded), not only when dispatch reaches them."""
+    from reference_broker.config import build_config
+    from reference_broker.engine.broker import Broker
+    from reference_broker.engine.consumer import AckMode
+    from reference_broker.engine.message import Message
+    from reference_broker.engine.names import parse_destination
+
+    now = [1000.0]
+    broker = Broker(build_config({}), clock=lambda: now[0])
+    conn = broker.connect()
+    dest = parse_destination("topic://T")
+    delivered = []
+    conn.subscribe("s", dest, deliver=lambda c, r: delivered.append(r), ack_mode=AckMode.CLIENT_INDIVIDUAL, prefetch=1)
+    for i in range(3):
+        conn.send(dest, Message(message_id=f"m{i}", destination=dest.canonical, expiration=1_000_500))
+    (subscription,) = broker.subscriptions
+    assert len(delivered) == 1 and subscription.matched == 2
+    assert broker.topics["topic://T"].usage.used > 0
+    now[0] = 1001.0
+    assert broker.tick() == 2
+    assert subscription.matched == 0 and subscription.discarded == 2
+    assert broker.topics["topic://T"].usage.used == 0
