@@ -72,14 +72,23 @@ class BrokerServer:
             self.http_address = server.sockets[0].getsockname()[:2]
         self._tick_task = asyncio.create_task(self._housekeeping())
 
+    def _tick_period(self) -> float:
+        """Timer period: TICK_SECONDS, or less when the configured heart-beats are short, so the
+        timer fires at least twice per negotiated interval (negotiation never goes below the
+        configured values) and no heart-beat is sent late."""
+        o = self.config.stomp_options
+        shortest = [ms / 2000 for ms in (o.heart_beat_send_ms, o.heart_beat_receive_ms) if ms]
+        return max(0.005, min([TICK_SECONDS, *shortest]))
+
     async def _housekeeping(self) -> None:
         last_expiry = time.monotonic()
         period = self.config.expiry_check_period_ms / 1000
+        period = self._tick_period()
         while True:
-            await asyncio.sleep(TICK_SECONDS)
+            await asyncio.sleep(period)
             now = time.monotonic()
             for connection in list(self._connections):
-                connection.tick(now)
+                connection.tick(now, period)
             if now - last_expiry >= period:
                 last_expiry = now
                 self.broker.tick()

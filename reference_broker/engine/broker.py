@@ -121,6 +121,10 @@ class Broker:
 
     def authenticate(self, login: str | None, passcode: str | None) -> tuple[str | None, list[str]]:
         security = self.config.security
+        if login and not self._users:
+            # No users configured means no authentication at all (like an ActiveMQ broker
+            # without an authentication plugin): any login is accepted, as anonymous.
+            return login, list(security.anonymous_groups)
         if login:
             user = self._users.get(login)
             if user is None or user.password != (passcode or ""):
@@ -337,7 +341,10 @@ class Connection:
                 )
         broker.route(dest, message)
         if usage.full:
-            return not broker.policies.policy_for(dest).producer_flow_control
+            policy = broker.policies.policy_for(dest)
+            # Pause only when the policy blocks producers; a policy that refuses sends while
+            # full answers the *next* send with ResourceLimitError instead.
+            return not policy.producer_flow_control or policy.send_fail_if_no_space
         return True
 
     def wait_for_space(self, dest: DestinationName, callback: Callable[[], None]) -> None:

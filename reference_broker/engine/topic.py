@@ -75,6 +75,9 @@ class TopicSubscription:
         self.enqueued += 1
         topic.dispatched += 1
         if not self.pending and self.consumer.has_credit():
+            if message.expiration and message.is_expired(self.broker.now_ms()):
+                self.discarded += 1  # already expired on arrival: never delivered
+                return
             self._hand_over(ref)
             return
         self.pending.append(ref)

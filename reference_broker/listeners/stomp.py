@@ -108,6 +108,6 @@ class StompProtocol(asyncio.Protocol):
         self.transport = None
         self._out.clear()
 
-    def tick(self, now: float) -> None:
+    def tick(self, now: float, period: float = 0.0) -> None:
         if self.session is not None:
-            self.session.tick(now)
+            self.session.tick(now, period)

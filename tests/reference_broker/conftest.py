@@ -371,8 +371,9 @@ class StompClient:
         return f"r-{id(self)}-{self._receipts}"
 
     def send(self, destination: str, body: str | bytes = "", *, wait: bool = True, **headers: Any) -> None:
-        """SEND, by default with a receipt that is waited for (so ordering is known)."""
-        headers = {k.replace("__", "."): str(v) for k, v in headers.items()}
+        """SEND, by default with a receipt that is waited for (so ordering is known).
+        Keyword names use `_` for `-` (content_type= sends a content-type header)."""
+        headers = {k.replace("_", "-"): str(v) for k, v in headers.items()}
         if wait:
             rid = self.receipt()
             headers["receipt"] = rid

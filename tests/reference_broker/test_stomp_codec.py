@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import pickle
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -181,9 +182,12 @@ def test_unknown_command_detected_as_soon_as_its_line_ends():
 
 def test_endless_command_line_is_rejected_after_a_few_bytes():
     parser = StompParser()
-    with pytest.raises(StompProtocolError, match="unknown command"):
-        for _ in range(100):
+    fed = 0
+    with pytest.raises(StompProtocolError, match="unknown command 'XXXXXXXXXXXXX'"):
+        while True:
+            fed += 1
             parser.feed(b"X")
+    assert fed == len("UNSUBSCRIBE\r") + 1  # no command line can be longer
     assert parser.buffered == 0
 
 
@@ -199,6 +203,7 @@ def test_command_may_be_preceded_by_eols():
 
 def test_heartbeat_is_a_singleton():
     assert Heartbeat() is HEARTBEAT
+    assert pickle.loads(pickle.dumps(HEARTBEAT)) is HEARTBEAT
     assert repr(HEARTBEAT) == "HEARTBEAT"
 
 
@@ -524,6 +529,12 @@ def test_content_length_over_the_limit_rejected_before_the_body_arrives():
     )
 
 
+def test_frame_size_limit_applies_to_a_header_block_still_arriving():
+    parser = StompParser(FrameLimits(max_frame_size=50, max_header_block=1000))
+    with pytest.raises(StompProtocolError, match=r"exceeds 50 bytes \(max_frame_size\)"):
+        parser.feed(b"SEND\n" + b"h:v\n" * 20)
+
+
 def test_default_limits():
     limits = FrameLimits()
     assert (limits.max_frame_size, limits.max_header_block, limits.max_headers,
@@ -555,6 +566,11 @@ def test_serialize_without_content_length_and_from_a_dict():
     assert serialize_frame("DISCONNECT", [], content_length=False) == b"DISCONNECT\n\n\x00"
 
 
+def test_serialize_accepts_any_iterable_of_pairs():
+    pairs = (pair for pair in [("k:", "v"), ("n", 1)])
+    assert serialize_frame("SEND", pairs, content_length=False) == b"SEND\nk\\c:v\nn:1\n\n\x00"
+
+
 def test_serialize_escapes_per_version():
     headers = [("k:1", "a\nb\\c\rd")]
     assert serialize_frame("MESSAGE", headers, version="1.2", content_length=False) == (
@@ -563,6 +579,22 @@ def test_serialize_escapes_per_version():
     assert serialize_frame("MESSAGE", headers, version="1.1", content_length=False) == (
         b"MESSAGE\nk\\c1:a\\nb\\\\c\rd\n\n\x00"
     )
+
+
+@pytest.mark.parametrize(
+    ("headers", "expected"),
+    [
+        ([("k", "a\nb")], b"k:a\\nb"),  # one header, a LF and nothing else special
+        ([("k", "a\\b")], b"k:a\\\\b"),
+        ([("k", "a\rb")], b"k:a\\rb"),
+        ([("a", "1"), ("k", "x\ny")], b"a:1\nk:x\\ny"),
+        ([("k\n", "v")], b"k\\n:v"),
+    ],
+)
+def test_serialize_escapes_each_special_character_on_its_own(headers, expected):
+    data = serialize_frame("SEND", headers, content_length=False)
+    assert data == b"SEND\n" + expected + b"\n\n\x00"
+    assert parse_one(data).headers == headers
 
 
 def test_serialize_escapes_only_the_headers_that_need_it():
@@ -613,10 +645,12 @@ def test_encode_message_frame():
 # Property tests
 # ------------------------------------------------------------------------------------------
 
-# Header text: either drawn mostly from the characters escaping is about, or any Unicode except
-# NUL and surrogates (which UTF-8 cannot encode).
+# Header text: drawn from the characters escaping is about (all together, or one at a time so
+# that each must be caught on its own), or any Unicode except NUL and surrogates (which UTF-8
+# cannot encode).
 header_text = st.one_of(
     st.text(alphabet=":\\\n\rcnrt a\u00e9\u20ac\U0001f600", max_size=12),
+    *(st.text(alphabet="ab" + special, max_size=6) for special in ":\\\n\r"),
     st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=12),
 )
 header_pairs = st.lists(
@@ -678,6 +712,30 @@ def test_roundtrip_stream_with_heartbeats_in_random_chunks(version, frames, data
         start = cut
     assert events == expected
     assert parser.buffered == 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    version=st.sampled_from(["1.0", "1.1", "1.2"]),
+    fixed=st.tuples(header_text, header_text, header_text, st.none() | header_text),
+    headers=header_pairs,
+    body=st.binary(max_size=20),
+)
+def test_encode_message_frame_matches_serialize_frame(version, fixed, headers, body):
+    destination, message_id, subscription, ack = fixed
+    pairs = [("subscription", subscription), ("message-id", message_id),
+             ("destination", destination)]
+    if ack is not None:
+        pairs.append(("ack", ack))
+    try:
+        expected = serialize_frame("MESSAGE", pairs + headers, body, version)
+    except ValueError:  # 1.0 cannot carry a newline
+        with pytest.raises(ValueError):
+            encode_message_frame(destination, message_id, subscription, body, headers, ack=ack,
+                                 version=version)
+        return
+    assert encode_message_frame(destination, message_id, subscription, body, headers, ack=ack,
+                                version=version) == expected
 
 
 FRAGMENTS = [

@@ -1,8 +1,8 @@
 """Sans-IO STOMP 1.0 / 1.1 / 1.2 frame codec.
 
-Bytes go in, `Frame` and `HEARTBEAT` events come out (`StompParser.feed`); frames go in, bytes come
-out (`serialize_frame`). Nothing here touches sockets, asyncio or clocks, so the session adapter owns
-all I/O and timing and every rule below can be tested on plain bytes.
+Bytes go in, `Frame` and `HEARTBEAT` events come out (`StompParser.feed`); frames go in, bytes
+come out (`serialize_frame`). Nothing here touches sockets, asyncio or clocks, so the session
+adapter owns all I/O and timing and every rule below can be tested on plain bytes.
 
 Section names in comments refer to https://stomp.github.io/stomp-specification-1.2.html.
 
@@ -200,7 +200,7 @@ def unescape_header(value: str, version: str) -> str:
         if decoded is None:
             allowed = " ".join("\\" + k for k in table)
             raise StompProtocolError(
-                f"invalid escape sequence {value[j : j + 2]!r} in header {value!r} "
+                f"invalid escape sequence {value[j : j + 2]!r} in header {_clip(value)!r} "
                 f"(STOMP {version} defines only {allowed})"
             )
         out.append(decoded)
@@ -221,10 +221,10 @@ def _unescape_headers(
 class StompParser:
     """Incremental STOMP frame parser: `feed(bytes)` returns every event completed so far.
 
-    `version` starts at "1.2" and is meant to be set by the caller once CONNECT/CONNECTED has
-    settled the session version. That is safe because those two frames are never unescaped, and
-    because everything 1.2 accepts before the switch (CRLF line ends) is what a client speaking
-    any version would send at that point.
+    `version` ("1.0", "1.1" or "1.2") governs unescaping and whether a CR before LF is part of
+    the EOL. It starts at "1.2" and the caller sets it once CONNECT/CONNECTED has settled the
+    session version. Parsing the CONNECT itself under 1.2 rules is harmless: CONNECT is never
+    unescaped, and the only other difference, accepting CRLF line ends, is a leniency.
     """
 
     __slots__ = (
@@ -479,7 +479,9 @@ class StompParser:
                 f"header block exceeds {limits.max_header_block} bytes (max_header_block)"
             )
         if buffered >= limits.max_frame_size:
-            raise StompProtocolError(f"frame exceeds {limits.max_frame_size} bytes (max_frame_size)")
+            raise StompProtocolError(
+                f"frame exceeds {limits.max_frame_size} bytes (max_frame_size)"
+            )
         first_lf = buf.find(b"\n", pos, end)
         if first_lf < 0:
             # Still on the command line: reject it as soon as it cannot be a command.
@@ -540,6 +542,44 @@ def _check_command_bytes(line: bytes | bytearray, crlf: bool) -> None:
 # Serializer
 # --------------------------------------------------------------------------------------------
 
+def _header_lines(
+    command: str, headers: list | tuple, version: str
+) -> tuple[str, int]:
+    """The header lines of a frame joined by LF, escaped where needed, and how many there are."""
+    lines = [f"{name}:{value}" for name, value in headers]
+    count = len(lines)
+    text = "\n".join(lines)
+    # Most frames need no escaping at all. That is the case exactly when the joined header text
+    # holds no backslash or CR, no LF besides the separators and one colon per line; checking
+    # that once per frame is far cheaper than four scans per header name and value.
+    special = "\\" in text or "\r" in text or (count and text.count("\n") != count - 1)
+    if not special and text.count(":") == count:
+        return text, count
+    if version == "1.0" or command in _UNESCAPED_COMMANDS:
+        # "Value Encoding": these frames are sent unescaped, so a LF would start a forged header
+        # line; refuse rather than corrupt the stream.
+        for name, value in headers:
+            if "\n" in name or "\n" in str(value):
+                raise ValueError(
+                    f"header {name!r} contains a newline, which a {command} frame "
+                    f"(STOMP {version}) cannot carry unescaped"
+                )
+        return text, count
+    # Same test line by line, so only the offending headers pay for escaping. Usually the
+    # culprit is a colon (a broker's message ids often hold some), so the other three
+    # characters are only looked for when the frame holds any of them.
+    for i, line in enumerate(lines):
+        if line.count(":") != 1 or (special and ("\\" in line or "\n" in line or "\r" in line)):
+            name, value = headers[i]
+            lines[i] = f"{escape_header(name, version)}:{escape_header(str(value), version)}"
+    return "\n".join(lines), count
+
+
+def _has_content_length(text: str, headers: list | tuple) -> bool:
+    # The substring test is a cheap gate; only a header named exactly so counts.
+    return "content-length" in text and any(name == "content-length" for name, _ in headers)
+
+
 def serialize_frame(
     command: str,
     headers: Iterable[tuple[str, str]] | Mapping[str, str],
@@ -558,40 +598,10 @@ def serialize_frame(
         headers = list(headers.items())
     elif not isinstance(headers, (list, tuple)):
         headers = list(headers)  # iterated twice when escaping is needed
-    lines = [f"{name}:{value}" for name, value in headers]
-    count = len(lines)
-    text = "\n".join(lines)
-    # Most frames need no escaping at all. That is the case exactly when the joined header text
-    # holds no backslash or CR, one colon per line and no LF besides the separators; checking
-    # that once per frame is far cheaper than four scans per header name and value.
-    clean = (
-        "\\" not in text
-        and "\r" not in text
-        and text.count(":") == count
-        and text.count("\n") == max(count - 1, 0)
-    )
-    if not clean:
-        if version == "1.0" or command in _UNESCAPED_COMMANDS:
-            # "Value Encoding": these frames are sent unescaped, so a LF would start a forged
-            # header line; refuse rather than corrupt the stream.
-            for name, value in headers:
-                if "\n" in name or "\n" in str(value):
-                    raise ValueError(
-                        f"header {name!r} contains a newline, which a {command} frame "
-                        f"(STOMP {version}) cannot carry unescaped"
-                    )
-        else:
-            # Same test line by line, so only the offending headers pay for escaping (a broker's
-            # message ids, for one, often hold colons).
-            for i, line in enumerate(lines):
-                if "\\" in line or "\n" in line or "\r" in line or line.count(":") != 1:
-                    name, value = headers[i]
-                    lines[i] = f"{escape_header(name, version)}:{escape_header(str(value), version)}"
-            text = "\n".join(lines)
-    if content_length and not (
-        "content-length" in text and any(name == "content-length" for name, _ in headers)
-    ):
-        text = f"{text}\ncontent-length:{len(body)}" if count else f"content-length:{len(body)}"
+    text, count = _header_lines(command, headers, version)
+    if content_length and not _has_content_length(text, headers):
+        length = f"content-length:{len(body)}"
+        text = f"{text}\n{length}" if count else length
         count += 1
     if count:
         return f"{command}\n{text}\n\n".encode() + body + b"\x00"
@@ -627,17 +637,39 @@ def encode_message_frame(
     ack: str | None = None,
     version: str = "1.2",
 ) -> bytes:
-    """A MESSAGE frame ("MESSAGE") in the broker's canonical header order.
+    """Fast path for the broker's hottest output, a MESSAGE frame ("MESSAGE").
 
     Writes subscription, message-id, destination, the 1.2 `ack` header when given, then
     `headers` (user and server headers, in wire order), then content-length unless `headers`
-    already has one. Escaping and speed are those of `serialize_frame`, whose clean-header fast
-    path this relies on.
+    already holds one. Same bytes as `serialize_frame("MESSAGE", ...)` with those headers.
     """
-    fixed = [("subscription", subscription), ("message-id", message_id),
-             ("destination", destination)]
+    if version != "1.0":
+        # Broker-made message ids often hold colons: escape just the values that need it.
+        joined = f"{subscription}{message_id}{destination}{ack or ''}"
+        if ":" in joined or "\\" in joined or "\n" in joined or "\r" in joined:
+            subscription = _escape_if_needed(subscription, version)
+            message_id = _escape_if_needed(message_id, version)
+            destination = _escape_if_needed(destination, version)
+            if ack is not None:
+                ack = _escape_if_needed(ack, version)
+    elif "\n" in f"{subscription}{message_id}{destination}{ack or ''}":
+        raise ValueError("a STOMP 1.0 MESSAGE frame cannot carry a newline in a header")
+    fixed = f"subscription:{subscription}\nmessage-id:{message_id}\ndestination:{destination}"
     if ack is not None:
-        fixed.append(("ack", ack))
+        fixed = f"{fixed}\nack:{ack}"
+    if not isinstance(headers, (list, tuple)):
+        headers = list(headers)
     if headers:
-        fixed += headers
-    return serialize_frame("MESSAGE", fixed, body, version)
+        text, _ = _header_lines("MESSAGE", headers, version)
+        if _has_content_length(text, headers):
+            return f"MESSAGE\n{fixed}\n{text}\n\n".encode() + body + b"\x00"
+        return (
+            f"MESSAGE\n{fixed}\n{text}\ncontent-length:{len(body)}\n\n".encode() + body + b"\x00"
+        )
+    return f"MESSAGE\n{fixed}\ncontent-length:{len(body)}\n\n".encode() + body + b"\x00"
+
+
+def _escape_if_needed(value: str, version: str) -> str:
+    if ":" in value or "\\" in value or "\n" in value or "\r" in value:
+        return escape_header(value, version)
+    return value

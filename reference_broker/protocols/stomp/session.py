@@ -56,10 +56,11 @@ class SessionTransport(Protocol):
 class FrameError(Exception):
     """A client error answered with an ERROR frame, after which the connection closes."""
 
-    def __init__(self, message: str, detail: str = "") -> None:
+    def __init__(self, message: str, detail: str = "", headers: list[tuple[str, str]] | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.detail = detail
+        self.headers = headers or []  # extra ERROR headers, e.g. `version` after a failed negotiation
 
 
 @lru_cache(maxsize=4096)
@@ -147,6 +148,10 @@ class StompSession:
         try:
             events = self.parser.feed(data)
         except StompProtocolError as exc:
+            # Frames that parsed cleanly before the bad bytes (in this same read) still count:
+            # act on them first, then answer the garbage with an ERROR.
+            if exc.frames and not self._paused:
+                self._process(exc.frames)
             self._error(exc.message if hasattr(exc, "message") else str(exc))
             return
         if self._paused:
@@ -163,7 +168,7 @@ class StompSession:
             try:
                 blocked = self._handle(event)
             except FrameError as exc:
-                self._error(exc.message, exc.detail, event)
+                self._error(exc.message, exc.detail, event, exc.headers)
                 return
             except EngineError as exc:
                 self._error(str(exc), "", event)
@@ -195,6 +200,8 @@ class StompSession:
                 "no common protocol version",
                 f"this broker speaks STOMP {', '.join(SUPPORTED_VERSIONS)}; "
                 f"the client accepts {frame.get('accept-version')}",
+                # "Protocol Negotiation": the ERROR names the versions the server does support.
+                headers=[("version", ",".join(SUPPORTED_VERSIONS))],
             )
         self.version = version
         self.parser.version = version
@@ -238,7 +245,7 @@ class StompSession:
             raise FrameError(f"invalid {name} header {raw!r}: expected {expected}") from None
 
     def _message_from(self, frame: Frame, headers: dict, dest: DestinationName, conn: Connection) -> Message:
-        if len(headers) > 2:
+        if len(headers) > 1 + ("content-length" in headers):
             properties = {k: v for k, v in headers.items() if k not in _SEND_CONTROL}
         else:
             properties = {}  # only destination (+ content-length): the common fast case
@@ -426,12 +433,15 @@ class StompSession:
         self.last_sent = self.clock()
         self.transport.write(data)
 
-    def _error(self, message: str, detail: str = "", frame: Frame | None = None) -> None:
+    def _error(self, message: str, detail: str = "", frame: Frame | None = None,
+               extra_headers: list[tuple[str, str]] | None = None) -> None:
         """STOMP 1.2 "ERROR": send the error, then close the connection."""
         if self.closing:
             return
         log.info("STOMP error on %s: %s", self.connection.connection_id if self.connection else "new connection", message)
         headers = [("message", message.replace("\n", " ")), ("content-type", "text/plain")]
+        if extra_headers:
+            headers += extra_headers
         if frame is not None and frame.get("receipt") is not None:
             headers.append(("receipt-id", frame.get("receipt")))
         body = (detail or message).encode()
@@ -468,6 +478,7 @@ class StompSession:
             return
         self._paused = False
         self._blocked_since = None
+        self.last_received = self.clock()  # heart-beat grace restarts once we read again
         backlog, self._backlog = self._backlog, []
         self._process(backlog)
         if not self._paused and not self.closing:
@@ -515,7 +526,10 @@ class StompSession:
     @staticmethod
     def _encode_common(message: Message, version: str) -> bytes:
         """The headers every delivery of `message` shares, encoded once per protocol version."""
-        esc = (lambda v: v) if version == "1.0" else (lambda v: escape_header(v, version))
+        # 1.0 has no escaping ("Value Encoding"), so a LF (from a 1.1/1.2 producer) cannot be
+        # carried: written raw it would end the header early and forge header lines or corrupt
+        # the frame. It goes out as a space instead.
+        esc = (lambda v: v.replace("\n", " ")) if version == "1.0" else (lambda v: escape_header(v, version))
         text = (f"message-id:{esc(message.message_id)}\ntimestamp:{message.timestamp}\n"
                 f"expires:{message.expiration}\npriority:{message.priority}\n")
         if message.persistent:
@@ -535,14 +549,21 @@ class StompSession:
 
     # ------------------------------------------------------------ timers
 
-    def tick(self, now: float) -> None:
-        """Heart-beats both ways (STOMP 1.2 "Heart-beating") and flow-control timeouts."""
+    def tick(self, now: float, period: float = 0.0) -> None:
+        """Heart-beats both ways (STOMP 1.2 "Heart-beating") and flow-control timeouts.
+
+        `period` is how long until the next tick (seconds): a heart-beat is sent now if waiting
+        for the next tick would leave the client without data for longer than the negotiated
+        interval, since the spec asks for data at least that often."""
         if self.closing or self.connection is None:
             return
-        if self.heartbeat_send_ms and (now - self.last_sent) * 1000 >= self.heartbeat_send_ms:
+        if self.heartbeat_send_ms and (now - self.last_sent + period) * 1000 >= self.heartbeat_send_ms:
             self._write(b"\n")
         # Allow twice the negotiated period for network delay before giving up on the client.
-        if self.heartbeat_receive_ms and (now - self.last_received) * 1000 > 2 * self.heartbeat_receive_ms:
+        # Not while flow control has stopped reading from it: its heart-beats are then waiting
+        # unread in the socket, and the silence is ours, not the client's.
+        if (self.heartbeat_receive_ms and not self._paused
+                and (now - self.last_received) * 1000 > 2 * self.heartbeat_receive_ms):
             log.info("closing %s: no data from the client for %.1f s (heart-beat %d ms)",
                      self.connection.connection_id, now - self.last_received, self.heartbeat_receive_ms)
             self._shutdown()
