@@ -41,7 +41,8 @@ class Message:
     @property
     def size(self) -> int:
         """Bytes charged against memory limits: the body plus a rough header estimate."""
-        return len(self.body) + 64 + 32 * len(self.properties)
+        properties = self.properties
+        return len(self.body) + (64 + 32 * len(properties) if properties else 64)
 
     def is_expired(self, now_ms: int) -> bool:
         return self.expiration > 0 and now_ms >= self.expiration

@@ -5,7 +5,7 @@ and group-buckets)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import parse_qsl
 
 from .errors import InvalidDestination
@@ -22,10 +22,11 @@ class DestinationName:
     kind: str  # QUEUE or TOPIC
     name: str  # e.g. "ORDERS.EU" (no prefix, no parameters)
     params: tuple[tuple[str, str], ...] = ()
+    # "queue://ORDERS.EU": computed once, it is the key of every per-destination lookup.
+    canonical: str = field(init=False, compare=False, repr=False)
 
-    @property
-    def canonical(self) -> str:
-        return f"{self.kind}://{self.name}"
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "canonical", f"{self.kind}://{self.name}")
 
     @property
     def is_queue(self) -> bool:

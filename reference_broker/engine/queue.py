@@ -99,12 +99,12 @@ class Queue:
             return None
         if ref.message.expiration and ref.message.is_expired(self.broker.now_ms()):
             return None  # let dispatch expire (dead-letter or drop) it instead of delivering it
+        if len(self.consumers) != 1:
+            return None
         first = self.consumers[0]
-        if len(self.consumers) == 1:
-            if first.exclusive or not first.has_credit() or not first.accepts(ref):
-                return None
-            return first
-        return None
+        if first.exclusive or not first.has_credit() or not first.accepts(ref):
+            return None
+        return first
 
     def _level(self, ref: MessageRef) -> int:
         if len(self._levels) == 1:
@@ -198,10 +198,14 @@ class Queue:
             self._dispatching = False
 
     def _dispatch_once(self) -> None:
+        if not any(c.has_credit() for c in self.consumers):
+            return  # nobody can take anything: don't walk the queue
         now = self.broker.now_ms()
         max_skip = self.policy.max_page_size
         for dq in reversed(self._levels):  # highest priority first
             if not dq:
+                continue
+            if len(self.consumers) == 1 and self._drain_to_single(dq, now):
                 continue
             skipped: list[MessageRef] = []
             stop = False
@@ -229,6 +233,27 @@ class Queue:
                 dq.extendleft(reversed(skipped))
             if stop:
                 return
+
+    def _drain_to_single(self, dq: deque, now: int) -> bool:
+        """Fast path for the common shape (one plain consumer, no groups): hand over messages
+        in order while it has room. Returns True when `dq` was emptied, False to let the
+        general loop look at what is left (a grouped, expiring or unwanted message, or no room).
+        """
+        consumer = self.consumers[0]
+        if consumer.exclusive or consumer.selector is not None or consumer.no_local:
+            return False
+        grouping = self.group_settings.enabled
+        hand_over = self._hand_over
+        usage = self.usage
+        while dq and consumer.has_credit():
+            message = dq[0].message
+            if message.expiration or (grouping and message.group_id is not None):
+                return False
+            ref = dq.popleft()
+            self._pending_count -= 1
+            usage.decrease(message.size)
+            hand_over(consumer, ref, False)
+        return not dq
 
     def _unpend(self, ref: MessageRef) -> None:
         self._pending_count -= 1

@@ -39,9 +39,12 @@ class MemoryUsage:
 
     @property
     def full(self) -> bool:
-        if self.limit is not None and self.used >= self.limit:
-            return True
-        return self.parent is not None and self.parent.full
+        usage = self
+        while usage is not None:  # checked on every send: a loop, not recursion
+            if usage.limit is not None and usage.used >= usage.limit:
+                return True
+            usage = usage.parent
+        return False
 
     def increase(self, amount: int) -> None:
         self.used += amount

@@ -938,6 +938,12 @@ def test_durable_subscription(broker, stomp_client, name_header):
     publisher.send(topic, "while-online")
     assert c1.listener.get().body == "while-online"
     c1.disconnect()
+    # stomp.py does not wait for the DISCONNECT receipt: wait until the broker has detached
+    # the subscriber, or the next message could still be dispatched to the closing client.
+    deadline = time.monotonic() + 5
+    while any(s.get("active") for s in broker.stats()["subscriptions"] if s.get("durable")):
+        assert time.monotonic() < deadline, "durable subscriber never detached after DISCONNECT"
+        time.sleep(0.01)
     publisher.send(topic, "away-1", persistent="true")
     publisher.send(topic, "away-2")
     c2 = stomp_client(broker.address, headers={"client-id": "reader-1"})

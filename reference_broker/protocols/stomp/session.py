@@ -42,6 +42,8 @@ _SEND_CONTROL = frozenset(
         "content-type", "message-id", "timestamp", "subscription", "ack", "redelivered",
     }
 )
+# Control headers that need more than a default (the fast path in _message_from skips them).
+_RARE_CONTROL = _SEND_CONTROL - {"destination", "content-length", "receipt", "transaction", "persistent", "content-type"}
 _ACK_MODES = {"auto": AckMode.AUTO, "client": AckMode.CLIENT, "client-individual": AckMode.CLIENT_INDIVIDUAL}
 _TRUE = ("true", "1", "yes")
 
@@ -138,6 +140,7 @@ class StompSession:
         self._blocked_since: float | None = None
         self._blocked_dest: DestinationName | None = None
         self._message_prefixes: dict[tuple[int, str], bytes] = {}
+        self._batch_time_ms = 0
 
     # ------------------------------------------------------------ bytes in
 
@@ -145,6 +148,8 @@ class StompSession:
         if self.closing:
             return
         self.last_received = self.clock()
+        # One wall-clock reading per read batch stamps every message in it (JMSTimestamp).
+        self._batch_time_ms = self.broker.now_ms()
         try:
             events = self.parser.feed(data)
         except StompProtocolError as exc:
@@ -245,24 +250,36 @@ class StompSession:
             raise FrameError(f"invalid {name} header {raw!r}: expected {expected}") from None
 
     def _message_from(self, frame: Frame, headers: dict, dest: DestinationName, conn: Connection) -> Message:
-        if len(headers) > 1 + ("content-length" in headers):
-            properties = {k: v for k, v in headers.items() if k not in _SEND_CONTROL}
-        else:
-            properties = {}  # only destination (+ content-length): the common fast case
+        properties = {}
+        rare = False  # any message-describing header beyond the everyday ones?
+        for name, value in headers.items():
+            if name in _SEND_CONTROL:
+                if name in _RARE_CONTROL:
+                    rare = True
+            else:
+                properties[name] = value
+        persistent = headers.get("persistent")
+        persistent = persistent is not None and persistent.lower() in _TRUE
+        if not rare:
+            return Message(
+                message_id=conn.new_message_id(), destination=dest.canonical, body=frame.body,
+                properties=properties, persistent=persistent, timestamp=self._batch_time_ms,
+                content_type=headers.get("content-type"),
+            )
         get = headers.get
         priority = DEFAULT_PRIORITY
         if "priority" in headers:
             priority = self._int_value(headers, "priority", DEFAULT_PRIORITY, "an integer 0-9")
             if not 0 <= priority <= 9:
                 raise FrameError(f"invalid priority {priority}: JMS priorities are 0-9")
-        persistent = get("persistent")
         return Message(
             message_id=conn.new_message_id(),
             destination=dest.canonical,
             body=frame.body,
             properties=properties,
-            persistent=persistent is not None and persistent.lower() in _TRUE,
+            persistent=persistent,
             priority=priority,
+            timestamp=self._batch_time_ms,
             expiration=self._int_value(headers, "expires", 0, "milliseconds since the epoch"),
             correlation_id=get("correlation-id"),
             reply_to=get("reply-to"),
