@@ -17,6 +17,7 @@ backslash, and consumes parsed frames by moving one offset, compacting the buffe
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
@@ -101,29 +102,54 @@ class Frame:
 
     `headers` keeps wire order and repeated entries, because a relaying server may prepend
     updated values and keep older ones as history ("Repeated Header Entries"); lookups therefore
-    take the first entry.
+    take the first entry. The parser may hand over a dict instead (a block without repeated
+    names, its common case); the list is then built only when someone asks for it. Treat both
+    as read-only: assign a new list to change a frame's headers.
     """
 
-    __slots__ = ("command", "headers", "body")
+    __slots__ = ("command", "_headers", "_dict", "body")
 
     def __init__(
-        self, command: str, headers: list[tuple[str, str]] | None = None, body: bytes = b""
+        self,
+        command: str,
+        headers: list[tuple[str, str]] | dict[str, str] | None = None,
+        body: bytes = b"",
     ) -> None:
         self.command = command
-        self.headers = headers if headers is not None else []
+        if isinstance(headers, dict):
+            self._dict: dict[str, str] | None = headers
+            self._headers: list[tuple[str, str]] | None = None
+        else:
+            self._dict = None
+            self._headers = headers if headers is not None else []
         self.body = body
+
+    @property
+    def headers(self) -> list[tuple[str, str]]:
+        if self._headers is None:
+            self._headers = list(self._dict.items())  # type: ignore[union-attr]
+        return self._headers
+
+    @headers.setter
+    def headers(self, headers: list[tuple[str, str]]) -> None:
+        self._headers = headers
+        self._dict = None
 
     def get(self, name: str, default: str | None = None) -> str | None:
         """Value of the first `name` header, or `default`."""
-        for key, value in self.headers:
+        if self._dict is not None:
+            return self._dict.get(name, default)
+        for key, value in self._headers:  # type: ignore[union-attr]
             if key == name:
                 return value
         return default
 
     def header_dict(self) -> dict[str, str]:
-        """Headers as a dict; the first occurrence of a repeated name wins."""
-        # Building from the reversed list lets earlier entries overwrite later ones.
-        return dict(reversed(self.headers))
+        """Headers as a dict (read-only; cached); the first occurrence of a repeated name wins."""
+        if self._dict is None:
+            # Building from the reversed list lets earlier entries overwrite later ones.
+            self._dict = dict(reversed(self._headers))  # type: ignore[arg-type]
+        return self._dict
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Frame):
@@ -205,6 +231,9 @@ def unescape_header(value: str, version: str) -> str:
             )
         out.append(decoded)
         i = j + 2
+
+
+_split_at_colon = operator.methodcaller("split", ":", 1)
 
 
 def _unescape_headers(
@@ -420,8 +449,24 @@ class StompParser:
         headers: list[tuple[str, str]] = []
         length_value = None
         if len(lines) > 1:
-            append = headers.append
             del lines[0]
+            # Fast path, all in C: split every line at its first colon straight into a dict.
+            # It applies when every line has a colon and no name repeats (first-wins needs the
+            # loop below); otherwise the loop handles the frame and reports errors precisely.
+            try:
+                pairs = dict(map(_split_at_colon, lines))
+            except ValueError:
+                pairs = None
+            if pairs is not None and len(pairs) == len(lines):
+                length_value = pairs.get("content-length")
+                if self._escapes and "\\" in text and command not in _UNESCAPED_COMMANDS:
+                    headers = _unescape_headers(list(pairs.items()), self._version)
+                else:
+                    headers = pairs  # Frame keeps the dict and builds the list only if asked
+                if length_value is None:
+                    return command, headers, -1
+                return command, headers, self._content_length(command, length_value, body_start - pos)
+            append = headers.append
             # A plain loop beats comprehensions here (fewer temporaries for the GC to see).
             for line in lines:
                 # The first colon splits: 1.1+ escape colons in names, 1.0 values may hold them.
