@@ -179,10 +179,14 @@ class Broker:
 
     def route(self, dest: DestinationName, message: Message) -> None:
         """Deliver an accepted message to its destination."""
-        if dest.is_queue:
-            self.queue(dest).enqueue(message)
+        self.route_to(self.queue(dest) if dest.is_queue else self.topic(dest), message)
+
+    def route_to(self, target: Queue | Topic, message: Message) -> None:
+        if isinstance(target, Queue):
+            target.enqueue(message)
             return
-        topic = self.topic(dest)
+        topic = target
+        dest = topic.name
         topic.enqueued += 1
         # A topic message is only as durable as its subscriptions: durable ones store it.
         for subscription in self._routes(dest.name):
@@ -330,7 +334,8 @@ class Connection:
         if transaction is not None:
             self._transaction(transaction).sends.append((dest, message))
             return True
-        usage = broker.usage_for(dest)
+        target = broker.queue(dest) if dest.is_queue else broker.topic(dest)
+        usage = target.usage
         if usage.full:
             policy = broker.policies.policy_for(dest)
             if policy.send_fail_if_no_space:
@@ -339,7 +344,7 @@ class Connection:
                     f"{usage.limit or broker.system_usage.limit}) and its policy refuses sends "
                     "while full (send_fail_if_no_space)"
                 )
-        broker.route(dest, message)
+        broker.route_to(target, message)
         if usage.full:
             policy = broker.policies.policy_for(dest)
             # Pause only when the policy blocks producers; a policy that refuses sends while

@@ -109,9 +109,12 @@ class Queue:
     def _level(self, ref: MessageRef) -> int:
         if len(self._levels) == 1:
             return 0
+        priority = ref.message.priority
+        if 0 <= priority < PRIORITY_LEVELS:
+            return priority
         # JMS priorities are 0-9; protocols with a wider range (AMQP's ubyte) clamp, as
         # ActiveMQ does, instead of indexing past the levels.
-        return min(max(ref.message.priority, 0), PRIORITY_LEVELS - 1)
+        return 0 if priority < 0 else PRIORITY_LEVELS - 1
 
     def _push(self, ref: MessageRef) -> None:
         level = self._level(ref)
@@ -185,8 +188,13 @@ class Queue:
             # A delivery callback re-entered (e.g. an auto-ack freed credit): loop again after.
             self._redispatch = True
             return
-        if not self._pending_count or not self.consumers:
+        if not self._pending_count:
             return
+        for consumer in self.consumers:  # a loop, not any(genexpr): this runs per message
+            if consumer.has_credit():
+                break
+        else:
+            return  # nobody can take anything (or no consumers): don't walk the queue
         self._dispatching = True
         try:
             while True:
@@ -198,8 +206,6 @@ class Queue:
             self._dispatching = False
 
     def _dispatch_once(self) -> None:
-        if not any(c.has_credit() for c in self.consumers):
-            return  # nobody can take anything: don't walk the queue
         now = self.broker.now_ms()
         max_skip = self.policy.max_page_size
         for dq in reversed(self._levels):  # highest priority first

@@ -300,7 +300,8 @@ def test_receipt_and_disconnect_with_receipt(broker, raw_factory):
 def test_stompy_disconnect_receipt(broker, stomp_client):
     client = stomp_client(broker.address, "1.2")
     client.conn.disconnect(receipt="see-you")
-    assert "see-you" in client.listener.receipts
+    # stomp.py does not block on the DISCONNECT receipt: wait for it to be read.
+    client.listener.wait_receipt("see-you")
     assert client.listener.disconnected.wait(5)
     deadline = time.monotonic() + 5
     while broker.connection_count() and time.monotonic() < deadline:
