@@ -134,6 +134,10 @@ class Broker:
             raise AuthenticationFailed("anonymous login is not allowed: give a login and passcode")
         return None, list(security.anonymous_groups)
 
+    @property
+    def authorization_enabled(self) -> bool:
+        return bool(self.config.security.authorization)
+
     def _authorize(self, groups: list[str], dest: DestinationName, action: str) -> None:
         if not self.config.security.authorization:
             return
@@ -324,7 +328,8 @@ class Connection:
         and the caller must pause this producer until `wait_for_space` calls back.
         Raises ResourceLimitError when the policy refuses sends while full."""
         broker = self.broker
-        broker._authorize(self.groups, dest, "write")
+        if broker.authorization_enabled:
+            broker._authorize(self.groups, dest, "write")
         message.producer_id = self.connection_id
         # The engine finds a message's destination (and its memory accounting) by this name:
         # make it the canonical one whatever the caller put there.

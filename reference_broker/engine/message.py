@@ -36,7 +36,7 @@ class Message:
     producer_id: str | None = None  # the connection that sent it (no-local subscriptions)
     # Opaque per-protocol cache of the encoded headers, so a message fanned out to many
     # subscribers of one protocol is encoded once. Never part of the message's identity.
-    wire_cache: dict | None = field(default=None, repr=False, compare=False)
+    wire_cache: tuple | None = field(default=None, repr=False, compare=False)
 
     @property
     def size(self) -> int:

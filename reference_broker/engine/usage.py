@@ -47,11 +47,12 @@ class MemoryUsage:
         return False
 
     def increase(self, amount: int) -> None:
-        self.used += amount
-        if self.used > self.high_water:
-            self.high_water = self.used
-        if self.parent is not None:
-            self.parent.increase(amount)
+        usage = self
+        while usage is not None:  # per message on the hot path: a loop, not recursion
+            usage.used += amount
+            if usage.used > usage.high_water:
+                usage.high_water = usage.used
+            usage = usage.parent
 
     def decrease(self, amount: int) -> None:
         self.used -= amount

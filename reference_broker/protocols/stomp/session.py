@@ -42,8 +42,10 @@ _SEND_CONTROL = frozenset(
         "content-type", "message-id", "timestamp", "subscription", "ack", "redelivered",
     }
 )
-# Control headers that need more than a default (the fast path in _message_from skips them).
-_RARE_CONTROL = _SEND_CONTROL - {"destination", "content-length", "receipt", "transaction", "persistent", "content-type"}
+# Control headers nearly every SEND carries, and the others (which need parsing); a SEND with
+# only everyday headers takes the fast path in _message_from.
+_EVERYDAY_CONTROL = frozenset({"destination", "content-length", "receipt", "transaction", "persistent", "content-type"})
+_RARE_CONTROL = _SEND_CONTROL - _EVERYDAY_CONTROL
 _ACK_MODES = {"auto": AckMode.AUTO, "client": AckMode.CLIENT, "client-individual": AckMode.CLIENT_INDIVIDUAL}
 _TRUE = ("true", "1", "yes")
 
@@ -252,12 +254,13 @@ class StompSession:
     def _message_from(self, frame: Frame, headers: dict, dest: DestinationName, conn: Connection) -> Message:
         properties = {}
         rare = False  # any message-describing header beyond the everyday ones?
-        for name, value in headers.items():
-            if name in _SEND_CONTROL:
-                if name in _RARE_CONTROL:
-                    rare = True
-            else:
-                properties[name] = value
+        if not headers.keys() <= _EVERYDAY_CONTROL:  # one C-level set test for plain SENDs
+            for name, value in headers.items():
+                if name in _SEND_CONTROL:
+                    if name in _RARE_CONTROL:
+                        rare = True
+                else:
+                    properties[name] = value
         persistent = headers.get("persistent")
         persistent = persistent is not None and persistent.lower() in _TRUE
         if not rare:
@@ -513,13 +516,14 @@ class StompSession:
     def encode_message(self, consumer: Consumer, ref: MessageRef) -> bytes:
         message = ref.message
         version = self.version
+        # Cache the shared headers for the next delivery of this message (topic fan-out):
+        # one (protocol version, bytes) pair; a message is rarely seen by two STOMP versions.
         cache = message.wire_cache
-        if cache is None:
-            cache = message.wire_cache = {}
-        key = "stomp" + version
-        common = cache.get(key)
-        if common is None:
-            common = cache[key] = self._encode_common(message, version)
+        if cache is not None and cache[0] == version:
+            common = cache[1]
+        else:
+            common = self._encode_common(message, version)
+            message.wire_cache = (version, common)
         prefix_key = (consumer.number, message.destination)
         prefix = self._message_prefixes.get(prefix_key)
         if prefix is None:
