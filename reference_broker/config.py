@@ -170,6 +170,8 @@ class StoreConfig(_Strict):
     sync: Literal["always", "interval", "never"] = "always"
     sync_interval_ms: int = Field(default=1000, gt=0)
     segment_size: int = Field(default=32 * 1024 * 1024, gt=4096)
+    # Rewrite the journal when live data falls below this fraction of its bytes.
+    compact_ratio: float = Field(default=0.5, gt=0, lt=1)
 
 
 class StompConfig(_Strict):
@@ -181,6 +183,8 @@ class StompConfig(_Strict):
     heart_beat_send_ms: int = Field(default=10_000, ge=0)
     heart_beat_receive_ms: int = Field(default=10_000, ge=0)
     default_prefetch: int = Field(default=1000, gt=0)
+    # A connection that has not sent CONNECT within this time is closed (0 = wait forever).
+    connect_timeout_ms: int = Field(default=30_000, ge=0)
     # STOMP headers are strings; ActiveMQ can convert them for numeric selector comparisons.
     convert_string_expressions: bool = True
 

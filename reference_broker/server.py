@@ -31,6 +31,7 @@ def open_store(config: BrokerConfig) -> MessageStore:
         sync=SyncPolicy(config.store.sync),
         sync_interval_ms=config.store.sync_interval_ms,
         segment_size=config.store.segment_size,
+        compact_ratio=config.store.compact_ratio,
     )
 
 

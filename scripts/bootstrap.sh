@@ -117,9 +117,10 @@ _bc_ensure_brokers() {
     if _bc_is_root && [ "${BROKERCONF_INSTALL_BROKERS:-1}" != "0" ]; then
         _bc_log "installing Debian packages for real-broker targets: ${missing[*]}..."
         if ! _bc_apt_install "${missing[@]}"; then
-            _bc_log "error: could not install ${missing[*]}; fix apt or rerun with BROKERCONF_INSTALL_BROKERS=0" \
-                    "to skip real-broker comparisons"
-            exit 1
+            # Not fatal: the reference broker needs none of this. Real-broker checks report
+            # ActiveMQ as not installed (with that reason) instead of running.
+            _bc_log "warning: could not install ${missing[*]}; real-broker comparisons will be" \
+                    "reported as not applicable (fix apt, or set BROKERCONF_INSTALL_BROKERS=0 to silence this)"
         fi
     else
         _bc_log "note: real-broker comparisons will be skipped; install ${missing[*]} to enable them" \

@@ -9,6 +9,7 @@ then confirms persistent sends, so confirmations are group-committed.
 
 from __future__ import annotations
 
+import hmac
 import itertools
 import logging
 import time
@@ -127,7 +128,7 @@ class Broker:
             return login, list(security.anonymous_groups)
         if login:
             user = self._users.get(login)
-            if user is None or user.password != (passcode or ""):
+            if user is None or not hmac.compare_digest(user.password.encode(), (passcode or "").encode()):
                 raise AuthenticationFailed(f"user {login!r}: wrong user name or password")
             return user.name, list(user.groups)
         if not security.anonymous_allowed:

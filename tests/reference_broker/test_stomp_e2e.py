@@ -1392,3 +1392,12 @@ def test_authorization_catch_all_entry(broker_factory, stomp_client):
     bob.subscribe("/queue/anything", "s")
     bob.send("/queue/anything", "ok")
     assert bob.listener.get().body == "ok"
+
+
+def test_connection_without_connect_is_closed_after_timeout(broker_factory, raw_factory):
+    """stomp_options.connect_timeout_ms: a socket that never sends CONNECT gets an ERROR and is
+    closed, so idle sockets cannot hold connections open forever."""
+    broker = broker_factory(stomp_options={"connect_timeout_ms": 300})
+    idle = raw_factory(broker.address)
+    error = idle.expect_error_and_close(timeout=5)
+    assert "no CONNECT frame within 300 ms" in error.get("message")

@@ -135,6 +135,7 @@ class StompSession:
         self.closing = False
         self.heartbeat_send_ms = 0
         self.heartbeat_receive_ms = 0
+        self.opened_at = clock()
         self.last_received = clock()
         self.last_sent = clock()
         self._backlog: list = []  # frames parsed while the producer was paused by flow control
@@ -576,7 +577,13 @@ class StompSession:
         `period` is how long until the next tick (seconds): a heart-beat is sent now if waiting
         for the next tick would leave the client without data for longer than the negotiated
         interval, since the spec asks for data at least that often."""
-        if self.closing or self.connection is None:
+        if self.closing:
+            return
+        if self.connection is None:
+            # A socket that never says CONNECT must not hold a connection slot forever.
+            timeout = self.options.connect_timeout_ms
+            if timeout and (now - self.opened_at) * 1000 > timeout:
+                self._error(f"no CONNECT frame within {timeout} ms (connect_timeout_ms)")
             return
         if self.heartbeat_send_ms and (now - self.last_sent + period) * 1000 >= self.heartbeat_send_ms:
             self._write(b"\n")
