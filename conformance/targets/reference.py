@@ -7,13 +7,13 @@ import os
 import re
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections import deque
 from pathlib import Path
 
 _READY = re.compile(r"reference broker '.*' ready: (.*)$")
+_SOURCE_ROOT = Path(__file__).resolve().parents[2]
 
 
 class ReferenceStartError(RuntimeError):
@@ -28,12 +28,14 @@ class ReferenceBrokerProcess:
     """
 
     def __init__(self, *, name: str = "reference", config_file: Path | None = None,
-                 data_dir: Path | None = None, http: bool = True, log_level: str = "INFO") -> None:
+                 data_dir: Path | None = None, http: bool = True, log_level: str = "INFO",
+                 extra_args: list[str] | None = None) -> None:
         self.name = name
         self.config_file = config_file
         self.data_dir = data_dir
         self.http = http
         self.log_level = log_level
+        self.extra_args = list(extra_args or [])
         self.proc: subprocess.Popen | None = None
         self.stomp_port: int | None = None
         self.http_port: int | None = None
@@ -54,14 +56,21 @@ class ReferenceBrokerProcess:
             cmd += ["--config", str(self.config_file)]
         if self.data_dir:
             cmd += ["--data", str(self.data_dir)]
-        return cmd
+        return cmd + self.extra_args
 
-    def start(self, timeout: float = 30.0) -> None:
+    @property
+    def stomp_address(self) -> tuple[str, int] | None:
+        return ("127.0.0.1", self.stomp_port) if self.stomp_port else None
+
+    def start(self, timeout: float = 30.0) -> "ReferenceBrokerProcess":
         # Keep the STOMP port across restarts so clients (and failover URLs) can reconnect.
         self._ready.clear()
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        # Importable from a source checkout too, not only when the package is installed.
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_SOURCE_ROOT), env.get("PYTHONPATH")]))
         self.proc = subprocess.Popen(
             self.command(self.stomp_port or 0), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            stderr=subprocess.PIPE, text=True, env=env,
         )
         self._reader = threading.Thread(target=self._read_log, args=(self.proc,), daemon=True)
         self._reader.start()
@@ -70,11 +79,12 @@ class ReferenceBrokerProcess:
             if self.proc.poll() is not None:
                 self._reader.join(1)
                 raise ReferenceStartError(
-                    f"reference broker exited with status {self.proc.returncode} before it was ready:\n{self.log_tail()}"
+                    f"reference broker exited with {self.proc.returncode} before it was ready:\n{self.log_tail()}"
                 )
             if time.monotonic() > deadline:
                 self.stop()
                 raise ReferenceStartError(f"reference broker not ready after {timeout} s:\n{self.log_tail()}")
+        return self
 
     def _read_log(self, proc: subprocess.Popen) -> None:
         for line in proc.stderr:
@@ -113,10 +123,13 @@ class ReferenceBrokerProcess:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(10)
+        if self._reader is not None:
+            self._reader.join(2)
 
-    def stop(self, timeout: float = 15.0) -> None:
+    def stop(self, timeout: float = 15.0) -> int | None:
+        """SIGTERM (then SIGKILL after `timeout`); returns the exit status."""
         if self.proc is None:
-            return
+            return None
         if self.proc.poll() is None:
             self.proc.terminate()
             try:
@@ -126,6 +139,7 @@ class ReferenceBrokerProcess:
                 self.proc.wait(10)
         if self._reader is not None:
             self._reader.join(2)
+        return self.proc.returncode
 
     def __enter__(self) -> "ReferenceBrokerProcess":
         self.start()
@@ -134,6 +148,3 @@ class ReferenceBrokerProcess:
     def __exit__(self, *exc) -> None:
         self.stop()
 
-
-def temporary_workdir(prefix: str) -> tempfile.TemporaryDirectory:
-    return tempfile.TemporaryDirectory(prefix=prefix)

@@ -14,12 +14,8 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import queue
-import re
 import socket
-import subprocess
-import sys
 import threading
 import time
 from collections import deque
@@ -30,6 +26,7 @@ from typing import Any, Callable
 import pytest
 import stomp
 
+from conformance.targets.reference import ReferenceBrokerProcess
 from reference_broker.config import build_config
 from reference_broker.protocols.stomp.codec import HEARTBEAT, Frame, StompParser, serialize_frame
 from reference_broker.server import BrokerServer
@@ -438,85 +435,15 @@ def stomp_client():
 
 # --------------------------------------------------------------------------- subprocess broker
 
-_READY = re.compile(r"reference broker '.*' ready: (.*)$")
 
 
-class BrokerProcess:
-    """`python -m reference_broker` as a child process; stopped through this handle only."""
+class BrokerProcess(ReferenceBrokerProcess):
+    """The reference broker as a child process (the conformance target's own launcher), on a
+    free STOMP port, without the HTTP listener; stopped through its handle only."""
 
     def __init__(self, data_dir: Path | None = None, config_file: Path | None = None,
                  extra_args: list[str] | None = None) -> None:
-        self.data_dir = data_dir
-        self.config_file = config_file
-        self.extra_args = extra_args or []
-        self.proc: subprocess.Popen | None = None
-        self.stomp_address: tuple[str, int] | None = None
-        self.log: deque[str] = deque(maxlen=500)
-        self._ready = threading.Event()
-        self._reader: threading.Thread | None = None
-
-    def start(self, timeout: float = 30.0) -> "BrokerProcess":
-        cmd = [sys.executable, "-m", "reference_broker", "--stomp", "127.0.0.1:0", "--log-level", "INFO"]
-        if self.data_dir is not None:
-            cmd += ["--data", str(self.data_dir)]
-        if self.config_file is not None:
-            cmd += ["--config", str(self.config_file)]
-        cmd += self.extra_args
-        self._ready.clear()
-        self.stomp_address = None
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.PIPE, text=True, cwd=str(REPO_ROOT), env=env)
-        self._reader = threading.Thread(target=self._read_log, args=(self.proc,), daemon=True)
-        self._reader.start()
-        deadline = time.monotonic() + timeout
-        while not self._ready.wait(0.05):
-            if self.proc.poll() is not None:
-                self._reader.join(2)
-                raise RuntimeError(f"broker exited with {self.proc.returncode} before ready:\n{self.log_tail()}")
-            if time.monotonic() > deadline:
-                self.kill()
-                raise RuntimeError(f"broker not ready after {timeout} s:\n{self.log_tail()}")
-        return self
-
-    def _read_log(self, proc: subprocess.Popen) -> None:
-        for line in proc.stderr:
-            line = line.rstrip("\n")
-            self.log.append(line)
-            match = _READY.search(line)
-            if match:
-                for part in match.group(1).split():
-                    key, _, address = part.partition("=")
-                    if key == "stomp":
-                        host, _, port = address.rpartition(":")
-                        self.stomp_address = (host, int(port))
-                self._ready.set()
-
-    def log_tail(self, lines: int = 40) -> str:
-        return "\n".join(list(self.log)[-lines:])
-
-    def kill(self) -> None:
-        """SIGKILL, as in a crash."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
-        if self._reader is not None:
-            self._reader.join(2)
-
-    def stop(self, timeout: float = 15.0) -> int | None:
-        if self.proc is None:
-            return None
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        if self._reader is not None:
-            self._reader.join(2)
-        return self.proc.returncode
+        super().__init__(data_dir=data_dir, config_file=config_file, http=False, extra_args=extra_args)
 
 
 @pytest.fixture

@@ -77,12 +77,12 @@ def server_frames(data: bytes, version: str = "1.2") -> list:
     parser = StompParser(version="1.2")
     out = []
     # CONNECTED is never escaped and decides the version for what follows; parse frame by frame.
-    for event in parser.feed(bytes(data)):
-        if event is HEARTBEAT:
+    for item in parser.feed(bytes(data)):
+        if item is HEARTBEAT:
             continue
-        out.append(event)
-        if event.command == "CONNECTED":
-            parser.version = event.get("version", "1.0")
+        out.append(item)
+        if item.command == "CONNECTED":
+            parser.version = item.get("version", "1.0")
     assert parser.buffered == 0, f"trailing partial frame in broker output: {bytes(data)[-200:]!r}"
     return out
 

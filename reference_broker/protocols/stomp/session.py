@@ -18,7 +18,7 @@ from ...engine.broker import Broker, Connection
 from ...engine.consumer import AckMode, Consumer
 from ...engine.errors import EngineError, InvalidDestination
 from ...engine.message import DEFAULT_PRIORITY, Message, MessageRef
-from ...engine.names import QUEUE, TOPIC, DestinationName, parse_destination
+from ...engine.names import DestinationName, parse_destination
 from .codec import (
     HEARTBEAT,
     Frame,
