@@ -541,10 +541,15 @@ class Connection:
             raise TransactionError(f"transaction {tx_id!r} was not begun on this connection")
         # Sends are discarded. Acks are undone: the messages are unacknowledged again on their
         # consumer (the client may ack them again; closing redelivers them).
+        restored: dict[Consumer, dict[str, MessageRef]] = {}
         for consumer, refs, _ in tx.outcomes:
             for ref in refs:
                 if consumer.tx_held.pop(ref.message.message_id, None) is not None:
-                    consumer.in_flight[ref.message.message_id] = ref
+                    restored.setdefault(consumer, {})[ref.message.message_id] = ref
+        for consumer, refs in restored.items():
+            # They were delivered before anything still in flight, so they go back in front:
+            # a later cumulative (client mode) ack must cover them again.
+            consumer.in_flight = {**refs, **consumer.in_flight}
 
     # ------------------------------------------------------------ closing
 

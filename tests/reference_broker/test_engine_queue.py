@@ -469,3 +469,30 @@ def test_eng_sel_4_group_owner_never_gets_a_message_its_selector_refuses():
     assert pending_ids(broker, Q) == ["b1"]
     c.conn.unsubscribe("red")   # group released: now 'any' may take it
     assert c.got("any") == ["u1", "r1", "b1", "r2"], "ENG-SEL-4: released group, original order"
+
+
+def test_eng_tx_4_cumulative_ack_after_abort_covers_restored_messages():
+    """ENG-TX-4: acks undone by ABORT are unacknowledged again *in delivery order*, so a later
+    cumulative (client mode) ack of a newer message covers them too."""
+    from reference_broker.config import build_config
+    from reference_broker.engine.broker import Broker
+    from reference_broker.engine.consumer import AckMode
+    from reference_broker.engine.message import Message
+    from reference_broker.engine.names import parse_destination
+
+    broker = Broker(build_config({}))
+    conn = broker.connect()
+    dest = parse_destination("queue://Q")
+    got = []
+    consumer = conn.subscribe("c", dest, deliver=lambda c, r: got.append(r.message.message_id),
+                              ack_mode=AckMode.CLIENT, prefetch=10)
+    for i in range(4):
+        conn.send(dest, Message(message_id=f"m{i}", destination=dest.canonical))
+    assert got == ["m0", "m1", "m2", "m3"]
+    conn.begin("tx")
+    conn.ack(consumer, "m1", "tx")  # cumulative: m0 and m1 held by the transaction
+    conn.abort("tx")
+    assert list(consumer.in_flight) == ["m0", "m1", "m2", "m3"], "ENG-TX-4: delivery order restored"
+    conn.ack(consumer, "m2")
+    assert list(consumer.in_flight) == ["m3"], "ENG-TX-4"
+    assert broker.queues["queue://Q"].dequeued == 3
