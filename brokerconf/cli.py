@@ -97,7 +97,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         checks = target["checks"]
         passed = sum(c["outcome"] == "passed" for c in checks)
         print(f"{name:<10} {target['status']:<15} {passed}/{len(checks)} checks passed {target.get('reason') or ''}")
-    print(f"report: {html_path}\nresults: {json_path}")
+    print(f"report: {html_path.resolve()}\nresults: {json_path.resolve()}")
     # Non-zero only when the reference broker fails its own smoke checks: a real broker that
     # deviates is a finding shown in the report, not a crash of the run.
     return 1 if failures else 0

@@ -376,6 +376,7 @@ class Connection:
         exclusive: bool = False,
         no_local: bool = False,
         durable_name: str | None = None,
+        maximum_pending_limit: int | None = None,
     ) -> Consumer:
         broker = self.broker
         if consumer_id in self.consumers:
@@ -390,7 +391,7 @@ class Connection:
         consumer = Consumer(
             self, consumer_id, next(self._consumer_numbers), dest, deliver=deliver, ack_mode=ack_mode,
             prefetch=prefetch, selector=compiled, priority=priority, exclusive=exclusive,
-            no_local=no_local, durable_name=durable_name,
+            no_local=no_local, durable_name=durable_name, maximum_pending_limit=maximum_pending_limit,
         )
         if dest.is_queue:
             queue = broker.queue(dest)  # may refuse the destination: register nothing before

@@ -42,6 +42,7 @@ class Consumer:
         "dispatched",
         "acknowledged",
         "durable_name",
+        "maximum_pending_limit",
     )
 
     def __init__(
@@ -59,6 +60,7 @@ class Consumer:
         exclusive: bool = False,
         no_local: bool = False,
         durable_name: str | None = None,
+        maximum_pending_limit: int | None = None,
     ) -> None:
         if prefetch < 1:
             raise ValueError(f"prefetch must be at least 1, got {prefetch}")
@@ -74,6 +76,8 @@ class Consumer:
         self.no_local = no_local
         self.deliver = deliver
         self.durable_name = durable_name
+        # What the client asked for as its slow-consumer pending limit (None: policy only).
+        self.maximum_pending_limit = maximum_pending_limit
         self.source = None  # the Queue or TopicSubscription dispatching to this consumer
         # Delivered, not yet acknowledged, in delivery order (cumulative acks walk it).
         self.in_flight: dict[str, MessageRef] = {}

@@ -36,6 +36,17 @@ def pending_limit(strategy: PendingMessageLimitStrategy | None, prefetch: int) -
     raise TypeError(f"unknown pending message limit strategy {strategy!r}")
 
 
+def effective_limit(policy_limit: int, consumer_limit: int | None) -> int:
+    """Combine the policy's limit with one the consumer asked for ("Using the Prefetch Policy to
+    Configure the Limit"): a consumer can lower the limit, or set one where the policy has
+    none; a requested 0 is ignored, so the lowest a consumer can ask for is 1."""
+    if consumer_limit is None or consumer_limit <= 0:
+        return policy_limit
+    if policy_limit == NO_LIMIT or consumer_limit < policy_limit:
+        return consumer_limit
+    return policy_limit
+
+
 Evictor = Callable[[deque], list[MessageRef]]
 
 

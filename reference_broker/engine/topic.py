@@ -19,7 +19,7 @@ from ..config import PolicyEntry
 from .consumer import AckMode, Consumer
 from .message import Message, MessageRef
 from .names import DestinationName
-from .slow_consumer import NO_LIMIT, evictor_for, pending_limit
+from .slow_consumer import NO_LIMIT, effective_limit, evictor_for, pending_limit
 from .usage import MemoryUsage
 from .wildcard import matches
 
@@ -49,7 +49,10 @@ class TopicSubscription:
         self.pattern = consumer.destination.name
         self.policy = policy
         self.pending: deque[MessageRef] = deque()
-        self.limit = pending_limit(policy.pending_message_limit_strategy, consumer.prefetch)
+        self.limit = effective_limit(
+            pending_limit(policy.pending_message_limit_strategy, consumer.prefetch),
+            consumer.maximum_pending_limit,
+        )
         self._evict = evictor_for(policy.message_eviction_strategy)
         self._sequence = 0
         self.enqueued = 0  # messages that matched this subscription

@@ -33,3 +33,18 @@ def test_main_job_against_reference_writes_report(tmp_path):
     assert len(checks) >= 9
     assert all(c["outcome"] == "passed" for c in checks), checks
     assert "GRP-PIN-1" in (run_dir / "index.html").read_text()
+
+
+@pytest.mark.slow
+def test_bench_stomp_runs_end_to_end_at_small_scale(tmp_path):
+    """The benchmark command itself (numbers are not judged here: benchmarks are read, not
+    asserted): it starts the broker, drives the load, and reports a rate and peak RSS."""
+    out = tmp_path / "bench.json"
+    proc = _brokerconf("bench", "stomp", "--targets", "reference", "--messages", "3000", "--repeats", "1",
+                       "--warmup-messages", "1000", "--json", str(out), timeout=180)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (result,) = json.loads(out.read_text())
+    assert result["target"] == "reference" and result["error"] is None
+    assert len(result["runs"]) == 1 and result["runs"][0] > 0
+    assert result["rss_peak_bytes"] > 0
+    assert "median msg/s" in proc.stdout

@@ -275,3 +275,32 @@ def test_slow_mem_1_control_without_limit_memory_grows():
         c.send(T, f"p{i}", body=b"x" * 100)
     one = 100 + 64
     assert broker.system_usage.used == 995 * one, "SLOW-MEM-1 control"
+
+
+# --------------------------------------------------------------------------- SLOW-CONSUMER-LIMIT-1
+
+
+@pytest.mark.parametrize(
+    "policy_limit, requested, expected",
+    [
+        (None, 3, 3),  # no policy strategy: the consumer's own limit applies
+        (10, 3, 3),  # a consumer may lower the policy's limit
+        (2, 5, 2),  # ...but not raise it
+        (4, 0, 4),  # a requested 0 is ignored
+        (None, 0, -1),  # ignored, and no policy: nothing is discarded
+    ],
+)
+def test_slow_consumer_limit_1_consumer_sets_its_own_limit(policy_limit, requested, expected):
+    """SLOW-CONSUMER-LIMIT-1 (SCH §Using the Prefetch Policy to Configure the Limit): a consumer
+    can ask for its own maximum pending message limit; zero is ignored so the lowest it can
+    ask for is 1. Combined with the policy, the smaller positive limit wins."""
+    strategy = {"type": "constant", "limit": policy_limit} if policy_limit is not None else None
+    broker = make_broker(limited(strategy))
+    c = Client(broker)
+    c.subscribe("slow", T, prefetch=1, maximum_pending_limit=requested)
+    for i in range(12):
+        c.send(T, f"p{i}")
+    stats = subscription_stats(broker, "slow")
+    assert stats["pending_limit"] == expected, f"SLOW-CONSUMER-LIMIT-1: {stats}"
+    kept = 11 if expected == -1 else expected
+    assert (stats["matched"], stats["discarded"]) == (kept, 11 - kept), f"SLOW-CONSUMER-LIMIT-1: {stats}"

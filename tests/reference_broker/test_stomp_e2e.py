@@ -1401,3 +1401,23 @@ def test_connection_without_connect_is_closed_after_timeout(broker_factory, raw_
     idle = raw_factory(broker.address)
     error = idle.expect_error_and_close(timeout=5)
     assert "no CONNECT frame within 300 ms" in error.get("message")
+
+
+def test_stomp_maximum_pending_message_limit_header(broker, raw_factory):
+    """activemq.maximumPendingMessageLimit on SUBSCRIBE sets the subscription's slow-consumer
+    limit (ActiveMQ "Slow Consumer Handling", prefetch policy section)."""
+    topic = f"/topic/limit.{time.monotonic_ns()}"
+    sub = raw_factory(broker.address)
+    sub.connect("1.2")
+    sub.send_frame("SUBSCRIBE", [("id", "s"), ("destination", topic), ("ack", "client"),
+                                 ("activemq.prefetchSize", "1"), ("activemq.maximumPendingMessageLimit", "2"),
+                                 ("receipt", "r")])
+    sub.expect("RECEIPT")
+    pub = raw_factory(broker.address)
+    pub.connect("1.2")
+    for i in range(6):
+        pub.send_frame("SEND", [("destination", topic)], f"m{i}".encode())
+    pub.send_frame("BEGIN", [("transaction", "sync"), ("receipt", "done")])
+    pub.expect("RECEIPT")
+    (stats,) = [s for s in broker.stats()["subscriptions"] if s.get("consumer") == "s"]
+    assert (stats["pending_limit"], stats["in_flight"], stats["matched"], stats["discarded"]) == (2, 1, 2, 3)

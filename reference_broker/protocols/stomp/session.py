@@ -306,6 +306,8 @@ class StompSession:
             raise FrameError(f"invalid ack mode {ack_name!r}: use auto, client or client-individual")
         prefetch = self._int_header(frame, "activemq.prefetchSize", self.options.default_prefetch, minimum=1)
         priority = self._int_header(frame, "activemq.priority", 0, minimum=0)
+        # ActiveMQ's per-consumer slow-consumer limit; 0 is accepted and ignored, as documented.
+        pending_limit = self._int_header(frame, "activemq.maximumPendingMessageLimit", 0, minimum=0)
         durable_name = frame.get("activemq.subscriptionName") or frame.get("durable-subscription-name")
         self.connection.subscribe(
             sub_id,
@@ -318,6 +320,7 @@ class StompSession:
             exclusive=(frame.get("activemq.exclusive") or "").lower() in _TRUE,
             no_local=(frame.get("activemq.noLocal") or "").lower() in _TRUE,
             durable_name=durable_name if dest.is_topic else None,
+            maximum_pending_limit=pending_limit or None,
         )
         self._receipt(frame)
 
