@@ -26,6 +26,13 @@ class GroupSettings:
 
 _BOOLS = {"true": True, "false": False}
 
+# address-setting option -> GroupSettings field
+_GROUP_OPTIONS = {
+    "default_group_rebalance": "rebalance",
+    "default_group_buckets": "buckets",
+    "default_group_first_key": "first_key",
+}
+
 
 def _group_params(dest: DestinationName, base: GroupSettings) -> GroupSettings:
     rebalance, buckets, first_key = base.rebalance, base.buckets, base.first_key
@@ -68,14 +75,11 @@ class Policies:
         return self._topic_entries.lookup(dest.name) or self._default_topic
 
     def groups_for(self, dest: DestinationName) -> GroupSettings:
-        setting = self._address_settings.lookup(dest.name)
-        base = (
-            GroupSettings(
-                setting.default_group_rebalance,
-                setting.default_group_buckets,
-                setting.default_group_first_key,
-            )
-            if setting
-            else GroupSettings()
-        )
+        # Artemis merges every matching address-setting: a more specific match overrides only
+        # the options it sets itself, the rest come from broader matches, then the defaults.
+        merged: dict[str, object] = {}
+        for setting in self._address_settings.lookup_all(dest.name):
+            for option in setting.model_fields_set & _GROUP_OPTIONS.keys():
+                merged[_GROUP_OPTIONS[option]] = getattr(setting, option)
+        base = GroupSettings(**merged)
         return _group_params(dest, base) if dest.params else base

@@ -50,6 +50,10 @@ class WildcardMap(Generic[T]):
         self._entries = sorted(entries, key=lambda e: specificity(e[0]), reverse=True)
         self._cache: dict[str, T | None] = {}
 
+    def lookup_all(self, name: str) -> list[T]:
+        """Every entry matching `name`, least specific first (for settings that merge)."""
+        return [value for pattern, value in reversed(self._entries) if matches(pattern, name)]
+
     def lookup(self, name: str) -> T | None:
         try:
             return self._cache[name]

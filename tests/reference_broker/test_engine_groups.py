@@ -327,8 +327,8 @@ def test_grp_buckets_1_zero_buckets_disables_grouping():
 def test_grp_settings_1_address_settings_matched_by_wildcard_and_params_override():
     """GRP-SETTINGS-1 (AMG §Rebalancing / §Group Buckets, address-setting and address
     parameters): address-setting defaults apply to the addresses their match (wildcards
-    allowed) covers, the most specific match wins, and a destination parameter given at
-    creation overrides the default."""
+    allowed) covers, the most specific match wins for the options it sets, and a destination
+    parameter given at creation overrides the default."""
     broker = make_broker({"address_settings": [
         {"match": "orders.#", "default_group_rebalance": True, "default_group_buckets": 16},
         {"match": "orders.eu", "default_group_buckets": 0},
@@ -342,7 +342,9 @@ def test_grp_settings_1_address_settings_matched_by_wildcard_and_params_override
     assert (us.rebalance, us.buckets, us.first_key) == (True, 16, None), "GRP-SETTINGS-1 wildcard #"
     assert s("queue://orders").rebalance is True, "GRP-SETTINGS-1: # also matches zero words"
     eu = s("queue://orders.eu")
-    assert (eu.rebalance, eu.buckets) == (False, 0), "GRP-SETTINGS-1: most specific wins"
+    # orders.eu sets only buckets; rebalance comes from the broader orders.# (merged, see
+    # GRP-SETTINGS-2).
+    assert (eu.rebalance, eu.buckets) == (True, 0), "GRP-SETTINGS-1: most specific wins for what it sets"
     assert s("queue://prices.ibm").first_key == "F"
     assert s("queue://prices.ibm.x").first_key is None, "GRP-SETTINGS-1: * is one word"
     other = s("queue://misc")
@@ -431,3 +433,22 @@ def test_grp_hol_1_control_without_grouping_nothing_is_held_back():
         c.send(Q, f"g{i}", group_id="G")
     c.send(Q, "u1")
     assert "u1" in c.got("B"), "GRP-HOL-1 control"
+
+
+def test_grp_settings_2_matching_address_settings_merge():
+    """GRP-SETTINGS-2 ("Message Grouping", address-setting defaults; Artemis merges matching
+    address-settings): a specific match overrides only what it sets; other options come from
+    broader matches."""
+    from reference_broker.config import build_config
+    from reference_broker.engine.names import parse_destination
+    from reference_broker.engine.policy import GroupSettings, Policies
+
+    policies = Policies(build_config({"address_settings": [
+        {"match": "orders.#", "default_group_rebalance": True, "default_group_first_key": "First"},
+        {"match": "orders.eu.*", "default_group_buckets": 16},
+    ]}))
+    assert policies.groups_for(parse_destination("queue://orders.eu.fr")) == GroupSettings(True, 16, "First"), "GRP-SETTINGS-2"
+    assert policies.groups_for(parse_destination("queue://orders.us")) == GroupSettings(True, -1, "First"), "GRP-SETTINGS-2"
+    assert policies.groups_for(parse_destination("queue://other")) == GroupSettings(), "GRP-SETTINGS-2"
+    # The destination parameter form still overrides them all.
+    assert policies.groups_for(parse_destination("queue://orders.eu.fr?group-buckets=0")).buckets == 0
