@@ -259,7 +259,8 @@ def _explain(error: ValidationError, model: type[BaseModel]) -> str:
             lines.append(f"unknown option '{name}' in {_describe(loc)}{hint}")
         else:
             where = ".".join(str(p) for p in loc) or "configuration"
-            lines.append(f"invalid value for '{where}': {err['msg']}")
+            message = err["msg"].removeprefix("Value error, ")  # pydantic's prefix adds nothing
+            lines.append(f"invalid value for '{where}': {message}")
     return "; ".join(lines)
 
 

@@ -60,15 +60,21 @@ class BrokerServer:
         cfg = self.config
         if cfg.stomp:
             host, port = _split(cfg.stomp)
-            server = await loop.create_server(
-                lambda: StompProtocol(self.broker, cfg.stomp_options, self._connections), host, port,
-                reuse_address=True,
-            )
+            try:
+                server = await loop.create_server(
+                    lambda: StompProtocol(self.broker, cfg.stomp_options, self._connections), host, port,
+                    reuse_address=True,
+                )
+            except OSError as exc:
+                raise OSError(exc.errno, f"cannot listen for STOMP on {cfg.stomp} (option 'stomp'): {exc.strerror}") from None
             self._servers.append(server)
             self.stomp_address = server.sockets[0].getsockname()[:2]
         if cfg.http:
             host, port = _split(cfg.http)
-            server = await serve_http(self.broker, host, port)
+            try:
+                server = await serve_http(self.broker, host, port)
+            except OSError as exc:
+                raise OSError(exc.errno, f"cannot listen for HTTP on {cfg.http} (option 'http'): {exc.strerror}") from None
             self._servers.append(server)
             self.http_address = server.sockets[0].getsockname()[:2]
         self._tick_task = asyncio.create_task(self._housekeeping())

@@ -72,3 +72,23 @@ def test_anonymous_only_when_no_users_or_explicitly_allowed():
     assert not with_users.security.anonymous_allowed
     allowed = build_config({"security": {"users": [{"name": "u", "password": "p"}], "allow_anonymous": True}})
     assert allowed.security.anonymous_allowed
+
+
+def test_port_taken_is_reported_with_the_option():
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = subprocess.run([sys.executable, "-m", "reference_broker", "--stomp", f"127.0.0.1:{port}"],
+                              capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 1
+    assert f"cannot listen for STOMP on 127.0.0.1:{port} (option 'stomp')" in proc.stderr
+    assert "address already in use" in proc.stderr
+
+
+def test_value_errors_read_cleanly():
+    with pytest.raises(ConfigError) as info:
+        build_config({"stomp": "nonsense"})
+    assert str(info.value) == "invalid value for 'stomp': expected HOST:PORT, got 'nonsense'"
