@@ -15,15 +15,20 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
+import psutil
+
 from ..targets.activemq import ActiveMQProcess, activemq_available
 from ..targets.reference import ReferenceBrokerProcess
 from .stomp_load import run_stomp_load
+
+RUN_WARMUP = 10_000  # messages each run sends before timing starts
 
 
 @dataclass
 class TargetBench:
     target: str
     runs: list[float] = field(default_factory=list)  # msgs/s per run
+    cpu_us_per_msg: list[float] = field(default_factory=list)  # broker CPU per message, per run
     rss_peak_bytes: int = 0
     error: str | None = None
     skipped: str | None = None
@@ -47,16 +52,24 @@ def _bench_target(name: str, launcher, *, messages: int, body_size: int, repeats
                               destination=destination)
         if warm.error:
             raise RuntimeError(f"warm-up run failed: {warm.error}")
+        broker_process = psutil.Process(launcher.pid)
         for attempt in range(1, repeats + 1):
+            before = broker_process.cpu_times()
             run = run_stomp_load(host, port, target=name, messages=messages, body_size=body_size,
-                                 destination=destination)
+                                 destination=destination, warmup=RUN_WARMUP)
+            after = broker_process.cpu_times()
             if run.error:
                 result.error = run.error
                 progress(f"{name} run {attempt}: error: {run.error}")
                 break
+            # CPU the broker process spent per message (all its threads; the run's own warm-up
+            # messages included): steadier than the rate on a shared machine.
+            cpu = (after.user - before.user) + (after.system - before.system)
+            result.cpu_us_per_msg.append(cpu / (messages + RUN_WARMUP) * 1e6)
             result.runs.append(run.msgs_per_sec)
             progress(f"{name} run {attempt}/{repeats}: {run.msgs_per_sec:,.0f} msg/s "
-                     f"({run.consumer_received:,} messages in {run.seconds:.2f} s)")
+                     f"({run.consumer_received:,} messages in {run.seconds:.2f} s; "
+                     f"broker CPU {result.cpu_us_per_msg[-1]:.1f} us/msg)")
         result.rss_peak_bytes = launcher.rss_peak_bytes()
     except Exception as exc:  # a broker that cannot start is reported, and the bench goes on
         result.error = f"{type(exc).__name__}: {exc}"
@@ -92,14 +105,16 @@ def run_stomp_bench(*, messages: int = 200_000, body_size: int = 256, repeats: i
 def format_table(results: list[TargetBench], messages: int, body_size: int) -> str:
     lines = [
         f"STOMP end-to-end, 1 producer -> 1 consumer, {messages:,} x {body_size}-byte non-persistent messages, auto-ack",
-        f"{'target':<12} {'median msg/s':>14} {'runs (msg/s)':<36} {'peak RSS':>10}",
+        f"{'target':<12} {'median msg/s':>14} {'runs (msg/s)':<36} {'peak RSS':>10} {'broker CPU/msg':>15}",
     ]
     for r in results:
         if r.skipped or (r.error and not r.runs):
             lines.append(f"{r.target:<12} {'-':>14} {(r.skipped or r.error)[:60]}")
             continue
         runs = ", ".join(f"{x:,.0f}" for x in r.runs)
-        lines.append(f"{r.target:<12} {r.median:>14,.0f} {runs:<36} {r.rss_peak_bytes / 2**20:>8.1f} MB")
+        cpu = statistics.median(r.cpu_us_per_msg) if r.cpu_us_per_msg else 0.0
+        lines.append(f"{r.target:<12} {r.median:>14,.0f} {runs:<36} {r.rss_peak_bytes / 2**20:>8.1f} MB"
+                     f" {cpu:>12.1f} us")
     by_name = {r.target: r for r in results}
     ref, amq = by_name.get("reference"), by_name.get("activemq")
     if ref and amq and ref.runs and amq.runs:
