@@ -29,16 +29,20 @@ from .errors import (
     UnknownMessage,
     UnknownSubscription,
 )
-from .message import Message, MessageRef
+from .message import RETAIN_PROPERTY, Message, MessageRef
 from .names import QUEUE, TOPIC, DestinationName, parse_destination
 from .policy import Policies
 from .queue import Queue
 from .selector import SelectorError, parse_selector
-from .topic import DurableSubscription, Topic, TopicSubscription
+from .topic import DurableSubscription, SharedSubscription, Topic, TopicSubscription
 from .usage import MemoryUsage
 from .wildcard import WildcardMap, has_wildcards
+from .wildcard import matches as wildcard_matches
 
 log = logging.getLogger("reference_broker.engine")
+
+# Store keys of retained messages: "retained://topic://NAME" (persistent ones survive restarts).
+RETAINED_KEY_PREFIX = "retained://"
 
 
 class Broker:
@@ -57,6 +61,9 @@ class Broker:
         self.topics: dict[str, Topic] = {}
         self.subscriptions: list[TopicSubscription | DurableSubscription] = []
         self.durable: dict[str, DurableSubscription] = {}
+        self.shared: dict[str, SharedSubscription] = {}
+        # The retained message of each topic (canonical name), see RETAIN_PROPERTY.
+        self.retained: dict[str, Message] = {}
         self._route_cache: dict[str, list] = {}
         self.connections: dict[str, Connection] = {}
         self._client_ids: dict[str, Connection] = {}
@@ -86,6 +93,10 @@ class Broker:
             )
         count = 0
         for key, messages in state.messages.items():
+            if key.startswith(RETAINED_KEY_PREFIX):
+                for message in messages:
+                    self.retained[message.destination] = message
+                continue
             if key in self.durable:
                 queue = self.durable[key].queue
             else:
@@ -112,7 +123,7 @@ class Broker:
         now = self.now_ms()
         expired = sum(q.expire_sweep(now) for q in list(self.queues.values()))
         for subscription in self.subscriptions:
-            if isinstance(subscription, DurableSubscription):
+            if isinstance(subscription, (DurableSubscription, SharedSubscription)):
                 expired += subscription.queue.expire_sweep(now)
             else:
                 expired += subscription.expire_sweep(now)
@@ -193,9 +204,28 @@ class Broker:
         topic = target
         dest = topic.name
         topic.enqueued += 1
+        if message.properties and message.properties.get(RETAIN_PROPERTY) is True:
+            self._retain(message)
         # A topic message is only as durable as its subscriptions: durable ones store it.
         for subscription in self._routes(dest.name):
             subscription.add(message, topic)
+
+    def _retain(self, message: Message) -> None:
+        """Make `message` its topic's retained message; an empty body clears it (MQTT 3.3.1.3,
+        and ActiveMQ's retained-message recovery policy)."""
+        topic_name = message.destination
+        key = RETAINED_KEY_PREFIX + topic_name
+        previous = self.retained.pop(topic_name, None)
+        if previous is not None and previous.persistent:
+            self.store.remove(key, previous.message_id)
+        if message.body:
+            self.retained[topic_name] = message
+            if message.persistent:
+                self.store.add(key, message)
+
+    def retained_for(self, pattern: DestinationName) -> list[Message]:
+        """Retained messages of every topic `pattern` (wildcards allowed) matches."""
+        return [m for name, m in self.retained.items() if wildcard_matches(pattern.name, name.partition("://")[2])]
 
     def dead_letter(self, source: Queue, ref: MessageRef, cause: str) -> None:
         original = ref.message
@@ -235,6 +265,29 @@ class Broker:
         if persist:
             self.store.add_durable_subscription(key, durable.metadata())
         return durable
+
+    def _shared(self, group: str, pattern: DestinationName) -> SharedSubscription:
+        key = f"shared://{group}/{pattern.name}"
+        shared = self.shared.get(key)
+        if shared is None:
+            policy = self.policies.policy_for(pattern)
+            usage = MemoryUsage(key, policy.memory_limit, self.system_usage)
+            queue = Queue(self, DestinationName(QUEUE, key), key, policy, self.policies.groups_for(pattern),
+                          usage, stored=False)
+            shared = SharedSubscription(key, group, pattern, queue)
+            self.shared[key] = shared
+            self.subscriptions.append(shared)
+            self._subscriptions_changed()
+        return shared
+
+    def _drop_shared_if_unused(self, shared: SharedSubscription) -> None:
+        if shared.queue.consumers or self.shared.get(shared.key) is not shared:
+            return
+        del self.shared[shared.key]
+        self.subscriptions.remove(shared)
+        self._subscriptions_changed()
+        # Whatever it still held had no consumer left to go to: count it, don't hide it.
+        shared.queue.purge()
 
     def remove_durable(self, key: str) -> None:
         durable = self.durable.pop(key, None)
@@ -377,7 +430,13 @@ class Connection:
         no_local: bool = False,
         durable_name: str | None = None,
         maximum_pending_limit: int | None = None,
+        shared_name: str | None = None,
+        receive_retained: bool = True,
     ) -> Consumer:
+        """Attach a consumer. On a topic: a non-durable subscription, a durable one
+        (`durable_name`, needs a client id) or a shared one (`shared_name`: consumers of the
+        same name and topic compete for its messages). `receive_retained`: whether a new topic
+        subscription first gets the retained messages of the topics it matches."""
         broker = self.broker
         if consumer_id in self.consumers:
             raise UnknownSubscription(f"subscription id {consumer_id!r} is already in use on this connection")
@@ -397,6 +456,13 @@ class Connection:
             queue = broker.queue(dest)  # may refuse the destination: register nothing before
             self.consumers[consumer_id] = consumer
             queue.add_consumer(consumer)
+        elif shared_name is not None:
+            if durable_name is not None:
+                raise UnknownSubscription("a subscription is either shared or durable, not both")
+            shared = broker._shared(shared_name, dest)
+            self.consumers[consumer_id] = consumer
+            # Retained messages are not replayed into shared subscriptions (MQTT 5, 4.8.2).
+            shared.queue.add_consumer(consumer)
         elif durable_name is not None:
             if self.client_id is None:
                 raise UnknownSubscription("a durable subscription needs a client id on the connection")
@@ -416,13 +482,23 @@ class Connection:
             consumer.no_local = False
             self.consumers[consumer_id] = consumer
             durable.queue.add_consumer(consumer)
+            if receive_retained:
+                self._replay_retained(durable, dest)
         else:
             policy = broker.policies.policy_for(dest)
             subscription = TopicSubscription(broker, consumer, policy)
             self.consumers[consumer_id] = consumer
             broker.subscriptions.append(subscription)
             broker._subscriptions_changed()
+            if receive_retained:
+                self._replay_retained(subscription, dest)
         return consumer
+
+    def _replay_retained(self, subscription, pattern: DestinationName) -> None:
+        broker = self.broker
+        for message in broker.retained_for(pattern):
+            topic = broker.topic(parse_destination(message.destination, TOPIC))
+            subscription.add(message, topic, retained=True)
 
     def unsubscribe(self, consumer_id: str, *, remove_durable: bool = False) -> None:
         consumer = self.consumers.pop(consumer_id, None)
@@ -442,6 +518,9 @@ class Connection:
             broker._subscriptions_changed()
         elif source is not None:
             source.remove_consumer(consumer)
+            shared = broker.shared.get(source.store_key)
+            if shared is not None:
+                broker._drop_shared_if_unused(shared)
             if consumer.durable_name is not None:
                 durable = broker.durable.get(source.store_key)
                 if durable is not None and durable.active is consumer:

@@ -16,6 +16,11 @@ PropertyValue = Union[str, int, float, bool]
 
 DEFAULT_PRIORITY = 4  # JMS default priority; valid range 0-9
 
+# ActiveMQ's convention for retained messages (its MQTT transport and its retained-message
+# subscription recovery policy): a message published with this property set to true becomes the
+# topic's retained message; an empty body clears it.
+RETAIN_PROPERTY = "ActiveMQ.Retain"
+
 
 @dataclass(slots=True, eq=False)
 class Message:
@@ -74,14 +79,17 @@ _HEADER_GETTERS = {
 class MessageRef:
     """A message's place in one queue or subscription, with that place's delivery state."""
 
-    __slots__ = ("message", "sequence", "delivery_count", "first_for_consumer", "consumer")
+    __slots__ = ("message", "sequence", "delivery_count", "first_for_consumer", "consumer", "retained")
 
-    def __init__(self, message: Message, sequence: int, delivery_count: int = 0) -> None:
+    def __init__(self, message: Message, sequence: int, delivery_count: int = 0, retained: bool = False) -> None:
         self.message = message
         self.sequence = sequence  # arrival order within its queue: FIFO tie-breaker
         self.delivery_count = delivery_count  # times dispatched before this dispatch
         self.first_for_consumer = False  # set when this message opened a group on its consumer
         self.consumer = None  # the consumer it is in flight to, if any
+        # Delivered from the topic's retained message because the subscription is new (MQTT
+        # marks such deliveries), not because it was published while subscribed.
+        self.retained = retained
 
     @property
     def redelivered(self) -> bool:

@@ -43,8 +43,12 @@ class Queue:
         policy: PolicyEntry,
         groups: GroupSettings,
         usage: MemoryUsage,
+        stored: bool = True,
     ) -> None:
         self.broker = broker
+        # False for queues that must not outlive the broker process (non-durable shared
+        # subscriptions): their messages are never written to the store.
+        self.stored = stored
         self.name = name
         self.store_key = store_key
         self.policy = policy
@@ -77,11 +81,12 @@ class Queue:
     def in_flight_count(self) -> int:
         return sum(len(c.in_flight) + len(c.tx_held) for c in self.consumers)
 
-    def enqueue(self, message: Message, delivery_count: int = 0, persist: bool = True) -> MessageRef:
+    def enqueue(self, message: Message, delivery_count: int = 0, persist: bool = True,
+                retained: bool = False) -> MessageRef:
         self._next_sequence += 1
-        ref = MessageRef(message, self._next_sequence, delivery_count)
+        ref = MessageRef(message, self._next_sequence, delivery_count, retained)
         self.enqueued += 1
-        if persist and message.persistent:
+        if persist and message.persistent and self.stored:
             self.broker.store.add(self.store_key, message)
         # Fast path: nothing waiting and a plain consumer free: hand it over without queueing.
         if not self._pending_count and self.consumers and not self._dispatching:
@@ -412,6 +417,17 @@ class Queue:
                     keep.append(ref)
             dq.clear()
             dq.extend(keep)
+        return count
+
+    def purge(self) -> int:
+        """Drop every pending message (counted as discarded), releasing its memory."""
+        count = 0
+        for dq in self._levels:
+            while dq:
+                ref = dq.popleft()
+                self._unpend(ref)
+                self._drop(ref)
+                count += 1
         return count
 
     def pending_refs(self) -> list[MessageRef]:

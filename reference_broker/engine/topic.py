@@ -70,9 +70,9 @@ class TopicSubscription:
     def matches_topic(self, topic_name: str) -> bool:
         return matches(self.pattern, topic_name)
 
-    def add(self, message: Message, topic: Topic) -> None:
+    def add(self, message: Message, topic: Topic, retained: bool = False) -> None:
         self._sequence += 1
-        ref = MessageRef(message, self._sequence)
+        ref = MessageRef(message, self._sequence, 0, retained)
         if not self.consumer.accepts(ref):
             return
         self.enqueued += 1
@@ -226,13 +226,13 @@ class DurableSubscription:
     def matches_topic(self, topic_name: str) -> bool:
         return matches(self.pattern.name, topic_name)
 
-    def add(self, message: Message, topic: Topic) -> None:
+    def add(self, message: Message, topic: Topic, retained: bool = False) -> None:
         if self.no_local and message.producer_id is not None and message.producer_id == self.last_connection_id:
             return
         if self.selector is not None and not self.selector.matches(MessageRef(message, 0).selector_value):
             return
         topic.dispatched += 1
-        self.queue.enqueue(message)
+        self.queue.enqueue(message, retained=retained)
 
     def metadata(self) -> dict:
         return {
@@ -257,6 +257,41 @@ class DurableSubscription:
             "pending": q.pending_count,
             "in_flight": q.in_flight_count,
             # For a durable subscription nothing is discarded for slowness: it all waits.
+            "matched": q.pending_count,
+            "discarded": q.discarded,
+        }
+
+
+class SharedSubscription:
+    """One subscription shared by several consumers (MQTT 5 `$share/group/filter`): the topic
+    feeds one queue and its consumers compete for the messages, as on a queue. It lives while it
+    has consumers and is never stored."""
+
+    def __init__(self, key: str, group: str, pattern: DestinationName, queue: "Queue") -> None:
+        self.key = key
+        self.group = group
+        self.pattern = pattern
+        self.queue = queue
+
+    def matches_topic(self, topic_name: str) -> bool:
+        return matches(self.pattern.name, topic_name)
+
+    def add(self, message: Message, topic: Topic, retained: bool = False) -> None:
+        topic.dispatched += 1
+        self.queue.enqueue(message, retained=retained)
+
+    def stats(self) -> dict:
+        q = self.queue
+        return {
+            "shared": self.group,
+            "destination": self.pattern.canonical,
+            "durable": False,
+            "consumers": len(q.consumers),
+            "enqueued": q.enqueued,
+            "dispatched": q.dispatched,
+            "dequeued": q.dequeued,
+            "pending": q.pending_count,
+            "in_flight": q.in_flight_count,
             "matched": q.pending_count,
             "discarded": q.discarded,
         }
