@@ -22,6 +22,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", metavar="FILE", help="TOML configuration file")
     parser.add_argument("--name", help="broker name (default: reference)")
     parser.add_argument("--stomp", metavar="HOST:PORT", help="STOMP listener (default 127.0.0.1:61613; port 0 picks one)")
+    parser.add_argument("--amqp", metavar="HOST:PORT", help="AMQP 1.0 listener (off by default; port 0 picks one)")
+    parser.add_argument("--mqtt", metavar="HOST:PORT", help="MQTT 3.1.1 / 5.0 listener (off by default; port 0 picks one)")
     parser.add_argument("--http", metavar="HOST:PORT", help="read-only JSON statistics listener")
     parser.add_argument("--data", metavar="DIR", help="data directory; enables the journal store")
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
@@ -34,6 +36,10 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
         overrides["name"] = args.name
     if args.stomp:
         overrides["stomp"] = args.stomp
+    if args.amqp:
+        overrides["amqp"] = args.amqp
+    if args.mqtt:
+        overrides["mqtt"] = args.mqtt
     if args.http:
         overrides["http"] = args.http
     if args.data:
@@ -87,6 +93,10 @@ async def _serve(config: BrokerConfig) -> int:
     parts = []
     if server.stomp_address:
         parts.append("stomp=%s:%d" % server.stomp_address)
+    if server.amqp_address:
+        parts.append("amqp=%s:%d" % server.amqp_address)
+    if server.mqtt_address:
+        parts.append("mqtt=%s:%d" % server.mqtt_address)
     if server.http_address:
         parts.append("http=%s:%d" % server.http_address)
     # Launchers wait for this line (and read the bound ports from it when port 0 was given).

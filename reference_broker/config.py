@@ -189,6 +189,57 @@ class StompConfig(_Strict):
     convert_string_expressions: bool = True
 
 
+class AmqpConfig(_Strict):
+    """The AMQP 1.0 listener (protocols/amqp). Defaults follow Artemis' acceptor where it has one."""
+
+    # Kind of a bare address (no queue:// or topic:// prefix) on attach and in a message's `to`.
+    default_address_kind: Literal["queue", "topic"] = "queue"
+    # A client that sends nothing for this long (ms) is closed with
+    # amqp:resource-limit-exceeded; proton announces half of it in the Open so clients send
+    # empty frames in time. 0: never. The client's own idle time-out is honoured either way.
+    idle_timeout_ms: int = Field(default=30_000, ge=0)
+    # Largest frame the broker accepts; AMQP 1.0 (2.7.1 Open) sets 512 as the minimum.
+    max_frame_size: int = Field(default=128 * 1024, ge=512)
+    # Largest message (all transfers of one delivery) accepted from a producer.
+    max_message_size: int = Field(default=10 * 1024 * 1024, gt=0)
+    # Credit granted to a producer's link, topped up when it falls below a third (Artemis'
+    # amqpCredits / amqpLowCredits are 1000 / 300).
+    producer_credit: int = Field(default=1000, gt=0)
+    # A connection that has not finished SASL and Open within this time is closed (0 = never).
+    open_timeout_ms: int = Field(default=30_000, ge=0)
+    # Announced in the Open frame's connection properties.
+    product: str = Field(default="brokerconf-reference", min_length=1)
+
+
+class MqttConfig(_Strict):
+    """The MQTT 3.1.1 / 5.0 listener (protocols/mqtt). Names follow the MQTT 5.0 CONNACK
+    properties they are announced as; 3.1.1 clients get the same limits, unannounced."""
+
+    # Largest packet accepted (5.0 3.2.2.3.6 Maximum Packet Size); a bigger one ends the
+    # connection (5.0: DISCONNECT 0x95). The protocol limit is 268,435,460 bytes.
+    max_packet_size: int = Field(default=10 * 1024 * 1024, ge=64, le=268_435_460)
+    # Inbound QoS 1/2 publications a client may have unacknowledged (5.0 3.2.2.3.3).
+    receive_maximum: int = Field(default=100, ge=1, le=65_535)
+    # Outbound QoS 1/2 messages in flight to a 3.1.1 client (Mosquitto's option name); an MQTT
+    # 5.0 client's own Receive Maximum is used instead.
+    max_inflight_messages: int = Field(default=100, ge=1, le=65_535)
+    # Longest keep-alive (s) a client may ask for; 0 (keep-alive off) counts as longer. 5.0
+    # clients are told to use this instead (Server Keep Alive); 3.1.1 clients asking for more
+    # are refused with CONNACK 0x02, as Mosquitto's max_keepalive does. 65535 = no limit.
+    max_keep_alive: int = Field(default=65_535, ge=1, le=65_535)
+    # When set, every 5.0 client is told to use this keep-alive (s) (5.0 3.2.2.3.14).
+    server_keep_alive: int | None = Field(default=None, ge=0, le=65_535)
+    # Upper bound (s) on session expiry; also bounds 3.1.1 persistent sessions, which
+    # otherwise never expire. None = no bound.
+    max_session_expiry: int | None = Field(default=None, ge=0, le=4_294_967_295)
+    # Topic aliases a 5.0 client may use towards the broker (5.0 3.2.2.3.8); 0 = none.
+    topic_alias_maximum: int = Field(default=10, ge=0, le=65_535)
+    retain_available: bool = True
+    maximum_qos: int = Field(default=2, ge=0, le=2)
+    # A connection that has not sent CONNECT within this time is closed (0 = wait forever).
+    connect_timeout_ms: int = Field(default=30_000, ge=0)
+
+
 class SystemUsage(_Strict):
     memory_limit: int = Field(default=256 * 1024 * 1024, gt=0)  # bytes, across all destinations
 
@@ -205,17 +256,31 @@ def _host_port(value: str | None) -> str | None:
 class BrokerConfig(_Strict):
     name: str = "reference"
     stomp: str | None = "127.0.0.1:61613"
+    amqp: str | None = None
+    mqtt: str | None = None
     http: str | None = None
     data: str = "data"
     store: StoreConfig = Field(default_factory=StoreConfig)
     stomp_options: StompConfig = Field(default_factory=StompConfig)
+    amqp_options: AmqpConfig = Field(default_factory=AmqpConfig)
+    mqtt_options: MqttConfig = Field(default_factory=MqttConfig)
+    # Other brokers a client may fail over to (HOST:PORT), announced to AMQP clients in the
+    # Open frame's `failover-server-list` as Artemis does.
+    failover_peers: list[str] = Field(default_factory=list)
     system_usage: SystemUsage = Field(default_factory=SystemUsage)
     security: Security = Field(default_factory=Security)
     policy_entries: list[PolicyEntry] = Field(default_factory=list)
     address_settings: list[AddressSetting] = Field(default_factory=list)
     expiry_check_period_ms: int = Field(default=1000, gt=0)
 
-    _check_stomp = field_validator("stomp", "http")(_host_port)
+    _check_stomp = field_validator("stomp", "amqp", "mqtt", "http")(_host_port)
+
+    @field_validator("failover_peers")
+    @classmethod
+    def _check_peers(cls, peers: list[str]) -> list[str]:
+        for peer in peers:
+            _host_port(peer)
+        return peers
 
 
 def _describe(loc: tuple) -> str:

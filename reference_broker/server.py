@@ -10,9 +10,12 @@ from pathlib import Path
 
 from .config import BrokerConfig
 from .engine.broker import Broker
+from .listeners.amqp import AmqpProtocol
 from .listeners.http import serve_http
+from .listeners.mqtt import MqttProtocol
 from .listeners.stomp import StompProtocol
 from .store.base import MessageStore, SyncPolicy
+from .protocols.mqtt.session import MqttSessionRegistry
 from .store.memory import MemoryStore
 
 log = logging.getLogger("reference_broker")
@@ -49,10 +52,14 @@ class BrokerServer:
         self.store = open_store(config)
         self.broker = Broker(config, self.store)
         self.broker.recover()
-        self._connections: set[StompProtocol] = set()
+        self._connections: set[StompProtocol | AmqpProtocol] = set()
         self._servers: list[asyncio.AbstractServer] = []
         self._tick_task: asyncio.Task | None = None
         self.stomp_address: tuple[str, int] | None = None
+        self.amqp_address: tuple[str, int] | None = None
+        self.mqtt_address: tuple[str, int] | None = None
+        # MQTT sessions outlive their connections (in memory): one registry per broker.
+        self.mqtt_sessions = MqttSessionRegistry(self.broker, config.mqtt_options)
         self.http_address: tuple[str, int] | None = None
 
     async def start(self) -> None:
@@ -69,6 +76,28 @@ class BrokerServer:
                 raise OSError(exc.errno, f"cannot listen for STOMP on {cfg.stomp} (option 'stomp'): {exc.strerror}") from None
             self._servers.append(server)
             self.stomp_address = server.sockets[0].getsockname()[:2]
+        if cfg.amqp:
+            host, port = _split(cfg.amqp)
+            try:
+                server = await loop.create_server(
+                    lambda: AmqpProtocol(self.broker, cfg.amqp_options, self._connections), host, port,
+                    reuse_address=True,
+                )
+            except OSError as exc:
+                raise OSError(exc.errno, f"cannot listen for AMQP on {cfg.amqp} (option 'amqp'): {exc.strerror}") from None
+            self._servers.append(server)
+            self.amqp_address = server.sockets[0].getsockname()[:2]
+        if cfg.mqtt:
+            host, port = _split(cfg.mqtt)
+            try:
+                server = await loop.create_server(
+                    lambda: MqttProtocol(self.broker, cfg.mqtt_options, self.mqtt_sessions, self._connections),
+                    host, port, reuse_address=True,
+                )
+            except OSError as exc:
+                raise OSError(exc.errno, f"cannot listen for MQTT on {cfg.mqtt} (option 'mqtt'): {exc.strerror}") from None
+            self._servers.append(server)
+            self.mqtt_address = server.sockets[0].getsockname()[:2]
         if cfg.http:
             host, port = _split(cfg.http)
             try:
@@ -96,6 +125,7 @@ class BrokerServer:
             now = time.monotonic()
             for connection in list(self._connections):
                 connection.tick(now, period)
+            self.mqtt_sessions.tick(now)  # MQTT session expiry and delayed wills
             if now - last_expiry >= period:
                 last_expiry = now
                 self.broker.tick()
@@ -104,6 +134,7 @@ class BrokerServer:
     async def stop(self) -> None:
         if self._tick_task is not None:
             self._tick_task.cancel()
+        self.mqtt_sessions.close()  # connections closed by the shutdown publish no wills
         for server in self._servers:
             server.close()
         for connection in list(self._connections):

@@ -12,7 +12,7 @@ BROKERCONF_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
 cd "$BROKERCONF_ROOT"
 
 BROKERCONF_PYTHON="${BROKERCONF_PYTHON:-python3}"
-BROKERCONF_DEBIAN_BROKER_PACKAGES=(activemq libmqtt-client-java libhawtdispatch-java)
+BROKERCONF_DEBIAN_BROKER_PACKAGES=(activemq libmqtt-client-java libhawtdispatch-java mosquitto rabbitmq-server)
 
 _bc_log() { echo "brokerconf: $*" >&2; }
 
@@ -30,6 +30,26 @@ _bc_apt_install() {
     _bc_log "apt-get install failed; running apt-get update and retrying..."
     DEBIAN_FRONTEND=noninteractive apt-get update
     DEBIAN_FRONTEND=noninteractive "${cmd[@]}"
+}
+
+# The broker packages' postinst scripts start system services (mosquitto on 1883; rabbitmq-server
+# on 5672/25672 with epmd on 4369) that brokerconf never uses: its launchers run private instances
+# on free loopback ports.  Without systemd, rabbitmq-server's `invoke-rc.d rabbitmq-server start
+# || exit 1` can even fail the install.  While installing them, a temporary policy-rc.d (exit 101:
+# "action forbidden") keeps invoke-rc.d and deb-systemd-invoke from starting anything; an existing
+# policy-rc.d (e.g. Docker's) is left as it is.  The units stay enabled for the next boot.
+_bc_apt_install_no_services() {
+    local policy=/usr/sbin/policy-rc.d
+    if [ -e "$policy" ]; then
+        _bc_apt_install "$@"
+        return
+    fi
+    (
+        trap 'rm -f "$policy"' EXIT
+        printf '#!/bin/sh\n# temporary, from brokerconf scripts/bootstrap.sh: start no services\nexit 101\n' > "$policy"
+        chmod 755 "$policy"
+        _bc_apt_install "$@"
+    )
 }
 
 _bc_dpkg_installed() {
@@ -116,9 +136,9 @@ _bc_ensure_brokers() {
     [ "${#missing[@]}" -eq 0 ] && return 0
     if _bc_is_root && [ "${BROKERCONF_INSTALL_BROKERS:-1}" != "0" ]; then
         _bc_log "installing Debian packages for real-broker targets: ${missing[*]}..."
-        if ! _bc_apt_install "${missing[@]}"; then
+        if ! _bc_apt_install_no_services "${missing[@]}"; then
             # Not fatal: the reference broker needs none of this. Real-broker checks report
-            # ActiveMQ as not installed (with that reason) instead of running.
+            # the broker as not installed (with that reason) instead of running.
             _bc_log "warning: could not install ${missing[*]}; real-broker comparisons will be" \
                     "reported as not applicable (fix apt, or set BROKERCONF_INSTALL_BROKERS=0 to silence this)"
         fi
