@@ -46,6 +46,52 @@ def cmd_bench_stomp(args: argparse.Namespace) -> int:
     return 1 if any(r.error for r in results) else 0
 
 
+def _targets(text: str, known: tuple[str, ...], command: str) -> tuple[str, ...] | None:
+    targets = tuple(t.strip() for t in text.split(",") if t.strip())
+    unknown = [t for t in targets if t not in known]
+    if unknown:
+        print(f"brokerconf {command}: unknown target(s) {', '.join(unknown)} in --targets "
+              f"(known: {', '.join(known)})", file=sys.stderr)
+        return None
+    return targets
+
+
+def cmd_bench_mqtt(args: argparse.Namespace) -> int:
+    from conformance.bench.pubsub import format_table, run_mqtt_bench, write_json
+
+    targets = _targets(args.targets, ("reference", "mosquitto", "activemq", "amqtt"), "bench mqtt")
+    if targets is None:
+        return 2
+    qos_levels = tuple(int(q) for q in args.qos.split(","))
+    results = run_mqtt_bench(messages=args.messages, repeats=args.repeats, qos_levels=qos_levels,
+                             targets=targets, warmup_messages=args.warmup_messages, progress=_progress)
+    print()
+    print(format_table(
+        f"MQTT 3.1.1 end-to-end, 1 publisher -> 1 subscriber, {args.messages:,} x 256-byte payloads",
+        results, [f"qos{q}" for q in qos_levels], {"activemq": 1.5, "amqtt": 10, "mosquitto": None}))
+    if args.json:
+        write_json(results, Path(args.json))
+        print(f"results written to {args.json}")
+    return 1 if any(r.error for r in results) else 0
+
+
+def cmd_bench_amqp(args: argparse.Namespace) -> int:
+    from conformance.bench.pubsub import format_table, run_amqp_bench, write_json
+
+    targets = _targets(args.targets, ("reference", "rabbitmq"), "bench amqp")
+    if targets is None:
+        return 2
+    results = run_amqp_bench(messages=args.messages, repeats=args.repeats, targets=targets,
+                             warmup_messages=args.warmup_messages, progress=_progress)
+    print()
+    print(format_table(f"AMQP 1.0 end-to-end, 1 sender -> 1 receiver, {args.messages:,} x 256-byte bodies",
+                       results, ["presettled", "unsettled"], {"rabbitmq": None}))
+    if args.json:
+        write_json(results, Path(args.json))
+        print(f"results written to {args.json}")
+    return 1 if any(r.error for r in results) else 0
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from conformance.smoke import SmokeScenario
     from conformance.targets.activemq import ActiveMQProcess, activemq_available
@@ -129,6 +175,23 @@ def build_parser() -> argparse.ArgumentParser:
     stomp.add_argument("--targets", default="reference,activemq")
     stomp.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     stomp.set_defaults(func=cmd_bench_stomp)
+
+    mqtt = bench_sub.add_parser("mqtt", help="MQTT QoS 0/1 throughput: reference vs Mosquitto, ActiveMQ, amqtt")
+    mqtt.add_argument("--messages", type=_positive_int, default=200_000)
+    mqtt.add_argument("--repeats", type=_positive_int, default=3)
+    mqtt.add_argument("--qos", default="0,1", choices=["0", "1", "0,1"], help="QoS levels to measure (default 0,1)")
+    mqtt.add_argument("--targets", default="reference,mosquitto,activemq,amqtt")
+    mqtt.add_argument("--warmup-messages", type=_positive_int, default=50_000)
+    mqtt.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    mqtt.set_defaults(func=cmd_bench_mqtt)
+
+    amqp = bench_sub.add_parser("amqp", help="AMQP 1.0 throughput: reference vs RabbitMQ")
+    amqp.add_argument("--messages", type=_positive_int, default=100_000)
+    amqp.add_argument("--repeats", type=_positive_int, default=3)
+    amqp.add_argument("--targets", default="reference,rabbitmq")
+    amqp.add_argument("--warmup-messages", type=_positive_int, default=20_000)
+    amqp.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    amqp.set_defaults(func=cmd_bench_amqp)
     return parser
 
 

@@ -29,13 +29,17 @@ class ReferenceBrokerProcess:
 
     def __init__(self, *, name: str = "reference", config_file: Path | None = None,
                  data_dir: Path | None = None, http: bool = True, log_level: str = "INFO",
-                 extra_args: list[str] | None = None) -> None:
+                 extra_args: list[str] | None = None, mqtt: bool = False, amqp: bool = False) -> None:
         self.name = name
         self.config_file = config_file
         self.data_dir = data_dir
         self.http = http
         self.log_level = log_level
         self.extra_args = list(extra_args or [])
+        self.mqtt = mqtt
+        self.amqp = amqp
+        self.mqtt_port: int | None = None
+        self.amqp_port: int | None = None
         self.proc: subprocess.Popen | None = None
         self.stomp_port: int | None = None
         self.http_port: int | None = None
@@ -52,6 +56,11 @@ class ReferenceBrokerProcess:
                "--stomp", f"127.0.0.1:{stomp_port}", "--log-level", self.log_level]
         if self.http:
             cmd += ["--http", "127.0.0.1:0"]
+        # Like the STOMP port, keep the MQTT and AMQP ports across restarts.
+        if self.mqtt:
+            cmd += ["--mqtt", f"127.0.0.1:{self.mqtt_port or 0}"]
+        if self.amqp:
+            cmd += ["--amqp", f"127.0.0.1:{self.amqp_port or 0}"]
         if self.config_file:
             cmd += ["--config", str(self.config_file)]
         if self.data_dir:
@@ -95,10 +104,8 @@ class ReferenceBrokerProcess:
                 for part in match.group(1).split():
                     key, _, address = part.partition("=")
                     port = int(address.rsplit(":", 1)[1])
-                    if key == "stomp":
-                        self.stomp_port = port
-                    elif key == "http":
-                        self.http_port = port
+                    if key in ("stomp", "http", "mqtt", "amqp"):
+                        setattr(self, f"{key}_port", port)
                 self._ready.set()
 
     def log_tail(self, lines: int = 40) -> str:

@@ -48,3 +48,20 @@ def test_bench_stomp_runs_end_to_end_at_small_scale(tmp_path):
     assert len(result["runs"]) == 1 and result["runs"][0] > 0
     assert result["rss_peak_bytes"] > 0
     assert "median msg/s" in proc.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("protocol", ["mqtt", "amqp"])
+def test_bench_mqtt_and_amqp_run_at_small_scale(tmp_path, protocol):
+    """`brokerconf bench mqtt|amqp` against the reference broker alone: it launches the broker
+    with that listener, drives both modes and reports rates, CPU per message and RSS."""
+    out = tmp_path / "bench.json"
+    proc = _brokerconf("bench", protocol, "--targets", "reference", "--messages", "2000", "--repeats", "1",
+                       "--warmup-messages", "500", "--json", str(out), timeout=240)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (result,) = json.loads(out.read_text())
+    assert result["target"] == "reference" and result["error"] is None
+    expected = {"mqtt": ["qos0", "qos1"], "amqp": ["presettled", "unsettled"]}[protocol]
+    assert [m["mode"] for m in result["modes"]] == expected
+    assert all(m["runs"] and m["runs"][0] > 0 and m["error"] is None for m in result["modes"])
+    assert result["rss_peak_bytes"] > 0
