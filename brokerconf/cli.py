@@ -94,7 +94,7 @@ def cmd_bench_amqp(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from conformance.smoke import SmokeScenario
-    from conformance.targets.activemq import ActiveMQProcess, activemq_available
+    from conformance.targets.activemq import ActiveMQProcess, activemq_available, activemq_mqtt_available
     from conformance.targets.reference import ReferenceBrokerProcess
     from reports.render.run_report import write_run_report
 
@@ -103,7 +103,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     run = {"run_id": run_id, "started": datetime.now(timezone.utc).isoformat(), "targets": {}}
     failures = 0
     with tempfile.TemporaryDirectory(prefix="brokerconf-run-") as tmp:
-        launchers = {"reference": lambda: ReferenceBrokerProcess(name="reference", data_dir=Path(tmp) / "reference")}
+        launchers = {"reference": lambda: ReferenceBrokerProcess(name="reference", data_dir=Path(tmp) / "reference",
+                                                                 mqtt=True, amqp=True)}
         wanted = [t.strip() for t in args.targets.split(",") if t.strip()]
         for name in wanted:
             if name not in ("reference", "activemq"):
@@ -116,7 +117,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                     run["targets"][name] = {"status": "not applicable", "reason": reason, "checks": []}
                     _progress(f"activemq: not applicable: {reason}")
                     continue
-                launcher = ActiveMQProcess(Path(tmp) / "activemq")
+                launcher = ActiveMQProcess(Path(tmp) / "activemq", mqtt=activemq_mqtt_available()[0])
             else:
                 launcher = launchers[name]()
             _progress(f"starting {name}...")
@@ -130,11 +131,13 @@ def cmd_run(args: argparse.Namespace) -> int:
                 continue
             try:
                 _progress(f"{name} ready on 127.0.0.1:{launcher.stomp_port} after {time.monotonic() - started:.1f} s; running the smoke scenario")
-                results = SmokeScenario("127.0.0.1", launcher.stomp_port, name).run(progress=_progress)
+                results = SmokeScenario("127.0.0.1", launcher.stomp_port, name,
+                                        mqtt_port=getattr(launcher, "mqtt_port", None),
+                                        amqp_port=getattr(launcher, "amqp_port", None)).run(progress=_progress)
                 run["targets"][name] = {"status": "ran", "reason": "", "checks": [asdict(r) for r in results],
                                         "log_tail": launcher.log_tail()}
                 if name == "reference":
-                    failures += sum(r.outcome != "passed" for r in results)
+                    failures += sum(r.outcome not in ("passed", "not applicable") for r in results)
             finally:
                 launcher.stop()
     json_path, html_path = write_run_report(out_dir, run)
@@ -142,7 +145,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     for name, target in run["targets"].items():
         checks = target["checks"]
         passed = sum(c["outcome"] == "passed" for c in checks)
-        print(f"{name:<10} {target['status']:<15} {passed}/{len(checks)} checks passed {target.get('reason') or ''}")
+        not_applicable = sum(c["outcome"] == "not applicable" for c in checks)
+        extra = f", {not_applicable} not applicable" if not_applicable else ""
+        print(f"{name:<10} {target['status']:<15} {passed}/{len(checks)} checks passed{extra} {target.get('reason') or ''}")
     print(f"report: {html_path.resolve()}\nresults: {json_path.resolve()}")
     # Non-zero only when the reference broker fails its own smoke checks: a real broker that
     # deviates is a finding shown in the report, not a crash of the run.

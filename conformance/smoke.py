@@ -64,15 +64,22 @@ class CheckFailed(AssertionError):
     pass
 
 
+class NotApplicable(Exception):
+    """The target cannot run this check (a protocol it does not speak here); the reason is
+    shown in the report, never counted as passed."""
+
+
 def _expect(condition: bool, message: str) -> None:
     if not condition:
         raise CheckFailed(message)
 
 
 class SmokeScenario:
-    def __init__(self, host: str, port: int, target: str, login: str | None = None, passcode: str | None = None) -> None:
+    def __init__(self, host: str, port: int, target: str, login: str | None = None, passcode: str | None = None,
+                 *, mqtt_port: int | None = None, amqp_port: int | None = None) -> None:
         self.host, self.port, self.target = host, port, target
         self.login, self.passcode = login, passcode
+        self.mqtt_port, self.amqp_port = mqtt_port, amqp_port
         self.run_id = uuid.uuid4().hex[:8]
         self._open: list[stomp.Connection12] = []
 
@@ -245,6 +252,69 @@ class SmokeScenario:
         conn.send(dest, "still-alive")
         _expect(got.wait(lambda: len(got.messages) >= 1), "broker stopped serving after a bad frame")
 
+    # ---------------------------------------------------------------- across protocols
+
+    def check_mqtt_to_stomp(self) -> str:
+        """An MQTT 5 publish with a user property reaches a STOMP topic subscriber, the property
+        as a header and MQTT's `a/b` as the engine's `a.b`."""
+        if self.mqtt_port is None:
+            raise NotApplicable("target has no MQTT listener here")
+        import paho.mqtt.client as mqtt
+        from paho.mqtt.packettypes import PacketTypes
+        from paho.mqtt.properties import Properties
+
+        conn, got = self._connect()
+        conn.subscribe(f"/topic/smoke.{self.run_id}.mqtt", id="x", ack="auto", receipt="sub")
+        _expect(got.wait(lambda: "sub" in got.receipts), "no receipt for the STOMP subscription")
+        client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, protocol=mqtt.MQTTv5)
+        connack: list = []
+        client.on_connect = lambda c, userdata, flags, reason, props: connack.append(reason)
+        client.connect(self.host, self.mqtt_port)
+        client.loop_start()
+        try:
+            deadline = time.monotonic() + 5
+            while not connack and time.monotonic() < deadline:
+                time.sleep(0.02)
+            if connack and connack[0].value in (0x01, 0x84):
+                # Only a CONNACK that says "unsupported protocol version" makes this not
+                # applicable (ActiveMQ Classic 5.17 speaks MQTT 3.1.1 only); anything else fails.
+                raise NotApplicable(f"target refuses MQTT 5 ({connack[0]})")
+            _expect(bool(connack) and not connack[0].is_failure, f"MQTT 5 CONNECT not accepted: {connack}")
+            props = Properties(PacketTypes.PUBLISH)
+            props.UserProperty = ("color", "red")
+            client.publish(f"smoke/{self.run_id}/mqtt", b"from-mqtt", qos=1, properties=props).wait_for_publish(5)
+            _expect(got.wait(lambda: len(got.messages) >= 1), "STOMP subscriber got nothing from MQTT")
+        finally:
+            client.loop_stop()
+            client.disconnect()
+        frame = got.messages[0]
+        _expect(frame.body == "from-mqtt", f"body {frame.body!r}")
+        _expect(frame.headers.get("color") == "red", f"user property lost: {frame.headers}")
+        return "MQTT 5 publish (user property color=red) received by a STOMP subscriber with the header"
+
+    def check_amqp_to_stomp(self) -> str:
+        """An AMQP 1.0 message with a group id and an application property reaches a STOMP queue
+        consumer as JMSXGroupID and a header."""
+        if self.amqp_port is None:
+            raise NotApplicable("target has no AMQP listener here")
+        from proton import Message as AmqpMessage
+        from proton.utils import BlockingConnection
+
+        queue = f"smoke.{self.run_id}.amqp"
+        amqp = BlockingConnection(f"amqp://{self.host}:{self.amqp_port}", timeout=10)
+        try:
+            sender = amqp.create_sender(f"queue://{queue}")
+            sender.send(AmqpMessage(body=b"from-amqp", group_id="G1", properties={"color": "blue"}))
+        finally:
+            amqp.close()
+        conn, got = self._connect()
+        conn.subscribe(f"/queue/{queue}", id="x", ack="auto")
+        _expect(got.wait(lambda: len(got.messages) >= 1), "STOMP consumer got nothing from AMQP")
+        frame = got.messages[0]
+        _expect(frame.headers.get("JMSXGroupID") == "G1", f"group id lost: {frame.headers}")
+        _expect(frame.headers.get("color") == "blue", f"application property lost: {frame.headers}")
+        return "AMQP message (group-id G1, property color=blue) received over STOMP with both"
+
     CHECKS = [
         ("queue FIFO order", "Q-FIFO-1", "check_queue_fifo"),
         ("persistent send receipt", "STORE-RECEIPT-1", "check_persistent_receipt"),
@@ -255,6 +325,8 @@ class SmokeScenario:
         ("transaction abort", "TX-ABORT-1", "check_transaction_abort"),
         ("topic fan-out", "TOPIC-FANOUT-1", "check_topic_fanout"),
         ("bad frame isolated", "STOMP-ERROR-1", "check_bad_frame_isolated"),
+        ("MQTT publish reaches a STOMP subscriber", "XPROTO-MQTT-1", "check_mqtt_to_stomp"),
+        ("AMQP message reaches a STOMP consumer", "XPROTO-AMQP-1", "check_amqp_to_stomp"),
     ]
 
     def run(self, progress: Callable[[str], None] = print) -> list[CheckResult]:
@@ -265,6 +337,8 @@ class SmokeScenario:
                 detail = getattr(self, method)()
                 outcome = "passed"
                 evidence: list[str] = []
+            except NotApplicable as exc:
+                outcome, detail, evidence = "not applicable", str(exc), []
             except CheckFailed as exc:
                 outcome, detail, evidence = "failed", str(exc), []
             except Exception as exc:

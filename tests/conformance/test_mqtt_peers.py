@@ -152,7 +152,7 @@ def test_retained_delivered_then_cleared(mqtt_target, clients, version):
     later = clients(mqtt_target, version)
     later.connect()
     later.subscribe(t, 1)
-    later.assert_no_message(0.5)
+    later.assert_no_message(0.4)
 
 
 # --------------------------------------------------------------------------- will
@@ -233,7 +233,10 @@ def test_dollar_topics_not_matched_by_wildcards(mqtt_target, clients, version):
     pub.publish(normal, b"normal", qos=1)
 
     assert exact.get().payload == b"dollar"
-    seen = drain(wild, 0.8)
+    # both publishes came from one connection at QoS 1, so once `normal` has arrived on `wild`
+    # (it was published after `dollar`), a `$` match would already be there too
+    seen = [wild.get()]
+    seen += drain(wild, 0.2)
     topics = [m.topic for m in seen]
     assert normal in topics  # `#` and `+/x` both match it (one or two copies, both allowed)
     assert dollar not in topics
@@ -306,8 +309,14 @@ def test_v5_shared_subscription_splits(mqtt_target, clients):
     n = 20
     for i in range(n):
         pub.publish(t, f"{i}".encode(), qos=1)
-    got_a = [m.payload for m in drain(a, 1.0)]
-    got_b = [m.payload for m in drain(b, 0.2)]
+    got_a: list[bytes] = []
+    got_b: list[bytes] = []
+    deadline = time.monotonic() + 5
+    while len(got_a) + len(got_b) < n and time.monotonic() < deadline:
+        got_a += [m.payload for m in drain(a, 0.05)]
+        got_b += [m.payload for m in drain(b, 0.05)]
+    got_a += [m.payload for m in drain(a, 0.2)]  # nothing more (no duplicates)
+    got_b += [m.payload for m in drain(b, 0.01)]
     # each message goes to exactly one member of the group [MQTT-4.8.2]; both members get some
     assert sorted(got_a + got_b, key=int) == [f"{i}".encode() for i in range(n)]
     assert got_a and got_b, (got_a, got_b)
