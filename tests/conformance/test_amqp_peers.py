@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from proton import ConnectionException, Delivery, Message
+from proton import ConnectionException, Message
 from proton.utils import BlockingConnection, LinkDetached
 
 from conformance.targets.rabbitmq import RabbitMQProcess, rabbitmq_available
