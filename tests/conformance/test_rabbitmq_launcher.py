@@ -163,7 +163,12 @@ def test_start_round_trip_stop(tmp_path):
         assert _mqtt_connack(r.mqtt_port) == b"\x20\x02\x00\x00"
 
         assert r.rss_peak_bytes() > 20 * 1024 * 1024
-        assert "Server startup complete" in r.log_tail(400) or "started TCP listener" in r.log_tail(400)
+        # RabbitMQ writes its log asynchronously: the broker already answers (above) before the
+        # startup lines necessarily reach the file, so give them a moment.
+        deadline = time.monotonic() + 15
+        while not ("Server startup complete" in r.log_tail(400) or "started TCP listener" in r.log_tail(400)):
+            assert time.monotonic() < deadline, f"no startup line in the log:\n{r.log_tail(40)}"
+            time.sleep(0.2)
     assert not r.running
     for p in [psutil.Process(pid) if psutil.pid_exists(pid) else None, *helpers]:
         assert p is None or not p.is_running() or p.status() == psutil.STATUS_ZOMBIE, p
