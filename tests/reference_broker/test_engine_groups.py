@@ -1,5 +1,5 @@
 """Message grouping on queues, checked against the Artemis user manual's "Message Grouping"
-chapter (/work/shared/spec/artemis-message-grouping.md, cited below as AMG and its section)."""
+chapter (../shared/spec/artemis-message-grouping.md, cited below as AMG and its section)."""
 
 from __future__ import annotations
 

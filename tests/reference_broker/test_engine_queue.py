@@ -5,7 +5,7 @@ selectors and expiry.
 Spec IDs here are ENG-* (proposed for the catalogue). Where a rule comes from a documented
 broker default, the docstring names it; the reference documents are ActiveMQ Classic's (JMS
 semantics, RedeliveryPolicy / DeadLetterStrategy defaults) as summarised in
-reference_broker/config.py and /work/shared/DESIGN.md.
+reference_broker/config.py and ../shared/DESIGN.md.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Slow consumers on non-durable topics, checked against ActiveMQ Classic's "Slow Consumer
-Handling" page (/work/shared/spec/activemq-classic-slow-consumer-handling.md, cited below as
+Handling" page (../shared/spec/activemq-classic-slow-consumer-handling.md, cited below as
 SCH and its section)."""
 
 from __future__ import annotations
