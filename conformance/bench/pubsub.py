@@ -24,6 +24,7 @@ from typing import Callable
 
 from ..targets.activemq import ActiveMQProcess, activemq_mqtt_available
 from ..targets.mosquitto import MosquittoProcess, mosquitto_available
+from ..targets.process import free_ports, peak_rss
 from ..targets.rabbitmq import RabbitMQProcess, rabbitmq_available
 from ..targets.reference import ReferenceBrokerProcess
 from .amqp_load import run_amqp_load
@@ -57,18 +58,12 @@ class TargetResult:
 # ---------------------------------------------------------------- amqtt (optional peer)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class AmqttProcess:
     """amqtt's broker (`amqtt` command from PyPI), only if the user installed it."""
 
     def __init__(self, workdir: Path) -> None:
         self.workdir = workdir
-        self.mqtt_port = _free_port()
+        self.mqtt_port = free_ports(1)[0]
         self.proc: subprocess.Popen | None = None
 
     @property
@@ -97,13 +92,7 @@ class AmqttProcess:
         raise RuntimeError("amqtt did not listen in time")
 
     def rss_peak_bytes(self) -> int:
-        try:
-            for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-        except OSError:
-            pass
-        return 0
+        return peak_rss(self.pid) if self.proc is not None and self.proc.poll() is None else 0
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

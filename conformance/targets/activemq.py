@@ -35,13 +35,14 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import time
 import weakref
 from pathlib import Path
 from xml.sax.saxutils import quoteattr
+
+from .process import free_ports, kill_group, peak_rss, stop_group, tail_files
 
 __all__ = [
     "ActiveMQNotInstalled",
@@ -160,28 +161,7 @@ def activemq_mqtt_available() -> tuple[bool, str]:
 # --------------------------------------------------------------------------- helpers
 
 
-def _free_ports(n: int) -> list[int]:
-    """n distinct free TCP ports on 127.0.0.1 (held open together so they differ)."""
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    """Finalizer: SIGKILL a still-running broker group (never a reaped PID)."""
-    try:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
-    except (ProcessLookupError, PermissionError, subprocess.TimeoutExpired, OSError):
-        pass
 
 
 def _stomp_handshake(port: int, timeout: float) -> tuple[bool, str]:
@@ -455,7 +435,7 @@ class ActiveMQProcess:
 
     def _start_once(self, deadline: float, keep_ports: bool = False) -> None:
         if not keep_ports:
-            ports = _free_ports(3)
+            ports = free_ports(3)
             self.stomp_port = ports[0] if self.stomp else 0
             self.openwire_port = ports[1] if self.openwire else 0
             self.mqtt_port = ports[2] if self.mqtt else None
@@ -476,7 +456,7 @@ class ActiveMQProcess:
             close_fds=True,
         )
         self.pid = self._proc.pid
-        self._finalizer = weakref.finalize(self, _kill_group, self._proc)
+        self._finalizer = weakref.finalize(self, kill_group, self._proc)
         try:
             self._wait_ready(deadline)
         except BaseException:
@@ -513,19 +493,7 @@ class ActiveMQProcess:
             return
         if proc.poll() is None:
             self._sample_rss()
-            try:
-                os.killpg(proc.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-            try:
-                proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                try:
-                    # the leader is not reaped yet, so this group id cannot have been reused
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                proc.wait(timeout=30)
+            stop_group(proc, timeout)
         if self._finalizer is not None:
             self._finalizer.detach()
             self._finalizer = None
@@ -540,21 +508,8 @@ class ActiveMQProcess:
 
     # ----------------------------------------------------------------- observation
     def _sample_rss(self) -> int:
-        if self._proc is None or self._proc.poll() is not None:
-            return self._rss_peak
-        try:
-            with open(f"/proc/{self.pid}/status", "rb") as f:
-                for line in f:
-                    if line.startswith(b"VmHWM:"):
-                        self._rss_peak = max(self._rss_peak, int(line.split()[1]) * 1024)
-                        break
-        except (OSError, ValueError):
-            try:
-                import psutil
-
-                self._rss_peak = max(self._rss_peak, psutil.Process(self.pid).memory_info().rss)
-            except Exception:
-                pass
+        if self._proc is not None and self._proc.poll() is None:
+            self._rss_peak = max(self._rss_peak, peak_rss(self.pid))
         return self._rss_peak
 
     def rss_peak_bytes(self) -> int:
@@ -562,15 +517,7 @@ class ActiveMQProcess:
         return self._sample_rss()
 
     def log_tail(self, lines: int = 50) -> str:
-        try:
-            with open(self.log_path, "rb") as f:
-                f.seek(0, os.SEEK_END)
-                size = f.tell()
-                f.seek(max(0, size - max(65536, lines * 400)))
-                data = f.read()
-        except OSError:
-            return ""
-        return "\n".join(data.decode("utf-8", "replace").splitlines()[-lines:])
+        return tail_files([self.log_path], lines)
 
     def _failure_report(self, tail: int = 40) -> str:
         """Key error lines of the log (deduplicated) plus its tail without Java stack frames."""

@@ -38,12 +38,13 @@ import os
 import pwd
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import time
 import weakref
 from pathlib import Path
+
+from .process import free_ports, kill_group, peak_rss, stop_group, tail_files
 
 __all__ = [
     "MosquittoNotInstalled",
@@ -87,20 +88,6 @@ def mosquitto_available() -> tuple[bool, str]:
 # --------------------------------------------------------------------------- helpers
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    """Finalizer: SIGKILL a still-running broker group (never a reaped PID)."""
-    try:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
-    except (ProcessLookupError, PermissionError, subprocess.TimeoutExpired, OSError):
-        pass
 
 
 #: MQTT 3.1.1 CONNECT: clean session, keep-alive 0, client id "brokerconf-ready"
@@ -242,7 +229,7 @@ class MosquittoProcess:
 
     def _start_once(self, deadline: float, keep_port: bool) -> None:
         if not keep_port:
-            self.mqtt_port = _free_port()
+            self.mqtt_port = free_ports(1)[0]
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.config_path.write_text(self.render_config(), encoding="utf-8")
         self.command = self.build_command()
@@ -260,7 +247,7 @@ class MosquittoProcess:
             close_fds=True,
         )
         self.pid = self._proc.pid
-        self._finalizer = weakref.finalize(self, _kill_group, self._proc)
+        self._finalizer = weakref.finalize(self, kill_group, self._proc)
         try:
             self._wait_ready(deadline)
         except BaseException:
@@ -291,18 +278,7 @@ class MosquittoProcess:
             return
         if proc.poll() is None:
             self._sample_rss()
-            try:
-                os.killpg(proc.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-            try:
-                proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)  # leader not reaped yet: pgid not reused
-                except ProcessLookupError:
-                    pass
-                proc.wait(timeout=30)
+            stop_group(proc, timeout)
         if self._finalizer is not None:
             self._finalizer.detach()
             self._finalizer = None
@@ -317,21 +293,8 @@ class MosquittoProcess:
 
     # ----------------------------------------------------------------- observation
     def _sample_rss(self) -> int:
-        if self._proc is None or self._proc.poll() is not None:
-            return self._rss_peak
-        try:
-            with open(f"/proc/{self.pid}/status", "rb") as f:
-                for line in f:
-                    if line.startswith(b"VmHWM:"):
-                        self._rss_peak = max(self._rss_peak, int(line.split()[1]) * 1024)
-                        break
-        except (OSError, ValueError):
-            try:
-                import psutil
-
-                self._rss_peak = max(self._rss_peak, psutil.Process(self.pid).memory_info().rss)
-            except Exception:
-                pass
+        if self._proc is not None and self._proc.poll() is None:
+            self._rss_peak = max(self._rss_peak, peak_rss(self.pid))
         return self._rss_peak
 
     def rss_peak_bytes(self) -> int:
@@ -340,19 +303,7 @@ class MosquittoProcess:
 
     def log_tail(self, lines: int = 50) -> str:
         """Last lines of the broker log (plus anything it printed to stdout/stderr)."""
-        parts = []
-        for path in (self.stdout_path, self.log_path):
-            try:
-                with open(path, "rb") as f:
-                    f.seek(0, os.SEEK_END)
-                    size = f.tell()
-                    f.seek(max(0, size - max(65536, lines * 300)))
-                    text = f.read().decode("utf-8", "replace").strip()
-            except OSError:
-                continue
-            if text:
-                parts.append(text)
-        return "\n".join("\n".join(parts).splitlines()[-lines:])
+        return tail_files([self.stdout_path, self.log_path], lines, bytes_per_line=300)
 
     def _failure_report(self) -> str:
         return f"config {self.config_path}, log {self.log_path}:\n{self.log_tail(40) or '(empty log)'}"

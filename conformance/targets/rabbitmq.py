@@ -65,13 +65,14 @@ import os
 import re
 import secrets
 import shutil
-import signal
 import socket
 import struct
 import subprocess
 import time
 import weakref
 from pathlib import Path
+
+from .process import free_ports, kill_group, peak_rss, stop_group, tail_files
 
 __all__ = [
     "RabbitMQNotInstalled",
@@ -142,27 +143,6 @@ def rabbitmq_available(*, amqp10: bool = True, stomp: bool = False, mqtt: bool =
 # --------------------------------------------------------------------------- helpers
 
 
-def _free_ports(n: int) -> list[int]:
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    """Finalizer: SIGKILL a still-running process group (never a reaped PID)."""
-    try:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
-    except (ProcessLookupError, PermissionError, subprocess.TimeoutExpired, OSError):
-        pass
 
 
 def _amqp091_handshake(port: int, timeout: float) -> tuple[bool, str]:
@@ -404,7 +384,7 @@ class RabbitMQProcess:
 
     def _start_once(self, deadline: float, keep_ports: bool) -> None:
         if not keep_ports:
-            ports = _free_ports(5)
+            ports = free_ports(5)
             self.amqp_port, self.dist_port, self.epmd_port = ports[0], ports[1], ports[2]
             self.stomp_port = ports[3] if self.stomp else None
             self.mqtt_port = ports[4] if self.mqtt else None
@@ -429,7 +409,7 @@ class RabbitMQProcess:
                 close_fds=True,
             )
             self.pid = self._proc.pid
-            self._finalizers.append(weakref.finalize(self, _kill_group, self._proc))
+            self._finalizers.append(weakref.finalize(self, kill_group, self._proc))
             self._wait_ready(deadline)
         except BaseException:
             self.stop()
@@ -446,7 +426,7 @@ class RabbitMQProcess:
             stdout=self._out_fh, stderr=subprocess.STDOUT, start_new_session=True, close_fds=True,
         )
         self.epmd_pid = self._epmd.pid
-        self._finalizers.append(weakref.finalize(self, _kill_group, self._epmd))
+        self._finalizers.append(weakref.finalize(self, kill_group, self._epmd))
         while True:
             if self._epmd.poll() is not None:
                 raise RabbitMQStartError(
@@ -538,18 +518,7 @@ class RabbitMQProcess:
             if proc.poll() is None:
                 self._sample_rss()
                 helpers = self._descendants()
-                try:
-                    os.killpg(proc.pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
-                try:
-                    proc.wait(timeout=timeout)
-                except subprocess.TimeoutExpired:
-                    try:
-                        os.killpg(proc.pid, signal.SIGKILL)  # leader not reaped yet: pgid not reused
-                    except ProcessLookupError:
-                        pass
-                    proc.wait(timeout=30)
+                stop_group(proc, timeout)
             self._reap_helpers(helpers)
         if self.epmd_port and self.nodename:
             try:
@@ -619,16 +588,8 @@ class RabbitMQProcess:
     # ----------------------------------------------------------------- observation
     def _sample_rss(self) -> int:
         pid = self.beam_pid
-        if not pid or self._proc is None or self._proc.poll() is not None:
-            return self._rss_peak
-        try:
-            with open(f"/proc/{pid}/status", "rb") as f:
-                for line in f:
-                    if line.startswith(b"VmHWM:"):
-                        self._rss_peak = max(self._rss_peak, int(line.split()[1]) * 1024)
-                        break
-        except (OSError, ValueError):
-            pass
+        if pid and self._proc is not None and self._proc.poll() is None:
+            self._rss_peak = max(self._rss_peak, peak_rss(pid))
         return self._rss_peak
 
     def rss_peak_bytes(self) -> int:
@@ -637,19 +598,7 @@ class RabbitMQProcess:
 
     def log_tail(self, lines: int = 50) -> str:
         """Last lines of the node's log, after what the start script printed to stdout."""
-        parts = []
-        for path in (self.stdout_path, self.log_path):
-            try:
-                with open(path, "rb") as f:
-                    f.seek(0, os.SEEK_END)
-                    size = f.tell()
-                    f.seek(max(0, size - max(65536, lines * 400)))
-                    text = f.read().decode("utf-8", "replace").strip()
-            except OSError:
-                continue
-            if text:
-                parts.append(text)
-        return "\n".join("\n".join(parts).splitlines()[-lines:])
+        return tail_files([self.stdout_path, self.log_path], lines)
 
     def _failure_report(self, tail: int = 40) -> str:
         """The first distinct error messages (the cause comes first; crash reports follow)

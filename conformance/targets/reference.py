@@ -12,6 +12,8 @@ import time
 from collections import deque
 from pathlib import Path
 
+from .process import peak_rss
+
 _READY = re.compile(r"reference broker '.*' ready: (.*)$")
 _SOURCE_ROOT = Path(__file__).resolve().parents[2]
 
@@ -115,15 +117,7 @@ class ReferenceBrokerProcess:
         """Peak resident set size (VmHWM) of the broker process."""
         if self.proc is None or self.proc.poll() is not None:
             return 0
-        try:
-            for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-        except OSError:
-            pass
-        import psutil
-
-        return psutil.Process(self.proc.pid).memory_info().rss
+        return peak_rss(self.proc.pid)
 
     def kill(self) -> None:
         """SIGKILL: a crash, for durability tests."""

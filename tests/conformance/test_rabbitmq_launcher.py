@@ -72,7 +72,7 @@ def test_stray_epmd_of_our_node_is_found_and_stopped():
     epmd = rmq_mod._find_epmd()
     if epmd is None:
         pytest.skip(rabbitmq_available()[1] or "epmd not installed")
-    port = rmq_mod._free_ports(1)[0]
+    port = rmq_mod.free_ports(1)[0]
     node = f"stray-test-{os.getpid()}@localhost"
     env = {**os.environ, "ERL_EPMD_PORT": str(port), "RABBITMQ_NODENAME": node}
     subprocess.run([epmd, "-daemon", "-address", "127.0.0.1"], env=env, check=True, timeout=10)

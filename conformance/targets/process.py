@@ -1,0 +1,85 @@
+"""Process plumbing every broker launcher needs: free loopback ports, stopping a broker's own
+process group by its leader's PID (never by name), peak RSS, and the tail of its log files."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+from pathlib import Path
+
+
+def free_ports(n: int) -> list[int]:
+    """n distinct free TCP ports on 127.0.0.1 (held open together so they differ)."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    """Finalizer: SIGKILL a still-running broker group (never a reaped PID)."""
+    try:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+    except (ProcessLookupError, PermissionError, subprocess.TimeoutExpired, OSError):
+        pass
+
+
+def stop_group(proc: subprocess.Popen, timeout: float) -> None:
+    """SIGTERM the process group led by `proc`, wait up to `timeout`, then SIGKILL it."""
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # leader not reaped yet: its pgid is not reused
+        except ProcessLookupError:
+            pass
+        proc.wait(timeout=30)
+
+
+def peak_rss(pid: int) -> int:
+    """Peak resident set size (VmHWM) of a live process in bytes; 0 if it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    try:
+        import psutil
+
+        return psutil.Process(pid).memory_info().rss
+    except Exception:  # noqa: BLE001 - gone or not ours: nothing to report
+        return 0
+
+
+def tail_files(paths, lines: int, bytes_per_line: int = 400) -> str:
+    """The last `lines` lines of the given files read in order (missing files are skipped)."""
+    parts = []
+    for path in paths:
+        try:
+            with open(Path(path), "rb") as f:
+                f.seek(0, os.SEEK_END)
+                f.seek(max(0, f.tell() - max(65536, lines * bytes_per_line)))
+                text = f.read().decode("utf-8", "replace").strip()
+        except OSError:
+            continue
+        if text:
+            parts.append(text)
+    return "\n".join("\n".join(parts).splitlines()[-lines:])
