@@ -15,6 +15,7 @@ never half-applied.
 from __future__ import annotations
 
 import difflib
+import json
 import tomllib
 from pathlib import Path
 from typing import Annotated, Literal, Union
@@ -337,13 +338,17 @@ def build_config(data: dict) -> BrokerConfig:
 
 
 def load_config(path: str | Path) -> BrokerConfig:
+    """Read a TOML configuration file (or JSON, by its `.json` suffix: what launchers generate)."""
     path = Path(path)
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+        data = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
     except FileNotFoundError:
         raise ConfigError(f"configuration file not found: {path}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path}: not valid JSON: {exc}") from None
     try:
         return build_config(data)
     except ConfigError as exc:

@@ -1,0 +1,188 @@
+"""The conformance matrix: target x spec ID -> passed / failed / known deviation / not applicable.
+
+Each test run (one test on one target, one protocol) is a `TestRecord`; a statement's outcome on a
+target merges the records of every test tied to it: *failed* (or *error*: the target could not
+start) beats *known deviation* beats *passed* beats *not applicable*, so one failing test is
+never hidden by others passing. Per target the summary counts the catalogued statements that
+apply to it, how many were checked (ran to a verdict) and how many passed.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+
+OUTCOMES = ("failed", "error", "known deviation", "passed", "not applicable")
+_RANK = {name: rank for rank, name in enumerate(OUTCOMES)}
+CHECKED = ("failed", "error", "known deviation", "passed")
+
+
+@dataclass
+class TestRecord:
+    nodeid: str
+    target: str
+    protocol: str
+    specs: list[str]
+    outcome: str
+    reason: str = ""
+    seconds: float = 0.0
+
+    @classmethod
+    def from_report(cls, nodeid: str, target: str, protocol: str, specs: list[str], report,
+                    not_applicable_prefix: str) -> "TestRecord | None":
+        """The record for one phase's report, or None when the phase settles nothing new."""
+        reason = ""
+        if report.when == "setup":
+            if report.passed:
+                return None
+            if report.skipped:
+                outcome, reason = _skip_outcome(report, not_applicable_prefix)
+            else:
+                outcome, reason = "error", _first_line(report)
+        elif report.when == "call":
+            if hasattr(report, "wasxfail"):
+                # strict xfail that failed as expected: the known deviation reproduced
+                outcome = "known deviation" if report.skipped else "failed"
+                reason = report.wasxfail
+            elif report.skipped:
+                outcome, reason = _skip_outcome(report, not_applicable_prefix)
+            else:
+                outcome = report.outcome
+                if report.failed:
+                    reason = _first_line(report)
+        else:  # teardown: only a failure there changes the verdict
+            if not report.failed:
+                return None
+            outcome, reason = "failed", "teardown: " + _first_line(report)
+        return cls(nodeid, target, protocol, list(specs), outcome, reason, round(report.duration, 3))
+
+
+def _skip_outcome(report, prefix: str) -> tuple[str, str]:
+    longrepr = report.longrepr
+    message = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+    message = message.removeprefix("Skipped: ")
+    # Only skips the plugin (or a suite) gave a reason for count as not applicable; any other
+    # skip is reported as not applicable too, but with its raw message so nobody mistakes it.
+    return "not applicable", message.removeprefix(prefix)
+
+
+def _first_line(report) -> str:
+    text = getattr(report, "longreprtext", "") or str(report.longrepr)
+    # The assertion line (with the spec ID in its message) is the most useful single line.
+    for line in text.splitlines():
+        if line.startswith("E "):
+            return line[1:].strip()[:500]
+    return text.strip().splitlines()[-1][:500] if text.strip() else ""
+
+
+@dataclass
+class TargetInfo:
+    name: str
+    kind: str
+    launch: str
+    available: bool
+    reason: str = ""
+    capabilities: list[str] = field(default_factory=list)
+    start_error: str = ""
+
+
+class ConformanceResults:
+    def __init__(self, catalogue: dict) -> None:
+        self.catalogue = catalogue
+        self.targets: dict[str, TargetInfo] = {}
+        self.records: list[TestRecord] = []
+        self.started = time.time()
+
+    def add_target(self, name: str, *, kind: str, launch: str, available: bool, reason: str = "",
+                   capabilities: list[str] | None = None) -> None:
+        self.targets[name] = TargetInfo(name, kind, launch, available, reason, capabilities or [])
+
+    def note_launch(self, name: str, launch: str) -> None:
+        if name in self.targets:
+            self.targets[name].launch = launch
+
+    def target_failed(self, name: str, error: str) -> None:
+        if name in self.targets:
+            self.targets[name].start_error = error
+
+    def record(self, record: TestRecord | None) -> None:
+        if record is None:
+            return
+        # A later phase (teardown failure) overrides an earlier verdict of the same test.
+        for n, existing in enumerate(self.records):
+            if existing.nodeid == record.nodeid:
+                if _RANK[record.outcome] <= _RANK[existing.outcome]:
+                    self.records[n] = record
+                return
+        self.records.append(record)
+
+    def has_records(self) -> bool:
+        return bool(self.records)
+
+    def cell(self, target: str, spec: str) -> dict:
+        records = [r for r in self.records if r.target == target and spec in r.specs]
+        applies = self._applies(target, spec)
+        if not records:
+            return {"outcome": "not checked" if applies else "not applicable",
+                    "reason": "" if applies else self._documented_for(spec), "tests": []}
+        if not applies:
+            outcome = "not applicable"
+            reason = self._documented_for(spec)
+        else:
+            worst = min(records, key=lambda r: _RANK[r.outcome])
+            outcome, reason = worst.outcome, worst.reason
+        return {"outcome": outcome, "reason": reason,
+                "tests": [{"nodeid": r.nodeid, "protocol": r.protocol, "outcome": r.outcome, "reason": r.reason,
+                           "seconds": r.seconds} for r in records]}
+
+    def _applies(self, target: str, spec: str) -> bool:
+        info = self.targets.get(target)
+        return info is not None and self.catalogue[spec].applies(info.kind)
+
+    def _documented_for(self, spec: str) -> str:
+        return f"documented for {', '.join(sorted(self.catalogue[spec].applies_to))}"
+
+    def summary(self, target: str) -> dict:
+        cells = {spec: self.cell(target, spec) for spec in self.catalogue}
+        applicable = [s for s in self.catalogue if self._applies(target, s)]
+        counts = {o: sum(1 for s in applicable if cells[s]["outcome"] == o)
+                  for o in (*OUTCOMES, "not checked")}
+        return {
+            "listed": len(self.catalogue),
+            "applicable": len(applicable),
+            "checked": sum(counts[o] for o in CHECKED),
+            "passed": counts["passed"],
+            "failed": counts["failed"] + counts["error"],
+            "known_deviation": counts["known deviation"],
+            "not_applicable": len(self.catalogue) - len(applicable) + counts["not applicable"],
+            "not_checked": counts["not checked"],
+        }
+
+    def to_json(self) -> dict:
+        return {
+            "generated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "targets": {name: asdict(info) for name, info in self.targets.items()},
+            "catalogue": {
+                s.id: {"document": s.document, "section": s.section, "paraphrase": s.paraphrase,
+                       "applies_to": sorted(s.applies_to), "note": s.note}
+                for s in self.catalogue.values()
+            },
+            "matrix": {t: {spec: self.cell(t, spec) for spec in self.catalogue} for t in self.targets},
+            "summary": {t: self.summary(t) for t in self.targets},
+            "tests": [asdict(r) for r in self.records],
+        }
+
+    def summary_lines(self) -> list[str]:
+        lines = []
+        for name, info in self.targets.items():
+            if not info.available:
+                lines.append(f"{name}: not available: {info.reason}")
+                continue
+            s = self.summary(name)
+            line = (f"{name} ({info.kind}, {info.launch}): {s['checked']}/{s['applicable']} applicable statements "
+                    f"checked, {s['passed']} passed, {s['failed']} failed, {s['known_deviation']} known deviations, "
+                    f"{s['not_checked']} not checked; {s['not_applicable']} of {s['listed']} not applicable")
+            lines.append(line)
+            if info.start_error:
+                lines.append(f"  could not start: {info.start_error.splitlines()[0]}")
+        return lines

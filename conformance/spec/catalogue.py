@@ -1,0 +1,92 @@
+"""The spec catalogue: every checkable statement of the documents, with a stable ID.
+
+One TOML file per document in this directory::
+
+    document = "artemis-message-grouping.md"       # file in ../shared/spec/, or "core" rules
+    title = "Artemis message grouping"
+
+    [[statement]]
+    id = "GRP-PIN-1"                                # stable; used in test markers and reports
+    section = "Message Grouping"                    # the heading it comes from
+    paraphrase = "..."                              # our own words, never the document's
+    applies_to = ["reference", "artemis", "activemq"]   # target kinds the rule is claimed for
+    note = "..."                                    # optional: caveats, Classic differences
+
+A test ties itself to statements with ``@pytest.mark.spec("GRP-PIN-1", ...)``; the plugin
+refuses IDs that are not catalogued, and the report shows per target how many catalogued
+statements were checked and how many passed.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+CATALOGUE_DIR = Path(__file__).resolve().parent
+ID_PATTERN = re.compile(r"^[A-Z][A-Z0-9]*(-[A-Z0-9]+)*-[0-9]+$")
+KNOWN_KINDS = frozenset({"reference", "activemq", "artemis", "rabbitmq", "mosquitto"})
+
+
+class CatalogueError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Statement:
+    id: str
+    document: str
+    title: str
+    section: str
+    paraphrase: str
+    applies_to: frozenset[str]
+    note: str = ""
+
+    def applies(self, kind: str) -> bool:
+        # An external broker is checked against every rule: the user chose to point us at it.
+        return kind == "external" or kind in self.applies_to
+
+    def citation(self) -> str:
+        return f"{self.document}, \u00a7 {self.section}"
+
+
+def _load_file(path: Path) -> list[Statement]:
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise CatalogueError(f"{path.name}: not valid TOML: {exc}") from None
+    document, title = data.get("document"), data.get("title", "")
+    if not document:
+        raise CatalogueError(f"{path.name}: missing top-level 'document'")
+    out = []
+    for n, raw in enumerate(data.get("statement", []), 1):
+        where = f"{path.name}: statement #{n}"
+        unknown = set(raw) - {"id", "section", "paraphrase", "applies_to", "note"}
+        if unknown:
+            raise CatalogueError(f"{where}: unknown key(s) {sorted(unknown)}")
+        for key in ("id", "section", "paraphrase", "applies_to"):
+            if not raw.get(key):
+                raise CatalogueError(f"{where}: missing {key!r}")
+        if not ID_PATTERN.match(raw["id"]):
+            raise CatalogueError(f"{where}: id {raw['id']!r} is not like 'GRP-PIN-1'")
+        kinds = frozenset(raw["applies_to"])
+        if kinds - KNOWN_KINDS:
+            raise CatalogueError(f"{where} ({raw['id']}): unknown target kind(s) {sorted(kinds - KNOWN_KINDS)}")
+        out.append(Statement(raw["id"], document, title, raw["section"], raw["paraphrase"].strip(),
+                             kinds, raw.get("note", "").strip()))
+    return out
+
+
+@lru_cache(maxsize=None)
+def load_catalogue(directory: Path = CATALOGUE_DIR) -> dict[str, Statement]:
+    """Every statement of every ``*.toml`` in ``directory``, by ID; duplicate IDs are an error."""
+    statements: dict[str, Statement] = {}
+    for path in sorted(directory.glob("*.toml")):
+        for statement in _load_file(path):
+            if statement.id in statements:
+                raise CatalogueError(f"{path.name}: duplicate id {statement.id} "
+                                     f"(also in {statements[statement.id].document})")
+            statements[statement.id] = statement
+    return statements

@@ -1,0 +1,166 @@
+"""Target names -> targets: the built-in ones and those of a user's targets file.
+
+Built-in names: ``reference`` (in-process), ``reference:process``, ``activemq``, ``rabbitmq``,
+``mosquitto``, ``artemis`` (reported unavailable here: it needs a container image).
+
+A targets file (``--targets-file``, TOML) names brokers that are already running::
+
+    [target.staging-amq]
+    kind = "activemq"          # whose documented rules apply (reference, activemq, artemis, ...)
+    host = "127.0.0.1"
+    stomp = 61613              # a port per protocol it speaks
+    mqtt = 1883
+    login = "admin"            # optional credentials
+    passcode = "admin"
+    capabilities = ["groups", "transactions"]   # features you vouch for (protocol.* come from the ports)
+
+An external broker is never configured by the harness, so tests needing a scenario's policies are
+not applicable to it, and its counters cannot be read.
+"""
+
+from __future__ import annotations
+
+import difflib
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from conformance.scenario import Scenario
+from conformance.targets.base import CAPABILITIES, DestinationCounters, SubscriptionCounters, Target, TargetUnavailable
+
+BUILTIN = ("reference", "reference:process", "activemq", "rabbitmq", "mosquitto", "artemis")
+
+
+class UnknownTarget(ValueError):
+    pass
+
+
+class ArtemisTarget:
+    """Placeholder with the reason: Artemis runs only as a container (a later issue), and no
+    Artemis distribution or image can be fetched on this machine."""
+
+    name = kind = "artemis"
+
+    def availability(self) -> tuple[bool, str]:
+        return False, ("ActiveMQ Artemis is container-only and no apache/activemq-artemis image or "
+                       "distribution is available here")
+
+    def capabilities(self) -> frozenset[str]:
+        return frozenset()
+
+    def launch(self, scenario: Scenario, workdir: Path):
+        raise TargetUnavailable(self.availability()[1])
+
+
+@dataclass
+class ExternalHandle:
+    target: str
+    kind: str
+    host: str
+    ports: dict[str, int]
+    capabilities: frozenset[str]
+    scenario: Scenario
+    credentials: tuple[str | None, str | None]
+    launch: str = "external"
+
+    def config_text(self) -> str:
+        return f"# external broker {self.target}: configured by its owner, not by brokerconf"
+
+    def log_tail(self, lines: int = 80) -> str:
+        return f"(external broker {self.target}: its log is not available to the harness)"
+
+    def subscription_counters(self, destination: str) -> list[SubscriptionCounters]:
+        raise TargetUnavailable(f"{self.target}: counters of an external broker cannot be read")
+
+    def destination_counters(self, destination: str) -> DestinationCounters | None:
+        raise TargetUnavailable(f"{self.target}: counters of an external broker cannot be read")
+
+    def stop(self) -> None:
+        pass  # not ours to stop
+
+
+@dataclass
+class ExternalTarget:
+    name: str
+    kind: str
+    host: str
+    ports: dict[str, int]
+    declared: frozenset[str]
+    credentials: tuple[str | None, str | None]
+
+    def availability(self) -> tuple[bool, str]:
+        return True, ""
+
+    def capabilities(self) -> frozenset[str]:
+        return self.declared | {f"protocol.{p}" for p in self.ports}
+
+    def launch(self, scenario: Scenario, workdir: Path) -> ExternalHandle:
+        return ExternalHandle(self.name, self.kind, self.host, dict(self.ports), self.capabilities(), scenario,
+                              self.credentials)
+
+
+def load_targets_file(path: Path) -> dict[str, ExternalTarget]:
+    try:
+        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UnknownTarget(f"targets file not found: {path}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise UnknownTarget(f"{path}: not valid TOML: {exc}") from None
+    targets = {}
+    for name, raw in data.get("target", {}).items():
+        where = f"{path}: [target.{name}]"
+        allowed = {"kind", "host", "stomp", "mqtt", "amqp", "login", "passcode", "capabilities"}
+        unknown = set(raw) - allowed
+        if unknown:
+            bad = sorted(unknown)[0]
+            hint = difflib.get_close_matches(bad, allowed, n=1)
+            raise UnknownTarget(f"{where}: unknown key {bad!r}" + (f"; did you mean {hint[0]!r}?" if hint else ""))
+        ports = {p: raw[p] for p in ("stomp", "mqtt", "amqp") if p in raw}
+        if not ports:
+            raise UnknownTarget(f"{where}: give at least one port (stomp, mqtt or amqp)")
+        for protocol, port in ports.items():
+            if not isinstance(port, int) or not 0 < port < 65536:
+                raise UnknownTarget(f"{where}: {protocol} must be a port number, got {port!r}")
+        declared = frozenset(raw.get("capabilities", []))
+        bad_caps = sorted(c for c in declared if c not in CAPABILITIES)
+        if bad_caps:
+            raise UnknownTarget(f"{where}: unknown capabilities {bad_caps} (known: {sorted(CAPABILITIES)})")
+        targets[name] = ExternalTarget(name, raw.get("kind", "external"), raw.get("host", "127.0.0.1"), ports,
+                                       declared - {"scenario.policies", "counters.subscription",
+                                                   "counters.destination", "process.kill"},
+                                       (raw.get("login"), raw.get("passcode")))
+    return targets
+
+
+def builtin_target(name: str) -> Target:
+    if name == "reference":
+        from conformance.targets.reference_target import ReferenceTarget
+        return ReferenceTarget()
+    if name == "reference:process":
+        from conformance.targets.reference_target import ReferenceTarget
+        return ReferenceTarget(name="reference:process", launch="process")
+    if name == "activemq":
+        from conformance.targets.activemq_target import ActiveMQTarget
+        return ActiveMQTarget()
+    if name == "rabbitmq":
+        from conformance.targets.peer_targets import RabbitMQTarget
+        return RabbitMQTarget()
+    if name == "mosquitto":
+        from conformance.targets.peer_targets import MosquittoTarget
+        return MosquittoTarget()
+    if name == "artemis":
+        return ArtemisTarget()
+    raise UnknownTarget(name)
+
+
+def resolve(name: str, external: dict[str, ExternalTarget] | None = None) -> Target:
+    """The target called ``name``; UnknownTarget says which names exist (with a did-you-mean)."""
+    external = external or {}
+    if name in external:
+        return external[name]
+    if name in BUILTIN:
+        return builtin_target(name)
+    known = [*BUILTIN, *external]
+    hint = difflib.get_close_matches(name, known, n=1)
+    raise UnknownTarget(f"unknown target {name!r}" + (f"; did you mean {hint[0]!r}?" if hint else "")
+                        + f" (known: {', '.join(known)})")

@@ -1,0 +1,173 @@
+"""The conformance plugin, exercised on small literal suites with pytester: targets and their
+parametrization, not-applicable reasons, strict xfails from known deviations, the matrix JSON,
+and evidence attached to failures."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+
+pytest_plugins = ["pytester"]
+
+CATALOGUE = """
+document = "toy.md"
+title = "Toy rules"
+
+[[statement]]
+id = "TOY-SEND-1"
+section = "Sending"
+paraphrase = "A broker accepts a connection."
+applies_to = ["reference", "activemq"]
+
+[[statement]]
+id = "TOY-ART-1"
+section = "Artemis only"
+paraphrase = "Something only Artemis documents."
+applies_to = ["artemis"]
+
+[[statement]]
+id = "TOY-BROKEN-1"
+section = "Broken"
+paraphrase = "A rule the toy test breaks on purpose."
+applies_to = ["reference"]
+"""
+
+
+@pytest.fixture
+def toy(pytester: pytest.Pytester):
+    spec = pytester.mkdir("spec")
+    (spec / "toy.toml").write_text(CATALOGUE)
+    pytester.mkdir("deviations")
+    return pytester
+
+
+def run(pytester: pytest.Pytester, *args: str):
+    matrix = pytester.path / "matrix.json"
+    # A subprocess: the in-process broker imports proton, whose cffi module cannot be imported twice.
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--spec-catalogue", str(pytester.path / "spec"),
+                                "--known-deviations", str(pytester.path / "deviations"),
+                                "--conformance-matrix", str(matrix), "-rs", *args)
+    data = json.loads(matrix.read_text()) if matrix.exists() else None
+    return result, data
+
+
+def test_outcomes_reach_the_matrix_with_reasons(toy: pytest.Pytester) -> None:
+    toy.makepyfile(test_toy=textwrap.dedent("""
+        import socket, pytest
+
+        @pytest.mark.spec("TOY-SEND-1")
+        def test_accepts(broker):
+            with socket.create_connection((broker.host, broker.ports["stomp"]), timeout=5):
+                pass
+
+        @pytest.mark.spec("TOY-ART-1")
+        def test_artemis_only(broker):
+            raise AssertionError("must not run on the reference broker")
+
+        @pytest.mark.spec("TOY-SEND-1")
+        @pytest.mark.requires("process.kill")
+        def test_needs_kill(broker):
+            raise AssertionError("must not run in-process")
+
+        @pytest.mark.spec("TOY-BROKEN-1")
+        def test_broken(broker):
+            assert 1 == 2, "TOY-BROKEN-1: deliberately broken"
+    """))
+    result, data = run(toy, "--target", "reference")
+    result.assert_outcomes(passed=1, failed=1, skipped=2)
+    result.stdout.fnmatch_lines(["*not applicable: TOY-ART-1 documented for artemis, not reference*",
+                                 "*not applicable: reference lacks process.kill*"])
+    cells = data["matrix"]["reference"]
+    assert cells["TOY-SEND-1"]["outcome"] == "passed"  # one pass, one not-applicable test
+    assert cells["TOY-BROKEN-1"]["outcome"] == "failed"
+    assert "TOY-BROKEN-1: deliberately broken" in cells["TOY-BROKEN-1"]["reason"]
+    assert cells["TOY-ART-1"]["outcome"] == "not applicable"
+    summary = data["summary"]["reference"]
+    assert (summary["listed"], summary["applicable"], summary["checked"], summary["passed"], summary["failed"]) == (3, 2, 2, 1, 1)
+    # the failure carries the broker's generated configuration as evidence
+    result.stdout.fnmatch_lines(["*brokerconf: broker configuration (reference)*"])
+
+
+def test_known_deviation_is_a_strict_xfail(toy: pytest.Pytester) -> None:
+    (toy.path / "deviations" / "toy.toml").write_text(textwrap.dedent('''
+        [[deviation]]
+        target = "reference"
+        spec = "TOY-BROKEN-1"
+        summary = "the toy broker breaks it"
+        evidence = "observed in this test"
+    '''))
+    toy.makepyfile(test_toy=textwrap.dedent("""
+        import pytest
+
+        @pytest.mark.spec("TOY-BROKEN-1")
+        def test_still_broken(broker):
+            assert False, "TOY-BROKEN-1: broken"
+
+        @pytest.mark.spec("TOY-BROKEN-1")
+        def test_now_conforms(broker):
+            pass
+    """))
+    result, data = run(toy, "--target", "reference")
+    # the deviation that reproduces is a known deviation; one that no longer does fails the run
+    result.assert_outcomes(xfailed=1, failed=1)
+    tests = {t["nodeid"].split("::")[1]: t["outcome"] for t in data["tests"]}
+    assert tests == {"test_still_broken[reference]": "known deviation", "test_now_conforms[reference]": "failed"}
+    assert data["matrix"]["reference"]["TOY-BROKEN-1"]["outcome"] == "failed"
+
+
+def test_unknown_target_is_reported_and_the_others_run(toy: pytest.Pytester) -> None:
+    toy.makepyfile(test_toy=textwrap.dedent("""
+        import pytest
+
+        @pytest.mark.spec("TOY-SEND-1")
+        def test_accepts(broker):
+            assert broker.ports
+    """))
+    result, data = run(toy, "--target", "reference", "--target", "refrence")
+    result.assert_outcomes(passed=1, skipped=1)
+    result.stdout.fnmatch_lines(["*unknown target 'refrence'; did you mean 'reference'?*"])
+    assert data["targets"]["refrence"]["available"] is False
+    assert data["matrix"]["refrence"]["TOY-SEND-1"]["outcome"] == "not applicable"
+
+
+def test_unknown_spec_id_is_a_usage_error(toy: pytest.Pytester) -> None:
+    toy.makepyfile(test_toy=textwrap.dedent("""
+        import pytest
+
+        @pytest.mark.spec("TOY-NOPE-1")
+        def test_x(broker):
+            pass
+    """))
+    result, _ = run(toy, "--target", "reference")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*TOY-NOPE-1*not in the catalogue*"])
+
+
+def test_targets_file_names_an_external_broker(toy: pytest.Pytester) -> None:
+    (toy.path / "targets.toml").write_text('[target.mine]\nkind = "activemq"\nstomp = 1\ncapabilities = ["groups"]\n')
+    toy.makepyfile(test_toy=textwrap.dedent("""
+        import pytest
+
+        @pytest.mark.spec("TOY-SEND-1")
+        def test_external(broker):
+            assert broker.launch == "external" and broker.ports == {"stomp": 1}
+            assert "groups" in broker.capabilities and "protocol.stomp" in broker.capabilities
+
+        @pytest.mark.spec("TOY-SEND-1")
+        @pytest.mark.requires("scenario.policies")
+        def test_policies(broker):
+            pass
+    """))
+    result, data = run(toy, "--target", "mine", "--targets-file", str(toy.path / "targets.toml"))
+    result.assert_outcomes(passed=1, skipped=1)
+    result.stdout.fnmatch_lines(["*mine lacks scenario.policies*"])
+
+
+def test_bad_targets_file_names_the_key(toy: pytest.Pytester) -> None:
+    (toy.path / "targets.toml").write_text('[target.mine]\nstomp = 1\nhots = "x"\n')
+    toy.makepyfile(test_toy="def test_x(broker):\n    pass\n")
+    result, _ = run(toy, "--target", "mine", "--targets-file", str(toy.path / "targets.toml"))
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*unknown key 'hots'; did you mean 'host'?*"])
