@@ -1,7 +1,9 @@
 """The `brokerconf` command line. Subcommands:
 
-  brokerconf run            the main job: the smoke scenario against the reference broker (and
+  brokerconf run            the main job: the conformance suites against the reference broker (and
                             ActiveMQ Classic when installed), ending in a report
+  brokerconf suite ...      the conformance suites through pytest: JUnit XML, Allure results, the matrix
+  brokerconf targets ...    list targets (and why one cannot run here); install their packages
   brokerconf broker ...     run the reference broker (same flags as `python -m reference_broker`)
   brokerconf bench stomp    STOMP throughput and peak RSS, reference vs ActiveMQ, side by side
 """
@@ -9,10 +11,9 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
-import tempfile
 import time
-from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -93,65 +94,116 @@ def cmd_bench_amqp(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from conformance.smoke import SmokeScenario
-    from conformance.targets.activemq import ActiveMQProcess, activemq_available, activemq_mqtt_available
-    from conformance.targets.reference import ReferenceBrokerProcess
+    """The main job: the conformance suites against the reference broker and every real broker
+    named (those not installed are reported not applicable), ending in one report."""
+    import subprocess
+
+    from conformance.targets.registry import UnknownTarget, resolve
     from reports.render.run_report import write_run_report
 
+    targets = [t.strip() for t in args.targets.split(",") if t.strip()]
+    for name in targets:
+        try:
+            resolve(name)
+        except UnknownTarget as exc:
+            print(f"brokerconf run: {exc} in --targets", file=sys.stderr)
+            return 2
     run_id = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     out_dir = Path(args.out) / run_id
-    run = {"run_id": run_id, "started": datetime.now(timezone.utc).isoformat(), "targets": {}}
-    failures = 0
-    with tempfile.TemporaryDirectory(prefix="brokerconf-run-") as tmp:
-        launchers = {"reference": lambda: ReferenceBrokerProcess(name="reference", data_dir=Path(tmp) / "reference",
-                                                                 mqtt=True, amqp=True)}
-        wanted = [t.strip() for t in args.targets.split(",") if t.strip()]
-        for name in wanted:
-            if name not in ("reference", "activemq"):
-                print(f"brokerconf run: unknown target {name!r} in --targets (known: reference, activemq)", file=sys.stderr)
-                return 2
-        for name in wanted:
-            if name == "activemq":
-                ok, reason = activemq_available()
-                if not ok:
-                    run["targets"][name] = {"status": "not applicable", "reason": reason, "checks": []}
-                    _progress(f"activemq: not applicable: {reason}")
-                    continue
-                launcher = ActiveMQProcess(Path(tmp) / "activemq", mqtt=activemq_mqtt_available()[0])
-            else:
-                launcher = launchers[name]()
-            _progress(f"starting {name}...")
-            started = time.monotonic()
-            try:
-                launcher.start()
-            except Exception as exc:
-                run["targets"][name] = {"status": "could not start", "reason": str(exc), "checks": []}
-                _progress(f"{name}: could not start: {exc}")
-                failures += 1
-                continue
-            try:
-                _progress(f"{name} ready on 127.0.0.1:{launcher.stomp_port} after {time.monotonic() - started:.1f} s; running the smoke scenario")
-                results = SmokeScenario("127.0.0.1", launcher.stomp_port, name,
-                                        mqtt_port=getattr(launcher, "mqtt_port", None),
-                                        amqp_port=getattr(launcher, "amqp_port", None)).run(progress=_progress)
-                run["targets"][name] = {"status": "ran", "reason": "", "checks": [asdict(r) for r in results],
-                                        "log_tail": launcher.log_tail()}
-                if name == "reference":
-                    failures += sum(r.outcome not in ("passed", "not applicable") for r in results)
-            finally:
-                launcher.stop()
-    json_path, html_path = write_run_report(out_dir, run)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    _progress(f"brokerconf run {run_id}: conformance suites against {', '.join(targets)}")
+    status = subprocess.run(_suite_command(targets, out_dir), stdin=subprocess.DEVNULL).returncode
+    matrix_path = out_dir / "matrix.json"
+    if not matrix_path.exists():
+        print(f"brokerconf run: the suites exited with {status} before writing the matrix", file=sys.stderr)
+        return status or 1
+    matrix = json.loads(matrix_path.read_text())
+    html_path = write_run_report(out_dir, run_id, matrix, seconds=time.monotonic() - started)
     print()
-    for name, target in run["targets"].items():
-        checks = target["checks"]
-        passed = sum(c["outcome"] == "passed" for c in checks)
-        not_applicable = sum(c["outcome"] == "not applicable" for c in checks)
-        extra = f", {not_applicable} not applicable" if not_applicable else ""
-        print(f"{name:<10} {target['status']:<15} {passed}/{len(checks)} checks passed{extra} {target.get('reason') or ''}")
-    print(f"report: {html_path.resolve()}\nresults: {json_path.resolve()}")
-    # Non-zero only when the reference broker fails its own smoke checks: a real broker that
-    # deviates is a finding shown in the report, not a crash of the run.
-    return 1 if failures else 0
+    from conformance.matrix import summary_line
+
+    for name in matrix["targets"]:
+        print(summary_line(name, matrix))
+    print(f"report: {html_path.resolve()}\nmatrix: {matrix_path.resolve()}\njunit: {(out_dir / 'junit.xml').resolve()}")
+    if status not in (0, 1):  # interrupted, internal or usage error: the run itself broke
+        return status
+    # Non-zero when the reference broker fails a statement: it is ours and must conform. A real
+    # broker's failure is a finding, shown in the report (and, once confirmed, recorded as a
+    # known deviation), not a crash of the main job.
+    reference_failed = sum(matrix["summary"][t]["failed"] for t, info in matrix["targets"].items()
+                           if info["kind"] == "reference")
+    return 1 if reference_failed else 0
+
+
+def _suite_command(targets: list[str], out_dir: Path, *, targets_file: str | None = None,
+                   suites: list[str] | None = None, extra: list[str] | None = None) -> list[str]:
+    """The pytest command line `brokerconf suite` runs (a subprocess: each run gets a fresh
+    interpreter, so in-process brokers and their native libraries never leak between runs)."""
+    import conformance
+
+    suites_dir = Path(conformance.__file__).resolve().parent / "suites"
+    command = [sys.executable, "-m", "pytest", *(suites or [str(suites_dir)]),
+               "-p", "no:cacheprovider", "-o", "addopts=", "-rfExs", "--timeout=300",
+               f"--rootdir={suites_dir.parent.parent}",
+               f"--junitxml={out_dir / 'junit.xml'}", f"--alluredir={out_dir / 'allure-results'}",
+               f"--conformance-matrix={out_dir / 'matrix.json'}"]
+    for target in targets:
+        command += ["--target", target]
+    if targets_file:
+        command += ["--targets-file", targets_file]
+    return command + list(extra or [])
+
+
+def cmd_suite(args: argparse.Namespace) -> int:
+    import subprocess
+
+    from reports.render.matrix_report import write_matrix_report
+
+    run_id = datetime.now(timezone.utc).strftime("suite-%Y%m%dT%H%M%SZ")
+    out_dir = Path(args.out) / run_id
+    out_dir.mkdir(parents=True, exist_ok=True)
+    command = _suite_command(args.target or ["reference"], out_dir, targets_file=args.targets_file,
+                             suites=args.suite, extra=args.pytest_args)
+    _progress(f"running: {' '.join(command)}")
+    status = subprocess.run(command, stdin=subprocess.DEVNULL).returncode
+    matrix = out_dir / "matrix.json"
+    if not matrix.exists():
+        print(f"brokerconf suite: pytest exited with {status} before writing the matrix", file=sys.stderr)
+        return status or 1
+    html_path = write_matrix_report(out_dir, json.loads(matrix.read_text()))
+    print(f"\nmatrix: {matrix.resolve()}\nreport: {html_path.resolve()}\njunit: {(out_dir / 'junit.xml').resolve()}\n"
+          f"allure results: {(out_dir / 'allure-results').resolve()} (view: allure serve {out_dir / 'allure-results'})")
+    return status
+
+
+def cmd_targets_list(args: argparse.Namespace) -> int:
+    from conformance.targets.registry import BUILTIN, load_targets_file, resolve
+
+    external = load_targets_file(Path(args.targets_file)) if args.targets_file else {}
+    rows = []
+    for name in [*BUILTIN, *external]:
+        target = resolve(name, external)
+        ok, reason = target.availability()
+        capabilities = sorted(target.capabilities())
+        protocols = ",".join(c.removeprefix("protocol.") for c in capabilities if c.startswith("protocol."))
+        rows.append((name, target.kind, "yes" if ok else "no", protocols or "-", reason))
+    width = max(len(r[0]) for r in rows)
+    print(f"{'target':<{width}}  {'kind':<10} {'runs':<5} {'protocols':<16} why not")
+    for name, kind, ok, protocols, reason in rows:
+        print(f"{name:<{width}}  {kind:<10} {ok:<5} {protocols:<16} {reason}")
+    return 0
+
+
+def cmd_targets_install(args: argparse.Namespace) -> int:
+    from conformance.targets.install import PACKAGES, InstallError, install
+
+    try:
+        install(args.targets or list(PACKAGES), progress=_progress)
+    except InstallError as exc:
+        print(f"brokerconf targets install: {exc}", file=sys.stderr)
+        return 2
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -160,10 +212,30 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="brokerconf", description="Conformance suite and chaos harness for message brokers.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    run = sub.add_parser("run", help="the main job: smoke scenario against the reference broker (and ActiveMQ if installed), with a report")
+    run = sub.add_parser("run", help="the main job: conformance suites against the reference broker (and ActiveMQ if installed), with a report")
     run.add_argument("--targets", default="reference,activemq", help="comma-separated targets (default: reference,activemq)")
     run.add_argument("--out", default="reports/out", help="directory for reports (default: reports/out)")
     run.set_defaults(func=cmd_run)
+
+    suite = sub.add_parser("suite", help="run the conformance suites against targets; writes JUnit XML, Allure "
+                                          "results, the conformance matrix (JSON) and an HTML report")
+    suite.add_argument("--target", action="append", metavar="NAME",
+                       help="target to test (repeatable; default reference); see `brokerconf targets list`")
+    suite.add_argument("--targets-file", metavar="FILE", help="TOML file naming already running brokers")
+    suite.add_argument("--suite", action="append", metavar="PATH",
+                       help="a suite file or directory (repeatable; default: all of conformance/suites)")
+    suite.add_argument("--out", default="reports/out", help="directory for reports (default: reports/out)")
+    suite.add_argument("pytest_args", nargs="*", help="extra pytest arguments after --, e.g. -- -k groups")
+    suite.set_defaults(func=cmd_suite)
+
+    targets = sub.add_parser("targets", help="list targets and whether they can run here; install their packages")
+    targets_sub = targets.add_subparsers(dest="targets_command", required=True, metavar="ACTION")
+    targets_list = targets_sub.add_parser("list", help="each target, whether it can run here and why not")
+    targets_list.add_argument("--targets-file", metavar="FILE", help="also list the brokers of this targets file")
+    targets_list.set_defaults(func=cmd_targets_list)
+    targets_install = targets_sub.add_parser("install", help="install the Debian packages of local targets (root)")
+    targets_install.add_argument("targets", nargs="*", help="targets to install (default: activemq rabbitmq mosquitto)")
+    targets_install.set_defaults(func=cmd_targets_install)
 
     broker = sub.add_parser("broker", help="run the reference broker")
     add_arguments(broker)

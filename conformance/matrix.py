@@ -173,16 +173,18 @@ class ConformanceResults:
         }
 
     def summary_lines(self) -> list[str]:
-        lines = []
-        for name, info in self.targets.items():
-            if not info.available:
-                lines.append(f"{name}: not available: {info.reason}")
-                continue
-            s = self.summary(name)
-            line = (f"{name} ({info.kind}, {info.launch}): {s['checked']}/{s['applicable']} applicable statements "
-                    f"checked, {s['passed']} passed, {s['failed']} failed, {s['known_deviation']} known deviations, "
-                    f"{s['not_checked']} not checked; {s['not_applicable']} of {s['listed']} not applicable")
-            lines.append(line)
-            if info.start_error:
-                lines.append(f"  could not start: {info.start_error.splitlines()[0]}")
-        return lines
+        data = self.to_json()
+        return [summary_line(name, data) for name in self.targets]
+
+
+def summary_line(name: str, data: dict) -> str:
+    """One line per target from a matrix JSON: what could be checked and how it went."""
+    info, s = data["targets"][name], data["summary"][name]
+    if not info["available"]:
+        return f"{name}: not available: {info['reason']}"
+    line = (f"{name} ({info['kind']}, {info['launch']}): {s['checked']}/{s['applicable']} applicable statements "
+            f"checked, {s['passed']} passed, {s['failed']} failed, {s['known_deviation']} known deviations, "
+            f"{s['not_checked']} not checked; {s['not_applicable']} of {s['listed']} not applicable")
+    if info.get("start_error"):
+        line += f"\n  could not start: {info['start_error'].splitlines()[0]}"
+    return line

@@ -1,55 +1,25 @@
-"""Renders a main-job run (smoke checks per target, benchmark numbers if any) as JSON and a
-static HTML page. The PySpark pipeline and the full reports come with later work; this page is
-the run's human-readable summary."""
+"""The main job's report: the conformance matrix of the run (as `matrix_report` renders it) as
+``index.html``, with the run's other artefacts listed, and ``results.json`` summarising the run.
+Chaos experiments and the PySpark verdicts join this page as they land."""
 
 from __future__ import annotations
 
-import html
 import json
 from pathlib import Path
 
-_COLOURS = {"passed": "#2e7d32", "failed": "#c62828", "error": "#ef6c00", "not applicable": "#757575"}
+from reports.render.matrix_report import render_matrix, write_matrix_report
 
 
-def write_run_report(out_dir: Path, run: dict) -> tuple[Path, Path]:
-    """`run` = {"run_id", "started", "targets": {name: {"status", "reason", "checks": [...]}}}."""
+def write_run_report(out_dir: Path, run_id: str, matrix: dict, seconds: float) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
-    json_path = out_dir / "results.json"
-    json_path.write_text(json.dumps(run, indent=2, default=str))
-    html_path = out_dir / "index.html"
-    html_path.write_text(_render(run))
-    return json_path, html_path
-
-
-def _render(run: dict) -> str:
-    targets = run["targets"]
-    checks: dict[str, tuple[str, str]] = {}
-    for t in targets.values():
-        for c in t.get("checks", []):
-            checks.setdefault(c["spec_id"], (c["check"], c["spec_id"]))
-    head = "".join(f"<th>{html.escape(name)}</th>" for name in targets)
-    rows = []
-    for spec_id, (title, _) in checks.items():
-        cells = []
-        for t in targets.values():
-            found = next((c for c in t.get("checks", []) if c["spec_id"] == spec_id), None)
-            if found is None:
-                outcome, detail = "not applicable", t.get("reason") or "not run"
-            else:
-                outcome, detail = found["outcome"], found["detail"]
-            cells.append(
-                f'<td style="color:{_COLOURS.get(outcome, "#000")}" title="{html.escape(detail)}">'
-                f"<b>{html.escape(outcome)}</b><br><small>{html.escape(detail)}</small></td>"
-            )
-        rows.append(f"<tr><td><code>{html.escape(spec_id)}</code><br>{html.escape(title)}</td>{''.join(cells)}</tr>")
-    status = "".join(
-        f"<li><b>{html.escape(name)}</b>: {html.escape(t['status'])}"
-        f"{' — ' + html.escape(t['reason']) if t.get('reason') else ''}</li>"
-        for name, t in targets.items()
-    )
-    return f"""<!doctype html><html><head><meta charset="utf-8"><title>brokerconf run {html.escape(run['run_id'])}</title>
-<style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:.4em;vertical-align:top}}</style>
-</head><body><h1>brokerconf run {html.escape(run['run_id'])}</h1><p>started {html.escape(str(run['started']))}</p>
-<h2>Targets</h2><ul>{status}</ul>
-<h2>Smoke checks</h2><table><tr><th>rule</th>{head}</tr>{''.join(rows)}</table>
-</body></html>"""
+    write_matrix_report(out_dir, matrix)
+    summary = {"run_id": run_id, "seconds": round(seconds, 1), "targets": matrix["targets"],
+               "summary": matrix["summary"],
+               "artefacts": {"matrix": "matrix.json", "junit": "junit.xml", "allure_results": "allure-results/"}}
+    (out_dir / "results.json").write_text(json.dumps(summary, indent=2))
+    artefacts = ('<p>Run took {:.0f} s. Artefacts: <a href="matrix.json">matrix.json</a> · '
+                 '<a href="junit.xml">junit.xml</a> · allure-results/ (<code>allure serve allure-results</code>)</p>'
+                 ).format(seconds)
+    index = out_dir / "index.html"
+    index.write_text(render_matrix(matrix, title=f"brokerconf run {run_id}", preamble=artefacts))
+    return index

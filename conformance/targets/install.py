@@ -1,0 +1,58 @@
+"""`brokerconf targets install`: the Debian packages each local-process target needs.
+
+The same packages `scripts/bootstrap.sh` installs on first use (the shell script runs before any
+Python environment exists, so it keeps its own copy of this list). As with the bootstrap, the
+packages' own system services are kept from starting: brokerconf runs private broker instances
+on free loopback ports and a system RabbitMQ or Mosquitto would only hold ports.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+PACKAGES: dict[str, tuple[str, ...]] = {
+    "activemq": ("activemq", "libmqtt-client-java", "libhawtdispatch-java"),
+    "rabbitmq": ("rabbitmq-server",),
+    "mosquitto": ("mosquitto",),
+}
+POLICY_RC_D = Path("/usr/sbin/policy-rc.d")
+
+
+class InstallError(RuntimeError):
+    pass
+
+
+def packages_for(targets: list[str]) -> list[str]:
+    unknown = [t for t in targets if t not in PACKAGES]
+    if unknown:
+        raise InstallError(f"no Debian packages known for target(s) {unknown} (installable: {', '.join(PACKAGES)})")
+    return [p for t in targets for p in PACKAGES[t]]
+
+
+def install(targets: list[str], progress=print) -> None:
+    packages = packages_for(targets)
+    if os.geteuid() != 0:
+        raise InstallError(f"installing needs root: run `sudo apt-get install {' '.join(packages)}` "
+                           "or `sudo brokerconf targets install`")
+    if shutil.which("apt-get") is None:
+        raise InstallError(f"apt-get not found: install {' '.join(packages)} with your system's package manager")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    command = ["apt-get", "install", "-y", "--no-install-recommends", *packages]
+    made_policy = False
+    if not POLICY_RC_D.exists():
+        POLICY_RC_D.write_text("#!/bin/sh\n# temporary, from brokerconf targets install: start no services\nexit 101\n")
+        POLICY_RC_D.chmod(0o755)
+        made_policy = True
+    try:
+        progress(f"apt-get install {' '.join(packages)}")
+        if subprocess.run(command, env=env).returncode != 0:
+            progress("apt-get install failed; running apt-get update and retrying")
+            subprocess.run(["apt-get", "update"], env=env, check=False)
+            if subprocess.run(command, env=env).returncode != 0:
+                raise InstallError(f"apt-get install {' '.join(packages)} failed (see its output above)")
+    finally:
+        if made_policy:
+            POLICY_RC_D.unlink(missing_ok=True)
