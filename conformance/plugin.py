@@ -46,7 +46,9 @@ class PluginState:
     """Everything the plugin knows for one pytest session."""
 
     def __init__(self, config: pytest.Config) -> None:
-        self.target_names: list[str] = config.getoption("brokerconf_targets") or ["reference"]
+        # --target beats the ini option (a project's default targets) beats "reference".
+        self.target_names: list[str] = (config.getoption("brokerconf_targets")
+                                        or config.getini("brokerconf_targets") or ["reference"])
         targets_file = config.getoption("brokerconf_targets_file")
         try:
             self.external = load_targets_file(Path(targets_file)) if targets_file else {}
@@ -83,6 +85,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--target", action="append", dest="brokerconf_targets", metavar="NAME",
                     help="broker target to test (repeatable; default: reference). "
                          "Built in: reference, reference:process, activemq, rabbitmq, mosquitto, artemis")
+    parser.addini("brokerconf_targets", type="args", default=[],
+                  help="default targets when no --target is given (default: reference)")
     group.addoption("--targets-file", dest="brokerconf_targets_file", metavar="FILE",
                     help="TOML file naming already running brokers ([target.NAME] host, ports, kind)")
     group.addoption("--conformance-matrix", dest="brokerconf_matrix", metavar="FILE",
@@ -97,6 +101,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "spec(*ids): catalogue statements (conformance/spec/*.toml) the test checks")
     config.addinivalue_line("markers", "requires(*capabilities): target capabilities the test needs")
     config.addinivalue_line("markers", "protocols(*names): run the test once per protocol (stomp, mqtt, amqp)")
+    config.addinivalue_line("markers", "real_broker: runs against a real broker (added to suite tests on non-reference targets)")
     try:
         config.stash[STATE] = PluginState(config)
     except (CatalogueError, DeviationError) as exc:
@@ -143,6 +148,9 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         target = state.targets.get(item.callspec.params["target_name"])
         if target is None:
             continue
+        if target.kind != "reference":
+            # so `-m "not real_broker"` keeps the fast loop to the reference broker
+            item.add_marker(pytest.mark.real_broker)
         for deviation in state.deviations:
             if deviation.matches(target.kind, specs, item.originalname):
                 item.add_marker(pytest.mark.xfail(strict=True, reason=f"known deviation {deviation.spec} on "

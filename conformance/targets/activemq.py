@@ -164,12 +164,16 @@ def activemq_mqtt_available() -> tuple[bool, str]:
 
 
 
-def _stomp_handshake(port: int, timeout: float) -> tuple[bool, str]:
+def _stomp_handshake(port: int, timeout: float, login: tuple[str, str] | None = None) -> tuple[bool, str]:
     """Connect to STOMP on 127.0.0.1:port; True when CONNECT is answered with CONNECTED."""
+    credentials = b""
+    if login is not None:
+        credentials = f"login:{login[0]}\npasscode:{login[1]}\n".encode("utf-8")
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
             s.settimeout(timeout)
-            s.sendall(b"CONNECT\naccept-version:1.0,1.1,1.2\nhost:localhost\nheart-beat:0,0\n\n\x00")
+            s.sendall(b"CONNECT\naccept-version:1.0,1.1,1.2\nhost:localhost\nheart-beat:0,0\n" + credentials
+                      + b"\n\x00")
             buf = b""
             while b"\x00" not in buf:
                 chunk = s.recv(4096)
@@ -240,6 +244,18 @@ class ActiveMQProcess:
     pass ``advisory_support=False`` to drop it.  ``policy_entries_xml`` is pasted
     verbatim inside ``<destinationPolicy><policyMap><policyEntries>``.
     ``extra_jvm_args`` go before ``-jar``.
+
+    Optional extras (all off by default, so the defaults above hold):
+    ``jmx=True`` turns ``useJmx`` on and serves the platform MBean server over the JDK's own
+    JMX agent on a free loopback port (``jmx_port``, ``jmx_url``); ActiveMQ's own connector
+    (``managementContext createConnector``) is left off because its RMI registry binds every
+    interface (``LocateRegistry.createRegistry(port)`` in ManagementContext), while the JDK agent
+    honours ``com.sun.management.jmxremote.host``.  (The JDK agent also opens its local
+    connector on an ephemeral port of every interface; its LocalRMIServerSocketFactory closes
+    connections that do not come from this host.)  ``scheduler_support=True`` sets
+    ``schedulerSupport`` (the redelivery plugin needs it); ``plugins_xml`` is pasted inside
+    ``<plugins>``; ``memory_limit_bytes`` overrides ``memory_limit_mb`` with an exact byte count;
+    ``ready_login`` (user, password) is sent with the readiness CONNECT when anonymous access is off.
     """
 
     host = "127.0.0.1"
@@ -259,6 +275,11 @@ class ActiveMQProcess:
         advisory_support: bool = True,
         stomp_scheme: str = DEFAULT_STOMP_SCHEME,
         extra_jvm_args: tuple[str, ...] = (),
+        jmx: bool = False,
+        scheduler_support: bool = False,
+        plugins_xml: str = "",
+        memory_limit_bytes: int | None = None,
+        ready_login: tuple[str, str] | None = None,
     ) -> None:
         if not (stomp or openwire or mqtt):
             raise ValueError("enable at least one of stomp, openwire, mqtt")
@@ -278,6 +299,14 @@ class ActiveMQProcess:
         self.advisory_support = advisory_support
         self.stomp_scheme = stomp_scheme
         self.extra_jvm_args = tuple(extra_jvm_args)
+        self.jmx = jmx
+        self.scheduler_support = scheduler_support
+        self.plugins_xml = plugins_xml
+        if memory_limit_bytes is not None and int(memory_limit_bytes) <= 0:
+            raise ValueError(f"memory_limit_bytes must be a positive byte count, not {memory_limit_bytes!r}")
+        self.memory_limit_bytes = None if memory_limit_bytes is None else int(memory_limit_bytes)
+        self.jmx_port: int = 0
+        self.ready_login = ready_login
 
         self.config_path = self.workdir / "conf" / "activemq.xml"
         self.log_path = self.workdir / "activemq.log"
@@ -306,10 +335,32 @@ class ActiveMQProcess:
         return (self.host, self.mqtt_port) if self.mqtt_port else None
 
     @property
+    def jmx_url(self) -> str | None:
+        """JMX service URL of the JDK agent (``jmx=True``), e.g. for conformance.targets.jmx."""
+        if not (self.jmx and self.jmx_port):
+            return None
+        return f"service:jmx:rmi:///jndi/rmi://{self.host}:{self.jmx_port}/jmxrmi"
+
+    @property
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
     # ----------------------------------------------------------------- config
+    def _jmx_jvm_args(self) -> list[str]:
+        if not self.jmx:
+            return []
+        p = self.jmx_port
+        # Registry and RMI server on the same loopback port (JDK 9+ `jmxremote.host`), no auth:
+        # nothing but this machine can reach it, and only the harness knows the port.
+        return [
+            f"-Dcom.sun.management.jmxremote.port={p}",
+            f"-Dcom.sun.management.jmxremote.rmi.port={p}",
+            f"-Dcom.sun.management.jmxremote.host={self.host}",
+            "-Dcom.sun.management.jmxremote.authenticate=false",
+            "-Dcom.sun.management.jmxremote.ssl=false",
+            f"-Djava.rmi.server.hostname={self.host}",
+        ]
+
     def _connectors_xml(self) -> str:
         h = self.host
         rows = []
@@ -335,6 +386,15 @@ class ActiveMQProcess:
                       f"{self.policy_entries_xml}\n        </policyEntries>\n      </policyMap>\n"
                       "    </destinationPolicy>")
         bool_s = lambda b: "true" if b else "false"  # noqa: E731
+        management = ""
+        if self.jmx:
+            management = ("\n    <managementContext>\n      <managementContext createConnector=\"false\"/>"
+                          "\n    </managementContext>")
+        plugins = ""
+        if self.plugins_xml.strip():
+            plugins = f"\n    <plugins>\n{self.plugins_xml}\n    </plugins>"
+        memory = (f"{self.memory_limit_bytes} b" if self.memory_limit_bytes is not None
+                  else f"{self.memory_limit_mb} mb")
         return f"""<?xml version="1.0" encoding="UTF-8"?>
 <!-- generated by brokerconf (conformance.targets.activemq) -->
 <beans
@@ -346,14 +406,14 @@ class ActiveMQProcess:
   <broker xmlns="http://activemq.apache.org/schema/core"
           brokerName={quoteattr(self.name)}
           persistent="{bool_s(self.persistent)}"
-          useJmx="false"
-          schedulerSupport="false"
+          useJmx="{bool_s(self.jmx)}"
+          schedulerSupport="{bool_s(self.scheduler_support)}"
           advisorySupport="{bool_s(self.advisory_support)}"
           useShutdownHook="true"
-          dataDirectory={data}>{persistence}{policy}
+          dataDirectory={data}>{persistence}{policy}{management}{plugins}
     <systemUsage>
       <systemUsage>
-        <memoryUsage><memoryUsage limit="{self.memory_limit_mb} mb"/></memoryUsage>
+        <memoryUsage><memoryUsage limit="{memory}"/></memoryUsage>
         <storeUsage><storeUsage limit="1 gb"/></storeUsage>
         <tempUsage><tempUsage limit="1 gb"/></tempUsage>
       </systemUsage>
@@ -398,6 +458,7 @@ class ActiveMQProcess:
             f"-Dactivemq.classpath={self._classpath()}",
             f"-Dlog4j.configuration=file:{w / 'conf' / 'log4j.properties'}",
             f"-Dlog4j2.configurationFile={w / 'conf' / 'log4j2.properties'}",
+            *self._jmx_jvm_args(),
             *self.extra_jvm_args,
             "-jar", str(ACTIVEMQ_HOME / "bin" / "activemq.jar"),
             "start", f"xbean:file:{self.config_path}",
@@ -431,14 +492,15 @@ class ActiveMQProcess:
 
     def _ports_assigned(self) -> bool:
         return ((not self.stomp or self.stomp_port > 0) and (not self.openwire or self.openwire_port > 0)
-                and (not self.mqtt or bool(self.mqtt_port)))
+                and (not self.mqtt or bool(self.mqtt_port)) and (not self.jmx or self.jmx_port > 0))
 
     def _start_once(self, deadline: float, keep_ports: bool = False) -> None:
         if not keep_ports:
-            ports = free_ports(3)
+            ports = free_ports(4)
             self.stomp_port = ports[0] if self.stomp else 0
             self.openwire_port = ports[1] if self.openwire else 0
             self.mqtt_port = ports[2] if self.mqtt else None
+            self.jmx_port = ports[3] if self.jmx else 0
         self._write_layout()
         self.command = self.build_command()
         self._close_log()
@@ -473,7 +535,8 @@ class ActiveMQProcess:
                     f"log {self.log_path}:\n{self._failure_report()}")
             self._sample_rss()
             if self.stomp:
-                ok, last = _stomp_handshake(self.stomp_port, timeout=min(5.0, max(0.5, deadline - time.monotonic())))
+                ok, last = _stomp_handshake(self.stomp_port, timeout=min(5.0, max(0.5, deadline - time.monotonic())),
+                                            login=self.ready_login)
             else:
                 port = self.openwire_port or self.mqtt_port or 0
                 ok = _tcp_accepts(port, 1.0) and ") started" in self.log_tail(200)
@@ -494,6 +557,19 @@ class ActiveMQProcess:
         if proc.poll() is None:
             self._sample_rss()
             stop_group(proc, timeout)
+        if self._finalizer is not None:
+            self._finalizer.detach()
+            self._finalizer = None
+        self._close_log()
+
+    def kill(self) -> None:
+        """SIGKILL the broker's process group (a crash, for chaos tests); start() brings it back."""
+        proc = self._proc
+        if proc is None:
+            return
+        if proc.poll() is None:
+            self._sample_rss()
+            kill_group(proc)
         if self._finalizer is not None:
             self._finalizer.detach()
             self._finalizer = None

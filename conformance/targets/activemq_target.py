@@ -1,0 +1,308 @@
+"""ActiveMQ Classic 5.17 (Debian package) as a conformance target.
+
+`ActiveMQTarget.launch` turns the suite's `Scenario` into activemq.xml (`activemq_policy.render`),
+starts the JVM with `ActiveMQProcess` (loopback ports, private work directory, JMX on) and hands
+back an `ActiveMQHandle`. The handle reads the counters a suite checks from the broker's own
+MBeans, the numbers an operator would see in a JMX console (slow-consumer document, "Monitoring
+the Status of Slow Consumers"):
+
+* ``subscription_counters("topic://X")``: one entry per non-durable subscription MBean on X
+  (``TopicSubscriptionView``): ``DiscardedCount`` -> discarded; ``PendingQueueSize`` -> matched
+  and pending (TopicSubscription.getPendingQueueSize returns ``matched()``, the messages waiting
+  beyond the prefetch; the MBean has no attribute literally named "Matched"); ``DispatchedCounter``
+  -> dispatched. Everything else read is kept in ``raw``.
+* ``destination_counters("queue://X" | "topic://X")``: ``EnqueueCount``, ``DequeueCount``,
+  ``ConsumerCount``, ``MemoryUsageByteCount``, ``MemoryLimit`` of the DestinationView MBean.
+
+Queries go through one long-running Java helper per handle (`conformance.targets.jmx`): the first
+query starts it (about 1 s: the source launcher compiles it, then it connects), later ones take a
+JMX round trip (measured here, 2 cores: 5-30 ms for the attributes below, up to about 130 ms for
+every attribute of every MBean). ``handle.jmx_timing`` keeps the numbers.
+
+Not offered: AMQP (Debian does not package ActiveMQ's AMQP transport, activemq-amqp), Artemis-only
+group features (group rebalance, group-first-key).
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from pathlib import Path
+
+from conformance.scenario import Scenario
+from conformance.targets.activemq import (
+    ActiveMQNotInstalled,
+    ActiveMQProcess,
+    ActiveMQStartError,
+    activemq_available,
+    activemq_mqtt_available,
+)
+from conformance.targets.activemq_policy import ActiveMQConfig, UnsupportedPolicy, render
+from conformance.targets.base import DestinationCounters, SubscriptionCounters, TargetUnavailable
+from conformance.targets.jmx import JmxClient, JmxError, MBean, QueryTiming
+
+__all__ = ["ActiveMQTarget", "ActiveMQHandle", "subscription_pattern", "destination_pattern"]
+
+_FEATURES = frozenset({
+    "scenario.policies",
+    "counters.subscription",
+    "counters.destination",
+    "groups",
+    "groups.close",
+    "groups.reassign_on_close",
+    "groups.buckets",
+    "slow_consumer.pending_limit",
+    "slow_consumer.eviction",
+    "memory.limits",
+    "durable_subscriptions",
+    "transactions",
+    "selectors",
+    "exclusive_consumers",
+    "consumer_priority",
+    "message_priority",
+    "nack",
+    "dead_letter",
+    "expiry",
+    "process.kill",
+})
+
+SUBSCRIPTION_ATTRIBUTES = (
+    "DiscardedCount", "PendingQueueSize", "DispatchedCounter", "DispatchedQueueSize", "EnqueueCounter",
+    "DequeueCounter", "MessageCountAwaitingAcknowledge", "MaximumPendingMessageLimit", "MaximumPendingQueueSize",
+    "PrefetchSize", "SlowConsumer", "Durable", "Active", "ClientId", "ConnectionId", "SubscriptionId",
+    "Selector", "DestinationName",
+)
+DESTINATION_ATTRIBUTES = (
+    "EnqueueCount", "DequeueCount", "ConsumerCount", "MemoryUsageByteCount", "MemoryLimit", "QueueSize",
+    "DispatchCount", "InFlightCount", "ExpiredCount", "ProducerCount", "MemoryPercentUsage", "ProducerFlowControl",
+)
+
+
+def _encode_name_part(part: str) -> str:
+    # The same replacements ActiveMQ applies when it names MBeans (util.JMXSupport
+    # .encodeObjectNamePart), so a pattern built from a destination name matches its MBean
+    # and its `*` / `?` are not read as ObjectName wildcards.
+    part = re.sub(r"[:,'\"]", "_", part)
+    return part.replace("?", "&qe;").replace("=", "&amp;").replace("*", "&ast;")
+
+
+def _split_destination(destination: str) -> tuple[str, str]:
+    kind, sep, name = destination.partition("://")
+    if not sep or kind not in ("queue", "topic") or not name:
+        raise ValueError(f"destination {destination!r} must be queue://NAME or topic://NAME")
+    return kind, name
+
+
+def destination_pattern(broker_name: str, destination: str) -> str:
+    """ObjectName of a destination's MBean (BrokerMBeanSupport.createDestinationName layout)."""
+    kind, name = _split_destination(destination)
+    return (f"org.apache.activemq:type=Broker,brokerName={_encode_name_part(broker_name)},"
+            f"destinationType={kind.capitalize()},destinationName={_encode_name_part(name)}")
+
+
+def subscription_pattern(broker_name: str, destination: str) -> str:
+    """ObjectName pattern of every consumer MBean on a destination (``endpoint=Consumer``)."""
+    return destination_pattern(broker_name, destination) + ",endpoint=Consumer,*"
+
+
+def _require_attributes(mbean: MBean, names: tuple[str, ...]) -> None:
+    # A counter that is not there must not read as 0: that would pass any "nothing discarded" check.
+    absent = [n for n in names if mbean.attributes.get(n) is None]
+    if absent:
+        raise JmxError(f"MBean {mbean.name} has no readable {absent} (attributes it gave: "
+                       f"{sorted(mbean.attributes)}); this ActiveMQ version names its counters differently")
+
+
+def _broker_name(scenario: Scenario) -> str:
+    return "brokerconf-" + (re.sub(r"[^A-Za-z0-9_.-]+", "-", scenario.name).strip("-") or "scenario")
+
+
+class ActiveMQHandle:
+    """A running ActiveMQ Classic broker for one scenario (implements `BrokerHandle`)."""
+
+    kind = "activemq"
+    launch = "process"
+
+    def __init__(self, *, target: str, process: ActiveMQProcess, scenario: Scenario, config: ActiveMQConfig,
+                 capabilities: frozenset[str], credentials: tuple[str | None, str | None]) -> None:
+        self.target = target
+        self.process = process
+        self.scenario = scenario
+        self.config = config
+        self.capabilities = capabilities
+        self.credentials = credentials
+        self.host = process.host
+        self.ports: dict[str, int] = {}
+        self._refresh_ports()
+        self._jmx: JmxClient | None = None
+        self._jmx_lock = threading.Lock()
+
+    def _refresh_ports(self) -> None:
+        # a restart keeps the ports unless one was taken meanwhile; the dict is updated in place
+        self.ports.clear()
+        if self.process.stomp:
+            self.ports["stomp"] = self.process.stomp_port
+        if self.process.mqtt and self.process.mqtt_port:
+            self.ports["mqtt"] = self.process.mqtt_port
+
+    # ----------------------------------------------------------------- evidence
+    def config_text(self) -> str:
+        try:
+            return self.process.config_path.read_text(encoding="utf-8")
+        except OSError:
+            return self.process.render_config()
+
+    def log_tail(self, lines: int = 80) -> str:
+        return self.process.log_tail(lines)
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    @property
+    def jmx_timing(self) -> QueryTiming | None:
+        return self._jmx.timing if self._jmx else None
+
+    @property
+    def jmx_helper_pid(self) -> int | None:
+        """PID of the JMX helper JVM, once a counter has been read (None before / after stop)."""
+        return self._jmx.pid if self._jmx else None
+
+    # ----------------------------------------------------------------- counters
+    def _client(self) -> JmxClient:
+        if not self.process.running:
+            raise JmxError(f"ActiveMQ ({self.target}) is not running; its counters cannot be read. "
+                           f"Log tail:\n{self.log_tail(20)}")
+        with self._jmx_lock:
+            if self._jmx is None:
+                self._jmx = JmxClient(self.process.jmx_url, log_path=self.process.workdir / "jmx-helper.log")
+            return self._jmx
+
+    def mbeans(self, pattern: str, attributes: tuple[str, ...] | str = "*"):
+        """Raw access: attributes of every MBean matching an ObjectName pattern on this broker."""
+        return self._client().query(pattern, list(attributes) if not isinstance(attributes, str) else attributes)
+
+    def subscription_counters(self, destination: str) -> list[SubscriptionCounters]:
+        kind, _ = _split_destination(destination)
+        if kind != "topic":
+            raise ValueError(f"subscription counters are kept for topic subscriptions; {destination!r} is a queue")
+        found = self.mbeans(subscription_pattern(self.process.name, destination), SUBSCRIPTION_ATTRIBUTES)
+        counters = []
+        for mbean in found:
+            a = mbean.attributes
+            if a.get("Durable"):
+                continue  # durable subscriptions have their own view and no discard counter
+            _require_attributes(mbean, ("DiscardedCount", "PendingQueueSize", "DispatchedCounter"))
+            counters.append(SubscriptionCounters(
+                destination=destination,
+                matched=int(a["PendingQueueSize"]),
+                discarded=int(a["DiscardedCount"]),
+                dispatched=int(a["DispatchedCounter"]),
+                pending=int(a["PendingQueueSize"]),
+                raw={"mbean": mbean.name, **a},
+            ))
+        return counters
+
+    def destination_counters(self, destination: str) -> DestinationCounters | None:
+        found = self.mbeans(destination_pattern(self.process.name, destination), DESTINATION_ATTRIBUTES)
+        if not found:
+            return None
+        a = found[0].attributes
+        _require_attributes(found[0], DESTINATION_ATTRIBUTES[:5])
+        return DestinationCounters(
+            destination=destination,
+            enqueued=int(a["EnqueueCount"]),
+            dequeued=int(a["DequeueCount"]),
+            consumers=int(a["ConsumerCount"]),
+            memory_usage=int(a["MemoryUsageByteCount"]),
+            memory_limit=int(a["MemoryLimit"]),
+            raw={"mbean": found[0].name, **a},
+        )
+
+    # ----------------------------------------------------------------- lifecycle
+    def _close_jmx(self) -> None:
+        with self._jmx_lock:
+            if self._jmx is not None:
+                self._jmx.close()
+                self._jmx = None
+
+    def kill(self) -> None:
+        """SIGKILL the broker JVM's process group (a crash); `restart()` brings it back on the same ports."""
+        self._close_jmx()
+        self.process.kill()
+
+    def restart(self, timeout: float = 60) -> None:
+        """Start the broker again (same configuration and ports unless one was taken meanwhile)."""
+        self._close_jmx()
+        if self.process.running:
+            self.process.stop()
+        try:
+            self.process.start(timeout=timeout)
+        except (ActiveMQNotInstalled, ActiveMQStartError) as e:
+            raise TargetUnavailable(f"ActiveMQ ({self.target}) did not come back: {e}") from e
+        self._refresh_ports()
+
+    def stop(self) -> None:
+        self._close_jmx()
+        self.process.stop()
+
+    def __repr__(self) -> str:
+        return f"<ActiveMQHandle {self.target} {self.process!r}>"
+
+
+class ActiveMQTarget:
+    """ActiveMQ Classic from the Debian package, one JVM per scenario (implements `Target`)."""
+
+    kind = "activemq"
+
+    def __init__(self, name: str = "activemq", *, jvm_heap_mb: int = 512, start_timeout: float = 60.0) -> None:
+        self.name = name
+        self.jvm_heap_mb = jvm_heap_mb
+        self.start_timeout = start_timeout
+
+    def availability(self) -> tuple[bool, str]:
+        return activemq_available()
+
+    def capabilities(self) -> frozenset[str]:
+        caps = {"protocol.stomp", *_FEATURES}
+        if activemq_mqtt_available()[0]:
+            caps.add("protocol.mqtt")
+        return frozenset(caps)
+
+    def launch(self, scenario: Scenario, workdir: Path) -> ActiveMQHandle:
+        ok, reason = self.availability()
+        if not ok:
+            raise TargetUnavailable(reason)
+        try:
+            config = render(scenario)
+        except UnsupportedPolicy as e:
+            raise TargetUnavailable(f"ActiveMQ Classic cannot run scenario {scenario.name!r}: {e}") from e
+        capabilities = self.capabilities()
+        mqtt = "mqtt" in scenario.protocols and "protocol.mqtt" in capabilities
+        stomp = "stomp" in scenario.protocols
+        first_user = scenario.users[0] if scenario.users else None
+        process = ActiveMQProcess(
+            Path(workdir) / "activemq",
+            name=_broker_name(scenario),
+            stomp=stomp,
+            mqtt=mqtt,
+            openwire=True,  # always on: it keeps a listener (and readiness check) when a scenario opens none
+            jvm_heap_mb=self.jvm_heap_mb,
+            jmx=True,
+            ready_login=first_user,
+            **config.process_options(),
+        )
+        try:
+            process.start(timeout=self.start_timeout)
+        except (ActiveMQNotInstalled, ActiveMQStartError) as e:
+            raise TargetUnavailable(f"ActiveMQ ({self.name}) did not start for scenario {scenario.name!r}: {e}") from e
+        opened = {"stomp": stomp, "mqtt": mqtt}
+        # a listener the scenario did not ask for is not there, so neither is its capability
+        handle_capabilities = frozenset(c for c in capabilities
+                                        if not (c.startswith("protocol.") and not opened.get(c.split(".", 1)[1])))
+        return ActiveMQHandle(target=self.name, process=process, scenario=scenario, config=config,
+                              capabilities=handle_capabilities,
+                              credentials=(first_user[0], first_user[1]) if first_user else (None, None))
+
+    def __repr__(self) -> str:
+        return f"<ActiveMQTarget {self.name}>"

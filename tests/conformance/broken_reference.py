@@ -1,0 +1,50 @@
+"""A pytest plugin that breaks the in-process reference broker on purpose, to prove the
+conformance suites can fail and name the rule that broke.
+
+Load it with ``-p tests.conformance.broken_reference`` and choose the faults with the
+environment variable ``BROKERCONF_BREAK`` (comma-separated):
+
+* ``groups_not_pinned``: a group never remembers its owner, so each grouped message goes to
+  whichever consumer dispatch picks next (breaks GRP-PIN-*).
+* ``discards_not_counted``: slow-subscriber evictions still happen but the ``discarded`` counter
+  stays at zero (breaks the counter statements of the slow-consumer document).
+
+The faults are patched into the engine classes at configure time, in this test process only
+(the suites' ``reference`` target runs the broker in-process).
+"""
+
+from __future__ import annotations
+
+import os
+
+FAULTS = ("groups_not_pinned", "discards_not_counted")
+
+
+def _groups_not_pinned() -> None:
+    from reference_broker.engine.groups import GroupTable
+
+    GroupTable.owner = lambda self, key: None
+
+
+def _discards_not_counted() -> None:
+    from reference_broker.engine.topic import TopicSubscription
+
+    def enforce_limit_without_counting(self) -> None:
+        while len(self.pending) > self.limit:
+            evicted = self._evict(self.pending) if self.limit > 0 else [self.pending.popleft()]
+            if not evicted:
+                break
+            for ref in evicted:
+                self._release_memory(ref)
+            # the fault: evicted messages are not added to self.discarded
+
+    TopicSubscription._enforce_limit = enforce_limit_without_counting
+
+
+def pytest_configure(config) -> None:
+    wanted = [f.strip() for f in os.environ.get("BROKERCONF_BREAK", "").split(",") if f.strip()]
+    unknown = [f for f in wanted if f not in FAULTS]
+    if unknown:
+        raise ValueError(f"BROKERCONF_BREAK: unknown fault(s) {unknown} (known: {', '.join(FAULTS)})")
+    for fault in wanted:
+        globals()[f"_{fault}"]()

@@ -1,0 +1,53 @@
+"""The suites must be able to fail: run them against a deliberately broken reference broker
+(tests/conformance/broken_reference.py) and expect failures that name the right spec IDs, and
+only those."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SUITES = REPO / "conformance" / "suites"
+
+
+def run_suite(tmp_path: Path, suite: str, fault: str) -> dict:
+    matrix = tmp_path / "matrix.json"
+    env = {**os.environ, "BROKERCONF_BREAK": fault}
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", str(SUITES / suite), "--target", "reference", "-q", "-p", "no:cacheprovider",
+         "-p", "tests.conformance.broken_reference", f"--conformance-matrix={matrix}", "-o", "addopts="],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 1, f"the suite did not fail against a broken broker:\n{proc.stdout[-3000:]}{proc.stderr[-2000:]}"
+    return json.loads(matrix.read_text())
+
+
+def outcomes(matrix: dict) -> dict[str, str]:
+    return {spec: cell["outcome"] for spec, cell in matrix["matrix"]["reference"].items()}
+
+
+@pytest.mark.slow
+def test_unpinned_groups_fail_the_pinning_rules(tmp_path):
+    matrix = run_suite(tmp_path, "test_groups.py", "groups_not_pinned")
+    result = outcomes(matrix)
+    assert result["GRP-PIN-1"] == "failed", result
+    # the failure names the rule in its message
+    pin = matrix["matrix"]["reference"]["GRP-PIN-1"]
+    assert "GRP-PIN-1" in pin["reason"], pin
+    # the broker still works otherwise: rules that do not rest on pinning keep passing
+    assert any(outcome == "passed" for outcome in result.values()), result
+
+
+@pytest.mark.slow
+def test_uncounted_discards_fail_the_counter_rules(tmp_path):
+    matrix = run_suite(tmp_path, "test_slow_consumer.py", "discards_not_counted")
+    result = outcomes(matrix)
+    failed = {spec for spec, outcome in result.items() if outcome == "failed"}
+    assert "SLOW-STATS-1" in failed, result
+    # eviction itself still works, so the eviction-order rules keep passing
+    assert result["SLOW-EVICT-1"] == "passed", result
