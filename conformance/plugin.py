@@ -116,8 +116,14 @@ def _marker_args(node, name: str) -> list[str]:
     return [arg for mark in node.iter_markers(name) for arg in mark.args]
 
 
+def _uses_plugin_broker(metafunc: pytest.Metafunc) -> bool:
+    """True when the test's ``broker`` is this plugin's fixture (not a project's own of that name)."""
+    definitions = metafunc._arg2fixturedefs.get("broker") or []
+    return bool(definitions) and getattr(definitions[-1].func, "__module__", None) == __name__
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "broker" not in metafunc.fixturenames:
+    if "broker" not in metafunc.fixturenames or not _uses_plugin_broker(metafunc):
         return
     state = _state(metafunc.config)
     names = list(dict.fromkeys(state.target_names))
@@ -235,9 +241,10 @@ def client(request: pytest.FixtureRequest, broker: BrokerHandle, protocol: str):
     made: list = []
     request.node.stash[CLIENTS] = made
     request.node.stash[BROKER] = broker
+    test_protocol = protocol
 
-    def factory(protocol_name: str | None = None, **options):
-        chosen = protocol_name or protocol
+    def factory(protocol: str | None = None, **options):
+        chosen = protocol or test_protocol
         try:
             host, port = address(broker, chosen)
         except KeyError as exc:

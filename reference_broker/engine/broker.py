@@ -500,6 +500,12 @@ class Connection:
             topic = broker.topic(parse_destination(message.destination, TOPIC))
             subscription.add(message, topic, retained=True)
 
+    def remove_durable(self, durable_name: str) -> None:
+        """Remove this client id's (inactive) durable subscription ``durable_name``."""
+        if not self.client_id:
+            raise UnknownSubscription("removing a durable subscription needs a client id on the connection")
+        self.broker.remove_durable(f"durable://{self.client_id}:{durable_name}")
+
     def unsubscribe(self, consumer_id: str, *, remove_durable: bool = False) -> None:
         consumer = self.consumers.pop(consumer_id, None)
         if consumer is None:

@@ -171,3 +171,19 @@ def test_bad_targets_file_names_the_key(toy: pytest.Pytester) -> None:
     result, _ = run(toy, "--target", "mine", "--targets-file", str(toy.path / "targets.toml"))
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*unknown key 'hots'; did you mean 'host'?*"])
+
+
+def test_a_project_with_its_own_broker_fixture_is_left_alone(toy: pytest.Pytester) -> None:
+    toy.makepyfile(test_toy=textwrap.dedent("""
+        import pytest
+
+        @pytest.fixture
+        def broker():
+            return "mine"
+
+        def test_own(broker):
+            assert broker == "mine"
+    """))
+    result, data = run(toy, "--target", "reference")
+    result.assert_outcomes(passed=1)
+    assert data["tests"] == []

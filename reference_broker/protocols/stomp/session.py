@@ -338,8 +338,13 @@ class StompSession:
             sub_id = frame.get("destination")
         if sub_id is None:
             raise FrameError("UNSUBSCRIBE needs an id header")
-        remove_durable = bool(frame.get("activemq.subscriptionName") or frame.get("durable-subscription-name"))
-        self.connection.unsubscribe(sub_id, remove_durable=remove_durable)
+        durable_name = frame.get("activemq.subscriptionName") or frame.get("durable-subscription-name")
+        if durable_name and sub_id not in self.connection.consumers:
+            # Removing a durable subscription nobody consumes right now: ActiveMQ's STOMP transport
+            # removes it by client-id and name whatever the id says (ProtocolConverter.onStompUnsubscribe).
+            self.connection.remove_durable(durable_name)
+        else:
+            self.connection.unsubscribe(sub_id, remove_durable=bool(durable_name))
         self._receipt(frame)
 
     def _on_ack(self, frame: Frame, outcome: str = "ack") -> None:

@@ -1,0 +1,410 @@
+"""Slow consumers on non-durable topics, against ActiveMQ Classic's "Slow Consumer Handling"
+(../shared/spec/activemq-classic-slow-consumer-handling.md; catalogue conformance/spec/slow_consumer.toml).
+
+A *stalled* subscriber is a STOMP subscription with ``ack="client"`` and a small prefetch that
+does not acknowledge: its prefetch buffer fills, then messages wait ("matched") and the
+destination's pending message limit decides which of them are discarded. Each test then lets the
+subscriber catch up (acknowledging as it goes) and checks exactly which messages it finally got,
+so the eviction order is checked, not only counts.
+
+The slow subscriber is always STOMP: its prefetch and its own pending limit are SUBSCRIBE headers
+(``activemq.prefetchSize``, ``activemq.maximumPendingMessageLimit``), while MQTT has no
+per-subscription prefetch (ActiveMQ sets it per transport connector), so a limit counted above the
+prefetch cannot be set up over MQTT. MQTT is used where it is meaningful: as the *fast*
+subscriber next to a stalled STOMP one (SLOW-FAST-1).
+
+Messages are published non-persistent, as the document's use case (price updates) would be.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from conformance.scenario import DestinationPolicy, Scenario
+
+KIB = 1024
+#: how long a subscriber waits with nothing arriving before it concludes nothing more is coming:
+#: local brokers dispatch within milliseconds, so these are generous and keep the module quick
+HELD_QUIET = 0.4  # a stalled subscriber's prefetch buffer is complete
+TAIL_QUIET = 0.6  # a catching-up subscriber has had everything that was kept for it
+#: the memory test's topic memory limit: far below what its publisher sends (SLOW-FLOW-1)
+MEMORY_TEST_TOPIC_LIMIT = 256 * KIB
+
+# One broker per target for the module; each test picks a topic under one of these regions.
+SCENARIO = Scenario(name="slow_consumer", protocols=("stomp", "mqtt"), policies=(
+    DestinationPolicy("topic://slow.const5.>", pending_message_limit=5),
+    DestinationPolicy("topic://slow.const3.>", pending_message_limit=3),
+    DestinationPolicy("topic://slow.rate.>", prefetch_rate_multiplier=2.5),
+    DestinationPolicy("topic://slow.unlimited.>", pending_message_limit=-1),
+    DestinationPolicy("topic://slow.zero.>", pending_message_limit=0),
+    DestinationPolicy("topic://slow.prio.>", pending_message_limit=3, eviction="oldest_with_lowest_priority"),
+    DestinationPolicy("topic://slow.unique.>", pending_message_limit=3, eviction="unique_property",
+                      eviction_property="STOCK"),
+    DestinationPolicy("topic://slow.mem.>", pending_message_limit=10, memory_limit=MEMORY_TEST_TOPIC_LIMIT,
+                      producer_flow_control=True),
+    # topic://free.> has no policy at all: the broker's default, which never discards.
+))
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def publish(producer, topic: str, bodies, **options) -> None:
+    """Send each body (non-persistent unless told otherwise); each send waits for the broker's receipt."""
+    options.setdefault("persistent", False)
+    for body in bodies:
+        producer.send(topic, body, **options)
+
+
+def numbered(n: int, start: int = 0) -> list[str]:
+    return [f"p{i}" for i in range(start, start + n)]
+
+
+def texts(messages) -> list[str]:
+    return [m.text for m in messages]
+
+
+def stalled(client, topic: str, prefetch: int, **options):
+    """A subscriber that takes its prefetch and acknowledges nothing until the test says so."""
+    # The protocol is passed positionally: the plugin's factory names that parameter protocol_name.
+    return client("stomp").subscribe(topic, ack="client", prefetch=prefetch, **options)
+
+
+def catch_up(subscription, held: list, quiet: float = TAIL_QUIET) -> list[str]:
+    """The stalled subscriber starts acknowledging: it acknowledges what it holds, then takes and
+    acknowledges each message as it comes until nothing more arrives; returns those bodies."""
+    return texts(catch_up_messages(subscription, held, quiet))
+
+
+def catch_up_messages(subscription, held: list, quiet: float = TAIL_QUIET) -> list:
+    got = []
+    if held:
+        subscription.ack(held[-1])  # ack="client" is cumulative: this settles the whole buffer
+    while (message := subscription.receive(quiet)) is not None:
+        got.append(message)
+        subscription.ack(message)
+    return got
+
+
+def settled(read, expected, timeout: float = 3.0):
+    """Counters may be read from outside the broker's dispatch path (ActiveMQ: JMX in another
+    process), so poll until they show ``expected`` or time out; return the last value read, for
+    the caller to assert on."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = read()
+        if value == expected or time.monotonic() >= deadline:
+            return value
+        time.sleep(0.1)
+
+
+def counter_pairs(broker, topic: str) -> list[tuple[int, int]]:
+    """(matched, discarded) of every non-durable subscription on ``topic``, sorted."""
+    return sorted((s.matched, s.discarded) for s in broker.subscription_counters(topic))
+
+
+# --------------------------------------------------------------------------- pending limits
+
+
+@pytest.mark.spec("SLOW-LIMIT-1", "SLOW-PREFETCH-1", "SLOW-EVICT-1")
+@pytest.mark.requires("scenario.policies", "slow_consumer.pending_limit")
+def test_constant_limit_keeps_prefetch_and_newest(client, dest):
+    topic = dest("topic", "slow.const5")
+    slow = stalled(client, topic, prefetch=2)
+    publish(client(), topic, numbered(20))
+
+    held = slow.drain(HELD_QUIET)
+    assert texts(held) == ["p0", "p1"], (
+        f"SLOW-PREFETCH-1: a stalled subscriber with prefetch 2 should hold exactly the first two "
+        f"messages, got {texts(held)}")
+    rest = catch_up(slow, held)
+    # Limit 5 above the prefetch, oldest evicted first: p2..p14 were dropped as p7..p19 came in.
+    assert rest == numbered(5, start=15), (
+        f"SLOW-LIMIT-1/SLOW-EVICT-1: with limit 5 the subscriber should finally get the newest five "
+        f"(p15..p19) after its prefetch, got {rest}")
+
+
+@pytest.mark.spec("SLOW-STATS-1")
+@pytest.mark.requires("scenario.policies", "slow_consumer.pending_limit", "counters.subscription")
+def test_counters_of_a_stalled_subscriber(broker, client, dest):
+    topic = dest("topic", "slow.const5")
+    slow = stalled(client, topic, prefetch=2)
+    publish(client(), topic, numbered(20))
+    held = slow.drain(HELD_QUIET)
+    assert len(held) == 2, f"setup: prefetch 2 should hold two messages, got {texts(held)}"
+
+    # 20 published: 2 in the prefetch buffer, 5 waiting (the limit), 13 discarded.
+    observed = settled(lambda: counter_pairs(broker, topic), [(5, 13)])
+    assert observed == [(5, 13)], (
+        f"SLOW-STATS-1: a stalled subscriber (prefetch 2, limit 5, 20 published) should show "
+        f"matched=5 discarded=13; (matched, discarded) per subscription: {observed}")
+
+
+@pytest.mark.spec("SLOW-STATS-2", "SLOW-STATS-3")
+@pytest.mark.requires("scenario.policies", "slow_consumer.pending_limit", "counters.subscription")
+def test_discarded_stays_and_matched_drains_after_catching_up(broker, client, dest):
+    topic = dest("topic", "slow.const3")
+    slow = stalled(client, topic, prefetch=1)
+    publish(client(), topic, numbered(10))
+    held = slow.drain(HELD_QUIET)
+    before = settled(lambda: counter_pairs(broker, topic), [(3, 6)])
+    assert before == [(3, 6)], f"setup (SLOW-STATS-1): expected matched=3 discarded=6 while stalled, got {before}"
+
+    got = catch_up(slow, held)
+    assert got == ["p7", "p8", "p9"], f"SLOW-LIMIT-1: expected the newest three after p0, got {got}"
+    after = settled(lambda: counter_pairs(broker, topic), [(0, 6)])
+    assert after == [(0, 6)], (
+        f"SLOW-STATS-3 (matched back to 0 once nothing waits) / SLOW-STATS-2 (discarded keeps its "
+        f"lifetime total 6): (matched, discarded) after catching up: {after}")
+
+    # Now it keeps up (takes each message before the next is published): nothing waits, nothing
+    # more is dropped.
+    producer, more = client(), []
+    for body in numbered(5, start=10):
+        publish(producer, topic, [body])
+        message = slow.receive(2.0)
+        assert message is not None, f"SLOW-LIMIT-1: {body} not delivered to a subscriber with room"
+        more.append(message.text)
+        slow.ack(message)
+    assert more == numbered(5, start=10), f"SLOW-LIMIT-1: nothing should be dropped while keeping up, got {more}"
+    final = settled(lambda: counter_pairs(broker, topic), [(0, 6)])
+    assert final == [(0, 6)], f"SLOW-STATS-2/SLOW-STATS-3: counters after keeping up: {final}"
+
+
+@pytest.mark.spec("SLOW-LIMIT-2")
+@pytest.mark.requires("scenario.policies", "slow_consumer.pending_limit")
+def test_prefetch_rate_limit(client, dest):
+    topic = dest("topic", "slow.rate")
+    slow = stalled(client, topic, prefetch=4)  # multiplier 2.5 x prefetch 4 = 10 kept above the prefetch
+    publish(client(), topic, numbered(30))
+
+    held = slow.drain(HELD_QUIET)
+    assert texts(held) == numbered(4), f"SLOW-PREFETCH-1: prefetch 4 should hold p0..p3, got {texts(held)}"
+    rest = catch_up(slow, held)
+    assert rest == numbered(10, start=20), (
+        f"SLOW-LIMIT-2: multiplier 2.5 with prefetch 4 should keep 10 waiting messages, so the "
+        f"subscriber should finally get p20..p29; got {len(rest)}: {rest}")
+
+
+@pytest.mark.spec("SLOW-LIMIT-3")
+@pytest.mark.requires("scenario.policies", "slow_consumer.pending_limit")
+def test_limit_minus_one_never_discards(client, dest):
+    topic = dest("topic", "slow.unlimited")
+    slow = stalled(client, topic, prefetch=2)
+    publish(client(), topic, numbered(100))
+
+    held = slow.drain(HELD_QUIET)
+    assert texts(held) == ["p0", "p1"], f"SLOW-PREFETCH-1: prefetch 2 should hold p0, p1, got {texts(held)}"
+    rest = catch_up(slow, held)
+    assert rest == numbered(98, start=2), (
+        f"SLOW-LIMIT-3: limit -1 should keep every message; got {len(rest)} of 98 after the prefetch, "
+        f"missing {sorted(set(numbered(98, start=2)) - set(rest), key=lambda s: int(s[1:]))[:10]}...")
+
+
+@pytest.mark.spec("SLOW-LIMIT-3")
+@pytest.mark.requires("scenario.policies", "slow_consumer.pending_limit", "counters.subscription")
+def test_limit_minus_one_counts_nothing_discarded(broker, client, dest):
+    topic = dest("topic", "slow.unlimited")
+    slow = stalled(client, topic, prefetch=2)
+    publish(client(), topic, numbered(50))
+    slow.drain(HELD_QUIET)
+    observed = settled(lambda: counter_pairs(broker, topic), [(48, 0)])
+    assert observed == [(48, 0)], (
+        f"SLOW-LIMIT-3: with limit -1 all 48 messages beyond the prefetch wait (matched=48) and none "
+        f"is discarded; (matched, discarded): {observed}")
+
+
+@pytest.mark.spec("SLOW-LIMIT-4")
+@pytest.mark.requires("scenario.policies", "slow_consumer.pending_limit")
+def test_limit_zero_keeps_nothing_beyond_prefetch(client, dest):
+    topic = dest("topic", "slow.zero")
+    slow = stalled(client, topic, prefetch=3)
+    producer = client()
+    publish(producer, topic, numbered(10))
+
+    held = slow.drain(HELD_QUIET)
+    assert texts(held) == ["p0", "p1", "p2"], f"SLOW-PREFETCH-1: prefetch 3 should hold p0..p2, got {texts(held)}"
+    rest = catch_up(slow, held)
+    assert rest == [], f"SLOW-LIMIT-4: limit 0 keeps nothing beyond the prefetch, yet after acking it got {rest}"
+    # Once there is room again, new messages flow: the subscription itself is alive.
+    publish(producer, topic, ["late"])
+    late = catch_up(slow, [])
+    assert late == ["late"], f"SLOW-LIMIT-4: a message published after the buffer emptied should arrive, got {late}"
+
+
+@pytest.mark.spec("SLOW-STATS-1")
+@pytest.mark.requires("scenario.policies", "slow_consumer.pending_limit", "counters.subscription")
+def test_limit_zero_drops_are_counted_as_discarded(broker, client, dest):
+    topic = dest("topic", "slow.zero")
+    slow = stalled(client, topic, prefetch=3)
+    publish(client(), topic, numbered(10))
+    slow.drain(HELD_QUIET)
+    observed = settled(lambda: counter_pairs(broker, topic), [(0, 7)])
+    assert observed == [(0, 7)], (
+        f"SLOW-STATS-1: with limit 0 and prefetch 3 the 7 messages that did not fit were dropped for "
+        f"slowness, so discarded should be 7 (and matched 0); (matched, discarded): {observed}")
+
+
+@pytest.mark.spec("SLOW-POLICY-1")
+@pytest.mark.requires("scenario.policies", "slow_consumer.pending_limit")
+def test_limit_applies_only_to_the_matching_topic_region(client, dest):
+    limited_topic = dest("topic", "slow.const3")
+    free_topic = dest("topic", "free")  # no policy entry matches: nothing is discarded
+    limited = stalled(client, limited_topic, prefetch=1)
+    free = stalled(client, free_topic, prefetch=1)
+    producer = client()
+    publish(producer, limited_topic, numbered(8))
+    publish(producer, free_topic, numbered(8))
+
+    held_limited, held_free = limited.drain(HELD_QUIET), free.drain(HELD_QUIET)
+    got_limited = texts(held_limited) + catch_up(limited, held_limited)
+    got_free = texts(held_free) + catch_up(free, held_free)
+    assert got_limited == ["p0", "p5", "p6", "p7"], (
+        f"SLOW-POLICY-1: the topic under slow.const3.> (limit 3) should keep only the newest three "
+        f"after its prefetch, got {got_limited}")
+    assert got_free == numbered(8), (
+        f"SLOW-POLICY-1: a topic no policy entry matches should keep every message, got {got_free}")
+
+
+@pytest.mark.spec("SLOW-CONSUMER-LIMIT-1")
+@pytest.mark.requires("scenario.policies", "slow_consumer.pending_limit")
+@pytest.mark.parametrize("requested, kept", [(2, 2), (0, 5)], ids=["asks-2", "asks-0-ignored"])
+def test_consumer_sets_its_own_pending_limit(client, dest, requested, kept):
+    topic = dest("topic", "slow.const5")  # the policy's own limit is 5
+    slow = stalled(client, topic, prefetch=1, headers={"activemq.maximumPendingMessageLimit": str(requested)})
+    publish(client(), topic, numbered(12))
+
+    held = slow.drain(HELD_QUIET)
+    rest = catch_up(slow, held)
+    assert texts(held) + rest == ["p0"] + numbered(kept, start=12 - kept), (
+        f"SLOW-CONSUMER-LIMIT-1: a subscriber asking for limit {requested} (policy 5) should keep "
+        f"{kept} waiting messages, so get p0 then the newest {kept}; got {texts(held) + rest}")
+
+
+# --------------------------------------------------------------------------- eviction strategies
+
+
+@pytest.mark.spec("SLOW-EVICT-2")
+@pytest.mark.requires("scenario.policies", "slow_consumer.eviction")
+def test_lowest_priority_evicted_first(client, dest):
+    topic = dest("topic", "slow.prio")  # limit 3, oldest message with lowest priority evicted
+    slow = stalled(client, topic, prefetch=1)
+    producer = client()
+    publish(producer, topic, ["p0"])  # fills the prefetch buffer
+    for body, priority in [("A", 9), ("B", 1), ("C", 9), ("D", 1), ("E", 9), ("F", 1), ("G", 9)]:
+        producer.send(topic, body, persistent=False, priority=priority)
+    # Waiting after D: A C D (B, low, went before the older A). E: D goes (newer but low).
+    # F: the newcomer itself is the lowest and goes. G: all equal, the oldest (A) goes -> C E G.
+    held = slow.drain(HELD_QUIET)
+    rest = catch_up(slow, held)
+    assert texts(held) + rest == ["p0", "C", "E", "G"], (
+        f"SLOW-EVICT-2: low-priority B, D, F should be evicted before high-priority A, and then A as "
+        f"the oldest of equals, leaving C, E, G; got {texts(held) + rest}")
+
+
+@pytest.mark.spec("SLOW-EVICT-3")
+@pytest.mark.requires("scenario.policies", "slow_consumer.eviction")
+def test_unique_property_keeps_latest_per_value(client, dest):
+    topic = dest("topic", "slow.unique")  # limit 3, evict messages superseded by a newer STOCK value
+    slow = stalled(client, topic, prefetch=1)
+    producer = client()
+    sequence = ["SAP1", "MSFT1", "IBM1", "IBM2", "ORCL1", "IBM3"]
+    for body in sequence:
+        producer.send(topic, body, {"STOCK": body[:-1]}, persistent=False)
+        # ActiveMQ tells the newer of two same-value messages by their millisecond timestamps;
+        # keep sends in distinct milliseconds so "newer" is unambiguous.
+        time.sleep(0.003)
+    # SAP1 is prefetched. ORCL1 makes four waiting: IBM1 is superseded by IBM2 and goes, although
+    # MSFT1 is older (oldest-first would drop MSFT1). IBM3 then supersedes IBM2.
+    held = slow.drain(HELD_QUIET)
+    rest = catch_up(slow, held)
+    assert texts(held) + rest == ["SAP1", "MSFT1", "ORCL1", "IBM3"], (
+        f"SLOW-EVICT-3: the superseded IBM prices should go and the older but unique MSFT1 stay, "
+        f"leaving SAP1 (prefetched), MSFT1, ORCL1, IBM3; got {texts(held) + rest}")
+
+
+# --------------------------------------------------------------------------- effects
+
+
+@pytest.mark.spec("SLOW-FAST-1")
+@pytest.mark.requires("scenario.policies", "slow_consumer.pending_limit")
+@pytest.mark.protocols("stomp", "mqtt")
+def test_fast_subscriber_unaffected_by_slow_one(client, dest, protocol):
+    topic = dest("topic", "slow.const3")
+    slow = stalled(client, topic, prefetch=1)
+    fast = client().subscribe(topic, ack="auto")  # `protocol`: STOMP auto-ack or MQTT
+    publish(client("stomp"), topic, numbered(50))
+
+    got_fast = texts(fast.receive_n(50, timeout=5.0))
+    assert got_fast == numbered(50), (
+        f"SLOW-FAST-1: the fast {protocol} subscriber should get all 50 messages in order while the "
+        f"slow one discards; got {len(got_fast)}: first missing "
+        f"{next((b for b in numbered(50) if b not in got_fast), None)}")
+    held = slow.drain(HELD_QUIET)
+    rest = catch_up(slow, held)
+    assert texts(held) + rest == ["p0", "p47", "p48", "p49"], (
+        f"SLOW-LIMIT-1: the slow subscriber (prefetch 1, limit 3) should get p0 and the newest three, "
+        f"got {texts(held) + rest}")
+
+
+@pytest.mark.spec("SLOW-DURABLE-1")
+@pytest.mark.requires("scenario.policies", "slow_consumer.pending_limit", "durable_subscriptions")
+def test_durable_subscriber_keeps_everything(client, dest):
+    topic = dest("topic", "slow.const3")  # limit 3 for non-durable subscribers
+    subscriber = client("stomp")
+    durable = subscriber.subscribe(topic, ack="client", prefetch=1, durable_name="slow-durable")
+    try:
+        publish(client(), topic, numbered(12), persistent=True)
+        held = durable.drain(HELD_QUIET)
+        rest = catch_up(durable, held)
+        assert texts(held) + rest == numbered(12), (
+            f"SLOW-DURABLE-1: a durable subscriber on a topic with limit 3 should get all 12 messages "
+            f"once it catches up, got {texts(held) + rest}")
+    finally:
+        subscriber.unsubscribe_durable(topic, "slow-durable")
+
+
+@pytest.mark.spec("SLOW-MEM-1", "SLOW-FLOW-1")
+@pytest.mark.requires("scenario.policies", "slow_consumer.pending_limit", "memory.limits", "counters.destination")
+def test_stalled_subscriber_memory_stays_bounded(broker, client, dest):
+    topic = dest("topic", "slow.mem")  # limit 10, topic memory limit 256 KiB
+    slow = stalled(client, topic, prefetch=5)
+    producer = client()
+    body = "x" * KIB
+    total = 1000  # about 1 MiB of bodies: four times the topic's memory limit
+    # Kept for the stalled subscriber: its prefetch (5) plus the limit (10). Allow for the broker's
+    # per-message overhead and some in-flight slack, and still be far below the ~1 MiB that keeping
+    # everything would take.
+    bound = 64 * KIB
+    samples: list[tuple[int, int]] = []
+    for i in range(total):
+        # Each send waits for its receipt (the client's timeout is a few seconds): a producer held
+        # back by flow control fails here, which is SLOW-FLOW-1's failure.
+        producer.send(topic, body, {"seq": i}, persistent=False)
+        if i % 250 == 249:
+            counters = broker.destination_counters(topic)
+            samples.append((i + 1, counters.memory_usage if counters else -1))
+    assert samples[-1][1] > 0, (
+        f"setup: the topic's memory counter reads {samples[-1][1]} while ten 1 KiB messages wait for "
+        f"the stalled subscriber, so it cannot show whether memory is bounded; samples: {samples}")
+    assert all(0 <= used <= bound for _, used in samples), (
+        f"SLOW-MEM-1: the topic's memory should stay under {bound} bytes while 1 KiB messages pile up "
+        f"for a stalled subscriber with limit 10; (messages sent, memory used): {samples}")
+    # Control: without a pending limit the same stalled subscriber's backlog does show in memory,
+    # so the bound above is a real one (100 messages kept > the bound).
+    free_topic = dest("topic", "free")
+    stalled(client, free_topic, prefetch=5)
+    for i in range(100):
+        producer.send(free_topic, body, {"seq": i}, persistent=False)
+    control = broker.destination_counters(free_topic)
+    assert control is not None and control.memory_usage > bound, (
+        f"control: 95 messages waiting on a topic without a limit should use more than {bound} bytes, "
+        f"the counter says {control and control.memory_usage}; the SLOW-MEM-1 bound would prove nothing")
+    held = slow.drain(HELD_QUIET)
+    rest = catch_up_messages(slow, held)
+    seqs = [int(m.properties.get("seq", -1)) for m in held + rest]
+    assert seqs == list(range(5)) + list(range(total - 10, total)), (
+        f"SLOW-PREFETCH-1/SLOW-LIMIT-1: the stalled subscriber should end up with seq 0..4 (its "
+        f"prefetch) and the newest ten, {total - 10}..{total - 1}; got {seqs}")
