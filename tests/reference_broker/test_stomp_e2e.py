@@ -960,6 +960,24 @@ def test_durable_subscription(broker, stomp_client, name_header):
     c2.listener.assert_no_message(0.3)
 
 
+def test_inactive_durable_subscription_removed_by_name(broker, stomp_client):
+    """UNSUBSCRIBE naming a durable subscription nobody consumes removes it by client id and
+    name, whatever the id header says (as ActiveMQ's STOMP transport does)."""
+    topic = f"/topic/inactive.{time.monotonic_ns()}"
+    c1 = stomp_client(broker.address, headers={"client-id": "reader-2"})
+    c1.subscribe(topic, "d", **{"activemq.subscriptionName": "weekly"})
+    c1.disconnect()
+    deadline = time.monotonic() + 5
+    while any(s.get("active") for s in broker.stats()["subscriptions"] if s.get("durable")):
+        assert time.monotonic() < deadline, "durable subscriber never detached after DISCONNECT"
+        time.sleep(0.01)
+    c2 = stomp_client(broker.address, headers={"client-id": "reader-2"})
+    rid = c2.receipt()
+    c2.conn.unsubscribe("never-subscribed", headers={"receipt": rid, "activemq.subscriptionName": "weekly"})
+    c2.listener.wait_receipt(rid)
+    assert not [s for s in broker.stats()["subscriptions"] if s.get("durable")]
+
+
 def test_durable_subscription_needs_client_id(broker, raw_factory):
     c = raw_factory(broker.address)
     c.connect("1.2")
