@@ -41,7 +41,7 @@ class Received:
     properties: dict[str, object] = field(default_factory=dict)  # application properties, incl. group id / seq
     message_id: str | None = None
     redelivered: bool = False
-    delivery_count: int | None = None
+    delivery_count: int | None = None  # as JMSXDeliveryCount: 1 on the first delivery; None when not told
     priority: int | None = None
     persistent: bool | None = None
     headers: dict[str, object] = field(default_factory=dict)  # protocol-level headers as received
