@@ -186,7 +186,9 @@ def _not_applicable_reason(item: pytest.Item, state: PluginState) -> str | None:
     needed.append(f"protocol.{protocol}")
     missing = [c for c in needed if c not in capabilities]
     if missing:
-        return f"{name} lacks {', '.join(missing)} ({'; '.join(CAPABILITIES.get(c, c) for c in missing)})"
+        why = getattr(target, "why_missing", lambda capability: None)
+        details = "; ".join(f"{c}: {why(c) or CAPABILITIES.get(c, c)}" for c in missing)
+        return f"{name} lacks {', '.join(missing)} ({details})"
     return None
 
 

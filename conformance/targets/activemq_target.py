@@ -269,6 +269,16 @@ class ActiveMQTarget:
             caps.add("protocol.mqtt")
         return frozenset(caps)
 
+    def why_missing(self, capability: str) -> str | None:
+        """Why this target lacks ``capability`` (shown in the not-applicable reason)."""
+        if capability == "protocol.amqp":
+            return "ActiveMQ Classic's AMQP transport (activemq-amqp) is not packaged in Debian"
+        if capability == "protocol.mqtt":
+            return activemq_mqtt_available()[1]
+        if capability in ("groups.rebalance", "groups.first_key"):
+            return "an Artemis address setting with no ActiveMQ Classic equivalent"
+        return None
+
     def launch(self, scenario: Scenario, workdir: Path) -> ActiveMQHandle:
         ok, reason = self.availability()
         if not ok:
