@@ -123,6 +123,13 @@ class AmqpSubscription:
         link = conn.container.create_receiver(conn.conn, address, name=name, handler=self.fetcher, options=options)
         credit = DEFAULT_CREDIT if self.prefetch is None else self.prefetch
         self.receiver = BlockingReceiver(conn, link, self.fetcher, credit=credit)
+        # BlockingReceiver grants the credit locally; the FLOW frame only leaves with the next
+        # I/O on this connection. Drive it briefly now, so a subscription that has not called
+        # receive() yet still competes for messages (else the first receiver takes them all).
+        try:
+            conn.wait(lambda: False, timeout=0.05)
+        except Timeout:
+            pass
 
     # ------------------------------------------------------------------ receiving
 
@@ -329,7 +336,9 @@ class AmqpClient:
         if group_id is not None:
             message.group_id = group_id
         if group_seq is not None:
-            message.group_sequence = group_seq
+            # AMQP group-sequence is a uint (sequence-no); JMS's -1 ("close the group") travels as
+            # 0xFFFFFFFF, which ActiveMQ and Artemis read back as a signed int.
+            message.group_sequence = group_seq & 0xFFFFFFFF
         note = (f"TRANSFER {address} durable={persistent} priority={priority} ttl={ttl_ms} group={group_id}/{group_seq} "
                 f"props={properties or {}} body={preview(body)}")
         with self._errors(note):
@@ -434,7 +443,8 @@ def received_from_message(message: Message, destination: str, tag: str, sub: Amq
     if message.group_id is not None:
         properties[GROUP_ID] = message.group_id
         if message.group_sequence:
-            properties[GROUP_SEQ] = message.group_sequence
+            sequence = message.group_sequence
+            properties[GROUP_SEQ] = sequence - (1 << 32) if sequence >= 1 << 31 else sequence  # back to JMS's int
     headers = {
         "delivery-tag": tag,
         "address": message.address,

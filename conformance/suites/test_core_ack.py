@@ -1,0 +1,299 @@
+"""Acknowledgement, redelivery, dead letters and local transactions.
+
+What a client did not acknowledge must come back (flagged as a redelivery); what it
+acknowledged must not; a NACKed message is redelivered or dead-lettered, never silently lost;
+a transaction makes its sends and acks visible on commit only. Rules: conformance/spec/core.toml.
+
+Dead-letter checks look for their own message on ActiveMQ's default dead-letter queue,
+``queue://ActiveMQ.DLQ`` (shared by every test), by a unique ``core_marker`` property and a
+selector, so tests never see each other's dead letters.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from conformance.scenario import DestinationPolicy, Scenario
+
+DLQ = "queue://ActiveMQ.DLQ"
+# Queues under this prefix give up after two redeliveries (three deliveries in all), instead of
+# the default six, to keep the dead-letter test short.
+MAX_REDELIVERIES = 2
+SCENARIO = Scenario(name="core-ack", policies=(
+    DestinationPolicy("queue://core.dlq.>", maximum_redeliveries=MAX_REDELIVERIES),
+))
+
+QUIET = 0.5
+# A broker may delay a redelivery: ActiveMQ's redeliveryPlugin refuses delays under 1 s
+# (RedeliveryPlugin.validatePolicyDelay), so waits for a redelivery allow a few seconds.
+REDELIVERY_WAIT = 3.0
+
+
+def texts(messages) -> list[str]:
+    return [m.text for m in messages]
+
+
+def marker_of(destination: str) -> str:
+    """The random suffix the dest fixture put on the name: unique per test run."""
+    return destination.rpartition(".")[2]
+
+
+def watch_dead_letters(client, marker: str):
+    """A STOMP subscription on the DLQ that sees only this test's message."""
+    return client(protocol="stomp").subscribe(DLQ, ack="client-individual", selector=f"core_marker = '{marker}'")
+
+
+def next_outcome(subscription, dead_letters, timeout: float):
+    """Wait for whichever comes first: a redelivery on ``subscription`` or the message on the
+    DLQ. Returns ("redelivered", msg), ("dead-lettered", msg) or ("nothing", None)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        message = subscription.receive(timeout=0.05)
+        if message is not None:
+            return "redelivered", message
+        dead = dead_letters.receive(timeout=0.05)
+        if dead is not None:
+            return "dead-lettered", dead
+    return "nothing", None
+
+
+# ----------------------------------------------------------------------------- ack modes
+
+
+@pytest.mark.spec("ACK-AUTO-1")
+@pytest.mark.protocols("stomp", "amqp")
+def test_auto_acknowledged_messages_not_redelivered(client, dest):
+    queue = dest("queue", "core.auto")
+    first_client = client()
+    first = first_client.subscribe(queue, ack="auto")
+    producer = client()
+    for i in range(3):
+        producer.send(queue, f"a{i}")
+    got = texts(first.receive_n(3, timeout=5))
+    assert got == ["a0", "a1", "a2"], f"ACK-AUTO-1: the auto-ack consumer got {got}"
+    first_client.close()
+    again = client().subscribe(queue, ack="auto")
+    repeated = texts(again.drain(QUIET))
+    assert repeated == [], f"ACK-AUTO-1: messages delivered in auto mode came back after the consumer left: {repeated}"
+    # Control: the second consumer does receive, so the silence above means something.
+    producer.send(queue, "a3")
+    fresh = again.receive(timeout=5)
+    assert fresh is not None and fresh.text == "a3", "ACK-AUTO-1: the second consumer receives nothing at all"
+
+
+@pytest.mark.spec("ACK-CLIENT-1")
+def test_client_ack_is_cumulative(client, dest):
+    queue = dest("queue", "core.cumulative")
+    first_client = client()
+    first = first_client.subscribe(queue, ack="client")
+    producer = client()
+    for i in range(5):
+        producer.send(queue, f"c{i}")
+    got = first.receive_n(5, timeout=5)
+    assert texts(got) == [f"c{i}" for i in range(5)], f"ACK-CLIENT-1: the client-ack consumer got {texts(got)}"
+    first.ack(got[2])  # covers c0, c1 and c2
+    first_client.close()
+    again = client().subscribe(queue, ack="client-individual")
+    back = again.receive_n(2, timeout=5) + again.drain(QUIET)
+    for message in back:
+        again.ack(message)
+    assert texts(back) == ["c3", "c4"], (
+        f"ACK-CLIENT-1: after ACK of c2 in client mode and a disconnect, redelivered {texts(back)}; "
+        "expected only c3 and c4 (the ACK covers c0-c2)")
+
+
+@pytest.mark.spec("ACK-INDIV-1")
+@pytest.mark.protocols("stomp", "amqp")
+def test_client_individual_ack_covers_one_message(client, dest):
+    queue = dest("queue", "core.individual")
+    first_client = client()
+    first = first_client.subscribe(queue, ack="client-individual")
+    producer = client()
+    for i in range(3):
+        producer.send(queue, f"i{i}")
+    got = first.receive_n(3, timeout=5)
+    assert texts(got) == ["i0", "i1", "i2"], f"ACK-INDIV-1: the consumer got {texts(got)}"
+    first.ack(got[1])  # only i1
+    first_client.close()
+    again = client().subscribe(queue, ack="client-individual")
+    back = again.receive_n(2, timeout=5) + again.drain(QUIET)
+    for message in back:
+        again.ack(message)
+    assert texts(back) == ["i0", "i2"], (
+        f"ACK-INDIV-1: after ACK of i1 alone and a disconnect, redelivered {texts(back)}; expected i0 and i2")
+
+
+@pytest.mark.spec("ACK-REDELIVER-1")
+@pytest.mark.protocols("stomp", "amqp")
+def test_unacked_messages_redelivered_to_another_consumer_flagged(client, dest):
+    queue = dest("queue", "core.redeliver")
+    holder_client = client()
+    holder = holder_client.subscribe(queue, ack="client-individual", prefetch=10)
+    producer = client()
+    for i in range(3):
+        producer.send(queue, f"r{i}")
+    held = holder.receive_n(3, timeout=5)
+    assert texts(held) == ["r0", "r1", "r2"], f"ACK-REDELIVER-1: the first consumer got {texts(held)}"
+    assert not any(m.redelivered for m in held), "ACK-REDELIVER-1: first deliveries were flagged redelivered"
+    # The second consumer is there before the first leaves: the broker has somewhere to redeliver.
+    other = client().subscribe(queue, ack="client-individual")
+    early = texts(other.drain(0.2))
+    assert early == [], f"ACK-REDELIVER-1: messages held unacknowledged by one consumer also went to another: {early}"
+    holder_client.close()
+    back = other.receive_n(3, timeout=5) + other.drain(QUIET)
+    for message in back:
+        other.ack(message)
+    assert texts(back) == ["r0", "r1", "r2"], (
+        f"ACK-REDELIVER-1: 3 unacknowledged messages of a closed consumer; the other consumer then got {texts(back)}")
+    unflagged = [m.text for m in back if not m.redelivered]
+    assert not unflagged, (f"ACK-REDELIVER-1: redeliveries not flagged as such (redelivered header / JMSRedelivered): "
+                           f"{unflagged}; headers of the first: {back[0].headers}")
+
+
+# ----------------------------------------------------------------------------- NACK and dead letters
+
+
+@pytest.mark.spec("ACK-NACK-1")
+@pytest.mark.protocols("stomp", "amqp")
+@pytest.mark.requires("nack")
+def test_nacked_message_redelivered_or_dead_lettered(client, dest):
+    queue = dest("queue", "core.nack")
+    marker = marker_of(queue)
+    dead_letters = watch_dead_letters(client, marker)
+    consumer = client().subscribe(queue, ack="client-individual")
+    client().send(queue, "refused", {"core_marker": marker}, persistent=True)
+    first = consumer.receive(timeout=5)
+    assert first is not None, "ACK-NACK-1: the message was never delivered"
+    consumer.nack(first)
+    outcome, message = next_outcome(consumer, dead_letters, REDELIVERY_WAIT)
+    if outcome == "redelivered":
+        consumer.ack(message)
+        assert message.text == "refused" and message.redelivered, (
+            f"ACK-NACK-1: after NACK the message came back as {message.text!r} with redelivered={message.redelivered}")
+    else:
+        if message is not None:
+            dead_letters.ack(message)
+        assert outcome == "dead-lettered" and message.text == "refused", (
+            f"ACK-NACK-1: a NACKed persistent message was neither redelivered nor moved to {DLQ} "
+            f"within {REDELIVERY_WAIT} s")
+
+
+@pytest.mark.spec("DLQ-MAX-1")
+@pytest.mark.protocols("stomp", "amqp")
+@pytest.mark.requires("nack", "dead_letter", "scenario.policies")
+def test_dead_lettered_after_maximum_redeliveries(client, dest):
+    queue = dest("queue", "core.dlq")
+    marker = marker_of(queue)
+    dead_letters = watch_dead_letters(client, marker)
+    consumer = client().subscribe(queue, ack="client-individual")
+    client().send(queue, "poison", {"core_marker": marker}, persistent=True)
+    message = consumer.receive(timeout=5)
+    assert message is not None, "DLQ-MAX-1: the message was never delivered"
+    deliveries = [message]
+    outcome = "redelivered"
+    while outcome == "redelivered" and len(deliveries) <= MAX_REDELIVERIES + 2:
+        consumer.nack(message)
+        outcome, message = next_outcome(consumer, dead_letters, REDELIVERY_WAIT)
+        if outcome == "redelivered":
+            deliveries.append(message)
+    if outcome == "dead-lettered":
+        dead_letters.ack(message)
+    flags = [m.redelivered for m in deliveries]
+    assert len(deliveries) == MAX_REDELIVERIES + 1 and outcome == "dead-lettered", (
+        f"DLQ-MAX-1: with maximum_redeliveries={MAX_REDELIVERIES} and every delivery NACKed, the message was "
+        f"delivered {len(deliveries)} time(s) (redelivered flags {flags}) and then {outcome}; expected "
+        f"{MAX_REDELIVERIES + 1} deliveries, then the move to {DLQ}")
+    assert flags == [False] + [True] * MAX_REDELIVERIES, f"DLQ-MAX-1: redelivered flags per delivery were {flags}"
+
+
+@pytest.mark.spec("DLQ-NONPERSIST-1")
+@pytest.mark.requires("nack", "dead_letter", "scenario.policies")
+def test_undeliverable_non_persistent_message_discarded_not_dead_lettered(client, dest):
+    queue = dest("queue", "core.dlq.np")
+    marker = marker_of(queue)
+    dead_letters = watch_dead_letters(client, marker)
+    consumer = client().subscribe(queue, ack="client-individual")
+    client().send(queue, "fleeting", {"core_marker": marker}, persistent=False)
+    message = consumer.receive(timeout=5)
+    assert message is not None, "DLQ-NONPERSIST-1: the message was never delivered"
+    deliveries = 1
+    outcome = "redelivered"
+    # NACK every delivery until the broker gives up on it (at the latest after the policy's
+    # maximum), then see where it went.
+    while outcome == "redelivered" and deliveries <= MAX_REDELIVERIES + 2:
+        consumer.nack(message)
+        outcome, message = next_outcome(consumer, dead_letters, REDELIVERY_WAIT)
+        deliveries += outcome == "redelivered"
+    if outcome == "dead-lettered":
+        dead_letters.ack(message)
+    assert outcome == "nothing" and deliveries <= MAX_REDELIVERIES + 1, (
+        f"DLQ-NONPERSIST-1: a non-persistent message NACKed on each of its {deliveries} deliveries ended "
+        f"{outcome}; expected it to be discarded, not placed on {DLQ}")
+    # Control: the dead-letter watcher does see a message with this marker, so "nothing" above
+    # is the broker's doing, not a deaf subscription.
+    client(protocol="stomp").send(DLQ, "control", {"core_marker": marker}, persistent=True)
+    control = dead_letters.receive(timeout=5)
+    assert control is not None and control.text == "control", (
+        f"DLQ-NONPERSIST-1: the {DLQ} watcher (selector on core_marker) receives nothing; the check is void")
+    dead_letters.ack(control)
+
+
+# ----------------------------------------------------------------------------- transactions
+
+
+@pytest.mark.spec("TX-COMMIT-1")
+@pytest.mark.requires("transactions")
+def test_transacted_sends_delivered_on_commit_only(client, dest):
+    queue = dest("queue", "core.txcommit")
+    consumer = client().subscribe(queue, ack="auto")
+    producer = client()
+    tx = producer.begin()
+    for i in range(3):
+        producer.send(queue, f"tx{i}", transaction=tx)
+    early = texts(consumer.drain(QUIET))
+    assert early == [], f"TX-COMMIT-1: messages sent in an open transaction were delivered before COMMIT: {early}"
+    producer.commit(tx)
+    got = texts(consumer.receive_n(3, timeout=5) + consumer.drain(QUIET))
+    assert got == ["tx0", "tx1", "tx2"], f"TX-COMMIT-1: after COMMIT the consumer got {got}"
+
+
+@pytest.mark.spec("TX-ABORT-1")
+@pytest.mark.requires("transactions")
+def test_aborted_sends_discarded(client, dest):
+    queue = dest("queue", "core.txabort")
+    consumer = client().subscribe(queue, ack="auto")
+    producer = client()
+    tx = producer.begin()
+    producer.send(queue, "aborted-1", transaction=tx)
+    producer.send(queue, "aborted-2", transaction=tx)
+    producer.abort(tx)
+    tx = producer.begin()
+    producer.send(queue, "committed", transaction=tx)
+    producer.commit(tx)
+    got = texts(consumer.receive_n(1, timeout=5) + consumer.drain(QUIET))
+    assert got == ["committed"], f"TX-ABORT-1: after an aborted and a committed transaction the consumer got {got}"
+
+
+@pytest.mark.spec("TX-ABORT-2")
+@pytest.mark.requires("transactions")
+def test_aborted_ack_leaves_message_unacknowledged(client, dest):
+    queue = dest("queue", "core.txack")
+    consumer_client = client()
+    consumer = consumer_client.subscribe(queue, ack="client-individual")
+    client().send(queue, "acked-then-aborted")
+    message = consumer.receive(timeout=5)
+    assert message is not None, "TX-ABORT-2: the message was never delivered"
+    tx = consumer_client.begin()
+    consumer.ack(message, transaction=tx)
+    consumer_client.abort(tx)
+    consumer_client.close()
+    again = client().subscribe(queue, ack="client-individual")
+    back = again.receive(timeout=5)
+    if back is not None:
+        again.ack(back)
+    assert back is not None and back.text == "acked-then-aborted", (
+        "TX-ABORT-2: a message whose ACK was aborted did not come back after its consumer closed "
+        f"(got {back}); the aborted ACK took effect")
+    assert back.redelivered, "TX-ABORT-2: the message came back without the redelivered flag"

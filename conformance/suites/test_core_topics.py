@@ -1,0 +1,68 @@
+"""Core topic semantics: fan-out to every subscriber, and durable subscriptions that keep
+messages while their subscriber is away. Checked over STOMP, MQTT and AMQP (a protocol a target
+does not speak is reported not applicable). Rules: conformance/spec/core.toml.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+
+from conformance.scenario import Scenario
+
+SCENARIO = Scenario(name="core-topics")
+
+QUIET = 0.5
+
+
+def texts(messages) -> list[str]:
+    return [m.text for m in messages]
+
+
+@pytest.mark.spec("TOPIC-FANOUT-1")
+@pytest.mark.protocols("stomp", "mqtt", "amqp")
+def test_every_subscriber_gets_every_message(client, dest):
+    topic = dest("topic", "core.fanout")
+    subscriptions = [client().subscribe(topic, ack="auto") for _ in range(3)]
+    producer = client()
+    sent = [f"t{i}" for i in range(30)]
+    for body in sent:
+        producer.send(topic, body)
+    got = [texts(s.receive_n(len(sent), timeout=5)) for s in subscriptions]
+    time.sleep(QUIET)  # room for duplicates or strays to show up, once for all subscribers
+    got = [g + texts(s.drain(0.05)) for g, s in zip(got, subscriptions)]
+    wrong = {n: g for n, g in enumerate(got) if g != sent}
+    assert not wrong, (f"TOPIC-FANOUT-1: 3 subscribers, 30 messages published; subscribers that did not get "
+                       f"exactly t0..t29 in order: " + "; ".join(f"#{n}: {len(g)} messages {g[:8]}..."
+                                                                for n, g in wrong.items()))
+
+
+@pytest.mark.spec("DUR-KEEP-1")
+@pytest.mark.protocols("stomp", "mqtt", "amqp")
+@pytest.mark.requires("durable_subscriptions")
+def test_durable_subscription_keeps_messages_while_away(client, dest):
+    topic = dest("topic", "core.durable")
+    client_id = f"core-durable-{uuid.uuid4().hex[:8]}"
+    name = "keeper"
+    subscriber = client(client_id=client_id)
+    subscription = subscriber.subscribe(topic, ack="auto", durable_name=name)
+    producer = client()
+    producer.send(topic, "while-here")
+    first = subscription.receive(timeout=5)
+    assert first is not None and first.text == "while-here", (
+        f"DUR-KEEP-1: the durable subscriber did not get a message published while it was connected (got {first})")
+    subscriber.close()  # away: the connection goes, the durable subscription must stay
+
+    away = [f"away{i}" for i in range(3)]
+    for body in away:
+        producer.send(topic, body, persistent=True)
+
+    returning = client(client_id=client_id)
+    resumed = returning.subscribe(topic, ack="auto", durable_name=name)
+    got = texts(resumed.receive_n(len(away), timeout=5) + resumed.drain(QUIET))
+    assert got == away, (
+        f"DUR-KEEP-1: 3 persistent messages published while the durable subscriber was away; on its return "
+        f"(same client id {client_id!r}, subscription {name!r}) it got {got}")
+    returning.unsubscribe_durable(topic, name)  # leave no subscription behind on the broker

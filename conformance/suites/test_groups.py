@@ -1,0 +1,532 @@
+"""Message groups on one broker, checked against the Artemis "Message Grouping" chapter
+(../shared/spec/artemis-message-grouping.md, cited as AMG + section; statements in
+conformance/spec/groups.toml).
+
+Messages are told apart by their body, ``"<group>:<n>"``: ActiveMQ Classic 5.17 does not echo
+JMSXGroupID on STOMP MESSAGE frames (REFERENCES.md), so the echoed header cannot be relied on.
+
+Timing: a positive expectation waits up to RECEIVE_TIMEOUT (only a failing run waits that long);
+"nothing arrives" is checked for QUIET seconds, which is ample for a broker on loopback that
+dispatches within milliseconds.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from conformance.clients import Received, Subscription
+from conformance.scenario import DestinationPolicy, Scenario
+
+RECEIVE_TIMEOUT = 5.0
+QUIET = 1.0
+SETTLE = 0.3  # after the expected messages: how long to keep listening for extra ones
+FIRST_KEY = "JMSXGroupFirstForConsumer"
+
+# One broker per target for the module; each test picks destinations under these patterns.
+# group-buckets 0 is not among them: ActiveMQ's launcher refuses it (Classic cannot turn grouping
+# off), which would stop the whole module there; tests that need it create their queue with the
+# destination parameter ?group-buckets=0 instead (AMG "Group Buckets", GRP-SETTINGS-1).
+SCENARIO = Scenario(name="groups", policies=(
+    DestinationPolicy("queue://grp.rebalance.>", group_rebalance=True),
+    DestinationPolicy("queue://grp.first.>", group_first_key=FIRST_KEY),
+    DestinationPolicy("queue://grp.buckets1.>", group_buckets=1),
+    DestinationPolicy("queue://grp.buckets7.>", group_buckets=7),
+    DestinationPolicy("queue://grp.bucketsall.>", group_buckets=-1),
+))
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def gather(subs: dict[str, Subscription], total: int, timeout: float = RECEIVE_TIMEOUT,
+           settle: float = SETTLE) -> dict[str, list[Received]]:
+    """What each subscription receives until ``total`` messages arrived overall (or the timeout),
+    plus anything more within ``settle`` seconds - so duplicates and strays show up too."""
+    got: dict[str, list[Received]] = {name: [] for name in subs}
+    deadline = time.monotonic() + timeout
+    while sum(map(len, got.values())) < total and time.monotonic() < deadline:
+        for name, sub in subs.items():
+            message = sub.receive(0.02)
+            if message is not None:
+                got[name].append(message)
+    for name, sub in subs.items():
+        got[name].extend(sub.drain(settle))
+    return got
+
+
+def texts(got: dict[str, list[Received]]) -> dict[str, list[str]]:
+    return {name: [m.text for m in messages] for name, messages in got.items()}
+
+
+def group_of(body: str) -> str:
+    return body.partition(":")[0]
+
+
+def holders(got: dict[str, list[str]], group: str) -> set[str]:
+    """The consumers that received at least one message of ``group``."""
+    return {name for name, bodies in got.items() if any(group_of(b) == group for b in bodies)}
+
+
+def owner_of(got: dict[str, list[str]], group: str, spec: str) -> str:
+    found = holders(got, group)
+    assert len(found) == 1, f"{spec}: group {group} reached {sorted(found) or 'no consumer'}: {got}"
+    return next(iter(found))
+
+
+def two_consumers(client, queue: str, **options) -> dict[str, Subscription]:
+    """Consumers A and B on one queue, each on its own connection, subscribed in that order."""
+    return {name: client().subscribe(queue, **options) for name in ("A", "B")}
+
+
+def nothing_more(sub: Subscription, quiet: float = QUIET) -> list[str]:
+    return [m.text for m in sub.drain(quiet)]
+
+
+def first_flag(message: Received) -> bool:
+    """The group-first-key header as the consumer sees it (STOMP header / AMQP application
+    property); absent means not flagged."""
+    value = message.properties.get(FIRST_KEY, message.headers.get(FIRST_KEY))
+    return str(value).lower() == "true" if value is not None else False
+
+
+def artemis_bucket(group_id: str, buckets: int) -> int:
+    """The bucket Artemis puts a group id in: SimpleString.hashCode (Java's 31*h+b over the
+    UTF-16LE bytes as signed bytes), then (hash & Integer.MAX_VALUE) % buckets
+    (Artemis BucketMessageGroups; AMG "Group Buckets" only says the id is hashed)."""
+    h = 0
+    for byte in group_id.encode("utf-16-le"):
+        h = (31 * h + (byte - 256 if byte > 127 else byte)) & 0xFFFFFFFF
+    return (h & 0x7FFFFFFF) % buckets
+
+
+# --------------------------------------------------------------------------- pinning and order
+
+
+@pytest.mark.spec("GRP-PIN-1", "GRP-PROP-1")
+@pytest.mark.requires("groups")
+@pytest.mark.protocols("stomp", "amqp")
+def test_group_pinned_to_one_consumer(broker, client, dest, protocol):
+    """AMG "Message Grouping": every message of a group goes to one consumer, however many the
+    queue has, and the group stays there after everything was acknowledged."""
+    q = dest("queue", "grp.pin")
+    subs = {name: client().subscribe(q, prefetch=100) for name in ("A", "B", "C")}
+    producer = client()
+    groups = ["IBM", "MSFT", "ORCL", "SUNW"]
+    for i in range(6):
+        for g in groups:
+            producer.send(q, f"{g}:{i}", group_id=g)
+    got = texts(gather(subs, 24))
+    assert sorted(b for bodies in got.values() for b in bodies) == sorted(f"{g}:{i}" for g in groups for i in range(6)), \
+        f"GRP-PIN-1: expected each of the 24 grouped messages exactly once: {got}"
+    owners = {g: owner_of(got, g, "GRP-PIN-1") for g in groups}
+
+    # Auto-acknowledged already: pinning outlives acknowledgement.
+    for i in range(6, 9):
+        for g in groups:
+            producer.send(q, f"{g}:{i}", group_id=g)
+    later = texts(gather(subs, 12))
+    for g in groups:
+        assert holders(later, g) == {owners[g]}, (
+            f"GRP-PIN-1: group {g} was pinned to {owners[g]} but later messages went to "
+            f"{sorted(holders(later, g))}: {later}")
+
+
+@pytest.mark.spec("GRP-PIN-1")
+@pytest.mark.requires("groups")
+def test_ungrouped_messages_are_not_pinned(broker, client, dest):
+    """AMG "Message Grouping" (control): pinning is for messages with a group id; ungrouped
+    messages go to whichever consumer has room. Each consumer has room for 2 unacknowledged
+    messages and G:0 takes one slot of its owner, so u:0..u:2 can only all be delivered if
+    they are spread over both consumers - as they must be, with nothing acknowledged."""
+    q = dest("queue", "grp.ungrouped")
+    subs = two_consumers(client, q, ack="client-individual", prefetch=2)
+    producer = client()
+    producer.send(q, "G:0", group_id="G")
+    for i in range(3):
+        producer.send(q, f"u:{i}")
+    got = texts(gather(subs, 4))
+    ungrouped = {name: [b for b in bodies if group_of(b) == "u"] for name, bodies in got.items()}
+    assert sorted(b for bodies in ungrouped.values() for b in bodies) == ["u:0", "u:1", "u:2"], (
+        f"GRP-PIN-1: the three ungrouped messages should all be delivered (there is room for them), "
+        f"each once, without any acknowledgement: {got}")
+    assert all(ungrouped.values()), f"GRP-PIN-1: ungrouped messages were kept to one consumer: {got}"
+
+
+@pytest.mark.spec("GRP-ORDER-1", "GRP-PIN-1")
+@pytest.mark.requires("groups")
+@pytest.mark.protocols("stomp", "amqp")
+def test_messages_of_a_group_arrive_in_send_order(broker, client, dest, protocol):
+    """AMG "Message Grouping": a group exists to be processed serially by one consumer. With a
+    small prefetch the broker dispatches each group in many rounds while the consumers
+    acknowledge; every group must still arrive complete and in the order it was sent."""
+    q = dest("queue", "grp.order")
+    subs = two_consumers(client, q, ack="client-individual", prefetch=2)
+    producer = client()
+    groups, per_group = ["G1", "G2", "G3"], 8
+    for i in range(per_group):
+        for g in groups:
+            # JMS numbers a group's messages from 1 (JMSXGroupSeq); positive numbers close nothing.
+            producer.send(q, f"{g}:{i}", group_id=g, group_seq=i + 1)
+    got: dict[str, list[str]] = {name: [] for name in subs}
+    deadline = time.monotonic() + 2 * RECEIVE_TIMEOUT
+    while sum(map(len, got.values())) < len(groups) * per_group and time.monotonic() < deadline:
+        for name, sub in subs.items():
+            message = sub.receive(0.02)
+            if message is not None:
+                got[name].append(message.text)
+                sub.ack(message)
+    for name, sub in subs.items():
+        got[name] += nothing_more(sub, SETTLE)
+    for g in groups:
+        owner = owner_of(got, g, "GRP-PIN-1")
+        sequence = [b for b in got[owner] if group_of(b) == g]
+        assert sequence == [f"{g}:{i}" for i in range(per_group)], (
+            f"GRP-ORDER-1: group {g} reached {owner} as {sequence}, not complete in send order")
+
+
+# --------------------------------------------------------------------------- owner closes
+
+
+@pytest.mark.spec("GRP-REASSIGN-1", "GRP-ORDER-1")
+@pytest.mark.requires("groups", "groups.reassign_on_close")
+@pytest.mark.protocols("stomp", "amqp")
+@pytest.mark.parametrize("how", ["unsubscribe", "disconnect"])
+def test_group_moves_to_another_consumer_when_owner_closes(broker, client, dest, protocol, how):
+    """AMG "Message Grouping": when the owner closes, another consumer is chosen and gets all
+    of the group's messages from then on - the old owner's unacknowledged ones included."""
+    q = dest("queue", "grp.reassign")
+    connections = {name: client() for name in ("A", "B")}
+    subs = {name: c.subscribe(q, ack="client-individual", prefetch=10) for name, c in connections.items()}
+    producer = client()
+    for i in range(3):
+        producer.send(q, f"G:{i}", group_id="G")
+    first = gather(subs, 3)
+    owner = owner_of(texts(first), "G", "GRP-PIN-1")
+    other = "B" if owner == "A" else "A"
+    assert texts(first)[owner] == ["G:0", "G:1", "G:2"], f"GRP-ORDER-1: {texts(first)}"
+    subs[owner].ack(first[owner][0])
+    if how == "unsubscribe":
+        subs[owner].close()
+    else:
+        connections[owner].close()
+
+    for i in range(3, 6):
+        producer.send(q, f"G:{i}", group_id="G")
+    moved = [m.text for m in subs[other].receive_n(5, RECEIVE_TIMEOUT)] + nothing_more(subs[other], SETTLE)
+    assert moved == [f"G:{i}" for i in range(1, 6)], (
+        f"GRP-REASSIGN-1: after owner {owner} closed ({how}) the other consumer should get the unacknowledged "
+        f"G:1, G:2 and then G:3..G:5, in order; it got {moved}")
+
+
+# --------------------------------------------------------------------------- closing a group
+
+
+
+def _fill_owner(client, q: str, producer, third_seq: int | None):
+    """A and B with room for 3 unacknowledged messages each; G:1, G:2, G:3 (the third with
+    JMSXGroupSeq ``third_seq``) go to the group's owner and fill it.
+    Returns (subs, owner, other, the owner's messages)."""
+    subs = two_consumers(client, q, ack="client-individual", prefetch=3)
+    producer.send(q, "G:1", group_id="G")
+    producer.send(q, "G:2", group_id="G")
+    producer.send(q, "G:3", group_id="G", group_seq=third_seq)
+    got = gather(subs, 3)
+    owner = owner_of(texts(got), "G", "GRP-PIN-1")
+    assert texts(got)[owner] == ["G:1", "G:2", "G:3"], (
+        f"GRP-PIN-1: the owner should get the group's first three messages, in order: {texts(got)}")
+    return subs, owner, "B" if owner == "A" else "A", got[owner]
+
+
+@pytest.mark.spec("GRP-CLOSE-1")
+@pytest.mark.requires("groups", "groups.close")
+@pytest.mark.protocols("stomp", "amqp")
+def test_negative_sequence_closes_the_group(broker, client, dest, protocol):
+    """AMG "Closing a Message Group": JMSXGroupSeq -1 closes the group; the closing message still
+    goes to the owner, and the next message of the group is assigned afresh - so it must go to
+    the idle consumer, since the old owner has no room left."""
+    q = dest("queue", "grp.close")
+    producer = client()
+    subs, owner, other, _held = _fill_owner(client, q, producer, third_seq=-1)
+    producer.send(q, "G:4", group_id="G")
+    message = subs[other].receive(RECEIVE_TIMEOUT)
+    assert message is not None and message.text == "G:4", (
+        f"GRP-CLOSE-1: after G:3 closed the group (JMSXGroupSeq -1), G:4 should be assigned afresh to the "
+        f"idle consumer {other} while {owner} is full; {other} got {message and message.text!r}")
+    assert nothing_more(subs[owner], SETTLE) == [], f"GRP-CLOSE-1: {owner} must not get G:4 as well"
+
+
+@pytest.mark.spec("GRP-CLOSE-1", "GRP-PIN-1")
+@pytest.mark.requires("groups", "groups.close")
+@pytest.mark.protocols("stomp", "amqp")
+def test_without_negative_sequence_the_group_waits_for_its_busy_owner(broker, client, dest, protocol):
+    """AMG "Message Grouping" / "Closing a Message Group" (control for the test above): a
+    positive JMSXGroupSeq closes nothing, so G:4 waits for its full owner while the other
+    consumer idles, and follows on the owner as soon as it has room."""
+    q = dest("queue", "grp.noclose")
+    producer = client()
+    subs, owner, other, held = _fill_owner(client, q, producer, third_seq=3)
+    producer.send(q, "G:4", group_id="G")
+    assert nothing_more(subs[other]) == [], (
+        f"GRP-PIN-1: G:4 went to the idle {other} although group G is pinned to {owner} and was never closed")
+    subs[owner].ack(held[0])
+    message = subs[owner].receive(RECEIVE_TIMEOUT)
+    assert message is not None and message.text == "G:4", (
+        f"GRP-PIN-1: once {owner} had room again, G:4 should follow there; got {message and message.text!r}")
+
+
+# --------------------------------------------------------------------------- group-first-key
+
+
+@pytest.mark.spec("GRP-FIRST-1")
+@pytest.mark.requires("groups", "groups.first_key")
+@pytest.mark.protocols("stomp", "amqp")
+def test_first_message_of_a_group_for_a_consumer_is_flagged(broker, client, dest, protocol):
+    """AMG "Notifying Consumer of Group Ownership change": with group-first-key set, the first
+    message of a group a consumer is given carries the key = true; later ones do not; when the
+    group moves to another consumer, its first message there is flagged again."""
+    q = dest("queue", "grp.first")
+    subs = two_consumers(client, q, ack="client-individual", prefetch=10)
+    producer = client()
+    for body, group in (("GA:1", "GA"), ("GB:1", "GB"), ("GA:2", "GA"), ("u:1", None), ("GB:2", "GB")):
+        producer.send(q, body, group_id=group)
+    got = gather(subs, 5)
+    flags = {m.text: first_flag(m) for messages in got.values() for m in messages}
+    assert flags == {"GA:1": True, "GB:1": True, "GA:2": False, "u:1": False, "GB:2": False}, (
+        f"GRP-FIRST-1: {FIRST_KEY} should be true exactly on each group's first message to its consumer: {flags}")
+
+    owner = owner_of(texts(got), "GA", "GRP-PIN-1")
+    other = "B" if owner == "A" else "A"
+    for message in got[owner]:
+        if group_of(message.text) != "GA":
+            subs[owner].ack(message)
+    subs[owner].close()  # its unacknowledged GA:1, GA:2 move to the other consumer
+    moved = subs[other].receive_n(2, RECEIVE_TIMEOUT)
+    assert [(m.text, first_flag(m)) for m in moved] == [("GA:1", True), ("GA:2", False)], (
+        f"GRP-FIRST-1: after the owner closed, GA's first message on {other} should be flagged again: "
+        f"{[(m.text, first_flag(m)) for m in moved]}")
+
+
+@pytest.mark.spec("GRP-FIRST-1", "GRP-SETTINGS-1")
+@pytest.mark.requires("groups", "groups.first_key")
+def test_no_first_flag_without_group_first_key(broker, client, dest):
+    """AMG "Notifying Consumer..." ("by default ... off"): with no group-first-key configured no
+    message carries the flag."""
+    q = dest("queue", "grp.plain")
+    subs = two_consumers(client, q, prefetch=10)
+    producer = client()
+    for i in range(4):
+        producer.send(q, f"G{i % 2}:{i}", group_id=f"G{i % 2}")
+    got = gather(subs, 4)
+    flagged = [m.text for messages in got.values() for m in messages if FIRST_KEY in m.properties or FIRST_KEY in m.headers]
+    assert sum(map(len, got.values())) == 4 and flagged == [], (
+        f"GRP-FIRST-1: {FIRST_KEY} appeared without group-first-key being set: {flagged}; {texts(got)}")
+
+
+# --------------------------------------------------------------------------- group-rebalance
+
+
+@pytest.mark.spec("GRP-REBAL-1")
+@pytest.mark.requires("groups", "groups.rebalance")
+@pytest.mark.protocols("stomp", "amqp")
+def test_adding_a_consumer_rebalances_groups_despite_in_flight_messages(broker, client, dest, protocol):
+    """AMG "Rebalancing Message Groups" (Automatically, and the note on the split moment): with
+    group-rebalance, a consumer joining resets the groups; G:1 already in flight stays with A
+    while G:2 goes to the newcomer B, so two consumers hold messages of G at once; B keeps G."""
+    q = dest("queue", "grp.rebalance")
+    a = client().subscribe(q, ack="client-individual", prefetch=1)
+    producer = client()
+    producer.send(q, "G:1", group_id="G")
+    g1 = a.receive(RECEIVE_TIMEOUT)
+    assert g1 is not None and g1.text == "G:1", f"GRP-PIN-1: the only consumer should get G:1, got {g1}"
+    b = client().subscribe(q, ack="client-individual", prefetch=10)
+    producer.send(q, "G:2", group_id="G")
+    g2 = b.receive(RECEIVE_TIMEOUT)
+    assert g2 is not None and g2.text == "G:2", (
+        f"GRP-REBAL-1: after B joined, the reset group G should go to B while A still holds G:1 "
+        f"unacknowledged; B got {g2 and g2.text!r}")
+    producer.send(q, "G:3", group_id="G")
+    a.ack(g1)
+    rest_b = [m.text for m in b.receive_n(1, RECEIVE_TIMEOUT)] + nothing_more(b, SETTLE)
+    assert rest_b == ["G:3"] and nothing_more(a, SETTLE) == [], (
+        f"GRP-REBAL-1: B owns G after the rebalance and should get G:3 (A nothing); B got {rest_b}")
+
+
+@pytest.mark.spec("GRP-REBAL-1")
+@pytest.mark.requires("groups", "groups.rebalance")
+def test_without_rebalance_a_new_consumer_takes_no_group(broker, client, dest):
+    """AMG "Rebalancing Message Groups" (default false), control for the test above: the group
+    stays with its busy owner A; the newcomer B gets nothing of it."""
+    q = dest("queue", "grp.norebalance")
+    a = client().subscribe(q, ack="client-individual", prefetch=1)
+    producer = client()
+    producer.send(q, "G:1", group_id="G")
+    g1 = a.receive(RECEIVE_TIMEOUT)
+    assert g1 is not None and g1.text == "G:1", f"GRP-PIN-1: the only consumer should get G:1, got {g1}"
+    b = client().subscribe(q, ack="client-individual", prefetch=10)
+    producer.send(q, "G:2", group_id="G")
+    assert nothing_more(b) == [], "GRP-REBAL-1: rebalancing is off by default, yet the newcomer took group G"
+    a.ack(g1)
+    g2 = a.receive(RECEIVE_TIMEOUT)
+    assert g2 is not None and g2.text == "G:2", f"GRP-PIN-1: G:2 should follow on A; got {g2 and g2.text!r}"
+
+
+@pytest.mark.spec("GRP-REBAL-1")
+@pytest.mark.requires("groups", "groups.rebalance")
+def test_rebalance_spreads_long_lived_groups_onto_a_new_consumer(broker, client, dest):
+    """AMG "Rebalancing Message Groups": long-lived groups all pinned to the first consumer leave
+    a newcomer idle - unless group-rebalance is on, when some of them move to it (and then
+    stay pinned where they landed)."""
+    groups = [f"G{n}" for n in range(4)]
+
+    def after_newcomer(q: str) -> dict[str, list[str]]:
+        """A gets every group first; then B joins and two more rounds follow: who got what."""
+        a = client().subscribe(q, prefetch=100)
+        producer = client()
+        for g in groups:
+            producer.send(q, f"{g}:0", group_id=g)
+        first = texts(gather({"A": a}, len(groups)))
+        assert first["A"] == [f"{g}:0" for g in groups], f"GRP-PIN-1: A alone should get every group: {first}"
+        subs = {"A": a, "B": client().subscribe(q, prefetch=100)}
+        for i in (1, 2):
+            for g in groups:
+                producer.send(q, f"{g}:{i}", group_id=g)
+        return texts(gather(subs, 2 * len(groups)))
+
+    plain = after_newcomer(dest("queue", "grp.norebalance"))
+    assert plain["B"] == [], f"GRP-REBAL-1: without rebalancing the groups should stay on A: {plain}"
+    moved = after_newcomer(dest("queue", "grp.rebalance"))
+    assert moved["B"], f"GRP-REBAL-1: with group-rebalance some groups should move to the newcomer B: {moved}"
+    for g in groups:
+        owner_of(moved, g, "GRP-REBAL-1")  # re-pinned: each group on exactly one consumer after the reset
+
+
+# --------------------------------------------------------------------------- group-buckets
+
+
+NO_GROUPING = "?group-buckets=0"  # AMG "Group Buckets": 0 buckets, as a destination parameter
+
+
+@pytest.mark.spec("GRP-BUCKETS-1", "GRP-SETTINGS-1")
+@pytest.mark.requires("groups", "groups.buckets")
+@pytest.mark.protocols("stomp", "amqp")
+def test_zero_buckets_turn_grouping_off(broker, client, dest, protocol):
+    """AMG "Group Buckets": group-buckets 0 disables grouping on the queue, so one group's
+    messages are handed out round robin like ungrouped ones. The consumers create the queue as
+    NAME?group-buckets=0 (the auto-create parameter form); the producer uses the plain name."""
+    q = dest("queue", "grp.nogrouping")
+    subs = two_consumers(client, q + NO_GROUPING, prefetch=100)
+    producer = client()
+    for i in range(6):
+        producer.send(q, f"G:{i}", group_id="G")
+    got = texts(gather(subs, 6))
+    evens, odds = [f"G:{i}" for i in (0, 2, 4)], [f"G:{i}" for i in (1, 3, 5)]
+    assert sorted([got["A"], got["B"]]) == sorted([evens, odds]), (
+        f"GRP-BUCKETS-1: with 0 buckets group G should alternate between the consumers: {got}")
+
+
+@pytest.mark.spec("GRP-BUCKETS-1")
+@pytest.mark.requires("groups", "groups.buckets")
+def test_one_bucket_pins_every_group_to_one_consumer(broker, client, dest):
+    """AMG "Group Buckets": ownership is per bucket, so with a single bucket every group id
+    shares one owner (where round robin would otherwise spread new groups)."""
+    q = dest("queue", "grp.buckets1")
+    subs = two_consumers(client, q, prefetch=100)
+    producer = client()
+    for n in range(6):
+        producer.send(q, f"G{n}:0", group_id=f"G{n}")
+    got = texts(gather(subs, 6))
+    assert sorted(map(len, got.values())) == [0, 6], (
+        f"GRP-BUCKETS-1: with 1 bucket all six groups should share one owner: {got}")
+
+
+@pytest.mark.spec("GRP-BUCKETS-1")
+@pytest.mark.requires("groups", "groups.buckets")
+@pytest.mark.parametrize("prefix", ["grp.bucketsall", "grp.default"])
+def test_minus_one_buckets_track_every_group(broker, client, dest, prefix):
+    """AMG "Group Buckets": -1 (explicit, or the default) keeps every group id apart: distinct
+    groups are spread over the consumers and each stays pinned."""
+    q = dest("queue", prefix)
+    subs = two_consumers(client, q, prefetch=100)
+    producer = client()
+    groups = [f"G{n}" for n in range(6)]
+    for i in range(2):
+        for g in groups:
+            producer.send(q, f"{g}:{i}", group_id=g)
+    got = texts(gather(subs, 12))
+    for g in groups:
+        owner_of(got, g, "GRP-BUCKETS-1")
+    assert all(got.values()), f"GRP-BUCKETS-1: with -1 buckets six new groups should not all share one owner: {got}"
+
+
+@pytest.mark.spec("GRP-BUCKETS-1")
+@pytest.mark.requires("groups", "groups.buckets")
+def test_group_ids_in_one_bucket_share_an_owner(broker, client, dest):
+    """AMG "Group Buckets": the id is hashed into a bucket and the bucket is owned, so "Aa" and
+    "B" (same bucket of 7) go to one consumer, while on a default queue they are two groups."""
+    assert artemis_bucket("Aa", 7) == artemis_bucket("B", 7) != artemis_bucket("A", 7), "test premise"
+
+    def run(q: str) -> dict[str, list[str]]:
+        subs = two_consumers(client, q, prefetch=100)
+        producer = client()
+        for body, group in (("Aa:0", "Aa"), ("B:0", "B"), ("A:0", "A"), ("B:1", "B"), ("Aa:1", "Aa")):
+            producer.send(q, body, group_id=group)
+        return texts(gather(subs, 5))
+
+    bucketed = run(dest("queue", "grp.buckets7"))
+    assert owner_of(bucketed, "Aa", "GRP-BUCKETS-1") == owner_of(bucketed, "B", "GRP-BUCKETS-1"), (
+        f"GRP-BUCKETS-1: Aa and B hash into the same of 7 buckets and should share its owner: {bucketed}")
+    separate = run(dest("queue", "grp.default"))
+    assert owner_of(separate, "Aa", "GRP-PIN-1") != owner_of(separate, "B", "GRP-PIN-1"), (
+        f"GRP-BUCKETS-1 (control): without buckets Aa and B are separate new groups and round robin "
+        f"should give them different consumers: {separate}")
+
+
+# --------------------------------------------------------------------------- head of line
+
+
+def _hol_run(client, q: str, parameters: str = ""):
+    """A (room for 2) subscribes alone and is given group G; then idle B joins and three
+    ungrouped messages queue up behind G's remaining three. Returns (a, b, A's messages)."""
+    a = client().subscribe(q + parameters, ack="client-individual", prefetch=2)
+    producer = client()
+    for i in range(1, 6):
+        producer.send(q, f"G:{i}", group_id="G")
+    held = a.receive_n(2, RECEIVE_TIMEOUT)
+    assert [m.text for m in held] == ["G:1", "G:2"], f"GRP-PIN-1: A should hold G:1, G:2: {[m.text for m in held]}"
+    b = client().subscribe(q + parameters, ack="client-individual", prefetch=10)
+    for i in range(1, 4):
+        producer.send(q, f"u:{i}")
+    return a, b, held
+
+
+@pytest.mark.spec("GRP-HOL-1")
+@pytest.mark.requires("groups")
+def test_grouped_run_at_head_holds_back_ungrouped_messages(broker, client, dest):
+    """AMG "Message Grouping" (the note on FIFO and concurrency): G:3..G:5 at the head must go to
+    their busy owner A before the ungrouped u:1..u:3 behind them reach anybody - even idle B."""
+    a, b, held = _hol_run(client, dest("queue", "grp.hol"))
+    assert nothing_more(b) == [], "GRP-HOL-1: idle B got ungrouped messages while grouped ones were ahead of them"
+    for message in held:
+        a.ack(message)
+    more = a.receive_n(2, RECEIVE_TIMEOUT)
+    assert [m.text for m in more] == ["G:3", "G:4"], f"GRP-HOL-1: A should get G:3, G:4 next: {[m.text for m in more]}"
+    assert nothing_more(b) == [], "GRP-HOL-1: G:5 is still ahead of the ungrouped messages, B must wait"
+    a.ack(more[0])
+    last = a.receive(RECEIVE_TIMEOUT)
+    assert last is not None and last.text == "G:5", f"GRP-PIN-1: A should get G:5; got {last and last.text!r}"
+    released = [m.text for m in b.receive_n(3, RECEIVE_TIMEOUT)]
+    assert released == ["u:1", "u:2", "u:3"], (
+        f"GRP-HOL-1: with the grouped run gone, idle B should get the ungrouped messages: {released}")
+
+
+@pytest.mark.spec("GRP-HOL-1", "GRP-BUCKETS-1", "GRP-SETTINGS-1")
+@pytest.mark.requires("groups", "groups.buckets")
+def test_nothing_held_back_when_grouping_is_off(broker, client, dest):
+    """AMG "Message Grouping" / "Group Buckets" (control for the test above): with grouping off
+    (0 buckets) G's messages are ordinary, so idle B takes what A has no room for at once."""
+    a, b, _held = _hol_run(client, dest("queue", "grp.nogrouping"), NO_GROUPING)
+    taken = [m.text for m in b.receive_n(6, RECEIVE_TIMEOUT)]
+    assert taken == ["G:3", "G:4", "G:5", "u:1", "u:2", "u:3"], (
+        f"GRP-HOL-1 (control): without grouping idle B should take everything A has no room for: {taken}")
