@@ -89,6 +89,8 @@ class BrokerHandle(Protocol):
     capabilities: frozenset[str]
     scenario: Scenario
     credentials: tuple[str | None, str | None]  # (login, passcode) the clients use
+    # Optional: per-protocol options the `client` fixture passes to conformance.clients.connect
+    # (e.g. RabbitMQ's STOMP virtual host); read with getattr(handle, "client_options", {}).
 
     def config_text(self) -> str:
         """The broker's own configuration as the launcher generated it (evidence)."""

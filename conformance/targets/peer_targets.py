@@ -48,6 +48,12 @@ class PeerHandle:
         self.ports = ports
         self.capabilities = capabilities
         self.credentials = credentials
+        # Per-protocol client options this broker needs (see BrokerHandle.client_options).
+        self.client_options: dict[str, dict] = {}
+        if kind == "rabbitmq":
+            # RabbitMQ reads STOMP's host header as its virtual host (stomp.py sends the IP), and
+            # its AMQP 1.0 plugin addresses queues and topics as /queue/X and /topic/X.
+            self.client_options = {"stomp": {"vhost": "/"}, "amqp": {"address_style": "rabbitmq"}}
 
     def config_text(self) -> str:
         try:

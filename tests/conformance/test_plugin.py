@@ -187,3 +187,21 @@ def test_a_project_with_its_own_broker_fixture_is_left_alone(toy: pytest.Pyteste
     result, data = run(toy, "--target", "reference")
     result.assert_outcomes(passed=1)
     assert data["tests"] == []
+
+
+def test_failure_evidence_is_attached_to_allure_results(toy: pytest.Pytester) -> None:
+    toy.makepyfile(test_toy=textwrap.dedent("""
+        import pytest
+
+        @pytest.mark.spec("TOY-BROKEN-1")
+        def test_broken(broker, client, dest):
+            c = client()
+            c.send(dest("queue"), b"hello")
+            assert False, "TOY-BROKEN-1: deliberately broken"
+    """))
+    allure_dir = toy.path / "allure"
+    result, _ = run(toy, "--target", "reference", f"--alluredir={allure_dir}")
+    result.assert_outcomes(failed=1)
+    attachments = {p.read_text(errors="replace") for p in allure_dir.glob("*-attachment*")}
+    assert any("SEND queue://t.test_broken." in text for text in attachments), "client exchange not attached"
+    assert any("reference broker configuration" in text for text in attachments), "broker configuration not attached"
