@@ -221,9 +221,13 @@ def broker(request: pytest.FixtureRequest, target_name: str, tmp_path_factory: p
     try:
         handle = target.launch(scenario, workdir)
     except TargetUnavailable as exc:
+        failure = str(exc)
+    else:
+        failure = None
+    if failure is not None:
         # The target was expected to run here but could not start: an error with its own log.
-        state.results.target_failed(target_name, str(exc))
-        pytest.fail(f"target {target_name} could not start for scenario {scenario.name!r}:\n{exc}", pytrace=False)
+        state.results.target_failed(target_name, failure)
+        pytest.fail(f"target {target_name} could not start for scenario {scenario.name!r}:\n{failure}", pytrace=False)
     state.results.note_launch(target_name, handle.launch)
     yield handle
     handle.stop()

@@ -292,9 +292,13 @@ class ReferenceTarget:
         return CAPABILITIES | ({"process.kill"} if self.launch_mode == "process" else frozenset())
 
     def launch(self, scenario: Scenario, workdir: Path):
-        if self.launch_mode == "process":
-            return ProcessReference(scenario, workdir, target=self.name)
+        from reference_broker.config import ConfigError
+
         try:
+            if self.launch_mode == "process":
+                return ProcessReference(scenario, workdir, target=self.name)
             return InProcessReference(scenario, target=self.name)
+        except ConfigError as exc:
+            raise TargetUnavailable(f"the configuration generated for scenario {scenario.name!r} is invalid: {exc}") from None
         except OSError as exc:
             raise TargetUnavailable(f"reference broker could not listen: {exc}") from None

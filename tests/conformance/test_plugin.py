@@ -205,3 +205,28 @@ def test_failure_evidence_is_attached_to_allure_results(toy: pytest.Pytester) ->
     attachments = {p.read_text(errors="replace") for p in allure_dir.glob("*-attachment*")}
     assert any("SEND queue://t.test_broken." in text for text in attachments), "client exchange not attached"
     assert any("reference broker configuration" in text for text in attachments), "broker configuration not attached"
+
+
+def test_a_target_that_cannot_start_is_reported_and_the_run_goes_on(toy: pytest.Pytester) -> None:
+    toy.makepyfile(test_bad=textwrap.dedent("""
+        import pytest
+        from conformance.scenario import DestinationPolicy, Scenario
+
+        SCENARIO = Scenario(name="bad", policies=(DestinationPolicy("topic://x.>", pending_message_limit=-5),))
+
+        @pytest.mark.spec("TOY-SEND-1")
+        def test_never_runs(broker):
+            pass
+    """), test_good=textwrap.dedent("""
+        import pytest
+
+        @pytest.mark.spec("TOY-SEND-1")
+        def test_runs(broker):
+            assert broker.ports
+    """))
+    result, data = run(toy, "--target", "reference")
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.fnmatch_lines(["*target reference could not start for scenario 'bad':",
+                                 "*generated for scenario 'bad' is invalid*pending_message_limit_strategy*"])
+    assert "invalid" in data["targets"]["reference"]["start_error"]
+    assert data["matrix"]["reference"]["TOY-SEND-1"]["outcome"] == "error"
