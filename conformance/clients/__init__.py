@@ -22,6 +22,7 @@ PROTOCOLS = ("stomp", "mqtt", "amqp")
 __all__ = [
     "GROUP_ID", "GROUP_SEQ", "PROTOCOLS", "AckMode", "Client", "ClientError", "ConnectFailed",
     "ExchangeLog", "Received", "Subscription", "Unsupported", "connect", "split_destination",
+    "FailoverClient", "InDoubt", "connect_failover",
 ]
 
 
@@ -43,3 +44,7 @@ def connect(host: str, port: int, protocol: str, *, login: str | None = None, pa
         from .amqp_client import AmqpClient
         return AmqpClient(host, port, login=login, passcode=passcode, client_id=client_id, **options)
     raise ValueError(f"unknown protocol {protocol!r}: use one of {', '.join(PROTOCOLS)}")
+
+
+# Last: the failover transport wraps `connect` above.
+from .failover import FailoverClient, InDoubt, connect_failover  # noqa: E402
