@@ -1,0 +1,94 @@
+"""What the workloads share: process ids, pacing, message values, and how a client error maps
+onto ok / fail / info.
+
+Never guess an outcome (issue 5, "sends whose outcome is unknown are info"): only an error that
+says the broker refused the operation, or that nothing was written, is ``fail``; a timeout or a
+lost connection is ``info``, and the process that saw it retires (chaos/history.py).
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from typing import Callable
+
+from conformance.clients import Client, ClientError, Received
+
+ClientFactory = Callable[[], Client]
+
+#: message properties every workload message carries (history value fields, on the wire)
+ID, PRODUCER, SEQ = "bc_id", "bc_producer", "bc_seq"
+
+# Phrases the adapters (conformance/clients/*) use when the broker refused the operation or it
+# was never written: the outcome is known. Everything else is in doubt.
+_REFUSED = ("answered ERROR", "refused it", "settled it as", "not connected", "could not queue it")
+
+
+def outcome_of(exc: BaseException) -> str:
+    """``fail`` when the error proves the operation did not happen, else ``info``."""
+    if isinstance(exc, ClientError) and any(p in str(exc) for p in _REFUSED):
+        return "fail"
+    return "info"
+
+
+class ProcessIds:
+    """Jepsen-style process numbers: a worker takes a new one when its process retires."""
+
+    def __init__(self) -> None:
+        self._next = itertools.count()
+        self._lock = threading.Lock()
+
+    def take(self) -> int:
+        with self._lock:
+            return next(self._next)
+
+
+class Pacer:
+    """At most ``rate`` operations per second for one worker (None: as fast as it can);
+    waits on the stop event so stop() is prompt."""
+
+    def __init__(self, rate: float | None, stop: threading.Event) -> None:
+        self.interval = 0.0 if not rate else 1.0 / rate
+        self.stop = stop
+        self.next_at = time.monotonic()
+
+    def wait(self) -> bool:
+        """False once stopped."""
+        if self.interval:
+            delay = self.next_at - time.monotonic()
+            self.next_at = max(self.next_at + self.interval, time.monotonic() - self.interval)
+            if delay > 0:
+                return not self.stop.wait(delay)
+        return not self.stop.is_set()
+
+
+def received_value(message: Received, **extra) -> dict:
+    """A received message as a history value: the workload's own fields when present (a foreign
+    message keeps its body, so a checker can call it unexpected)."""
+    props = message.properties
+    value: dict = {"id": props.get(ID), "producer": _int(props.get(PRODUCER)), "seq": _int(props.get(SEQ)),
+                   "destination": message.destination}
+    if message.group_id is not None:
+        value["group"] = message.group_id
+    if value["id"] is None:
+        value["body"] = message.text[:200]
+    if message.redelivered:
+        value["redelivered"] = True
+    value.update(extra)
+    return value
+
+
+def _int(value) -> int | None:
+    try:
+        return None if value is None else int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def close_quietly(client: Client | None) -> None:
+    if client is not None:
+        try:
+            client.close()
+        except Exception:  # noqa: BLE001 - the connection may be gone already; nothing to save
+            pass
