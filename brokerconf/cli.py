@@ -119,12 +119,16 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"brokerconf run: the suites exited with {status} before writing the matrix", file=sys.stderr)
         return status or 1
     matrix = json.loads(matrix_path.read_text())
-    html_path = write_run_report(out_dir, run_id, matrix, seconds=time.monotonic() - started)
+    verdicts = _run_chaos_stage(args, out_dir)
+    html_path = write_run_report(out_dir, run_id, matrix, seconds=time.monotonic() - started, chaos=verdicts)
     print()
+    from brokerconf.chaos_job import summary
     from conformance.matrix import summary_line
 
     for name in matrix["targets"]:
         print(summary_line(name, matrix))
+    for verdict in verdicts:
+        print(summary(verdict) if "run_stats" in verdict else f"{verdict['experiment']}: {verdict['error']}")
     print(f"report: {html_path.resolve()}\nmatrix: {matrix_path.resolve()}\njunit: {(out_dir / 'junit.xml').resolve()}")
     if status not in (0, 1):  # interrupted, internal or usage error: the run itself broke
         return status
@@ -133,7 +137,28 @@ def cmd_run(args: argparse.Namespace) -> int:
     # known deviation), not a crash of the main job.
     reference_failed = sum(matrix["summary"][t]["failed"] for t, info in matrix["targets"].items()
                            if info["kind"] == "reference")
-    return 1 if reference_failed else 0
+    chaos_failed = any(v.get("valid") is not True for v in verdicts)
+    return 1 if reference_failed or chaos_failed else 0
+
+
+#: the main job's short chaos stage: experiment 1 against the reference broker
+MAIN_JOB_EXPERIMENT = "reference-kill-restart.toml"
+
+
+def _run_chaos_stage(args: argparse.Namespace, out_dir: Path) -> list[dict]:
+    import chaos
+    from brokerconf.chaos_job import run_and_judge
+    from chaos.experiment_file import ExperimentError, load_experiment
+
+    if args.chaos_duration <= 0:
+        return []
+    path = Path(chaos.__file__).resolve().parent / "experiments" / MAIN_JOB_EXPERIMENT
+    exp = load_experiment(path).model_copy(update={"duration_s": args.chaos_duration})
+    _progress(f"\nchaos: {exp.name} for {exp.duration_s:.0f} s ({path.name})")
+    try:
+        return [run_and_judge(exp, out_dir / f"chaos-{exp.name}", progress=_progress)]
+    except ExperimentError as exc:
+        return [{"experiment": exp.name, "valid": "unknown", "error": str(exc)}]
 
 
 def _suite_command(targets: list[str], out_dir: Path, *, targets_file: str | None = None,
@@ -177,6 +202,24 @@ def cmd_suite(args: argparse.Namespace) -> int:
     return status
 
 
+def cmd_chaos_run(args: argparse.Namespace) -> int:
+    from brokerconf.chaos_job import run_and_judge, summary
+    from chaos.experiment_file import ExperimentError, load_experiment
+
+    try:
+        exp = load_experiment(args.file)
+        if args.duration is not None:
+            exp = exp.model_copy(update={"duration_s": args.duration})
+        out_dir = Path(args.out) / datetime.now(timezone.utc).strftime(f"chaos-{exp.name}-%Y%m%dT%H%M%SZ")
+        verdict = run_and_judge(exp, out_dir, progress=_progress)
+    except ExperimentError as exc:
+        print(f"brokerconf chaos run: {exc}", file=sys.stderr)
+        return 2
+    print(summary(verdict))
+    print(f"history: {(out_dir / 'history.jsonl').resolve()}\nverdict: {(out_dir / 'verdict.json').resolve()}")
+    return 0 if verdict["valid"] is True else 1
+
+
 def cmd_targets_list(args: argparse.Namespace) -> int:
     from conformance.targets.registry import BUILTIN, load_targets_file, resolve
 
@@ -215,6 +258,8 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="the main job: conformance suites against the reference broker (and ActiveMQ if installed), with a report")
     run.add_argument("--targets", default="reference,activemq", help="comma-separated targets (default: reference,activemq)")
     run.add_argument("--out", default="reports/out", help="directory for reports (default: reports/out)")
+    run.add_argument("--chaos-duration", type=float, default=15.0, metavar="S",
+                     help="seconds of the chaos stage (reference broker killed under load); 0 skips it (default 15)")
     run.set_defaults(func=cmd_run)
 
     suite = sub.add_parser("suite", help="run the conformance suites against targets; writes JUnit XML, Allure "
@@ -227,6 +272,14 @@ def build_parser() -> argparse.ArgumentParser:
     suite.add_argument("--out", default="reports/out", help="directory for reports (default: reports/out)")
     suite.add_argument("pytest_args", nargs="*", help="extra pytest arguments after --, e.g. -- -k groups")
     suite.set_defaults(func=cmd_suite)
+
+    chaos = sub.add_parser("chaos", help="chaos experiments")
+    chaos_sub = chaos.add_subparsers(dest="chaos_command", required=True, metavar="ACTION")
+    chaos_run = chaos_sub.add_parser("run", help="run an experiment file (TOML); writes the history and the verdict")
+    chaos_run.add_argument("file", help="experiment file, e.g. chaos/experiments/reference-kill-restart.toml")
+    chaos_run.add_argument("--duration", type=float, metavar="S", help="override the file's duration_s")
+    chaos_run.add_argument("--out", default="reports/out", help="directory for the run (default: reports/out)")
+    chaos_run.set_defaults(func=cmd_chaos_run)
 
     targets = sub.add_parser("targets", help="list targets and whether they can run here; install their packages")
     targets_sub = targets.add_subparsers(dest="targets_command", required=True, metavar="ACTION")

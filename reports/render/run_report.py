@@ -4,22 +4,43 @@ Chaos experiments and the PySpark verdicts join this page as they land."""
 
 from __future__ import annotations
 
+import html
 import json
 from pathlib import Path
 
 from reports.render.matrix_report import render_matrix, write_matrix_report
 
 
-def write_run_report(out_dir: Path, run_id: str, matrix: dict, seconds: float) -> Path:
+def _chaos_html(verdicts: list[dict]) -> str:
+    if not verdicts:
+        return ""
+    rows = []
+    for v in verdicts:
+        total = v.get("checks", {}).get("total_queue", {})
+        redelivery = v.get("checks", {}).get("no_redelivery_after_ack", {})
+        stats = v.get("run_stats", {})
+        detail = v.get("error") or (
+            f"{stats.get('faults', 0)} faults, {stats.get('sent_ok', 0)} sends acknowledged; lost {len(total.get('lost', []))}, "
+            f"unexpected {len(total.get('unexpected', []))}, duplicated {len(total.get('duplicated', {}))}, "
+            f"recovered {len(total.get('recovered', []))}; redelivered after a confirmed ack "
+            f"{len(redelivery.get('redelivered_after_ack', {}))}")
+        colour = {True: "#1b5e20", False: "#b71c1c"}.get(v.get("valid"), "#8d6e00")
+        rows.append(f"<tr><td>{html.escape(v['experiment'])}</td><td style=\"color:{colour}\"><b>"
+                    f"{html.escape(str(v.get('valid')))}</b></td><td>{html.escape(detail)}</td></tr>")
+    return ("<h2>Chaos</h2><table><tr><th>experiment</th><th>valid</th><th>what happened</th></tr>"
+            + "".join(rows) + "</table><p>Histories and verdicts: <code>chaos-*/</code> in this directory.</p>")
+
+
+def write_run_report(out_dir: Path, run_id: str, matrix: dict, seconds: float, chaos: list[dict] | None = None) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     write_matrix_report(out_dir, matrix)
     summary = {"run_id": run_id, "seconds": round(seconds, 1), "targets": matrix["targets"],
-               "summary": matrix["summary"],
+               "summary": matrix["summary"], "chaos": chaos or [],
                "artefacts": {"matrix": "matrix.json", "junit": "junit.xml", "allure_results": "allure-results/"}}
     (out_dir / "results.json").write_text(json.dumps(summary, indent=2))
     artefacts = ('<p>Run took {:.0f} s. Artefacts: <a href="matrix.json">matrix.json</a> · '
                  '<a href="junit.xml">junit.xml</a> · allure-results/ (<code>allure serve allure-results</code>)</p>'
-                 ).format(seconds)
+                 ).format(seconds) + _chaos_html(chaos or [])
     index = out_dir / "index.html"
     index.write_text(render_matrix(matrix, title=f"brokerconf run {run_id}", preamble=artefacts))
     return index

@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -25,7 +26,7 @@ def test_bad_number_is_named():
 
 @pytest.mark.slow
 def test_main_job_against_reference_writes_report(tmp_path):
-    proc = _brokerconf("run", "--targets", "reference", "--out", str(tmp_path), timeout=600)
+    proc = _brokerconf("run", "--targets", "reference", "--out", str(tmp_path), "--chaos-duration", "8", timeout=600)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     (run_dir,) = list(tmp_path.iterdir())
     results = json.loads((run_dir / "results.json").read_text())
@@ -37,6 +38,33 @@ def test_main_job_against_reference_writes_report(tmp_path):
     page = (run_dir / "index.html").read_text()
     assert "GRP-PIN-1" in page and "reference" in page
     assert (run_dir / "junit.xml").is_file() and any((run_dir / "allure-results").iterdir())
+    # the chaos stage: the reference broker killed under load, judged, and shown in the report
+    (verdict,) = results["chaos"]
+    assert verdict["valid"] is True and verdict["run_stats"]["faults"] >= 1, verdict
+    assert "Chaos" in page and (run_dir / "chaos-reference-kill-restart" / "history.jsonl").is_file()
+
+
+@pytest.mark.slow
+def test_chaos_run_kills_the_reference_broker_and_judges_the_history(tmp_path):
+    experiment = Path(__file__).resolve().parents[2] / "chaos" / "experiments" / "reference-kill-restart.toml"
+    proc = _brokerconf("chaos", "run", str(experiment), "--duration", "8",
+                       "--out", str(tmp_path), timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "valid = True" in proc.stdout and "1 faults" in proc.stdout
+    (run_dir,) = list(tmp_path.iterdir())
+    verdict = json.loads((run_dir / "verdict.json").read_text())
+    assert verdict["checks"]["total_queue"]["lost"] == [] and verdict["run_stats"]["sent_ok"] > 0
+    history = [json.loads(line) for line in (run_dir / "history.jsonl").read_text().splitlines()]
+    kills = [op for op in history if op["process"] == "nemesis" and op["f"] == "kill"]
+    assert kills, "the history records the kill"
+
+
+def test_bad_experiment_file_is_refused_naming_the_key(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text('name = "x"\nduration_s = 5\n[workload]\nproducer = 3\n')
+    proc = _brokerconf("chaos", "run", str(bad), "--out", str(tmp_path))
+    assert proc.returncode == 2
+    assert "unknown key 'producer' in workload: did you mean 'producers'?" in proc.stderr
 
 
 def test_unknown_run_target_is_named():

@@ -68,3 +68,24 @@ def test_without_a_drain_the_verdict_is_unknown():
 def test_nemesis_events_are_ignored():
     history = [op("nemesis", "info", "kill", {"node": "A"})] + send(0, "a") + drain("a")
     assert check_total_queue(history).valid is True
+
+
+# --------------------------------------------------------------------------- redelivery after ack
+
+from reports.checkers.redelivery import check_no_redelivery_after_ack  # noqa: E402
+
+
+def ack(process, message_id, outcome="ok"):
+    return [op(process, "invoke", "ack", {"id": message_id}), op(process, outcome, "ack", {"id": message_id})]
+
+
+def test_duplicate_after_ack_is_caught():
+    history = send(0, "a") + receive(1, "a") + ack(1, "a") + drain("a")
+    result = check_no_redelivery_after_ack(history)
+    assert result.valid is False and list(result.redelivered_after_ack) == ["a"]
+
+
+def test_redelivery_of_an_unconfirmed_ack_is_allowed():
+    history = send(0, "a") + receive(1, "a") + ack(1, "a", outcome="info") + drain("a")
+    result = check_no_redelivery_after_ack(history)
+    assert result.valid is True and result.acknowledged == 0
