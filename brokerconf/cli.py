@@ -220,6 +220,25 @@ def cmd_chaos_run(args: argparse.Namespace) -> int:
     return 0 if verdict["valid"] is True else 1
 
 
+def cmd_proxy(args: argparse.Namespace) -> int:
+    from chaos.proxy.server import main as proxy_main
+
+    return proxy_main(["--host", args.host, "--port", str(args.port)])
+
+
+def cmd_bench_proxy(args: argparse.Namespace) -> int:
+    from chaos.proxy.bench import format as format_bench
+    from chaos.proxy.bench import run_proxy_bench
+
+    _progress(f"fault proxy benchmark: {args.round_trips} round trips, {args.megabytes} MB streamed...")
+    result = run_proxy_bench(round_trips=args.round_trips, throughput_mb=args.megabytes)
+    print(format_bench(result))
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2))
+        print(f"results written to {args.json}")
+    return 0
+
+
 def cmd_targets_list(args: argparse.Namespace) -> int:
     from conformance.targets.registry import BUILTIN, load_targets_file, resolve
 
@@ -281,6 +300,11 @@ def build_parser() -> argparse.ArgumentParser:
     chaos_run.add_argument("--out", default="reports/out", help="directory for the run (default: reports/out)")
     chaos_run.set_defaults(func=cmd_chaos_run)
 
+    proxy = sub.add_parser("proxy", help="serve the Toxiproxy HTTP API: a fault-injecting TCP proxy")
+    proxy.add_argument("--host", default="127.0.0.1", help="API listen host (default 127.0.0.1)")
+    proxy.add_argument("--port", type=int, default=8474, help="API port (default 8474, like Toxiproxy)")
+    proxy.set_defaults(func=cmd_proxy)
+
     targets = sub.add_parser("targets", help="list targets and whether they can run here; install their packages")
     targets_sub = targets.add_subparsers(dest="targets_command", required=True, metavar="ACTION")
     targets_list = targets_sub.add_parser("list", help="each target, whether it can run here and why not")
@@ -322,6 +346,11 @@ def build_parser() -> argparse.ArgumentParser:
     amqp.add_argument("--warmup-messages", type=_positive_int, default=20_000)
     amqp.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     amqp.set_defaults(func=cmd_bench_amqp)
+    proxy_bench = bench_sub.add_parser("proxy", help="latency the fault proxy adds (p50/p99) and its loopback throughput")
+    proxy_bench.add_argument("--round-trips", type=_positive_int, default=5000)
+    proxy_bench.add_argument("--megabytes", type=_positive_int, default=200)
+    proxy_bench.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    proxy_bench.set_defaults(func=cmd_bench_proxy)
     return parser
 
 

@@ -1,0 +1,68 @@
+"""Starting and stopping the fault proxy: from Python, the CLI entry point, start_fault_proxy."""
+from __future__ import annotations
+
+import re
+import socket
+import subprocess
+import sys
+
+import pytest
+
+import chaos.proxy as fault_proxy_pkg
+from chaos.proxy import FaultProxyServer, start_fault_proxy
+from chaos.proxy.bench import format as format_bench, run_proxy_bench
+from chaos.proxy.testing import api_json, echo_server
+
+
+def test_server_start_stop_closes_proxies():
+    echo = echo_server()
+    server = FaultProxyServer().start()
+    try:
+        status, proxy = api_json(server.api_url, "POST", "/proxies",
+                                 {"name": "p", "listen": "127.0.0.1:0", "upstream": echo.address})
+        assert status == 201
+    finally:
+        server.stop()
+        echo.stop()
+    host, port = proxy["listen"].rsplit(":", 1)
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection((host, int(port)), timeout=5).close()
+
+
+def test_api_port_in_use_is_a_clear_error():
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        with pytest.raises(RuntimeError, match="cannot listen for the fault proxy API .* choose another --port"):
+            FaultProxyServer(port=holder.getsockname()[1]).start()
+
+
+def test_start_fault_proxy_uses_ours_without_toxiproxy_server(monkeypatch):
+    monkeypatch.setattr(fault_proxy_pkg.shutil, "which", lambda name: None)
+    handle = start_fault_proxy()
+    try:
+        assert isinstance(handle, FaultProxyServer)
+        assert api_json(handle.api_url, "GET", "/proxies") == (200, {})
+    finally:
+        handle.stop()
+
+
+def test_main_serves_until_terminated():
+    code = "import sys; from chaos.proxy.server import main; sys.exit(main(sys.argv[1:]))"
+    process = subprocess.Popen([sys.executable, "-c", code, "--port", "0"], stdout=subprocess.PIPE, text=True)
+    try:
+        line = process.stdout.readline()
+        url = re.search(r"http://\S+", line).group(0)
+        assert api_json(url, "GET", "/version")[0] == 200
+    finally:
+        process.terminate()
+        process.wait(10)
+        process.stdout.close()
+
+
+def test_bench_runs_and_reports_every_number():
+    result = run_proxy_bench(round_trips=50, throughput_mb=2, proxy_in_subprocess=False)
+    for key in ("direct_p50_us", "direct_p99_us", "proxy_p50_us", "proxy_p99_us", "added_p50_us",
+                "added_p99_us", "direct_mb_per_s", "proxy_mb_per_s"):
+        assert isinstance(result[key], float), key
+    assert "added by the proxy" in format_bench(result)
