@@ -1,7 +1,9 @@
 """The `brokerconf` command line. Subcommands:
 
   brokerconf run            the main job: the conformance suites against the reference broker (and
-                            ActiveMQ Classic when installed), ending in a report
+                            ActiveMQ Classic when installed) and a short chaos experiment, ending in a report
+  brokerconf chaos run F    run a chaos experiment file; history + verdict
+  brokerconf proxy          serve the Toxiproxy HTTP API (fault proxy)
   brokerconf suite ...      the conformance suites through pytest: JUnit XML, Allure results, the matrix
   brokerconf targets ...    list targets (and why one cannot run here); install their packages
   brokerconf broker ...     run the reference broker (same flags as `python -m reference_broker`)
