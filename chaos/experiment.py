@@ -7,7 +7,9 @@ it (the CLI, a test) hands ``result.history_path`` to the checkers.
 
 from __future__ import annotations
 
+import json
 import sys
+import urllib.request
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -18,13 +20,17 @@ from typing import Callable
 from chaos.experiment_file import Experiment, ExperimentError
 from chaos.history import History
 from chaos.nemesis.process import ProcessNemesis
+from chaos.nemesis.proxy import ProxyNemesis
+from chaos.proxy import start_fault_proxy
 from chaos.workloads.queue import QueueWorkload
 from conformance.scenario import Scenario
 from conformance.targets.base import TargetUnavailable
 from conformance.targets.registry import UnknownTarget, resolve
 
-#: each process fault and the step that ends it
-FAULT_AND_HEAL = {"kill": "start", "pause": "resume", "stop": "start"}
+#: each fault and the step that ends it
+FAULT_AND_HEAL = {"kill": "start", "pause": "resume", "stop": "start", "partition": "heal"}
+#: the fault proxy's proxy in front of the broker, when the experiment partitions clients
+PROXY_NAME = "broker"
 
 
 @dataclass
@@ -51,16 +57,19 @@ def _client_factory(exp: Experiment, host: str, port: int) -> Callable:
     return lambda: connect(host, port, protocol)
 
 
-def _schedule(exp: Experiment) -> list[tuple[float, str, int]]:
-    """(at seconds, step, nemesis index) for the whole run, faults and their heals, in time order."""
+def _schedule(exp: Experiment) -> list[tuple[float, str, int, dict]]:
+    """(at seconds, step, nemesis index, step params) for the whole run, faults and their heals,
+    in time order."""
     events = []
     for index, nemesis in enumerate(exp.nemesis):
+        fault_params = {"proxy": PROXY_NAME, "direction": nemesis.direction} if nemesis.kind == "partition" else {}
+        heal_params = {"proxy": PROXY_NAME} if nemesis.kind == "partition" else {}
         at = nemesis.every_s
         while at + nemesis.down_s < exp.duration_s:
-            events.append((at, nemesis.kind, index))
-            events.append((at + nemesis.down_s, FAULT_AND_HEAL[nemesis.kind], index))
-            at += nemesis.every_s
-    return sorted(events)
+            events.append((at, nemesis.kind, index, fault_params))
+            events.append((at + nemesis.down_s, FAULT_AND_HEAL[nemesis.kind], index, heal_params))
+            at += nemesis.down_s + nemesis.every_s  # faults never overlap: quiet time after each heal
+    return sorted(events, key=lambda event: event[:3])
 
 
 class _Progress:
@@ -99,7 +108,8 @@ def run_experiment(exp: Experiment, out_dir: Path, *, progress: Callable[[str], 
     ok, reason = target.availability()
     if not ok:
         raise ExperimentError(f"target {exp.target.name} cannot run here: {reason}")
-    if exp.nemesis and "process.kill" not in target.capabilities():
+    process_faults = [n for n in exp.nemesis if n.kind != "partition"]
+    if process_faults and "process.kill" not in target.capabilities():
         raise ExperimentError(f"target {exp.target.name} cannot be killed or paused by the harness "
                               "(it lacks process.kill); use e.g. 'reference:process'")
     run_id = f"{exp.name}-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}"
@@ -110,24 +120,49 @@ def run_experiment(exp: Experiment, out_dir: Path, *, progress: Callable[[str], 
             handle = target.launch(Scenario(name=exp.name, protocols=(exp.target.protocol,)), Path(workdir))
         except TargetUnavailable as exc:
             raise ExperimentError(f"target {exp.target.name} could not start: {exc}") from None
+        proxy = None
         try:
-            return _run(exp, handle, run_id, history_path, progress)
+            if any(n.kind == "partition" for n in exp.nemesis):
+                proxy = start_fault_proxy()
+            return _run(exp, handle, run_id, history_path, progress, proxy)
         finally:
+            if proxy is not None:
+                proxy.stop()
             handle.stop()
 
 
-def _run(exp: Experiment, handle, run_id: str, history_path: Path, progress) -> ExperimentResult:
+def _route_through_proxy(proxy, host: str, port: int) -> tuple[str, int]:
+    """Create the proxy in front of the broker; clients connect to its listen address."""
+    request = urllib.request.Request(f"{proxy.api_url}/proxies", method="POST",
+                                     data=json.dumps({"name": PROXY_NAME, "listen": "127.0.0.1:0",
+                                                      "upstream": f"{host}:{port}"}).encode(),
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=5) as response:
+        listen = json.load(response)["listen"]
+    listen_host, _, listen_port = listen.rpartition(":")
+    return listen_host, int(listen_port)
+
+
+def _nemesis_for(kind: str, handle, proxy, history: History):
+    if kind == "partition":
+        return ProxyNemesis(proxy.api_url, history, node="A")
+    # ProcessNemesis drives the broker's own process handle (kill -9 its PID, start it again).
+    return ProcessNemesis(getattr(handle, "process", handle), history, node="A")
+
+
+def _run(exp: Experiment, handle, run_id: str, history_path: Path, progress, proxy) -> ExperimentResult:
     host, port = handle.host, handle.ports[exp.target.protocol]
+    if proxy is not None:
+        host, port = _route_through_proxy(proxy, host, port)
     history = History(history_path, run=run_id, target=exp.target.name, node="A")
     workload = QueueWorkload(history, _client_factory(exp, host, port), destination=exp.workload.destination,
                              producers=exp.workload.producers, consumers=exp.workload.consumers,
                              rate=exp.workload.rate, persistent=exp.workload.persistent)
-    # ProcessNemesis drives the broker's own process handle (kill -9 its PID, start it again).
-    nemeses = [ProcessNemesis(getattr(handle, "process", handle), history, node="A") for _ in exp.nemesis]
+    nemeses = [_nemesis_for(n.kind, handle, proxy, history) for n in exp.nemesis]
     schedule = _schedule(exp)
     display = _Progress(progress)
     progress(f"experiment {exp.name}: {exp.workload.kind} workload on {exp.target.name} for {exp.duration_s:.0f} s, "
-             f"{sum(1 for _, step, _ in schedule if step in FAULT_AND_HEAL)} faults scheduled; history {history_path}")
+             f"{sum(1 for _, step, _, _ in schedule if step in FAULT_AND_HEAL)} faults scheduled; history {history_path}")
     started = time.monotonic()
     faults = 0
     try:
@@ -136,8 +171,8 @@ def _run(exp: Experiment, handle, run_id: str, history_path: Path, progress) -> 
         workload.start()
         while (elapsed := time.monotonic() - started) < exp.duration_s:
             while schedule and schedule[0][0] <= elapsed:
-                _, step, index = schedule.pop(0)
-                nemeses[index].invoke(step)
+                _, step, index, params = schedule.pop(0)
+                nemeses[index].invoke(step, **params)
                 faults += step in FAULT_AND_HEAL
             display.show(elapsed, exp.duration_s, workload, faults)
             time.sleep(0.05)

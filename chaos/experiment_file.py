@@ -19,8 +19,9 @@
     destination = "queue://chaos.kill"
 
     [[nemesis]]
-    kind = "kill"                   # kill | pause | stop (each followed by a restart / resume)
-    every_s = 5                     # one fault every N seconds, the first after N seconds
+    kind = "kill"                   # kill | pause | stop (each followed by a restart / resume) |
+                                    # partition (clients cut off through the fault proxy, then healed)
+    every_s = 5                     # seconds of quiet before each fault (the first after N s, the next N s after a heal)
     down_s = 1                      # how long the broker stays down (or paused)
 
     [checkers]
@@ -65,9 +66,12 @@ class WorkloadSection(_Strict):
 
 
 class NemesisSection(_Strict):
-    kind: Literal["kill", "pause", "stop"]
+    # kill | pause | stop act on the broker's process; partition cuts the clients off through
+    # the fault proxy (both ways, or one stream: upstream = client -> broker).
+    kind: Literal["kill", "pause", "stop", "partition"]
     every_s: float = Field(gt=0)
     down_s: float = Field(default=1.0, ge=0)
+    direction: Literal["both", "upstream", "downstream"] = "both"
 
 
 class CheckersSection(_Strict):

@@ -32,3 +32,14 @@ def test_missing_file_and_bad_toml(tmp_path):
         load_experiment(tmp_path / "nope.toml")
     with pytest.raises(ExperimentError, match="not valid TOML"):
         load_experiment(write(tmp_path, "name = \n"))
+
+
+def test_faults_never_overlap_and_end_before_the_run(tmp_path):
+    from chaos.experiment import _schedule
+
+    exp = load_experiment(write(tmp_path, 'name = "x"\nduration_s = 20\n[[nemesis]]\nkind = "partition"\n'
+                                          'every_s = 4\ndown_s = 10\n'))
+    assert _schedule(exp) == [(4, "partition", 0, {"proxy": "broker", "direction": "both"}),
+                              (14, "heal", 0, {"proxy": "broker"})]
+    exp = load_experiment(write(tmp_path, 'name = "x"\nduration_s = 20\n[[nemesis]]\nkind = "kill"\nevery_s = 5\n'))
+    assert [(at, step) for at, step, _, _ in _schedule(exp)] == [(5, "kill"), (6, "start"), (11, "kill"), (12, "start"), (17, "kill"), (18, "start")]
