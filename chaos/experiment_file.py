@@ -82,7 +82,7 @@ class CheckersSection(_Strict):
 class Experiment(_Strict):
     name: str = Field(min_length=1)
     duration_s: float = Field(gt=0, le=24 * 3600)
-    seed: int = 0
+    seed: int = 0  # reserved for randomised schedules; nothing in a run draws on it yet
     drain_quiet_s: float = Field(default=2.0, gt=0)
     target: TargetSection = Field(default_factory=TargetSection)
     workload: WorkloadSection = Field(default_factory=WorkloadSection)
