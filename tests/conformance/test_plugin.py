@@ -30,7 +30,7 @@ applies_to = ["artemis"]
 [[statement]]
 id = "TOY-BROKEN-1"
 section = "Broken"
-paraphrase = "A rule the toy test breaks on purpose."
+paraphrase = "A toy rule every broker breaks: it has no STOMP listener."
 applies_to = ["reference"]
 """
 
@@ -73,7 +73,7 @@ def test_outcomes_reach_the_matrix_with_reasons(toy: pytest.Pytester) -> None:
 
         @pytest.mark.spec("TOY-BROKEN-1")
         def test_broken(broker):
-            assert 1 == 2, "TOY-BROKEN-1: deliberately broken"
+            assert "stomp" not in broker.ports, "TOY-BROKEN-1: deliberately broken"
     """))
     result, data = run(toy, "--target", "reference")
     result.assert_outcomes(passed=1, failed=1, skipped=2)
@@ -103,7 +103,7 @@ def test_known_deviation_is_a_strict_xfail(toy: pytest.Pytester) -> None:
 
         @pytest.mark.spec("TOY-BROKEN-1")
         def test_still_broken(broker):
-            assert False, "TOY-BROKEN-1: broken"
+            assert "stomp" not in broker.ports, "TOY-BROKEN-1: broken"
 
         @pytest.mark.spec("TOY-BROKEN-1")
         def test_now_conforms(broker):
@@ -197,7 +197,7 @@ def test_failure_evidence_is_attached_to_allure_results(toy: pytest.Pytester) ->
         def test_broken(broker, client, dest):
             c = client()
             c.send(dest("queue"), b"hello")
-            assert False, "TOY-BROKEN-1: deliberately broken"
+            assert "stomp" not in broker.ports, "TOY-BROKEN-1: deliberately broken"
     """))
     allure_dir = toy.path / "allure"
     result, _ = run(toy, "--target", "reference", f"--alluredir={allure_dir}")
