@@ -17,20 +17,20 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
-from chaos.experiment_file import Experiment, ExperimentError
+from chaos.experiment_file import PROCESS_FAULTS, PROXY_FAULTS, Experiment, ExperimentError, NemesisSection
 from chaos.history import History
+from chaos.nemesis.master import CurrentMasterNemesis
 from chaos.nemesis.process import ProcessNemesis
 from chaos.nemesis.proxy import ProxyNemesis
 from chaos.proxy import start_fault_proxy
-from chaos.workloads.queue import QueueWorkload
-from conformance.scenario import Scenario
-from conformance.targets.base import TargetUnavailable
+from chaos.topology import Topology, launch_topology
+from chaos.workloads.queue import GroupedQueueWorkload, QueueWorkload
+from chaos.workloads.topic import TopicFanoutWorkload
 from conformance.targets.registry import UnknownTarget, resolve
 
 #: each fault and the step that ends it
-FAULT_AND_HEAL = {"kill": "start", "pause": "resume", "stop": "start", "partition": "heal"}
-#: the fault proxy's proxy in front of the broker, when the experiment partitions clients
-PROXY_NAME = "broker"
+FAULT_AND_HEAL = {"kill": "start", "pause": "resume", "stop": "start", "partition": "heal",
+                  "latency": "heal", "bandwidth": "heal", "reset_peer": "heal"}
 
 
 @dataclass
@@ -45,16 +45,40 @@ class ExperimentResult:
     faults: int
     target: str
     workload_errors: list[str] = field(default_factory=list)
+    topology: str = "single"
+    #: the broker's discarded counter of every subscription on a topic workload's destination,
+    #: read after the drain and before the subscriptions closed (None: not readable here)
+    broker_discards: list[int] | None = None
+    #: the subscribers that connected through the slow proxy (topic workloads)
+    slow_subscribers: list[int] = field(default_factory=list)
 
 
-def _client_factory(exp: Experiment, host: str, port: int) -> Callable:
+def _client_factory(exp: Experiment, addresses: list[tuple[str, int]]) -> Callable:
     from conformance.clients import connect, connect_failover
 
     protocol = exp.target.protocol
     if exp.target.failover:
-        uri = f"failover:(tcp://{host}:{port})?{exp.target.failover_options}"
+        uris = ",".join(f"tcp://{host}:{port}" for host, port in addresses)
+        uri = f"failover:({uris})?{exp.target.failover_options}"
         return lambda: connect_failover(uri, protocol)
+    if len(addresses) > 1:
+        raise ExperimentError(f"a {exp.topology.kind} topology has {len(addresses)} brokers: clients need "
+                              "[target] failover = true to find the master")
+    host, port = addresses[0]
     return lambda: connect(host, port, protocol)
+
+
+def _fault_params(nemesis: NemesisSection) -> dict:
+    """What a fault step passes to its nemesis (proxy faults: the toxic's attributes)."""
+    if nemesis.kind == "partition":
+        return {"direction": nemesis.direction}
+    if nemesis.kind == "latency":
+        return {"latency": nemesis.latency_ms, "jitter": nemesis.jitter_ms, "stream": nemesis.direction}
+    if nemesis.kind == "bandwidth":
+        return {"rate": nemesis.rate_kbps, "stream": nemesis.direction}
+    if nemesis.kind == "reset_peer":
+        return {"timeout": nemesis.timeout_ms, "stream": nemesis.direction}
+    return {}
 
 
 def _schedule(exp: Experiment) -> list[tuple[float, str, int, dict]]:
@@ -62,14 +86,33 @@ def _schedule(exp: Experiment) -> list[tuple[float, str, int, dict]]:
     in time order."""
     events = []
     for index, nemesis in enumerate(exp.nemesis):
-        fault_params = {"proxy": PROXY_NAME, "direction": nemesis.direction} if nemesis.kind == "partition" else {}
-        heal_params = {"proxy": PROXY_NAME} if nemesis.kind == "partition" else {}
         at = nemesis.every_s
         while at + nemesis.down_s < exp.duration_s:
-            events.append((at, nemesis.kind, index, fault_params))
-            events.append((at + nemesis.down_s, FAULT_AND_HEAL[nemesis.kind], index, heal_params))
+            events.append((at, nemesis.kind, index, _fault_params(nemesis)))
+            events.append((at + nemesis.down_s, FAULT_AND_HEAL[nemesis.kind], index, {}))
             at += nemesis.down_s + nemesis.every_s  # faults never overlap: quiet time after each heal
     return sorted(events, key=lambda event: event[:3])
+
+
+class _ProxyGroupFault:
+    """One [[nemesis]] entry acting through the fault proxy on a group of proxies (one per broker
+    node): every client's proxies ("all") or the slow subscribers' ("slow")."""
+
+    name = "proxy"
+
+    def __init__(self, api_url: str, proxies: list[str], history: History) -> None:
+        self.nemesis = ProxyNemesis(api_url, history, node="proxy")
+        self.proxies = proxies
+
+    def setup(self) -> None:
+        self.nemesis.setup()
+
+    def invoke(self, f: str, **params) -> None:
+        for proxy in self.proxies:
+            self.nemesis.invoke(f, proxy=proxy, **params)
+
+    def teardown(self) -> None:
+        self.nemesis.teardown()
 
 
 class _Progress:
@@ -108,33 +151,40 @@ def run_experiment(exp: Experiment, out_dir: Path, *, progress: Callable[[str], 
     ok, reason = target.availability()
     if not ok:
         raise ExperimentError(f"target {exp.target.name} cannot run here: {reason}")
-    process_faults = [n for n in exp.nemesis if n.kind != "partition"]
-    if process_faults and "process.kill" not in target.capabilities():
+    process_faults = [n for n in exp.nemesis if n.kind in PROCESS_FAULTS]
+    if process_faults and exp.topology.kind == "single" and "process.kill" not in target.capabilities():
         raise ExperimentError(f"target {exp.target.name} cannot be killed or paused by the harness "
                               "(it lacks process.kill); use e.g. 'reference:process'")
     run_id = f"{exp.name}-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}"
     out_dir.mkdir(parents=True, exist_ok=True)
     history_path = out_dir / "history.jsonl"
     with tempfile.TemporaryDirectory(prefix="brokerconf-chaos-") as workdir:
-        try:
-            handle = target.launch(Scenario(name=exp.name, protocols=(exp.target.protocol,)), Path(workdir))
-        except TargetUnavailable as exc:
-            raise ExperimentError(f"target {exp.target.name} could not start: {exc}") from None
+        progress(f"experiment {exp.name}: starting {exp.topology.kind} topology on {exp.target.name}")
+        topology = launch_topology(exp, target, Path(workdir))
         proxy = None
         try:
-            if any(n.kind == "partition" for n in exp.nemesis):
+            if _proxy_groups(exp):
                 proxy = start_fault_proxy()
-            return _run(exp, handle, run_id, history_path, progress, proxy)
+            return _run(exp, topology, run_id, history_path, progress, proxy)
         finally:
             if proxy is not None:
                 proxy.stop()
-            handle.stop()
+            topology.stop()
 
 
-def _route_through_proxy(proxy, host: str, port: int) -> tuple[str, int]:
-    """Create the proxy in front of the broker; clients connect to its listen address."""
+def _proxy_groups(exp: Experiment) -> set[str]:
+    """Which client groups connect through the fault proxy: "all" when a proxy fault acts on every
+    client, "slow" when the workload has slow subscribers."""
+    groups = {n.clients for n in exp.nemesis if n.kind in PROXY_FAULTS}
+    if exp.workload.slow_subscribers:
+        groups.add("slow")
+    return groups
+
+
+def _route_through_proxy(proxy, name: str, host: str, port: int) -> tuple[str, int]:
+    """Create proxy ``name`` in front of one broker address; clients connect to its listen address."""
     request = urllib.request.Request(f"{proxy.api_url}/proxies", method="POST",
-                                     data=json.dumps({"name": PROXY_NAME, "listen": "127.0.0.1:0",
+                                     data=json.dumps({"name": name, "listen": "127.0.0.1:0",
                                                       "upstream": f"{host}:{port}"}).encode(),
                                      headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=5) as response:
@@ -143,26 +193,51 @@ def _route_through_proxy(proxy, host: str, port: int) -> tuple[str, int]:
     return listen_host, int(listen_port)
 
 
-def _nemesis_for(kind: str, handle, proxy, history: History):
-    if kind == "partition":
-        return ProxyNemesis(proxy.api_url, history, node="A")
-    # ProcessNemesis drives the broker's own process handle (kill -9 its PID, start it again).
-    return ProcessNemesis(getattr(handle, "process", handle), history, node="A")
+def _proxied(exp: Experiment, topology: Topology, proxy, group: str) -> tuple[list[str], list[tuple[str, int]]]:
+    """One proxy per broker node for a client group: (proxy names, the addresses clients use)."""
+    names, addresses = [], []
+    for node, (host, port) in zip(topology.nodes, topology.addresses(exp.target.protocol)):
+        name = f"{group}-{node}"
+        names.append(name)
+        addresses.append(_route_through_proxy(proxy, name, host, port))
+    return names, addresses
 
 
-def _run(exp: Experiment, handle, run_id: str, history_path: Path, progress, proxy) -> ExperimentResult:
-    host, port = handle.host, handle.ports[exp.target.protocol]
-    if proxy is not None:
-        host, port = _route_through_proxy(proxy, host, port)
+def _make_workload(exp: Experiment, history: History, make_client, make_slow_client):
+    w = exp.workload
+    common = dict(destination=w.destination, producers=w.producers, rate=w.rate, persistent=w.persistent,
+                  ack=w.ack, prefetch=w.prefetch)
+    if w.kind == "topic":
+        return TopicFanoutWorkload(history, make_client, subscribers=w.subscribers, slow_subscribers=w.slow_subscribers,
+                                   make_slow_client=make_slow_client, **common)
+    if w.kind == "grouped":
+        return GroupedQueueWorkload(history, make_client, consumers=w.consumers, groups=w.groups, **common)
+    return QueueWorkload(history, make_client, consumers=w.consumers, **common)
+
+
+def _run(exp: Experiment, topology: Topology, run_id: str, history_path: Path, progress, proxy) -> ExperimentResult:
+    groups = _proxy_groups(exp)
+    direct = topology.addresses(exp.target.protocol)
+    proxies: dict[str, list[str]] = {}
+    addresses = {"all": direct, "slow": direct}
+    for group in sorted(groups):
+        proxies[group], addresses[group] = _proxied(exp, topology, proxy, group)
     history = History(history_path, run=run_id, target=exp.target.name, node="A")
-    workload = QueueWorkload(history, _client_factory(exp, host, port), destination=exp.workload.destination,
-                             producers=exp.workload.producers, consumers=exp.workload.consumers,
-                             rate=exp.workload.rate, persistent=exp.workload.persistent)
-    nemeses = [_nemesis_for(n.kind, handle, proxy, history) for n in exp.nemesis]
+    workload = _make_workload(exp, history, _client_factory(exp, addresses["all"]),
+                              _client_factory(exp, addresses["slow"]))
+    nemeses = []
+    for n in exp.nemesis:
+        if n.kind in PROXY_FAULTS:
+            nemeses.append(_ProxyGroupFault(proxy.api_url, proxies[n.clients], history))
+        elif n.node == "master":
+            nemeses.append(CurrentMasterNemesis(topology.nodes, topology.master, history))
+        else:
+            nemeses.append(ProcessNemesis(topology.nodes[n.node], history, node=n.node))
     schedule = _schedule(exp)
     display = _Progress(progress)
-    progress(f"experiment {exp.name}: {exp.workload.kind} workload on {exp.target.name} for {exp.duration_s:.0f} s, "
-             f"{sum(1 for _, step, _, _ in schedule if step in FAULT_AND_HEAL)} faults scheduled; history {history_path}")
+    progress(f"experiment {exp.name}: {exp.workload.kind} workload on {exp.target.name} ({topology.kind}) for "
+             f"{exp.duration_s:.0f} s, {sum(1 for _, step, _, _ in schedule if step in FAULT_AND_HEAL)} faults "
+             f"scheduled; history {history_path}")
     started = time.monotonic()
     faults = 0
     try:
@@ -179,10 +254,21 @@ def _run(exp: Experiment, handle, run_id: str, history_path: Path, progress, pro
     finally:
         display.done()
         for nemesis in nemeses:
-            nemesis.teardown()  # heals: the broker is up again before the drain
+            nemesis.teardown()  # heals: the brokers are up and the links clean before the drain
         workload.stop()
     progress(f"  healed; draining {exp.workload.destination} until {exp.drain_quiet_s:.1f} s of quiet")
-    drained = workload.drain(quiet=exp.drain_quiet_s)
+    discards: list[list[int] | None] = []
+
+    def read_broker_counters() -> None:
+        # Non-durable subscriptions and their counters vanish when the subscribers close.
+        discards.append(topology.subscription_discards(exp.workload.destination))
+
+    if exp.workload.kind == "topic":
+        drained = workload.drain(quiet=exp.drain_quiet_s, before_close=read_broker_counters)
+    else:
+        drained = workload.drain(quiet=exp.drain_quiet_s)
     history.close()
     return ExperimentResult(exp.name, run_id, history_path, round(time.monotonic() - started, 1), workload.sent_ok,
-                            workload.received_ok, len(drained), faults, exp.target.name, list(workload.errors))
+                            workload.received_ok, len(drained), faults, exp.target.name, list(workload.errors),
+                            topology=topology.kind, broker_discards=discards[0] if discards else None,
+                            slow_subscribers=list(range(exp.workload.slow_subscribers)))

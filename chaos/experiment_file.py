@@ -7,26 +7,48 @@
     [target]
     name = "reference:process"      # a target name (`brokerconf targets list`); must be killable for kill faults
     protocol = "stomp"
-    failover = true                 # clients use failover:(...) over the target's address
+    failover = true                 # clients use failover:(...) over every node's address
     failover_options = "randomize=false&initialReconnectDelay=100&maxReconnectDelay=1000"
 
+    [topology]
+    kind = "single"                 # single | shared-store (N brokers on one store: master/slave)
+    nodes = 2                       # shared-store only
+    lock_keep_alive_period_ms = 2000
+    lock_acquire_sleep_interval_ms = 1000
+
+    [[policy]]                      # destination policies of the broker (conformance.scenario)
+    pattern = "topic://chaos.slow.>"
+    pending_message_limit = 10
+
     [workload]
-    kind = "queue"                  # queue (the others arrive with later work)
+    kind = "queue"                  # queue | grouped | topic
     producers = 2
-    consumers = 2
+    consumers = 2                   # queue and grouped
+    subscribers = 3                 # topic
+    slow_subscribers = 1            # topic: the first N subscribers connect through the fault proxy
     rate = 100                      # sends per second per producer
     persistent = true
     destination = "queue://chaos.kill"
+    groups = ["g0", "g1"]           # grouped
+    ack = "client-individual"       # or auto
+    prefetch = 10                   # consumer prefetch (omit: the client's default)
 
     [[nemesis]]
     kind = "kill"                   # kill | pause | stop (each followed by a restart / resume) |
-                                    # partition (clients cut off through the fault proxy, then healed)
+                                    # partition (clients cut off through the fault proxy, then healed) |
+                                    # latency | bandwidth | reset_peer (a toxic on the fault proxy, then removed)
     every_s = 5                     # seconds of quiet before each fault (the first after N s, the next N s after a heal)
-    down_s = 1                      # how long the broker stays down (or paused)
+    down_s = 1                      # how long the fault lasts
+    node = "master"                 # process faults: a node name (A, B, ...) or "master" (whoever serves then)
+    clients = "all"                 # proxy faults: "all" clients, or only the "slow" subscribers
+    latency_ms = 100                # latency (with jitter_ms); bandwidth: rate_kbps; reset_peer: timeout_ms
 
     [checkers]
-    total_queue = true
+    total_queue = true              # queue and grouped workloads
     duplicates_allowed = false      # at-least-once systems may redeliver unacknowledged messages
+    topic_fanout = true             # topic workloads; slow subscribers' gaps must equal the broker's discards
+    failover_downtime = true        # per fault, each client's time to its first successful operation
+    max_downtime_s = 30             # optional bound: a longer downtime makes the verdict false
 
 A bad file is refused before anything starts, naming the offending key (with a did-you-mean).
 """
@@ -38,7 +60,9 @@ import tomllib
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from conformance.scenario import DestinationPolicy
 
 
 class ExperimentError(ValueError):
@@ -56,27 +80,90 @@ class TargetSection(_Strict):
     failover_options: str = "randomize=false&initialReconnectDelay=100&maxReconnectDelay=1000"
 
 
+class TopologySection(_Strict):
+    # single: one broker. shared-store: `nodes` brokers on one store, one master at a time
+    # (A-MQ fault-tolerant messaging guide, 3.1); the lock settings are that section's.
+    kind: Literal["single", "shared-store"] = "single"
+    nodes: int = Field(default=2, ge=2, le=8)
+    lock_keep_alive_period_ms: int = Field(default=2000, ge=0)
+    lock_acquire_sleep_interval_ms: int = Field(default=1000, gt=0)
+
+    @property
+    def node_names(self) -> list[str]:
+        return ["A"] if self.kind == "single" else list("ABCDEFGH"[:self.nodes])
+
+
+class PolicySection(_Strict):
+    """A destination policy of the broker (the fields of conformance.scenario.DestinationPolicy
+    that chaos experiments use)."""
+    pattern: str
+    pending_message_limit: int | None = None
+    prefetch_rate_multiplier: float | None = Field(default=None, gt=0)
+    eviction: Literal["oldest", "oldest_with_lowest_priority"] | None = None
+    memory_limit: int | None = Field(default=None, gt=0)
+    producer_flow_control: bool | None = None
+    maximum_redeliveries: int | None = None
+
+    def to_policy(self) -> DestinationPolicy:
+        return DestinationPolicy(**self.model_dump())
+
+    @model_validator(mode="after")
+    def _valid_policy(self) -> "PolicySection":
+        self.to_policy()  # DestinationPolicy's own checks (pattern shape, exclusive limits)
+        return self
+
+
 class WorkloadSection(_Strict):
-    kind: Literal["queue"] = "queue"
+    kind: Literal["queue", "grouped", "topic"] = "queue"
     producers: int = Field(default=2, ge=1, le=64)
     consumers: int = Field(default=2, ge=1, le=64)
+    subscribers: int = Field(default=3, ge=1, le=64)
+    slow_subscribers: int = Field(default=0, ge=0, le=64)
     rate: float = Field(default=100, gt=0)
     persistent: bool = True
     destination: str = "queue://chaos.queue"
+    groups: list[str] = Field(default_factory=lambda: ["g0", "g1", "g2"], min_length=1)
+    ack: Literal["client-individual", "auto"] = "client-individual"
+    prefetch: int | None = Field(default=None, ge=1)
+
+    @model_validator(mode="after")
+    def _destination_fits_kind(self) -> "WorkloadSection":
+        wanted = "topic://" if self.kind == "topic" else "queue://"
+        if not self.destination.startswith(wanted):
+            raise ValueError(f"a {self.kind} workload needs destination {wanted}NAME, not {self.destination!r}")
+        if self.slow_subscribers > self.subscribers:
+            raise ValueError(f"slow_subscribers ({self.slow_subscribers}) exceeds subscribers ({self.subscribers})")
+        if self.slow_subscribers and self.kind != "topic":
+            raise ValueError("slow_subscribers applies to topic workloads only")
+        return self
+
+
+PROCESS_FAULTS = ("kill", "pause", "stop")
+PROXY_FAULTS = ("partition", "latency", "bandwidth", "reset_peer")
 
 
 class NemesisSection(_Strict):
-    # kill | pause | stop act on the broker's process; partition cuts the clients off through
-    # the fault proxy (both ways, or one stream: upstream = client -> broker).
-    kind: Literal["kill", "pause", "stop", "partition"]
+    # kill | pause | stop act on a broker's process; partition cuts clients off through the fault
+    # proxy (both ways, or one stream: upstream = client -> broker); latency | bandwidth |
+    # reset_peer add that Toxiproxy toxic to the proxy for down_s seconds.
+    kind: Literal["kill", "pause", "stop", "partition", "latency", "bandwidth", "reset_peer"]
     every_s: float = Field(gt=0)
     down_s: float = Field(default=1.0, ge=0)
     direction: Literal["both", "upstream", "downstream"] = "both"
+    node: str = "A"
+    clients: Literal["all", "slow"] = "all"
+    latency_ms: int = Field(default=100, ge=0)
+    jitter_ms: int = Field(default=0, ge=0)
+    rate_kbps: int = Field(default=64, ge=0)
+    timeout_ms: int = Field(default=0, ge=0)
 
 
 class CheckersSection(_Strict):
     total_queue: bool = True
     duplicates_allowed: bool = False
+    topic_fanout: bool = True
+    failover_downtime: bool = True
+    max_downtime_s: float | None = Field(default=None, gt=0)
 
 
 class Experiment(_Strict):
@@ -85,9 +172,25 @@ class Experiment(_Strict):
     seed: int = 0  # reserved for randomised schedules; nothing in a run draws on it yet
     drain_quiet_s: float = Field(default=2.0, gt=0)
     target: TargetSection = Field(default_factory=TargetSection)
+    topology: TopologySection = Field(default_factory=TopologySection)
+    policy: list[PolicySection] = Field(default_factory=list)
     workload: WorkloadSection = Field(default_factory=WorkloadSection)
     nemesis: list[NemesisSection] = Field(default_factory=list)
     checkers: CheckersSection = Field(default_factory=CheckersSection)
+
+    @model_validator(mode="after")
+    def _nemeses_fit_topology(self) -> "Experiment":
+        nodes = self.topology.node_names
+        for index, nemesis in enumerate(self.nemesis):
+            if nemesis.kind in PROCESS_FAULTS:
+                allowed = nodes + (["master"] if self.topology.kind == "shared-store" else [])
+                if nemesis.node not in allowed:
+                    raise ValueError(f"nemesis[{index}].node {nemesis.node!r} is not a node of this "
+                                     f"{self.topology.kind} topology (one of {allowed})")
+            if nemesis.clients == "slow" and not self.workload.slow_subscribers:
+                raise ValueError(f"nemesis[{index}] acts on the slow subscribers' proxy, but the workload "
+                                 "has slow_subscribers = 0")
+        return self
 
 
 def _fields_at(loc: tuple) -> list[str]:
@@ -113,7 +216,8 @@ def _explain(exc: ValidationError) -> str:
             section = ".".join(str(p) for p in loc[:-1]) or "the top level"
             lines.append(f"unknown key {loc[-1]!r} in {section}" + (f": did you mean {hint[0]!r}?" if hint else ""))
         else:
-            lines.append(f"invalid value for {where!r}: {err['msg']}")
+            message = err["msg"].removeprefix("Value error, ")
+            lines.append(f"invalid value for {where!r}: {message}" if where else message)
     return "; ".join(lines)
 
 

@@ -115,7 +115,7 @@ class QueueWorkload:
         while not stop.is_set():
             op = self.history.invoke(process, "connect", None)
             try:
-                client = self.make_client()
+                client = self._client_maker()()
             except Exception as exc:  # noqa: BLE001 - refused, timed out: try again
                 # A failed connect changes no broker state that the checkers look at.
                 self.history.fail(op, f"{type(exc).__name__}: {exc}")
@@ -124,6 +124,14 @@ class QueueWorkload:
             self.history.ok(op)
             return client
         return None
+
+    def _client_maker(self) -> ClientFactory:
+        """The factory for the calling worker thread (subclasses route some workers elsewhere)."""
+        return self.make_client
+
+    def _subscribe_value(self) -> dict:
+        """The ``subscribe`` operation's value in the history."""
+        return {"destination": self.destination}
 
     def _group(self, seq: int) -> str | None:
         return self.groups[seq % len(self.groups)] if self.groups else None
@@ -223,7 +231,7 @@ class QueueWorkload:
             client = self._connect(process, self._stop_consumers)
             if client is None:
                 return None, None
-            op = self.history.invoke(process, "subscribe", {"destination": self.destination})
+            op = self.history.invoke(process, "subscribe", self._subscribe_value())
             try:
                 sub = self._subscribe(client)
             except Exception as exc:  # noqa: BLE001

@@ -233,6 +233,10 @@ appender.logfile.layout.pattern=%d | %-5p | %m | %c | %t%n
 # --------------------------------------------------------------------------- the process
 
 
+#: logged by KahaDB's SharedFileLocker when the store is locked and the broker waits as a slave
+_SLAVE_LINE = "is locked by another server"
+
+
 class ActiveMQProcess:
     """One ActiveMQ Classic broker JVM with generated configuration on loopback ports.
 
@@ -256,6 +260,13 @@ class ActiveMQProcess:
     ``schedulerSupport`` (the redelivery plugin needs it); ``plugins_xml`` is pasted inside
     ``<plugins>``; ``memory_limit_bytes`` overrides ``memory_limit_mb`` with an exact byte count;
     ``ready_login`` (user, password) is sent with the readiness CONNECT when anonymous access is off.
+
+    Shared-store master/slave (A-MQ fault-tolerant messaging guide, 3.1): ``kahadb_directory``
+    puts KahaDB (``persistent=True``) in a directory other brokers share; ``lock_keep_alive_period_ms``
+    and ``lock_acquire_sleep_interval_ms`` set the KahaDB attribute and the shared-file locker's
+    attribute of that section's Example 3.1. A broker that finds the store locked waits as a slave
+    with no transport connector open, so such a broker is started with ``start(wait_for="lock")``
+    (ready once it either serves or logs that it waits for the lock).
     """
 
     host = "127.0.0.1"
@@ -280,6 +291,9 @@ class ActiveMQProcess:
         plugins_xml: str = "",
         memory_limit_bytes: int | None = None,
         ready_login: tuple[str, str] | None = None,
+        kahadb_directory: Path | None = None,
+        lock_keep_alive_period_ms: int | None = None,
+        lock_acquire_sleep_interval_ms: int | None = None,
     ) -> None:
         if not (stomp or openwire or mqtt):
             raise ValueError("enable at least one of stomp, openwire, mqtt")
@@ -307,10 +321,19 @@ class ActiveMQProcess:
         self.memory_limit_bytes = None if memory_limit_bytes is None else int(memory_limit_bytes)
         self.jmx_port: int = 0
         self.ready_login = ready_login
+        if kahadb_directory is not None and not persistent:
+            raise ValueError("kahadb_directory needs persistent=True (a shared store is a KahaDB store)")
+        for label, value in (("lock_keep_alive_period_ms", lock_keep_alive_period_ms),
+                             ("lock_acquire_sleep_interval_ms", lock_acquire_sleep_interval_ms)):
+            if value is not None and int(value) < 0:
+                raise ValueError(f"{label} must be >= 0 milliseconds, not {value!r}")
+        self.lock_keep_alive_period_ms = lock_keep_alive_period_ms
+        self.lock_acquire_sleep_interval_ms = lock_acquire_sleep_interval_ms
 
         self.config_path = self.workdir / "conf" / "activemq.xml"
         self.log_path = self.workdir / "activemq.log"
         self.data_dir = self.workdir / "data"
+        self.kahadb_directory = Path(kahadb_directory).absolute() if kahadb_directory else self.data_dir / "kahadb"
         self.stomp_port: int = 0
         self.openwire_port: int = 0
         self.mqtt_port: int | None = None
@@ -378,8 +401,15 @@ class ActiveMQProcess:
         data = quoteattr(str(self.data_dir))
         persistence = ""
         if self.persistent:
-            persistence = (f"\n    <persistenceAdapter>\n      <kahaDB directory={quoteattr(str(self.data_dir / 'kahadb'))}/>"
-                           f"\n    </persistenceAdapter>")
+            keep_alive = ("" if self.lock_keep_alive_period_ms is None
+                          else f' lockKeepAlivePeriod="{int(self.lock_keep_alive_period_ms)}"')
+            locker = ""
+            if self.lock_acquire_sleep_interval_ms is not None:
+                locker = ("\n        <locker>\n          <shared-file-locker lockAcquireSleepInterval="
+                          f'"{int(self.lock_acquire_sleep_interval_ms)}"/>\n        </locker>\n      ')
+            kahadb = f"<kahaDB directory={quoteattr(str(self.kahadb_directory))}{keep_alive}"
+            kahadb += f">{locker}</kahaDB>" if locker else "/>"
+            persistence = f"\n    <persistenceAdapter>\n      {kahadb}\n    </persistenceAdapter>"
         policy = ""
         if self.policy_entries_xml.strip():
             policy = ("\n    <destinationPolicy>\n      <policyMap>\n        <policyEntries>\n"
@@ -465,12 +495,16 @@ class ActiveMQProcess:
         ]
 
     # ----------------------------------------------------------------- lifecycle
-    def start(self, timeout: float = 60) -> None:
-        """Write the configuration, launch the JVM and wait until STOMP answers CONNECTED.
+    def start(self, timeout: float = 60, wait_for: str = "serving") -> None:
+        """Write the configuration, launch the JVM and wait until STOMP answers CONNECTED
+        (``wait_for="serving"``), or until it either serves or waits as a slave for the shared
+        store's lock (``wait_for="lock"``; see `waiting_for_lock`).
 
         Ports are picked on the first start and kept across stop()/start() (re-picked
         only if one is taken meanwhile).  Raises ActiveMQNotInstalled / ActiveMQStartError.
         """
+        if wait_for not in ("serving", "lock"):
+            raise ValueError(f"wait_for must be 'serving' or 'lock', not {wait_for!r}")
         if self.running:
             raise RuntimeError(f"ActiveMQ {self.name!r} is already running (pid {self.pid})")
         reason = _missing_core() or (_missing_mqtt() if self.mqtt else "")
@@ -482,7 +516,7 @@ class ActiveMQProcess:
             try:
                 # A restart keeps the previous ports (stable addresses for reconnecting
                 # clients) unless they turn out to be taken.
-                self._start_once(deadline, keep_ports=attempt == 1 and self._ports_assigned())
+                self._start_once(deadline, keep_ports=attempt == 1 and self._ports_assigned(), wait_for=wait_for)
                 return
             except ActiveMQStartError as e:
                 bind_race = "Address already in use" in str(e)
@@ -494,7 +528,7 @@ class ActiveMQProcess:
         return ((not self.stomp or self.stomp_port > 0) and (not self.openwire or self.openwire_port > 0)
                 and (not self.mqtt or bool(self.mqtt_port)) and (not self.jmx or self.jmx_port > 0))
 
-    def _start_once(self, deadline: float, keep_ports: bool = False) -> None:
+    def _start_once(self, deadline: float, keep_ports: bool = False, wait_for: str = "serving") -> None:
         if not keep_ports:
             ports = free_ports(4)
             self.stomp_port = ports[0] if self.stomp else 0
@@ -520,12 +554,12 @@ class ActiveMQProcess:
         self.pid = self._proc.pid
         self._finalizer = weakref.finalize(self, kill_group, self._proc)
         try:
-            self._wait_ready(deadline)
+            self._wait_ready(deadline, wait_for)
         except BaseException:
             self.stop()
             raise
 
-    def _wait_ready(self, deadline: float) -> None:
+    def _wait_ready(self, deadline: float, wait_for: str = "serving") -> None:
         last = "not tried yet"
         while True:
             rc = self._proc.poll()
@@ -534,6 +568,8 @@ class ActiveMQProcess:
                     f"ActiveMQ (pid {self.pid}) exited with code {rc} during startup; "
                     f"log {self.log_path}:\n{self._failure_report()}")
             self._sample_rss()
+            if wait_for == "lock" and self.waiting_for_lock():
+                return
             if self.stomp:
                 ok, last = _stomp_handshake(self.stomp_port, timeout=min(5.0, max(0.5, deadline - time.monotonic())),
                                             login=self.ready_login)
@@ -583,6 +619,17 @@ class ActiveMQProcess:
                 self._log_fh = None
 
     # ----------------------------------------------------------------- observation
+    def waiting_for_lock(self) -> bool:
+        """Whether this run of the broker logged that the store is locked by another broker and
+        it waits as a slave (KahaDB's SharedFileLocker says so once, when it first fails); it may
+        have taken the lock since: `serving` tells."""
+        return self.running and _SLAVE_LINE in self.log_tail(400)
+
+    def serving(self, timeout: float = 1.0) -> bool:
+        """Whether the broker accepts connections: only a master opens its transport connectors."""
+        port = self.stomp_port or self.openwire_port or self.mqtt_port or 0
+        return self.running and bool(port) and _tcp_accepts(port, timeout)
+
     def _sample_rss(self) -> int:
         if self._proc is not None and self._proc.poll() is None:
             self._rss_peak = max(self._rss_peak, peak_rss(self.pid))

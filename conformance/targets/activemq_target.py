@@ -38,6 +38,7 @@ from conformance.targets.activemq import (
     activemq_mqtt_available,
 )
 from conformance.targets.activemq_policy import ActiveMQConfig, UnsupportedPolicy, render
+from conformance.targets.activemq_shared_store import SharedStoreGroup
 from conformance.targets.base import DestinationCounters, SubscriptionCounters, TargetUnavailable
 from conformance.targets.jmx import JmxClient, JmxError, MBean, QueryTiming
 
@@ -313,6 +314,29 @@ class ActiveMQTarget:
         return ActiveMQHandle(target=self.name, process=process, scenario=scenario, config=config,
                               capabilities=handle_capabilities,
                               credentials=(first_user[0], first_user[1]) if first_user else (None, None))
+
+    def launch_shared_store(self, scenario: Scenario, workdir: Path, *, nodes: int = 2,
+                            lock_keep_alive_period_ms: int = 2000,
+                            lock_acquire_sleep_interval_ms: int = 1000) -> SharedStoreGroup:
+        """A started shared-store master/slave group (conformance.targets.activemq_shared_store):
+        node A master, the others slaves. Destination policies are not applied to the group."""
+        ok, reason = self.availability()
+        if not ok:
+            raise TargetUnavailable(reason)
+        if scenario.policies:
+            raise TargetUnavailable("the shared-store group takes no destination policies yet "
+                                    f"(scenario {scenario.name!r} has {len(scenario.policies)})")
+        group = SharedStoreGroup(Path(workdir) / "activemq-shared-store", nodes=nodes,
+                                 lock_keep_alive_period_ms=lock_keep_alive_period_ms,
+                                 lock_acquire_sleep_interval_ms=lock_acquire_sleep_interval_ms,
+                                 stomp="stomp" in scenario.protocols,
+                                 mqtt="mqtt" in scenario.protocols and "protocol.mqtt" in self.capabilities(),
+                                 jvm_heap_mb=min(self.jvm_heap_mb, 384), broker_name=_broker_name(scenario))
+        try:
+            group.start(timeout=self.start_timeout + 30)
+        except (ActiveMQNotInstalled, ActiveMQStartError, RuntimeError) as e:
+            raise TargetUnavailable(f"ActiveMQ ({self.name}) shared-store group did not start: {e}") from e
+        return group
 
     def __repr__(self) -> str:
         return f"<ActiveMQTarget {self.name}>"

@@ -39,7 +39,43 @@ def test_faults_never_overlap_and_end_before_the_run(tmp_path):
 
     exp = load_experiment(write(tmp_path, 'name = "x"\nduration_s = 20\n[[nemesis]]\nkind = "partition"\n'
                                           'every_s = 4\ndown_s = 10\n'))
-    assert _schedule(exp) == [(4, "partition", 0, {"proxy": "broker", "direction": "both"}),
-                              (14, "heal", 0, {"proxy": "broker"})]
+    assert _schedule(exp) == [(4, "partition", 0, {"direction": "both"}), (14, "heal", 0, {})]
     exp = load_experiment(write(tmp_path, 'name = "x"\nduration_s = 20\n[[nemesis]]\nkind = "kill"\nevery_s = 5\n'))
     assert [(at, step) for at, step, _, _ in _schedule(exp)] == [(5, "kill"), (6, "start"), (11, "kill"), (12, "start"), (17, "kill"), (18, "start")]
+
+
+def test_toxic_attributes_reach_the_schedule(tmp_path):
+    from chaos.experiment import _schedule
+
+    exp = load_experiment(write(tmp_path, 'name = "x"\nduration_s = 10\n[workload]\nkind = "topic"\n'
+                                          'destination = "topic://t"\nslow_subscribers = 1\n'
+                                          '[[nemesis]]\nkind = "latency"\nclients = "slow"\nlatency_ms = 250\n'
+                                          'jitter_ms = 5\nevery_s = 2\ndown_s = 3\n'))
+    assert _schedule(exp)[:2] == [(2, "latency", 0, {"latency": 250, "jitter": 5, "stream": "both"}), (5, "heal", 0, {})]
+
+
+def test_workload_destination_must_fit_its_kind(tmp_path):
+    with pytest.raises(ExperimentError, match="a topic workload needs destination topic://NAME"):
+        load_experiment(write(tmp_path, 'name = "x"\nduration_s = 5\n[workload]\nkind = "topic"\n'
+                                        'destination = "queue://q"\n'))
+
+
+def test_slow_proxy_fault_needs_slow_subscribers(tmp_path):
+    with pytest.raises(ExperimentError, match="slow_subscribers = 0"):
+        load_experiment(write(tmp_path, 'name = "x"\nduration_s = 5\n[[nemesis]]\nkind = "bandwidth"\n'
+                                        'clients = "slow"\nevery_s = 1\n'))
+
+
+def test_master_is_a_node_only_of_a_shared_store(tmp_path):
+    with pytest.raises(ExperimentError, match=r"node 'master' is not a node of this single topology"):
+        load_experiment(write(tmp_path, 'name = "x"\nduration_s = 5\n[[nemesis]]\nkind = "kill"\n'
+                                        'node = "master"\nevery_s = 1\n'))
+    exp = load_experiment(write(tmp_path, 'name = "x"\nduration_s = 5\n[topology]\nkind = "shared-store"\n'
+                                          'nodes = 3\n[[nemesis]]\nkind = "kill"\nnode = "master"\nevery_s = 1\n'))
+    assert exp.topology.node_names == ["A", "B", "C"]
+
+
+def test_bad_policy_is_refused_with_its_reason(tmp_path):
+    with pytest.raises(ExperimentError, match="must be queue://NAME or topic://NAME"):
+        load_experiment(write(tmp_path, 'name = "x"\nduration_s = 5\n[[policy]]\npattern = "slow.>"\n'
+                                        'pending_message_limit = 3\n'))
