@@ -121,7 +121,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"brokerconf run: the suites exited with {status} before writing the matrix", file=sys.stderr)
         return status or 1
     matrix = json.loads(matrix_path.read_text())
-    verdicts = _run_chaos_stage(args, out_dir)
+    verdicts = _run_chaos_stage(args, targets, out_dir)
     html_path = write_run_report(out_dir, run_id, matrix, seconds=time.monotonic() - started, chaos=verdicts)
     print()
     from brokerconf.chaos_job import summary
@@ -143,24 +143,42 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 1 if reference_failed or chaos_failed else 0
 
 
-#: the main job's short chaos stage: experiment 1 against the reference broker
-MAIN_JOB_EXPERIMENT = "reference-kill-restart.toml"
+#: the main job's chaos stage: (experiment file, target override, real broker it needs or None).
+#: Experiment 1 always; with ActiveMQ Classic among the targets and installed, experiment 2 and
+#: experiment 4 on ActiveMQ as well, so the report compares the two slow-subscriber accountings.
+MAIN_JOB_EXPERIMENTS = (
+    ("reference-kill-restart.toml", None, None),
+    ("slow-topic-subscriber.toml", None, None),
+    ("activemq-shared-store-failover.toml", None, "activemq"),
+    ("slow-topic-subscriber.toml", "activemq", "activemq"),
+)
 
 
-def _run_chaos_stage(args: argparse.Namespace, out_dir: Path) -> list[dict]:
+def _run_chaos_stage(args: argparse.Namespace, targets: list[str], out_dir: Path) -> list[dict]:
     import chaos
     from brokerconf.chaos_job import run_and_judge
-    from chaos.experiment_file import ExperimentError, load_experiment
+    from chaos.experiment_file import ExperimentError, load_experiment, with_overrides
+    from conformance.targets.registry import resolve
 
     if args.chaos_duration <= 0:
         return []
-    path = Path(chaos.__file__).resolve().parent / "experiments" / MAIN_JOB_EXPERIMENT
-    exp = load_experiment(path).model_copy(update={"duration_s": args.chaos_duration})
-    _progress(f"\nchaos: {exp.name} for {exp.duration_s:.0f} s ({path.name})")
-    try:
-        return [run_and_judge(exp, out_dir / f"chaos-{exp.name}", progress=_progress)]
-    except ExperimentError as exc:
-        return [{"experiment": exp.name, "valid": "unknown", "error": str(exc)}]
+    verdicts = []
+    for file_name, target, needs in MAIN_JOB_EXPERIMENTS:
+        path = Path(chaos.__file__).resolve().parent / "experiments" / file_name
+        exp = with_overrides(load_experiment(path), duration_s=args.chaos_duration, target=target)
+        label = f"{exp.name} on {exp.target.name}"
+        if needs is not None:
+            available, why = resolve(needs).availability()
+            if needs not in targets or not available:
+                _progress(f"\nchaos: {label} skipped: " + (why if needs in targets else f"{needs} not in --targets"))
+                continue
+        _progress(f"\nchaos: {label} for {exp.duration_s:.0f} s ({path.name})")
+        try:
+            verdicts.append(run_and_judge(exp, out_dir / f"chaos-{exp.name}-{exp.target.name.replace(':', '-')}",
+                                          progress=_progress))
+        except ExperimentError as exc:
+            verdicts.append({"experiment": exp.name, "target": exp.target.name, "valid": "unknown", "error": str(exc)})
+    return verdicts
 
 
 def _suite_command(targets: list[str], out_dir: Path, *, targets_file: str | None = None,
@@ -206,12 +224,10 @@ def cmd_suite(args: argparse.Namespace) -> int:
 
 def cmd_chaos_run(args: argparse.Namespace) -> int:
     from brokerconf.chaos_job import run_and_judge, summary
-    from chaos.experiment_file import ExperimentError, load_experiment
+    from chaos.experiment_file import ExperimentError, load_experiment, with_overrides
 
     try:
-        exp = load_experiment(args.file)
-        if args.duration is not None:
-            exp = exp.model_copy(update={"duration_s": args.duration})
+        exp = with_overrides(load_experiment(args.file), duration_s=args.duration, target=args.target)
         out_dir = Path(args.out) / datetime.now(timezone.utc).strftime(f"chaos-{exp.name}-%Y%m%dT%H%M%SZ")
         verdict = run_and_judge(exp, out_dir, progress=_progress)
     except ExperimentError as exc:
@@ -279,8 +295,8 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="the main job: conformance suites against the reference broker (and ActiveMQ if installed), with a report")
     run.add_argument("--targets", default="reference,activemq", help="comma-separated targets (default: reference,activemq)")
     run.add_argument("--out", default="reports/out", help="directory for reports (default: reports/out)")
-    run.add_argument("--chaos-duration", type=float, default=15.0, metavar="S",
-                     help="seconds of the chaos stage (reference broker killed under load); 0 skips it (default 15)")
+    run.add_argument("--chaos-duration", type=float, default=20.0, metavar="S",
+                     help="seconds each chaos experiment of the stage runs (experiments 1 and 4 on the reference broker; 2 and 4 on ActiveMQ when installed); 0 skips the stage (default 20)")
     run.set_defaults(func=cmd_run)
 
     suite = sub.add_parser("suite", help="run the conformance suites against targets; writes JUnit XML, Allure "
@@ -299,6 +315,7 @@ def build_parser() -> argparse.ArgumentParser:
     chaos_run = chaos_sub.add_parser("run", help="run an experiment file (TOML); writes the history and the verdict")
     chaos_run.add_argument("file", help="experiment file, e.g. chaos/experiments/reference-kill-restart.toml")
     chaos_run.add_argument("--duration", type=float, metavar="S", help="override the file's duration_s")
+    chaos_run.add_argument("--target", metavar="NAME", help="override the file's [target] name (brokerconf targets list)")
     chaos_run.add_argument("--out", default="reports/out", help="directory for the run (default: reports/out)")
     chaos_run.set_defaults(func=cmd_chaos_run)
 

@@ -233,3 +233,16 @@ def load_experiment(path: str | Path) -> Experiment:
         return Experiment.model_validate(data)
     except ValidationError as exc:
         raise ExperimentError(f"{path}: {_explain(exc)}") from None
+
+
+def with_overrides(exp: Experiment, *, duration_s: float | None = None, target: str | None = None) -> Experiment:
+    """``exp`` with the command line's overrides (``--duration``, ``--target``), checked again."""
+    data = exp.model_dump()
+    if duration_s is not None:
+        data["duration_s"] = duration_s
+    if target is not None:
+        data["target"]["name"] = target
+    try:
+        return Experiment.model_validate(data)
+    except ValidationError as exc:
+        raise ExperimentError(f"{exp.name}: {_explain(exc)}") from None

@@ -16,19 +16,14 @@ def _chaos_html(verdicts: list[dict]) -> str:
         return ""
     rows = []
     for v in verdicts:
-        total = v.get("checks", {}).get("total_queue", {})
-        redelivery = v.get("checks", {}).get("no_redelivery_after_ack", {})
-        stats = v.get("run_stats", {})
-        detail = v.get("error") or (
-            f"{stats.get('faults', 0)} faults, {stats.get('sent_ok', 0)} sends acknowledged; lost {len(total.get('lost', []))}, "
-            f"unexpected {len(total.get('unexpected', []))}, duplicated {len(total.get('duplicated', {}))}, "
-            f"recovered {len(total.get('recovered', []))}; redelivered after a confirmed ack "
-            f"{len(redelivery.get('redelivered_after_ack', {}))}")
+        # The first summary line repeats the experiment and its verdict: the columns show those.
+        lines = [v["error"]] if v.get("error") else (v.get("summary") or [])[1:]
+        detail = "<br>".join(html.escape(line) for line in lines)
         colour = {True: "#1b5e20", False: "#b71c1c"}.get(v.get("valid"), "#8d6e00")
-        rows.append(f"<tr><td>{html.escape(v['experiment'])}</td><td style=\"color:{colour}\"><b>"
-                    f"{html.escape(str(v.get('valid')))}</b></td><td>{html.escape(detail)}</td></tr>")
-    return ("<h2>Chaos</h2><table><tr><th>experiment</th><th>valid</th><th>what happened</th></tr>"
-            + "".join(rows) + "</table><p>Histories and verdicts: <code>chaos-*/</code> in this directory.</p>")
+        rows.append(f"<tr><td>{html.escape(v['experiment'])}</td><td>{html.escape(str(v.get('target', '')))}</td>"
+                    f"<td style=\"color:{colour}\"><b>{html.escape(str(v.get('valid')))}</b></td><td>{detail}</td></tr>")
+    return ("<h2>Chaos</h2><table><tr><th>experiment</th><th>target</th><th>valid</th><th>what the checkers found</th>"
+            "</tr>" + "".join(rows) + "</table><p>Histories and verdicts: <code>chaos-*/</code> in this directory.</p>")
 
 
 def write_run_report(out_dir: Path, run_id: str, matrix: dict, seconds: float, chaos: list[dict] | None = None) -> Path:

@@ -1,0 +1,205 @@
+"""Failover downtime: how long each client was unable to work after each fault.
+
+The A-MQ fault-tolerant messaging guide (2.1, the failover protocol) promises that clients
+reconnect and carry on after a broker goes away; this measures how long that took, per client
+and per fault, from the history alone (DESIGN.md, "History format"; chaos/nemesis/base.py).
+
+Definitions:
+* fault: a nemesis step that recorded a fault (its end event carries ``fault`` or ``toxics``:
+  kill, stop, pause, partition, latency... from chaos/nemesis), from the time of the step's
+  ``start`` event to the end of its heal (the ``fault_window`` entries a later ``start``,
+  ``resume``, ``heal``, ``restart`` or ``teardown`` step records). A ``restart`` of a running
+  broker also takes it down, so it counts as a fault lasting the step. A step that ended with
+  an error injected nothing we can rely on and is skipped.
+* client: a worker. Retired processes (an ``info`` completion makes the worker carry on under a
+  new process id, chaos/history.py) are grouped back into their worker through what the history
+  records: send values carry the ``producer`` index, received values (and a topic drain's
+  invoke) the ``consumer`` / ``subscriber`` index. The history does not name the worker on
+  connect, subscribe or a receive that got nothing, so a process that never sent or received
+  anything is reported on its own as ``process-N``. The queue workload's final drain
+  (``consumer: -1``) is not a worker and is left as its process.
+* in scope for a fault: a client that had invoked something by the fault's start and was still
+  active then (an operation in flight, or more operations invoked after it).
+* downtime: from the fault's start to the completion of the client's first ``ok`` operation in
+  ``ops`` (send, receive) that was invoked after the fault started. An operation invoked before
+  the fault that completes after it says nothing about reconnecting, so it is not counted.
+* never recovered: in scope, but no such operation in the history. Its downtime is at least the
+  time to its last event (or to the end of the history when an operation is still open); the
+  fault's verdict is "unknown" unless ``max_downtime_s`` is given and that lower bound already
+  exceeds it (then False: it certainly was down too long).
+
+``valid`` is True unless ``max_downtime_s`` is given and some client's downtime exceeds it
+(False, naming the clients), or "unknown" when a client never recovered (see above).
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass, field
+from typing import Iterable
+
+VALID, INVALID, UNKNOWN = True, False, "unknown"
+NS_PER_MS = 1_000_000
+
+
+@dataclass
+class FaultDowntime:
+    f: str  # the step that started it (kill, pause, partition...)
+    faults: list[str]  # the nemesis's own keys (down, paused, proxy/disabled...)
+    nemesis: str | None
+    node: str | None
+    start_ns: int
+    healed_ns: int | None  # None: never healed before the history ended
+    downtime_ms: dict[str, float] = field(default_factory=dict)  # client -> ms
+    never_recovered: dict[str, float] = field(default_factory=dict)  # client -> at least this many ms
+    min_ms: float | None = None
+    median_ms: float | None = None
+    max_ms: float | None = None
+    valid: bool | str = VALID
+    reason: str = ""
+
+
+@dataclass
+class FailoverDowntimeResult:
+    valid: bool | str
+    faults: list[FaultDowntime] = field(default_factory=list)
+    summary: dict = field(default_factory=dict)
+    identity: str = "worker"  # or "process" when some process could not be tied to a worker
+    reason: str = ""
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def _worker_of(f: str, value) -> str | None:
+    if isinstance(value, list):
+        value = value[0] if value else None
+    if not isinstance(value, dict):
+        return None
+    if f == "send" and value.get("producer") is not None:
+        return f"producer-{value['producer']}"
+    if f in ("receive", "ack", "drain"):
+        for key in ("subscriber", "consumer"):
+            if value.get(key) is not None and value[key] != -1:  # -1: the queue drain, not a worker
+                return f"{key}-{value[key]}"
+    return None
+
+
+def _faults(nemesis_events: list[dict]) -> list[FaultDowntime]:
+    faults: list[FaultDowntime] = []
+    step_started: dict[tuple, int] = {}
+    # (nemesis, node, key) -> (fault, its keys not healed yet, heal times so far)
+    open_keys: dict[tuple, tuple[FaultDowntime, set[str], list[int]]] = {}
+    for e in nemesis_events:
+        value = e.get("value") if isinstance(e.get("value"), dict) else {}
+        who = (value.get("nemesis"), e.get("node"))
+        if value.get("phase") == "start":
+            step_started[who] = e["time"]  # a nemesis runs one step at a time
+            continue
+        start = step_started.pop(who, value.get("started", e["time"]))
+        for window in value.get("fault_window") or ():
+            entry = open_keys.pop((*who, window.get("fault")), None)
+            if entry is None:
+                continue  # healed a fault started before the history did
+            fault, left, ends = entry
+            left.discard(window.get("fault"))
+            ends.append(window.get("end", e["time"]))
+            if not left:  # healed once every key of the step is (a two-stream toxic has two)
+                fault.healed_ns = max(ends)
+        if e.get("error"):
+            continue  # the step failed: no fault it reports can be trusted to have started
+        keys = [value["fault"]] if value.get("fault") else list(value.get("toxics") or ())
+        if keys:
+            fault = FaultDowntime(e["f"], keys, who[0], who[1], start, None)
+            faults.append(fault)
+            left, ends = set(keys), []
+            for key in keys:
+                open_keys[(*who, key)] = (fault, left, ends)
+        elif e["f"] == "restart" and value.get("old_pid") is not None:
+            # A restart of a running broker is down for the step, and heals when the step ends.
+            faults.append(FaultDowntime("restart", ["restart"], who[0], who[1], start, e["time"]))
+    return faults
+
+
+def failover_downtime(history: Iterable[dict], *, max_downtime_s: float | None = None,
+                      ops: tuple[str, ...] = ("send", "receive")) -> FailoverDowntimeResult:
+    events = sorted(history, key=lambda e: (e["time"], e.get("index", 0)))
+    nemesis_events = [e for e in events if e.get("process") == "nemesis"]
+    client_events = [e for e in events if e.get("process") != "nemesis"]
+    history_end = events[-1]["time"] if events else 0
+
+    worker: dict[object, str] = {}
+    for e in client_events:
+        if e["process"] not in worker and (w := _worker_of(e.get("f"), e.get("value"))) is not None:
+            worker[e["process"]] = w
+
+    def client(process) -> str:
+        return worker.get(process, f"process-{process}")
+
+    # Per client: each operation as (invoked, completed or None, f, outcome).
+    operations: dict[str, list[list]] = {}
+    pending: dict[object, list] = {}
+    for e in client_events:
+        if e["type"] == "invoke":
+            op = [e["time"], None, e.get("f"), None]
+            operations.setdefault(client(e["process"]), []).append(op)
+            pending[e["process"]] = op
+        elif e["process"] in pending:
+            op = pending.pop(e["process"])
+            op[1], op[3] = e["time"], e["type"]
+
+    faults = _faults(nemesis_events)
+    limit_ms = None if max_downtime_s is None else max_downtime_s * 1000.0
+    for fault in faults:
+        start = fault.start_ns
+        for name, ops_of in sorted(operations.items()):
+            before = [op for op in ops_of if op[0] <= start]
+            after = [op for op in ops_of if op[0] > start]
+            in_flight = any(op[1] is None or op[1] >= start for op in before)
+            if not before or not (after or in_flight):
+                continue  # not working when the fault began (not started yet, or finished)
+            recovered = [op[1] for op in after if op[3] == "ok" and op[2] in ops]
+            if recovered:
+                fault.downtime_ms[name] = round((min(recovered) - start) / NS_PER_MS, 3)
+            else:
+                last = history_end if any(op[1] is None for op in ops_of) else max(op[1] for op in ops_of)
+                fault.never_recovered[name] = round((last - start) / NS_PER_MS, 3)
+        measured = list(fault.downtime_ms.values())
+        if measured:
+            fault.min_ms, fault.max_ms = min(measured), max(measured)
+            fault.median_ms = round(statistics.median(measured), 3)
+        too_long = sorted(n for n, ms in fault.downtime_ms.items() if limit_ms is not None and ms > limit_ms)
+        too_long += sorted(n for n, ms in fault.never_recovered.items() if limit_ms is not None and ms > limit_ms)
+        unsure = sorted(n for n in fault.never_recovered if n not in too_long)
+        if too_long:
+            fault.valid = INVALID
+            fault.reason = f"down longer than {max_downtime_s}s: {', '.join(too_long)}"
+        elif unsure:
+            fault.valid = UNKNOWN
+            fault.reason = (f"never recovered before the history ended: {', '.join(unsure)}; "
+                            "run longer after the heal to measure them")
+
+    result = FailoverDowntimeResult(VALID, faults)
+    if any(w.startswith("process-") for f in faults for w in (*f.downtime_ms, *f.never_recovered)):
+        result.identity = "process"
+    every = [(ms, f.f, name) for f in faults for name, ms in f.downtime_ms.items()]
+    result.summary = {
+        "faults": len(faults),
+        "measured": len(every),
+        "never_recovered": sum(len(f.never_recovered) for f in faults),
+        "min_ms": min(every)[0] if every else None,
+        "median_ms": round(statistics.median(ms for ms, _, _ in every), 3) if every else None,
+        "max_ms": max(every)[0] if every else None,
+        "worst": {"ms": max(every)[0], "fault": max(every)[1], "client": max(every)[2]} if every else None,
+    }
+    bad = [f for f in faults if f.valid is INVALID]
+    unsure_faults = [f for f in faults if f.valid == UNKNOWN]
+    if bad:
+        result.valid = INVALID
+        result.reason = "; ".join(f"{f.f} at {f.start_ns / 1e9:.3f}s: {f.reason}" for f in bad)
+    elif unsure_faults:
+        result.valid = UNKNOWN
+        result.reason = "; ".join(f"{f.f} at {f.start_ns / 1e9:.3f}s: {f.reason}" for f in unsure_faults)
+    elif not faults:
+        result.reason = "the history has no nemesis faults: nothing to measure"
+    return result
