@@ -1,0 +1,88 @@
+"""The shipped experiments (chaos/experiments/*.toml), run from pytest in short versions, each
+judged by the same checkers as `brokerconf chaos run`. A failing verdict fails the test with the
+checkers' summary; the verdict and the history's first and last lines are attached to the
+pytest report (and to Allure when it records).
+
+Besides "valid", each test asserts that the experiment exercised what it is about (faults
+happened, the slow subscriber did lose messages, every client was measured): a run where the
+nemesis never struck would otherwise pass vacuously.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import chaos
+from brokerconf.chaos_job import run_and_judge
+from chaos.experiment_file import load_experiment, with_overrides
+from conformance.targets.registry import resolve
+
+EXPERIMENTS = Path(chaos.__file__).resolve().parent / "experiments"
+
+
+def _attach(request, out_dir: Path, verdict: dict) -> None:
+    lines = (out_dir / "history.jsonl").read_text().splitlines()
+    excerpt = "\n".join(lines[:20] + ["..."] + lines[-20:])
+    request.node.add_report_section("call", "verdict", json.dumps(verdict, indent=2, default=str)[:20000])
+    request.node.add_report_section("call", "history excerpt", excerpt)
+    try:
+        import allure
+    except ImportError:
+        return
+    allure.attach(json.dumps(verdict, indent=2, default=str), "verdict.json", allure.attachment_type.JSON)
+    allure.attach(excerpt, "history excerpt", allure.attachment_type.TEXT)
+
+
+def _run(request, tmp_path, file_name: str, *, duration: float, target: str | None = None) -> dict:
+    exp = with_overrides(load_experiment(EXPERIMENTS / file_name), duration_s=duration, target=target)
+    available, why = resolve(exp.target.name).availability()
+    if not available:
+        pytest.skip(why)  # only a broker that is not installed here skips
+    verdict = run_and_judge(exp, tmp_path, progress=lambda line: None)
+    _attach(request, tmp_path, verdict)
+    assert verdict["valid"] is True, "\n".join(verdict["summary"])
+    return verdict
+
+
+@pytest.mark.slow
+def test_experiment_1_reference_kill_restart(request, tmp_path):
+    verdict = _run(request, tmp_path, "reference-kill-restart.toml", duration=13)  # kills at 5 s and 11 s
+    assert verdict["run_stats"]["faults"] >= 2
+    total = verdict["checks"]["total_queue"]
+    assert total["enqueued"] > 0 and not total["lost"]
+    downtime = verdict["checks"]["failover_downtime"]
+    assert downtime["faults"] and all(f["downtime_ms"] for f in downtime["faults"])
+
+
+@pytest.mark.slow
+@pytest.mark.real_broker
+def test_experiment_2_activemq_shared_store_failover(request, tmp_path):
+    verdict = _run(request, tmp_path, "activemq-shared-store-failover.toml", duration=20)
+    assert verdict["run_stats"]["faults"] >= 1 and verdict["run_stats"]["topology"] == "shared-store"
+    assert not verdict["checks"]["total_queue"]["lost"]
+    kills = [f for f in verdict["checks"]["failover_downtime"]["faults"] if f["f"] == "kill"]
+    # The first fault hits node A, the master the group started with; every client found the
+    # new master (no one left in never_recovered).
+    assert kills and kills[0]["node"] == "A"
+    assert all(f["downtime_ms"] and not f["never_recovered"] for f in kills), "\n".join(verdict["summary"])
+
+
+@pytest.mark.slow
+def test_experiment_3_client_partition(request, tmp_path):
+    verdict = _run(request, tmp_path, "client-partition.toml", duration=16)
+    assert verdict["run_stats"]["faults"] == 1
+    partition = [f for f in verdict["checks"]["failover_downtime"]["faults"] if f["f"] == "partition"]
+    # Every client's first success after the cut came after the ten-second partition was healed.
+    assert partition and partition[0]["min_ms"] >= 10_000 * 0.9, "\n".join(verdict["summary"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", ["reference", pytest.param("activemq", marks=pytest.mark.real_broker)])
+def test_experiment_4_slow_subscriber_discards_match_the_broker(request, tmp_path, target):
+    verdict = _run(request, tmp_path, "slow-topic-subscriber.toml", duration=10, target=target)
+    subscribers = verdict["checks"]["topic_fanout"]["subscribers"]
+    assert subscribers["0"]["observed_discards"] > 0  # the slow one (through the proxy) lost messages
+    assert all(r["broker_discards"] == r["observed_discards"] for r in subscribers.values())
