@@ -57,15 +57,18 @@ def _client_factory(exp: Experiment, addresses: list[tuple[str, int]]) -> Callab
     from conformance.clients import connect, connect_failover
 
     protocol = exp.target.protocol
+    # Workload messages carry their id, producer and sequence as properties: MQTT 5 user
+    # properties (3.1.1 has none).
+    options = {"mqtt_version": 5} if protocol == "mqtt" else {}
     if exp.target.failover:
         uris = ",".join(f"tcp://{host}:{port}" for host, port in addresses)
         uri = f"failover:({uris})?{exp.target.failover_options}"
-        return lambda: connect_failover(uri, protocol)
+        return lambda: connect_failover(uri, protocol, **options)
     if len(addresses) > 1:
         raise ExperimentError(f"a {exp.topology.kind} topology has {len(addresses)} brokers: clients need "
                               "[target] failover = true to find the master")
     host, port = addresses[0]
-    return lambda: connect(host, port, protocol)
+    return lambda: connect(host, port, protocol, **options)
 
 
 def _fault_params(nemesis: NemesisSection) -> dict:

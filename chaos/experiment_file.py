@@ -179,6 +179,21 @@ class Experiment(_Strict):
     checkers: CheckersSection = Field(default_factory=CheckersSection)
 
     @model_validator(mode="after")
+    def _workload_fits_protocol(self) -> "Experiment":
+        if self.target.protocol == "mqtt":
+            # MQTT has topics only, and the client acknowledges nothing itself (PUBACK/PUBREC
+            # are sent on receipt by the library): see conformance/clients/mqtt_client.py.
+            if self.workload.kind != "topic":
+                raise ValueError(f"a {self.workload.kind} workload needs queues, which MQTT does not have: "
+                                 "use [workload] kind = \"topic\" or another protocol")
+            if self.workload.ack != "auto":
+                raise ValueError("MQTT subscribers acknowledge on receipt: set [workload] ack = \"auto\"")
+            if self.workload.prefetch is not None:
+                raise ValueError("MQTT has no consumer prefetch (the broker's in-flight window is its own): "
+                                 "remove [workload] prefetch")
+        return self
+
+    @model_validator(mode="after")
     def _nemeses_fit_topology(self) -> "Experiment":
         nodes = self.topology.node_names
         for index, nemesis in enumerate(self.nemesis):

@@ -13,7 +13,7 @@ import threading
 import time
 from typing import Callable
 
-from conformance.clients import Client, ClientError, Received
+from conformance.clients import Client, ClientError, Received, Unsupported
 
 ClientFactory = Callable[[], Client]
 
@@ -27,6 +27,8 @@ _REFUSED = ("answered ERROR", "refused it", "settled it as", "not connected", "c
 
 def outcome_of(exc: BaseException) -> str:
     """``fail`` when the error proves the operation did not happen, else ``info``."""
+    if isinstance(exc, Unsupported):
+        return "fail"  # the adapter refused before writing anything
     if isinstance(exc, ClientError) and any(p in str(exc) for p in _REFUSED):
         return "fail"
     return "info"

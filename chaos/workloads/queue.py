@@ -221,7 +221,15 @@ class QueueWorkload:
                     close_quietly(client)
                     client = sub = None
                 else:
-                    self.history.ok(op)
+                    if getattr(sub, "ack_confirmed", True):
+                        self.history.ok(op)
+                    else:
+                        # Sent, never answered (AMQP settles on send): a broker crash may still
+                        # redeliver the message, so the checkers must not take this ack as
+                        # confirmed. The ack itself is done (nothing of it is left in flight),
+                        # so the process goes on: marking it `info` would retire the process
+                        # and with it, for the checkers, the subscription.
+                        self.history.ok(op, {**value, "confirmed": False})
                     self.received_ok += 1
         finally:
             self._finish_consumer(consumer, process, client, sub)

@@ -103,6 +103,9 @@ class _Fetcher(Fetcher):
 
 
 class AmqpSubscription:
+    # The adapter settles on sending the disposition (receiver settle mode "first"): no answer.
+    ack_confirmed = False
+
     def __init__(self, client: "AmqpClient", destination: str, ack_mode: AckMode, prefetch: int | None,
                  durable_name: str | None) -> None:
         self.client = client

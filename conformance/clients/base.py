@@ -66,6 +66,10 @@ class Received:
 class Subscription(Protocol):
     destination: str
     ack_mode: AckMode
+    #: whether ack() returns only once the broker confirmed it (STOMP: the ACK's receipt). AMQP
+    #: acks are settled dispositions the broker never answers, so a crash right after one may
+    #: still redeliver the message: chaos workloads record such acks as in doubt (``info``).
+    ack_confirmed: bool
 
     def receive(self, timeout: float = 5.0) -> Received | None:
         """The next message, or None after ``timeout`` seconds."""

@@ -216,6 +216,8 @@ class FailoverSubscription:
         self.args = args
         self.destination = args.destination
         self.ack_mode = args.ack
+        # As the protocol's own subscriptions say (known before any connection exists).
+        self.ack_confirmed = client.protocol == "stomp"
         self.inner = None
         self.generation = -1
         self.closed = False

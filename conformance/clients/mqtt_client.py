@@ -88,6 +88,8 @@ def _failed(reason) -> bool:
 
 
 class MqttSubscription:
+    ack_confirmed = False  # no client acknowledgement at all (ack() raises Unsupported)
+
     def __init__(self, client: "MqttClient", destination: str, topic_filter: str, qos: int, durable: bool) -> None:
         self.client = client
         self.destination = destination

@@ -129,6 +129,8 @@ class _Listener(stomp.ConnectionListener):
 class StompSubscription:
     """One SUBSCRIBE on a `StompClient`; messages arrive in its `Inbox`."""
 
+    ack_confirmed = True  # ACK and NACK wait for their RECEIPT
+
     def __init__(self, client: "StompClient", sub_id: str, destination: str, ack_mode: AckMode,
                  durable_name: str | None) -> None:
         self.client = client

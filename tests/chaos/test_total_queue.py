@@ -89,3 +89,11 @@ def test_redelivery_of_an_unconfirmed_ack_is_allowed():
     history = send(0, "a") + receive(1, "a") + ack(1, "a", outcome="info") + drain("a")
     result = check_no_redelivery_after_ack(history)
     assert result.valid is True and result.acknowledged == 0
+
+
+def test_redelivery_after_an_unanswered_amqp_ack_is_allowed():
+    # AMQP settles the disposition on send: the workload records the ack ok but unconfirmed.
+    history = send(0, "a") + receive(1, "a") + [op(1, "invoke", "ack", {"id": "a"}),
+                                                op(1, "ok", "ack", {"id": "a", "confirmed": False})] + drain("a")
+    result = check_no_redelivery_after_ack(history)
+    assert result.valid is True and result.acknowledged == 0
