@@ -3,6 +3,7 @@
   brokerconf run            the main job: the conformance suites against the reference broker (and
                             ActiveMQ Classic when installed) and a short chaos experiment, ending in a report
   brokerconf chaos run F    run a chaos experiment file; history + verdict
+  brokerconf analyze PATH   histories -> verdicts and anomalies on Spark (reports/pipeline)
   brokerconf proxy          serve the Toxiproxy HTTP API (fault proxy)
   brokerconf suite ...      the conformance suites through pytest: JUnit XML, Allure results, the matrix
   brokerconf targets ...    list targets (and why one cannot run here); install their packages
@@ -238,6 +239,12 @@ def cmd_chaos_run(args: argparse.Namespace) -> int:
     return 0 if verdict["valid"] is True else 1
 
 
+def cmd_analyze(args: argparse.Namespace) -> int:
+    from reports.pipeline.analyze import run_and_stop
+
+    return run_and_stop(args)
+
+
 def cmd_proxy(args: argparse.Namespace) -> int:
     from chaos.proxy.server import main as proxy_main
 
@@ -318,6 +325,13 @@ def build_parser() -> argparse.ArgumentParser:
     chaos_run.add_argument("--target", metavar="NAME", help="override the file's [target] name (brokerconf targets list)")
     chaos_run.add_argument("--out", default="reports/out", help="directory for the run (default: reports/out)")
     chaos_run.set_defaults(func=cmd_chaos_run)
+
+    analyze = sub.add_parser("analyze", help="histories -> verdicts on Spark (local or --master spark://...); "
+                                             "exit 1 when a verdict is false, 2 on bad input")
+    from reports.pipeline.cli_args import add_arguments as add_analyze_arguments
+
+    add_analyze_arguments(analyze)
+    analyze.set_defaults(func=cmd_analyze)
 
     proxy = sub.add_parser("proxy", help="serve the Toxiproxy HTTP API: a fault-injecting TCP proxy")
     proxy.add_argument("--host", default="127.0.0.1", help="API listen host (default 127.0.0.1)")

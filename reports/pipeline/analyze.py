@@ -1,0 +1,172 @@
+"""`brokerconf analyze PATH`: histories -> checker jobs on Spark -> verdicts, anomalies, tables.
+
+Writes to ``--out DIR``:
+  verdicts.json       one verdict per run (merged: false > unknown > true), every check's result,
+                      and every anomalous message id with its operations
+  verdicts.parquet    one row per run and checker (run, target, checker, valid, reason, applicable)
+  anomalies.parquet   one row per anomalous message (run, target, checker, kind, message_id, ops, detail)
+  latency.parquet, throughput.parquet, downtime.parquet   the measurements
+  histories.parquet   the loaded ops, partitioned by run and target (when the input was JSON lines):
+                      pass it as PATH next time to skip parsing
+Exit status: 0 when no verdict is false, 1 when one is, 2 when the input cannot be analysed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable
+
+from reports.pipeline.checkers import CHECKERS
+from reports.pipeline.cli_args import add_arguments
+from reports.pipeline.checkers.common import ANOMALY_SCHEMA, UNKNOWN, CheckResult, Context
+from reports.pipeline.load import Histories, HistoryNotFound, MalformedHistory, find_sources, load, write_parquet
+from reports.pipeline.session import SessionError, check_master, get_session
+from reports.pipeline.verdicts import apply_skipped_lines, run_verdicts
+
+
+@dataclass
+class Analysis:
+    verdicts: list[dict]
+    results: list[CheckResult]
+    anomalies: list[dict]
+    histories: Histories
+    tables: dict = field(default_factory=dict)  # name -> DataFrame
+    anomalies_df: object = None
+
+    @property
+    def valid(self):
+        from reports.pipeline.verdicts import merge
+
+        return merge(v["valid"] for v in self.verdicts)
+
+
+def analyze(spark, path: str | Path, *, skip_malformed: bool = False, checkers: list[str] | None = None,
+            max_downtime_s: float | None = None, duplicates_allowed: bool = False,
+            histories: Histories | None = None) -> Analysis:
+    """Run the checker jobs over every run found at ``path`` (or over ``histories``)."""
+    histories = histories or load(spark, path, skip_malformed=skip_malformed)
+    ctx = Context(spark, histories.ops)
+    options: dict[str, dict] = {"total_queue": {"duplicates_allowed": duplicates_allowed},
+                                "failover_downtime": {"max_downtime_s": max_downtime_s}}
+    names = checkers or list(CHECKERS)
+    unknown = [n for n in names if n not in CHECKERS]
+    if unknown:
+        raise ValueError(f"unknown checker(s) {', '.join(unknown)}; known: {', '.join(CHECKERS)}")
+    results: list[CheckResult] = []
+    anomaly_rows: list[dict] = []
+    anomalies_df = None
+    tables: dict = {}
+    for name in names:
+        output = CHECKERS[name](ctx, **options.get(name, {}))
+        results += output.results
+        anomaly_rows += output.anomaly_rows
+        anomalies_df = output.anomalies if anomalies_df is None else anomalies_df.unionByName(output.anomalies)
+        tables.update(output.tables)
+    skipped = histories.runs_with_skipped_lines()
+    apply_skipped_lines(results, skipped)
+    verdicts = run_verdicts(results, skipped)
+    # A file whose every line was malformed has no ops, so no checker saw its run: say so.
+    seen = {v["run"] for v in verdicts}
+    for run, lines in sorted(skipped.items()):
+        if run not in seen:
+            verdicts.append({"run": run, "target": "unknown", "valid": UNKNOWN, "failed": [], "unknown": [],
+                             "not_applicable": [], "skipped_lines": [m.describe() for m in lines], "checks": {}})
+    if anomalies_df is None:
+        anomalies_df = spark.createDataFrame([], ANOMALY_SCHEMA)
+    by_run: dict = {}
+    for row in anomaly_rows:
+        by_run.setdefault((row["run"], row["target"]), []).append(
+            {k: row[k] for k in ("checker", "kind", "message_id", "ops", "detail")})
+    for verdict in verdicts:
+        verdict["anomalies"] = by_run.get((verdict["run"], verdict["target"]), [])
+    return Analysis(verdicts, results, anomaly_rows, histories, tables, anomalies_df)
+
+
+def write(analysis: Analysis, out_dir: str | Path, *, spark, write_histories: bool = True) -> Path:
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "verdicts.json").write_text(json.dumps(
+        {"generated_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), "valid": analysis.valid,
+         "runs": analysis.verdicts}, indent=1, default=str))
+    rows = [(r.run, r.target, r.checker, json.dumps(r.valid), r.reason, r.applicable) for r in analysis.results]
+    spark.createDataFrame(rows, "run string, target string, checker string, valid string, reason string, applicable boolean") \
+        .coalesce(1).write.mode("overwrite").parquet(str(out_dir / "verdicts.parquet"))
+    analysis.anomalies_df.coalesce(1).write.mode("overwrite").parquet(str(out_dir / "anomalies.parquet"))
+    for name, table in analysis.tables.items():
+        table.coalesce(1).write.mode("overwrite").parquet(str(out_dir / f"{name}.parquet"))
+    if write_histories:
+        write_parquet(analysis.histories, out_dir / "histories.parquet")
+    return out_dir
+
+
+def summary_lines(analysis: Analysis) -> list[str]:
+    lines = []
+    for v in analysis.verdicts:
+        word = {True: "valid", False: "INVALID", UNKNOWN: "unknown"}[v["valid"]]
+        parts = []
+        for name, check in v["checks"].items():
+            if not check["applicable"]:
+                continue
+            mark = {True: "ok", False: "FAILED", UNKNOWN: "unknown"}[check["valid"]]
+            parts.append(f"{name} {mark}" + (f" ({check['reason']})" if check["reason"] and check["valid"] is not True else ""))
+        downtime = v["checks"].get("failover_downtime", {}).get("stats", {}).get("max_downtime_ms")
+        if downtime is not None:
+            parts.append(f"max failover downtime {downtime:.0f} ms")
+        lines.append(f"{v['run']} [{v['target']}]: {word}; " + "; ".join(parts))
+        for skipped in v["skipped_lines"][:3]:
+            lines.append(f"  skipped {skipped}")
+    return lines
+
+
+# ---------------------------------------------------------------------- command line
+
+
+def run(args: argparse.Namespace, *, progress: Callable[[str], None] = print) -> int:
+    try:
+        check_master(args.master)
+        find_sources(args.path)
+    except (SessionError, HistoryNotFound) as exc:
+        print(f"brokerconf analyze: {exc}", file=sys.stderr)
+        return 2
+    out_dir = Path(args.out) if args.out else Path("reports/out") / datetime.now(timezone.utc).strftime("analysis-%Y%m%dT%H%M%SZ")
+    try:
+        spark = get_session(args.master)
+    except SessionError as exc:
+        print(f"brokerconf analyze: {exc}", file=sys.stderr)
+        return 2
+    progress(f"analysing {args.path} on {args.master}")
+    try:
+        analysis = analyze(spark, args.path, skip_malformed=args.skip_malformed, max_downtime_s=args.max_downtime,
+                           duplicates_allowed=args.duplicates_allowed)
+    except (MalformedHistory, HistoryNotFound) as exc:
+        print(f"brokerconf analyze: {exc}", file=sys.stderr)
+        return 2
+    kind, _ = find_sources(args.path)
+    write(analysis, out_dir, spark=spark, write_histories=kind == "jsonl")
+    for line in summary_lines(analysis):
+        progress(line)
+    progress(f"{len(analysis.anomalies)} anomalous message(s); results in {out_dir.resolve()}")
+    return 1 if any(v["valid"] is False for v in analysis.verdicts) else 0
+
+
+def run_and_stop(args: argparse.Namespace) -> int:
+    """`run`, then stop the Spark session: for a command line process, which ends after it."""
+    from reports.pipeline.session import stop_session
+
+    try:
+        return run(args)
+    finally:
+        stop_session()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="brokerconf analyze", description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    return run_and_stop(parser.parse_args(argv))
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,98 @@
+"""Jepsen's total-queue checker as a Spark job; the same definitions as the pure-Python
+reports/checkers/total_queue.py (and tested to agree with it):
+
+* attempted: sends invoked, minus sends that completed ``fail`` (refused: never enqueued);
+* enqueued: sends that completed ``ok``;
+* dequeued: messages in ``receive`` and ``drain`` ops that completed ``ok``;
+* lost = enqueued, never dequeued; unexpected = dequeued, never attempted; duplicated = dequeued
+  more often than attempted; recovered = dequeued, attempted, not confirmed (an ``info`` send
+  that arrived).
+Messages on topics (``topic://``) are left out: fan-out delivers one send many times.
+Valid iff nothing is lost or unexpected (and nothing duplicated unless duplicates are allowed);
+``unknown`` when the run has no completed drain, since messages still queued would look lost.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from .common import UNKNOWN, CheckOutput, CheckResult, Context, collect_anomalies, count_by_run, describe_counts
+
+NAME = "total_queue"
+KINDS = ("lost", "unexpected", "duplicated", "recovered")
+
+
+def queue_messages(ctx: Context) -> DataFrame:
+    # Topics fan out: one send, a delivery per subscriber. That is topic fan-out's business, not
+    # a queue's duplicate.
+    return ctx.messages.where(~F.coalesce(F.col("destination"), F.lit("")).startswith("topic://"))
+
+
+def per_message(m: DataFrame) -> DataFrame:
+    """One row per message id of a run: attempted (clamped at 0), enqueued, dequeued."""
+    attempt = (F.when((F.col("f") == "send") & (F.col("type") == "invoke"), 1)
+               .when((F.col("f") == "send") & (F.col("type") == "fail"), -1).otherwise(0))
+    enqueue = F.when((F.col("f") == "send") & (F.col("type") == "ok"), 1).otherwise(0)
+    dequeue = F.when(F.col("f").isin("receive", "drain") & (F.col("type") == "ok"), 1).otherwise(0)
+    relevant = m.where((F.col("f") == "send") | (F.col("f").isin("receive", "drain") & (F.col("type") == "ok")))
+    agg = relevant.groupBy("run", "target", "id").agg(F.sum(attempt).alias("attempt_sum"),
+                                                     F.max(enqueue).alias("enqueued"),
+                                                     F.sum(dequeue).alias("dequeued"))
+    # Python's Counter drops zero and negative counts (`+attempted`): a refused send that was
+    # never invoked in this history leaves nothing attempted.
+    return agg.withColumn("attempted", F.greatest(F.col("attempt_sum"), F.lit(0))).drop("attempt_sum")
+
+
+def kind_of():
+    return (F.when((F.col("enqueued") == 1) & (F.col("dequeued") == 0), "lost")
+            .when((F.col("dequeued") > 0) & (F.col("attempted") == 0), "unexpected")
+            .when((F.col("attempted") > 0) & (F.col("dequeued") > F.col("attempted")), "duplicated")
+            .when((F.col("dequeued") > 0) & (F.col("attempted") > 0) & (F.col("enqueued") == 0), "recovered"))
+
+
+def check(ctx: Context, *, duplicates_allowed: bool = False) -> CheckOutput:
+    m = queue_messages(ctx)
+    rows = per_message(m).cache()
+    totals = {(r["run"], r["target"]): r for r in rows.groupBy("run", "target").agg(
+        F.sum("attempted").alias("attempted"), F.sum("enqueued").alias("enqueued"),
+        F.sum("dequeued").alias("dequeued")).collect()}
+    drained = ctx.drained
+    flagged = rows.withColumn("kind", kind_of()).where(F.col("kind").isNotNull())
+    # A duplicated message that was also not confirmed is both duplicated and recovered (the
+    # Python checker lists it in both): one anomaly row per kind.
+    also_recovered = flagged.where((F.col("kind") == "duplicated") & (F.col("enqueued") == 0)).withColumn(
+        "kind", F.lit("recovered"))
+    flagged = flagged.unionByName(also_recovered)
+    ops = (m.join(flagged.select("run", "target", "id").distinct(), ["run", "target", "id"], "left_semi")
+           .groupBy("run", "target", "id").agg(F.sort_array(F.collect_list("index")).alias("ops")))
+    detail = (F.when(F.col("kind") == "lost", F.lit("confirmed send never received"))
+              .when(F.col("kind") == "unexpected", F.lit("received but never sent"))
+              .when(F.col("kind") == "duplicated", F.concat(F.lit("received "), F.col("dequeued").cast("string"),
+                                                            F.lit(" times, sent "), F.col("attempted").cast("string")))
+              .otherwise(F.lit("send outcome unknown (info), yet it arrived")))
+    anomalies = (flagged.join(ops, ["run", "target", "id"], "left")
+                 .select("run", "target", F.lit(NAME).alias("checker"), "kind", F.col("id").alias("message_id"),
+                         F.coalesce("ops", F.array().cast("array<bigint>")).alias("ops"), detail.alias("detail"))).cache()
+    rows_out = collect_anomalies(anomalies)
+    counts = count_by_run(rows_out)
+    results = []
+    for key in ctx.runs:
+        c = counts.get(key, {})
+        t = totals.get(key)
+        stats = {"attempted": int(t["attempted"]) if t else 0, "enqueued": int(t["enqueued"]) if t else 0,
+                 "dequeued": int(t["dequeued"]) if t else 0, **{k: c.get(k, 0) for k in KINDS},
+                 "drained": key in drained}
+        breaking = {k: c.get(k, 0) for k in ("lost", "unexpected") + (() if duplicates_allowed else ("duplicated",))}
+        if t is None:
+            results.append(CheckResult(NAME, *key, UNKNOWN, "no send or receive on a queue in this history", applicable=False,
+                                       stats=stats))
+        elif any(breaking.values()):
+            results.append(CheckResult(NAME, *key, False, describe_counts(breaking), stats=stats))
+        elif key not in drained:
+            results.append(CheckResult(NAME, *key, UNKNOWN,
+                                       "the history has no final drain: messages still queued would look lost", stats=stats))
+        else:
+            results.append(CheckResult(NAME, *key, True, stats=stats))
+    rows.unpersist()
+    return CheckOutput(results, anomalies, rows_out)

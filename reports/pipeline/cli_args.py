@@ -1,0 +1,23 @@
+"""The arguments of `brokerconf analyze`, apart from the pipeline so building the command line
+parser does not import pyspark (every `brokerconf` command builds it)."""
+
+from __future__ import annotations
+
+import argparse
+
+LOCAL = "local[*]"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("path", metavar="PATH",
+                        help="a history.jsonl, a run directory, a directory of runs, or histories.parquet "
+                             "written by an earlier analysis")
+    parser.add_argument("--out", metavar="DIR", help="where results go (default: reports/out/analysis-<UTC time>)")
+    parser.add_argument("--master", default=LOCAL, metavar="URL",
+                        help="Spark master: local[*] (default, embedded) or spark://HOST:PORT (a standalone cluster)")
+    parser.add_argument("--skip-malformed", action="store_true",
+                        help="analyse without malformed lines (listed; every verdict of their run is then unknown)")
+    parser.add_argument("--max-downtime", type=float, metavar="S",
+                        help="failover downtime bound in seconds: a client slower to recover makes the verdict false")
+    parser.add_argument("--duplicates-allowed", action="store_true",
+                        help="total queue: duplicated deliveries are reported but do not make the verdict false")

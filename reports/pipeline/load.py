@@ -1,0 +1,308 @@
+"""Load histories into Spark: JSON lines (DESIGN.md, "History format") or Parquet written back.
+
+`load(spark, path)` takes a history file, a run directory (its ``history.jsonl``), a tree of runs
+(every ``history.jsonl`` below it) or a Parquet directory written by `write_parquet`, and returns
+`Histories`:
+
+* ``ops``: one row per history line, with an explicit schema. ``value`` stays a JSON string (it is
+  a message, a drain's list of messages, a nemesis step's details...), ``process`` is a string
+  (an integer or ``nemesis``), and ``file`` names the source.
+* `messages(ops)`: one row per message an op carries, with ``id``, ``producer``, ``seq``,
+  ``destination``, ``group``, ``consumer``, ``subscriber``, ``redelivered`` extracted; a drain's
+  list is exploded to one row per message, ``pos`` keeping its place in the list.
+
+A malformed line (not JSON, not an object, a required field missing or of the wrong type, an
+unknown op type) raises `MalformedHistory` naming the file and line number. With
+``skip_malformed=True`` such lines are dropped and listed in ``Histories.malformed``; every
+verdict of a run that lost a line is then ``unknown`` (reports/pipeline/verdicts.py), because the
+missing line might have been the send or receive that explains an anomaly.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+HISTORY_FILE = "history.jsonl"
+OP_TYPES = ("invoke", "ok", "fail", "info")
+NEMESIS = "nemesis"
+# beside the Parquet data, so skipped lines survive the round trip; Spark skips names starting "_"
+MALFORMED_FILE = "_malformed.json"
+UNKNOWN_TARGET = "unknown"
+
+_CORRUPT = "_corrupt_record"
+_NOT_AN_OBJECT = "not a JSON object with the history's field types (index and time are integers)"
+
+#: the line schema: explicit, so a stray field or type never changes what the jobs see
+LINE_SCHEMA = T.StructType([
+    T.StructField("index", T.LongType()),
+    T.StructField("time", T.LongType()),
+    T.StructField("process", T.StringType()),
+    T.StructField("type", T.StringType()),
+    T.StructField("f", T.StringType()),
+    # A StringType field keeps the raw JSON text of an object or array: one column for any value.
+    T.StructField("value", T.StringType()),
+    T.StructField("target", T.StringType()),
+    T.StructField("node", T.StringType()),
+    T.StructField("run", T.StringType()),
+    T.StructField("error", T.StringType()),
+    T.StructField(_CORRUPT, T.StringType()),
+])
+
+MESSAGE_SCHEMA = T.StructType([
+    T.StructField("id", T.StringType()),
+    T.StructField("producer", T.LongType()),
+    T.StructField("seq", T.LongType()),
+    T.StructField("destination", T.StringType()),
+    T.StructField("group", T.StringType()),
+    T.StructField("consumer", T.LongType()),
+    T.StructField("subscriber", T.LongType()),
+    T.StructField("redelivered", T.BooleanType()),
+])
+_VALUE_OBJECT = T.StructType([*MESSAGE_SCHEMA.fields,
+                              T.StructField("messages", T.ArrayType(MESSAGE_SCHEMA))])
+
+#: columns of `Histories.ops`, in order
+OP_COLUMNS = ("run", "target", "node", "file", "index", "time", "process", "type", "f", "value", "error")
+
+
+class MalformedHistory(ValueError):
+    """A history line is not a valid operation; the message names the file and line."""
+
+
+class HistoryNotFound(FileNotFoundError):
+    """The path holds no history the pipeline can read; the message says what was looked for."""
+
+
+@dataclass(frozen=True)
+class Malformed:
+    file: str
+    line: int
+    run: str
+    reason: str
+    text: str
+
+    def describe(self) -> str:
+        return f"{self.file}:{self.line}: {self.reason}; the line starts {self.text[:60]!r}"
+
+
+@dataclass
+class Histories:
+    ops: DataFrame
+    malformed: list[Malformed] = field(default_factory=list)
+    sources: list[str] = field(default_factory=list)
+
+    def runs_with_skipped_lines(self) -> dict[str, list[Malformed]]:
+        out: dict[str, list[Malformed]] = {}
+        for m in self.malformed:
+            out.setdefault(m.run, []).append(m)
+        return out
+
+
+# ---------------------------------------------------------------------- finding files
+
+
+def find_sources(path: str | Path) -> tuple[str, list[Path]]:
+    """("jsonl", files) or ("parquet", [dir]) for ``path``; HistoryNotFound when there is none."""
+    path = Path(path)
+    if not path.exists():
+        raise HistoryNotFound(f"{path}: no such file or directory; give a history.jsonl, a run directory "
+                              "or a directory of runs")
+    if path.is_file():
+        if path.suffix == ".parquet":
+            return "parquet", [path]
+        return "jsonl", [path]
+    if _is_parquet_dir(path):
+        return "parquet", [path]
+    files = sorted(path.rglob(HISTORY_FILE))
+    if not files:
+        raise HistoryNotFound(f"{path}: no {HISTORY_FILE} in it or below it, and it is not a Parquet directory "
+                              "written by `brokerconf analyze`")
+    return "jsonl", files
+
+
+def _is_parquet_dir(path: Path) -> bool:
+    return (path / "_SUCCESS").exists() or any(path.glob("*.parquet")) or any(path.glob("run=*"))
+
+
+# ---------------------------------------------------------------------- loading
+
+
+def load(spark: SparkSession, path: str | Path, *, skip_malformed: bool = False) -> Histories:
+    kind, sources = find_sources(path)
+    if kind == "parquet":
+        return load_parquet(spark, sources[0])
+    return load_jsonl(spark, sources, skip_malformed=skip_malformed)
+
+
+def load_jsonl(spark: SparkSession, files: list[Path], *, skip_malformed: bool = False) -> Histories:
+    paths = [str(Path(f).resolve()) for f in files]
+    raw = (spark.read.schema(LINE_SCHEMA)
+           .option("mode", "PERMISSIVE").option("columnNameOfCorruptRecord", _CORRUPT)
+           .json(paths)
+           .withColumn("file", F.input_file_name()))
+    # Spark refuses queries over raw JSON that touch only the corrupt-record column (it would have to
+    # parse twice); caching the parse once also serves every job after this one.
+    raw = raw.withColumn("_problem", _problem()).cache()
+    bad = raw.where(F.col("_problem").isNotNull()).select("file", "_problem", _CORRUPT)
+    bad_rows = bad.limit(1).collect() if not skip_malformed else bad.collect()
+    good = raw.where(F.col("_problem").isNull())
+    # A run without a `run` field takes its directory's name; the history format puts it on every
+    # line, but a hand-written history may leave it out.
+    ops = good.select(
+        F.coalesce(F.col("run"), _dir_name(F.col("file"))).alias("run"),
+        F.coalesce(F.col("target"), F.lit(UNKNOWN_TARGET)).alias("target"),
+        "node", "file", "index", "time", "process", "type", "f", "value", "error")
+    if not bad_rows:
+        return Histories(ops, [], paths)
+    malformed = _locate(bad_rows, ops if skip_malformed else None)
+    if not skip_malformed:
+        raw.unpersist()
+        first = malformed[0]
+        raise MalformedHistory(f"{first.describe()}. Fix or delete the line, or analyse without it with "
+                               "--skip-malformed (every verdict of that run is then 'unknown')")
+    return Histories(ops, malformed, paths)
+
+
+def _problem() -> Column:
+    """Why a parsed line is not a valid operation (None when it is); mirrors chaos.history._check."""
+    missing = [F.when(F.col(c).isNull(), F.lit(c)) for c in ("index", "time", "process", "type", "f")]
+    return (F.when(F.col(_CORRUPT).isNotNull(), F.lit(_NOT_AN_OBJECT))
+            .when(F.concat_ws(", ", *missing) != "", F.concat(F.lit("missing field(s) "), F.concat_ws(", ", *missing)))
+            .when(~F.col("type").isin(*OP_TYPES),
+                  F.concat(F.lit("type "), F.col("type"), F.lit(f" is not one of {', '.join(OP_TYPES)}")))
+            .when(~((F.col("process") == NEMESIS) | F.col("process").rlike(r"^-?\d+$")),
+                  F.concat(F.lit("process must be an integer or \"nemesis\", not "), F.col("process"))))
+
+
+def _dir_name(file_uri: Column) -> Column:
+    return F.element_at(F.split(file_uri, "/"), -2)
+
+
+def _uri_path(uri: str) -> str:
+    parsed = urlparse(uri)
+    return unquote(parsed.path) if parsed.scheme == "file" else uri
+
+
+def _locate(bad_rows, ops: DataFrame | None) -> list[Malformed]:
+    """Line numbers of the malformed rows. Spark does not keep line numbers, so on this error path
+    each affected file is scanned once in Python with the same rules as `_problem`."""
+    counts: dict[str, int] = {}
+    for row in bad_rows:
+        path = _uri_path(row["file"])
+        counts[path] = counts.get(path, 0) + 1
+    runs = _runs_of_files(ops, list(counts)) if ops is not None else {}
+    found: list[Malformed] = []
+    for path, expected in counts.items():
+        run = runs.get(path, Path(path).parent.name)
+        in_file = []
+        with open(path, "rb") as handle:
+            for number, raw in enumerate(handle, start=1):
+                text = raw.decode("utf-8", "replace").rstrip("\r\n")
+                reason = line_problem(text)
+                if reason is not None:
+                    in_file.append(Malformed(path, number, run, reason, text))
+                    if ops is None or len(in_file) == expected:
+                        break  # raising on the first one, or all found: no need to read on
+        if not in_file:  # never lose the error: name the file even without a line number
+            row = next(r for r in bad_rows if _uri_path(r["file"]) == path)
+            in_file = [Malformed(path, 0, run, row["_problem"], row[_CORRUPT] or "")]
+        found += in_file
+    found.sort(key=lambda m: (m.file, m.line))
+    return found
+
+
+def line_problem(text: str) -> str | None:
+    """Why one history line is malformed, or None: the Python twin of `_problem`, used to find
+    line numbers (it follows Spark's JSON reader: a string field accepts a number's text)."""
+    if not text.strip():
+        return None  # blank lines are skipped by both readers
+    try:
+        event = json.loads(text)
+    except ValueError:
+        event = None
+    if not isinstance(event, dict):
+        return _NOT_AN_OBJECT
+    for name in ("index", "time"):
+        value = event.get(name)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+            return _NOT_AN_OBJECT
+    missing = [k for k in ("index", "time", "process", "type", "f") if event.get(k) is None]
+    if missing:
+        return f"missing field(s) {', '.join(missing)}"
+    kind, process = _as_text(event["type"]), _as_text(event["process"])
+    if kind not in OP_TYPES:
+        return f"type {kind} is not one of {', '.join(OP_TYPES)}"
+    if not (process == NEMESIS or re.fullmatch(r"-?\d+", process)):
+        return f'process must be an integer or "nemesis", not {process}'
+    return None
+
+
+def _as_text(value) -> str:
+    return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+
+
+def _runs_of_files(ops: DataFrame, files: list[str]) -> dict[str, str]:
+    uris = ops.select("file", "run").where(F.col("file").isin([Path(f).as_uri() for f in files] + files)).distinct().collect()
+    return {_uri_path(r["file"]): r["run"] for r in uris}
+
+
+# ---------------------------------------------------------------------- Parquet
+
+
+def write_parquet(histories: Histories, out_dir: str | Path) -> Path:
+    """Write the ops partitioned by run and target (and the skipped lines beside them), so later
+    analyses skip JSON parsing; `load` reads the directory back."""
+    out_dir = Path(out_dir)
+    histories.ops.write.mode("overwrite").partitionBy("run", "target").parquet(str(out_dir))
+    (out_dir / MALFORMED_FILE).write_text(json.dumps([asdict(m) for m in histories.malformed], indent=1))
+    return out_dir
+
+
+def load_parquet(spark: SparkSession, path: str | Path) -> Histories:
+    path = Path(path)
+    ops = spark.read.parquet(str(path))
+    missing = [c for c in OP_COLUMNS if c not in ops.columns]
+    if missing:
+        raise HistoryNotFound(f"{path}: Parquet without the history columns {', '.join(missing)}; "
+                              "write it with `brokerconf analyze --out DIR` (histories.parquet)")
+    # Partition columns come back typed by inference (a run named 2024 would be an integer).
+    ops = ops.select(*[F.col(c).cast("string").alias(c) if c in ("run", "target") else F.col(c) for c in OP_COLUMNS])
+    sidecar = path / MALFORMED_FILE
+    malformed = [Malformed(**m) for m in json.loads(sidecar.read_text())] if sidecar.exists() else []
+    return Histories(ops, malformed, [str(path)])
+
+
+# ---------------------------------------------------------------------- messages
+
+
+def messages(ops: DataFrame) -> DataFrame:
+    """One row per message an op carries: a message value, a drain's list, or ``{"messages": [...]}``.
+
+    The columns are the op's (run, target, node, index, time, process, type, f) plus ``pos`` (place
+    in a drain's list, 0 for a single message) and the message fields. A message object without an
+    ``id`` (a drain's ``{"subscriber": 0}`` request) is not a message; an id that is JSON null is
+    kept as the string "None", as the pure-Python checkers' ``str(value["id"])`` does.
+    """
+    head = F.substring(F.ltrim(F.col("value")), 1, 1)
+    # Parse each value once, in its own projection (Spark keeps a projection with an expensive
+    # expression apart instead of inlining it into every branch that uses it).
+    parsed = ops.where(head.isin("{", "[")).select(
+        "run", "target", "node", "index", "time", "process", "type", "f",
+        F.when(head == "[", F.from_json("value", T.ArrayType(MESSAGE_SCHEMA))).alias("_list"),
+        F.when(head == "{", F.from_json("value", _VALUE_OBJECT)).alias("_obj"), "value")
+    obj = F.col("_obj")
+    is_message = F.when(obj["id"].isNotNull(), True).otherwise(F.col("value").rlike(r'"id"\s*:\s*null'))
+    as_list = F.coalesce(F.col("_list"), obj["messages"], F.when(is_message, F.array(obj.dropFields("messages"))))
+    exploded = parsed.select("run", "target", "node", "index", "time", "process", "type", "f",
+                          F.posexplode(as_list).alias("pos", "m"))
+    return exploded.select("run", "target", "node", "index", "time", "process", "type", "f", "pos",
+                           F.coalesce(F.col("m.id"), F.lit("None")).alias("id"),
+                           *[F.col(f"m.{c}").alias(c) for c in MESSAGE_SCHEMA.fieldNames() if c != "id"])

@@ -1,0 +1,64 @@
+"""Verdicts: merging checker results like Jepsen (``false`` beats ``unknown`` beats ``true``), and
+what skipped malformed lines do to them.
+
+A run analysed without some of its lines (``--skip-malformed``) cannot be trusted either way: the
+missing line might be the receive that makes a "lost" message arrive, or the send that makes an
+"unexpected" one expected. Every result of such a run becomes ``unknown``, keeping what the
+checker found (``valid_without_skipped_lines``) so the user can still look.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from reports.pipeline.checkers.common import UNKNOWN, CheckResult
+from reports.pipeline.load import Malformed
+
+_RANK = {False: 0, UNKNOWN: 1, True: 2}
+
+
+def merge(values: Iterable[Any]) -> Any:
+    """False beats unknown beats true; nothing to merge is ``unknown`` (no evidence is no pass)."""
+    values = list(values)
+    if not values:
+        return UNKNOWN
+    for value in values:
+        if value not in _RANK:
+            raise ValueError(f"a verdict is true, false or 'unknown', not {value!r}")
+    return min(values, key=lambda v: _RANK[v])
+
+
+def apply_skipped_lines(results: list[CheckResult], skipped: dict[str, list[Malformed]]) -> list[CheckResult]:
+    for result in results:
+        lines = skipped.get(result.run)
+        if not lines:
+            continue
+        result.stats["valid_without_skipped_lines"] = result.valid
+        result.valid = UNKNOWN
+        where = ", ".join(f"{m.file}:{m.line}" for m in lines[:3]) + (f" and {len(lines) - 3} more" if len(lines) > 3 else "")
+        note = f"{len(lines)} malformed line(s) skipped ({where})"
+        result.reason = f"{note}; {result.reason}" if result.reason else note
+    return results
+
+
+def run_verdicts(results: list[CheckResult], skipped: dict[str, list[Malformed]] | None = None) -> list[dict]:
+    """One verdict per (run, target): the merge of its applicable checks, and every check's result."""
+    by_run: dict[tuple[str, str], list[CheckResult]] = {}
+    for r in results:
+        by_run.setdefault((r.run, r.target), []).append(r)
+    skipped = skipped or {}
+    verdicts = []
+    for (run, target), checks in sorted(by_run.items()):
+        judged = [c for c in checks if c.applicable]
+        valid = merge(c.valid for c in judged)
+        if run in skipped:
+            valid = UNKNOWN
+        verdicts.append({
+            "run": run, "target": target, "valid": valid,
+            "failed": sorted(c.checker for c in judged if c.valid is False),
+            "unknown": sorted(c.checker for c in judged if c.valid == UNKNOWN),
+            "not_applicable": sorted(c.checker for c in checks if not c.applicable),
+            "skipped_lines": [m.describe() for m in skipped.get(run, [])],
+            "checks": {c.checker: c.to_json() for c in checks},
+        })
+    return verdicts

@@ -1,0 +1,257 @@
+"""The Spark checkers on small literal histories, each named after the anomaly it plants.
+
+All literal histories are analysed in one pass (one run each: Spark jobs cost the same for one
+run as for twenty); each test then reads its own run's verdict.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from reports.pipeline.analyze import analyze
+from reports.pipeline.checkers import downtime
+from reports.pipeline.checkers.common import Context
+from reports.pipeline.load import load
+from reports.pipeline.session import LOCAL, get_session
+
+from .histories import H, msg
+
+G = "queue://grouped"
+
+
+def _literals() -> dict[str, H]:
+    hs = [
+        # ---------------------------------------------------------------- total queue
+        H("valid_queue").send(0, "a").send(0, "b", seq=1).receive(1, "a", consumer=0)
+        .drain(2, [msg("b", seq=1)]),
+        H("lost_message").send(0, "a").send(0, "b", seq=1).receive(1, "a", consumer=0).drain(2, []),
+        H("duplicate_after_ack").send(0, "a").receive(1, "a", consumer=0).call(1, "ack", msg("a"))
+        .receive(1, "a", consumer=0, redelivered=True).drain(2, []),
+        H("unexpected_message").send(0, "a").receive(1, "a", consumer=0).receive(1, "zz", consumer=0).drain(2, []),
+        H("recovered_info_send").send(0, "a", outcome="info").drain(1, [msg("a")]),
+        H("failed_send_not_lost").send(0, "a", outcome="fail").drain(1, []),
+        H("no_drain").send(0, "a").send(0, "b", seq=1, outcome="info").receive(1, "a", consumer=0),
+        # ---------------------------------------------------------------- FIFO
+        H("fifo_reordered").send(0, "s0").send(0, "s1", seq=1).send(0, "s2", seq=2)
+        .receive(1, "s0", consumer=0).receive(1, "s2", seq=2, consumer=0).receive(1, "s1", seq=1, consumer=0)
+        .drain(2, []),
+        H("fifo_redelivery_in_order").send(0, "s0").send(0, "s1", seq=1).send(0, "s2", seq=2)
+        .receive(1, "s0", consumer=0).receive(1, "s1", seq=1, consumer=0)
+        .call(1, "connect").receive(1, "s0", consumer=0, redelivered=True).receive(1, "s2", seq=2, consumer=0)
+        .drain(2, []),
+        H("fifo_competing_consumers").send(0, "s0").send(0, "s1", seq=1)
+        .receive(1, "s1", seq=1, consumer=0).receive(2, "s0", consumer=1).drain(3, []),
+        H("fifo_network_of_brokers").send(0, "s0", node="A").send(0, "s1", seq=1, node="A")
+        .receive(1, "s1", seq=1, consumer=0, node="B").receive(1, "s0", consumer=0, node="B").drain(2, []),
+        # ---------------------------------------------------------------- groups
+        H("group_stolen_while_owner_alive").send(0, "g0", dest=G, group="g").send(0, "g1", seq=1, dest=G, group="g")
+        .receive(1, "g0", dest=G, group="g", consumer=0).receive(2, "g1", seq=1, dest=G, group="g", consumer=1)
+        .drain(3, []),
+        H("group_reassigned_after_owner_closed").send(0, "g0", dest=G, group="g").send(0, "g1", seq=1, dest=G, group="g")
+        .receive(1, "g0", dest=G, group="g", consumer=0).call(1, "close")
+        .receive(2, "g1", seq=1, dest=G, group="g", consumer=1).drain(3, []),
+        H("group_reassigned_after_broker_killed").send(0, "g0", dest=G, group="g").send(0, "g1", seq=1, dest=G, group="g")
+        .receive(1, "g0", dest=G, group="g", consumer=0).kill(at=100).restart(at=200, killed_at=100)
+        .receive(2, "g1", seq=1, dest=G, group="g", consumer=1).drain(3, []),
+        H("group_reordered").send(0, "g0", dest=G, group="g").send(0, "g1", seq=1, dest=G, group="g")
+        .receive(1, "g1", seq=1, dest=G, group="g", consumer=0).receive(1, "g0", dest=G, group="g", consumer=0)
+        .drain(2, []),
+        # the drain takes the rest of a group after every consumer stopped: not a theft
+        H("group_drained_after_stop").send(0, "g0", dest=G, group="g").send(0, "g1", seq=1, dest=G, group="g")
+        .receive(1, "g0", dest=G, group="g", consumer=0).drain(2, [msg("g1", seq=1, dest=G, group="g")]),
+        # ---------------------------------------------------------------- downtime, latency
+        _downtime(),
+    ]
+    return {h.run: h for h in hs}
+
+
+def _downtime() -> H:
+    """Broker killed at 1000 ms, back at 4000 ms. Process 0's first ok after the kill completes
+    at 3500 ms (2.5 s), process 1's at 4000 ms (3 s); process 2 retired with an in-doubt send;
+    the drain (process 3) starts after the fault and was never cut off."""
+    h = H("failover_downtime")
+    a, b, c, d = msg("a"), msg("b", producer=1), msg("c", seq=1), msg("d", seq=2)
+    h.op(0, "invoke", "send", a, at=100), h.op(0, "ok", "send", a, at=101)   # normal: 1 ms
+    h.op(1, "invoke", "receive", at=102), h.op(1, "fail", "receive", at=103)
+    h.kill(at=1000)                                                        # indexes 4, 5
+    h.op(2, "invoke", "send", b, at=1100), h.op(2, "info", "send", b, at=1200)
+    h.op(0, "invoke", "send", c, at=1500)
+    h.op(1, "invoke", "receive", at=1800)
+    h.op(0, "fail", "send", c, at=2000)
+    h.op(0, "invoke", "send", d, at=3000), h.op(0, "ok", "send", d, at=3500)  # in the fault: 500 ms
+    h.op(1, "ok", "receive", msg("a", consumer=0), at=4000)                # index 13
+    h.restart(at=4000, killed_at=1000)
+    h.call(3, "drain", None, at=5000, done=5001, result=[msg("d", seq=2)])
+    return h
+
+
+LITERALS = _literals()
+
+
+@pytest.fixture(scope="module")
+def analysed(tmp_path_factory, _spark_lifetime):
+    spark = get_session(LOCAL)
+    root = tmp_path_factory.mktemp("literals")
+    for h in LITERALS.values():
+        h.write(root)
+    analysis = analyze(spark, root)
+    return {v["run"]: v for v in analysis.verdicts}
+
+
+def check(analysed, run: str, checker: str) -> dict:
+    return analysed[run]["checks"][checker]
+
+
+def anomalies(analysed, run: str, checker: str) -> list[tuple[str, str]]:
+    return sorted((a["kind"], a["message_id"]) for a in analysed[run]["anomalies"] if a["checker"] == checker)
+
+
+# ---------------------------------------------------------------------- total queue
+
+
+def test_valid_queue(analysed):
+    assert analysed["valid_queue"]["valid"] is True
+    assert check(analysed, "valid_queue", "total_queue")["valid"] is True
+
+
+def test_lost_message(analysed):
+    result = check(analysed, "lost_message", "total_queue")
+    assert result["valid"] is False and result["stats"]["lost"] == 1
+    assert anomalies(analysed, "lost_message", "total_queue") == [("lost", "b")]
+    assert analysed["lost_message"]["valid"] is False
+
+
+def test_lost_message_names_its_operations(analysed):
+    [lost] = [a for a in analysed["lost_message"]["anomalies"] if a["message_id"] == "b"]
+    # the send of b: invoke at index 2, ok at index 3
+    assert lost["ops"] == [2, 3]
+
+
+def test_duplicate_after_ack(analysed):
+    assert check(analysed, "duplicate_after_ack", "total_queue")["valid"] is False
+    assert anomalies(analysed, "duplicate_after_ack", "total_queue") == [("duplicated", "a")]
+
+
+def test_unexpected_message(analysed):
+    assert check(analysed, "unexpected_message", "total_queue")["valid"] is False
+    assert anomalies(analysed, "unexpected_message", "total_queue") == [("unexpected", "zz")]
+
+
+def test_recovered_info_send(analysed):
+    result = check(analysed, "recovered_info_send", "total_queue")
+    assert result["valid"] is True and result["stats"]["recovered"] == 1
+    assert anomalies(analysed, "recovered_info_send", "total_queue") == [("recovered", "a")]
+
+
+def test_failed_send_not_lost(analysed):
+    result = check(analysed, "failed_send_not_lost", "total_queue")
+    assert result["valid"] is True and result["stats"]["attempted"] == 0
+
+
+def test_no_drain_is_unknown(analysed):
+    result = check(analysed, "no_drain", "total_queue")
+    assert result["valid"] == "unknown" and "drain" in result["reason"]
+    assert analysed["no_drain"]["valid"] == "unknown"
+
+
+# ---------------------------------------------------------------------- FIFO
+
+
+def test_fifo_reordered(analysed):
+    assert check(analysed, "fifo_reordered", "fifo")["valid"] is False
+    assert anomalies(analysed, "fifo_reordered", "fifo") == [("reordered", "s1")]
+
+
+def test_fifo_redelivery_is_not_an_inversion(analysed):
+    result = check(analysed, "fifo_redelivery_in_order", "fifo")
+    assert result["applicable"] and result["valid"] is True
+
+
+def test_fifo_not_judged_with_competing_consumers(analysed):
+    result = check(analysed, "fifo_competing_consumers", "fifo")
+    assert result["applicable"] is False and "2 consumers" in result["reason"]
+    assert analysed["fifo_competing_consumers"]["valid"] is True
+
+
+def test_fifo_not_judged_across_network_of_brokers(analysed):
+    result = check(analysed, "fifo_network_of_brokers", "fifo")
+    assert result["applicable"] is False and "network of brokers" in result["reason"]
+
+
+# ---------------------------------------------------------------------- groups
+
+
+def test_group_stolen_while_owner_alive(analysed):
+    assert check(analysed, "group_stolen_while_owner_alive", "groups")["valid"] is False
+    assert anomalies(analysed, "group_stolen_while_owner_alive", "groups") == [("stolen", "g1")]
+
+
+def test_group_reassigned_after_owner_closed(analysed):
+    result = check(analysed, "group_reassigned_after_owner_closed", "groups")
+    assert result["valid"] is True and result["stats"]["handovers"] == 1
+
+
+def test_group_reassigned_after_broker_killed(analysed):
+    result = check(analysed, "group_reassigned_after_broker_killed", "groups")
+    assert result["valid"] is True and result["stats"]["handovers"] == 1
+
+
+def test_group_reordered(analysed):
+    assert check(analysed, "group_reordered", "groups")["valid"] is False
+    assert anomalies(analysed, "group_reordered", "groups") == [("reordered", "g0")]
+
+
+def test_group_drained_after_stop(analysed):
+    assert check(analysed, "group_drained_after_stop", "groups")["valid"] is True
+
+
+def test_groups_not_applicable_without_groups(analysed):
+    assert check(analysed, "lost_message", "groups")["applicable"] is False
+
+
+# ---------------------------------------------------------------------- failover downtime
+
+
+def test_failover_downtime_per_process(analysed):
+    [fault] = check(analysed, "failover_downtime", "failover_downtime")["stats"]["faults"]
+    assert fault["per_process_ms"]["0"] == pytest.approx(2500.0)
+    assert fault["per_process_ms"]["1"] == pytest.approx(3000.0)
+    assert fault["max_downtime_ms"] == pytest.approx(3000.0)
+
+
+def test_retired_process_is_not_unrecovered(analysed):
+    [fault] = check(analysed, "failover_downtime", "failover_downtime")["stats"]["faults"]
+    assert fault["retired"] == ["2"] and fault["not_recovered"] == []
+
+
+def test_failover_downtime_over_bound(spark, tmp_path):
+    path = LITERALS["failover_downtime"].write(tmp_path)
+    ctx = Context(spark, load(spark, path).ops)
+    slow = downtime.check(ctx, max_downtime_s=2.7)
+    fast = downtime.check(ctx, max_downtime_s=3.5)
+    assert [r.valid for r in slow.results] == [False]
+    assert [r.valid for r in fast.results] == [True]
+    # the anomaly names the operation that finally succeeded: process 1's receive ok
+    assert [(r["kind"], r["ops"]) for r in slow.anomalies.collect()] == [("slow_failover", [13])]
+
+
+def test_no_fault_no_downtime_verdict(analysed):
+    assert check(analysed, "lost_message", "failover_downtime")["applicable"] is False
+
+
+# ---------------------------------------------------------------------- latency, throughput
+
+
+def test_latency_split_into_normal_and_fault(analysed):
+    send = check(analysed, "failover_downtime", "latency")["stats"]["by_f"]["send"]
+    assert send["normal"]["ok"] == 1 and send["normal"]["p50_ms"] == pytest.approx(1.0)
+    assert send["fault"]["ok"] == 1 and send["fault"]["p50_ms"] == pytest.approx(500.0)
+    assert send["fault"]["fail"] == 1 and send["fault"]["info"] == 1
+
+
+def test_throughput_split_into_normal_and_fault(analysed):
+    stats = check(analysed, "failover_downtime", "throughput")["stats"]
+    # run from 100 ms to 5001 ms; fault from 1000 ms to 4001 ms
+    assert stats["fault_s"] == pytest.approx(3.001)
+    assert stats["normal_s"] == pytest.approx(4.901 - 3.001)
+    assert stats["by_f"]["send"]["ok_fault"] == 1 and stats["by_f"]["send"]["ok_normal"] == 1
