@@ -79,8 +79,14 @@ def test_stray_epmd_of_our_node_is_found_and_stopped():
     pids: list[int] = []
     try:
         deadline = time.monotonic() + 10
-        while not pids and time.monotonic() < deadline:
+        # `epmd -daemon` forks twice: for a moment the intermediate process matches too. Wait
+        # until one daemon stays the only match.
+        while time.monotonic() < deadline:
             pids = rmq_mod._stray_epmd_pids(port, node, exclude=set())
+            if len(pids) == 1:
+                time.sleep(0.2)
+                if rmq_mod._stray_epmd_pids(port, node, exclude=set()) == pids:
+                    break
             time.sleep(0.05)
         assert len(pids) == 1
         assert rmq_mod._stray_epmd_pids(port, "someone-else@localhost", exclude=set()) == []
@@ -89,7 +95,8 @@ def test_stray_epmd_of_our_node_is_found_and_stopped():
         RabbitMQProcess._kill_pid_checked(pids[0])
         assert not psutil.pid_exists(pids[0]) or psutil.Process(pids[0]).status() == psutil.STATUS_ZOMBIE
     finally:
-        for pid in pids:  # only the daemon this test started, identified above
+        # only the daemons this test started: its own port and node name in their environment
+        for pid in set(pids) | set(rmq_mod._stray_epmd_pids(port, node, exclude=set())):
             if psutil.pid_exists(pid):
                 psutil.Process(pid).kill()
 
