@@ -84,6 +84,10 @@ def run_and_judge(exp: Experiment, out_dir: Path, progress=print) -> dict:
         checks["no_redelivery_after_ack"] = check_no_redelivery_after_ack(history).to_json()
     if exp.checkers.failover_downtime and any(n.kind in ("kill", "stop", "pause", "partition") for n in exp.nemesis):
         checks["failover_downtime"] = failover_downtime(history, max_downtime_s=exp.checkers.max_downtime_s).to_json()
+    if result.nemesis_errors:
+        checks["nemesis_schedule"] = {"valid": "unknown", "errors": result.nemesis_errors,
+                                      "reason": f"{len(result.nemesis_errors)} nemesis steps failed: the faults did not "
+                                                "happen as the experiment says"}
     verdict = {
         "experiment": exp.name,
         "target": exp.target.name,
@@ -121,7 +125,7 @@ def summary_lines(verdict: dict) -> list[str]:
                         for name, r in sorted(fanout["subscribers"].items()))
         lines.append(f"topic fan-out: {fanout['acknowledged']} acknowledged sends; {per}"
                      + (f" - {fanout['reason']}" if fanout["reason"] else ""))
-    for name in ("broker_discards", "slow_consumer_exercised"):
+    for name in ("broker_discards", "slow_consumer_exercised", "nemesis_schedule"):
         if checks.get(name, {}).get("reason"):
             lines.append(f"{name.replace('_', ' ')}: {checks[name]['reason']}")
     downtime = checks.get("failover_downtime")

@@ -2,6 +2,7 @@
 
     name = "reference-kill-restart"
     duration_s = 20                 # how long the workload runs under faults
+    recovery_s = 3                  # quiet seconds after the last heal before the workload stops
     seed = 1
 
     [target]
@@ -171,6 +172,10 @@ class Experiment(_Strict):
     duration_s: float = Field(gt=0, le=24 * 3600)
     seed: int = 0  # reserved for randomised schedules; nothing in a run draws on it yet
     drain_quiet_s: float = Field(default=2.0, gt=0)
+    # Quiet time the schedule keeps after the last heal, so that clients recover before the
+    # workload stops (Jepsen's final heal-then-wait phase); a fault that cannot heal this early
+    # is not scheduled.
+    recovery_s: float = Field(default=3.0, ge=0)
     target: TargetSection = Field(default_factory=TargetSection)
     topology: TopologySection = Field(default_factory=TopologySection)
     policy: list[PolicySection] = Field(default_factory=list)

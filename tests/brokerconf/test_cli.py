@@ -26,7 +26,7 @@ def test_bad_number_is_named():
 
 @pytest.mark.slow
 def test_main_job_against_reference_writes_report(tmp_path):
-    proc = _brokerconf("run", "--targets", "reference", "--out", str(tmp_path), "--chaos-duration", "8", timeout=600)
+    proc = _brokerconf("run", "--targets", "reference", "--out", str(tmp_path), "--chaos-duration", "10", timeout=600)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     (run_dir,) = list(tmp_path.iterdir())
     results = json.loads((run_dir / "results.json").read_text())
@@ -52,7 +52,7 @@ def test_main_job_against_reference_writes_report(tmp_path):
 @pytest.mark.slow
 def test_chaos_run_kills_the_reference_broker_and_judges_the_history(tmp_path):
     experiment = Path(__file__).resolve().parents[2] / "chaos" / "experiments" / "reference-kill-restart.toml"
-    proc = _brokerconf("chaos", "run", str(experiment), "--duration", "8",
+    proc = _brokerconf("chaos", "run", str(experiment), "--duration", "10",
                        "--out", str(tmp_path), timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "valid = True" in proc.stdout and "1 faults" in proc.stdout

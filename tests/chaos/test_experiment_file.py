@@ -41,7 +41,10 @@ def test_faults_never_overlap_and_end_before_the_run(tmp_path):
                                           'every_s = 4\ndown_s = 10\n'))
     assert _schedule(exp) == [(4, "partition", 0, {"direction": "both"}), (14, "heal", 0, {})]
     exp = load_experiment(write(tmp_path, 'name = "x"\nduration_s = 20\n[[nemesis]]\nkind = "kill"\nevery_s = 5\n'))
-    assert [(at, step) for at, step, _, _ in _schedule(exp)] == [(5, "kill"), (6, "start"), (11, "kill"), (12, "start"), (17, "kill"), (18, "start")]
+    # 17 s + 1 s down + 3 s of recovery would end after the run: the third kill is not scheduled
+    assert [(at, step) for at, step, _, _ in _schedule(exp)] == [(5, "kill"), (6, "start"), (11, "kill"), (12, "start")]
+    exp = exp.model_copy(update={"recovery_s": 0.0})
+    assert [at for at, step, _, _ in _schedule(exp) if step == "kill"] == [5, 11, 17]
 
 
 def test_toxic_attributes_reach_the_schedule(tmp_path):

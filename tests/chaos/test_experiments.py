@@ -49,7 +49,7 @@ def _run(request, tmp_path, file_name: str, *, duration: float, target: str | No
 
 @pytest.mark.slow
 def test_experiment_1_reference_kill_restart(request, tmp_path):
-    verdict = _run(request, tmp_path, "reference-kill-restart.toml", duration=13)  # kills at 5 s and 11 s
+    verdict = _run(request, tmp_path, "reference-kill-restart.toml", duration=15)  # kills at 5 s and 11 s
     assert verdict["run_stats"]["faults"] >= 2
     total = verdict["checks"]["total_queue"]
     assert total["enqueued"] > 0 and not total["lost"]
@@ -72,7 +72,7 @@ def test_experiment_2_activemq_shared_store_failover(request, tmp_path):
 
 @pytest.mark.slow
 def test_experiment_3_client_partition(request, tmp_path):
-    verdict = _run(request, tmp_path, "client-partition.toml", duration=16)
+    verdict = _run(request, tmp_path, "client-partition.toml", duration=17)
     assert verdict["run_stats"]["faults"] == 1
     partition = [f for f in verdict["checks"]["failover_downtime"]["faults"] if f["f"] == "partition"]
     # Every client's first success after the cut came after the ten-second partition was healed.
@@ -86,3 +86,19 @@ def test_experiment_4_slow_subscriber_discards_match_the_broker(request, tmp_pat
     subscribers = verdict["checks"]["topic_fanout"]["subscribers"]
     assert subscribers["0"]["observed_discards"] > 0  # the slow one (through the proxy) lost messages
     assert all(r["broker_discards"] == r["observed_discards"] for r in subscribers.values())
+
+
+@pytest.mark.slow
+def test_failed_nemesis_step_makes_the_verdict_unknown(tmp_path, monkeypatch):
+    from chaos.nemesis.base import NemesisError
+    from chaos.nemesis.process import ProcessNemesis
+
+    def refuse(self, f, **params):
+        raise NemesisError(f"{f}: refused by the test")
+
+    monkeypatch.setattr(ProcessNemesis, "invoke", refuse)
+    exp = with_overrides(load_experiment(EXPERIMENTS / "reference-kill-restart.toml"), duration_s=9)
+    verdict = run_and_judge(exp, tmp_path, progress=lambda line: None)
+    assert verdict["run_stats"]["faults"] == 0
+    assert verdict["checks"]["nemesis_schedule"]["errors"][0].startswith("kill at ")
+    assert verdict["valid"] == "unknown"  # the queue itself lost nothing, but the kill never happened
