@@ -122,7 +122,7 @@ def spark_pass(path: Path, out: Path) -> tuple[float, object]:
     analysis = analyze(spark, path)
     write(analysis, out, spark=spark, write_histories=find_sources(path)[0] == "jsonl")
     seconds = time.perf_counter() - started
-    analysis.histories.ops.unpersist()
+    spark.catalog.clearCache()
     return seconds, analysis
 
 

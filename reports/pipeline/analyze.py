@@ -93,7 +93,7 @@ def write(analysis: Analysis, out_dir: str | Path, *, spark, write_histories: bo
     (out_dir / "verdicts.json").write_text(json.dumps(
         {"generated_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), "valid": analysis.valid,
          "runs": analysis.verdicts}, indent=1, default=str))
-    rows = [(r.run, r.target, r.checker, json.dumps(r.valid), r.reason, r.applicable) for r in analysis.results]
+    rows = [(r.run, r.target, r.checker, _text(r.valid), r.reason, r.applicable) for r in analysis.results]
     spark.createDataFrame(rows, "run string, target string, checker string, valid string, reason string, applicable boolean") \
         .coalesce(1).write.mode("overwrite").parquet(str(out_dir / "verdicts.parquet"))
     analysis.anomalies_df.coalesce(1).write.mode("overwrite").parquet(str(out_dir / "anomalies.parquet"))
@@ -102,6 +102,10 @@ def write(analysis: Analysis, out_dir: str | Path, *, spark, write_histories: bo
     if write_histories:
         write_parquet(analysis.histories, out_dir / "histories.parquet")
     return out_dir
+
+
+def _text(valid) -> str:
+    return {True: "true", False: "false"}.get(valid, "unknown")
 
 
 def summary_lines(analysis: Analysis) -> list[str]:
@@ -148,6 +152,7 @@ def run(args: argparse.Namespace, *, progress: Callable[[str], None] = print) ->
         return 2
     kind, _ = find_sources(args.path)
     write(analysis, out_dir, spark=spark, write_histories=kind == "jsonl")
+    spark.catalog.clearCache()  # the tables are written; a session that lives on gets its memory back
     for line in summary_lines(analysis):
         progress(line)
     progress(f"{len(analysis.anomalies)} anomalous message(s); results in {out_dir.resolve()}")

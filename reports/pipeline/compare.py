@@ -125,3 +125,31 @@ def write(result: dict, out_dir: str | Path) -> Path:
     for name, table in result["_tables"].items():
         table.coalesce(1).write.mode("overwrite").parquet(str(out_dir / f"{name}.parquet"))
     return out_dir / "comparison.json"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m reports.pipeline.compare PATH... --out DIR``: exit 2 when there is nothing to compare."""
+    import argparse
+    import sys
+
+    from reports.pipeline.session import get_session, stop_session
+
+    parser = argparse.ArgumentParser(prog="python -m reports.pipeline.compare", description=__doc__.splitlines()[0])
+    parser.add_argument("paths", nargs="+", metavar="PATH", help="directories (searched recursively) or files")
+    parser.add_argument("--out", default="reports/out/comparison", metavar="DIR")
+    args = parser.parse_args(argv)
+    try:
+        find_inputs(args.paths)
+        result = compare(get_session(), args.paths)
+        path = write(result, args.out)
+    except CompareError as exc:
+        print(f"compare: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        stop_session()
+    print(f"{len(result['targets'])} targets, {len(result['specs'])} spec IDs, {len(result['checkers'])} checkers: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

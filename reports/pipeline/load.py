@@ -6,10 +6,13 @@
 
 * ``ops``: one row per history line, with an explicit schema. ``value`` stays a JSON string (it is
   a message, a drain's list of messages, a nemesis step's details...), ``process`` is a string
-  (an integer or ``nemesis``), and ``file`` names the source.
-* `messages(ops)`: one row per message an op carries, with ``id``, ``producer``, ``seq``,
-  ``destination``, ``group``, ``consumer``, ``subscriber``, ``redelivered`` extracted; a drain's
-  list is exploded to one row per message, ``pos`` keeping its place in the list.
+  (an integer or ``nemesis``), ``file`` names the source, and ``msgs`` holds the messages the
+  value carries, parsed once at load (``id``, ``producer``, ``seq``, ``destination``, ``group``,
+  ``consumer``, ``subscriber``, ``redelivered``; null when the value is not a message);
+* `messages(ops)`: one row per message an op carries; a drain's list is exploded to one row per
+  message, ``pos`` keeping its place in the list.
+
+The Parquet written back keeps ``msgs``, so a later analysis parses no JSON at all.
 
 A malformed line (not JSON, not an object, a required field missing or of the wrong type, an
 unknown op type) raises `MalformedHistory` naming the file and line number. With
@@ -70,7 +73,7 @@ _VALUE_OBJECT = T.StructType([*MESSAGE_SCHEMA.fields,
                               T.StructField("messages", T.ArrayType(MESSAGE_SCHEMA))])
 
 #: columns of `Histories.ops`, in order
-OP_COLUMNS = ("run", "target", "node", "file", "index", "time", "process", "type", "f", "value", "error")
+OP_COLUMNS = ("run", "target", "node", "file", "index", "time", "process", "type", "f", "value", "error", "msgs")
 
 
 class MalformedHistory(ValueError):
@@ -148,23 +151,24 @@ def load_jsonl(spark: SparkSession, files: list[Path], *, skip_malformed: bool =
            .option("mode", "PERMISSIVE").option("columnNameOfCorruptRecord", _CORRUPT)
            .json(paths)
            .withColumn("file", F.input_file_name()))
-    # Spark refuses queries over raw JSON that touch only the corrupt-record column (it would have to
-    # parse twice); caching the parse once also serves every job after this one.
-    raw = raw.withColumn("_problem", _problem()).cache()
-    bad = raw.where(F.col("_problem").isNotNull()).select("file", "_problem", _CORRUPT)
-    bad_rows = bad.limit(1).collect() if not skip_malformed else bad.collect()
-    good = raw.where(F.col("_problem").isNull())
     # A run without a `run` field takes its directory's name; the history format puts it on every
     # line, but a hand-written history may leave it out.
-    ops = good.select(
+    lines = with_messages(raw.select(
         F.coalesce(F.col("run"), _dir_name(F.col("file"))).alias("run"),
         F.coalesce(F.col("target"), F.lit(UNKNOWN_TARGET)).alias("target"),
-        "node", "file", "index", "time", "process", "type", "f", "value", "error")
+        "node", "file", "index", "time", "process", "type", "f", "value", "error",
+        _problem().alias("_problem"), _CORRUPT))
+    # One pass over the JSON, cached: Spark refuses queries over raw JSON that touch only the
+    # corrupt-record column, and every checker job after this one reads the same rows.
+    lines = lines.cache()
+    bad = lines.where(F.col("_problem").isNotNull()).select("file", "_problem", _CORRUPT)
+    bad_rows = bad.limit(1).collect() if not skip_malformed else bad.collect()
+    ops = lines.where(F.col("_problem").isNull()).select(*OP_COLUMNS)
     if not bad_rows:
         return Histories(ops, [], paths)
     malformed = _locate(bad_rows, ops if skip_malformed else None)
     if not skip_malformed:
-        raw.unpersist()
+        lines.unpersist()
         first = malformed[0]
         raise MalformedHistory(f"{first.describe()}. Fix or delete the line, or analyse without it with "
                                "--skip-malformed (every verdict of that run is then 'unknown')")
@@ -269,6 +273,8 @@ def write_parquet(histories: Histories, out_dir: str | Path) -> Path:
 def load_parquet(spark: SparkSession, path: str | Path) -> Histories:
     path = Path(path)
     ops = spark.read.parquet(str(path))
+    if "msgs" not in ops.columns and "value" in ops.columns:
+        ops = with_messages(ops)
     missing = [c for c in OP_COLUMNS if c not in ops.columns]
     if missing:
         raise HistoryNotFound(f"{path}: Parquet without the history columns {', '.join(missing)}; "
@@ -283,26 +289,29 @@ def load_parquet(spark: SparkSession, path: str | Path) -> Histories:
 # ---------------------------------------------------------------------- messages
 
 
-def messages(ops: DataFrame) -> DataFrame:
-    """One row per message an op carries: a message value, a drain's list, or ``{"messages": [...]}``.
-
-    The columns are the op's (run, target, node, index, time, process, type, f) plus ``pos`` (place
-    in a drain's list, 0 for a single message) and the message fields. A message object without an
+def with_messages(ops: DataFrame) -> DataFrame:
+    """``ops`` with ``msgs``: the messages its value carries (a message, a drain's list, or
+    ``{"messages": [...]}``); null when the value is none of these. A message object without an
     ``id`` (a drain's ``{"subscriber": 0}`` request) is not a message; an id that is JSON null is
-    kept as the string "None", as the pure-Python checkers' ``str(value["id"])`` does.
-    """
+    kept as the string "None", as the pure-Python checkers' ``str(value["id"])`` does."""
     head = F.substring(F.ltrim(F.col("value")), 1, 1)
-    # Parse each value once, in its own projection (Spark keeps a projection with an expensive
-    # expression apart instead of inlining it into every branch that uses it).
-    parsed = ops.where(head.isin("{", "[")).select(
-        "run", "target", "node", "index", "time", "process", "type", "f",
-        F.when(head == "[", F.from_json("value", T.ArrayType(MESSAGE_SCHEMA))).alias("_list"),
-        F.when(head == "{", F.from_json("value", _VALUE_OBJECT)).alias("_obj"), "value")
+    columns = [c for c in ops.columns if c != "msgs"]
+    # Parse each value once, in its own projection: Spark keeps a projection with an expensive
+    # expression apart instead of inlining it into every branch that uses the result.
+    parsed = ops.select(*columns,
+                        F.when(head == "[", F.from_json("value", T.ArrayType(MESSAGE_SCHEMA))).alias("_list"),
+                        F.when(head == "{", F.from_json("value", _VALUE_OBJECT)).alias("_obj"))
     obj = F.col("_obj")
     is_message = F.when(obj["id"].isNotNull(), True).otherwise(F.col("value").rlike(r'"id"\s*:\s*null'))
     as_list = F.coalesce(F.col("_list"), obj["messages"], F.when(is_message, F.array(obj.dropFields("messages"))))
-    exploded = parsed.select("run", "target", "node", "index", "time", "process", "type", "f",
-                          F.posexplode(as_list).alias("pos", "m"))
-    return exploded.select("run", "target", "node", "index", "time", "process", "type", "f", "pos",
-                           F.coalesce(F.col("m.id"), F.lit("None")).alias("id"),
-                           *[F.col(f"m.{c}").alias(c) for c in MESSAGE_SCHEMA.fieldNames() if c != "id"])
+    with_ids = F.transform(as_list, lambda m: m.withField("id", F.coalesce(m["id"], F.lit("None"))))
+    return parsed.select(*columns, with_ids.alias("msgs"))
+
+
+def messages(ops: DataFrame) -> DataFrame:
+    """One row per message an op carries (see `with_messages`): the op's run, target, node, index,
+    time, process, type and f, then ``pos`` (place in a drain's list, 0 for a single message) and
+    the message fields."""
+    keys = ["run", "target", "node", "index", "time", "process", "type", "f"]
+    exploded = ops.where(F.col("msgs").isNotNull()).select(*keys, F.posexplode("msgs").alias("pos", "m"))
+    return exploded.select(*keys, "pos", *[F.col(f"m.{c}").alias(c) for c in MESSAGE_SCHEMA.fieldNames()])

@@ -7,11 +7,12 @@ machine's histories are small next to what Spark's default of 200 partitions is 
 
 Starting a JVM takes seconds, so the session is created once and reused: `get_session` returns
 the running one when its master matches, and `stop_session` ends it (tests stop it once, at the
-end of their process).
+end of their process). ``BROKERCONF_SPARK_MEMORY`` sets the driver's memory (default 2g).
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import re
 import shutil
@@ -125,6 +126,8 @@ def _start(master: str, shuffle_partitions: int | None, app_name: str):
                .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
                .config("spark.sql.session.timeZone", "UTC")
                .config("spark.local.dir", str(tmp))
+               # local mode runs everything in the driver JVM; Spark's default (1g) spills early
+               .config("spark.driver.memory", os.environ.get("BROKERCONF_SPARK_MEMORY", "2g"))
                .config("spark.driver.extraJavaOptions", log_option)
                .config("spark.executor.extraJavaOptions", log_option))
     try:
@@ -135,4 +138,9 @@ def _start(master: str, shuffle_partitions: int | None, app_name: str):
                            + (" (is the master running and reachable?)" if master.startswith("spark://") else "")) from exc
     session.sparkContext.setLogLevel("ERROR")
     _state["tmp"] = tmp
+    # A process that ends without stop_session() (a script, an interrupted run) still stops the
+    # context and removes its temporary directory.
+    if not _state.get("atexit"):
+        atexit.register(stop_session)
+        _state["atexit"] = True
     return session

@@ -95,9 +95,9 @@ class Context:
 
     @cached_property
     def messages(self) -> DataFrame:
-        """Message rows of client ops (nemesis values are not messages). Cached: several checkers
-        read them, and parsing every value's JSON again for each would dominate their time."""
-        return messages(self.ops.where(F.col("process") != NEMESIS)).cache()
+        """Message rows of client ops (nemesis values are not messages). Not cached: the values
+        were parsed at load, and exploding them again is cheaper than holding a second copy."""
+        return messages(self.ops.where(F.col("process") != NEMESIS))
 
     @cached_property
     def deliveries(self) -> DataFrame:
@@ -132,7 +132,7 @@ class Context:
 
     def release(self) -> None:
         """Drop the cached tables (the session lives on for the next analysis)."""
-        for name in ("messages", "completed"):
+        for name in ("completed",):
             if name in self.__dict__:
                 self.__dict__.pop(name).unpersist()
 

@@ -47,8 +47,10 @@ def check(ctx: Context) -> CheckOutput:
     grouped = grouped_deliveries(ctx).cache()
     keys = ["destination", "group"]
     w = Window.partitionBy("run", "target", *keys).orderBy("index", "pos")
+    # cached: the handovers and the stats both read it, and the window is the expensive part
     seq = grouped.select("run", "target", *keys, "process", "index", "pos", "id",
-                         F.lag("process").over(w).alias("prev_process"), F.lag("index").over(w).alias("prev_index"))
+                         F.lag("process").over(w).alias("prev_process"),
+                         F.lag("index").over(w).alias("prev_index")).cache()
     changes = seq.where(F.col("prev_process").isNotNull() & (F.col("process") != F.col("prev_process")))
 
     ops = ctx.ops
@@ -94,4 +96,5 @@ def check(ctx: Context) -> CheckOutput:
         else:
             results.append(CheckResult(NAME, *key, True, stats=stats))
     grouped.unpersist()
+    seq.unpersist()
     return CheckOutput(results, anomalies, rows)
