@@ -15,6 +15,7 @@ from reports.checkers.failover_downtime import failover_downtime
 from reports.checkers.redelivery import check_no_redelivery_after_ack
 from reports.checkers.topic_fanout import check_topic_fanout
 from reports.checkers.total_queue import check_total_queue
+from reports.render.chaos_report import render_chaos_report
 
 
 def merge_validity(values: list) -> bool | str:
@@ -100,6 +101,8 @@ def run_and_judge(exp: Experiment, out_dir: Path, progress=print) -> dict:
     }
     verdict["summary"] = summary_lines(verdict)
     (out_dir / "verdict.json").write_text(json.dumps(verdict, indent=2, default=str))
+    # The page with the timeline, latency / throughput plots and anomalies (reports/render).
+    verdict["report"] = str(render_chaos_report(out_dir))
     return verdict
 
 

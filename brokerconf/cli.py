@@ -4,6 +4,7 @@
                             ActiveMQ Classic when installed) and a short chaos experiment, ending in a report
   brokerconf chaos run F    run a chaos experiment file; history + verdict
   brokerconf analyze PATH   histories -> verdicts and anomalies on Spark (reports/pipeline)
+  brokerconf compare PATH.. runs and matrices -> target x spec ID / target x checker tables and a page
   brokerconf proxy          serve the Toxiproxy HTTP API (fault proxy)
   brokerconf suite ...      the conformance suites through pytest: JUnit XML, Allure results, the matrix
   brokerconf targets ...    list targets (and why one cannot run here); install their packages
@@ -235,7 +236,8 @@ def cmd_chaos_run(args: argparse.Namespace) -> int:
         print(f"brokerconf chaos run: {exc}", file=sys.stderr)
         return 2
     print(summary(verdict))
-    print(f"history: {(out_dir / 'history.jsonl').resolve()}\nverdict: {(out_dir / 'verdict.json').resolve()}")
+    print(f"history: {(out_dir / 'history.jsonl').resolve()}\nverdict: {(out_dir / 'verdict.json').resolve()}\n"
+          f"report: {Path(verdict['report']).resolve()}")
     return 0 if verdict["valid"] is True else 1
 
 
@@ -243,6 +245,12 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     from reports.pipeline.analyze import run_and_stop
 
     return run_and_stop(args)
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from reports.pipeline.compare import main as compare_main
+
+    return compare_main([*args.paths, "--out", args.out])
 
 
 def cmd_proxy(args: argparse.Namespace) -> int:
@@ -332,6 +340,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_analyze_arguments(analyze)
     analyze.set_defaults(func=cmd_analyze)
+
+    compare = sub.add_parser("compare", help="join runs' conformance matrices and chaos verdicts on Spark: "
+                                             "target x spec ID and target x checker tables, and an HTML page")
+    compare.add_argument("paths", nargs="+", metavar="PATH", help="run directories (searched recursively) or files")
+    compare.add_argument("--out", default="reports/out/comparison", metavar="DIR",
+                         help="where comparison.json, the Parquet tables and index.html go (default: reports/out/comparison)")
+    compare.set_defaults(func=cmd_compare)
 
     proxy = sub.add_parser("proxy", help="serve the Toxiproxy HTTP API: a fault-injecting TCP proxy")
     proxy.add_argument("--host", default="127.0.0.1", help="API listen host (default 127.0.0.1)")

@@ -138,8 +138,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("paths", nargs="+", metavar="PATH", help="directories (searched recursively) or files")
     parser.add_argument("--out", default="reports/out/comparison", metavar="DIR")
     args = parser.parse_args(argv)
+    from reports.render.comparison_report import render_comparison_report
+
     try:
-        find_inputs(args.paths)
+        matrices, _ = find_inputs(args.paths)
         result = compare(get_session(), args.paths)
         path = write(result, args.out)
     except CompareError as exc:
@@ -147,7 +149,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     finally:
         stop_session()
-    print(f"{len(result['targets'])} targets, {len(result['specs'])} spec IDs, {len(result['checkers'])} checkers: {path}")
+    page = render_comparison_report(path, matrices, Path(args.out) / "index.html")
+    print(f"{len(result['targets'])} targets, {len(result['specs'])} spec IDs, {len(result['checkers'])} checkers: {path}"
+          f"\nreport: {page.resolve()}")
     return 0
 
 

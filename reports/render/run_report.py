@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import html
 import json
+import os
 from pathlib import Path
 
 from reports.render.matrix_report import render_matrix, write_matrix_report
 
 
-def _chaos_html(verdicts: list[dict]) -> str:
+def _chaos_html(verdicts: list[dict], out_dir: Path) -> str:
     if not verdicts:
         return ""
     rows = []
@@ -19,6 +20,10 @@ def _chaos_html(verdicts: list[dict]) -> str:
         # The first summary line repeats the experiment and its verdict: the columns show those.
         lines = [v["error"]] if v.get("error") else (v.get("summary") or [])[1:]
         detail = "<br>".join(html.escape(line) for line in lines)
+        if v.get("report"):
+            link = os.path.relpath(v["report"], out_dir)
+            detail += f'<br><a href="{html.escape(link)}">timeline, plots and anomalies</a>'
+
         colour = {True: "#1b5e20", False: "#b71c1c"}.get(v.get("valid"), "#8d6e00")
         rows.append(f"<tr><td>{html.escape(v['experiment'])}</td><td>{html.escape(str(v.get('target', '')))}</td>"
                     f"<td style=\"color:{colour}\"><b>{html.escape(str(v.get('valid')))}</b></td><td>{detail}</td></tr>")
@@ -35,7 +40,7 @@ def write_run_report(out_dir: Path, run_id: str, matrix: dict, seconds: float, c
     (out_dir / "results.json").write_text(json.dumps(summary, indent=2))
     artefacts = ('<p>Run took {:.0f} s. Artefacts: <a href="matrix.json">matrix.json</a> · '
                  '<a href="junit.xml">junit.xml</a> · allure-results/ (<code>allure serve allure-results</code>)</p>'
-                 ).format(seconds) + _chaos_html(chaos or [])
+                 ).format(seconds) + _chaos_html(chaos or [], out_dir)
     index = out_dir / "index.html"
     index.write_text(render_matrix(matrix, title=f"brokerconf run {run_id}", preamble=artefacts))
     return index

@@ -25,6 +25,7 @@ def test_bad_number_is_named():
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)  # the suites, then two 10 s experiments with their drains and pages
 def test_main_job_against_reference_writes_report(tmp_path):
     proc = _brokerconf("run", "--targets", "reference", "--out", str(tmp_path), "--chaos-duration", "10", timeout=600)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
@@ -46,6 +47,7 @@ def test_main_job_against_reference_writes_report(tmp_path):
         assert verdict["valid"] is True and verdict["run_stats"]["faults"] >= 1, verdict["summary"]
     assert slow["checks"]["slow_consumer_exercised"]["discards"] > 0
     assert "Chaos" in page and "failover downtime" in page and "broker says" in page
+    assert "timeline, plots and anomalies" in page and (run_dir / "chaos-slow-topic-subscriber-reference" / "report.html").is_file()
     assert (run_dir / "chaos-reference-kill-restart-reference-process" / "history.jsonl").is_file()
 
 

@@ -21,6 +21,8 @@ from chaos.experiment_file import load_experiment, with_overrides
 from conformance.targets.registry import resolve
 
 EXPERIMENTS = Path(chaos.__file__).resolve().parent / "experiments"
+# an experiment runs for its duration plus broker start-up, drain and checkers
+pytestmark = pytest.mark.timeout(300)
 
 
 def _attach(request, out_dir: Path, verdict: dict) -> None:
@@ -34,6 +36,8 @@ def _attach(request, out_dir: Path, verdict: dict) -> None:
         return
     allure.attach(json.dumps(verdict, indent=2, default=str), "verdict.json", allure.attachment_type.JSON)
     allure.attach(excerpt, "history excerpt", allure.attachment_type.TEXT)
+    # the timeline, latency / throughput plots and anomalies, as the run's own page
+    allure.attach.file(verdict["report"], "report (plots)", allure.attachment_type.HTML)
 
 
 def _run(request, tmp_path, file_name: str, *, duration: float, target: str | None = None) -> dict:
@@ -44,6 +48,8 @@ def _run(request, tmp_path, file_name: str, *, duration: float, target: str | No
     verdict = run_and_judge(exp, tmp_path, progress=lambda line: None)
     _attach(request, tmp_path, verdict)
     assert verdict["valid"] is True, "\n".join(verdict["summary"])
+    page = Path(verdict["report"]).read_text()
+    assert "<svg" in page and verdict["run"] in page
     return verdict
 
 
