@@ -194,7 +194,7 @@ def test_each_fault_is_measured_on_its_own():
 @pytest.mark.slow
 def test_reference_broker_pause_downtime(tmp_path):
     """A queue workload while a nemesis pauses a reference broker process for 0.8 s: every
-    client is measured, none recovers before the resume, and all recover after it."""
+    client is measured, no producer recovers before the resume, and all recover after it."""
     from chaos.history import History, read_history
     from chaos.nemesis import ProcessNemesis
     from chaos.workloads import QueueWorkload
@@ -222,9 +222,12 @@ def test_reference_broker_pause_downtime(tmp_path):
     (fault,) = result.faults
     assert fault.f == "pause" and fault.healed_ns is not None, result.to_json()
     assert set(fault.downtime_ms) == {"producer-0", "producer-1", "consumer-0"}, result.to_json()
-    # The resume step starts before SIGCONT is sent: no client operation can succeed before it.
+    # The resume step starts before SIGCONT is sent: no send can be confirmed before it (a send
+    # waits for the broker's receipt). A receive may: stomp.py can hold a MESSAGE frame that
+    # arrived just before the pause, and handing it over needs no broker.
     (resume,) = [e for e in events
                  if e["process"] == "nemesis" and e["f"] == "resume" and e["value"]["phase"] == "start"]
     paused_ms = (resume["time"] - fault.start_ns) / MS
-    assert all(ms >= paused_ms for ms in fault.downtime_ms.values()), f"succeeded while paused: {result.to_json()}"
+    sends = {client: ms for client, ms in fault.downtime_ms.items() if client.startswith("producer-")}
+    assert all(ms >= paused_ms for ms in sends.values()), f"a send succeeded while paused: {result.to_json()}"
     assert result.valid is True and result.identity == "worker", result.to_json()
