@@ -23,6 +23,9 @@ Definitions:
 * downtime: from the fault's start to the completion of the client's first ``ok`` operation in
   ``ops`` (send, receive) that was invoked after the fault started. An operation invoked before
   the fault that completes after it says nothing about reconnecting, so it is not counted.
+  A receive can succeed without the broker: the client library may already hold messages the
+  broker dispatched before the fault (its prefetch), so a consumer's downtime can be near zero.
+  Sends wait for the broker's receipt and never succeed while it is unreachable.
 * never recovered: in scope, but no such operation in the history. Its downtime is at least the
   time to its last event (or to the end of the history when an operation is still open); the
   fault's verdict is "unknown" unless ``max_downtime_s`` is given and that lower bound already
