@@ -81,8 +81,10 @@ def test_experiment_3_client_partition(request, tmp_path):
     verdict = _run(request, tmp_path, "client-partition.toml", duration=17)
     assert verdict["run_stats"]["faults"] == 1
     partition = [f for f in verdict["checks"]["failover_downtime"]["faults"] if f["f"] == "partition"]
-    # Every client's first success after the cut came after the ten-second partition was healed.
-    assert partition and partition[0]["min_ms"] >= 10_000 * 0.9, "\n".join(verdict["summary"])
+    # No send can be confirmed through the cut: every producer's first success came after the
+    # ten-second partition was healed. (A consumer may be served from its prefetch meanwhile.)
+    sends = {c: ms for c, ms in partition[0]["downtime_ms"].items() if c.startswith("producer-")} if partition else {}
+    assert sends and min(sends.values()) >= 10_000 * 0.9, "\n".join(verdict["summary"])
 
 
 @pytest.mark.slow
