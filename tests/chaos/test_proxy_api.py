@@ -7,7 +7,6 @@ differences.
 from __future__ import annotations
 
 import json
-import shutil
 import socket
 
 import pytest
@@ -15,29 +14,7 @@ from toxiproxy import Toxiproxy
 from toxiproxy.exceptions import NotFound
 from toxiproxy.proxy import Proxy as ClientProxy
 
-from chaos.proxy import FaultProxyServer, RealToxiproxyServer
 from chaos.proxy.testing import api_json, api_request, echo_server
-
-REAL = shutil.which("toxiproxy-server")
-
-
-@pytest.fixture(
-    params=[
-        pytest.param("ours", id="ours"),
-        pytest.param(
-            "real", id="toxiproxy-server",
-            marks=pytest.mark.skipif(REAL is None, reason="toxiproxy-server not on PATH"),
-        ),
-    ]
-)
-def fault_proxy(request):
-    handle = FaultProxyServer().start() if request.param == "ours" else RealToxiproxyServer(REAL).start()
-    handle.kind = request.param
-    try:
-        yield handle
-    finally:
-        handle.stop()
-
 
 @pytest.fixture
 def client(fault_proxy):

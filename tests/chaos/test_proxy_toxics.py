@@ -5,36 +5,14 @@ bound. Parametrized over our server and a real toxiproxy-server (skipped when no
 """
 from __future__ import annotations
 
-import shutil
 import socket
 import threading
 import time
 
 import pytest
 
-from chaos.proxy import FaultProxyServer, RealToxiproxyServer
 from chaos.proxy.testing import api_json, api_request, echo_server, greet_and_close_server
 from chaos.proxy.toxics import Slicer
-
-REAL = shutil.which("toxiproxy-server")
-
-
-@pytest.fixture(
-    params=[
-        pytest.param("ours", id="ours"),
-        pytest.param(
-            "real", id="toxiproxy-server",
-            marks=pytest.mark.skipif(REAL is None, reason="toxiproxy-server not on PATH"),
-        ),
-    ]
-)
-def fault_proxy(request):
-    handle = FaultProxyServer().start() if request.param == "ours" else RealToxiproxyServer(REAL).start()
-    try:
-        yield handle
-    finally:
-        handle.stop()
-
 
 @pytest.fixture
 def echo():
