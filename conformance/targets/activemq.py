@@ -294,6 +294,8 @@ class ActiveMQProcess:
         kahadb_directory: Path | None = None,
         lock_keep_alive_period_ms: int | None = None,
         lock_acquire_sleep_interval_ms: int | None = None,
+        network_connectors_xml: str = "",
+        broker_attributes: dict[str, str] | None = None,
     ) -> None:
         if not (stomp or openwire or mqtt):
             raise ValueError("enable at least one of stomp, openwire, mqtt")
@@ -329,6 +331,13 @@ class ActiveMQProcess:
                 raise ValueError(f"{label} must be >= 0 milliseconds, not {value!r}")
         self.lock_keep_alive_period_ms = lock_keep_alive_period_ms
         self.lock_acquire_sleep_interval_ms = lock_acquire_sleep_interval_ms
+        # Networks of brokers (conformance.targets.activemq_network): pasted verbatim inside
+        # <networkConnectors>, and extra <broker> attributes such as networkConnectorStartAsync.
+        self.network_connectors_xml = network_connectors_xml
+        self.broker_attributes = dict(broker_attributes or {})
+        for attr in self.broker_attributes:
+            if not re.fullmatch(r"[A-Za-z][A-Za-z0-9]*", attr):
+                raise ValueError(f"broker attribute names are XML attribute names like 'useVirtualDestSubs', not {attr!r}")
 
         self.config_path = self.workdir / "conf" / "activemq.xml"
         self.log_path = self.workdir / "activemq.log"
@@ -423,6 +432,10 @@ class ActiveMQProcess:
         plugins = ""
         if self.plugins_xml.strip():
             plugins = f"\n    <plugins>\n{self.plugins_xml}\n    </plugins>"
+        networks = ""
+        if self.network_connectors_xml.strip():
+            networks = f"\n    <networkConnectors>\n{self.network_connectors_xml}\n    </networkConnectors>"
+        extra_attributes = "".join(f"\n          {k}={quoteattr(str(v))}" for k, v in self.broker_attributes.items())
         memory = (f"{self.memory_limit_bytes} b" if self.memory_limit_bytes is not None
                   else f"{self.memory_limit_mb} mb")
         return f"""<?xml version="1.0" encoding="UTF-8"?>
@@ -439,8 +452,8 @@ class ActiveMQProcess:
           useJmx="{bool_s(self.jmx)}"
           schedulerSupport="{bool_s(self.scheduler_support)}"
           advisorySupport="{bool_s(self.advisory_support)}"
-          useShutdownHook="true"
-          dataDirectory={data}>{persistence}{policy}{management}{plugins}
+          useShutdownHook="true"{extra_attributes}
+          dataDirectory={data}>{persistence}{policy}{management}{plugins}{networks}
     <systemUsage>
       <systemUsage>
         <memoryUsage><memoryUsage limit="{memory}"/></memoryUsage>

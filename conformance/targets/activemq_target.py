@@ -65,6 +65,7 @@ _FEATURES = frozenset({
     "dead_letter",
     "expiry",
     "process.kill",
+    "network_of_brokers",
 })
 
 SUBSCRIPTION_ATTRIBUTES = (

@@ -48,6 +48,7 @@ CAPABILITIES: dict[str, str] = {
     "dead_letter": "dead-letter queue after maximum redeliveries",
     "expiry": "message expiry (TTL)",
     "process.kill": "the broker runs as a process the harness can kill and restart",
+    "network_of_brokers": "forms networks of brokers (network connectors, demand forwarding) in multi-broker fixtures",
 }
 
 

@@ -291,6 +291,11 @@ class ReferenceTarget:
     def capabilities(self) -> frozenset[str]:
         return CAPABILITIES | ({"process.kill"} if self.launch_mode == "process" else frozenset())
 
+    def why_missing(self, capability: str) -> str | None:
+        if capability == "network_of_brokers":
+            return "the reference broker does not form networks of brokers yet (issue 7)"
+        return None
+
     def launch(self, scenario: Scenario, workdir: Path):
         from reference_broker.config import ConfigError
 

@@ -1,0 +1,377 @@
+"""Networks of brokers, against ActiveMQ Classic's "Networks of Brokers" page
+(../shared/spec/activemq-classic-networks-of-brokers.md; catalogue conformance/spec/networks.toml).
+
+Each test gets a small network of one target's brokers (2 or 3, joined by static: network
+connectors) and checks through STOMP clients on the different brokers where messages go. The
+networks are module-scoped and shared by the tests that need the same configuration (tests are
+grouped by network below, so at most one network runs at a time); each test uses destination
+names of its own (a random suffix), and connectors restricted to disjoint destination patterns let
+one pair of brokers carry several configurations (the document allows several named connectors
+between the same two brokers).
+
+Demand crosses a bridge asynchronously (an advisory message), so before producing a test waits
+until the forwarding broker counts the expected consumers (destination MBean ConsumerCount,
+network consumers included). Where the check is that nothing arrives, the test first waits for a
+positive sign that the network had the chance (the demand reached the last broker it may reach),
+then gives the messages a quiet window and checks that they are still held where they were sent.
+
+Targets: ActiveMQ Classic (``conformance.targets.activemq_network``). A target without a network
+launcher is reported not applicable with the reason; the reference broker joins once it forms
+networks (issue 7, ``reference_broker/cluster/``).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Callable
+
+import pytest
+
+from conformance.clients import connect
+from conformance.plugin import NOT_APPLICABLE, STATE
+from conformance.targets.base import CAPABILITIES
+
+NETWORK_CAPABILITY = "network_of_brokers"
+#: quiet window after which a subscriber concludes nothing more is coming (local brokers forward
+#: within milliseconds once demand is there; generous on a loaded 2-core machine)
+QUIET = 1.5
+#: how long demand may take to cross a bridge (advisory + network consumer creation)
+DEMAND_TIMEOUT = 15.0
+
+# Once the capability is declared (conformance/targets/base.py), the plugin decides applicability
+# before any broker starts; until then the `network` fixture below does, with the same wording.
+pytestmark = [pytest.mark.slow]
+if NETWORK_CAPABILITY in CAPABILITIES:
+    pytestmark.append(pytest.mark.requires(NETWORK_CAPABILITY))
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """One run per selected target, like the plugin's ``broker`` fixture does (this suite starts
+    several brokers per target itself, so it does not use ``broker``); the plugin's spec,
+    capability, deviation and matrix handling all key on ``target_name``."""
+    if "target_name" in metafunc.fixturenames:
+        names = list(dict.fromkeys(metafunc.config.stash[STATE].target_names))
+        metafunc.parametrize("target_name", names, ids=names, scope="module")
+
+
+# --------------------------------------------------------------------------- networks
+
+
+def _activemq_networks():
+    from conformance.targets.activemq_network import Bridge
+    from conformance.targets.activemq_network import NetworkConnectorOptions as Options
+
+    equal_priority = dict(decrease_network_consumer_priority=False)  # the conduit example's premise
+    return {
+        # A -> B with the document's defaults, one excluded pattern and one statically included
+        # queue that the exclusion also matches.
+        "default": (("A", "B"), (Bridge("A", "B", Options(
+            excluded_destinations=("queue://nob.excluded.>",),
+            statically_included_destinations=("queue://nob.excluded.always",))),)),
+        # A -> B twice: conduit subscriptions on for nob.conduit.on.>, off for nob.conduit.off.>.
+        "conduit": (("A", "B"), (
+            Bridge("A", "B", Options(name="conduit", conduit_subscriptions=True,
+                                     dynamically_included_destinations=("queue://nob.conduit.on.>",),
+                                     **equal_priority)),
+            Bridge("A", "B", Options(name="noconduit", conduit_subscriptions=False,
+                                     dynamically_included_destinations=("queue://nob.conduit.off.>",),
+                                     **equal_priority)))),
+        "duplex": (("A", "B"), (Bridge("A", "B", Options(duplex=True)),)),
+        # A -> B -> C with TTL 1 for nob.ttl1.> and TTL 2 for nob.ttl2.> on both hops.
+        "line": (("A", "B", "C"), tuple(
+            Bridge(src, dst, Options(name=f"ttl{ttl}", network_ttl=ttl,
+                                     dynamically_included_destinations=(f"queue://nob.ttl{ttl}.>",)))
+            for src, dst in (("A", "B"), ("B", "C")) for ttl in (1, 2))),
+        "static": (("A", "B"), (Bridge("A", "B", Options(
+            static_bridge=True, statically_included_destinations=("queue://nob.static.always",))),)),
+    }
+
+
+def _launch_activemq(key: str, workdir):
+    from conformance.targets.activemq_network import ActiveMQNetwork
+
+    names, bridges = _activemq_networks()[key]
+    network = ActiveMQNetwork(workdir, names, bridges, prefix=f"nob-{key}")
+    network.start()
+    return network
+
+
+#: target kind -> launcher of a named network; a kind missing here is not applicable
+LAUNCHERS: dict[str, Callable] = {"activemq": _launch_activemq}
+WHY_NOT = {"reference": "the reference broker does not form networks of brokers yet (issue 7, reference_broker/cluster/)"}
+
+
+@pytest.fixture(scope="module")
+def networks(target_name, request, tmp_path_factory):
+    """``networks(key)`` -> the started network ``key`` of the current target; starting another
+    key stops the previous one (tests are grouped by network, so each starts once)."""
+    state = request.config.stash[STATE]
+    target = state.targets.get(target_name)
+    current: dict = {}
+
+    def get(key: str):
+        if target is None or target.kind not in LAUNCHERS:
+            kind = getattr(target, "kind", "unknown")
+            why = WHY_NOT.get(kind, f"no multi-broker launcher for {kind} targets")
+            pytest.skip(f"{NOT_APPLICABLE}{target_name} lacks {NETWORK_CAPABILITY} ({why})")
+        if key not in current:
+            for old in list(current):
+                current.pop(old).stop()
+            workdir = tmp_path_factory.mktemp(re.sub(r"[^A-Za-z0-9_.-]", "_", f"{target_name}-nob-{key}"))
+            current[key] = LAUNCHERS[target.kind](key, workdir)
+        return current[key]
+
+    yield get
+    for network in current.values():
+        network.stop()
+
+
+@dataclass
+class Clients:
+    """STOMP clients on the network's brokers, closed when the test ends."""
+
+    made: list
+
+    def on(self, node):
+        self.made.append(connect(node.host, node.stomp_port, "stomp"))
+        return self.made[-1]
+
+
+@pytest.fixture
+def clients():
+    made: list = []
+    yield Clients(made)
+    for c in reversed(made):
+        try:
+            c.close()
+        except Exception:  # noqa: BLE001 - a broken connection must not hide the test's outcome
+            pass
+
+
+def queue(prefix: str) -> str:
+    return f"queue://{prefix}.{uuid.uuid4().hex[:8]}"
+
+
+def send(producer, destination: str, n: int, tag: str = "m") -> list[str]:
+    bodies = [f"{tag}{i}" for i in range(n)]
+    for body in bodies:
+        producer.send(destination, body)  # persistent, each confirmed by a receipt
+    return bodies
+
+
+def texts(messages) -> list[str]:
+    return [m.text for m in messages]
+
+
+def held(node, destination: str, expected: int, timeout: float = DEMAND_TIMEOUT) -> int:
+    """Poll until ``node`` holds ``expected`` messages of ``destination`` (forwarding is
+    asynchronous); returns the last size seen, for the caller's assertion."""
+    deadline = time.monotonic() + timeout
+    while (size := node.queue_size(destination)) != expected and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return size
+
+
+def demand(node, destination: str, count: int) -> None:
+    seen = node.wait_for_consumers(destination, count, DEMAND_TIMEOUT)
+    assert seen == count, (f"setup: broker {node.name} should count {count} consumer(s) of {destination} "
+                           f"(local + network) within {DEMAND_TIMEOUT:.0f} s, counts {seen}")
+
+
+# --------------------------------------------------------------------------- network "default": A -> B
+
+
+@pytest.mark.spec("NOB-DIR-1", "NOB-STATIC-1")
+def test_bridge_is_one_way_by_default(networks, clients):
+    net = networks("default")
+    a, b = net["A"], net["B"]
+    # A's connector forwards to B on B's demand...
+    forward = queue("nob.oneway.fwd")
+    on_b = clients.on(b).subscribe(forward)
+    demand(a, forward, 1)
+    sent = send(clients.on(a), forward, 5)
+    assert sorted(texts(on_b.drain(QUIET))) == sorted(sent), "NOB-DIR-1: A's bridge should forward to B's consumer"
+    # ...but nothing flows back: B has no connector to A, so A's consumer creates no demand on B.
+    backward = queue("nob.oneway.back")
+    on_a = clients.on(a).subscribe(backward)
+    demand(a, backward, 1)
+    sent = send(clients.on(b), backward, 5)
+    got = texts(on_a.drain(QUIET))
+    assert got == [], f"NOB-DIR-1: messages produced on B reached A's consumer over a one-way A->B bridge: {got}"
+    assert b.queue_size(backward) == len(sent), "NOB-DIR-1: B should still hold the messages produced on it"
+
+
+@pytest.mark.spec("NOB-DEMAND-1")
+def test_no_forwarding_without_demand(networks, clients):
+    net = networks("default")
+    a, b = net["A"], net["B"]
+    q = queue("nob.demand")
+    sent = send(clients.on(a), q, 10)
+    assert a.queue_size(q) == 10, "NOB-DEMAND-1: with no consumer anywhere the messages should wait on A"
+    assert b.queue_size(q) == 0, "NOB-DEMAND-1: A forwarded messages to B although B has no consumer"
+    # A consumer appears on B: the messages follow the demand.
+    on_b = clients.on(b).subscribe(q)
+    got = texts(on_b.receive_n(len(sent), DEMAND_TIMEOUT))
+    assert sorted(got) == sorted(sent), f"NOB-DEMAND-1: B's new consumer should get A's waiting messages, got {got}"
+
+
+@pytest.mark.spec("NOB-EXCL-1", "NOB-WILD-1")
+def test_excluded_destination_is_not_forwarded(networks, clients):
+    net = networks("default")
+    a, b = net["A"], net["B"]
+    excluded, allowed = queue("nob.excluded.q"), queue("nob.allowed")
+    on_b = clients.on(b).subscribe(excluded)
+    on_b_allowed = clients.on(b).subscribe(allowed)
+    demand(a, allowed, 1)  # demand from B has reached A for the destination that is not excluded
+    assert a.consumer_count(excluded) == 0, "NOB-EXCL-1: B's consumer of an excluded queue became a network consumer on A"
+    producer = clients.on(a)
+    send(producer, excluded, 5)
+    send(producer, allowed, 5)
+    assert len(on_b_allowed.drain(QUIET)) == 5, "setup: the queue outside the exclusion should be forwarded"
+    got = texts(on_b.drain(QUIET))
+    assert got == [], f"NOB-EXCL-1: messages of an excluded queue (nob.excluded.>) were forwarded: {got}"
+    assert a.queue_size(excluded) == 5, "NOB-EXCL-1: the excluded queue's messages should stay on A"
+
+
+@pytest.mark.spec("NOB-EXCL-2")  # NOB-STATINC-1 alone: test_static_bridge_forwards_without_demand
+def test_static_inclusion_ignores_exclusion(networks, clients):
+    net = networks("default")
+    a, b = net["A"], net["B"]
+    always = "queue://nob.excluded.always"  # statically included and matched by nob.excluded.>
+    sent = send(clients.on(a), always, 5, tag=f"s{uuid.uuid4().hex[:6]}-")
+    # No consumer anywhere: a statically included destination is forwarded regardless.
+    on_b_size = held(b, always, 5)
+    assert on_b_size == 5, (f"NOB-EXCL-2/NOB-STATINC-1: with no consumer anywhere B should hold the 5 messages "
+                            f"of a statically included (and excluded) queue; B holds {on_b_size}, "
+                            f"A {a.queue_size(always)}")
+    on_b = clients.on(b).subscribe(always)
+    got = texts(on_b.drain(QUIET))
+    assert sorted(got) == sorted(sent), (f"NOB-EXCL-2/NOB-STATINC-1: a statically included queue that the exclusion "
+                                         f"also matches should reach B; B got {got}, A holds {a.queue_size(always)}")
+
+
+@pytest.mark.spec("NOB-PRIO-1")
+def test_decreased_priority_prefers_local_consumers(networks, clients):
+    net = networks("default")  # decreaseNetworkConsumerPriority written out as the table's true
+    a, b = net["A"], net["B"]
+    q = queue("nob.prio")
+    local = clients.on(a).subscribe(q)
+    remote = clients.on(b).subscribe(q)
+    demand(a, q, 2)
+    sent = send(clients.on(a), q, 20)
+    got_local, got_remote = texts(local.drain(QUIET)), texts(remote.drain(QUIET))
+    assert (len(got_local), len(got_remote)) == (len(sent), 0), (
+        f"NOB-PRIO-1: with decreased network consumer priority A's local consumer (free prefetch) should get every "
+        f"message and B's none; got local {len(got_local)}, remote {len(got_remote)}")
+
+
+# --------------------------------------------------------------------------- network "conduit": A -> B twice
+
+
+@pytest.mark.spec("NOB-CONDUIT-1", "NOB-NAME-1", "NOB-DYNINC-1")
+@pytest.mark.parametrize("conduit", [True, False], ids=["conduit", "no-conduit"])
+def test_conduit_example(networks, clients, conduit):
+    net = networks("conduit")
+    a, b = net["A"], net["B"]
+    q = queue("nob.conduit.on.Q.TEST" if conduit else "nob.conduit.off.Q.TEST")
+    on_a = clients.on(a).subscribe(q)
+    on_b = [clients.on(b).subscribe(q), clients.on(b).subscribe(q)]
+    # Conduit: B's pair is one network consumer on A (2 in all); without: two (3 in all).
+    demand(a, q, 2 if conduit else 3)
+    send(clients.on(a), q, 30)
+    counts = [len(on_a.drain(QUIET))] + [len(s.drain(QUIET)) for s in on_b]
+    if conduit:
+        assert (counts[0], counts[1] + counts[2]) == (15, 15), (
+            f"NOB-CONDUIT-1: with conduit subscriptions A's consumer should get 15 of 30 and B's pair 15; "
+            f"got A {counts[0]}, B {counts[1]} + {counts[2]}")
+    else:
+        assert counts == [10, 10, 10], (
+            f"NOB-CONDUIT-1: without conduit subscriptions each of the three consumers should get 10; got {counts}")
+
+
+@pytest.mark.spec("NOB-DYNINC-1", "NOB-WILD-1")
+def test_only_dynamically_included_destinations_follow_demand(networks, clients):
+    net = networks("conduit")  # both connectors have a dynamically included list
+    a, b = net["A"], net["B"]
+    included, other = queue("nob.conduit.on.inc"), queue("nob.not.included")
+    on_b = clients.on(b).subscribe(included)
+    on_b_other = clients.on(b).subscribe(other)
+    demand(a, included, 1)
+    assert a.consumer_count(other) == 0, "NOB-DYNINC-1: a queue outside every included list got a network consumer on A"
+    producer = clients.on(a)
+    send(producer, included, 5)
+    send(producer, other, 5)
+    assert len(on_b.drain(QUIET)) == 5, "NOB-DYNINC-1: a dynamically included queue should follow B's demand"
+    got = texts(on_b_other.drain(QUIET))
+    assert got == [], f"NOB-DYNINC-1: a queue matching no dynamically included pattern was forwarded: {got}"
+    assert a.queue_size(other) == 5
+
+
+# --------------------------------------------------------------------------- network "duplex": A <-> B
+
+
+@pytest.mark.spec("NOB-DIR-2", "NOB-DUPLEX-2")
+def test_duplex_bridge_carries_both_ways(networks, clients):
+    net = networks("duplex")
+    a, b = net["A"], net["B"]
+    for producer_node, consumer_node in ((a, b), (b, a)):
+        q = queue(f"nob.duplex.{producer_node.name}to{consumer_node.name}")
+        sub = clients.on(consumer_node).subscribe(q)
+        demand(producer_node, q, 1)
+        sent = send(clients.on(producer_node), q, 5)
+        got = texts(sub.drain(QUIET))
+        assert sorted(got) == sorted(sent), (f"NOB-DIR-2: over a duplex A->B connector, messages produced on "
+                                             f"{producer_node.name} should reach {consumer_node.name}'s consumer; got {got}")
+
+
+# --------------------------------------------------------------------------- network "line": A -> B -> C
+
+
+@pytest.mark.spec("NOB-TTL-1")
+@pytest.mark.parametrize("ttl", [1, 2])
+def test_network_ttl_in_a_line(networks, clients, ttl):
+    net = networks("line")
+    a, b, c = net["A"], net["B"], net["C"]
+    q = queue(f"nob.ttl{ttl}.q")
+    on_c = clients.on(c).subscribe(q)
+    demand(b, q, 1)  # C's consumer is one hop from B: known there for any TTL
+    if ttl == 1:
+        # Two hops from A: with TTL 1 the announcement stops at B, so A never forwards.
+        assert a.consumer_count(q) == 0, "NOB-TTL-1: with networkTTL 1, C's consumer became known two hops away on A"
+        send(clients.on(a), q, 5)
+        got = texts(on_c.drain(QUIET))
+        assert got == [], f"NOB-TTL-1: with networkTTL 1 a consumer two brokers away got A's messages: {got}"
+        assert a.queue_size(q) == 5, "NOB-TTL-1: the messages should stay on A"
+    else:
+        demand(a, q, 1)
+        sent = send(clients.on(a), q, 5)
+        got = texts(on_c.receive_n(len(sent), DEMAND_TIMEOUT))
+        assert sorted(got) == sorted(sent), f"NOB-TTL-1: with networkTTL 2, A's messages should reach C; got {got}"
+
+
+# --------------------------------------------------------------------------- network "static": A -> B, staticBridge
+
+
+@pytest.mark.spec("NOB-STATIC-BRIDGE-1", "NOB-STATINC-1")
+def test_static_bridge_forwards_without_demand(networks, clients):
+    net = networks("static")
+    a, b = net["A"], net["B"]
+    always = "queue://nob.static.always"
+    tag = f"s{uuid.uuid4().hex[:6]}-"
+    sent = send(clients.on(a), always, 5, tag=tag)
+    on_b_size = held(b, always, 5)
+    assert on_b_size == 5, (f"NOB-STATINC-1: with no consumer anywhere B should hold the 5 messages of the "
+                            f"statically included queue; B holds {on_b_size}, A {a.queue_size(always)}")
+    dynamic = queue("nob.static.dynamic")
+    on_b_dynamic = clients.on(b).subscribe(dynamic)
+    send(clients.on(a), dynamic, 5)
+    # The statically included queue went to B with no consumer there ...
+    on_b = clients.on(b).subscribe(always)
+    got = texts(on_b.drain(QUIET))
+    assert sorted(got) == sorted(sent), f"NOB-STATINC-1: the statically included queue should be on B; got {got}"
+    # ... while B's consumer of another queue creates no demand on a static bridge.
+    assert texts(on_b_dynamic.drain(QUIET)) == [], "NOB-STATIC-BRIDGE-1: a static bridge followed a remote consumer"
+    assert a.queue_size(dynamic) == 5 and a.consumer_count(dynamic) == 0

@@ -1,0 +1,468 @@
+"""Networks of ActiveMQ Classic brokers: two or three JVMs joined by generated ``<networkConnectors>``.
+
+What ActiveMQ Classic's "Networks of Brokers" page (../shared/spec/activemq-classic-networks-of-brokers.md)
+describes, and this launcher sets up on one machine:
+
+* each `Bridge` is one ``<networkConnector uri="static:(tcp://127.0.0.1:PORT)">`` on its source
+  broker, pointing at the target broker's OpenWire listener (section "Static discovery");
+* its properties come from `NetworkConnectorOptions`, whose fields are the document's
+  "NetworkConnector Properties" table in snake_case, with the table's defaults, plus the static
+  transport's reconnect options ("Static discovery" table) as URI query parameters;
+* destination lists (``excluded`` / ``dynamically_included`` / ``statically_included``) take the
+  project's canonical names (``queue://X``, ``topic://X``, wildcards allowed as the document's
+  last "N.B." says) and become ``<queue physicalName=...>`` / ``<topic physicalName=...>``.
+
+Every broker's ports are picked before any broker starts, so any topology (a line, a duplex pair,
+a triangle) renders at once; brokers are then started targets-first, so a connector's first
+connection attempt usually finds its peer listening (all start together, in parallel).
+`start()` returns once every bridge logged that it is established; `stop()` stops each broker by
+its own handle. Demand (a consumer on another broker) reaches a broker asynchronously, so tests
+wait for it with `NetworkNode.consumer_count` (the destination MBean's ConsumerCount, network
+consumers included) before they produce.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from xml.sax.saxutils import quoteattr
+
+from .activemq import ActiveMQProcess
+from .activemq_target import destination_pattern
+from .jmx import JmxClient
+from .process import free_ports
+
+__all__ = ["Bridge", "NetworkConnectorOptions", "ActiveMQNetwork", "NetworkNode", "NetworkStartError",
+           "render_network_connector", "destination_element"]
+
+#: ActiveMQ 5.17 logs this (DemandForwardingBridgeSupport, INFO) on the broker that owns the
+#: connector once a bridge is up: "Network connection between vm://A#0 and tcp:///... (B) has been established."
+_ESTABLISHED = re.compile(r"Network connection between vm://(?P<local>[^#\s]+)#\S* and \S+ \((?P<remote>[^)]+)\) "
+                          r"has been established")
+
+
+class NetworkStartError(RuntimeError):
+    """A broker of the network did not start or a bridge did not come up; the message has the logs."""
+
+
+# --------------------------------------------------------------------------- the model
+
+
+@dataclass(frozen=True)
+class NetworkConnectorOptions:
+    """One network connector's properties: the document's "NetworkConnector Properties" table
+    (snake_case of its column "property", defaults from its column "default"), and the "Static
+    discovery" reconnect options.
+
+    ``None`` for ``message_ttl`` / ``consumer_ttl`` means "not set": the broker then takes both from
+    ``network_ttl`` (the table: networkTTL sets both). ``decrease_network_consumer_priority``
+    defaults to the table's ``True``; the table adds that releases before 5.18 defaulted to
+    ``False`` (5.17 does), which is why the attribute is always written out.
+    """
+
+    name: str = "bridge"
+    dynamic_only: bool = False
+    decrease_network_consumer_priority: bool = True
+    network_ttl: int = 1
+    message_ttl: int | None = None
+    consumer_ttl: int | None = None
+    conduit_subscriptions: bool = True
+    excluded_destinations: tuple[str, ...] = ()
+    dynamically_included_destinations: tuple[str, ...] = ()
+    statically_included_destinations: tuple[str, ...] = ()
+    use_virtual_dest_subs: bool = False
+    duplex: bool = False
+    prefetch_size: int = 1000
+    suppress_duplicate_queue_subscriptions: bool = False
+    bridge_temp_destinations: bool = True
+    always_sync_send: bool = False
+    static_bridge: bool = False
+    user_name: str | None = None
+    password: str | None = None
+    # "Static discovery" table: options of the static: URI
+    initial_reconnect_delay: int = 1000
+    max_reconnect_delay: int = 30000
+    use_exponential_back_off: bool = True
+    back_off_multiplier: float = 2
+
+    def __post_init__(self) -> None:
+        if not re.fullmatch(r"[A-Za-z0-9_.-]+", self.name):
+            raise ValueError(f"network connector name must match [A-Za-z0-9_.-]+: {self.name!r}")
+        # The table: the network consumer does not poll, so its prefetch must be above zero.
+        if self.prefetch_size <= 0:
+            raise ValueError(f"prefetch_size must be > 0 (network consumers do not poll), not {self.prefetch_size}")
+        for label in ("network_ttl", "message_ttl", "consumer_ttl"):
+            value = getattr(self, label)
+            if value is not None and value < 1:
+                raise ValueError(f"{label} counts brokers a message or subscription may cross: >= 1, not {value}")
+        for label in ("excluded_destinations", "dynamically_included_destinations",
+                      "statically_included_destinations"):
+            value = getattr(self, label)
+            if isinstance(value, str):
+                raise ValueError(f"{label} is a tuple of destinations, not the string {value!r}")
+            for destination in value:
+                destination_element(destination)  # raises on a malformed name
+        # The document's last "N.B.": wildcards are allowed only in the excluded and dynamically
+        # included lists; ActiveMQ would treat them literally elsewhere.
+        for destination in self.statically_included_destinations:
+            if any(c in destination.partition("://")[2].split(".") for c in ("*", ">")):
+                raise ValueError(f"statically_included_destinations takes no wildcards (document, Example "
+                                 f"Configuration N.B.): {destination!r}")
+        if (self.user_name is None) != (self.password is None):
+            raise ValueError("user_name and password go together (both None, or both set)")
+        if self.initial_reconnect_delay < 0 or self.max_reconnect_delay < 0 or self.back_off_multiplier <= 0:
+            raise ValueError("reconnect delays must be >= 0 ms and back_off_multiplier > 0")
+
+
+#: XML attribute of each scalar option (the document's property names)
+_ATTRIBUTES = {
+    "name": "name",
+    "dynamic_only": "dynamicOnly",
+    "decrease_network_consumer_priority": "decreaseNetworkConsumerPriority",
+    "network_ttl": "networkTTL",
+    "message_ttl": "messageTTL",
+    "consumer_ttl": "consumerTTL",
+    "conduit_subscriptions": "conduitSubscriptions",
+    "use_virtual_dest_subs": "useVirtualDestSubs",
+    "duplex": "duplex",
+    "prefetch_size": "prefetchSize",
+    "suppress_duplicate_queue_subscriptions": "suppressDuplicateQueueSubscriptions",
+    "bridge_temp_destinations": "bridgeTempDestinations",
+    "always_sync_send": "alwaysSyncSend",
+    "static_bridge": "staticBridge",
+    "user_name": "userName",
+    "password": "password",
+}
+_LISTS = {
+    "excluded_destinations": "excludedDestinations",
+    "dynamically_included_destinations": "dynamicallyIncludedDestinations",
+    "statically_included_destinations": "staticallyIncludedDestinations",
+}
+_URI_OPTIONS = {
+    "initial_reconnect_delay": "initialReconnectDelay",
+    "max_reconnect_delay": "maxReconnectDelay",
+    "use_exponential_back_off": "useExponentialBackOff",
+    "back_off_multiplier": "backOffMultiplier",
+}
+assert set(_ATTRIBUTES) | set(_LISTS) | set(_URI_OPTIONS) == {f.name for f in fields(NetworkConnectorOptions)}
+
+
+def _xml_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def destination_element(destination: str) -> str:
+    """``queue://a.b`` -> ``<queue physicalName="a.b"/>``; ValueError names a malformed destination."""
+    kind, sep, name = destination.partition("://")
+    if not sep or kind not in ("queue", "topic") or not name:
+        raise ValueError(f"destination {destination!r} must be queue://NAME or topic://NAME (wildcards allowed)")
+    return f"<{kind} physicalName={quoteattr(name)}/>"
+
+
+def static_uri(peer_urls: list[str] | tuple[str, ...], options: NetworkConnectorOptions) -> str:
+    """``static:(tcp://...)`` with the reconnect options that differ from the document's defaults."""
+    defaults = NetworkConnectorOptions()
+    query = [f"{_URI_OPTIONS[f]}={_xml_value(getattr(options, f))}" for f in _URI_OPTIONS
+             if getattr(options, f) != getattr(defaults, f)]
+    return f"static:({','.join(peer_urls)})" + ("?" + "&".join(query) if query else "")
+
+
+def render_network_connector(peer_urls: list[str] | tuple[str, ...], options: NetworkConnectorOptions,
+                             indent: str = "      ") -> str:
+    """One ``<networkConnector>`` element. Every scalar property is written out (``None`` ones
+    left out), so the generated configuration says what was asked whatever the broker's defaults."""
+    attributes = [f"uri={quoteattr(static_uri(peer_urls, options))}"]
+    for option, attribute in _ATTRIBUTES.items():
+        value = getattr(options, option)
+        if value is not None:
+            attributes.append(f"{attribute}={quoteattr(_xml_value(value))}")
+    lines = [f"{indent}<networkConnector " + f"\n{indent}    ".join(attributes)]
+    children = []
+    for option, element in _LISTS.items():
+        destinations = getattr(options, option)
+        if destinations:
+            children.append(f"{indent}  <{element}>")
+            children += [f"{indent}    {destination_element(d)}" for d in destinations]
+            children.append(f"{indent}  </{element}>")
+    if children:
+        lines[0] += ">"
+        lines += children
+        lines.append(f"{indent}</networkConnector>")
+    else:
+        lines[0] += "/>"
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Bridge:
+    """A network connector on broker ``source`` connecting to broker ``target``: messages flow
+    source -> target on demand from target (both ways when ``options.duplex``)."""
+
+    source: str
+    target: str
+    options: NetworkConnectorOptions = field(default_factory=NetworkConnectorOptions)
+
+    def __post_init__(self) -> None:
+        if self.source == self.target:
+            raise ValueError(f"a bridge joins two brokers, not {self.source!r} to itself")
+
+
+# --------------------------------------------------------------------------- one broker
+
+
+class NetworkNode:
+    """One broker of the network: its process, STOMP address, and the counters tests wait on."""
+
+    def __init__(self, name: str, process: ActiveMQProcess) -> None:
+        self.name = name
+        self.process = process
+        self._jmx: JmxClient | None = None
+
+    @property
+    def host(self) -> str:
+        return self.process.host
+
+    @property
+    def stomp_port(self) -> int:
+        return self.process.stomp_port
+
+    @property
+    def running(self) -> bool:
+        return self.process.running
+
+    def _client(self) -> JmxClient:
+        if not self.process.running:
+            raise NetworkStartError(f"broker {self.name} is not running; log tail:\n{self.log_tail(20)}")
+        if self._jmx is None:
+            self._jmx = JmxClient(self.process.jmx_url, log_path=self.process.workdir / "jmx-helper.log")
+        return self._jmx
+
+    def destination_attributes(self, destination: str, attributes: tuple[str, ...] = (
+            "ConsumerCount", "EnqueueCount", "DequeueCount", "QueueSize")) -> dict | None:
+        """The destination MBean's attributes on this broker; None when the broker does not know it."""
+        found = self._client().query(destination_pattern(self.process.name, destination), list(attributes))
+        return dict(found[0].attributes) if found else None
+
+    def consumer_count(self, destination: str) -> int:
+        """Consumers of ``destination`` on this broker, local and network (bridge) consumers alike."""
+        attributes = self.destination_attributes(destination, ("ConsumerCount",))
+        return int(attributes["ConsumerCount"]) if attributes else 0
+
+    def queue_size(self, destination: str) -> int:
+        """Messages held on this broker for ``destination`` (0 when it does not exist here)."""
+        attributes = self.destination_attributes(destination, ("QueueSize",))
+        return int(attributes["QueueSize"]) if attributes else 0
+
+    def wait_for_consumers(self, destination: str, count: int, timeout: float = 10.0) -> int:
+        """Poll until ``destination`` has ``count`` consumers here (demand crosses a bridge
+        asynchronously, as an advisory message); returns the last count seen, for the caller's
+        assertion message."""
+        deadline = time.monotonic() + timeout
+        while (seen := self.consumer_count(destination)) != count and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return seen
+
+    def established_bridges(self) -> list[str]:
+        """Names of the remote brokers this broker logged an established bridge to (one per bridge)."""
+        try:
+            text = self.process.log_path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return []
+        return [m.group("remote") for m in _ESTABLISHED.finditer(text) if m.group("local") == self.process.name]
+
+    def config_text(self) -> str:
+        try:
+            return self.process.config_path.read_text(encoding="utf-8")
+        except OSError:
+            return self.process.render_config()
+
+    def log_tail(self, lines: int = 80) -> str:
+        return self.process.log_tail(lines)
+
+    def stop(self) -> None:
+        try:
+            if self._jmx is not None:
+                self._jmx.close()
+                self._jmx = None
+        finally:
+            self.process.stop()
+
+    def __repr__(self) -> str:
+        return f"<NetworkNode {self.name} {self.process!r}>"
+
+
+# --------------------------------------------------------------------------- the network
+
+
+class ActiveMQNetwork:
+    """Brokers ``names`` (e.g. ``("A", "B", "C")``) joined by ``bridges``; `start()` returns once
+    every bridge is established, `stop()` stops every broker. The broker names are the
+    ActiveMQ broker names, ``<prefix>-<name>`` (the bridge log lines and MBeans carry them)."""
+
+    host = "127.0.0.1"
+
+    def __init__(self, workdir: Path, names: tuple[str, ...] = ("A", "B"), bridges: tuple[Bridge, ...] = (), *,
+                 prefix: str = "nob", jvm_heap_mb: int = 256, memory_limit_mb: int = 96,
+                 broker_attributes: dict[str, dict[str, str]] | None = None) -> None:
+        if not 2 <= len(names) <= 4 or len(set(names)) != len(names):
+            raise ValueError(f"a network here has 2 to 4 distinct brokers, not {names!r}")
+        for bridge in bridges:
+            for end in (bridge.source, bridge.target):
+                if end not in names:
+                    raise ValueError(f"bridge {bridge.source}->{bridge.target} names {end!r}, not one of {names}")
+        self.workdir = Path(workdir).absolute()
+        self.bridges = tuple(bridges)
+        pairs = [(b.source, b.target, b.options.name) for b in self.bridges]
+        if len(set(pairs)) != len(pairs):
+            raise ValueError("two connectors between the same brokers need different names (the document's "
+                             f"'name' property): {pairs}")
+        extra = broker_attributes or {}
+        unknown = set(extra) - set(names)
+        if unknown:
+            raise ValueError(f"broker_attributes names unknown brokers {sorted(unknown)} (brokers: {names})")
+        self.nodes: dict[str, NetworkNode] = {
+            name: NetworkNode(name, ActiveMQProcess(
+                self.workdir / name, name=f"{prefix}-{name}", stomp=True, openwire=True, jmx=True,
+                jvm_heap_mb=jvm_heap_mb, memory_limit_mb=memory_limit_mb, broker_attributes=extra.get(name)))
+            for name in names
+        }
+
+    def __getitem__(self, name: str) -> NetworkNode:
+        return self.nodes[name]
+
+    # ----------------------------------------------------------------- configuration
+    def _assign_ports(self) -> None:
+        # Every port up front: a connector's URI needs its peer's OpenWire port before that peer
+        # starts. ActiveMQProcess keeps ports that are already set (start(): keep_ports).
+        ports = iter(free_ports(3 * len(self.nodes)))
+        for node in self.nodes.values():
+            p = node.process
+            if not p.openwire_port:
+                p.stomp_port, p.openwire_port, p.jmx_port = next(ports), next(ports), next(ports)
+
+    def connectors_xml(self, name: str) -> str:
+        """The ``<networkConnector>`` elements of broker ``name`` (ports must be assigned)."""
+        return "\n".join(render_network_connector([self.nodes[b.target].process.openwire_url], b.options)
+                         for b in self.bridges if b.source == name)
+
+    def start_order(self) -> list[str]:
+        """Targets before sources where the bridges allow it (a cycle falls back to name order)."""
+        order: list[str] = []
+        remaining = list(self.nodes)
+        while remaining:
+            ready = [n for n in remaining
+                     if all(b.target in order for b in self.bridges if b.source == n and b.target in remaining)]
+            pick = ready[0] if ready else remaining[0]
+            order.append(pick)
+            remaining.remove(pick)
+        return order
+
+    # ----------------------------------------------------------------- lifecycle
+    def start(self, timeout: float = 90) -> None:
+        """Start every broker at once (JVM start-up dominates; measured here, 2 cores: a pair
+        forms in about 7 s in parallel against 11-15 s one after the other), then wait for the
+        bridges. A connector whose peer is not listening yet retries after
+        ``initial_reconnect_delay`` (1 s by default), so parallel start costs at most that."""
+        deadline = time.monotonic() + timeout
+        try:
+            self._assign_ports()
+            for name, node in self.nodes.items():
+                node.process.network_connectors_xml = self.connectors_xml(name)
+            errors: dict[str, BaseException] = {}
+
+            def start_one(name: str) -> None:
+                node = self.nodes[name]
+                assigned = node.process.openwire_port
+                try:
+                    node.process.start(timeout=max(1.0, deadline - time.monotonic()))
+                    if node.process.openwire_port != assigned:
+                        # start() re-picks ports when one was taken meanwhile: the peers' URIs are stale
+                        raise NetworkStartError(f"broker {name}'s OpenWire port {assigned} was taken by another "
+                                                "process before it started; start the network again")
+                except BaseException as exc:  # noqa: BLE001 - reported below with every broker's error
+                    errors[name] = exc
+
+            threads = [threading.Thread(target=start_one, args=(name,), name=f"start-{name}")
+                       for name in self.start_order()]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            if errors:
+                raise NetworkStartError("broker(s) of the network did not start: "
+                                        + "; ".join(f"{n}: {e}" for n, e in errors.items()))
+            self.wait_for_bridges(max(1.0, deadline - time.monotonic()))
+        except BaseException:
+            self.stop()
+            raise
+
+    def expected_bridges(self) -> dict[str, list[str]]:
+        """Broker -> the ActiveMQ names of the brokers its connectors reach (one entry per connector)."""
+        expected: dict[str, list[str]] = {name: [] for name in self.nodes}
+        for b in self.bridges:
+            expected[b.source].append(self.nodes[b.target].process.name)
+        return expected
+
+    def missing_bridges(self) -> dict[str, list[str]]:
+        missing = {}
+        for name, remotes in self.expected_bridges().items():
+            seen = self.nodes[name].established_bridges()
+            lacking = [r for r in remotes if r not in seen]
+            if lacking:
+                missing[name] = lacking
+        return missing
+
+    def wait_for_bridges(self, timeout: float = 30) -> None:
+        """Until each connector logged its bridge established (a restarted broker logs again)."""
+        deadline = time.monotonic() + timeout
+        while missing := self.missing_bridges():
+            if time.monotonic() >= deadline:
+                raise NetworkStartError(f"bridges not established within {timeout:.0f} s: {missing} "
+                                        f"(broker -> peers it has not connected to)\n{self.log_tail(30)}")
+            dead = [n for n, node in self.nodes.items() if not node.running]
+            if dead:
+                raise NetworkStartError(f"broker(s) {dead} exited while the network was forming\n{self.log_tail(30)}")
+            time.sleep(0.1)
+
+    def stop(self) -> None:
+        """Stop every broker by its own handle, all at once (each JVM takes seconds to shut down)."""
+        errors: list[str] = []
+
+        def stop_one(name: str) -> None:
+            try:
+                self.nodes[name].stop()
+            except Exception as exc:  # noqa: BLE001 - stop the others whatever happens
+                errors.append(f"{name}: {exc}")
+
+        threads = [threading.Thread(target=stop_one, args=(name,), name=f"stop-{name}") for name in self.nodes]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if errors:
+            raise RuntimeError(f"could not stop every broker of the network in {self.workdir}: {errors}")
+
+    def __enter__(self) -> "ActiveMQNetwork":
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # ----------------------------------------------------------------- evidence
+    def log_tail(self, lines: int = 40) -> str:
+        return "\n".join(f"--- broker {name} ---\n{node.log_tail(lines)}" for name, node in self.nodes.items())
+
+    def config_text(self) -> str:
+        return "\n".join(f"--- broker {name} ---\n{node.config_text()}" for name, node in self.nodes.items())
+
+    def __repr__(self) -> str:
+        links = ", ".join(f"{b.source}{'<->' if b.options.duplex else '->'}{b.target}" for b in self.bridges)
+        return f"<ActiveMQNetwork {list(self.nodes)} [{links}]>"
