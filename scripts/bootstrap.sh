@@ -148,6 +148,41 @@ _bc_ensure_brokers() {
     fi
 }
 
+# --------------------------------------------------------------------------- containers
+# The container targets (issue 8): as root on Debian, install the engine, start it when no service
+# manager does, and build the local images (docker/README.md: offline base image when no registry
+# answers). Idempotent and quick once done. Not fatal: without Docker the container targets and
+# tests are reported not applicable with the reason (conformance/targets/docker_env.py).
+_bc_ensure_docker() {
+    _bc_have_apt || return 0
+    [ "${BROKERCONF_INSTALL_DOCKER:-1}" != "0" ] || return 0
+    if ! _bc_is_root; then
+        command -v dockerd >/dev/null 2>&1 || \
+            _bc_log "note: container targets will be skipped; install docker.io and debootstrap to enable them"
+        return 0
+    fi
+    local -a missing=()
+    local p
+    for p in docker.io debootstrap; do
+        _bc_dpkg_installed "$p" || missing+=("$p")
+    done
+    if [ "${#missing[@]}" -gt 0 ]; then
+        _bc_log "installing Debian packages for container targets: ${missing[*]}..."
+        if ! _bc_apt_install_no_services "${missing[@]}"; then
+            _bc_log "warning: could not install ${missing[*]}; container targets will be reported not applicable"
+            return 0
+        fi
+    fi
+    if ! docker/start-engine.sh; then
+        _bc_log "warning: the Docker engine did not start; container targets will be reported not applicable"
+        return 0
+    fi
+    if ! docker/build-images.sh; then
+        _bc_log "warning: building the broker images failed; container targets will be reported not applicable"
+    fi
+}
+
 _bc_ensure_venv
 _bc_ensure_packages
 _bc_ensure_brokers
+_bc_ensure_docker

@@ -17,6 +17,8 @@ PACKAGES: dict[str, tuple[str, ...]] = {
     "activemq": ("activemq", "libmqtt-client-java", "libhawtdispatch-java"),
     "rabbitmq": ("rabbitmq-server",),
     "mosquitto": ("mosquitto",),
+    # container targets: the engine, and debootstrap for the offline base image (docker/)
+    "docker": ("docker.io", "debootstrap"),
 }
 POLICY_RC_D = Path("/usr/sbin/policy-rc.d")
 
