@@ -80,6 +80,14 @@ async def _serve(config: BrokerConfig) -> int:
     try:
         server = BrokerServer(config)
         await server.start()
+        # Network connectors after the listeners: peers must be able to reach this broker's
+        # advisories as soon as its bridges announce themselves (reference_broker/cluster).
+        network = None
+        if config.network_connectors or config.advisory_support:
+            from .cluster.service import NetworkService
+
+            network = NetworkService(server.broker, config)
+            await network.start()
     except OSError as exc:
         log.error("cannot start: %s", exc)
         return 1
@@ -103,6 +111,8 @@ async def _serve(config: BrokerConfig) -> int:
     print(f"reference broker {config.name!r} ready: {' '.join(parts)}", file=sys.stderr, flush=True)
     await stop.wait()
     log.info("shutting down")
+    if network is not None:
+        await network.stop()
     await server.stop()
     return 0
 

@@ -22,6 +22,8 @@ from typing import Annotated, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from .cluster.network_config import NetworkConnectorConfig
+
 
 class ConfigError(ValueError):
     """A configuration the broker refuses to run with; the message names the option."""
@@ -273,6 +275,15 @@ class BrokerConfig(_Strict):
     policy_entries: list[PolicyEntry] = Field(default_factory=list)
     address_settings: list[AddressSetting] = Field(default_factory=list)
     expiry_check_period_ms: int = Field(default=1000, gt=0)
+    # ActiveMQ "Networks of Brokers": the broker's <networkConnectors> (reference_broker/cluster),
+    # and "Starting network connectors": start them in parallel, not before the broker is up.
+    network_connectors: list[NetworkConnectorConfig] = Field(default_factory=list)
+    network_connector_start_async: bool = False
+    # ActiveMQ's advisorySupport: publish consumer advisories, which is how a peer's bridge sees this
+    # broker's demand ("Configuration Pitfalls"). ActiveMQ defaults it to true; here it is on
+    # whenever network_connectors are configured, and a broker that is only a bridge's target
+    # sets it (off otherwise, so a lone broker's destinations are only its clients').
+    advisory_support: bool = False
 
     _check_stomp = field_validator("stomp", "amqp", "mqtt", "http")(_host_port)
 

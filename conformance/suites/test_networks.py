@@ -15,9 +15,9 @@ network consumers included). Where the check is that nothing arrives, the test f
 positive sign that the network had the chance (the demand reached the last broker it may reach),
 then gives the messages a quiet window and checks that they are still held where they were sent.
 
-Targets: ActiveMQ Classic (``conformance.targets.activemq_network``). A target without a network
-launcher is reported not applicable with the reason; the reference broker joins once it forms
-networks (issue 7, ``reference_broker/cluster/``).
+Targets: ActiveMQ Classic (``conformance.targets.activemq_network``) and the reference broker
+(``conformance.targets.reference_network``, bridges from ``reference_broker/cluster/``). A target
+without a network launcher is reported not applicable with the reason.
 """
 
 from __future__ import annotations
@@ -99,9 +99,19 @@ def _launch_activemq(key: str, workdir):
     return network
 
 
+def _launch_reference(key: str, workdir):
+    """The same networks (one model, `_activemq_networks`) of in-process reference brokers."""
+    from conformance.targets.reference_network import ReferenceNetwork
+
+    names, bridges = _activemq_networks()[key]
+    network = ReferenceNetwork(workdir, names, bridges, prefix=f"nob-{key}")
+    network.start()
+    return network
+
+
 #: target kind -> launcher of a named network; a kind missing here is not applicable
-LAUNCHERS: dict[str, Callable] = {"activemq": _launch_activemq}
-WHY_NOT = {"reference": "the reference broker does not form networks of brokers yet (issue 7, reference_broker/cluster/)"}
+LAUNCHERS: dict[str, Callable] = {"activemq": _launch_activemq, "reference": _launch_reference}
+WHY_NOT: dict[str, str] = {}
 
 
 @pytest.fixture(scope="module")

@@ -33,7 +33,7 @@ CAPABILITIES = frozenset({
     "groups", "groups.close", "groups.reassign_on_close", "groups.first_key", "groups.rebalance", "groups.buckets",
     "slow_consumer.pending_limit", "slow_consumer.eviction", "memory.limits",
     "durable_subscriptions", "transactions", "selectors", "exclusive_consumers", "consumer_priority",
-    "message_priority", "nack", "dead_letter", "expiry",
+    "message_priority", "nack", "dead_letter", "expiry", "network_of_brokers",
 })
 
 
@@ -290,11 +290,6 @@ class ReferenceTarget:
 
     def capabilities(self) -> frozenset[str]:
         return CAPABILITIES | ({"process.kill"} if self.launch_mode == "process" else frozenset())
-
-    def why_missing(self, capability: str) -> str | None:
-        if capability == "network_of_brokers":
-            return "the reference broker does not form networks of brokers yet (issue 7)"
-        return None
 
     def launch(self, scenario: Scenario, workdir: Path):
         from reference_broker.config import ConfigError

@@ -76,6 +76,14 @@ class Broker:
             TOPIC: WildcardMap((e.topic, e) for e in self.config.security.authorization if e.topic is not None),
         }
         self.started_at = clock()
+        # Called as listener(event, consumer) with event "add" or "remove" whenever a consumer
+        # attaches to or detaches from a destination: networks of brokers (reference_broker/cluster)
+        # turn these into consumer advisories so a peer's bridge sees demand.
+        self.consumer_listeners: list[Callable[[str, Consumer], None]] = []
+
+    def consumer_event(self, event: str, consumer: Consumer) -> None:
+        for listener in list(self.consumer_listeners):
+            listener(event, consumer)
 
     def now_ms(self) -> int:
         return int(self.clock() * 1000)
@@ -492,6 +500,8 @@ class Connection:
             broker._subscriptions_changed()
             if receive_retained:
                 self._replay_retained(subscription, dest)
+        if broker.consumer_listeners:
+            broker.consumer_event("add", consumer)
         return consumer
 
     def _replay_retained(self, subscription, pattern: DestinationName) -> None:
@@ -531,6 +541,8 @@ class Connection:
                 durable = broker.durable.get(source.store_key)
                 if durable is not None and durable.active is consumer:
                     durable.active = None
+        if broker.consumer_listeners:
+            broker.consumer_event("remove", consumer)
 
     def consumer(self, consumer_id: str) -> Consumer:
         try:

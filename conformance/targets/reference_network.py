@@ -1,0 +1,248 @@
+"""Networks of reference brokers: two to four in-process reference brokers joined by their own
+network connectors (reference_broker/cluster), with the interface the networks suite uses for
+`ActiveMQNetwork` (``net["A"]``, ``start()``, ``stop()``; nodes with ``host``, ``stomp_port``,
+``consumer_count``, ``queue_size``, ``wait_for_consumers``).
+
+Each broker runs on its own asyncio loop in a daemon thread. Listeners bind port 0 first; once every
+broker's STOMP port is known, each starts its `NetworkService` with ``static:(tcp://127.0.0.1:PORT)``
+connectors built from the same `Bridge` / `NetworkConnectorOptions` model as the ActiveMQ launcher
+(so one scenario renders to both targets). Counters come straight from the engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Callable
+
+from .activemq_network import Bridge, NetworkConnectorOptions, static_uri
+
+_TIMEOUT = 10.0
+_URI_ONLY = ("initial_reconnect_delay", "max_reconnect_delay", "use_exponential_back_off", "back_off_multiplier")
+
+
+class ReferenceNetworkError(RuntimeError):
+    """A broker of the network did not start or a bridge did not come up."""
+
+
+def connector_config(peer_url: str, options: NetworkConnectorOptions) -> dict:
+    """The reference broker's ``network_connectors`` entry for a connector to ``peer_url``."""
+    entry = {k: v for k, v in asdict(options).items() if k not in _URI_ONLY}
+    entry["uri"] = static_uri([peer_url], options)
+    return entry
+
+
+class _Logs(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+        self.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(self.format(record))
+        del self.lines[:-2000]
+
+
+class ReferenceNode:
+    """One reference broker of the network."""
+
+    host = "127.0.0.1"
+
+    def __init__(self, name: str, broker_name: str) -> None:
+        self.name = name
+        self.broker_name = broker_name
+        self.server = None
+        self.network = None
+        self.config_data: dict = {"name": broker_name, "stomp": "127.0.0.1:0", "advisory_support": True,
+                                  "expiry_check_period_ms": 100}
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run, name=f"reference-net-{broker_name}", daemon=True)
+        self._thread.start()
+        self.stomp_port = 0
+        self._stopped = False
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    def call(self, fn: Callable[[], Any], timeout: float = 5.0) -> Any:
+        """Run ``fn()`` on the broker's loop (the engine is single-threaded)."""
+        future: Future = Future()
+
+        def run() -> None:
+            try:
+                future.set_result(fn())
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller
+                future.set_exception(exc)
+
+        self.loop.call_soon_threadsafe(run)
+        return future.result(timeout)
+
+    def run_coroutine(self, coroutine, timeout: float = _TIMEOUT) -> Any:
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout)
+
+    def listen(self) -> None:
+        from reference_broker.config import build_config
+        from reference_broker.server import BrokerServer
+
+        async def start():
+            self.server = BrokerServer(build_config(self.config_data))
+            await self.server.start()
+
+        self.run_coroutine(start())
+        self.stomp_port = self.server.stomp_address[1]
+
+    def start_network(self, connectors: list[dict]) -> None:
+        from reference_broker.cluster.service import NetworkService
+        from reference_broker.config import build_config
+
+        self.config_data["network_connectors"] = connectors
+        config = build_config(self.config_data)  # validated; the running server keeps its own copy
+
+        async def start():
+            self.network = NetworkService(self.server.broker, config)
+            await self.network.start()
+
+        self.run_coroutine(start(), timeout=60)
+
+    # ------------------------------------------------------------ what tests read
+
+    @property
+    def running(self) -> bool:
+        return self.server is not None and not self._stopped
+
+    def _queue_field(self, destination: str, read: Callable) -> int:
+        def get():
+            queue = self.server.broker.queues.get(destination)
+            return read(queue) if queue is not None else 0
+        return self.call(get)
+
+    def consumer_count(self, destination: str) -> int:
+        """Consumers of ``destination`` here, local and network consumers alike."""
+        if destination.startswith("topic://"):
+            def topic_count():
+                publisher = self.network.publisher if self.network else None
+                return len(publisher.consumers.get(destination, {})) if publisher else 0
+            return self.call(topic_count)
+        return self._queue_field(destination, lambda q: len(q.consumers))
+
+    def queue_size(self, destination: str) -> int:
+        """Messages held here for ``destination``: pending plus delivered-but-unacknowledged (as
+        ActiveMQ's QueueSize counts them)."""
+        return self._queue_field(destination, lambda q: q.pending_count + q.in_flight_count)
+
+    def wait_for_consumers(self, destination: str, count: int, timeout: float = 10.0) -> int:
+        deadline = time.monotonic() + timeout
+        while (seen := self.consumer_count(destination)) != count and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return seen
+
+    def bridges_up(self) -> int:
+        return self.call(lambda: sum(1 for b in self.network.bridges if b.local is not None) if self.network else 0)
+
+    def stop(self) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        try:
+            if self.network is not None:
+                self.run_coroutine(self.network.stop())
+            if self.server is not None:
+                self.run_coroutine(self.server.stop())
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join(_TIMEOUT)
+            if not self._thread.is_alive():
+                self.loop.close()
+
+    def __repr__(self) -> str:
+        return f"<ReferenceNode {self.name} stomp={self.stomp_port}>"
+
+
+class ReferenceNetwork:
+    """Reference brokers ``names`` joined by ``bridges`` (`Bridge` from the ActiveMQ launcher)."""
+
+    host = "127.0.0.1"
+
+    def __init__(self, workdir: Path | None = None, names: tuple[str, ...] = ("A", "B"),
+                 bridges: tuple[Bridge, ...] = (), *, prefix: str = "nob") -> None:
+        if not 2 <= len(names) <= 4 or len(set(names)) != len(names):
+            raise ValueError(f"a network here has 2 to 4 distinct brokers, not {names!r}")
+        for bridge in bridges:
+            for end in (bridge.source, bridge.target):
+                if end not in names:
+                    raise ValueError(f"bridge {bridge.source}->{bridge.target} names {end!r}, not one of {names}")
+        pairs = [(b.source, b.target, b.options.name) for b in bridges]
+        if len(set(pairs)) != len(pairs):
+            raise ValueError(f"two connectors between the same brokers need different names: {pairs}")
+        self.workdir = workdir
+        self.bridges = tuple(bridges)
+        self.prefix = prefix
+        self.names = names
+        self.nodes: dict[str, ReferenceNode] = {}
+        self._logs = _Logs()
+
+    def __getitem__(self, name: str) -> ReferenceNode:
+        return self.nodes[name]
+
+    def start(self, timeout: float = 30) -> None:
+        logger = logging.getLogger("reference_broker")
+        logger.addHandler(self._logs)
+        if logger.level == logging.NOTSET or logger.level > logging.INFO:
+            logger.setLevel(logging.INFO)
+        try:
+            for name in self.names:
+                self.nodes[name] = ReferenceNode(name, f"{self.prefix}-{name}")
+                self.nodes[name].listen()
+            for name, node in self.nodes.items():
+                node.start_network([connector_config(f"tcp://127.0.0.1:{self.nodes[b.target].stomp_port}", b.options)
+                                    for b in self.bridges if b.source == name])
+            self.wait_for_bridges(timeout)
+        except BaseException:
+            self.stop()
+            raise
+
+    def wait_for_bridges(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        expected = {name: sum(1 for b in self.bridges if b.source == name) for name in self.nodes}
+        while True:
+            missing = {n: want for n, want in expected.items() if self.nodes[n].bridges_up() < want}
+            if not missing:
+                return
+            if time.monotonic() >= deadline:
+                raise ReferenceNetworkError(f"bridges not established within {timeout:.0f} s: {missing}\n"
+                                            + self.log_tail(30))
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        errors = []
+        for name, node in self.nodes.items():
+            try:
+                node.stop()
+            except Exception as exc:  # noqa: BLE001 - stop the others whatever happens
+                errors.append(f"{name}: {exc}")
+        logging.getLogger("reference_broker").removeHandler(self._logs)
+        if errors:
+            raise RuntimeError(f"could not stop every reference broker of the network: {errors}")
+
+    def log_tail(self, lines: int = 40) -> str:
+        return "\n".join(self._logs.lines[-lines:])
+
+    def config_text(self) -> str:
+        return "\n".join(f"--- broker {n} ---\n{node.config_data}" for n, node in self.nodes.items())
+
+    def __enter__(self) -> "ReferenceNetwork":
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        links = ", ".join(f"{b.source}{'<->' if b.options.duplex else '->'}{b.target}" for b in self.bridges)
+        return f"<ReferenceNetwork {list(self.nodes)} [{links}]>"

@@ -1,0 +1,160 @@
+"""Consumer advisories: each broker announces, per destination, the consumers it has.
+
+ActiveMQ "Networks of Brokers", "Networks of brokers and advisories": a bridge learns the remote
+consumers from ``ActiveMQ.Advisory.Consumer.>`` topics. The reference broker publishes, on
+``topic://ActiveMQ.Advisory.Consumer.Queue.<name>`` (``.Topic.<name>`` for topics), one *retained*
+message holding the destination's whole current consumer set (JSON), so a bridge that subscribes
+later gets every destination's state at once (retained replay) and each update replaces the last;
+an empty body means "no consumers" (and clears the retained message).
+
+Network consumers are announced with the path their demand crossed (`paths`), so peers can apply
+consumer_ttl and suppress loops; network consumers created over STOMP (a duplex peer's pull
+subscription) get the priority their id asks for, as STOMP cannot carry a negative one.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Callable
+
+from ..engine.broker import Broker
+from ..engine.consumer import Consumer
+from ..engine.message import RETAIN_PROPERTY, Message
+from ..engine.names import TOPIC, DestinationName
+from .demand import RemoteConsumer
+from .paths import parse_network_id
+
+ADVISORY_PREFIX = "ActiveMQ.Advisory."
+CONSUMER_ADVISORY_PREFIX = "ActiveMQ.Advisory.Consumer."
+ADVISORY_WILDCARD = "/topic/ActiveMQ.Advisory.Consumer.>"
+_KINDS = {"queue": "Queue", "topic": "Topic"}
+_KINDS_BACK = {v: k for k, v in _KINDS.items()}
+
+
+def advisory_topic(destination: str) -> str:
+    kind, _, name = destination.partition("://")
+    return f"{CONSUMER_ADVISORY_PREFIX}{_KINDS[kind]}.{name}"
+
+
+def destination_of_advisory(topic_name: str) -> str | None:
+    """``ActiveMQ.Advisory.Consumer.Queue.X`` -> ``queue://X`` (None for anything else)."""
+    if not topic_name.startswith(CONSUMER_ADVISORY_PREFIX):
+        return None
+    kind, _, name = topic_name[len(CONSUMER_ADVISORY_PREFIX):].partition(".")
+    return f"{_KINDS_BACK[kind]}://{name}" if kind in _KINDS_BACK and name else None
+
+
+def encode_consumers(consumers: list[RemoteConsumer]) -> bytes:
+    if not consumers:
+        return b""
+    return json.dumps([{"id": c.consumer_id, "path": list(c.path), "priority": c.priority,
+                        "selector": c.selector} for c in consumers]).encode()
+
+
+def decode_consumers(body: bytes) -> list[RemoteConsumer]:
+    if not body.strip():
+        return []
+    return [RemoteConsumer(e["id"], tuple(e.get("path") or ()), int(e.get("priority", 0)), e.get("selector"))
+            for e in json.loads(body)]
+
+
+Watcher = Callable[[str, list[RemoteConsumer]], None]
+
+
+class AdvisoryPublisher:
+    """Tracks every consumer of the broker by destination and publishes the advisories.
+
+    ``schedule`` runs a callback later (the event loop's ``call_soon``) so a burst of changes on
+    one destination is published once and never from inside a dispatch; tests pass one that runs
+    at once. Bridges register the in-process network consumers they create (`register_network`)
+    and, for the duplex half, watch the local consumer sets (`watch`)."""
+
+    def __init__(self, broker: Broker, schedule: Callable[[Callable[[], None]], object] | None = None) -> None:
+        self.broker = broker
+        self.name = broker.config.name
+        self._schedule = schedule or (lambda fn: fn())
+        self.consumers: dict[str, dict[Consumer, None]] = {}
+        self.network_paths: dict[Consumer, tuple[str, ...]] = {}
+        self._dirty: set[str] = set()
+        self._watchers: list[Watcher] = []
+        self._connection = None
+        broker.consumer_listeners.append(self._on_consumer)
+
+    def close(self) -> None:
+        if self._on_consumer in self.broker.consumer_listeners:
+            self.broker.consumer_listeners.remove(self._on_consumer)
+
+    # ------------------------------------------------------------ bridges
+
+    def register_network(self, consumer: Consumer, path: tuple[str, ...]) -> None:
+        """Called right before a bridge subscribes its network consumer (so the add event sees it)."""
+        self.network_paths[consumer] = path
+
+    def watch(self, watcher: Watcher) -> None:
+        self._watchers.append(watcher)
+
+    def unwatch(self, watcher: Watcher) -> None:
+        if watcher in self._watchers:
+            self._watchers.remove(watcher)
+
+    def snapshot(self, destination: str) -> list[RemoteConsumer]:
+        result = []
+        for consumer in self.consumers.get(destination, {}):
+            path = self.network_paths.get(consumer)
+            priority = consumer.priority
+            if path is None:
+                parsed = parse_network_id(consumer.consumer_id)
+                path = parsed[0] if parsed else ()
+            selector = consumer.selector.text if consumer.selector is not None and not path else None
+            result.append(RemoteConsumer(f"{consumer.connection.connection_id}/{consumer.consumer_id}",
+                                         path, priority, selector))
+        return result
+
+    def destinations(self) -> list[str]:
+        return [d for d, consumers in self.consumers.items() if consumers]
+
+    # ------------------------------------------------------------ engine events
+
+    def _on_consumer(self, event: str, consumer: Consumer) -> None:
+        destination = consumer.destination.canonical
+        if consumer.destination.name.startswith(ADVISORY_PREFIX):
+            return  # advisory subscribers are not demand (and announcing them would loop)
+        consumers = self.consumers.setdefault(destination, {})
+        if event == "add":
+            consumers[consumer] = None
+            parsed = parse_network_id(consumer.consumer_id)
+            if parsed is not None and consumer.priority != parsed[1]:
+                _reprioritize(consumer, parsed[1])
+        else:
+            consumers.pop(consumer, None)
+            self.network_paths.pop(consumer, None)
+            if not consumers:
+                del self.consumers[destination]
+        if destination not in self._dirty:
+            self._dirty.add(destination)
+            self._schedule(lambda: self._publish(destination))
+
+    def _publish(self, destination: str) -> None:
+        self._dirty.discard(destination)
+        snapshot = self.snapshot(destination)
+        for watcher in list(self._watchers):
+            watcher(destination, snapshot)
+        if self._connection is None or self._connection.closed:
+            self._connection = self.broker.connect()
+        topic = advisory_topic(destination)
+        message = Message(message_id=self._connection.new_message_id(), destination=f"topic://{topic}",
+                          body=encode_consumers(snapshot), properties={RETAIN_PROPERTY: True, "broker": self.name})
+        self._connection.send(DestinationName(TOPIC, topic), message)
+
+
+def _reprioritize(consumer: Consumer, priority: int) -> None:
+    """Give a queue consumer a priority its protocol could not express, keeping the queue's
+    order (highest priority first, arrival order within one)."""
+    consumer.priority = priority
+    queue = consumer.source
+    consumers = getattr(queue, "consumers", None)
+    if not isinstance(consumers, list) or consumer not in consumers:
+        return
+    consumers.remove(consumer)
+    index = next((i for i, c in enumerate(consumers) if c.priority < priority), len(consumers))
+    consumers.insert(index, consumer)

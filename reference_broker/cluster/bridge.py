@@ -1,0 +1,323 @@
+"""A store-and-forward bridge from this broker to one peer, over STOMP (see the package docstring).
+
+Forwarding half (always): the bridge subscribes to the peer's consumer advisories and keeps, per
+destination, the network consumers `demand.desired_consumers` asks for on *this* broker. What one
+receives is sent to the peer with a receipt, and acknowledged here -- removed from this broker's
+queue and store -- only when the receipt arrives, i.e. once the peer has stored it (ActiveMQ
+"Networks of Brokers", "Reliability": a durable source keeps its durability across the network).
+A message is never forwarded to a broker in its ``brokerPath`` nor past message_ttl (`paths`).
+
+Duplex half (``duplex``): ActiveMQ "Duplex network connectors" -- the same connection carries the
+opposite direction too. The bridge watches this broker's own consumers and, for the demand they
+create, subscribes on the peer (a network subscription whose id carries path and priority); what
+arrives is stored here first and only then acknowledged to the peer.
+
+When the connection drops, the local network consumers close (what they had in flight goes back
+to their queues, unacknowledged) and the bridge reconnects after the connector's back-off.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+
+from ..engine.broker import Broker, Connection
+from ..engine.consumer import AckMode, Consumer
+from ..engine.message import Message, MessageRef
+from ..engine.names import parse_destination
+from ..protocols.stomp.codec import Frame
+from .advisories import ADVISORY_WILDCARD, AdvisoryPublisher, decode_consumers, destination_of_advisory
+from .demand import NetworkDemand, RemoteConsumer, desired_consumers, static_demand
+from .network_config import NetworkConnectorConfig
+from .paths import PATH_PROPERTY, extend_path, network_id, remote_message_selector
+from .stomp_link import StompLink
+from .uris import Peer
+
+log = logging.getLogger("reference_broker.cluster")
+
+# MESSAGE headers that describe the delivery or the message, not application properties.
+_CONTROL_HEADERS = frozenset({
+    "message-id", "destination", "subscription", "ack", "content-length", "redelivered", "JMSXDeliveryCount",
+    "timestamp", "expires", "priority", "persistent", "correlation-id", "reply-to", "type", "content-type",
+    "JMSXGroupID", "JMSXGroupSeq",
+})
+
+
+def wire(destination: str) -> str:
+    kind, _, name = destination.partition("://")
+    return f"/{kind}/{name}"
+
+
+def canonical(wire_name: str) -> str:
+    """``/queue/X`` (STOMP) -> ``queue://X``."""
+    for kind in ("queue", "topic"):
+        if wire_name.startswith(f"/{kind}/"):
+            return f"{kind}://{wire_name[len(kind) + 2:]}"
+    return parse_destination(wire_name).canonical
+
+
+def send_headers(message: Message, path: str, receipt: str) -> list[tuple[str, str]]:
+    headers = [("destination", wire(message.destination)), ("receipt", receipt),
+               ("persistent", "true" if message.persistent else "false"), ("priority", str(message.priority))]
+    if message.expiration:
+        headers.append(("expires", str(message.expiration)))
+    for name, value in (("correlation-id", message.correlation_id), ("reply-to", message.reply_to),
+                        ("type", message.type), ("content-type", message.content_type),
+                        ("JMSXGroupID", message.group_id)):
+        if value is not None:
+            headers.append((name, value))
+    if message.group_id is not None and message.group_seq:
+        headers.append(("JMSXGroupSeq", str(message.group_seq)))
+    for name, value in message.properties.items():
+        if name != PATH_PROPERTY:
+            headers.append((name, ("true" if value else "false") if isinstance(value, bool) else str(value)))
+    headers.append((PATH_PROPERTY, path))
+    return headers
+
+
+def message_from_frame(frame: Frame, message_id: str, path: str) -> Message:
+    h = frame.header_dict()
+    properties = {k: v for k, v in h.items() if k not in _CONTROL_HEADERS}
+    properties[PATH_PROPERTY] = path
+    group_seq = h.get("JMSXGroupSeq")
+    return Message(
+        message_id=message_id, destination=canonical(h["destination"]), body=bytes(frame.body),
+        properties=properties, persistent=h.get("persistent") == "true", priority=int(h.get("priority", 4)),
+        expiration=int(h.get("expires", 0) or 0), correlation_id=h.get("correlation-id"),
+        reply_to=h.get("reply-to"), type=h.get("type"), group_id=h.get("JMSXGroupID"),
+        group_seq=int(group_seq) if group_seq else 0, content_type=h.get("content-type"))
+
+
+class Bridge:
+    """One connector's bridge to one peer (or, for masterslave:, to the first live peer of a
+    group). `run()` connects, serves, and reconnects until `stop()`."""
+
+    def __init__(self, broker: Broker, publisher: AdvisoryPublisher, config: NetworkConnectorConfig,
+                 peers: tuple[Peer, ...]) -> None:
+        self.broker = broker
+        self.publisher = publisher
+        self.config = config
+        self.peers = peers
+        self.local_name = broker.config.name
+        self.remote_name: str | None = None
+        self.link: StompLink | None = None
+        self.local: Connection | None = None
+        self.connected_peer: Peer | None = None
+        self.connections = 0  # sessions established so far (tests and logs)
+        self.first_attempt: asyncio.Future | None = None
+        self._stopping = False
+        self._task: asyncio.Task | None = None
+        self._numbers = itertools.count(1)
+        # forwarding half: destination -> key -> network consumer on this broker
+        self._forward: dict[str, dict[str, Consumer]] = {}
+        self._receipts: dict[str, tuple[Consumer, str]] = {}
+        # duplex half: destination -> key -> (subscription id on the peer, its demand)
+        self._pull: dict[str, dict[str, tuple[str, NetworkDemand]]] = {}
+        self._pull_by_id: dict[str, str] = {}
+
+    def __repr__(self) -> str:
+        return f"<Bridge {self.config.name} {self.local_name}->{self.remote_name or self.peers}>"
+
+    # ------------------------------------------------------------ lifecycle
+
+    def start(self) -> asyncio.Task:
+        self.first_attempt = asyncio.get_running_loop().create_future()
+        self._task = asyncio.create_task(self.run(), name=repr(self))
+        return self._task
+
+    async def stop(self) -> None:
+        self._stopping = True
+        if self.link is not None:
+            self.link.close()
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except (asyncio.CancelledError, Exception):  # noqa: BLE001 - stopping anyway
+                pass
+        self._teardown()
+
+    async def run(self) -> None:
+        failures = 0
+        reconnect = self.config.parsed_uri.reconnect
+        while not self._stopping:
+            try:
+                await self._connect()
+            except (OSError, asyncio.TimeoutError) as exc:
+                failures += 1
+                self._first_attempt_done()
+                delay = reconnect.delay_ms(failures) / 1000
+                log.info("network connector %s on %s: no peer of %s reachable (%s); retrying in %.3f s",
+                         self.config.name, self.local_name, [str(p) for p in self.peers], exc, delay)
+                await asyncio.sleep(delay)
+                continue
+            failures = 0
+            self._first_attempt_done()
+            try:
+                await self.link.closed
+            finally:
+                self._teardown()
+            if not self._stopping:
+                log.info("network bridge %s -> %s lost; reconnecting", self.local_name, self.remote_name)
+                failures = 1
+                await asyncio.sleep(reconnect.delay_ms(failures) / 1000)
+
+    def _first_attempt_done(self) -> None:
+        if self.first_attempt is not None and not self.first_attempt.done():
+            self.first_attempt.set_result(None)
+
+    async def _connect(self) -> None:
+        last: Exception | None = None
+        # masterslave: the URIs are master, slave1, ... in order: connect to the first live one
+        # (ActiveMQ "MasterSlave Discovery"); static: makes one Bridge per peer, so one peer here.
+        for peer in self.peers:
+            try:
+                link, connected = await StompLink.open(peer.host, peer.port, self._on_frame,
+                                                       login=self.config.user_name, passcode=self.config.password)
+            except (OSError, asyncio.TimeoutError) as exc:
+                last = exc
+                continue
+            self.link, self.connected_peer = link, peer
+            break
+        else:
+            raise last if last is not None else OSError("no peer")
+        # The peer's connection ids are "<broker name>-<n>" (engine.broker.Broker.connect).
+        self.remote_name = (connected.get("session") or "").rpartition("-")[0] or str(self.connected_peer)
+        self.local = self.broker.connect()
+        self.connections += 1
+        log.info("Network connection between %s and %s (%s) has been established (connector %s%s)",
+                 self.local_name, self.connected_peer, self.remote_name, self.config.name,
+                 ", duplex" if self.config.duplex else "")
+        for destination, demand in static_demand(self.config, self.remote_name).items():
+            self._add_forward(destination, demand)
+        if not self.config.static_bridge:
+            # staticBridge: "will not subscribe to any advisory topics on the remote broker".
+            self.link.write("SUBSCRIBE", [("id", "advisories"), ("destination", ADVISORY_WILDCARD), ("ack", "auto")])
+        if self.config.duplex:
+            self.publisher.watch(self._local_demand)
+            for destination in self.publisher.destinations():
+                self._local_demand(destination, self.publisher.snapshot(destination))
+
+    def _teardown(self) -> None:
+        self.publisher.unwatch(self._local_demand)
+        if self.link is not None:
+            self.link.close()
+        if self.local is not None:
+            self.local.close()  # network consumers close; unacknowledged messages return to their queues
+            self.local = None
+        self._forward.clear()
+        self._receipts.clear()
+        self._pull.clear()
+        self._pull_by_id.clear()
+
+    # ------------------------------------------------------------ frames from the peer
+
+    def _on_frame(self, frame: Frame) -> None:
+        if frame.command == "RECEIPT":
+            pending = self._receipts.pop(frame.get("receipt-id") or "", None)
+            if pending is not None and self.local is not None:
+                consumer, message_id = pending
+                if not consumer.closed:
+                    # The peer has the message (stored, for a persistent one): remove it here.
+                    self.local.ack(consumer, message_id)
+        elif frame.command == "MESSAGE":
+            subscription = frame.get("subscription") or ""
+            if subscription == "advisories":
+                self._on_advisory(frame)
+            elif subscription in self._pull_by_id:
+                self._on_pulled(frame)
+        elif frame.command == "ERROR":
+            log.warning("network bridge %s -> %s: peer error %s %r", self.local_name, self.remote_name,
+                        frame.get("message"), bytes(frame.body[:200]))
+
+    def _on_advisory(self, frame: Frame) -> None:
+        topic = canonical(frame.get("destination") or "").partition("://")[2]
+        destination = destination_of_advisory(topic)
+        if destination is None or self.remote_name is None:
+            return
+        consumers = decode_consumers(bytes(frame.body))
+        wanted = desired_consumers(self.config, destination, self.remote_name, self.local_name, consumers)
+        self._reconcile_forward(destination, wanted)
+
+    # ------------------------------------------------------------ forwarding half
+
+    def _reconcile_forward(self, destination: str, wanted: dict[str, NetworkDemand]) -> None:
+        current = self._forward.get(destination, {})
+        for key in [k for k in current if k != "static" and k not in wanted]:
+            consumer = current.pop(key)
+            if self.local is not None and consumer.consumer_id in self.local.consumers:
+                self.local.unsubscribe(consumer.consumer_id)
+        for key, demand in wanted.items():
+            if key not in current:
+                self._add_forward(destination, demand)
+        if destination in self._forward and not self._forward[destination]:
+            del self._forward[destination]
+
+    def _add_forward(self, destination: str, demand: NetworkDemand) -> None:
+        local = self.local
+        if local is None or self.remote_name is None:
+            return
+        dest = parse_destination(destination)
+        if dest.is_queue and any(part in ("*", ">") for part in dest.name.split(".")):
+            return  # nobody consumes from a wildcard queue
+        # The id carries path and priority, so the advisory announces it as a network consumer;
+        # the selector (loop suppression, message_ttl, a non-conduit consumer's own selector) is in
+        # place before the first dispatch.
+        consumer = local.subscribe(
+            network_id(demand.path, demand.priority, next(self._numbers)), dest, deliver=self._forward_one,
+            ack_mode=AckMode.CLIENT_INDIVIDUAL, prefetch=self.config.prefetch_size, priority=demand.priority,
+            selector=remote_message_selector(self.remote_name, self.config.effective_message_ttl, demand.selector))
+        self.publisher.register_network(consumer, demand.path)
+        self._forward.setdefault(destination, {})[demand.key] = consumer
+
+    def _forward_one(self, consumer: Consumer, ref: MessageRef) -> None:
+        link = self.link
+        if link is None or not link.is_open:
+            return  # stays in flight; returned to the queue when the local connection closes
+        message = ref.message
+        receipt = f"fwd-{next(self._numbers)}"
+        self._receipts[receipt] = (consumer, message.message_id)
+        link.write("SEND", send_headers(message, extend_path(message.properties.get(PATH_PROPERTY), self.local_name),
+                                        receipt), message.body)
+
+    # ------------------------------------------------------------ duplex half
+
+    def _local_demand(self, destination: str, consumers: list[RemoteConsumer]) -> None:
+        """This broker's consumers of ``destination`` changed: keep the pull subscriptions on the
+        peer that carry that demand (the reverse direction of a duplex bridge)."""
+        if self.link is None or self.remote_name is None:
+            return
+        wanted = desired_consumers(self.config, destination, self.local_name, self.remote_name, consumers)
+        current = self._pull.setdefault(destination, {})
+        for key in [k for k in current if k not in wanted]:
+            sub_id, _ = current.pop(key)
+            self._pull_by_id.pop(sub_id, None)
+            self.link.write("UNSUBSCRIBE", [("id", sub_id)])
+        for key, demand in wanted.items():
+            if key in current:
+                continue
+            sub_id = network_id(demand.path, demand.priority, next(self._numbers))
+            selector = remote_message_selector(self.local_name, self.config.effective_message_ttl, demand.selector)
+            self.link.write("SUBSCRIBE", [
+                ("id", sub_id), ("destination", wire(destination)), ("ack", "client-individual"),
+                ("activemq.prefetchSize", str(self.config.prefetch_size)), ("selector", selector)])
+            current[key] = (sub_id, demand)
+            self._pull_by_id[sub_id] = destination
+        if not current:
+            del self._pull[destination]
+
+    def _on_pulled(self, frame: Frame) -> None:
+        local, link = self.local, self.link
+        if local is None or link is None:
+            return
+        path = extend_path(frame.get(PATH_PROPERTY), self.remote_name or "?")
+        message = message_from_frame(frame, local.new_message_id(), path)
+        dest = parse_destination(message.destination)
+        local.send(dest, message)
+        # Store and forward: ours is durable before the peer may drop its copy.
+        self.broker.flush()
+        ack = frame.get("ack")
+        if ack is not None:
+            link.write("ACK", [("id", ack)])
+
