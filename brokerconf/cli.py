@@ -282,11 +282,13 @@ def cmd_targets_list(args: argparse.Namespace) -> int:
         ok, reason = target.availability()
         capabilities = sorted(target.capabilities())
         protocols = ",".join(c.removeprefix("protocol.") for c in capabilities if c.startswith("protocol."))
-        rows.append((name, target.kind, "yes" if ok else "no", protocols or "-", reason))
+        # how it would launch here: in-process, a local process, a container, or someone else's broker
+        launch = getattr(target, "launch_mode", None) or ("external" if name in external else "process")
+        rows.append((name, target.kind, launch, "yes" if ok else "no", protocols or "-", reason))
     width = max(len(r[0]) for r in rows)
-    print(f"{'target':<{width}}  {'kind':<10} {'runs':<5} {'protocols':<16} why not")
-    for name, kind, ok, protocols, reason in rows:
-        print(f"{name:<{width}}  {kind:<10} {ok:<5} {protocols:<16} {reason}")
+    print(f"{'target':<{width}}  {'kind':<10} {'launch':<10} {'runs':<5} {'protocols':<16} why not")
+    for name, kind, launch, ok, protocols, reason in rows:
+        print(f"{name:<{width}}  {kind:<10} {launch:<10} {ok:<5} {protocols:<16} {reason}")
     return 0
 
 
@@ -358,8 +360,10 @@ def build_parser() -> argparse.ArgumentParser:
     targets_list = targets_sub.add_parser("list", help="each target, whether it can run here and why not")
     targets_list.add_argument("--targets-file", metavar="FILE", help="also list the brokers of this targets file")
     targets_list.set_defaults(func=cmd_targets_list)
-    targets_install = targets_sub.add_parser("install", help="install the Debian packages of local targets (root)")
-    targets_install.add_argument("targets", nargs="*", help="targets to install (default: activemq rabbitmq mosquitto)")
+    targets_install = targets_sub.add_parser("install", help="install the Debian packages of local targets (root); "
+                                             "`docker` also starts the engine and builds the images")
+    targets_install.add_argument("targets", nargs="*",
+                                 help="targets to install (default: activemq rabbitmq mosquitto docker)")
     targets_install.set_defaults(func=cmd_targets_install)
 
     broker = sub.add_parser("broker", help="run the reference broker")

@@ -1,10 +1,11 @@
 """Nemeses: faults with setup / invoke / teardown, recorded in the history (see base.py)."""
 
 from .base import Nemesis, NemesisError, RecordedNemesis
+from .container import ContainerPartitionNemesis
 from .lock import LockLossNemesis
 from .netns import NetnsNemesis, netns_unavailable
 from .process import ProcessNemesis, process_running
 from .proxy import ProxyNemesis
 
-__all__ = ["LockLossNemesis", "Nemesis", "NemesisError", "NetnsNemesis", "ProcessNemesis", "ProxyNemesis",
+__all__ = ["ContainerPartitionNemesis", "LockLossNemesis", "Nemesis", "NemesisError", "NetnsNemesis", "ProcessNemesis", "ProxyNemesis",
            "RecordedNemesis", "netns_unavailable", "process_running"]

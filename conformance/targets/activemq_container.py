@@ -296,7 +296,7 @@ class ActiveMQContainer:
             wrapped = self._tc._container  # set by create(), also when the wait fails
             self.container_id = wrapped.id if wrapped is not None else None
             self._arm_finalizer()
-        self._read_published_ports()
+        self.refresh_ports()
         if wait_for == "serving" or not self.waiting_for_lock():
             self._wait_stomp(deadline)
 
@@ -304,6 +304,18 @@ class ActiveMQContainer:
         if self._finalizer is not None:
             self._finalizer.detach()
         self._finalizer = weakref.finalize(self, _remove_quietly, self._wrapped(), self._own_network)
+
+    def join(self, network: Any) -> None:
+        """Run on ``network`` (a docker SDK Network that exists once a shared launcher started
+        it) instead of a network of its own; before `start` only."""
+        if self.container_id is not None:
+            raise RuntimeError(f"{self.name}: join() a network before start()")
+        self._given_network = network
+
+    def refresh_ports(self) -> None:
+        """Re-read the published host ports: Docker re-publishes them when the container is
+        reconnected to its network, and an ephemeral port comes back with a new number."""
+        self._read_published_ports()
 
     def _read_published_ports(self) -> None:
         container = self._wrapped()

@@ -19,6 +19,13 @@ query starts it (about 1 s: the source launcher compiles it, then it connects), 
 JMX round trip (measured here, 2 cores: 5-30 ms for the attributes below, up to about 130 ms for
 every attribute of every MBean). ``handle.jmx_timing`` keeps the numbers.
 
+Launch modes (issue 8): ``launch="process"`` runs the JVM on this machine (`ActiveMQProcess`),
+``launch="container"`` runs the same activemq.xml in the ``brokerconf/activemq-classic`` image
+(`conformance.targets.activemq_container.ActiveMQContainer`, same interface: published loopback
+ports, JMX through a published port), and ``launch="auto"`` (plain ``activemq``) takes the local
+process when the Debian package is installed, else the container. The handle says which ran
+(``handle.launch``), and the plugin records it in the matrix.
+
 Not offered: AMQP (Debian does not package ActiveMQ's AMQP transport, activemq-amqp), Artemis-only
 group features (group rebalance, group-first-key).
 """
@@ -28,6 +35,7 @@ from __future__ import annotations
 import re
 import threading
 from pathlib import Path
+from typing import Callable
 
 from conformance.scenario import Scenario
 from conformance.targets.activemq import (
@@ -40,9 +48,13 @@ from conformance.targets.activemq import (
 from conformance.targets.activemq_policy import ActiveMQConfig, UnsupportedPolicy, render
 from conformance.targets.activemq_shared_store import SharedStoreGroup
 from conformance.targets.base import DestinationCounters, SubscriptionCounters, TargetUnavailable
+from conformance.targets.docker_env import ACTIVEMQ_IMAGE, DockerUnavailable, container_target_available
 from conformance.targets.jmx import JmxClient, JmxError, MBean, QueryTiming
 
-__all__ = ["ActiveMQTarget", "ActiveMQHandle", "subscription_pattern", "destination_pattern"]
+__all__ = ["ActiveMQTarget", "ActiveMQHandle", "LAUNCH_MODES", "subscription_pattern", "destination_pattern"]
+
+#: how an ActiveMQTarget may run its broker; "auto" resolves to one of the other two
+LAUNCH_MODES = ("auto", "process", "container")
 
 _FEATURES = frozenset({
     "scenario.policies",
@@ -126,8 +138,11 @@ class ActiveMQHandle:
     launch = "process"
 
     def __init__(self, *, target: str, process: ActiveMQProcess, scenario: Scenario, config: ActiveMQConfig,
-                 capabilities: frozenset[str], credentials: tuple[str | None, str | None]) -> None:
+                 capabilities: frozenset[str], credentials: tuple[str | None, str | None],
+                 launch: str = "process") -> None:
         self.target = target
+        # "process" (ActiveMQProcess) or "container" (ActiveMQContainer, same interface)
+        self.launch = launch
         self.process = process
         self.scenario = scenario
         self.config = config
@@ -158,8 +173,9 @@ class ActiveMQHandle:
         return self.process.log_tail(lines)
 
     @property
-    def pid(self) -> int:
-        return self.process.pid
+    def pid(self) -> int | None:
+        """The broker JVM's PID; None in a container (signal it through the container, not a host PID)."""
+        return self.process.pid if self.launch == "process" else None
 
     @property
     def jmx_timing(self) -> QueryTiming | None:
@@ -240,7 +256,7 @@ class ActiveMQHandle:
             self.process.stop()
         try:
             self.process.start(timeout=timeout)
-        except (ActiveMQNotInstalled, ActiveMQStartError) as e:
+        except (ActiveMQNotInstalled, ActiveMQStartError, DockerUnavailable) as e:
             raise TargetUnavailable(f"ActiveMQ ({self.target}) did not come back: {e}") from e
         self._refresh_ports()
 
@@ -253,21 +269,66 @@ class ActiveMQHandle:
 
 
 class ActiveMQTarget:
-    """ActiveMQ Classic from the Debian package, one JVM per scenario (implements `Target`)."""
+    """ActiveMQ Classic 5.17, one broker per scenario (implements `Target`): a local JVM from the
+    Debian package (``launch="process"``), the same configuration in the brokerconf image
+    (``launch="container"``), or whichever of the two can run here (``launch="auto"``, the
+    process first: it starts faster and needs no engine).
+
+    ``process_check`` / ``container_check`` return ``(ok, reason)``; they default to the package
+    check and docker_env's engine/permission/image check, and tests hand in fakes."""
 
     kind = "activemq"
 
-    def __init__(self, name: str = "activemq", *, jvm_heap_mb: int = 512, start_timeout: float = 60.0) -> None:
+    def __init__(self, name: str = "activemq", *, launch: str = "process", jvm_heap_mb: int = 512,
+                 start_timeout: float = 60.0, image: str = ACTIVEMQ_IMAGE,
+                 process_check: Callable[[], tuple[bool, str]] | None = None,
+                 container_check: Callable[[], tuple[bool, str]] | None = None) -> None:
+        if launch not in LAUNCH_MODES:
+            raise ValueError(f"launch must be one of {', '.join(LAUNCH_MODES)}, not {launch!r}")
         self.name = name
+        self.launch_requested = launch
         self.jvm_heap_mb = jvm_heap_mb
         self.start_timeout = start_timeout
+        self.image = image
+        self._process_check = process_check or activemq_available
+        self._container_check = container_check or (lambda: container_target_available(self.image))
+        self._resolved: tuple[str, bool, str] | None = None
+
+    def _resolve(self) -> tuple[str, bool, str]:
+        """(mode, ok, reason), computed once: the checks ask dpkg / the Docker engine."""
+        if self._resolved is None:
+            if self.launch_requested == "process":
+                self._resolved = ("process", *self._process_check())
+            elif self.launch_requested == "container":
+                self._resolved = ("container", *self._container_check())
+            else:
+                ok, reason = self._process_check()
+                if ok:
+                    self._resolved = ("process", True, "")
+                else:
+                    c_ok, c_reason = self._container_check()
+                    self._resolved = (("container", True, "") if c_ok else
+                                      ("process", False, f"no local ActiveMQ ({reason}) and no container "
+                                                         f"({c_reason})"))
+        return self._resolved
+
+    @property
+    def launch_mode(self) -> str:
+        """"process" or "container": what `launch` will start (the matrix records it)."""
+        return self._resolve()[0]
 
     def availability(self) -> tuple[bool, str]:
-        return activemq_available()
+        _, ok, reason = self._resolve()
+        return ok, reason
+
+    def _mqtt_available(self) -> tuple[bool, str]:
+        if self.launch_mode == "container":
+            return True, ""  # the image installs the MQTT transport's jars (docker/activemq-classic/Dockerfile)
+        return activemq_mqtt_available()
 
     def capabilities(self) -> frozenset[str]:
         caps = {"protocol.stomp", *_FEATURES}
-        if activemq_mqtt_available()[0]:
+        if self._mqtt_available()[0]:
             caps.add("protocol.mqtt")
         return frozenset(caps)
 
@@ -276,10 +337,18 @@ class ActiveMQTarget:
         if capability == "protocol.amqp":
             return "ActiveMQ Classic's AMQP transport (activemq-amqp) is not packaged in Debian"
         if capability == "protocol.mqtt":
-            return activemq_mqtt_available()[1]
+            return self._mqtt_available()[1]
         if capability in ("groups.rebalance", "groups.first_key"):
             return "an Artemis address setting with no ActiveMQ Classic equivalent"
         return None
+
+    def _broker(self, workdir: Path, **options):
+        """An unstarted ActiveMQProcess or ActiveMQContainer (same options, same interface)."""
+        if self.launch_mode == "container":
+            from conformance.targets.activemq_container import ActiveMQContainer  # noqa: PLC0415 - needs docker SDK
+
+            return ActiveMQContainer(Path(workdir) / "activemq-container", image=self.image, **options)
+        return ActiveMQProcess(Path(workdir) / "activemq", **options)
 
     def launch(self, scenario: Scenario, workdir: Path) -> ActiveMQHandle:
         ok, reason = self.availability()
@@ -293,8 +362,8 @@ class ActiveMQTarget:
         mqtt = "mqtt" in scenario.protocols and "protocol.mqtt" in capabilities
         stomp = "stomp" in scenario.protocols
         first_user = scenario.users[0] if scenario.users else None
-        process = ActiveMQProcess(
-            Path(workdir) / "activemq",
+        process = self._broker(
+            workdir,
             name=_broker_name(scenario),
             stomp=stomp,
             mqtt=mqtt,
@@ -305,16 +374,19 @@ class ActiveMQTarget:
             **config.process_options(),
         )
         try:
-            process.start(timeout=self.start_timeout)
-        except (ActiveMQNotInstalled, ActiveMQStartError) as e:
-            raise TargetUnavailable(f"ActiveMQ ({self.name}) did not start for scenario {scenario.name!r}: {e}") from e
+            # a container also pulls nothing and starts its JVM: give it the same budget plus its own start-up
+            process.start(timeout=self.start_timeout + (30 if self.launch_mode == "container" else 0))
+        except (ActiveMQNotInstalled, ActiveMQStartError, DockerUnavailable) as e:
+            raise TargetUnavailable(f"ActiveMQ ({self.name}, {self.launch_mode}) did not start for scenario "
+                                    f"{scenario.name!r}: {e}") from e
         opened = {"stomp": stomp, "mqtt": mqtt}
         # a listener the scenario did not ask for is not there, so neither is its capability
         handle_capabilities = frozenset(c for c in capabilities
                                         if not (c.startswith("protocol.") and not opened.get(c.split(".", 1)[1])))
         return ActiveMQHandle(target=self.name, process=process, scenario=scenario, config=config,
                               capabilities=handle_capabilities,
-                              credentials=(first_user[0], first_user[1]) if first_user else (None, None))
+                              credentials=(first_user[0], first_user[1]) if first_user else (None, None),
+                              launch=self.launch_mode)
 
     def launch_shared_store(self, scenario: Scenario, workdir: Path, *, nodes: int = 2,
                             lock_keep_alive_period_ms: int = 2000,
@@ -324,6 +396,9 @@ class ActiveMQTarget:
         ok, reason = self.availability()
         if not ok:
             raise TargetUnavailable(reason)
+        if self.launch_mode == "container":
+            raise TargetUnavailable("the shared-store group runs local processes only; for containers see "
+                                    "conformance.targets.activemq_container_network.SharedVolumePair")
         if scenario.policies:
             raise TargetUnavailable("the shared-store group takes no destination policies yet "
                                     f"(scenario {scenario.name!r} has {len(scenario.policies)})")
@@ -340,4 +415,4 @@ class ActiveMQTarget:
         return group
 
     def __repr__(self) -> str:
-        return f"<ActiveMQTarget {self.name}>"
+        return f"<ActiveMQTarget {self.name} launch={self.launch_requested}>"

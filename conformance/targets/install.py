@@ -21,6 +21,11 @@ PACKAGES: dict[str, tuple[str, ...]] = {
     "docker": ("docker.io", "debootstrap"),
 }
 POLICY_RC_D = Path("/usr/sbin/policy-rc.d")
+#: the checkout's docker/ directory (start-engine.sh, build-images.sh)
+DOCKER_DIR = Path(__file__).resolve().parents[2] / "docker"
+#: after the packages of the `docker` target: start the engine when no service manager did (the
+#: policy-rc.d above keeps apt from starting it), then build the local images, offline if need be
+DOCKER_STEPS = ("start-engine.sh", "build-images.sh")
 
 
 class InstallError(RuntimeError):
@@ -34,7 +39,22 @@ def packages_for(targets: list[str]) -> list[str]:
     return [p for t in targets for p in PACKAGES[t]]
 
 
-def install(targets: list[str], progress=print) -> None:
+def docker_steps(progress=print, run=subprocess.run, docker_dir: Path | None = None) -> None:
+    """Run docker/start-engine.sh, then docker/build-images.sh (both idempotent; root)."""
+    docker_dir = docker_dir or DOCKER_DIR
+    for script in DOCKER_STEPS:
+        path = docker_dir / script
+        if not path.is_file():
+            raise InstallError(f"{path} not found: `brokerconf targets install docker` runs from a brokerconf "
+                               "checkout (its docker/ directory holds the engine and image scripts)")
+        progress(f"running {path}")
+        code = run(["bash", str(path)]).returncode
+        if code != 0:
+            raise InstallError(f"{path} failed (exit {code}, its output is above); fix that and run "
+                               "`brokerconf targets install docker` again (every step skips what is done)")
+
+
+def install(targets: list[str], progress=print, run=subprocess.run) -> None:
     packages = packages_for(targets)
     if os.geteuid() != 0:
         raise InstallError(f"installing needs root: run `sudo apt-get install {' '.join(packages)}` "
@@ -50,11 +70,13 @@ def install(targets: list[str], progress=print) -> None:
         made_policy = True
     try:
         progress(f"apt-get install {' '.join(packages)}")
-        if subprocess.run(command, env=env).returncode != 0:
+        if run(command, env=env).returncode != 0:
             progress("apt-get install failed; running apt-get update and retrying")
-            subprocess.run(["apt-get", "update"], env=env, check=False)
-            if subprocess.run(command, env=env).returncode != 0:
+            run(["apt-get", "update"], env=env, check=False)
+            if run(command, env=env).returncode != 0:
                 raise InstallError(f"apt-get install {' '.join(packages)} failed (see its output above)")
     finally:
         if made_policy:
             POLICY_RC_D.unlink(missing_ok=True)
+    if "docker" in targets:
+        docker_steps(progress, run)

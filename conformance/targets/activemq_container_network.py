@@ -1,0 +1,222 @@
+"""Multi-broker ActiveMQ Classic topologies in containers on one scenario network (issue 8).
+
+* `ActiveMQContainerNetwork`: the network of brokers of `activemq_network.ActiveMQNetwork`
+  (same `Bridge` / `NetworkConnectorOptions`, same rendered ``<networkConnector>``), but each
+  broker is an `ActiveMQContainer` and each connector points at its peer's *internal* OpenWire
+  address (``tcp://<broker name>:61616`` on the scenario network), so the bridge is a real TCP
+  link between two network namespaces that `chaos.nemesis.container` can cut.
+* `SharedVolumePair`: the shared-file master/slave group of `activemq_shared_store` (A-MQ
+  fault-tolerant messaging guide, 3.1), with the KahaDB directory on one named Docker volume
+  mounted into every broker container. Node A starts first and becomes master.
+
+Both create their Docker network (and volume) at `start()` and remove them, with every container,
+at `stop()` — also when `start()` fails. Everything carries the ``org.brokerconf.launcher`` label.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from .activemq_container import _SHARED_KAHADB, CONTAINER_PORTS, LABEL, ActiveMQContainer
+from .activemq_network import _ESTABLISHED, ActiveMQNetwork, Bridge, NetworkNode, NetworkStartError, \
+    render_network_connector
+from .activemq_shared_store import NODE_NAMES, SharedStoreGroup, SharedStoreNode
+from .docker_env import ACTIVEMQ_IMAGE, docker_client
+
+__all__ = ["ActiveMQContainerNetwork", "ContainerNetworkNode", "SharedVolumePair", "scenario_network"]
+
+
+def scenario_network(kind: str, name: str) -> Any:
+    """A created testcontainers ``Network`` with the project's labels (the caller removes it)."""
+    from testcontainers.core.network import Network  # noqa: PLC0415 - optional dependency
+
+    net = Network(docker_network_kw={"labels": {LABEL: kind, "org.brokerconf.broker": name}})
+    net.name = f"brokerconf-{name}-{uuid.uuid4().hex[:8]}"
+    net.create()
+    return net
+
+
+def _remove_network(net: Any) -> None:
+    try:
+        net.remove()
+    except Exception as exc:  # noqa: BLE001
+        if "not found" not in str(exc).lower():
+            raise
+
+
+class ContainerNetworkNode(NetworkNode):
+    """A `NetworkNode` whose broker runs in a container: bridge log lines come from ``docker logs``."""
+
+    def established_bridges(self) -> list[str]:
+        text = self.process.log_tail(20000)
+        return [m.group("remote") for m in _ESTABLISHED.finditer(text) if m.group("local") == self.process.name]
+
+    def address(self) -> str | None:
+        """The broker's address on the scenario network."""
+        return self.process.ip_address
+
+
+class ActiveMQContainerNetwork(ActiveMQNetwork):
+    """Brokers ``names`` in containers, joined by ``bridges`` over the scenario network.
+
+    ``nodes[name].process`` is the `ActiveMQContainer` (``container_id``, ``ip_address``), what
+    `chaos.nemesis.container.ContainerPartitionNemesis` takes."""
+
+    def __init__(self, workdir: Path, names: tuple[str, ...] = ("A", "B"), bridges: tuple[Bridge, ...] = (), *,
+                 prefix: str = "nob", jvm_heap_mb: int = 256, memory_limit_mb: int = 96,
+                 image: str = ACTIVEMQ_IMAGE, persistent: bool = False) -> None:
+        super().__init__(workdir, names, bridges, prefix=prefix, jvm_heap_mb=jvm_heap_mb,
+                         memory_limit_mb=memory_limit_mb)  # validates names and bridges
+        self.prefix = prefix
+        self.network: Any = None
+        # replace the local processes the base class made by containers with the same options;
+        # peers' internal addresses depend on names only, so every connector renders up front
+        self.nodes = {
+            name: ContainerNetworkNode(name, ActiveMQContainer(
+                self.workdir / name, name=f"{prefix}-{name}", image=image, stomp=True, openwire=True, jmx=True,
+                persistent=persistent, jvm_heap_mb=jvm_heap_mb, memory_limit_mb=memory_limit_mb,
+                network_connectors_xml=self.connectors_xml(name)))
+            for name in names
+        }
+
+    def connectors_xml(self, name: str) -> str:
+        # the peer's address inside the scenario network: its broker name is its network alias
+        # (ActiveMQContainer.internal_openwire_url), so nothing waits for a port to be published
+        return "\n".join(render_network_connector([f"tcp://{self.prefix}-{b.target}:{CONTAINER_PORTS['openwire']}"],
+                                                  b.options)
+                         for b in self.bridges if b.source == name)
+
+    def start(self, timeout: float = 120) -> None:
+        """Create the network, start every container at once, wait until every bridge is up."""
+        deadline = time.monotonic() + timeout
+        try:
+            self.network = scenario_network("activemq_container_network", self.prefix)
+            errors: dict[str, BaseException] = {}
+            for node in self.nodes.values():
+                # join the shared network (a launcher never removes a network it was handed); the
+                # network exists only from start() on, so it is handed over here, not in __init__
+                node.process.join(self.network)
+
+            def start_one(name: str) -> None:
+                try:
+                    self.nodes[name].process.start(timeout=max(1.0, deadline - time.monotonic()))
+                except BaseException as exc:  # noqa: BLE001 - reported below with every broker's error
+                    errors[name] = exc
+
+            threads = [threading.Thread(target=start_one, args=(n,), name=f"start-{n}") for n in self.start_order()]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            if errors:
+                raise NetworkStartError("broker container(s) did not start: "
+                                        + "; ".join(f"{n}: {e}" for n, e in errors.items()))
+            self.wait_for_bridges(max(1.0, deadline - time.monotonic()))
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        try:
+            super().stop()
+        finally:
+            net, self.network = self.network, None
+            if net is not None:
+                _remove_network(net)
+
+    def __enter__(self) -> "ActiveMQContainerNetwork":
+        self.start()
+        return self
+
+
+class _VolumeKahaDBContainer(ActiveMQContainer):
+    """An `ActiveMQContainer` whose shared KahaDB directory is a named Docker volume, not a bind mount."""
+
+    def __init__(self, workdir: Path, *, volume: str, **options: Any) -> None:
+        # kahadb_directory makes the renderer point KahaDB at the shared mount point; the host
+        # directory itself is replaced by the volume below and stays empty
+        super().__init__(workdir, kahadb_directory=Path(workdir) / "unused-kahadb-mountpoint", **options)
+        self.volume = volume
+
+    def _build_container(self) -> Any:
+        tc = super()._build_container()
+        tc.volumes.pop(str(self.kahadb_directory), None)
+        tc.with_volume_mapping(self.volume, str(_SHARED_KAHADB), "rw")
+        return tc
+
+
+class SharedVolumePair(SharedStoreGroup):
+    """``nodes`` ActiveMQ containers on one KahaDB volume; `start()` makes A master, the rest slaves."""
+
+    def __init__(self, workdir: Path, *, nodes: int = 2, lock_keep_alive_period_ms: int = 2000,
+                 lock_acquire_sleep_interval_ms: int = 1000, jvm_heap_mb: int = 256,
+                 broker_name: str = "shared-volume", image: str = ACTIVEMQ_IMAGE) -> None:
+        if not 2 <= nodes <= len(NODE_NAMES):
+            raise ValueError(f"a shared-store group has 2 to {len(NODE_NAMES)} nodes, not {nodes}")
+        if not re.fullmatch(r"[A-Za-z0-9_.-]+", broker_name):
+            raise ValueError(f"broker name must match [A-Za-z0-9_.-]+: {broker_name!r}")
+        self.workdir = Path(workdir).absolute()
+        self.volume_name = f"brokerconf-{broker_name}-kahadb-{uuid.uuid4().hex[:8]}"
+        self.store = self.volume_name  # what error messages name: the volume, not a host path
+        self.lock_keep_alive_period_ms = lock_keep_alive_period_ms
+        self.lock_acquire_sleep_interval_ms = lock_acquire_sleep_interval_ms
+        self.broker_name = broker_name
+        self.network: Any = None
+        self._volume: Any = None
+        self._client: Any = None
+        self.nodes = [
+            SharedStoreNode(name, _VolumeKahaDBContainer(
+                self.workdir / f"node-{name}", volume=self.volume_name, name=f"{broker_name}-{name}", image=image,
+                stomp=True, openwire=True, persistent=True, jvm_heap_mb=jvm_heap_mb,
+                lock_keep_alive_period_ms=lock_keep_alive_period_ms,
+                lock_acquire_sleep_interval_ms=lock_acquire_sleep_interval_ms))
+            for name in NODE_NAMES[:nodes]
+        ]
+
+    def start(self, timeout: float = 120) -> None:
+        try:
+            self._client = docker_client()
+            self._volume = self._client.volumes.create(
+                self.volume_name, labels={LABEL: "shared_volume_pair", "org.brokerconf.broker": self.broker_name})
+            self.network = scenario_network("shared_volume_pair", self.broker_name)
+            for node in self.nodes:
+                node.process.join(self.network)
+        except BaseException:
+            self.stop()
+            raise
+        super().start(timeout)  # stops everything (self.stop) when it fails
+
+    def stop(self) -> None:
+        try:
+            super().stop()
+        finally:
+            net, self.network = self.network, None
+            volume, self._volume = self._volume, None
+            try:
+                if net is not None:
+                    _remove_network(net)
+            finally:
+                if volume is not None:
+                    try:
+                        volume.remove(force=True)
+                    except Exception as exc:  # noqa: BLE001
+                        if "no such volume" not in str(exc).lower() and "not found" not in str(exc).lower():
+                            raise
+                if self._client is not None:
+                    self._client.close()
+                    self._client = None
+
+    def __enter__(self) -> "SharedVolumePair":
+        self.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        return f"<SharedVolumePair volume={self.volume_name} nodes={[n.name for n in self.nodes]}>"

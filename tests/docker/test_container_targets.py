@@ -1,0 +1,228 @@
+"""Container targets in the registry (issue 8 part 2): `activemq` / `activemq:process` /
+`activemq:container` selection and reasons, Artemis's container-only reason, `targets install docker`.
+
+Fast tests use fake availability checks; the `container` test runs a conformance suite file through
+``--target activemq:container`` in a pytest subprocess and skips where the image is not usable."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from conformance.scenario import Scenario
+from conformance.targets import install as install_mod
+from conformance.targets.activemq_target import ActiveMQTarget
+from conformance.targets.docker_env import ACTIVEMQ_IMAGE, image_available
+from conformance.targets.registry import BUILTIN, ArtemisTarget, resolve
+
+ROOT = Path(__file__).resolve().parents[2]
+NO_PACKAGE = "ActiveMQ is not installed: apt-get install activemq"
+NO_ENGINE = "no Docker engine is installed (no dockerd on PATH)"
+
+
+def _target(launch: str, process=(True, ""), container=(True, "")) -> ActiveMQTarget:
+    calls = {"process": 0, "container": 0}
+
+    def process_check():
+        calls["process"] += 1
+        return process
+
+    def container_check():
+        calls["container"] += 1
+        return container
+
+    target = ActiveMQTarget(name="activemq" if launch == "auto" else f"activemq:{launch}", launch=launch,
+                            process_check=process_check, container_check=container_check)
+    target.calls = calls  # type: ignore[attr-defined]
+    return target
+
+
+# ---------------------------------------------------------------- selection
+
+
+def test_registry_names_both_launch_modes():
+    assert {"activemq", "activemq:process", "activemq:container"} <= set(BUILTIN)
+    assert resolve("activemq").launch_requested == "auto"
+    assert resolve("activemq:process").launch_requested == "process"
+    container = resolve("activemq:container")
+    assert (container.name, container.kind, container.launch_requested) == ("activemq:container", "activemq", "container")
+
+
+def test_plain_activemq_prefers_the_local_process():
+    target = _target("auto", process=(True, ""), container=(True, ""))
+    assert target.availability() == (True, "")
+    assert target.launch_mode == "process"
+    assert target.calls == {"process": 1, "container": 0}  # no engine asked when the package is there
+
+
+def test_plain_activemq_falls_back_to_the_container():
+    target = _target("auto", process=(False, NO_PACKAGE), container=(True, ""))
+    assert target.availability() == (True, "")
+    assert target.launch_mode == "container"
+
+
+def test_plain_activemq_unavailable_gives_both_reasons():
+    ok, reason = _target("auto", process=(False, NO_PACKAGE), container=(False, NO_ENGINE)).availability()
+    assert not ok
+    assert NO_PACKAGE in reason and NO_ENGINE in reason
+
+
+def test_forced_container_reports_docker_reason_even_with_the_package():
+    target = _target("container", process=(True, ""), container=(False, NO_ENGINE))
+    assert target.availability() == (False, NO_ENGINE)
+    assert target.launch_mode == "container"
+    assert target.calls["process"] == 0
+
+
+def test_forced_process_ignores_docker():
+    target = _target("process", process=(False, NO_PACKAGE), container=(True, ""))
+    assert target.availability() == (False, NO_PACKAGE)
+    assert target.launch_mode == "process"
+    assert target.calls["container"] == 0
+
+
+def test_checks_run_once_per_target():
+    target = _target("auto", process=(False, NO_PACKAGE), container=(True, ""))
+    for _ in range(3):
+        target.availability(), target.launch_mode, target.capabilities()
+    assert target.calls == {"process": 1, "container": 1}
+
+
+def test_container_offers_mqtt_from_the_image(monkeypatch):
+    from conformance.targets import activemq_target
+
+    monkeypatch.setattr(activemq_target, "activemq_mqtt_available", lambda: (False, "libmqtt-client-java missing"))
+    assert "protocol.mqtt" in _target("container").capabilities()
+    process = _target("process")
+    assert "protocol.mqtt" not in process.capabilities()
+    assert process.why_missing("protocol.mqtt") == "libmqtt-client-java missing"
+
+
+def test_unknown_launch_mode_is_refused():
+    with pytest.raises(ValueError, match="launch must be one of auto, process, container"):
+        ActiveMQTarget(launch="vm")
+
+
+def test_unavailable_container_target_raises_its_reason_on_launch(tmp_path):
+    from conformance.targets.base import TargetUnavailable
+
+    with pytest.raises(TargetUnavailable, match="no Docker engine"):
+        _target("container", container=(False, NO_ENGINE)).launch(Scenario(name="x"), tmp_path)
+
+
+def test_container_launch_hands_back_a_container_handle(tmp_path, monkeypatch):
+    """The container path builds an ActiveMQContainer with the scenario's options; the handle says
+    launch="container" and has no host PID (the start itself is faked)."""
+    from conformance.targets import activemq_container
+
+    started = []
+    monkeypatch.setattr(activemq_container.ActiveMQContainer, "start",
+                        lambda self, timeout=90, wait_for="serving": started.append((self, timeout)))
+    handle = _target("container").launch(Scenario(name="sel", protocols=("stomp",)), tmp_path)
+    (container, timeout), = started
+    assert isinstance(container, activemq_container.ActiveMQContainer)
+    assert container.image == ACTIVEMQ_IMAGE and container.jmx and container.openwire
+    assert (handle.launch, handle.pid, handle.kind) == ("container", None, "activemq")
+    assert ET.fromstring(handle.config_text()).find(".//{*}broker").get("brokerName") == "brokerconf-sel"
+
+
+# ---------------------------------------------------------------- artemis
+
+
+def test_artemis_is_not_applicable_with_the_image_reason():
+    missing = "the Docker image apache/activemq-artemis is not present in the engine; pull it with `docker pull ...`"
+    seen = []
+    target = ArtemisTarget(image_check=lambda image: (seen.append(image), (False, missing))[1])
+    ok, reason = target.availability()
+    assert not ok and seen == ["apache/activemq-artemis"]
+    assert reason == f"ActiveMQ Artemis is container-only: {missing}"
+    assert target.launch_mode == "container"
+
+
+def test_artemis_with_image_still_says_what_is_missing():
+    ok, reason = ArtemisTarget(image_check=lambda image: (True, "")).availability()
+    assert not ok and "no Artemis launcher yet" in reason
+
+
+# ---------------------------------------------------------------- targets install docker
+
+
+def test_install_docker_runs_engine_then_image_scripts(monkeypatch, tmp_path):
+    monkeypatch.setattr(install_mod.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(install_mod.shutil, "which", lambda name: "/usr/bin/" + name)
+    monkeypatch.setattr(install_mod, "POLICY_RC_D", tmp_path / "policy-rc.d")
+    commands = []
+    install_mod.install(["docker"], progress=lambda m: None,
+                        run=lambda argv, **kw: (commands.append(argv), SimpleNamespace(returncode=0))[1])
+    assert commands[0][:4] == ["apt-get", "install", "-y", "--no-install-recommends"]
+    assert commands[0][4:] == ["docker.io", "debootstrap"]
+    assert commands[1:] == [["bash", str(ROOT / "docker" / "start-engine.sh")],
+                            ["bash", str(ROOT / "docker" / "build-images.sh")]]
+    assert not (tmp_path / "policy-rc.d").exists()
+
+
+def test_failing_image_build_names_the_script(tmp_path):
+    (tmp_path / "start-engine.sh").write_text("")
+    (tmp_path / "build-images.sh").write_text("")
+    codes = iter([0, 3])
+    with pytest.raises(install_mod.InstallError, match=r"build-images.sh failed \(exit 3"):
+        install_mod.docker_steps(progress=lambda m: None, docker_dir=tmp_path,
+                                 run=lambda argv, **kw: SimpleNamespace(returncode=next(codes)))
+
+
+def test_install_docker_needs_root(monkeypatch):
+    monkeypatch.setattr(install_mod.os, "geteuid", lambda: 1000)
+    with pytest.raises(install_mod.InstallError, match="needs root.*docker.io debootstrap"):
+        install_mod.install(["docker"], run=lambda *a, **k: pytest.fail("nothing may run without root"))
+
+
+# ---------------------------------------------------------------- CLI
+
+
+def test_targets_list_shows_launch_mode(capsys, monkeypatch):
+    from brokerconf import cli
+    from conformance.targets import registry
+
+    real = registry.builtin_target
+
+    def fake(name):
+        if name.startswith("activemq"):
+            _, _, mode = name.partition(":")
+            return _target(mode or "auto", process=(False, NO_PACKAGE), container=(True, ""))
+        if name == "artemis":
+            return ArtemisTarget(image_check=lambda image: (False, "image missing"))
+        return real(name)
+
+    monkeypatch.setattr(registry, "builtin_target", fake)
+    assert cli.main(["targets", "list"]) == 0
+    rows = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines()[1:]}
+    assert rows["activemq"][2:4] == ["container", "yes"]   # fell back to the container
+    assert rows["activemq:process"][2:4] == ["process", "no"]
+    assert rows["artemis"][2:4] == ["container", "no"]
+
+
+# ---------------------------------------------------------------- a real suite through containers
+
+
+@pytest.mark.container
+@pytest.mark.slow
+def test_core_queue_suite_runs_through_container_target(tmp_path):
+    ok, reason = image_available(ACTIVEMQ_IMAGE)
+    if not ok:
+        pytest.skip(reason)
+    out = tmp_path / "out"
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", str(ROOT / "conformance" / "suites" / "test_core_queues.py"),
+         "--target", "activemq:container", "-q", "-p", "no:cacheprovider", "--conformance-matrix", str(out / "matrix.json")],
+        cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    matrix = json.loads((out / "matrix.json").read_text())
+    info = matrix["targets"]["activemq:container"]
+    assert (info["kind"], info["launch"], info["available"]) == ("activemq", "container", True)
+    assert matrix["summary"]["activemq:container"]["passed"] > 0
