@@ -95,6 +95,10 @@ def run_and_judge(exp: Experiment, out_dir: Path, progress=print) -> dict:
         "run": result.run_id,
         "valid": merge_validity([c["valid"] for c in checks.values()]),
         "checks": checks,
+        # what the experiment file set for the checkers: `brokerconf analyze` applies the same
+        # settings when it re-judges this run (reports/pipeline/checkers/common.py, run records)
+        "checker_options": {"duplicates_allowed": exp.checkers.duplicates_allowed,
+                            "max_downtime_s": exp.checkers.max_downtime_s},
         "run_stats": {k: v for k, v in asdict(result).items() if k != "history_path"},
         "history": result.history_path.name,
         "operations": len(history),

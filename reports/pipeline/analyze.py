@@ -46,9 +46,12 @@ class Analysis:
 
 
 def analyze(spark, path: str | Path, *, skip_malformed: bool = False, checkers: list[str] | None = None,
-            max_downtime_s: float | None = None, duplicates_allowed: bool = False,
+            max_downtime_s: float | None = None, duplicates_allowed: bool | None = None,
             histories: Histories | None = None) -> Analysis:
-    """Run the checker jobs over every run found at ``path`` (or over ``histories``)."""
+    """Run the checker jobs over every run found at ``path`` (or over ``histories``).
+
+    ``max_downtime_s`` and ``duplicates_allowed`` apply to every run when given; when None, each
+    run is judged with its experiment's own settings (the run record), else the defaults."""
     histories = histories or load(spark, path, skip_malformed=skip_malformed)
     ctx = Context(spark, histories.ops)
     options: dict[str, dict] = {"total_queue": {"duplicates_allowed": duplicates_allowed},

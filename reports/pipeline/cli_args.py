@@ -18,6 +18,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--skip-malformed", action="store_true",
                         help="analyse without malformed lines (listed; every verdict of their run is then unknown)")
     parser.add_argument("--max-downtime", type=float, metavar="S",
-                        help="failover downtime bound in seconds: a client slower to recover makes the verdict false")
-    parser.add_argument("--duplicates-allowed", action="store_true",
-                        help="total queue: duplicated deliveries are reported but do not make the verdict false")
+                        help="failover downtime bound in seconds: a client slower to recover makes the verdict false "
+                             "(default: each run's experiment setting, from the verdict.json beside its history)")
+    parser.add_argument("--duplicates-allowed", action="store_const", const=True, default=None,
+                        help="total queue: duplicated deliveries are reported but do not make the verdict false "
+                             "(default: each run's experiment setting, else not allowed)")

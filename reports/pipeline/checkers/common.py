@@ -8,9 +8,12 @@ operations that show it. Results are valid ``True``, ``False`` or ``"unknown"`` 
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
+from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlparse
 
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
@@ -33,6 +36,26 @@ ANOMALY_SCHEMA = T.StructType([
 
 #: nemesis steps that prepare or clean up rather than inject a fault
 _NOT_FAULTS = ("setup", "teardown")
+
+#: what `brokerconf chaos run` writes beside a run's history.jsonl (brokerconf/chaos_job.py)
+RUN_RECORD = "verdict.json"
+
+
+def read_run_record(history_file: str | None) -> dict:
+    """The verdict.json beside a history file (a path or a file:// URI), or {} when there is none
+    or it cannot be read: a history analysed on its own carries no record."""
+    if not history_file:
+        return {}
+    parsed = urlparse(history_file)
+    path = Path(unquote(parsed.path) if parsed.scheme == "file" else history_file).parent / RUN_RECORD
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(record, dict):
+        return {}
+    record["_path"] = str(path)
+    return record
 
 
 @dataclass
@@ -94,6 +117,27 @@ class Context:
         return sorted(self.spans)
 
     @cached_property
+    def records(self) -> dict[RunKey, dict]:
+        """Each run's record (the verdict.json `brokerconf chaos run` wrote beside its history),
+        {} for a run without one. A run read from Parquet finds it through the ``file`` column
+        while the original run directory still exists."""
+        rows = self.ops.select("run", "target", "file").distinct().collect()
+        records: dict[RunKey, dict] = {}
+        for row in rows:
+            key = (row["run"], row["target"])
+            if not records.get(key):
+                records[key] = read_run_record(row["file"])
+        return records
+
+    def checker_option(self, key: RunKey, name: str, given: Any, default: Any) -> Any:
+        """A checker setting for one run: the value given to the analysis (command line) wins,
+        then the experiment's own setting from the run record, then the default."""
+        if given is not None:
+            return given
+        value = (self.records.get(key, {}).get("checker_options") or {}).get(name)
+        return default if value is None else value
+
+    @cached_property
     def messages(self) -> DataFrame:
         """Message rows of client ops (nemesis values are not messages). Not cached: the values
         were parsed at load, and exploding them again is cheaper than holding a second copy."""
@@ -147,8 +191,6 @@ def fault_windows(key: RunKey, nemesis_rows: list[dict], run_end: int) -> list[F
     """The faults of one run from its nemesis events (chaos/nemesis/base.py): a step's ``end``
     event names the fault it started (``fault``, from ``started``) and the windows of the faults
     it healed (``fault_window``). A fault never healed lasts until the run's last operation."""
-    import json
-
     run, target = key
     open_faults: dict[str, tuple[str, int]] = {}
     windows: list[FaultWindow] = []

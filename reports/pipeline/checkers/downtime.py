@@ -11,7 +11,8 @@ recovered``, unless it ended an operation ``info``: then it retired and its clie
 under a new process id (chaos/history.py), whose own first ok is what counts.
 
 The numbers are the result; the verdict judges them only against a bound the caller gives
-(``max_downtime_s``, e.g. from the experiment file or the documented failover settings): a
+(``max_downtime_s`` given to the analysis, else the experiment's own setting from the run record,
+e.g. the documented failover settings): a
 downtime above it, or a process that never recovered while the run went on longer than the
 bound, is ``false``. Without a bound the check is informational (valid ``true``). A run without
 faults has nothing to measure and is left out of the merge.
@@ -61,9 +62,11 @@ def check(ctx: Context, *, max_downtime_s: float | None = None) -> CheckOutput:
     by_run: dict = {}
     for r in rows:
         by_run.setdefault((r["run"], r["target"]), []).append(r)
-    bound = None if max_downtime_s is None else int(max_downtime_s * 1e9)
+    given = max_downtime_s
     results, anomalies = [], []
     for key in ctx.runs:
+        max_downtime_s = ctx.checker_option(key, "max_downtime_s", given, None)
+        bound = None if max_downtime_s is None else int(max_downtime_s * 1e9)
         windows = ctx.windows.get(key, [])
         if not windows:
             results.append(CheckResult(NAME, *key, True, "no fault in this history", applicable=False))

@@ -22,23 +22,19 @@ per Context).
 
 from __future__ import annotations
 
-import json
 import weakref
 from collections import defaultdict
 from dataclasses import dataclass, field
-from pathlib import Path
-from urllib.parse import unquote, urlparse
 
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from reports.pipeline.load import NEMESIS
 
-from .common import UNKNOWN, CheckOutput, CheckResult, Context, RunKey, count_by_run
+from .common import UNKNOWN, CheckOutput, CheckResult, Context, RunKey, count_by_run, read_run_record
 
 NAME = "topic_fanout"
 #: where a chaos run keeps the broker's counters (written by brokerconf/chaos_job.py)
-RUN_RECORD = "verdict.json"
 #: "after the last op": the end of a window that was never closed
 _END = 2**62
 _INFO_KINDS = ("duplicated", "out_of_window")  # reported, never a reason for "false"
@@ -118,22 +114,16 @@ def pair_discards(observed: dict[str, int], broker: list[int]) -> dict[str, int]
     return dict(zip(ranked, sorted(broker)))
 
 
-def read_run_record(history_file: str | None) -> tuple[list[int] | None, set[str], str | None]:
-    """(broker_discards, slow subscribers, record path) from the verdict.json beside a history,
-    as `brokerconf chaos run` writes it (``run_stats``); (None, set(), None) when there is none."""
-    if not history_file:
-        return None, set(), None
-    parsed = urlparse(history_file)
-    path = Path(unquote(parsed.path) if parsed.scheme == "file" else history_file).parent / RUN_RECORD
-    try:
-        stats = json.loads(path.read_text()).get("run_stats") or {}
-    except (OSError, ValueError, AttributeError):
-        return None, set(), None
+def run_record_stats(history_file: str | None) -> tuple[list[int] | None, set[str], str | None]:
+    """(broker_discards, slow subscribers, record path) from the run record beside a history
+    (``run_stats``, as `brokerconf chaos run` writes it); (None, set(), None) when there is none."""
+    record = read_run_record(history_file)
+    stats = record.get("run_stats") if isinstance(record.get("run_stats"), dict) else {}
     discards = stats.get("broker_discards")
     if not isinstance(discards, list) or not all(isinstance(n, int) for n in discards):
         discards = None
     slow = {str(s) for s in stats.get("slow_subscribers") or []}
-    return discards, slow, str(path)
+    return discards, slow, record.get("_path")
 
 
 _FACTS: "weakref.WeakKeyDictionary[Context, dict[RunKey, RunFacts]]" = weakref.WeakKeyDictionary()
@@ -274,7 +264,7 @@ def _compute(ctx: Context) -> dict[RunKey, RunFacts]:
     out: dict[RunKey, RunFacts] = {}
     for r in summary:
         if r["name"] is None and r["subscribed"]:
-            discards, slow, record = read_run_record(r["file"])
+            discards, slow, record = run_record_stats(r["file"])
             out[(r["run"], r["target"])] = RunFacts((r["run"], r["target"]), r["attempted"] or 0, r["acknowledged"] or 0,
                                                     slow=set(r["slow"]) | slow, broker_discards=discards, record=record)
     for r in summary:

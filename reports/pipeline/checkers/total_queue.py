@@ -8,7 +8,8 @@ reports/checkers/total_queue.py (and tested to agree with it):
   more often than attempted; recovered = dequeued, attempted, not confirmed (an ``info`` send
   that arrived).
 Messages on topics (``topic://``) are left out: fan-out delivers one send many times.
-Valid iff nothing is lost or unexpected (and nothing duplicated unless duplicates are allowed);
+Valid iff nothing is lost or unexpected (and nothing duplicated unless duplicates are allowed:
+by the analysis, else by the experiment that recorded the run, else not);
 ``unknown`` when the run has no completed drain, since messages still queued would look lost.
 """
 
@@ -51,7 +52,7 @@ def kind_of():
             .when((F.col("dequeued") > 0) & (F.col("attempted") > 0) & (F.col("enqueued") == 0), "recovered"))
 
 
-def check(ctx: Context, *, duplicates_allowed: bool = False) -> CheckOutput:
+def check(ctx: Context, *, duplicates_allowed: bool | None = None) -> CheckOutput:
     m = queue_messages(ctx)
     rows = per_message(m).cache()
     totals = {(r["run"], r["target"]): r for r in rows.groupBy("run", "target").agg(
@@ -83,7 +84,9 @@ def check(ctx: Context, *, duplicates_allowed: bool = False) -> CheckOutput:
         stats = {"attempted": int(t["attempted"]) if t else 0, "enqueued": int(t["enqueued"]) if t else 0,
                  "dequeued": int(t["dequeued"]) if t else 0, **{k: c.get(k, 0) for k in KINDS},
                  "drained": key in drained}
-        breaking = {k: c.get(k, 0) for k in ("lost", "unexpected") + (() if duplicates_allowed else ("duplicated",))}
+        allowed = ctx.checker_option(key, "duplicates_allowed", duplicates_allowed, False)
+        stats["duplicates_allowed"] = allowed
+        breaking = {k: c.get(k, 0) for k in ("lost", "unexpected") + (() if allowed else ("duplicated",))}
         if t is None:
             results.append(CheckResult(NAME, *key, UNKNOWN, "no send or receive on a queue in this history", applicable=False,
                                        stats=stats))

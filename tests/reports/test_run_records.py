@@ -1,0 +1,47 @@
+"""`brokerconf analyze` judges a run with its experiment's own checker settings, read from the
+verdict.json that `brokerconf chaos run` writes beside the history (``checker_options``); a
+setting given to the analysis overrides them, and a run without a record gets the defaults."""
+
+from __future__ import annotations
+
+import json
+
+from reports.pipeline.checkers import downtime, total_queue
+from reports.pipeline.checkers.common import Context
+from reports.pipeline.load import load
+
+from .test_checkers import LITERALS
+
+
+def _with_record(tmp_path, name: str, options: dict | None):
+    history = LITERALS[name].write(tmp_path)
+    if options is not None:
+        (history.parent / "verdict.json").write_text(json.dumps({"experiment": "x", "checker_options": options}))
+    return history
+
+
+def test_duplicates_allowed_by_the_experiment(spark, tmp_path):
+    ctx = Context(spark, load(spark, _with_record(tmp_path, "duplicate_after_ack", {"duplicates_allowed": True})).ops)
+    [result] = total_queue.check(ctx).results
+    assert result.valid is True and result.stats["duplicated"] == 1 and result.stats["duplicates_allowed"] is True
+
+
+def test_duplicates_not_allowed_without_a_record(spark, tmp_path):
+    ctx = Context(spark, load(spark, _with_record(tmp_path, "duplicate_after_ack", None)).ops)
+    [result] = total_queue.check(ctx).results
+    assert result.valid is False and result.stats["duplicates_allowed"] is False
+
+
+def test_the_analysis_setting_overrides_the_record(spark, tmp_path):
+    ctx = Context(spark, load(spark, _with_record(tmp_path, "duplicate_after_ack", {"duplicates_allowed": True})).ops)
+    [result] = total_queue.check(ctx, duplicates_allowed=False).results
+    assert result.valid is False
+
+
+def test_downtime_bound_from_the_experiment(spark, tmp_path):
+    # the literal run's client is back 3 s after the kill (test_checkers.test_failover_downtime_over_bound)
+    ctx = Context(spark, load(spark, _with_record(tmp_path, "failover_downtime", {"max_downtime_s": 2.7})).ops)
+    [result] = downtime.check(ctx).results
+    assert result.valid is False and result.stats["bound_s"] == 2.7
+    [overridden] = downtime.check(ctx, max_downtime_s=3.5).results
+    assert overridden.valid is True
