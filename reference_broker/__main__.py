@@ -86,7 +86,7 @@ async def _serve(config: BrokerConfig) -> int:
         if config.network_connectors or config.advisory_support:
             from .cluster.service import NetworkService
 
-            network = NetworkService(server.broker, config)
+            network = NetworkService(server.broker, config, stomp_address=server.stomp_address)
             await network.start()
     except OSError as exc:
         log.error("cannot start: %s", exc)

@@ -78,6 +78,18 @@ MessageEvictionStrategy = Annotated[
 ]
 
 
+class ConditionalNetworkBridgeFilter(_Strict):
+    """ActiveMQ "Networks of Brokers", "Stuck Messages" and "Throttling a network consumer": the
+    ``conditionalNetworkBridgeFilterFactory`` of a queue policy (used by reference_broker/cluster/
+    replay.py). The document gives no defaults; these are ActiveMQ's own (its
+    ConditionalNetworkBridgeFilterFactory: replay off, no delay, no rate limit, 1000 ms window)."""
+
+    replay_when_no_consumers: bool = False
+    replay_delay: int = Field(default=0, ge=0)  # ms after the message entered this broker
+    rate_limit: int = Field(default=0, ge=0)  # messages per rate_duration to network consumers; 0 = none
+    rate_duration: int = Field(default=1000, gt=0)  # ms
+
+
 class PolicyEntry(_Strict):
     """ActiveMQ-style `policyEntry`: applies to the queues or topics its wildcard matches."""
 
@@ -102,6 +114,8 @@ class PolicyEntry(_Strict):
     dead_letter_queue: str = "ActiveMQ.DLQ"
     process_non_persistent: bool = False  # ActiveMQ discards poisoned non-persistent messages
     process_expired: bool = True
+    # Networks of brokers: how network consumers of matching queues filter (cluster/replay.py).
+    conditional_network_bridge_filter: ConditionalNetworkBridgeFilter | None = None
 
     @model_validator(mode="after")
     def _one_destination(self) -> "PolicyEntry":
@@ -284,8 +298,36 @@ class BrokerConfig(_Strict):
     # whenever network_connectors are configured, and a broker that is only a bridge's target
     # sets it (off otherwise, so a lone broker's destinations are only its clients').
     advisory_support: bool = False
+    # ActiveMQ "Networks of Brokers", "Example using multicast discovery": the transportConnector's
+    # discoveryUri. Set, the broker announces its STOMP listener (stomp://HOST:PORT, the listener a
+    # reference bridge speaks to) in that multicast group (reference_broker/cluster/discovery.py);
+    # announcing makes it a bridge target, so advisory_support defaults to on with it.
+    discovery_uri: str | None = None
 
     _check_stomp = field_validator("stomp", "amqp", "mqtt", "http")(_host_port)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _discovery_needs_advisories(cls, data: object) -> object:
+        if isinstance(data, dict) and data.get("discovery_uri") and "advisory_support" not in data:
+            data = {**data, "advisory_support": True}
+        return data
+
+    @field_validator("discovery_uri")
+    @classmethod
+    def _check_discovery_uri(cls, value: str | None) -> str | None:
+        if value is not None:
+            from .cluster.discovery import parse_discovery_uri
+
+            parse_discovery_uri(value)  # DiscoveryUriError (a ValueError) says what to write
+        return value
+
+    @model_validator(mode="after")
+    def _discovery_needs_stomp(self) -> "BrokerConfig":
+        if self.discovery_uri is not None and self.stomp is None:
+            raise ValueError("discovery_uri announces the STOMP listener (what peers bridge to); "
+                             "set 'stomp' too or remove discovery_uri")
+        return self
 
     @field_validator("failover_peers")
     @classmethod

@@ -61,7 +61,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 def _activemq_networks():
-    from conformance.targets.activemq_network import Bridge
+    from conformance.targets.activemq_network import Bridge, BridgeFilterPolicy
     from conformance.targets.activemq_network import NetworkConnectorOptions as Options
 
     equal_priority = dict(decrease_network_consumer_priority=False)  # the conduit example's premise
@@ -79,12 +79,25 @@ def _activemq_networks():
             Bridge("A", "B", Options(name="noconduit", conduit_subscriptions=False,
                                      dynamically_included_destinations=("queue://nob.conduit.off.>",),
                                      **equal_priority)))),
-        "duplex": (("A", "B"), (Bridge("A", "B", Options(duplex=True)),)),
-        # A -> B -> C with TTL 1 for nob.ttl1.> and TTL 2 for nob.ttl2.> on both hops.
+        # A <-> B, with replay when no consumers for the queues nob.replay.> on both brokers.
+        "duplex": (("A", "B"), (Bridge("A", "B", Options(duplex=True)),),
+                   (BridgeFilterPolicy("nob.replay.>", replay_when_no_consumers=True),)),
+        # A -> B -> C with, on both hops: TTL 1 for nob.ttl1.> and TTL 2 for nob.ttl2.>; message
+        # TTL 2 with consumer TTL 1 for nob.mttl.>, message TTL 1 with consumer TTL 2 for
+        # nob.cttl.>. Plus A -> B and A -> C with conduit subscriptions on for nob.sel.on.> and off
+        # for nob.sel.off.> (the selector pitfall: one producing broker, two receiving ones).
         "line": (("A", "B", "C"), tuple(
             Bridge(src, dst, Options(name=f"ttl{ttl}", network_ttl=ttl,
                                      dynamically_included_destinations=(f"queue://nob.ttl{ttl}.>",)))
-            for src, dst in (("A", "B"), ("B", "C")) for ttl in (1, 2))),
+            for src, dst in (("A", "B"), ("B", "C")) for ttl in (1, 2)) + tuple(
+            Bridge(src, dst, Options(name=name, message_ttl=message_ttl, consumer_ttl=consumer_ttl,
+                                     dynamically_included_destinations=(f"queue://nob.{name}.>",)))
+            for src, dst in (("A", "B"), ("B", "C"))
+            for name, message_ttl, consumer_ttl in (("mttl", 2, 1), ("cttl", 1, 2))) + tuple(
+            # (a connector's name is a Spring bean name in activemq.xml: unique on its broker)
+            Bridge("A", dst, Options(name=f"sel{mode}{dst}", conduit_subscriptions=mode == "on",
+                                     dynamically_included_destinations=(f"queue://nob.sel.{mode}.>",)))
+            for dst in ("B", "C") for mode in ("on", "off"))),
         "static": (("A", "B"), (Bridge("A", "B", Options(
             static_bridge=True, statically_included_destinations=("queue://nob.static.always",))),)),
     }
@@ -93,8 +106,8 @@ def _activemq_networks():
 def _launch_activemq(key: str, workdir):
     from conformance.targets.activemq_network import ActiveMQNetwork
 
-    names, bridges = _activemq_networks()[key]
-    network = ActiveMQNetwork(workdir, names, bridges, prefix=f"nob-{key}")
+    names, bridges, *policies = _activemq_networks()[key]
+    network = ActiveMQNetwork(workdir, names, bridges, prefix=f"nob-{key}", policies=policies[0] if policies else ())
     network.start()
     return network
 
@@ -103,8 +116,8 @@ def _launch_reference(key: str, workdir):
     """The same networks (one model, `_activemq_networks`) of in-process reference brokers."""
     from conformance.targets.reference_network import ReferenceNetwork
 
-    names, bridges = _activemq_networks()[key]
-    network = ReferenceNetwork(workdir, names, bridges, prefix=f"nob-{key}")
+    names, bridges, *policies = _activemq_networks()[key]
+    network = ReferenceNetwork(workdir, names, bridges, prefix=f"nob-{key}", policies=policies[0] if policies else ())
     network.start()
     return network
 
@@ -337,6 +350,38 @@ def test_duplex_bridge_carries_both_ways(networks, clients):
                                              f"{producer_node.name} should reach {consumer_node.name}'s consumer; got {got}")
 
 
+@pytest.mark.spec("NOB-REPLAY-1", "NOB-DUPLEX-2")
+@pytest.mark.parametrize("replay", [True, False], ids=["replay", "no-replay"])
+def test_replay_when_no_consumers_unsticks_messages(networks, clients, replay):
+    net = networks("duplex")  # a policy on both brokers replays nob.replay.> queues
+    a, b = net["A"], net["B"]
+    q = queue("nob.replay.q" if replay else "nob.stuck.q")
+    # B's consumer pulls A's messages over to B, takes one without acknowledging it, and leaves:
+    # all of them are now on B, which has no consumer.
+    leaving = clients.on(b)
+    leaving.subscribe(q, ack="client-individual", prefetch=1)
+    demand(a, q, 1)
+    sent = send(clients.on(a), q, 10)
+    on_b_size = held(b, q, len(sent))
+    assert on_b_size == len(sent), f"setup: A should forward its 10 messages to B's consumer; B holds {on_b_size}"
+    leaving.close()
+    demand(b, q, 0)
+    # A consumer appears back on A, where the messages came from.
+    on_a = clients.on(a).subscribe(q)
+    demand(b, q, 1)  # A's consumer is a network consumer on B (the duplex bridge's other half)
+    if replay:
+        got = texts(on_a.receive_n(len(sent), DEMAND_TIMEOUT))
+        assert sorted(got) == sorted(sent), (
+            f"NOB-REPLAY-1: with replayWhenNoConsumers the messages stuck on B (no consumer there) should go back "
+            f"to A's consumer; A's consumer got {len(got)} of {len(sent)}, B holds {b.queue_size(q)}")
+        assert held(b, q, 0) == 0, "NOB-REPLAY-1: B should hold nothing once the messages are replayed"
+    else:
+        got = texts(on_a.drain(QUIET))
+        assert got == [], (f"NOB-REPLAY-1 (control): without the conditional filter a message never goes back to "
+                           f"a broker it came through, so B's messages should stay stuck; A's consumer got {got}")
+        assert b.queue_size(q) == len(sent), "NOB-REPLAY-1 (control): the messages should still be held on B"
+
+
 # --------------------------------------------------------------------------- network "line": A -> B -> C
 
 
@@ -385,3 +430,66 @@ def test_static_bridge_forwards_without_demand(networks, clients):
     # ... while B's consumer of another queue creates no demand on a static bridge.
     assert texts(on_b_dynamic.drain(QUIET)) == [], "NOB-STATIC-BRIDGE-1: a static bridge followed a remote consumer"
     assert a.queue_size(dynamic) == 5 and a.consumer_count(dynamic) == 0
+
+
+@pytest.mark.spec("NOB-TTL-2", "NOB-TTL-3")
+def test_consumer_ttl_beyond_message_ttl_strands_messages_midway(networks, clients):
+    net = networks("line")  # nob.cttl.>: consumer TTL 2, message TTL 1 on both hops
+    a, b, c = net["A"], net["B"], net["C"]
+    q = queue("nob.cttl.q")
+    on_c = clients.on(c).subscribe(q)
+    demand(b, q, 1)
+    demand(a, q, 1)  # consumer TTL 2: C's consumer is announced two brokers away, on A
+    sent = send(clients.on(a), q, 5)
+    on_b_size = held(b, q, len(sent))
+    got = texts(on_c.drain(QUIET))
+    assert got == [], (f"NOB-TTL-2: with message TTL 1 a message crosses one broker only, so A's messages should "
+                       f"stop on B and not reach C's consumer; C got {got}")
+    assert on_b_size == len(sent) and a.queue_size(q) == 0, (
+        f"NOB-TTL-2/NOB-TTL-3: A should forward on the demand announced with consumer TTL 2 and B keep the "
+        f"messages; A holds {a.queue_size(q)}, B {on_b_size}")
+
+
+@pytest.mark.spec("NOB-TTL-3")
+def test_consumer_ttl_limits_demand_whatever_the_message_ttl(networks, clients):
+    net = networks("line")  # nob.mttl.>: message TTL 2, consumer TTL 1 on both hops
+    a, b, c = net["A"], net["B"], net["C"]
+    q = queue("nob.mttl.q")
+    on_c = clients.on(c).subscribe(q)
+    demand(b, q, 1)  # one hop: known on B
+    assert a.consumer_count(q) == 0, ("NOB-TTL-3: with consumer TTL 1, C's consumer should not be announced two "
+                                      "brokers away on A (whatever the message TTL)")
+    send(clients.on(a), q, 5)
+    got = texts(on_c.drain(QUIET))
+    assert got == [] and a.queue_size(q) == 5, (
+        f"NOB-TTL-3: without demand on A its messages should stay there; C got {got}, A holds {a.queue_size(q)}")
+
+
+@pytest.mark.spec("NOB-CONDUIT-3")
+@pytest.mark.parametrize("conduit", [True, False], ids=["conduit", "no-conduit"])
+def test_conduit_ignores_remote_selectors(networks, clients, conduit):
+    net = networks("line")  # A -> B and A -> C, conduit on for nob.sel.on.>, off for nob.sel.off.>
+    a, b, c = net["A"], net["B"], net["C"]
+    q = queue("nob.sel.on.q" if conduit else "nob.sel.off.q")
+    on_b = clients.on(b).subscribe(q, selector="colour = 'red'")
+    on_c = clients.on(c).subscribe(q, selector="colour = 'blue'")
+    demand(a, q, 2)  # one network consumer towards B, one towards C
+    producer = clients.on(a)
+    sent = [f"red{i}" for i in range(20)]
+    for body in sent:
+        producer.send(q, body, {"colour": "red"})
+    got_b = texts(on_b.drain(QUIET))
+    assert texts(on_c.drain(QUIET)) == [], "NOB-CONDUIT-3: C's consumer selects blue messages only"
+    if conduit:
+        # A ignores the selectors and shares the red messages between B and C: C's share is stuck.
+        stuck = len(sent) - len(got_b)
+        on_c_size = held(c, q, stuck) if stuck else c.queue_size(q)
+        assert 0 < stuck == on_c_size, (
+            f"NOB-CONDUIT-3: with conduit subscriptions A does not evaluate the remote selectors, so some red "
+            f"messages should go to C, where no consumer selects them; B's red consumer got {len(got_b)} of "
+            f"{len(sent)}, C holds {on_c_size}, A holds {a.queue_size(q)}")
+    else:
+        assert sorted(got_b) == sorted(sent) and c.queue_size(q) == 0, (
+            f"NOB-CONDUIT-3: without conduit subscriptions each network consumer carries its remote consumer's "
+            f"selector, so every red message should reach B's consumer; B got {len(got_b)} of {len(sent)}, "
+            f"C holds {c.queue_size(q)}")

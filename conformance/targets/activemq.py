@@ -296,6 +296,7 @@ class ActiveMQProcess:
         lock_acquire_sleep_interval_ms: int | None = None,
         network_connectors_xml: str = "",
         broker_attributes: dict[str, str] | None = None,
+        discovery_uri: str | None = None,
     ) -> None:
         if not (stomp or openwire or mqtt):
             raise ValueError("enable at least one of stomp, openwire, mqtt")
@@ -338,6 +339,10 @@ class ActiveMQProcess:
         for attr in self.broker_attributes:
             if not re.fullmatch(r"[A-Za-z][A-Za-z0-9]*", attr):
                 raise ValueError(f"broker attribute names are XML attribute names like 'useVirtualDestSubs', not {attr!r}")
+
+        # "Example using multicast discovery": the transportConnector's discoveryUri, set on the
+        # OpenWire connector (what an ActiveMQ bridge connects to), else on the STOMP one.
+        self.discovery_uri = discovery_uri
 
         self.config_path = self.workdir / "conf" / "activemq.xml"
         self.log_path = self.workdir / "activemq.log"
@@ -396,11 +401,13 @@ class ActiveMQProcess:
     def _connectors_xml(self) -> str:
         h = self.host
         rows = []
+        discovery = "" if self.discovery_uri is None else f" discoveryUri={quoteattr(self.discovery_uri)}"
         if self.stomp:
             rows.append(f'<transportConnector name="stomp" '
-                        f'uri="{self.stomp_scheme}://{h}:{self.stomp_port}?transport.closeAsync=false"/>')
+                        f'uri="{self.stomp_scheme}://{h}:{self.stomp_port}?transport.closeAsync=false"'
+                        f'{"" if self.openwire else discovery}/>')
         if self.openwire:
-            rows.append(f'<transportConnector name="openwire" uri="tcp://{h}:{self.openwire_port}"/>')
+            rows.append(f'<transportConnector name="openwire" uri="tcp://{h}:{self.openwire_port}"{discovery}/>')
         if self.mqtt:
             rows.append(f'<transportConnector name="mqtt" uri="mqtt://{h}:{self.mqtt_port}"/>')
         return "\n      ".join(rows)

@@ -35,8 +35,8 @@ from .activemq_target import destination_pattern
 from .jmx import JmxClient
 from .process import free_ports
 
-__all__ = ["Bridge", "NetworkConnectorOptions", "ActiveMQNetwork", "NetworkNode", "NetworkStartError",
-           "render_network_connector", "destination_element"]
+__all__ = ["Bridge", "BridgeFilterPolicy", "NetworkConnectorOptions", "ActiveMQNetwork", "NetworkNode",
+           "NetworkStartError", "render_network_connector", "render_bridge_filter_policy", "destination_element"]
 
 #: ActiveMQ 5.17 logs this (DemandForwardingBridgeSupport, INFO) on the broker that owns the
 #: connector once a bridge is up: "Network connection between vm://A#0 and tcp:///... (B) has been established."
@@ -179,8 +179,17 @@ def render_network_connector(peer_urls: list[str] | tuple[str, ...], options: Ne
     """One ``<networkConnector>`` element. Every scalar property is written out (``None`` ones
     left out), so the generated configuration says what was asked whatever the broker's defaults."""
     attributes = [f"uri={quoteattr(static_uri(peer_urls, options))}"]
+    values = {option: getattr(options, option) for option in _ATTRIBUTES}
+    if options.message_ttl is not None or options.consumer_ttl is not None:
+        # networkTTL's setter sets both TTLs, and Spring applies the attributes in name order
+        # (consumerTTL, messageTTL, networkTTL: seen on 5.17, where consumerTTL="2" networkTTL="1"
+        # left the consumer TTL at 1). So when either TTL is given, both are written and networkTTL
+        # (their default) is left out.
+        values["network_ttl"] = None
+        values["message_ttl"] = options.message_ttl if options.message_ttl is not None else options.network_ttl
+        values["consumer_ttl"] = options.consumer_ttl if options.consumer_ttl is not None else options.network_ttl
     for option, attribute in _ATTRIBUTES.items():
-        value = getattr(options, option)
+        value = values[option]
         if value is not None:
             attributes.append(f"{attribute}={quoteattr(_xml_value(value))}")
     lines = [f"{indent}<networkConnector " + f"\n{indent}    ".join(attributes)]
@@ -212,6 +221,40 @@ class Bridge:
     def __post_init__(self) -> None:
         if self.source == self.target:
             raise ValueError(f"a bridge joins two brokers, not {self.source!r} to itself")
+
+
+@dataclass(frozen=True)
+class BridgeFilterPolicy:
+    """A queue policy with a ``conditionalNetworkBridgeFilterFactory`` (document, "Stuck Messages"
+    and "Throttling a network consumer"): ``queue`` is the policy entry's pattern (wildcards
+    allowed), the rest the factory's attributes in snake_case. The document gives no defaults;
+    these are ActiveMQ's (ConditionalNetworkBridgeFilterFactory). Every broker of a network gets
+    the same policies."""
+
+    queue: str
+    replay_when_no_consumers: bool = False
+    replay_delay: int = 0  # ms after the message entered the broker
+    rate_limit: int = 0  # messages per rate_duration to network consumers; 0 = no limit
+    rate_duration: int = 1000  # ms
+
+    def __post_init__(self) -> None:
+        if not self.queue or "://" in self.queue:
+            raise ValueError(f"queue is a policy pattern such as 'TEST.>', not {self.queue!r}")
+        if self.replay_delay < 0 or self.rate_limit < 0 or self.rate_duration <= 0:
+            raise ValueError("replay_delay and rate_limit must be >= 0 and rate_duration > 0")
+
+
+def render_bridge_filter_policy(policy: BridgeFilterPolicy, indent: str = "          ") -> str:
+    """The document's ``<policyEntry queue=...><networkBridgeFilterFactory>
+    <conditionalNetworkBridgeFilterFactory .../>`` (every attribute written out)."""
+    attributes = " ".join(f"{name}={quoteattr(_xml_value(getattr(policy, option)))}" for option, name in (
+        ("replay_when_no_consumers", "replayWhenNoConsumers"), ("replay_delay", "replayDelay"),
+        ("rate_limit", "rateLimit"), ("rate_duration", "rateDuration")))
+    return (f"{indent}<policyEntry queue={quoteattr(policy.queue)}>\n"
+            f"{indent}  <networkBridgeFilterFactory>\n"
+            f"{indent}    <conditionalNetworkBridgeFilterFactory {attributes}/>\n"
+            f"{indent}  </networkBridgeFilterFactory>\n"
+            f"{indent}</policyEntry>")
 
 
 # --------------------------------------------------------------------------- one broker
@@ -310,7 +353,8 @@ class ActiveMQNetwork:
 
     def __init__(self, workdir: Path, names: tuple[str, ...] = ("A", "B"), bridges: tuple[Bridge, ...] = (), *,
                  prefix: str = "nob", jvm_heap_mb: int = 256, memory_limit_mb: int = 96,
-                 broker_attributes: dict[str, dict[str, str]] | None = None) -> None:
+                 broker_attributes: dict[str, dict[str, str]] | None = None,
+                 policies: tuple[BridgeFilterPolicy, ...] = ()) -> None:
         if not 2 <= len(names) <= 4 or len(set(names)) != len(names):
             raise ValueError(f"a network here has 2 to 4 distinct brokers, not {names!r}")
         for bridge in bridges:
@@ -323,14 +367,23 @@ class ActiveMQNetwork:
         if len(set(pairs)) != len(pairs):
             raise ValueError("two connectors between the same brokers need different names (the document's "
                              f"'name' property): {pairs}")
+        # ActiveMQ's XML makes each connector's name a Spring bean name: two connectors named alike
+        # on one broker stop it from starting ("Bean name ... is already used"), whatever their peers.
+        by_broker = [(b.source, b.options.name) for b in self.bridges]
+        if len(set(by_broker)) != len(by_broker):
+            raise ValueError("connectors on one broker need different names (ActiveMQ uses the name as a Spring "
+                             f"bean name): {by_broker}")
         extra = broker_attributes or {}
         unknown = set(extra) - set(names)
         if unknown:
             raise ValueError(f"broker_attributes names unknown brokers {sorted(unknown)} (brokers: {names})")
+        self.policies = tuple(policies)
+        policy_xml = "\n".join(render_bridge_filter_policy(p) for p in self.policies)
         self.nodes: dict[str, NetworkNode] = {
             name: NetworkNode(name, ActiveMQProcess(
                 self.workdir / name, name=f"{prefix}-{name}", stomp=True, openwire=True, jmx=True,
-                jvm_heap_mb=jvm_heap_mb, memory_limit_mb=memory_limit_mb, broker_attributes=extra.get(name)))
+                jvm_heap_mb=jvm_heap_mb, memory_limit_mb=memory_limit_mb, broker_attributes=extra.get(name),
+                policy_entries_xml=policy_xml))
             for name in names
         }
 

@@ -20,7 +20,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable
 
-from .activemq_network import Bridge, NetworkConnectorOptions, static_uri
+from .activemq_network import Bridge, BridgeFilterPolicy, NetworkConnectorOptions, static_uri
 
 _TIMEOUT = 10.0
 _URI_ONLY = ("initial_reconnect_delay", "max_reconnect_delay", "use_exponential_back_off", "back_off_multiplier")
@@ -35,6 +35,12 @@ def connector_config(peer_url: str, options: NetworkConnectorOptions) -> dict:
     entry = {k: v for k, v in asdict(options).items() if k not in _URI_ONLY}
     entry["uri"] = static_uri([peer_url], options)
     return entry
+
+
+def policy_config(policy: BridgeFilterPolicy) -> dict:
+    """The reference broker's ``policy_entries`` entry for a `BridgeFilterPolicy`."""
+    settings = asdict(policy)
+    return {"queue": settings.pop("queue"), "conditional_network_bridge_filter": settings}
 
 
 class _Logs(logging.Handler):
@@ -53,13 +59,14 @@ class ReferenceNode:
 
     host = "127.0.0.1"
 
-    def __init__(self, name: str, broker_name: str) -> None:
+    def __init__(self, name: str, broker_name: str, policies: tuple[BridgeFilterPolicy, ...] = ()) -> None:
         self.name = name
         self.broker_name = broker_name
         self.server = None
         self.network = None
         self.config_data: dict = {"name": broker_name, "stomp": "127.0.0.1:0", "advisory_support": True,
-                                  "expiry_check_period_ms": 100}
+                                  "expiry_check_period_ms": 100,
+                                  "policy_entries": [policy_config(p) for p in policies]}
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run, name=f"reference-net-{broker_name}", daemon=True)
         self._thread.start()
@@ -105,7 +112,7 @@ class ReferenceNode:
         config = build_config(self.config_data)  # validated; the running server keeps its own copy
 
         async def start():
-            self.network = NetworkService(self.server.broker, config)
+            self.network = NetworkService(self.server.broker, config, stomp_address=self.server.stomp_address)
             await self.network.start()
 
         self.run_coroutine(start(), timeout=60)
@@ -170,7 +177,8 @@ class ReferenceNetwork:
     host = "127.0.0.1"
 
     def __init__(self, workdir: Path | None = None, names: tuple[str, ...] = ("A", "B"),
-                 bridges: tuple[Bridge, ...] = (), *, prefix: str = "nob") -> None:
+                 bridges: tuple[Bridge, ...] = (), *, prefix: str = "nob",
+                 policies: tuple[BridgeFilterPolicy, ...] = ()) -> None:
         if not 2 <= len(names) <= 4 or len(set(names)) != len(names):
             raise ValueError(f"a network here has 2 to 4 distinct brokers, not {names!r}")
         for bridge in bridges:
@@ -183,6 +191,7 @@ class ReferenceNetwork:
         self.workdir = workdir
         self.bridges = tuple(bridges)
         self.prefix = prefix
+        self.policies = tuple(policies)
         self.names = names
         self.nodes: dict[str, ReferenceNode] = {}
         self._logs = _Logs()
@@ -197,7 +206,7 @@ class ReferenceNetwork:
             logger.setLevel(logging.INFO)
         try:
             for name in self.names:
-                self.nodes[name] = ReferenceNode(name, f"{self.prefix}-{name}")
+                self.nodes[name] = ReferenceNode(name, f"{self.prefix}-{name}", self.policies)
                 self.nodes[name].listen()
             for name, node in self.nodes.items():
                 node.start_network([connector_config(f"tcp://127.0.0.1:{self.nodes[b.target].stomp_port}", b.options)

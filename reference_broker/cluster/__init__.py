@@ -12,6 +12,9 @@ STOMP to the peer's STOMP listener -- one of the broker's own protocols:
   acknowledged (removed) on the forwarding broker once the receipt says the peer has it (`bridge`);
 * loops and TTLs: a forwarded message carries the brokers it passed through (``brokerPath``), a
   consumer announcement the brokers its demand crossed (`paths`).
+* stuck messages: a queue policy's ``conditional_network_bridge_filter`` (replay when no
+  consumers, replay delay, rate limit) loosens the loop rule for network consumers of its queues
+  (`replay`; ActiveMQ "Stuck Messages", "Throttling a network consumer").
 
 Why STOMP and not AMQP 1.0 links: the broker's AMQP side is proton in server mode; a client side
 needs proton's reactor thread (or a hand-driven Transport) bridged into the asyncio loop, more than

@@ -23,6 +23,7 @@ from ..engine.message import RETAIN_PROPERTY, Message
 from ..engine.names import TOPIC, DestinationName
 from .demand import RemoteConsumer
 from .paths import parse_network_id
+from .replay import RateWindow, install as install_bridge_filter
 
 ADVISORY_PREFIX = "ActiveMQ.Advisory."
 CONSUMER_ADVISORY_PREFIX = "ActiveMQ.Advisory.Consumer."
@@ -69,10 +70,15 @@ class AdvisoryPublisher:
     at once. Bridges register the in-process network consumers they create (`register_network`)
     and, for the duplex half, watch the local consumer sets (`watch`)."""
 
-    def __init__(self, broker: Broker, schedule: Callable[[Callable[[], None]], object] | None = None) -> None:
+    def __init__(self, broker: Broker, schedule: Callable[[Callable[[], None]], object] | None = None,
+                 later: Callable[[float, Callable[[], None]], object] | None = None) -> None:
         self.broker = broker
         self.name = broker.config.name
         self._schedule = schedule or (lambda fn: fn())
+        # Runs a callback after a delay in seconds (the loop's call_later): the conditional
+        # network bridge filter's replay delay and rate window (`replay`).
+        self._later = later or (lambda delay, fn: None)
+        self._rate_windows: dict[str, RateWindow] = {}
         self.consumers: dict[str, dict[Consumer, None]] = {}
         self.network_paths: dict[Consumer, tuple[str, ...]] = {}
         self._dirty: set[str] = set()
@@ -125,6 +131,8 @@ class AdvisoryPublisher:
             parsed = parse_network_id(consumer.consumer_id)
             if parsed is not None and consumer.priority != parsed[1]:
                 _reprioritize(consumer, parsed[1])
+            if parsed is not None:
+                install_bridge_filter(self.broker, consumer, self._later, self._rate_windows)
         else:
             consumers.pop(consumer, None)
             self.network_paths.pop(consumer, None)

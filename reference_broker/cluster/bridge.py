@@ -30,7 +30,7 @@ from ..protocols.stomp.codec import Frame
 from .advisories import ADVISORY_WILDCARD, AdvisoryPublisher, decode_consumers, destination_of_advisory
 from .demand import NetworkDemand, RemoteConsumer, desired_consumers, static_demand
 from .network_config import NetworkConnectorConfig
-from .paths import PATH_PROPERTY, extend_path, network_id, remote_message_selector
+from .paths import PATH_PROPERTY, extend_path, network_id, remote_message_selector, without_convert_prefix
 from .stomp_link import StompLink
 from .uris import Peer
 
@@ -301,7 +301,8 @@ class Bridge:
             selector = remote_message_selector(self.local_name, self.config.effective_message_ttl, demand.selector)
             self.link.write("SUBSCRIBE", [
                 ("id", sub_id), ("destination", wire(destination)), ("ack", "client-individual"),
-                ("activemq.prefetchSize", str(self.config.prefetch_size)), ("selector", selector)])
+                ("activemq.prefetchSize", str(self.config.prefetch_size)),
+                ("selector", without_convert_prefix(selector))])
             current[key] = (sub_id, demand)
             self._pull_by_id[sub_id] = destination
         if not current:

@@ -15,6 +15,8 @@ from __future__ import annotations
 import re
 
 PATH_PROPERTY = "brokerPath"
+#: engine.selector's ActiveMQ-style prefix (not imported: this module stays free of the engine)
+CONVERT_PREFIX = "convert_string_expressions:"
 NETWORK_ID_PREFIX = "NC|"
 #: ActiveMQ: decreased network consumer priority starts at -5 and drops by one per further hop.
 NETWORK_PRIORITY_BASE = -5
@@ -76,4 +78,33 @@ def remote_message_selector(exclude: str, message_ttl: int, consumer_selector: s
     too_long = "%" + ",%" * (message_ttl + 1)
     rule = (f"({PATH_PROPERTY} IS NULL OR ({PATH_PROPERTY} NOT LIKE '%,{name},%'{escape}"
             f" AND {PATH_PROPERTY} NOT LIKE '{too_long}'))")
-    return f"{rule} AND ({consumer_selector})" if consumer_selector else rule
+    if not consumer_selector:
+        return rule
+    # A STOMP consumer's selector may carry ActiveMQ's convert_string_expressions: prefix, which
+    # is only valid at the very start of a selector: it moves in front of the whole text.
+    prefix = ""
+    if consumer_selector.startswith(CONVERT_PREFIX):
+        prefix, consumer_selector = CONVERT_PREFIX, consumer_selector[len(CONVERT_PREFIX):]
+    return f"{prefix}{rule} AND ({consumer_selector})"
+
+
+def without_convert_prefix(selector: str) -> str:
+    """The selector without a leading convert_string_expressions: (a STOMP peer adds its own)."""
+    return selector[len(CONVERT_PREFIX):] if selector.startswith(CONVERT_PREFIX) else selector
+
+
+def split_remote_selector(text: str) -> tuple[str, str | None]:
+    """The two parts of a `remote_message_selector`: (path rule, the remote consumer's own
+    selector or None). Text that is not such a selector comes back whole, with None."""
+    prefix = ""
+    if text.startswith(CONVERT_PREFIX):
+        prefix, text = CONVERT_PREFIX, text[len(CONVERT_PREFIX):]
+    if not text.startswith(f"({PATH_PROPERTY} IS NULL OR "):
+        return prefix + text, None
+    rule_end = text.find("'))")
+    if rule_end < 0:
+        return text, None
+    rule, rest = text[:rule_end + 3], text[rule_end + 3:]
+    if rest.startswith(" AND (") and rest.endswith(")"):
+        return rule, prefix + rest[len(" AND ("):-1]
+    return rule, None

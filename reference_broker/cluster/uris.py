@@ -7,13 +7,19 @@ master and its slaves in order, only one of them is connected at a time, with th
 
 Peers are ``tcp://host:port`` (or ``stomp://host:port``): the reference broker bridges over STOMP,
 so the port is the peer's STOMP listener.
+
+``multicast://default?group=NAME`` (`discovery`): the peers are whoever announces itself in the
+group; the same reconnect options may be given in the query (ActiveMQ's multicast agent takes them
+there, with its own defaults: 5000 ms initial delay, 30000 ms max, no exponential back-off).
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit
+
+from .discovery import DiscoveryUri, DiscoveryUriError, parse_discovery_uri
 
 _URI = re.compile(r"^(?P<scheme>static|masterslave):\((?P<peers>[^()]*)\)(?:\?(?P<query>.*))?$")
 _PEER_SCHEMES = ("tcp", "stomp", "nio", "stomp+nio")
@@ -82,6 +88,7 @@ class NetworkUri:
     scheme: str  # "static" or "masterslave"
     peers: tuple[Peer, ...]
     reconnect: ReconnectPolicy
+    discovery: DiscoveryUri | None = None  # multicast: peers come from announcements
 
     @property
     def master_slave(self) -> bool:
@@ -98,18 +105,38 @@ def _peer(text: str) -> Peer:
 def parse_network_uri(uri: str) -> NetworkUri:
     """``static:(tcp://h:1,tcp://h:2)?maxReconnectDelay=5000`` -> `NetworkUri`; raises
     `NetworkUriError` naming the part that is wrong."""
+    if uri.strip().startswith("multicast:"):
+        return _parse_multicast(uri)
     m = _URI.match(uri.strip())
     if m is None:
-        if uri.strip().startswith("multicast:"):
-            raise NetworkUriError(f"{uri!r}: multicast discovery is not implemented by the reference broker; "
-                                  "list the peers with static:(tcp://HOST:PORT,...)")
-        raise NetworkUriError(f"network connector uri {uri!r}: expected static:(tcp://HOST:PORT,...)[?options] "
-                              "or masterslave:(tcp://MASTER:PORT,tcp://SLAVE:PORT,...)[?options]")
+        raise NetworkUriError(f"network connector uri {uri!r}: expected static:(tcp://HOST:PORT,...)[?options], "
+                              "multicast://default?group=NAME or masterslave:(tcp://MASTER:PORT,tcp://SLAVE:PORT,...)[?options]")
     peers = tuple(_peer(p) for p in m.group("peers").split(",") if p.strip())
     if not peers:
         raise NetworkUriError(f"{uri!r}: the parentheses list no peer")
-    values: dict[str, float | bool] = {}
-    for key, raw in parse_qsl(m.group("query") or "", keep_blank_values=True):
+    return NetworkUri(m.group("scheme"), peers, _reconnect(uri, parse_qsl(m.group("query") or "", keep_blank_values=True)))
+
+
+#: ActiveMQ's MulticastDiscoveryAgent reconnect defaults (see the module docstring).
+_MULTICAST_RECONNECT = {"initial_reconnect_delay": 5000, "max_reconnect_delay": 30000,
+                        "use_exponential_back_off": False}
+
+
+def _parse_multicast(uri: str) -> NetworkUri:
+    base, _, query = uri.strip().partition("?")
+    pairs = parse_qsl(query, keep_blank_values=True)
+    reconnect = _reconnect(uri, [(k, v) for k, v in pairs if k in _OPTIONS], dict(_MULTICAST_RECONNECT))
+    rest = urlencode([(k, v) for k, v in pairs if k not in _OPTIONS])
+    try:
+        discovery = parse_discovery_uri(f"{base}?{rest}" if rest else base)
+    except DiscoveryUriError as exc:
+        raise NetworkUriError(f"{uri!r}: {exc} (reconnect options {', '.join(_OPTIONS)} are allowed too)") from None
+    return NetworkUri("multicast", (), reconnect, discovery)
+
+
+def _reconnect(uri: str, pairs: list[tuple[str, str]], values: dict | None = None) -> ReconnectPolicy:
+    values = dict(values or {})
+    for key, raw in pairs:
         field = _OPTIONS.get(key)
         if field is None:
             raise NetworkUriError(f"{uri!r}: unknown option {key!r} (known: {', '.join(_OPTIONS)})")
@@ -119,4 +146,4 @@ def parse_network_uri(uri: str) -> NetworkUri:
             values[field] = _number(key, raw, 1)
         else:
             values[field] = _number(key, raw, 0)
-    return NetworkUri(m.group("scheme"), peers, ReconnectPolicy(**values))
+    return ReconnectPolicy(**values)

@@ -13,6 +13,7 @@ from conformance.targets.activemq import ActiveMQProcess
 from conformance.targets.activemq_network import (
     ActiveMQNetwork,
     Bridge,
+    BridgeFilterPolicy,
     NetworkConnectorOptions,
     NetworkNode,
     destination_element,
@@ -204,6 +205,7 @@ def test_the_established_line_of_the_log_is_recognised(tmp_path):
     (("A", "A"), (), "2 to 4 distinct brokers"),
     (("A", "B"), (Bridge("A", "C"),), "names 'C'"),
     (("A", "B"), (Bridge("A", "B"), Bridge("A", "B")), "need different names"),
+    (("A", "B", "C"), (Bridge("A", "B"), Bridge("A", "C")), "connectors on one broker need different names"),
 ])
 def test_bad_topologies_are_refused(tmp_path, names, bridges, message):
     with pytest.raises(ValueError, match=message):
@@ -227,3 +229,33 @@ def test_stopping_a_network_that_never_started_is_harmless(tmp_path):
     net = line_network(tmp_path)
     net.stop()
     assert not any(node.running for node in net.nodes.values())
+
+
+def test_bridge_filter_policy_renders_the_documents_policy_entry(tmp_path):
+    policy = BridgeFilterPolicy("TEST.>", replay_when_no_consumers=True, replay_delay=500)
+    net = ActiveMQNetwork(tmp_path, ("A", "B"), (Bridge("A", "B"),), policies=(policy,))
+    for node in net.nodes.values():
+        broker = ET.fromstring(node.process.render_config()).find(f"{CORE}broker")
+        entries = broker.findall(f"{CORE}destinationPolicy/{CORE}policyMap/{CORE}policyEntries/{CORE}policyEntry")
+        assert [e.get("queue") for e in entries] == ["TEST.>"]
+        factory = entries[0].find(f"{CORE}networkBridgeFilterFactory/{CORE}conditionalNetworkBridgeFilterFactory")
+        assert dict(factory.attrib) == {"replayWhenNoConsumers": "true", "replayDelay": "500",
+                                        "rateLimit": "0", "rateDuration": "1000"}
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(queue="queue://TEST.>"), "policy pattern"),
+    (dict(queue="T", replay_delay=-1), ">= 0"),
+    (dict(queue="T", rate_duration=0), "rate_duration > 0"),
+])
+def test_bad_bridge_filter_policies_are_refused(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        BridgeFilterPolicy(**kwargs)
+
+
+def test_a_separate_ttl_writes_both_ttls_and_no_network_ttl():
+    # networkTTL would override both (its setter sets both; Spring applies it after the others).
+    element = connector(NetworkConnectorOptions(network_ttl=3, consumer_ttl=2))
+    assert (element.get("networkTTL"), element.get("messageTTL"), element.get("consumerTTL")) == (None, "3", "2")
+    element = connector(NetworkConnectorOptions(network_ttl=2))
+    assert (element.get("networkTTL"), element.get("messageTTL"), element.get("consumerTTL")) == ("2", None, None)

@@ -35,7 +35,6 @@ def test_masterslave_uri_keeps_order():
     ("static:()", "no peer"),
     ("static:(http://h)", "expected tcp://HOST:PORT"),
     ("failover:(tcp://h:1)", "expected static:("),
-    ("multicast://default", "multicast discovery is not implemented"),
 ])
 def test_bad_uris_say_what_is_wrong(uri, fragment):
     with pytest.raises(NetworkUriError, match=fragment.replace("(", r"\(")):
