@@ -5,7 +5,10 @@ broker's own counters for the checkers.
 * ``single``: one broker launched by its target (conformance.targets), node ``A``.
 * ``shared-store``: ``nodes`` brokers on one store, one master at a time (A-MQ fault-tolerant
   messaging guide, 3.1); only targets with a ``launch_shared_store`` method have one (ActiveMQ
-  Classic). Clients list every node in their failover URL (the guide's Example 3.2).
+  Classic). Clients list every node in their failover URL (the guide's Example 3.2). With
+  ``--target activemq:container`` the nodes are containers on one Docker volume holding the
+  KahaDB directory (conformance.targets.activemq_container_network.SharedVolumePair); their
+  nodes have the same pid / running / start / kill shape, so nothing below differs.
 """
 
 from __future__ import annotations

@@ -7,7 +7,9 @@
   link between two network namespaces that `chaos.nemesis.container` can cut.
 * `SharedVolumePair`: the shared-file master/slave group of `activemq_shared_store` (A-MQ
   fault-tolerant messaging guide, 3.1), with the KahaDB directory on one named Docker volume
-  mounted into every broker container. Node A starts first and becomes master.
+  mounted into every broker container. Node A starts first and becomes master. Its nodes
+  (`ContainerSharedStoreNode`) have the process nemesis's shape, so chaos experiment 2 runs on
+  it (``ActiveMQTarget.launch_shared_store`` in container mode).
 
 Both create their Docker network (and volume) at `start()` and remove them, with every container,
 at `stop()` — also when `start()` fails. Everything carries the ``org.brokerconf.launcher`` label.
@@ -15,7 +17,9 @@ at `stop()` — also when `start()` fails. Everything carries the ``org.brokerco
 
 from __future__ import annotations
 
+import os
 import re
+import select
 import threading
 import time
 import uuid
@@ -28,7 +32,8 @@ from .activemq_network import _ESTABLISHED, ActiveMQNetwork, Bridge, NetworkNode
 from .activemq_shared_store import NODE_NAMES, SharedStoreGroup, SharedStoreNode
 from .docker_env import ACTIVEMQ_IMAGE, docker_client
 
-__all__ = ["ActiveMQContainerNetwork", "ContainerNetworkNode", "SharedVolumePair", "scenario_network"]
+__all__ = ["ActiveMQContainerNetwork", "ContainerNetworkNode", "ContainerSharedStoreNode", "SharedVolumePair",
+           "scenario_network"]
 
 
 def scenario_network(kind: str, name: str) -> Any:
@@ -150,12 +155,116 @@ class _VolumeKahaDBContainer(ActiveMQContainer):
         return tc
 
 
+def _not_running_error(exc: BaseException) -> bool:
+    """The engine's answer when a container already exited (HTTP 409 "... is not running")."""
+    return "is not running" in str(exc) or getattr(getattr(exc, "response", None), "status_code", None) == 409
+
+
+def _in_container(pid: int, container_id: str) -> bool:
+    """Whether host process ``pid`` runs in the container: its cgroup path names the container id
+    (``/docker/<id>`` with the cgroupfs driver, ``docker-<id>.scope`` with systemd's)."""
+    with open(f"/proc/{pid}/cgroup", encoding="utf-8") as f:
+        return container_id in f.read()
+
+
+class ContainerSharedStoreNode(SharedStoreNode):
+    """A shared-store node whose broker is an `ActiveMQContainer`, shaped for
+    `chaos.nemesis.process.ProcessNemesis` like the local-process node.
+
+    ``pid`` is the host PID of the container's main process: the image's entrypoint ``exec``s the
+    JVM (docker/activemq-classic/entrypoint.sh), so it is the broker itself, and runc makes it the
+    leader of its own process group, so the nemesis's SIGSTOP/SIGCONT reach every JVM thread.
+    Signalling it needs the rights of the engine's user (root on the project's CI machine); a
+    SIGKILL of a container's init ends the container, which is the crash the experiment wants.
+
+    ``running`` and ``pid`` answer from a pidfd held on that process while it lives, not from
+    the engine: a fault's recorded window starts when its step starts, and one engine round trip
+    before the signal (about 100 ms measured on this 2-core machine under load) let client
+    operations completed before the crash count as "recovered", shrinking the measured failover
+    downtime to tens of ms. A pidfd cannot outlive its process into a reused PID."""
+
+    def __init__(self, name: str, process: ActiveMQContainer) -> None:
+        super().__init__(name, process)
+        self._host_pid: int | None = None
+        self._pidfd: int | None = None
+
+    def _live_cached_pid(self) -> int | None:
+        if self._pidfd is None:
+            return None
+        poller = select.poll()
+        poller.register(self._pidfd, select.POLLIN)
+        if not poller.poll(0):  # a pidfd turns readable when its process exits
+            return self._host_pid
+        self._forget_pid()
+        return None
+
+    def _forget_pid(self) -> None:
+        if self._pidfd is not None:
+            os.close(self._pidfd)
+        self._pidfd = self._host_pid = None
+
+    def _read_pid(self) -> int | None:
+        """Ask the engine for the container's main process; hold a pidfd on it when it runs."""
+        cid = self.process.container_id
+        if cid is None:
+            return None
+        client = docker_client()
+        try:
+            state = client.containers.get(cid).attrs.get("State") or {}
+        except Exception:  # noqa: BLE001 - removed meanwhile: no process
+            return None
+        finally:
+            client.close()
+        if not (state.get("Running") and state.get("Pid")):
+            return None
+        pid = int(state["Pid"])
+        try:
+            pidfd = os.pidfd_open(pid)
+            same = _in_container(pid, cid)  # still this container's process, not a PID reused since
+        except OSError:
+            return pid  # no pidfd (old kernel) or already gone: answer, but keep nothing
+        if same:
+            self._pidfd, self._host_pid = pidfd, pid
+        else:
+            os.close(pidfd)
+        return pid if same else None
+
+    @property
+    def pid(self) -> int | None:
+        return self._live_cached_pid() or self._read_pid()
+
+    @property
+    def running(self) -> bool:
+        return self.pid is not None
+
+    def stop(self) -> None:
+        try:
+            super().stop()
+        finally:
+            self._forget_pid()
+
+    def kill(self) -> None:
+        # The nemesis may have SIGKILLed the JVM already: the engine then answers 409 "not
+        # running" to its own kill, and what is left is waiting for the container to exit.
+        try:
+            self.process.kill()
+        except Exception as exc:  # noqa: BLE001 - docker.errors.APIError without importing the SDK here
+            if not _not_running_error(exc):
+                raise
+        deadline = time.monotonic() + 30
+        while self.process.running:  # the engine's view: start() refuses a container it sees running
+            if time.monotonic() >= deadline:
+                raise RuntimeError(f"container of node {self.name} still runs 30 s after SIGKILL")
+            time.sleep(0.05)
+
+
 class SharedVolumePair(SharedStoreGroup):
     """``nodes`` ActiveMQ containers on one KahaDB volume; `start()` makes A master, the rest slaves."""
 
     def __init__(self, workdir: Path, *, nodes: int = 2, lock_keep_alive_period_ms: int = 2000,
                  lock_acquire_sleep_interval_ms: int = 1000, jvm_heap_mb: int = 256,
-                 broker_name: str = "shared-volume", image: str = ACTIVEMQ_IMAGE) -> None:
+                 broker_name: str = "shared-volume", image: str = ACTIVEMQ_IMAGE, stomp: bool = True,
+                 mqtt: bool = False) -> None:
         if not 2 <= nodes <= len(NODE_NAMES):
             raise ValueError(f"a shared-store group has 2 to {len(NODE_NAMES)} nodes, not {nodes}")
         if not re.fullmatch(r"[A-Za-z0-9_.-]+", broker_name):
@@ -170,9 +279,9 @@ class SharedVolumePair(SharedStoreGroup):
         self._volume: Any = None
         self._client: Any = None
         self.nodes = [
-            SharedStoreNode(name, _VolumeKahaDBContainer(
+            ContainerSharedStoreNode(name, _VolumeKahaDBContainer(
                 self.workdir / f"node-{name}", volume=self.volume_name, name=f"{broker_name}-{name}", image=image,
-                stomp=True, openwire=True, persistent=True, jvm_heap_mb=jvm_heap_mb,
+                stomp=stomp, mqtt=mqtt, openwire=True, persistent=True, jvm_heap_mb=jvm_heap_mb,
                 lock_keep_alive_period_ms=lock_keep_alive_period_ms,
                 lock_acquire_sleep_interval_ms=lock_acquire_sleep_interval_ms))
             for name in NODE_NAMES[:nodes]

@@ -391,27 +391,39 @@ class ActiveMQTarget:
     def launch_shared_store(self, scenario: Scenario, workdir: Path, *, nodes: int = 2,
                             lock_keep_alive_period_ms: int = 2000,
                             lock_acquire_sleep_interval_ms: int = 1000) -> SharedStoreGroup:
-        """A started shared-store master/slave group (conformance.targets.activemq_shared_store):
-        node A master, the others slaves. Destination policies are not applied to the group."""
+        """A started shared-store master/slave group: node A master, the others slaves.
+        Destination policies are not applied to the group.
+
+        Process mode: local JVMs on one KahaDB directory (`activemq_shared_store.SharedStoreGroup`).
+        Container mode: one container per node, the KahaDB directory on a named Docker volume
+        mounted into each (`activemq_container_network.SharedVolumePair`); same node interface,
+        so the chaos harness kills and restarts either the same way."""
         ok, reason = self.availability()
         if not ok:
             raise TargetUnavailable(reason)
-        if self.launch_mode == "container":
-            raise TargetUnavailable("the shared-store group runs local processes only; for containers see "
-                                    "conformance.targets.activemq_container_network.SharedVolumePair")
         if scenario.policies:
             raise TargetUnavailable("the shared-store group takes no destination policies yet "
                                     f"(scenario {scenario.name!r} has {len(scenario.policies)})")
-        group = SharedStoreGroup(Path(workdir) / "activemq-shared-store", nodes=nodes,
-                                 lock_keep_alive_period_ms=lock_keep_alive_period_ms,
-                                 lock_acquire_sleep_interval_ms=lock_acquire_sleep_interval_ms,
-                                 stomp="stomp" in scenario.protocols,
-                                 mqtt="mqtt" in scenario.protocols and "protocol.mqtt" in self.capabilities(),
-                                 jvm_heap_mb=min(self.jvm_heap_mb, 384), broker_name=_broker_name(scenario))
+        options = dict(nodes=nodes, lock_keep_alive_period_ms=lock_keep_alive_period_ms,
+                       lock_acquire_sleep_interval_ms=lock_acquire_sleep_interval_ms,
+                       stomp="stomp" in scenario.protocols,
+                       mqtt="mqtt" in scenario.protocols and "protocol.mqtt" in self.capabilities(),
+                       broker_name=_broker_name(scenario))
+        if self.launch_mode == "container":
+            from conformance.targets.activemq_container_network import SharedVolumePair  # noqa: PLC0415 - docker SDK
+
+            # 256 MB heap per JVM: two containers plus the workload share the machine's memory
+            group = SharedVolumePair(Path(workdir) / "activemq-shared-volume", image=self.image,
+                                     jvm_heap_mb=min(self.jvm_heap_mb, 256), **options)
+        else:
+            group = SharedStoreGroup(Path(workdir) / "activemq-shared-store", jvm_heap_mb=min(self.jvm_heap_mb, 384),
+                                     **options)
         try:
-            group.start(timeout=self.start_timeout + 30)
-        except (ActiveMQNotInstalled, ActiveMQStartError, RuntimeError) as e:
-            raise TargetUnavailable(f"ActiveMQ ({self.name}) shared-store group did not start: {e}") from e
+            # containers: the engine creates the volume, network and containers on top of the JVMs' start-up
+            group.start(timeout=self.start_timeout + (60 if self.launch_mode == "container" else 30))
+        except (ActiveMQNotInstalled, ActiveMQStartError, DockerUnavailable, RuntimeError) as e:
+            raise TargetUnavailable(f"ActiveMQ ({self.name}, {self.launch_mode}) shared-store group did not "
+                                    f"start: {e}") from e
         return group
 
     def __repr__(self) -> str:

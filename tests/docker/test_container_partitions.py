@@ -103,6 +103,10 @@ def test_partitioned_bridge_holds_messages_on_a_until_healed(network, tmp_path):
     windows = [w for e in events if e["f"] == "heal" and e["value"]["phase"] == "end"
                for w in e["value"].get("fault_window", [])]
     assert [w["fault"] for w in windows] == ["partition"], events
+    assert windows[0]["start"] < windows[0]["end"], windows
+    # the cut is recorded in the nemesis's Jepsen shape (chaos.nemesis.container.grudge)
+    cut, = [e["value"] for e in events if e["f"] == "partition" and e["value"]["phase"] == "end"]
+    assert (cut["shape"], cut["cuts"]) == ("halves", ["A->B", "B->A"]), cut
 
 
 def test_disconnected_broker_rejoins_with_its_alias(network, tmp_path):
