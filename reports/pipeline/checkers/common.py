@@ -99,11 +99,15 @@ class Context:
         self.ops = ops
         spans = ops.groupBy("run", "target").agg(
             F.min("time").alias("t0"), F.max("time").alias("t1"), F.count(F.lit(1)).alias("n"),
-            F.max((F.col("f") == "drain") & (F.col("type") == "ok")).alias("drained")).collect()
+            F.max((F.col("f") == "drain") & (F.col("type") == "ok")).alias("drained"),
+            F.max(F.coalesce(F.col("value").contains("topic://"), F.lit(False))).alias("topics")).collect()
         self.spans: dict[RunKey, tuple[int, int, int]] = {(r["run"], r["target"]): (r["t0"], r["t1"], r["n"])
                                                           for r in spans}
         #: runs whose history has a completed drain (total queue needs one)
         self.drained: set[RunKey] = {(r["run"], r["target"]) for r in spans if r["drained"]}
+        #: runs that mention a topic at all: the only ones the topic checkers need to look at (a
+        #: queue run would cost them their fixed dozen Spark jobs for nothing)
+        self.topic_runs: set[RunKey] = {(r["run"], r["target"]) for r in spans if r["topics"]}
         nemesis = (ops.where(F.col("process") == NEMESIS)
                    .select("run", "target", "index", "time", "f", "value").orderBy("run", "target", "index").collect())
         self.nemesis: dict[RunKey, list[dict]] = {}

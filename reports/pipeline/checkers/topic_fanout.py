@@ -151,6 +151,9 @@ def _tag_windows(ctx: Context) -> DataFrame:
     one shuffle: on small histories each shuffle's fixed cost is what the user waits for."""
     ops = ctx.ops.where(F.col("process") != NEMESIS).select("run", "target", "file", "process", "index", "type", "f",
                                                            "value", "msgs")
+    if len(ctx.topic_runs) < len(ctx.runs):  # a tree of runs: leave the queue runs out
+        wanted = [f"{run}\u0000{target}" for run, target in sorted(ctx.topic_runs)]
+        ops = ops.where(F.concat_ws("\u0000", "run", "target").isin(wanted))
     opens = _is("subscribe", "ok")
     # What ends a subscription (reports/checkers/topic_fanout.py): a resubscribe, a reconnect,
     # a drain, or any op ending `info` (the process retires: chaos/history.py).
@@ -195,6 +198,8 @@ def _tag_windows(ctx: Context) -> DataFrame:
 
 def _compute(ctx: Context) -> dict[RunKey, RunFacts]:
     keys = ["run", "target"]
+    if not ctx.topic_runs:
+        return {}  # no history mentions a topic: nothing to subscribe to, no job to run
     tagged = _tag_windows(ctx).cache()
     windows = tagged.where(F.col("closed").isNotNull()).select(
         *keys, "process", "name", F.col("index").alias("subscribed"), "subscribe_invoked", "closed", "clean")
