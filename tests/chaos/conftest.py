@@ -1,6 +1,11 @@
 """Shared by the fault-proxy tests: every test runs against our server and, when
-``toxiproxy-server`` is on PATH, against the real one too (issue 5: the same tests pass on both)."""
+``toxiproxy-server`` is on PATH, against the real one too (issue 5: the same tests pass on both).
+With ``BROKERCONF_TOXIPROXY=container`` they also run against the ``ghcr.io/shopify/toxiproxy``
+container (issue 8, `conformance.targets.toxiproxy_container`, on the host's network so proxies
+reach the tests' loopback upstreams); where its image is missing that run is skipped with
+docker_env's reason, and the embedded proxy ("ours") covers the tests."""
 
+import os
 import shutil
 
 import pytest
@@ -8,6 +13,19 @@ import pytest
 from chaos.proxy import FaultProxyServer, RealToxiproxyServer
 
 REAL = shutil.which("toxiproxy-server")
+CONTAINER = os.environ.get("BROKERCONF_TOXIPROXY") == "container"
+
+
+def _start_container():
+    from conformance.targets.docker_env import image_available
+    from conformance.targets.toxiproxy_container import TOXIPROXY_IMAGE, ToxiproxyContainer
+
+    ok, reason = image_available(TOXIPROXY_IMAGE)
+    if not ok:
+        pytest.skip(f"Toxiproxy container not available, the embedded proxy runs instead: {reason}")
+    handle = ToxiproxyContainer(host_network=True)
+    handle.start()
+    return handle
 
 
 @pytest.fixture(
@@ -18,9 +36,16 @@ REAL = shutil.which("toxiproxy-server")
             marks=pytest.mark.skipif(REAL is None, reason="toxiproxy-server not on PATH"),
         ),
     ]
+    # opt-in: only then is there a third run to report (no skip line per test otherwise)
+    + ([pytest.param("container", id="toxiproxy-container", marks=pytest.mark.container)] if CONTAINER else [])
 )
 def fault_proxy(request):
-    handle = FaultProxyServer().start() if request.param == "ours" else RealToxiproxyServer(REAL).start()
+    if request.param == "container":
+        handle = _start_container()
+    elif request.param == "ours":
+        handle = FaultProxyServer().start()
+    else:
+        handle = RealToxiproxyServer(REAL).start()
     handle.kind = request.param
     try:
         yield handle
