@@ -17,8 +17,8 @@ STOMP to the peer's STOMP listener -- one of the broker's own protocols:
   (`replay`; ActiveMQ "Stuck Messages", "Throttling a network consumer").
 
 Why STOMP and not AMQP 1.0 links: the broker's AMQP side is proton in server mode; a client side
-needs proton's reactor thread (or a hand-driven Transport) bridged into the asyncio loop, more than
-this issue's time allowed. STOMP receipts give the same store-and-forward guarantee; the network
+needs proton's reactor thread (or a hand-driven Transport) bridged into the asyncio loop, a larger
+piece of work than a STOMP client on the same loop. STOMP receipts give the same store-and-forward guarantee; the network
 prefetch is the STOMP ``activemq.prefetchSize`` of the duplex (pull) half and the local network
 consumer's prefetch of the forwarding half.
 
