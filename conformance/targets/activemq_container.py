@@ -80,7 +80,8 @@ def _remove_quietly(container: Any, network: Any) -> None:
         if thing is None:
             continue
         try:
-            thing.remove(force=True) if thing is container else thing.remove()
+            # v=True: the image declares a VOLUME, whose anonymous volume would outlive the container
+            thing.remove(force=True, v=True) if thing is container else thing.remove()
         except Exception:  # noqa: BLE001 - already gone, or the engine went away
             pass
 
