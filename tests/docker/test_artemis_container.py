@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import socket
 import subprocess
-import threading
 import uuid
 import xml.etree.ElementTree as ET
 
@@ -20,7 +19,6 @@ from conformance.clients import connect
 from conformance.scenario import DestinationPolicy, Scenario
 from conformance.targets import artemis_container as mod
 from conformance.targets.artemis_container import (
-    CONTAINER_PORTS,
     ArtemisContainer,
     ArtemisStartError,
     UnsupportedArtemisPolicy,
