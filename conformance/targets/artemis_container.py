@@ -57,7 +57,7 @@ from xml.sax.saxutils import escape
 from conformance.scenario import DestinationPolicy, Scenario
 
 from .activemq import _stomp_handshake
-from .activemq_container import _configure_reaper, _remove_quietly
+from .container_lifecycle import ContainerLifecycle, _configure_reaper
 from .docker_env import DockerUnavailable, docker_client, image_available
 from .process import free_ports
 from .registry import ARTEMIS_IMAGE  # the official image; never pulled (a missing image is a reason)
@@ -189,7 +189,7 @@ def _wait_strategy(pattern: str, timeout: float) -> Any:
     return strategy
 
 
-class ArtemisContainer:
+class ArtemisContainer(ContainerLifecycle):
     """One ActiveMQ Artemis broker in a container of the official image on a scenario network.
 
     ``stomp`` / ``mqtt`` / ``amqp`` say which listeners to publish (the image opens all of them;
@@ -288,22 +288,6 @@ class ArtemisContainer:
         """How other containers on the scenario network reach this broker (cluster connections)."""
         return f"tcp://{self.name}:{CONTAINER_PORTS['core']}"
 
-    @property
-    def network_name(self) -> str | None:
-        net = self._given_network or self._own_network
-        return net.name if net is not None else None
-
-    @property
-    def running(self) -> bool:
-        container = self._wrapped()
-        if container is None:
-            return False
-        try:
-            container.reload()
-        except Exception:  # noqa: BLE001 - removed behind our back
-            return False
-        return container.status == "running"
-
     # ----------------------------------------------------------------- lifecycle
     def start(self, timeout: float = 120) -> None:
         """Start the container (a network of its own on the first start) and wait for the readiness
@@ -386,11 +370,6 @@ class ArtemisContainer:
     def _count_ready_lines(self) -> int:
         return len(re.findall(READY_LINE, self.log_tail(100000)))
 
-    def _arm_finalizer(self) -> None:
-        if self._finalizer is not None:
-            self._finalizer.detach()
-        self._finalizer = weakref.finalize(self, _remove_quietly, self._wrapped(), self._own_network)
-
     def _read_published_ports(self) -> None:
         container = self._wrapped()
         container.reload()
@@ -415,91 +394,7 @@ class ArtemisContainer:
                                         f"{self._failure_report()}")
             time.sleep(0.3)
 
-    def stop(self, timeout: float = 20) -> None:
-        """Stop and remove the container (its log appended to ``log_path`` first) and the network
-        this launcher made. Idempotent."""
-        try:
-            self._discard_container(timeout)
-        finally:
-            net, self._own_network = self._own_network, None
-            if net is not None:
-                try:
-                    net.remove()
-                except Exception as exc:  # noqa: BLE001 - report, unless it is already gone
-                    if "not found" not in str(exc).lower():
-                        raise
-            if self._finalizer is not None:
-                self._finalizer.detach()
-                self._finalizer = None
-            if self._client is not None:
-                self._client.close()
-                self._client = None
-
-    def _discard_container(self, timeout: float) -> None:
-        tc, self._tc = self._tc, None
-        container = tc._container if tc is not None else None
-        if container is None:
-            return
-        try:
-            try:
-                container.reload()
-                if container.status == "running":
-                    container.stop(timeout=int(timeout))  # SIGTERM: Artemis shuts down cleanly, then SIGKILL
-            except Exception:  # noqa: BLE001 - already gone: still save logs and remove
-                pass
-            self._save_logs(container)
-        finally:
-            self.container_id = None
-            try:
-                container.remove(force=True, v=True)
-            except Exception as exc:  # noqa: BLE001
-                if "no such container" not in str(exc).lower() and "not found" not in str(exc).lower():
-                    raise
-
-    def _save_logs(self, container: Any) -> None:
-        try:
-            text = container.logs(stdout=True, stderr=True)
-        except Exception:  # noqa: BLE001 - vanished: nothing to keep
-            return
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "ab") as f:
-            f.write(f"--- container {container.short_id} ({self.image}) ---\n".encode())
-            f.write(text)
-
-    def kill(self) -> None:
-        """SIGKILL the broker (a crash); `start()` brings the same container back on the same ports."""
-        container = self._wrapped()
-        if container is not None and self.running:
-            container.kill(signal="SIGKILL")
-            container.wait(timeout=30)
-
-    def pause(self) -> None:
-        container = self._wrapped()
-        if container is not None:
-            container.pause()
-
-    def resume(self) -> None:
-        container = self._wrapped()
-        if container is not None:
-            container.unpause()
-
-    def _wrapped(self) -> Any:
-        return self._tc._container if self._tc is not None else None
-
     # ----------------------------------------------------------------- observation
-    def log_tail(self, lines: int = 50) -> str:
-        container = self._wrapped()
-        if container is not None:
-            try:
-                return container.logs(tail=lines).decode("utf-8", "replace").rstrip()
-            except Exception:  # noqa: BLE001 - fall back to the saved log
-                pass
-        try:
-            text = self.log_path.read_bytes()[-max(65536, lines * 400):].decode("utf-8", "replace")
-        except OSError:
-            return "(no log)"
-        return "\n".join(text.rstrip().splitlines()[-lines:])
-
     def _failure_report(self, tail: int = 40) -> str:
         lines = self.log_tail(2000).splitlines()
         key = list(dict.fromkeys(ln[:400] for ln in lines
@@ -517,9 +412,6 @@ class ArtemisContainer:
     def __enter__(self) -> "ArtemisContainer":
         self.start()
         return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.stop()
 
     def __repr__(self) -> str:
         state = f"container={self.container_id[:12]}" if self.container_id else "stopped"

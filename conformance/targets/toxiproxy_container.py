@@ -30,7 +30,7 @@ import weakref
 from pathlib import Path
 from typing import Any
 
-from .activemq_container import _configure_reaper, _remove_quietly
+from .container_lifecycle import _configure_reaper, _remove_quietly
 from .docker_env import DockerUnavailable, docker_client, image_available
 from .process import free_ports
 

@@ -115,7 +115,14 @@ class FakeTC:
         return self
 
     def get_docker_client(self):
-        raise AssertionError("not used")
+        # the launcher closes testcontainers' own client once the container is gone (no socket leak)
+        fake = self
+
+        class _Client:
+            def close(self):
+                fake.client_closed = True
+
+        return type("DockerClient", (), {"client": _Client()})()
 
 
 class FakeNetwork:
@@ -286,6 +293,7 @@ def test_kill_then_start_reuses_container_and_ports(engine, tmp_path):
     amq.start(timeout=10)
     assert container.actions[-1] == "start" and len(FakeTC.made) == 1 and amq.ports == ports
     amq.stop()
+    assert getattr(FakeTC.made[-1], "client_closed", False), "stop() must close testcontainers' Docker client"
 
 
 def test_more_than_one_user_is_refused(tmp_path):
