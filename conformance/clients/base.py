@@ -34,6 +34,12 @@ class ClientError(Exception):
     """The broker refused an operation (STOMP ERROR frame, MQTT reason code, AMQP error condition)."""
 
 
+class NotSent(ClientError):
+    """The connection was already gone when the client tried to write the frame, so the broker
+    never saw a whole frame: the operation certainly did not happen and may be retried
+    elsewhere. (A frame that *was* written but never confirmed is a different case: in doubt.)"""
+
+
 @dataclass
 class Received:
     body: bytes

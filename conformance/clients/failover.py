@@ -39,7 +39,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from . import connect as connect_inner
-from .base import AckMode, Client, ClientError, ConnectFailed, ExchangeLog, Received
+from .base import AckMode, Client, ClientError, ConnectFailed, ExchangeLog, NotSent, Received
 from .failover_uri import BrokerURI, FailoverOptions, FailoverURI, parse_failover_uri
 
 log = logging.getLogger(__name__)
@@ -404,7 +404,7 @@ class FailoverClient:
             if generation != self.generation:
                 return True
             inner = self._inner
-            if inner is not None and getattr(inner, "connected", False) and not isinstance(exc, OSError):
+            if inner is not None and getattr(inner, "connected", False) and not isinstance(exc, (OSError, NotSent)):
                 return False
             if self._lost is None:
                 self._lost = str(exc)
@@ -578,6 +578,11 @@ class FailoverClient:
             try:
                 inner.send(destination, body, properties, transaction=transaction, **kwargs)
                 return
+            except NotSent as exc:
+                # Never reached the broker, so nothing is in doubt: send it again once reconnected.
+                if not self._connection_failed(generation, exc):
+                    raise
+                self.exchange.note(f"-- SEND to {destination} not written ({exc}); sending after reconnect")
             except CONNECTION_ERRORS as exc:
                 if not self._connection_failed(generation, exc):
                     raise

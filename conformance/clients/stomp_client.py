@@ -32,6 +32,7 @@ from .base import (
     ConnectFailed,
     ExchangeLog,
     Inbox,
+    NotSent,
     Received,
     preview,
     split_destination,
@@ -246,7 +247,7 @@ class StompClient:
         """Send one frame with a receipt; return when the receipt arrives, raise on ERROR."""
         listener = self._listener
         if not self.connected:
-            raise ClientError(f"{note}: not connected ({listener.lost or 'closed'})")
+            raise NotSent(f"{note}: not connected ({listener.lost or 'closed'})")
         receipt = f"rcpt-{next(self._ids)}"
         headers = {**headers, "receipt": receipt}
         self.exchange.note(f"-> {note}")
@@ -261,7 +262,9 @@ class StompClient:
                 listener.cond.wait_for(lambda: listener.lost is not None, 1.0)
                 cause = listener.lost or (f"after ERROR {listener.errors[-1]!r}" if listener.errors
                                           else "the socket is closed")
-            raise ClientError(f"{note}: could not send ({exc!r}); connection lost: {cause}") from None
+            # sendall() raising means the frame was not written out whole, and a STOMP frame
+            # counts only once its NUL terminator arrives: the broker cannot have acted on it.
+            raise NotSent(f"{note}: could not send ({exc!r}); connection lost: {cause}") from None
         with listener.cond:
             listener.cond.wait_for(lambda: receipt in listener.receipts or len(listener.errors) > errors_before
                                    or listener.lost is not None, self.timeout)

@@ -12,7 +12,7 @@ import threading
 import pytest
 
 from conformance.clients import ClientError, ConnectFailed
-from conformance.clients.base import Inbox, Received
+from conformance.clients.base import Inbox, NotSent, Received
 from conformance.clients.failover import (
     FailoverClient,
     FailoverExhausted,
@@ -325,6 +325,11 @@ class FakeClient:
             self.broker.cut_after_write = False
             self.broker.kill()
             raise ClientError("connection lost before the receipt")
+        if self.broker.gone_before_write:
+            # the inner client still looked connected, but the socket was closed under the write
+            self.broker.gone_before_write = False
+            self.broker.kill()
+            raise NotSent("could not send (OSError(9, 'Bad file descriptor'))")
         if destination == "queue://refused":
             raise ClientError("the broker answered ERROR: not allowed")
         self.broker.sent.append((destination, body))
@@ -361,6 +366,7 @@ class FakeBroker:
         self.sent: list = []
         self.subscribes: list = []
         self.cut_after_write = False
+        self.gone_before_write = False
 
     def kill(self):
         self.up = False
@@ -483,6 +489,16 @@ def test_send_cut_off_before_its_receipt_is_in_doubt(network, make_client):
         client.send("queue://q", b"x", {"id": "p1-1"})
     assert caught.value.operation == "send" and caught.value.properties == {"id": "p1-1"}
     assert network.brokers[1].sent == [("queue://q", b"x")]
+
+
+def test_send_whose_socket_closed_under_the_write_goes_to_the_next_broker(network, make_client):
+    # Seen in CI: the broker died between the `connected` check and the write (EBADF). Nothing
+    # was written, so even with trackMessages=false the send is not in doubt.
+    client = make_client()
+    network.brokers[1].gone_before_write = True
+    client.send("queue://q", b"x")
+    assert network.brokers[1].sent == [] and network.brokers[2].sent == [("queue://q", b"x")]
+    assert client.uri.port == 2
 
 
 def test_track_messages_replays_a_cut_off_send_on_the_next_broker(network, make_client):
