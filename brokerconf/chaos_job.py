@@ -89,6 +89,11 @@ def run_and_judge(exp: Experiment, out_dir: Path, progress=print) -> dict:
         checks["nemesis_schedule"] = {"valid": "unknown", "errors": result.nemesis_errors,
                                       "reason": f"{len(result.nemesis_errors)} nemesis steps failed: the faults did not "
                                                 "happen as the experiment says"}
+    if result.workload_errors:
+        # A worker thread that crashed, or a final drain that never completed: the history is
+        # incomplete in a way the checkers cannot see, so the run cannot be called valid.
+        checks["workload"] = {"valid": "unknown", "errors": result.workload_errors,
+                              "reason": "; ".join(result.workload_errors)}
     verdict = {
         "experiment": exp.name,
         "target": exp.target.name,
@@ -132,7 +137,7 @@ def summary_lines(verdict: dict) -> list[str]:
                         for name, r in sorted(fanout["subscribers"].items()))
         lines.append(f"topic fan-out: {fanout['acknowledged']} acknowledged sends; {per}"
                      + (f" - {fanout['reason']}" if fanout["reason"] else ""))
-    for name in ("broker_discards", "slow_consumer_exercised", "nemesis_schedule"):
+    for name in ("broker_discards", "slow_consumer_exercised", "nemesis_schedule", "workload"):
         if checks.get(name, {}).get("reason"):
             lines.append(f"{name.replace('_', ' ')}: {checks[name]['reason']}")
     downtime = checks.get("failover_downtime")

@@ -25,7 +25,7 @@ from chaos.nemesis.process import ProcessNemesis
 from chaos.nemesis.proxy import ProxyNemesis
 from chaos.proxy import start_fault_proxy
 from chaos.topology import Topology, launch_topology
-from chaos.workloads.queue import GroupedQueueWorkload, QueueWorkload
+from chaos.workloads.queue import DrainIncomplete, GroupedQueueWorkload, QueueWorkload
 from chaos.workloads.topic import TopicFanoutWorkload
 from conformance.targets.registry import UnknownTarget, resolve
 
@@ -277,13 +277,19 @@ def _run(exp: Experiment, topology: Topology, run_id: str, history_path: Path, p
         # Non-durable subscriptions and their counters vanish when the subscribers close.
         discards.append(topology.subscription_discards(exp.workload.destination))
 
+    drain_errors: list[str] = []
     if exp.workload.kind == "topic":
         drained = workload.drain(quiet=exp.drain_quiet_s, before_close=read_broker_counters)
     else:
-        drained = workload.drain(quiet=exp.drain_quiet_s)
+        try:
+            drained = workload.drain(quiet=exp.drain_quiet_s)
+        except DrainIncomplete as exc:
+            # Judged anyway: the history shows no completed drain, so the verdict cannot be "true".
+            drained, drain_errors = exc.drained, [str(exc)]
+            progress(f"  {exc}")
     history.close()
     return ExperimentResult(exp.name, run_id, history_path, round(time.monotonic() - started, 1), workload.sent_ok,
-                            workload.received_ok, len(drained), faults, exp.target.name, list(workload.errors),
+                            workload.received_ok, len(drained), faults, exp.target.name,
                             topology=topology.kind, broker_discards=discards[0] if discards else None,
                             slow_subscribers=list(range(exp.workload.slow_subscribers)),
-                            nemesis_errors=nemesis_errors)
+                            nemesis_errors=nemesis_errors, workload_errors=list(workload.errors) + drain_errors)

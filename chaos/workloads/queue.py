@@ -29,6 +29,16 @@ from .base import (ID, PRODUCER, SEQ, ClientFactory, Pacer, ProcessIds, close_qu
                    received_value)
 
 
+class DrainIncomplete(RuntimeError):
+    """The final drain never completed (the broker stayed unreachable). The run is still judged:
+    with no completed drain in the history, the total-queue verdict is "unknown", since messages
+    still queued cannot be told from lost ones (reports/checkers/total_queue.py)."""
+
+    def __init__(self, message: str, drained: list[dict]):
+        super().__init__(message)
+        self.drained = drained  # what cut-off attempts did read (recorded as info in the history)
+
+
 class QueueWorkload:
     """``producers`` threads send at ``rate`` messages/s each (None: unthrottled); ``consumers``
     threads receive. `start()`, `stop()`, `drain()`; also a context manager (stop on exit)."""
@@ -285,8 +295,8 @@ class QueueWorkload:
                 close_quietly(client)
             self.history.ok(op, got)
             return drained + got
-        raise RuntimeError(f"drain of {self.destination} did not complete in {attempts} attempts: see the history's "
-                           "'drain' and 'connect' entries; is the broker up?")
+        raise DrainIncomplete(f"drain of {self.destination} did not complete in {attempts} attempts: see the "
+                              "history's 'drain' and 'connect' entries; is the broker up?", drained)
 
     def _connect_once(self, process: int) -> Client | None:
         op = self.history.invoke(process, "connect", None)

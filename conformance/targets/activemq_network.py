@@ -28,6 +28,7 @@ import threading
 import time
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Callable
 from xml.sax.saxutils import quoteattr
 
 from .activemq import ActiveMQProcess
@@ -35,7 +36,12 @@ from .activemq_target import destination_pattern
 from .jmx import JmxClient
 from .process import free_ports
 
-__all__ = ["Bridge", "BridgeFilterPolicy", "NetworkConnectorOptions", "ActiveMQNetwork", "NetworkNode",
+#: ``(bridge, peer host, peer port) -> (host, port)`` the bridge's connector dials instead of the
+#: peer's own listener: a fault proxy in front of the peer, so the link alone can be cut (issue 7,
+#: store and forward through a cut bridge). Called once per bridge when the ports are known.
+BridgeRoute = Callable[["Bridge", str, int], tuple[str, int]]
+
+__all__ = ["Bridge", "BridgeFilterPolicy", "BridgeRoute", "NetworkConnectorOptions", "ActiveMQNetwork", "NetworkNode",
            "NetworkStartError", "render_network_connector", "render_bridge_filter_policy", "destination_element"]
 
 #: ActiveMQ 5.17 logs this (DemandForwardingBridgeSupport, INFO) on the broker that owns the
@@ -354,9 +360,10 @@ class ActiveMQNetwork:
     def __init__(self, workdir: Path, names: tuple[str, ...] = ("A", "B"), bridges: tuple[Bridge, ...] = (), *,
                  prefix: str = "nob", jvm_heap_mb: int = 256, memory_limit_mb: int = 96,
                  broker_attributes: dict[str, dict[str, str]] | None = None,
-                 policies: tuple[BridgeFilterPolicy, ...] = ()) -> None:
+                 policies: tuple[BridgeFilterPolicy, ...] = (), bridge_route: BridgeRoute | None = None) -> None:
         if not 2 <= len(names) <= 4 or len(set(names)) != len(names):
             raise ValueError(f"a network here has 2 to 4 distinct brokers, not {names!r}")
+        self.bridge_route = bridge_route
         for bridge in bridges:
             for end in (bridge.source, bridge.target):
                 if end not in names:
@@ -402,8 +409,17 @@ class ActiveMQNetwork:
 
     def connectors_xml(self, name: str) -> str:
         """The ``<networkConnector>`` elements of broker ``name`` (ports must be assigned)."""
-        return "\n".join(render_network_connector([self.nodes[b.target].process.openwire_url], b.options)
+        return "\n".join(render_network_connector([self.peer_url(b)], b.options)
                          for b in self.bridges if b.source == name)
+
+    def peer_url(self, bridge: Bridge) -> str:
+        """The address ``bridge``'s connector dials: the target's OpenWire listener, or where
+        ``bridge_route`` sends it (a fault proxy in front of that listener)."""
+        peer = self.nodes[bridge.target].process
+        if self.bridge_route is None:
+            return peer.openwire_url
+        host, port = self.bridge_route(bridge, peer.host, peer.openwire_port)
+        return f"tcp://{host}:{port}"
 
     def start_order(self) -> list[str]:
         """Targets before sources where the bridges allow it (a cycle falls back to name order)."""

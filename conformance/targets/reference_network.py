@@ -20,7 +20,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable
 
-from .activemq_network import Bridge, BridgeFilterPolicy, NetworkConnectorOptions, static_uri
+from .activemq_network import Bridge, BridgeFilterPolicy, BridgeRoute, NetworkConnectorOptions, static_uri
 
 _TIMEOUT = 10.0
 _URI_ONLY = ("initial_reconnect_delay", "max_reconnect_delay", "use_exponential_back_off", "back_off_multiplier")
@@ -178,9 +178,10 @@ class ReferenceNetwork:
 
     def __init__(self, workdir: Path | None = None, names: tuple[str, ...] = ("A", "B"),
                  bridges: tuple[Bridge, ...] = (), *, prefix: str = "nob",
-                 policies: tuple[BridgeFilterPolicy, ...] = ()) -> None:
+                 policies: tuple[BridgeFilterPolicy, ...] = (), bridge_route: BridgeRoute | None = None) -> None:
         if not 2 <= len(names) <= 4 or len(set(names)) != len(names):
             raise ValueError(f"a network here has 2 to 4 distinct brokers, not {names!r}")
+        self.bridge_route = bridge_route  # as ActiveMQNetwork's: dial a fault proxy, not the peer
         for bridge in bridges:
             for end in (bridge.source, bridge.target):
                 if end not in names:
@@ -209,12 +210,21 @@ class ReferenceNetwork:
                 self.nodes[name] = ReferenceNode(name, f"{self.prefix}-{name}", self.policies)
                 self.nodes[name].listen()
             for name, node in self.nodes.items():
-                node.start_network([connector_config(f"tcp://127.0.0.1:{self.nodes[b.target].stomp_port}", b.options)
+                node.start_network([connector_config(self.peer_url(b), b.options)
                                     for b in self.bridges if b.source == name])
             self.wait_for_bridges(timeout)
         except BaseException:
             self.stop()
             raise
+
+    def peer_url(self, bridge: Bridge) -> str:
+        """The address ``bridge``'s connector dials: the target's STOMP listener, or where
+        ``bridge_route`` sends it (a fault proxy in front of that listener)."""
+        peer = self.nodes[bridge.target]
+        host, port = peer.host, peer.stomp_port
+        if self.bridge_route is not None:
+            host, port = self.bridge_route(bridge, host, port)
+        return f"tcp://{host}:{port}"
 
     def wait_for_bridges(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout

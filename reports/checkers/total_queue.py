@@ -10,8 +10,9 @@ Definitions (jepsen checker.clj `total-queue`, as summarised in REFERENCES.md):
 * duplicated: dequeued more times than attempted;
 * recovered: dequeued, attempted, but not confirmed (an `info` send that did arrive).
 Valid iff nothing is lost and nothing unexpected. Duplicates are reported; whether they break the
-documented semantics is the caller's decision (`duplicates_allowed`). Without a final drain the
-verdict is "unknown": messages still in the broker would look lost.
+documented semantics is the caller's decision (`duplicates_allowed`). Without a final drain a
+message not received yet may still be in the broker, so lost ones are only candidates: the
+verdict is "unknown" unless something unexpected (or a disallowed duplicate) makes it false.
 """
 
 from __future__ import annotations
@@ -81,12 +82,19 @@ def check_total_queue(history: Iterable[dict], *, duplicates_allowed: bool = Fal
     recovered = sorted(m for m in dequeued if attempted[m] and m not in enqueued)
     result = TotalQueueResult(VALID, sum(attempted.values()), len(enqueued), sum(dequeued.values()),
                               lost, unexpected, duplicated, recovered)
-    if unexpected or lost or (duplicated and not duplicates_allowed):
+    # Without a final drain a confirmed send not received yet may still sit in the queue, so
+    # "lost" is only a candidate then; unexpected and (disallowed) duplicated messages are
+    # certain either way.
+    certain_lost = lost if drained else []
+    if unexpected or certain_lost or (duplicated and not duplicates_allowed):
         result.valid = INVALID
-        parts = [f"{len(lost)} lost" if lost else "", f"{len(unexpected)} unexpected" if unexpected else "",
+        parts = [f"{len(certain_lost)} lost" if certain_lost else "",
+                 f"{len(unexpected)} unexpected" if unexpected else "",
                  f"{len(duplicated)} duplicated" if duplicated and not duplicates_allowed else ""]
         result.reason = ", ".join(p for p in parts if p)
     elif not drained:
         result.valid = UNKNOWN
         result.reason = "the history has no final drain: messages still queued would look lost"
+        if lost:
+            result.reason += f" ({len(lost)} confirmed sends not received, maybe still queued)"
     return result

@@ -65,6 +65,17 @@ def test_without_a_drain_the_verdict_is_unknown():
     assert result.valid == "unknown" and "drain" in result.reason
 
 
+def test_without_a_drain_an_unreceived_message_is_not_called_lost():
+    # "b" was confirmed and not received, but with no drain it may still be queued.
+    result = check_total_queue(send(0, "a") + send(0, "b") + receive(1, "a"))
+    assert result.valid == "unknown" and result.lost == ["b"] and "maybe still queued" in result.reason
+
+
+def test_without_a_drain_an_unexpected_message_still_fails():
+    result = check_total_queue(send(0, "a") + receive(1, "a") + receive(1, "zz"))
+    assert result.valid is False and result.unexpected == ["zz"]
+
+
 def test_nemesis_events_are_ignored():
     history = [op("nemesis", "info", "kill", {"node": "A"})] + send(0, "a") + drain("a")
     assert check_total_queue(history).valid is True

@@ -10,9 +10,11 @@ import pytest
 
 from chaos.history import History, read_history
 from chaos.workloads import GroupedQueueWorkload, QueueWorkload, TopicFanoutWorkload, outcome_of
+from chaos.workloads.queue import DrainIncomplete
 from conformance.clients import ClientError, connect
 from conformance.scenario import Scenario
 from conformance.targets.reference_target import InProcessReference
+from reports.checkers.total_queue import check_total_queue
 
 
 @pytest.fixture
@@ -175,6 +177,21 @@ def test_drain_before_stop_is_refused(broker, history):
     workload = QueueWorkload(history, factory(broker), producers=0, consumers=0)
     with pytest.raises(RuntimeError, match="stop"):
         workload.drain()
+
+
+def test_drain_that_never_connects_raises_drain_incomplete_and_the_history_has_no_drain(tmp_path):
+    def refuse():
+        raise ConnectionRefusedError("nothing listens")
+
+    with History(tmp_path / "h.jsonl", run="w2", target="reference", node="A") as h:
+        workload = QueueWorkload(h, refuse, producers=0, consumers=0, reconnect_delay=0.01)
+        workload.stop()
+        with pytest.raises(DrainIncomplete, match="did not complete in 3 attempts") as caught:
+            workload.drain()
+    assert caught.value.drained == []
+    events = read_history(tmp_path / "h.jsonl")
+    assert [e["type"] for e in events if e["f"] == "connect"] == ["invoke", "fail"] * 3
+    assert check_total_queue(events).valid == "unknown"  # judged, never "true"
 
 
 @pytest.mark.slow

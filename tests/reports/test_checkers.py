@@ -31,6 +31,7 @@ def _literals() -> dict[str, H]:
         H("recovered_info_send").send(0, "a", outcome="info").drain(1, [msg("a")]),
         H("failed_send_not_lost").send(0, "a", outcome="fail").drain(1, []),
         H("no_drain").send(0, "a").send(0, "b", seq=1, outcome="info").receive(1, "a", consumer=0),
+        H("no_drain_unreceived").send(0, "a").send(0, "b", seq=1).receive(1, "a", consumer=0),
         # ---------------------------------------------------------------- FIFO
         H("fifo_reordered").send(0, "s0").send(0, "s1", seq=1).send(0, "s2", seq=2)
         .receive(1, "s0", consumer=0).receive(1, "s2", seq=2, consumer=0).receive(1, "s1", seq=1, consumer=0)
@@ -152,6 +153,12 @@ def test_no_drain_is_unknown(analysed):
     result = check(analysed, "no_drain", "total_queue")
     assert result["valid"] == "unknown" and "drain" in result["reason"]
     assert analysed["no_drain"]["valid"] == "unknown"
+
+
+def test_no_drain_unreceived_is_not_called_lost(analysed):
+    result = check(analysed, "no_drain_unreceived", "total_queue")
+    assert result["valid"] == "unknown" and "maybe still queued" in result["reason"]
+    assert result["stats"]["lost"] == 1
 
 
 # ---------------------------------------------------------------------- FIFO
