@@ -24,7 +24,7 @@ from chaos.nemesis.master import CurrentMasterNemesis
 from chaos.nemesis.process import ProcessNemesis
 from chaos.nemesis.proxy import ProxyNemesis
 from chaos.proxy import start_fault_proxy
-from chaos.topology import Topology, launch_topology
+from chaos.topology import NetworkTopology, Topology, launch_topology
 from chaos.workloads.queue import DrainIncomplete, GroupedQueueWorkload, QueueWorkload
 from chaos.workloads.topic import TopicFanoutWorkload
 from conformance.targets.registry import UnknownTarget, resolve
@@ -54,6 +54,9 @@ class ExperimentResult:
     slow_subscribers: list[int] = field(default_factory=list)
     #: nemesis steps that failed (the schedule did not happen as written)
     nemesis_errors: list[str] = field(default_factory=list)
+    #: network topology: how many times its bridges were established, first time included (a
+    #: run whose cuts took the bridges down shows more than one per bridge); None elsewhere
+    bridge_establishments: int | None = None
 
 
 def _client_factory(exp: Experiment, addresses: list[tuple[str, int]]) -> Callable:
@@ -178,10 +181,39 @@ def run_experiment(exp: Experiment, out_dir: Path, *, progress: Callable[[str], 
             topology.stop()
 
 
+def _drain_network(exp: Experiment, topology: NetworkTopology, workload, progress) -> tuple[list[dict], list[str]]:
+    """Drain the consumer node until the rest of the network holds nothing for the destination.
+
+    A quiet consumer node is not enough: messages still on the producer node (waiting for the
+    healed bridge to re-form, or for the drain's own consumer to create demand there) would look
+    lost. So each round drains until quiet, then asks the other brokers how many messages they
+    still hold; another round follows while any do, up to a deadline long enough for a bridge to
+    reconnect (the reconnect delays) and its backlog to cross. Messages still held then are
+    reported, and the run's verdict cannot be true (they were never consumed)."""
+    destination = exp.workload.destination
+    others = [n for n in topology.nodes if n != exp.topology.consumer_node]
+    deadline = time.monotonic() + 30.0 + 2 * exp.topology.max_reconnect_delay_ms / 1000
+    drained: list[dict] = []
+    while True:
+        try:
+            drained += workload.drain(quiet=exp.drain_quiet_s)
+        except DrainIncomplete as exc:
+            return drained + exc.drained, [str(exc)]
+        held = {n: topology.network[n].queue_size(destination) for n in others}
+        if not any(held.values()):
+            return drained, []
+        if time.monotonic() >= deadline:
+            message = (f"after the drain other brokers still hold messages of {destination}: {held} (the healed "
+                       "bridges did not deliver them to the consumer node in time); see the broker logs")
+            progress(f"  {message}")
+            return drained, [message]
+        progress(f"  brokers {held} still hold messages of {destination}: draining again")
+
+
 def _proxy_groups(exp: Experiment) -> set[str]:
     """Which client groups connect through the fault proxy: "all" when a proxy fault acts on every
     client, "slow" when the workload has slow subscribers."""
-    groups = {n.clients for n in exp.nemesis if n.kind in PROXY_FAULTS}
+    groups = {n.clients for n in exp.nemesis if n.kind in PROXY_FAULTS and n.link == "clients"}
     if exp.workload.slow_subscribers:
         groups.add("slow")
     return groups
@@ -209,10 +241,12 @@ def _proxied(exp: Experiment, topology: Topology, proxy, group: str) -> tuple[li
     return names, addresses
 
 
-def _make_workload(exp: Experiment, history: History, make_client, make_slow_client):
+def _make_workload(exp: Experiment, history: History, make_client, make_slow_client, make_producer_client=None):
     w = exp.workload
     common = dict(destination=w.destination, producers=w.producers, rate=w.rate, persistent=w.persistent,
                   ack=w.ack, prefetch=w.prefetch)
+    if make_producer_client is not None:  # network topology: producers on one broker, consumers on another
+        common["make_producer_client"] = make_producer_client
     if w.kind == "topic":
         return TopicFanoutWorkload(history, make_client, subscribers=w.subscribers, slow_subscribers=w.slow_subscribers,
                                    make_slow_client=make_slow_client, **common)
@@ -229,11 +263,20 @@ def _run(exp: Experiment, topology: Topology, run_id: str, history_path: Path, p
     for group in sorted(groups):
         proxies[group], addresses[group] = _proxied(exp, topology, proxy, group)
     history = History(history_path, run=run_id, target=exp.target.name, node="A")
-    workload = _make_workload(exp, history, _client_factory(exp, addresses["all"]),
-                              _client_factory(exp, addresses["slow"]))
+    if isinstance(topology, NetworkTopology):
+        # Consumers (and the drain) on the consumer node, producers on the producer node: the
+        # messages must cross the bridges to be consumed.
+        consumer_client = _client_factory(exp, [topology.address_of(exp.topology.consumer_node)])
+        workload = _make_workload(exp, history, consumer_client, consumer_client,
+                                  _client_factory(exp, [topology.address_of(exp.topology.producer_node)]))
+    else:
+        workload = _make_workload(exp, history, _client_factory(exp, addresses["all"]),
+                                  _client_factory(exp, addresses["slow"]))
     nemeses = []
     for n in exp.nemesis:
-        if n.kind in PROXY_FAULTS:
+        if n.link == "bridges":
+            nemeses.append(_ProxyGroupFault(topology.proxy.api_url, topology.bridge_proxies, history))
+        elif n.kind in PROXY_FAULTS:
             nemeses.append(_ProxyGroupFault(proxy.api_url, proxies[n.clients], history))
         elif n.node == "master":
             nemeses.append(CurrentMasterNemesis(topology.nodes, topology.master, history))
@@ -280,6 +323,8 @@ def _run(exp: Experiment, topology: Topology, run_id: str, history_path: Path, p
     drain_errors: list[str] = []
     if exp.workload.kind == "topic":
         drained = workload.drain(quiet=exp.drain_quiet_s, before_close=read_broker_counters)
+    elif isinstance(topology, NetworkTopology):
+        drained, drain_errors = _drain_network(exp, topology, workload, progress)
     else:
         try:
             drained = workload.drain(quiet=exp.drain_quiet_s)
@@ -292,4 +337,6 @@ def _run(exp: Experiment, topology: Topology, run_id: str, history_path: Path, p
                             workload.received_ok, len(drained), faults, exp.target.name,
                             topology=topology.kind, broker_discards=discards[0] if discards else None,
                             slow_subscribers=list(range(exp.workload.slow_subscribers)),
-                            nemesis_errors=nemesis_errors, workload_errors=list(workload.errors) + drain_errors)
+                            nemesis_errors=nemesis_errors, workload_errors=list(workload.errors) + drain_errors,
+                            bridge_establishments=(topology.bridge_establishments()
+                                                   if isinstance(topology, NetworkTopology) else None))

@@ -16,6 +16,14 @@
     nodes = 2                       # shared-store only
     lock_keep_alive_period_ms = 2000
     lock_acquire_sleep_interval_ms = 1000
+    # kind = "network": `nodes` brokers joined by network connectors (ActiveMQ "Networks of
+    # Brokers"), each bridge's link through the fault proxy; clients reach the brokers directly
+    bridges = ["A->B"]              # "X->Y" (one-way) or "X<->Y" (duplex)
+    initial_reconnect_delay_ms = 1000   # the static: transport's reconnect options ("Static discovery")
+    max_reconnect_delay_ms = 30000
+    use_exponential_back_off = true
+    producer_node = "A"             # network: producers connect here ...
+    consumer_node = "B"             # ... consumers and the final drain there
 
     [[policy]]                      # destination policies of the broker (conformance.scenario)
     pattern = "topic://chaos.slow.>"
@@ -42,6 +50,7 @@
     down_s = 1                      # how long the fault lasts
     node = "master"                 # process faults: a node name (A, B, ...) or "master" (whoever serves then)
     clients = "all"                 # proxy faults: "all" clients, or only the "slow" subscribers
+    link = "clients"                # proxy faults: cut the "clients" or (network topology) the "bridges"
     latency_ms = 100                # latency (with jitter_ms); bandwidth: rate_kbps; reset_peer: timeout_ms
 
     [checkers]
@@ -84,14 +93,51 @@ class TargetSection(_Strict):
 class TopologySection(_Strict):
     # single: one broker. shared-store: `nodes` brokers on one store, one master at a time
     # (A-MQ fault-tolerant messaging guide, 3.1); the lock settings are that section's.
-    kind: Literal["single", "shared-store"] = "single"
+    # network: `nodes` brokers (2 to 4) joined by `bridges` (ActiveMQ "Networks of Brokers"); the
+    # reconnect options are the "Static discovery" table's, with its defaults.
+    kind: Literal["single", "shared-store", "network"] = "single"
     nodes: int = Field(default=2, ge=2, le=8)
     lock_keep_alive_period_ms: int = Field(default=2000, ge=0)
     lock_acquire_sleep_interval_ms: int = Field(default=1000, gt=0)
+    bridges: list[str] = Field(default_factory=lambda: ["A->B"])
+    initial_reconnect_delay_ms: int = Field(default=1000, ge=0)
+    max_reconnect_delay_ms: int = Field(default=30000, ge=0)
+    use_exponential_back_off: bool = True
+    producer_node: str = "A"
+    consumer_node: str = "B"
 
     @property
     def node_names(self) -> list[str]:
         return ["A"] if self.kind == "single" else list("ABCDEFGH"[:self.nodes])
+
+    def bridge_ends(self) -> list[tuple[str, str, bool]]:
+        """``bridges`` as (source, target, duplex)."""
+        ends = []
+        for text in self.bridges:
+            duplex = "<->" in text
+            source, sep, target = text.replace(" ", "").partition("<->" if duplex else "->")
+            ends.append((source, target, duplex))
+        return ends
+
+    @model_validator(mode="after")
+    def _network_fits(self) -> "TopologySection":
+        if self.kind != "network":
+            return self
+        if self.nodes > 4:
+            raise ValueError(f"a network topology has 2 to 4 brokers, not {self.nodes}")
+        nodes = self.node_names
+        if not self.bridges:
+            raise ValueError("a network topology needs at least one bridge, e.g. bridges = [\"A->B\"]")
+        for text, (source, target, _) in zip(self.bridges, self.bridge_ends()):
+            if source not in nodes or target not in nodes or source == target:
+                raise ValueError(f"bridge {text!r} must join two different nodes of {nodes} as \"X->Y\" (one-way) "
+                                 "or \"X<->Y\" (duplex)")
+        if len({(s, t) for s, t, _ in self.bridge_ends()}) != len(self.bridges):
+            raise ValueError(f"bridges {self.bridges} name the same pair twice")
+        for label in ("producer_node", "consumer_node"):
+            if getattr(self, label) not in nodes:
+                raise ValueError(f"{label} {getattr(self, label)!r} is not a node of this network ({nodes})")
+        return self
 
 
 class PolicySection(_Strict):
@@ -153,6 +199,9 @@ class NemesisSection(_Strict):
     direction: Literal["both", "upstream", "downstream"] = "both"
     node: str = "A"
     clients: Literal["all", "slow"] = "all"
+    # clients: the proxies clients connect through; bridges: those in front of every bridge's
+    # peer (network topology), so the brokers lose each other and keep their clients
+    link: Literal["clients", "bridges"] = "clients"
     latency_ms: int = Field(default=100, ge=0)
     jitter_ms: int = Field(default=0, ge=0)
     rate_kbps: int = Field(default=64, ge=0)
@@ -199,6 +248,22 @@ class Experiment(_Strict):
         return self
 
     @model_validator(mode="after")
+    def _network_fits_workload(self) -> "Experiment":
+        if self.topology.kind != "network":
+            return self
+        # The network launchers (conformance/targets/activemq_network.py, reference_network.py)
+        # give each broker a STOMP listener only.
+        if self.target.protocol != "stomp":
+            raise ValueError(f"a network topology's brokers listen for STOMP only: set [target] protocol = "
+                             f"\"stomp\", not {self.target.protocol!r}")
+        # Only durable sources keep their messages across a failing bridge (ActiveMQ "Networks of
+        # Brokers", "Reliability"): the network topology runs queue workloads.
+        if self.workload.kind == "topic":
+            raise ValueError("a network topology runs queue or grouped workloads (a non-durable topic may lose "
+                             "in-flight messages across a failing bridge, as documented): set [workload] kind")
+        return self
+
+    @model_validator(mode="after")
     def _nemeses_fit_topology(self) -> "Experiment":
         nodes = self.topology.node_names
         for index, nemesis in enumerate(self.nemesis):
@@ -207,6 +272,17 @@ class Experiment(_Strict):
                 if nemesis.node not in allowed:
                     raise ValueError(f"nemesis[{index}].node {nemesis.node!r} is not a node of this "
                                      f"{self.topology.kind} topology (one of {allowed})")
+            if self.topology.kind == "network" and nemesis.link != "bridges":
+                raise ValueError(f"nemesis[{index}]: a network topology's faults cut its bridges (set link = "
+                                 f"\"bridges\" with a proxy fault {PROXY_FAULTS}); its brokers' processes and "
+                                 "clients are not faulted")
+            if nemesis.link == "bridges":
+                if self.topology.kind != "network":
+                    raise ValueError(f"nemesis[{index}].link = \"bridges\" needs a network topology ([topology] "
+                                     f"kind = \"network\"), not {self.topology.kind!r}")
+                if nemesis.kind not in PROXY_FAULTS:
+                    raise ValueError(f"nemesis[{index}].link = \"bridges\" applies to proxy faults "
+                                     f"{PROXY_FAULTS}, not {nemesis.kind!r}")
             if nemesis.clients == "slow" and not self.workload.slow_subscribers:
                 raise ValueError(f"nemesis[{index}] acts on the slow subscribers' proxy, but the workload "
                                  "has slow_subscribers = 0")

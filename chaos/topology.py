@@ -9,16 +9,52 @@ broker's own counters for the checkers.
   ``--target activemq:container`` the nodes are containers on one Docker volume holding the
   KahaDB directory (conformance.targets.activemq_container_network.SharedVolumePair); their
   nodes have the same pid / running / start / kill shape, so nothing below differs.
+* ``network``: ``nodes`` brokers joined by network connectors (ActiveMQ "Networks of Brokers"):
+  ActiveMQ Classic JVMs (conformance.targets.activemq_network) or in-process reference brokers
+  (conformance.targets.reference_network). Each bridge dials a fault proxy in front of its peer
+  (`BridgeProxies`), so a ``link = "bridges"`` nemesis cuts the brokers apart while every client
+  keeps its own connection; producers and consumers each connect to their own node.
 """
 
 from __future__ import annotations
 
+import json
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 from chaos.experiment_file import Experiment, ExperimentError
 from conformance.scenario import Scenario
 from conformance.targets.base import TargetUnavailable
+
+
+class BridgeProxies:
+    """A `BridgeRoute` (conformance.targets.activemq_network) that puts one fault-proxy proxy in
+    front of each bridge's peer, through the Toxiproxy API at ``api_url``: the bridge dials the
+    proxy, clients still reach the brokers directly, so a partition of the proxy cuts the bridge
+    alone. Idempotent per bridge (a launcher may render its configuration more than once)."""
+
+    def __init__(self, api_url: str, prefix: str = "bridge") -> None:
+        self.api_url = api_url.rstrip("/")
+        self.prefix = prefix
+        self.names: dict[tuple[str, str, str], str] = {}  # (source, target, connector) -> proxy name
+        self._listen: dict[str, tuple[str, int]] = {}
+
+    def name_of(self, source: str, target: str, connector: str = "bridge") -> str:
+        return f"{self.prefix}-{source}-{target}-{connector}"
+
+    def __call__(self, bridge, host: str, port: int) -> tuple[str, int]:
+        key = (bridge.source, bridge.target, bridge.options.name)
+        name = self.names.setdefault(key, self.name_of(*key))
+        if name not in self._listen:
+            body = json.dumps({"name": name, "listen": "127.0.0.1:0", "upstream": f"{host}:{port}"}).encode()
+            request = urllib.request.Request(f"{self.api_url}/proxies", data=body, method="POST",
+                                             headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(request, timeout=5) as response:
+                listen = json.load(response)["listen"]
+            listen_host, _, listen_port = listen.rpartition(":")
+            self._listen[name] = (listen_host.strip("[]"), int(listen_port))
+        return self._listen[name]
 
 
 class Topology:
@@ -94,11 +130,103 @@ class SharedStore(Topology):
         self.group.stop()
 
 
+class NetworkTopology(Topology):
+    """A network of brokers whose bridges run through the fault proxy it owns (started first: the
+    bridges' addresses are the proxy's listeners)."""
+
+    kind = "network"
+
+    def __init__(self, network, proxy, routes: BridgeProxies) -> None:
+        super().__init__(dict(network.nodes))
+        self.network = network
+        self.proxy = proxy
+        self.routes = routes
+
+    @property
+    def bridge_proxies(self) -> list[str]:
+        """The proxies a ``link = "bridges"`` fault acts on: one per bridge."""
+        return list(self.routes.names.values())
+
+    def bridge_establishments(self) -> int:
+        """How many times the network's bridges have been established so far, each reconnect
+        after a cut counting once: evidence that a cut really took the bridges down."""
+        total = 0
+        for node in self.network.nodes.values():
+            if hasattr(node, "established_bridges"):  # ActiveMQ: one log line per establishment
+                total += len(node.established_bridges())
+            elif node.network is not None:  # reference: each Bridge counts its sessions
+                total += node.call(lambda node=node: sum(b.connections for b in node.network.bridges))
+        return total
+
+    def address_of(self, node: str) -> tuple[str, int]:
+        handle = self.network[node]
+        return handle.host, handle.stomp_port
+
+    def addresses(self, protocol: str) -> list[tuple[str, int]]:
+        if protocol != "stomp":
+            raise ExperimentError(f"a network topology's brokers listen for STOMP only, not {protocol}")
+        return [self.address_of(node) for node in self.nodes]
+
+    def master(self) -> str | None:
+        return None  # every broker serves its own clients; none is master
+
+    def log_tail(self, lines: int = 60) -> str:
+        return self.network.log_tail(lines)
+
+    def stop(self) -> None:
+        try:
+            self.network.stop()
+        finally:
+            self.proxy.stop()
+
+
+def _launch_network(exp: Experiment, target, workdir: Path) -> NetworkTopology:
+    from chaos.proxy import start_fault_proxy
+    from conformance.targets.activemq_network import Bridge, NetworkConnectorOptions
+
+    topo = exp.topology
+    kind = getattr(target, "kind", None)
+    if kind not in ("activemq", "reference"):
+        raise ExperimentError(f"target {exp.target.name} has no network launcher (activemq and reference have)")
+    if kind == "activemq" and getattr(target, "launch_mode", "process") != "process":
+        raise ExperimentError(f"target {exp.target.name} runs ActiveMQ in a container; networks of ActiveMQ brokers "
+                              "are launched as local processes: use [target] name = \"activemq:process\" with the "
+                              "Debian package installed")
+    if exp.policy:
+        raise ExperimentError("[[policy]] is not supported with a network topology (its launchers take no "
+                              "destination policies): remove the [[policy]] entries")
+    options = dict(initial_reconnect_delay=topo.initial_reconnect_delay_ms,
+                   max_reconnect_delay=topo.max_reconnect_delay_ms,
+                   use_exponential_back_off=topo.use_exponential_back_off)
+    bridges = tuple(Bridge(source, target_node, NetworkConnectorOptions(duplex=duplex, **options))
+                    for source, target_node, duplex in topo.bridge_ends())
+    names = tuple(topo.node_names)
+    proxy = start_fault_proxy()
+    routes = BridgeProxies(proxy.api_url)
+    try:
+        if kind == "activemq":
+            from conformance.targets.activemq_network import ActiveMQNetwork
+            network = ActiveMQNetwork(workdir, names, bridges, prefix="chaos", bridge_route=routes)
+        else:
+            from conformance.targets.reference_network import ReferenceNetwork
+            network = ReferenceNetwork(workdir, names, bridges, prefix="chaos", bridge_route=routes)
+        network.start()  # stops its brokers itself when it fails
+    except Exception as exc:
+        proxy.stop()
+        raise ExperimentError(f"target {exp.target.name} could not start the network {topo.bridges}: {exc}") from None
+    except BaseException:
+        proxy.stop()
+        raise
+    return NetworkTopology(network, proxy, routes)
+
+
 def launch_topology(exp: Experiment, target, workdir: Path) -> Topology:
     """Start what ``exp`` describes on ``target``; raises ExperimentError when it cannot."""
     scenario = Scenario(name=exp.name, protocols=(exp.target.protocol,),
                         policies=tuple(p.to_policy() for p in exp.policy))
     topo = exp.topology
+    if topo.kind == "network":
+        return _launch_network(exp, target, workdir)
     if topo.kind == "single":
         try:
             return SingleBroker(target.launch(scenario, workdir))

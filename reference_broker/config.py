@@ -257,6 +257,35 @@ class MqttConfig(_Strict):
     connect_timeout_ms: int = Field(default=30_000, ge=0)
 
 
+class VirtualTopicConfig(_Strict):
+    """ActiveMQ "Virtual Destinations": a topic matching ``name`` also copies each message to every
+    existing queue named ``<prefix><topic>`` (``prefix`` may hold wildcards, so
+    ``Consumer.*.VirtualTopic.X`` collects every consumer group's queue)."""
+
+    name: str = Field(default="VirtualTopic.>", min_length=1)
+    prefix: str = Field(default="Consumer.*.", min_length=1)
+
+
+class CompositeDestinationConfig(_Strict):
+    """ActiveMQ's ``<compositeTopic>`` / ``<compositeQueue>``: a message sent to ``name`` is copied
+    to each ``forward_to`` destination (``queue://X`` / ``topic://Y``); ``forward_only`` (ActiveMQ's
+    default, true) means the original destination itself does not get it."""
+
+    kind: Literal["topic", "queue"] = "topic"
+    name: str = Field(min_length=1)
+    forward_to: list[str] = Field(min_length=1)
+    forward_only: bool = True
+
+    @field_validator("forward_to")
+    @classmethod
+    def _canonical(cls, value: list[str]) -> list[str]:
+        for destination in value:
+            kind, sep, name = destination.partition("://")
+            if not sep or kind not in ("queue", "topic") or not name:
+                raise ValueError(f"forward_to entries are queue://NAME or topic://NAME, not {destination!r}")
+        return value
+
+
 class SystemUsage(_Strict):
     memory_limit: int = Field(default=256 * 1024 * 1024, gt=0)  # bytes, across all destinations
 
@@ -303,6 +332,17 @@ class BrokerConfig(_Strict):
     # reference bridge speaks to) in that multicast group (reference_broker/cluster/discovery.py);
     # announcing makes it a bridge target, so advisory_support defaults to on with it.
     discovery_uri: str | None = None
+
+    # ActiveMQ "Virtual Destinations" (engine/virtual.py): by default the one virtual topic
+    # ActiveMQ's default interceptor has (VirtualTopic.> with consumer queues Consumer.*.), no
+    # composite destinations. Networks of Brokers, "Dynamic networks and Virtual Destinations":
+    # use_virtual_dest_subs makes this broker announce consumers of a virtual destination's target
+    # queues as demand for the virtual destination itself; ..._on_creation announces that demand as
+    # soon as such a queue exists, consumers or not. Both off by default, as on <broker>.
+    virtual_topics: list[VirtualTopicConfig] = Field(default_factory=lambda: [VirtualTopicConfig()])
+    composite_destinations: list[CompositeDestinationConfig] = Field(default_factory=list)
+    use_virtual_dest_subs: bool = False
+    use_virtual_dest_subs_on_creation: bool = False
 
     _check_stomp = field_validator("stomp", "amqp", "mqtt", "http")(_host_port)
 

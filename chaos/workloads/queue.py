@@ -49,12 +49,15 @@ class QueueWorkload:
                  producers: int = 2, consumers: int = 2, rate: float | None = 50.0,
                  groups: Sequence[str] = (), persistent: bool = True, ack: AckMode = "client-individual",
                  prefetch: int | None = None, receive_timeout: float = 0.5, reconnect_delay: float = 0.2,
-                 join_timeout: float = 30.0) -> None:
+                 join_timeout: float = 30.0, make_producer_client: ClientFactory | None = None) -> None:
         if ack == "client":
             raise ValueError("ack='client' is cumulative and would hide which message an ack covers: "
                              "use 'client-individual' (or 'auto')")
         self.history = history
         self.make_client = make_client
+        # Producers may connect elsewhere than consumers and the drain (a network of brokers: produce
+        # on one broker, consume on another); None: everyone uses make_client.
+        self.make_producer_client = make_producer_client
         self.destination = destination
         self.producers = producers
         self.consumers = consumers
@@ -120,12 +123,13 @@ class QueueWorkload:
 
     # ------------------------------------------------------------------ helpers
 
-    def _connect(self, process: int, stop: threading.Event) -> Client | None:
-        """A client, retrying until ``stop``; each attempt recorded as ``connect``."""
+    def _connect(self, process: int, stop: threading.Event, make_client: ClientFactory | None = None) -> Client | None:
+        """A client from ``make_client`` (default: `_client_maker`), retrying until ``stop``; each
+        attempt recorded as ``connect``."""
         while not stop.is_set():
             op = self.history.invoke(process, "connect", None)
             try:
-                client = self._client_maker()()
+                client = (make_client or self._client_maker())()
             except Exception as exc:  # noqa: BLE001 - refused, timed out: try again
                 # A failed connect changes no broker state that the checkers look at.
                 self.history.fail(op, f"{type(exc).__name__}: {exc}")
@@ -136,7 +140,7 @@ class QueueWorkload:
         return None
 
     def _client_maker(self) -> ClientFactory:
-        """The factory for the calling worker thread (subclasses route some workers elsewhere)."""
+        """The factory for the calling consumer thread (subclasses route some workers elsewhere)."""
         return self.make_client
 
     def _subscribe_value(self) -> dict:
@@ -156,7 +160,7 @@ class QueueWorkload:
         try:
             while pacer.wait():
                 if client is None:
-                    client = self._connect(process, self._stop_producers)
+                    client = self._connect(process, self._stop_producers, self.make_producer_client)
                     if client is None:
                         return
                 message_id = f"{self.history.run}-{producer}-{seq}"

@@ -103,11 +103,51 @@ def _activemq_networks():
     }
 
 
+def _virtual_networks():
+    """Networks for "Dynamic networks and Virtual Destinations", and the extra broker settings
+    (``<broker>`` attributes, composite destinations) each launcher takes for them."""
+    from conformance.targets.activemq_network import Bridge, CompositeDestination
+    from conformance.targets.activemq_network import NetworkConnectorOptions as Options
+
+    # The document's examples: the consuming broker has useVirtualDestSubs, the forwarding
+    # broker's connector too, and dynamically includes the virtual topics / the composite topic.
+    composites = tuple(CompositeDestination(f"nob.{kind}.bar", (f"queue://nob.{kind}.bar.forward",), forward_only=False)
+                       for kind in ("vcomp", "vplain", "vcreate"))
+    return {
+        # A -> B: connector "vdest" with useVirtualDestSubs, connector "plain" without (the control);
+        # A -> C: "oncreate", C also with useVirtualDestSubsOnCreation.
+        "virtual": (("A", "B", "C"), (
+            Bridge("A", "B", Options(name="vdest", use_virtual_dest_subs=True, dynamically_included_destinations=(
+                "topic://VirtualTopic.>", "topic://nob.vcomp.bar"))),
+            Bridge("A", "B", Options(name="plain", dynamically_included_destinations=("topic://nob.vplain.bar",))),
+            Bridge("A", "C", Options(name="oncreate", use_virtual_dest_subs=True,
+                                     dynamically_included_destinations=("topic://nob.vcreate.bar",)))),
+            dict(composites=composites, broker_attributes={
+                "B": {"useVirtualDestSubs": "true"},
+                "C": {"useVirtualDestSubs": "true", "useVirtualDestSubsOnCreation": "true"}})),
+        # A, B, C fully meshed (a connector each way between every pair) twice: networkTTL 1 for
+        # topics nob.mesh1.>, networkTTL 3 for nob.mesh3.>.
+        "mesh": (("A", "B", "C"), tuple(
+            Bridge(src, dst, Options(name=f"mesh{ttl}{dst}", network_ttl=ttl,
+                                     dynamically_included_destinations=(f"topic://nob.mesh{ttl}.>",)))
+            for ttl in (1, 3) for src in "ABC" for dst in "ABC" if src != dst), {}),
+    }
+
+
+def _network_model(key: str):
+    """(names, bridges, launcher keyword arguments) of network ``key``."""
+    if key in (virtual := _virtual_networks()):
+        names, bridges, extra = virtual[key]
+        return names, bridges, extra
+    names, bridges, *policies = _activemq_networks()[key]
+    return names, bridges, {"policies": policies[0] if policies else ()}
+
+
 def _launch_activemq(key: str, workdir):
     from conformance.targets.activemq_network import ActiveMQNetwork
 
-    names, bridges, *policies = _activemq_networks()[key]
-    network = ActiveMQNetwork(workdir, names, bridges, prefix=f"nob-{key}", policies=policies[0] if policies else ())
+    names, bridges, extra = _network_model(key)
+    network = ActiveMQNetwork(workdir, names, bridges, prefix=f"nob-{key}", **extra)
     network.start()
     return network
 
@@ -116,8 +156,8 @@ def _launch_reference(key: str, workdir):
     """The same networks (one model, `_activemq_networks`) of in-process reference brokers."""
     from conformance.targets.reference_network import ReferenceNetwork
 
-    names, bridges, *policies = _activemq_networks()[key]
-    network = ReferenceNetwork(workdir, names, bridges, prefix=f"nob-{key}", policies=policies[0] if policies else ())
+    names, bridges, extra = _network_model(key)
+    network = ReferenceNetwork(workdir, names, bridges, prefix=f"nob-{key}", **extra)
     network.start()
     return network
 
@@ -493,3 +533,102 @@ def test_conduit_ignores_remote_selectors(networks, clients, conduit):
             f"NOB-CONDUIT-3: without conduit subscriptions each network consumer carries its remote consumer's "
             f"selector, so every red message should reach B's consumer; B got {len(got_b)} of {len(sent)}, "
             f"C holds {c.queue_size(q)}")
+
+
+# --------------------------------------------------------------------------- network "virtual": A -> B, A -> C
+
+
+@pytest.mark.spec("NOB-VIRT-3")
+def test_virtual_topic_consumer_queue_creates_demand_across_the_network(networks, clients):
+    net = networks("virtual")  # A -> B "vdest": useVirtualDestSubs, VirtualTopic.> dynamically included
+    a, b = net["A"], net["B"]
+    name = f"VirtualTopic.nob.{uuid.uuid4().hex[:8]}"
+    topic = f"topic://{name}"
+    group_1 = [clients.on(b).subscribe(f"queue://Consumer.G1.{name}") for _ in range(2)]
+    group_2 = clients.on(b).subscribe(f"queue://Consumer.G2.{name}")
+    demand(a, topic, 1)  # conduit: B's consumer queues are one network consumer of the topic on A
+    sent = send(clients.on(a), topic, 10)
+    got_1 = [texts(s.drain(QUIET)) for s in group_1]
+    got_2 = texts(group_2.drain(QUIET))
+    assert sorted(got_1[0] + got_1[1]) == sorted(sent), (
+        f"NOB-VIRT-3: messages published to the virtual topic on A should reach consumer group G1's queue on B, "
+        f"each once between its two consumers; got {got_1}")
+    assert sorted(got_2) == sorted(sent), f"NOB-VIRT-3: consumer group G2 on B should get its own copy; got {got_2}"
+
+
+@pytest.mark.spec("NOB-VIRT-1")
+@pytest.mark.parametrize("virtual_subs", [True, False], ids=["useVirtualDestSubs", "plain"])
+def test_composite_topic_target_consumer_creates_demand(networks, clients, virtual_subs):
+    net = networks("virtual")  # B forwards topic nob.vcomp.bar / nob.vplain.bar to queue <topic>.forward
+    a, b = net["A"], net["B"]
+    kind = "vcomp" if virtual_subs else "vplain"
+    topic, forward = f"topic://nob.{kind}.bar", f"queue://nob.{kind}.bar.forward"
+    on_b = clients.on(b).subscribe(forward)
+    tag = f"{kind}{uuid.uuid4().hex[:6]}-"
+    if virtual_subs:
+        demand(a, topic, 1)
+        sent = send(clients.on(a), topic, 5, tag=tag)
+        got = texts(on_b.drain(QUIET))
+        assert sorted(got) == sorted(sent), (
+            f"NOB-VIRT-1: with useVirtualDestSubs, B's consumer of the composite topic's target queue should make A "
+            f"forward the topic's messages; B's consumer got {got}")
+    else:
+        # Positive sign first: the same advisories reached A for the connector that listens to them.
+        witness = clients.on(b).subscribe("queue://nob.vcomp.bar.forward")
+        demand(a, "topic://nob.vcomp.bar", 1)
+        assert a.consumer_count(topic) == 0, ("NOB-VIRT-1: without useVirtualDestSubs on the connector, a consumer of "
+                                              "a composite topic's target queue created demand for the topic")
+        send(clients.on(a), topic, 5, tag=tag)
+        got = texts(on_b.drain(QUIET))
+        assert got == [], f"NOB-VIRT-1: without useVirtualDestSubs A forwarded the composite topic's messages: {got}"
+        witness.close()
+
+
+@pytest.mark.spec("NOB-VIRT-2")
+def test_virtual_dest_demand_from_queue_creation(networks, clients):
+    net = networks("virtual")  # A -> C "oncreate"; C: useVirtualDestSubs + useVirtualDestSubsOnCreation
+    a, c = net["A"], net["C"]
+    topic, forward = "topic://nob.vcreate.bar", "queue://nob.vcreate.bar.forward"
+    # The target queue comes to exist on C (a consumer opens it and leaves): no consumer remains.
+    opener = clients.on(c)
+    opener.subscribe(forward).close()
+    demand(c, forward, 0)
+    demand(a, topic, 1)  # the queue's existence alone is demand for the composite topic
+    sent = send(clients.on(a), topic, 5, tag=f"c{uuid.uuid4().hex[:6]}-")
+    size = held(c, forward, len(sent))
+    assert size == len(sent), (f"NOB-VIRT-2: with useVirtualDestSubsOnCreation, messages published to the composite "
+                               f"topic on A should reach its target queue on C with no consumer there; C holds {size}")
+    got = texts(clients.on(c).subscribe(forward).drain(QUIET))
+    assert sorted(got) == sorted(sent), f"NOB-VIRT-2: a late consumer on C should get them; got {got}"
+
+
+# --------------------------------------------------------------------------- network "mesh": A, B, C fully meshed
+
+
+@pytest.mark.spec("NOB-TOPIC-1", "NOB-CONDUIT-2", "NOB-LOOP-1")
+@pytest.mark.parametrize("ttl", [1, 3])
+def test_topic_messages_in_a_full_mesh(networks, clients, ttl):
+    net = networks("mesh")  # every pair joined both ways; networkTTL 1 for nob.mesh1.>, 3 for nob.mesh3.>
+    nodes = [net[n] for n in "ABC"]
+    topic = f"topic://nob.mesh{ttl}.{uuid.uuid4().hex[:8]}"
+    subscribers = {n.name: clients.on(n).subscribe(topic) for n in nodes}
+    subscribers["B2"] = clients.on(nodes[1]).subscribe(topic)  # conduit: B's pair is one network subscription
+    for n in nodes:
+        # each broker counts its own subscriber(s) plus one network subscription per other broker
+        # (with TTL 3 the second-hand announcements join the same conduit subscription)
+        demand(n, topic, 4 if n.name == "B" else 3)
+    sent = {n.name: send(clients.on(n), topic, 5, tag=f"{n.name}-") for n in nodes}
+    everything = sorted(m for ms in sent.values() for m in ms)
+    for name, sub in subscribers.items():
+        got = sorted(texts(sub.drain(QUIET)))
+        own = [m for m in got if m.startswith(name[0] + "-")]
+        assert own == sorted(sent[name[0]]), (
+            f"NOB-LOOP-1: a message must not come back to the broker it was published on; the subscriber on "
+            f"{name} got its own broker's messages {own}")
+        missing = sorted(set(everything) - set(got))
+        assert not missing, f"NOB-TOPIC-1: the subscriber on {name} missed messages published elsewhere: {missing}"
+        if ttl == 1:
+            assert got == everything, (
+                f"NOB-TOPIC-1/NOB-CONDUIT-2/NOB-LOOP-1: in a full mesh with networkTTL 1 the subscriber on {name} "
+                f"should get each of the {len(everything)} messages exactly once; got {len(got)} "
+                f"(duplicates: {sorted({m for m in got if got.count(m) > 1})})")

@@ -297,6 +297,7 @@ class ActiveMQProcess:
         network_connectors_xml: str = "",
         broker_attributes: dict[str, str] | None = None,
         discovery_uri: str | None = None,
+        destination_interceptors_xml: str = "",
     ) -> None:
         if not (stomp or openwire or mqtt):
             raise ValueError("enable at least one of stomp, openwire, mqtt")
@@ -343,6 +344,9 @@ class ActiveMQProcess:
         # "Example using multicast discovery": the transportConnector's discoveryUri, set on the
         # OpenWire connector (what an ActiveMQ bridge connects to), else on the STOMP one.
         self.discovery_uri = discovery_uri
+        # A whole <destinationInterceptors> element (virtual topics, composite destinations), pasted
+        # inside <broker> (conformance.targets.activemq_network.render_destination_interceptors).
+        self.destination_interceptors_xml = destination_interceptors_xml
 
         self.config_path = self.workdir / "conf" / "activemq.xml"
         self.log_path = self.workdir / "activemq.log"
@@ -440,8 +444,10 @@ class ActiveMQProcess:
         if self.plugins_xml.strip():
             plugins = f"\n    <plugins>\n{self.plugins_xml}\n    </plugins>"
         networks = ""
+        if self.destination_interceptors_xml.strip():
+            networks += f"\n{self.destination_interceptors_xml}"
         if self.network_connectors_xml.strip():
-            networks = f"\n    <networkConnectors>\n{self.network_connectors_xml}\n    </networkConnectors>"
+            networks += f"\n    <networkConnectors>\n{self.network_connectors_xml}\n    </networkConnectors>"
         extra_attributes = "".join(f"\n          {k}={quoteattr(str(v))}" for k, v in self.broker_attributes.items())
         memory = (f"{self.memory_limit_bytes} b" if self.memory_limit_bytes is not None
                   else f"{self.memory_limit_mb} mb")

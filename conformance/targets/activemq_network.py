@@ -41,7 +41,7 @@ from .process import free_ports
 #: store and forward through a cut bridge). Called once per bridge when the ports are known.
 BridgeRoute = Callable[["Bridge", str, int], tuple[str, int]]
 
-__all__ = ["Bridge", "BridgeFilterPolicy", "BridgeRoute", "NetworkConnectorOptions", "ActiveMQNetwork", "NetworkNode",
+__all__ = ["Bridge", "BridgeFilterPolicy", "CompositeDestination", "render_destination_interceptors", "BridgeRoute", "NetworkConnectorOptions", "ActiveMQNetwork", "NetworkNode",
            "NetworkStartError", "render_network_connector", "render_bridge_filter_policy", "destination_element"]
 
 #: ActiveMQ 5.17 logs this (DemandForwardingBridgeSupport, INFO) on the broker that owns the
@@ -263,6 +263,45 @@ def render_bridge_filter_policy(policy: BridgeFilterPolicy, indent: str = "     
             f"{indent}</policyEntry>")
 
 
+@dataclass(frozen=True)
+class CompositeDestination:
+    """ActiveMQ's ``<compositeTopic>`` / ``<compositeQueue>`` (document, "Virtual Destination
+    consumers and Composite Destinations"): messages sent to ``name`` are copied to each
+    ``forward_to`` destination (``queue://X`` / ``topic://Y``); with ``forward_only`` (ActiveMQ's
+    default) the original destination does not get them. Every broker of a network gets the same list."""
+
+    name: str
+    forward_to: tuple[str, ...]
+    kind: str = "topic"
+    forward_only: bool = True
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("topic", "queue") or not self.name or "://" in self.name:
+            raise ValueError(f"a composite destination is kind 'topic' or 'queue' with a plain name, not "
+                             f"{self.kind!r} {self.name!r}")
+        if isinstance(self.forward_to, str) or not self.forward_to:
+            raise ValueError(f"forward_to is a non-empty tuple of destinations, not {self.forward_to!r}")
+        for destination in self.forward_to:
+            destination_element(destination)  # raises on a malformed name
+
+
+def render_destination_interceptors(composites: tuple[CompositeDestination, ...], indent: str = "    ") -> str:
+    """``<destinationInterceptors>`` with the composites. Declaring the interceptor replaces
+    ActiveMQ's default one, so the default virtual topic (``VirtualTopic.>``, consumer queues
+    ``Consumer.*.``) is declared again beside them."""
+    rows = [f'{indent}      <virtualTopic name="VirtualTopic.&gt;" prefix="Consumer.*." selectorAware="false"/>']
+    for c in composites:
+        element = "compositeTopic" if c.kind == "topic" else "compositeQueue"
+        rows.append(f"{indent}      <{element} name={quoteattr(c.name)} forwardOnly={quoteattr(_xml_value(c.forward_only))}>")
+        rows.append(f"{indent}        <forwardTo>")
+        rows += [f"{indent}          {destination_element(d)}" for d in c.forward_to]
+        rows.append(f"{indent}        </forwardTo>")
+        rows.append(f"{indent}      </{element}>")
+    return (f"{indent}<destinationInterceptors>\n{indent}  <virtualDestinationInterceptor>\n"
+            f"{indent}    <virtualDestinations>\n" + "\n".join(rows) + f"\n{indent}    </virtualDestinations>\n"
+            f"{indent}  </virtualDestinationInterceptor>\n{indent}</destinationInterceptors>")
+
+
 # --------------------------------------------------------------------------- one broker
 
 
@@ -360,7 +399,8 @@ class ActiveMQNetwork:
     def __init__(self, workdir: Path, names: tuple[str, ...] = ("A", "B"), bridges: tuple[Bridge, ...] = (), *,
                  prefix: str = "nob", jvm_heap_mb: int = 256, memory_limit_mb: int = 96,
                  broker_attributes: dict[str, dict[str, str]] | None = None,
-                 policies: tuple[BridgeFilterPolicy, ...] = (), bridge_route: BridgeRoute | None = None) -> None:
+                 policies: tuple[BridgeFilterPolicy, ...] = (), bridge_route: BridgeRoute | None = None,
+                 composites: tuple[CompositeDestination, ...] = ()) -> None:
         if not 2 <= len(names) <= 4 or len(set(names)) != len(names):
             raise ValueError(f"a network here has 2 to 4 distinct brokers, not {names!r}")
         self.bridge_route = bridge_route
@@ -386,11 +426,13 @@ class ActiveMQNetwork:
             raise ValueError(f"broker_attributes names unknown brokers {sorted(unknown)} (brokers: {names})")
         self.policies = tuple(policies)
         policy_xml = "\n".join(render_bridge_filter_policy(p) for p in self.policies)
+        self.composites = tuple(composites)
+        interceptors_xml = render_destination_interceptors(self.composites) if self.composites else ""
         self.nodes: dict[str, NetworkNode] = {
             name: NetworkNode(name, ActiveMQProcess(
                 self.workdir / name, name=f"{prefix}-{name}", stomp=True, openwire=True, jmx=True,
                 jvm_heap_mb=jvm_heap_mb, memory_limit_mb=memory_limit_mb, broker_attributes=extra.get(name),
-                policy_entries_xml=policy_xml))
+                policy_entries_xml=policy_xml, destination_interceptors_xml=interceptors_xml))
             for name in names
         }
 

@@ -20,7 +20,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable
 
-from .activemq_network import Bridge, BridgeFilterPolicy, BridgeRoute, NetworkConnectorOptions, static_uri
+from .activemq_network import (Bridge, BridgeFilterPolicy, BridgeRoute, CompositeDestination, NetworkConnectorOptions,
+                               static_uri)
 
 _TIMEOUT = 10.0
 _URI_ONLY = ("initial_reconnect_delay", "max_reconnect_delay", "use_exponential_back_off", "back_off_multiplier")
@@ -43,6 +44,33 @@ def policy_config(policy: BridgeFilterPolicy) -> dict:
     return {"queue": settings.pop("queue"), "conditional_network_bridge_filter": settings}
 
 
+#: <broker> attributes (ActiveMQNetwork's ``broker_attributes``) the reference broker has, and the
+#: option each one sets in its configuration
+BROKER_ATTRIBUTES = {
+    "useVirtualDestSubs": "use_virtual_dest_subs",
+    "useVirtualDestSubsOnCreation": "use_virtual_dest_subs_on_creation",
+    "networkConnectorStartAsync": "network_connector_start_async",
+}
+
+
+def broker_config(attributes: dict[str, str] | None, composites: tuple[CompositeDestination, ...]) -> dict:
+    """The reference broker's options for ActiveMQ ``<broker>`` attributes and composite destinations."""
+    config: dict = {}
+    for attribute, value in (attributes or {}).items():
+        option = BROKER_ATTRIBUTES.get(attribute)
+        if option is None:
+            raise ValueError(f"broker attribute {attribute!r} has no reference broker equivalent; "
+                             f"known: {sorted(BROKER_ATTRIBUTES)}")
+        if str(value).lower() not in ("true", "false"):
+            raise ValueError(f"broker attribute {attribute}={value!r}: expected 'true' or 'false'")
+        config[option] = str(value).lower() == "true"
+    if composites:
+        config["composite_destinations"] = [
+            {"kind": c.kind, "name": c.name, "forward_to": list(c.forward_to), "forward_only": c.forward_only}
+            for c in composites]
+    return config
+
+
 class _Logs(logging.Handler):
     def __init__(self) -> None:
         super().__init__(logging.DEBUG)
@@ -59,14 +87,15 @@ class ReferenceNode:
 
     host = "127.0.0.1"
 
-    def __init__(self, name: str, broker_name: str, policies: tuple[BridgeFilterPolicy, ...] = ()) -> None:
+    def __init__(self, name: str, broker_name: str, policies: tuple[BridgeFilterPolicy, ...] = (),
+                 extra_config: dict | None = None) -> None:
         self.name = name
         self.broker_name = broker_name
         self.server = None
         self.network = None
         self.config_data: dict = {"name": broker_name, "stomp": "127.0.0.1:0", "advisory_support": True,
                                   "expiry_check_period_ms": 100,
-                                  "policy_entries": [policy_config(p) for p in policies]}
+                                  "policy_entries": [policy_config(p) for p in policies], **(extra_config or {})}
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run, name=f"reference-net-{broker_name}", daemon=True)
         self._thread.start()
@@ -178,7 +207,9 @@ class ReferenceNetwork:
 
     def __init__(self, workdir: Path | None = None, names: tuple[str, ...] = ("A", "B"),
                  bridges: tuple[Bridge, ...] = (), *, prefix: str = "nob",
-                 policies: tuple[BridgeFilterPolicy, ...] = (), bridge_route: BridgeRoute | None = None) -> None:
+                 policies: tuple[BridgeFilterPolicy, ...] = (), bridge_route: BridgeRoute | None = None,
+                 broker_attributes: dict[str, dict[str, str]] | None = None,
+                 composites: tuple[CompositeDestination, ...] = ()) -> None:
         if not 2 <= len(names) <= 4 or len(set(names)) != len(names):
             raise ValueError(f"a network here has 2 to 4 distinct brokers, not {names!r}")
         self.bridge_route = bridge_route  # as ActiveMQNetwork's: dial a fault proxy, not the peer
@@ -193,6 +224,10 @@ class ReferenceNetwork:
         self.bridges = tuple(bridges)
         self.prefix = prefix
         self.policies = tuple(policies)
+        unknown = set(broker_attributes or {}) - set(names)
+        if unknown:
+            raise ValueError(f"broker_attributes names unknown brokers {sorted(unknown)} (brokers: {names})")
+        self.extra_config = {n: broker_config((broker_attributes or {}).get(n), tuple(composites)) for n in names}
         self.names = names
         self.nodes: dict[str, ReferenceNode] = {}
         self._logs = _Logs()
@@ -207,7 +242,7 @@ class ReferenceNetwork:
             logger.setLevel(logging.INFO)
         try:
             for name in self.names:
-                self.nodes[name] = ReferenceNode(name, f"{self.prefix}-{name}", self.policies)
+                self.nodes[name] = ReferenceNode(name, f"{self.prefix}-{name}", self.policies, self.extra_config[name])
                 self.nodes[name].listen()
             for name, node in self.nodes.items():
                 node.start_network([connector_config(self.peer_url(b), b.options)

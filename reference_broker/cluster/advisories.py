@@ -14,13 +14,14 @@ subscription) get the priority their id asks for, as STOMP cannot carry a negati
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Callable
 
 from ..engine.broker import Broker
 from ..engine.consumer import Consumer
 from ..engine.message import RETAIN_PROPERTY, Message
-from ..engine.names import TOPIC, DestinationName
+from ..engine.names import TOPIC, DestinationName, parse_destination
 from .demand import RemoteConsumer
 from .paths import parse_network_id
 from .replay import RateWindow, install as install_bridge_filter
@@ -28,6 +29,12 @@ from .replay import RateWindow, install as install_bridge_filter
 ADVISORY_PREFIX = "ActiveMQ.Advisory."
 CONSUMER_ADVISORY_PREFIX = "ActiveMQ.Advisory.Consumer."
 ADVISORY_WILDCARD = "/topic/ActiveMQ.Advisory.Consumer.>"
+# ActiveMQ "Networks of Brokers", "Dynamic networks and Virtual Destinations": with
+# use_virtual_dest_subs a broker also announces consumers of a virtual destination's target queues
+# as consumers of the virtual destination itself, on advisory topics of their own (ActiveMQ's
+# names), which only connectors with use_virtual_dest_subs listen to.
+VIRTUAL_ADVISORY_PREFIX = "ActiveMQ.Advisory.VirtualDestination.Consumer."
+VIRTUAL_ADVISORY_WILDCARD = "/topic/ActiveMQ.Advisory.VirtualDestination.Consumer.>"
 _KINDS = {"queue": "Queue", "topic": "Topic"}
 _KINDS_BACK = {v: k for k, v in _KINDS.items()}
 
@@ -37,11 +44,17 @@ def advisory_topic(destination: str) -> str:
     return f"{CONSUMER_ADVISORY_PREFIX}{_KINDS[kind]}.{name}"
 
 
-def destination_of_advisory(topic_name: str) -> str | None:
-    """``ActiveMQ.Advisory.Consumer.Queue.X`` -> ``queue://X`` (None for anything else)."""
-    if not topic_name.startswith(CONSUMER_ADVISORY_PREFIX):
+def virtual_advisory_topic(destination: str) -> str:
+    kind, _, name = destination.partition("://")
+    return f"{VIRTUAL_ADVISORY_PREFIX}{_KINDS[kind]}.{name}"
+
+
+def destination_of_advisory(topic_name: str, prefix: str = CONSUMER_ADVISORY_PREFIX) -> str | None:
+    """``ActiveMQ.Advisory.Consumer.Queue.X`` -> ``queue://X`` (None for anything else); pass
+    ``VIRTUAL_ADVISORY_PREFIX`` for the virtual destination consumer advisories."""
+    if not topic_name.startswith(prefix):
         return None
-    kind, _, name = topic_name[len(CONSUMER_ADVISORY_PREFIX):].partition(".")
+    kind, _, name = topic_name[len(prefix):].partition(".")
     return f"{_KINDS_BACK[kind]}://{name}" if kind in _KINDS_BACK and name else None
 
 
@@ -84,11 +97,21 @@ class AdvisoryPublisher:
         self._dirty: set[str] = set()
         self._watchers: list[Watcher] = []
         self._connection = None
+        # use_virtual_dest_subs: virtual destination -> consumers of its target queues/topics, and
+        # (..._on_creation) -> its target queues that exist, each announced as one consumer.
+        self.virtual_consumers: dict[str, dict[Consumer, None]] = {}
+        self.virtual_created: dict[str, dict[str, None]] = {}
         broker.consumer_listeners.append(self._on_consumer)
+        if broker.config.use_virtual_dest_subs and broker.config.use_virtual_dest_subs_on_creation:
+            broker.queue_listeners.append(self._on_queue_created)
+            for queue in list(broker.queues):
+                self._on_queue_created(queue)
 
     def close(self) -> None:
         if self._on_consumer in self.broker.consumer_listeners:
             self.broker.consumer_listeners.remove(self._on_consumer)
+        if self._on_queue_created in self.broker.queue_listeners:
+            self.broker.queue_listeners.remove(self._on_queue_created)
 
     # ------------------------------------------------------------ bridges
 
@@ -103,18 +126,26 @@ class AdvisoryPublisher:
         if watcher in self._watchers:
             self._watchers.remove(watcher)
 
+    def _describe(self, consumer: Consumer) -> RemoteConsumer:
+        path = self.network_paths.get(consumer)
+        if path is None:
+            parsed = parse_network_id(consumer.consumer_id)
+            path = parsed[0] if parsed else ()
+        selector = consumer.selector.text if consumer.selector is not None and not path else None
+        return RemoteConsumer(f"{consumer.connection.connection_id}/{consumer.consumer_id}",
+                              path, consumer.priority, selector)
+
     def snapshot(self, destination: str) -> list[RemoteConsumer]:
-        result = []
-        for consumer in self.consumers.get(destination, {}):
-            path = self.network_paths.get(consumer)
-            priority = consumer.priority
-            if path is None:
-                parsed = parse_network_id(consumer.consumer_id)
-                path = parsed[0] if parsed else ()
-            selector = consumer.selector.text if consumer.selector is not None and not path else None
-            result.append(RemoteConsumer(f"{consumer.connection.connection_id}/{consumer.consumer_id}",
-                                         path, priority, selector))
-        return result
+        return [self._describe(consumer) for consumer in self.consumers.get(destination, {})]
+
+    def virtual_snapshot(self, destination: str) -> list[RemoteConsumer]:
+        """Demand for virtual destination ``destination``: its targets' consumers (a selector on a
+        target queue is not the virtual destination's, so none is announced), and with
+        use_virtual_dest_subs_on_creation one placeholder per existing target queue."""
+        found = [dataclasses.replace(self._describe(c), selector=None)
+                 for c in self.virtual_consumers.get(destination, {})]
+        found += [RemoteConsumer(f"created:{queue}") for queue in self.virtual_created.get(destination, {})]
+        return found
 
     def destinations(self) -> list[str]:
         return [d for d, consumers in self.consumers.items() if consumers]
@@ -138,18 +169,39 @@ class AdvisoryPublisher:
             self.network_paths.pop(consumer, None)
             if not consumers:
                 del self.consumers[destination]
-        if destination not in self._dirty:
-            self._dirty.add(destination)
-            self._schedule(lambda: self._publish(destination))
+        self._mark(destination)
+        if self.broker.config.use_virtual_dest_subs:
+            for source in self.broker.virtual.sources_for(consumer.destination):
+                targets = self.virtual_consumers.setdefault(source.canonical, {})
+                if event == "add":
+                    targets[consumer] = None
+                else:
+                    targets.pop(consumer, None)
+                    if not targets:
+                        del self.virtual_consumers[source.canonical]
+                self._mark(source.canonical, virtual=True)
 
-    def _publish(self, destination: str) -> None:
-        self._dirty.discard(destination)
-        snapshot = self.snapshot(destination)
-        for watcher in list(self._watchers):
-            watcher(destination, snapshot)
+    def _on_queue_created(self, queue: str) -> None:
+        for source in self.broker.virtual.sources_for(parse_destination(queue)):
+            self.virtual_created.setdefault(source.canonical, {})[queue] = None
+            self._mark(source.canonical, virtual=True)
+
+    def _mark(self, destination: str, virtual: bool = False) -> None:
+        key = ("virtual:" if virtual else "") + destination
+        if key not in self._dirty:
+            self._dirty.add(key)
+            self._schedule(lambda: self._publish(destination, virtual))
+
+    def _publish(self, destination: str, virtual: bool = False) -> None:
+        self._dirty.discard(("virtual:" if virtual else "") + destination)
+        if virtual:
+            snapshot, topic = self.virtual_snapshot(destination), virtual_advisory_topic(destination)
+        else:
+            snapshot, topic = self.snapshot(destination), advisory_topic(destination)
+            for watcher in list(self._watchers):
+                watcher(destination, snapshot)
         if self._connection is None or self._connection.closed:
             self._connection = self.broker.connect()
-        topic = advisory_topic(destination)
         message = Message(message_id=self._connection.new_message_id(), destination=f"topic://{topic}",
                           body=encode_consumers(snapshot), properties={RETAIN_PROPERTY: True, "broker": self.name})
         self._connection.send(DestinationName(TOPIC, topic), message)

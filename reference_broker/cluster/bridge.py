@@ -27,7 +27,8 @@ from ..engine.consumer import AckMode, Consumer
 from ..engine.message import Message, MessageRef
 from ..engine.names import parse_destination
 from ..protocols.stomp.codec import Frame
-from .advisories import ADVISORY_WILDCARD, AdvisoryPublisher, decode_consumers, destination_of_advisory
+from .advisories import (ADVISORY_WILDCARD, VIRTUAL_ADVISORY_PREFIX, VIRTUAL_ADVISORY_WILDCARD, AdvisoryPublisher,
+                         decode_consumers, destination_of_advisory)
 from .demand import NetworkDemand, RemoteConsumer, desired_consumers, static_demand
 from .network_config import NetworkConnectorConfig
 from .paths import PATH_PROPERTY, extend_path, network_id, remote_message_selector, without_convert_prefix
@@ -112,6 +113,10 @@ class Bridge:
         # forwarding half: destination -> key -> network consumer on this broker
         self._forward: dict[str, dict[str, Consumer]] = {}
         self._receipts: dict[str, tuple[Consumer, str]] = {}
+        # what the peer last announced per destination: its consumers, and (use_virtual_dest_subs)
+        # the consumers of the virtual destination's targets; demand is the union of both
+        self._announced: dict[str, list[RemoteConsumer]] = {}
+        self._announced_virtual: dict[str, list[RemoteConsumer]] = {}
         # duplex half: destination -> key -> (subscription id on the peer, its demand)
         self._pull: dict[str, dict[str, tuple[str, NetworkDemand]]] = {}
         self._pull_by_id: dict[str, str] = {}
@@ -194,6 +199,10 @@ class Bridge:
         if not self.config.static_bridge:
             # staticBridge: "will not subscribe to any advisory topics on the remote broker".
             self.link.write("SUBSCRIBE", [("id", "advisories"), ("destination", ADVISORY_WILDCARD), ("ack", "auto")])
+            if self.config.use_virtual_dest_subs:
+                # The table's useVirtualDestSubs: listen to the virtual destination consumer advisories.
+                self.link.write("SUBSCRIBE", [("id", "virtual-advisories"), ("destination", VIRTUAL_ADVISORY_WILDCARD),
+                                              ("ack", "auto")])
         if self.config.duplex:
             self.publisher.watch(self._local_demand)
             for destination in self.publisher.destinations():
@@ -208,6 +217,8 @@ class Bridge:
             self.local = None
         self._forward.clear()
         self._receipts.clear()
+        self._announced.clear()
+        self._announced_virtual.clear()
         self._pull.clear()
         self._pull_by_id.clear()
 
@@ -225,18 +236,24 @@ class Bridge:
             subscription = frame.get("subscription") or ""
             if subscription == "advisories":
                 self._on_advisory(frame)
+            elif subscription == "virtual-advisories":
+                self._on_advisory(frame, virtual=True)
             elif subscription in self._pull_by_id:
                 self._on_pulled(frame)
         elif frame.command == "ERROR":
             log.warning("network bridge %s -> %s: peer error %s %r", self.local_name, self.remote_name,
                         frame.get("message"), bytes(frame.body[:200]))
 
-    def _on_advisory(self, frame: Frame) -> None:
+    def _on_advisory(self, frame: Frame, virtual: bool = False) -> None:
         topic = canonical(frame.get("destination") or "").partition("://")[2]
-        destination = destination_of_advisory(topic)
+        if virtual:
+            destination = destination_of_advisory(topic, VIRTUAL_ADVISORY_PREFIX)
+        else:
+            destination = destination_of_advisory(topic)
         if destination is None or self.remote_name is None:
             return
-        consumers = decode_consumers(bytes(frame.body))
+        (self._announced_virtual if virtual else self._announced)[destination] = decode_consumers(bytes(frame.body))
+        consumers = self._announced.get(destination, []) + self._announced_virtual.get(destination, [])
         wanted = desired_consumers(self.config, destination, self.remote_name, self.local_name, consumers)
         self._reconcile_forward(destination, wanted)
 

@@ -36,6 +36,7 @@ from .queue import Queue
 from .selector import SelectorError, parse_selector
 from .topic import DurableSubscription, SharedSubscription, Topic, TopicSubscription
 from .usage import MemoryUsage
+from .virtual import VirtualDestinations
 from .wildcard import WildcardMap, has_wildcards
 from .wildcard import matches as wildcard_matches
 
@@ -80,6 +81,11 @@ class Broker:
         # attaches to or detaches from a destination: networks of brokers (reference_broker/cluster)
         # turn these into consumer advisories so a peer's bridge sees demand.
         self.consumer_listeners: list[Callable[[str, Consumer], None]] = []
+        # Called with the canonical name of each queue the broker creates (networks: a virtual
+        # destination's target queue is demand from its creation, use_virtual_dest_subs_on_creation).
+        self.queue_listeners: list[Callable[[str], None]] = []
+        # Virtual topics and composite destinations (engine/virtual.py).
+        self.virtual = VirtualDestinations(self.config)
 
     def consumer_event(self, event: str, consumer: Consumer) -> None:
         for listener in list(self.consumer_listeners):
@@ -177,6 +183,8 @@ class Broker:
             usage = MemoryUsage(key, policy.memory_limit, self.system_usage)
             queue = Queue(self, DestinationName(QUEUE, dest.name), key, policy, self.policies.groups_for(dest), usage)
             self.queues[key] = queue
+            for listener in list(self.queue_listeners):
+                listener(key)
         return queue
 
     def topic(self, dest: DestinationName) -> Topic:
@@ -206,6 +214,8 @@ class Broker:
         self.route_to(self.queue(dest) if dest.is_queue else self.topic(dest), message)
 
     def route_to(self, target: Queue | Topic, message: Message) -> None:
+        if not self.virtual.route_copies(self, target.name, message):
+            return  # a forward-only composite destination: only its forward_to list gets it
         if isinstance(target, Queue):
             target.enqueue(message)
             return
