@@ -22,7 +22,8 @@ import asyncio
 import itertools
 import logging
 
-from ..engine.broker import Broker, Connection
+from ..engine.audit import NETWORK_ORIGIN_PROPERTY
+from ..engine.broker import Broker, Connection, broker_name_of
 from ..engine.consumer import AckMode, Consumer
 from ..engine.message import Message, MessageRef
 from ..engine.names import parse_destination
@@ -31,7 +32,8 @@ from .advisories import (ADVISORY_WILDCARD, VIRTUAL_ADVISORY_PREFIX, VIRTUAL_ADV
                          decode_consumers, destination_of_advisory)
 from .demand import NetworkDemand, RemoteConsumer, desired_consumers, static_demand
 from .network_config import NetworkConnectorConfig
-from .paths import PATH_PROPERTY, extend_path, network_id, remote_message_selector, without_convert_prefix
+from .paths import (PATH_PROPERTY, extend_path, network_id, parse_path, remote_message_selector,
+                    without_convert_prefix)
 from .stomp_link import StompLink
 from .uris import Peer
 
@@ -73,8 +75,15 @@ def send_headers(message: Message, path: str, receipt: str) -> list[tuple[str, s
     for name, value in message.properties.items():
         if name != PATH_PROPERTY:
             headers.append((name, ("true" if value else "false") if isinstance(value, bool) else str(value)))
+    if NETWORK_ORIGIN_PROPERTY not in message.properties:
+        # First hop: name the message, so the peer's audit recognises a resend (engine/audit.py).
+        headers.append((NETWORK_ORIGIN_PROPERTY, origin_id(parse_path(path)[0], message.message_id)))
     headers.append((PATH_PROPERTY, path))
     return headers
+
+
+def origin_id(broker: str, message_id: str) -> str:
+    return f"{broker}/{message_id}"
 
 
 def message_from_frame(frame: Frame, message_id: str, path: str) -> Message:
@@ -188,7 +197,8 @@ class Bridge:
         else:
             raise last if last is not None else OSError("no peer")
         # The peer's connection ids are "<broker name>-<n>" (engine.broker.Broker.connect).
-        self.remote_name = (connected.get("session") or "").rpartition("-")[0] or str(self.connected_peer)
+        session = connected.get("session") or ""
+        self.remote_name = (broker_name_of(session) if session.count("-") >= 2 else "") or str(self.connected_peer)
         self.local = self.broker.connect()
         self.connections += 1
         log.info("Network connection between %s and %s (%s) has been established (connector %s%s)",
@@ -331,6 +341,9 @@ class Bridge:
             return
         path = extend_path(frame.get(PATH_PROPERTY), self.remote_name or "?")
         message = message_from_frame(frame, local.new_message_id(), path)
+        if NETWORK_ORIGIN_PROPERTY not in message.properties and frame.get("message-id"):
+            # pulled straight from the broker it was sent to: the peer's id names it
+            message.properties[NETWORK_ORIGIN_PROPERTY] = origin_id(self.remote_name or "?", frame.get("message-id"))
         dest = parse_destination(message.destination)
         local.send(dest, message)
         # Store and forward: ours is durable before the peer may drop its copy.

@@ -12,12 +12,14 @@ from __future__ import annotations
 import hmac
 import itertools
 import logging
+import secrets
 import time
 from typing import Callable
 
 from ..config import BrokerConfig
 from ..store.base import MessageStore
 from ..store.memory import MemoryStore
+from .audit import NetworkAudit, audit_key
 from .consumer import AckMode, Consumer, DeliverCallback
 from .errors import (
     AuthenticationFailed,
@@ -41,6 +43,17 @@ from .wildcard import WildcardMap, has_wildcards
 from .wildcard import matches as wildcard_matches
 
 log = logging.getLogger("reference_broker.engine")
+
+
+def connection_id(broker_name: str, incarnation: str, number: int) -> str:
+    """``<broker>-<incarnation>-<n>``: STOMP's CONNECTED ``session`` header, and the stem of the
+    connection's message ids."""
+    return f"{broker_name}-{incarnation}-{number}"
+
+
+def broker_name_of(connection_id: str) -> str:
+    """The broker part of a `connection_id` (broker names may contain dashes)."""
+    return connection_id.rsplit("-", 2)[0]
 
 # Store keys of retained messages: "retained://topic://NAME" (persistent ones survive restarts).
 RETAINED_KEY_PREFIX = "retained://"
@@ -69,6 +82,11 @@ class Broker:
         self.connections: dict[str, Connection] = {}
         self._client_ids: dict[str, Connection] = {}
         self._connection_numbers = itertools.count(1)
+        # Connection (and so message) ids name this incarnation of the broker: a broker restarted
+        # on its journal must not hand a new message the id of a recovered one, and a peer's
+        # network audit (engine/audit.py) must not take a new message for one it saw before.
+        self._incarnation = secrets.token_hex(4)
+        self.network_audit = NetworkAudit()
         self._users = {u.name: u for u in self.config.security.users}
         # One map per destination kind, keyed by the plain pattern: a "queue://" prefix glued to
         # the first path element would stop a leading wildcard (queue=">") from matching.
@@ -214,6 +232,12 @@ class Broker:
         self.route_to(self.queue(dest) if dest.is_queue else self.topic(dest), message)
 
     def route_to(self, target: Queue | Topic, message: Message) -> None:
+        key = audit_key(message.properties) if message.properties else None
+        if key is not None and self.network_audit.is_duplicate(target.name.canonical, key):
+            # A bridge resent what it had already delivered (its receipt was lost with the link):
+            # accepted, so the bridge can drop its copy, but not enqueued twice (engine/audit.py).
+            log.info("dropped a duplicate from the network on %s: %s", target.name.canonical, key)
+            return
         if not self.virtual.route_copies(self, target.name, message):
             return  # a forward-only composite destination: only its forward_to list gets it
         if isinstance(target, Queue):
@@ -325,7 +349,8 @@ class Broker:
         user, groups = self.authenticate(login, passcode)
         if client_id is not None and client_id in self._client_ids:
             raise ClientIdInUse(f"client id {client_id!r} is already connected")
-        connection = Connection(self, f"{self.config.name}-{next(self._connection_numbers)}", user, groups, client_id)
+        connection = Connection(self, connection_id(self.config.name, self._incarnation, next(self._connection_numbers)),
+                                user, groups, client_id)
         self.connections[connection.connection_id] = connection
         if client_id is not None:
             self._client_ids[client_id] = connection
