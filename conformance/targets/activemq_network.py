@@ -32,6 +32,7 @@ from typing import Callable
 from xml.sax.saxutils import quoteattr
 
 from .activemq import ActiveMQProcess
+from .activemq_policy import authentication_plugin_xml
 from .activemq_target import destination_pattern
 from .jmx import JmxClient
 from .process import free_ports
@@ -41,7 +42,7 @@ from .process import free_ports
 #: store and forward through a cut bridge). Called once per bridge when the ports are known.
 BridgeRoute = Callable[["Bridge", str, int], tuple[str, int]]
 
-__all__ = ["Bridge", "BridgeFilterPolicy", "CompositeDestination", "render_destination_interceptors", "BridgeRoute", "NetworkConnectorOptions", "ActiveMQNetwork", "NetworkNode",
+__all__ = ["Bridge", "check_duplex_names", "PEER_LIST_SCHEMES", "BridgeFilterPolicy", "CompositeDestination", "render_destination_interceptors", "BridgeRoute", "NetworkConnectorOptions", "ActiveMQNetwork", "NetworkNode",
            "NetworkStartError", "render_network_connector", "render_bridge_filter_policy", "destination_element"]
 
 #: ActiveMQ 5.17 logs this (DemandForwardingBridgeSupport, INFO) on the broker that owns the
@@ -172,19 +173,29 @@ def destination_element(destination: str) -> str:
     return f"<{kind} physicalName={quoteattr(name)}/>"
 
 
-def static_uri(peer_urls: list[str] | tuple[str, ...], options: NetworkConnectorOptions) -> str:
-    """``static:(tcp://...)`` with the reconnect options that differ from the document's defaults."""
+#: connector URI schemes that list their peers in parentheses (document, "Static discovery" and
+#: "MasterSlave Discovery": masterslave: takes the same options as static:)
+PEER_LIST_SCHEMES = ("static", "masterslave")
+
+
+def static_uri(peer_urls: list[str] | tuple[str, ...], options: NetworkConnectorOptions,
+               scheme: str = "static") -> str:
+    """``static:(tcp://...)`` with the reconnect options that differ from the document's defaults;
+    ``scheme="masterslave"`` gives ``masterslave:(master,slave,...)`` with the same options."""
+    if scheme not in PEER_LIST_SCHEMES:
+        raise ValueError(f"scheme must be one of {PEER_LIST_SCHEMES}, not {scheme!r}")
     defaults = NetworkConnectorOptions()
     query = [f"{_URI_OPTIONS[f]}={_xml_value(getattr(options, f))}" for f in _URI_OPTIONS
              if getattr(options, f) != getattr(defaults, f)]
-    return f"static:({','.join(peer_urls)})" + ("?" + "&".join(query) if query else "")
+    return f"{scheme}:({','.join(peer_urls)})" + ("?" + "&".join(query) if query else "")
 
 
 def render_network_connector(peer_urls: list[str] | tuple[str, ...], options: NetworkConnectorOptions,
-                             indent: str = "      ") -> str:
+                             indent: str = "      ", scheme: str = "static") -> str:
     """One ``<networkConnector>`` element. Every scalar property is written out (``None`` ones
-    left out), so the generated configuration says what was asked whatever the broker's defaults."""
-    attributes = [f"uri={quoteattr(static_uri(peer_urls, options))}"]
+    left out), so the generated configuration says what was asked whatever the broker's defaults.
+    ``scheme``: ``static`` (one bridge per peer) or ``masterslave`` (peers are master, slaves)."""
+    attributes = [f"uri={quoteattr(static_uri(peer_urls, options, scheme))}"]
     values = {option: getattr(options, option) for option in _ATTRIBUTES}
     if options.message_ttl is not None or options.consumer_ttl is not None:
         # networkTTL's setter sets both TTLs, and Spring applies the attributes in name order
@@ -223,10 +234,31 @@ class Bridge:
     source: str
     target: str
     options: NetworkConnectorOptions = field(default_factory=NetworkConnectorOptions)
+    #: False for a connector that is meant not to come up (e.g. wrong credentials, NOB-AUTH-1):
+    #: the launchers' start() then does not wait for it
+    expect_established: bool = True
 
     def __post_init__(self) -> None:
         if self.source == self.target:
             raise ValueError(f"a bridge joins two brokers, not {self.source!r} to itself")
+
+
+def check_duplex_names(bridges: tuple[Bridge, ...] | list[Bridge]) -> None:
+    """Document, "Duplex network connectors": several duplex bridges between the same two brokers
+    need unique names. A duplex connector is a bridge both ways, so A->B and B->A count as the same
+    pair; raises ValueError naming the connectors and the ``name`` option to change."""
+    seen: dict[tuple[frozenset, str], Bridge] = {}
+    for bridge in bridges:
+        if not bridge.options.duplex:
+            continue
+        key = (frozenset((bridge.source, bridge.target)), bridge.options.name)
+        other = seen.get(key)
+        if other is not None:
+            raise ValueError(
+                f"two duplex connectors between {bridge.source} and {bridge.target} are both named "
+                f"{bridge.options.name!r} ({other.source}->{other.target} and {bridge.source}->{bridge.target}); "
+                "give each a unique NetworkConnectorOptions(name=...) (document, 'Duplex network connectors')")
+        seen[key] = bridge
 
 
 @dataclass(frozen=True)
@@ -400,10 +432,15 @@ class ActiveMQNetwork:
                  prefix: str = "nob", jvm_heap_mb: int = 256, memory_limit_mb: int = 96,
                  broker_attributes: dict[str, dict[str, str]] | None = None,
                  policies: tuple[BridgeFilterPolicy, ...] = (), bridge_route: BridgeRoute | None = None,
-                 composites: tuple[CompositeDestination, ...] = ()) -> None:
+                 composites: tuple[CompositeDestination, ...] = (),
+                 users: dict[str, tuple[tuple[str, str], ...]] | None = None) -> None:
+        """``users``: broker -> (user name, password) pairs; such a broker gets a
+        simpleAuthenticationPlugin with anonymous access off (NOB-AUTH-1), so its clients and the
+        connectors that reach it must log in."""
         if not 2 <= len(names) <= 4 or len(set(names)) != len(names):
             raise ValueError(f"a network here has 2 to 4 distinct brokers, not {names!r}")
         self.bridge_route = bridge_route
+        check_duplex_names(bridges)
         for bridge in bridges:
             for end in (bridge.source, bridge.target):
                 if end not in names:
@@ -428,11 +465,17 @@ class ActiveMQNetwork:
         policy_xml = "\n".join(render_bridge_filter_policy(p) for p in self.policies)
         self.composites = tuple(composites)
         interceptors_xml = render_destination_interceptors(self.composites) if self.composites else ""
+        self.users = {name: tuple(pairs) for name, pairs in (users or {}).items() if pairs}
+        unknown = set(self.users) - set(names)
+        if unknown:
+            raise ValueError(f"users names unknown brokers {sorted(unknown)} (brokers: {names})")
         self.nodes: dict[str, NetworkNode] = {
             name: NetworkNode(name, ActiveMQProcess(
                 self.workdir / name, name=f"{prefix}-{name}", stomp=True, openwire=True, jmx=True,
                 jvm_heap_mb=jvm_heap_mb, memory_limit_mb=memory_limit_mb, broker_attributes=extra.get(name),
-                policy_entries_xml=policy_xml, destination_interceptors_xml=interceptors_xml))
+                policy_entries_xml=policy_xml, destination_interceptors_xml=interceptors_xml,
+                plugins_xml=authentication_plugin_xml(self.users.get(name, ())),
+                ready_login=self.users[name][0] if name in self.users else None))
             for name in names
         }
 
@@ -518,7 +561,8 @@ class ActiveMQNetwork:
         """Broker -> the ActiveMQ names of the brokers its connectors reach (one entry per connector)."""
         expected: dict[str, list[str]] = {name: [] for name in self.nodes}
         for b in self.bridges:
-            expected[b.source].append(self.nodes[b.target].process.name)
+            if b.expect_established:
+                expected[b.source].append(self.nodes[b.target].process.name)
         return expected
 
     def missing_bridges(self) -> dict[str, list[str]]:
@@ -540,6 +584,21 @@ class ActiveMQNetwork:
             dead = [n for n, node in self.nodes.items() if not node.running]
             if dead:
                 raise NetworkStartError(f"broker(s) {dead} exited while the network was forming\n{self.log_tail(30)}")
+            time.sleep(0.1)
+
+    def restart(self, name: str, timeout: float = 90) -> None:
+        """Stop broker ``name`` and start it again on the same ports and data directory (a broker
+        whose process has ``persistent`` set keeps its durable subscriptions in KahaDB), then wait
+        until its connectors logged their bridges established again (each start logs afresh)."""
+        node = self.nodes[name]
+        node.stop()
+        node.process.start(timeout=timeout)
+        want = len(self.expected_bridges()[name])
+        deadline = time.monotonic() + timeout
+        while len(node.established_bridges()) < want:
+            if time.monotonic() >= deadline:
+                raise NetworkStartError(f"broker {name}'s bridges did not come back within {timeout:.0f} s after "
+                                        f"its restart\n{node.log_tail(30)}")
             time.sleep(0.1)
 
     def stop(self) -> None:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .activemq_network import (Bridge, BridgeFilterPolicy, BridgeRoute, CompositeDestination, NetworkConnectorOptions,
-                               static_uri)
+                               check_duplex_names, static_uri)
 
 _TIMEOUT = 10.0
 _URI_ONLY = ("initial_reconnect_delay", "max_reconnect_delay", "use_exponential_back_off", "back_off_multiplier")
@@ -31,11 +31,19 @@ class ReferenceNetworkError(RuntimeError):
     """A broker of the network did not start or a bridge did not come up."""
 
 
-def connector_config(peer_url: str, options: NetworkConnectorOptions) -> dict:
-    """The reference broker's ``network_connectors`` entry for a connector to ``peer_url``."""
+def connector_config(peer_url: str | list[str], options: NetworkConnectorOptions, scheme: str = "static") -> dict:
+    """The reference broker's ``network_connectors`` entry for a connector to ``peer_url`` (a list
+    of URLs with ``scheme="masterslave"``: master first, then the slaves)."""
     entry = {k: v for k, v in asdict(options).items() if k not in _URI_ONLY}
-    entry["uri"] = static_uri([peer_url], options)
+    entry["uri"] = static_uri([peer_url] if isinstance(peer_url, str) else list(peer_url), options, scheme)
     return entry
+
+
+def security_config(users: tuple[tuple[str, str], ...]) -> dict:
+    """The reference broker's ``security`` section for (user, password) pairs: with users and no
+    allow_anonymous, anonymous logins are refused (as ActiveMQ's simpleAuthenticationPlugin with
+    anonymousAccessAllowed="false", what ActiveMQNetwork renders for the same ``users``)."""
+    return {"users": [{"name": u, "password": p, "groups": ["users"]} for u, p in users]}
 
 
 def policy_config(policy: BridgeFilterPolicy) -> dict:
@@ -196,6 +204,21 @@ class ReferenceNode:
             if not self._thread.is_alive():
                 self.loop.close()
 
+    def restart(self) -> None:
+        """Stop this broker (bridges, listeners, store) and start it again on the same STOMP port
+        with the same connectors; with a journal store (`ReferenceNetwork.use_journal_stores`) its
+        durable subscriptions and their messages survive, as on a persistent ActiveMQ broker."""
+        if self.network is not None:
+            self.run_coroutine(self.network.stop())
+            self.network = None
+        if self.server is not None:
+            self.run_coroutine(self.server.stop())
+            self.server = None
+        connectors = self.config_data.get("network_connectors", [])
+        self.config_data["stomp"] = f"127.0.0.1:{self.stomp_port}"
+        self.listen()
+        self.start_network(connectors)
+
     def __repr__(self) -> str:
         return f"<ReferenceNode {self.name} stomp={self.stomp_port}>"
 
@@ -209,9 +232,11 @@ class ReferenceNetwork:
                  bridges: tuple[Bridge, ...] = (), *, prefix: str = "nob",
                  policies: tuple[BridgeFilterPolicy, ...] = (), bridge_route: BridgeRoute | None = None,
                  broker_attributes: dict[str, dict[str, str]] | None = None,
-                 composites: tuple[CompositeDestination, ...] = ()) -> None:
+                 composites: tuple[CompositeDestination, ...] = (),
+                 users: dict[str, tuple[tuple[str, str], ...]] | None = None) -> None:
         if not 2 <= len(names) <= 4 or len(set(names)) != len(names):
             raise ValueError(f"a network here has 2 to 4 distinct brokers, not {names!r}")
+        check_duplex_names(bridges)
         self.bridge_route = bridge_route  # as ActiveMQNetwork's: dial a fault proxy, not the peer
         for bridge in bridges:
             for end in (bridge.source, bridge.target):
@@ -228,6 +253,12 @@ class ReferenceNetwork:
         if unknown:
             raise ValueError(f"broker_attributes names unknown brokers {sorted(unknown)} (brokers: {names})")
         self.extra_config = {n: broker_config((broker_attributes or {}).get(n), tuple(composites)) for n in names}
+        unknown = set(users or {}) - set(names)
+        if unknown:
+            raise ValueError(f"users names unknown brokers {sorted(unknown)} (brokers: {names})")
+        for n, pairs in (users or {}).items():
+            if pairs:
+                self.extra_config[n]["security"] = security_config(tuple(pairs))
         self.names = names
         self.nodes: dict[str, ReferenceNode] = {}
         self._logs = _Logs()
@@ -252,6 +283,17 @@ class ReferenceNetwork:
             self.stop()
             raise
 
+    def use_journal_stores(self, directory: Path) -> None:
+        """Give every broker a journal store under ``directory`` (call before `start`), so a
+        `restart` keeps durable subscriptions and persistent messages."""
+        for name in self.names:
+            self.extra_config[name]["store"] = {"kind": "journal", "directory": str(Path(directory) / name)}
+
+    def restart(self, name: str, timeout: float = 30) -> None:
+        """Restart broker ``name`` (`ReferenceNode.restart`) and wait until its bridges are up again."""
+        self.nodes[name].restart()
+        self.wait_for_bridges(timeout)
+
     def peer_url(self, bridge: Bridge) -> str:
         """The address ``bridge``'s connector dials: the target's STOMP listener, or where
         ``bridge_route`` sends it (a fault proxy in front of that listener)."""
@@ -263,7 +305,8 @@ class ReferenceNetwork:
 
     def wait_for_bridges(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
-        expected = {name: sum(1 for b in self.bridges if b.source == name) for name in self.nodes}
+        expected = {name: sum(1 for b in self.bridges if b.source == name and b.expect_established)
+                    for name in self.nodes}
         while True:
             missing = {n: want for n, want in expected.items() if self.nodes[n].bridges_up() < want}
             if not missing:

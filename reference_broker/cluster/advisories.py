@@ -18,7 +18,7 @@ import dataclasses
 import json
 from typing import Callable
 
-from ..engine.broker import Broker
+from ..engine.broker import Broker, Connection
 from ..engine.consumer import Consumer
 from ..engine.message import RETAIN_PROPERTY, Message
 from ..engine.names import TOPIC, DestinationName, parse_destination
@@ -62,17 +62,28 @@ def encode_consumers(consumers: list[RemoteConsumer]) -> bytes:
     if not consumers:
         return b""
     return json.dumps([{"id": c.consumer_id, "path": list(c.path), "priority": c.priority,
-                        "selector": c.selector} for c in consumers]).encode()
+                        "selector": c.selector, **({"durable": True} if c.durable else {})}
+                       for c in consumers]).encode()
 
 
 def decode_consumers(body: bytes) -> list[RemoteConsumer]:
     if not body.strip():
         return []
-    return [RemoteConsumer(e["id"], tuple(e.get("path") or ()), int(e.get("priority", 0)), e.get("selector"))
+    return [RemoteConsumer(e["id"], tuple(e.get("path") or ()), int(e.get("priority", 0)), e.get("selector"),
+                           bool(e.get("durable", False)))
             for e in json.loads(body)]
 
 
 Watcher = Callable[[str, list[RemoteConsumer]], None]
+
+
+
+def internal_connection(broker: Broker, client_id: str | None = None) -> Connection:
+    """The broker's own connection, for its advisories and its bridges' local end. ActiveMQ
+    publishes advisories from inside the broker and a bridge's local end is an in-VM connection;
+    neither logs in, so a broker whose users exclude anonymous clients (NOB-AUTH-1) still networks.
+    ``client_id`` keys the connection's durable subscriptions (a bridge's durable network ones)."""
+    return broker.connect(client_id=client_id, internal=True)
 
 
 class AdvisoryPublisher:
@@ -133,7 +144,7 @@ class AdvisoryPublisher:
             path = parsed[0] if parsed else ()
         selector = consumer.selector.text if consumer.selector is not None and not path else None
         return RemoteConsumer(f"{consumer.connection.connection_id}/{consumer.consumer_id}",
-                              path, consumer.priority, selector)
+                              path, consumer.priority, selector, durable=consumer.durable_name is not None)
 
     def snapshot(self, destination: str) -> list[RemoteConsumer]:
         return [self._describe(consumer) for consumer in self.consumers.get(destination, {})]
@@ -201,7 +212,7 @@ class AdvisoryPublisher:
             for watcher in list(self._watchers):
                 watcher(destination, snapshot)
         if self._connection is None or self._connection.closed:
-            self._connection = self.broker.connect()
+            self._connection = internal_connection(self.broker)
         message = Message(message_id=self._connection.new_message_id(), destination=f"topic://{topic}",
                           body=encode_consumers(snapshot), properties={RETAIN_PROPERTY: True, "broker": self.name})
         self._connection.send(DestinationName(TOPIC, topic), message)

@@ -14,6 +14,21 @@ arrives is stored here first and only then acknowledged to the peer.
 
 When the connection drops, the local network consumers close (what they had in flight goes back
 to their queues, unacknowledged) and the bridge reconnects after the connector's back-off.
+
+Durable topic subscribers behind the peer (ActiveMQ "Networks of Brokers"; `demand`): the bridge's
+network subscription of their topic is itself durable, named from the connector and broker names
+(the N.B. on names under "Example Configuration"). It stays when the subscriber goes offline
+(ActiveMQ 5.17 does the same: its network consumer does not follow the remote consumer's
+removal), so messages published meanwhile reach the peer and wait there; while the bridge is down
+they wait here, in the durable subscription. When the bridge starts, the durable network
+subscriptions it owns are re-activated at once (``dynamic_only`` false, the default) or only once
+a durable subscriber of the topic shows up on the peer again (``dynamic_only`` true; table,
+dynamicOnly). Not done: removing the network subscription when the peer's subscriber unsubscribes.
+
+suppress_duplicate_queue_subscriptions (table): a queue's network consumer whose demand comes,
+through an intermediary, from a broker this broker already has a shorter route to (another
+bridge's network consumer ending at the same broker) is not created, and is removed when such a
+shorter one appears.
 """
 
 from __future__ import annotations
@@ -29,11 +44,12 @@ from ..engine.message import Message, MessageRef
 from ..engine.names import parse_destination
 from ..protocols.stomp.codec import Frame
 from .advisories import (ADVISORY_WILDCARD, VIRTUAL_ADVISORY_PREFIX, VIRTUAL_ADVISORY_WILDCARD, AdvisoryPublisher,
-                         decode_consumers, destination_of_advisory)
-from .demand import NetworkDemand, RemoteConsumer, desired_consumers, static_demand
+                         decode_consumers, destination_of_advisory, internal_connection)
+from .demand import (DURABLE_KEY, DURABLE_SUB_PREFIX, NetworkDemand, RemoteConsumer, bridge_client_id,
+                     desired_consumers, durable_subscription_name, dynamically_forwarded, static_demand)
 from .network_config import NetworkConnectorConfig
-from .paths import (PATH_PROPERTY, extend_path, network_id, parse_path, remote_message_selector,
-                    without_convert_prefix)
+from .paths import (PATH_PROPERTY, extend_path, network_id, network_priority, parse_network_id, parse_path,
+                    remote_message_selector, without_convert_prefix)
 from .stomp_link import StompLink
 from .uris import Peer
 
@@ -199,13 +215,20 @@ class Bridge:
         # The peer's connection ids are "<broker name>-<n>" (engine.broker.Broker.connect).
         session = connected.get("session") or ""
         self.remote_name = (broker_name_of(session) if session.count("-") >= 2 else "") or str(self.connected_peer)
-        self.local = self.broker.connect()
+        # no login, as ActiveMQ's in-VM local end; the client id keys this bridge's durable network
+        # subscriptions (`demand.bridge_client_id`)
+        self.local = internal_connection(self.broker, bridge_client_id(self.config.name, self.local_name,
+                                                                       self.remote_name))
         self.connections += 1
         log.info("Network connection between %s and %s (%s) has been established (connector %s%s)",
                  self.local_name, self.connected_peer, self.remote_name, self.config.name,
                  ", duplex" if self.config.duplex else "")
         for destination, demand in static_demand(self.config, self.remote_name).items():
             self._add_forward(destination, demand)
+        if not self.config.dynamic_only:
+            self._reactivate_durable_subscriptions()
+        if self.config.suppress_duplicate_queue_subscriptions:
+            self.publisher.watch(self._recheck_suppressed)
         if not self.config.static_bridge:
             # staticBridge: "will not subscribe to any advisory topics on the remote broker".
             self.link.write("SUBSCRIBE", [("id", "advisories"), ("destination", ADVISORY_WILDCARD), ("ack", "auto")])
@@ -220,6 +243,7 @@ class Bridge:
 
     def _teardown(self) -> None:
         self.publisher.unwatch(self._local_demand)
+        self.publisher.unwatch(self._recheck_suppressed)
         if self.link is not None:
             self.link.close()
         if self.local is not None:
@@ -263,15 +287,47 @@ class Bridge:
         if destination is None or self.remote_name is None:
             return
         (self._announced_virtual if virtual else self._announced)[destination] = decode_consumers(bytes(frame.body))
+        self._reconcile_forward(destination, self._wanted(destination))
+
+    def _wanted(self, destination: str) -> dict[str, NetworkDemand]:
         consumers = self._announced.get(destination, []) + self._announced_virtual.get(destination, [])
         wanted = desired_consumers(self.config, destination, self.remote_name, self.local_name, consumers)
-        self._reconcile_forward(destination, wanted)
+        if self.config.suppress_duplicate_queue_subscriptions and destination.startswith("queue://"):
+            wanted = {k: d for k, d in wanted.items() if not self._has_shorter_route(destination, d)}
+        return wanted
+
+    # ------------------------------------------------------------ duplicate suppression
+
+    def _has_shorter_route(self, destination: str, demand: NetworkDemand) -> bool:
+        """Whether another bridge's network consumer of ``destination`` on this broker reaches the
+        broker ``demand`` leads to (the last of its path) in fewer hops."""
+        ours = set(self._forward.get(destination, {}).values())
+        for consumer in self.publisher.consumers.get(destination, {}):
+            if consumer in ours:
+                continue
+            path = self.publisher.network_paths.get(consumer)
+            if path is None:
+                parsed = parse_network_id(consumer.consumer_id)
+                path = parsed[0] if parsed else ()
+            if path and path[-1] == demand.path[-1] and len(path) < len(demand.path):
+                return True
+        return False
+
+    def _recheck_suppressed(self, destination: str, _consumers: list[RemoteConsumer]) -> None:
+        """This broker's consumers of ``destination`` changed: another bridge may now offer a
+        shorter route (drop ours) or have lost it (restore ours)."""
+        if destination.startswith("queue://") and destination in self._announced and self.local is not None:
+            self._reconcile_forward(destination, self._wanted(destination))
 
     # ------------------------------------------------------------ forwarding half
 
     def _reconcile_forward(self, destination: str, wanted: dict[str, NetworkDemand]) -> None:
         current = self._forward.get(destination, {})
-        for key in [k for k in current if k != "static" and k not in wanted]:
+        if DURABLE_KEY in current or DURABLE_KEY in wanted:
+            # The durable network subscription outlives its subscriber's absence (module
+            # docstring) and carries the topic's non-durable demand too: nothing else is needed.
+            wanted = {DURABLE_KEY: wanted[DURABLE_KEY]} if DURABLE_KEY in wanted else {}
+        for key in [k for k in current if k not in ("static", DURABLE_KEY) and k not in wanted]:
             consumer = current.pop(key)
             if self.local is not None and consumer.consumer_id in self.local.consumers:
                 self.local.unsubscribe(consumer.consumer_id)
@@ -294,9 +350,26 @@ class Bridge:
         consumer = local.subscribe(
             network_id(demand.path, demand.priority, next(self._numbers)), dest, deliver=self._forward_one,
             ack_mode=AckMode.CLIENT_INDIVIDUAL, prefetch=self.config.prefetch_size, priority=demand.priority,
-            selector=remote_message_selector(self.remote_name, self.config.effective_message_ttl, demand.selector))
+            selector=remote_message_selector(self.remote_name, self.config.effective_message_ttl, demand.selector),
+            durable_name=durable_subscription_name(self.local_name, destination) if demand.durable else None)
         self.publisher.register_network(consumer, demand.path)
         self._forward.setdefault(destination, {})[demand.key] = consumer
+
+    def _reactivate_durable_subscriptions(self) -> None:
+        """dynamicOnly false (the table's default): at bridge start, re-activate the durable network
+        subscriptions this connector left on this broker, subscriber on the peer or not."""
+        client_id = self.local.client_id if self.local is not None else None
+        path = (self.remote_name,)
+        priority = network_priority(path, self.config.decrease_network_consumer_priority)
+        for durable in list(self.broker.durable.values()):
+            destination = durable.pattern.canonical
+            if (durable.client_id != client_id or durable.active is not None
+                    or not durable.name.startswith(DURABLE_SUB_PREFIX)
+                    or durable.name != durable_subscription_name(self.local_name, destination)
+                    or not dynamically_forwarded(self.config, destination)):
+                continue
+            if DURABLE_KEY not in self._forward.get(destination, {}):
+                self._add_forward(destination, NetworkDemand(DURABLE_KEY, path, priority, None, durable=True))
 
     def _forward_one(self, consumer: Consumer, ref: MessageRef) -> None:
         link = self.link

@@ -10,7 +10,11 @@ Pure functions (no I/O), after ActiveMQ "Networks of Brokers":
 * conduitSubscriptions: all of a peer's consumers on one destination are one network consumer,
   ignoring their selectors ("Conduit subscriptions and consumer selectors"); without it, one
   network consumer per remote consumer, carrying its selector;
-* decreaseNetworkConsumerPriority: the network consumer's priority drops with the hops.
+* decreaseNetworkConsumerPriority: the network consumer's priority drops with the hops;
+* a durable topic subscriber behind the peer makes the network subscription durable, one per topic
+  and bridge ("Reliability": durable topic subscriptions keep their durability across the network;
+  the N.B. on names under "Example Configuration": the bridge names it from the connector and
+  broker names, `durable_subscription_name` / `bridge_client_id`).
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ class RemoteConsumer:
     path: tuple[str, ...] = ()
     priority: int = 0
     selector: str | None = None
+    durable: bool = False  # a durable topic subscriber (or a durable network subscription)
 
 
 @dataclass(frozen=True)
@@ -60,6 +65,27 @@ class NetworkDemand:
     path: tuple[str, ...]  # announcing broker first, then the brokers behind it
     priority: int
     selector: str | None
+    durable: bool = False
+
+
+#: key of a bridge's durable network subscription of a topic (one per topic and bridge)
+DURABLE_KEY = "durable"
+#: ActiveMQ's prefix of a networked durable subscription's name (DurableConduitBridge: NC-DS_)
+DURABLE_SUB_PREFIX = "NC-DS_"
+
+
+def durable_subscription_name(forwarder: str, destination: str) -> str:
+    """The name of the durable subscription a bridge on ``forwarder`` keeps for ``destination``
+    (a topic): repeatable, so a restarted bridge finds it again (document, N.B. on names under
+    "Example Configuration"); ActiveMQ's scheme, prefix + broker name + topic name."""
+    return f"{DURABLE_SUB_PREFIX}{forwarder}_{destination.partition('://')[2]}"
+
+
+def bridge_client_id(connector: str, forwarder: str, peer: str) -> str:
+    """The client id of a bridge's connection on its own broker: the connector name and both
+    broker names, so durable network subscriptions (keyed by client id and name) belong to one
+    connector; another connector name means other subscriptions (the same N.B.)."""
+    return f"{connector}_{forwarder}_inbound_{peer}"
 
 
 def eligible(consumer: RemoteConsumer, announcer: str, forwarder: str, consumer_ttl: int) -> bool:
@@ -78,6 +104,12 @@ def desired_consumers(config: NetworkConnectorConfig, destination: str, announce
     if not live:
         return {}
     decrease = config.decrease_network_consumer_priority
+    if destination.startswith("topic://") and any(c.durable for c in live):
+        # One durable network subscription carries every consumer of the topic behind the peer
+        # (a conduit: durable and non-durable ones alike, so none gets a message twice).
+        nearest = min(live, key=lambda c: len(c.path))
+        path = (announcer, *nearest.path)
+        return {DURABLE_KEY: NetworkDemand(DURABLE_KEY, path, network_priority(path, decrease), None, durable=True)}
     if config.conduit_subscriptions:
         nearest = min(live, key=lambda c: len(c.path))
         path = (announcer, *nearest.path)

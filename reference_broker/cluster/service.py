@@ -33,6 +33,26 @@ _STOMP_SCHEMES = ("stomp://", "stomp+nio://")
 log = logging.getLogger("reference_broker.cluster")
 
 
+def check_connector_names(connectors: list[NetworkConnectorConfig]) -> None:
+    """ActiveMQ "Networks of Brokers", NetworkConnector Properties (name) and "Duplex network
+    connectors": several connectors between the same two brokers need different names. Raises
+    ValueError before anything starts when two connectors share a name and a peer (a listed
+    address, or the same discovery group)."""
+    reach: dict[str, list[tuple[int, set]]] = {}
+    for index, connector in enumerate(connectors):
+        uri = connector.parsed_uri
+        peers = {("group", uri.discovery.group, uri.discovery.address, uri.discovery.port)} if uri.discovery else \
+            {("peer", p.host, p.port) for p in uri.peers}
+        for other, other_peers in reach.get(connector.name, []):
+            shared = peers & other_peers
+            if shared:
+                raise ValueError(
+                    f"network connectors #{other + 1} and #{index + 1} are both named {connector.name!r} and both "
+                    f"reach {sorted(shared)[0][1:]}: connectors between the same two brokers need unique "
+                    "names; set a different 'name' on one of them")
+        reach.setdefault(connector.name, []).append((index, peers))
+
+
 class NetworkService:
     def __init__(self, broker: Broker, config: BrokerConfig | None = None,
                  stomp_address: tuple[str, int] | None = None) -> None:
@@ -46,6 +66,7 @@ class NetworkService:
         self.announcer: MulticastDiscovery | None = None
         self.discoveries: list[MulticastDiscovery] = []
         self._discovered: dict[tuple[int, str], Bridge] = {}  # (connector index, service) -> bridge
+        check_connector_names(list(self.config.network_connectors))
 
     def announced_service(self) -> str | None:
         """``stomp://HOST:PORT`` this broker announces, or None without discovery_uri."""

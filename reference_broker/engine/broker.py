@@ -344,9 +344,16 @@ class Broker:
     # ------------------------------------------------------------ connections
 
     def connect(
-        self, *, login: str | None = None, passcode: str | None = None, client_id: str | None = None
+        self, *, login: str | None = None, passcode: str | None = None, client_id: str | None = None,
+        internal: bool = False,
     ) -> "Connection":
-        user, groups = self.authenticate(login, passcode)
+        """A client connection, after checking ``login`` / ``passcode``. ``internal``: the broker's
+        own connection (advisories, a bridge's local end; in-VM in ActiveMQ), which does not log
+        in, so a broker that refuses anonymous clients can still network (NOB-AUTH-1)."""
+        if internal:
+            user, groups = None, list(self.config.security.anonymous_groups)
+        else:
+            user, groups = self.authenticate(login, passcode)
         if client_id is not None and client_id in self._client_ids:
             raise ClientIdInUse(f"client id {client_id!r} is already connected")
         connection = Connection(self, connection_id(self.config.name, self._incarnation, next(self._connection_numbers)),

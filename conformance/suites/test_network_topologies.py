@@ -1,0 +1,448 @@
+"""Network topologies beyond a fixed static: list, against ActiveMQ Classic's "Networks of Brokers"
+page (../shared/spec/activemq-classic-networks-of-brokers.md; catalogue conformance/spec/networks.toml):
+multicast discovery (NOB-MCAST-1), masterslave: connectors (NOB-MS-1), connector credentials
+(NOB-AUTH-1) and several named duplex connectors between one pair (NOB-DUPLEX-3).
+
+Targets: ActiveMQ Classic 5.17 (``conformance.targets.activemq_network``, shared-store
+master/slave from ``conformance.targets.activemq_shared_store``) and the reference broker
+(``conformance.targets.reference_network``, ``reference_broker/cluster/``).
+
+Traffic rule for discovery: every test run uses a discovery group of its own (never ``default``),
+joined on loopback with TTL 0 (``activemq_loopback_uri`` for ActiveMQ; the reference agent's own
+default), so no other broker joins and no datagram leaves the host.
+
+Master/slave: ActiveMQ's pair shares one KahaDB store; only the broker holding its lock (the
+master) opens its connectors, so "the live broker of the group" is the master. The reference broker
+has no master/slave of its own: its pair is two independent brokers, both listening, and what is
+checked is the part the page states for the connector -- it bridges to the first live URI of the
+list only (not to the second although it listens), and to the next one when that dies.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from xml.sax.saxutils import quoteattr
+
+import pytest
+
+from conformance.clients import connect
+from conformance.plugin import NOT_APPLICABLE, STATE
+from conformance.targets.base import CAPABILITIES
+
+NETWORK_CAPABILITY = "network_of_brokers"
+QUIET = 1.5  # as test_networks.py: local brokers forward within milliseconds once demand is there
+DEMAND_TIMEOUT = 15.0
+BRIDGE_TIMEOUT = 45.0  # a bridge forming (JVM start, discovery heartbeats, reconnect back-off)
+FAILOVER_TIMEOUT = 60.0  # a slave taking the store's lock and opening its connectors
+#: reconnect options ("Static discovery" table; masterslave: takes the same) so a bridge that lost
+#: its peer tries again within a second instead of backing off up to 30 s
+FAST_RECONNECT = dict(initial_reconnect_delay=500, max_reconnect_delay=1000, use_exponential_back_off=False)
+USER, PASSWORD = "nobuser", "nob-secret"
+
+pytestmark = [pytest.mark.slow]
+if NETWORK_CAPABILITY in CAPABILITIES:
+    pytestmark.append(pytest.mark.requires(NETWORK_CAPABILITY))
+
+KINDS = ("activemq", "reference")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """One run per selected target (as test_networks.py; the plugin's spec, deviation and matrix
+    handling key on ``target_name``)."""
+    if "target_name" in metafunc.fixturenames:
+        names = list(dict.fromkeys(metafunc.config.stash[STATE].target_names))
+        metafunc.parametrize("target_name", names, ids=names, scope="module")
+
+
+@pytest.fixture(scope="module")
+def kind(target_name, request) -> str:
+    target = request.config.stash[STATE].targets.get(target_name)
+    found = getattr(target, "kind", "unknown")
+    if found not in KINDS:
+        pytest.skip(f"{NOT_APPLICABLE}{target_name} lacks {NETWORK_CAPABILITY} (no multi-broker launcher for "
+                    f"{found} targets)")
+    if found == "activemq":
+        from conformance.targets.activemq import activemq_available
+        ok, reason = activemq_available()
+        if not ok:
+            pytest.skip(reason)
+    return found
+
+
+@pytest.fixture
+def clients():
+    made: list = []
+
+    def on(node, login: str | None = None, passcode: str | None = None):
+        # network nodes have host / stomp_port; a shared-store member its process's
+        host, port = (node.process.host, node.process.stomp_port) if hasattr(node, "process") and not hasattr(
+            node, "stomp_port") else (node.host, node.stomp_port)
+        made.append(connect(host, port, "stomp", login=login, passcode=passcode))
+        return made[-1]
+
+    yield on
+    for c in reversed(made):
+        try:
+            c.close()
+        except Exception:  # noqa: BLE001 - a broken connection (its broker was killed) must not hide the outcome
+            pass
+
+
+def queue(prefix: str) -> str:
+    return f"queue://{prefix}.{uuid.uuid4().hex[:8]}"
+
+
+def send(producer, destination: str, n: int, tag: str = "m") -> list[str]:
+    bodies = [f"{tag}{i}" for i in range(n)]
+    for body in bodies:
+        producer.send(destination, body)  # persistent, each confirmed by a receipt
+    return bodies
+
+
+def demand(node, destination: str, count: int) -> None:
+    seen = node.wait_for_consumers(destination, count, DEMAND_TIMEOUT)
+    assert seen == count, (f"setup: broker {node.name} should count {count} consumer(s) of {destination} "
+                           f"(local + network) within {DEMAND_TIMEOUT:.0f} s, counts {seen}")
+
+
+def until(predicate, timeout: float, step: float = 0.1):
+    """Poll ``predicate`` until it returns something truthy or ``timeout`` passes; returns its last value."""
+    deadline = time.monotonic() + timeout
+    while not (value := predicate()) and time.monotonic() < deadline:
+        time.sleep(step)
+    return value
+
+
+def flows(clients, producer_node, consumer_node, destination: str, n: int = 5, consumer_login=(None, None),
+          producer_login=(None, None)) -> tuple[list[str], list[str]]:
+    """Subscribe on ``consumer_node``, wait for the demand on ``producer_node``, send ``n`` there;
+    returns (sent, received) for the caller's assertion."""
+    sub = clients(consumer_node, *consumer_login).subscribe(destination)
+    demand(producer_node, destination, 1)
+    sent = send(clients(producer_node, *producer_login), destination, n, tag=f"{uuid.uuid4().hex[:4]}-")
+    return sent, [m.text for m in sub.drain(QUIET)]
+
+
+# --------------------------------------------------------------------------- multicast discovery
+
+
+class _ActiveMQDiscoveryPair:
+    """Two ActiveMQ brokers, each with a ``multicast://`` network connector and a transport
+    connector announcing itself in the same group (the page's multicast example, on loopback)."""
+
+    def __init__(self, workdir, group: str) -> None:
+        from conformance.targets.activemq import ActiveMQProcess
+        from conformance.targets.activemq_network import NetworkNode
+        from reference_broker.cluster.discovery import activemq_loopback_uri
+
+        uri = activemq_loopback_uri(group)
+        connector = f'      <networkConnector name="mcast" uri={quoteattr(uri)}/>'
+        self.nodes = {name: NetworkNode(name, ActiveMQProcess(
+            workdir / name, name=f"nob-mcast-{name}", jmx=True, jvm_heap_mb=256, memory_limit_mb=96,
+            discovery_uri=uri, network_connectors_xml=connector)) for name in ("A", "B")}
+
+    def start(self) -> None:
+        for node in self.nodes.values():
+            node.process.start()
+
+    def bridged(self, name: str, other: str) -> bool:
+        return self.nodes[other].process.name in self.nodes[name].established_bridges()
+
+    def log_tail(self) -> str:
+        return "\n".join(f"--- {n} ---\n{node.log_tail(30)}" for n, node in self.nodes.items())
+
+    def stop(self) -> None:
+        for node in self.nodes.values():
+            node.stop()
+
+
+class _ReferenceDiscoveryPair:
+    """The same with two reference brokers (``discovery_uri`` announces the STOMP listener)."""
+
+    def __init__(self, workdir, group: str) -> None:
+        self.uri = f"multicast://default?group={group}"
+        self.group = group
+        self.nodes = {}
+
+    def start(self) -> None:
+        from conformance.targets.reference_network import ReferenceNode
+
+        for name in ("A", "B"):
+            node = ReferenceNode(name, f"nob-mcast-{name}", extra_config={"discovery_uri": self.uri})
+            self.nodes[name] = node
+            node.listen()
+        for node in self.nodes.values():
+            node.start_network([{"uri": self.uri, "name": "mcast"}])
+
+    def bridged(self, name: str, other: str) -> bool:
+        node, port = self.nodes[name], self.nodes[other].stomp_port
+        return node.call(lambda: any(b.local is not None and b.connected_peer is not None
+                                     and b.connected_peer.port == port for b in node.network.bridges))
+
+    def log_tail(self) -> str:
+        return f"(reference brokers in group {self.group}: {self.nodes})"
+
+    def stop(self) -> None:
+        for node in self.nodes.values():
+            node.stop()
+
+
+@pytest.mark.spec("NOB-MCAST-1")
+def test_multicast_discovery_forms_a_network(kind, clients, tmp_path):
+    group = f"brokerconf-{uuid.uuid4().hex[:10]}"  # this run's own group, never "default"
+    pair = (_ActiveMQDiscoveryPair if kind == "activemq" else _ReferenceDiscoveryPair)(tmp_path, group)
+    try:
+        pair.start()
+        # Neither connector lists an address: each broker learns the other's from its announcement.
+        links = {(a, b): until(lambda: pair.bridged(a, b), BRIDGE_TIMEOUT) for a, b in (("A", "B"), ("B", "A"))}
+        assert all(links.values()), (f"NOB-MCAST-1: brokers announcing in group {group} should bridge to each other "
+                                     f"through their multicast:// connectors; bridged {links}\n{pair.log_tail()}")
+        a, b = pair.nodes["A"], pair.nodes["B"]
+        for producer, consumer in ((a, b), (b, a)):
+            sent, got = flows(clients, producer, consumer, queue(f"nob.mcast.{producer.name}to{consumer.name}"))
+            assert sorted(got) == sorted(sent), (f"NOB-MCAST-1: over the discovered bridge, messages produced on "
+                                                 f"{producer.name} should reach {consumer.name}'s consumer; got {got}")
+    finally:
+        pair.stop()
+
+
+# --------------------------------------------------------------------------- masterslave:
+
+
+class _ActiveMQMasterSlave:
+    """A shared-store pair (M, S) and a broker F whose connector is ``masterslave:(M, S)``."""
+
+    def __init__(self, workdir) -> None:
+        from conformance.targets.activemq_shared_store import SharedStoreGroup
+
+        self.workdir = workdir
+        self.group = SharedStoreGroup(workdir / "group", nodes=2, broker_name="nob-ms", jvm_heap_mb=256,
+                                      lock_keep_alive_period_ms=1000, lock_acquire_sleep_interval_ms=500)
+        self.forwarder = None
+
+    def start(self) -> None:
+        from conformance.targets.activemq import ActiveMQProcess
+        from conformance.targets.activemq_network import NetworkConnectorOptions, NetworkNode, render_network_connector
+
+        self.group.start()  # node A takes the lock first: the master; B waits as its slave
+        urls = [node.process.openwire_url for node in self.group.nodes]
+        connector = render_network_connector(urls, NetworkConnectorOptions(name="ms", **FAST_RECONNECT),
+                                             scheme="masterslave")
+        self.forwarder = NetworkNode("F", ActiveMQProcess(
+            self.workdir / "F", name="nob-ms-F", jmx=True, jvm_heap_mb=256, memory_limit_mb=96,
+            network_connectors_xml=connector))
+        self.forwarder.process.start()
+
+    @property
+    def members(self):
+        return self.group.nodes  # in the URI's order: master first
+
+    def live(self):
+        return self.group.master()
+
+    def bridged_to(self):
+        """Members F logged an established bridge to, in order (a new line per (re)connection)."""
+        names = {node.process.name: node for node in self.members}
+        return [names[r] for r in self.forwarder.established_bridges() if r in names]
+
+    def kill(self, member) -> None:
+        member.kill()
+
+    def wait_for_live(self, timeout: float):
+        return self.group.wait_for_master(timeout)
+
+    def log_tail(self) -> str:
+        return f"{self.group.log_tail(20)}\n--- F ---\n{self.forwarder.log_tail(30) if self.forwarder else ''}"
+
+    def stop(self) -> None:
+        try:
+            if self.forwarder is not None:
+                self.forwarder.stop()
+        finally:
+            self.group.stop()
+
+
+class _ReferenceMasterSlave:
+    """Two independent reference brokers M, S (both listening) and F with ``masterslave:(M, S)``."""
+
+    def __init__(self, workdir) -> None:
+        self.nodes = {}
+        self.forwarder = None
+
+    def start(self) -> None:
+        from conformance.targets.activemq_network import NetworkConnectorOptions
+        from conformance.targets.reference_network import ReferenceNode, connector_config
+
+        for name in ("M", "S", "F"):
+            self.nodes[name] = ReferenceNode(name, f"nob-ms-{name}")
+            self.nodes[name].listen()
+        urls = [f"tcp://127.0.0.1:{self.nodes[n].stomp_port}" for n in ("M", "S")]
+        self.nodes["M"].start_network([])  # consumer advisories: how F's bridge sees their demand
+        self.nodes["S"].start_network([])
+        self.forwarder = self.nodes["F"]
+        self.forwarder.start_network([connector_config(urls, NetworkConnectorOptions(name="ms", **FAST_RECONNECT),
+                                                       scheme="masterslave")])
+
+    @property
+    def members(self):
+        return [self.nodes["M"], self.nodes["S"]]
+
+    def live(self):
+        return next((n for n in self.members if n.running), None)
+
+    def bridged_to(self):
+        f = self.forwarder
+
+        def peer():
+            bridge = f.network.bridges[0]
+            return bridge.connected_peer.port if bridge.local is not None and bridge.connected_peer else None
+        port = f.call(peer)
+        return [n for n in self.members if n.stomp_port == port]
+
+    def kill(self, member) -> None:
+        member.stop()
+
+    def wait_for_live(self, timeout: float):
+        return self.live()
+
+    def log_tail(self) -> str:
+        f = self.forwarder
+        return f.call(lambda: repr([(b, b.connected_peer, b.connections) for b in f.network.bridges])) if f else ""
+
+    def stop(self) -> None:
+        for node in self.nodes.values():
+            node.stop()
+
+
+@pytest.mark.spec("NOB-MS-1")
+def test_masterslave_connector_follows_the_live_broker(kind, clients, tmp_path):
+    group = (_ActiveMQMasterSlave if kind == "activemq" else _ReferenceMasterSlave)(tmp_path)
+    try:
+        group.start()
+        master, slave = group.members
+        assert group.live() is master, f"setup: the first member should be live; {group.log_tail()}"
+        bridged = until(group.bridged_to, BRIDGE_TIMEOUT)
+        assert bridged and bridged[-1] is master and slave not in bridged, (
+            f"NOB-MS-1: a masterslave: connector should bridge to the first live URI (the master) only; "
+            f"bridged to {[n.name for n in bridged or []]}\n{group.log_tail()}")
+        f = group.forwarder
+        sent, got = flows(clients, f, master, queue("nob.ms.before"))
+        assert sorted(got) == sorted(sent), f"NOB-MS-1: messages sent on F should reach the master's consumer; got {got}"
+
+        group.kill(master)
+        live = group.wait_for_live(FAILOVER_TIMEOUT)
+        assert live is slave, f"setup: the slave should take over once the master died; live: {live}\n{group.log_tail()}"
+        moved = until(lambda: (b := group.bridged_to()) and b[-1] is slave, FAILOVER_TIMEOUT)
+        assert moved, (f"NOB-MS-1: after the master died the masterslave: bridge should move to the next live URI "
+                       f"(the slave); bridged to {[n.name for n in group.bridged_to()]}\n{group.log_tail()}")
+        sent, got = flows(clients, f, slave, queue("nob.ms.after"))
+        assert sorted(got) == sorted(sent), (f"NOB-MS-1: after the failover messages sent on F should reach the "
+                                             f"slave's consumer; got {got}\n{group.log_tail()}")
+    finally:
+        group.stop()
+
+
+# --------------------------------------------------------------------------- credentials and duplex names
+#
+# One network A -> B shared by NOB-AUTH-1 and NOB-DUPLEX-3: B has a user and refuses anonymous
+# logins; A's connectors "good" (right credentials), "bad" (wrong password; not expected to come
+# up), and two duplex connectors "dupa" / "dupb" (right credentials) splitting queues nob.dup.a.> and
+# nob.dup.b.> between them.
+
+
+def _topology_bridges():
+    from conformance.targets.activemq_network import Bridge
+    from conformance.targets.activemq_network import NetworkConnectorOptions as Options
+
+    creds = dict(user_name=USER, password=PASSWORD)
+    return (
+        Bridge("A", "B", Options(name="good", dynamically_included_destinations=("queue://nob.auth.good.>",), **creds)),
+        Bridge("A", "B", Options(name="bad", user_name=USER, password="not-" + PASSWORD,
+                                 dynamically_included_destinations=("queue://nob.auth.bad.>",)),
+               expect_established=False),
+        Bridge("A", "B", Options(name="dupa", duplex=True, dynamically_included_destinations=("queue://nob.dup.a.>",),
+                                 **creds)),
+        Bridge("A", "B", Options(name="dupb", duplex=True, dynamically_included_destinations=("queue://nob.dup.b.>",),
+                                 **creds)),
+    )
+
+
+def _network_class(kind: str):
+    if kind == "activemq":
+        from conformance.targets.activemq_network import ActiveMQNetwork
+        return ActiveMQNetwork
+    from conformance.targets.reference_network import ReferenceNetwork
+    return ReferenceNetwork
+
+
+@pytest.fixture(scope="module")
+def secured(kind, tmp_path_factory):
+    net = _network_class(kind)(tmp_path_factory.mktemp(f"{kind}-nob-topo"), ("A", "B"), _topology_bridges(),
+                               prefix="nob-topo", users={"B": ((USER, PASSWORD),)})
+    net.start()
+    yield net
+    net.stop()
+
+
+ON_B = (USER, PASSWORD)
+
+
+@pytest.mark.spec("NOB-AUTH-1")
+def test_connector_credentials_decide_whether_the_bridge_forms(secured, clients):
+    a, b = secured["A"], secured["B"]
+    # Right credentials: the bridge is up (start() waited for it) and carries B's demand.
+    sent, got = flows(clients, a, b, queue("nob.auth.good"), consumer_login=ON_B)
+    assert sorted(got) == sorted(sent), (
+        f"NOB-AUTH-1: the connector with the right user name and password should bridge to B; B's consumer got {got}")
+    # Wrong password: no bridge, so B's consumer of a queue only that connector includes creates
+    # no demand on A and the messages stay there.
+    refused = queue("nob.auth.bad")
+    sub = clients(b, *ON_B).subscribe(refused)
+    allowed = queue("nob.auth.good")
+    clients(b, *ON_B).subscribe(allowed)
+    demand(a, allowed, 1)  # positive sign that B's demand reached A meanwhile
+    assert a.consumer_count(refused) == 0, "NOB-AUTH-1: the connector with a wrong password got B's demand"
+    send(clients(a), refused, 5)
+    got = [m.text for m in sub.drain(QUIET)]
+    assert got == [], f"NOB-AUTH-1: messages crossed a connector whose password B refuses: {got}"
+    assert a.queue_size(refused) == 5, "NOB-AUTH-1: the messages should stay on A"
+    # The owning broker says why: the remote broker refused the credentials.
+    log = secured.log_tail(400)
+    assert re.search(r"(?i)(password is invalid|wrong user name or password)", log), (
+        f"NOB-AUTH-1: A's log should say B refused the connector's credentials; log tail:\n{log[-3000:]}")
+
+
+@pytest.mark.spec("NOB-DUPLEX-3", "NOB-NAME-1")
+@pytest.mark.parametrize("connector", ["a", "b"])
+def test_named_duplex_connectors_split_destinations(secured, clients, connector):
+    a, b = secured["A"], secured["B"]
+    for producer, consumer in ((a, b), (b, a)):
+        q = queue(f"nob.dup.{connector}.{producer.name}to{consumer.name}")
+        sent, got = flows(clients, producer, consumer, q,
+                          consumer_login=ON_B if consumer is b else (None, None),
+                          producer_login=ON_B if producer is b else (None, None))
+        assert sorted(got) == sorted(sent), (
+            f"NOB-DUPLEX-3: duplex connector dup{connector} should carry {q} from {producer.name} to "
+            f"{consumer.name}; got {got}")
+        # Each queue has exactly one network consumer on the producing broker: only the connector
+        # that includes it took the demand, the other duplex connector did not.
+        assert producer.consumer_count(q) == 1, (
+            f"NOB-DUPLEX-3: {q} should have one network consumer on {producer.name} (only dup{connector} includes "
+            f"it); counts {producer.consumer_count(q)}")
+
+
+@pytest.mark.spec("NOB-DUPLEX-3")
+@pytest.mark.parametrize("reverse", [False, True], ids=["same-direction", "opposite-direction"])
+def test_duplex_connectors_with_one_name_are_refused_before_start(kind, tmp_path, reverse):
+    from conformance.targets.activemq_network import Bridge
+    from conformance.targets.activemq_network import NetworkConnectorOptions as Options
+
+    second = ("B", "A") if reverse else ("A", "B")
+    bridges = (Bridge("A", "B", Options(name="twin", duplex=True, dynamically_included_destinations=("queue://x.>",))),
+               Bridge(*second, Options(name="twin", duplex=True, dynamically_included_destinations=("queue://y.>",))))
+    with pytest.raises(ValueError) as refused:
+        _network_class(kind)(tmp_path, ("A", "B"), bridges)  # raises in the constructor: nothing started
+    assert "twin" in str(refused.value) and "name" in str(refused.value), (
+        f"NOB-DUPLEX-3: the error should name the connectors' shared name and the option to change: {refused.value}")
