@@ -34,8 +34,8 @@ def test_every_subscriber_gets_every_message(client, dest):
     time.sleep(QUIET)  # room for duplicates or strays to show up, once for all subscribers
     got = [g + texts(s.drain(0.05)) for g, s in zip(got, subscriptions)]
     wrong = {n: g for n, g in enumerate(got) if g != sent}
-    assert not wrong, (f"TOPIC-FANOUT-1: 3 subscribers, 30 messages published; subscribers that did not get "
-                       f"exactly t0..t29 in order: " + "; ".join(f"#{n}: {len(g)} messages {g[:8]}..."
+    assert not wrong, ("TOPIC-FANOUT-1: 3 subscribers, 30 messages published; subscribers that did not get "
+                       "exactly t0..t29 in order: " + "; ".join(f"#{n}: {len(g)} messages {g[:8]}..."
                                                                 for n, g in wrong.items()))
 
 
