@@ -421,6 +421,16 @@ class NetworkNode:
 # --------------------------------------------------------------------------- the network
 
 
+def with_connector_renamed(bridges: tuple[Bridge, ...], source: str, old: str, new: str) -> tuple[Bridge, ...]:
+    """``bridges`` with broker ``source``'s connector ``old`` named ``new`` (ValueError if none is)."""
+    from dataclasses import replace
+    if not any(b.source == source and b.options.name == old for b in bridges):
+        raise ValueError(f"broker {source} has no connector named {old!r} "
+                         f"(its connectors: {[b.options.name for b in bridges if b.source == source]})")
+    return tuple(replace(b, options=replace(b.options, name=new)) if b.source == source and b.options.name == old
+                 else b for b in bridges)
+
+
 class ActiveMQNetwork:
     """Brokers ``names`` (e.g. ``("A", "B", "C")``) joined by ``bridges``; `start()` returns once
     every bridge is established, `stop()` stops every broker. The broker names are the
@@ -600,6 +610,34 @@ class ActiveMQNetwork:
                 raise NetworkStartError(f"broker {name}'s bridges did not come back within {timeout:.0f} s after "
                                         f"its restart\n{node.log_tail(30)}")
             time.sleep(0.1)
+
+    def stop_broker(self, name: str) -> None:
+        """Stop broker ``name`` alone (its bridges and the bridges to it go down); `start_broker`
+        brings it back on the same ports and data directory."""
+        self.nodes[name].stop()
+
+    def start_broker(self, name: str, timeout: float = 90) -> None:
+        """Start broker ``name`` again (after `stop_broker`) with its current connectors, and wait
+        until they logged their bridges established (each start logs afresh)."""
+        node = self.nodes[name]
+        node.process.network_connectors_xml = self.connectors_xml(name)
+        node.process.start(timeout=timeout)
+        want = len(self.expected_bridges()[name])
+        deadline = time.monotonic() + timeout
+        while len(node.established_bridges()) < want:
+            if time.monotonic() >= deadline:
+                raise NetworkStartError(f"broker {name}'s bridges did not come up within {timeout:.0f} s after "
+                                        f"its start\n{node.log_tail(30)}")
+            time.sleep(0.1)
+
+    def rename_connector(self, source: str, old: str, new: str) -> None:
+        """Rename broker ``source``'s connector ``old`` to ``new``; it takes effect when that broker
+        next starts (`start_broker`). The document's N.B. on names ("Example Configuration using
+        NetworkConnector properties") is what renaming tests (NOB-DURNAME-1)."""
+        bridges = with_connector_renamed(self.bridges, source, old, new)
+        if len({(b.source, b.options.name) for b in bridges}) != len(bridges):
+            raise ValueError(f"broker {source} already has a connector named {new!r}; pick another name")
+        self.bridges = bridges
 
     def stop(self) -> None:
         """Stop every broker by its own handle, all at once (each JVM takes seconds to shut down)."""

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .activemq_network import (Bridge, BridgeFilterPolicy, BridgeRoute, CompositeDestination, NetworkConnectorOptions,
-                               check_duplex_names, static_uri)
+                               with_connector_renamed, check_duplex_names, static_uri)
 
 _TIMEOUT = 10.0
 _URI_ONLY = ("initial_reconnect_delay", "max_reconnect_delay", "use_exponential_back_off", "back_off_multiplier")
@@ -219,6 +219,25 @@ class ReferenceNode:
         self.listen()
         self.start_network(connectors)
 
+    def halt(self) -> None:
+        """Stop bridges, listeners and store but keep the node's loop, so `resume` can start it
+        again (`stop` ends the node for good)."""
+        if self.network is not None:
+            self.run_coroutine(self.network.stop())
+            self.network = None
+        if self.server is not None:
+            self.run_coroutine(self.server.stop())
+            self.server = None
+
+    def resume(self, connectors: list[dict] | None = None) -> None:
+        """Start again after `halt`, on the same STOMP port, with ``connectors`` (default: the
+        ones it had)."""
+        if connectors is None:
+            connectors = self.config_data.get("network_connectors", [])
+        self.config_data["stomp"] = f"127.0.0.1:{self.stomp_port}"
+        self.listen()
+        self.start_network(connectors)
+
     def __repr__(self) -> str:
         return f"<ReferenceNode {self.name} stomp={self.stomp_port}>"
 
@@ -293,6 +312,30 @@ class ReferenceNetwork:
         """Restart broker ``name`` (`ReferenceNode.restart`) and wait until its bridges are up again."""
         self.nodes[name].restart()
         self.wait_for_bridges(timeout)
+
+    def stop_broker(self, name: str) -> None:
+        """Stop broker ``name`` alone (`ReferenceNode.halt`); `start_broker` brings it back."""
+        self.nodes[name].halt()
+
+    def start_broker(self, name: str, timeout: float = 30) -> None:
+        """Start broker ``name`` again after `stop_broker`, with its current connectors (see
+        `rename_connector`), and wait until its own bridges are up."""
+        node = self.nodes[name]
+        node.resume([connector_config(self.peer_url(b), b.options) for b in self.bridges if b.source == name])
+        want = sum(1 for b in self.bridges if b.source == name and b.expect_established)
+        deadline = time.monotonic() + timeout
+        while node.bridges_up() < want:
+            if time.monotonic() >= deadline:
+                raise ReferenceNetworkError(f"broker {name}'s bridges did not come up within {timeout:.0f} s after "
+                                            f"its start\n" + self.log_tail(30))
+            time.sleep(0.05)
+
+    def rename_connector(self, source: str, old: str, new: str) -> None:
+        """As `ActiveMQNetwork.rename_connector`: takes effect at broker ``source``'s next `start_broker`."""
+        bridges = with_connector_renamed(self.bridges, source, old, new)
+        if len({(b.source, b.options.name) for b in bridges}) != len(bridges):
+            raise ValueError(f"broker {source} already has a connector named {new!r}; pick another name")
+        self.bridges = bridges
 
     def peer_url(self, bridge: Bridge) -> str:
         """The address ``bridge``'s connector dials: the target's STOMP listener, or where

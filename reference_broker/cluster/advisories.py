@@ -35,6 +35,9 @@ ADVISORY_WILDCARD = "/topic/ActiveMQ.Advisory.Consumer.>"
 # names), which only connectors with use_virtual_dest_subs listen to.
 VIRTUAL_ADVISORY_PREFIX = "ActiveMQ.Advisory.VirtualDestination.Consumer."
 VIRTUAL_ADVISORY_WILDCARD = "/topic/ActiveMQ.Advisory.VirtualDestination.Consumer.>"
+# Advisory property marking a temporary destination of the announcing broker (engine/temporary.py):
+# a peer with bridge_temp_destinations lets its clients reply to it (NOB-TEMP-1).
+TEMPORARY_PROPERTY = "temporaryDestination"
 _KINDS = {"queue": "Queue", "topic": "Topic"}
 _KINDS_BACK = {v: k for k, v in _KINDS.items()}
 
@@ -215,6 +218,8 @@ class AdvisoryPublisher:
             self._connection = internal_connection(self.broker)
         message = Message(message_id=self._connection.new_message_id(), destination=f"topic://{topic}",
                           body=encode_consumers(snapshot), properties={RETAIN_PROPERTY: True, "broker": self.name})
+        if not virtual and self.broker.temporary.is_local(destination):
+            message.properties[TEMPORARY_PROPERTY] = True
         self._connection.send(DestinationName(TOPIC, topic), message)
 
 

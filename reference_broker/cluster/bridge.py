@@ -43,7 +43,7 @@ from ..engine.consumer import AckMode, Consumer
 from ..engine.message import Message, MessageRef
 from ..engine.names import parse_destination
 from ..protocols.stomp.codec import Frame
-from .advisories import (ADVISORY_WILDCARD, VIRTUAL_ADVISORY_PREFIX, VIRTUAL_ADVISORY_WILDCARD, AdvisoryPublisher,
+from .advisories import (ADVISORY_WILDCARD, TEMPORARY_PROPERTY, VIRTUAL_ADVISORY_PREFIX, VIRTUAL_ADVISORY_WILDCARD, AdvisoryPublisher,
                          decode_consumers, destination_of_advisory, internal_connection)
 from .demand import (DURABLE_KEY, DURABLE_SUB_PREFIX, NetworkDemand, RemoteConsumer, bridge_client_id,
                      desired_consumers, durable_subscription_name, dynamically_forwarded, static_demand)
@@ -63,16 +63,19 @@ _CONTROL_HEADERS = frozenset({
 })
 
 
-def wire(destination: str) -> str:
+def wire(destination: str, temporary: bool = False) -> str:
+    """STOMP name; a temporary destination in ActiveMQ's remote form, so the peer registers it."""
     kind, _, name = destination.partition("://")
-    return f"/{kind}/{name}"
+    return f"/remote-temp-{kind}/{name}" if temporary else f"/{kind}/{name}"
 
 
 def canonical(wire_name: str) -> str:
-    """``/queue/X`` (STOMP) -> ``queue://X``."""
+    """``/queue/X`` (STOMP) -> ``queue://X``; a peer's temporary ``/remote-temp-queue/X`` too."""
     for kind in ("queue", "topic"):
         if wire_name.startswith(f"/{kind}/"):
             return f"{kind}://{wire_name[len(kind) + 2:]}"
+        if wire_name.startswith(f"/remote-temp-{kind}/"):
+            return f"{kind}://{wire_name[len(kind) + 14:]}"
     return parse_destination(wire_name).canonical
 
 
@@ -287,7 +290,18 @@ class Bridge:
         if destination is None or self.remote_name is None:
             return
         (self._announced_virtual if virtual else self._announced)[destination] = decode_consumers(bytes(frame.body))
-        self._reconcile_forward(destination, self._wanted(destination))
+        wanted = self._wanted(destination)
+        if frame.get(TEMPORARY_PROPERTY) == "true" and self.local is not None:
+            # The peer's temporary destination (bridgeTempDestinations, NOB-TEMP-1): known here,
+            # so local clients may reply to it, only while this bridge carries it.
+            dest = parse_destination(destination)
+            if not self.config.bridge_temp_destinations:
+                wanted = {}
+            elif wanted:
+                self.broker.temporary.announce(dest, self.local.connection_id)
+            else:
+                self.broker.temporary.withdraw(dest, self.local.connection_id)
+        self._reconcile_forward(destination, wanted)
 
     def _wanted(self, destination: str) -> dict[str, NetworkDemand]:
         consumers = self._announced.get(destination, []) + self._announced_virtual.get(destination, [])
@@ -389,6 +403,9 @@ class Bridge:
         if self.link is None or self.remote_name is None:
             return
         wanted = desired_consumers(self.config, destination, self.local_name, self.remote_name, consumers)
+        temporary = self.broker.temporary.is_temporary(destination)
+        if temporary and not self.config.bridge_temp_destinations:
+            wanted = {}  # bridgeTempDestinations=false: the peer never hears of them (NOB-TEMP-1)
         current = self._pull.setdefault(destination, {})
         for key in [k for k in current if k not in wanted]:
             sub_id, _ = current.pop(key)
@@ -400,7 +417,7 @@ class Bridge:
             sub_id = network_id(demand.path, demand.priority, next(self._numbers))
             selector = remote_message_selector(self.local_name, self.config.effective_message_ttl, demand.selector)
             self.link.write("SUBSCRIBE", [
-                ("id", sub_id), ("destination", wire(destination)), ("ack", "client-individual"),
+                ("id", sub_id), ("destination", wire(destination, temporary)), ("ack", "client-individual"),
                 ("activemq.prefetchSize", str(self.config.prefetch_size)),
                 ("selector", without_convert_prefix(selector))])
             current[key] = (sub_id, demand)

@@ -84,8 +84,10 @@ def durable_subscription_name(forwarder: str, destination: str) -> str:
 def bridge_client_id(connector: str, forwarder: str, peer: str) -> str:
     """The client id of a bridge's connection on its own broker: the connector name and both
     broker names, so durable network subscriptions (keyed by client id and name) belong to one
-    connector; another connector name means other subscriptions (the same N.B.)."""
-    return f"{connector}_{forwarder}_inbound_{peer}"
+    connector; another connector name means other subscriptions (the same N.B.). ActiveMQ's
+    order, peer before forwarder: on 5.17.2 broker A's connector "keep" to B subscribes as
+    client id ``keep_B_inbound_A`` (JMX, measured for NOB-DURNAME-1)."""
+    return f"{connector}_{peer}_inbound_{forwarder}"
 
 
 def eligible(consumer: RemoteConsumer, announcer: str, forwarder: str, consumer_ttl: int) -> bool:

@@ -36,6 +36,7 @@ from .names import QUEUE, TOPIC, DestinationName, parse_destination
 from .policy import Policies
 from .queue import Queue
 from .selector import SelectorError, parse_selector
+from .temporary import TemporaryDestinations
 from .topic import DurableSubscription, SharedSubscription, Topic, TopicSubscription
 from .usage import MemoryUsage
 from .virtual import VirtualDestinations
@@ -104,6 +105,8 @@ class Broker:
         self.queue_listeners: list[Callable[[str], None]] = []
         # Virtual topics and composite destinations (engine/virtual.py).
         self.virtual = VirtualDestinations(self.config)
+        # Temporary queues/topics of connections (engine/temporary.py).
+        self.temporary = TemporaryDestinations(self)
 
     def consumer_event(self, event: str, consumer: Consumer) -> None:
         for listener in list(self.consumer_listeners):
@@ -418,6 +421,7 @@ class Connection:
         self._consumer_numbers = itertools.count(1)
         self._message_numbers = itertools.count(1)
         self.closed = False
+        self.temporary: list[DestinationName] = []  # temporary destinations it created
 
     # ------------------------------------------------------------ producing
 
@@ -706,4 +710,5 @@ class Connection:
         for consumer in list(self.consumers.values()):
             self._detach(consumer)
         self.consumers.clear()
+        self.broker.temporary.release(self)
         self.broker._forget(self)

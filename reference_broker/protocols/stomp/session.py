@@ -18,7 +18,7 @@ from ...engine.broker import Broker, Connection
 from ...engine.consumer import AckMode, Consumer
 from ...engine.errors import EngineError, InvalidDestination
 from ...engine.message import DEFAULT_PRIORITY, Message, MessageRef
-from ...engine.names import DestinationName, parse_destination
+from ...engine.names import QUEUE, TOPIC, DestinationName, parse_destination
 from .codec import (
     HEARTBEAT,
     Frame,
@@ -79,6 +79,19 @@ def stomp_destination(name: str) -> DestinationName:
     raise InvalidDestination(
         f"unsupported destination {name!r}: use /queue/NAME or /topic/NAME"
     )
+
+
+# ActiveMQ "Stomp" page, "Working with Destinations with Stomp" (engine/temporary.py): a client's
+# own temporary destinations, and other clients' ones as shown in reply-to headers.
+TEMP_PREFIXES = {"/temp-queue/": QUEUE, "/temp-topic/": TOPIC}
+REMOTE_TEMP_PREFIXES = {"/remote-temp-queue/": QUEUE, "/remote-temp-topic/": TOPIC}
+# Network subscription ids start so (reference_broker/cluster/paths.py NETWORK_ID_PREFIX): a bridge
+# may pull from its peer's temporary destinations (ActiveMQ's TempQueue lets network consumers in).
+_NETWORK_ID_PREFIX = "NC|"
+
+
+def remote_temp_wire(dest: DestinationName) -> str:
+    return f"/remote-temp-{dest.kind}/{dest.name}"
 
 
 def wire_destination(canonical: str) -> str:
@@ -144,6 +157,9 @@ class StompSession:
         self._blocked_dest: DestinationName | None = None
         self._message_prefixes: dict[tuple[int, str], bytes] = {}
         self._batch_time_ms = 0
+        # "/temp-queue/x" -> the temporary destination made for it, and back (canonical -> name)
+        self._temp_by_name: dict[str, DestinationName] = {}
+        self._temp_names: dict[str, str] = {}
 
     # ------------------------------------------------------------ bytes in
 
@@ -231,7 +247,7 @@ class StompSession:
         name = headers.get("destination")
         if not name:
             raise FrameError("SEND needs a destination header")
-        dest = stomp_destination(name)
+        dest = self._resolve(name, sending=True)
         message = self._message_from(frame, headers, dest, conn)
         can_continue = conn.send(dest, message, headers.get("transaction"))
         receipt = headers.get("receipt")
@@ -286,7 +302,7 @@ class StompSession:
             timestamp=self._batch_time_ms,
             expiration=self._int_value(headers, "expires", 0, "milliseconds since the epoch"),
             correlation_id=get("correlation-id"),
-            reply_to=get("reply-to"),
+            reply_to=self._reply_to(get("reply-to")),
             type=get("type"),
             group_id=get("JMSXGroupID"),
             group_seq=self._int_value(headers, "JMSXGroupSeq", 0, "an integer"),
@@ -300,6 +316,15 @@ class StompSession:
             if self.version != "1.0":
                 raise FrameError("SUBSCRIBE needs an id header (STOMP 1.1 and later)")
             sub_id = frame.get("destination")
+        temporary = self.broker.temporary
+        if temporary.is_temporary(dest.canonical) or frame.get("destination", "").startswith(
+                tuple(REMOTE_TEMP_PREFIXES)):
+            network = sub_id.startswith(_NETWORK_ID_PREFIX)
+            temporary.check_consume(dest, self.connection, network)
+            if network and not temporary.is_local(dest.canonical):
+                # A peer's bridge pulls for its broker's temporary destination: announced here
+                # while the pull lasts (bridge_temp_destinations; engine/temporary.py).
+                temporary.announce(dest, self.connection.connection_id)
         ack_name = frame.get("ack", "auto")
         ack_mode = _ACK_MODES.get(ack_name)
         if ack_mode is None or (self.version == "1.0" and ack_mode is AckMode.CLIENT_INDIVIDUAL):
@@ -344,7 +369,10 @@ class StompSession:
             # removes it by client-id and name whatever the id says (ProtocolConverter.onStompUnsubscribe).
             self.connection.remove_durable(durable_name)
         else:
+            consumer = self.connection.consumer(sub_id)
             self.connection.unsubscribe(sub_id, remove_durable=bool(durable_name))
+            if sub_id.startswith(_NETWORK_ID_PREFIX):
+                self.broker.temporary.withdraw(consumer.destination, self.connection.connection_id)
         self._receipt(frame)
 
     def _on_ack(self, frame: Frame, outcome: str = "ack") -> None:
@@ -433,7 +461,49 @@ class StompSession:
         name = frame.get("destination")
         if not name:
             raise FrameError(f"{frame.command} needs a destination header")
+        return self._resolve(name)
+
+    def _resolve(self, name: str, sending: bool = False) -> DestinationName:
+        """A STOMP destination, including temporary ones: ``/temp-queue/x`` is this connection's
+        (made on first use), ``/remote-temp-queue/ID:...`` another connection's, which must exist
+        for a send (ActiveMQ "Stomp" page, "Working with Destinations with Stomp")."""
+        if name[:1] != "/" or not name.startswith(("/temp-", "/remote-temp-")):
+            return stomp_destination(name)
+        for prefix, kind in TEMP_PREFIXES.items():
+            if name.startswith(prefix):
+                if len(name) == len(prefix):
+                    raise InvalidDestination(f"empty temporary destination name in {name!r}")
+                dest = self._temp_by_name.get(name)
+                if dest is None:
+                    dest = self.broker.temporary.create(self.connection, kind)
+                    self._temp_by_name[name] = dest
+                    self._temp_names[dest.canonical] = name
+                return dest
+        for prefix, kind in REMOTE_TEMP_PREFIXES.items():
+            if name.startswith(prefix):
+                dest = parse_destination(f"{kind}://{name[len(prefix):]}")
+                if sending:
+                    self.broker.temporary.check_send(dest)
+                return dest
         return stomp_destination(name)
+
+    def _reply_to(self, value: str | None) -> str | None:
+        """A reply-to naming this connection's ``/temp-queue/x`` reaches the receiver as the
+        ``/remote-temp-queue/ID:...`` it can send to (LegacyFrameTranslator.convertDestination)."""
+        if value is None or not value.startswith(tuple(TEMP_PREFIXES)):
+            return value
+        return remote_temp_wire(self._resolve(value))
+
+    def _wire_name(self, canonical: str) -> str:
+        """The destination header of a MESSAGE: this connection's own temporary destinations by
+        the name it gave them, others' in their remote form."""
+        own = self._temp_names.get(canonical)
+        if own is not None:
+            return own
+        if self.broker.temporary.is_temporary(canonical):
+            kind, _, name = canonical.partition("://")
+            return f"/remote-temp-{kind}/{name}"
+        return wire_destination(canonical)
 
     @staticmethod
     def _int_header(frame: Frame, name: str, default: int, minimum: int) -> int:
@@ -537,7 +607,7 @@ class StompSession:
         prefix = self._message_prefixes.get(prefix_key)
         if prefix is None:
             sub = consumer.consumer_id if version == "1.0" else escape_header(consumer.consumer_id, version)
-            dest = wire_destination(message.destination)
+            dest = self._wire_name(message.destination)
             if version != "1.0":
                 dest = escape_header(dest, version)
             prefix = f"MESSAGE\nsubscription:{sub}\ndestination:{dest}\n".encode()
