@@ -8,7 +8,7 @@ import time
 
 import pytest
 from proton import Connection as ProtonConnection, ConnectionException, Delivery, Message, Transport, symbol
-from proton.reactor import AtMostOnce, DurableSubscription, Selector
+from proton.reactor import AtMostOnce, DurableSubscription, LinkOption, Selector
 from proton.utils import ConnectionClosed, LinkDetached, SendException
 
 from .amqp_fixtures import (  # noqa: F401 - fixtures are used by name
@@ -717,3 +717,52 @@ def test_a_failing_delivery_closes_only_the_consumer_connection(amqp_broker, amq
     # The message the broken connection held goes back to the queue for the next consumer.
     again = amqp_connect(amqp_broker).create_receiver("queue://fragile", credit=5)
     assert [receive_bytes(again) for _ in range(2)] == [b"boom", b"after"]
+
+
+# ------------------------------------------------------------ dynamic (temporary) nodes
+
+
+def test_dynamic_receiver_gets_a_temporary_queue_others_can_reply_to(amqp_broker, amqp_connect):
+    requester = amqp_connect(amqp_broker)
+    receiver = requester.create_receiver(None, dynamic=True, credit=10)
+    address = receiver.link.remote_source.address
+    assert address and address.startswith("queue://ID:"), address  # named by the broker
+    responder = amqp_connect(amqp_broker)
+    responder.create_sender(address).send(Message(body="reply"))
+    assert receiver.receive(TIMEOUT).body == "reply"
+    receiver.accept()
+    with pytest.raises(LinkDetached) as info:  # only its connection may consume from it
+        responder.create_receiver(address)
+    assert info.value.condition == "amqp:not-found"
+
+
+def test_dynamic_sender_and_topic_capability(amqp_broker, amqp_connect):
+    connection = amqp_connect(amqp_broker)
+
+    class DynamicTarget(LinkOption):  # proton's BlockingConnection has no dynamic= for senders
+        def apply(self, link):
+            link.target.dynamic = True
+
+    sender = connection.create_sender(None, options=DynamicTarget())
+    assert sender.link.remote_target.address.startswith("queue://ID:")
+
+    class TemporaryTopic(LinkOption):  # what Qpid JMS asks for with createTemporaryTopic()
+        def apply(self, link):
+            link.source.capabilities.put_object([symbol("temporary-topic")])
+
+    receiver = connection.create_receiver(None, dynamic=True, options=TemporaryTopic())
+    assert receiver.link.remote_source.address.startswith("topic://ID:")
+
+
+def test_temporary_queue_is_gone_when_its_connection_closes(amqp_broker, amqp_connect):
+    owner = amqp_connect(amqp_broker)
+    address = owner.create_receiver(None, dynamic=True).link.remote_source.address
+    other = amqp_connect(amqp_broker)
+    sender = other.create_sender(None)  # anonymous relay: refused per message
+    owner.close()
+    with pytest.raises(LinkDetached) as info:
+        other.create_sender(address, name="late")
+    assert info.value.condition == "amqp:not-found"
+    with pytest.raises(SendException) as sent:
+        sender.send(Message(address=address, body="too late"))
+    assert sent.value.state == Delivery.REJECTED

@@ -10,7 +10,10 @@ thread: the listener calls in from the event loop. The SASL exchange in front of
 header is this package's own small layer (`sasl.py`, see there for why).
 
 Addresses (attach source/target, a message's `to` on an anonymous relay link): `queue://X`,
-`topic://X`, or a bare name of `AmqpConfig.default_address_kind`.
+`topic://X`, or a bare name of `AmqpConfig.default_address_kind`. A dynamic source or target
+(AMQP 3.5.3) gets a temporary destination of the connection (engine/temporary.py), whose name
+the attach answers with; it is deleted when the connection closes, and sends to it after that
+are refused with `amqp:not-found`.
 
 Links. A link on which the client sends (a proton *Receiver* here) publishes with
 `Connection.send`; a link on which the client receives (a proton *Sender* here) is an engine
@@ -74,6 +77,7 @@ from collections import deque
 from typing import Callable, Protocol
 
 from proton import (
+    Array,
     Collector,
     Condition,
     Connection as ProtonConnection,
@@ -104,8 +108,9 @@ from ...engine.errors import (
     UnknownSubscription,
 )
 from ...engine.message import MessageRef
-from ...engine.names import DestinationName, parse_destination
+from ...engine.names import QUEUE, TOPIC, DestinationName, parse_destination
 from ...engine.queue import Queue
+from ...engine.temporary import TemporaryDestinationError
 from .convert import ConversionError, decode_message, encode_delivery, message_from_amqp
 from .sasl import SaslServer, SaslState
 
@@ -132,6 +137,7 @@ _CONDITIONS: list[tuple[type, str]] = [
     (InvalidSelectorError, INVALID_FIELD),
     (ClientIdInUse, INVALID_FIELD),
     (InvalidDestination, NOT_FOUND),
+    (TemporaryDestinationError, NOT_FOUND),
     (UnknownSubscription, NOT_FOUND),
     (ResourceLimitError, RESOURCE_LIMIT),
     (TransactionError, ILLEGAL_STATE),
@@ -157,6 +163,18 @@ def condition_for(exc: BaseException) -> Condition:
 class SessionTransport(Protocol):
     def wake(self) -> None:
         """Output is waiting outside a read (an engine delivery): flush soon."""
+
+
+def _symbols(data) -> set[str]:
+    """A terminus's capabilities (one symbol, or an array or list of them) as strings."""
+    if data is None:
+        return set()
+    data.rewind()
+    if data.next() is None:
+        return set()
+    value = data.get_object()
+    items = value.elements if isinstance(value, Array) else value if isinstance(value, (list, tuple)) else [value]
+    return {str(item) for item in items}
 
 
 class _Refused(Exception):
@@ -505,13 +523,16 @@ class AmqpSession:
         target = link.remote_target
         if target.type == Terminus.COORDINATOR:
             raise _Refused(Condition(NOT_IMPLEMENTED, "transactions (a coordinator target) are not supported"))
-        if target.dynamic:
-            raise _Refused(Condition(NOT_IMPLEMENTED, "dynamic (temporary) nodes are not supported"))
         dest = None
-        if target.address is not None:
+        if target.dynamic:
+            dest = self._create_dynamic(target)
+        elif target.address is not None:
             dest = self._address(target.address)
+            self._check_temporary_send(dest)
             self.conn.check_send(dest)
         link.target.copy(target)
+        if target.dynamic:
+            link.target.address = dest.canonical
         link.source.copy(link.remote_source)
         link.snd_settle_mode = link.remote_snd_settle_mode
         link.rcv_settle_mode = Link.RCV_FIRST
@@ -523,13 +544,13 @@ class AmqpSession:
     def _attach_consumer(self, link: Link) -> None:
         conn = self.conn
         source = link.remote_source
-        if source.dynamic:
-            raise _Refused(Condition(NOT_IMPLEMENTED, "dynamic (temporary) nodes are not supported"))
         selector = None
         no_local = False
         accepted_filters = {}
         durable_name = None
-        if source.address is None:
+        if source.dynamic:
+            dest = self._create_dynamic(source)
+        elif source.address is None:
             # No address: look the durable subscription up by link name (JMS unsubscribe).
             durable = self._durable(link.name)
             if durable is None:
@@ -542,6 +563,8 @@ class AmqpSession:
             durable_name = link.name
         else:
             dest = self._address(source.address)
+            if self.broker.temporary.is_temporary(dest.canonical) or dest.canonical in self.broker.temporary.deleted:
+                self.broker.temporary.check_consume(dest, conn, network=False)
             if dest.is_queue and source.distribution_mode == Terminus.DIST_MODE_COPY:
                 raise _Refused(Condition(NOT_IMPLEMENTED, "browsing a queue (distribution-mode copy) is not supported"))
             selector, no_local, accepted_filters = self._filters(source)
@@ -580,7 +603,9 @@ class AmqpSession:
         out.consumer = consumer
         # Echo what we do: the source (with the filters we apply), the settle modes.
         link.source.copy(source)
-        if source.address is None:
+        if source.dynamic:
+            link.source.address = dest.canonical  # the node's name: where replies are sent
+        elif source.address is None:
             link.source.type = Terminus.SOURCE
             link.source.address = dest.canonical
             link.source.durability = Terminus.CONFIGURATION
@@ -593,6 +618,23 @@ class AmqpSession:
         link.rcv_settle_mode = Link.RCV_FIRST
         link.open()
         self._sync_credit(out)
+
+    def _create_dynamic(self, terminus: Terminus) -> DestinationName:
+        """A dynamic node (AMQP 1.0, 3.5.3/3.5.4 ``dynamic``): a temporary destination of this
+        connection (engine/temporary.py), a topic when the terminus asks for the
+        ``temporary-topic`` capability (as Qpid JMS does) and a queue otherwise. It lives until the
+        connection closes, like a temporary destination of the other protocols, whatever the
+        terminus's expiry policy says."""
+        wanted = _symbols(terminus.capabilities)
+        kind = TOPIC if "temporary-topic" in wanted or "topic" in wanted else QUEUE
+        return self.broker.temporary.create(self.conn, kind)
+
+    def _check_temporary_send(self, dest: DestinationName) -> None:
+        """A send to a temporary destination that no longer exists (its connection closed) is
+        refused with ``amqp:not-found`` rather than creating an ordinary queue of that name."""
+        temporary = self.broker.temporary
+        if temporary.is_temporary(dest.canonical) or dest.canonical in temporary.deleted:
+            temporary.check_send(dest)
 
     def _durable(self, name: str):
         client_id = self.conn.client_id
@@ -804,6 +846,7 @@ class AmqpSession:
                 if not to:
                     raise _Refused(Condition(INVALID_FIELD, "a message on an anonymous relay link needs a 'to' address"))
                 dest = self._address(to)
+                self._check_temporary_send(dest)
             if inc.fail_when_full is not None and self.broker.usage_for(dest).full:
                 raise _Refused(Condition(RESOURCE_LIMIT, inc.fail_when_full))
             message = message_from_amqp(decoded, message_id=conn.new_message_id(), destination=dest.canonical,
