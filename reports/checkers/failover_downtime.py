@@ -21,8 +21,9 @@ Definitions:
 * in scope for a fault: a client that had invoked something by the fault's start and was still
   active then (an operation in flight, or more operations invoked after it).
 * downtime: from the fault's start to the completion of the client's first ``ok`` operation in
-  ``ops`` (send, receive) that was invoked after the fault started. An operation invoked before
-  the fault that completes after it says nothing about reconnecting, so it is not counted.
+  ``ops`` (send, receive) that was invoked after the fault was in place (the completion of the
+  step that injected it). An operation invoked before that, even one completing after it, may
+  have gone through before the fault took hold and says nothing about reconnecting.
   A receive can succeed without the broker: the client library may already hold messages the
   broker dispatched before the fault (its prefetch), so a consumer's downtime can be near zero.
   Sends wait for the broker's receipt and never succeed while it is unreachable.
@@ -53,6 +54,9 @@ class FaultDowntime:
     node: str | None
     start_ns: int
     healed_ns: int | None  # None: never healed before the history ended
+    #: when the step that injected it completed: from then on the fault is surely in place, so
+    #: only operations invoked after this count as recovery (None: the start, e.g. a restart)
+    in_place_ns: int | None = None
     downtime_ms: dict[str, float] = field(default_factory=dict)  # client -> ms
     never_recovered: dict[str, float] = field(default_factory=dict)  # client -> at least this many ms
     min_ms: float | None = None
@@ -113,7 +117,7 @@ def _faults(nemesis_events: list[dict]) -> list[FaultDowntime]:
             continue  # the step failed: no fault it reports can be trusted to have started
         keys = [value["fault"]] if value.get("fault") else list(value.get("toxics") or ())
         if keys:
-            fault = FaultDowntime(e["f"], keys, who[0], who[1], start, None)
+            fault = FaultDowntime(e["f"], keys, who[0], who[1], start, None, in_place_ns=e["time"])
             faults.append(fault)
             left, ends = set(keys), []
             for key in keys:
@@ -161,7 +165,11 @@ def failover_downtime(history: Iterable[dict], *, max_downtime_s: float | None =
             in_flight = any(op[1] is None or op[1] >= start for op in before)
             if not before or not (after or in_flight):
                 continue  # not working when the fault began (not started yet, or finished)
-            recovered = [op[1] for op in after if op[3] == "ok" and op[2] in ops]
+            # An operation invoked while the step was still injecting the fault may have gone
+            # through before it took hold (seen in CI: a send 6 ms into a proxy partition): it
+            # proves nothing about recovering, so only later invocations count.
+            in_place = fault.in_place_ns if fault.in_place_ns is not None else start
+            recovered = [op[1] for op in after if op[3] == "ok" and op[2] in ops and op[0] > in_place]
             if recovered:
                 fault.downtime_ms[name] = round((min(recovered) - start) / NS_PER_MS, 3)
             else:

@@ -231,3 +231,17 @@ def test_reference_broker_pause_downtime(tmp_path):
     sends = {client: ms for client, ms in fault.downtime_ms.items() if client.startswith("producer-")}
     assert all(ms >= paused_ms for ms in sends.values()), f"a send succeeded while paused: {result.to_json()}"
     assert result.valid is True and result.identity == "worker", result.to_json()
+
+
+def test_a_send_invoked_while_the_fault_was_being_injected_is_not_recovery():
+    # Seen in CI (experiment 3): a send invoked 1 ms after the partition step started went
+    # through before the proxy cut, "recovering" in 6 ms. The step completes at 110 ms here.
+    start = [nem(100, "partition", "start", nemesis="proxy"), nem(110, "partition", "end", nemesis="proxy",
+                                                                  fault="proxy/disabled")]
+    heal = [nem(590, "heal", "start", nemesis="proxy"),
+            nem(600, "heal", "end", nemesis="proxy",
+                fault_window=[{"fault": "proxy/disabled", "f": "partition", "start": 100 * MS, "end": 600 * MS}])]
+    history = timeline(send(0, 0, 0, 10, 20), send(0, 0, 1, 101, 106),  # slipped through
+                       send(0, 0, 2, 120, 640), start, heal)
+    fault = failover_downtime(history).faults[0]
+    assert fault.downtime_ms == {"producer-0": 540.0}  # the send invoked at 120 ms, ok at 640 ms
