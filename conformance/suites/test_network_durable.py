@@ -30,36 +30,28 @@ is not applicable).
 from __future__ import annotations
 
 import itertools
-import re
 import time
 import uuid
 
 import pytest
 
 from conformance.clients import connect
-from conformance.plugin import NOT_APPLICABLE, STATE
-from conformance.targets.base import CAPABILITIES
+from conformance.suites.network_support import (DEMAND_TIMEOUT, FAST_RECONNECT, network_class, network_kind,
+                                                network_suite_marks, network_workdir, parametrize_by_target)
 
-NETWORK_CAPABILITY = "network_of_brokers"
-DEMAND_TIMEOUT = 15.0
 #: after publishing on A, how long A's bridge gets to forward before A is stopped (local brokers
 #: forward within milliseconds; generous on a loaded 2-core machine). The default-mode half of the
 #: test is the positive control that this window suffices.
 FORWARD_WINDOW = 3.0
 QUIET = 2.0
 MESSAGES = 3
-RECONNECT = dict(initial_reconnect_delay=500, max_reconnect_delay=1000, use_exponential_back_off=False)
 
-pytestmark = [pytest.mark.slow]
-if NETWORK_CAPABILITY in CAPABILITIES:
-    pytestmark.append(pytest.mark.requires(NETWORK_CAPABILITY))
+pytestmark = network_suite_marks()
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """One run per selected target (as conformance/suites/test_networks.py)."""
-    if "target_name" in metafunc.fixturenames:
-        names = list(dict.fromkeys(metafunc.config.stash[STATE].target_names))
-        metafunc.parametrize("target_name", names, ids=names)
+    # per test (no module scope): every test here restarts brokers on a network of its own
+    parametrize_by_target(metafunc, scope=None)
 
 
 def _bridges():
@@ -67,66 +59,65 @@ def _bridges():
     connector "dyn" (dynamicOnly true) for nob.dyn.>."""
     from conformance.targets.activemq_network import Bridge, NetworkConnectorOptions as Options
     return tuple(Bridge("A", "B", Options(name=mode, dynamic_only=mode == "dyn",
-                                          dynamically_included_destinations=(f"topic://nob.{mode}.>",), **RECONNECT))
+                                          dynamically_included_destinations=(f"topic://nob.{mode}.>",),
+                                          **FAST_RECONNECT))
                  for mode in ("nodyn", "dyn"))
 
 
-def _launch_activemq(workdir):
-    from conformance.targets.activemq_network import ActiveMQNetwork
-    net = ActiveMQNetwork(workdir, ("A", "B"), _bridges(), prefix="nob-dur")
-    for node in net.nodes.values():
-        node.process.persistent = True  # KahaDB: durable subscriptions survive a restart
-    return net
-
-
-def _launch_reference(workdir):
-    from conformance.targets.reference_network import ReferenceNetwork
-    net = ReferenceNetwork(workdir, ("A", "B"), _bridges(), prefix="nob-dur")
-    net.use_journal_stores(workdir / "stores")
-    return net
-
-
-LAUNCHERS = {"activemq": _launch_activemq, "reference": _launch_reference}
-
-
-@pytest.fixture
-def durable_network(target_name, request, tmp_path_factory):
-    target = request.config.stash[STATE].targets.get(target_name)
-    kind = getattr(target, "kind", "unknown")
-    if kind not in LAUNCHERS:
-        pytest.skip(f"{NOT_APPLICABLE}{target_name} lacks {NETWORK_CAPABILITY} (no multi-broker launcher for "
-                    f"{kind} targets)")
-    workdir = tmp_path_factory.mktemp(re.sub(r"[^A-Za-z0-9_.-]", "_", f"{target_name}-nob-dur"))
-    network = LAUNCHERS[kind](workdir)
+def _launch(target_name, request, tmp_path_factory, names, bridges, prefix, stores=False):
+    """A network of ``names`` joined by ``bridges`` on the target under test, started; persistent
+    stores (KahaDB, the reference broker's journal) when ``stores``, so durable subscriptions
+    survive a restart. Skips targets without a multi-broker launcher."""
+    kind = network_kind(request, target_name)
+    workdir = network_workdir(tmp_path_factory, f"{target_name}-{prefix}")
+    network = network_class(kind)(workdir, names, bridges, prefix=prefix)
+    if kind == "activemq":
+        for node in network.nodes.values():
+            node.process.persistent = stores
+    elif stores:
+        network.use_journal_stores(workdir / "stores")
     network.start()
+    return network
+
+
+def _running(*launch_args, **launch_kwargs):
+    """A fixture's body: the network `_launch` starts, stopped when the test is done."""
+    network = _launch(*launch_args, **launch_kwargs)
     try:
         yield network
     finally:
         network.stop()
 
 
-def _launch(target_name, request, tmp_path_factory, names, bridges, prefix, stores=False):
-    """A network of ``names`` joined by ``bridges`` on the target under test, started; persistent
-    stores (KahaDB, the reference broker's journal) when ``stores``. Skips targets without a
-    multi-broker launcher."""
-    target = request.config.stash[STATE].targets.get(target_name)
-    kind = getattr(target, "kind", "unknown")
-    if kind not in LAUNCHERS:
-        pytest.skip(f"{NOT_APPLICABLE}{target_name} lacks {NETWORK_CAPABILITY} (no multi-broker launcher for "
-                    f"{kind} targets)")
-    workdir = tmp_path_factory.mktemp(re.sub(r"[^A-Za-z0-9_.-]", "_", f"{target_name}-{prefix}"))
-    if kind == "activemq":
-        from conformance.targets.activemq_network import ActiveMQNetwork
-        network = ActiveMQNetwork(workdir, names, bridges, prefix=prefix)
-        for node in network.nodes.values():
-            node.process.persistent = stores
-    else:
-        from conformance.targets.reference_network import ReferenceNetwork
-        network = ReferenceNetwork(workdir, names, bridges, prefix=prefix)
-        if stores:
-            network.use_journal_stores(workdir / "stores")
-    network.start()
-    return network
+@pytest.fixture
+def durable_network(target_name, request, tmp_path_factory):
+    yield from _running(target_name, request, tmp_path_factory, ("A", "B"), _bridges(), "nob-dur", stores=True)
+
+
+def _leave_durable_subscribers_offline(a, b, topics: dict, client_ids: dict) -> None:
+    """Per connector ``mode``: a durable subscriber of ``topics[mode]`` on B (client id
+    ``client_ids[mode]``) whose demand reaches A over that connector, then closed, so the durable
+    subscription stays on B with its subscriber offline."""
+    for mode, topic in topics.items():
+        subscriber = connect(b.host, b.stomp_port, "stomp", client_id=client_ids[mode])
+        try:
+            subscriber.subscribe(topic, durable_name="sub")
+            seen = a.wait_for_consumers(topic, 1, DEMAND_TIMEOUT)
+            assert seen == 1, (f"setup: B's durable subscriber of {topic} should reach A as demand over connector "
+                               f"{mode!r}; A counts {seen} consumers")
+        finally:
+            subscriber.close()  # offline: the durable subscription stays on B
+
+
+def _publish_on(a, topics: dict) -> None:
+    """MESSAGES persistent messages ``{mode}-{i}`` to each of ``topics`` on broker ``a``."""
+    producer = connect(a.host, a.stomp_port, "stomp")
+    try:
+        for mode, topic in topics.items():
+            for i in range(MESSAGES):
+                producer.send(topic, f"{mode}-{i}", persistent=True)
+    finally:
+        producer.close()
 
 
 def _name_bridges():
@@ -134,17 +125,13 @@ def _name_bridges():
     nob.dn.kept.>, connector "renamed" for nob.dn.renamed.> (the test renames it to "renamed2")."""
     from conformance.targets.activemq_network import Bridge, NetworkConnectorOptions as Options
     return tuple(Bridge("A", "B", Options(name=mode, dynamically_included_destinations=(f"topic://nob.dn.{mode}.>",),
-                                          **RECONNECT))
+                                          **FAST_RECONNECT))
                  for mode in ("kept", "renamed"))
 
 
 @pytest.fixture
 def named_network(target_name, request, tmp_path_factory):
-    network = _launch(target_name, request, tmp_path_factory, ("A", "B"), _name_bridges(), "nob-dn", stores=True)
-    try:
-        yield network
-    finally:
-        network.stop()
+    yield from _running(target_name, request, tmp_path_factory, ("A", "B"), _name_bridges(), "nob-dn", stores=True)
 
 
 @pytest.mark.spec("NOB-DURNAME-1")
@@ -162,24 +149,10 @@ def test_networked_durable_subscription_needs_its_connector_name(named_network):
     suffix = uuid.uuid4().hex[:8]
     topics = {mode: f"topic://nob.dn.{mode}.{suffix}" for mode in ("kept", "renamed")}
     client_ids = {mode: f"nob-dn-{mode}-{suffix}" for mode in topics}
-    for mode, topic in topics.items():
-        subscriber = connect(b.host, b.stomp_port, "stomp", client_id=client_ids[mode])
-        try:
-            subscriber.subscribe(topic, durable_name="sub")
-            seen = a.wait_for_consumers(topic, 1, DEMAND_TIMEOUT)
-            assert seen == 1, (f"setup: B's durable subscriber of {topic} should reach A as demand over connector "
-                               f"{mode!r}; A counts {seen} consumers")
-        finally:
-            subscriber.close()  # offline: the durable subscription stays on B
+    _leave_durable_subscribers_offline(a, b, topics, client_ids)
 
     net.stop_broker("B")  # the bridges go down: what A gets now waits in its network subscriptions
-    producer = connect(a.host, a.stomp_port, "stomp")
-    try:
-        for mode, topic in topics.items():
-            for i in range(MESSAGES):
-                producer.send(topic, f"{mode}-{i}", persistent=True)
-    finally:
-        producer.close()
+    _publish_on(a, topics)
     net.stop_broker("A")
     net.rename_connector("A", "renamed", "renamed2")
     net.start_broker("B")
@@ -227,17 +200,13 @@ def _mesh_bridges():
     return tuple(Bridge(source, target, Options(name=f"{mode}-{target}", network_ttl=3,
                                                 suppress_duplicate_queue_subscriptions=mode == "on",
                                                 dynamically_included_destinations=(f"queue://nob.sup.{mode}.>",),
-                                                **RECONNECT))
+                                                **FAST_RECONNECT))
                  for source, target in itertools.permutations(("A", "B", "C"), 2) for mode in ("off", "on"))
 
 
 @pytest.fixture
 def mesh_network(target_name, request, tmp_path_factory):
-    network = _launch(target_name, request, tmp_path_factory, ("A", "B", "C"), _mesh_bridges(), "nob-sup")
-    try:
-        yield network
-    finally:
-        network.stop()
+    yield from _running(target_name, request, tmp_path_factory, ("A", "B", "C"), _mesh_bridges(), "nob-sup")
 
 
 @pytest.mark.spec("NOB-SUPPRESS-1")
@@ -296,24 +265,10 @@ def test_networked_durable_subscription_activation_at_startup(durable_network):
     suffix = uuid.uuid4().hex[:8]
     topics = {mode: f"topic://nob.{mode}.{suffix}" for mode in ("nodyn", "dyn")}
     client_ids = {mode: f"nob-dur-{mode}-{suffix}" for mode in topics}
-    for mode, topic in topics.items():
-        subscriber = connect(b.host, b.stomp_port, "stomp", client_id=client_ids[mode])
-        try:
-            subscriber.subscribe(topic, durable_name="sub")
-            seen = a.wait_for_consumers(topic, 1, DEMAND_TIMEOUT)
-            assert seen == 1, (f"setup: B's durable subscriber of {topic} should reach A as demand over connector "
-                               f"{mode!r}; A counts {seen} consumers")
-        finally:
-            subscriber.close()  # offline: the durable subscription stays on B
+    _leave_durable_subscribers_offline(a, b, topics, client_ids)
 
     net.restart("A")
-    producer = connect(a.host, a.stomp_port, "stomp")
-    try:
-        for mode, topic in topics.items():
-            for i in range(MESSAGES):
-                producer.send(topic, f"{mode}-{i}", persistent=True)
-    finally:
-        producer.close()
+    _publish_on(a, topics)
     time.sleep(FORWARD_WINDOW)
     net["A"].stop()  # from now on only what reached B can be delivered
 

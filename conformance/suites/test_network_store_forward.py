@@ -18,7 +18,6 @@ which they arrive; a network does not keep total order.
 
 from __future__ import annotations
 
-import re
 import threading
 import time
 import uuid
@@ -27,33 +26,22 @@ from collections import Counter
 import pytest
 
 from conformance.clients import connect
-from conformance.plugin import NOT_APPLICABLE, STATE
-from conformance.targets.base import CAPABILITIES
+from conformance.suites.network_support import (DEMAND_TIMEOUT, FAST_RECONNECT, network_class, network_kind,
+                                                network_suite_marks, network_workdir, parametrize_by_target)
 
-NETWORK_CAPABILITY = "network_of_brokers"
 #: messages sent in all: a third before the cut, a third during it, a third after the heal
 MESSAGES = 300
 #: how long the healed bridge may take to re-form and deliver the backlog (reconnect delay, JVM
 #: bridge start, advisories; generous on a loaded 2-core machine)
 DELIVERY_TIMEOUT = 60.0
-DEMAND_TIMEOUT = 15.0
 #: after everything arrived, how long to keep listening for duplicates
 QUIET = 2.0
-#: reconnect options (page, "Static discovery" table) that make a healed bridge come back within a
-#: second instead of the default exponential back-off up to 30 s
-RECONNECT = dict(initial_reconnect_delay=500, max_reconnect_delay=1000, use_exponential_back_off=False)
 
-pytestmark = [pytest.mark.slow]
-if NETWORK_CAPABILITY in CAPABILITIES:
-    pytestmark.append(pytest.mark.requires(NETWORK_CAPABILITY))
+pytestmark = network_suite_marks()
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """One run per selected target (as conformance/suites/test_networks.py: the plugin's spec,
-    deviation and matrix handling key on ``target_name``)."""
-    if "target_name" in metafunc.fixturenames:
-        names = list(dict.fromkeys(metafunc.config.stash[STATE].target_names))
-        metafunc.parametrize("target_name", names, ids=names, scope="module")
+    parametrize_by_target(metafunc)
 
 
 # --------------------------------------------------------------------------- the network
@@ -61,20 +49,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 def _bridges():
     from conformance.targets.activemq_network import Bridge, NetworkConnectorOptions
-    return (Bridge("A", "B", NetworkConnectorOptions(**RECONNECT)),)
-
-
-def _launch_activemq(workdir, route):
-    from conformance.targets.activemq_network import ActiveMQNetwork
-    return ActiveMQNetwork(workdir, ("A", "B"), _bridges(), prefix="nob-saf", bridge_route=route)
-
-
-def _launch_reference(workdir, route):
-    from conformance.targets.reference_network import ReferenceNetwork
-    return ReferenceNetwork(workdir, ("A", "B"), _bridges(), prefix="nob-saf", bridge_route=route)
-
-
-LAUNCHERS = {"activemq": _launch_activemq, "reference": _launch_reference}
+    return (Bridge("A", "B", NetworkConnectorOptions(**FAST_RECONNECT)),)
 
 
 def establishments(net) -> int:
@@ -92,16 +67,12 @@ def cut_network(target_name, request, tmp_path_factory):
     from chaos.proxy import start_fault_proxy
     from chaos.topology import BridgeProxies
 
-    target = request.config.stash[STATE].targets.get(target_name)
-    kind = getattr(target, "kind", "unknown")
-    if kind not in LAUNCHERS:
-        pytest.skip(f"{NOT_APPLICABLE}{target_name} lacks {NETWORK_CAPABILITY} (no multi-broker launcher for "
-                    f"{kind} targets)")
+    kind = network_kind(request, target_name)
     proxy = start_fault_proxy()
     try:
         route = BridgeProxies(proxy.api_url)
-        workdir = tmp_path_factory.mktemp(re.sub(r"[^A-Za-z0-9_.-]", "_", f"{target_name}-nob-saf"))
-        network = LAUNCHERS[kind](workdir, route)
+        workdir = network_workdir(tmp_path_factory, f"{target_name}-nob-saf")
+        network = network_class(kind)(workdir, ("A", "B"), _bridges(), prefix="nob-saf", bridge_route=route)
         network.start()
         try:
             nemesis = ProxyNemesis(proxy.api_url)

@@ -12,29 +12,22 @@ Targets: ActiveMQ Classic 5.17 and the reference broker (fixtures as test_networ
 from __future__ import annotations
 
 import queue as queue_module
-import re
 import uuid
 
 import pytest
 import stomp
 
-from conformance.plugin import NOT_APPLICABLE, STATE
-from conformance.targets.base import CAPABILITIES
+from conformance.suites.network_support import (DEMAND_TIMEOUT, OneNetworkAtATime, network_class, network_kind,
+                                                network_suite_marks, network_workdir, parametrize_by_target)
 
-NETWORK_CAPABILITY = "network_of_brokers"
-DEMAND_TIMEOUT = 15.0
 #: how long a reply that should not come is waited for (local brokers forward in milliseconds)
 QUIET = 3.0
 
-pytestmark = [pytest.mark.slow]
-if NETWORK_CAPABILITY in CAPABILITIES:
-    pytestmark.append(pytest.mark.requires(NETWORK_CAPABILITY))
+pytestmark = network_suite_marks()
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "target_name" in metafunc.fixturenames:
-        names = list(dict.fromkeys(metafunc.config.stash[STATE].target_names))
-        metafunc.parametrize("target_name", names, ids=names, scope="module")
+    parametrize_by_target(metafunc)
 
 
 def _model(bridge_temp: bool):
@@ -46,35 +39,22 @@ def _model(bridge_temp: bool):
 
 def _launch(kind: str, bridge_temp: bool, workdir):
     names, bridges = _model(bridge_temp)
-    if kind == "activemq":
-        from conformance.targets.activemq_network import ActiveMQNetwork as Network
-    else:
-        from conformance.targets.reference_network import ReferenceNetwork as Network
-    network = Network(workdir, names, bridges, prefix=f"nob-temp-{'on' if bridge_temp else 'off'}")
+    network = network_class(kind)(workdir, names, bridges, prefix=f"nob-temp-{'on' if bridge_temp else 'off'}")
     network.start()
     return network
 
 
 @pytest.fixture(scope="module")
 def networks(target_name, request, tmp_path_factory):
-    target = request.config.stash[STATE].targets.get(target_name)
-    current: dict = {}
+    running = OneNetworkAtATime()
 
     def get(bridge_temp: bool):
-        kind = getattr(target, "kind", "unknown")
-        if kind not in ("activemq", "reference"):
-            pytest.skip(f"{NOT_APPLICABLE}{target_name} lacks {NETWORK_CAPABILITY} (no multi-broker launcher "
-                        f"for {kind} targets)")
-        if bridge_temp not in current:
-            for old in list(current):
-                current.pop(old).stop()
-            workdir = tmp_path_factory.mktemp(re.sub(r"[^A-Za-z0-9_.-]", "_", f"{target_name}-temp-{bridge_temp}"))
-            current[bridge_temp] = _launch(kind, bridge_temp, workdir)
-        return current[bridge_temp]
+        kind = network_kind(request, target_name)
+        return running.get(bridge_temp, lambda: _launch(kind, bridge_temp, network_workdir(
+            tmp_path_factory, f"{target_name}-temp-{bridge_temp}")))
 
     yield get
-    for network in current.values():
-        network.stop()
+    running.stop()
 
 
 class Listener(stomp.ConnectionListener):

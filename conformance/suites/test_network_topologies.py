@@ -27,42 +27,27 @@ from xml.sax.saxutils import quoteattr
 
 import pytest
 
-from conformance.clients import connect
-from conformance.plugin import NOT_APPLICABLE, STATE
-from conformance.targets.base import CAPABILITIES
+from conformance.suites.network_support import (FAST_RECONNECT, StompClients, demand, network_class,
+                                                network_kind, network_suite_marks, parametrize_by_target, queue,
+                                                send)
 
-NETWORK_CAPABILITY = "network_of_brokers"
 QUIET = 1.5  # as test_networks.py: local brokers forward within milliseconds once demand is there
-DEMAND_TIMEOUT = 15.0
 BRIDGE_TIMEOUT = 45.0  # a bridge forming (JVM start, discovery heartbeats, reconnect back-off)
 FAILOVER_TIMEOUT = 60.0  # a slave taking the store's lock and opening its connectors
-#: reconnect options ("Static discovery" table; masterslave: takes the same) so a bridge that lost
-#: its peer tries again within a second instead of backing off up to 30 s
-FAST_RECONNECT = dict(initial_reconnect_delay=500, max_reconnect_delay=1000, use_exponential_back_off=False)
 USER, PASSWORD = "nobuser", "nob-secret"
 
-pytestmark = [pytest.mark.slow]
-if NETWORK_CAPABILITY in CAPABILITIES:
-    pytestmark.append(pytest.mark.requires(NETWORK_CAPABILITY))
-
-KINDS = ("activemq", "reference")
+pytestmark = network_suite_marks()
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """One run per selected target (as test_networks.py; the plugin's spec, deviation and matrix
-    handling key on ``target_name``)."""
-    if "target_name" in metafunc.fixturenames:
-        names = list(dict.fromkeys(metafunc.config.stash[STATE].target_names))
-        metafunc.parametrize("target_name", names, ids=names, scope="module")
+    parametrize_by_target(metafunc)
 
 
 @pytest.fixture(scope="module")
 def kind(target_name, request) -> str:
-    target = request.config.stash[STATE].targets.get(target_name)
-    found = getattr(target, "kind", "unknown")
-    if found not in KINDS:
-        pytest.skip(f"{NOT_APPLICABLE}{target_name} lacks {NETWORK_CAPABILITY} (no multi-broker launcher for "
-                    f"{found} targets)")
+    """The target's kind; not applicable without a multi-broker launcher, skipped (with the reason)
+    where ActiveMQ is not installed (these tests build their own brokers from the installation)."""
+    found = network_kind(request, target_name)
     if found == "activemq":
         from conformance.targets.activemq import activemq_available
         ok, reason = activemq_available()
@@ -73,38 +58,14 @@ def kind(target_name, request) -> str:
 
 @pytest.fixture
 def clients():
-    made: list = []
+    """``clients(node, login, passcode)`` -> a STOMP client on ``node``, closed when the test ends."""
+    with StompClients() as made:
+        def on(node, login: str | None = None, passcode: str | None = None):
+            # network nodes have host / stomp_port; a shared-store member its process's
+            stomp_node = node.process if hasattr(node, "process") and not hasattr(node, "stomp_port") else node
+            return made.on(stomp_node, login, passcode)
 
-    def on(node, login: str | None = None, passcode: str | None = None):
-        # network nodes have host / stomp_port; a shared-store member its process's
-        host, port = (node.process.host, node.process.stomp_port) if hasattr(node, "process") and not hasattr(
-            node, "stomp_port") else (node.host, node.stomp_port)
-        made.append(connect(host, port, "stomp", login=login, passcode=passcode))
-        return made[-1]
-
-    yield on
-    for c in reversed(made):
-        try:
-            c.close()
-        except Exception:  # noqa: BLE001 - a broken connection (its broker was killed) must not hide the outcome
-            pass
-
-
-def queue(prefix: str) -> str:
-    return f"queue://{prefix}.{uuid.uuid4().hex[:8]}"
-
-
-def send(producer, destination: str, n: int, tag: str = "m") -> list[str]:
-    bodies = [f"{tag}{i}" for i in range(n)]
-    for body in bodies:
-        producer.send(destination, body)  # persistent, each confirmed by a receipt
-    return bodies
-
-
-def demand(node, destination: str, count: int) -> None:
-    seen = node.wait_for_consumers(destination, count, DEMAND_TIMEOUT)
-    assert seen == count, (f"setup: broker {node.name} should count {count} consumer(s) of {destination} "
-                           f"(local + network) within {DEMAND_TIMEOUT:.0f} s, counts {seen}")
+        yield on
 
 
 def until(predicate, timeout: float, step: float = 0.1):
@@ -369,17 +330,9 @@ def _topology_bridges():
     )
 
 
-def _network_class(kind: str):
-    if kind == "activemq":
-        from conformance.targets.activemq_network import ActiveMQNetwork
-        return ActiveMQNetwork
-    from conformance.targets.reference_network import ReferenceNetwork
-    return ReferenceNetwork
-
-
 @pytest.fixture(scope="module")
 def secured(kind, tmp_path_factory):
-    net = _network_class(kind)(tmp_path_factory.mktemp(f"{kind}-nob-topo"), ("A", "B"), _topology_bridges(),
+    net = network_class(kind)(tmp_path_factory.mktemp(f"{kind}-nob-topo"), ("A", "B"), _topology_bridges(),
                                prefix="nob-topo", users={"B": ((USER, PASSWORD),)})
     net.start()
     yield net
@@ -443,6 +396,6 @@ def test_duplex_connectors_with_one_name_are_refused_before_start(kind, tmp_path
     bridges = (Bridge("A", "B", Options(name="twin", duplex=True, dynamically_included_destinations=("queue://x.>",))),
                Bridge(*second, Options(name="twin", duplex=True, dynamically_included_destinations=("queue://y.>",))))
     with pytest.raises(ValueError) as refused:
-        _network_class(kind)(tmp_path, ("A", "B"), bridges)  # raises in the constructor: nothing started
+        network_class(kind)(tmp_path, ("A", "B"), bridges)  # raises in the constructor: nothing started
     assert "twin" in str(refused.value) and "name" in str(refused.value), (
         f"NOB-DUPLEX-3: the error should name the connectors' shared name and the option to change: {refused.value}")

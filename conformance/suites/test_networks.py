@@ -22,39 +22,24 @@ without a network launcher is reported not applicable with the reason.
 
 from __future__ import annotations
 
-import re
 import time
 import uuid
-from dataclasses import dataclass
-from typing import Callable
 
 import pytest
 
-from conformance.clients import connect
-from conformance.plugin import NOT_APPLICABLE, STATE
-from conformance.targets.base import CAPABILITIES
+from conformance.suites.network_support import (DEMAND_TIMEOUT, OneNetworkAtATime, StompClients, demand,
+                                                network_class, network_kind, network_suite_marks,
+                                                network_workdir, parametrize_by_target, queue, send)
 
-NETWORK_CAPABILITY = "network_of_brokers"
 #: quiet window after which a subscriber concludes nothing more is coming (local brokers forward
 #: within milliseconds once demand is there; generous on a loaded 2-core machine)
 QUIET = 1.5
-#: how long demand may take to cross a bridge (advisory + network consumer creation)
-DEMAND_TIMEOUT = 15.0
 
-# Once the capability is declared (conformance/targets/base.py), the plugin decides applicability
-# before any broker starts; until then the `network` fixture below does, with the same wording.
-pytestmark = [pytest.mark.slow]
-if NETWORK_CAPABILITY in CAPABILITIES:
-    pytestmark.append(pytest.mark.requires(NETWORK_CAPABILITY))
+pytestmark = network_suite_marks()
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """One run per selected target, like the plugin's ``broker`` fixture does (this suite starts
-    several brokers per target itself, so it does not use ``broker``); the plugin's spec,
-    capability, deviation and matrix handling all key on ``target_name``."""
-    if "target_name" in metafunc.fixturenames:
-        names = list(dict.fromkeys(metafunc.config.stash[STATE].target_names))
-        metafunc.parametrize("target_name", names, ids=names, scope="module")
+    parametrize_by_target(metafunc)
 
 
 # --------------------------------------------------------------------------- networks
@@ -143,86 +128,36 @@ def _network_model(key: str):
     return names, bridges, {"policies": policies[0] if policies else ()}
 
 
-def _launch_activemq(key: str, workdir):
-    from conformance.targets.activemq_network import ActiveMQNetwork
-
+def _launch(kind: str, key: str, workdir):
+    """Network ``key``, started, of target kind ``kind``: both kinds from the one model
+    (`_activemq_networks`, `_virtual_networks`); the reference broker's are in-process."""
     names, bridges, extra = _network_model(key)
-    network = ActiveMQNetwork(workdir, names, bridges, prefix=f"nob-{key}", **extra)
+    network = network_class(kind)(workdir, names, bridges, prefix=f"nob-{key}", **extra)
     network.start()
     return network
-
-
-def _launch_reference(key: str, workdir):
-    """The same networks (one model, `_activemq_networks`) of in-process reference brokers."""
-    from conformance.targets.reference_network import ReferenceNetwork
-
-    names, bridges, extra = _network_model(key)
-    network = ReferenceNetwork(workdir, names, bridges, prefix=f"nob-{key}", **extra)
-    network.start()
-    return network
-
-
-#: target kind -> launcher of a named network; a kind missing here is not applicable
-LAUNCHERS: dict[str, Callable] = {"activemq": _launch_activemq, "reference": _launch_reference}
-WHY_NOT: dict[str, str] = {}
 
 
 @pytest.fixture(scope="module")
 def networks(target_name, request, tmp_path_factory):
     """``networks(key)`` -> the started network ``key`` of the current target; starting another
-    key stops the previous one (tests are grouped by network, so each starts once)."""
-    state = request.config.stash[STATE]
-    target = state.targets.get(target_name)
-    current: dict = {}
+    key stops the previous one (tests are grouped by network, so each starts once). Targets
+    without a multi-broker launcher are not applicable."""
+    running = OneNetworkAtATime()
 
     def get(key: str):
-        if target is None or target.kind not in LAUNCHERS:
-            kind = getattr(target, "kind", "unknown")
-            why = WHY_NOT.get(kind, f"no multi-broker launcher for {kind} targets")
-            pytest.skip(f"{NOT_APPLICABLE}{target_name} lacks {NETWORK_CAPABILITY} ({why})")
-        if key not in current:
-            for old in list(current):
-                current.pop(old).stop()
-            workdir = tmp_path_factory.mktemp(re.sub(r"[^A-Za-z0-9_.-]", "_", f"{target_name}-nob-{key}"))
-            current[key] = LAUNCHERS[target.kind](key, workdir)
-        return current[key]
+        kind = network_kind(request, target_name)
+        return running.get(key, lambda: _launch(kind, key, network_workdir(tmp_path_factory,
+                                                                             f"{target_name}-nob-{key}")))
 
     yield get
-    for network in current.values():
-        network.stop()
-
-
-@dataclass
-class Clients:
-    """STOMP clients on the network's brokers, closed when the test ends."""
-
-    made: list
-
-    def on(self, node):
-        self.made.append(connect(node.host, node.stomp_port, "stomp"))
-        return self.made[-1]
+    running.stop()
 
 
 @pytest.fixture
 def clients():
-    made: list = []
-    yield Clients(made)
-    for c in reversed(made):
-        try:
-            c.close()
-        except Exception:  # noqa: BLE001 - a broken connection must not hide the test's outcome
-            pass
-
-
-def queue(prefix: str) -> str:
-    return f"queue://{prefix}.{uuid.uuid4().hex[:8]}"
-
-
-def send(producer, destination: str, n: int, tag: str = "m") -> list[str]:
-    bodies = [f"{tag}{i}" for i in range(n)]
-    for body in bodies:
-        producer.send(destination, body)  # persistent, each confirmed by a receipt
-    return bodies
+    """STOMP clients on the network's brokers (``clients.on(node)``), closed when the test ends."""
+    with StompClients() as made:
+        yield made
 
 
 def texts(messages) -> list[str]:
@@ -236,12 +171,6 @@ def held(node, destination: str, expected: int, timeout: float = DEMAND_TIMEOUT)
     while (size := node.queue_size(destination)) != expected and time.monotonic() < deadline:
         time.sleep(0.1)
     return size
-
-
-def demand(node, destination: str, count: int) -> None:
-    seen = node.wait_for_consumers(destination, count, DEMAND_TIMEOUT)
-    assert seen == count, (f"setup: broker {node.name} should count {count} consumer(s) of {destination} "
-                           f"(local + network) within {DEMAND_TIMEOUT:.0f} s, counts {seen}")
 
 
 # --------------------------------------------------------------------------- network "default": A -> B

@@ -380,6 +380,12 @@ class NetworkNode:
         attributes = self.destination_attributes(destination, ("QueueSize",))
         return int(attributes["QueueSize"]) if attributes else 0
 
+    def in_flight_count(self, destination: str) -> int:
+        """Messages of ``destination`` dispatched to its consumers (network consumers included) and
+        not yet acknowledged: the destination MBean's InFlightCount (0 when the broker does not know it)."""
+        attributes = self.destination_attributes(destination, ("InFlightCount",))
+        return int(attributes["InFlightCount"]) if attributes else 0
+
     def wait_for_consumers(self, destination: str, count: int, timeout: float = 10.0) -> int:
         """Poll until ``destination`` has ``count`` consumers here (demand crosses a bridge
         asynchronously, as an advisory message); returns the last count seen, for the caller's
@@ -603,13 +609,7 @@ class ActiveMQNetwork:
         node = self.nodes[name]
         node.stop()
         node.process.start(timeout=timeout)
-        want = len(self.expected_bridges()[name])
-        deadline = time.monotonic() + timeout
-        while len(node.established_bridges()) < want:
-            if time.monotonic() >= deadline:
-                raise NetworkStartError(f"broker {name}'s bridges did not come back within {timeout:.0f} s after "
-                                        f"its restart\n{node.log_tail(30)}")
-            time.sleep(0.1)
+        self._wait_for_bridges_of(name, timeout, f"did not come back within {timeout:.0f} s after its restart")
 
     def stop_broker(self, name: str) -> None:
         """Stop broker ``name`` alone (its bridges and the bridges to it go down); `start_broker`
@@ -622,12 +622,18 @@ class ActiveMQNetwork:
         node = self.nodes[name]
         node.process.network_connectors_xml = self.connectors_xml(name)
         node.process.start(timeout=timeout)
+        self._wait_for_bridges_of(name, timeout, f"did not come up within {timeout:.0f} s after its start")
+
+    def _wait_for_bridges_of(self, name: str, timeout: float, failure: str) -> None:
+        """Wait until broker ``name`` (just started) logged all its expected bridges established
+        (each start logs afresh); else NetworkStartError "broker NAME's bridges <failure>" with the
+        broker's log tail."""
+        node = self.nodes[name]
         want = len(self.expected_bridges()[name])
         deadline = time.monotonic() + timeout
         while len(node.established_bridges()) < want:
             if time.monotonic() >= deadline:
-                raise NetworkStartError(f"broker {name}'s bridges did not come up within {timeout:.0f} s after "
-                                        f"its start\n{node.log_tail(30)}")
+                raise NetworkStartError(f"broker {name}'s bridges {failure}\n{node.log_tail(30)}")
             time.sleep(0.1)
 
     def rename_connector(self, source: str, old: str, new: str) -> None:

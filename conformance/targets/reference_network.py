@@ -180,6 +180,11 @@ class ReferenceNode:
         ActiveMQ's QueueSize counts them)."""
         return self._queue_field(destination, lambda q: q.pending_count + q.in_flight_count)
 
+    def in_flight_count(self, destination: str) -> int:
+        """Messages of ``destination`` delivered to its consumers (network consumers included) and
+        not yet acknowledged (as ActiveMQ's InFlightCount)."""
+        return self._queue_field(destination, lambda q: q.in_flight_count)
+
     def wait_for_consumers(self, destination: str, count: int, timeout: float = 10.0) -> int:
         deadline = time.monotonic() + timeout
         while (seen := self.consumer_count(destination)) != count and time.monotonic() < deadline:
@@ -208,16 +213,8 @@ class ReferenceNode:
         """Stop this broker (bridges, listeners, store) and start it again on the same STOMP port
         with the same connectors; with a journal store (`ReferenceNetwork.use_journal_stores`) its
         durable subscriptions and their messages survive, as on a persistent ActiveMQ broker."""
-        if self.network is not None:
-            self.run_coroutine(self.network.stop())
-            self.network = None
-        if self.server is not None:
-            self.run_coroutine(self.server.stop())
-            self.server = None
-        connectors = self.config_data.get("network_connectors", [])
-        self.config_data["stomp"] = f"127.0.0.1:{self.stomp_port}"
-        self.listen()
-        self.start_network(connectors)
+        self.halt()
+        self.resume()
 
     def halt(self) -> None:
         """Stop bridges, listeners and store but keep the node's loop, so `resume` can start it

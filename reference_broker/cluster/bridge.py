@@ -6,6 +6,9 @@ receives is sent to the peer with a receipt, and acknowledged here -- removed fr
 queue and store -- only when the receipt arrives, i.e. once the peer has stored it (ActiveMQ
 "Networks of Brokers", "Reliability": a durable source keeps its durability across the network).
 A message is never forwarded to a broker in its ``brokerPath`` nor past message_ttl (`paths`).
+Non-persistent messages go one-way and are acknowledged here at once, unless ``always_sync_send``
+(`forwarded_with_receipt`). At most ``prefetch_size`` messages are in flight to the peer per
+network consumer (its prefetch).
 
 Duplex half (``duplex``): ActiveMQ "Duplex network connectors" -- the same connection carries the
 opposite direction too. The bridge watches this broker's own consumers and, for the demand they
@@ -79,9 +82,12 @@ def canonical(wire_name: str) -> str:
     return parse_destination(wire_name).canonical
 
 
-def send_headers(message: Message, path: str, receipt: str) -> list[tuple[str, str]]:
-    headers = [("destination", wire(message.destination)), ("receipt", receipt),
-               ("persistent", "true" if message.persistent else "false"), ("priority", str(message.priority))]
+def send_headers(message: Message, path: str, receipt: str | None) -> list[tuple[str, str]]:
+    """The forwarded SEND's headers; ``receipt`` None sends it one-way (no RECEIPT asked)."""
+    headers = [("destination", wire(message.destination))]
+    if receipt is not None:
+        headers.append(("receipt", receipt))
+    headers += [("persistent", "true" if message.persistent else "false"), ("priority", str(message.priority))]
     if message.expiration:
         headers.append(("expires", str(message.expiration)))
     for name, value in (("correlation-id", message.correlation_id), ("reply-to", message.reply_to),
@@ -116,6 +122,13 @@ def message_from_frame(frame: Frame, message_id: str, path: str) -> Message:
         expiration=int(h.get("expires", 0) or 0), correlation_id=h.get("correlation-id"),
         reply_to=h.get("reply-to"), type=h.get("type"), group_id=h.get("JMSXGroupID"),
         group_seq=int(group_seq) if group_seq else 0, content_type=h.get("content-type"))
+
+
+def forwarded_with_receipt(message: Message, config: NetworkConnectorConfig) -> bool:
+    """Whether the bridge forwards ``message`` as a request/reply (a SEND with a receipt, acked
+    here only once the peer confirms): persistent messages always, non-persistent ones only with
+    ``always_sync_send`` (document, NetworkConnector Properties, alwaysSyncSend; NOB-SYNC-1)."""
+    return message.persistent or config.always_sync_send
 
 
 class Bridge:
@@ -390,10 +403,22 @@ class Bridge:
         if link is None or not link.is_open:
             return  # stays in flight; returned to the queue when the local connection closes
         message = ref.message
+        path = extend_path(message.properties.get(PATH_PROPERTY), self.local_name)
+        if not forwarded_with_receipt(message, self.config):
+            # One-way, as ActiveMQ forwards a non-persistent message without alwaysSyncSend: removed
+            # here once written, so it is lost if the link fails before the peer has it (document,
+            # NetworkConnector Properties, alwaysSyncSend; "Reliability"). The ack is deferred out
+            # of the queue's dispatch loop that called us.
+            link.write("SEND", send_headers(message, path, None), message.body)
+            asyncio.get_running_loop().call_soon(self._ack_forwarded, consumer, message.message_id)
+            return
         receipt = f"fwd-{next(self._numbers)}"
         self._receipts[receipt] = (consumer, message.message_id)
-        link.write("SEND", send_headers(message, extend_path(message.properties.get(PATH_PROPERTY), self.local_name),
-                                        receipt), message.body)
+        link.write("SEND", send_headers(message, path, receipt), message.body)
+
+    def _ack_forwarded(self, consumer: Consumer, message_id: str) -> None:
+        if self.local is not None and not consumer.closed:
+            self.local.ack(consumer, message_id)
 
     # ------------------------------------------------------------ duplex half
 

@@ -1,0 +1,144 @@
+"""What the network-of-brokers suites share (test_networks.py, test_network_store_forward.py,
+test_network_durable.py, test_network_topologies.py, test_network_temp.py): one run per target,
+the not-applicable verdict for targets without a multi-broker launcher, the launcher class of a
+target kind, work directories, STOMP clients closed after the test, and the demand / send helpers.
+
+Not a suite (the name does not match pytest's ``test_*.py``): the suite files import from it.
+These suites start several brokers per target themselves instead of the plugin's ``broker``
+fixture, so they parametrize ``target_name`` the way the plugin does (conformance/plugin.py:
+its spec, capability, deviation and matrix handling all key on ``target_name``).
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from typing import Callable
+
+import pytest
+
+from conformance.clients import connect
+from conformance.plugin import NOT_APPLICABLE, STATE
+from conformance.targets.base import CAPABILITIES
+
+NETWORK_CAPABILITY = "network_of_brokers"
+#: how long demand may take to cross a bridge (advisory + network consumer creation)
+DEMAND_TIMEOUT = 15.0
+#: reconnect options (page, "Static discovery" table; masterslave: takes the same) so a bridge that
+#: lost its peer tries again within a second instead of the default exponential back-off up to 30 s
+FAST_RECONNECT = dict(initial_reconnect_delay=500, max_reconnect_delay=1000, use_exponential_back_off=False)
+#: target kinds with a multi-broker launcher (conformance/targets/activemq_network.py,
+#: conformance/targets/reference_network.py); any other kind is not applicable
+NETWORK_KINDS = ("activemq", "reference")
+
+
+def network_suite_marks() -> list:
+    """The ``pytestmark`` of a network suite: slow (several brokers per test), and, once the
+    capability is declared (conformance/targets/base.py), ``requires`` so the plugin decides
+    applicability before any broker starts; until then `network_kind` does, with the same wording."""
+    marks = [pytest.mark.slow]
+    if NETWORK_CAPABILITY in CAPABILITIES:
+        marks.append(pytest.mark.requires(NETWORK_CAPABILITY))
+    return marks
+
+
+def parametrize_by_target(metafunc: pytest.Metafunc, scope: str | None = "module") -> None:
+    """One run per selected target, as the plugin's ``broker`` fixture does. ``scope`` as
+    ``Metafunc.parametrize`` takes it (``None``: per test, for suites whose networks are per test)."""
+    if "target_name" in metafunc.fixturenames:
+        names = list(dict.fromkeys(metafunc.config.stash[STATE].target_names))
+        metafunc.parametrize("target_name", names, ids=names, scope=scope)
+
+
+def target_kind(request: pytest.FixtureRequest, target_name: str) -> str:
+    """The kind of target ``target_name`` (``"unknown"`` when the plugin does not know it)."""
+    return getattr(request.config.stash[STATE].targets.get(target_name), "kind", "unknown")
+
+
+def network_kind(request: pytest.FixtureRequest, target_name: str, kinds=NETWORK_KINDS) -> str:
+    """The kind of target ``target_name``; skips the test as not applicable (the plugin's
+    NOT_APPLICABLE prefix, so the matrix says so) when ``kinds`` has no launcher for it."""
+    kind = target_kind(request, target_name)
+    if kind not in kinds:
+        pytest.skip(f"{NOT_APPLICABLE}{target_name} lacks {NETWORK_CAPABILITY} (no multi-broker launcher for "
+                    f"{kind} targets)")
+    return kind
+
+
+def network_class(kind: str):
+    """The launcher class of target kind ``kind`` (imported here so collecting a suite does not
+    import both launchers)."""
+    if kind == "activemq":
+        from conformance.targets.activemq_network import ActiveMQNetwork
+        return ActiveMQNetwork
+    from conformance.targets.reference_network import ReferenceNetwork
+    return ReferenceNetwork
+
+
+def network_workdir(tmp_path_factory: pytest.TempPathFactory, name: str):
+    """A fresh work directory named after ``name`` (characters a path may not take replaced by
+    ``_``): the brokers' logs and evidence end up under it."""
+    return tmp_path_factory.mktemp(re.sub(r"[^A-Za-z0-9_.-]", "_", name))
+
+
+class OneNetworkAtATime:
+    """Networks of a module-scoped fixture, keyed: ``get(key, start)`` returns the running network
+    ``key``, first stopping any other one and calling ``start()`` for it. Suites group their tests
+    by network, so each network starts once and at most one runs at a time (2-core machine)."""
+
+    def __init__(self) -> None:
+        self.current: dict = {}
+
+    def get(self, key, start: Callable):
+        if key not in self.current:
+            for old in list(self.current):
+                self.current.pop(old).stop()
+            self.current[key] = start()
+        return self.current[key]
+
+    def stop(self) -> None:
+        for network in self.current.values():
+            network.stop()
+
+
+class StompClients:
+    """STOMP clients on network nodes (anything with ``host`` and ``stomp_port``), all closed when
+    the ``with`` block ends."""
+
+    def __init__(self) -> None:
+        self.made: list = []
+
+    def on(self, node, login: str | None = None, passcode: str | None = None):
+        self.made.append(connect(node.host, node.stomp_port, "stomp", login=login, passcode=passcode))
+        return self.made[-1]
+
+    def __enter__(self) -> "StompClients":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for c in reversed(self.made):
+            try:
+                c.close()
+            except Exception:  # noqa: BLE001 - a broken connection (its broker was killed) must not hide the outcome
+                pass
+
+
+def queue(prefix: str) -> str:
+    """A queue name of this test's own: ``prefix`` and a random suffix."""
+    return f"queue://{prefix}.{uuid.uuid4().hex[:8]}"
+
+
+def send(producer, destination: str, n: int, tag: str = "m") -> list[str]:
+    """Sends ``n`` persistent messages ``{tag}0``.. (each confirmed by a receipt); returns the bodies."""
+    bodies = [f"{tag}{i}" for i in range(n)]
+    for body in bodies:
+        producer.send(destination, body)  # persistent, each confirmed by a receipt
+    return bodies
+
+
+def demand(node, destination: str, count: int) -> None:
+    """Setup check: ``node`` counts ``count`` consumers of ``destination`` (local + network)
+    within DEMAND_TIMEOUT, i.e. demand has crossed the bridge(s) before the test produces."""
+    seen = node.wait_for_consumers(destination, count, DEMAND_TIMEOUT)
+    assert seen == count, (f"setup: broker {node.name} should count {count} consumer(s) of {destination} "
+                           f"(local + network) within {DEMAND_TIMEOUT:.0f} s, counts {seen}")
