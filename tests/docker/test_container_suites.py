@@ -61,21 +61,24 @@ def known_deviation_specs(kind: str, suites: list[Path]) -> set[str]:
 
 def run_in_own_group(command: list[str], timeout: float) -> subprocess.CompletedProcess:
     """Run ``command`` as the leader of its own process group; if this test is interrupted or
-    times out, the whole group (brokerconf, its pytest, their brokers) is killed by its id, so
-    no suite run outlives the test. Its brokers' containers are removed by their launchers'
-    finalizers."""
+    times out, the whole group (brokerconf, its pytest) is interrupted, then killed, by its id, so
+    no suite run outlives the test; the interrupt lets the suite's fixtures stop their brokers."""
     proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             stdin=subprocess.DEVNULL, start_new_session=True)
     try:
         stdout, stderr = proc.communicate(timeout=timeout)
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)  # SIGTERM: the suite's launchers get to stop their containers
+        # SIGINT first: pytest turns it into KeyboardInterrupt and runs its fixtures' teardown, which
+        # stops the broker JVMs (each leads a process group of its own, out of reach of killpg)
+        # and removes containers; SIGTERM would end the interpreter without any teardown.
+        for sig, grace in ((signal.SIGINT, 60), (signal.SIGTERM, 30), (signal.SIGKILL, None)):
+            if proc.poll() is not None:
+                break
+            os.killpg(proc.pid, sig)
             try:
-                proc.wait(timeout=60)
+                proc.wait(timeout=grace)
             except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+                continue
     return subprocess.CompletedProcess(command, proc.returncode, stdout, stderr)
 
 
