@@ -1,4 +1,6 @@
-"""Duplicate suppression for messages arriving over a network bridge (engine/audit.py).
+"""Duplicate suppression for messages arriving over a network bridge (engine/audit.py), part of
+NOB-RELIABLE-1 (store and forward keeps persistent messages across a bridge, and the suites and
+the bridge-partition experiment allow no duplicates there).
 
 Seen in the network-bridge-partition chaos run before this existed: the bridge's link broke after
 the peer stored a message and before its receipt came back, the bridge sent it again, and a
