@@ -18,3 +18,10 @@ def spark(_spark_lifetime):
     # get_session returns the running local session; it starts one again only if a test (the
     # cluster test) switched the process to another master.
     return get_session(LOCAL)
+
+
+@pytest.fixture(scope="module", params=["sql", "fused"])
+def engine(request):
+    """Each analysis test runs on both engines (reports/pipeline/analyze.py, ``engine``): they
+    must give the same verdicts, stats and anomaly rows."""
+    return request.param
