@@ -12,7 +12,7 @@ process kills with in-doubt sends, a final drain), then times, side by side:
 and prints seconds and operations per second, and the growth from the smallest to the largest
 size (close to linear is the goal).
 
-    .venv/bin/python benchmarks/pipeline_bench.py [--ops 1000000,10000000] [--dir DIR] [--keep]
+    .venv/bin/python benchmarks/pipeline_bench.py [--ops 1000000,10000000] [--engine fused,sql] [--dir DIR] [--keep]
 """
 
 from __future__ import annotations
@@ -112,14 +112,14 @@ def python_pass(path: Path) -> tuple[float, object]:
     return time.perf_counter() - started, result
 
 
-def spark_pass(path: Path, out: Path) -> tuple[float, object]:
+def spark_pass(path: Path, out: Path, engine: str) -> tuple[float, object]:
     from reports.pipeline.analyze import analyze, write
     from reports.pipeline.load import find_sources
     from reports.pipeline.session import get_session
 
     spark = get_session()
     started = time.perf_counter()
-    analysis = analyze(spark, path)
+    analysis = analyze(spark, path, engine=engine)
     write(analysis, out, spark=spark, write_histories=find_sources(path)[0] == "jsonl")
     seconds = time.perf_counter() - started
     spark.catalog.clearCache()
@@ -132,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dir", help="work directory (default: a temporary one, removed afterwards)")
     parser.add_argument("--keep", action="store_true", help="keep the generated files")
     parser.add_argument("--skip-python", action="store_true")
+    parser.add_argument("--engine", default="fused,sql", help="comma-separated analysis engines (fused, sql)")
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.ops.split(",")]
     work = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="brokerconf-bench-"))
@@ -141,34 +142,55 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     get_session()
     print(f"Spark session start-up: {time.perf_counter() - started:.1f} s")
+    engines = [e for e in args.engine.split(",") if e]
     rows = []
     try:
         for n in sizes:
             path = work / f"h{n}" / "history.jsonl"
             path.parent.mkdir(exist_ok=True)
-            t = time.perf_counter()
-            lines = generate(path, n)
-            size = path.stat().st_size / 1e6
-            print(f"generated {lines:,} operations ({size:,.0f} MB) in {time.perf_counter() - t:.1f} s")
+            if path.exists() and args.dir:
+                lines = sum(1 for _ in open(path, "rb"))
+                print(f"reusing {path}: {lines:,} operations ({path.stat().st_size / 1e6:,.0f} MB)")
+            else:
+                t = time.perf_counter()
+                lines = generate(path, n)
+                print(f"generated {lines:,} operations ({path.stat().st_size / 1e6:,.0f} MB) in {time.perf_counter() - t:.1f} s")
             py = python_pass(path)[0] if not args.skip_python else None
-            js, analysis = spark_pass(path, work / f"out{n}")
-            valid = analysis.valid
-            pq, _ = spark_pass(work / f"out{n}" / "histories.parquet", work / f"outpq{n}")
-            rows.append((lines, py, js, pq, valid))
-            print(f"  python {py if py is None else round(py, 1)} s   spark/jsonl {js:.1f} s   spark/parquet {pq:.1f} s   verdict {valid}")
+            row = {"ops": lines, "python": py}
+            line = [f"  load {_load()}", f"python {py if py is None else round(py, 1)} s"]
+            for engine in engines:
+                js, analysis = spark_pass(path, work / f"out-{engine}{n}", engine)
+                pq, _ = spark_pass(work / f"out-{engine}{n}" / "histories.parquet", work / f"outpq-{engine}{n}", engine)
+                row[engine] = (js, pq, analysis.valid)
+                line.append(f"{engine}/jsonl {js:.1f} s  {engine}/parquet {pq:.1f} s  verdict {analysis.valid}")
+            rows.append(row)
+            print("   ".join(line), flush=True)
     finally:
         stop_session()
         if not args.keep and not args.dir:
             shutil.rmtree(work, ignore_errors=True)
-    print(f"\n{'operations':>12} {'python s':>9} {'ops/s':>10} {'spark jsonl s':>14} {'ops/s':>10} {'spark parquet s':>16} {'ops/s':>10}")
-    for lines, py, js, pq, _ in rows:
-        print(f"{lines:>12,} {py or 0:>9.1f} {lines / py if py else 0:>10,.0f} {js:>14.1f} {lines / js:>10,.0f} {pq:>16.1f} {lines / pq:>10,.0f}")
+    head = f"{'operations':>12} {'python s':>9} {'ops/s':>10}"
+    for engine in engines:
+        head += f" {engine + ' jsonl s':>15} {'ops/s':>10} {engine + ' parquet s':>17} {'ops/s':>10}"
+    print("\n" + head)
+    for row in rows:
+        n, py = row["ops"], row["python"]
+        text = f"{n:>12,} {py or 0:>9.1f} {n / py if py else 0:>10,.0f}"
+        for engine in engines:
+            js, pq, _ = row[engine]
+            text += f" {js:>15.1f} {n / js:>10,.0f} {pq:>17.1f} {n / pq:>10,.0f}"
+        print(text)
     if len(rows) > 1:
         a, b = rows[0], rows[-1]
-        ratio = b[0] / a[0]
-        print(f"\ngrowth x{ratio:.0f} in size: spark/jsonl x{b[2] / a[2]:.1f}, spark/parquet x{b[3] / a[3]:.1f}"
-              + (f", python x{b[1] / a[1]:.1f}" if a[1] and b[1] else ""))
+        print(f"\ngrowth x{b['ops'] / a['ops']:.0f} in size: "
+              + ", ".join(f"{e}/jsonl x{b[e][0] / a[e][0]:.1f}, {e}/parquet x{b[e][1] / a[e][1]:.1f}" for e in engines)
+              + (f", python x{b['python'] / a['python']:.1f}" if a["python"] and b["python"] else ""))
     return 0
+
+
+def _load() -> str:
+    """The machine's load average: the numbers mean little on a busy machine."""
+    return "/".join(f"{x:.1f}" for x in os.getloadavg())
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Callable
 
 from reports.pipeline.checkers import CHECKERS
-from reports.pipeline.cli_args import add_arguments
+from reports.pipeline.cli_args import DEFAULT_ENGINE, ENGINES, add_arguments
 from reports.pipeline.checkers.common import ANOMALY_SCHEMA, UNKNOWN, CheckResult, Context
 from reports.pipeline.load import Histories, HistoryNotFound, MalformedHistory, find_sources, load, write_parquet
 from reports.pipeline.session import SessionError, check_master, get_session
@@ -47,29 +47,37 @@ class Analysis:
 
 def analyze(spark, path: str | Path, *, skip_malformed: bool = False, checkers: list[str] | None = None,
             max_downtime_s: float | None = None, duplicates_allowed: bool | None = None,
-            histories: Histories | None = None) -> Analysis:
+            histories: Histories | None = None, engine: str = DEFAULT_ENGINE) -> Analysis:
     """Run the checker jobs over every run found at ``path`` (or over ``histories``).
 
     ``max_downtime_s`` and ``duplicates_allowed`` apply to every run when given; when None, each
-    run is judged with its experiment's own settings (the run record), else the defaults."""
-    histories = histories or load(spark, path, skip_malformed=skip_malformed)
-    ctx = Context(spark, histories.ops)
+    run is judged with its experiment's own settings (the run record), else the defaults.
+
+    ``engine``: "fused" (every checker of a run in one vectorized pass: reports/pipeline/fused/)
+    or "sql" (a Spark SQL job per checker: reports/pipeline/checkers/); both give the same results."""
+    if engine not in ENGINES:
+        raise ValueError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
     options: dict[str, dict] = {"total_queue": {"duplicates_allowed": duplicates_allowed},
                                 "failover_downtime": {"max_downtime_s": max_downtime_s}}
     names = checkers or list(CHECKERS)
     unknown = [n for n in names if n not in CHECKERS]
     if unknown:
         raise ValueError(f"unknown checker(s) {', '.join(unknown)}; known: {', '.join(CHECKERS)}")
-    results: list[CheckResult] = []
-    anomaly_rows: list[dict] = []
-    anomalies_df = None
-    tables: dict = {}
-    for name in names:
-        output = CHECKERS[name](ctx, **options.get(name, {}))
-        results += output.results
-        anomaly_rows += output.anomaly_rows
-        anomalies_df = output.anomalies if anomalies_df is None else anomalies_df.unionByName(output.anomalies)
-        tables.update(output.tables)
+    if engine == "fused":
+        from reports.pipeline.fused import load as fused_load
+        from reports.pipeline.fused.engine import analyze_fused
+
+        histories = histories or fused_load.load(spark, path, skip_malformed=skip_malformed)
+        if not getattr(histories, "lean", False):  # loaded by the SQL loader: flatten its ops
+            histories = fused_load.FusedHistories(fused_load.from_sql_ops(histories.ops), histories.malformed,
+                                                  histories.sources)
+        results, anomaly_rows, anomalies_df, tables = analyze_fused(spark, histories, names, options)
+    else:
+        histories = histories or load(spark, path, skip_malformed=skip_malformed)
+        if getattr(histories, "lean", False):
+            raise ValueError("the SQL engine reads the SQL loader's histories; load them with "
+                             "reports.pipeline.load.load, or analyse with engine='fused'")
+        results, anomaly_rows, anomalies_df, tables = _analyze_sql(spark, histories, names, options)
     skipped = histories.runs_with_skipped_lines()
     apply_skipped_lines(results, skipped)
     verdicts = run_verdicts(results, skipped)
@@ -90,6 +98,21 @@ def analyze(spark, path: str | Path, *, skip_malformed: bool = False, checkers: 
     return Analysis(verdicts, results, anomaly_rows, histories, tables, anomalies_df)
 
 
+def _analyze_sql(spark, histories: Histories, names: list[str], options: dict):
+    ctx = Context(spark, histories.ops)
+    results: list[CheckResult] = []
+    anomaly_rows: list[dict] = []
+    anomalies_df = None
+    tables: dict = {}
+    for name in names:
+        output = CHECKERS[name](ctx, **options.get(name, {}))
+        results += output.results
+        anomaly_rows += output.anomaly_rows
+        anomalies_df = output.anomalies if anomalies_df is None else anomalies_df.unionByName(output.anomalies)
+        tables.update(output.tables)
+    return results, anomaly_rows, anomalies_df, tables
+
+
 def write(analysis: Analysis, out_dir: str | Path, *, spark, write_histories: bool = True) -> Path:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -103,7 +126,12 @@ def write(analysis: Analysis, out_dir: str | Path, *, spark, write_histories: bo
     for name, table in analysis.tables.items():
         table.coalesce(1).write.mode("overwrite").parquet(str(out_dir / f"{name}.parquet"))
     if write_histories:
-        write_parquet(analysis.histories, out_dir / "histories.parquet")
+        if getattr(analysis.histories, "lean", False):
+            from reports.pipeline.fused.load import write_parquet as write_flat
+
+            write_flat(analysis.histories, out_dir / "histories.parquet")
+        else:
+            write_parquet(analysis.histories, out_dir / "histories.parquet")
     return out_dir
 
 
@@ -149,7 +177,8 @@ def run(args: argparse.Namespace, *, progress: Callable[[str], None] = print) ->
     progress(f"analysing {args.path} on {args.master}")
     try:
         analysis = analyze(spark, args.path, skip_malformed=args.skip_malformed, max_downtime_s=args.max_downtime,
-                           duplicates_allowed=args.duplicates_allowed)
+                           duplicates_allowed=args.duplicates_allowed,
+                           engine=getattr(args, "engine", DEFAULT_ENGINE))
     except (MalformedHistory, HistoryNotFound) as exc:
         print(f"brokerconf analyze: {exc}", file=sys.stderr)
         return 2

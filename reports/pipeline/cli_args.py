@@ -6,6 +6,9 @@ from __future__ import annotations
 import argparse
 
 LOCAL = "local[*]"
+#: "sql": a Spark SQL job per checker; "fused": every checker of a run in one vectorized pass
+ENGINES = ("sql", "fused")
+DEFAULT_ENGINE = "fused"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -23,3 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--duplicates-allowed", action="store_const", const=True, default=None,
                         help="total queue: duplicated deliveries are reported but do not make the verdict false "
                              "(default: each run's experiment setting, else not allowed)")
+    parser.add_argument("--engine", choices=ENGINES, default=DEFAULT_ENGINE,
+                        help="analysis engine: fused (every checker of a run in one vectorized pass over its rows) "
+                             "or sql (a Spark SQL job per checker); both give the same verdicts "
+                             f"(default {DEFAULT_ENGINE})")

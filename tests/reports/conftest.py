@@ -31,3 +31,10 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("timeout") is None and "/tests/reports/" in str(item.fspath):
             item.add_marker(pytest.mark.timeout(SPARK_TEST_TIMEOUT_S))
+
+
+@pytest.fixture(scope="module", params=["sql", "fused"])
+def engine(request):
+    """Each analysis test runs on both engines (reports/pipeline/analyze.py, ``engine``): they
+    must give the same verdicts, stats and anomaly rows."""
+    return request.param

@@ -23,11 +23,11 @@ def _run(*argv: str) -> int:
     return analyze_module.run(_args(*argv), progress=lambda line: print(line))
 
 
-def test_lost_message_exits_1_and_names_the_message(spark, tmp_path, capsys):
+def test_lost_message_exits_1_and_names_the_message(spark, tmp_path, capsys, engine):
     history = (H("cli-lost").send(0, "a").send(0, "b", seq=1).receive(1, "a", consumer=0)
                .drain(2, []).write(tmp_path / "runs"))
     out = tmp_path / "out"
-    assert _run(str(history), "--out", str(out)) == 1
+    assert _run(str(history), "--out", str(out), "--engine", engine) == 1
     printed = capsys.readouterr().out
     assert "cli-lost [t]: INVALID" in printed and "total_queue FAILED (1 lost)" in printed
     verdicts = json.loads((out / "verdicts.json").read_text())
@@ -42,17 +42,17 @@ def test_lost_message_exits_1_and_names_the_message(spark, tmp_path, capsys):
 
     # The Parquet written back is an input too, and gives the same verdict.
     again = tmp_path / "again"
-    assert _run(str(out / "histories.parquet"), "--out", str(again)) == 1
+    assert _run(str(out / "histories.parquet"), "--out", str(again), "--engine", engine) == 1
     assert json.loads((again / "verdicts.json").read_text())["runs"][0]["anomalies"] == run["anomalies"]
     assert not (again / "histories.parquet").exists()
 
 
-def test_skip_malformed_exits_0_with_unknown(spark, tmp_path, capsys):
+def test_skip_malformed_exits_0_with_unknown(spark, tmp_path, capsys, engine):
     path = H("cli-skip").send(0, "a").receive(1, "a", consumer=0).drain(2, []).write(tmp_path)
     path.write_text(path.read_text() + "{broken\n")
-    assert _run(str(path), "--out", str(tmp_path / "bad")) == 2
+    assert _run(str(path), "--out", str(tmp_path / "bad"), "--engine", engine) == 2
     assert f"{path}:7" in capsys.readouterr().err
-    assert _run(str(path), "--out", str(tmp_path / "out"), "--skip-malformed") == 0
+    assert _run(str(path), "--out", str(tmp_path / "out"), "--skip-malformed", "--engine", engine) == 0
     printed = capsys.readouterr().out
     assert "cli-skip [t]: unknown" in printed and f"skipped {path}:7" in printed
 

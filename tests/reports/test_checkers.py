@@ -10,8 +10,6 @@ import pytest
 
 from reports.pipeline.analyze import analyze
 from reports.pipeline.checkers import downtime
-from reports.pipeline.checkers.common import Context
-from reports.pipeline.load import load
 from reports.pipeline.session import LOCAL, get_session
 
 from .histories import H, msg
@@ -90,12 +88,12 @@ LITERALS = _literals()
 
 
 @pytest.fixture(scope="module")
-def analysed(tmp_path_factory, _spark_lifetime):
+def analysed(tmp_path_factory, _spark_lifetime, engine):
     spark = get_session(LOCAL)
     root = tmp_path_factory.mktemp("literals")
     for h in LITERALS.values():
         h.write(root)
-    analysis = analyze(spark, root)
+    analysis = analyze(spark, root, engine=engine)
     return {v["run"]: v for v in analysis.verdicts}
 
 
@@ -231,15 +229,14 @@ def test_retired_process_is_not_unrecovered(analysed):
     assert fault["retired"] == ["2"] and fault["not_recovered"] == []
 
 
-def test_failover_downtime_over_bound(spark, tmp_path):
+def test_failover_downtime_over_bound(spark, tmp_path, engine):
     path = LITERALS["failover_downtime"].write(tmp_path)
-    ctx = Context(spark, load(spark, path).ops)
-    slow = downtime.check(ctx, max_downtime_s=2.7)
-    fast = downtime.check(ctx, max_downtime_s=3.5)
+    slow = analyze(spark, path, checkers=[downtime.NAME], max_downtime_s=2.7, engine=engine)
+    fast = analyze(spark, path, checkers=[downtime.NAME], max_downtime_s=3.5, engine=engine)
     assert [r.valid for r in slow.results] == [False]
     assert [r.valid for r in fast.results] == [True]
     # the anomaly names the operation that finally succeeded: process 1's receive ok
-    assert [(r["kind"], r["ops"]) for r in slow.anomalies.collect()] == [("slow_failover", [13])]
+    assert [(r["kind"], r["ops"]) for r in slow.anomalies_df.collect()] == [("slow_failover", [13])]
 
 
 def test_no_fault_no_downtime_verdict(analysed):

@@ -84,17 +84,16 @@ def test_python_checker_finds_exactly_the_planted_anomalies(plan):
 
 @given(st.lists(plans(), min_size=1, max_size=4))
 @settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-def test_spark_job_finds_exactly_the_planted_anomalies(spark, tmp_path_factory, plans_):
+def test_spark_job_finds_exactly_the_planted_anomalies(spark, tmp_path_factory, engine, plans_):
+    from reports.pipeline.analyze import analyze
     from reports.pipeline.checkers import total_queue
-    from reports.pipeline.checkers.common import Context
-    from reports.pipeline.load import load
 
     root = tmp_path_factory.mktemp("planted")
     for n, plan in enumerate(plans_):
         build(plan, run=f"run{n}").write(root)
-    output = total_queue.check(Context(spark, load(spark, root).ops), duplicates_allowed=True)
+    output = analyze(spark, root, checkers=[total_queue.NAME], duplicates_allowed=True, engine=engine)
     found: dict[str, dict[str, list]] = {}
-    for row in output.anomalies.collect():
+    for row in output.anomalies_df.collect():
         found.setdefault(row["run"], {}).setdefault(row["kind"], []).append(row["message_id"])
     results = {r.run: r for r in output.results}
     assert set(results) == {f"run{n}" for n in range(len(plans_))}

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import json
 
+from reports.pipeline.analyze import analyze
 from reports.pipeline.checkers import downtime, total_queue
-from reports.pipeline.checkers.common import Context
-from reports.pipeline.load import load
 
 from .test_checkers import LITERALS
 
@@ -20,28 +19,31 @@ def _with_record(tmp_path, name: str, options: dict | None):
     return history
 
 
-def test_duplicates_allowed_by_the_experiment(spark, tmp_path):
-    ctx = Context(spark, load(spark, _with_record(tmp_path, "duplicate_after_ack", {"duplicates_allowed": True})).ops)
-    [result] = total_queue.check(ctx).results
+def _results(spark, path, checker: str, engine: str, **options):
+    return analyze(spark, path, checkers=[checker], engine=engine, **options).results
+
+
+def test_duplicates_allowed_by_the_experiment(spark, tmp_path, engine):
+    path = _with_record(tmp_path, "duplicate_after_ack", {"duplicates_allowed": True})
+    [result] = _results(spark, path, total_queue.NAME, engine)
     assert result.valid is True and result.stats["duplicated"] == 1 and result.stats["duplicates_allowed"] is True
 
 
-def test_duplicates_not_allowed_without_a_record(spark, tmp_path):
-    ctx = Context(spark, load(spark, _with_record(tmp_path, "duplicate_after_ack", None)).ops)
-    [result] = total_queue.check(ctx).results
+def test_duplicates_not_allowed_without_a_record(spark, tmp_path, engine):
+    [result] = _results(spark, _with_record(tmp_path, "duplicate_after_ack", None), total_queue.NAME, engine)
     assert result.valid is False and result.stats["duplicates_allowed"] is False
 
 
-def test_the_analysis_setting_overrides_the_record(spark, tmp_path):
-    ctx = Context(spark, load(spark, _with_record(tmp_path, "duplicate_after_ack", {"duplicates_allowed": True})).ops)
-    [result] = total_queue.check(ctx, duplicates_allowed=False).results
+def test_the_analysis_setting_overrides_the_record(spark, tmp_path, engine):
+    path = _with_record(tmp_path, "duplicate_after_ack", {"duplicates_allowed": True})
+    [result] = _results(spark, path, total_queue.NAME, engine, duplicates_allowed=False)
     assert result.valid is False
 
 
-def test_downtime_bound_from_the_experiment(spark, tmp_path):
+def test_downtime_bound_from_the_experiment(spark, tmp_path, engine):
     # the literal run's client is back 3 s after the kill (test_checkers.test_failover_downtime_over_bound)
-    ctx = Context(spark, load(spark, _with_record(tmp_path, "failover_downtime", {"max_downtime_s": 2.7})).ops)
-    [result] = downtime.check(ctx).results
+    path = _with_record(tmp_path, "failover_downtime", {"max_downtime_s": 2.7})
+    [result] = _results(spark, path, downtime.NAME, engine)
     assert result.valid is False and result.stats["bound_s"] == 2.7
-    [overridden] = downtime.check(ctx, max_downtime_s=3.5).results
+    [overridden] = _results(spark, path, downtime.NAME, engine, max_downtime_s=3.5)
     assert overridden.valid is True

@@ -1,0 +1,330 @@
+"""The fused engine's driver side: one Spark job runs `checks.run_pass` on every run (runs spread
+over the executors), then the records become CheckResults, anomaly rows and tables with the SQL
+checkers' wording, stats keys and verdict rules (reports/pipeline/checkers/*.py).
+
+Topic fan-out and slow consumer are delegated to their SQL jobs for the runs that have a topic
+subscription (read again from their history.jsonl with the SQL loader: those jobs need the raw
+values); every other run gets their "no topic subscription" result without any Spark work.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cached_property
+from pathlib import Path
+
+from pyspark.sql import functions as F
+
+from reports.pipeline import load as sql_load
+from reports.pipeline.checkers import downtime as sql_downtime
+from reports.pipeline.checkers import fifo as sql_fifo
+from reports.pipeline.checkers import groups as sql_groups
+from reports.pipeline.checkers import performance, slow_consumer, topic_fanout, total_queue
+from reports.pipeline.checkers.common import (ANOMALY_SCHEMA, UNKNOWN, CheckResult, Context, count_by_run, describe_counts,
+                                              fault_windows, merge_intervals, read_run_record)
+
+from . import checks
+
+LATENCY_SCHEMA = ("run string, target string, f string, phase string, ok bigint, fail bigint, info bigint, max bigint, "
+                  "mean double, p50 bigint, p90 bigint, p99 bigint, p999 bigint")
+THROUGHPUT_SCHEMA = "run string, target string, f string, second bigint, ok bigint, fault boolean"
+DOWNTIME_SCHEMA = ("run string, target string, process string, fault_start bigint, next_fault_start bigint, "
+                   "downtime bigint, first_ok_index bigint, ops bigint, retired boolean")
+
+
+class RunFacts:
+    """What the per-run pass reported, per (run, target), and the run records."""
+
+    def __init__(self, rows) -> None:
+        self.by_key: dict = {}
+        for r in rows:
+            self.by_key.setdefault((r["run"], r["target"]), {}).setdefault(r["kind"], []).append(json.loads(r["payload"]))
+        self.runs = sorted(self.by_key)
+        self.spans = {k: v["span"][0] for k, v in self.by_key.items()}
+        self.windows = {k: fault_windows(k, [_nemesis_row(n) for n in v["nemesis"][0]], self.spans[k]["t1"])
+                        for k, v in self.by_key.items()}
+
+    def one(self, key, kind):
+        return self.by_key[key][kind][0]
+
+    def all(self, key, kind) -> list:
+        return self.by_key[key].get(kind, [])
+
+    @cached_property
+    def records(self) -> dict:
+        out = {}
+        for key in self.runs:
+            for file in self.spans[key]["files"] or [None]:
+                out[key] = read_run_record(file)
+                if out[key]:
+                    break
+        return out
+
+    def checker_option(self, key, name, given, default):
+        """Context.checker_option: the analysis's value, then the run record's, then the default."""
+        if given is not None:
+            return given
+        value = (self.records.get(key, {}).get("checker_options") or {}).get(name)
+        return default if value is None else value
+
+
+def _nemesis_row(n: dict) -> dict:
+    value = {k: n[k] for k in ("phase", "fault", "started", "fault_window") if n.get(k) is not None}
+    return {"index": n["index"], "time": n["time"], "f": n["f"], "value": json.dumps(value)}
+
+
+def analyze_fused(spark, histories, names: list[str], options: dict):
+    """(results, anomaly_rows, anomalies DataFrame, tables) for the checkers ``names``."""
+    rows = (histories.ops.groupBy("run", "target").applyInPandas(checks.run_pass, checks.OUTPUT_SCHEMA).collect())
+    facts = RunFacts(rows)
+    results: list[CheckResult] = []
+    anomalies: list[dict] = []
+    tables: dict = {}
+    for name in names:
+        res, anom, tabs = CHECKS[name](spark, facts, histories, **options.get(name, {}))
+        results += res
+        anomalies += anom
+        tables.update(tabs)
+    anomalies_df = spark.createDataFrame([tuple(a[c] for c in ANOMALY_SCHEMA.fieldNames()) for a in anomalies],
+                                         ANOMALY_SCHEMA)
+    return results, anomalies, anomalies_df, tables
+
+
+def _anomalies_of(facts: RunFacts, checker: str) -> list[dict]:
+    out = [{"run": k[0], "target": k[1], **a} for k in facts.runs for a in facts.all(k, "anomaly") if a["checker"] == checker]
+    out.sort(key=lambda r: (r["run"], r["target"], r["checker"], r["kind"], r["message_id"] is not None,
+                            r["message_id"] or ""))
+    return [{c: r[c] for c in ANOMALY_SCHEMA.fieldNames()} for r in out]
+
+
+# ---------------------------------------------------------------------- checkers
+
+
+def check_total_queue(spark, facts: RunFacts, histories, *, duplicates_allowed=None):
+    name = total_queue.NAME
+    rows = _anomalies_of(facts, name)
+    counts = count_by_run(rows)
+    results = []
+    for key in facts.runs:
+        c, t = counts.get(key, {}), facts.one(key, "tq_totals")
+        drained = facts.spans[key]["drained"]
+        stats = {"attempted": t["attempted"] if t else 0, "enqueued": t["enqueued"] if t else 0,
+                 "dequeued": t["dequeued"] if t else 0, **{k: c.get(k, 0) for k in total_queue.KINDS}, "drained": drained}
+        allowed = facts.checker_option(key, "duplicates_allowed", duplicates_allowed, False)
+        stats["duplicates_allowed"] = allowed
+        # total_queue.check's rule: without a final drain, lost ones are only candidates
+        breaking = {k: c.get(k, 0) for k in (("lost",) if drained else ()) + ("unexpected",)
+                    + (() if allowed else ("duplicated",))}
+        if t is None:
+            results.append(CheckResult(name, *key, UNKNOWN, "no send or receive on a queue in this history",
+                                       applicable=False, stats=stats))
+        elif any(breaking.values()):
+            results.append(CheckResult(name, *key, False, describe_counts(breaking), stats=stats))
+        elif not drained:
+            maybe = (f" ({c['lost']} confirmed sends not received, maybe still queued)" if c.get("lost") else "")
+            results.append(CheckResult(name, *key, UNKNOWN,
+                                       "the history has no final drain: messages still queued would look lost" + maybe,
+                                       stats=stats))
+        else:
+            results.append(CheckResult(name, *key, True, stats=stats))
+    return results, rows, {}
+
+
+def check_fifo(spark, facts: RunFacts, histories):
+    name = sql_fifo.NAME
+    rows = _anomalies_of(facts, name)
+    counts = count_by_run(rows)
+    results = []
+    for key in facts.runs:
+        dests = facts.one(key, "fifo_scope")
+        judged = sorted(d for d, why in dests.items() if not why)
+        skipped = {d: why for d, why in dests.items() if why}
+        stats = {"checked_destinations": judged, "not_checked": skipped, **counts.get(key, {})}
+        if not judged:
+            reason = "; ".join(f"{d}: {why}" for d, why in sorted(skipped.items())) or "no queue in this history"
+            results.append(CheckResult(name, *key, True, reason, applicable=False, stats=stats))
+        elif counts.get(key):
+            results.append(CheckResult(name, *key, False, describe_counts(counts[key]), stats=stats))
+        else:
+            results.append(CheckResult(name, *key, True, stats=stats))
+    return results, rows, {}
+
+
+def check_groups(spark, facts: RunFacts, histories):
+    name = sql_groups.NAME
+    rows = _anomalies_of(facts, name)
+    counts = count_by_run(rows)
+    results = []
+    for key in facts.runs:
+        s = facts.one(key, "groups_sizes")
+        stats = {"groups": s["groups"], "deliveries": s["n"], "handovers": s["handovers"], **counts.get(key, {})}
+        if not s["n"]:
+            results.append(CheckResult(name, *key, True, "no grouped message on a queue in this history",
+                                       applicable=False, stats=stats))
+        elif counts.get(key):
+            results.append(CheckResult(name, *key, False, describe_counts(counts[key]), stats=stats))
+        else:
+            results.append(CheckResult(name, *key, True, stats=stats))
+    return results, rows, {}
+
+
+def check_downtime(spark, facts: RunFacts, histories, *, max_downtime_s=None):
+    """downtime.check's judging, over the per-process rows of the pass (the same loop and wording)."""
+    name, MS = sql_downtime.NAME, sql_downtime.MS
+    table_rows = [(*key, r["process"], r["fault_start"], r["next_fault_start"], r["downtime"], r["first_ok_index"],
+                   r["ops"], r["retired"]) for key in facts.runs if facts.windows.get(key)
+                  for r in facts.one(key, "done")["downtime"]]
+    given = max_downtime_s
+    results, anomalies = [], []
+    for key in facts.runs:
+        max_downtime_s = facts.checker_option(key, "max_downtime_s", given, None)
+        bound = None if max_downtime_s is None else int(max_downtime_s * 1e9)
+        windows = facts.windows.get(key, [])
+        if not windows:
+            results.append(CheckResult(name, *key, True, "no fault in this history", applicable=False))
+            continue
+        run_end = facts.spans[key]["t1"]
+        mine_all = facts.one(key, "done")["downtime"]
+        faults, breaches = [], 0
+        for start, end in merge_intervals([(w.start, w.end) for w in windows]):
+            inside = [w for w in windows if start <= w.start <= end]
+            mine = [r for r in mine_all if r["fault_start"] == start]
+            recovered = sorted(r["downtime"] for r in mine if r["downtime"] is not None)
+            stuck = sorted((r["process"] for r in mine if r["downtime"] is None and not r["retired"]), key=int)
+            retired = sorted((r["process"] for r in mine if r["downtime"] is None and r["retired"]), key=int)
+            faults.append({"fault": ", ".join(sorted({w.fault for w in inside})), "f": ", ".join(sorted({w.f for w in inside})),
+                           "start": start, "end": end, "processes": len(mine), "recovered": len(recovered),
+                           "not_recovered": stuck, "retired": retired,
+                           "max_downtime_ms": recovered[-1] / MS if recovered else None,
+                           "median_downtime_ms": recovered[len(recovered) // 2] / MS if recovered else None,
+                           "per_process_ms": {r["process"]: (None if r["downtime"] is None else r["downtime"] / MS)
+                                              for r in sorted(mine, key=lambda r: int(r["process"]))}})
+            if bound is None:
+                continue
+            for r in mine:
+                until = r["next_fault_start"] if r["next_fault_start"] is not None else run_end
+                too_slow = r["downtime"] is not None and r["downtime"] > bound
+                never = r["downtime"] is None and not r["retired"] and until - start > bound
+                if too_slow or never:
+                    breaches += 1
+                    anomalies.append({"run": key[0], "target": key[1], "checker": name,
+                                      "kind": "slow_failover" if too_slow else "not_recovered", "message_id": None,
+                                      "ops": [r["first_ok_index"]] if r["first_ok_index"] is not None else [],
+                                      "detail": f"process {r['process']} after the {faults[-1]['fault']} fault at {start / 1e9:.3f}s: "
+                                      + (f"first ok after {r['downtime'] / 1e9:.3f}s" if too_slow else "no ok operation")
+                                      + f" (bound {max_downtime_s}s)"})
+        all_downtimes = [f["max_downtime_ms"] for f in faults if f["max_downtime_ms"] is not None]
+        stats = {"faults": faults, "max_downtime_ms": max(all_downtimes) if all_downtimes else None, "bound_s": max_downtime_s}
+        if breaches:
+            results.append(CheckResult(name, *key, False, f"{breaches} client(s) over the {max_downtime_s}s bound", stats=stats))
+        else:
+            results.append(CheckResult(name, *key, True, stats=stats))
+    return results, anomalies, {"downtime": spark.createDataFrame(table_rows, DOWNTIME_SCHEMA)}
+
+
+def check_latency(spark, facts: RunFacts, histories):
+    MS, label = performance.MS, performance._label  # pylint: disable=protected-access
+    results, flat = [], []
+    for key in facts.runs:
+        stats: dict = {}
+        for r in facts.one(key, "done")["latency"]:
+            quantiles = r["quantiles"] or []
+            stats.setdefault(r["f"], {})[r["phase"]] = {
+                "ok": r["ok"], "fail": r["fail"], "info": r["info"],
+                "max_ms": r["max"] / MS if r["max"] is not None else None,
+                "mean_ms": round(r["mean"] / MS, 3) if r["mean"] is not None else None,
+                **{f"p{label(q)}_ms": v / MS for q, v in zip(performance.QUANTILES, quantiles)}}
+            flat.append((*key, r["f"], r["phase"], r["ok"], r["fail"], r["info"], r["max"], r["mean"],
+                         *(r["quantiles"] or [None] * len(performance.QUANTILES))))
+        if stats:
+            results.append(CheckResult(performance.LATENCY, *key, True, stats={"by_f": stats}))
+        else:
+            results.append(CheckResult(performance.LATENCY, *key, True, "no completed client operation", applicable=False))
+    return results, [], {"latency": spark.createDataFrame(flat, LATENCY_SCHEMA)}
+
+
+def check_throughput(spark, facts: RunFacts, histories):
+    SECOND = performance.SECOND
+    results, table = [], []
+    for key in facts.runs:
+        t0, t1 = facts.spans[key]["t0"], facts.spans[key]["t1"]
+        tp = facts.one(key, "done")["throughput"]
+        table += [(*key, s["f"], s["second"], s["ok"], s["fault"]) for s in tp["seconds"]]
+        by_f: dict = {}
+        for p in tp["phases"]:
+            by_f.setdefault(p["f"], {})[p["phase"]] = p["count"]
+        faults = merge_intervals([(max(w.start, t0), min(w.end, t1)) for w in facts.windows.get(key, []) if w.end > t0])
+        fault_ns = sum(b - a for a, b in faults if b > a)
+        normal_ns = max(0, (t1 - t0) - fault_ns)
+        per_f = {}
+        for f, phases in sorted(by_f.items()):
+            per_f[f] = {"normal_ok_per_s": round(phases.get("normal", 0) / (normal_ns / SECOND), 3) if normal_ns else None,
+                        "fault_ok_per_s": round(phases.get("fault", 0) / (fault_ns / SECOND), 3) if fault_ns else None,
+                        "ok_normal": phases.get("normal", 0), "ok_fault": phases.get("fault", 0)}
+        stats = {"normal_s": normal_ns / SECOND, "fault_s": fault_ns / SECOND, "by_f": per_f}
+        if per_f:
+            results.append(CheckResult(performance.THROUGHPUT, *key, True, stats=stats))
+        else:
+            results.append(CheckResult(performance.THROUGHPUT, *key, True, "no ok client operation", applicable=False,
+                                       stats=stats))
+    return results, [], {"throughput": spark.createDataFrame(table, THROUGHPUT_SCHEMA)}
+
+
+# ---------------------------------------------------------------------- topic runs: the SQL jobs
+
+
+def _topic_context(spark, facts: RunFacts, histories):
+    """A SQL Context over the runs with topic subscriptions, from their history files; (None,
+    reason) when those files cannot be read again (Parquet whose run directories are gone)."""
+    if "_topic_ctx" in facts.__dict__:
+        return facts.__dict__["_topic_ctx"]
+    keys = [k for k in facts.runs if facts.one(k, "topic")]
+    found = (None, "")
+    if keys:
+        files = sorted({sql_load._uri_path(f) for k in keys for f in facts.spans[k]["files"]})  # pylint: disable=protected-access
+        gone = [f for f in files if not Path(f).is_file()]
+        if gone:
+            found = (None, f"the topic checks read the history lines again, and {gone[0]} is gone: "
+                           "analyse the run directory (history.jsonl) instead of its Parquet")
+        else:
+            skip = bool(histories.malformed)
+            ops = sql_load.load_jsonl(spark, [Path(f) for f in files], skip_malformed=skip).ops
+            wanted = spark.createDataFrame(keys, "run string, target string")
+            found = (Context(spark, ops.join(F.broadcast(wanted), ["run", "target"], "left_semi")), "")
+    facts.__dict__["_topic_ctx"] = (keys, *found)
+    return facts.__dict__["_topic_ctx"]
+
+
+def _delegated(name: str, sql_check):
+    def check(spark, facts: RunFacts, histories):
+        keys, ctx, why = _topic_context(spark, facts, histories)
+        results, rows, tables = [], [], {}
+        by_key = {}
+        if ctx is not None:
+            output = sql_check(ctx)
+            by_key = {(r.run, r.target): r for r in output.results}
+            rows, tables = output.anomaly_rows, dict(output.tables)
+        for key in facts.runs:
+            if key in by_key:
+                results.append(by_key[key])
+            elif key in keys:
+                results.append(CheckResult(name, *key, UNKNOWN, why, stats={"anomalies": {}}))
+            else:
+                results.append(CheckResult(name, *key, UNKNOWN, "no topic subscription in this history", applicable=False,
+                                           stats={"anomalies": {}}))
+        if name == slow_consumer.NAME and slow_consumer.GAPS_TABLE not in tables:
+            tables[slow_consumer.GAPS_TABLE] = spark.createDataFrame([], slow_consumer.GAPS_SCHEMA)
+        return results, rows, tables
+    return check
+
+
+CHECKS = {
+    total_queue.NAME: check_total_queue,
+    sql_fifo.NAME: check_fifo,
+    sql_groups.NAME: check_groups,
+    sql_downtime.NAME: check_downtime,
+    performance.LATENCY: check_latency,
+    performance.THROUGHPUT: check_throughput,
+    topic_fanout.NAME: _delegated(topic_fanout.NAME, topic_fanout.check),
+    slow_consumer.NAME: _delegated(slow_consumer.NAME, slow_consumer.check),
+}
