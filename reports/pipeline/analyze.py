@@ -37,6 +37,7 @@ class Analysis:
     histories: Histories
     tables: dict = field(default_factory=dict)  # name -> DataFrame
     anomalies_df: object = None
+    notes: list[str] = field(default_factory=list)  # how the input was read, where that is worth saying
 
     @property
     def valid(self):
@@ -47,14 +48,21 @@ class Analysis:
 
 def analyze(spark, path: str | Path, *, skip_malformed: bool = False, checkers: list[str] | None = None,
             max_downtime_s: float | None = None, duplicates_allowed: bool | None = None,
-            histories: Histories | None = None, engine: str = DEFAULT_ENGINE) -> Analysis:
-    """Run the checker jobs over every run found at ``path`` (or over ``histories``).
+            histories: Histories | None = None, engine: str = DEFAULT_ENGINE,
+            histories_out: str | Path | None = None) -> Analysis:
+    """Run the checker jobs over every run found at ``path`` (or over ``histories``, loaded by the
+    SQL loader: then the SQL engine runs).
 
     ``max_downtime_s`` and ``duplicates_allowed`` apply to every run when given; when None, each
     run is judged with its experiment's own settings (the run record), else the defaults.
 
-    ``engine``: "fused" (every checker of a run in one vectorized pass: reports/pipeline/fused/)
-    or "sql" (a Spark SQL job per checker: reports/pipeline/checkers/); both give the same results."""
+    ``engine``: "fused" (a Spark task per history file reads it with pyarrow and runs every
+    checker of its run in one vectorized pass: reports/pipeline/fused/) or "sql" (a Spark SQL job
+    per checker: reports/pipeline/checkers/); both give the same results. The fused engine hands
+    an input it cannot take (a run spread over several files, the SQL engine's Parquet) to the SQL
+    engine and says so in ``Analysis.notes``.
+
+    ``histories_out``: where to write the loaded histories as Parquet (JSON lines input only)."""
     if engine not in ENGINES:
         raise ValueError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
     options: dict[str, dict] = {"total_queue": {"duplicates_allowed": duplicates_allowed},
@@ -63,21 +71,23 @@ def analyze(spark, path: str | Path, *, skip_malformed: bool = False, checkers: 
     unknown = [n for n in names if n not in CHECKERS]
     if unknown:
         raise ValueError(f"unknown checker(s) {', '.join(unknown)}; known: {', '.join(CHECKERS)}")
-    if engine == "fused":
-        from reports.pipeline.fused import load as fused_load
-        from reports.pipeline.fused.engine import analyze_fused
+    notes: list[str] = []
+    done = None
+    if engine == "fused" and histories is None:
+        from reports.pipeline.fused.engine import NotLeanParquet, RunSplitAcrossFiles, analyze_fused
 
-        histories = histories or fused_load.load(spark, path, skip_malformed=skip_malformed)
-        if not getattr(histories, "lean", False):  # loaded by the SQL loader: flatten its ops
-            histories = fused_load.FusedHistories(fused_load.from_sql_ops(histories.ops), histories.malformed,
-                                                  histories.sources)
-        results, anomaly_rows, anomalies_df, tables = analyze_fused(spark, histories, names, options)
-    else:
+        try:
+            done = analyze_fused(spark, path, names, options, skip_malformed=skip_malformed, parquet_out=histories_out)
+            notes += done[0].notes
+        except (RunSplitAcrossFiles, NotLeanParquet) as exc:
+            notes.append(f"{exc}: analysed with the SQL engine instead")
+    if done is None:
         histories = histories or load(spark, path, skip_malformed=skip_malformed)
-        if getattr(histories, "lean", False):
-            raise ValueError("the SQL engine reads the SQL loader's histories; load them with "
-                             "reports.pipeline.load.load, or analyse with engine='fused'")
         results, anomaly_rows, anomalies_df, tables = _analyze_sql(spark, histories, names, options)
+        if histories_out is not None and find_sources(path)[0] == "jsonl":
+            write_parquet(histories, histories_out)
+    else:
+        histories, results, anomaly_rows, anomalies_df, tables = done
     skipped = histories.runs_with_skipped_lines()
     apply_skipped_lines(results, skipped)
     verdicts = run_verdicts(results, skipped)
@@ -95,7 +105,7 @@ def analyze(spark, path: str | Path, *, skip_malformed: bool = False, checkers: 
             {k: row[k] for k in ("checker", "kind", "message_id", "ops", "detail")})
     for verdict in verdicts:
         verdict["anomalies"] = by_run.get((verdict["run"], verdict["target"]), [])
-    return Analysis(verdicts, results, anomaly_rows, histories, tables, anomalies_df)
+    return Analysis(verdicts, results, anomaly_rows, histories, tables, anomalies_df, notes)
 
 
 def _analyze_sql(spark, histories: Histories, names: list[str], options: dict):
@@ -113,7 +123,9 @@ def _analyze_sql(spark, histories: Histories, names: list[str], options: dict):
     return results, anomaly_rows, anomalies_df, tables
 
 
-def write(analysis: Analysis, out_dir: str | Path, *, spark, write_histories: bool = True) -> Path:
+def write(analysis: Analysis, out_dir: str | Path, *, spark) -> Path:
+    """The verdicts, anomalies and tables (the histories' Parquet was written by `analyze`, given
+    ``histories_out``)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "verdicts.json").write_text(json.dumps(
@@ -125,13 +137,6 @@ def write(analysis: Analysis, out_dir: str | Path, *, spark, write_histories: bo
     analysis.anomalies_df.coalesce(1).write.mode("overwrite").parquet(str(out_dir / "anomalies.parquet"))
     for name, table in analysis.tables.items():
         table.coalesce(1).write.mode("overwrite").parquet(str(out_dir / f"{name}.parquet"))
-    if write_histories:
-        if getattr(analysis.histories, "lean", False):
-            from reports.pipeline.fused.load import write_parquet as write_flat
-
-            write_flat(analysis.histories, out_dir / "histories.parquet")
-        else:
-            write_parquet(analysis.histories, out_dir / "histories.parquet")
     return out_dir
 
 
@@ -178,12 +183,13 @@ def run(args: argparse.Namespace, *, progress: Callable[[str], None] = print) ->
     try:
         analysis = analyze(spark, args.path, skip_malformed=args.skip_malformed, max_downtime_s=args.max_downtime,
                            duplicates_allowed=args.duplicates_allowed,
-                           engine=getattr(args, "engine", DEFAULT_ENGINE))
+                           engine=getattr(args, "engine", DEFAULT_ENGINE), histories_out=out_dir / "histories.parquet")
     except (MalformedHistory, HistoryNotFound) as exc:
         print(f"brokerconf analyze: {exc}", file=sys.stderr)
         return 2
-    kind, _ = find_sources(args.path)
-    write(analysis, out_dir, spark=spark, write_histories=kind == "jsonl")
+    for note in analysis.notes:
+        progress(f"note: {note}")
+    write(analysis, out_dir, spark=spark)
     spark.catalog.clearCache()  # the tables are written; a session that lives on gets its memory back
     for line in summary_lines(analysis):
         progress(line)

@@ -272,6 +272,9 @@ def write_parquet(histories: Histories, out_dir: str | Path) -> Path:
 
 def load_parquet(spark: SparkSession, path: str | Path) -> Histories:
     path = Path(path)
+    if (path / "_lean_flat").exists():  # reports/pipeline/fused/load.py LEAN_MARK
+        raise HistoryNotFound(f"{path}: flat Parquet written by the fused engine; analyse it with --engine fused, "
+                              "or analyse the history.jsonl files with --engine sql")
     ops = spark.read.parquet(str(path))
     if "msgs" not in ops.columns and "value" in ops.columns:
         ops = with_messages(ops)

@@ -1,18 +1,36 @@
-"""The fused engine's loader (reports/pipeline/fused/load.py): one typed JSON scan, flattened to
-one row per message, with the SQL loader's messages and malformed-line rules."""
+"""The fused engine's loader (reports/pipeline/fused/load.py): a history file read with pyarrow into
+flat rows (one per message), by the SQL loader's message and malformed-line rules; the slow
+line-by-line path gives the same rows as the typed one; lean Parquet round trips."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from reports.pipeline import load as sql_load
-from reports.pipeline.analyze import analyze, write
+from reports.pipeline.analyze import analyze
 from reports.pipeline.fused import load as fused
-from reports.pipeline.load import HistoryNotFound, MalformedHistory
+from reports.pipeline.load import MESSAGE_SCHEMA, HistoryNotFound, MalformedHistory
 
 from .histories import H, msg
+
+_FAULT_WINDOW = T.ArrayType(T.StructType([T.StructField(n, t) for n, t in (
+    ("fault", T.StringType()), ("f", T.StringType()), ("start", T.LongType()), ("end", T.LongType()))]))
+_NEMESIS = T.StructType([T.StructField("phase", T.StringType()), T.StructField("fault", T.StringType()),
+                         T.StructField("started", T.LongType()), T.StructField("fault_window", _FAULT_WINDOW)])
+_OP_KEYS = ("run", "target", "node", "file", "index", "time", "process", "type", "f", "error")
+
+
+def from_sql_ops(ops):
+    """The oracle: the SQL loader's ops (``value`` text, ``msgs``) as flat rows, in Spark."""
+    nemesis = F.when(F.substring(F.ltrim(F.col("value")), 1, 1) == "{", F.from_json("value", _NEMESIS))
+    flat = ops.select(*_OP_KEYS, F.posexplode_outer("msgs").alias("pos", "m"),
+                      *[nemesis[c].alias(c) for c in _NEMESIS.fieldNames()])
+    return flat.select(*_OP_KEYS, "pos", *[F.col(f"m.{c}").alias(c) for c in MESSAGE_SCHEMA.fieldNames()],
+                       *_NEMESIS.fieldNames())
 
 
 def _mixed(run: str = "mixed") -> H:
@@ -25,35 +43,54 @@ def _mixed(run: str = "mixed") -> H:
     return h.drain(3, [msg("c", producer=2, seq=5), msg("d", producer=2, seq=6)]).drain(3, [])
 
 
-def _rows(df):
-    return sorted(tuple((k, json.dumps(v, default=str, sort_keys=True)) for k, v in r.asDict(recursive=True).items())
-                  for r in df.select(*fused.FLAT_COLUMNS).collect())
+def _key(row: dict) -> tuple:
+    return tuple((k, json.dumps(row[k], default=str, sort_keys=True)) for k in fused.FLAT_COLUMNS)
+
+
+def _arrow_rows(table, *, file: bool = True) -> list[tuple]:
+    rows = [dict(r, file=sql_load._uri_path(r["file"]) if file else None) for r in table.to_pylist()]  # pylint: disable=protected-access
+    return sorted(_key(r) for r in rows)
+
+
+def _spark_rows(df, *, file: bool = True) -> list[tuple]:
+    rows = [dict(r.asDict(recursive=True)) for r in df.collect()]
+    return sorted(_key(dict(r, file=sql_load._uri_path(r["file"]) if file else None)) for r in rows)  # pylint: disable=protected-access
 
 
 def test_flat_rows_match_the_sql_loaders_messages(spark, tmp_path):
     path = _mixed().write(tmp_path)
-    typed = fused.load(spark, path).ops
-    via_sql = fused.from_sql_ops(sql_load.load(spark, path).ops)
-    assert _rows(typed) == _rows(via_sql)
-    drain = typed.where("f = 'drain' and type = 'ok' and pos is not null").orderBy("index", "pos").collect()
-    assert [(r["id"], r["pos"], r["seq"]) for r in drain] == [("c", 0, 5), ("d", 1, 6)]
+    read = fused.read_history_file(path)
+    assert read.note == "" and read.malformed == []
+    assert _arrow_rows(read.table) == _spark_rows(from_sql_ops(sql_load.load(spark, path).ops))
+    rows = sorted((r for r in read.table.to_pylist() if r["f"] == "drain" and r["pos"] is not None),
+                  key=lambda r: (r["index"], r["pos"]))
+    assert [(r["id"], r["pos"], r["seq"]) for r in rows] == [("c", 0, 5), ("d", 1, 6)]
 
 
-def test_value_that_does_not_fit_the_struct_is_parsed_again(spark, tmp_path):
-    # `seq` as text does not fit the typed struct: the line is re-read with the SQL loader's rules
+def test_typed_and_line_by_line_reads_give_the_same_rows(tmp_path):
+    path = _mixed().write(tmp_path)
+    typed = fused.read_history_file(path).table
+    slow, malformed = fused._line_by_line(path.read_bytes(), path, False)  # pylint: disable=protected-access
+    assert malformed == [] and _arrow_rows(typed) == _arrow_rows(slow)
+
+
+def test_value_that_does_not_fit_the_types_is_read_line_by_line(spark, tmp_path):
+    # `seq` as text does not fit the typed read: the file is read again line by line
     h = H("odd").send(0, "a")
     h.op(0, "invoke", "send", {"id": "x", "seq": "not a number", "destination": "queue://q"})
     path = h.write(tmp_path)
-    assert _rows(fused.load(spark, path).ops) == _rows(fused.from_sql_ops(sql_load.load(spark, path).ops))
+    read = fused.read_history_file(path)
+    assert "read line by line" in read.note
+    assert _arrow_rows(read.table) == _spark_rows(from_sql_ops(sql_load.load(spark, path).ops))
 
 
-def test_malformed_line_names_file_and_line(spark, tmp_path):
+def test_malformed_line_names_file_and_line(tmp_path):
     path = _mixed().write(tmp_path)
     lines = path.read_text().splitlines()
     lines.insert(3, '{"index": 2, "time": 1, "process": 0, "type": "ok"')
     path.write_text("\n".join(lines) + "\n")
     with pytest.raises(MalformedHistory) as info:
-        fused.load(spark, path)
+        fused.read_history_file(path)
     assert f"{path}:4:" in str(info.value) and "--skip-malformed" in str(info.value)
 
 
@@ -63,37 +100,57 @@ def test_skip_malformed_lists_the_same_lines_as_the_sql_loader(spark, tmp_path):
     lines.insert(1, "garbage")
     lines.insert(5, '{"index": 9, "time": 1, "process": "worker", "type": "ok", "f": "send"}')
     path.write_text("\n".join(lines) + "\n")
-    got = fused.load(spark, path, skip_malformed=True)
+    got = fused.read_history_file(path, skip_malformed=True)
     want = sql_load.load(spark, path, skip_malformed=True)
     assert got.malformed == want.malformed and [m.line for m in got.malformed] == [2, 6]
-    assert _rows(got.ops) == _rows(fused.from_sql_ops(want.ops))
+    assert _arrow_rows(got.table) == _spark_rows(from_sql_ops(want.ops))
 
 
-def test_lean_parquet_round_trip_has_no_json(spark, tmp_path):
+def test_lean_parquet_round_trip_has_no_json(tmp_path):
     path = _mixed().write(tmp_path / "in")
-    histories = fused.load(spark, path)
-    out = fused.write_parquet(histories, tmp_path / "histories.parquet")
-    again = fused.load(spark, out)
-    assert "value" not in again.ops.columns and "msgs" not in again.ops.columns
-    assert _rows(again.ops) == _rows(histories.ops)
+    table = fused.read_history_file(path).table
+    [written] = fused.write_runs(table, tmp_path / "histories.parquet")
+    fused.finish_parquet(tmp_path / "histories.parquet", [])
+    [(run, target, directory)] = fused.run_dirs(tmp_path / "histories.parquet")
+    assert (run, target) == ("mixed", "t") and written.startswith(directory)
+    again = fused.read_run_parquet(run, target, directory)
+    assert "value" not in again.column_names and "msgs" not in again.column_names
+    assert _arrow_rows(again) == _arrow_rows(table)
 
 
-def test_reads_parquet_written_by_the_sql_engine(spark, tmp_path):
+def test_parquet_written_by_the_sql_engine_is_analysed_by_the_sql_engine(spark, tmp_path):
     path = _mixed().write(tmp_path / "in")
     out = sql_load.write_parquet(sql_load.load(spark, path), tmp_path / "old.parquet")
-    assert _rows(fused.load(spark, out).ops) == _rows(fused.load(spark, path).ops)
+    analysis = analyze(spark, out, engine="fused")
+    assert any("written by the SQL engine" in n and "SQL engine instead" in n for n in analysis.notes)
+    assert [v["run"] for v in analysis.verdicts] == ["mixed"]
 
 
 def test_sql_engine_refuses_lean_parquet_clearly(spark, tmp_path):
     path = _mixed().write(tmp_path / "in")
-    out = fused.write_parquet(fused.load(spark, path), tmp_path / "lean.parquet")
-    with pytest.raises(HistoryNotFound, match="without the history columns"):
-        sql_load.load(spark, out)
+    analyze(spark, path, engine="fused", histories_out=tmp_path / "lean.parquet")
+    with pytest.raises(HistoryNotFound, match="written by the fused engine"):
+        sql_load.load(spark, tmp_path / "lean.parquet")
 
 
 def test_analysis_written_and_read_back_gives_the_same_verdicts(spark, tmp_path):
     path = _mixed().write(tmp_path / "in")
-    first = analyze(spark, path, engine="fused")
-    write(first, tmp_path / "out", spark=spark)
+    first = analyze(spark, path, engine="fused", histories_out=tmp_path / "out" / "histories.parquet")
     second = analyze(spark, tmp_path / "out" / "histories.parquet", engine="fused")
+    assert second.notes == []
     assert json.dumps(first.verdicts, sort_keys=True, default=str) == json.dumps(second.verdicts, sort_keys=True, default=str)
+
+
+def test_run_split_over_two_files_goes_to_the_sql_engine(spark, tmp_path):
+    h = H("split").send(0, "a").send(0, "b", seq=1).receive(1, "a", consumer=0).drain(2, [])
+    path = h.write(tmp_path / "one")
+    lines = path.read_text().splitlines(keepends=True)
+    other = tmp_path / "two" / "split" / "history.jsonl"
+    other.parent.mkdir(parents=True)
+    other.write_text("".join(lines[3:]))
+    path.write_text("".join(lines[:3]))
+    fused_result = analyze(spark, tmp_path, engine="fused")
+    assert any("has lines in" in n for n in fused_result.notes)
+    sql_result = analyze(spark, tmp_path, engine="sql")
+    assert [(v["run"], v["valid"]) for v in fused_result.verdicts] == [(v["run"], v["valid"]) for v in sql_result.verdicts]
+    assert fused_result.verdicts[0]["valid"] is False  # "b" was confirmed and never received

@@ -1,6 +1,13 @@
-"""The fused engine's driver side: one Spark job runs `checks.run_pass` on every run (runs spread
-over the executors), then the records become CheckResults, anomaly rows and tables with the SQL
-checkers' wording, stats keys and verdict rules (reports/pipeline/checkers/*.py).
+"""The fused engine's driver side: one Spark job whose tasks each take one history (a JSON lines
+file, or one run's flat Parquet), read it with pyarrow and run `checks.facts_from_table` on every
+run in it; the tasks return small records and, when asked, write the flat Parquet back themselves.
+The records then become CheckResults, anomaly rows and tables with the SQL checkers' wording,
+stats keys and verdict rules (reports/pipeline/checkers/*.py).
+
+The unit of parallelism is a history: many runs (a tree of CI jobs' runs) spread over the
+executors, and within one task pyarrow's reader and writer use the executor's cores. A run split
+over several files cannot be judged by one task: `RunSplitAcrossFiles` says so and the analysis
+falls back to the SQL engine (analyze.py).
 
 Topic fan-out and slow consumer are delegated to their SQL jobs for the runs that have a topic
 subscription (read again from their history.jsonl with the SQL loader: those jobs need the raw
@@ -10,9 +17,13 @@ values); every other run gets their "no topic subscription" result without any S
 from __future__ import annotations
 
 import json
+import threading
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import functions as F
 
 from reports.pipeline import load as sql_load
@@ -22,8 +33,10 @@ from reports.pipeline.checkers import groups as sql_groups
 from reports.pipeline.checkers import performance, slow_consumer, topic_fanout, total_queue
 from reports.pipeline.checkers.common import (ANOMALY_SCHEMA, UNKNOWN, CheckResult, Context, count_by_run, describe_counts,
                                               fault_windows, merge_intervals, read_run_record)
+from reports.pipeline.load import Malformed, MalformedHistory, find_sources
 
 from . import checks
+from . import load as fused_load
 
 LATENCY_SCHEMA = ("run string, target string, f string, phase string, ok bigint, fail bigint, info bigint, max bigint, "
                   "mean double, p50 bigint, p90 bigint, p99 bigint, p999 bigint")
@@ -37,8 +50,8 @@ class RunFacts:
 
     def __init__(self, rows) -> None:
         self.by_key: dict = {}
-        for r in rows:
-            self.by_key.setdefault((r["run"], r["target"]), {}).setdefault(r["kind"], []).append(json.loads(r["payload"]))
+        for run, target, kind, payload in rows:
+            self.by_key.setdefault((run, target), {}).setdefault(kind, []).append(json.loads(payload))
         self.runs = sorted(self.by_key)
         self.spans = {k: v["span"][0] for k, v in self.by_key.items()}
         self.windows = {k: fault_windows(k, [_nemesis_row(n) for n in v["nemesis"][0]], self.spans[k]["t1"])
@@ -73,10 +86,109 @@ def _nemesis_row(n: dict) -> dict:
     return {"index": n["index"], "time": n["time"], "f": n["f"], "value": json.dumps(value)}
 
 
-def analyze_fused(spark, histories, names: list[str], options: dict):
-    """(results, anomaly_rows, anomalies DataFrame, tables) for the checkers ``names``."""
-    rows = (histories.ops.groupBy("run", "target").applyInPandas(checks.run_pass, checks.OUTPUT_SCHEMA).collect())
-    facts = RunFacts(rows)
+class RunSplitAcrossFiles(ValueError):
+    """One run's lines are in several history files: no single task sees the whole run."""
+
+
+class NotLeanParquet(ValueError):
+    """Parquet written by the SQL engine (``value`` and ``msgs``): the fused engine reads its own."""
+
+
+@dataclass(frozen=True)
+class Unit:
+    """What one task reads: a history file, or one run's directory of flat Parquet."""
+    kind: str  # "jsonl" | "parquet"
+    path: str
+    run: str = ""
+    target: str = ""
+
+
+def plan(path: str | Path) -> tuple[str, list[Unit], list[Malformed]]:
+    """The input's kind, its units, and the skipped lines recorded beside Parquet input."""
+    kind, sources = find_sources(path)
+    if kind == "jsonl":
+        return kind, [Unit("jsonl", str(Path(f).resolve())) for f in sources], []
+    directory = sources[0]
+    if not fused_load.is_lean(directory):
+        raise NotLeanParquet(f"{directory}: Parquet written by the SQL engine")
+    units = [Unit("parquet", d, run, target) for run, target, d in fused_load.run_dirs(directory)]
+    return kind, units, fused_load.malformed_beside(directory)
+
+
+def run_unit(unit: Unit, skip_malformed: bool, parquet_out: str | None) -> list[tuple[str, str, str, str]]:
+    """One task: read the unit, write its flat Parquet back (in a thread, beside the pass: pyarrow
+    writes without the GIL while numpy works), and return (run, target, kind, payload) records.
+    Errors a user must see (a malformed line) come back as records, not as a Spark failure."""
+    try:
+        if unit.kind == "jsonl":
+            read = fused_load.read_history_file(unit.path, skip_malformed=skip_malformed)
+            table, malformed, note = read.table, read.malformed, read.note
+        else:
+            table, malformed, note = fused_load.read_run_parquet(unit.run, unit.target, unit.path), [], ""
+    except MalformedHistory as exc:
+        return [("", "", "_error", json.dumps(str(exc)))]
+    out: list[tuple[str, str, str, str]] = [("", "", "_unit", json.dumps(unit.path))]
+    out += [(m.run, "", "_malformed", json.dumps(m.__dict__)) for m in malformed]
+    if note:
+        out.append(("", "", "_note", json.dumps(note)))
+    writer = None
+    if parquet_out is not None and table.num_rows:
+        writer = threading.Thread(target=fused_load.write_runs, args=(table, parquet_out), name="parquet-writer")
+        writer.start()
+    try:
+        for run, target, rows in _runs_of(table):
+            out += [(run, target, kind, json.dumps(payload, default=_plain))
+                    for kind, payload in _facts(rows)]
+    finally:
+        if writer is not None:
+            writer.join()
+    return out
+
+
+def _facts(table: pa.Table):
+    entry = getattr(checks, "facts_from_table", None)
+    return entry(table) if entry is not None else checks.facts(table.to_pandas())
+
+
+def _plain(value):
+    """numpy scalars (and NaN) in a payload as JSON values."""
+    if hasattr(value, "item"):
+        value = value.item()
+        return None if isinstance(value, float) and value != value else value
+    raise TypeError(f"not JSON: {type(value).__name__}")
+
+
+def _runs_of(table: pa.Table):
+    keys = fused_load.run_keys(table)
+    if len(keys) == 1:
+        yield (*keys[0], table)
+        return
+    run, target = pc.cast(table["run"], pa.string()), pc.cast(table["target"], pa.string())
+    for key in keys:
+        yield (*key, table.filter(pc.and_(pc.equal(run, key[0]), pc.equal(target, key[1]))))
+
+
+def analyze_fused(spark, path, names: list[str], options: dict, *, skip_malformed: bool = False,
+                  parquet_out: str | Path | None = None):
+    """(histories, results, anomaly_rows, anomalies DataFrame, tables) for the checkers ``names``."""
+    kind, units, malformed = plan(path)
+    out = str(parquet_out) if parquet_out is not None and kind == "jsonl" else None
+    if out is not None:
+        fused_load.clear_parquet(out)  # the tasks add files: a previous analysis's must go first
+    sc = spark.sparkContext
+    records = (sc.parallelize(units, max(1, len(units)))
+               .flatMap(lambda unit: run_unit(unit, skip_malformed, out)).collect())
+    errors = [json.loads(r[3]) for r in records if r[2] == "_error"]
+    if errors:
+        raise MalformedHistory(sorted(errors)[0])
+    malformed += [Malformed(**json.loads(r[3])) for r in records if r[2] == "_malformed"]
+    malformed.sort(key=lambda m: (m.file, m.line))
+    notes = [json.loads(r[3]) for r in records if r[2] == "_note"]
+    _refuse_split_runs(records)
+    if out is not None:
+        fused_load.finish_parquet(out, malformed)
+    facts = RunFacts([r for r in records if not r[2].startswith("_")])
+    histories = fused_load.FusedHistories(None, malformed, [u.path for u in units], parquet=out, notes=notes)
     results: list[CheckResult] = []
     anomalies: list[dict] = []
     tables: dict = {}
@@ -87,7 +199,19 @@ def analyze_fused(spark, histories, names: list[str], options: dict):
         tables.update(tabs)
     anomalies_df = spark.createDataFrame([tuple(a[c] for c in ANOMALY_SCHEMA.fieldNames()) for a in anomalies],
                                          ANOMALY_SCHEMA)
-    return results, anomalies, anomalies_df, tables
+    return histories, results, anomalies, anomalies_df, tables
+
+
+def _refuse_split_runs(records) -> None:
+    """Each run must come from one unit (one task saw all of it)."""
+    unit, seen = None, {}
+    for run, target, kind, payload in records:
+        if kind == "_unit":
+            unit = json.loads(payload)
+        elif kind == "span":
+            first = seen.setdefault((run, target), unit)
+            if first != unit:
+                raise RunSplitAcrossFiles(f"run {run!r} (target {target!r}) has lines in {first} and {unit}")
 
 
 def _anomalies_of(facts: RunFacts, checker: str) -> list[dict]:

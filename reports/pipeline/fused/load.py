@@ -1,170 +1,423 @@
-"""Loading for the fused engine: one typed JSON scan, flattened to one row per message.
+"""Loading for the fused engine: one history file (or one run's Parquet) into a flat Arrow table,
+inside a Spark task, with no JVM in the data path.
 
-The SQL engine's loader (reports/pipeline/load.py) reads ``value`` as a string and parses it a
-second time with ``from_json``; measured at 1M operations that second parse cost about five times
-the line parse. Here the JSON reader types ``value`` as a struct directly (the message fields, a
-``messages`` list, and the nemesis fields the checkers read), which costs almost nothing extra.
-A value that does not fit that struct (a drain's list at the root, a field of another type) makes
-Spark's PERMISSIVE reader keep the raw line in ``_corrupt_record``; only those rare rows are parsed
-again, with the SQL loader's own rules (`load.with_messages`), so both engines see the same
-messages and the same malformed lines.
+Why not Spark's JSON reader: measured here at 1M operations it spent ~40 s where pyarrow's
+multithreaded reader with an explicit schema takes ~2 s, and every row then still had to cross from
+the JVM to Python for the per-run pass. So the engine hands each Spark task the *path* of a history,
+and the task reads it with pyarrow (engine.py).
 
-The result (`FusedHistories.ops`) is flat: one row per message an op carries (``pos`` its place in
-a drain's list, 0 for a single message), and one row with ``pos`` null for an op without messages.
-Parquet is written back in that shape (no JSON text at all), partitioned by run and target.
+The typed read (the fast path) needs every line to fit one schema. Two kinds of lines do not, and
+they are few in any history (DESIGN.md, "History format"): nemesis lines (``process`` is the text
+``"nemesis"`` where clients have integers; their values carry fault windows) and drains (``value``
+is a JSON list). They are cut out of the buffer by a byte search and parsed one by one with
+`json`. Whatever else does not fit (a field of another type, a line that is not JSON, a missing
+field) sends the whole file down the slow path: every line parsed in Python by the SQL loader's
+rules (`reports.pipeline.load.line_problem`), which names malformed lines by file and line number
+and, with ``skip_malformed``, leaves them out. Both paths give the same rows.
 
-One difference from the SQL loader: a lone message object whose ``id`` is JSON null is not a
-message here (a typed read cannot tell a null id from a missing one), where the SQL loader keeps it
-with the id "None". No workload writes such a value; inside a drain's list (parsed again) both
-loaders keep it.
+The flat table (FLAT_SCHEMA): one row per message an op carries (``pos`` its place in a drain's
+list, 0 for a single message) and one row with ``pos`` null for an op without messages; the
+nemesis fields the checkers read beside them. Messages follow `reports.pipeline.load.with_messages`,
+with one documented difference: a lone message object whose ``id`` is JSON null is not a message
+here (a typed read cannot tell a null id from a missing one), where the SQL loader keeps it with
+the id "None". No workload writes one; inside a drain's list both loaders keep it.
+
+Parquet is written back per run (partitioned ``run=/target=`` directories, one file per history
+file) in this flat shape, so a later analysis reads columns and parses nothing.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+import re
+import shutil
+import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import quote, unquote
 
-from pyspark.sql import Column, DataFrame, SparkSession
-from pyspark.sql import functions as F
-from pyspark.sql import types as T
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.json as pj
+import pyarrow.parquet as pq
 
-from reports.pipeline import load as sql_load
-from reports.pipeline.load import (LINE_SCHEMA, MALFORMED_FILE, MESSAGE_SCHEMA, UNKNOWN_TARGET, Histories,
-                                   HistoryNotFound, Malformed, MalformedHistory, find_sources)
+from reports.pipeline.load import (MALFORMED_FILE, NEMESIS, OP_TYPES, UNKNOWN_TARGET, Histories, Malformed,
+                                   line_problem)
 
-_CORRUPT = "_corrupt_record"
+_MESSAGE_FIELDS = (("id", pa.string()), ("producer", pa.int64()), ("seq", pa.int64()), ("destination", pa.string()),
+                   ("group", pa.string()), ("consumer", pa.int64()), ("subscriber", pa.int64()),
+                   ("redelivered", pa.bool_()))
+MESSAGE_TYPE = pa.struct(list(_MESSAGE_FIELDS))
+FAULT_WINDOW_TYPE = pa.list_(pa.struct([("fault", pa.string()), ("f", pa.string()), ("start", pa.int64()),
+                                        ("end", pa.int64())]))
+_NEMESIS_FIELDS = (("phase", pa.string()), ("fault", pa.string()), ("started", pa.int64()),
+                   ("fault_window", FAULT_WINDOW_TYPE))
+_DICT = pa.dictionary(pa.int32(), pa.string())
 
-FAULT_WINDOW = T.ArrayType(T.StructType([
-    T.StructField("fault", T.StringType()), T.StructField("f", T.StringType()),
-    T.StructField("start", T.LongType()), T.StructField("end", T.LongType()),
-]))
-#: what the checkers read from a value: a message, a wrapped list, or a nemesis step's details
-VALUE_STRUCT = T.StructType([
-    *MESSAGE_SCHEMA.fields,
-    T.StructField("messages", T.ArrayType(MESSAGE_SCHEMA)),
-    T.StructField("phase", T.StringType()),
-    T.StructField("fault", T.StringType()),
-    T.StructField("started", T.LongType()),
-    T.StructField("fault_window", FAULT_WINDOW),
+#: the flat table; few-valued text columns are dictionary-encoded (small integer codes for the
+#: checkers, and Parquet stores them as such)
+FLAT_SCHEMA = pa.schema([
+    ("run", _DICT), ("target", _DICT), ("node", _DICT), ("file", _DICT), ("index", pa.int64()), ("time", pa.int64()),
+    ("process", _DICT), ("type", _DICT), ("f", _DICT), ("error", pa.string()), ("pos", pa.int64()),
+    ("id", pa.string()), ("producer", pa.int64()), ("seq", pa.int64()), ("destination", _DICT), ("group", _DICT),
+    ("consumer", pa.int64()), ("subscriber", pa.int64()), ("redelivered", pa.bool_()),
+    *_NEMESIS_FIELDS,
 ])
-TYPED_LINE_SCHEMA = T.StructType([T.StructField("value", VALUE_STRUCT) if f.name == "value" else f
-                                  for f in LINE_SCHEMA.fields])
+FLAT_COLUMNS = tuple(FLAT_SCHEMA.names)
+_PLAIN_SCHEMA = pa.schema([pa.field(f.name, pa.string()) if f.type == _DICT else f for f in FLAT_SCHEMA])
 
-OP_KEYS = ("run", "target", "node", "file", "index", "time", "process", "type", "f", "error")
-NEMESIS_FIELDS = ("phase", "fault", "started", "fault_window")
-#: columns of the flat table, in order
-FLAT_COLUMNS = (*OP_KEYS, "pos", *MESSAGE_SCHEMA.fieldNames(), *NEMESIS_FIELDS)
+#: what the typed read asks of a client line; other fields are ignored
+_LINE_SCHEMA = pa.schema([
+    ("index", pa.int64()), ("time", pa.int64()), ("process", pa.int64()), ("type", pa.string()), ("f", pa.string()),
+    ("value", pa.struct([*_MESSAGE_FIELDS, ("messages", pa.list_(MESSAGE_TYPE))])),
+    ("target", pa.string()), ("node", pa.string()), ("run", pa.string()), ("error", pa.string()),
+])
+#: what marks the lines the typed read cannot take (module docstring)
+NEMESIS_BYTES = b'"nemesis"'
+_LIST_VALUE = re.compile(rb'"value"\s*:\s*\[')
+_BLOCK = 4 << 20
+
 #: marks Parquet written by this module (the SQL engine's has ``value`` and ``msgs`` instead)
 LEAN_MARK = "_lean_flat"
 
 
 @dataclass
 class FusedHistories(Histories):
-    """`Histories` whose ``ops`` is the flat table (FLAT_COLUMNS)."""
+    """What the fused engine loaded: no DataFrame (the rows stay in the tasks), the skipped lines,
+    the sources, and where the flat Parquet went (when it was written)."""
+    parquet: str | None = None
     lean: bool = True
+    notes: list[str] = field(default_factory=list)
 
 
-def load(spark: SparkSession, path: str | Path, *, skip_malformed: bool = False) -> FusedHistories:
-    kind, sources = find_sources(path)
-    if kind == "parquet":
-        return load_parquet(spark, sources[0])
-    return load_jsonl(spark, sources, skip_malformed=skip_malformed)
+class NotTyped(ValueError):
+    """The file does not fit the typed read: take the slow path."""
 
 
-def load_jsonl(spark: SparkSession, files: list[Path], *, skip_malformed: bool = False) -> FusedHistories:
-    paths = [str(Path(f).resolve()) for f in files]
-    raw = (spark.read.schema(TYPED_LINE_SCHEMA)
-           .option("mode", "PERMISSIVE").option("columnNameOfCorruptRecord", _CORRUPT)
-           .json(paths)
-           .withColumn("file", F.input_file_name()))
-    corrupt = F.col(_CORRUPT).isNotNull()
-    # The rare rows whose value did not fit: the line again with the SQL loader's schema (value as
-    # text, its own corrupt-record column for lines that are not JSON objects at all).
-    again = F.when(corrupt, F.from_json(_CORRUPT, LINE_SCHEMA, {"columnNameOfCorruptRecord": _CORRUPT}))
+@dataclass
+class FileRead:
+    table: pa.Table
+    malformed: list[Malformed]
+    note: str = ""  # why the slow path was taken, if it was
 
-    def field(name: str) -> Column:
-        return F.when(corrupt, again[name]).otherwise(F.col(name))
 
-    line = raw.select(*[field(c).alias(c) for c in ("index", "time", "process", "type", "f", "target", "node", "run",
-                                                     "error")],
-                      "file", again[_CORRUPT].alias(_CORRUPT),
-                      F.col(_CORRUPT).alias("_line"), F.col("value").alias("_typed"),
-                      F.when(corrupt, again["value"]).alias("_text"))
-    line = line.select(
-        F.coalesce(F.col("run"), F.element_at(F.split(F.col("file"), "/"), -2)).alias("run"),
-        F.coalesce(F.col("target"), F.lit(UNKNOWN_TARGET)).alias("target"),
-        *[c for c in OP_KEYS if c not in ("run", "target")],
-        # `load._problem` reads `_corrupt_record`: here the re-parse's, set only for a line
-        # that is not a JSON object with the history's field types
-        sql_load._problem().alias("_problem"), "_line", "_typed", "_text")
-    # Messages: typed rows directly; re-parsed rows by the SQL loader's rules (`with_messages`
-    # reads the ``value`` column, so it is given the text under that name).
-    typed = F.col("_typed")
-    single = F.when(typed["id"].isNotNull(), F.array(F.struct(*[typed[c].alias(c) for c in MESSAGE_SCHEMA.fieldNames()])))
-    msgs_typed = F.coalesce(typed["messages"], single)
-    line = line.withColumn("_text_parsed", F.col("_line").isNotNull())
-    reparsed = sql_load.with_messages(line.withColumnRenamed("_text", "value")).withColumnRenamed("value", "_text")
-    text_value = F.from_json(F.col("_text"), VALUE_STRUCT)
-    nemesis = [F.when(F.col("_text_parsed"), text_value[c]).otherwise(typed[c]).alias(c) for c in NEMESIS_FIELDS]
-    # The raw line is kept only where it is needed (to name a malformed line): a drain's line
-    # holds every message it took, and would be copied to each of their rows by the explode.
-    prepared = reparsed.select(*OP_KEYS, "_problem", F.when(F.col("_problem").isNotNull(), F.col("_line")).alias("_line"),
-                               F.when(F.col("_text_parsed"), F.col("msgs")).otherwise(msgs_typed).alias("msgs"),
-                               *nemesis)
-    flat = prepared.select(*OP_KEYS, "_problem", "_line", F.posexplode_outer("msgs").alias("pos", "m"), *NEMESIS_FIELDS)
-    flat = flat.select(*OP_KEYS, "_problem", "_line", "pos", *[F.col(f"m.{c}").alias(c) for c in MESSAGE_SCHEMA.fieldNames()],
-                       *NEMESIS_FIELDS).cache()
-    bad = flat.where(F.col("_problem").isNotNull() & ((F.col("pos") == 0) | F.col("pos").isNull()))
-    bad = bad.select("file", "_problem", F.col("_line").alias(_CORRUPT))
-    bad_rows = bad.limit(1).collect() if not skip_malformed else bad.collect()
-    ops = flat.where(F.col("_problem").isNull()).select(*FLAT_COLUMNS)
-    if not bad_rows:
-        return FusedHistories(ops, [], paths)
-    # pylint: disable=protected-access - the same line-number search as the SQL loader
-    malformed = sql_load._locate(bad_rows, ops.select("file", "run") if skip_malformed else None)
-    if not skip_malformed:
-        flat.unpersist()
-        first = malformed[0]
-        raise MalformedHistory(f"{first.describe()}. Fix or delete the line, or analyse without it with "
-                               "--skip-malformed (every verdict of that run is then 'unknown')")
-    return FusedHistories(ops, malformed, paths)
+# ---------------------------------------------------------------------- JSON lines
+
+
+def read_history_file(path: str | Path, *, skip_malformed: bool = False) -> FileRead:
+    """The flat table of one history file. Raises `reports.pipeline.load.MalformedHistory` on the
+    first malformed line unless ``skip_malformed`` (then the lines are listed in the result)."""
+    path = Path(path)
+    data = path.read_bytes()
+    try:
+        return FileRead(_typed(data, path), [])
+    except (NotTyped, pa.ArrowInvalid) as exc:
+        note = f"{path}: read line by line ({str(exc).splitlines()[0][:160]})"
+    table, malformed = _line_by_line(data, path, skip_malformed)
+    return FileRead(table, malformed, note)
+
+
+def _special_lines(data: bytes) -> list[tuple[int, int]]:
+    """(start, end) of the lines the typed read cannot take: nemesis lines and list values. A
+    single-byte search (memchr) finds every ``[``, which client lines rarely hold; only the lines
+    around the hits are looked at more closely."""
+    special: set[tuple[int, int]] = set()
+
+    def line_at(at: int) -> tuple[int, int]:
+        end = data.find(b"\n", at)
+        return data.rfind(b"\n", 0, at) + 1, len(data) if end < 0 else end
+
+    at = data.find(NEMESIS_BYTES)
+    while at >= 0:
+        start, end = line_at(at)
+        special.add((start, end))
+        at = data.find(NEMESIS_BYTES, end)
+    at = data.find(b"[")
+    while at >= 0:
+        start, end = line_at(at)
+        if _LIST_VALUE.search(data, start, end):
+            special.add((start, end))
+        at = data.find(b"[", end)
+    return sorted(special)
+
+
+def _typed(data: bytes, path: Path) -> pa.Table:
+    special = _special_lines(data)
+    parts, rows, last = [], [], 0
+    for start, end in special:
+        parts.append(data[last:start])
+        event = _event(data[start:end])
+        if event is None:
+            raise NotTyped("a nemesis or drain line is malformed")
+        rows += _flat_rows(event, path)
+        last = end
+    parts.append(data[last:])
+    bulk = b"".join(parts) if special else data
+    tables = [_typed_bulk(bulk, path)] if len(bulk) > 4096 or bulk.strip() else []
+    if rows:
+        tables.append(pa.Table.from_pylist(rows, schema=_PLAIN_SCHEMA).cast(FLAT_SCHEMA))
+    if not tables:
+        return FLAT_SCHEMA.empty_table()
+    return pa.concat_tables(tables).unify_dictionaries()
+
+
+def _typed_bulk(buffer: bytes, path: Path) -> pa.Table:
+    lines = pj.read_json(pa.BufferReader(buffer), read_options=pj.ReadOptions(use_threads=True, block_size=_BLOCK),
+                         parse_options=pj.ParseOptions(explicit_schema=_LINE_SCHEMA,
+                                                       unexpected_field_behavior="ignore"))
+    n = lines.num_rows
+    for name in ("index", "time", "process", "type", "f"):
+        if lines[name].null_count:
+            raise NotTyped(f"a line without {name}")
+    if not pc.all(pc.is_in(lines["type"], pa.array(OP_TYPES))).as_py():
+        raise NotTyped("an unknown op type")
+    value = lines["value"]
+    lists = pc.struct_field(value, "messages")
+    single_id = pc.struct_field(value, "id")
+    if lists.null_count == n:  # no wrapped lists: one row per line
+        take_op = None
+        messages = {name: pc.struct_field(value, name) for name, _ in _MESSAGE_FIELDS}
+        pos = pc.if_else(pc.is_valid(single_id), pa.scalar(0, pa.int64()), pa.scalar(None, pa.int64()))
+    else:
+        take_op, messages, pos = _explode(_one_chunk(value), _one_chunk(lists), _one_chunk(single_id), n)
+    run_default = path.parent.name
+    run = pc.fill_null(lines["run"], run_default)
+    target = pc.fill_null(lines["target"], UNKNOWN_TARGET)
+    ops = {"run": run, "target": target, "node": lines["node"], "index": lines["index"], "time": lines["time"],
+           "process": lines["process"], "type": lines["type"], "f": lines["f"], "error": lines["error"]}
+    if take_op is not None:
+        ops = {k: pc.take(_one_chunk(v), take_op) for k, v in ops.items()}
+    rows = len(pos)
+    columns = {
+        "run": _dict(ops["run"]), "target": _dict(ops["target"]), "node": _dict(ops["node"]),
+        "file": pa.DictionaryArray.from_arrays(pa.array(np.zeros(rows, dtype=np.int32)), pa.array([str(path)])),
+        "index": ops["index"], "time": ops["time"], "process": _process_text(ops["process"]),
+        "type": _dict(ops["type"]), "f": _dict(ops["f"]), "error": ops["error"], "pos": pos,
+        **{name: (_dict(messages[name]) if name in ("destination", "group") else messages[name])
+           for name, _ in _MESSAGE_FIELDS},
+        **{name: pa.nulls(rows, kind) for name, kind in _NEMESIS_FIELDS},
+    }
+    return pa.table({name: columns[name] for name in FLAT_COLUMNS}, schema=FLAT_SCHEMA)
+
+
+def _explode(value, lists, single_id, n):
+    """Rows for lines whose value is ``{"messages": [...]}``: one per message (an empty list
+    still leaves the op its row, with ``pos`` null)."""
+    lengths = pc.fill_null(pc.list_value_length(lists), -1).to_numpy(zero_copy_only=False)
+    has_single = pc.is_valid(single_id).to_numpy(zero_copy_only=False)
+    per_op = np.where(lengths > 0, lengths, 1)
+    take_op = np.repeat(np.arange(n), per_op)
+    starts = np.cumsum(per_op) - per_op
+    k = np.arange(len(take_op)) - np.repeat(starts, per_op)
+    offsets = lists.offsets.to_numpy()[:-1] if len(lists) else np.zeros(0, dtype=np.int64)
+    is_list = np.repeat(lengths > 0, per_op)
+    is_single = np.repeat((lengths < 0) & has_single, per_op)
+    # one struct array holding the lone messages, then every list's messages
+    lone = pa.StructArray.from_arrays([pc.struct_field(value, name) for name, _ in _MESSAGE_FIELDS],
+                                      names=[name for name, _ in _MESSAGE_FIELDS])
+    listed = pc.list_flatten(lists)
+    pool = pa.concat_arrays([lone, listed.cast(lone.type)])
+    first = int(lists.offsets[0].as_py()) if len(lists) else 0
+    source = np.where(is_list, n + np.repeat(offsets - first, per_op) + k, take_op)
+    valid = is_list | is_single
+    index = pa.array(source, mask=~valid)
+    picked = pc.take(pool, index)
+    messages = {name: pc.struct_field(picked, name) for name, _ in _MESSAGE_FIELDS}
+    pos = pa.array(np.where(is_list, k, 0), mask=~valid)
+    return pa.array(take_op), messages, pos
+
+
+def _dict(array) -> pa.Array:
+    return pc.dictionary_encode(array) if array.type != _DICT else array
+
+
+def _process_text(process) -> pa.Array:
+    """Client processes as text (the history's ``process`` is an integer or "nemesis"): encode the
+    integers first and render only the distinct ones."""
+    if pa.types.is_dictionary(process.type):
+        return process
+    codes = pc.dictionary_encode(process)
+    if isinstance(codes, pa.ChunkedArray):  # one dictionary shared by every chunk
+        if not codes.num_chunks:
+            return pa.array([], _DICT)
+        text = pc.cast(codes.chunk(0).dictionary, pa.string())
+        return pa.chunked_array([pa.DictionaryArray.from_arrays(c.indices, text) for c in codes.chunks], _DICT)
+    return pa.DictionaryArray.from_arrays(codes.indices, pc.cast(codes.dictionary, pa.string()))
+
+
+def _one_chunk(array):
+    return array.combine_chunks() if isinstance(array, pa.ChunkedArray) else array
+
+
+def _event(raw: bytes) -> dict | None:
+    text = raw.decode("utf-8", "replace")
+    if line_problem(text) is not None:
+        return None
+    return json.loads(text)
+
+
+# ---------------------------------------------------------------------- rows in Python
+
+
+def _line_by_line(data: bytes, path: Path, skip_malformed: bool) -> tuple[pa.Table, list[Malformed]]:
+    from reports.pipeline.load import MalformedHistory
+
+    rows: list[dict] = []
+    malformed: list[Malformed] = []
+    run_default = path.parent.name
+    for number, raw in enumerate(data.split(b"\n"), start=1):
+        text = raw.decode("utf-8", "replace").rstrip("\r")
+        if not text.strip():
+            continue
+        reason = line_problem(text)
+        if reason is not None:
+            bad = Malformed(str(path), number, run_default, reason, text)
+            if not skip_malformed:
+                raise MalformedHistory(f"{bad.describe()}. Fix or delete the line, or analyse without it with "
+                                       "--skip-malformed (every verdict of that run is then 'unknown')")
+            malformed.append(bad)
+            continue
+        rows += _flat_rows(json.loads(text), path)
+    if malformed:  # a skipped line belongs to the run its neighbours name
+        runs = {r["run"] for r in rows}
+        if len(runs) == 1:
+            only = runs.pop()
+            malformed = [Malformed(m.file, m.line, only, m.reason, m.text) for m in malformed]
+    table = pa.Table.from_pylist(rows, schema=_PLAIN_SCHEMA).cast(FLAT_SCHEMA) if rows else FLAT_SCHEMA.empty_table()
+    return table, malformed
+
+
+def _flat_rows(event: dict, path: Path) -> list[dict]:
+    """One line's flat rows, by `reports.pipeline.load.with_messages`' rules."""
+    value = event.get("value")
+    op = {"run": _text(event.get("run")) or path.parent.name, "target": _text(event.get("target")) or UNKNOWN_TARGET,
+          "node": _text(event.get("node")), "file": str(path), "index": event["index"], "time": event["time"],
+          "process": _text(event["process"]), "type": _text(event["type"]), "f": _text(event["f"]),
+          "error": _text(event.get("error"))}
+    nemesis = {}
+    if isinstance(value, dict):
+        nemesis = {"phase": _text(value.get("phase")), "fault": _text(value.get("fault")),
+                   "started": _integer(value.get("started")), "fault_window": _fault_windows(value.get("fault_window"))}
+    if isinstance(value, list):
+        messages = value
+    elif isinstance(value, dict) and isinstance(value.get("messages"), list):
+        messages = value["messages"]
+    elif isinstance(value, dict) and value.get("id") is not None:
+        messages = [value]
+    else:
+        messages = []
+    if not messages:
+        return [{**op, **nemesis, "pos": None}]
+    return [{**op, **nemesis, "pos": pos, **_message(m)} for pos, m in enumerate(messages)]
+
+
+def _message(m) -> dict:
+    if not isinstance(m, dict):
+        return {}
+    out = {"id": None if "id" not in m else ("None" if m["id"] is None else _text(m["id"]))}
+    for name in ("destination", "group"):
+        out[name] = _text(m.get(name))
+    for name in ("producer", "seq", "consumer", "subscriber"):
+        out[name] = _integer(m.get(name))
+    out["redelivered"] = m.get("redelivered") if isinstance(m.get("redelivered"), bool) else None
+    return out
+
+
+def _fault_windows(windows) -> list | None:
+    if not isinstance(windows, list):
+        return None
+    return [{"fault": _text(w.get("fault")), "f": _text(w.get("f")), "start": _integer(w.get("start")),
+             "end": _integer(w.get("end"))} for w in windows if isinstance(w, dict)]
+
+
+def _text(value) -> str | None:
+    if value is None:
+        return None
+    return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+
+
+def _integer(value) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 # ---------------------------------------------------------------------- Parquet
 
 
-def write_parquet(histories: FusedHistories, out_dir: str | Path) -> Path:
-    """The flat table partitioned by run and target, the skipped lines and a marker beside it."""
+def write_runs(table: pa.Table, out_dir: str | Path) -> list[str]:
+    """Write one history file's flat rows under ``out_dir/run=R/target=T/`` (a new file per call,
+    so tasks never overwrite each other); returns the files written."""
     out_dir = Path(out_dir)
-    histories.ops.write.mode("overwrite").partitionBy("run", "target").parquet(str(out_dir))
-    (out_dir / MALFORMED_FILE).write_text(json.dumps([asdict(m) for m in histories.malformed], indent=1))
+    written = []
+    keys = run_keys(table)
+    for run, target in keys:
+        part = table if len(keys) == 1 else table.filter(
+            pc.and_(pc.equal(_decoded(table, "run"), run), pc.equal(_decoded(table, "target"), target)))
+        where = out_dir / f"run={quote(run, safe='')}" / f"target={quote(target, safe='')}"
+        where.mkdir(parents=True, exist_ok=True)
+        name = where / f"part-{uuid.uuid4().hex}.parquet"
+        pq.write_table(part.drop_columns(["run", "target"]), name)
+        written.append(str(name))
+    return written
+
+
+def _decoded(table: pa.Table, column: str):
+    return pc.cast(table[column], pa.string())
+
+
+def run_keys(table: pa.Table) -> list[tuple[str, str]]:
+    """The (run, target) pairs in a flat table."""
+    pairs = pa.table({"run": _decoded(table, "run"), "target": _decoded(table, "target")}).group_by(
+        ["run", "target"]).aggregate([])
+    return sorted(zip(pairs["run"].to_pylist(), pairs["target"].to_pylist()))
+
+
+def clear_parquet(out_dir: str | Path) -> None:
+    """Remove histories Parquet written before (ours or the SQL engine's), refusing anything else."""
+    out_dir = Path(out_dir)
+    if not out_dir.exists():
+        return
+    if out_dir.is_dir() and (is_lean(out_dir) or (out_dir / "_SUCCESS").exists() or (out_dir / MALFORMED_FILE).exists()):
+        shutil.rmtree(out_dir)
+        return
+    raise FileExistsError(f"{out_dir} exists and is not histories Parquet written by `brokerconf analyze`; "
+                          "choose another --out")
+
+
+def finish_parquet(out_dir: str | Path, malformed: list[Malformed]) -> None:
+    """The marker and the skipped lines beside the written runs (on the driver, once)."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / MALFORMED_FILE).write_text(json.dumps([m.__dict__ for m in malformed], indent=1))
     (out_dir / LEAN_MARK).write_text("flat: one row per message (reports/pipeline/fused/load.py)\n")
-    return out_dir
 
 
-def load_parquet(spark: SparkSession, path: str | Path) -> FusedHistories:
-    """Parquet written by either engine: the flat table as is, the SQL engine's (``msgs``) by
-    exploding its message lists (its nemesis values are parsed once, they are few)."""
-    path = Path(path)
-    data = spark.read.parquet(str(path))
-    sidecar = path / MALFORMED_FILE
-    malformed = [Malformed(**m) for m in json.loads(sidecar.read_text())] if sidecar.exists() else []
-    if "pos" in data.columns:
-        missing = [c for c in FLAT_COLUMNS if c not in data.columns]
-        if missing:
-            raise HistoryNotFound(f"{path}: flat Parquet without the columns {', '.join(missing)}; write it again "
-                                  "with `brokerconf analyze --out DIR` (histories.parquet)")
-        flat = data
-    else:
-        flat = from_sql_ops(sql_load.load_parquet(spark, path).ops)
-    flat = flat.select(*[F.col(c).cast("string").alias(c) if c in ("run", "target") else F.col(c) for c in FLAT_COLUMNS])
-    return FusedHistories(flat, malformed, [str(path)])
+def is_lean(path: str | Path) -> bool:
+    return (Path(path) / LEAN_MARK).exists()
 
 
-def from_sql_ops(ops: DataFrame) -> DataFrame:
-    """The SQL engine's ops (``value`` text, ``msgs``) as the flat table."""
-    text_value = F.when(F.substring(F.ltrim(F.col("value")), 1, 1) == "{", F.from_json("value", VALUE_STRUCT))
-    flat = ops.select(*OP_KEYS, F.posexplode_outer("msgs").alias("pos", "m"),
-                      *[text_value[c].alias(c) for c in NEMESIS_FIELDS])
-    return flat.select(*OP_KEYS, "pos", *[F.col(f"m.{c}").alias(c) for c in MESSAGE_SCHEMA.fieldNames()], *NEMESIS_FIELDS)
+def run_dirs(path: str | Path) -> list[tuple[str, str, str]]:
+    """(run, target, directory) of every run in lean Parquet."""
+    found = []
+    for run_dir in sorted(Path(path).glob("run=*")):
+        for target_dir in sorted(run_dir.glob("target=*")):
+            found.append((unquote(run_dir.name[4:]), unquote(target_dir.name[7:]), str(target_dir)))
+    return found
+
+
+def read_run_parquet(run: str, target: str, directory: str | Path) -> pa.Table:
+    """One run's flat rows from lean Parquet (its files, columns as written)."""
+    files = sorted(str(p) for p in Path(directory).glob("*.parquet"))
+    tables = [pq.read_table(f) for f in files]
+    if not tables:
+        return FLAT_SCHEMA.empty_table()
+    table = pa.concat_tables(tables).unify_dictionaries().combine_chunks() if len(tables) > 1 else tables[0]
+    rows = table.num_rows
+    constant = lambda text: pa.DictionaryArray.from_arrays(pa.array(np.zeros(rows, dtype=np.int32)), pa.array([text]))  # noqa: E731
+    table = table.append_column("run", constant(run)).append_column("target", constant(target))
+    return table.select(list(FLAT_COLUMNS)).cast(FLAT_SCHEMA)
+
+
+def malformed_beside(path: str | Path) -> list[Malformed]:
+    sidecar = Path(path) / MALFORMED_FILE
+    return [Malformed(**m) for m in json.loads(sidecar.read_text())] if sidecar.exists() else []
