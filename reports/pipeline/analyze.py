@@ -49,7 +49,7 @@ class Analysis:
 def analyze(spark, path: str | Path, *, skip_malformed: bool = False, checkers: list[str] | None = None,
             max_downtime_s: float | None = None, duplicates_allowed: bool | None = None,
             histories: Histories | None = None, engine: str = DEFAULT_ENGINE,
-            histories_out: str | Path | None = None) -> Analysis:
+            histories_out: str | Path | None = None, progress: Callable[[str], None] | None = None) -> Analysis:
     """Run the checker jobs over every run found at ``path`` (or over ``histories``, loaded by the
     SQL loader: then the SQL engine runs).
 
@@ -77,7 +77,8 @@ def analyze(spark, path: str | Path, *, skip_malformed: bool = False, checkers: 
         from reports.pipeline.fused.engine import NotLeanParquet, RunSplitAcrossFiles, analyze_fused
 
         try:
-            done = analyze_fused(spark, path, names, options, skip_malformed=skip_malformed, parquet_out=histories_out)
+            done = analyze_fused(spark, path, names, options, skip_malformed=skip_malformed, parquet_out=histories_out,
+                                 progress=progress)
             notes += done[0].notes
         except (RunSplitAcrossFiles, NotLeanParquet) as exc:
             notes.append(f"{exc}: analysed with the SQL engine instead")
@@ -183,7 +184,8 @@ def run(args: argparse.Namespace, *, progress: Callable[[str], None] = print) ->
     try:
         analysis = analyze(spark, args.path, skip_malformed=args.skip_malformed, max_downtime_s=args.max_downtime,
                            duplicates_allowed=args.duplicates_allowed,
-                           engine=getattr(args, "engine", DEFAULT_ENGINE), histories_out=out_dir / "histories.parquet")
+                           engine=getattr(args, "engine", DEFAULT_ENGINE), histories_out=out_dir / "histories.parquet",
+                           progress=progress)
     except (MalformedHistory, HistoryNotFound) as exc:
         print(f"brokerconf analyze: {exc}", file=sys.stderr)
         return 2

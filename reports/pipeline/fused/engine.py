@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import json
 import threading
+import uuid
+from typing import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -169,15 +171,19 @@ def _runs_of(table: pa.Table):
 
 
 def analyze_fused(spark, path, names: list[str], options: dict, *, skip_malformed: bool = False,
-                  parquet_out: str | Path | None = None):
-    """(histories, results, anomaly_rows, anomalies DataFrame, tables) for the checkers ``names``."""
+                  parquet_out: str | Path | None = None, progress: Callable[[str], None] | None = None):
+    """(histories, results, anomaly_rows, anomalies DataFrame, tables) for the checkers ``names``;
+    ``progress`` hears how many histories are done while the job runs (every few seconds)."""
     kind, units, malformed = plan(path)
     out = str(parquet_out) if parquet_out is not None and kind == "jsonl" else None
     if out is not None:
         fused_load.clear_parquet(out)  # the tasks add files: a previous analysis's must go first
     sc = spark.sparkContext
-    records = (sc.parallelize(units, max(1, len(units)))
-               .flatMap(lambda unit: run_unit(unit, skip_malformed, out)).collect())
+    group = f"brokerconf-fused-{uuid.uuid4().hex}"
+    sc.setJobGroup(group, f"brokerconf analyze: {len(units)} histories")
+    with _Progress(sc, group, len(units), progress):
+        records = (sc.parallelize(units, max(1, len(units)))
+                   .flatMap(lambda unit: run_unit(unit, skip_malformed, out)).collect())
     errors = [json.loads(r[3]) for r in records if r[2] == "_error"]
     if errors:
         raise MalformedHistory(sorted(errors)[0])
@@ -200,6 +206,41 @@ def analyze_fused(spark, path, names: list[str], options: dict, *, skip_malforme
     anomalies_df = spark.createDataFrame([tuple(a[c] for c in ANOMALY_SCHEMA.fieldNames()) for a in anomalies],
                                          ANOMALY_SCHEMA)
     return histories, results, anomalies, anomalies_df, tables
+
+
+class _Progress:
+    """Reports "k/n histories done" from Spark's status tracker while the job runs, when it
+    changes; quiet for jobs that end within the first interval."""
+
+    INTERVAL_S = 5.0
+
+    def __init__(self, sc, group: str, total: int, progress: Callable[[str], None] | None) -> None:
+        self.sc, self.group, self.total, self.progress = sc, group, total, progress
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._watch, name="analysis-progress", daemon=True)
+
+    def __enter__(self):
+        if self.progress is not None:
+            self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        if self.thread.is_alive():
+            self.thread.join()
+
+    def _watch(self) -> None:
+        tracker, last = self.sc.statusTracker(), -1
+        while not self.stop.wait(self.INTERVAL_S):
+            done = 0
+            for job in tracker.getJobIdsForGroup(self.group):
+                info = tracker.getJobInfo(job)
+                for stage in (info.stageIds if info else []):
+                    stage_info = tracker.getStageInfo(stage)
+                    done += stage_info.numCompletedTasks if stage_info else 0
+            if done != last:
+                self.progress(f"  {done}/{self.total} histories read and checked")
+                last = done
 
 
 def _refuse_split_runs(records) -> None:
