@@ -163,10 +163,15 @@ def main(argv: list[str] | None = None) -> int:
             line = [f"  load {_load()}", f"python {py if py is None else round(py, 1)} s"]
             for engine in engines:
                 js, analysis = spark_pass(path, work / f"out-{engine}{n}", engine)
-                pq, _ = spark_pass(work / f"out-{engine}{n}" / "histories.parquet", work / f"outpq-{engine}{n}", engine)
+                pq, again = spark_pass(work / f"out-{engine}{n}" / "histories.parquet", work / f"outpq-{engine}{n}", engine)
                 row[engine] = (js, pq, analysis.valid)
                 line.append(f"{engine}/jsonl {js:.1f} s  {engine}/parquet {pq:.1f} s  verdict {analysis.valid}")
                 print(f"  {engine} checks: {_checks(analysis)}", flush=True)
+                for source, result in (("jsonl", analysis), ("parquet", again)):
+                    for t in getattr(result.histories, "timings", []):
+                        print(f"  {engine}/{source} task: " + ", ".join(
+                            f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}" for k, v in t.items() if k != "unit"),
+                            flush=True)
             rows.append(row)
             print("   ".join(line), flush=True)
     finally:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 import uuid
 from typing import Callable
 from dataclasses import dataclass
@@ -121,6 +122,7 @@ def run_unit(unit: Unit, skip_malformed: bool, parquet_out: str | None) -> list[
     """One task: read the unit, write its flat Parquet back (in a thread, beside the pass: pyarrow
     writes without the GIL while numpy works), and return (run, target, kind, payload) records.
     Errors a user must see (a malformed line) come back as records, not as a Spark failure."""
+    started = time.perf_counter()
     try:
         if unit.kind == "jsonl":
             read = fused_load.read_history_file(unit.path, skip_malformed=skip_malformed)
@@ -129,27 +131,34 @@ def run_unit(unit: Unit, skip_malformed: bool, parquet_out: str | None) -> list[
             table, malformed, note = fused_load.read_run_parquet(unit.run, unit.target, unit.path), [], ""
     except MalformedHistory as exc:
         return [("", "", "_error", json.dumps(str(exc)))]
+    timing = {"unit": unit.path, "rows": table.num_rows, "read_s": time.perf_counter() - started}
     out: list[tuple[str, str, str, str]] = [("", "", "_unit", json.dumps(unit.path))]
     out += [(m.run, "", "_malformed", json.dumps(m.__dict__)) for m in malformed]
     if note:
         out.append(("", "", "_note", json.dumps(note)))
     writer = None
     if parquet_out is not None and table.num_rows:
-        writer = threading.Thread(target=fused_load.write_runs, args=(table, parquet_out), name="parquet-writer")
+        writer = threading.Thread(target=_timed, args=(timing, "write_s", fused_load.write_runs, table, parquet_out),
+                                  name="parquet-writer")
         writer.start()
     try:
+        checked = time.perf_counter()
         for run, target, rows in _runs_of(table):
             out += [(run, target, kind, json.dumps(payload, default=_plain))
-                    for kind, payload in _facts(rows)]
+                    for kind, payload in checks.facts_from_table(rows)]
+        timing["check_s"] = time.perf_counter() - checked
     finally:
         if writer is not None:
             writer.join()
+    timing["task_s"] = time.perf_counter() - started
+    out.append(("", "", "_timing", json.dumps(timing)))
     return out
 
 
-def _facts(table: pa.Table):
-    entry = getattr(checks, "facts_from_table", None)
-    return entry(table) if entry is not None else checks.facts(table.to_pandas())
+def _timed(timing: dict, key: str, function, *args) -> None:
+    started = time.perf_counter()
+    function(*args)
+    timing[key] = time.perf_counter() - started
 
 
 def _plain(value):
@@ -190,11 +199,13 @@ def analyze_fused(spark, path, names: list[str], options: dict, *, skip_malforme
     malformed += [Malformed(**json.loads(r[3])) for r in records if r[2] == "_malformed"]
     malformed.sort(key=lambda m: (m.file, m.line))
     notes = [json.loads(r[3]) for r in records if r[2] == "_note"]
+    timings = [json.loads(r[3]) for r in records if r[2] == "_timing"]
     _refuse_split_runs(records)
     if out is not None:
         fused_load.finish_parquet(out, malformed)
     facts = RunFacts([r for r in records if not r[2].startswith("_")])
-    histories = fused_load.FusedHistories(None, malformed, [u.path for u in units], parquet=out, notes=notes)
+    histories = fused_load.FusedHistories(None, malformed, [u.path for u in units], parquet=out, notes=notes,
+                                           timings=timings)
     results: list[CheckResult] = []
     anomalies: list[dict] = []
     tables: dict = {}

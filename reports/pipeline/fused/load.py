@@ -93,6 +93,7 @@ class FusedHistories(Histories):
     parquet: str | None = None
     lean: bool = True
     notes: list[str] = field(default_factory=list)
+    timings: list[dict] = field(default_factory=list)  # per task: seconds to read, check, write back
 
 
 class NotTyped(ValueError):
