@@ -28,6 +28,7 @@ import pyarrow.parquet as pq
 from reports.pipeline.checkers import CHECKERS
 from reports.pipeline.cli_args import DEFAULT_ENGINE, ENGINES, add_arguments
 from reports.pipeline.checkers.common import ANOMALY_SCHEMA, UNKNOWN, CheckResult, Context
+from reports.pipeline.local_frame import LocalFrame
 from reports.pipeline.load import Histories, HistoryNotFound, MalformedHistory, find_sources, load, write_parquet
 from reports.pipeline.session import SessionError, check_master, get_session
 from reports.pipeline.verdicts import apply_skipped_lines, run_verdicts
@@ -103,7 +104,7 @@ def analyze(spark, path: str | Path, *, skip_malformed: bool = False, checkers: 
             verdicts.append({"run": run, "target": "unknown", "valid": UNKNOWN, "failed": [], "unknown": [],
                              "not_applicable": [], "skipped_lines": [m.describe() for m in lines], "checks": {}})
     if anomalies_df is None:
-        anomalies_df = spark.createDataFrame([], ANOMALY_SCHEMA)
+        anomalies_df = LocalFrame(spark, [], ANOMALY_SCHEMA)
     by_run: dict = {}
     for row in anomaly_rows:
         by_run.setdefault((row["run"], row["target"]), []).append(
@@ -137,8 +138,8 @@ def write(analysis: Analysis, out_dir: str | Path, *, spark) -> Path:
         {"generated_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), "valid": analysis.valid,
          "runs": analysis.verdicts}, indent=1, default=str))
     rows = [(r.run, r.target, r.checker, _text(r.valid), r.reason, r.applicable) for r in analysis.results]
-    verdicts = spark.createDataFrame(rows, "run string, target string, checker string, valid string, reason string, "
-                                           "applicable boolean")
+    verdicts = LocalFrame(spark, rows, "run string, target string, checker string, valid string, reason string, "
+                                       "applicable boolean")
     write_small(verdicts, out_dir / "verdicts.parquet")
     write_small(analysis.anomalies_df, out_dir / "anomalies.parquet")
     for name, table in analysis.tables.items():
@@ -148,16 +149,18 @@ def write(analysis: Analysis, out_dir: str | Path, *, spark) -> Path:
 
 def write_small(df, path: Path) -> None:
     """A result table (verdicts, anomalies, measurements: small by construction) as one Parquet
-    file in a directory, as Spark writes it. Collected and written by pyarrow on the driver:
-    measured here, Spark's writer cost about a second per table, which was most of the analysis
-    of a small history; a table built from local rows collects without a Spark job at all."""
-    from pyspark.sql.pandas.types import to_arrow_schema
-
+    file in a directory, as Spark writes it, by pyarrow on the driver: measured here, Spark's
+    writer cost about a second per table, which was most of the analysis of a small history. A
+    `LocalFrame` is written from its rows without any Spark job; a DataFrame is collected first."""
     if path.exists():
         shutil.rmtree(path)
     path.mkdir(parents=True)
-    schema = to_arrow_schema(df.schema)
-    table = pa.Table.from_pylist([r.asDict(recursive=True) for r in df.collect()], schema=schema)
+    if isinstance(df, LocalFrame):
+        table = df.to_arrow()
+    else:
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        table = pa.Table.from_pylist([r.asDict(recursive=True) for r in df.collect()], schema=to_arrow_schema(df.schema))
     pq.write_table(table, path / "part-00000.parquet")
     (path / "_SUCCESS").touch()
 
