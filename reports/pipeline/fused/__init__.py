@@ -1,12 +1,18 @@
-"""The fused analysis engine (issue 6): Spark reads and distributes the histories, and every
-checker of one run runs in one vectorized pass (numpy/pandas) over that run's rows, inside Spark
-(`groupBy("run", "target").applyInPandas`). One sort per run instead of a shuffle per checker.
+"""The fused analysis engine (issue 6, the default): Spark schedules one task per history (a
+history.jsonl, or one run's flat Parquet), and the task reads it with pyarrow and runs every
+checker of its run in one vectorized pass (numpy on integer codes). No row crosses the JVM: the
+tasks return a few records per run, and write the flat Parquet back themselves.
 
-* `load.py`   JSON lines read with ``value`` typed as a struct (no second JSON parse), flattened to
-              one row per message; lean Parquet written back and read again;
+* `load.py`   a history file into flat Arrow rows (one per message): a typed multithreaded read
+              with the few lines that do not fit it (nemesis steps, drains) parsed alone, and a
+              line-by-line fallback with the SQL loader's rules; lean Parquet written and read;
 * `checks.py` the per-run pass: total queue, FIFO, groups, failover downtime, latency, throughput
               with the SQL engine's definitions (reports/pipeline/checkers/);
-* `engine.py` runs the pass, turns its facts into the SQL engine's CheckResults and anomaly rows;
-              topic fan-out and slow consumer are delegated to the SQL checkers for the runs that
-              have topic subscriptions.
+* `engine.py` the Spark job, and the pass's facts turned into the SQL engine's CheckResults and
+              anomaly rows; topic fan-out and slow consumer are delegated to the SQL checkers for
+              the runs that have topic subscriptions.
+
+The SQL engine (`--engine sql`, a Spark SQL job per checker) stays: it is the reference the tests
+hold this one to, and it spreads one run over many executors where this engine gives a run one
+task.
 """

@@ -36,7 +36,8 @@ _REOPENING_FS = ("connect", "subscribe")
 QUANTILES = (0.5, 0.9, 0.99, 0.999)
 SECOND = 1_000_000_000
 
-#: applyInPandas output: one row per record
+#: `run_pass` output, one row per record (for a pandas caller such as applyInPandas; the engine
+#: itself calls `facts_from_table` on Arrow tables)
 OUTPUT_SCHEMA = "run string, target string, kind string, payload string"
 FAULT_WINDOW = pa.list_(pa.struct([("fault", pa.string()), ("f", pa.string()), ("start", pa.int64()), ("end", pa.int64())]))
 #: the string columns read for every row (ids apart)
@@ -58,7 +59,7 @@ def _none(v):
 
 
 def run_pass(df: pd.DataFrame) -> pd.DataFrame:
-    """applyInPandas entry: one run's flat rows -> its records."""
+    """One run's flat rows as a pandas frame (what applyInPandas hands over) -> its records."""
     run, target = str(df["run"].iloc[0]), str(df["target"].iloc[0])
     records = [(k, json.dumps(p, default=_none)) for k, p in facts(df)]
     return pd.DataFrame({"run": run, "target": target, "kind": [k for k, _ in records],
