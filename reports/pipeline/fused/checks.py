@@ -103,10 +103,13 @@ class Text:
         if pa.types.is_null(col.type) or col.null_count == n:
             return cls(np.full(n, -1, dtype=np.int32), pa.array([], pa.string()))
         if not pa.types.is_dictionary(col.type):
-            # one dictionary, its values distinct: the indices are the codes
-            encoded = pc.dictionary_encode(col.combine_chunks())
-            codes = _indices(encoded.indices)
-            values = encoded.dictionary.cast(pa.string())
+            # one dictionary shared by every chunk, its values distinct: the indices are the codes
+            # (encoding the chunks as they are spares copying them together first)
+            encoded = pc.dictionary_encode(col)
+            if not encoded.num_chunks:
+                return cls(np.zeros(0, dtype=np.int32), pa.array([], pa.string()))
+            codes = np.concatenate([_indices(c.indices) for c in encoded.chunks])
+            values = encoded.chunk(0).dictionary.cast(pa.string())
         else:
             codes, values = _unify(list(col.chunks))
         return cls(codes, values)
