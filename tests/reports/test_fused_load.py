@@ -154,3 +154,32 @@ def test_run_split_over_two_files_goes_to_the_sql_engine(spark, tmp_path):
     sql_result = analyze(spark, tmp_path, engine="sql")
     assert [(v["run"], v["valid"]) for v in fused_result.verdicts] == [(v["run"], v["valid"]) for v in sql_result.verdicts]
     assert fused_result.verdicts[0]["valid"] is False  # "b" was confirmed and never received
+
+
+def test_progress_reports_finished_histories_while_the_job_runs():
+    """The analysis of a long history says how far it got (Spark's status tracker, polled)."""
+    import threading
+    from types import SimpleNamespace
+
+    from reports.pipeline.fused import engine
+
+    done = {"n": 0}
+    tracker = SimpleNamespace(getJobIdsForGroup=lambda group: [7] if group == "g" else [],
+                              getJobInfo=lambda job: SimpleNamespace(stageIds=[1]),
+                              getStageInfo=lambda stage: SimpleNamespace(numCompletedTasks=done["n"]))
+    heard: list[str] = []
+    step = threading.Event()
+
+    def progress(line: str) -> None:
+        heard.append(line)
+        step.set()
+
+    watcher = engine._Progress(SimpleNamespace(statusTracker=lambda: tracker), "g", 3, progress)  # pylint: disable=protected-access
+    watcher.INTERVAL_S = 0.01
+    with watcher:
+        assert step.wait(5)
+        step.clear()
+        done["n"] = 2
+        assert step.wait(5)
+    assert heard[:2] == ["  0/3 histories read and checked", "  2/3 histories read and checked"]
+    assert not watcher.thread.is_alive()
