@@ -52,6 +52,27 @@ def kind_of():
             .when((F.col("dequeued") > 0) & (F.col("attempted") > 0) & (F.col("enqueued") == 0), "recovered"))
 
 
+def judge(key, counts: dict[str, int], totals: dict | None, drained: bool, duplicates_allowed: bool) -> CheckResult:
+    """One run's result from its anomaly counts and totals (None: no queue traffic at all); the
+    fused engine judges with this too, so the two engines cannot drift apart."""
+    stats = {**(totals or {"attempted": 0, "enqueued": 0, "dequeued": 0}), **{k: counts.get(k, 0) for k in KINDS},
+             "drained": drained, "duplicates_allowed": duplicates_allowed}
+    # Without a final drain a message not received yet may still be queued: lost ones are only
+    # candidates then (the Python checker, reports/checkers/total_queue.py, agrees).
+    breaking = {k: counts.get(k, 0) for k in (("lost",) if drained else ()) + ("unexpected",)
+                + (() if duplicates_allowed else ("duplicated",))}
+    if totals is None:
+        return CheckResult(NAME, *key, UNKNOWN, "no send or receive on a queue in this history", applicable=False,
+                           stats=stats)
+    if any(breaking.values()):
+        return CheckResult(NAME, *key, False, describe_counts(breaking), stats=stats)
+    if not drained:
+        maybe = f" ({counts['lost']} confirmed sends not received, maybe still queued)" if counts.get("lost") else ""
+        return CheckResult(NAME, *key, UNKNOWN,
+                           "the history has no final drain: messages still queued would look lost" + maybe, stats=stats)
+    return CheckResult(NAME, *key, True, stats=stats)
+
+
 def check(ctx: Context, *, duplicates_allowed: bool | None = None) -> CheckOutput:
     m = queue_messages(ctx)
     rows = per_message(m).cache()
@@ -79,28 +100,9 @@ def check(ctx: Context, *, duplicates_allowed: bool | None = None) -> CheckOutpu
     counts = count_by_run(rows_out)
     results = []
     for key in ctx.runs:
-        c = counts.get(key, {})
         t = totals.get(key)
-        stats = {"attempted": int(t["attempted"]) if t else 0, "enqueued": int(t["enqueued"]) if t else 0,
-                 "dequeued": int(t["dequeued"]) if t else 0, **{k: c.get(k, 0) for k in KINDS},
-                 "drained": key in drained}
         allowed = ctx.checker_option(key, "duplicates_allowed", duplicates_allowed, False)
-        stats["duplicates_allowed"] = allowed
-        # Without a final drain a message not received yet may still be queued: lost ones are
-        # only candidates then (the Python checker, reports/checkers/total_queue.py, agrees).
-        breaking = {k: c.get(k, 0) for k in (("lost",) if key in drained else ()) + ("unexpected",)
-                    + (() if allowed else ("duplicated",))}
-        if t is None:
-            results.append(CheckResult(NAME, *key, UNKNOWN, "no send or receive on a queue in this history", applicable=False,
-                                       stats=stats))
-        elif any(breaking.values()):
-            results.append(CheckResult(NAME, *key, False, describe_counts(breaking), stats=stats))
-        elif key not in drained:
-            maybe = (f" ({c['lost']} confirmed sends not received, maybe still queued)" if c.get("lost") else "")
-            results.append(CheckResult(NAME, *key, UNKNOWN,
-                                       "the history has no final drain: messages still queued would look lost" + maybe,
-                                       stats=stats))
-        else:
-            results.append(CheckResult(NAME, *key, True, stats=stats))
+        results.append(judge(key, counts.get(key, {}), None if t is None else
+                             {k: int(t[k]) for k in ("attempted", "enqueued", "dequeued")}, key in drained, allowed))
     rows.unpersist()
     return CheckOutput(results, anomalies, rows_out)

@@ -284,32 +284,11 @@ def _anomalies_of(facts: RunFacts, checker: str) -> list[dict]:
 
 
 def check_total_queue(spark, facts: RunFacts, histories, *, duplicates_allowed=None):
-    name = total_queue.NAME
-    rows = _anomalies_of(facts, name)
+    rows = _anomalies_of(facts, total_queue.NAME)
     counts = count_by_run(rows)
-    results = []
-    for key in facts.runs:
-        c, t = counts.get(key, {}), facts.one(key, "tq_totals")
-        drained = facts.spans[key]["drained"]
-        stats = {"attempted": t["attempted"] if t else 0, "enqueued": t["enqueued"] if t else 0,
-                 "dequeued": t["dequeued"] if t else 0, **{k: c.get(k, 0) for k in total_queue.KINDS}, "drained": drained}
-        allowed = facts.checker_option(key, "duplicates_allowed", duplicates_allowed, False)
-        stats["duplicates_allowed"] = allowed
-        # total_queue.check's rule: without a final drain, lost ones are only candidates
-        breaking = {k: c.get(k, 0) for k in (("lost",) if drained else ()) + ("unexpected",)
-                    + (() if allowed else ("duplicated",))}
-        if t is None:
-            results.append(CheckResult(name, *key, UNKNOWN, "no send or receive on a queue in this history",
-                                       applicable=False, stats=stats))
-        elif any(breaking.values()):
-            results.append(CheckResult(name, *key, False, describe_counts(breaking), stats=stats))
-        elif not drained:
-            maybe = (f" ({c['lost']} confirmed sends not received, maybe still queued)" if c.get("lost") else "")
-            results.append(CheckResult(name, *key, UNKNOWN,
-                                       "the history has no final drain: messages still queued would look lost" + maybe,
-                                       stats=stats))
-        else:
-            results.append(CheckResult(name, *key, True, stats=stats))
+    results = [total_queue.judge(key, counts.get(key, {}), facts.one(key, "tq_totals"), facts.spans[key]["drained"],
+                                 facts.checker_option(key, "duplicates_allowed", duplicates_allowed, False))
+               for key in facts.runs]
     return results, rows, {}
 
 
