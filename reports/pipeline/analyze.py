@@ -210,7 +210,7 @@ def run(args: argparse.Namespace, *, progress: Callable[[str], None] = print) ->
                            duplicates_allowed=args.duplicates_allowed,
                            engine=getattr(args, "engine", DEFAULT_ENGINE), histories_out=out_dir / "histories.parquet",
                            progress=progress)
-    except (MalformedHistory, HistoryNotFound) as exc:
+    except (MalformedHistory, HistoryNotFound, FileExistsError) as exc:
         print(f"brokerconf analyze: {exc}", file=sys.stderr)
         return 2
     for note in analysis.notes:

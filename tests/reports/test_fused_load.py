@@ -183,3 +183,27 @@ def test_progress_reports_finished_histories_while_the_job_runs():
         assert step.wait(5)
     assert heard[:2] == ["  0/3 histories read and checked", "  2/3 histories read and checked"]
     assert not watcher.thread.is_alive()
+
+
+def test_malformed_line_leaves_no_half_written_parquet(spark, tmp_path):
+    good = H("good").send(0, "a").receive(1, "a", consumer=0).drain(2, []).write(tmp_path / "runs")
+    bad = H("bad").send(0, "a").write(tmp_path / "runs")
+    bad.write_text(bad.read_text() + "{broken\n")
+    out = tmp_path / "out" / "histories.parquet"
+    with pytest.raises(MalformedHistory, match="bad/history.jsonl:3"):
+        analyze(spark, tmp_path / "runs", engine="fused", histories_out=out)
+    assert good.exists() and not out.exists()
+
+
+def test_cli_will_not_overwrite_a_directory_it_did_not_write(spark, tmp_path, capsys):
+    from brokerconf.cli import build_parser
+    from reports.pipeline import analyze as analyze_module
+
+    path = H("mine").send(0, "a").receive(1, "a", consumer=0).drain(2, []).write(tmp_path / "runs")
+    precious = tmp_path / "out" / "histories.parquet" / "notes.txt"
+    precious.parent.mkdir(parents=True)
+    precious.write_text("not ours")
+    args = build_parser().parse_args(["analyze", str(path), "--out", str(tmp_path / "out"), "--engine", "fused"])
+    assert analyze_module.run(args, progress=print) == 2
+    assert "is not histories Parquet written by `brokerconf analyze`" in capsys.readouterr().err
+    assert precious.read_text() == "not ours"

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import threading
 import time
 import uuid
@@ -202,6 +203,8 @@ def analyze_fused(spark, path, names: list[str], options: dict, *, skip_malforme
                    .flatMap(lambda unit: run_unit(unit, skip_malformed, out)).collect())
     errors = [json.loads(r[3]) for r in records if r[2] == "_error"]
     if errors:
+        if out is not None:  # what other tasks wrote back is part of an analysis that did not happen
+            shutil.rmtree(out, ignore_errors=True)
         raise MalformedHistory(sorted(errors)[0])
     malformed += [Malformed(**json.loads(r[3])) for r in records if r[2] == "_malformed"]
     malformed.sort(key=lambda m: (m.file, m.line))
