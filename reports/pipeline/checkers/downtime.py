@@ -49,6 +49,50 @@ def per_process(ctx: Context):
                        (F.col("first_ok_time") - start).alias("downtime"), "first_ok_index", "ops", "retired")
 
 
+def judge(key, windows: list, rows: list, run_end: int, max_downtime_s: float | None) -> tuple[CheckResult, list[dict]]:
+    """One run's result and anomalies from its fault windows and per-process rows (``process``,
+    ``fault_start``, ``next_fault_start``, ``downtime``, ``first_ok_index``, ``retired``); the
+    fused engine judges with this too, so the two engines cannot drift apart."""
+    bound = None if max_downtime_s is None else int(max_downtime_s * 1e9)
+    if not windows:
+        return CheckResult(NAME, *key, True, "no fault in this history", applicable=False), []
+    faults, anomalies = [], []
+    for start, end in merge_intervals([(w.start, w.end) for w in windows]):
+        inside = [w for w in windows if start <= w.start <= end]
+        mine = [r for r in rows if r["fault_start"] == start]
+        recovered = sorted(r["downtime"] for r in mine if r["downtime"] is not None)
+        stuck = sorted((r["process"] for r in mine if r["downtime"] is None and not r["retired"]), key=int)
+        retired = sorted((r["process"] for r in mine if r["downtime"] is None and r["retired"]), key=int)
+        names = sorted({w.fault for w in inside})
+        faults.append({"fault": ", ".join(names), "f": ", ".join(sorted({w.f for w in inside})), "start": start,
+                       "end": end, "processes": len(mine), "recovered": len(recovered), "not_recovered": stuck,
+                       "retired": retired,
+                       "max_downtime_ms": recovered[-1] / MS if recovered else None,
+                       "median_downtime_ms": recovered[len(recovered) // 2] / MS if recovered else None,
+                       "per_process_ms": {r["process"]: (None if r["downtime"] is None else r["downtime"] / MS)
+                                          for r in sorted(mine, key=lambda r: int(r["process"]))}})
+        if bound is None:
+            continue
+        for r in mine:
+            until = r["next_fault_start"] if r["next_fault_start"] is not None else run_end
+            too_slow = r["downtime"] is not None and r["downtime"] > bound
+            never = r["downtime"] is None and not r["retired"] and until - start > bound
+            if too_slow or never:
+                anomalies.append({"run": key[0], "target": key[1], "checker": NAME,
+                                  "kind": "slow_failover" if too_slow else "not_recovered", "message_id": None,
+                                  "ops": [r["first_ok_index"]] if r["first_ok_index"] is not None else [],
+                                  "detail": f"process {r['process']} after the {faults[-1]['fault']} fault at "
+                                            f"{start / 1e9:.3f}s: "
+                                            + (f"first ok after {r['downtime'] / 1e9:.3f}s" if too_slow else "no ok operation")
+                                            + f" (bound {max_downtime_s}s)"})
+    all_downtimes = [f["max_downtime_ms"] for f in faults if f["max_downtime_ms"] is not None]
+    stats = {"faults": faults, "max_downtime_ms": max(all_downtimes) if all_downtimes else None, "bound_s": max_downtime_s}
+    if anomalies:
+        return CheckResult(NAME, *key, False, f"{len(anomalies)} client(s) over the {max_downtime_s}s bound",
+                           stats=stats), anomalies
+    return CheckResult(NAME, *key, True, stats=stats), []
+
+
 def check(ctx: Context, *, max_downtime_s: float | None = None) -> CheckOutput:
     has_faults = [key for key in ctx.runs if ctx.windows.get(key)]
     if not has_faults:
@@ -65,50 +109,10 @@ def check(ctx: Context, *, max_downtime_s: float | None = None) -> CheckOutput:
     given = max_downtime_s
     results, anomalies = [], []
     for key in ctx.runs:
-        max_downtime_s = ctx.checker_option(key, "max_downtime_s", given, None)
-        bound = None if max_downtime_s is None else int(max_downtime_s * 1e9)
-        windows = ctx.windows.get(key, [])
-        if not windows:
-            results.append(CheckResult(NAME, *key, True, "no fault in this history", applicable=False))
-            continue
-        run_end = ctx.spans[key][1]
-        faults = []
-        breaches = 0
-        for start, end in merge_intervals([(w.start, w.end) for w in windows]):
-            inside = [w for w in windows if start <= w.start <= end]
-            mine = [r for r in by_run.get(key, []) if r["fault_start"] == start]
-            recovered = sorted(r["downtime"] for r in mine if r["downtime"] is not None)
-            stuck = sorted((r["process"] for r in mine if r["downtime"] is None and not r["retired"]), key=int)
-            retired = sorted((r["process"] for r in mine if r["downtime"] is None and r["retired"]), key=int)
-            names = sorted({w.fault for w in inside})
-            faults.append({"fault": ", ".join(names), "f": ", ".join(sorted({w.f for w in inside})), "start": start,
-                           "end": end, "processes": len(mine), "recovered": len(recovered), "not_recovered": stuck,
-                           "retired": retired,
-                           "max_downtime_ms": recovered[-1] / MS if recovered else None,
-                           "median_downtime_ms": recovered[len(recovered) // 2] / MS if recovered else None,
-                           "per_process_ms": {r["process"]: (None if r["downtime"] is None else r["downtime"] / MS)
-                                              for r in sorted(mine, key=lambda r: int(r["process"]))}})
-            if bound is None:
-                continue
-            for r in mine:
-                until = r["next_fault_start"] if r["next_fault_start"] is not None else run_end
-                too_slow = r["downtime"] is not None and r["downtime"] > bound
-                never = r["downtime"] is None and not r["retired"] and until - start > bound
-                if too_slow or never:
-                    breaches += 1
-                    anomalies.append((key[0], key[1], NAME, "slow_failover" if too_slow else "not_recovered", None,
-                                      [r["first_ok_index"]] if r["first_ok_index"] is not None else [],
-                                      f"process {r['process']} after the {faults[-1]['fault']} fault at {start / 1e9:.3f}s: "
-                                      + (f"first ok after {r['downtime'] / 1e9:.3f}s" if too_slow else "no ok operation")
-                                      + f" (bound {max_downtime_s}s)"))
-        all_downtimes = [f["max_downtime_ms"] for f in faults if f["max_downtime_ms"] is not None]
-        stats = {"faults": faults, "max_downtime_ms": max(all_downtimes) if all_downtimes else None,
-                 "bound_s": max_downtime_s}
-        if breaches:
-            results.append(CheckResult(NAME, *key, False, f"{breaches} client(s) over the {max_downtime_s}s bound",
-                                       stats=stats))
-        else:
-            results.append(CheckResult(NAME, *key, True, stats=stats))
+        result, found = judge(key, ctx.windows.get(key, []), by_run.get(key, []), ctx.spans[key][1],
+                              ctx.checker_option(key, "max_downtime_s", given, None))
+        results.append(result)
+        anomalies += [tuple(a.values()) for a in found]
     schema = ctx.empty_anomalies().schema
     anomaly_df = ctx.spark.createDataFrame(anomalies, schema) if anomalies else ctx.empty_anomalies()
     rows = [dict(zip(schema.fieldNames(), a)) for a in anomalies]

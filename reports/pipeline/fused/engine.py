@@ -334,56 +334,17 @@ def check_groups(spark, facts: RunFacts, histories):
 
 
 def check_downtime(spark, facts: RunFacts, histories, *, max_downtime_s=None):
-    """downtime.check's judging, over the per-process rows of the pass (the same loop and wording)."""
-    name, MS = sql_downtime.NAME, sql_downtime.MS
+    """downtime.judge over the per-process rows of the pass."""
     table_rows = [(*key, r["process"], r["fault_start"], r["next_fault_start"], r["downtime"], r["first_ok_index"],
                    r["ops"], r["retired"]) for key in facts.runs if facts.windows.get(key)
                   for r in facts.one(key, "done")["downtime"]]
-    given = max_downtime_s
     results, anomalies = [], []
     for key in facts.runs:
-        max_downtime_s = facts.checker_option(key, "max_downtime_s", given, None)
-        bound = None if max_downtime_s is None else int(max_downtime_s * 1e9)
-        windows = facts.windows.get(key, [])
-        if not windows:
-            results.append(CheckResult(name, *key, True, "no fault in this history", applicable=False))
-            continue
-        run_end = facts.spans[key]["t1"]
-        mine_all = facts.one(key, "done")["downtime"]
-        faults, breaches = [], 0
-        for start, end in merge_intervals([(w.start, w.end) for w in windows]):
-            inside = [w for w in windows if start <= w.start <= end]
-            mine = [r for r in mine_all if r["fault_start"] == start]
-            recovered = sorted(r["downtime"] for r in mine if r["downtime"] is not None)
-            stuck = sorted((r["process"] for r in mine if r["downtime"] is None and not r["retired"]), key=int)
-            retired = sorted((r["process"] for r in mine if r["downtime"] is None and r["retired"]), key=int)
-            faults.append({"fault": ", ".join(sorted({w.fault for w in inside})), "f": ", ".join(sorted({w.f for w in inside})),
-                           "start": start, "end": end, "processes": len(mine), "recovered": len(recovered),
-                           "not_recovered": stuck, "retired": retired,
-                           "max_downtime_ms": recovered[-1] / MS if recovered else None,
-                           "median_downtime_ms": recovered[len(recovered) // 2] / MS if recovered else None,
-                           "per_process_ms": {r["process"]: (None if r["downtime"] is None else r["downtime"] / MS)
-                                              for r in sorted(mine, key=lambda r: int(r["process"]))}})
-            if bound is None:
-                continue
-            for r in mine:
-                until = r["next_fault_start"] if r["next_fault_start"] is not None else run_end
-                too_slow = r["downtime"] is not None and r["downtime"] > bound
-                never = r["downtime"] is None and not r["retired"] and until - start > bound
-                if too_slow or never:
-                    breaches += 1
-                    anomalies.append({"run": key[0], "target": key[1], "checker": name,
-                                      "kind": "slow_failover" if too_slow else "not_recovered", "message_id": None,
-                                      "ops": [r["first_ok_index"]] if r["first_ok_index"] is not None else [],
-                                      "detail": f"process {r['process']} after the {faults[-1]['fault']} fault at {start / 1e9:.3f}s: "
-                                      + (f"first ok after {r['downtime'] / 1e9:.3f}s" if too_slow else "no ok operation")
-                                      + f" (bound {max_downtime_s}s)"})
-        all_downtimes = [f["max_downtime_ms"] for f in faults if f["max_downtime_ms"] is not None]
-        stats = {"faults": faults, "max_downtime_ms": max(all_downtimes) if all_downtimes else None, "bound_s": max_downtime_s}
-        if breaches:
-            results.append(CheckResult(name, *key, False, f"{breaches} client(s) over the {max_downtime_s}s bound", stats=stats))
-        else:
-            results.append(CheckResult(name, *key, True, stats=stats))
+        result, found = sql_downtime.judge(key, facts.windows.get(key, []), facts.one(key, "done")["downtime"],
+                                           facts.spans[key]["t1"],
+                                           facts.checker_option(key, "max_downtime_s", max_downtime_s, None))
+        results.append(result)
+        anomalies += found
     return results, anomalies, {"downtime": LocalFrame(spark, table_rows, DOWNTIME_SCHEMA)}
 
 
