@@ -59,17 +59,19 @@ def check(ctx: Context) -> CheckOutput:
         anomalies = order_inversions(first, ["destination"], NAME, "reordered", F.col("destination")).cache()
     rows = collect_anomalies(anomalies)
     counts = count_by_run(rows)
-    results = []
-    for key in ctx.runs:
-        dests = checked.get(key, {})
-        judged = sorted(d for d, why in dests.items() if not why)
-        skipped = {d: why for d, why in dests.items() if why}
-        stats = {"checked_destinations": judged, "not_checked": skipped, **counts.get(key, {})}
-        if not judged:
-            reason = "; ".join(f"{d}: {why}" for d, why in sorted(skipped.items())) or "no queue in this history"
-            results.append(CheckResult(NAME, *key, True, reason, applicable=False, stats=stats))
-        elif counts.get(key):
-            results.append(CheckResult(NAME, *key, False, describe_counts(counts[key]), stats=stats))
-        else:
-            results.append(CheckResult(NAME, *key, True, stats=stats))
+    results = [judge(key, checked.get(key, {}), counts.get(key, {})) for key in ctx.runs]
     return CheckOutput(results, anomalies, rows)
+
+
+def judge(key, scope: dict[str, str], counts: dict[str, int]) -> CheckResult:
+    """One run's result from its destinations (each with why it was not checked, "" when it was)
+    and its anomaly counts; the fused engine judges with this too."""
+    judged = sorted(d for d, why in scope.items() if not why)
+    skipped = {d: why for d, why in scope.items() if why}
+    stats = {"checked_destinations": judged, "not_checked": skipped, **counts}
+    if not judged:
+        reason = "; ".join(f"{d}: {why}" for d, why in sorted(skipped.items())) or "no queue in this history"
+        return CheckResult(NAME, *key, True, reason, applicable=False, stats=stats)
+    if counts:
+        return CheckResult(NAME, *key, False, describe_counts(counts), stats=stats)
+    return CheckResult(NAME, *key, True, stats=stats)

@@ -84,17 +84,18 @@ def check(ctx: Context) -> CheckOutput:
     sizes = {(r["run"], r["target"]): (r["groups"], r["n"], r["handovers"]) for r in seq.groupBy("run", "target").agg(
         F.countDistinct("destination", "group").alias("groups"), F.count(F.lit(1)).alias("n"),
         F.sum(changed.cast("int")).alias("handovers")).collect()}
-    results = []
-    for key in ctx.runs:
-        groups, n, handovers = sizes.get(key, (0, 0, 0))
-        stats = {"groups": groups, "deliveries": n, "handovers": handovers, **counts.get(key, {})}
-        if not n:
-            results.append(CheckResult(NAME, *key, True, "no grouped message on a queue in this history",
-                                       applicable=False, stats=stats))
-        elif counts.get(key):
-            results.append(CheckResult(NAME, *key, False, describe_counts(counts[key]), stats=stats))
-        else:
-            results.append(CheckResult(NAME, *key, True, stats=stats))
+    results = [judge(key, *sizes.get(key, (0, 0, 0)), counts.get(key, {})) for key in ctx.runs]
     grouped.unpersist()
     seq.unpersist()
     return CheckOutput(results, anomalies, rows)
+
+
+def judge(key, groups: int, deliveries: int, handovers: int, counts: dict[str, int]) -> CheckResult:
+    """One run's result from its group sizes and anomaly counts; the fused engine judges with this too."""
+    stats = {"groups": groups, "deliveries": deliveries, "handovers": handovers, **counts}
+    if not deliveries:
+        return CheckResult(NAME, *key, True, "no grouped message on a queue in this history", applicable=False,
+                           stats=stats)
+    if counts:
+        return CheckResult(NAME, *key, False, describe_counts(counts), stats=stats)
+    return CheckResult(NAME, *key, True, stats=stats)

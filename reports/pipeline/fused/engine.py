@@ -36,7 +36,7 @@ from reports.pipeline.checkers import downtime as sql_downtime
 from reports.pipeline.checkers import fifo as sql_fifo
 from reports.pipeline.checkers import groups as sql_groups
 from reports.pipeline.checkers import performance, slow_consumer, topic_fanout, total_queue
-from reports.pipeline.checkers.common import (ANOMALY_SCHEMA, UNKNOWN, CheckResult, Context, count_by_run, describe_counts,
+from reports.pipeline.checkers.common import (ANOMALY_SCHEMA, UNKNOWN, CheckResult, Context, count_by_run,
                                               fault_windows, merge_intervals, read_run_record)
 from reports.pipeline.load import Malformed, MalformedHistory, find_sources
 from reports.pipeline.local_frame import LocalFrame
@@ -296,40 +296,18 @@ def check_total_queue(spark, facts: RunFacts, histories, *, duplicates_allowed=N
 
 
 def check_fifo(spark, facts: RunFacts, histories):
-    name = sql_fifo.NAME
-    rows = _anomalies_of(facts, name)
+    rows = _anomalies_of(facts, sql_fifo.NAME)
     counts = count_by_run(rows)
-    results = []
-    for key in facts.runs:
-        dests = facts.one(key, "fifo_scope")
-        judged = sorted(d for d, why in dests.items() if not why)
-        skipped = {d: why for d, why in dests.items() if why}
-        stats = {"checked_destinations": judged, "not_checked": skipped, **counts.get(key, {})}
-        if not judged:
-            reason = "; ".join(f"{d}: {why}" for d, why in sorted(skipped.items())) or "no queue in this history"
-            results.append(CheckResult(name, *key, True, reason, applicable=False, stats=stats))
-        elif counts.get(key):
-            results.append(CheckResult(name, *key, False, describe_counts(counts[key]), stats=stats))
-        else:
-            results.append(CheckResult(name, *key, True, stats=stats))
-    return results, rows, {}
+    return [sql_fifo.judge(key, facts.one(key, "fifo_scope"), counts.get(key, {})) for key in facts.runs], rows, {}
 
 
 def check_groups(spark, facts: RunFacts, histories):
-    name = sql_groups.NAME
-    rows = _anomalies_of(facts, name)
+    rows = _anomalies_of(facts, sql_groups.NAME)
     counts = count_by_run(rows)
     results = []
     for key in facts.runs:
         s = facts.one(key, "groups_sizes")
-        stats = {"groups": s["groups"], "deliveries": s["n"], "handovers": s["handovers"], **counts.get(key, {})}
-        if not s["n"]:
-            results.append(CheckResult(name, *key, True, "no grouped message on a queue in this history",
-                                       applicable=False, stats=stats))
-        elif counts.get(key):
-            results.append(CheckResult(name, *key, False, describe_counts(counts[key]), stats=stats))
-        else:
-            results.append(CheckResult(name, *key, True, stats=stats))
+        results.append(sql_groups.judge(key, s["groups"], s["n"], s["handovers"], counts.get(key, {})))
     return results, rows, {}
 
 
