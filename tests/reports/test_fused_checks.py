@@ -74,7 +74,7 @@ def dictionary_chunks(table: pa.Table, pieces: int = 3) -> pa.Table:
 
 def normalised(records) -> tuple[list, list]:
     """Records as their JSON payloads read back (what engine.py sees), anomalies sorted."""
-    plain = [(k, json.loads(json.dumps(p, default=checks._none))) for k, p in records]  # pylint: disable=protected-access
+    plain = [(k, json.loads(json.dumps(p, default=oracle._none))) for k, p in records]  # pylint: disable=protected-access - numpy and pandas scalars as JSON
     anomalies = sorted(json.dumps(p, sort_keys=True) for k, p in plain if k == "anomaly")
     return [r for r in plain if r[0] != "anomaly"], anomalies
 
@@ -109,24 +109,6 @@ def test_the_literals_plant_every_kind_of_anomaly():
                 assert [r["process"] for r in p["downtime"] if r["downtime"] is not None] == ["0", "1"]
     assert found == {("total_queue", "lost"), ("total_queue", "unexpected"), ("total_queue", "duplicated"),
                      ("total_queue", "recovered"), ("fifo", "reordered"), ("groups", "reordered"), ("groups", "stolen")}
-
-
-@pytest.mark.parametrize("windows_as", ["dicts", "spark rows"])
-def test_run_pass_takes_the_pandas_frame_spark_hands_over(windows_as):
-    """engine.py's applyInPandas entry: integer columns with nulls arrive as floats, the fault
-    window as a list of dicts or of Spark Rows; the payloads are the oracle's."""
-    df = flat_table(LITERALS["failover_downtime"].lines).to_pandas()
-    if windows_as == "spark rows":
-        from pyspark.sql import Row  # pylint: disable=import-outside-toplevel - no JVM, only the Row class
-
-        df["fault_window"] = [None if w is None else [Row(**x) for x in w] for w in df["fault_window"]]
-    new, old = checks.run_pass(df), oracle.run_pass(df)
-    assert list(new["kind"]) == list(old["kind"])
-    assert [json.loads(p) for p in new["payload"]] == [json.loads(p) for p in old["payload"]]
-    assert set(new["run"]) == {"failover_downtime"}
-    nemesis = json.loads(new["payload"][list(new["kind"]).index("nemesis")])
-    assert [n["fault_window"] for n in nemesis if n["fault_window"]] == [
-        [{"fault": "down", "f": "kill", "start": 1000 * MS, "end": 4001 * MS}]]
 
 
 def test_rows_without_operations_are_refused_with_the_reason():

@@ -19,13 +19,11 @@ rank error above that.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -36,55 +34,10 @@ _REOPENING_FS = ("connect", "subscribe")
 QUANTILES = (0.5, 0.9, 0.99, 0.999)
 SECOND = 1_000_000_000
 
-#: `run_pass` output, one row per record (for a pandas caller such as applyInPandas; the engine
-#: itself calls `facts_from_table` on Arrow tables)
-OUTPUT_SCHEMA = "run string, target string, kind string, payload string"
 FAULT_WINDOW = pa.list_(pa.struct([("fault", pa.string()), ("f", pa.string()), ("start", pa.int64()), ("end", pa.int64())]))
 #: the string columns read for every row (ids apart)
 _CLIENT_TEXT = ("process", "type", "f", "node", "destination", "group")
 _THREADS = max(1, min(4, os.cpu_count() or 1))
-
-
-def _none(v):
-    """A pandas/numpy scalar as plain JSON-able Python (NaN/NA -> None)."""
-    if v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v)):
-        return None
-    if isinstance(v, np.integer):
-        return int(v)
-    if isinstance(v, np.floating):
-        return float(v)
-    if isinstance(v, np.bool_):
-        return bool(v)
-    return v
-
-
-def run_pass(df: pd.DataFrame) -> pd.DataFrame:
-    """One run's flat rows as a pandas frame (what applyInPandas hands over) -> its records."""
-    run, target = str(df["run"].iloc[0]), str(df["target"].iloc[0])
-    records = [(k, json.dumps(p, default=_none)) for k, p in facts(df)]
-    return pd.DataFrame({"run": run, "target": target, "kind": [k for k, _ in records],
-                         "payload": [p for _, p in records]})
-
-
-def facts(df: pd.DataFrame) -> list[tuple[str, object]]:
-    """`facts_from_table` for a pandas frame (applyInPandas hands one over)."""
-    return facts_from_table(table_from_pandas(df))
-
-
-def table_from_pandas(df: pd.DataFrame) -> pa.Table:
-    """The frame as Arrow. ``fault_window`` (set on a few nemesis rows) may hold Spark Rows, which
-    Arrow cannot infer a type for: those values become plain dicts under FAULT_WINDOW's type."""
-    if "fault_window" not in df.columns:
-        return pa.Table.from_pandas(df, preserve_index=False)
-    fw = df["fault_window"]
-    present = np.flatnonzero(fw.notna().to_numpy())
-    table = pa.Table.from_pandas(df.drop(columns=["fault_window"]), preserve_index=False)
-    if not len(present):
-        return table.append_column("fault_window", pa.nulls(len(df), FAULT_WINDOW))
-    values = [None] * len(df)
-    for i in present:
-        values[i] = [w.asDict() if hasattr(w, "asDict") else dict(w) for w in fw.iat[i]]
-    return table.append_column("fault_window", pa.array(values, FAULT_WINDOW))
 
 
 # ---------------------------------------------------------------------- columns as codes
