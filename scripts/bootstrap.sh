@@ -115,8 +115,9 @@ _bc_ensure_venv() {
 
 _bc_ensure_packages() {
     local stamp=.venv/.brokerconf-install-stamp want
-    # the root path is part of the stamp: a moved checkout needs its entry points rewritten
-    want="$(_bc_hash pyproject.toml) $BROKERCONF_ROOT"
+    # the root path is part of the stamp: a moved checkout needs its entry points rewritten; the
+    # C scanner's source too, since an editable install compiles it once (reports/pipeline/fused/_scan.c)
+    want="$(_bc_hash pyproject.toml) $(_bc_hash reports/pipeline/fused/_scan.c) $BROKERCONF_ROOT"
     if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
         return 0
     fi

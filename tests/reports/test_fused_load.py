@@ -57,7 +57,18 @@ def _spark_rows(df, *, file: bool = True) -> list[tuple]:
     return sorted(_key(dict(r, file=sql_load._uri_path(r["file"]) if file else None)) for r in rows)  # pylint: disable=protected-access
 
 
-def test_flat_rows_match_the_sql_loaders_messages(spark, tmp_path):
+@pytest.fixture(params=["scanner", "pyarrow"])
+def reader(request, monkeypatch) -> str:
+    """Both ways the loader parses: the C scanner (built by ``pip install -e .``) and pyarrow's
+    reader (used where the scanner could not be compiled)."""
+    if request.param == "pyarrow":
+        monkeypatch.setattr(fused, "SCANNER", None)
+    else:
+        assert fused.SCANNER is not None, "the C scanner (reports/pipeline/fused/_scan.c) is not built: pip install -e ."
+    return request.param
+
+
+def test_flat_rows_match_the_sql_loaders_messages(spark, tmp_path, reader):
     path = _mixed().write(tmp_path)
     read = fused.read_history_file(path)
     assert read.note == "" and read.malformed == []
@@ -67,24 +78,25 @@ def test_flat_rows_match_the_sql_loaders_messages(spark, tmp_path):
     assert [(r["id"], r["pos"], r["seq"]) for r in rows] == [("c", 0, 5), ("d", 1, 6)]
 
 
-def test_typed_and_line_by_line_reads_give_the_same_rows(tmp_path):
+def test_typed_and_line_by_line_reads_give_the_same_rows(tmp_path, reader):
     path = _mixed().write(tmp_path)
     typed = fused.read_history_file(path).table
     slow, malformed = fused._line_by_line(path.read_bytes(), path, False)  # pylint: disable=protected-access
     assert malformed == [] and _arrow_rows(typed) == _arrow_rows(slow)
 
 
-def test_value_that_does_not_fit_the_types_is_read_line_by_line(spark, tmp_path):
-    # `seq` as text does not fit the typed read: the file is read again line by line
+def test_value_that_does_not_fit_the_types_is_read_by_the_reference_rules(spark, tmp_path, reader):
+    # `seq` as text fits neither fast read: pyarrow's sends the whole file line by line, the
+    # scanner hands just that line to the reference rules (seq becomes null, as in the SQL loader)
     h = H("odd").send(0, "a")
     h.op(0, "invoke", "send", {"id": "x", "seq": "not a number", "destination": "queue://q"})
     path = h.write(tmp_path)
     read = fused.read_history_file(path)
-    assert "read line by line" in read.note
+    assert ("read line by line" in read.note) == (reader == "pyarrow")
     assert _arrow_rows(read.table) == _spark_rows(from_sql_ops(sql_load.load(spark, path).ops))
 
 
-def test_malformed_line_names_file_and_line(tmp_path):
+def test_malformed_line_names_file_and_line(tmp_path, reader):
     path = _mixed().write(tmp_path)
     lines = path.read_text().splitlines()
     lines.insert(3, '{"index": 2, "time": 1, "process": 0, "type": "ok"')
@@ -94,7 +106,7 @@ def test_malformed_line_names_file_and_line(tmp_path):
     assert f"{path}:4:" in str(info.value) and "--skip-malformed" in str(info.value)
 
 
-def test_skip_malformed_lists_the_same_lines_as_the_sql_loader(spark, tmp_path):
+def test_skip_malformed_lists_the_same_lines_as_the_sql_loader(spark, tmp_path, reader):
     path = _mixed().write(tmp_path)
     lines = path.read_text().splitlines()
     lines.insert(1, "garbage")
@@ -106,7 +118,7 @@ def test_skip_malformed_lists_the_same_lines_as_the_sql_loader(spark, tmp_path):
     assert _arrow_rows(got.table) == _spark_rows(from_sql_ops(want.ops))
 
 
-def test_lean_parquet_round_trip_has_no_json(tmp_path):
+def test_lean_parquet_round_trip_has_no_json(tmp_path, reader):
     path = _mixed().write(tmp_path / "in")
     table = fused.read_history_file(path).table
     [written] = fused.write_runs(table, tmp_path / "histories.parquet")

@@ -46,7 +46,12 @@ import pyarrow.json as pj
 import pyarrow.parquet as pq
 
 from reports.pipeline.load import (MALFORMED_FILE, OP_TYPES, UNKNOWN_TARGET, Histories, Malformed,
-                                   line_problem)
+                                   MalformedHistory, line_problem)
+
+try:  # the C line scanner, compiled by `pip install` (optional there: without it, pyarrow parses)
+    from reports.pipeline.fused import _scan as SCANNER
+except ImportError:  # pragma: no cover - depends on the install
+    SCANNER = None
 
 _MESSAGE_FIELDS = (("id", pa.string()), ("producer", pa.int64()), ("seq", pa.int64()), ("destination", pa.string()),
                    ("group", pa.string()), ("consumer", pa.int64()), ("subscriber", pa.int64()),
@@ -114,12 +119,165 @@ def read_history_file(path: str | Path, *, skip_malformed: bool = False) -> File
     """The flat table of one history file. Raises `reports.pipeline.load.MalformedHistory` on the
     first malformed line unless ``skip_malformed`` (then the lines are listed in the result)."""
     path = Path(path)
+    if SCANNER is not None:
+        return _scanned(path, skip_malformed)
     try:
         return FileRead(_typed(path), [])
     except (NotTyped, pa.ArrowInvalid, pa.ArrowTypeError) as exc:
         note = f"{path}: read line by line ({str(exc).splitlines()[0][:160]})"
     table, malformed = _line_by_line(path.read_bytes(), path, skip_malformed)
     return FileRead(table, malformed, note)
+
+
+# ---------------------------------------------------------------------- the C scanner
+
+#: bytes of the file per scanner call: the calls run side by side in threads (the scanner runs
+#: without the GIL), and a few chunks per core even out lines of different lengths
+_SCAN_CHUNK = 64 << 20
+#: special lines put back between slices of the scanned rows up to this many; beyond it they follow
+#: the scanned rows and the pass sorts (a slice per line would cost more than the sort)
+_MAX_PIECES = 512
+
+
+def _scanned(path: Path, skip_malformed: bool) -> FileRead:
+    """Read with the C scanner (`_scan.c`): chunks of the mapped file scanned side by side, then
+    the special lines it left (nemesis lines, drains, anything unusual or malformed) taken one by one
+    by the reference rules, exactly as `_line_by_line` takes every line."""
+    if path.stat().st_size == 0:
+        return FileRead(FLAT_SCHEMA.empty_table(), [])
+    with open(path, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        bounds = _chunk_bounds(data, _SCAN_CHUNK)
+        with ThreadPoolExecutor(max_workers=min(len(bounds), os.cpu_count() or 1)) as pool:
+            parts = list(pool.map(lambda span: SCANNER.scan(data, *span), bounds))
+        special = []  # (line number, the line's bytes, part, scanned rows of that part before it)
+        first_line = 1
+        for k, part in enumerate(parts):
+            special += [(first_line + line, data[start:end], k, before) for line, start, end, before in part.pop("special")]
+            first_line += part["lines"]
+    run_default = path.parent.name
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        tables = list(pool.map(lambda part: _scanned_table(part, path, run_default), parts))
+    special_rows, malformed = _rows_by_reference_rules(((n, raw) for n, raw, _, _ in special), path, skip_malformed)
+    if malformed:
+        malformed = _with_neighbours_run(malformed, {r for t in [*tables, *special_rows] if t is not None
+                                                     for r in pc.unique(t["run"]).to_pylist()})
+    pieces = _in_file_order(tables, [(k, before, rows) for (_, _, k, before), rows in zip(special, special_rows)])
+    return FileRead(pa.concat_tables(pieces).unify_dictionaries() if pieces else FLAT_SCHEMA.empty_table(), malformed)
+
+
+def _chunk_bounds(data, size: int) -> list[tuple[int, int]]:
+    """[start, end) spans of about ``size`` bytes, each ending just after a newline (or at the end)."""
+    bounds, start, n = [], 0, len(data)
+    while start < n:
+        cut = min(start + max(size, 1), n)
+        if cut < n:
+            newline = data.find(b"\n", cut - 1)
+            cut = n if newline < 0 else newline + 1
+        bounds.append((start, cut))
+        start = cut
+    return bounds
+
+
+def _scanned_table(part: dict, path: Path, run_default: str) -> pa.Table:
+    """One scanner result as FLAT_SCHEMA columns; the numbers and offsets are used in place."""
+    n = part["rows"]
+
+    def ints(name):
+        return np.frombuffer(part[name], dtype=np.int64)
+
+    def flags(name):
+        return np.frombuffer(part[name], dtype=np.bool_)
+
+    def optional_ints(name):
+        valid = flags(name + "_valid")
+        return pa.array(ints(name), mask=~valid) if not valid.all() else pa.array(ints(name))
+
+    def text(name):
+        valid = flags(name + "_valid")
+        bitmap = None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
+        return pa.StringArray.from_buffers(n, pa.py_buffer(part[name + "_offsets"]), pa.py_buffer(part[name + "_data"]),
+                                           bitmap)
+
+    def coded(name, default=None):
+        codes = np.frombuffer(part[name], dtype=np.int32)
+        values = part[name + "_values"]
+        missing = codes < 0
+        if default is not None and missing.any():
+            if default not in values:
+                values = [*values, default]
+            codes, missing = np.where(missing, np.int32(values.index(default)), codes), None
+        indices = pa.array(codes, mask=missing) if missing is not None and missing.any() else pa.array(codes)
+        return pa.DictionaryArray.from_arrays(indices, pa.array(values, pa.string()))
+
+    message = flags("has_message")
+    redelivered = np.frombuffer(part["redelivered"], dtype=np.int8)
+    columns = {
+        "run": coded("run", run_default), "target": coded("target", UNKNOWN_TARGET), "node": coded("node"),
+        "file": pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, dtype=np.int32)), pa.array([str(path)])),
+        "index": pa.array(ints("index")), "time": pa.array(ints("time")), "process": _process_text(pa.array(ints("process"))),
+        "type": coded("type"), "f": coded("f"), "error": text("error"),
+        "pos": pa.array(np.zeros(n, dtype=np.int64), mask=~message),
+        "id": text("id"), "producer": optional_ints("producer"), "seq": optional_ints("seq"),
+        "destination": coded("destination"), "group": coded("group"), "consumer": optional_ints("consumer"),
+        "subscriber": optional_ints("subscriber"), "redelivered": pa.array(redelivered == 1, mask=redelivered < 0),
+        **{name: pa.nulls(n, kind) for name, kind in _NEMESIS_FIELDS},
+    }
+    return pa.table({name: columns[name] for name in FLAT_COLUMNS}, schema=FLAT_SCHEMA)
+
+
+def _in_file_order(tables: list[pa.Table], special: list[tuple[int, int, pa.Table | None]]) -> list[pa.Table]:
+    """The scanned rows with the special lines' rows put back where their lines were, as zero-copy
+    slices, so a history written in order stays in order and the pass need not sort it. With very
+    many special lines they follow instead (the pass sorts what is out of order)."""
+    special = [(k, before, rows) for k, before, rows in special if rows is not None]
+    if len(special) > _MAX_PIECES:
+        return [*tables, *(rows for _, _, rows in special)]
+    pieces = []
+    for k, table in enumerate(tables):
+        last = 0
+        for _, before, rows in (s for s in special if s[0] == k):
+            pieces += [table.slice(last, before - last), rows]
+            last = before
+        pieces.append(table.slice(last))
+    return pieces
+
+
+def _rows_by_reference_rules(lines, path: Path, skip_malformed: bool) -> tuple[list[pa.Table | None], list[Malformed]]:
+    """Each line's rows (None for a blank or skipped malformed line) by the rules `_line_by_line`
+    applies to every line: the first malformed line raises unless ``skip_malformed``."""
+    tables: list[pa.Table | None] = []
+    malformed: list[Malformed] = []
+    for number, raw in lines:
+        text = raw.decode("utf-8", "replace").rstrip("\r")
+        if not text.strip():
+            tables.append(None)
+            continue
+        reason = line_problem(text)
+        if reason is not None:
+            malformed.append(_malformed_line(path, number, reason, text, skip_malformed))
+            tables.append(None)
+            continue
+        tables.append(_special_rows(json.loads(text), path))
+    return tables, malformed
+
+
+def _malformed_line(path: Path, number: int, reason: str, text: str, skip_malformed: bool) -> Malformed:
+    bad = Malformed(str(path), number, path.parent.name, reason, text)
+    if not skip_malformed:
+        raise MalformedHistory(f"{bad.describe()}. Fix or delete the line, or analyse without it with "
+                               "--skip-malformed (every verdict of that run is then 'unknown')")
+    return bad
+
+
+def _with_neighbours_run(malformed: list[Malformed], runs: set) -> list[Malformed]:
+    """A skipped line belongs to the run its neighbours name, when they name just one."""
+    if len(runs) != 1:
+        return malformed
+    only = next(iter(runs))
+    return [Malformed(m.file, m.line, only, m.reason, m.text) for m in malformed]
+
+
+# ---------------------------------------------------------------------- pyarrow's reader (no scanner)
 
 
 def _typed(path: Path) -> pa.Table:
@@ -318,29 +476,19 @@ def _event(raw: bytes) -> dict | None:
 
 
 def _line_by_line(data: bytes, path: Path, skip_malformed: bool) -> tuple[pa.Table, list[Malformed]]:
-    from reports.pipeline.load import MalformedHistory
-
     rows: list[dict] = []
     malformed: list[Malformed] = []
-    run_default = path.parent.name
     for number, raw in enumerate(data.split(b"\n"), start=1):
         text = raw.decode("utf-8", "replace").rstrip("\r")
         if not text.strip():
             continue
         reason = line_problem(text)
         if reason is not None:
-            bad = Malformed(str(path), number, run_default, reason, text)
-            if not skip_malformed:
-                raise MalformedHistory(f"{bad.describe()}. Fix or delete the line, or analyse without it with "
-                                       "--skip-malformed (every verdict of that run is then 'unknown')")
-            malformed.append(bad)
+            malformed.append(_malformed_line(path, number, reason, text, skip_malformed))
             continue
         rows += _flat_rows(json.loads(text), path)
-    if malformed:  # a skipped line belongs to the run its neighbours name
-        runs = {r["run"] for r in rows}
-        if len(runs) == 1:
-            only = runs.pop()
-            malformed = [Malformed(m.file, m.line, only, m.reason, m.text) for m in malformed]
+    if malformed:
+        malformed = _with_neighbours_run(malformed, {r["run"] for r in rows})
     table = pa.Table.from_pylist(rows, schema=_PLAIN_SCHEMA).cast(FLAT_SCHEMA) if rows else FLAT_SCHEMA.empty_table()
     return table, malformed
 
