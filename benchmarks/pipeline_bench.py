@@ -145,6 +145,9 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     get_session()
     print(f"Spark session start-up: {time.perf_counter() - started:.1f} s")
+    from reports.pipeline.fused.load import SCANNER
+    print("fused engine parses with " + ("the C scanner (reports/pipeline/fused/_scan.c)" if SCANNER is not None
+                                         else "pyarrow: the C scanner is not built (pip install -e .)"))
     engines = [e for e in args.engine.split(",") if e]
     rows = []
     try:

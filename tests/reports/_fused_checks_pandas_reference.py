@@ -270,27 +270,30 @@ def _completed_summary(done: pd.DataFrame, ops: pd.DataFrame, nem: pd.DataFrame)
 
     t1 = int(ops["time"].max())
     windows = fault_windows(nem, t1)
-    merged = merge_intervals([(s, e) for s, e in windows])
+    merged = merge_intervals([(s, e) for s, e, _ in windows])
     fr = np.array([a for a, _ in merged], dtype=np.int64)
     to = np.array([b for _, b in merged], dtype=np.int64)
-    return {"downtime": downtime_rows(done, fr, to), "latency": latency_rows(done, fr, to),
+    # the in-place time of each merged interval: that of the latest-placed fault starting with it
+    in_place = np.array([max(p for s, _, p in windows if s == a) for a in fr], dtype=np.int64)
+    return {"downtime": downtime_rows(done, fr, to, in_place), "latency": latency_rows(done, fr, to),
             "throughput": throughput_rows(done, fr, to)}
 
 
-def fault_windows(nem: pd.DataFrame, run_end: int) -> list[tuple[int, int]]:
-    """(start, end) of every fault: common.fault_windows over the typed nemesis fields."""
-    open_faults: dict[str, int] = {}
-    windows: list[tuple[int, int]] = []
+def fault_windows(nem: pd.DataFrame, run_end: int) -> list[tuple[int, int, int]]:
+    """(start, end, in place) of every fault: common.fault_windows over the typed nemesis fields."""
+    open_faults: dict[str, tuple[int, int]] = {}
+    windows: list[tuple[int, int, int]] = []
     for r in nem.itertuples():
         if r.phase != "end":
             continue
         for healed in (r.fault_window if r.fault_window is not None else []):
-            windows.append((int(healed["start"]), int(healed["end"])))
-            open_faults.pop(str(healed["fault"]), None)
+            opened = open_faults.pop(str(healed["fault"]), None)
+            start = int(healed["start"])
+            windows.append((start, int(healed["end"]), start if opened is None else opened[1]))
         if _none(r.fault) is not None and r.f not in _NOT_FAULTS:
-            open_faults[str(r.fault)] = int(r.started) if _none(r.started) is not None else int(r.time)
-    for start in open_faults.values():
-        windows.append((start, max(run_end, start)))
+            open_faults[str(r.fault)] = (int(r.started) if _none(r.started) is not None else int(r.time), int(r.time))
+    for start, in_place in open_faults.values():
+        windows.append((start, max(run_end, start), in_place))
     return windows
 
 
@@ -302,7 +305,7 @@ def _inside(t: np.ndarray, fr: np.ndarray, to: np.ndarray) -> np.ndarray:
     return (k >= 0) & (t < to[np.maximum(k, 0)])
 
 
-def downtime_rows(done: pd.DataFrame, fr: np.ndarray, to: np.ndarray) -> list[dict]:
+def downtime_rows(done: pd.DataFrame, fr: np.ndarray, to: np.ndarray, in_place: np.ndarray) -> list[dict]:
     if not len(fr) or done.empty:
         return []
     epoch = np.searchsorted(fr, done["invoke_time"].to_numpy(), "right")
@@ -312,7 +315,7 @@ def downtime_rows(done: pd.DataFrame, fr: np.ndarray, to: np.ndarray) -> list[di
     for (e, process), g in d.groupby(["epoch", "process"], sort=False, observed=True):
         if g["invoke_time"].min() >= to[e - 1]:
             continue
-        ok = g[g["type"] == "ok"]
+        ok = g[(g["type"] == "ok") & (g["invoke_time"] > in_place[e - 1])]
         start = int(fr[e - 1])
         if ok.empty:
             first_ok_time = first_ok_index = None

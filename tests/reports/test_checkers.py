@@ -12,7 +12,7 @@ from reports.pipeline.analyze import analyze
 from reports.pipeline.checkers import downtime
 from reports.pipeline.session import LOCAL, get_session
 
-from .histories import H, msg
+from .histories import MS, H, msg
 
 G = "queue://grouped"
 
@@ -60,6 +60,7 @@ def _literals() -> dict[str, H]:
         .receive(1, "g0", dest=G, group="g", consumer=0).drain(2, [msg("g1", seq=1, dest=G, group="g")]),
         # ---------------------------------------------------------------- downtime, latency
         _downtime(),
+        _invoked_while_injecting(),
     ]
     return {h.run: h for h in hs}
 
@@ -82,6 +83,24 @@ def _downtime() -> H:
     h.restart(at=4000, killed_at=1000)
     h.call(3, "drain", None, at=5000, done=5001, result=[msg("d", seq=2)])
     return h
+
+
+def _invoked_while_injecting() -> H:
+    """The kill step runs from 1000 ms to 1001 ms. Process 0's send invoked at 1000.5 ms, before the
+    broker was surely down, completes ok: it may have gone through before the kill and is no
+    recovery. Its first ok invoked after 1001 ms completes at 2600 ms: 1.6 s of downtime."""
+    h = H("invoked_while_injecting")
+    a, b, c, d = msg("a"), msg("b", seq=1), msg("c", seq=2), msg("d", seq=3)
+    h.op(0, "invoke", "send", a, at=100), h.op(0, "ok", "send", a, at=101)
+    h.nemesis("kill", "start", at=1000)
+    h.op(0, "invoke", "send", b, at=1000.5)
+    h.nemesis("kill", "end", at=1001, fault="down", started=1000 * MS, ended=1001 * MS)
+    h.op(0, "ok", "send", b, at=1002)
+    h.op(0, "invoke", "send", c, at=1500), h.op(0, "fail", "send", c, at=1600)
+    h.op(0, "invoke", "send", d, at=2000), h.op(0, "ok", "send", d, at=2600)
+    h.restart(at=3000, killed_at=1000)
+    h.now = 4000 * MS
+    return h.drain(1, [a, b, d])
 
 
 LITERALS = _literals()
@@ -237,6 +256,11 @@ def test_failover_downtime_over_bound(spark, tmp_path, engine):
     assert [r.valid for r in fast.results] == [True]
     # the anomaly names the operation that finally succeeded: process 1's receive ok
     assert [(r["kind"], r["ops"]) for r in slow.anomalies_df.collect()] == [("slow_failover", [13])]
+
+
+def test_op_invoked_while_the_fault_was_injected_is_no_recovery(analysed):
+    [fault] = check(analysed, "invoked_while_injecting", "failover_downtime")["stats"]["faults"]
+    assert fault["per_process_ms"]["0"] == pytest.approx(1600.0)
 
 
 def test_no_fault_no_downtime_verdict(analysed):

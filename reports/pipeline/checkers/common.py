@@ -89,6 +89,9 @@ class FaultWindow:
     start: int
     end: int
     open_at_end: bool = False  # never healed in the history: ends with the run
+    #: when the step that injected the fault completed (its end event): from then on the fault is
+    #: surely in place. None when the history does not say (a heal of a fault begun before it).
+    in_place: int | None = None
 
 
 class Context:
@@ -169,13 +172,16 @@ class Context:
 
     @cached_property
     def windows_df(self) -> DataFrame:
-        """Per run: the sorted fault start times, and the merged fault intervals (starts, ends)."""
+        """Per run: the sorted fault start times, and the merged fault intervals (starts, ends, and
+        when each interval's first fault was in place)."""
         rows = []
         for (run, target), windows in self.windows.items():
             starts = sorted({w.start for w in windows})
-            merged = merge_intervals([(w.start, w.end) for w in windows])
-            rows.append((run, target, starts, [a for a, _ in merged], [b for _, b in merged]))
-        schema = "run string, target string, fault_starts array<bigint>, fault_from array<bigint>, fault_to array<bigint>"
+            merged = disturbances(windows)
+            rows.append((run, target, starts, [a for a, _, _ in merged], [b for _, b, _ in merged],
+                         [c for _, _, c in merged]))
+        schema = ("run string, target string, fault_starts array<bigint>, fault_from array<bigint>, "
+                  "fault_to array<bigint>, fault_in_place array<bigint>")
         return self.spark.createDataFrame(rows, schema)
 
     def release(self) -> None:
@@ -192,28 +198,56 @@ class Context:
 
 
 def fault_windows(key: RunKey, nemesis_rows: list[dict], run_end: int) -> list[FaultWindow]:
-    """The faults of one run from its nemesis events (chaos/nemesis/base.py): a step's ``end``
-    event names the fault it started (``fault``, from ``started``) and the windows of the faults
-    it healed (``fault_window``). A fault never healed lasts until the run's last operation."""
-    run, target = key
-    open_faults: dict[str, tuple[str, int]] = {}
-    windows: list[FaultWindow] = []
+    """The faults of one run from its nemesis rows (``f``, ``time``, and ``value`` as JSON text):
+    see `fault_windows_of_steps`."""
+    steps = []
     for row in nemesis_rows:
         try:
             value = json.loads(row["value"]) if row["value"] else {}
         except ValueError:
             continue
-        if not isinstance(value, dict) or value.get("phase") != "end":
+        if isinstance(value, dict):
+            steps.append({**value, "f": row["f"], "time": row["time"]})
+    return fault_windows_of_steps(key, steps, run_end)
+
+
+def fault_windows_of_steps(key: RunKey, steps: list[dict], run_end: int) -> list[FaultWindow]:
+    """The faults of one run from its nemesis steps in history order (chaos/nemesis/base.py): a
+    step's ``end`` event names the fault it started (``fault``, from ``started``; it is in place
+    from the event's ``time``) and the windows of the faults it healed (``fault_window``). A fault
+    never healed lasts until the run's last operation. Both engines read their faults here."""
+    run, target = key
+    open_faults: dict[str, tuple[str, int, int]] = {}
+    windows: list[FaultWindow] = []
+    for step in steps:
+        if step.get("phase") != "end":
             continue
-        for healed in value.get("fault_window") or []:
+        for healed in step.get("fault_window") or []:
+            opened = open_faults.pop(str(healed.get("fault")), None)
             windows.append(FaultWindow(run, target, str(healed.get("fault")), str(healed.get("f")),
-                                       int(healed["start"]), int(healed["end"])))
-            open_faults.pop(str(healed.get("fault")), None)
-        if value.get("fault") is not None and row["f"] not in _NOT_FAULTS:
-            open_faults[str(value["fault"])] = (row["f"], int(value.get("started", row["time"])))
-    for fault, (f, start) in open_faults.items():
-        windows.append(FaultWindow(run, target, fault, f, start, max(run_end, start), open_at_end=True))
+                                       int(healed["start"]), int(healed["end"]),
+                                       in_place=None if opened is None else opened[2]))
+        if step.get("fault") is not None and step["f"] not in _NOT_FAULTS:
+            started = step.get("started")
+            open_faults[str(step["fault"])] = (step["f"], int(step["time"] if started is None else started),
+                                               int(step["time"]))
+    for fault, (f, start, in_place) in open_faults.items():
+        windows.append(FaultWindow(run, target, fault, f, start, max(run_end, start), open_at_end=True,
+                                   in_place=in_place))
     return sorted(windows, key=lambda w: (w.start, w.end))
+
+
+def disturbances(windows: list[FaultWindow]) -> list[tuple[int, int, int]]:
+    """The merged fault intervals (overlapping faults are one disturbance, from the first start) as
+    (start, end, in place): when the fault that began it was surely in place (its start when the
+    history does not say). Failover downtime counts recovery only from operations invoked after
+    that (reports/checkers/failover_downtime.py says why: an operation invoked while the step was
+    still injecting may have gone through before the fault took hold)."""
+    out = []
+    for start, end in merge_intervals([(w.start, w.end) for w in windows]):
+        first = [w.start if w.in_place is None else w.in_place for w in windows if w.start == start]
+        out.append((start, end, max(first)))
+    return out
 
 
 def merge_intervals(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:

@@ -5,8 +5,10 @@ A fault starts when its nemesis step starts (the ``started`` of the step that be
 chaos/nemesis/base.py); faults that overlap (a toxic on each stream, a kill while a partition
 holds) count as one disturbance, from the first start. For every client process that invoked
 anything between that start and the end of the disturbance, the downtime is
-the time from the start to the completion of the process's first ``ok`` operation invoked at or
-after it. A process that kept trying and never succeeded before the next fault is ``not
+the time from the start to the completion of the process's first ``ok`` operation invoked after
+the fault was in place (after the end event of the step that injected it): an operation invoked
+while the step was still injecting may have gone through before the fault took hold, and proves
+nothing about recovering (the Python checker's rule, reports/checkers/failover_downtime.py). A process that kept trying and never succeeded before the next fault is ``not
 recovered``, unless it ended an operation ``info``: then it retired and its client carries on
 under a new process id (chaos/history.py), whose own first ok is what counts.
 
@@ -30,15 +32,17 @@ MS = 1_000_000
 
 def per_process(ctx: Context):
     """One row per (run, target, fault start, client process) with the downtime in ns (null: not recovered)."""
-    windows = ctx.windows_df.select("run", "target", F.col("fault_from").alias("fault_starts"), "fault_to")
+    windows = ctx.windows_df.select("run", "target", F.col("fault_from").alias("fault_starts"), "fault_to",
+                                    "fault_in_place")
     done = ctx.completed.join(F.broadcast(windows), ["run", "target"])
     epoch = F.size(F.filter("fault_starts", lambda s: s <= F.col("invoke_time")))
     done = done.withColumn("epoch", epoch).where(F.col("epoch") > 0)
+    recovers = (F.col("type") == "ok") & (F.col("invoke_time") > F.element_at("fault_in_place", F.col("epoch")))
     rows = done.groupBy("run", "target", "epoch", "process").agg(
         F.first("fault_starts").alias("fault_starts"), F.first("fault_to").alias("fault_to"),
         F.min("invoke_time").alias("first_invoke"),
-        F.min(F.when(F.col("type") == "ok", F.col("time"))).alias("first_ok_time"),
-        F.min_by("index", F.when(F.col("type") == "ok", F.col("time"))).alias("first_ok_index"),
+        F.min(F.when(recovers, F.col("time"))).alias("first_ok_time"),
+        F.min_by("index", F.when(recovers, F.col("time"))).alias("first_ok_index"),
         F.count(F.lit(1)).alias("ops"), F.max(F.col("type") == "info").alias("retired"))
     start = F.element_at("fault_starts", F.col("epoch"))
     # A process that first invoked after the fault was over was never cut off (a drain started at

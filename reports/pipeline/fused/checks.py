@@ -561,31 +561,14 @@ def completed(r: Rows, client_ops: np.ndarray) -> Done:
 
 def _completed_summary(done: Done, t1: int, nem: list[dict]) -> dict:
     """Everything downtime, latency and throughput need from the completed ops, given the run's
-    merged fault intervals (computed here from the nemesis rows as common.fault_windows does)."""
-    from reports.pipeline.checkers.common import merge_intervals
+    merged fault intervals (common.disturbances over common.fault_windows_of_steps, as the SQL
+    engine reads them)."""
+    from reports.pipeline.checkers.common import disturbances, fault_windows_of_steps
 
-    merged = merge_intervals(fault_windows(nem, t1))
-    fr = np.array([a for a, _ in merged], dtype=np.int64)
-    to = np.array([b for _, b in merged], dtype=np.int64)
-    return {"downtime": downtime_rows(done, fr, to), "latency": latency_rows(done, fr, to),
+    merged = disturbances(fault_windows_of_steps(("", ""), nem, t1))
+    fr, to, in_place = (np.array([m[k] for m in merged], dtype=np.int64) for k in range(3))
+    return {"downtime": downtime_rows(done, fr, to, in_place), "latency": latency_rows(done, fr, to),
             "throughput": throughput_rows(done, fr, to)}
-
-
-def fault_windows(nem: list[dict], run_end: int) -> list[tuple[int, int]]:
-    """(start, end) of every fault: common.fault_windows over the nemesis records."""
-    open_faults: dict[str, int] = {}
-    windows: list[tuple[int, int]] = []
-    for r in nem:
-        if r["phase"] != "end":
-            continue
-        for healed in r["fault_window"] or []:
-            windows.append((int(healed["start"]), int(healed["end"])))
-            open_faults.pop(str(healed["fault"]), None)
-        if r["fault"] is not None and r["f"] not in _NOT_FAULTS:
-            open_faults[str(r["fault"])] = int(r["started"]) if r["started"] is not None else int(r["time"])
-    for start in open_faults.values():
-        windows.append((start, max(run_end, start)))
-    return windows
 
 
 def _inside(t: np.ndarray, fr: np.ndarray, to: np.ndarray) -> np.ndarray:
@@ -605,7 +588,9 @@ def _slices(key: np.ndarray, n_keys: int):
         yield int(k), by[ends[k] - counts[k]:ends[k]]
 
 
-def downtime_rows(done: Done, fr: np.ndarray, to: np.ndarray) -> list[dict]:
+def downtime_rows(done: Done, fr: np.ndarray, to: np.ndarray, in_place: np.ndarray) -> list[dict]:
+    """Per (disturbance, process): its first ok op invoked after the fault was in place
+    (reports/pipeline/checkers/downtime.py)."""
     if not len(fr) or not len(done):
         return []
     epoch = np.searchsorted(fr, done.invoke_time, "right")
@@ -624,7 +609,7 @@ def downtime_rows(done: Done, fr: np.ndarray, to: np.ndarray) -> list[dict]:
         e = int(epoch[g[0]])
         if done.invoke_time[g].min() >= to[e - 1]:
             continue
-        ok = g[done.type[g] == ok_code]
+        ok = g[(done.type[g] == ok_code) & (done.invoke_time[g] > in_place[e - 1])]
         if len(ok):
             best = ok[np.argmin(done.time[ok])]
             first_ok_time, first_ok_index = int(done.time[best]), int(done.index[best])
