@@ -219,3 +219,16 @@ def test_cli_will_not_overwrite_a_directory_it_did_not_write(spark, tmp_path, ca
     assert analyze_module.run(args, progress=print) == 2
     assert "is not histories Parquet written by `brokerconf analyze`" in capsys.readouterr().err
     assert precious.read_text() == "not ours"
+
+
+def test_a_line_too_long_for_the_scanner_goes_to_pyarrows_reader(tmp_path, monkeypatch):
+    # The scanner's string offsets are 32-bit: a span it cannot take (made small here) is left to
+    # pyarrow's reader, which gives the same rows.
+    path = _mixed().write(tmp_path)
+    calls = []
+    typed = fused._typed  # pylint: disable=protected-access
+    monkeypatch.setattr(fused, "_typed", lambda p: calls.append(p) or typed(p))
+    monkeypatch.setattr(fused, "_MAX_SPAN", 100)
+    read = fused.read_history_file(path)
+    slow, _ = fused._line_by_line(path.read_bytes(), path, False)  # pylint: disable=protected-access
+    assert calls == [path] and _arrow_rows(read.table) == _arrow_rows(slow)

@@ -120,7 +120,9 @@ def read_history_file(path: str | Path, *, skip_malformed: bool = False) -> File
     first malformed line unless ``skip_malformed`` (then the lines are listed in the result)."""
     path = Path(path)
     if SCANNER is not None:
-        return _scanned(path, skip_malformed)
+        read = _scanned(path, skip_malformed)
+        if read is not None:
+            return read
     try:
         return FileRead(_typed(path), [])
     except (NotTyped, pa.ArrowInvalid, pa.ArrowTypeError) as exc:
@@ -137,16 +139,21 @@ _SCAN_CHUNK = 64 << 20
 #: special lines put back between slices of the scanned rows up to this many; beyond it they follow
 #: the scanned rows and the pass sorts (a slice per line would cost more than the sort)
 _MAX_PIECES = 512
+#: the longest span one scanner call takes (its string offsets are int32)
+_MAX_SPAN = (1 << 31) - 1
 
 
-def _scanned(path: Path, skip_malformed: bool) -> FileRead:
+def _scanned(path: Path, skip_malformed: bool) -> FileRead | None:
     """Read with the C scanner (`_scan.c`): chunks of the mapped file scanned side by side, then
     the special lines it left (nemesis lines, drains, anything unusual or malformed) taken one by one
-    by the reference rules, exactly as `_line_by_line` takes every line."""
+    by the reference rules, exactly as `_line_by_line` takes every line. None for a file with a
+    line of 2 GiB or more (the scanner's string offsets are 32-bit): pyarrow's reader takes it."""
     if path.stat().st_size == 0:
         return FileRead(FLAT_SCHEMA.empty_table(), [])
     with open(path, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
         bounds = _chunk_bounds(data, _SCAN_CHUNK)
+        if any(end - start > _MAX_SPAN for start, end in bounds):
+            return None
         with ThreadPoolExecutor(max_workers=min(len(bounds), os.cpu_count() or 1)) as pool:
             parts = list(pool.map(lambda span: SCANNER.scan(data, *span), bounds))
         special = []  # (line number, the line's bytes, part, scanned rows of that part before it)
