@@ -593,14 +593,16 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     /* shrink each column to what was written, and hand over the rest */
     if (ok) {
         Py_ssize_t r = o.rows;
+        /* read before any resize: shrinking a column may move it, so its pointer goes stale */
+        Py_ssize_t id_end = o.id_offsets[r], error_end = o.error_offsets[r];
         for (int i = 0; i < n_cols && ok; i++) {
             PyObject *c = cols[i];
             Py_ssize_t want = PyByteArray_GET_SIZE(c);
             /* sizes were lines * width (+ one offset); scale them to rows */
             if (c == PyDict_GetItemString(result, "id_data"))
-                want = o.id_offsets[r];
+                want = id_end;
             else if (c == PyDict_GetItemString(result, "error_data"))
-                want = o.error_offsets[r];
+                want = error_end;
             else if (c == PyDict_GetItemString(result, "id_offsets") || c == PyDict_GetItemString(result, "error_offsets"))
                 want = (r + 1) * 4;
             else
@@ -643,6 +645,7 @@ static PyObject *scan(PyObject *self, PyObject *args) {
         }
         ok = set_item(result, "special", special) == 0;
     }
+    for (int i = 0; i < n_cols; i++) Py_DECREF(cols[i]); /* the result dict holds them */
     for (int d = 0; d < N_DICT; d++) interner_free(&o.dict[d]);
     free(o.special);
     PyBuffer_Release(&view);
