@@ -236,7 +236,8 @@ def line_problem(text: str) -> str | None:
         return _NOT_AN_OBJECT
     for name in ("index", "time"):
         value = event.get(name)
-        if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+        # Spark's reader takes an integer beyond 64 bits as a type error too
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or not _INT64_MIN <= value <= _INT64_MAX):
             return _NOT_AN_OBJECT
     missing = [k for k in ("index", "time", "process", "type", "f") if event.get(k) is None]
     if missing:
@@ -247,6 +248,9 @@ def line_problem(text: str) -> str | None:
     if not (process == NEMESIS or re.fullmatch(r"-?\d+", process)):
         return f'process must be an integer or "nemesis", not {process}'
     return None
+
+
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 
 def _as_text(value) -> str:

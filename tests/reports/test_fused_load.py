@@ -232,3 +232,23 @@ def test_a_line_too_long_for_the_scanner_goes_to_pyarrows_reader(tmp_path, monke
     read = fused.read_history_file(path)
     slow, _ = fused._line_by_line(path.read_bytes(), path, False)  # pylint: disable=protected-access
     assert calls == [path] and _arrow_rows(read.table) == _arrow_rows(slow)
+
+
+def test_integers_beyond_64_bits_and_lone_surrogates_read_as_the_sql_loader_reads_them(spark, tmp_path, reader):
+    # They once crashed the reference rules (OverflowError, UnicodeEncodeError): an index beyond
+    # 64 bits is a malformed line (named by number), a message field beyond 64 bits is null, and a
+    # lone surrogate escape reads as "?", as Spark's reader gives them.
+    path = tmp_path / "r" / "history.jsonl"
+    path.parent.mkdir()
+    path.write_text("\n".join([
+        '{"index":0,"time":1,"process":1,"type":"invoke","f":"send","value":{"id":"a","producer":1}}',
+        '{"index":12345678901234567890123,"time":2,"process":1,"type":"ok","f":"send","value":{"id":"a"}}',
+        '{"index":2,"time":3,"process":1,"type":"invoke","f":"send","value":{"id":"b","producer":123456789012345678901234}}',
+        '{"index":3,"time":4,"process":1,"type":"ok","f":"send","value":{"id":"b\\ud83d","producer":1},"error":"x\\udc00"}',
+    ]) + "\n")
+    got = fused.read_history_file(path, skip_malformed=True)
+    want = sql_load.load(spark, path, skip_malformed=True)
+    assert [m.line for m in got.malformed] == [m.line for m in want.malformed] == [2]
+    assert _arrow_rows(got.table) == _spark_rows(from_sql_ops(want.ops))
+    assert {(r["id"], r["producer"], r["error"]) for r in got.table.to_pylist()} == {
+        ("a", 1, None), ("b", None, None), ("b?", 1, "x?")}

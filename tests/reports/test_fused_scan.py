@@ -9,8 +9,9 @@ any file content:
   malformed lines as ``_line_by_line(data, path, True)``;
 - with ``skip_malformed=False`` both raise `MalformedHistory` with the same message, or both give
   the same rows;
-- where the reference itself fails with another exception (a 20-digit integer does not fit int64,
-  a lone surrogate escape cannot be encoded), the scanner path fails the same way.
+- where the reference itself fails with another exception, the scanner path fails the same way
+  (there is none known: 20-digit integers and lone surrogate escapes, which once crashed it, now
+  read as Spark's reader reads them; test_fused_load.py).
 
 Chunk boundaries matter to a chunked scanner, so every check is also run with ``_SCAN_CHUNK``
 shrunk to a few lines' worth: boundaries then fall mid-line, on newlines, inside CRLF pairs and

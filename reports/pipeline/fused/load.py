@@ -364,8 +364,8 @@ def _special_rows(event: dict, path: Path) -> pa.Table:
     if isinstance(value, list) and value and all(isinstance(m, dict) and m.get("id", "") is not None for m in value):
         try:
             messages = pa.array(value, type=MESSAGE_TYPE)
-        except (pa.ArrowInvalid, pa.ArrowTypeError):
-            messages = None  # a field of another type: the SQL loader's rules, row by row
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, UnicodeEncodeError):
+            messages = None  # a field of another type or range: the SQL loader's rules, row by row
         if messages is not None:
             op = _flat_rows({**event, "value": None}, path)[0]
             n = len(value)
@@ -546,11 +546,21 @@ def _fault_windows(windows) -> list | None:
 def _text(value) -> str | None:
     if value is None:
         return None
-    return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+    if not isinstance(value, str):
+        return json.dumps(value, separators=(",", ":"))
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate escape ("\ud83d"): "?", as Spark's reader gives
+            return value.encode("utf-8", "replace").decode("utf-8")
+    return value
 
 
 def _integer(value) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+    """An integer that fits 64 bits, else None (as Spark's reader reads a field it cannot type)."""
+    if isinstance(value, int) and not isinstance(value, bool) and -(1 << 63) <= value < (1 << 63):
+        return value
+    return None
 
 
 # ---------------------------------------------------------------------- Parquet
