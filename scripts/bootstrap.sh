@@ -3,6 +3,8 @@
 #   * creates .venv in the repository root (python3 -m venv) if missing,
 #   * pip-installs the project with its test extra when pyproject.toml changed
 #     since the last successful install (hash kept in .venv/.brokerconf-install-stamp),
+#     first making sure a C compiler and the Python headers are there for the analysis's
+#     C scanner (as root on Debian: gcc, python3-dev),
 #   * as root on Debian, installs the Debian packages the real-broker targets need
 #     (set BROKERCONF_INSTALL_BROKERS=0 to skip).
 # Leaves the current directory at the repository root.
@@ -113,6 +115,24 @@ _bc_ensure_venv() {
     rm -f .venv/.brokerconf-install-stamp
 }
 
+_bc_ensure_compiler() {
+    # The analysis's C line scanner (reports/pipeline/fused/_scan.c) is compiled by pip: it needs a
+    # C compiler and the Python headers. Without them pip still installs, and pyarrow parses instead
+    # (slower; the scanner's tests then fail, saying so).
+    local include
+    include="$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["include"])')"
+    if command -v cc >/dev/null 2>&1 && [ -f "$include/Python.h" ]; then
+        return 0
+    fi
+    if _bc_is_root && _bc_have_apt; then
+        _bc_log "installing a C compiler and the Python headers (gcc, python3-dev) for the analysis's scanner..."
+        _bc_apt_install gcc libc6-dev python3-dev || _bc_log "warning: could not install gcc/python3-dev; the C scanner will not be built"
+    else
+        _bc_log "warning: no C compiler or no Python headers ($include/Python.h): the analysis's C scanner" \
+                "will not be built (Debian: sudo apt-get install gcc python3-dev)"
+    fi
+}
+
 _bc_ensure_packages() {
     local stamp=.venv/.brokerconf-install-stamp want
     # the root path is part of the stamp: a moved checkout needs its entry points rewritten; the
@@ -121,6 +141,7 @@ _bc_ensure_packages() {
     if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
         return 0
     fi
+    _bc_ensure_compiler
     _bc_log "installing Python packages (pip install -e '.[test]')..."
     .venv/bin/python -m pip install --disable-pip-version-check --no-input -q -e '.[test]'
     printf '%s\n' "$want" > "$stamp"
