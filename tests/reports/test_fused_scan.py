@@ -327,6 +327,16 @@ def test_odd_line_reads_as_the_reference_reads_it(tmp_path, odd, where):
     check_contract(path, chunks=(64,))
 
 
+@pytest.mark.parametrize("odd", list(ODD_LINES.values()), ids=list(ODD_LINES))
+def test_odd_line_reads_as_the_reference_reads_it_without_the_scanner(tmp_path, monkeypatch, odd):
+    # where the scanner is not built, pyarrow's typed read is held to the same contract
+    monkeypatch.setattr(load, "SCANNER", None)
+    path = tmp_path / "r" / "history.jsonl"
+    path.parent.mkdir()
+    path.write_bytes(_file_with(odd, "middle"))
+    check_contract(path, chunks=())
+
+
 @pytest.mark.parametrize("ending", [b"\r\n", b"\n\r\n", b"\r\n\r\n"], ids=["crlf", "blank_crlf", "crlf_crlf"])
 @pytest.mark.parametrize("final", [True, False], ids=["final_newline", "no_final_newline"])
 def test_whole_file_with_crlf_line_ends(tmp_path, ending, final):
