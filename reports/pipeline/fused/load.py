@@ -14,7 +14,7 @@ them to it):
   and returns every other line (nemesis steps, drains, escapes, non-ASCII text, odd types,
   malformed lines) by number, which are then taken one by one by the reference rules below. So it
   needs no lenient rule of its own: where it is unsure, the reference decides. Measured at 8M
-  operations (1.8 GB): ~4 s, against ~17 s for pyarrow's reader with the loader's work around it.
+  operations (1.8 GB): 3–6 s, against ~20 s for pyarrow's reader with the loader's work around it.
 * pyarrow's typed read (where the scanner is not built, or a line is 2 GiB or more). It needs
   every line to fit one schema. Two kinds of lines do not, and they are few in any history
   (DESIGN.md, "History format"): nemesis lines (``process`` is the text ``"nemesis"`` where clients
