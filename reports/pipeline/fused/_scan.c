@@ -313,9 +313,11 @@ static const char *message_value(const char *p, const char *e, Line *line) {
                 p = literal(p, e, "null", 4);
             }
         } else {
-            int k = -1;
-            for (int i = 0; i < N_MSG_INT; i++)
-                if (key.n == strlen(MSG_INT_NAMES[i]) && memcmp(key.p, MSG_INT_NAMES[i], key.n) == 0) k = i;
+            int k = KEY_IS(key, "producer")     ? INT_PRODUCER
+                    : KEY_IS(key, "seq")        ? INT_SEQ
+                    : KEY_IS(key, "consumer")   ? INT_CONSUMER
+                    : KEY_IS(key, "subscriber") ? INT_SUBSCRIBER
+                                                : -1;
             if (k < 0) return NULL; /* phase, fault, messages, ...: Python's rules */
             bit = 1u << (4 + k);
             p = int_or_null(p, e, &line->msg_int[k], &set);
