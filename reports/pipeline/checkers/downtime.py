@@ -4,13 +4,14 @@ operation after it.
 A fault starts when its nemesis step starts (the ``started`` of the step that began it;
 chaos/nemesis/base.py); faults that overlap (a toxic on each stream, a kill while a partition
 holds) count as one disturbance, from the first start. For every client process that invoked
-anything between that start and the end of the disturbance, the downtime is
-the time from the start to the completion of the process's first ``ok`` operation invoked after
-the fault was in place (after the end event of the step that injected it): an operation invoked
-while the step was still injecting may have gone through before the fault took hold, and proves
-nothing about recovering (the Python checker's rule, reports/checkers/failover_downtime.py). A process that kept trying and never succeeded before the next fault is ``not
-recovered``, unless it ended an operation ``info``: then it retired and its client carries on
-under a new process id (chaos/history.py), whose own first ok is what counts.
+anything between that start and the end of the disturbance, the downtime is the time from the
+start to the completion of the process's first ``ok`` operation invoked after the fault was in
+place (after the end event of the step that injected it): an operation invoked while the step was
+still injecting may have gone through before the fault took hold, and proves nothing about
+recovering (the Python checker's rule, reports/checkers/failover_downtime.py). A process that kept
+trying and never succeeded before the next fault is ``not recovered``, unless it ended an
+operation ``info``: then it retired and its client carries on under a new process id
+(chaos/history.py), whose own first ok is what counts.
 
 The numbers are the result; the verdict judges them only against a bound the caller gives
 (``max_downtime_s`` given to the analysis, else the experiment's own setting from the run record,
