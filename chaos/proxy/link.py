@@ -12,6 +12,7 @@ import asyncio
 import random
 import socket
 import struct
+import time
 from collections import deque
 from typing import Callable
 
@@ -52,17 +53,20 @@ class Pipe:
 
     # --- helpers the toxics use -------------------------------------------------------------
     def now(self) -> float:
-        return self.loop.time()
+        # time.monotonic(), not loop.time(): uvloop's loop time is whole milliseconds cached at
+        # the start of an iteration, so a chunk stamped with it looks up to ~1 ms older than it is.
+        return time.monotonic()
 
-    def call_later(self, delay: float, callback: Callable[[], None]) -> asyncio.TimerHandle:
-        return self.loop.call_later(delay, callback)
+    def call_later(self, delay: float, callback: Callable[[], None]) -> "DeadlineTimer":
+        return DeadlineTimer(self.loop, time.monotonic() + delay, callback)
 
     async def sleep_until(self, deadline: float, runtime: ToxicRuntime) -> bool:
-        """Sleep until ``deadline``; False if the toxic was removed or updated meanwhile."""
-        if deadline <= self.loop.time():
+        """Sleep until ``deadline`` (a `now` time); False if the toxic was removed or updated
+        meanwhile. Never returns True before the deadline (see `DeadlineTimer`)."""
+        if deadline <= time.monotonic():
             return True
         fut = self.loop.create_future()
-        handle = self.loop.call_at(deadline, _resolve, fut, True)
+        handle = DeadlineTimer(self.loop, deadline, lambda: _resolve(fut, True))
         runtime.waiters.add(fut)
         try:
             return await fut
@@ -122,13 +126,13 @@ class Pipe:
             if dest is not None and dest.transport is not None and not dest.transport.is_closing():
                 dest.transport.write(data)
             return
-        self._enqueue(Chunk(data, self.loop.time()))
+        self._enqueue(Chunk(data, time.monotonic()))
 
     def on_source_end(self) -> None:
         """The source sent EOF or went away: pass the end through the chain, then close dest."""
         if self.closed:
             return
-        self._enqueue(Chunk(None, self.loop.time()))
+        self._enqueue(Chunk(None, time.monotonic()))
 
     def _enqueue(self, chunk: Chunk) -> None:
         self.queue.append(chunk)
@@ -195,6 +199,38 @@ class Pipe:
             self.task.cancel()
         if self.dest is not None:
             self.dest.close()
+
+
+class DeadlineTimer:
+    """Calls ``callback`` on the loop once ``time.monotonic()`` has reached ``deadline``, never
+    before. uvloop's timers count whole milliseconds from the loop time cached at the start of an
+    iteration, so a plain ``call_at`` can fire up to ~1.5 ms early: CI saw a 120 ms latency toxic
+    deliver after 119.75 ms, where Toxiproxy promises at least the configured delay
+    (toxics/latency.go). A timer that wakes early re-arms itself for what is left."""
+
+    __slots__ = ("_loop", "_deadline", "_callback", "_handle")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, deadline: float, callback: Callable[[], None]) -> None:
+        self._loop = loop
+        self._deadline = deadline
+        self._callback = callback
+        self._handle: asyncio.TimerHandle | None = None
+        self._arm()
+
+    def _arm(self) -> None:
+        self._handle = self._loop.call_later(max(0.0, self._deadline - time.monotonic()), self._fire)
+
+    def _fire(self) -> None:
+        if time.monotonic() < self._deadline:
+            self._arm()
+            return
+        self._handle = None
+        self._callback()
+
+    def cancel(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
 
 
 def _resolve(fut: asyncio.Future, value: bool) -> None:

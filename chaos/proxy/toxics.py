@@ -50,7 +50,7 @@ class ResetLink(Exception):
 
 @dataclass(slots=True)
 class Chunk:
-    """Bytes read from one side, stamped with the loop time they arrived; ``data=None`` is EOF."""
+    """Bytes read from one side, stamped with the `Pipe.now` time they arrived; ``data=None`` is EOF."""
 
     data: bytes | None
     ts: float
