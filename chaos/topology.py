@@ -32,13 +32,16 @@ class BridgeProxies:
     """A `BridgeRoute` (conformance.targets.activemq_network) that puts one fault-proxy proxy in
     front of each bridge's peer, through the Toxiproxy API at ``api_url``: the bridge dials the
     proxy, clients still reach the brokers directly, so a partition of the proxy cuts the bridge
-    alone. Idempotent per bridge (a launcher may render its configuration more than once)."""
+    alone. Idempotent per bridge (a launcher may render its configuration more than once); when
+    the peer's port changed (a network started again on fresh ports), the proxy's upstream is
+    moved to it and the bridge keeps dialling the same proxy address."""
 
     def __init__(self, api_url: str, prefix: str = "bridge") -> None:
         self.api_url = api_url.rstrip("/")
         self.prefix = prefix
         self.names: dict[tuple[str, str, str], str] = {}  # (source, target, connector) -> proxy name
         self._listen: dict[str, tuple[str, int]] = {}
+        self._upstream: dict[str, str] = {}
 
     def name_of(self, source: str, target: str, connector: str = "bridge") -> str:
         return f"{self.prefix}-{source}-{target}-{connector}"
@@ -46,15 +49,21 @@ class BridgeProxies:
     def __call__(self, bridge, host: str, port: int) -> tuple[str, int]:
         key = (bridge.source, bridge.target, bridge.options.name)
         name = self.names.setdefault(key, self.name_of(*key))
+        upstream = f"{host}:{port}"
         if name not in self._listen:
-            body = json.dumps({"name": name, "listen": "127.0.0.1:0", "upstream": f"{host}:{port}"}).encode()
-            request = urllib.request.Request(f"{self.api_url}/proxies", data=body, method="POST",
-                                             headers={"Content-Type": "application/json"})
-            with urllib.request.urlopen(request, timeout=5) as response:
-                listen = json.load(response)["listen"]
+            listen = self._post("/proxies", {"name": name, "listen": "127.0.0.1:0", "upstream": upstream})["listen"]
             listen_host, _, listen_port = listen.rpartition(":")
             self._listen[name] = (listen_host.strip("[]"), int(listen_port))
+        elif self._upstream[name] != upstream:
+            self._post(f"/proxies/{name}", {"upstream": upstream})  # Toxiproxy API: update a proxy
+        self._upstream[name] = upstream
         return self._listen[name]
+
+    def _post(self, path: str, payload: dict) -> dict:
+        request = urllib.request.Request(f"{self.api_url}{path}", data=json.dumps(payload).encode(), method="POST",
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return json.load(response)
 
 
 class Topology:

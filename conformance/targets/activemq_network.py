@@ -55,6 +55,11 @@ class NetworkStartError(RuntimeError):
     """A broker of the network did not start or a bridge did not come up; the message has the logs."""
 
 
+class PortTakenError(NetworkStartError):
+    """A broker's OpenWire port, already written into its peers' connectors, was taken by another
+    process before the broker bound it (`ActiveMQNetwork.start` starts again on fresh ports)."""
+
+
 # --------------------------------------------------------------------------- the model
 
 
@@ -535,12 +540,35 @@ class ActiveMQNetwork:
         return order
 
     # ----------------------------------------------------------------- lifecycle
+    #: starts on fresh ports after a `PortTakenError` before giving up
+    START_ATTEMPTS = 3
+
     def start(self, timeout: float = 90) -> None:
         """Start every broker at once (JVM start-up dominates; measured here, 2 cores: a pair
         forms in about 7 s in parallel against 11-15 s one after the other), then wait for the
         bridges. A connector whose peer is not listening yet retries after
-        ``initial_reconnect_delay`` (1 s by default), so parallel start costs at most that."""
+        ``initial_reconnect_delay`` (1 s by default), so parallel start costs at most that.
+
+        When a port the peers' connectors name was taken before its broker bound it, every
+        broker is stopped and the network starts again on fresh ports (at most
+        `START_ATTEMPTS` starts within ``timeout``)."""
         deadline = time.monotonic() + timeout
+        for attempt in range(1, self.START_ATTEMPTS + 1):
+            try:
+                self._start_once(deadline)
+                return
+            except PortTakenError:
+                # _start_once stopped every broker already
+                if attempt == self.START_ATTEMPTS or time.monotonic() >= deadline:
+                    raise
+                self._forget_ports()
+
+    def _forget_ports(self) -> None:
+        for node in self.nodes.values():
+            p = node.process
+            p.stomp_port = p.openwire_port = p.jmx_port = 0
+
+    def _start_once(self, deadline: float) -> None:
         try:
             self._assign_ports()
             for name, node in self.nodes.items():
@@ -554,8 +582,8 @@ class ActiveMQNetwork:
                     node.process.start(timeout=max(1.0, deadline - time.monotonic()))
                     if node.process.openwire_port != assigned:
                         # start() re-picks ports when one was taken meanwhile: the peers' URIs are stale
-                        raise NetworkStartError(f"broker {name}'s OpenWire port {assigned} was taken by another "
-                                                "process before it started; start the network again")
+                        raise PortTakenError(f"broker {name}'s OpenWire port {assigned} was taken by another "
+                                             "process before it started; start the network again")
                 except BaseException as exc:  # noqa: BLE001 - reported below with every broker's error
                     errors[name] = exc
 
@@ -566,8 +594,10 @@ class ActiveMQNetwork:
             for t in threads:
                 t.join()
             if errors:
-                raise NetworkStartError("broker(s) of the network did not start: "
-                                        + "; ".join(f"{n}: {e}" for n, e in errors.items()))
+                error_type = (PortTakenError if all(isinstance(e, PortTakenError) for e in errors.values())
+                              else NetworkStartError)
+                raise error_type("broker(s) of the network did not start: "
+                                 + "; ".join(f"{n}: {e}" for n, e in errors.items()))
             self.wait_for_bridges(max(1.0, deadline - time.monotonic()))
         except BaseException:
             self.stop()

@@ -4,17 +4,51 @@ process group by its leader's PID (never by name), peak RSS, and the tail of its
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
 from pathlib import Path
 
+#: Listening ports are picked from here up to the start of the kernel's ephemeral range.
+LISTEN_PORTS_FROM = 10000
+_DEFAULT_EPHEMERAL = (32768, 60999)  # Linux's default net.ipv4.ip_local_port_range
+_pick = random.SystemRandom()  # not the seedable module RNG: tests seed that one
+
+
+def ephemeral_port_range() -> tuple[int, int]:
+    """The kernel's range for the local ports of outgoing connections (inclusive)."""
+    try:
+        low, high = (int(v) for v in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+        return low, high
+    except (OSError, ValueError):
+        return _DEFAULT_EPHEMERAL
+
 
 def free_ports(n: int) -> list[int]:
-    """n distinct free TCP ports on 127.0.0.1 (held open together so they differ)."""
-    socks = []
+    """n distinct free TCP ports on 127.0.0.1 for brokers to listen on (held open together so
+    they differ).
+
+    They come from below the kernel's ephemeral range. A port is picked some seconds before a
+    JVM binds it, and in between every outgoing connection (a bridge dialling its peer, a
+    readiness probe) takes an ephemeral local port: CI saw broker A's OpenWire port taken that
+    way while the network's other broker started. Ports outside that range are only ever taken
+    by another listener. Falls back to the kernel's choice when too few are free there."""
+    low, _ = ephemeral_port_range()
+    socks: list[socket.socket] = []
     try:
-        for _ in range(n):
+        if low - LISTEN_PORTS_FROM >= 100 * n:
+            for port in _pick.sample(range(LISTEN_PORTS_FROM, low), min(low - LISTEN_PORTS_FROM, 50 * n)):
+                if len(socks) == n:
+                    break
+                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    s.close()
+                    continue
+                socks.append(s)
+        while len(socks) < n:
             s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             s.bind(("127.0.0.1", 0))
             socks.append(s)

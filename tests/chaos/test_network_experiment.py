@@ -133,6 +133,30 @@ def test_bridge_route_puts_one_proxy_before_each_peer():
         proxy.stop()
 
 
+def test_bridge_route_follows_a_peer_that_moved_to_another_port():
+    # A network started again on fresh ports renders its connectors again: the bridge keeps the
+    # proxy address it was given, and the proxy forwards to the peer's new port.
+    from chaos.proxy import FaultProxyServer
+    from chaos.proxy.testing import api_json, echo_server
+    from chaos.topology import BridgeProxies
+    from conformance.targets.activemq_network import Bridge
+
+    proxy = FaultProxyServer("127.0.0.1", 0).start()
+    old, new = echo_server(), echo_server()
+    try:
+        route = BridgeProxies(proxy.api_url)
+        bridge = Bridge("A", "B")
+        first = route(bridge, "127.0.0.1", old.port)
+        assert route(bridge, "127.0.0.1", new.port) == first
+        status, proxies = api_json(proxy.api_url, "GET", "/proxies")
+        assert status == 200 and list(proxies) == ["bridge-A-B-bridge"]
+        assert proxies["bridge-A-B-bridge"]["upstream"] == f"127.0.0.1:{new.port}"
+    finally:
+        old.stop()
+        new.stop()
+        proxy.stop()
+
+
 def test_activemq_connector_dials_the_route(tmp_path):
     from conformance.targets.activemq_network import ActiveMQNetwork, Bridge
 

@@ -259,3 +259,74 @@ def test_a_separate_ttl_writes_both_ttls_and_no_network_ttl():
     assert (element.get("networkTTL"), element.get("messageTTL"), element.get("consumerTTL")) == (None, "3", "2")
     element = connector(NetworkConnectorOptions(network_ttl=2))
     assert (element.get("networkTTL"), element.get("messageTTL"), element.get("consumerTTL")) == ("2", None, None)
+
+
+class _FakeProcess:
+    """Stands in for ActiveMQProcess: ``start`` re-picks the OpenWire port the first
+    ``taken_starts`` times, as ActiveMQProcess does when its port was taken before the JVM bound it."""
+
+    def __init__(self, real: ActiveMQProcess, taken_starts: int) -> None:
+        self.real = real
+        self.taken_starts = taken_starts
+        self.starts: list[int] = []  # the OpenWire port each start was asked to use
+        self.connectors_at_start: list[str] = []
+        self.running = False
+        self.name = real.name
+        self.host = real.host
+        self.stomp_port = self.openwire_port = self.jmx_port = 0
+        self.network_connectors_xml = ""
+
+    @property
+    def openwire_url(self) -> str:
+        return f"tcp://{self.host}:{self.openwire_port}"
+
+    def start(self, timeout: float = 60) -> None:
+        self.starts.append(self.openwire_port)
+        self.connectors_at_start.append(self.network_connectors_xml)
+        if len(self.starts) <= self.taken_starts:
+            self.openwire_port += 1  # start() chose another port: the peers' connectors are stale
+        self.running = True
+
+    def stop(self) -> None:
+        self.running = False
+
+
+def _fake_network(tmp_path, taken_starts_of_a: int) -> ActiveMQNetwork:
+    net = ActiveMQNetwork(tmp_path, ("A", "B"), (Bridge("A", "B"), Bridge("B", "A")))
+    for name, node in net.nodes.items():
+        node.process = _FakeProcess(node.process, taken_starts_of_a if name == "A" else 0)
+    net.wait_for_bridges = lambda timeout=30: None
+    return net
+
+
+def test_a_port_taken_before_its_broker_bound_it_starts_the_network_again_on_fresh_ports(tmp_path):
+    net = _fake_network(tmp_path, taken_starts_of_a=1)
+    net.start(timeout=30)
+    a, b = net["A"].process, net["B"].process
+    assert len(a.starts) == 2 and len(b.starts) == 2, "every broker starts again, not only the one that lost its port"
+    assert a.running and b.running
+    # the second start's connectors name the ports the brokers really bound
+    assert f":{a.openwire_port})" in b.connectors_at_start[-1]
+    assert f":{b.openwire_port})" in a.connectors_at_start[-1]
+
+
+def test_a_port_taken_at_every_start_is_reported_after_the_last_attempt(tmp_path):
+    from conformance.targets.activemq_network import PortTakenError
+
+    net = _fake_network(tmp_path, taken_starts_of_a=ActiveMQNetwork.START_ATTEMPTS)
+    with pytest.raises(PortTakenError, match=r"broker A's OpenWire port \d+ was taken"):
+        net.start(timeout=30)
+    assert len(net["A"].process.starts) == ActiveMQNetwork.START_ATTEMPTS
+    assert not net["A"].process.running and not net["B"].process.running, "a failed start leaves no broker running"
+
+
+def test_free_ports_stay_out_of_the_ephemeral_range():
+    # Outgoing connections take their local ports from the ephemeral range; a port picked for a
+    # broker there can be taken by one before the JVM binds it (seen in CI).
+    from conformance.targets.process import LISTEN_PORTS_FROM, ephemeral_port_range, free_ports
+
+    low, high = ephemeral_port_range()
+    ports = free_ports(12)
+    assert len(set(ports)) == 12
+    if low - LISTEN_PORTS_FROM >= 1200:
+        assert all(LISTEN_PORTS_FROM <= p < low for p in ports), (ports, low, high)
