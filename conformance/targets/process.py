@@ -31,9 +31,10 @@ def free_ports(n: int) -> list[int]:
 
     They come from below the kernel's ephemeral range. A port is picked some seconds before a
     JVM binds it, and in between every outgoing connection (a bridge dialling its peer, a
-    readiness probe) takes an ephemeral local port: CI saw broker A's OpenWire port taken that
-    way while the network's other broker started. Ports outside that range are only ever taken
-    by another listener. Falls back to the kernel's choice when too few are free there."""
+    readiness probe) takes an ephemeral local port. CI saw broker A's OpenWire port (40175, in
+    that range) taken while the network's other broker started, most likely that way. Ports
+    outside the range are only ever taken by another listener. Falls back to the kernel's
+    choice when too few are free there."""
     low, _ = ephemeral_port_range()
     socks: list[socket.socket] = []
     try:
