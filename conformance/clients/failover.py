@@ -449,6 +449,18 @@ class FailoverClient:
     # ------------------------------------------------------------------ monitor
 
     def _monitor_loop(self) -> None:
+        try:
+            self._monitor_rounds()
+        except Exception as exc:  # noqa: BLE001 - reported to every waiting operation, not swallowed
+            # Without the monitor nobody reconnects: a consumer would see only empty receives,
+            # forever and without an error (the container run of experiment 2 once lost a
+            # consumer that way, to an exception the STOMP adapter did not translate). Failing the
+            # client turns that into an error its operations raise, so the caller can replace it.
+            log.exception("failover monitor of %s stopped", self.client_id)
+            self._give_up(self.uri, f"the failover monitor stopped on an unexpected {exc!r} "
+                                    "(a bug in a client adapter: report it with the exchange log); open a new client")
+
+    def _monitor_rounds(self) -> None:
         priority_attempt, next_probe = 0, None
         while not self._closed:
             self._wake.wait(self._monitor_interval)

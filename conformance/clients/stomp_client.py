@@ -222,6 +222,18 @@ class StompClient:
         except stomp.exception.ConnectFailedException:
             raise ConnectFailed(f"cannot open a socket to {where}: is the broker running and is that "
                                 "its STOMP port?") from None
+        except (OSError, stomp.exception.StompException) as exc:
+            # The TCP connect succeeded but the socket was closed before CONNECT went out: stomp.py's
+            # receiver thread read EOF first and dropped the socket (NotConnectedException), or the
+            # write hit the closed socket (OSError). docker-proxy does this for a published port with
+            # nothing listening behind it, e.g. a shared-store slave whose connectors are closed.
+            # This is a failed connect, like a refused one: the failover transport must try the
+            # next broker, not die on an exception it does not know (seen in the container run of
+            # chaos/experiments/activemq-shared-store-failover.toml).
+            self._stop_transport()
+            raise ConnectFailed(f"{where} accepted the TCP connection but closed it before CONNECT could be "
+                                f"sent ({exc!r}): nothing serves STOMP behind that port "
+                                "(a slave waiting for its lock, or a proxy with no broker behind it)") from None
         listener = self._listener
         with listener.cond:
             listener.cond.wait_for(lambda: listener.connected or listener.errors or listener.lost, self.timeout)
