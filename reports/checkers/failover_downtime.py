@@ -30,7 +30,10 @@ Definitions:
 * never recovered: in scope, but no such operation in the history. Its downtime is at least the
   time to its last event (or to the end of the history when an operation is still open); the
   fault's verdict is "unknown" unless ``max_downtime_s`` is given and that lower bound already
-  exceeds it (then False: it certainly was down too long).
+  exceeds it (then False: it certainly was down too long). The reason says, per such client,
+  what its operations after the fault did (counts by operation and outcome, the commonest error)
+  and when its last ``ok`` before the fault completed, so a client that kept failing can be
+  told from one that sat waiting.
 
 ``valid`` is True unless ``max_downtime_s`` is given and some client's downtime exceeds it
 (False, naming the clients), or "unknown" when a client never recovered (see above).
@@ -39,6 +42,7 @@ Definitions:
 from __future__ import annotations
 
 import statistics
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Iterable
 
@@ -128,6 +132,23 @@ def _faults(nemesis_events: list[dict]) -> list[FaultDowntime]:
     return faults
 
 
+def _after_the_fault(ops_of: list[list], start: int) -> str:
+    """What a client that never recovered did after the fault began, e.g. "28 receive fail
+    (most often 'nothing arrived within 0.5s'), last ok 0.21 s before the fault"."""
+    after = [op for op in ops_of if op[0] > start]
+    counts = Counter((op[2], op[3] or "still open") for op in after)
+    text = ", ".join(f"{n} {f} {outcome}" for (f, outcome), n in counts.most_common(3)) or "no operation after it"
+    if len(counts) > 3:
+        text += ", ..."
+    errors = Counter(str(op[4])[:80] for op in after if op[4])
+    if errors:
+        text += f" (most often {errors.most_common(1)[0][0]!r})"
+    last_ok = max((op[1] for op in ops_of if op[3] == "ok" and op[1] is not None and op[1] <= start), default=None)
+    if last_ok is not None:
+        text += f", last ok {(start - last_ok) / 1e9:.2f} s before the fault"
+    return text
+
+
 def failover_downtime(history: Iterable[dict], *, max_downtime_s: float | None = None,
                       ops: tuple[str, ...] = ("send", "receive")) -> FailoverDowntimeResult:
     events = sorted(history, key=lambda e: (e["time"], e.get("index", 0)))
@@ -143,17 +164,17 @@ def failover_downtime(history: Iterable[dict], *, max_downtime_s: float | None =
     def client(process) -> str:
         return worker.get(process, f"process-{process}")
 
-    # Per client: each operation as (invoked, completed or None, f, outcome).
+    # Per client: each operation as (invoked, completed or None, f, outcome, error).
     operations: dict[str, list[list]] = {}
     pending: dict[object, list] = {}
     for e in client_events:
         if e["type"] == "invoke":
-            op = [e["time"], None, e.get("f"), None]
+            op = [e["time"], None, e.get("f"), None, None]
             operations.setdefault(client(e["process"]), []).append(op)
             pending[e["process"]] = op
         elif e["process"] in pending:
             op = pending.pop(e["process"])
-            op[1], op[3] = e["time"], e["type"]
+            op[1], op[3], op[4] = e["time"], e["type"], e.get("error")
 
     faults = _faults(nemesis_events)
     limit_ms = None if max_downtime_s is None else max_downtime_s * 1000.0
@@ -187,8 +208,9 @@ def failover_downtime(history: Iterable[dict], *, max_downtime_s: float | None =
             fault.reason = f"down longer than {max_downtime_s}s: {', '.join(too_long)}"
         elif unsure:
             fault.valid = UNKNOWN
-            fault.reason = (f"never recovered before the history ended: {', '.join(unsure)}; "
-                            "run longer after the heal to measure them")
+            fault.reason = (f"never recovered before the history ended: {', '.join(unsure)} ("
+                            + "; ".join(f"{n}: {_after_the_fault(operations[n], start)}" for n in unsure)
+                            + "); run longer after the heal to measure them")
 
     result = FailoverDowntimeResult(VALID, faults)
     if any(w.startswith("process-") for f in faults for w in (*f.downtime_ms, *f.never_recovered)):

@@ -101,6 +101,20 @@ def test_client_never_recovered():
     assert "never recovered before the history ended: consumer-0" in result.reason
 
 
+def test_never_recovered_client_is_described_by_what_it_did_after_the_fault():
+    # The CI run that lost a consumer showed only empty receives after the kill: the reason must
+    # say so, so a client that kept failing is told from one that never tried.
+    start, heal = kill(100, 600)
+    empty = [[op(t, 1, "invoke", "receive"), {**op(t + 500, 1, "fail", "receive"),
+                                              "error": "nothing arrived within 0.5s"}]
+             for t in (150, 660, 1170)]
+    history = timeline(receive(1, 0, 30, 40, got=(0, 0)), *empty, start, heal)
+    result = failover_downtime(history)
+    assert result.valid == "unknown"
+    assert ("consumer-0: 3 receive fail (most often 'nothing arrived within 0.5s'), "
+            "last ok 0.06 s before the fault") in result.reason, result.reason
+
+
 def test_client_never_recovered_for_longer_than_the_limit_is_invalid():
     start, heal = kill(100, 600)
     history = timeline(receive(1, 0, 30, 40, got=(0, 0)), receive(1, 0, 50, 2050, outcome="fail"), start, heal)
