@@ -145,9 +145,17 @@ def summary_lines(verdict: dict) -> list[str]:
         for fault in downtime["faults"]:
             measured = (f"min {fault['min_ms']:.0f} / median {fault['median_ms']:.0f} / max {fault['max_ms']:.0f} ms "
                         f"over {len(fault['downtime_ms'])} clients") if fault["downtime_ms"] else "no client measured"
-            never = f"; never recovered: {sorted(fault['never_recovered'])}" if fault["never_recovered"] else ""
+            never = ""
+            if fault["never_recovered"]:
+                # the reason says what each such client did after the fault (reports/checkers)
+                never = f"; {fault['reason']}" if fault["reason"] else f"; never recovered: {sorted(fault['never_recovered'])}"
             lines.append(f"failover downtime after {fault['f']}" + (f" of node {fault['node']}" if fault["node"] else "")
                          + f": {measured}{never}")
+    transport = stats.get("transport_events")
+    if transport:
+        per = "; ".join(f"{worker} " + ", ".join(f"{kind} {n}" for kind, n in kinds.items())
+                        for worker, kinds in transport.items())
+        lines.append(f"failover transport events (transport.jsonl): {per}")
     return lines
 
 

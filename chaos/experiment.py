@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import json
 import sys
-import urllib.request
 import tempfile
+import threading
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -25,6 +26,7 @@ from chaos.nemesis.process import ProcessNemesis
 from chaos.nemesis.proxy import ProxyNemesis
 from chaos.proxy import start_fault_proxy
 from chaos.topology import NetworkTopology, Topology, launch_topology
+from chaos.transport_log import TransportLog, worker_of_thread
 from chaos.workloads.queue import DrainIncomplete, GroupedQueueWorkload, QueueWorkload
 from chaos.workloads.topic import TopicFanoutWorkload
 from conformance.targets.registry import UnknownTarget, resolve
@@ -57,9 +59,13 @@ class ExperimentResult:
     #: network topology: how many times its bridges were established, first time included (a
     #: run whose cuts took the bridges down shows more than one per bridge); None elsewhere
     bridge_establishments: int | None = None
+    #: failover clients: worker -> {transport event kind: count}, from ``transport.jsonl`` beside
+    #: the history (chaos/transport_log.py); None when the clients do not fail over
+    transport_events: dict[str, dict[str, int]] | None = None
 
 
-def _client_factory(exp: Experiment, addresses: list[tuple[str, int]]) -> Callable:
+def _client_factory(exp: Experiment, addresses: list[tuple[str, int]],
+                    transport_log: TransportLog | None = None) -> Callable:
     from conformance.clients import connect, connect_failover
 
     protocol = exp.target.protocol
@@ -69,7 +75,14 @@ def _client_factory(exp: Experiment, addresses: list[tuple[str, int]]) -> Callab
     if exp.target.failover:
         uris = ",".join(f"tcp://{host}:{port}" for host, port in addresses)
         uri = f"failover:({uris})?{exp.target.failover_options}"
-        return lambda: connect_failover(uri, protocol, **options)
+        if transport_log is None:
+            return lambda: connect_failover(uri, protocol, **options)
+
+        def make_logged():
+            # Workers create their clients on their own threads: the thread names the worker.
+            worker = worker_of_thread(threading.current_thread().name)
+            return connect_failover(uri, protocol, listener=transport_log.listener(worker), **options)
+        return make_logged
     if len(addresses) > 1:
         raise ExperimentError(f"a {exp.topology.kind} topology has {len(addresses)} brokers: clients need "
                               "[target] failover = true to find the master")
@@ -256,22 +269,35 @@ def _make_workload(exp: Experiment, history: History, make_client, make_slow_cli
 
 
 def _run(exp: Experiment, topology: Topology, run_id: str, history_path: Path, progress, proxy) -> ExperimentResult:
+    history = History(history_path, run=run_id, target=exp.target.name, node="A")
+    transport_log = (TransportLog(history_path.with_name("transport.jsonl"), start_ns=history.start_ns)
+                     if exp.target.failover else None)
+    try:
+        return _run_with_history(exp, topology, run_id, history, transport_log, progress, proxy)
+    finally:
+        if transport_log is not None:
+            transport_log.close()
+
+
+def _run_with_history(exp: Experiment, topology: Topology, run_id: str, history: History,
+                      transport_log: TransportLog | None, progress, proxy) -> ExperimentResult:
+    history_path = history.path
     groups = _proxy_groups(exp)
     direct = topology.addresses(exp.target.protocol)
     proxies: dict[str, list[str]] = {}
     addresses = {"all": direct, "slow": direct}
     for group in sorted(groups):
         proxies[group], addresses[group] = _proxied(exp, topology, proxy, group)
-    history = History(history_path, run=run_id, target=exp.target.name, node="A")
     if isinstance(topology, NetworkTopology):
         # Consumers (and the drain) on the consumer node, producers on the producer node: the
         # messages must cross the bridges to be consumed.
-        consumer_client = _client_factory(exp, [topology.address_of(exp.topology.consumer_node)])
+        consumer_client = _client_factory(exp, [topology.address_of(exp.topology.consumer_node)], transport_log)
         workload = _make_workload(exp, history, consumer_client, consumer_client,
-                                  _client_factory(exp, [topology.address_of(exp.topology.producer_node)]))
+                                  _client_factory(exp, [topology.address_of(exp.topology.producer_node)],
+                                                  transport_log))
     else:
-        workload = _make_workload(exp, history, _client_factory(exp, addresses["all"]),
-                                  _client_factory(exp, addresses["slow"]))
+        workload = _make_workload(exp, history, _client_factory(exp, addresses["all"], transport_log),
+                                  _client_factory(exp, addresses["slow"], transport_log))
     nemeses = []
     for n in exp.nemesis:
         if n.link == "bridges":
@@ -339,4 +365,5 @@ def _run(exp: Experiment, topology: Topology, run_id: str, history_path: Path, p
                             slow_subscribers=list(range(exp.workload.slow_subscribers)),
                             nemesis_errors=nemesis_errors, workload_errors=list(workload.errors) + drain_errors,
                             bridge_establishments=(topology.bridge_establishments()
-                                                   if isinstance(topology, NetworkTopology) else None))
+                                                   if isinstance(topology, NetworkTopology) else None),
+                            transport_events=transport_log.summary() if transport_log is not None else None)

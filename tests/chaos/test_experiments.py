@@ -61,6 +61,17 @@ def test_experiment_1_reference_kill_restart(request, tmp_path):
     assert total["enqueued"] > 0 and not total["lost"]
     downtime = verdict["checks"]["failover_downtime"]
     assert downtime["faults"] and all(f["downtime_ms"] for f in downtime["faults"])
+    # The failover transports' own view (transport.jsonl beside the history). Every worker
+    # connected ("resumed" on its first connect) and connected again after a kill: its client
+    # resumed, or the workload replaced a client whose operation was in doubt and the new one
+    # connected. The kills interrupted connections that the transports noticed themselves.
+    transport = verdict["run_stats"]["transport_events"]
+    workers = {"producer-0", "producer-1", "consumer-0", "consumer-1"}
+    assert workers <= set(transport) and all(transport[w].get("resumed", 0) >= 2 for w in workers), transport
+    assert sum(kinds.get("interrupted", 0) for kinds in transport.values()) >= 1, transport
+    lines = [json.loads(line) for line in (tmp_path / "transport.jsonl").read_text().splitlines()]
+    assert lines and all(0 < e["time"] and e["worker"] in transport for e in lines), lines[:20]
+    assert any(line.startswith("failover transport events") for line in verdict["summary"])
 
 
 @pytest.mark.slow
