@@ -414,7 +414,8 @@ def test_stalled_subscriber_memory_stays_bounded(broker, client, dest):
     # everything would take.
     bound = 64 * KIB
     samples: list[tuple[int, int]] = []
-    for i in range(total):
+    prefetched = [m for i in range(5) for m in fill_prefetch(slow, producer, topic, [body], {"seq": i})]
+    for i in range(5, total):
         # Each send waits for its receipt (the client's timeout is a few seconds): a producer held
         # back by flow control fails here, which is SLOW-FLOW-1's failure.
         producer.send(topic, body, {"seq": i}, persistent=False)
@@ -437,7 +438,7 @@ def test_stalled_subscriber_memory_stays_bounded(broker, client, dest):
     assert control is not None and control.memory_usage > bound, (
         f"control: 95 messages waiting on a topic without a limit should use more than {bound} bytes, "
         f"the counter says {control and control.memory_usage}; the SLOW-MEM-1 bound would prove nothing")
-    held = slow.drain(HELD_QUIET)
+    held = prefetched + slow.drain(HELD_QUIET)
     rest = catch_up_messages(slow, held)
     seqs = [int(m.properties.get("seq", -1)) for m in held + rest]
     assert seqs == list(range(5)) + list(range(total - 10, total)), (
