@@ -3,7 +3,8 @@
 The page shows the verdict and every check (from ``verdict.json``, written by
 `brokerconf.chaos_job.run_and_judge`), the anomalous messages with their operations and the fault
 window each fell in, a timeline of operations per process, latency percentiles and throughput over
-time, failover downtime per fault and client, and topic fan-out per subscriber. Fault windows
+time, failover downtime per fault and client, topic fan-out per subscriber, and the failover
+clients' transport events (``transport.jsonl``, chaos/transport_log.py) when the run has them. Fault windows
 (the ``fault_window`` entries of the nemesis's heal events, DESIGN.md "History format") are shaded
 on every time plot. When the output directory of `brokerconf analyze` is given, its checks and
 anomalies join the page; without it the page needs only the history and the verdict.
@@ -36,6 +37,7 @@ NS_PER_S = 1_000_000_000
 NS_PER_MS = 1_000_000
 MAX_ANOMALIES = 200  # listed on the page; verdict.json keeps them all
 MAX_OPS_PER_ANOMALY = 16
+MAX_TRANSPORT_EVENTS = 300  # listed on the page; transport.jsonl keeps them all
 MAX_LANES = 48
 TIMELINE_COLUMNS = 600  # lanes are drawn at this horizontal resolution, whatever the history's size
 LATENCY_FS = ("send", "receive", "ack")
@@ -558,6 +560,47 @@ def _fanout_html(check: dict | None, verdict: dict) -> str:
                         colours={"lost (history)": "#d55e00", "broker discards": "#e69f00"}))
 
 
+def read_transport_events(path: Path) -> tuple[list[dict], int]:
+    """The events of ``transport.jsonl`` (chaos/transport_log.py) and how many lines could not be
+    read (a run killed mid-write leaves a torn last line); ([], 0) when the run has none."""
+    if not path.is_file():
+        return [], 0
+    events, unreadable = [], 0
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:
+            event = None
+        if isinstance(event, dict) and isinstance(event.get("time"), int):
+            events.append(event)
+        else:
+            unreadable += 1
+    return events, unreadable
+
+
+def _transport_html(events: list[dict], unreadable: int, windows: list[Window]) -> str:
+    if not events and not unreadable:
+        return ""
+
+    def window_of(t: int) -> str:
+        return next((w.label for w in windows if w.start <= t <= w.end), "")
+
+    rows = "".join(f"<tr><td>{e['time'] / NS_PER_S:.3f} s</td><td>{_e(e.get('worker'))}</td><td>{_e(e.get('kind'))}</td>"
+                   f"<td><code>{_e(e.get('uri') or '')}</code></td><td>{_e(e.get('reason') or '')}</td>"
+                   f"<td>{_e(window_of(e['time']))}</td></tr>"
+                   for e in events[:MAX_TRANSPORT_EVENTS])
+    notes = []
+    if len(events) > MAX_TRANSPORT_EVENTS:
+        notes.append(f"the first {MAX_TRANSPORT_EVENTS} of {len(events)} are listed; transport.jsonl has them all")
+    if unreadable:
+        notes.append(f"{unreadable} line(s) of transport.jsonl could not be read")
+    return ("<h2>Failover transport events</h2><p class=\"note\">What each failover client's transport did, "
+            "from transport.jsonl: interrupted, resumed (also on its first connect), switched, failed."
+            + (" " + "; ".join(notes) + "." if notes else "") + "</p>"
+            "<table><tr><th>time</th><th>worker</th><th>event</th><th>broker</th><th>reason</th><th>fault window</th></tr>"
+            + rows + "</table>")
+
+
 def _plotted_fs(ops: list[tuple]) -> list[str]:
     present = Counter(f for _, f, *_ in ops)
     fs = [f for f in LATENCY_FS if present.get(f)]
@@ -569,7 +612,8 @@ def _plotted_fs(ops: list[tuple]) -> list[str]:
 
 
 def render_chaos_page(data: RunData, verdict: dict | None, *, pipeline: dict | None = None,
-                      pipeline_dir: Path | None = None, verdict_note: str = "") -> str:
+                      pipeline_dir: Path | None = None, verdict_note: str = "",
+                      transport: tuple[list[dict], int] = ([], 0)) -> str:
     verdict = verdict or {}
     windows = fault_windows(data.nemesis, data.t_end)
     anomalies = merge_anomalies(verdict_anomalies(verdict), (pipeline or {}).get("anomalies") or [])
@@ -610,6 +654,7 @@ the worker carries on under a new one). A column shows the worst outcome in flig
 {_throughput_svg(throughput_series(data.ops, fs, rate_bin_ns, data.t_end), windows, t_end_s, rate_bin_ns)}
 {_downtime_html((verdict.get('checks') or {}).get('failover_downtime'))}
 {_fanout_html((verdict.get('checks') or {}).get('topic_fanout'), verdict)}
+{_transport_html(*transport, windows)}
 </body></html>"""
 
 
@@ -636,7 +681,7 @@ def render_chaos_report(run_dir: str | Path, *, pipeline_dir: str | Path | None 
     shown = anomalies[:MAX_ANOMALIES]
     data = read_run(history_path, {a.message_id for a in shown}, {i for a in shown for i in a.indexes})
     page = render_chaos_page(data, verdict, pipeline=pipeline, pipeline_dir=Path(pipeline_dir) if pipeline_dir else None,
-                             verdict_note=note)
+                             verdict_note=note, transport=read_transport_events(run_dir / "transport.jsonl"))
     out = run_dir / "report.html"
     out.write_text(page, encoding="utf-8")
     return out

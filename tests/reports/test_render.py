@@ -139,6 +139,25 @@ def test_hostile_strings_are_escaped(tmp_path):
     assert "&lt;img src=x onerror=&quot;alert(1)&quot;&gt;" in page
 
 
+def test_transport_events_are_listed_with_their_fault_window(tmp_path):
+    run_dir = write_run(tmp_path, lost_during_kill())  # killed at 10 ms, back at 40 ms
+    lines = [{"time": 2 * MS, "worker": "consumer-0", "kind": "resumed", "uri": "tcp://127.0.0.1:1", "reason": "connected"},
+             {"time": 12 * MS, "worker": "consumer-0", "kind": "interrupted", "uri": "tcp://127.0.0.1:1",
+              "reason": "<b>connection lost</b>"},
+             {"time": 41 * MS, "worker": "consumer-0", "kind": "resumed", "uri": "tcp://127.0.0.1:1", "reason": "reconnected"}]
+    (run_dir / "transport.jsonl").write_text("".join(json.dumps(e) + "\n" for e in lines) + '{"time": 5')  # torn tail
+    page = page_of(run_dir)
+    section = page[page.index("<h2>Failover transport events"):]
+    assert "1 line(s) of transport.jsonl could not be read" in section
+    rows = re.findall(r"<tr><td>([\d.]+) s</td><td>consumer-0</td><td>(\w+)</td>.*?<td>([^<]*)</td></tr>", section)
+    assert rows == [("0.002", "resumed", ""), ("0.012", "interrupted", "kill A"), ("0.041", "resumed", "")], rows
+    assert "&lt;b&gt;connection lost&lt;/b&gt;" in section and "<b>" not in section
+
+
+def test_a_run_without_failover_clients_has_no_transport_section(tmp_path):
+    assert "Failover transport events" not in page_of(write_run(tmp_path, lost_during_kill()))
+
+
 def test_page_size_is_bounded_for_200k_operations(tmp_path):
     """100 processes, 100k sends (200k events), 1,000 of them lost, two faults: the page stays
     well under 2 MB and says how many anomalies it did not list."""
