@@ -38,6 +38,8 @@ def _attach(request, out_dir: Path, verdict: dict) -> None:
     allure.attach(excerpt, "history excerpt", allure.attachment_type.TEXT)
     # the timeline, latency / throughput plots and anomalies, as the run's own page
     allure.attach.file(verdict["report"], "report (plots)", allure.attachment_type.HTML)
+    if (out_dir / "transport.jsonl").is_file():  # failover clients' transport events
+        allure.attach.file(str(out_dir / "transport.jsonl"), "transport events", allure.attachment_type.TEXT)
 
 
 def _run(request, tmp_path, file_name: str, *, duration: float, target: str | None = None) -> dict:
