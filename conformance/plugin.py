@@ -28,6 +28,7 @@ from pathlib import Path
 
 import pytest
 
+from conformance import requirements
 from conformance.clients.base import Unsupported
 from conformance.matrix import ConformanceResults, TestRecord
 from conformance.scenario import DEFAULT_SCENARIO, PROTOCOLS, Scenario
@@ -102,6 +103,14 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "requires(*capabilities): target capabilities the test needs")
     config.addinivalue_line("markers", "protocols(*names): run the test once per protocol (stomp, mqtt, amqp)")
     config.addinivalue_line("markers", "real_broker: runs against a real broker (added to suite tests on non-reference targets)")
+    config.addinivalue_line("markers", "brokerconf_requirement_present: a requirement the test needs is present "
+                                       "(conformance.requirements.missing_mark)")
+    config.addinivalue_line("markers", "brokerconf_required_missing(message): a required thing is missing: the test "
+                                       "fails at set-up (conformance.requirements)")
+    try:
+        requirements.required()
+    except requirements.UnknownRequirement as exc:
+        raise pytest.UsageError(str(exc)) from None
     try:
         config.stash[STATE] = PluginState(config)
     except (CatalogueError, DeviationError) as exc:
@@ -175,6 +184,9 @@ def _not_applicable_reason(item: pytest.Item, state: PluginState) -> str | None:
     target = state.targets[name]
     ok, reason = state.availability[name]
     if not ok:
+        requirement = getattr(target, "requirement", target.kind)
+        if requirement in requirements.KNOWN and requirements.is_required(requirement):
+            pytest.fail(f"target {name}: " + requirements.failure_message(requirement, reason), pytrace=False)
         return f"target {name} cannot run here: {reason}"
     specs = _marker_args(item, "spec")
     if specs and not any(state.catalogue[s].applies(target.kind) for s in specs):
@@ -194,6 +206,7 @@ def _not_applicable_reason(item: pytest.Item, state: PluginState) -> str | None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
+    requirements.check_required_marks(item)
     if "target_name" not in _params(item):
         return
     reason = _not_applicable_reason(item, _state(item.config))
