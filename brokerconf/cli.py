@@ -298,11 +298,23 @@ def cmd_targets_list(args: argparse.Namespace) -> int:
 
 
 def cmd_targets_install(args: argparse.Namespace) -> int:
+    from chaos.proxy.install import ToxiproxyInstallError, install_toxiproxy
     from conformance.targets.install import PACKAGES, InstallError, install
 
+    # toxiproxy is built with `go install` into .tools/bin (no root), the rest come from apt
+    targets = args.targets or [*PACKAGES, "toxiproxy"]
+    debian = [t for t in targets if t != "toxiproxy"]
+    unknown = [t for t in debian if t not in PACKAGES]
+    if unknown:
+        print(f"brokerconf targets install: unknown target(s) {', '.join(unknown)} "
+              f"(installable: {', '.join([*PACKAGES, 'toxiproxy'])})", file=sys.stderr)
+        return 2
     try:
-        install(args.targets or list(PACKAGES), progress=_progress)
-    except InstallError as exc:
+        if debian:
+            install(debian, progress=_progress)
+        if "toxiproxy" in targets:
+            install_toxiproxy(progress=_progress)
+    except (InstallError, ToxiproxyInstallError) as exc:
         print(f"brokerconf targets install: {exc}", file=sys.stderr)
         return 2
     return 0
@@ -366,9 +378,10 @@ def build_parser() -> argparse.ArgumentParser:
     targets_list.add_argument("--targets-file", metavar="FILE", help="also list the brokers of this targets file")
     targets_list.set_defaults(func=cmd_targets_list)
     targets_install = targets_sub.add_parser("install", help="install the Debian packages of local targets (root); "
-                                             "`docker` also starts the engine and builds the images")
+                                             "`docker` also starts the engine and builds the images; "
+                                             "`toxiproxy` builds the pinned toxiproxy-server into .tools/bin (Go)")
     targets_install.add_argument("targets", nargs="*",
-                                 help="targets to install (default: activemq rabbitmq mosquitto docker)")
+                                 help="targets to install (default: activemq rabbitmq mosquitto docker toxiproxy)")
     targets_install.set_defaults(func=cmd_targets_install)
 
     broker = sub.add_parser("broker", help="run the reference broker")

@@ -6,7 +6,9 @@
 #     first making sure a C compiler and the Python headers are there for the analysis's
 #     C scanner (as root on Debian: gcc, python3-dev),
 #   * as root on Debian, installs the Debian packages the real-broker targets need
-#     (set BROKERCONF_INSTALL_BROKERS=0 to skip).
+#     (set BROKERCONF_INSTALL_BROKERS=0 to skip),
+#   * builds the pinned real toxiproxy-server into .tools/bin with Go, when Go is there
+#     (no root; set BROKERCONF_INSTALL_TOXIPROXY=0 to skip).
 # Leaves the current directory at the repository root.
 set -euo pipefail
 
@@ -204,7 +206,31 @@ _bc_ensure_docker() {
     fi
 }
 
+# --------------------------------------------------------------------------- toxiproxy
+# The real Toxiproxy server (issue 16): `go install` of the version pinned in
+# conformance/targets/pins.toml into .tools/bin/toxiproxy-server (chaos/proxy/install.py); re-used
+# when its -version names the pin, so this is quick once done. Not fatal: without it the proxy tests
+# run against our proxy only and report the real server's runs as skipped (failed where CI requires
+# toxiproxy), and start_fault_proxy() falls back to ours.
+_bc_ensure_toxiproxy() {
+    [ "${BROKERCONF_INSTALL_TOXIPROXY:-1}" != "0" ] || return 0
+    if [ -x .tools/bin/toxiproxy-server ] && ! command -v go >/dev/null 2>&1; then
+        return 0   # built before; nothing here could rebuild it anyway
+    fi
+    if ! command -v go >/dev/null 2>&1; then
+        _bc_log "note: the real toxiproxy-server is not installed and \`go\` is not on PATH; the proxy tests" \
+                "run against brokerconf's own proxy only (install Go 1.23+, then: brokerconf targets install toxiproxy)"
+        return 0
+    fi
+    # (-c, not -m: the package imports the module, and runpy would warn about running it twice)
+    if ! .venv/bin/python -c 'import sys; from chaos.proxy.install import main; sys.exit(main())'; then
+        _bc_log "warning: building toxiproxy-server failed (output above); the proxy tests run against" \
+                "brokerconf's own proxy only"
+    fi
+}
+
 _bc_ensure_venv
 _bc_ensure_packages
 _bc_ensure_brokers
 _bc_ensure_docker
+_bc_ensure_toxiproxy

@@ -1,24 +1,25 @@
 """A fault-injecting TCP proxy that serves the Toxiproxy HTTP API.
 
 ``start_fault_proxy()`` gives the harness a running proxy server: the real ``toxiproxy-server``
-when it is on PATH, else this package's implementation. Both handles expose ``api_url`` and
+when `find_toxiproxy_server()` finds one (.tools/bin, then PATH), else this package's implementation. Both handles expose ``api_url`` and
 ``stop()``, so any Toxiproxy client (e.g. toxiproxy-python) drives either unchanged.
 """
 from __future__ import annotations
 
-import shutil
 import socket
 import subprocess
 import time
 import urllib.request
 from typing import Protocol
 
+from .install import find_toxiproxy_server
 from .server import FaultProxyServer, main, serve
 
 __all__ = [
     "FaultProxyHandle",
     "FaultProxyServer",
     "RealToxiproxyServer",
+    "find_toxiproxy_server",
     "main",
     "serve",
     "start_fault_proxy",
@@ -88,8 +89,8 @@ class RealToxiproxyServer:
 
 
 def start_fault_proxy(host: str = "127.0.0.1", port: int = 0, prefer_real: bool = True) -> FaultProxyHandle:
-    """Start a Toxiproxy-API server: the real binary when on PATH (and preferred), else ours."""
-    binary = shutil.which("toxiproxy-server") if prefer_real else None
+    """Start a Toxiproxy-API server: the real binary when found (and preferred), else ours."""
+    binary = find_toxiproxy_server() if prefer_real else None
     if binary:
         return RealToxiproxyServer(binary, host, port).start()
     return FaultProxyServer(host, port).start()
