@@ -1,18 +1,22 @@
-"""Shared by the fault-proxy tests: every test runs against our server and, when
-``toxiproxy-server`` is on PATH, against the real one too (issue 5: the same tests pass on both).
+"""Shared by the fault-proxy tests: every test runs against our server and against the real
+``toxiproxy-server`` (issue 5: the same tests pass on both), the one `find_toxiproxy_server()` finds
+(.tools/bin, where `brokerconf targets install toxiproxy` builds it, then PATH). Where it is missing
+the real-server runs are skipped with that reason, or fail where BROKERCONF_REQUIRE names toxiproxy.
 With ``BROKERCONF_TOXIPROXY=container`` they also run against the ``ghcr.io/shopify/toxiproxy``
 container (issue 8, `conformance.targets.toxiproxy_container`, on the host's network so proxies
 reach the tests' loopback upstreams); where its image is missing that run is skipped with
 docker_env's reason, and the embedded proxy ("ours") covers the tests."""
 
 import os
-import shutil
 
 import pytest
 
-from chaos.proxy import FaultProxyServer, RealToxiproxyServer
+from chaos.proxy import FaultProxyServer, RealToxiproxyServer, find_toxiproxy_server
+from conformance.requirements import missing_mark
 
-REAL = shutil.which("toxiproxy-server")
+REAL = find_toxiproxy_server()
+REAL_MISSING = None if REAL else ("toxiproxy-server not found in .tools/bin or on PATH "
+                                  "(brokerconf targets install toxiproxy builds it)")
 CONTAINER = os.environ.get("BROKERCONF_TOXIPROXY") == "container"
 
 
@@ -33,7 +37,7 @@ def _start_container():
         pytest.param("ours", id="ours"),
         pytest.param(
             "real", id="toxiproxy-server",
-            marks=pytest.mark.skipif(REAL is None, reason="toxiproxy-server not on PATH"),
+            marks=missing_mark("toxiproxy", REAL_MISSING),
         ),
     ]
     # opt-in: only then is there a third run to report (no skip line per test otherwise)

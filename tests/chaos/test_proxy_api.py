@@ -1,8 +1,8 @@
 """The fault proxy's Toxiproxy HTTP API, driven by the stock toxiproxy-python client and raw HTTP.
 
-Parametrized over our server and a real ``toxiproxy-server`` (skipped when not on PATH): the
+Parametrized over our server and the real ``toxiproxy-server`` (tests/chaos/conftest.py): the
 same expectations hold for both, except where a test says it checks one of our deliberate
-differences.
+differences (each names the Toxiproxy source file the judgement rests on).
 """
 from __future__ import annotations
 
@@ -71,7 +71,16 @@ def test_proxy_json_shape(fault_proxy, echo):
     status, body = api_json(fault_proxy.api_url, "POST", "/proxies",
                             {"name": "p", "listen": "127.0.0.1:0", "upstream": echo.address})
     assert status == 201
-    assert set(body) == {"name", "listen", "upstream", "enabled", "toxics"}
+    documented = {"name", "listen", "upstream", "enabled", "toxics"}
+    if fault_proxy.kind == "ours":
+        assert set(body) == documented
+    else:
+        # Difference, judged: ours is right. toxiproxy v2.12.0 also prints "Logger": {} because
+        # proxy.go's Proxy struct has an exported `Logger *zerolog.Logger` with no json tag (its
+        # Toxics field next to it is tagged `json:"-"`): an always-empty object that its own Go
+        # client (client/proxy.go, Proxy) and toxiproxy-python do not read. Ours keeps to the
+        # fields the clients and README's "HTTP API" section name; only that one extra is allowed.
+        assert set(body) == documented | {"Logger"} and body["Logger"] == {}
     assert body["toxics"] == [] and body["upstream"] == echo.address
     status, index = api_json(fault_proxy.api_url, "GET", "/proxies")
     assert status == 200 and index["p"]["listen"] == body["listen"]
@@ -183,11 +192,25 @@ def test_changing_upstream_drops_connections(fault_proxy, echo):
 
 
 def test_upstream_down_accepts_then_closes(client):
-    # Toxiproxy accepts the client and closes it once dialling the upstream fails (#265).
+    # Toxiproxy accepts the client and closes it once dialling the upstream fails (#265; proxy.go
+    # server(): net.Dial error -> client.Close()). The client sends nothing first: Toxiproxy closes
+    # without reading, and Linux answers the close of a socket with unread bytes with a reset, so a
+    # client that had written gets ECONNRESET or EOF by timing (the test below).
+    proxy = client.create(upstream=f"127.0.0.1:{free_port()}", name="nothing")
+    with connect(proxy.listen) as sock:
+        assert sock.recv(10) == b""
+
+
+def test_upstream_down_after_data_ends_the_connection(client):
+    # The same with bytes sent first: the connection ends, as an EOF or a reset (see above; the
+    # kernel picks by whether the proxy closed with the bytes unread), never with data or a hang.
     proxy = client.create(upstream=f"127.0.0.1:{free_port()}", name="nothing")
     with connect(proxy.listen) as sock:
         sock.sendall(b"hello?")
-        assert sock.recv(10) == b""
+        try:
+            assert sock.recv(10) == b""
+        except ConnectionResetError:
+            pass
 
 
 # --- errors: status codes and Toxiproxy's {"error", "status"} body ---------------------------
@@ -272,15 +295,21 @@ def test_bad_attribute_value_is_400(fault_proxy, echo):
     assert status == 400 and body["error"].startswith("bad request body")
 
 
-def test_unknown_attribute_is_400_in_our_server(fault_proxy, echo):
-    if fault_proxy.kind != "ours":
-        pytest.skip("toxiproxy-server ignores unknown attributes (Go's JSON decoder); ours refuses them")
+def test_unknown_attribute_is_400_in_ours_and_ignored_by_toxiproxy(fault_proxy, echo):
+    # A deliberate difference, checked on both sides rather than skipped on one: toxiproxy
+    # v2.12.0 decodes attributes with a plain json.Decoder (toxic_collection.go, AddToxicJson; no
+    # DisallowUnknownFields), so a misspelt attribute is dropped and the toxic keeps its default
+    # (here a latency of 0: a fault that injects nothing). Ours refuses it by name instead, so an
+    # experiment's typo cannot pass as a fault.
     api_json(fault_proxy.api_url, "POST", "/proxies", {"name": "p", "listen": "127.0.0.1:0", "upstream": echo.address})
     status, body = api_json(fault_proxy.api_url, "POST", "/proxies/p/toxics",
                             {"type": "latency", "attributes": {"latncy": 100}})
-    assert status == 400
-    assert body["error"] == ("bad request body: unknown attribute 'latncy' for toxic type latency "
-                             "(known: latency, jitter)")
+    if fault_proxy.kind == "ours":
+        assert status == 400
+        assert body["error"] == ("bad request body: unknown attribute 'latncy' for toxic type latency "
+                                 "(known: latency, jitter)")
+    else:
+        assert status == 200 and body["attributes"] == {"latency": 0, "jitter": 0}, body
 
 
 def test_wrong_method_is_405_and_unknown_path_404(fault_proxy):

@@ -38,7 +38,7 @@ def test_api_port_in_use_is_a_clear_error():
 
 
 def test_start_fault_proxy_uses_ours_without_toxiproxy_server(monkeypatch):
-    monkeypatch.setattr(fault_proxy_pkg.shutil, "which", lambda name: None)
+    monkeypatch.setattr(fault_proxy_pkg, "find_toxiproxy_server", lambda: None)
     handle = start_fault_proxy()
     try:
         assert isinstance(handle, FaultProxyServer)

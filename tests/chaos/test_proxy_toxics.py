@@ -1,7 +1,7 @@
 """Each toxic's observable effect on traffic through the fault proxy to a loopback echo server.
 
 Timing is asserted as lower bounds only ("took at least the configured delay"); never an upper
-bound. Parametrized over our server and a real toxiproxy-server (skipped when not on PATH).
+bound. Parametrized over our server and the real toxiproxy-server (tests/chaos/conftest.py).
 """
 from __future__ import annotations
 
