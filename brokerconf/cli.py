@@ -268,8 +268,9 @@ def cmd_bench_proxy(args: argparse.Namespace) -> int:
     from chaos.proxy.bench import format as format_bench
     from chaos.proxy.bench import run_proxy_bench
 
-    _progress(f"fault proxy benchmark: {args.round_trips} round trips, {args.megabytes} MB streamed...")
-    result = run_proxy_bench(round_trips=args.round_trips, throughput_mb=args.megabytes)
+    _progress(f"fault proxy benchmark, ours and toxiproxy-server: {args.repeats} rounds of {args.round_trips} "
+              f"round trips and {args.megabytes} MB streamed each...")
+    result = run_proxy_bench(round_trips=args.round_trips, throughput_mb=args.megabytes, repeats=args.repeats)
     print(format_bench(result))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2))
@@ -416,9 +417,11 @@ def build_parser() -> argparse.ArgumentParser:
     amqp.add_argument("--warmup-messages", type=_positive_int, default=20_000)
     amqp.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     amqp.set_defaults(func=cmd_bench_amqp)
-    proxy_bench = bench_sub.add_parser("proxy", help="latency the fault proxy adds (p50/p99) and its loopback throughput")
-    proxy_bench.add_argument("--round-trips", type=_positive_int, default=5000)
-    proxy_bench.add_argument("--megabytes", type=_positive_int, default=200)
+    proxy_bench = bench_sub.add_parser("proxy", help="latency the fault proxy adds (p50/p99) and its loopback throughput, "
+                                                     "ours beside the real toxiproxy-server")
+    proxy_bench.add_argument("--round-trips", type=_positive_int, default=5000, help="per round and column (default 5000)")
+    proxy_bench.add_argument("--megabytes", type=_positive_int, default=200, help="streamed per round and column (default 200)")
+    proxy_bench.add_argument("--repeats", type=_positive_int, default=3, help="rounds; the columns take turns (default 3)")
     proxy_bench.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     proxy_bench.set_defaults(func=cmd_bench_proxy)
     return parser

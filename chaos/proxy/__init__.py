@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import socket
 import subprocess
+import tempfile
 import time
 import urllib.request
 from typing import Protocol
@@ -47,45 +48,58 @@ class RealToxiproxyServer:
         self.host = host
         self.port = port or _free_port(host)
         self.process: subprocess.Popen | None = None
+        self.log = None
 
     @property
     def api_url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
     def start(self, timeout: float = 10.0) -> "RealToxiproxyServer":
+        # toxiproxy-server logs every connection, and prints a start-up error (`error: ...`), on
+        # stdout (cmd/server/server.go, setupLogger and main). It goes to an unlinked temporary
+        # file, not a pipe: a pipe nobody reads would fill (64 KiB) and block the server mid-run.
+        self.log = tempfile.TemporaryFile()
         self.process = subprocess.Popen(
             [self.binary, "-host", self.host, "-port", str(self.port)],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT,
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                err = self.process.stderr.read().decode(errors="replace") if self.process.stderr else ""
-                raise RuntimeError(
-                    f"{self.binary} exited with code {self.process.returncode} before serving "
-                    f"{self.api_url}: {err.strip()[-500:]}"
-                )
+                code = self.process.returncode
+                output = self.log_tail()
+                self.stop()
+                raise RuntimeError(f"{self.binary} exited with code {code} before serving {self.api_url}: {output}")
             try:
                 with urllib.request.urlopen(self.api_url + "/version", timeout=1):
                     return self
             except OSError:
                 time.sleep(0.05)
+        output = self.log_tail()
         self.stop()
-        raise RuntimeError(f"{self.binary} did not answer on {self.api_url} within {timeout} s")
+        raise RuntimeError(f"{self.binary} did not answer on {self.api_url} within {timeout} s: {output}")
+
+    def log_tail(self, limit: int = 500) -> str:
+        if self.log is None:
+            return ""
+        self.log.seek(0, 2)
+        size = self.log.tell()
+        self.log.seek(max(0, size - limit))
+        return self.log.read().decode(errors="replace").strip()
 
     def stop(self) -> None:
-        if self.process is None:
-            return
-        self.process.terminate()
-        try:
-            self.process.wait(5)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(5)
-        if self.process.stderr is not None:
-            self.process.stderr.close()
-        self.process = None
+        if self.process is not None:
+            if self.process.poll() is None:
+                self.process.terminate()
+                try:
+                    self.process.wait(5)
+                except subprocess.TimeoutExpired:
+                    self.process.kill()
+                    self.process.wait(5)
+            self.process = None
+        if self.log is not None:
+            self.log.close()
+            self.log = None
 
 
 def start_fault_proxy(host: str = "127.0.0.1", port: int = 0, prefer_real: bool = True) -> FaultProxyHandle:

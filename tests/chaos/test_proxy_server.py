@@ -61,8 +61,21 @@ def test_main_serves_until_terminated():
 
 
 def test_bench_runs_and_reports_every_number():
-    result = run_proxy_bench(round_trips=50, throughput_mb=2, proxy_in_subprocess=False)
-    for key in ("direct_p50_us", "direct_p99_us", "proxy_p50_us", "proxy_p99_us", "added_p50_us",
-                "added_p99_us", "direct_mb_per_s", "proxy_mb_per_s"):
-        assert isinstance(result[key], float), key
-    assert "added by the proxy" in format_bench(result)
+    result = run_proxy_bench(round_trips=50, throughput_mb=2, repeats=1, proxy_in_subprocess=False)
+    for key in ("p50_us", "p99_us", "mb_per_s"):
+        assert isinstance(result["direct"][key], float), key
+    columns = ["ours"] + (["real"] if result["real_binary"] else [])
+    assert list(result["servers"]) == columns
+    for column in columns:
+        for key in ("p50_us", "p99_us", "added_p50_us", "added_p99_us", "mb_per_s"):
+            assert isinstance(result["servers"][column][key], float), (column, key)
+    text = format_bench(result)
+    assert "added p50 (us)" in text and "throughput (MB/s)" in text
+    if result["real_binary"]:
+        assert "ours/real" in text and "target: ours' added p50" in text
+
+
+def test_bench_without_the_real_server_says_so():
+    result = run_proxy_bench(round_trips=20, throughput_mb=1, repeats=1, proxy_in_subprocess=False, real_binary=None)
+    assert list(result["servers"]) == ["ours"] and "targets" not in result
+    assert "toxiproxy-server not measured" in format_bench(result)
