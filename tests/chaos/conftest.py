@@ -12,7 +12,7 @@ import os
 import pytest
 
 from chaos.proxy import FaultProxyServer, RealToxiproxyServer, find_toxiproxy_server
-from conformance.requirements import missing_mark
+from conformance.requirements import missing_mark, skip_or_fail
 
 REAL = find_toxiproxy_server()
 REAL_MISSING = None if REAL else ("toxiproxy-server not found in .tools/bin or on PATH "
@@ -26,7 +26,7 @@ def _start_container():
 
     ok, reason = image_available(TOXIPROXY_IMAGE)
     if not ok:
-        pytest.skip(f"Toxiproxy container not available, the embedded proxy runs instead: {reason}")
+        skip_or_fail("docker", f"Toxiproxy container not available, the embedded proxy runs instead: {reason}")
     handle = ToxiproxyContainer(host_network=True)
     handle.start()
     return handle
