@@ -9,9 +9,12 @@ import sys
 import pytest
 
 import chaos.proxy as fault_proxy_pkg
-from chaos.proxy import FaultProxyServer, start_fault_proxy
+from chaos.proxy import FaultProxyServer, RealToxiproxyServer, find_toxiproxy_server, start_fault_proxy
 from chaos.proxy.bench import format as format_bench, run_proxy_bench
 from chaos.proxy.testing import api_json, echo_server
+from conformance.requirements import missing_mark
+
+REAL = find_toxiproxy_server()
 
 
 def test_server_start_stop_closes_proxies():
@@ -45,6 +48,22 @@ def test_start_fault_proxy_uses_ours_without_toxiproxy_server(monkeypatch):
         assert api_json(handle.api_url, "GET", "/proxies") == (200, {})
     finally:
         handle.stop()
+
+
+@missing_mark("toxiproxy", None if REAL else "toxiproxy-server not found in .tools/bin or on PATH")
+def test_start_fault_proxy_prefers_the_real_server_it_finds():
+    handle = start_fault_proxy()
+    try:
+        assert isinstance(handle, RealToxiproxyServer) and handle.binary == REAL
+        status, body = api_json(handle.api_url, "GET", "/version")
+        assert status == 200 and body["version"] != "git", "the installed build names its release"
+    finally:
+        handle.stop()
+    ours = start_fault_proxy(prefer_real=False)
+    try:
+        assert isinstance(ours, FaultProxyServer)
+    finally:
+        ours.stop()
 
 
 def test_main_serves_until_terminated():
