@@ -184,7 +184,7 @@ def _not_applicable_reason(item: pytest.Item, state: PluginState) -> str | None:
     target = state.targets[name]
     ok, reason = state.availability[name]
     if not ok:
-        requirement = getattr(target, "requirement", target.kind)
+        requirement = requirements.target_requirement(target)
         if requirement in requirements.KNOWN and requirements.is_required(requirement):
             pytest.fail(f"target {name}: " + requirements.failure_message(requirement, reason), pytrace=False)
         return f"target {name} cannot run here: {reason}"
