@@ -4,7 +4,10 @@ It turns a suite written once into checks per target and per documented rule:
 
 * ``--target NAME`` (repeatable; default ``reference``) and ``--targets-file FILE`` choose the
   brokers; a test that asks for the ``broker`` fixture runs once per target (module-scoped: one
-  broker per target per suite module, configured from the module's ``SCENARIO``).
+  broker per target per suite module, configured from the module's ``SCENARIO``). An unknown
+  name is a usage error (with a did-you-mean). A target named with ``--target`` that cannot run
+  here stops the run with its reason, unless ``--allow-unavailable``: then, as for the default
+  targets of the ini option, its tests are not applicable with that reason.
 * ``@pytest.mark.spec(ID, ...)`` ties a test to catalogue statements, ``@pytest.mark.requires(cap,
   ...)`` to target capabilities, ``@pytest.mark.protocols(p, ...)`` parametrizes over protocols.
   A rule documented for other brokers, a missing capability, an unavailable target or an
@@ -48,8 +51,12 @@ class PluginState:
 
     def __init__(self, config: pytest.Config) -> None:
         # --target beats the ini option (a project's default targets) beats "reference".
-        self.target_names: list[str] = (config.getoption("brokerconf_targets")
-                                        or config.getini("brokerconf_targets") or ["reference"])
+        named = config.getoption("brokerconf_targets") or []
+        self.target_names: list[str] = named or config.getini("brokerconf_targets") or ["reference"]
+        #: targets the user asked for on the command line: one that cannot run here fails the run
+        #: (unless --allow-unavailable); a default target is not applicable there, with the reason
+        self.explicit: frozenset[str] = frozenset(named)
+        self.allow_unavailable: bool = config.getoption("brokerconf_allow_unavailable")
         targets_file = config.getoption("brokerconf_targets_file")
         try:
             self.external = load_targets_file(Path(targets_file)) if targets_file else {}
@@ -61,17 +68,15 @@ class PluginState:
         self.deviations = load_deviations(Path(deviations_dir) if deviations_dir else DEFAULT_DEVIATIONS_DIR,
                                           self.catalogue)
         self.targets: dict = {}
-        self.target_errors: dict[str, str] = {}
         for name in dict.fromkeys(self.target_names):  # keep order, drop repeats
             try:
                 self.targets[name] = resolve(name, self.external)
             except UnknownTarget as exc:
-                # Reported in the matrix and the terminal summary; the other targets still run.
-                self.target_errors[name] = str(exc)
+                # a typo must not turn into a run that skips everything and passes
+                where = "--target" if name in self.explicit else "the ini option brokerconf_targets"
+                raise pytest.UsageError(f"{where}: {exc}") from None
         self.availability = {name: t.availability() for name, t in self.targets.items()}
         self.results = ConformanceResults(self.catalogue)
-        for name, error in self.target_errors.items():
-            self.results.add_target(name, kind="unknown", launch="", available=False, reason=error)
         for name, target in self.targets.items():
             ok, reason = self.availability[name]
             self.results.add_target(name, kind=target.kind, launch=getattr(target, "launch_mode", "process"),
@@ -88,6 +93,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "Built in: reference, reference:process, activemq, rabbitmq, mosquitto, artemis")
     parser.addini("brokerconf_targets", type="args", default=[],
                   help="default targets when no --target is given (default: reference)")
+    group.addoption("--allow-unavailable", action="store_true", dest="brokerconf_allow_unavailable",
+                    help="a --target that cannot run here makes its tests not applicable (with the reason) "
+                         "instead of failing the run")
     group.addoption("--targets-file", dest="brokerconf_targets_file", metavar="FILE",
                     help="TOML file naming already running brokers ([target.NAME] host, ports, kind)")
     group.addoption("--conformance-matrix", dest="brokerconf_matrix", metavar="FILE",
@@ -115,6 +123,25 @@ def pytest_configure(config: pytest.Config) -> None:
         config.stash[STATE] = PluginState(config)
     except (CatalogueError, DeviationError) as exc:
         raise pytest.UsageError(str(exc)) from None
+
+
+def unavailable_named_targets(state: PluginState) -> list[str]:
+    """One line per target named with --target that cannot run here (empty with --allow-unavailable)."""
+    if state.allow_unavailable:
+        return []
+    return [f"target {name} cannot run here: {state.availability[name][1]}"
+            for name in state.targets if name in state.explicit and not state.availability[name][0]]
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    state = session.config.stash.get(STATE, None)
+    problems = unavailable_named_targets(state) if state is not None else []
+    if problems:
+        # Asked for by name: a run that reports it "not applicable" everywhere and exits 0 would
+        # read as a pass. Stopped before anything runs, with the reason and the way out.
+        pytest.exit("brokerconf: " + "; ".join(problems) + " (install what it needs, see `brokerconf targets "
+                    "list`; or pass --allow-unavailable to report its tests not applicable)",
+                    returncode=pytest.ExitCode.TESTS_FAILED)
 
 
 def _state(config: pytest.Config) -> PluginState:
@@ -179,12 +206,10 @@ def _params(item: pytest.Item) -> dict:
 def _not_applicable_reason(item: pytest.Item, state: PluginState) -> str | None:
     """Why this test cannot run on its target (None when it can), decided before any broker starts."""
     name = item.callspec.params["target_name"]
-    if name in state.target_errors:
-        return state.target_errors[name]
     target = state.targets[name]
     ok, reason = state.availability[name]
     if not ok:
-        requirement = getattr(target, "requirement", target.kind)
+        requirement = requirements.target_requirement(target)
         if requirement in requirements.KNOWN and requirements.is_required(requirement):
             pytest.fail(f"target {name}: " + requirements.failure_message(requirement, reason), pytrace=False)
         return f"target {name} cannot run here: {reason}"

@@ -67,6 +67,12 @@ def is_required(requirement: str) -> bool:
     return requirement in required()
 
 
+def target_requirement(target) -> str:
+    """The requirement a conformance target stands for: its ``requirement`` attribute where it has
+    one (ActiveMQ forced into a container needs ``docker``), else its kind."""
+    return getattr(target, "requirement", target.kind)
+
+
 def failure_message(requirement: str, reason: str) -> str:
     return (f"{requirement} is required here ({ENV}={os.environ.get(ENV, '')}) but missing: {reason} "
             f"(wanted: {KNOWN[requirement]}; install it, or drop it from {ENV})")

@@ -6,7 +6,8 @@
 #     first making sure a C compiler and the Python headers are there for the analysis's
 #     C scanner (as root on Debian: gcc, python3-dev),
 #   * as root on Debian, installs the Debian packages the real-broker targets need
-#     (set BROKERCONF_INSTALL_BROKERS=0 to skip),
+#     (set BROKERCONF_INSTALL_BROKERS=0 to skip), iproute2 for the netns nemesis, and the Docker
+#     engine with the project's images (set BROKERCONF_INSTALL_DOCKER=0 to skip),
 #   * builds the pinned real toxiproxy-server into .tools/bin with Go, when Go is there
 #     (no root; set BROKERCONF_INSTALL_TOXIPROXY=0 to skip).
 # Leaves the current directory at the repository root.
@@ -172,6 +173,20 @@ _bc_ensure_brokers() {
     fi
 }
 
+# --------------------------------------------------------------------------- network namespaces
+# The netns nemesis (chaos/nemesis/netns.py) partitions two network namespaces with the `ip` tool
+# of iproute2 (and needs root to do it); CI requires it (.ci/run, BROKERCONF_REQUIRE=...,netns).
+_bc_ensure_netns() {
+    _bc_have_apt || return 0
+    command -v ip >/dev/null 2>&1 && return 0
+    if _bc_is_root; then
+        _bc_log "installing iproute2 (the netns nemesis's 'ip' tool)..."
+        _bc_apt_install iproute2 || _bc_log "warning: could not install iproute2; the netns nemesis tests will be skipped"
+    else
+        _bc_log "note: the netns nemesis tests will be skipped: they need root and iproute2 (sudo apt-get install iproute2)"
+    fi
+}
+
 # --------------------------------------------------------------------------- containers
 # The container targets (issue 8): as root on Debian, install the engine, start it when no service
 # manager does, and build the local images (docker/README.md: offline base image when no registry
@@ -232,5 +247,6 @@ _bc_ensure_toxiproxy() {
 _bc_ensure_venv
 _bc_ensure_packages
 _bc_ensure_brokers
+_bc_ensure_netns
 _bc_ensure_docker
 _bc_ensure_toxiproxy

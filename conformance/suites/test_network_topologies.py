@@ -49,10 +49,11 @@ def kind(target_name, request) -> str:
     where ActiveMQ is not installed (these tests build their own brokers from the installation)."""
     found = network_kind(request, target_name)
     if found == "activemq":
+        from conformance.requirements import skip_or_fail
         from conformance.targets.activemq import activemq_available
         ok, reason = activemq_available()
         if not ok:
-            pytest.skip(reason)
+            skip_or_fail("activemq", reason)
     return found
 
 

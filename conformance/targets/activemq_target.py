@@ -321,6 +321,13 @@ class ActiveMQTarget:
         _, ok, reason = self._resolve()
         return ok, reason
 
+    @property
+    def requirement(self) -> str:
+        """What this target needs from the machine, in conformance.requirements' names: a forced
+        container needs the Docker engine and image; otherwise the Debian package (``auto`` falls
+        back to a container, but the package is what a machine is expected to provide)."""
+        return "docker" if self.launch_requested == "container" else "activemq"
+
     def _mqtt_available(self) -> tuple[bool, str]:
         if self.launch_mode == "container":
             return True, ""  # the image installs the MQTT transport's jars (docker/activemq-classic/Dockerfile)

@@ -18,6 +18,7 @@ import pytest
 import chaos
 from brokerconf.chaos_job import run_and_judge
 from chaos.experiment_file import load_experiment, with_overrides
+from conformance.requirements import skip_or_fail, target_requirement
 from conformance.targets.registry import resolve
 
 EXPERIMENTS = Path(chaos.__file__).resolve().parent / "experiments"
@@ -44,9 +45,10 @@ def _attach(request, out_dir: Path, verdict: dict) -> None:
 
 def _run(request, tmp_path, file_name: str, *, duration: float, target: str | None = None) -> dict:
     exp = with_overrides(load_experiment(EXPERIMENTS / file_name), duration_s=duration, target=target)
-    available, why = resolve(exp.target.name).availability()
+    target = resolve(exp.target.name)
+    available, why = target.availability()
     if not available:
-        pytest.skip(why)  # only a broker that is not installed here skips
+        skip_or_fail(target_requirement(target), why)  # only a broker that is not installed here skips
     verdict = run_and_judge(exp, tmp_path, progress=lambda line: None)
     _attach(request, tmp_path, verdict)
     assert verdict["valid"] is True, "\n".join(verdict["summary"])

@@ -205,12 +205,14 @@ def test_producers_may_connect_elsewhere_than_consumers(tmp_path):
 @pytest.mark.parametrize("target", ["reference", pytest.param("activemq", marks=pytest.mark.real_broker)])
 def test_bridge_partition_loses_nothing(tmp_path, target):
     from brokerconf.chaos_job import run_and_judge
+    from conformance.requirements import skip_or_fail, target_requirement
     from conformance.targets.registry import resolve
 
     exp = with_overrides(load_experiment(FILE), duration_s=14, target=target)  # cuts at 3 s and 9 s
-    available, why = resolve(target).availability()
+    chosen = resolve(target)
+    available, why = chosen.availability()
     if not available:
-        pytest.skip(why)  # only a broker that is not installed here skips
+        skip_or_fail(target_requirement(chosen), why)  # only a broker that is not installed here skips
     verdict = run_and_judge(exp, tmp_path, progress=lambda line: None)
     stats, total = verdict["run_stats"], verdict["checks"]["total_queue"]
     summary = "\n".join(verdict["summary"])

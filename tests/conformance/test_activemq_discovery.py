@@ -22,6 +22,7 @@ from xml.sax.saxutils import quoteattr
 
 import pytest
 
+from conformance.requirements import skip_or_fail
 from conformance.targets.activemq import ActiveMQProcess, activemq_available
 from conformance.targets.reference_network import ReferenceNode
 from reference_broker.cluster.discovery import PeerAdded, activemq_loopback_uri
@@ -34,7 +35,7 @@ pytestmark = pytest.mark.slow
 def _require() -> None:
     ok, reason = activemq_available()
     if not ok:
-        pytest.skip(reason)  # the only reason to skip: the Debian package is not installed
+        skip_or_fail("activemq", reason)  # the only reason to skip: the Debian package is not installed
 
 
 def _wait_for_log(broker: ActiveMQProcess, needle: str, timeout: float) -> str:

@@ -10,6 +10,7 @@ import time
 import psutil
 import pytest
 
+from conformance.requirements import skip_or_fail
 import conformance.targets.activemq as amq_mod
 from conformance.targets.activemq import (
     ActiveMQNotInstalled,
@@ -24,7 +25,7 @@ from conformance.targets.activemq import (
 def _require(check=activemq_available):
     ok, reason = check()
     if not ok:
-        pytest.skip(reason)  # the only reason to skip: the Debian package is not installed
+        skip_or_fail("activemq", reason)  # the only reason to skip: the Debian packages are not installed
 
 
 def _read_frame(sock: socket.socket, buf: bytearray) -> bytes:

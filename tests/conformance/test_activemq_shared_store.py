@@ -8,6 +8,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
+from conformance.requirements import skip_or_fail
 from conformance.targets.activemq import ActiveMQProcess, activemq_available
 from conformance.targets.activemq_shared_store import SharedStoreGroup
 
@@ -46,7 +47,7 @@ def test_group_size_is_checked(tmp_path):
 def test_slave_takes_over_and_the_old_master_rejoins_as_slave(tmp_path):
     ok, reason = activemq_available()
     if not ok:
-        pytest.skip(reason)  # the only reason to skip: the Debian package is not installed
+        skip_or_fail("activemq", reason)  # the only reason to skip: the Debian package is not installed
     group = SharedStoreGroup(tmp_path, nodes=2, lock_keep_alive_period_ms=1000, lock_acquire_sleep_interval_ms=500,
                              jvm_heap_mb=256)
     group.start()

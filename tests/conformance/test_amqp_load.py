@@ -8,6 +8,7 @@ import threading
 
 import pytest
 
+from conformance.requirements import skip_or_fail
 from conformance.bench.amqp_load import AmqpBenchResult, run_amqp_load
 from conformance.targets.rabbitmq import RabbitMQProcess, rabbitmq_available
 
@@ -193,7 +194,7 @@ def test_argument_checks():
 def rabbitmq(tmp_path_factory):
     ok, reason = rabbitmq_available()
     if not ok:
-        pytest.skip(reason)
+        skip_or_fail("rabbitmq", reason)
     with RabbitMQProcess(tmp_path_factory.mktemp("rmq")) as r:
         yield r
 

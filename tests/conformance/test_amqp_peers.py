@@ -21,6 +21,7 @@ import pytest
 from proton import ConnectionException, Message
 from proton.utils import BlockingConnection, LinkDetached
 
+from conformance.requirements import skip_or_fail
 from conformance.targets.rabbitmq import RabbitMQProcess, rabbitmq_available
 from reference_broker.config import build_config
 from reference_broker.server import BrokerServer
@@ -87,7 +88,7 @@ def amqp_target(request, tmp_path_factory):
     else:
         ok, reason = rabbitmq_available(amqp10=True)
         if not ok:
-            pytest.skip(reason)
+            skip_or_fail("rabbitmq", reason)
         with RabbitMQProcess(tmp_path_factory.mktemp("rabbitmq"), amqp10=True) as r:
             yield Target("rabbitmq", r.host, r.amqp_port,
                          {"user": r.user, "password": r.password, "allowed_mechs": "PLAIN",

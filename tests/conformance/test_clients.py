@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from conformance.requirements import skip_or_fail
 from conformance.clients import (
     GROUP_ID,
     GROUP_SEQ,
@@ -478,7 +479,7 @@ def test_exchange_log_records_operations_and_truncates_bodies(ref):
 def activemq(tmp_path_factory):
     ok, reason = activemq_available()
     if not ok:
-        pytest.skip(reason)
+        skip_or_fail("activemq", reason)
     broker = ActiveMQProcess(tmp_path_factory.mktemp("activemq-clients"), openwire=False)
     broker.start()
     yield broker

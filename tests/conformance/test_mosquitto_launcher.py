@@ -10,6 +10,7 @@ import time
 import psutil
 import pytest
 
+from conformance.requirements import skip_or_fail
 import conformance.targets.mosquitto as mosq_mod
 from conformance.targets.mosquitto import (
     MosquittoNotInstalled,
@@ -22,7 +23,7 @@ from conformance.targets.mosquitto import (
 def _require():
     ok, reason = mosquitto_available()
     if not ok:
-        pytest.skip(reason)  # the only reason to skip: the Debian package is not installed
+        skip_or_fail("mosquitto", reason)  # the only reason to skip: the Debian package is not installed
 
 
 def _recv_exact(s: socket.socket, n: int) -> bytes:

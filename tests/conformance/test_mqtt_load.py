@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from conformance.requirements import skip_or_fail
 from conformance.bench.mqtt_load import (
     MqttBenchResult,
     _SubParser,
@@ -402,7 +403,7 @@ def test_connection_refused_is_an_error_not_an_exception():
 def mosquitto(tmp_path_factory):
     ok, reason = mosquitto_available()
     if not ok:
-        pytest.skip(reason)
+        skip_or_fail("mosquitto", reason)
     # mosquitto's default max_queued_messages (1000 per client, beyond max_inflight_messages 20 for
     # MQTT 3.1.1 subscribers) drops QoS 1 messages ("Outgoing messages are being dropped") as soon
     # as a windowed publisher gets ahead of the subscriber; a benchmark must not lose messages.

@@ -15,6 +15,7 @@ import uuid
 
 import pytest
 
+from conformance.requirements import skip_or_fail
 from conformance.targets.mosquitto import MosquittoProcess, mosquitto_available
 from reference_broker.config import build_config
 from reference_broker.server import BrokerServer
@@ -67,7 +68,7 @@ def mqtt_target(request, tmp_path_factory):
     else:
         ok, reason = mosquitto_available()
         if not ok:
-            pytest.skip(reason)
+            skip_or_fail("mosquitto", reason)
         with MosquittoProcess(tmp_path_factory.mktemp("mosquitto")) as m:
             yield m.mqtt_address
 

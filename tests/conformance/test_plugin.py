@@ -117,19 +117,81 @@ def test_known_deviation_is_a_strict_xfail(toy: pytest.Pytester) -> None:
     assert data["matrix"]["reference"]["TOY-BROKEN-1"]["outcome"] == "failed"
 
 
-def test_unknown_target_is_reported_and_the_others_run(toy: pytest.Pytester) -> None:
-    toy.makepyfile(test_toy=textwrap.dedent("""
-        import pytest
+ACCEPTS = textwrap.dedent("""
+    import pytest
 
-        @pytest.mark.spec("TOY-SEND-1")
-        def test_accepts(broker):
-            assert broker.ports
-    """))
+    @pytest.mark.spec("TOY-SEND-1")
+    def test_accepts(broker):
+        assert broker.ports
+""")
+
+#: a target that cannot run anywhere: ActiveMQ in a container, with the engine's socket pointed at
+#: nothing (docker_env reads DOCKER_HOST), so its reason is "the Docker engine is not running"
+UNREACHABLE_ENGINE = "unix:///nonexistent/brokerconf-test.sock"
+
+
+@pytest.fixture
+def no_engine(monkeypatch):
+    monkeypatch.setenv("DOCKER_HOST", UNREACHABLE_ENGINE)
+    monkeypatch.delenv("BROKERCONF_REQUIRE", raising=False)  # this is about --target, not CI's list
+
+
+def test_unknown_target_is_a_usage_error_and_nothing_runs(toy: pytest.Pytester) -> None:
+    toy.makepyfile(test_toy=ACCEPTS)
     result, data = run(toy, "--target", "reference", "--target", "refrence")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--target: unknown target 'refrence'; did you mean 'reference'?*"])
+    assert "passed" not in result.stdout.str() and data is None
+
+
+def test_unknown_default_target_in_the_ini_is_a_usage_error(toy: pytest.Pytester) -> None:
+    toy.makeini("[pytest]\nbrokerconf_targets = reference artmis\n")
+    toy.makepyfile(test_toy=ACCEPTS)
+    result, _ = run(toy)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*brokerconf_targets: unknown target 'artmis'; did you mean 'artemis'?*"])
+
+
+def test_a_named_target_that_cannot_run_fails_the_run_with_its_reason(toy: pytest.Pytester, no_engine) -> None:
+    toy.makepyfile(test_toy=ACCEPTS)
+    result, data = run(toy, "--target", "reference", "--target", "activemq:container")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stderr.fnmatch_lines(["*target activemq:container cannot run here: the Docker engine is not running*"
+                                 "--allow-unavailable*"])
+    # stopped before anything ran: no test outcome, no matrix
+    assert not any(word in result.stdout.str() for word in (" passed", " skipped", " failed")) and data is None
+
+
+def test_allow_unavailable_reports_a_named_target_not_applicable(toy: pytest.Pytester, no_engine) -> None:
+    toy.makepyfile(test_toy=ACCEPTS)
+    result, data = run(toy, "--target", "reference", "--target", "activemq:container", "--allow-unavailable")
+    assert result.ret == pytest.ExitCode.OK
     result.assert_outcomes(passed=1, skipped=1)
-    result.stdout.fnmatch_lines(["*unknown target 'refrence'; did you mean 'reference'?*"])
-    assert data["targets"]["refrence"]["available"] is False
-    assert data["matrix"]["refrence"]["TOY-SEND-1"]["outcome"] == "not applicable"
+    result.stdout.fnmatch_lines(["*not applicable: target activemq:container cannot run here: the Docker engine "
+                                 "is not running*"])
+    assert data["targets"]["activemq:container"]["available"] is False
+    assert data["matrix"]["activemq:container"]["TOY-SEND-1"]["outcome"] == "not applicable"
+
+
+def test_a_default_target_that_cannot_run_is_not_applicable(toy: pytest.Pytester, no_engine) -> None:
+    toy.makeini("[pytest]\nbrokerconf_targets = reference activemq:container\n")
+    toy.makepyfile(test_toy=ACCEPTS)
+    result, data = run(toy)
+    assert result.ret == pytest.ExitCode.OK
+    result.assert_outcomes(passed=1, skipped=1)
+    assert data["matrix"]["activemq:container"]["TOY-SEND-1"]["outcome"] == "not applicable"
+    assert "Docker engine is not running" in data["matrix"]["activemq:container"]["TOY-SEND-1"]["reason"]
+
+
+def test_a_required_default_target_that_cannot_run_fails(toy: pytest.Pytester, no_engine, monkeypatch) -> None:
+    """CI's BROKERCONF_REQUIRE beats the not-applicable of a default target (conformance.requirements)."""
+    monkeypatch.setenv("BROKERCONF_REQUIRE", "docker")
+    toy.makeini("[pytest]\nbrokerconf_targets = reference activemq:container\n")
+    toy.makepyfile(test_toy=ACCEPTS)
+    result, _ = run(toy)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.assert_outcomes(passed=1, errors=1)  # failed at set-up, before any broker started
+    result.stdout.fnmatch_lines(["*docker is required here*the Docker engine is not running*"])
 
 
 def test_unknown_spec_id_is_a_usage_error(toy: pytest.Pytester) -> None:

@@ -11,6 +11,7 @@ import time
 import psutil
 import pytest
 
+from conformance.requirements import skip_or_fail
 import conformance.targets.rabbitmq as rmq_mod
 from conformance.targets.rabbitmq import (
     RabbitMQNotInstalled,
@@ -23,7 +24,7 @@ from conformance.targets.rabbitmq import (
 def _require(**plugins):
     ok, reason = rabbitmq_available(**plugins)
     if not ok:
-        pytest.skip(reason)  # the only reason to skip: the Debian package is not installed
+        skip_or_fail("rabbitmq", reason)  # the only reason to skip: the Debian package is not installed
 
 
 def _listening(pid: int) -> list:
@@ -71,7 +72,7 @@ def test_stray_epmd_of_our_node_is_found_and_stopped():
     /proc by its inherited ERL_EPMD_PORT + RABBITMQ_NODENAME, and nothing else is."""
     epmd = rmq_mod._find_epmd()
     if epmd is None:
-        pytest.skip(rabbitmq_available()[1] or "epmd not installed")
+        skip_or_fail("rabbitmq", rabbitmq_available()[1] or "epmd not installed (it comes with rabbitmq-server)")
     port = rmq_mod.free_ports(1)[0]
     node = f"stray-test-{os.getpid()}@localhost"
     env = {**os.environ, "ERL_EPMD_PORT": str(port), "RABBITMQ_NODENAME": node}

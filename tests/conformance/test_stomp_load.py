@@ -7,6 +7,7 @@ import threading
 
 import pytest
 
+from conformance.requirements import skip_or_fail
 from conformance.bench.stomp_load import StompBenchResult, encode_send_frame, run_stomp_load
 from conformance.targets.activemq import ActiveMQProcess, activemq_available
 
@@ -223,7 +224,7 @@ def test_connection_refused_is_an_error_not_an_exception():
 def test_against_activemq(tmp_path):
     ok, reason = activemq_available()
     if not ok:
-        pytest.skip(reason)
+        skip_or_fail("activemq", reason)
     with ActiveMQProcess(tmp_path / "amq") as amq:
         res = run_stomp_load("127.0.0.1", amq.stomp_port, target="activemq", messages=20_000,
                              warmup=2_000, timeout=60)

@@ -17,6 +17,7 @@ import psutil
 import pytest
 import stomp
 
+from conformance.requirements import skip_or_fail, target_requirement
 from conformance.scenario import DEFAULT_SCENARIO, DestinationPolicy, Scenario
 from conformance.targets.activemq import ActiveMQProcess
 from conformance.targets.activemq_policy import REDELIVERY_DELAY_MS, UnsupportedPolicy, render
@@ -115,7 +116,7 @@ def test_group_buckets_zero_cannot_be_expressed_and_says_so():
 
 def test_launch_refuses_an_unsupported_policy_before_starting_a_jvm(tmp_path):
     if not ActiveMQTarget().availability()[0]:
-        pytest.skip(ActiveMQTarget().availability()[1])
+        skip_or_fail("activemq", ActiveMQTarget().availability()[1])
     scenario = Scenario("s", policies=(DestinationPolicy("queue://g", group_buckets=0),))
     with pytest.raises(TargetUnavailable, match="group_buckets=0"):
         ActiveMQTarget().launch(scenario, tmp_path)
@@ -217,7 +218,7 @@ def test_capabilities_are_documented_and_leave_out_what_classic_lacks():
 def _require(target) -> None:
     ok, reason = target.availability()
     if not ok:
-        pytest.skip(reason)  # the only reason to skip: the broker is not installed here
+        skip_or_fail(target_requirement(target), reason)  # the only reason to skip: the broker is not installed here
 
 
 class StompPeer(stomp.ConnectionListener):

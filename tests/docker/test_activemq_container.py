@@ -13,6 +13,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from conformance.clients import connect
+from conformance.requirements import skip_or_fail
 from conformance.targets import activemq_container as mod
 from conformance.targets.activemq import ActiveMQStartError
 from conformance.targets.activemq_container import LABEL, ActiveMQContainer
@@ -24,7 +25,7 @@ CORE = "{http://activemq.apache.org/schema/core}"
 def _require_image() -> None:
     ok, reason = image_available(ACTIVEMQ_IMAGE)
     if not ok:
-        pytest.skip(reason)  # not applicable here: no engine, no permission, or no image
+        skip_or_fail("docker", reason)  # not applicable here: no engine, no permission, or no image
 
 
 def _ours(client, kind: str, broker: str) -> list:

@@ -21,6 +21,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from conformance.requirements import skip_or_fail
 from conformance.scenario import Scenario
 from conformance.targets import activemq_container_network as acn
 from conformance.targets.activemq_target import ActiveMQTarget
@@ -136,7 +137,7 @@ def _volumes(prefix: str) -> set[str]:
 def test_shared_store_failover_experiment_in_containers(tmp_path):
     ok, reason = image_available(ACTIVEMQ_IMAGE)
     if not ok:
-        pytest.skip(reason)
+        skip_or_fail("docker", reason)
     prefix = "brokerconf-brokerconf-activemq-shared-store-failover-kahadb-"
     before = _volumes(prefix)
     out = tmp_path / "out"

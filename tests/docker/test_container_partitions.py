@@ -20,6 +20,7 @@ import pytest
 from chaos.history import History, read_history
 from chaos.nemesis.container import ContainerPartitionNemesis
 from conformance.clients import connect
+from conformance.requirements import skip_or_fail
 from conformance.targets.activemq_container_network import ActiveMQContainerNetwork, SharedVolumePair
 from conformance.targets.activemq_network import Bridge, NetworkConnectorOptions
 from conformance.targets.docker_env import ACTIVEMQ_IMAGE, docker_client, image_available
@@ -34,7 +35,7 @@ ARRIVAL_TIMEOUT = 120.0
 def _require_image() -> None:
     ok, reason = image_available(ACTIVEMQ_IMAGE)
     if not ok:
-        pytest.skip(reason)
+        skip_or_fail("docker", reason)
 
 
 @pytest.fixture(scope="module")

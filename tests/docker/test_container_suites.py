@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pytest
 
+from conformance.requirements import skip_or_fail
 from conformance.targets.activemq import activemq_available
 from conformance.targets.docker_env import ACTIVEMQ_IMAGE, image_available
 
@@ -105,7 +106,7 @@ def test_known_deviations_are_found_for_the_suites_run():
 def suite_run(tmp_path_factory):
     ok, reason = image_available(ACTIVEMQ_IMAGE)
     if not ok:
-        pytest.skip(reason)
+        skip_or_fail("docker", reason)
     targets = ["activemq:container"]
     if activemq_available()[0]:
         targets.insert(0, "activemq:process")
@@ -142,7 +143,7 @@ def test_known_deviations_still_xfail_in_containers(suite_run):
 def test_container_and_process_have_the_same_outcome_per_spec(suite_run):
     _, matrix, targets = suite_run
     if "activemq:process" not in targets:
-        pytest.skip("the local ActiveMQ package is not installed: nothing to compare the container run with")
+        skip_or_fail("activemq", "the local ActiveMQ package is not installed: nothing to compare the container run with")
     assert matrix["targets"]["activemq:process"]["launch"] == "process"
     process, container = outcomes(matrix, "activemq:process"), outcomes(matrix, "activemq:container")
     local_gaps = lacking_here(matrix, "activemq:process")

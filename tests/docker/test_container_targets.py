@@ -15,6 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from conformance.requirements import skip_or_fail
 from conformance.scenario import Scenario
 from conformance.targets import install as install_mod
 from conformance.targets.activemq_target import ActiveMQTarget
@@ -214,7 +215,7 @@ def test_targets_list_shows_launch_mode(capsys, monkeypatch):
 def test_core_queue_suite_runs_through_container_target(tmp_path):
     ok, reason = image_available(ACTIVEMQ_IMAGE)
     if not ok:
-        pytest.skip(reason)
+        skip_or_fail("docker", reason)
     out = tmp_path / "out"
     result = subprocess.run(
         [sys.executable, "-m", "pytest", str(ROOT / "conformance" / "suites" / "test_core_queues.py"),

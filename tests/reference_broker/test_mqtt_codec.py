@@ -1498,7 +1498,8 @@ def test_parse_shared_rejects(topic_filter):
 # Cross-check with paho-mqtt's encoder
 # ------------------------------------------------------------------------------------------
 
-paho_client = pytest.importorskip("paho.mqtt.client")
+# paho-mqtt is a dependency of the project (pyproject.toml): imported, never skipped when missing
+import paho.mqtt.client as paho_client  # noqa: E402
 from paho.mqtt.packettypes import PacketTypes  # noqa: E402
 from paho.mqtt.properties import Properties as PahoProperties  # noqa: E402
 from paho.mqtt.subscribeoptions import SubscribeOptions  # noqa: E402

@@ -1,9 +1,13 @@
-"""One SparkSession for the whole test process: a JVM takes seconds to start."""
+"""One SparkSession for the whole test process (a JVM takes seconds to start), and short real
+chaos runs made once per session for the tests that check real histories."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+import chaos
 from reports.pipeline.session import LOCAL, get_session, stop_session
 
 
@@ -38,3 +42,37 @@ def engine(request):
     """Each analysis test runs on both engines (reports/pipeline/analyze.py, ``engine``): they
     must give the same verdicts, stats and anomaly rows."""
     return request.param
+
+
+# ---------------------------------------------------------------------- fresh real runs
+# Tests that check the pipeline on *real* chaos runs used to look for earlier runs under
+# reports/out and skip without one, so on a fresh clone (CI) they checked nothing. They now make
+# their own: a short run of a shipped experiment on the reference broker (no installed broker
+# needed), once per test session, in a temporary directory. Earlier runs under reports/out are
+# still checked beside it where a test wants them.
+
+def _short_run(tmp_path_factory, file_name: str, duration_s: float) -> Path:
+    from brokerconf.chaos_job import run_and_judge
+    from chaos.experiment_file import load_experiment, with_overrides
+
+    experiments = Path(chaos.__file__).resolve().parent / "experiments"
+    exp = with_overrides(load_experiment(experiments / file_name), duration_s=duration_s)
+    out = tmp_path_factory.mktemp(Path(file_name).stem)
+    run_and_judge(exp, out, progress=lambda line: None)
+    assert (out / "history.jsonl").stat().st_size > 0 and (out / "verdict.json").is_file(), out
+    return out
+
+
+@pytest.fixture(scope="session")
+def fresh_queue_run(tmp_path_factory) -> Path:
+    """A run directory (history.jsonl, verdict.json, report.html) of experiment 1, cut to 8 s:
+    the reference broker (a process) under persistent queue load with failover clients, killed
+    once (the schedule's first kill falls at 5 s). About 10 s."""
+    return _short_run(tmp_path_factory, "reference-kill-restart.toml", 8)
+
+
+@pytest.fixture(scope="session")
+def fresh_topic_run(tmp_path_factory) -> Path:
+    """A run directory of experiment 4 (a slow topic subscriber behind the fault proxy), cut to
+    8 s. About 15 s."""
+    return _short_run(tmp_path_factory, "slow-topic-subscriber.toml", 8)

@@ -1,6 +1,6 @@
 """The Spark topic fan-out job on literal histories named after the anomaly, and its agreement
 with the pure-Python checker (reports/checkers/topic_fanout.py, as brokerconf/chaos_job.py runs
-it) on those and on real topic runs under reports/out."""
+it) on those and on real topic runs: one made for the session, and those under reports/out."""
 
 from __future__ import annotations
 
@@ -333,16 +333,17 @@ def _real_topic_runs(limit: int = 5, max_bytes: int = 5_000_000) -> list[Path]:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not _real_topic_runs(), reason="no topic run under reports/out (brokerconf chaos run "
-                    "chaos/experiments/slow-topic-subscriber.toml makes one)")
-def test_agrees_on_real_topic_runs(spark, tmp_path):
-    for path in _real_topic_runs():
-        copy = tmp_path / path.parent.name
+def test_agrees_on_real_topic_runs(spark, tmp_path, fresh_topic_run):
+    """A topic run made for this session (conftest's fresh_topic_run), and the smallest finished
+    topic runs under reports/out when there are any."""
+    sources = [fresh_topic_run / "history.jsonl", *_real_topic_runs()]
+    for i, path in enumerate(sources):
+        copy = tmp_path / f"{i}-{path.parent.name}"
         copy.mkdir()
         (copy / "history.jsonl").write_bytes(path.read_bytes())
         if (path.parent / "verdict.json").exists():
             (copy / "verdict.json").write_bytes((path.parent / "verdict.json").read_bytes())
     spark_runs = analyse(spark, tmp_path)
-    for path in _real_topic_runs():
+    for i, path in enumerate(sources):
         [run] = {json.loads(line)["run"] for line in path.read_text().splitlines()[:1]}
-        assert_agree(spark_runs[run], python_side(tmp_path / path.parent.name / "history.jsonl"), str(path))
+        assert_agree(spark_runs[run], python_side(tmp_path / f"{i}-{path.parent.name}" / "history.jsonl"), str(path))

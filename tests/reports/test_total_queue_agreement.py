@@ -1,7 +1,7 @@
 """The Spark total-queue job agrees with the pure-Python checker (reports/checkers/total_queue.py)
 on literal histories and on real ones: a committed excerpt of a real run (the reference broker
 killed twice under load, cut around the first kill so that sends and receives fall outside it),
-and every history under reports/out when there are any."""
+a short run made for the session, and every history under reports/out when there are any."""
 
 from __future__ import annotations
 
@@ -81,12 +81,13 @@ def _real_histories(limit: int = 4, max_bytes: int = 20_000_000) -> list[Path]:
     return [path for _, path in sorted(found)[:limit]]
 
 
-@pytest.mark.skipif(not _real_histories(), reason="no queue history.jsonl under reports/out: run `brokerconf run` "
-                                                   "or `brokerconf chaos run` first")
-def test_agrees_on_real_histories(spark, tmp_path):
+@pytest.mark.slow
+def test_agrees_on_real_histories(spark, tmp_path, fresh_queue_run):
+    """A queue run made for this session (conftest's fresh_queue_run), and the smallest queue
+    runs under reports/out when there are any."""
     # Copies: a run still being written must not change between the two readings.
     copies = []
-    for i, source in enumerate(_real_histories()):
+    for i, source in enumerate([fresh_queue_run / "history.jsonl", *_real_histories()]):
         target = tmp_path / "real" / f"r{i}" / "history.jsonl"
         target.parent.mkdir(parents=True)
         shutil.copy(source, target)
