@@ -7,19 +7,28 @@ One TOML file per area in ``conformance/known_deviations/``::
     spec = "SLOW-EVICT-2"               # catalogue ID the broker breaks
     test = "test_oldest_evicted_first"  # optional: only this test function
     summary = "what the broker does instead, in one line"
+    failure = "SLOW-EVICT-2: .*got \\[" # how the failure looks: a regular expression
     evidence = \"\"\"configuration excerpt, observed messages or counters, broker log lines\"\"\"
 
-The plugin marks each matching test a *strict* xfail for that target kind: the test must keep
-failing there, so a broker that starts conforming turns the run red and the entry is removed.
+The plugin marks each matching test a *strict* xfail for that target kind, and only for an
+assertion failure: the test must keep failing there, so a broker that starts conforming turns the
+run red and the entry is removed. ``failure`` says how the recorded deviation looks: it is searched
+(``re.search``) in the message of the test's AssertionError. Anything else (another exception, an
+assertion with another message such as a ``setup:`` check, a failure while the fixtures start the
+brokers) is a failure of the run, not the known deviation: a broken JMX query or a network that did
+not start must never be booked as the broker's documented misbehaviour.
 """
 
 from __future__ import annotations
 
+import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
 DEFAULT_DEVIATIONS_DIR = Path(__file__).resolve().parents[1] / "known_deviations"
+KEYS = ("target", "spec", "test", "summary", "failure", "evidence")
+REQUIRED = ("target", "spec", "summary", "failure", "evidence")
 
 
 class DeviationError(ValueError):
@@ -32,11 +41,16 @@ class Deviation:
     spec: str
     summary: str
     evidence: str
+    failure: str
     test: str | None = None
     source: str = ""
 
     def matches(self, kind: str, specs: list[str], test_name: str) -> bool:
         return kind == self.target and self.spec in specs and (self.test is None or self.test == test_name)
+
+    def explains(self, message: str) -> bool:
+        """True when an assertion failure with ``message`` is this deviation reproducing."""
+        return re.search(self.failure, message) is not None
 
 
 def load_deviations(directory: Path, catalogue: dict) -> list[Deviation]:
@@ -47,15 +61,23 @@ def load_deviations(directory: Path, catalogue: dict) -> list[Deviation]:
         except tomllib.TOMLDecodeError as exc:
             raise DeviationError(f"{path}: not valid TOML: {exc}") from None
         for n, raw in enumerate(data.get("deviation", []), 1):
-            where = f"{path.name}: deviation #{n}"
-            unknown = set(raw) - {"target", "spec", "test", "summary", "evidence"}
+            named = f" ({raw['spec']}{', ' + raw['test'] if raw.get('test') else ''})" if raw.get("spec") else ""
+            where = f"{path}: deviation #{n}{named}"
+            unknown = set(raw) - set(KEYS)
             if unknown:
-                raise DeviationError(f"{where}: unknown key(s) {sorted(unknown)}")
-            for key in ("target", "spec", "summary", "evidence"):
+                raise DeviationError(f"{where}: unknown key(s) {sorted(unknown)} (known: {list(KEYS)})")
+            for key in REQUIRED:
                 if not str(raw.get(key, "")).strip():
-                    raise DeviationError(f"{where}: missing {key!r} (a deviation needs its evidence)")
+                    why = ("a regular expression matched against the assertion failure's message, so only the "
+                           "recorded failure counts as the known deviation" if key == "failure"
+                           else "a deviation needs its evidence")
+                    raise DeviationError(f"{where}: missing {key!r} ({why})")
+            try:
+                re.compile(raw["failure"])
+            except re.error as exc:
+                raise DeviationError(f"{where}: 'failure' is not a valid regular expression: {exc}") from None
             if raw["spec"] not in catalogue:
                 raise DeviationError(f"{where}: spec {raw['spec']!r} is not in the catalogue")
             deviations.append(Deviation(raw["target"], raw["spec"], raw["summary"].strip(), raw["evidence"].strip(),
-                                        raw.get("test"), path.name))
+                                        raw["failure"], raw.get("test"), path.name))
     return deviations

@@ -57,6 +57,16 @@ def networks(target_name, request, tmp_path_factory):
     running.stop()
 
 
+@pytest.fixture
+def net(networks, request):
+    """The network of the test's ``@pytest.mark.network(bridge_temp)``, started at set-up, so a
+    network that cannot start is a set-up error, not the check's failure."""
+    marker = request.node.get_closest_marker("network")
+    if marker is None:
+        raise pytest.UsageError(f"{request.node.nodeid}: uses `net` without @pytest.mark.network(bridge_temp)")
+    return networks(marker.args[0])
+
+
 class Listener(stomp.ConnectionListener):
     def __init__(self) -> None:
         self.frames: queue_module.Queue = queue_module.Queue()
@@ -99,7 +109,7 @@ def stomp_on():
 
 def _expect(listener: Listener, command: str, timeout: float = DEMAND_TIMEOUT):
     got, frame = listener.next(timeout)
-    assert got == command, f"expected {command}, got {got} {getattr(frame, 'headers', None)}"
+    assert got == command, f"NOB-TEMP-1: expected {command}, got {got} {getattr(frame, 'headers', None)}"
     return frame
 
 
@@ -124,12 +134,12 @@ def _request(net, stomp_on):
 
 
 @pytest.mark.spec("NOB-TEMP-1")
-def test_reply_from_a_remote_broker_reaches_a_temp_queue_by_default(networks, stomp_on):
-    net = networks(True)
+@pytest.mark.network(True)
+def test_reply_from_a_remote_broker_reaches_a_temp_queue_by_default(net, stomp_on):
     req_events, responder, resp_events, request = _request(net, stomp_on)
     reply_to = request.headers.get("reply-to", "")
     assert reply_to.startswith("/remote-temp-queue/"), (
-        f"the responder should see the requester's temporary queue in a form it can send to, got {reply_to!r}")
+        f"NOB-TEMP-1: the responder should see the requester's temporary queue in a form it can send to, got {reply_to!r}")
     responder.send(reply_to, "answer", headers={"correlation-id": "c1", "receipt": "rep"})
     assert _expect(resp_events, "RECEIPT") is not None
     reply = _expect(req_events, "MESSAGE")
@@ -139,8 +149,8 @@ def test_reply_from_a_remote_broker_reaches_a_temp_queue_by_default(networks, st
 
 
 @pytest.mark.spec("NOB-TEMP-1")
-def test_reply_from_a_remote_broker_fails_without_bridge_temp_destinations(networks, stomp_on):
-    net = networks(False)
+@pytest.mark.network(False)
+def test_reply_from_a_remote_broker_fails_without_bridge_temp_destinations(net, stomp_on):
     req_events, responder, resp_events, request = _request(net, stomp_on)
     responder.send(request.headers["reply-to"], "answer", headers={"receipt": "rep"})
     answer, frame = resp_events.next(DEMAND_TIMEOUT)

@@ -154,6 +154,17 @@ def networks(target_name, request, tmp_path_factory):
 
 
 @pytest.fixture
+def net(networks, request):
+    """The network named by the test's ``@pytest.mark.network(key)``, started at set-up: a network
+    that cannot start is an error of the test's set-up, never a failure of the check (nor a known
+    deviation's expected failure)."""
+    marker = request.node.get_closest_marker("network")
+    if marker is None:
+        raise pytest.UsageError(f"{request.node.nodeid}: uses `net` without @pytest.mark.network(key)")
+    return networks(marker.args[0])
+
+
+@pytest.fixture
 def clients():
     """STOMP clients on the network's brokers (``clients.on(node)``), closed when the test ends."""
     with StompClients() as made:
@@ -177,8 +188,8 @@ def held(node, destination: str, expected: int, timeout: float = DEMAND_TIMEOUT)
 
 
 @pytest.mark.spec("NOB-DIR-1", "NOB-STATIC-1")
-def test_bridge_is_one_way_by_default(networks, clients):
-    net = networks("default")
+@pytest.mark.network("default")
+def test_bridge_is_one_way_by_default(net, clients):
     a, b = net["A"], net["B"]
     # A's connector forwards to B on B's demand...
     forward = queue("nob.oneway.fwd")
@@ -197,8 +208,8 @@ def test_bridge_is_one_way_by_default(networks, clients):
 
 
 @pytest.mark.spec("NOB-DEMAND-1")
-def test_no_forwarding_without_demand(networks, clients):
-    net = networks("default")
+@pytest.mark.network("default")
+def test_no_forwarding_without_demand(net, clients):
     a, b = net["A"], net["B"]
     q = queue("nob.demand")
     sent = send(clients.on(a), q, 10)
@@ -211,8 +222,8 @@ def test_no_forwarding_without_demand(networks, clients):
 
 
 @pytest.mark.spec("NOB-EXCL-1", "NOB-WILD-1")
-def test_excluded_destination_is_not_forwarded(networks, clients):
-    net = networks("default")
+@pytest.mark.network("default")
+def test_excluded_destination_is_not_forwarded(net, clients):
     a, b = net["A"], net["B"]
     excluded, allowed = queue("nob.excluded.q"), queue("nob.allowed")
     on_b = clients.on(b).subscribe(excluded)
@@ -229,8 +240,8 @@ def test_excluded_destination_is_not_forwarded(networks, clients):
 
 
 @pytest.mark.spec("NOB-EXCL-2")  # NOB-STATINC-1 alone: test_static_bridge_forwards_without_demand
-def test_static_inclusion_ignores_exclusion(networks, clients):
-    net = networks("default")
+@pytest.mark.network("default")
+def test_static_inclusion_ignores_exclusion(net, clients):
     a, b = net["A"], net["B"]
     always = "queue://nob.excluded.always"  # statically included and matched by nob.excluded.>
     sent = send(clients.on(a), always, 5, tag=f"s{uuid.uuid4().hex[:6]}-")
@@ -246,8 +257,9 @@ def test_static_inclusion_ignores_exclusion(networks, clients):
 
 
 @pytest.mark.spec("NOB-PRIO-1")
-def test_decreased_priority_prefers_local_consumers(networks, clients):
-    net = networks("default")  # decreaseNetworkConsumerPriority written out as the table's true
+@pytest.mark.network("default")
+def test_decreased_priority_prefers_local_consumers(net, clients):
+    # decreaseNetworkConsumerPriority written out as the table's true
     a, b = net["A"], net["B"]
     q = queue("nob.prio")
     local = clients.on(a).subscribe(q)
@@ -265,8 +277,8 @@ def test_decreased_priority_prefers_local_consumers(networks, clients):
 
 @pytest.mark.spec("NOB-CONDUIT-1", "NOB-NAME-1", "NOB-DYNINC-1")
 @pytest.mark.parametrize("conduit", [True, False], ids=["conduit", "no-conduit"])
-def test_conduit_example(networks, clients, conduit):
-    net = networks("conduit")
+@pytest.mark.network("conduit")
+def test_conduit_example(net, clients, conduit):
     a, b = net["A"], net["B"]
     q = queue("nob.conduit.on.Q.TEST" if conduit else "nob.conduit.off.Q.TEST")
     on_a = clients.on(a).subscribe(q)
@@ -285,8 +297,9 @@ def test_conduit_example(networks, clients, conduit):
 
 
 @pytest.mark.spec("NOB-DYNINC-1", "NOB-WILD-1")
-def test_only_dynamically_included_destinations_follow_demand(networks, clients):
-    net = networks("conduit")  # both connectors have a dynamically included list
+@pytest.mark.network("conduit")
+def test_only_dynamically_included_destinations_follow_demand(net, clients):
+    # both connectors have a dynamically included list
     a, b = net["A"], net["B"]
     included, other = queue("nob.conduit.on.inc"), queue("nob.not.included")
     on_b = clients.on(b).subscribe(included)
@@ -306,8 +319,8 @@ def test_only_dynamically_included_destinations_follow_demand(networks, clients)
 
 
 @pytest.mark.spec("NOB-DIR-2", "NOB-DUPLEX-2")
-def test_duplex_bridge_carries_both_ways(networks, clients):
-    net = networks("duplex")
+@pytest.mark.network("duplex")
+def test_duplex_bridge_carries_both_ways(net, clients):
     a, b = net["A"], net["B"]
     for producer_node, consumer_node in ((a, b), (b, a)):
         q = queue(f"nob.duplex.{producer_node.name}to{consumer_node.name}")
@@ -321,8 +334,9 @@ def test_duplex_bridge_carries_both_ways(networks, clients):
 
 @pytest.mark.spec("NOB-REPLAY-1", "NOB-DUPLEX-2")
 @pytest.mark.parametrize("replay", [True, False], ids=["replay", "no-replay"])
-def test_replay_when_no_consumers_unsticks_messages(networks, clients, replay):
-    net = networks("duplex")  # a policy on both brokers replays nob.replay.> queues
+@pytest.mark.network("duplex")
+def test_replay_when_no_consumers_unsticks_messages(net, clients, replay):
+    # a policy on both brokers replays nob.replay.> queues
     a, b = net["A"], net["B"]
     q = queue("nob.replay.q" if replay else "nob.stuck.q")
     # B's consumer pulls A's messages over to B, takes one without acknowledging it, and leaves:
@@ -356,8 +370,8 @@ def test_replay_when_no_consumers_unsticks_messages(networks, clients, replay):
 
 @pytest.mark.spec("NOB-TTL-1")
 @pytest.mark.parametrize("ttl", [1, 2])
-def test_network_ttl_in_a_line(networks, clients, ttl):
-    net = networks("line")
+@pytest.mark.network("line")
+def test_network_ttl_in_a_line(net, clients, ttl):
     a, b, c = net["A"], net["B"], net["C"]
     q = queue(f"nob.ttl{ttl}.q")
     on_c = clients.on(c).subscribe(q)
@@ -380,8 +394,8 @@ def test_network_ttl_in_a_line(networks, clients, ttl):
 
 
 @pytest.mark.spec("NOB-STATIC-BRIDGE-1", "NOB-STATINC-1")
-def test_static_bridge_forwards_without_demand(networks, clients):
-    net = networks("static")
+@pytest.mark.network("static")
+def test_static_bridge_forwards_without_demand(net, clients):
     a, b = net["A"], net["B"]
     always = "queue://nob.static.always"
     tag = f"s{uuid.uuid4().hex[:6]}-"
@@ -402,8 +416,9 @@ def test_static_bridge_forwards_without_demand(networks, clients):
 
 
 @pytest.mark.spec("NOB-TTL-2", "NOB-TTL-3")
-def test_consumer_ttl_beyond_message_ttl_strands_messages_midway(networks, clients):
-    net = networks("line")  # nob.cttl.>: consumer TTL 2, message TTL 1 on both hops
+@pytest.mark.network("line")
+def test_consumer_ttl_beyond_message_ttl_strands_messages_midway(net, clients):
+    # nob.cttl.>: consumer TTL 2, message TTL 1 on both hops
     a, b, c = net["A"], net["B"], net["C"]
     q = queue("nob.cttl.q")
     on_c = clients.on(c).subscribe(q)
@@ -420,8 +435,9 @@ def test_consumer_ttl_beyond_message_ttl_strands_messages_midway(networks, clien
 
 
 @pytest.mark.spec("NOB-TTL-3")
-def test_consumer_ttl_limits_demand_whatever_the_message_ttl(networks, clients):
-    net = networks("line")  # nob.mttl.>: message TTL 2, consumer TTL 1 on both hops
+@pytest.mark.network("line")
+def test_consumer_ttl_limits_demand_whatever_the_message_ttl(net, clients):
+    # nob.mttl.>: message TTL 2, consumer TTL 1 on both hops
     a, b, c = net["A"], net["B"], net["C"]
     q = queue("nob.mttl.q")
     on_c = clients.on(c).subscribe(q)
@@ -436,8 +452,9 @@ def test_consumer_ttl_limits_demand_whatever_the_message_ttl(networks, clients):
 
 @pytest.mark.spec("NOB-CONDUIT-3")
 @pytest.mark.parametrize("conduit", [True, False], ids=["conduit", "no-conduit"])
-def test_conduit_ignores_remote_selectors(networks, clients, conduit):
-    net = networks("line")  # A -> B and A -> C, conduit on for nob.sel.on.>, off for nob.sel.off.>
+@pytest.mark.network("line")
+def test_conduit_ignores_remote_selectors(net, clients, conduit):
+    # A -> B and A -> C, conduit on for nob.sel.on.>, off for nob.sel.off.>
     a, b, c = net["A"], net["B"], net["C"]
     q = queue("nob.sel.on.q" if conduit else "nob.sel.off.q")
     on_b = clients.on(b).subscribe(q, selector="colour = 'red'")
@@ -468,8 +485,9 @@ def test_conduit_ignores_remote_selectors(networks, clients, conduit):
 
 
 @pytest.mark.spec("NOB-VIRT-3")
-def test_virtual_topic_consumer_queue_creates_demand_across_the_network(networks, clients):
-    net = networks("virtual")  # A -> B "vdest": useVirtualDestSubs, VirtualTopic.> dynamically included
+@pytest.mark.network("virtual")
+def test_virtual_topic_consumer_queue_creates_demand_across_the_network(net, clients):
+    # A -> B "vdest": useVirtualDestSubs, VirtualTopic.> dynamically included
     a, b = net["A"], net["B"]
     name = f"VirtualTopic.nob.{uuid.uuid4().hex[:8]}"
     topic = f"topic://{name}"
@@ -487,8 +505,9 @@ def test_virtual_topic_consumer_queue_creates_demand_across_the_network(networks
 
 @pytest.mark.spec("NOB-VIRT-1")
 @pytest.mark.parametrize("virtual_subs", [True, False], ids=["useVirtualDestSubs", "plain"])
-def test_composite_topic_target_consumer_creates_demand(networks, clients, virtual_subs):
-    net = networks("virtual")  # B forwards topic nob.vcomp.bar / nob.vplain.bar to queue <topic>.forward
+@pytest.mark.network("virtual")
+def test_composite_topic_target_consumer_creates_demand(net, clients, virtual_subs):
+    # B forwards topic nob.vcomp.bar / nob.vplain.bar to queue <topic>.forward
     a, b = net["A"], net["B"]
     kind = "vcomp" if virtual_subs else "vplain"
     topic, forward = f"topic://nob.{kind}.bar", f"queue://nob.{kind}.bar.forward"
@@ -514,8 +533,9 @@ def test_composite_topic_target_consumer_creates_demand(networks, clients, virtu
 
 
 @pytest.mark.spec("NOB-VIRT-2")
-def test_virtual_dest_demand_from_queue_creation(networks, clients):
-    net = networks("virtual")  # A -> C "oncreate"; C: useVirtualDestSubs + useVirtualDestSubsOnCreation
+@pytest.mark.network("virtual")
+def test_virtual_dest_demand_from_queue_creation(net, clients):
+    # A -> C "oncreate"; C: useVirtualDestSubs + useVirtualDestSubsOnCreation
     a, c = net["A"], net["C"]
     topic, forward = "topic://nob.vcreate.bar", "queue://nob.vcreate.bar.forward"
     # The target queue comes to exist on C (a consumer opens it and leaves): no consumer remains.
@@ -536,8 +556,9 @@ def test_virtual_dest_demand_from_queue_creation(networks, clients):
 
 @pytest.mark.spec("NOB-TOPIC-1", "NOB-CONDUIT-2", "NOB-LOOP-1")
 @pytest.mark.parametrize("ttl", [1, 3])
-def test_topic_messages_in_a_full_mesh(networks, clients, ttl):
-    net = networks("mesh")  # every pair joined both ways; networkTTL 1 for nob.mesh1.>, 3 for nob.mesh3.>
+@pytest.mark.network("mesh")
+def test_topic_messages_in_a_full_mesh(net, clients, ttl):
+    # every pair joined both ways; networkTTL 1 for nob.mesh1.>, 3 for nob.mesh3.>
     nodes = [net[n] for n in "ABC"]
     topic = f"topic://nob.mesh{ttl}.{uuid.uuid4().hex[:8]}"
     subscribers = {n.name: clients.on(n).subscribe(topic) for n in nodes}

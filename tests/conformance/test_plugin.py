@@ -90,20 +90,24 @@ def test_outcomes_reach_the_matrix_with_reasons(toy: pytest.Pytester) -> None:
     result.stdout.fnmatch_lines(["*brokerconf: broker configuration (reference)*"])
 
 
+DEVIATION = '''
+[[deviation]]
+target = "reference"
+spec = "TOY-BROKEN-1"
+summary = "the toy broker breaks it"
+failure = 'TOY-BROKEN-1: broken, stomp port \\d+'
+evidence = "observed in this test"
+'''
+
+
 def test_known_deviation_is_a_strict_xfail(toy: pytest.Pytester) -> None:
-    (toy.path / "deviations" / "toy.toml").write_text(textwrap.dedent('''
-        [[deviation]]
-        target = "reference"
-        spec = "TOY-BROKEN-1"
-        summary = "the toy broker breaks it"
-        evidence = "observed in this test"
-    '''))
+    (toy.path / "deviations" / "toy.toml").write_text(DEVIATION)
     toy.makepyfile(test_toy=textwrap.dedent("""
         import pytest
 
         @pytest.mark.spec("TOY-BROKEN-1")
         def test_still_broken(broker):
-            assert "stomp" not in broker.ports, "TOY-BROKEN-1: broken"
+            assert "stomp" not in broker.ports, f"TOY-BROKEN-1: broken, stomp port {broker.ports['stomp']}"
 
         @pytest.mark.spec("TOY-BROKEN-1")
         def test_now_conforms(broker):
@@ -112,9 +116,65 @@ def test_known_deviation_is_a_strict_xfail(toy: pytest.Pytester) -> None:
     result, data = run(toy, "--target", "reference")
     # the deviation that reproduces is a known deviation; one that no longer does fails the run
     result.assert_outcomes(xfailed=1, failed=1)
+    result.stdout.fnmatch_lines(["*XPASS(strict)*known deviation TOY-BROKEN-1*"])
     tests = {t["nodeid"].split("::")[1]: t["outcome"] for t in data["tests"]}
     assert tests == {"test_still_broken[reference]": "known deviation", "test_now_conforms[reference]": "failed"}
     assert data["matrix"]["reference"]["TOY-BROKEN-1"]["outcome"] == "failed"
+
+
+def test_only_the_recorded_failure_is_the_known_deviation(toy: pytest.Pytester) -> None:
+    """A deviation-covered test that fails some other way (another exception, an assertion with
+    another message, a fixture that cannot start what the test needs) is a failure, not the
+    deviation: the matrix must not book a broken harness as the broker's misbehaviour."""
+    (toy.path / "deviations" / "toy.toml").write_text(DEVIATION)
+    toy.makepyfile(test_toy=textwrap.dedent("""
+        import pytest
+
+        @pytest.fixture
+        def network():
+            raise AssertionError("TOY-BROKEN-1: broken, stomp port 1 (said by a fixture that failed to start)")
+
+        @pytest.mark.spec("TOY-BROKEN-1")
+        def test_reproduces(broker):
+            assert "stomp" not in broker.ports, f"TOY-BROKEN-1: broken, stomp port {broker.ports['stomp']}"
+
+        @pytest.mark.spec("TOY-BROKEN-1")
+        def test_query_breaks(broker):
+            raise ConnectionRefusedError("JMX connector not reachable")
+
+        @pytest.mark.spec("TOY-BROKEN-1")
+        def test_setup_check_fails(broker):
+            assert False, "setup: the subscriber should hold its prefetch"
+
+        @pytest.mark.spec("TOY-BROKEN-1")
+        def test_launch_fails(broker, network):
+            pass
+    """))
+    result, data = run(toy, "--target", "reference")
+    result.assert_outcomes(xfailed=1, failed=2, errors=1)
+    result.stdout.fnmatch_lines(["*brokerconf: not the known deviation*", "the test failed during setup*"])
+    result.stdout.fnmatch_lines(["*brokerconf: not the known deviation*",
+                                 "the assertion message does not match the recorded failure*"])
+    result.stdout.fnmatch_lines(["*ConnectionRefusedError: JMX connector not reachable*"])
+    tests = {t["nodeid"].split("::")[1]: t["outcome"] for t in data["tests"]}
+    assert tests["test_reproduces[reference]"] == "known deviation"
+    assert tests["test_query_breaks[reference]"] == "failed"
+    assert tests["test_setup_check_fails[reference]"] == "failed"
+    assert tests["test_launch_fails[reference]"] == "error"
+    assert data["matrix"]["reference"]["TOY-BROKEN-1"]["outcome"] == "failed"
+
+
+@pytest.mark.parametrize("entry, complaint", [
+    (DEVIATION.replace("failure = 'TOY-BROKEN-1: broken, stomp port \\d+'\n", ""),
+     "*toy.toml: deviation #1 (TOY-BROKEN-1): missing 'failure'*regular expression*"),
+    (DEVIATION.replace("\\d+'", "('"), "*toy.toml: deviation #1 (TOY-BROKEN-1): 'failure' is not a valid regular*"),
+], ids=["missing", "not-a-regex"])
+def test_a_deviation_without_a_failure_pattern_is_refused(toy: pytest.Pytester, entry: str, complaint: str) -> None:
+    (toy.path / "deviations" / "toy.toml").write_text(entry)
+    toy.makepyfile(test_toy="def test_x():\n    pass\n")
+    result, _ = run(toy, "--target", "reference")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([complaint])
 
 
 ACCEPTS = textwrap.dedent("""
