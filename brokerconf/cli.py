@@ -10,16 +10,25 @@
   brokerconf targets ...    list targets (and why one cannot run here); install their packages
   brokerconf broker ...     run the reference broker (same flags as `python -m reference_broker`)
   brokerconf bench stomp    STOMP throughput and peak RSS, reference vs ActiveMQ, side by side
+
+An unknown target name is a usage error (exit 2, with a did-you-mean) and nothing runs. A target
+named on the command line that cannot run here fails the command with the reason (exit 1)
+unless --allow-unavailable (suite, run) reports it not applicable instead.
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
+
+
+#: `brokerconf run` without --targets: ActiveMQ is reported not applicable where it cannot run
+DEFAULT_RUN_TARGETS = "reference,activemq"
 
 
 def _progress(message: str) -> None:
@@ -35,11 +44,8 @@ def cmd_broker(args: argparse.Namespace) -> int:
 def cmd_bench_stomp(args: argparse.Namespace) -> int:
     from conformance.bench.stomp import format_table, run_stomp_bench, write_json
 
-    targets = tuple(t.strip() for t in args.targets.split(",") if t.strip())
-    unknown = [t for t in targets if t not in ("reference", "activemq")]
-    if unknown:
-        print(f"brokerconf bench stomp: unknown target(s) {', '.join(unknown)} in --targets "
-              "(known: reference, activemq)", file=sys.stderr)
+    targets = _targets(args.targets, ("reference", "activemq"), "bench stomp")
+    if targets is None:
         return 2
     results = run_stomp_bench(messages=args.messages, body_size=args.body_size, repeats=args.repeats,
                               targets=targets, warmup_messages=args.warmup_messages, progress=_progress)
@@ -52,13 +58,49 @@ def cmd_bench_stomp(args: argparse.Namespace) -> int:
 
 
 def _targets(text: str, known: tuple[str, ...], command: str) -> tuple[str, ...] | None:
+    """A benchmark's --targets, checked against the peers it can measure (None after naming an
+    unknown one, with a did-you-mean, on stderr: the caller exits 2)."""
     targets = tuple(t.strip() for t in text.split(",") if t.strip())
     unknown = [t for t in targets if t not in known]
     if unknown:
-        print(f"brokerconf {command}: unknown target(s) {', '.join(unknown)} in --targets "
-              f"(known: {', '.join(known)})", file=sys.stderr)
+        hints = [h for t in unknown for h in difflib.get_close_matches(t, known, n=1)]
+        print(f"brokerconf {command}: unknown target(s) {', '.join(unknown)} in --targets"
+              + (f"; did you mean {', '.join(repr(h) for h in hints)}?" if hints else "")
+              + f" (known: {', '.join(known)})", file=sys.stderr)
+        return None
+    if not targets:
+        print(f"brokerconf {command}: --targets names no target (known: {', '.join(known)})", file=sys.stderr)
         return None
     return targets
+
+
+def _check_targets(names: list[str], command: str, option: str, *, targets_file: str | None = None,
+                   must_run: bool = True) -> int:
+    """0 when every target name is known and, with ``must_run``, can run here. Otherwise says why
+    on stderr and returns the exit status: 2 for an unknown name (a usage error, with a
+    did-you-mean), 1 for a target the user asked for that cannot run here (with the reason)."""
+    from conformance.targets.registry import UnknownTarget, load_targets_file, resolve
+
+    try:
+        external = load_targets_file(Path(targets_file)) if targets_file else {}
+        targets = {name: resolve(name, external) for name in dict.fromkeys(names)}
+    except UnknownTarget as exc:
+        print(f"brokerconf {command}: {option}: {exc}", file=sys.stderr)
+        return 2
+    if not names:
+        print(f"brokerconf {command}: {option} names no target", file=sys.stderr)
+        return 2
+    if not must_run:
+        return 0
+    missing = [(name, target.availability()) for name, target in targets.items()]
+    missing = [(name, reason) for name, (ok, reason) in missing if not ok]
+    for name, reason in missing:
+        print(f"brokerconf {command}: target {name} cannot run here: {reason}", file=sys.stderr)
+    if missing:
+        print(f"brokerconf {command}: nothing was run; install what is missing (`brokerconf targets list`), "
+              "or pass --allow-unavailable to report those targets not applicable", file=sys.stderr)
+        return 1
+    return 0
 
 
 def cmd_bench_mqtt(args: argparse.Namespace) -> int:
@@ -102,22 +144,23 @@ def cmd_run(args: argparse.Namespace) -> int:
     named (those not installed are reported not applicable), ending in one report."""
     import subprocess
 
-    from conformance.targets.registry import UnknownTarget, resolve
     from reports.render.run_report import write_run_report
 
-    targets = [t.strip() for t in args.targets.split(",") if t.strip()]
-    for name in targets:
-        try:
-            resolve(name)
-        except UnknownTarget as exc:
-            print(f"brokerconf run: {exc} in --targets", file=sys.stderr)
-            return 2
+    # The default targets report ActiveMQ not applicable where it is not installed; targets the
+    # user named must run (or --allow-unavailable says otherwise).
+    named = args.targets is not None
+    allow_unavailable = args.allow_unavailable or not named
+    targets = [t.strip() for t in (args.targets if named else DEFAULT_RUN_TARGETS).split(",") if t.strip()]
+    status = _check_targets(targets, "run", "--targets", must_run=not allow_unavailable)
+    if status:
+        return status
     run_id = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     out_dir = Path(args.out) / run_id
     out_dir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     _progress(f"brokerconf run {run_id}: conformance suites against {', '.join(targets)}")
-    status = subprocess.run(_suite_command(targets, out_dir), stdin=subprocess.DEVNULL).returncode
+    status = subprocess.run(_suite_command(targets, out_dir, allow_unavailable=allow_unavailable),
+                            stdin=subprocess.DEVNULL).returncode
     matrix_path = out_dir / "matrix.json"
     if not matrix_path.exists():
         print(f"brokerconf run: the suites exited with {status} before writing the matrix", file=sys.stderr)
@@ -189,7 +232,8 @@ def _run_chaos_stage(args: argparse.Namespace, targets: list[str], out_dir: Path
 
 
 def _suite_command(targets: list[str], out_dir: Path, *, targets_file: str | None = None,
-                   suites: list[str] | None = None, extra: list[str] | None = None) -> list[str]:
+                   suites: list[str] | None = None, extra: list[str] | None = None,
+                   allow_unavailable: bool = False) -> list[str]:
     """The pytest command line `brokerconf suite` runs (a subprocess: each run gets a fresh
     interpreter, so in-process brokers and their native libraries never leak between runs)."""
     import conformance
@@ -204,6 +248,8 @@ def _suite_command(targets: list[str], out_dir: Path, *, targets_file: str | Non
         command += ["--target", target]
     if targets_file:
         command += ["--targets-file", targets_file]
+    if allow_unavailable:
+        command.append("--allow-unavailable")
     return command + list(extra or [])
 
 
@@ -212,11 +258,16 @@ def cmd_suite(args: argparse.Namespace) -> int:
 
     from reports.render.matrix_report import write_matrix_report
 
+    targets = args.target or ["reference"]
+    status = _check_targets(targets, "suite", "--target", targets_file=args.targets_file,
+                            must_run=not args.allow_unavailable)
+    if status:
+        return status
     run_id = datetime.now(timezone.utc).strftime("suite-%Y%m%dT%H%M%SZ")
     out_dir = Path(args.out) / run_id
     out_dir.mkdir(parents=True, exist_ok=True)
-    command = _suite_command(args.target or ["reference"], out_dir, targets_file=args.targets_file,
-                             suites=args.suite, extra=args.pytest_args)
+    command = _suite_command(targets, out_dir, targets_file=args.targets_file, suites=args.suite,
+                             extra=args.pytest_args, allow_unavailable=args.allow_unavailable)
     _progress(f"running: {' '.join(command)}")
     status = subprocess.run(command, stdin=subprocess.DEVNULL).returncode
     matrix = out_dir / "matrix.json"
@@ -233,8 +284,17 @@ def cmd_chaos_run(args: argparse.Namespace) -> int:
     from brokerconf.chaos_job import run_and_judge, summary
     from chaos.experiment_file import ExperimentError, load_experiment, with_overrides
 
+    if args.target is not None:
+        status = _check_targets([args.target], "chaos run", "--target", must_run=False)
+        if status:
+            return status
     try:
         exp = with_overrides(load_experiment(args.file), duration_s=args.duration, target=args.target)
+        # the experiment needs its broker: one that cannot run here fails (1), with the reason
+        status = _check_targets([exp.target.name], "chaos run", "[target] name" if args.target is None
+                                else "--target")
+        if status:
+            return status
         out_dir = Path(args.out) / datetime.now(timezone.utc).strftime(f"chaos-{exp.name}-%Y%m%dT%H%M%SZ")
         verdict = run_and_judge(exp, out_dir, progress=_progress)
     except ExperimentError as exc:
@@ -328,7 +388,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     run = sub.add_parser("run", help="the main job: conformance suites against the reference broker (and ActiveMQ if installed), with a report")
-    run.add_argument("--targets", default="reference,activemq", help="comma-separated targets (default: reference,activemq)")
+    run.add_argument("--targets", default=None,
+                     help=f"comma-separated targets (default: {DEFAULT_RUN_TARGETS}; a default target that cannot run "
+                          "here is reported not applicable, a named one fails the run)")
+    run.add_argument("--allow-unavailable", action="store_true",
+                     help="report a named target that cannot run here as not applicable instead of failing")
     run.add_argument("--out", default="reports/out", help="directory for reports (default: reports/out)")
     run.add_argument("--chaos-duration", type=float, default=20.0, metavar="S",
                      help="seconds each chaos experiment of the stage runs (experiments 1 and 4 on the reference broker; 2 and 4 on ActiveMQ when installed); 0 skips the stage (default 20)")
@@ -339,6 +403,9 @@ def build_parser() -> argparse.ArgumentParser:
     suite.add_argument("--target", action="append", metavar="NAME",
                        help="target to test (repeatable; default reference); see `brokerconf targets list`")
     suite.add_argument("--targets-file", metavar="FILE", help="TOML file naming already running brokers")
+    suite.add_argument("--allow-unavailable", action="store_true",
+                       help="report a --target that cannot run here as not applicable (with the reason) instead "
+                            "of failing without running anything")
     suite.add_argument("--suite", action="append", metavar="PATH",
                        help="a suite file or directory (repeatable; default: all of conformance/suites)")
     suite.add_argument("--out", default="reports/out", help="directory for reports (default: reports/out)")

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Make sure the Debian base image the Dockerfiles build FROM exists, even without a registry.
 #
-#   docker/bootstrap-base-image.sh [IMAGE]      (default: debian:bookworm-slim)
+#   docker/bootstrap-base-image.sh [--mirror URL] [--security-mirror URL] [--print-mirrors] [IMAGE]
+#   (IMAGE default: debian:bookworm-slim)
 #
 # 1. the image is already present            -> reuse it (nothing is rebuilt)
 # 2. `docker pull IMAGE` works               -> use the official image
@@ -9,22 +10,75 @@
 #    a minimal Debian into a temporary directory from the apt mirror this machine uses, and
 #    `docker import` it under the same name, so the Dockerfiles build unchanged.
 #
-# Environment:
-#   BROKERCONF_DEBIAN_MIRROR           mirror for the suite (default: the one in /etc/apt/sources.list*)
-#   BROKERCONF_DEBIAN_SECURITY_MIRROR  mirror for <suite>-security (default: from apt sources, else
-#                                      http://deb.debian.org/debian-security)
+# The mirror is this machine's own: the first enabled `deb` source serving the suite in
+# /etc/apt/sources.list or /etc/apt/sources.list.d/*.list (one-line format) and *.sources (deb822)
+# (conformance/targets/apt_sources.py reads them). No mirror host is written in this repository:
+# with none in apt's sources, give one. --print-mirrors prints the two mirrors and exits.
+#
+# Options and environment (an option beats its variable):
+#   --mirror URL / BROKERCONF_DEBIAN_MIRROR                    mirror for the suite
+#   --security-mirror URL / BROKERCONF_DEBIAN_SECURITY_MIRROR  mirror for <suite>-security (none found:
+#                                                              the image's apt sources list the suite only)
+#   BROKERCONF_DEBIAN_SUITE            the suite (default bookworm)
+#   BROKERCONF_APT_ROOT                where etc/apt is read (default /)
 #   BROKERCONF_SKIP_PULL=1             do not try the registry (saves the pull timeout offline)
 #   BROKERCONF_PULL_TIMEOUT            seconds to wait for `docker pull` (default 60)
 # Needs root (debootstrap) only in case 3. Prints what it did and how long it took.
 set -euo pipefail
 
-IMAGE="${1:-debian:bookworm-slim}"
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)"
+APT_SOURCES="$HERE/../conformance/targets/apt_sources.py"
 SUITE="${BROKERCONF_DEBIAN_SUITE:-bookworm}"
 PULL_TIMEOUT="${BROKERCONF_PULL_TIMEOUT:-60}"
 LOCK="${BROKERCONF_BOOTSTRAP_LOCK:-/tmp/brokerconf-base-image.lock}"
+APT_ROOT="${BROKERCONF_APT_ROOT:-/}"
+MIRROR="${BROKERCONF_DEBIAN_MIRROR:-}"
+SECURITY="${BROKERCONF_DEBIAN_SECURITY_MIRROR:-}"
+PRINT_ONLY=0
+IMAGE=""
+
+usage() { echo "usage: $0 [--mirror URL] [--security-mirror URL] [--print-mirrors] [IMAGE]" >&2; exit 2; }
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --mirror|--security-mirror)
+            [ $# -ge 2 ] && [ -n "$2" ] || { echo "bootstrap-base-image: error: $1 needs a URL" >&2; usage; }
+            if [ "$1" = --mirror ]; then MIRROR="$2"; else SECURITY="$2"; fi
+            shift 2 ;;
+        --mirror=*) MIRROR="${1#*=}"; shift ;;
+        --security-mirror=*) SECURITY="${1#*=}"; shift ;;
+        --print-mirrors) PRINT_ONLY=1; shift ;;
+        -h|--help) usage ;;
+        -*) echo "bootstrap-base-image: error: unknown option $1" >&2; usage ;;
+        *) [ -z "$IMAGE" ] || { echo "bootstrap-base-image: error: one IMAGE only (got $IMAGE and $1)" >&2; usage; }
+           IMAGE="$1"; shift ;;
+    esac
+done
+IMAGE="${IMAGE:-debian:bookworm-slim}"
 
 say() { echo "bootstrap-base-image: $*" >&2; }
 die() { say "error: $*"; exit 1; }
+
+# The mirrors: given, else apt's own. Resolved up front so a machine without one hears it at once.
+resolve_mirrors() {
+    local found
+    command -v python3 >/dev/null 2>&1 || die "python3 is needed to read apt's sources; install it, or pass --mirror URL"
+    if [ -z "$MIRROR" ]; then
+        # on success it prints the URI alone; on failure, why (what it read)
+        found="$(python3 "$APT_SOURCES" mirror "$SUITE" --root "$APT_ROOT" 2>&1)" || \
+            die "no Debian mirror to debootstrap $SUITE from: $found; pass --mirror URL or set BROKERCONF_DEBIAN_MIRROR"
+        MIRROR="$found"
+    fi
+    if [ -z "$SECURITY" ]; then
+        SECURITY="$(python3 "$APT_SOURCES" mirror "$SUITE-security" --root "$APT_ROOT" 2>/dev/null || true)"
+    fi
+}
+
+if [ "$PRINT_ONLY" = 1 ]; then
+    resolve_mirrors
+    echo "mirror $MIRROR"
+    echo "security-mirror ${SECURITY:-none}"
+    exit 0
+fi
 
 docker info >/dev/null 2>&1 || die "the Docker engine does not answer (\`docker info\` fails); start it with docker/start-engine.sh"
 
@@ -50,20 +104,8 @@ fi
 [ "$(id -u)" = "0" ] || die "building $IMAGE with debootstrap needs root; run \`sudo $0\`"
 command -v debootstrap >/dev/null 2>&1 || die "debootstrap is missing; install it with \`apt-get install debootstrap\`"
 
-# The first http(s) URI of an apt source for Debian's main archive (one-line or deb822 format),
-# skipping -security archives and third-party repositories.
-apt_uris() {
-    local f
-    for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources; do
-        [ -f "$f" ] || continue
-        sed -n -e 's/^[[:space:]]*deb[[:space:]]\+\(\[[^]]*\][[:space:]]\+\)\?\(https\?:\/\/[^[:space:]]*\).*/\2/p' \
-               -e 's/^[[:space:]]*URIs:[[:space:]]*\(https\?:\/\/[^[:space:]]*\).*/\1/p' "$f"
-    done
-}
-MIRROR="${BROKERCONF_DEBIAN_MIRROR:-$(apt_uris | grep -E '/debian/?$' | head -n1 || true)}"
-MIRROR="${MIRROR:-http://deb.debian.org/debian}"
-SECURITY="${BROKERCONF_DEBIAN_SECURITY_MIRROR:-$(apt_uris | grep -E '/debian-security/?$' | head -n1 || true)}"
-SECURITY="${SECURITY:-http://deb.debian.org/debian-security}"
+resolve_mirrors
+[ -n "$SECURITY" ] || say "note: no $SUITE-security source in apt's sources (nor --security-mirror): the image's apt sources list $SUITE only"
 
 start=$SECONDS
 WORK="$(mktemp -d "${TMPDIR:-/var/tmp}/brokerconf-rootfs.XXXXXX")"
@@ -88,6 +130,9 @@ URIs: $MIRROR
 Suites: $SUITE $SUITE-updates
 Components: main
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+SOURCES
+if [ -n "$SECURITY" ]; then
+    cat >> "$ROOTFS/etc/apt/sources.list.d/debian.sources" <<SOURCES
 
 Types: deb
 URIs: $SECURITY
@@ -95,6 +140,7 @@ Suites: $SUITE-security
 Components: main
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 SOURCES
+fi
 cat > "$ROOTFS/etc/dpkg/dpkg.cfg.d/docker-slim" <<'SLIM'
 # like the official -slim images: no documentation in installed packages
 path-exclude /usr/share/doc/*

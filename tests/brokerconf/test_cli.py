@@ -1,6 +1,7 @@
 """The command line: bad options are named; the main job runs and writes its report."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -8,8 +9,15 @@ from pathlib import Path
 import pytest
 
 
-def _brokerconf(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "brokerconf.cli", *args], capture_output=True, text=True, timeout=timeout)
+def _brokerconf(*args: str, timeout: float = 120, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "brokerconf.cli", *args], capture_output=True, text=True, timeout=timeout,
+                          env=None if env is None else {**os.environ, **env})
+
+
+#: ActiveMQ in a container with the engine's socket pointed at nothing (docker_env reads
+#: DOCKER_HOST): a target that cannot run anywhere, with the reason "the Docker engine is not running"
+REPO = Path(__file__).resolve().parents[2]
+NO_ENGINE = {"DOCKER_HOST": "unix:///nonexistent/brokerconf-test.sock"}
 
 
 def test_unknown_bench_target_is_named():
@@ -155,3 +163,68 @@ def test_client_partition_through_the_fault_proxy_is_survived(tmp_path):
     through = [(sent, ok) for sent, ok in acked if sent > start and ok < end]
     assert not through, f"sends acknowledged through a disabled proxy: {through}"
     assert any(ok > end for _, ok in acked), "no send was acknowledged after the heal"
+
+
+# ---------------------------------------------------------------------- target names
+
+def test_unknown_suite_target_is_a_usage_error_and_nothing_runs(tmp_path):
+    proc = _brokerconf("suite", "--target", "artmis", "--out", str(tmp_path))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "--target: unknown target 'artmis'; did you mean 'artemis'?" in proc.stderr
+    assert "running:" not in proc.stdout and not any(tmp_path.iterdir())
+
+
+def test_named_suite_target_that_cannot_run_fails_with_its_reason(tmp_path):
+    proc = _brokerconf("suite", "--target", "reference", "--target", "activemq:container", "--out", str(tmp_path),
+                       env=NO_ENGINE)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "target activemq:container cannot run here: the Docker engine is not running" in proc.stderr
+    assert "--allow-unavailable" in proc.stderr
+    assert "running:" not in proc.stdout and not any(tmp_path.iterdir())
+
+
+def test_allow_unavailable_reports_the_named_target_not_applicable(tmp_path):
+    proc = _brokerconf("suite", "--target", "activemq:container", "--allow-unavailable", "--out", str(tmp_path),
+                       "--suite", str(REPO / "conformance" / "suites" / "test_groups.py"), "--", "-k", "test_group_pinned_to_one_consumer", env=NO_ENGINE, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (matrix_path,) = tmp_path.glob("*/matrix.json")
+    matrix = json.loads(matrix_path.read_text())
+    assert matrix["targets"]["activemq:container"]["available"] is False
+    cell = matrix["matrix"]["activemq:container"]["GRP-PIN-1"]
+    assert cell["outcome"] == "not applicable" and cell["tests"], cell
+    assert "cannot run here: the Docker engine is not running" in cell["reason"], cell
+
+
+def test_named_run_target_that_cannot_run_fails_before_running(tmp_path):
+    proc = _brokerconf("run", "--targets", "reference,activemq:container", "--out", str(tmp_path), env=NO_ENGINE)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "target activemq:container cannot run here: the Docker engine is not running" in proc.stderr
+    assert not any(tmp_path.iterdir())
+
+
+def test_unknown_chaos_target_is_a_usage_error(tmp_path):
+    experiment = Path(__file__).resolve().parents[2] / "chaos" / "experiments" / "reference-kill-restart.toml"
+    proc = _brokerconf("chaos", "run", str(experiment), "--target", "refrence:process", "--out", str(tmp_path))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "--target: unknown target 'refrence:process'; did you mean 'reference:process'?" in proc.stderr
+    assert not any(tmp_path.iterdir())
+
+
+def test_chaos_target_that_cannot_run_fails_with_its_reason(tmp_path):
+    experiment = Path(__file__).resolve().parents[2] / "chaos" / "experiments" / "slow-topic-subscriber.toml"
+    proc = _brokerconf("chaos", "run", str(experiment), "--target", "activemq:container", "--out", str(tmp_path),
+                       env=NO_ENGINE)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "target activemq:container cannot run here: the Docker engine is not running" in proc.stderr
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("bench, targets, hint", [
+    ("stomp", "reference,activmq", "did you mean 'activemq'?"),
+    ("mqtt", "reference,mosquito", "did you mean 'mosquitto'?"),
+    ("amqp", "rabitmq", "did you mean 'rabbitmq'?"),
+])
+def test_unknown_bench_target_gets_a_hint(bench, targets, hint):
+    proc = _brokerconf("bench", bench, "--targets", targets, "--messages", "1")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "in --targets; " + hint in proc.stderr and "messages per second" not in proc.stdout
