@@ -10,6 +10,8 @@ from types import SimpleNamespace
 
 import pytest
 
+pytest_plugins = ["pytester"]
+
 from conformance.targets import activemq_amqp as amqp
 from conformance.targets import install as install_mod
 
@@ -169,3 +171,82 @@ def test_targets_install_activemq_amqp_needs_no_root(monkeypatch):
 def test_targets_install_names_an_unknown_target():
     with pytest.raises(install_mod.InstallError, match=r"\['nope'\].*activemq-amqp"):
         install_mod.install(["nope"])
+
+
+# ---------------------------------------------------------------- wiring: launcher and target
+
+
+def test_the_launcher_adds_the_connector_and_the_jars(tmp_path, monkeypatch):
+    from conformance.targets import activemq as launcher
+
+    jars = [str(tmp_path / "activemq-amqp-5.17.2.jar"), str(tmp_path / "proton-j-0.33.10.jar")]
+    monkeypatch.setattr(launcher, "_amqp_jars", lambda: jars)
+    process = launcher.ActiveMQProcess(tmp_path / "w", amqp=True)
+    process.amqp_port = 5999
+    assert '<transportConnector name="amqp" uri="amqp://127.0.0.1:5999"/>' in process.render_config()
+    assert process._classpath().split(":")[1:] == jars
+    plain = launcher.ActiveMQProcess(tmp_path / "p")
+    assert "amqp" not in plain.render_config() and plain._classpath() == str(tmp_path / "p" / "conf")
+
+
+def test_the_container_launcher_refuses_amqp(tmp_path):
+    from conformance.targets.activemq_container import ActiveMQContainer
+
+    with pytest.raises(ValueError, match="image has no AMQP transport"):
+        ActiveMQContainer(tmp_path, amqp=True)
+
+
+@pytest.mark.parametrize("transport", [(True, ""), (False, "not installed (x); run `brokerconf targets install activemq-amqp`")])
+def test_the_process_target_offers_amqp_only_with_the_transport(monkeypatch, transport):
+    from conformance.targets import activemq_target
+
+    monkeypatch.setattr(activemq_target, "activemq_amqp_available", lambda: transport)
+    target = activemq_target.ActiveMQTarget(launch="process", process_check=lambda: (True, ""))
+    assert ("protocol.amqp" in target.capabilities()) is transport[0]
+    assert target.why_missing("protocol.amqp") == (transport[1] or None)
+    assert target.capability_requirements == {"protocol.amqp": "activemq-amqp"}
+
+
+def test_the_container_target_never_offers_amqp(monkeypatch):
+    from conformance.targets import activemq_target
+
+    monkeypatch.setattr(activemq_target, "activemq_amqp_available", lambda: (True, ""))
+    target = activemq_target.ActiveMQTarget(launch="container", container_check=lambda: (True, ""))
+    assert "protocol.amqp" not in target.capabilities()
+    assert "image has no AMQP transport" in target.why_missing("protocol.amqp")
+    assert target.capability_requirements == {}
+
+
+TOY_SUITE = '''
+import pytest
+
+pytest_plugins = ["pytester"]
+
+@pytest.mark.protocols("amqp")
+def test_amqp_case(broker, client):
+    raise AssertionError("must not run: the transport is not installed")
+'''
+
+
+@pytest.mark.parametrize("required", [False, True])
+def test_a_missing_transport_skips_unless_required(pytester, monkeypatch, required):
+    from conformance import requirements
+    from conformance.targets.activemq import activemq_available
+
+    ok, reason = activemq_available()
+    if not ok:
+        requirements.skip_or_fail("activemq", reason)
+    monkeypatch.setenv("BROKERCONF_TOOLS_DIR", str(pytester.path / "no-tools"))  # nothing fetched there
+    if required:
+        monkeypatch.setenv(requirements.ENV, "activemq-amqp")
+    else:
+        monkeypatch.delenv(requirements.ENV, raising=False)
+    pytester.makepyfile(test_toy=TOY_SUITE)
+    # a subprocess: the plugin's targets read the tools directory when imported
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-rs", "--target", "activemq:process")
+    if required:
+        result.assert_outcomes(errors=1)  # fails at set-up, like a required target that is missing
+        result.stdout.fnmatch_lines(["*activemq-amqp is required here*AMQP transport is not installed*"])
+    else:
+        result.assert_outcomes(skipped=1)
+        result.stdout.fnmatch_lines(["*lacks protocol.amqp*AMQP transport is not installed*"])
