@@ -57,7 +57,8 @@ class SharedStoreNode:
 
     def port(self, protocol: str) -> int:
         ports = {"stomp": self.process.stomp_port, "openwire": self.process.openwire_port,
-                 "mqtt": self.process.mqtt_port or 0, "amqp": self.process.amqp_port}
+                 "mqtt": self.process.mqtt_port or 0,
+                 "amqp": getattr(self.process, "amqp_port", 0)}  # a container node has no AMQP
         if not ports.get(protocol):
             raise ValueError(f"node {self.name} has no {protocol} connector")
         return ports[protocol]
