@@ -445,9 +445,12 @@ class ActiveMQProcess:
         if self.mqtt:
             rows.append(f'<transportConnector name="mqtt" uri="mqtt://{h}:{self.mqtt_port}"/>')
         if self.amqp:
-            # the transport's defaults (ActiveMQ "AMQP" page): the JMS transformer, SASL PLAIN or
-            # ANONYMOUS as the broker's authentication plugins allow
-            rows.append(f'<transportConnector name="amqp" uri="amqp://{h}:{self.amqp_port}"/>')
+            # transformer=jms: the ActiveMQ "AMQP" page, "Mapping to JMS": the default (native)
+            # wraps the whole encoded AMQP message into a BytesMessage body, so a STOMP or OpenWire
+            # consumer would get AMQP sections instead of the payload; `jms` maps the AMQP body to
+            # the JMS body, the page's setting to inter-operate with JMS at the payload level.
+            rows.append(f'<transportConnector name="amqp" '
+                        f'uri="amqp://{h}:{self.amqp_port}?transport.transformer=jms"/>')
         return "\n      ".join(rows)
 
     def render_config(self) -> str:

@@ -142,6 +142,9 @@ class ActiveMQHandle:
 
     kind = "activemq"
     launch = "process"
+    #: the AMQP adapter's nack is a rejected outcome here: ActiveMQ's AMQP transport turns only that
+    #: into a poison ack, which the redelivery policy and DLQ act on (conformance.clients.amqp_client)
+    client_options = {"amqp": {"nack_outcome": "rejected"}}
 
     def __init__(self, *, target: str, process: ActiveMQProcess, scenario: Scenario, config: ActiveMQConfig,
                  capabilities: frozenset[str], credentials: tuple[str | None, str | None],
@@ -360,6 +363,12 @@ class ActiveMQTarget:
             return self._amqp_available()[1] or None
         if capability == "protocol.mqtt":
             return self._mqtt_available()[1]
+        if capability == "stomp.group_header":
+            # ActiveMQ "Stomp" page, "Stomp Extensions for JMS Message Semantics": JMSXGroupID is a
+            # header of SEND frames; MESSAGE frames get the standard headers and the message's
+            # properties (FrameTranslator.Helper.copyStandardHeadersFromMessageToFrame), and the
+            # group id is neither, so even a STOMP-sent group id does not come back (measured, 5.17.2)
+            return "ActiveMQ Classic's STOMP MESSAGE frames carry no JMSXGroupID header (documented for SEND only)"
         if capability in ("groups.rebalance", "groups.first_key"):
             return "an Artemis address setting with no ActiveMQ Classic equivalent"
         return None

@@ -183,7 +183,7 @@ def test_the_launcher_adds_the_connector_and_the_jars(tmp_path, monkeypatch):
     monkeypatch.setattr(launcher, "_amqp_jars", lambda: jars)
     process = launcher.ActiveMQProcess(tmp_path / "w", amqp=True)
     process.amqp_port = 5999
-    assert '<transportConnector name="amqp" uri="amqp://127.0.0.1:5999"/>' in process.render_config()
+    assert '<transportConnector name="amqp" uri="amqp://127.0.0.1:5999?transport.transformer=jms"/>' in process.render_config()
     assert process._classpath().split(":")[1:] == jars
     plain = launcher.ActiveMQProcess(tmp_path / "p")
     assert "amqp" not in plain.render_config() and plain._classpath() == str(tmp_path / "p" / "conf")
