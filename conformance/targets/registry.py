@@ -174,6 +174,12 @@ class ExternalHandle:
     credentials: tuple[str | None, str | None]
     launch: str = "external"
 
+    @property
+    def client_options(self) -> dict[str, dict]:
+        """Per-protocol adapter options for this kind of broker: an ActiveMQ Classic broker gets the
+        same AMQP nack outcome as the launched one (ActiveMQHandle.client_options)."""
+        return {"amqp": {"nack_outcome": "rejected"}} if self.kind == "activemq" else {}
+
     def config_text(self) -> str:
         return f"# external broker {self.target}: configured by its owner, not by brokerconf"
 

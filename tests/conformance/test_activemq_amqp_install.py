@@ -250,3 +250,23 @@ def test_a_missing_transport_skips_unless_required(pytester, monkeypatch, requir
     else:
         result.assert_outcomes(skipped=1)
         result.stdout.fnmatch_lines(["*lacks protocol.amqp*AMQP transport is not installed*"])
+
+
+def test_activemq_handles_nack_amqp_with_rejected_launched_or_external():
+    from conformance.scenario import DEFAULT_SCENARIO
+    from conformance.targets.activemq_target import ActiveMQHandle
+    from conformance.targets.registry import ExternalHandle
+
+    assert ActiveMQHandle.client_options == {"amqp": {"nack_outcome": "rejected"}}
+    external = ExternalHandle("staging", "activemq", "127.0.0.1", {"amqp": 5672}, frozenset(), DEFAULT_SCENARIO,
+                              (None, None))
+    assert external.client_options == ActiveMQHandle.client_options
+    other = ExternalHandle("x", "artemis", "127.0.0.1", {"amqp": 5672}, frozenset(), DEFAULT_SCENARIO, (None, None))
+    assert other.client_options == {}
+
+
+def test_the_amqp_adapter_names_a_bad_nack_outcome():
+    from conformance.clients.amqp_client import AmqpClient
+
+    with pytest.raises(ValueError, match="nack_outcome must be one of"):
+        AmqpClient("127.0.0.1", 1, nack_outcome="released")
