@@ -447,9 +447,12 @@ def build_parser() -> argparse.ArgumentParser:
     targets_list.set_defaults(func=cmd_targets_list)
     targets_install = targets_sub.add_parser("install", help="install the Debian packages of local targets (root); "
                                              "`docker` also starts the engine and builds the images; "
-                                             "`toxiproxy` builds the pinned toxiproxy-server into .tools/bin (Go)")
+                                             "`toxiproxy` builds the pinned toxiproxy-server into .tools/bin (Go); "
+                                             "`activemq-amqp` fetches ActiveMQ's AMQP transport into .tools/ "
+                                             "with Maven (no root; `activemq` tries it too)")
     targets_install.add_argument("targets", nargs="*",
-                                 help="targets to install (default: activemq rabbitmq mosquitto docker toxiproxy)")
+                                 help="targets to install (default: activemq rabbitmq mosquitto docker toxiproxy; "
+                                      "also: activemq-amqp)")
     targets_install.set_defaults(func=cmd_targets_install)
 
     broker = sub.add_parser("broker", help="run the reference broker")

@@ -233,6 +233,13 @@ def _not_applicable_reason(item: pytest.Item, state: PluginState) -> str | None:
     missing = [c for c in needed if c not in capabilities]
     if missing:
         why = getattr(target, "why_missing", lambda capability: None)
+        # a capability that stands for something this machine must have (BROKERCONF_REQUIRE, e.g.
+        # activemq-amqp for ActiveMQ's protocol.amqp) fails the test instead of skipping it
+        for capability in missing:
+            requirement = getattr(target, "capability_requirements", {}).get(capability)
+            if requirement in requirements.KNOWN and requirements.is_required(requirement):
+                pytest.fail(f"target {name}: " + requirements.failure_message(
+                    requirement, why(capability) or CAPABILITIES.get(capability, capability)), pytrace=False)
         details = "; ".join(f"{c}: {why(c) or CAPABILITIES.get(c, c)}" for c in missing)
         return f"{name} lacks {', '.join(missing)} ({details})"
     return None

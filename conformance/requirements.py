@@ -26,7 +26,8 @@ import pytest
 #: every name BROKERCONF_REQUIRE may hold, and what it stands for
 KNOWN: dict[str, str] = {
     "activemq": "ActiveMQ Classic as a local JVM (Debian package activemq)",
-    "activemq-amqp": "ActiveMQ Classic's AMQP transport (activemq-amqp from Maven Central on its classpath)",
+    "activemq-amqp": ("ActiveMQ Classic's AMQP transport (activemq-amqp + proton-j fetched into .tools/ by "
+                      "`brokerconf targets install activemq-amqp`, on the local broker's class path)"),
     "artemis": "Apache Artemis as a local JVM (the binary distribution from Maven Central)",
     "rabbitmq": "RabbitMQ (Debian package rabbitmq-server)",
     "mosquitto": "Mosquitto (Debian package mosquitto)",

@@ -187,6 +187,25 @@ _bc_ensure_netns() {
     fi
 }
 
+# --------------------------------------------------------------------------- ActiveMQ's AMQP transport
+# Debian packages ActiveMQ Classic without its AMQP transport: fetch the pinned jars
+# (conformance/targets/pins.toml [activemq-amqp]) into .tools/ with Maven, which reads the
+# machine's own mirror settings. Quick when they are there (the module only verifies digests).
+# Not fatal: without them the AMQP cases are reported not applicable on ActiveMQ, with the reason.
+# BROKERCONF_INSTALL_AMQP=0 skips it.
+_bc_ensure_activemq_amqp() {
+    [ "${BROKERCONF_INSTALL_AMQP:-1}" != "0" ] || return 0
+    [ -f "${BROKERCONF_ACTIVEMQ_HOME:-/usr/share/activemq}/bin/activemq.jar" ] || return 0
+    if ! command -v mvn >/dev/null 2>&1; then
+        _bc_log "note: ActiveMQ's AMQP cases will be skipped; install maven to fetch its AMQP transport"
+        return 0
+    fi
+    if ! .venv/bin/python -m conformance.targets.activemq_amqp >/dev/null; then
+        _bc_log "warning: could not fetch ActiveMQ's AMQP transport (reason above); its AMQP cases will be" \
+                "reported not applicable (retry: brokerconf targets install activemq-amqp)"
+    fi
+}
+
 # --------------------------------------------------------------------------- containers
 # The container targets (issue 8): as root on Debian, install the engine, start it when no service
 # manager does, and build the local images (docker/README.md: offline base image when no registry
@@ -248,5 +267,6 @@ _bc_ensure_venv
 _bc_ensure_packages
 _bc_ensure_brokers
 _bc_ensure_netns
+_bc_ensure_activemq_amqp
 _bc_ensure_docker
 _bc_ensure_toxiproxy

@@ -15,8 +15,12 @@ controller (which tops credit up as messages *arrive*, so unacknowledged message
 up without bound): in ``auto`` mode a message is accepted when taken and one credit is
 returned; in the client modes credit comes back when a message is settled, so at most
 ``prefetch`` messages are unacknowledged, as for a JMS consumer. ``ack`` = accepted,
-``nack`` = modified with delivery-failed (counted as a failed delivery, so redelivery limits
-and dead-lettering apply). Selectors use the ``jms-selector`` source filter
+``nack`` = the outcome the broker counts as a failed delivery, so that its redelivery limits and
+dead-lettering apply: ``nack_outcome="modified"`` (default: modified with delivery-failed, as
+Artemis and the reference broker count it) or ``"rejected"`` for ActiveMQ Classic, whose AMQP
+transport (5.17 AmqpSender.onDelivery) redelivers a modified delivery at once with no limit and
+turns only a rejected one into a poison ack, the step its redelivery policy and DLQ act on (the
+same step a STOMP NACK takes there). Selectors use the ``jms-selector`` source filter
 (apache.org:selector-filter:string); durable topic subscriptions a durable source terminus
 named by the link name, owned by the connection's container id (the client id); closing such
 a subscription detaches the link (kept) and `unsubscribe_durable` closes it (removed).
@@ -55,6 +59,7 @@ from .base import (
 #: credit for a subscription that does not name a prefetch
 DEFAULT_CREDIT = 100
 ADDRESS_STYLES = ("prefix", "rabbitmq")
+NACK_OUTCOMES = ("modified", "rejected")
 _OUTCOMES = {Delivery.ACCEPTED: "accepted", Delivery.REJECTED: "rejected", Delivery.RELEASED: "released",
              Delivery.MODIFIED: "modified", Delivery.RECEIVED: "received"}
 
@@ -217,7 +222,10 @@ class AmqpSubscription:
     def nack(self, message: Received, *, transaction: str | None = None) -> None:
         if transaction:
             raise Unsupported("this adapter has no AMQP transactions (coordinator links)")
-        self._settle(message, Delivery.MODIFIED, f"modified(delivery-failed) {message.message_id}")
+        if self.client.nack_outcome == "rejected":
+            self._settle(message, Delivery.REJECTED, f"rejected {message.message_id}")
+        else:
+            self._settle(message, Delivery.MODIFIED, f"modified(delivery-failed) {message.message_id}")
 
     def close(self) -> None:
         """Close the link; a durable subscription's link is detached instead, which keeps it."""
@@ -251,9 +259,12 @@ class AmqpClient:
 
     def __init__(self, host: str, port: int, *, login: str | None = None, passcode: str | None = None,
                  client_id: str | None = None, address_style: str = "prefix", timeout: float = 5.0,
-                 **connect_options) -> None:
+                 nack_outcome: str = "modified", **connect_options) -> None:
         if address_style not in ADDRESS_STYLES:
             raise ValueError(f"address_style must be one of {ADDRESS_STYLES}, not {address_style!r}")
+        if nack_outcome not in NACK_OUTCOMES:
+            raise ValueError(f"nack_outcome must be one of {NACK_OUTCOMES}, not {nack_outcome!r}")
+        self.nack_outcome = nack_outcome
         self.address = (host, port)
         self.address_style = address_style
         self.timeout = timeout

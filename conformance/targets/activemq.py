@@ -27,7 +27,10 @@ via ``slf4j-log4j12``; a ``log4j2.properties`` is written too for upstream
 builds).  The MQTT transport (``activemq-mqtt.jar``, in ``lib``) needs
 ``mqtt-client.jar`` (libmqtt-client-java) and ``hawtdispatch*.jar``
 (libhawtdispatch-java) from ``/usr/share/java``; they are appended to
-``activemq.classpath`` when ``mqtt=True``.
+``activemq.classpath`` when ``mqtt=True``.  Debian does not package the AMQP transport:
+with ``amqp=True`` the jars `conformance.targets.activemq_amqp` fetched into ``.tools/`` (the
+version-checked activemq-amqp + proton-j) are appended the same way, so nothing is written into
+the package's directories, and an ``amqp://`` connector opens on a free loopback port.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ __all__ = [
     "ActiveMQProcess",
     "activemq_available",
     "activemq_mqtt_available",
+    "activemq_amqp_available",
     "DEFAULT_STOMP_SCHEME",
 ]
 
@@ -146,6 +150,18 @@ def _missing_mqtt() -> str:
     return ""
 
 
+def _missing_amqp() -> str:
+    from .activemq_amqp import installed  # noqa: PLC0415 - that module imports this one
+
+    return installed()[1]
+
+
+def _amqp_jars() -> list[str]:
+    from .activemq_amqp import jar_paths  # noqa: PLC0415 - that module imports this one
+
+    return [str(p) for p in jar_paths()]
+
+
 def activemq_available() -> tuple[bool, str]:
     """``(True, "")`` when ActiveMQ Classic can be launched, else ``(False, reason)``."""
     reason = _missing_core()
@@ -155,6 +171,13 @@ def activemq_available() -> tuple[bool, str]:
 def activemq_mqtt_available() -> tuple[bool, str]:
     """Like :func:`activemq_available`, additionally requiring the MQTT transport's jars."""
     reason = _missing_core() or _missing_mqtt()
+    return (not reason, reason)
+
+
+def activemq_amqp_available() -> tuple[bool, str]:
+    """Like :func:`activemq_available`, additionally requiring the AMQP transport in ``.tools/``
+    (`conformance.targets.activemq_amqp`: fetched, digests verified, same version as the broker)."""
+    reason = _missing_core() or _missing_amqp()
     return (not reason, reason)
 
 
@@ -279,6 +302,7 @@ class ActiveMQProcess:
         stomp: bool = True,
         openwire: bool = True,
         mqtt: bool = False,
+        amqp: bool = False,
         persistent: bool = False,
         policy_entries_xml: str = "",
         memory_limit_mb: int = 512,
@@ -299,8 +323,8 @@ class ActiveMQProcess:
         discovery_uri: str | None = None,
         destination_interceptors_xml: str = "",
     ) -> None:
-        if not (stomp or openwire or mqtt):
-            raise ValueError("enable at least one of stomp, openwire, mqtt")
+        if not (stomp or openwire or mqtt or amqp):
+            raise ValueError("enable at least one of stomp, openwire, mqtt, amqp")
         if stomp_scheme not in ("stomp", "stomp+nio"):
             raise ValueError(f"stomp_scheme must be 'stomp' or 'stomp+nio', not {stomp_scheme!r}")
         if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
@@ -310,6 +334,7 @@ class ActiveMQProcess:
         self.stomp = stomp
         self.openwire = openwire
         self.mqtt = mqtt
+        self.amqp = amqp
         self.persistent = persistent
         self.policy_entries_xml = policy_entries_xml
         self.memory_limit_mb = int(memory_limit_mb)
@@ -355,6 +380,7 @@ class ActiveMQProcess:
         self.stomp_port: int = 0
         self.openwire_port: int = 0
         self.mqtt_port: int | None = None
+        self.amqp_port: int = 0
         self.pid: int = 0
         self.command: list[str] = []
         self._proc: subprocess.Popen | None = None
@@ -374,6 +400,10 @@ class ActiveMQProcess:
     @property
     def mqtt_address(self) -> tuple[str, int] | None:
         return (self.host, self.mqtt_port) if self.mqtt_port else None
+
+    @property
+    def amqp_address(self) -> tuple[str, int] | None:
+        return (self.host, self.amqp_port) if self.amqp_port else None
 
     @property
     def jmx_url(self) -> str | None:
@@ -414,6 +444,13 @@ class ActiveMQProcess:
             rows.append(f'<transportConnector name="openwire" uri="tcp://{h}:{self.openwire_port}"{discovery}/>')
         if self.mqtt:
             rows.append(f'<transportConnector name="mqtt" uri="mqtt://{h}:{self.mqtt_port}"/>')
+        if self.amqp:
+            # transformer=jms: the ActiveMQ "AMQP" page, "Mapping to JMS": the default (native)
+            # wraps the whole encoded AMQP message into a BytesMessage body, so a STOMP or OpenWire
+            # consumer would get AMQP sections instead of the payload; `jms` maps the AMQP body to
+            # the JMS body, the page's setting to inter-operate with JMS at the payload level.
+            rows.append(f'<transportConnector name="amqp" '
+                        f'uri="amqp://{h}:{self.amqp_port}?transport.transformer=jms"/>')
         return "\n      ".join(rows)
 
     def render_config(self) -> str:
@@ -494,6 +531,8 @@ class ActiveMQProcess:
         entries = [str(self.workdir / "conf")]
         if self.mqtt:
             entries += [str(JAVA_SHARE / jar) for jar, _ in MQTT_JARS]
+        if self.amqp:
+            entries += _amqp_jars()
         return os.pathsep.join(entries)
 
     def build_command(self) -> list[str]:
@@ -533,7 +572,7 @@ class ActiveMQProcess:
             raise ValueError(f"wait_for must be 'serving' or 'lock', not {wait_for!r}")
         if self.running:
             raise RuntimeError(f"ActiveMQ {self.name!r} is already running (pid {self.pid})")
-        reason = _missing_core() or (_missing_mqtt() if self.mqtt else "")
+        reason = _missing_core() or (_missing_mqtt() if self.mqtt else "") or (_missing_amqp() if self.amqp else "")
         if reason:
             raise ActiveMQNotInstalled(reason)
         deadline = time.monotonic() + timeout
@@ -552,15 +591,17 @@ class ActiveMQProcess:
 
     def _ports_assigned(self) -> bool:
         return ((not self.stomp or self.stomp_port > 0) and (not self.openwire or self.openwire_port > 0)
-                and (not self.mqtt or bool(self.mqtt_port)) and (not self.jmx or self.jmx_port > 0))
+                and (not self.mqtt or bool(self.mqtt_port)) and (not self.amqp or self.amqp_port > 0)
+                and (not self.jmx or self.jmx_port > 0))
 
     def _start_once(self, deadline: float, keep_ports: bool = False, wait_for: str = "serving") -> None:
         if not keep_ports:
-            ports = free_ports(4)
+            ports = free_ports(5)
             self.stomp_port = ports[0] if self.stomp else 0
             self.openwire_port = ports[1] if self.openwire else 0
             self.mqtt_port = ports[2] if self.mqtt else None
             self.jmx_port = ports[3] if self.jmx else 0
+            self.amqp_port = ports[4] if self.amqp else 0
         self._write_layout()
         self.command = self.build_command()
         self._close_log()
@@ -600,7 +641,7 @@ class ActiveMQProcess:
                 ok, last = _stomp_handshake(self.stomp_port, timeout=min(5.0, max(0.5, deadline - time.monotonic())),
                                             login=self.ready_login)
             else:
-                port = self.openwire_port or self.mqtt_port or 0
+                port = self.openwire_port or self.mqtt_port or self.amqp_port or 0
                 ok = _tcp_accepts(port, 1.0) and ") started" in self.log_tail(200)
                 last = "port not accepting or 'started' not yet logged"
             if ok:
@@ -653,7 +694,7 @@ class ActiveMQProcess:
 
     def serving(self, timeout: float = 1.0) -> bool:
         """Whether the broker accepts connections: only a master opens its transport connectors."""
-        port = self.stomp_port or self.openwire_port or self.mqtt_port or 0
+        port = self.stomp_port or self.openwire_port or self.mqtt_port or self.amqp_port or 0
         return self.running and bool(port) and _tcp_accepts(port, timeout)
 
     def _sample_rss(self) -> int:
@@ -700,4 +741,4 @@ class ActiveMQProcess:
     def __repr__(self) -> str:
         state = f"pid={self.pid}" if self.running else "stopped"
         return (f"<ActiveMQProcess {self.name} {state} stomp={self.stomp_port} "
-                f"openwire={self.openwire_port} mqtt={self.mqtt_port}>")
+                f"openwire={self.openwire_port} mqtt={self.mqtt_port} amqp={self.amqp_port}>")

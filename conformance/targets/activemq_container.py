@@ -79,6 +79,10 @@ class ActiveMQContainer(ContainerLifecycle):
     def __init__(self, workdir: Path, *, name: str = "brokerconf", image: str = ACTIVEMQ_IMAGE,
                  network: Any = None, network_aliases: tuple[str, ...] = (), net_admin: bool = True,
                  env: dict[str, str] | None = None, **broker_options: Any) -> None:
+        if broker_options.get("amqp"):
+            # the image has no AMQP transport: Debian does not package it (docker/activemq-classic)
+            raise ValueError("amqp=True: the brokerconf/activemq-classic image has no AMQP transport; "
+                             "run ActiveMQ as a local process (activemq:process) for AMQP")
         # The process launcher validates the options and renders activemq.xml; it never starts here.
         self._config = ActiveMQProcess(workdir, name=name, **broker_options)
         self.workdir = self._config.workdir

@@ -57,7 +57,8 @@ class SharedStoreNode:
 
     def port(self, protocol: str) -> int:
         ports = {"stomp": self.process.stomp_port, "openwire": self.process.openwire_port,
-                 "mqtt": self.process.mqtt_port or 0}
+                 "mqtt": self.process.mqtt_port or 0,
+                 "amqp": getattr(self.process, "amqp_port", 0)}  # a container node has no AMQP
         if not ports.get(protocol):
             raise ValueError(f"node {self.name} has no {protocol} connector")
         return ports[protocol]
@@ -77,7 +78,7 @@ class SharedStoreGroup:
 
     def __init__(self, workdir: Path, *, nodes: int = 2, lock_keep_alive_period_ms: int = 2000,
                  lock_acquire_sleep_interval_ms: int = 1000, stomp: bool = True, mqtt: bool = False,
-                 jvm_heap_mb: int = 384, broker_name: str = "shared-store") -> None:
+                 amqp: bool = False, jvm_heap_mb: int = 384, broker_name: str = "shared-store") -> None:
         if not 2 <= nodes <= len(NODE_NAMES):
             raise ValueError(f"a shared-store group has 2 to {len(NODE_NAMES)} nodes, not {nodes}")
         self.workdir = Path(workdir).absolute()
@@ -86,8 +87,8 @@ class SharedStoreGroup:
         self.lock_acquire_sleep_interval_ms = lock_acquire_sleep_interval_ms
         self.nodes = [
             SharedStoreNode(name, ActiveMQProcess(
-                self.workdir / f"node-{name}", name=f"{broker_name}-{name}", stomp=stomp, mqtt=mqtt, openwire=True,
-                persistent=True, kahadb_directory=self.store, jvm_heap_mb=jvm_heap_mb,
+                self.workdir / f"node-{name}", name=f"{broker_name}-{name}", stomp=stomp, mqtt=mqtt, amqp=amqp,
+                openwire=True, persistent=True, kahadb_directory=self.store, jvm_heap_mb=jvm_heap_mb,
                 lock_keep_alive_period_ms=lock_keep_alive_period_ms,
                 lock_acquire_sleep_interval_ms=lock_acquire_sleep_interval_ms))
             for name in NODE_NAMES[:nodes]

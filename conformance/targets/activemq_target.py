@@ -26,8 +26,13 @@ ports, JMX through a published port), and ``launch="auto"`` (plain ``activemq``)
 process when the Debian package is installed, else the container. The handle says which ran
 (``handle.launch``), and the plugin records it in the matrix.
 
-Not offered: AMQP (Debian does not package ActiveMQ's AMQP transport, activemq-amqp), Artemis-only
-group features (group rebalance, group-first-key).
+AMQP: Debian does not package ActiveMQ's AMQP transport (activemq-amqp). When
+`conformance.targets.activemq_amqp` has fetched the pinned jars into ``.tools/`` (`brokerconf
+targets install activemq-amqp`; they must match the installed broker's version), the local process
+gets an ``amqp://`` connector and the target ``protocol.amqp``; the container image has no AMQP
+(`why_missing` says which of these is missing).
+
+Not offered: Artemis-only group features (group rebalance, group-first-key).
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ from conformance.targets.activemq import (
     ActiveMQNotInstalled,
     ActiveMQProcess,
     ActiveMQStartError,
+    activemq_amqp_available,
     activemq_available,
     activemq_mqtt_available,
 )
@@ -136,6 +142,9 @@ class ActiveMQHandle:
 
     kind = "activemq"
     launch = "process"
+    #: the AMQP adapter's nack is a rejected outcome here: ActiveMQ's AMQP transport turns only that
+    #: into a poison ack, which the redelivery policy and DLQ act on (conformance.clients.amqp_client)
+    client_options = {"amqp": {"nack_outcome": "rejected"}}
 
     def __init__(self, *, target: str, process: ActiveMQProcess, scenario: Scenario, config: ActiveMQConfig,
                  capabilities: frozenset[str], credentials: tuple[str | None, str | None],
@@ -161,6 +170,8 @@ class ActiveMQHandle:
             self.ports["stomp"] = self.process.stomp_port
         if self.process.mqtt and self.process.mqtt_port:
             self.ports["mqtt"] = self.process.mqtt_port
+        if getattr(self.process, "amqp", False) and self.process.amqp_port:
+            self.ports["amqp"] = self.process.amqp_port
 
     # ----------------------------------------------------------------- evidence
     def config_text(self) -> str:
@@ -333,18 +344,40 @@ class ActiveMQTarget:
             return True, ""  # the image installs the MQTT transport's jars (docker/activemq-classic/Dockerfile)
         return activemq_mqtt_available()
 
+    def _amqp_available(self) -> tuple[bool, str]:
+        if self.launch_mode == "container":
+            return False, ("the brokerconf/activemq-classic image has no AMQP transport (Debian does not package "
+                           "activemq-amqp); run activemq:process with `brokerconf targets install activemq-amqp`")
+        return activemq_amqp_available()
+
+    @property
+    def capability_requirements(self) -> dict[str, str]:
+        """Capabilities that a BROKERCONF_REQUIRE name stands for (the plugin fails instead of
+        skipping when such a one is required and missing); the image never has AMQP."""
+        return {} if self.launch_mode == "container" else {"protocol.amqp": "activemq-amqp"}
+
     def capabilities(self) -> frozenset[str]:
         caps = {"protocol.stomp", *_FEATURES}
         if self._mqtt_available()[0]:
             caps.add("protocol.mqtt")
+        if self._amqp_available()[0]:
+            caps.add("protocol.amqp")
         return frozenset(caps)
 
     def why_missing(self, capability: str) -> str | None:
         """Why this target lacks ``capability`` (shown in the not-applicable reason)."""
         if capability == "protocol.amqp":
-            return "ActiveMQ Classic's AMQP transport (activemq-amqp) is not packaged in Debian"
+            return self._amqp_available()[1] or None
         if capability == "protocol.mqtt":
             return self._mqtt_available()[1]
+        if capability == "stomp.group_header":
+            # ActiveMQ "Stomp" page, "Stomp Extensions for JMS Message Semantics": JMSXGroupID is a
+            # header of SEND frames; MESSAGE frames get the standard headers and the message's
+            # properties (FrameTranslator.Helper.copyStandardHeadersFromMessageToFrame), and the
+            # group id is neither, so even a STOMP-sent group id does not come back (measured, 5.17.2;
+            # tests/conformance/test_clients.py keeps that as a strict xfail, AMQ-7395)
+            return ("ActiveMQ Classic's STOMP MESSAGE frames carry no JMSXGroupID header (its STOMP page lists it "
+                    "for SEND only; AMQ-7395)")
         if capability in ("groups.rebalance", "groups.first_key"):
             return "an Artemis address setting with no ActiveMQ Classic equivalent"
         return None
@@ -367,6 +400,7 @@ class ActiveMQTarget:
             raise TargetUnavailable(f"ActiveMQ Classic cannot run scenario {scenario.name!r}: {e}") from e
         capabilities = self.capabilities()
         mqtt = "mqtt" in scenario.protocols and "protocol.mqtt" in capabilities
+        amqp = "amqp" in scenario.protocols and "protocol.amqp" in capabilities
         stomp = "stomp" in scenario.protocols
         first_user = scenario.users[0] if scenario.users else None
         process = self._broker(
@@ -374,6 +408,7 @@ class ActiveMQTarget:
             name=_broker_name(scenario),
             stomp=stomp,
             mqtt=mqtt,
+            **({"amqp": True} if amqp else {}),  # only the process launcher has an AMQP transport
             openwire=True,  # always on: it keeps a listener (and readiness check) when a scenario opens none
             jvm_heap_mb=self.jvm_heap_mb,
             jmx=True,
@@ -386,7 +421,7 @@ class ActiveMQTarget:
         except (ActiveMQNotInstalled, ActiveMQStartError, DockerUnavailable) as e:
             raise TargetUnavailable(f"ActiveMQ ({self.name}, {self.launch_mode}) did not start for scenario "
                                     f"{scenario.name!r}: {e}") from e
-        opened = {"stomp": stomp, "mqtt": mqtt}
+        opened = {"stomp": stomp, "mqtt": mqtt, "amqp": amqp}
         # a listener the scenario did not ask for is not there, so neither is its capability
         handle_capabilities = frozenset(c for c in capabilities
                                         if not (c.startswith("protocol.") and not opened.get(c.split(".", 1)[1])))
@@ -416,6 +451,8 @@ class ActiveMQTarget:
                        stomp="stomp" in scenario.protocols,
                        mqtt="mqtt" in scenario.protocols and "protocol.mqtt" in self.capabilities(),
                        broker_name=_broker_name(scenario))
+        if "amqp" in scenario.protocols and "protocol.amqp" in self.capabilities():
+            options["amqp"] = True  # process mode only: the image has no AMQP transport
         if self.launch_mode == "container":
             from conformance.targets.activemq_container_network import SharedVolumePair  # noqa: PLC0415 - docker SDK
 

@@ -30,6 +30,7 @@ CAPABILITIES: dict[str, str] = {
     "counters.subscription": "reads a topic subscription's matched / discarded / pending counters",
     "counters.destination": "reads a destination's enqueued / dequeued / memory counters",
     "groups": "JMSXGroupID message groups: a group is pinned to one consumer",
+    "stomp.group_header": "a STOMP MESSAGE frame carries the message's JMSXGroupID as a header",
     "groups.close": "a message with JMSXGroupSeq -1 closes its group",
     "groups.reassign_on_close": "a group moves to another consumer when its owner closes",
     "groups.first_key": "the first message of a group carries a configurable header (group-first-key)",

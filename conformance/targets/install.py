@@ -1,4 +1,5 @@
-"""`brokerconf targets install`: the Debian packages each local-process target needs.
+"""`brokerconf targets install`: the Debian packages each local-process target needs, and the
+pinned downloads some targets add on top (`TOOLS`: fetched into ``.tools/``, no root needed).
 
 The same packages `scripts/bootstrap.sh` installs on first use (the shell script runs before any
 Python environment exists, so it keeps its own copy of this list). As with the bootstrap, the
@@ -20,6 +21,13 @@ PACKAGES: dict[str, tuple[str, ...]] = {
     # container targets: the engine, and debootstrap for the offline base image (docker/)
     "docker": ("docker.io", "debootstrap"),
 }
+#: installed from a registry into .tools/ with the tool's own client (no root): name -> what it adds
+TOOLS: dict[str, str] = {
+    "activemq-amqp": "ActiveMQ Classic's AMQP transport (activemq-amqp + proton-j, with Maven)",
+}
+#: Debian targets that also get these tools, as a best effort (a failure is a warning: the
+#: target runs without them, e.g. ActiveMQ without AMQP)
+TOOLS_WITH_TARGET: dict[str, tuple[str, ...]] = {"activemq": ("activemq-amqp",)}
 POLICY_RC_D = Path("/usr/sbin/policy-rc.d")
 #: the checkout's docker/ directory (start-engine.sh, build-images.sh)
 DOCKER_DIR = Path(__file__).resolve().parents[2] / "docker"
@@ -33,10 +41,24 @@ class InstallError(RuntimeError):
 
 
 def packages_for(targets: list[str]) -> list[str]:
-    unknown = [t for t in targets if t not in PACKAGES]
+    unknown = [t for t in targets if t not in PACKAGES and t not in TOOLS]
     if unknown:
-        raise InstallError(f"no Debian packages known for target(s) {unknown} (installable: {', '.join(PACKAGES)})")
-    return [p for t in targets for p in PACKAGES[t]]
+        raise InstallError(f"nothing known to install for target(s) {unknown} "
+                           f"(installable: {', '.join([*PACKAGES, *TOOLS])})")
+    return [p for t in targets if t in PACKAGES for p in PACKAGES[t]]
+
+
+def install_tool(name: str, progress=print, run=subprocess.run) -> None:
+    """Fetch one of `TOOLS` into .tools/ (quick when it is there and verifies)."""
+    if name == "activemq-amqp":
+        from conformance.targets.activemq_amqp import AmqpTransportError, ensure_amqp_transport  # noqa: PLC0415
+
+        try:
+            ensure_amqp_transport(progress=progress, run=run)
+        except AmqpTransportError as exc:
+            raise InstallError(f"activemq-amqp: {exc}") from None
+        return
+    raise InstallError(f"no installer for tool {name!r} (known: {', '.join(TOOLS)})")
 
 
 def docker_steps(progress=print, run=subprocess.run, docker_dir: Path | None = None) -> None:
@@ -56,6 +78,21 @@ def docker_steps(progress=print, run=subprocess.run, docker_dir: Path | None = N
 
 def install(targets: list[str], progress=print, run=subprocess.run) -> None:
     packages = packages_for(targets)
+    if packages:
+        _install_packages(targets, packages, progress, run)
+    for name in targets:
+        if name in TOOLS:
+            install_tool(name, progress, run)
+        for tool in TOOLS_WITH_TARGET.get(name, ()):
+            if tool in targets:
+                continue
+            try:
+                install_tool(tool, progress, run)
+            except InstallError as exc:
+                progress(f"warning: {exc}; {name} runs without it")
+
+
+def _install_packages(targets: list[str], packages: list[str], progress, run) -> None:
     if os.geteuid() != 0:
         raise InstallError(f"installing needs root: run `sudo apt-get install {' '.join(packages)}` "
                            "or `sudo brokerconf targets install`")

@@ -33,7 +33,7 @@ CAPABILITIES = frozenset({
     "groups", "groups.close", "groups.reassign_on_close", "groups.first_key", "groups.rebalance", "groups.buckets",
     "slow_consumer.pending_limit", "slow_consumer.eviction", "memory.limits",
     "durable_subscriptions", "transactions", "selectors", "exclusive_consumers", "consumer_priority",
-    "message_priority", "nack", "dead_letter", "expiry", "network_of_brokers",
+    "message_priority", "nack", "dead_letter", "expiry", "network_of_brokers", "stomp.group_header",
 })
 
 

@@ -221,3 +221,30 @@ def test_rabbitmq_unknown_exchange_is_an_error(rabbitmq):
                         address="/exchange/no-such-exchange/rk", timeout=20)
     assert res.error is not None
     assert "not-found" in res.error and "no-such-exchange" in res.error
+
+
+@pytest.fixture(scope="module")
+def activemq(tmp_path_factory):
+    from conformance import requirements
+    from conformance.targets.activemq import ActiveMQProcess, activemq_amqp_available
+
+    ok, reason = activemq_amqp_available()
+    if not ok:
+        requirements.skip_or_fail("activemq-amqp", reason)
+    with ActiveMQProcess(tmp_path_factory.mktemp("amq"), amqp=True, jvm_heap_mb=512) as broker:
+        yield broker
+
+
+@pytest.mark.real_broker
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("presettled", [True, False])
+def test_against_activemq(activemq, presettled):
+    # anonymous SASL: this broker has no users configured
+    res = run_amqp_load("127.0.0.1", activemq.amqp_port, target="activemq", messages=10_000, warmup=1_000,
+                        presettled=presettled, address=f"queue://bench-{int(presettled)}", timeout=60,
+                        user=None, broker_pid=activemq.pid)
+    assert res.error is None, res.error + "\n" + activemq.log_tail(20)
+    assert res.consumer_received == 10_000 and res.producer_sent == 10_000
+    assert res.producer_acked == (0 if presettled else 10_000)
+    assert res.msgs_per_sec > 0

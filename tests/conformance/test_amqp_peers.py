@@ -1,12 +1,15 @@
-"""Cross-broker AMQP 1.0 checks: the same basic behaviours against the reference broker and RabbitMQ.
+"""Cross-broker AMQP 1.0 checks: the same basic behaviours against the reference broker, RabbitMQ
+and ActiveMQ Classic.
 
 One module-scoped broker per target (`amqp_target`); every test id shows the target.  The
 client is python-qpid-proton's `BlockingConnection`: anonymous for the reference broker, SASL
-PLAIN guest/guest for RabbitMQ (3.10, rabbitmq_amqp1_0 plugin).  Addresses differ per target:
-the reference broker takes `queue://NAME` (or a bare NAME, a queue), RabbitMQ 3.10's plugin
-takes `/queue/NAME` (declares the queue), `/exchange/X/RK`, `/topic/RK`, `/amq/queue/NAME`.
-RabbitMQ runs only when installed (`real_broker` mark); otherwise its parametrization is
-skipped with the launcher's reason.
+PLAIN guest/guest for RabbitMQ (3.10, rabbitmq_amqp1_0 plugin) and for ActiveMQ Classic (5.17,
+its AMQP transport from `brokerconf targets install activemq-amqp`, with one user configured).
+Addresses differ per target: the reference broker and ActiveMQ take `queue://NAME` (or a bare
+NAME, a queue), RabbitMQ 3.10's plugin takes `/queue/NAME` (declares the queue),
+`/exchange/X/RK`, `/topic/RK`, `/amq/queue/NAME`. The real brokers run only when installed
+(`real_broker` mark); otherwise their parametrization is skipped (or, where BROKERCONF_REQUIRE
+names them, failed) with the launcher's reason.
 """
 
 from __future__ import annotations
@@ -21,7 +24,10 @@ import pytest
 from proton import ConnectionException, Message
 from proton.utils import BlockingConnection, LinkDetached
 
+from conformance import requirements
 from conformance.requirements import skip_or_fail
+from conformance.targets.activemq import ActiveMQProcess, activemq_amqp_available, activemq_available
+from conformance.targets.activemq_policy import authentication_plugin_xml
 from conformance.targets.rabbitmq import RabbitMQProcess, rabbitmq_available
 from reference_broker.config import build_config
 from reference_broker.server import BrokerServer
@@ -76,6 +82,7 @@ class Target:
 @pytest.fixture(scope="module", params=[
     pytest.param("reference", id="reference"),
     pytest.param("rabbitmq", id="rabbitmq", marks=[pytest.mark.real_broker]),
+    pytest.param("activemq", id="activemq", marks=[pytest.mark.real_broker]),
 ])
 def amqp_target(request, tmp_path_factory):
     if request.param == "reference":
@@ -85,6 +92,19 @@ def amqp_target(request, tmp_path_factory):
             yield Target("reference", host, port)
         finally:
             running.stop()
+    elif request.param == "activemq":
+        ok, reason = activemq_available()
+        if not ok:
+            requirements.skip_or_fail("activemq", reason)
+        ok, reason = activemq_amqp_available()
+        if not ok:
+            requirements.skip_or_fail("activemq-amqp", reason)
+        user = ("peers", "peers-secret")
+        broker = ActiveMQProcess(tmp_path_factory.mktemp("activemq"), amqp=True, jvm_heap_mb=256,
+                                 plugins_xml=authentication_plugin_xml((user,)), ready_login=user)
+        with broker:
+            yield Target("activemq", broker.host, broker.amqp_port,
+                         {"user": user[0], "password": user[1], "allowed_mechs": "PLAIN", "sasl_enabled": True})
     else:
         ok, reason = rabbitmq_available(amqp10=True)
         if not ok:
@@ -205,8 +225,20 @@ def test_unknown_address_not_found(amqp_target, connect):
     {'v1_0.error',{symbol,<<"amqp:not-found">>}, ... NOT_FOUND - no exchange ..."). The core
     spec (2.6.3) only describes the attach-null-terminus-then-detach pattern for a terminus the
     peer will not create; ending the session is coarser but still a valid error report, so it
-    is not marked as a deviation here."""
+    is not marked as a deviation here.
+
+    ActiveMQ Classic has no unknown address: its AMQP page ("Working with Destinations") makes
+    an address without the queue:// or topic:// prefix a queue, so `bogus://x` is the queue named
+    that; checked as such (a message sent there comes back from there)."""
     conn = connect()
+    if amqp_target.name == "activemq":
+        address = f"bogus://{qname('missing')}"
+        conn.create_sender(address).send(Message(body="to-bogus"))
+        receiver = conn.create_receiver(f"queue://{address}")
+        got = receiver.receive(TIMEOUT)
+        receiver.accept()
+        assert got.body == "to-bogus"
+        return
     if amqp_target.name == "rabbitmq":
         link = conn.container.create_sender(conn.conn, f"/exchange/{qname('missing')}")
         session = link.session

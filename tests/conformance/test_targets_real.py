@@ -19,7 +19,7 @@ import stomp
 
 from conformance.requirements import skip_or_fail, target_requirement
 from conformance.scenario import DEFAULT_SCENARIO, DestinationPolicy, Scenario
-from conformance.targets.activemq import ActiveMQProcess
+from conformance.targets.activemq import ActiveMQProcess, activemq_amqp_available
 from conformance.targets.activemq_policy import REDELIVERY_DELAY_MS, UnsupportedPolicy, render
 from conformance.targets.activemq_target import ActiveMQHandle, ActiveMQTarget, destination_pattern, subscription_pattern
 from conformance.targets.base import CAPABILITIES, BrokerHandle, TargetUnavailable
@@ -203,7 +203,9 @@ def test_a_missing_counter_attribute_is_an_error_not_zero(tmp_path):
 def test_capabilities_are_documented_and_leave_out_what_classic_lacks():
     amq = ActiveMQTarget().capabilities()
     assert amq <= set(CAPABILITIES), sorted(amq - set(CAPABILITIES))
-    assert not amq & {"protocol.amqp", "groups.rebalance", "groups.first_key"}
+    assert not amq & {"groups.rebalance", "groups.first_key"}
+    # AMQP only with the transport fetched into .tools (conformance.targets.activemq_amqp)
+    assert ("protocol.amqp" in amq) == activemq_amqp_available()[0]
     assert {"protocol.stomp", "scenario.policies", "counters.subscription", "counters.destination",
             "slow_consumer.pending_limit", "groups.buckets", "process.kill"} <= amq
     for peer in (RabbitMQTarget(), MosquittoTarget()):
@@ -263,7 +265,7 @@ SCENARIO = Scenario(
         DestinationPolicy("queue://mem.>", memory_limit=100_000),
         DestinationPolicy("queue://retry.>", maximum_redeliveries=1),
     ),
-    protocols=("stomp", "mqtt"),
+    protocols=("stomp", "mqtt", "amqp"),
     memory_limit=64 * 1024 * 1024,
     users=(("alice", "s3cret"),),
 )
@@ -297,14 +299,21 @@ def test_activemq_handle_shape(activemq):
     assert isinstance(activemq, BrokerHandle)
     assert (activemq.target, activemq.kind, activemq.launch, activemq.host) == ("activemq", "activemq", "process", "127.0.0.1")
     assert activemq.credentials == ("alice", "s3cret")
-    expected = {"stomp", "mqtt"} if "protocol.mqtt" in ActiveMQTarget().capabilities() else {"stomp"}
-    assert set(activemq.ports) == expected  # never amqp: Debian ships no AMQP transport for Classic
+    capabilities = ActiveMQTarget().capabilities()
+    expected = {"stomp"} | {p for p in ("mqtt", "amqp") if f"protocol.{p}" in capabilities}
+    assert set(activemq.ports) == expected  # amqp only with the transport in .tools (activemq_amqp)
     for port in activemq.ports.values():
         with socket.create_connection((activemq.host, port), timeout=3):
             pass
     if "mqtt" in activemq.ports:
         ok, why = mqtt_connack(activemq.ports["mqtt"], timeout=3)
         assert not ok and "return code" in why, f"anonymous MQTT CONNECT must be refused with users set: {why}"
+    if "amqp" in activemq.ports:
+        user, password = activemq.credentials
+        ok, why = amqp10_open(activemq.ports["amqp"], timeout=10, user=user, password=password)
+        assert ok, f"AMQP 1.0 open with the scenario's user failed: {why}"
+        ok, why = amqp10_open(activemq.ports["amqp"], timeout=10, user=user, password=password + "-wrong")
+        assert not ok, "AMQP 1.0 open with a wrong password must be refused with users set"
 
 
 @pytest.mark.real_broker
