@@ -6,6 +6,10 @@ environment variable ``BROKERCONF_BREAK`` (comma-separated):
 
 * ``groups_not_pinned``: a group never remembers its owner, so each grouped message goes to
   whichever consumer dispatch picks next (breaks GRP-PIN-*).
+* ``minus_one_buckets_as_two``: a queue with group-buckets -1 (the default) hashes group ids
+  into two buckets instead of tracking each (breaks GRP-BUCKETS-1).
+* ``buckets_ignored``: a queue with N > 0 group buckets tracks every group id on its own
+  (breaks GRP-BUCKETS-1).
 * ``discards_not_counted``: slow-subscriber evictions still happen but the ``discarded`` counter
   stays at zero (breaks the counter statements of the slow-consumer document).
 
@@ -17,13 +21,28 @@ from __future__ import annotations
 
 import os
 
-FAULTS = ("groups_not_pinned", "discards_not_counted")
+FAULTS = ("groups_not_pinned", "minus_one_buckets_as_two", "buckets_ignored", "discards_not_counted")
 
 
 def _groups_not_pinned() -> None:
     from reference_broker.engine.groups import GroupTable
 
     GroupTable.owner = lambda self, key: None
+
+
+def _minus_one_buckets_as_two() -> None:
+    from reference_broker.engine.groups import GroupTable, artemis_group_hash
+
+    right = GroupTable.key
+    GroupTable.key = lambda self, group_id: (
+        (artemis_group_hash(group_id) & 0x7FFFFFFF) % 2 if self.buckets < 0 else right(self, group_id))
+
+
+def _buckets_ignored() -> None:
+    from reference_broker.engine.groups import GroupTable
+
+    right = GroupTable.key
+    GroupTable.key = lambda self, group_id: group_id if self.buckets > 0 else right(self, group_id)
 
 
 def _discards_not_counted() -> None:
