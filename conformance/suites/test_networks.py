@@ -204,7 +204,13 @@ def test_bridge_is_one_way_by_default(net, clients):
     # ...but nothing flows back: B has no connector to A, so A's consumer creates no demand on B.
     backward = queue("nob.oneway.back")
     on_a = clients.on(a).subscribe(backward)
-    demand(a, backward, 1)
+    demand(a, backward, 1)  # A's own consumer only: setup, not a sign that demand could cross
+    # Positive sign that the bridge's advisory traffic had its chance: a consumer on B subscribed
+    # after A's became demand on A, so if A's consumer were announced to B it would be by now.
+    witness = queue("nob.oneway.witness")
+    clients.on(b).subscribe(witness)
+    demand(a, witness, 1)
+    assert b.consumer_count(backward) == 0, "NOB-DIR-1: A's consumer became a network consumer on B over a one-way A->B bridge"
     sent = send(clients.on(b), backward, 5)
     got = texts(on_a.drain(QUIET))
     assert got == [], f"NOB-DIR-1: messages produced on B reached A's consumer over a one-way A->B bridge: {got}"
@@ -217,8 +223,11 @@ def test_no_forwarding_without_demand(net, clients):
     a, b = net["A"], net["B"]
     q = queue("nob.demand")
     sent = send(clients.on(a), q, 10)
+    # Forwarding is asynchronous: a size read at once would be 0 even on a broker that forwards
+    # without demand. Give A a quiet window to forward (polling B for the messages), then look.
+    on_b_size = held(b, q, len(sent), timeout=QUIET)
+    assert on_b_size == 0, f"NOB-DEMAND-1: A forwarded messages to B although B has no consumer: B holds {on_b_size}"
     assert a.queue_size(q) == 10, "NOB-DEMAND-1: with no consumer anywhere the messages should wait on A"
-    assert b.queue_size(q) == 0, "NOB-DEMAND-1: A forwarded messages to B although B has no consumer"
     # A consumer appears on B: the messages follow the demand.
     on_b = clients.on(b).subscribe(q)
     got = texts(on_b.receive_n(len(sent), DEMAND_TIMEOUT))
