@@ -10,6 +10,8 @@ environment variable ``BROKERCONF_BREAK`` (comma-separated):
   into two buckets instead of tracking each (breaks GRP-BUCKETS-1).
 * ``buckets_ignored``: a queue with N > 0 group buckets tracks every group id on its own
   (breaks GRP-BUCKETS-1).
+* ``duplex_reverse_unfiltered``: the reverse half of a duplex bridge ignores the connector's
+  excluded and dynamically included destinations (breaks NOB-DUPLEX-2).
 * ``discards_not_counted``: slow-subscriber evictions still happen but the ``discarded`` counter
   stays at zero (breaks the counter statements of the slow-consumer document).
 
@@ -21,7 +23,8 @@ from __future__ import annotations
 
 import os
 
-FAULTS = ("groups_not_pinned", "minus_one_buckets_as_two", "buckets_ignored", "discards_not_counted")
+FAULTS = ("groups_not_pinned", "minus_one_buckets_as_two", "buckets_ignored", "duplex_reverse_unfiltered",
+          "discards_not_counted")
 
 
 def _groups_not_pinned() -> None:
@@ -43,6 +46,23 @@ def _buckets_ignored() -> None:
 
     right = GroupTable.key
     GroupTable.key = lambda self, group_id: group_id if self.buckets > 0 else right(self, group_id)
+
+
+def _duplex_reverse_unfiltered() -> None:
+    from reference_broker.cluster.bridge import Bridge
+
+    right = Bridge._local_demand
+
+    def unfiltered(self, destination, consumers) -> None:
+        # the pull (reverse) half works from a copy of the configuration without its filters
+        saved = self.config
+        self.config = saved.model_copy(update={"excluded_destinations": (), "dynamically_included_destinations": ()})
+        try:
+            right(self, destination, consumers)
+        finally:
+            self.config = saved
+
+    Bridge._local_demand = unfiltered
 
 
 def _discards_not_counted() -> None:

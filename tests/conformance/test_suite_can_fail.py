@@ -60,6 +60,19 @@ def test_wrong_bucket_counts_fail_the_bucket_rule(tmp_path, fault, test):
 
 
 @pytest.mark.slow
+def test_an_unfiltered_reverse_half_fails_the_duplex_rule(tmp_path):
+    """NOB-DUPLEX-2's network has a filter, so a reverse half that ignores the configuration is
+    seen; the forward direction and the plain duplex checks still pass."""
+    matrix = run_suite(tmp_path, "test_networks.py", "duplex_reverse_unfiltered")
+    result = outcomes(matrix)
+    assert result["NOB-DUPLEX-2"] == "failed", result
+    failed = {t["nodeid"].split("::")[1].split("[")[0] for t in matrix["tests"] if t["outcome"] == "failed"}
+    assert failed == {"test_duplex_configuration_reaches_the_reverse_bridge"}, sorted(failed)
+    assert "B->A" in matrix["matrix"]["reference"]["NOB-DUPLEX-2"]["reason"], matrix["matrix"]["reference"]["NOB-DUPLEX-2"]
+    assert result["NOB-DIR-2"] == "passed", result
+
+
+@pytest.mark.slow
 def test_uncounted_discards_fail_the_counter_rules(tmp_path):
     matrix = run_suite(tmp_path, "test_slow_consumer.py", "discards_not_counted")
     result = outcomes(matrix)
