@@ -12,6 +12,8 @@ environment variable ``BROKERCONF_BREAK`` (comma-separated):
   (breaks GRP-BUCKETS-1).
 * ``duplex_reverse_unfiltered``: the reverse half of a duplex bridge ignores the connector's
   excluded and dynamically included destinations (breaks NOB-DUPLEX-2).
+* ``nack_acks_earlier``: a NACK also acknowledges the messages delivered before it on that
+  subscription, as if it were cumulative (breaks ACK-NACK-1).
 * ``discards_not_counted``: slow-subscriber evictions still happen but the ``discarded`` counter
   stays at zero (breaks the counter statements of the slow-consumer document).
 
@@ -24,7 +26,7 @@ from __future__ import annotations
 import os
 
 FAULTS = ("groups_not_pinned", "minus_one_buckets_as_two", "buckets_ignored", "duplex_reverse_unfiltered",
-          "discards_not_counted")
+          "nack_acks_earlier", "discards_not_counted")
 
 
 def _groups_not_pinned() -> None:
@@ -63,6 +65,24 @@ def _duplex_reverse_unfiltered() -> None:
             self.config = saved
 
     Bridge._local_demand = unfiltered
+
+
+def _nack_acks_earlier() -> None:
+    from reference_broker.engine.broker import Connection
+
+    right = Connection.nack
+
+    def nack_and_ack_earlier(self, consumer, message_id, transaction=None) -> None:
+        earlier = []
+        for mid in list(consumer.in_flight):
+            if mid == message_id:
+                break
+            earlier.append(mid)
+        for mid in earlier:
+            self.ack(consumer, mid)
+        right(self, consumer, message_id, transaction)
+
+    Connection.nack = nack_and_ack_earlier
 
 
 def _discards_not_counted() -> None:

@@ -73,6 +73,17 @@ def test_an_unfiltered_reverse_half_fails_the_duplex_rule(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_cumulative_nack_fails_the_nack_rule(tmp_path):
+    """ACK-NACK-1 as STOMP 1.2 states it: a client-individual NACK concerns one message; a broker
+    whose NACK also settles the earlier unacknowledged message fails it."""
+    matrix = run_suite(tmp_path, "test_core_ack.py", "nack_acks_earlier")
+    result = outcomes(matrix)
+    assert result["ACK-NACK-1"] == "failed", result
+    assert "'held'" in matrix["matrix"]["reference"]["ACK-NACK-1"]["reason"], matrix["matrix"]["reference"]["ACK-NACK-1"]
+    assert result["ACK-INDIV-1"] == "passed", result
+
+
+@pytest.mark.slow
 def test_uncounted_discards_fail_the_counter_rules(tmp_path):
     matrix = run_suite(tmp_path, "test_slow_consumer.py", "discards_not_counted")
     result = outcomes(matrix)
