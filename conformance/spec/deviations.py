@@ -13,7 +13,8 @@ One TOML file per area in ``conformance/known_deviations/``::
 The plugin marks each matching test a *strict* xfail for that target kind, and only for an
 assertion failure: the test must keep failing there, so a broker that starts conforming turns the
 run red and the entry is removed. ``failure`` says how the recorded deviation looks: it is searched
-(``re.search``) in the message of the test's AssertionError. Anything else (another exception, an
+(``re.search``) in the message of the test's AssertionError, and must name the spec ID (messages
+start with it) without matching an empty message. Anything else (another exception, an
 assertion with another message such as a ``setup:`` check, a failure while the fixtures start the
 brokers) is a failure of the run, not the known deviation: a broken JMX query or a network that did
 not start must never be booked as the broker's documented misbehaviour.
@@ -76,6 +77,11 @@ def load_deviations(directory: Path, catalogue: dict) -> list[Deviation]:
                 re.compile(raw["failure"])
             except re.error as exc:
                 raise DeviationError(f"{where}: 'failure' is not a valid regular expression: {exc}") from None
+            # Assertion messages start with the spec ID (project rule), so the recorded failure names
+            # it; a pattern that matches anything (".*", "") would book any assertion as the deviation.
+            if raw["spec"] not in raw["failure"] or re.search(raw["failure"], "") is not None:
+                raise DeviationError(f"{where}: 'failure' {raw['failure']!r} must name the spec ID {raw['spec']!r} "
+                                     f"and describe the recorded assertion message, not match any message")
             if raw["spec"] not in catalogue:
                 raise DeviationError(f"{where}: spec {raw['spec']!r} is not in the catalogue")
             deviations.append(Deviation(raw["target"], raw["spec"], raw["summary"].strip(), raw["evidence"].strip(),

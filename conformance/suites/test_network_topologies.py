@@ -385,18 +385,3 @@ def test_named_duplex_connectors_split_destinations(secured, clients, connector)
         assert producer.consumer_count(q) == 1, (
             f"NOB-DUPLEX-3: {q} should have one network consumer on {producer.name} (only dup{connector} includes "
             f"it); counts {producer.consumer_count(q)}")
-
-
-@pytest.mark.spec("NOB-DUPLEX-3")
-@pytest.mark.parametrize("reverse", [False, True], ids=["same-direction", "opposite-direction"])
-def test_duplex_connectors_with_one_name_are_refused_before_start(kind, tmp_path, reverse):
-    from conformance.targets.activemq_network import Bridge
-    from conformance.targets.activemq_network import NetworkConnectorOptions as Options
-
-    second = ("B", "A") if reverse else ("A", "B")
-    bridges = (Bridge("A", "B", Options(name="twin", duplex=True, dynamically_included_destinations=("queue://x.>",))),
-               Bridge(*second, Options(name="twin", duplex=True, dynamically_included_destinations=("queue://y.>",))))
-    with pytest.raises(ValueError) as refused:
-        network_class(kind)(tmp_path, ("A", "B"), bridges)  # raises in the constructor: nothing started
-    assert "twin" in str(refused.value) and "name" in str(refused.value), (
-        f"NOB-DUPLEX-3: the error should name the connectors' shared name and the option to change: {refused.value}")

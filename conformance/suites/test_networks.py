@@ -31,6 +31,8 @@ from conformance.suites.network_support import (DEMAND_TIMEOUT, OneNetworkAtATim
                                                 network_class, network_kind, network_suite_marks,
                                                 network_workdir, parametrize_by_target, queue, send)
 
+#: excluded on the duplex network's one connector (A's): the reverse half must exclude it as well
+DUPLEX_EXCLUDED = "queue://nob.duplex.excl.>"
 #: quiet window after which a subscriber concludes nothing more is coming (local brokers forward
 #: within milliseconds once demand is there; generous on a loaded 2-core machine)
 QUIET = 1.5
@@ -64,8 +66,10 @@ def _activemq_networks():
             Bridge("A", "B", Options(name="noconduit", conduit_subscriptions=False,
                                      dynamically_included_destinations=("queue://nob.conduit.off.>",),
                                      **equal_priority)))),
-        # A <-> B, with replay when no consumers for the queues nob.replay.> on both brokers.
-        "duplex": (("A", "B"), (Bridge("A", "B", Options(duplex=True)),),
+        # A <-> B, with replay when no consumers for the queues nob.replay.> on both brokers, and
+        # one excluded pattern configured on A's connector only: the duplex configuration is sent
+        # to B, so B's half must exclude it too (NOB-DUPLEX-2).
+        "duplex": (("A", "B"), (Bridge("A", "B", Options(duplex=True, excluded_destinations=(DUPLEX_EXCLUDED,))),),
                    (BridgeFilterPolicy("nob.replay.>", replay_when_no_consumers=True),)),
         # A -> B -> C with, on both hops: TTL 1 for nob.ttl1.> and TTL 2 for nob.ttl2.>; message
         # TTL 2 with consumer TTL 1 for nob.mttl.>, message TTL 1 with consumer TTL 2 for
@@ -200,7 +204,13 @@ def test_bridge_is_one_way_by_default(net, clients):
     # ...but nothing flows back: B has no connector to A, so A's consumer creates no demand on B.
     backward = queue("nob.oneway.back")
     on_a = clients.on(a).subscribe(backward)
-    demand(a, backward, 1)
+    demand(a, backward, 1)  # A's own consumer only: setup, not a sign that demand could cross
+    # Positive sign that the bridge's advisory traffic had its chance: a consumer on B subscribed
+    # after A's became demand on A, so if A's consumer were announced to B it would be by now.
+    witness = queue("nob.oneway.witness")
+    clients.on(b).subscribe(witness)
+    demand(a, witness, 1)
+    assert b.consumer_count(backward) == 0, "NOB-DIR-1: A's consumer became a network consumer on B over a one-way A->B bridge"
     sent = send(clients.on(b), backward, 5)
     got = texts(on_a.drain(QUIET))
     assert got == [], f"NOB-DIR-1: messages produced on B reached A's consumer over a one-way A->B bridge: {got}"
@@ -213,8 +223,11 @@ def test_no_forwarding_without_demand(net, clients):
     a, b = net["A"], net["B"]
     q = queue("nob.demand")
     sent = send(clients.on(a), q, 10)
+    # Forwarding is asynchronous: a size read at once would be 0 even on a broker that forwards
+    # without demand. Give A a quiet window to forward (polling B for the messages), then look.
+    on_b_size = held(b, q, len(sent), timeout=QUIET)
+    assert on_b_size == 0, f"NOB-DEMAND-1: A forwarded messages to B although B has no consumer: B holds {on_b_size}"
     assert a.queue_size(q) == 10, "NOB-DEMAND-1: with no consumer anywhere the messages should wait on A"
-    assert b.queue_size(q) == 0, "NOB-DEMAND-1: A forwarded messages to B although B has no consumer"
     # A consumer appears on B: the messages follow the demand.
     on_b = clients.on(b).subscribe(q)
     got = texts(on_b.receive_n(len(sent), DEMAND_TIMEOUT))
@@ -330,6 +343,36 @@ def test_duplex_bridge_carries_both_ways(net, clients):
         got = texts(sub.drain(QUIET))
         assert sorted(got) == sorted(sent), (f"NOB-DIR-2: over a duplex A->B connector, messages produced on "
                                              f"{producer_node.name} should reach {consumer_node.name}'s consumer; got {got}")
+
+
+@pytest.mark.spec("NOB-DUPLEX-2", "NOB-EXCL-1")
+@pytest.mark.network("duplex")
+def test_duplex_configuration_reaches_the_reverse_bridge(net, clients):
+    """"Duplex network connectors": the configuration of A's duplex connector is sent to B, whose
+    half is an exact replica, so the exclusion written only in A's connector (nob.duplex.excl.>)
+    also keeps B's messages from A. A's own direction is the control."""
+    a, b = net["A"], net["B"]
+    for producer_node, consumer_node in ((a, b), (b, a)):
+        way = f"{producer_node.name}->{consumer_node.name}"
+        excluded = queue(f"nob.duplex.excl.{producer_node.name}to{consumer_node.name}")
+        allowed = queue(f"nob.duplex.ok.{producer_node.name}to{consumer_node.name}")
+        on_excluded = clients.on(consumer_node).subscribe(excluded)
+        on_allowed = clients.on(consumer_node).subscribe(allowed)
+        demand(producer_node, allowed, 1)  # the demand for the queue outside the exclusion crossed {way}
+        assert producer_node.consumer_count(excluded) == 0, (
+            f"NOB-DUPLEX-2: {way}: {consumer_node.name}'s consumer of a queue the duplex connector excludes "
+            f"({DUPLEX_EXCLUDED}) became a network consumer on {producer_node.name}")
+        producer = clients.on(producer_node)
+        send(producer, excluded, 5)
+        sent = send(producer, allowed, 5)
+        assert sorted(texts(on_allowed.drain(QUIET))) == sorted(sent), (
+            f"setup: {way}: the queue outside the exclusion should be forwarded")
+        got = texts(on_excluded.drain(QUIET))
+        assert got == [], (f"NOB-DUPLEX-2: {way}: messages of a queue the duplex connector excludes "
+                           f"({DUPLEX_EXCLUDED}) were forwarded: {got}")
+        assert producer_node.queue_size(excluded) == 5, (
+            f"NOB-DUPLEX-2: {way}: the excluded queue's 5 messages should stay on {producer_node.name}, "
+            f"which holds {producer_node.queue_size(excluded)}")
 
 
 @pytest.mark.spec("NOB-REPLAY-1", "NOB-DUPLEX-2")

@@ -6,6 +6,14 @@ environment variable ``BROKERCONF_BREAK`` (comma-separated):
 
 * ``groups_not_pinned``: a group never remembers its owner, so each grouped message goes to
   whichever consumer dispatch picks next (breaks GRP-PIN-*).
+* ``minus_one_buckets_as_two``: a queue with group-buckets -1 (the default) hashes group ids
+  into two buckets instead of tracking each (breaks GRP-BUCKETS-1).
+* ``buckets_ignored``: a queue with N > 0 group buckets tracks every group id on its own
+  (breaks GRP-BUCKETS-1).
+* ``duplex_reverse_unfiltered``: the reverse half of a duplex bridge ignores the connector's
+  excluded and dynamically included destinations (breaks NOB-DUPLEX-2).
+* ``nack_acks_earlier``: a NACK also acknowledges the messages delivered before it on that
+  subscription, as if it were cumulative (breaks ACK-NACK-1).
 * ``discards_not_counted``: slow-subscriber evictions still happen but the ``discarded`` counter
   stays at zero (breaks the counter statements of the slow-consumer document).
 
@@ -17,13 +25,64 @@ from __future__ import annotations
 
 import os
 
-FAULTS = ("groups_not_pinned", "discards_not_counted")
+FAULTS = ("groups_not_pinned", "minus_one_buckets_as_two", "buckets_ignored", "duplex_reverse_unfiltered",
+          "nack_acks_earlier", "discards_not_counted")
 
 
 def _groups_not_pinned() -> None:
     from reference_broker.engine.groups import GroupTable
 
     GroupTable.owner = lambda self, key: None
+
+
+def _minus_one_buckets_as_two() -> None:
+    from reference_broker.engine.groups import GroupTable, artemis_group_hash
+
+    right = GroupTable.key
+    GroupTable.key = lambda self, group_id: (
+        (artemis_group_hash(group_id) & 0x7FFFFFFF) % 2 if self.buckets < 0 else right(self, group_id))
+
+
+def _buckets_ignored() -> None:
+    from reference_broker.engine.groups import GroupTable
+
+    right = GroupTable.key
+    GroupTable.key = lambda self, group_id: group_id if self.buckets > 0 else right(self, group_id)
+
+
+def _duplex_reverse_unfiltered() -> None:
+    from reference_broker.cluster.bridge import Bridge
+
+    right = Bridge._local_demand
+
+    def unfiltered(self, destination, consumers) -> None:
+        # the pull (reverse) half works from a copy of the configuration without its filters
+        saved = self.config
+        self.config = saved.model_copy(update={"excluded_destinations": (), "dynamically_included_destinations": ()})
+        try:
+            right(self, destination, consumers)
+        finally:
+            self.config = saved
+
+    Bridge._local_demand = unfiltered
+
+
+def _nack_acks_earlier() -> None:
+    from reference_broker.engine.broker import Connection
+
+    right = Connection.nack
+
+    def nack_and_ack_earlier(self, consumer, message_id, transaction=None) -> None:
+        earlier = []
+        for mid in list(consumer.in_flight):
+            if mid == message_id:
+                break
+            earlier.append(mid)
+        for mid in earlier:
+            self.ack(consumer, mid)
+        right(self, consumer, message_id, transaction)
+
+    Connection.nack = nack_and_ack_earlier
 
 
 def _discards_not_counted() -> None:

@@ -225,6 +225,29 @@ def test_two_named_connectors_between_the_same_pair_are_allowed(tmp_path):
     assert net.expected_bridges()["A"] == ["nob-B", "nob-B"]
 
 
+@pytest.mark.parametrize("launcher", ["activemq", "reference"])
+@pytest.mark.parametrize("reverse", [False, True], ids=["same-direction", "opposite-direction"])
+def test_duplex_connectors_with_one_name_are_refused_before_start(tmp_path, launcher, reverse):
+    """The networks page asks for a name of its own for each duplex connector between two brokers
+    ("Duplex network connectors"): both launchers refuse a configuration that breaks this before
+    starting anything, naming the option. A check of the harness's input, not of a broker: what a
+    broker does with two of one name the page does not say (NOB-DUPLEX-3 is checked on the broker by
+    test_named_duplex_connectors_split_destinations)."""
+    if launcher == "activemq":
+        network_class = ActiveMQNetwork
+    else:
+        from conformance.targets.reference_network import ReferenceNetwork as network_class
+    second = ("B", "A") if reverse else ("A", "B")
+    bridges = (Bridge("A", "B", NetworkConnectorOptions(name="twin", duplex=True,
+                                                        dynamically_included_destinations=("queue://x.>",))),
+               Bridge(*second, NetworkConnectorOptions(name="twin", duplex=True,
+                                                       dynamically_included_destinations=("queue://y.>",))))
+    with pytest.raises(ValueError) as refused:
+        network_class(tmp_path, ("A", "B"), bridges)  # raises in the constructor: nothing started
+    assert "twin" in str(refused.value) and "name" in str(refused.value), (
+        f"the error should name the connectors' shared name and the option to change: {refused.value}")
+
+
 def test_stopping_a_network_that_never_started_is_harmless(tmp_path):
     net = line_network(tmp_path)
     net.stop()

@@ -168,7 +168,9 @@ def test_only_the_recorded_failure_is_the_known_deviation(toy: pytest.Pytester) 
     (DEVIATION.replace("failure = 'TOY-BROKEN-1: broken, stomp port \\d+'\n", ""),
      "*toy.toml: deviation #1 (TOY-BROKEN-1): missing 'failure'*regular expression*"),
     (DEVIATION.replace("\\d+'", "('"), "*toy.toml: deviation #1 (TOY-BROKEN-1): 'failure' is not a valid regular*"),
-], ids=["missing", "not-a-regex"])
+    (DEVIATION.replace("'TOY-BROKEN-1: broken, stomp port \\d+'", "'.*'"),
+     "*toy.toml: deviation #1 (TOY-BROKEN-1): 'failure' '.*' must name the spec ID 'TOY-BROKEN-1'*"),
+], ids=["missing", "not-a-regex", "matches-anything"])
 def test_a_deviation_without_a_failure_pattern_is_refused(toy: pytest.Pytester, entry: str, complaint: str) -> None:
     (toy.path / "deviations" / "toy.toml").write_text(entry)
     toy.makepyfile(test_toy="def test_x():\n    pass\n")

@@ -44,6 +44,46 @@ def test_unpinned_groups_fail_the_pinning_rules(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("fault, test", [
+    ("minus_one_buckets_as_two", "test_minus_one_buckets_track_every_group"),
+    ("buckets_ignored", "test_seven_buckets_give_at_most_seven_owner_patterns"),
+])
+def test_wrong_bucket_counts_fail_the_bucket_rule(tmp_path, fault, test):
+    """GRP-BUCKETS-1's checks do not depend on the hash: -1 treated as two buckets, or N buckets
+    ignored, both fail it (in the owner-pattern test made for that case); pinning still works."""
+    matrix = run_suite(tmp_path, "test_groups.py", fault)
+    result = outcomes(matrix)
+    assert result["GRP-BUCKETS-1"] == "failed", result
+    failed = {t["nodeid"].split("::")[1].split("[")[0] for t in matrix["tests"] if t["outcome"] == "failed"}
+    assert test in failed, f"{test} should fail with fault {fault}; failed: {sorted(failed)}"
+    assert result["GRP-PIN-1"] == "passed", result
+
+
+@pytest.mark.slow
+def test_an_unfiltered_reverse_half_fails_the_duplex_rule(tmp_path):
+    """NOB-DUPLEX-2's network has a filter, so a reverse half that ignores the configuration is
+    seen; the forward direction and the plain duplex checks still pass."""
+    matrix = run_suite(tmp_path, "test_networks.py", "duplex_reverse_unfiltered")
+    result = outcomes(matrix)
+    assert result["NOB-DUPLEX-2"] == "failed", result
+    failed = {t["nodeid"].split("::")[1].split("[")[0] for t in matrix["tests"] if t["outcome"] == "failed"}
+    assert failed == {"test_duplex_configuration_reaches_the_reverse_bridge"}, sorted(failed)
+    assert "B->A" in matrix["matrix"]["reference"]["NOB-DUPLEX-2"]["reason"], matrix["matrix"]["reference"]["NOB-DUPLEX-2"]
+    assert result["NOB-DIR-2"] == "passed", result
+
+
+@pytest.mark.slow
+def test_a_cumulative_nack_fails_the_nack_rule(tmp_path):
+    """ACK-NACK-1 as STOMP 1.2 states it: a client-individual NACK concerns one message; a broker
+    whose NACK also settles the earlier unacknowledged message fails it."""
+    matrix = run_suite(tmp_path, "test_core_ack.py", "nack_acks_earlier")
+    result = outcomes(matrix)
+    assert result["ACK-NACK-1"] == "failed", result
+    assert "'held'" in matrix["matrix"]["reference"]["ACK-NACK-1"]["reason"], matrix["matrix"]["reference"]["ACK-NACK-1"]
+    assert result["ACK-INDIV-1"] == "passed", result
+
+
+@pytest.mark.slow
 def test_uncounted_discards_fail_the_counter_rules(tmp_path):
     matrix = run_suite(tmp_path, "test_slow_consumer.py", "discards_not_counted")
     result = outcomes(matrix)
