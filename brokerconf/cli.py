@@ -298,8 +298,13 @@ def cmd_targets_list(args: argparse.Namespace) -> int:
 
 
 def cmd_targets_install(args: argparse.Namespace) -> int:
-    from conformance.targets.install import PACKAGES, InstallError, install
+    from conformance.targets.install import PACKAGES, InstallError, install, packages_for
 
+    try:
+        packages_for(args.targets)  # a bad name is a usage error before anything is installed
+    except InstallError as exc:
+        print(f"brokerconf targets install: {exc}", file=sys.stderr)
+        return 2
     try:
         install(args.targets or list(PACKAGES), progress=_progress)
     except InstallError as exc:
@@ -366,9 +371,12 @@ def build_parser() -> argparse.ArgumentParser:
     targets_list.add_argument("--targets-file", metavar="FILE", help="also list the brokers of this targets file")
     targets_list.set_defaults(func=cmd_targets_list)
     targets_install = targets_sub.add_parser("install", help="install the Debian packages of local targets (root); "
-                                             "`docker` also starts the engine and builds the images")
+                                             "`docker` also starts the engine and builds the images; `artemis` "
+                                             "fetches the pinned Artemis distribution with Maven into .tools/ "
+                                             "(no root)")
     targets_install.add_argument("targets", nargs="*",
-                                 help="targets to install (default: activemq rabbitmq mosquitto docker)")
+                                 help="targets to install (default: activemq rabbitmq mosquitto docker; "
+                                      "also: artemis)")
     targets_install.set_defaults(func=cmd_targets_install)
 
     broker = sub.add_parser("broker", help="run the reference broker")

@@ -6,7 +6,9 @@
 #     first making sure a C compiler and the Python headers are there for the analysis's
 #     C scanner (as root on Debian: gcc, python3-dev),
 #   * as root on Debian, installs the Debian packages the real-broker targets need
-#     (set BROKERCONF_INSTALL_BROKERS=0 to skip).
+#     (set BROKERCONF_INSTALL_BROKERS=0 to skip),
+#   * fetches the pinned Apache Artemis distribution with Maven into .tools/artemis (no root;
+#     verified once against pins.toml, then re-used: quick when cached).
 # Leaves the current directory at the repository root.
 set -euo pipefail
 
@@ -170,6 +172,26 @@ _bc_ensure_brokers() {
     fi
 }
 
+# --------------------------------------------------------------------------- Artemis
+# The `artemis:process` target (issue 16): the binary distribution pinned in
+# conformance/targets/pins.toml, copied by Maven (which reads the machine's own mirror settings),
+# verified against the pinned sha512 and unpacked under .tools/artemis. Needs no root, so
+# BROKERCONF_INSTALL_BROKERS=0 does not skip it (that flag is about apt). Not fatal: without it the
+# Artemis target is reported not applicable with the reason. Runs before the image build, which
+# can use the same archive.
+_bc_ensure_artemis() {
+    if ! command -v mvn >/dev/null 2>&1; then
+        if _bc_is_root && _bc_have_apt && [ "${BROKERCONF_INSTALL_BROKERS:-1}" != "0" ]; then
+            _bc_log "installing maven (Debian package) to fetch the Artemis distribution..."
+            _bc_apt_install maven || true
+        fi
+    fi
+    if ! .venv/bin/python -m conformance.targets.artemis_dist >/dev/null; then
+        _bc_log "warning: the Artemis target will be reported not applicable (see the message above;" \
+                "retry with: .venv/bin/brokerconf targets install artemis)"
+    fi
+}
+
 # --------------------------------------------------------------------------- containers
 # The container targets (issue 8): as root on Debian, install the engine, start it when no service
 # manager does, and build the local images (docker/README.md: offline base image when no registry
@@ -207,4 +229,5 @@ _bc_ensure_docker() {
 _bc_ensure_venv
 _bc_ensure_packages
 _bc_ensure_brokers
+_bc_ensure_artemis
 _bc_ensure_docker

@@ -1,4 +1,5 @@
-"""`brokerconf targets install`: the Debian packages each local-process target needs.
+"""`brokerconf targets install`: the Debian packages each local-process target needs, and the
+Apache Artemis distribution (fetched with Maven into .tools/, no root needed; `artemis_dist`).
 
 The same packages `scripts/bootstrap.sh` installs on first use (the shell script runs before any
 Python environment exists, so it keeps its own copy of this list). As with the bootstrap, the
@@ -28,15 +29,32 @@ DOCKER_DIR = Path(__file__).resolve().parents[2] / "docker"
 DOCKER_STEPS = ("start-engine.sh", "build-images.sh")
 
 
+#: targets installed from a registry into .tools/ rather than by apt (no root needed)
+TOOL_TARGETS = ("artemis",)
+#: every name `brokerconf targets install` takes
+INSTALLABLE = (*PACKAGES, *TOOL_TARGETS)
+
+
 class InstallError(RuntimeError):
     pass
 
 
 def packages_for(targets: list[str]) -> list[str]:
-    unknown = [t for t in targets if t not in PACKAGES]
+    unknown = [t for t in targets if t not in INSTALLABLE]
     if unknown:
-        raise InstallError(f"no Debian packages known for target(s) {unknown} (installable: {', '.join(PACKAGES)})")
-    return [p for t in targets for p in PACKAGES[t]]
+        raise InstallError(f"no Debian packages known for target(s) {unknown} (installable: {', '.join(INSTALLABLE)})")
+    return [p for t in targets if t in PACKAGES for p in PACKAGES[t]]
+
+
+def install_artemis(progress=print, run=subprocess.run) -> None:
+    """The pinned Artemis distribution into .tools/artemis (re-used when already verified)."""
+    from conformance.targets.artemis_dist import ArtemisDistError, ensure_distribution  # noqa: PLC0415
+
+    try:
+        where = ensure_distribution(run=run)
+    except (ArtemisDistError, OSError) as exc:
+        raise InstallError(f"Apache Artemis: {exc}") from exc
+    progress(f"Apache Artemis ready in {where}")
 
 
 def docker_steps(progress=print, run=subprocess.run, docker_dir: Path | None = None) -> None:
@@ -56,6 +74,10 @@ def docker_steps(progress=print, run=subprocess.run, docker_dir: Path | None = N
 
 def install(targets: list[str], progress=print, run=subprocess.run) -> None:
     packages = packages_for(targets)
+    if "artemis" in targets:
+        install_artemis(progress, run)
+    if not packages:
+        return
     if os.geteuid() != 0:
         raise InstallError(f"installing needs root: run `sudo apt-get install {' '.join(packages)}` "
                            "or `sudo brokerconf targets install`")
