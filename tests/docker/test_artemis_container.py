@@ -184,7 +184,7 @@ def test_no_group_fields_no_fragment():
 
 
 @pytest.mark.parametrize("field,value", [("pending_message_limit", 10), ("memory_limit", 1024),
-                                         ("maximum_redeliveries", 3), ("producer_flow_control", False)])
+                                         ("producer_flow_control", False)])
 def test_classic_only_settings_are_refused_not_dropped(field, value):
     with pytest.raises(UnsupportedArtemisPolicy, match=field):
         address_settings_xml((DestinationPolicy("topic://slow.>", **{field: value}),))
