@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Callable
 
 from conformance.scenario import Scenario
+from conformance.targets.artemis_config import DEAD_LETTER_ADDRESS
 from conformance.targets.base import DestinationCounters, SubscriptionCounters, TargetUnavailable
 
 __all__ = ["ArtemisTarget", "ArtemisProcessHandle", "ArtemisContainerHandle", "LAUNCH_MODES"]
@@ -95,6 +96,7 @@ class ArtemisProcessHandle:
         self.host = process.host
         self.ports = {p: process.ports[p] for p in ("stomp", "mqtt", "amqp") if p in process.ports}
         self.client_options = CLIENT_OPTIONS
+        self.dead_letter_queue = f"queue://{DEAD_LETTER_ADDRESS}"  # artemis_config's dead-letter-address
 
     @property
     def pid(self) -> int | None:
