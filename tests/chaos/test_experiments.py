@@ -123,3 +123,20 @@ def test_failed_nemesis_step_makes_the_verdict_unknown(tmp_path, monkeypatch):
     assert verdict["run_stats"]["faults"] == 0
     assert verdict["checks"]["nemesis_schedule"]["errors"][0].startswith("kill at ")
     assert verdict["valid"] == "unknown"  # the queue itself lost nothing, but the kill never happened
+
+
+@pytest.mark.slow
+@pytest.mark.real_broker
+def test_experiment_1_on_artemis_kill_restart(request, tmp_path):
+    """A local Artemis killed under persistent STOMP load and restarted on its journal: nothing
+    acknowledged is lost (issue 16)."""
+    from conformance.requirements import skip_or_fail
+
+    exp = load_experiment(EXPERIMENTS / "artemis-kill-restart.toml")
+    available, why = resolve(exp.target.name).availability()
+    if not available:
+        skip_or_fail("artemis", why)
+    verdict = _run(request, tmp_path, "artemis-kill-restart.toml", duration=20)  # kills at 8 s and 16 s
+    assert verdict["run_stats"]["faults"] >= 1
+    total = verdict["checks"]["total_queue"]
+    assert total["enqueued"] > 0 and not total["lost"], total
