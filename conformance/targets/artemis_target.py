@@ -237,7 +237,6 @@ class ArtemisTarget:
     tests (defaults: `artemis_dist.installed`, docker_env's image check, which never pulls)."""
 
     kind = "artemis"
-    requirement = "artemis"  # BROKERCONF_REQUIRE name (conformance/requirements.py)
 
     def __init__(self, name: str = "artemis", *, launch: str = "auto", image: str | None = None,
                  image_check=None, process_check: Callable[[], tuple[bool, str]] | None = None,
@@ -285,6 +284,12 @@ class ArtemisTarget:
     @property
     def launch_mode(self) -> str:
         return self._resolve()[0]
+
+    @property
+    def requirement(self) -> str:
+        """The BROKERCONF_REQUIRE name this target needs (conformance/requirements.py): the local
+        distribution, or the Docker engine with the image for ``artemis:container``."""
+        return "docker" if self.launch_requested == "container" else "artemis"
 
     def availability(self) -> tuple[bool, str]:
         _, ok, reason = self._resolve()
