@@ -51,8 +51,10 @@ PROCESS_CAPABILITIES = CONTAINER_CAPABILITIES | frozenset({
     "durable_subscriptions", "consumer_priority"})
 
 #: ActiveMQ's STOMP subscribe extensions that Artemis reads differently or not at all (Artemis
-#: 2.40 "STOMP" chapter, flow control: ``activemq.prefetchSize`` is taken as ``consumer-window-size``,
-#: a window in BYTES; it documents no consumer-priority or exclusive-consumer SUBSCRIBE header).
+#: user manual, STOMP chapter, "Flow Control": ``activemq.prefetchSize`` is accepted for backwards
+#: compatibility but read as ``consumer-window-size``, a window in BYTES, and with ack:auto a
+#: consumer whose window is full gets nothing more; the chapter documents no consumer-priority or
+#: exclusive-consumer SUBSCRIBE header).
 #: The STOMP adapter raises Unsupported for them, so such a check runs over AMQP on Artemis (link
 #: credit counts messages; the ``priority`` link property is Artemis's consumer priority).
 STOMP_UNSUPPORTED = {
