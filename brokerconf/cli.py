@@ -148,7 +148,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 #: the main job's chaos stage: (experiment file, target override, real broker it needs or None).
 #: Experiment 1 always; with ActiveMQ Classic among the targets and installed, experiment 2 and
 #: experiment 4 on ActiveMQ as well, so the report compares the two slow-subscriber accountings.
-#: Experiment 1 on Artemis too when it is among the targets and installed.
+#: Experiments 1 (kill under persistent load, journal kept) and 3 (clients partitioned through the
+#: fault proxy) on Artemis too when it is among the targets and installed.
 #: The bridge partition (issue 7) on both: about 25 s on the reference broker, 30 s on ActiveMQ,
 #: whose networks run as local JVMs only (chaos/topology.py), hence `activemq:process`: where
 #: ActiveMQ exists only as a container image that entry is skipped with the reason.
@@ -161,6 +162,7 @@ MAIN_JOB_EXPERIMENTS = (
     ("network-bridge-partition.toml", "activemq:process", "activemq"),
     # Apache Artemis as a local JVM (issue 16): killed under persistent load, journal kept
     ("artemis-kill-restart.toml", "artemis:process", "artemis"),
+    ("client-partition.toml", "artemis:process", "artemis"),
 )
 
 

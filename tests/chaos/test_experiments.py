@@ -90,8 +90,13 @@ def test_experiment_2_activemq_shared_store_failover(request, tmp_path):
 
 
 @pytest.mark.slow
-def test_experiment_3_client_partition(request, tmp_path):
-    verdict = _run(request, tmp_path, "client-partition.toml", duration=17)
+@pytest.mark.parametrize("target", [None, pytest.param("artemis:process", marks=pytest.mark.real_broker)])
+def test_experiment_3_client_partition(request, tmp_path, target):
+    if target is not None and not resolve(target).availability()[0]:
+        from conformance.requirements import skip_or_fail
+
+        skip_or_fail("artemis", resolve(target).availability()[1])
+    verdict = _run(request, tmp_path, "client-partition.toml", duration=17, target=target)
     assert verdict["run_stats"]["faults"] == 1
     partition = [f for f in verdict["checks"]["failover_downtime"]["faults"] if f["f"] == "partition"]
     # No send can be confirmed through the cut: every producer's first success came after the
