@@ -189,6 +189,8 @@ class ArtemisContainerHandle:
         self.host = broker.host
         self.ports = {p: broker.ports[p] for p in ("stomp", "mqtt", "amqp") if p in broker.ports}
         self.client_options = CLIENT_OPTIONS
+        # the image's broker.xml comes from the same `artemis create`, whose dead-letter address is DLQ
+        self.dead_letter_queue = f"queue://{DEAD_LETTER_ADDRESS}"
 
     def config_text(self) -> str:
         return self.broker.config_text()
