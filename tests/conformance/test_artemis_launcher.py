@@ -70,6 +70,10 @@ def test_broker_serves_three_protocols_counts_and_is_cleaned_up(tmp_path):
         assert (after.enqueued, after.dequeued, after.consumers) == (3, 3, 1), after
         assert after.raw["MessageCount"] == 0 and after.raw["DeliveringCount"] == 0
         assert handle.destination_counters("queue://launch.never-used") is None
+        # everything the broker listens on (acceptors, the Jolokia web server) is on loopback
+        pids = {pid} | {c.pid for c in psutil.Process(pid).children(recursive=True)}
+        listening = [c.laddr for c in psutil.net_connections("tcp") if c.status == "LISTEN" and c.pid in pids]
+        assert len(listening) >= 5 and all(a.ip in ("127.0.0.1", "::ffff:127.0.0.1") for a in listening), listening
         # AMQP -> STOMP and MQTT -> MQTT
         amqp = connect(handle.host, handle.ports["amqp"], "amqp", **login)
         amqp.send("queue://launch.q", "from-amqp")
