@@ -28,7 +28,7 @@ from pathlib import Path
 
 
 #: `brokerconf run` without --targets: ActiveMQ is reported not applicable where it cannot run
-DEFAULT_RUN_TARGETS = "reference,activemq"
+DEFAULT_RUN_TARGETS = "reference,activemq,artemis"
 
 
 def _progress(message: str) -> None:
@@ -191,6 +191,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 #: the main job's chaos stage: (experiment file, target override, real broker it needs or None).
 #: Experiment 1 always; with ActiveMQ Classic among the targets and installed, experiment 2 and
 #: experiment 4 on ActiveMQ as well, so the report compares the two slow-subscriber accountings.
+#: Experiments 1 (kill under persistent load, journal kept) and 3 (clients partitioned through the
+#: fault proxy) on Artemis too when it is among the targets and installed.
 #: The bridge partition (issue 7) on both: about 25 s on the reference broker, 30 s on ActiveMQ,
 #: whose networks run as local JVMs only (chaos/topology.py), hence `activemq:process`: where
 #: ActiveMQ exists only as a container image that entry is skipped with the reason.
@@ -201,6 +203,9 @@ MAIN_JOB_EXPERIMENTS = (
     ("activemq-shared-store-failover.toml", None, "activemq"),
     ("slow-topic-subscriber.toml", "activemq", "activemq"),
     ("network-bridge-partition.toml", "activemq:process", "activemq"),
+    # Apache Artemis as a local JVM (issue 16): killed under persistent load, journal kept
+    ("artemis-kill-restart.toml", "artemis:process", "artemis"),
+    ("client-partition.toml", "artemis:process", "artemis"),
 )
 
 
@@ -360,19 +365,20 @@ def cmd_targets_list(args: argparse.Namespace) -> int:
 
 def cmd_targets_install(args: argparse.Namespace) -> int:
     from chaos.proxy.install import ToxiproxyInstallError, install_toxiproxy
-    from conformance.targets.install import PACKAGES, InstallError, install
+    from conformance.targets.install import PACKAGES, TOOLS, InstallError, install, packages_for
 
-    # toxiproxy is built with `go install` into .tools/bin (no root), the rest come from apt
-    targets = args.targets or [*PACKAGES, "toxiproxy"]
-    debian = [t for t in targets if t != "toxiproxy"]
-    unknown = [t for t in debian if t not in PACKAGES]
-    if unknown:
-        print(f"brokerconf targets install: unknown target(s) {', '.join(unknown)} "
-              f"(installable: {', '.join([*PACKAGES, 'toxiproxy'])})", file=sys.stderr)
+    # Debian packages come from apt (root); TOOLS (Artemis, ActiveMQ's AMQP transport) are fetched
+    # with Maven into .tools/ and toxiproxy is built with `go install` into .tools/bin (no root)
+    targets = args.targets or [*PACKAGES, "artemis", "toxiproxy"]
+    others = [t for t in targets if t != "toxiproxy"]
+    try:
+        packages_for(others)  # a bad name is a usage error before anything is installed
+    except InstallError as exc:
+        print(f"brokerconf targets install: {exc}; or toxiproxy", file=sys.stderr)
         return 2
     try:
-        if debian:
-            install(debian, progress=_progress)
+        if others:
+            install(others, progress=_progress)
         if "toxiproxy" in targets:
             install_toxiproxy(progress=_progress)
     except (InstallError, ToxiproxyInstallError) as exc:
@@ -387,7 +393,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="brokerconf", description="Conformance suite and chaos harness for message brokers.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    run = sub.add_parser("run", help="the main job: conformance suites against the reference broker (and ActiveMQ if installed), with a report")
+    run = sub.add_parser("run", help="the main job: conformance suites against the reference broker (and ActiveMQ "
+                                      "Classic and Artemis where installed), with a report")
     run.add_argument("--targets", default=None,
                      help=f"comma-separated targets (default: {DEFAULT_RUN_TARGETS}; a default target that cannot run "
                           "here is reported not applicable, a named one fails the run)")
@@ -447,12 +454,13 @@ def build_parser() -> argparse.ArgumentParser:
     targets_list.set_defaults(func=cmd_targets_list)
     targets_install = targets_sub.add_parser("install", help="install the Debian packages of local targets (root); "
                                              "`docker` also starts the engine and builds the images; "
-                                             "`toxiproxy` builds the pinned toxiproxy-server into .tools/bin (Go); "
-                                             "`activemq-amqp` fetches ActiveMQ's AMQP transport into .tools/ "
-                                             "with Maven (no root; `activemq` tries it too)")
+                                             "`artemis` fetches the pinned Artemis distribution and `activemq-amqp` "
+                                             "ActiveMQ's AMQP transport with Maven into .tools/ (no root; `activemq` "
+                                             "tries activemq-amqp too); `toxiproxy` builds the pinned toxiproxy-server "
+                                             "into .tools/bin (Go)")
     targets_install.add_argument("targets", nargs="*",
-                                 help="targets to install (default: activemq rabbitmq mosquitto docker toxiproxy; "
-                                      "also: activemq-amqp)")
+                                 help="targets to install (default: activemq rabbitmq mosquitto docker artemis "
+                                      "toxiproxy; also: activemq-amqp)")
     targets_install.set_defaults(func=cmd_targets_install)
 
     broker = sub.add_parser("broker", help="run the reference broker")

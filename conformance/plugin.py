@@ -197,7 +197,8 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         if target.kind != "reference":
             # so `-m "not real_broker"` keeps the fast loop to the reference broker
             item.add_marker(pytest.mark.real_broker)
-        matching = [d for d in state.deviations if d.matches(target.kind, specs, item.originalname)]
+        matching = [d for d in state.deviations if d.matches(target.kind, specs, item.originalname,
+                                                                   _params(item).get("protocol", "stomp"))]
         if matching:
             item.stash[DEVIATIONS] = matching
         for deviation in matching:

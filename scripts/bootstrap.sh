@@ -8,6 +8,8 @@
 #   * as root on Debian, installs the Debian packages the real-broker targets need
 #     (set BROKERCONF_INSTALL_BROKERS=0 to skip), iproute2 for the netns nemesis, and the Docker
 #     engine with the project's images (set BROKERCONF_INSTALL_DOCKER=0 to skip),
+#   * fetches the pinned Apache Artemis distribution and ActiveMQ's AMQP transport with Maven
+#     into .tools/ (no root; verified once against pins.toml, then re-used: quick when cached),
 #   * builds the pinned real toxiproxy-server into .tools/bin with Go, when Go is there
 #     (no root; set BROKERCONF_INSTALL_TOXIPROXY=0 to skip).
 # Leaves the current directory at the repository root.
@@ -173,6 +175,26 @@ _bc_ensure_brokers() {
     fi
 }
 
+# --------------------------------------------------------------------------- Artemis
+# The `artemis:process` target (issue 16): the binary distribution pinned in
+# conformance/targets/pins.toml, copied by Maven (which reads the machine's own mirror settings),
+# verified against the pinned sha512 and unpacked under .tools/artemis. Needs no root, so
+# BROKERCONF_INSTALL_BROKERS=0 does not skip it (that flag is about apt). Not fatal: without it the
+# Artemis target is reported not applicable with the reason. Runs before the image build, which
+# can use the same archive.
+_bc_ensure_artemis() {
+    if ! command -v mvn >/dev/null 2>&1; then
+        if _bc_is_root && _bc_have_apt && [ "${BROKERCONF_INSTALL_BROKERS:-1}" != "0" ]; then
+            _bc_log "installing maven (Debian package) to fetch the Artemis distribution..."
+            _bc_apt_install maven || true
+        fi
+    fi
+    if ! .venv/bin/python -m conformance.targets.artemis_dist >/dev/null; then
+        _bc_log "warning: the Artemis target will be reported not applicable (see the message above;" \
+                "retry with: .venv/bin/brokerconf targets install artemis)"
+    fi
+}
+
 # --------------------------------------------------------------------------- network namespaces
 # The netns nemesis (chaos/nemesis/netns.py) partitions two network namespaces with the `ip` tool
 # of iproute2 (and needs root to do it); CI requires it (.ci/run, BROKERCONF_REQUIRE=...,netns).
@@ -267,6 +289,7 @@ _bc_ensure_venv
 _bc_ensure_packages
 _bc_ensure_brokers
 _bc_ensure_netns
+_bc_ensure_artemis
 _bc_ensure_activemq_amqp
 _bc_ensure_docker
 _bc_ensure_toxiproxy

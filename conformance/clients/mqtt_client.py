@@ -159,8 +159,12 @@ class MqttClient:
         protocol = paho.MQTTv5 if mqtt_version == 5 else paho.MQTTv311
         kwargs = {} if mqtt_version == 5 else {"clean_session": self.clean_session}
         # No reconnecting behind the test's back: a lost connection is an observation.
+        # manual_ack: _on_message queues the PUBACK itself *before* the message reaches the caller.
+        # With paho's automatic ack the PUBACK is sent after on_message returns, so a caller that
+        # took the message and closed at once could put its DISCONNECT on the wire first, and the
+        # broker then rightly redelivers that QoS 1 message (seen on Artemis, DUR-KEEP-1 over MQTT).
         self._paho = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id=self.client_id, protocol=protocol,
-                                 reconnect_on_failure=False, **kwargs)
+                                 reconnect_on_failure=False, manual_ack=True, **kwargs)
         if login is not None:
             self._paho.username_pw_set(login, passcode)
         self._paho.on_connect = self._on_connect
@@ -377,6 +381,8 @@ class MqttClient:
             headers={"topic": message.topic, "qos": message.qos, "retain": bool(message.retain),
                      "dup": bool(message.dup), "mid": message.mid},
         )
+        if message.qos > 0:
+            client.ack(message.mid, message.qos)  # before anyone can see it (manual_ack above)
         with self._cond:
             sub = next((s for s in self._subscriptions
                         if paho.topic_matches_sub(s.topic_filter, message.topic)), None)

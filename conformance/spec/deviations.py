@@ -6,6 +6,7 @@ One TOML file per area in ``conformance/known_deviations/``::
     target = "activemq"                 # target kind
     spec = "SLOW-EVICT-2"               # catalogue ID the broker breaks
     test = "test_oldest_evicted_first"  # optional: only this test function
+    protocol = "amqp"                   # optional: only this protocol's parametrization
     summary = "what the broker does instead, in one line"
     failure = "SLOW-EVICT-2: .*got \\[" # how the failure looks: a regular expression
     evidence = \"\"\"configuration excerpt, observed messages or counters, broker log lines\"\"\"
@@ -28,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 DEFAULT_DEVIATIONS_DIR = Path(__file__).resolve().parents[1] / "known_deviations"
-KEYS = ("target", "spec", "test", "summary", "failure", "evidence")
+KEYS = ("target", "spec", "test", "protocol", "summary", "failure", "evidence")
 REQUIRED = ("target", "spec", "summary", "failure", "evidence")
 
 
@@ -45,9 +46,11 @@ class Deviation:
     failure: str
     test: str | None = None
     source: str = ""
+    protocol: str | None = None
 
-    def matches(self, kind: str, specs: list[str], test_name: str) -> bool:
-        return kind == self.target and self.spec in specs and (self.test is None or self.test == test_name)
+    def matches(self, kind: str, specs: list[str], test_name: str, protocol: str | None = None) -> bool:
+        return (kind == self.target and self.spec in specs and (self.test is None or self.test == test_name)
+                and (self.protocol is None or self.protocol == protocol))
 
     def explains(self, message: str) -> bool:
         """True when an assertion failure with ``message`` is this deviation reproducing."""
@@ -85,5 +88,5 @@ def load_deviations(directory: Path, catalogue: dict) -> list[Deviation]:
             if raw["spec"] not in catalogue:
                 raise DeviationError(f"{where}: spec {raw['spec']!r} is not in the catalogue")
             deviations.append(Deviation(raw["target"], raw["spec"], raw["summary"].strip(), raw["evidence"].strip(),
-                                        raw["failure"], raw.get("test"), path.name))
+                                        raw["failure"], raw.get("test"), path.name, raw.get("protocol")))
     return deviations

@@ -52,11 +52,12 @@ import uuid
 import weakref
 from pathlib import Path
 from typing import Any
-from xml.sax.saxutils import escape
 
 from conformance.scenario import DestinationPolicy, Scenario
 
 from .activemq import _stomp_handshake
+# the address-setting mapping is shared with the local-process launcher (artemis_process.py)
+from .artemis_config import FRAGMENT_MARK, UnsupportedArtemisPolicy, address_settings_xml, artemis_match
 from .container_lifecycle import ContainerLifecycle, _configure_reaper
 from .docker_env import DockerUnavailable, docker_client, image_available
 from .process import free_ports
@@ -75,7 +76,7 @@ LABEL = "org.brokerconf.launcher"
 DEFAULT_EXTRA_ARGS = "--http-host 0.0.0.0 --relax-jolokia"
 
 _MOUNT = "/etc/brokerconf"
-_FRAGMENT_MARK = "brokerconf address settings"
+_FRAGMENT_MARK = FRAGMENT_MARK
 # The image's entrypoint is /docker-run.sh with working directory /var/lib/artemis-instance.
 _START_SCRIPT = f"""#!/bin/sh
 # brokerconf: let the image's entrypoint create the instance, add the scenario's address
@@ -99,67 +100,6 @@ exec /docker-run.sh run
 
 class ArtemisStartError(RuntimeError):
     """The Artemis container did not become ready; the message carries its log."""
-
-
-class UnsupportedArtemisPolicy(ValueError):
-    """A scenario policy field has no Artemis address setting defined in the documents we follow."""
-
-
-# ------------------------------------------------------------------ address settings
-
-
-def artemis_match(pattern: str) -> str:
-    """``queue://grp.>`` -> ``grp.#``: ActiveMQ wildcards in Artemis syntax (``.`` separates words,
-    ``*`` one word, ``#`` any number; ActiveMQ's ``>`` is Artemis's ``#``)."""
-    name = pattern.partition("://")[2]
-    return ".".join("#" if word == ">" else word for word in name.split("."))
-
-
-_GROUP_FIELDS = {"group_buckets": "default-group-buckets", "group_rebalance": "default-group-rebalance",
-                 "group_first_key": "default-group-first-key"}
-_CLASSIC_ONLY = ("pending_message_limit", "prefetch_rate_multiplier", "eviction", "eviction_property",
-                 "memory_limit", "producer_flow_control", "maximum_redeliveries")
-
-
-def _setting_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return escape(str(value))
-
-
-def address_settings_xml(policies: tuple[DestinationPolicy, ...]) -> str:
-    """``<address-setting>`` elements for the policies' group fields ("" when none has any).
-
-    Raises `UnsupportedArtemisPolicy` naming the first field Artemis cannot be given here, or two
-    policies that give one address different values."""
-    by_match: dict[str, dict[str, str]] = {}
-    for policy in policies:
-        unsupported = [f for f in _CLASSIC_ONLY if getattr(policy, f) is not None]
-        if unsupported:
-            raise UnsupportedArtemisPolicy(
-                f"policy {policy.pattern!r} sets {', '.join(unsupported)}: an ActiveMQ Classic setting with no Artemis "
-                "address setting in the documents brokerconf follows (only group_buckets, group_rebalance and "
-                "group_first_key map, see artemis-message-grouping.md)")
-        settings = {element: _setting_value(getattr(policy, f)) for f, element in _GROUP_FIELDS.items()
-                    if getattr(policy, f) is not None}
-        if not settings:
-            continue
-        match = artemis_match(policy.pattern)
-        earlier = by_match.setdefault(match, {})
-        clash = [k for k in settings if k in earlier and earlier[k] != settings[k]]
-        if clash:
-            raise UnsupportedArtemisPolicy(
-                f"policies give the Artemis address {match!r} different {clash[0]} values ({earlier[clash[0]]} and "
-                f"{settings[clash[0]]}); queue:// and topic:// patterns with one name share an address in Artemis")
-        earlier.update(settings)
-    if not by_match:
-        return ""
-    lines = [f"<!-- {_FRAGMENT_MARK} (generated; see conformance/targets/artemis_container.py) -->"]
-    for match, settings in by_match.items():
-        lines.append(f'<address-setting match="{escape(match, {chr(34): "&quot;"})}">')
-        lines += [f"   <{k}>{v}</{k}>" for k, v in settings.items()]
-        lines.append("</address-setting>")
-    return "\n".join(lines) + "\n"
 
 
 # ------------------------------------------------------------------ the launcher

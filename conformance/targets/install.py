@@ -24,6 +24,7 @@ PACKAGES: dict[str, tuple[str, ...]] = {
 #: installed from a registry into .tools/ with the tool's own client (no root): name -> what it adds
 TOOLS: dict[str, str] = {
     "activemq-amqp": "ActiveMQ Classic's AMQP transport (activemq-amqp + proton-j, with Maven)",
+    "artemis": "the pinned Apache Artemis binary distribution (with Maven; conformance/targets/artemis_dist.py)",
 }
 #: Debian targets that also get these tools, as a best effort (a failure is a warning: the
 #: target runs without them, e.g. ActiveMQ without AMQP)
@@ -57,6 +58,15 @@ def install_tool(name: str, progress=print, run=subprocess.run) -> None:
             ensure_amqp_transport(progress=progress, run=run)
         except AmqpTransportError as exc:
             raise InstallError(f"activemq-amqp: {exc}") from None
+        return
+    if name == "artemis":
+        from conformance.targets.artemis_dist import ArtemisDistError, ensure_distribution  # noqa: PLC0415
+
+        try:
+            where = ensure_distribution(run=run)
+        except (ArtemisDistError, OSError) as exc:
+            raise InstallError(f"Apache Artemis: {exc}") from exc
+        progress(f"Apache Artemis ready in {where}")
         return
     raise InstallError(f"no installer for tool {name!r} (known: {', '.join(TOOLS)})")
 

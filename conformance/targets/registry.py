@@ -3,8 +3,8 @@
 Built-in names: ``reference`` (in-process), ``reference:process``, ``activemq`` (a local process
 when the Debian package is installed, else a container; the matrix records which),
 ``activemq:process`` and ``activemq:container`` (force one), ``rabbitmq``, ``mosquitto``,
-``artemis`` (container-only, `ArtemisContainer`: not applicable, with docker_env's reason, where
-the ``apache/activemq-artemis`` image is not in the engine).
+``artemis`` (a local JVM when the distribution is installed in .tools/artemis, else a container;
+`conformance.targets.artemis_target`), ``artemis:process`` and ``artemis:container`` (force one).
 
 A targets file (``--targets-file``, TOML) names brokers that are already running::
 
@@ -33,7 +33,7 @@ from conformance.scenario import Scenario
 from conformance.targets.base import CAPABILITIES, DestinationCounters, SubscriptionCounters, Target, TargetUnavailable
 
 BUILTIN = ("reference", "reference:process", "activemq", "activemq:process", "activemq:container", "rabbitmq",
-           "mosquitto", "artemis")
+           "mosquitto", "artemis", "artemis:process", "artemis:container")
 
 #: the official image (REFERENCES.md, "ActiveMQ Artemis"); never pulled by availability checks.
 #: $BROKERCONF_ARTEMIS_IMAGE picks another tag or a mirror (as docker/compose/artemis-cluster.yaml)
@@ -42,125 +42,6 @@ ARTEMIS_IMAGE = os.environ.get("BROKERCONF_ARTEMIS_IMAGE", "apache/activemq-arte
 
 class UnknownTarget(ValueError):
     pass
-
-
-class ArtemisHandle:
-    """A running Artemis container for one scenario (implements `BrokerHandle`; no counters:
-    the launcher reads no Artemis management data)."""
-
-    kind = "artemis"
-    launch = "container"
-
-    def __init__(self, *, target: str, broker, scenario: Scenario, capabilities: frozenset[str]) -> None:
-        self.target = target
-        self.broker = broker  # conformance.targets.artemis_container.ArtemisContainer
-        self.process = broker  # same name as ActiveMQHandle's, for the chaos harness (kill/pause/resume)
-        self.scenario = scenario
-        self.capabilities = capabilities
-        self.credentials = tuple(broker.ready_login) if broker.ready_login else (None, None)
-        self.host = broker.host
-        self.ports = {p: broker.ports[p] for p in ("stomp", "mqtt", "amqp") if p in broker.ports}
-
-    def config_text(self) -> str:
-        return self.broker.config_text()
-
-    def log_tail(self, lines: int = 80) -> str:
-        return self.broker.log_tail(lines)
-
-    def subscription_counters(self, destination: str) -> list[SubscriptionCounters]:
-        raise TargetUnavailable(f"{self.target}: the Artemis launcher reads no subscription counters")
-
-    def destination_counters(self, destination: str) -> DestinationCounters | None:
-        raise TargetUnavailable(f"{self.target}: the Artemis launcher reads no destination counters")
-
-    def kill(self) -> None:
-        self.broker.kill()
-
-    def restart(self, timeout: float = 120) -> None:
-        """Start the killed container again (same instance, journal and host ports)."""
-        from conformance.targets.artemis_container import ArtemisStartError  # noqa: PLC0415
-        from conformance.targets.docker_env import DockerUnavailable  # noqa: PLC0415
-
-        try:
-            self.broker.start(timeout=timeout)
-        except (ArtemisStartError, DockerUnavailable) as e:
-            raise TargetUnavailable(f"Artemis ({self.target}) did not come back: {e}") from e
-
-    def stop(self) -> None:
-        self.broker.stop()
-
-
-class ArtemisTarget:
-    """ActiveMQ Artemis runs only as a container of its official image
-    (`conformance.targets.artemis_container.ArtemisContainer`). Where it cannot run, the target is
-    not applicable and the reason says what is missing: the engine, permission, or the image
-    (docker_env, which never pulls).
-
-    Capabilities are what the launcher configures or the image provides as created: the three
-    listeners, the scenario's group address settings (``default-group-buckets``,
-    ``default-group-rebalance``, ``default-group-first-key``), and the grouping behaviour the
-    Artemis grouping document describes (pinning, closing with JMSXGroupSeq -1, reassignment when
-    the owner closes)."""
-
-    name = kind = "artemis"
-    launch_mode = "container"
-
-    _CAPABILITIES = frozenset({"protocol.stomp", "protocol.mqtt", "protocol.amqp", "scenario.policies", "groups",
-                               "groups.close", "groups.reassign_on_close", "groups.first_key", "groups.rebalance",
-                               "groups.buckets", "process.kill",
-                               # unchanged coverage: XPROTO-AMQP-1's group check ran here before it
-                               # became its own test (it needs this capability)
-                               "stomp.group_header"})
-
-    def __init__(self, image: str = ARTEMIS_IMAGE, image_check=None, start_timeout: float = 120.0) -> None:
-        self.image = image
-        self._image_check = image_check
-        self.start_timeout = start_timeout
-        self._availability: tuple[bool, str] | None = None
-
-    def availability(self) -> tuple[bool, str]:
-        if self._availability is None:  # asks the Docker engine: once
-            if self._image_check is not None:
-                ok, reason = self._image_check(self.image)
-            else:
-                from conformance.targets.docker_env import image_available  # noqa: PLC0415
-
-                ok, reason = image_available(self.image)
-            self._availability = (True, "") if ok else (False, f"ActiveMQ Artemis is container-only: {reason}")
-        return self._availability
-
-    def capabilities(self) -> frozenset[str]:
-        return self._CAPABILITIES
-
-    def why_missing(self, capability: str) -> str | None:
-        if capability.startswith(("counters.", "slow_consumer.", "memory.")):
-            return "the Artemis launcher configures and reads only group address settings (artemis_container.py)"
-        return None
-
-    def launch(self, scenario: Scenario, workdir: Path) -> ArtemisHandle:
-        ok, reason = self.availability()
-        if not ok:
-            raise TargetUnavailable(reason)
-        from conformance.targets.artemis_container import (  # noqa: PLC0415 - needs the docker SDK
-            ArtemisStartError,
-            UnsupportedArtemisPolicy,
-            from_scenario,
-        )
-        from conformance.targets.docker_env import DockerUnavailable  # noqa: PLC0415
-
-        try:
-            broker = from_scenario(scenario, Path(workdir) / "artemis-container", image=self.image)
-        except UnsupportedArtemisPolicy as e:
-            raise TargetUnavailable(f"ActiveMQ Artemis cannot run scenario {scenario.name!r}: {e}") from e
-        try:
-            broker.start(timeout=self.start_timeout)
-        except (ArtemisStartError, DockerUnavailable) as e:
-            raise TargetUnavailable(f"ActiveMQ Artemis (container) did not start for scenario {scenario.name!r}: "
-                                    f"{e}") from e
-        opened = {"stomp": True, "mqtt": broker.mqtt, "amqp": broker.amqp}
-        capabilities = frozenset(c for c in self._CAPABILITIES
-                                 if not (c.startswith("protocol.") and not opened[c.split(".", 1)[1]]))
-        return ArtemisHandle(target=self.name, broker=broker, scenario=scenario, capabilities=capabilities)
 
 
 @dataclass
@@ -266,8 +147,10 @@ def builtin_target(name: str) -> Target:
     if name == "mosquitto":
         from conformance.targets.peer_targets import MosquittoTarget
         return MosquittoTarget()
-    if name == "artemis":
-        return ArtemisTarget()
+    if name in ("artemis", "artemis:process", "artemis:container"):
+        from conformance.targets.artemis_target import ArtemisTarget
+        _, _, mode = name.partition(":")
+        return ArtemisTarget(name=name, launch=mode or "auto")
     raise UnknownTarget(name)
 
 

@@ -92,8 +92,13 @@ def test_experiment_2_activemq_shared_store_failover(request, tmp_path):
 
 
 @pytest.mark.slow
-def test_experiment_3_client_partition(request, tmp_path):
-    verdict = _run(request, tmp_path, "client-partition.toml", duration=17)
+@pytest.mark.parametrize("target", [None, pytest.param("artemis:process", marks=pytest.mark.real_broker)])
+def test_experiment_3_client_partition(request, tmp_path, target):
+    if target is not None and not resolve(target).availability()[0]:
+        from conformance.requirements import skip_or_fail
+
+        skip_or_fail("artemis", resolve(target).availability()[1])
+    verdict = _run(request, tmp_path, "client-partition.toml", duration=17, target=target)
     assert verdict["run_stats"]["faults"] == 1
     partition = [f for f in verdict["checks"]["failover_downtime"]["faults"] if f["f"] == "partition"]
     # No send can be confirmed through the cut: every producer's first success came after the
@@ -125,3 +130,20 @@ def test_failed_nemesis_step_makes_the_verdict_unknown(tmp_path, monkeypatch):
     assert verdict["run_stats"]["faults"] == 0
     assert verdict["checks"]["nemesis_schedule"]["errors"][0].startswith("kill at ")
     assert verdict["valid"] == "unknown"  # the queue itself lost nothing, but the kill never happened
+
+
+@pytest.mark.slow
+@pytest.mark.real_broker
+def test_experiment_1_on_artemis_kill_restart(request, tmp_path):
+    """A local Artemis killed under persistent STOMP load and restarted on its journal: nothing
+    acknowledged is lost (issue 16)."""
+    from conformance.requirements import skip_or_fail
+
+    exp = load_experiment(EXPERIMENTS / "artemis-kill-restart.toml")
+    available, why = resolve(exp.target.name).availability()
+    if not available:
+        skip_or_fail("artemis", why)
+    verdict = _run(request, tmp_path, "artemis-kill-restart.toml", duration=20)  # kills at 8 s and 16 s
+    assert verdict["run_stats"]["faults"] >= 1
+    total = verdict["checks"]["total_queue"]
+    assert total["enqueued"] > 0 and not total["lost"], total

@@ -28,7 +28,8 @@ from conformance.targets.artemis_container import (
 )
 from conformance.targets.base import TargetUnavailable
 from conformance.targets.docker_env import DockerUnavailable, image_available
-from conformance.targets.registry import ARTEMIS_IMAGE, ArtemisTarget
+from conformance.targets.artemis_target import ArtemisTarget
+from conformance.targets.registry import ARTEMIS_IMAGE
 
 
 # ---------------------------------------------------------------- fakes
@@ -184,7 +185,7 @@ def test_no_group_fields_no_fragment():
 
 
 @pytest.mark.parametrize("field,value", [("pending_message_limit", 10), ("memory_limit", 1024),
-                                         ("maximum_redeliveries", 3), ("producer_flow_control", False)])
+                                         ("producer_flow_control", False)])
 def test_classic_only_settings_are_refused_not_dropped(field, value):
     with pytest.raises(UnsupportedArtemisPolicy, match=field):
         address_settings_xml((DestinationPolicy("topic://slow.>", **{field: value}),))
@@ -305,15 +306,15 @@ def test_more_than_one_user_is_refused(tmp_path):
 
 
 def test_target_not_applicable_with_image_reason():
-    target = ArtemisTarget(image_check=lambda image: (False, "the Docker image X is not present; pull it"))
-    assert target.availability() == (False, "ActiveMQ Artemis is container-only: the Docker image X is not present; "
+    target = ArtemisTarget(launch="container", image_check=lambda image: (False, "the Docker image X is not present; pull it"))
+    assert target.availability() == (False, "no Artemis container: the Docker image X is not present; "
                                             "pull it")
     with pytest.raises(TargetUnavailable, match="pull it"):
         target.launch(Scenario("s"), None)
 
 
 def test_target_launches_container_with_capabilities(engine, tmp_path):
-    target = ArtemisTarget(image_check=lambda image: (True, ""))
+    target = ArtemisTarget(launch="container", image_check=lambda image: (True, ""))
     assert target.availability() == (True, "")
     handle = target.launch(Scenario("caps", protocols=("stomp", "mqtt")), tmp_path)
     try:
@@ -329,7 +330,7 @@ def test_target_launches_container_with_capabilities(engine, tmp_path):
 
 
 def test_target_refuses_classic_only_policy(engine, tmp_path):
-    target = ArtemisTarget(image_check=lambda image: (True, ""))
+    target = ArtemisTarget(launch="container", image_check=lambda image: (True, ""))
     scenario = Scenario("slow", policies=(DestinationPolicy("topic://slow.>", pending_message_limit=5),))
     with pytest.raises(TargetUnavailable, match="pending_message_limit"):
         target.launch(scenario, tmp_path)

@@ -20,7 +20,8 @@ from conformance.scenario import Scenario
 from conformance.targets import install as install_mod
 from conformance.targets.activemq_target import ActiveMQTarget
 from conformance.targets.docker_env import ACTIVEMQ_IMAGE, image_available
-from conformance.targets.registry import BUILTIN, ArtemisTarget, resolve
+from conformance.targets.artemis_target import ArtemisTarget
+from conformance.targets.registry import BUILTIN, resolve
 
 ROOT = Path(__file__).resolve().parents[2]
 NO_PACKAGE = "ActiveMQ is not installed: apt-get install activemq"
@@ -139,15 +140,15 @@ def test_container_launch_hands_back_a_container_handle(tmp_path, monkeypatch):
 def test_artemis_is_not_applicable_with_the_image_reason():
     missing = "the Docker image apache/activemq-artemis is not present in the engine; pull it with `docker pull ...`"
     seen = []
-    target = ArtemisTarget(image_check=lambda image: (seen.append(image), (False, missing))[1])
+    target = ArtemisTarget(launch="container", image_check=lambda image: (seen.append(image), (False, missing))[1])
     ok, reason = target.availability()
     assert not ok and seen == ["apache/activemq-artemis"]
-    assert reason == f"ActiveMQ Artemis is container-only: {missing}"
+    assert reason == f"no Artemis container: {missing}"
     assert target.launch_mode == "container"
 
 
 def test_artemis_with_its_image_is_available():
-    assert ArtemisTarget(image_check=lambda image: (True, "")).availability() == (True, "")
+    assert ArtemisTarget(launch="container", image_check=lambda image: (True, "")).availability() == (True, "")
 
 
 # ---------------------------------------------------------------- targets install docker
@@ -196,7 +197,7 @@ def test_targets_list_shows_launch_mode(capsys, monkeypatch):
             _, _, mode = name.partition(":")
             return _target(mode or "auto", process=(False, NO_PACKAGE), container=(True, ""))
         if name == "artemis":
-            return ArtemisTarget(image_check=lambda image: (False, "image missing"))
+            return ArtemisTarget(launch="container", image_check=lambda image: (False, "image missing"))
         return real(name)
 
     monkeypatch.setattr(registry, "builtin_target", fake)

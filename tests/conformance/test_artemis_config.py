@@ -1,0 +1,86 @@
+"""broker.xml for a local Artemis instance, generated from a Scenario (artemis_config.py)."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from conformance.scenario import DestinationPolicy, Scenario
+from conformance.targets.artemis_config import UnsupportedArtemisPolicy, render
+
+NS = {"c": "urn:activemq:core"}
+PORTS = {"core": 10001, "stomp": 10002, "mqtt": 10003, "amqp": 10004}
+
+
+def _core(config) -> ET.Element:
+    return ET.fromstring(config.broker_xml()).find("c:core", NS)
+
+
+def _settings(core) -> dict[str, dict[str, str]]:
+    return {s.get("match"): {c.tag.split("}")[1]: c.text for c in s}
+            for s in core.findall("c:address-settings/c:address-setting", NS)}
+
+
+def _render(scenario: Scenario):
+    return render(scenario, name="b1", host="127.0.0.1", ports=PORTS, admin=("brokerconf-admin", "secret"))
+
+
+def test_one_acceptor_per_listener_on_loopback_with_routing_prefixes():
+    core = _core(_render(Scenario("s")))
+    acceptors = {a.get("name"): a.text for a in core.findall("c:acceptors/c:acceptor", NS)}
+    assert set(acceptors) == set(PORTS)
+    for name, url in acceptors.items():
+        assert url.startswith(f"tcp://127.0.0.1:{PORTS[name]}?"), url
+    assert "protocols=STOMP" in acceptors["stomp"] and "anycastPrefix=/queue/" in acceptors["stomp"]
+    assert "multicastPrefix=topic://" in acceptors["amqp"] and "protocols=AMQP" in acceptors["amqp"]
+    assert "protocols=MQTT" in acceptors["mqtt"] and "protocols=CORE" in acceptors["core"]
+
+
+def test_group_and_redelivery_fields_become_address_settings():
+    core = _core(_render(Scenario("s", policies=(
+        DestinationPolicy("queue://grp.rebalance.>", group_rebalance=True),
+        DestinationPolicy("queue://grp.b7.>", group_buckets=7),
+        DestinationPolicy("queue://grp.first.>", group_first_key="FirstKey"),
+        DestinationPolicy("queue://dlq.>", maximum_redeliveries=2),
+    ))))
+    got = _settings(core)
+    assert got["grp.rebalance.#"] == {"default-group-rebalance": "true"}
+    assert got["grp.b7.#"] == {"default-group-buckets": "7"}
+    assert got["grp.first.#"] == {"default-group-first-key": "FirstKey"}
+    # Classic's maximumRedeliveries counts redeliveries; Artemis counts every delivery attempt
+    assert got["dlq.#"] == {"max-delivery-attempts": "3"}
+    catch_all = got["#"]
+    assert catch_all["dead-letter-address"] == "DLQ" and catch_all["expiry-address"] == "ExpiryQueue"
+    assert catch_all["auto-create-queues"] == "true" and catch_all["redistribution-delay"] == "0"
+    addresses = {a.get("name") for a in core.findall("c:addresses/c:address", NS)}
+    assert {"DLQ", "ExpiryQueue"} <= addresses
+
+
+def test_security_gives_the_role_every_permission_and_lists_the_users():
+    config = _render(Scenario("s", users=(("alice", "pw1"), ("bob", "pw2"))))
+    core = _core(config)
+    perms = {p.get("type"): p.get("roles") for p in core.findall("c:security-settings/c:security-setting/c:permission",
+                                                                   NS)}
+    assert perms["send"] == perms["consume"] == perms["manage"] == "amq"
+    assert config.users_properties().splitlines() == ["brokerconf-admin = secret", "alice = pw1", "bob = pw2"]
+    assert config.roles_properties().strip() == "amq = brokerconf-admin,alice,bob"
+    assert not config.anonymous and _render(Scenario("s")).anonymous
+
+
+@pytest.mark.parametrize("field,value", [("pending_message_limit", 10), ("memory_limit", 1024),
+                                         ("eviction", "oldest"), ("producer_flow_control", False),
+                                         ("prefetch_rate_multiplier", 2.0)])
+def test_classic_only_policy_fields_are_refused_by_name(field, value):
+    with pytest.raises(UnsupportedArtemisPolicy, match=field):
+        _render(Scenario("s", policies=(DestinationPolicy("topic://slow.>", **{field: value}),)))
+
+
+def test_broker_wide_memory_limit_is_refused_by_name():
+    with pytest.raises(UnsupportedArtemisPolicy, match="memory_limit"):
+        _render(Scenario("s", memory_limit=1 << 20))
+
+
+def test_the_admin_name_is_reserved():
+    with pytest.raises(UnsupportedArtemisPolicy, match="brokerconf-admin"):
+        _render(Scenario("s", users=(("brokerconf-admin", "x"),)))
