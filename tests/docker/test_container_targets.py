@@ -7,8 +7,10 @@ Fast tests use fake availability checks; the `container` test runs a conformance
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import tomllib
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from types import SimpleNamespace
@@ -19,7 +21,7 @@ from conformance.scenario import Scenario
 from conformance.targets import install as install_mod
 from conformance.targets.activemq_target import ActiveMQTarget
 from conformance.targets.docker_env import ACTIVEMQ_IMAGE, image_available
-from conformance.targets.registry import BUILTIN, ArtemisTarget, resolve
+from conformance.targets.registry import ARTEMIS_IMAGE, BUILTIN, ArtemisTarget, resolve
 
 ROOT = Path(__file__).resolve().parents[2]
 NO_PACKAGE = "ActiveMQ is not installed: apt-get install activemq"
@@ -136,17 +138,28 @@ def test_container_launch_hands_back_a_container_handle(tmp_path, monkeypatch):
 
 
 def test_artemis_is_not_applicable_with_the_image_reason():
-    missing = "the Docker image apache/activemq-artemis is not present in the engine; pull it with `docker pull ...`"
+    missing = f"the Docker image {ARTEMIS_IMAGE} is not present in the engine; build it with docker/build-images.sh"
     seen = []
     target = ArtemisTarget(image_check=lambda image: (seen.append(image), (False, missing))[1])
     ok, reason = target.availability()
-    assert not ok and seen == ["apache/activemq-artemis"]
+    assert not ok and seen == [ARTEMIS_IMAGE]
     assert reason == f"ActiveMQ Artemis is container-only: {missing}"
     assert target.launch_mode == "container"
 
 
 def test_artemis_with_its_image_is_available():
     assert ArtemisTarget(image_check=lambda image: (True, "")).availability() == (True, "")
+
+
+def test_default_artemis_image_is_the_local_build_of_the_pinned_version():
+    """Without $BROKERCONF_ARTEMIS_IMAGE the target runs the image docker/artemis/build.sh tags:
+    brokerconf/artemis:<the version pinned in pins.toml>."""
+    env = {k: v for k, v in os.environ.items() if k != "BROKERCONF_ARTEMIS_IMAGE"}
+    default = subprocess.run([sys.executable, "-c", "from conformance.targets.registry import ARTEMIS_IMAGE; "
+                              "print(ARTEMIS_IMAGE)"], cwd=ROOT, env=env, capture_output=True, text=True, check=True)
+    pinned = tomllib.loads((ROOT / "conformance" / "targets" / "pins.toml").read_text())["artemis"]["version"]
+    assert default.stdout.strip() == f"brokerconf/artemis:{pinned}"
+    assert 'IMAGE="brokerconf/artemis:$VERSION"' in (ROOT / "docker" / "artemis" / "build.sh").read_text()
 
 
 # ---------------------------------------------------------------- targets install docker
