@@ -77,13 +77,32 @@ DEFAULT_EXTRA_ARGS = "--http-host 0.0.0.0 --relax-jolokia"
 _MOUNT = "/etc/brokerconf"
 _FRAGMENT_MARK = "brokerconf address settings"
 # The image's entrypoint is /docker-run.sh with working directory /var/lib/artemis-instance.
+# Routing prefixes: `artemis create` writes the STOMP and AMQP acceptors without any, so a STOMP
+# ``/queue/X`` would name an address called "/queue/X" with the default routing type (multicast:
+# a message sent before any subscription is dropped). The Artemis documentation's "Address Model"
+# chapter (prefixes) maps a prefix to a routing type per acceptor; the clients use ActiveMQ's names
+# (``/queue/`` ``/topic/`` on STOMP, ``queue://`` ``topic://`` on AMQP), as artemis_config's
+# local instances declare them too.
+_STOMP_PREFIXES = "anycastPrefix=/queue/;multicastPrefix=/topic/"
+_AMQP_PREFIXES = "anycastPrefix=queue://;multicastPrefix=topic://"
 _START_SCRIPT = f"""#!/bin/sh
-# brokerconf: let the image's entrypoint create the instance, add the scenario's address
-# settings to etc/broker.xml, then run the broker (conformance/targets/artemis_container.py).
+# brokerconf: let the image's entrypoint create the instance, give the STOMP and AMQP acceptors
+# routing prefixes, add the scenario's address settings to etc/broker.xml, then run the broker
+# (conformance/targets/artemis_container.py). A restart finds all of it done and only runs.
 set -e
 cd /var/lib/artemis-instance
 /docker-run.sh version
-if ! grep -q '{_FRAGMENT_MARK}' etc/broker.xml; then
+if ! grep -q 'anycastPrefix=/queue/' etc/broker.xml; then
+  sed -e 's#\\(<acceptor name="stomp">[^<]*\\)</acceptor>#\\1;{_STOMP_PREFIXES}</acceptor>#' \\
+      -e 's#\\(<acceptor name="amqp">[^<]*\\)</acceptor>#\\1;{_AMQP_PREFIXES}</acceptor>#' \\
+      etc/broker.xml > /tmp/brokerconf-broker.xml
+  if ! grep -q '<acceptor name="stomp">[^<]*anycastPrefix=/queue/' /tmp/brokerconf-broker.xml; then
+    echo "brokerconf: error: etc/broker.xml has no <acceptor name=\\"stomp\\"> to give routing prefixes" >&2
+    exit 3
+  fi
+  cat /tmp/brokerconf-broker.xml > etc/broker.xml
+fi
+if [ -f {_MOUNT}/address-settings.xml ] && ! grep -q '{_FRAGMENT_MARK}' etc/broker.xml; then
   awk -v f={_MOUNT}/address-settings.xml \\
     '{{print}} !done && /<address-settings>/ {{while ((getline l < f) > 0) print l; done = 1}}' \\
     etc/broker.xml > /tmp/brokerconf-broker.xml
@@ -258,9 +277,9 @@ class ArtemisContainer(ContainerLifecycle):
         self.conf_dir.mkdir(parents=True, exist_ok=True)
         if self.address_settings:
             (self.conf_dir / "address-settings.xml").write_text(self.address_settings, encoding="utf-8")
-            script = self.conf_dir / "start-artemis.sh"
-            script.write_text(_START_SCRIPT, encoding="utf-8")
-            script.chmod(0o755)
+        script = self.conf_dir / "start-artemis.sh"
+        script.write_text(_START_SCRIPT, encoding="utf-8")
+        script.chmod(0o755)
 
     # ----------------------------------------------------------------- addresses
     def _address(self, listener: str) -> tuple[str, int] | None:
@@ -335,9 +354,9 @@ class ArtemisContainer(ContainerLifecycle):
             tc.ports[f"{CONTAINER_PORTS[listener]}/tcp"] = (self.host, self.ports[listener])
         kwargs: dict[str, Any] = {"labels": {**self._labels(), "org.brokerconf.workdir": str(self.workdir)},
                                   "cap_add": ["NET_ADMIN"] if self.net_admin else []}
-        if self.address_settings:
-            tc.with_volume_mapping(str(self.conf_dir), _MOUNT, "ro")
-            kwargs["entrypoint"] = ["/bin/sh", f"{_MOUNT}/start-artemis.sh"]
+        # always the start script: the acceptors need routing prefixes (see _START_SCRIPT)
+        tc.with_volume_mapping(str(self.conf_dir), _MOUNT, "ro")
+        kwargs["entrypoint"] = ["/bin/sh", f"{_MOUNT}/start-artemis.sh"]
         tc.with_kwargs(**kwargs)
         return tc
 

@@ -213,7 +213,10 @@ def test_environment_ports_and_labels(engine, tmp_path):
     assert tc.network is engine["networks"][0] and tc.network_aliases == ["art"]
     assert tc.kwargs["labels"]["org.brokerconf.launcher"] == "artemis_container"
     assert tc.kwargs["cap_add"] == ["NET_ADMIN"]
-    assert "entrypoint" not in tc.kwargs and tc.volumes == []  # no policies: the image runs unchanged
+    # no policies: the start script still runs (routing prefixes), with no address settings to add
+    assert tc.kwargs["entrypoint"] == ["/bin/sh", "/etc/brokerconf/start-artemis.sh"]
+    assert tc.volumes == [(str(tmp_path / "conf"), "/etc/brokerconf", "ro")]
+    assert not (tmp_path / "conf" / "address-settings.xml").exists()
     assert tc.strategy == ("log", ".*HTTP Server started.*")
     # ready only after STOMP answered, with the instance user's credentials
     assert engine["stomp_calls"] == [(amq.ports["stomp"], ("alice", "pw"))]
@@ -255,6 +258,22 @@ def test_start_script_splices_fragment_after_address_settings(tmp_path):
     settings = ET.fromstring(out).find("core/address-settings")
     assert [s.get("match") for s in settings] == ["grp.#", "#"]
     assert settings[0].find("default-group-rebalance").text == "true"
+
+
+def test_start_script_gives_stomp_and_amqp_acceptors_routing_prefixes(tmp_path):
+    # Run the script's sed step on the acceptors `artemis create` 2.40 writes.
+    broker = ('<acceptors>\n<acceptor name="artemis">tcp://0.0.0.0:61616?protocols=CORE,AMQP,STOMP</acceptor>\n'
+              '<acceptor name="amqp">tcp://0.0.0.0:5672?protocols=AMQP;useEpoll=true</acceptor>\n'
+              '<acceptor name="stomp">tcp://0.0.0.0:61613?protocols=STOMP;useEpoll=true</acceptor>\n</acceptors>\n')
+    sed = mod._START_SCRIPT.split("  sed ", 1)[1].split("etc/broker.xml >", 1)[0]
+    args = [part.strip().strip("'") for part in sed.replace("\\\n", " ").split(" -e ") if part.strip()]
+    args[0] = args[0].removeprefix("-e").strip().strip("'")
+    out = subprocess.run(["sed", *[x for a in args for x in ("-e", a)]], input=broker, capture_output=True,
+                         text=True, check=True).stdout
+    urls = {a.get("name"): a.text for a in ET.fromstring(out)}
+    assert urls["stomp"].endswith("useEpoll=true;anycastPrefix=/queue/;multicastPrefix=/topic/")
+    assert urls["amqp"].endswith("useEpoll=true;anycastPrefix=queue://;multicastPrefix=topic://")
+    assert "Prefix" not in urls["artemis"]
 
 
 def test_failed_readiness_reports_log_and_removes_everything(engine, tmp_path):
@@ -391,7 +410,7 @@ def test_real_mqtt_and_amqp_listeners_answer(artemis):
 
 @pytest.mark.container
 @pytest.mark.slow
-def test_real_address_setting_is_first_in_the_created_broker_xml(artemis):
+def test_real_broker_xml_has_prefixes_and_the_address_setting_first(artemis):
     ns = {"c": "urn:activemq:core"}
     root = ET.fromstring(instance_file(artemis, "etc/broker.xml"))
     settings = root.find("c:core/c:address-settings", ns)
@@ -401,6 +420,9 @@ def test_real_address_setting_is_first_in_the_created_broker_xml(artemis):
     assert created[0].get("match") == "grp.#"
     assert created[0].find("c:default-group-buckets", ns).text == "8"
     assert "#" in [s.get("match") for s in created[1:]], "the created address settings must still be there"
+    acceptors = {a.get("name"): a.text for a in root.find("c:core/c:acceptors", ns)}
+    assert "anycastPrefix=/queue/;multicastPrefix=/topic/" in acceptors["stomp"]
+    assert "anycastPrefix=queue://;multicastPrefix=topic://" in acceptors["amqp"]
 
 
 @pytest.mark.container
