@@ -1,8 +1,9 @@
-"""Run ActiveMQ Artemis from its official image (``apache/activemq-artemis``) with the interface of
-`ActiveMQContainer` (start/stop/kill/pause/resume, addresses, log_tail, serving), so the target
-layer and the chaos harness drive it the same way (issue 8).
+"""Run ActiveMQ Artemis in a container with the interface of `ActiveMQContainer` (start/stop/kill/pause/resume, addresses, log_tail, serving), so the target
+layer and the chaos harness drive it the same way (issue 8). The image is ``brokerconf/artemis``
+(docker/artemis, built offline by docker/build-images.sh from the pinned distribution; issue 16),
+or any image with the official ``apache/activemq-artemis`` interface ($BROKERCONF_ARTEMIS_IMAGE).
 
-What the launcher relies on (../shared/REFERENCES.md, "ActiveMQ Artemis", Images)
+What the launcher relies on (../shared/REFERENCES.md, "ActiveMQ Artemis", Images; both images)
 -------------------------------------------------------------------------------
 * Ports: 61616 (every protocol), 5672 (AMQP), 61613 (STOMP), 1883 (MQTT), 8161 (console). The ones
   asked for are published on 127.0.0.1 only, on host ports Docker picks at the first start and
@@ -36,12 +37,14 @@ limits and eviction, memory limits, flow control, redeliveries) is ActiveMQ Clas
 with no counterpart defined in the Artemis documents here, so a scenario using one raises
 `UnsupportedArtemisPolicy` instead of silently running without it.
 
-When the scenario has address settings, the fragment is mounted read-only with a small start
-script that runs the image's own entrypoint once with ``version`` (the entrypoint creates the
-instance when ``etc/broker.xml`` is absent, then runs the given ``artemis`` command), inserts the
-fragment right after the opening ``<address-settings>`` of the created ``broker.xml``, and then
-runs the entrypoint with ``run`` (the image's default command). Without address settings the image
-runs unchanged. NOT verified on this machine (no registry reachable to pull the image).
+A small start script is mounted read-only (with the fragment, when the scenario has address
+settings) and replaces the entrypoint: it runs the image's own entrypoint once with ``version``
+(the entrypoint creates the instance when ``etc/broker.xml`` is absent, then runs the given
+``artemis`` command), gives the STOMP and AMQP acceptors routing prefixes (``/queue/`` ``/topic/``,
+``queue://`` ``topic://``; see _START_SCRIPT), inserts the fragment right after the opening
+``<address-settings>`` of the created ``broker.xml``, and then runs the entrypoint with ``run``
+(the image's default command). Verified against brokerconf/artemis:2.40.0
+(tests/docker/test_artemis_container.py); the official image was not reachable here.
 """
 
 from __future__ import annotations
@@ -60,7 +63,7 @@ from .activemq import _stomp_handshake
 from .container_lifecycle import ContainerLifecycle, _configure_reaper
 from .docker_env import DockerUnavailable, docker_client, image_available
 from .process import free_ports
-from .registry import ARTEMIS_IMAGE  # the official image; never pulled (a missing image is a reason)
+from .registry import ARTEMIS_IMAGE  # the local image by default; never pulled (a missing image is a reason)
 
 __all__ = ["ARTEMIS_IMAGE", "ArtemisContainer", "ArtemisStartError", "UnsupportedArtemisPolicy", "CONTAINER_PORTS",
            "READY_LINE", "LABEL", "address_settings_xml", "artemis_match"]
@@ -209,7 +212,7 @@ def _wait_strategy(pattern: str, timeout: float) -> Any:
 
 
 class ArtemisContainer(ContainerLifecycle):
-    """One ActiveMQ Artemis broker in a container of the official image on a scenario network.
+    """One ActiveMQ Artemis broker in a container (see the module doc for the image) on a scenario network.
 
     ``stomp`` / ``mqtt`` / ``amqp`` say which listeners to publish (the image opens all of them;
     61616 is always published, as the core port other nodes and JMS clients use).
