@@ -416,6 +416,46 @@ class ArtemisContainer(ContainerLifecycle):
                                         f"{self._failure_report()}")
             time.sleep(0.3)
 
+    # ----------------------------------------------------------------- process faults
+    @property
+    def pid(self) -> int | None:
+        """Host PID of the container's main process, for chaos.nemesis.process (kill -9, SIGSTOP):
+        the JVM itself, since the start script, /docker-run.sh and bin/artemis each ``exec`` the
+        next. None when the container is not running; a PID not in this container's cgroup (reused
+        since) is never answered. Signalling it needs the engine user's rights (root here)."""
+        container = self._wrapped()
+        if container is None:
+            return None
+        try:
+            container.reload()
+        except Exception:  # noqa: BLE001 - removed behind our back
+            return None
+        state = container.attrs.get("State") or {}
+        if not (state.get("Running") and state.get("Pid")):
+            return None
+        pid = int(state["Pid"])
+        try:
+            with open(f"/proc/{pid}/cgroup", encoding="utf-8") as f:
+                mine = container.id in f.read()  # /docker/<id> (cgroupfs) or docker-<id>.scope (systemd)
+        except OSError:
+            return None  # already gone
+        return pid if mine else None
+
+    def kill(self) -> None:
+        """SIGKILL the broker's container; also when the chaos nemesis has already SIGKILLed its main
+        process (the engine then answers 409 "is not running"): wait until the engine sees it exited,
+        since start() restarts only a stopped container."""
+        try:
+            super().kill()
+        except Exception as exc:  # noqa: BLE001 - docker.errors.APIError without importing the SDK here
+            if "is not running" not in str(exc) and getattr(getattr(exc, "response", None), "status_code", 0) != 409:
+                raise
+        deadline = time.monotonic() + 30
+        while self.running:
+            if time.monotonic() >= deadline:
+                raise ArtemisStartError(f"Artemis container {self.name!r} still runs 30 s after SIGKILL")
+            time.sleep(0.05)
+
     # ----------------------------------------------------------------- observation
     def _failure_report(self, tail: int = 40) -> str:
         lines = self.log_tail(2000).splitlines()

@@ -440,8 +440,11 @@ def test_real_login_required_and_journal_kept_across_kill(tmp_path):
         with connect(*broker.stomp_address, "stomp", login="alice", passcode="s3cret", timeout=10) as producer:
             producer.send(queue, b"before the kill", persistent=True)
         ports, container_id = dict(broker.ports), broker.container_id
+        # the chaos nemesis signals this PID: the JVM itself (every step of the entrypoint execs)
+        with open(f"/proc/{broker.pid}/comm", encoding="utf-8") as f:
+            assert f.read().strip() == "java"
         broker.kill()
-        assert not broker.running
+        assert not broker.running and broker.pid is None
         broker.start(timeout=120)
         assert broker.ports == ports and broker.container_id == container_id
         with connect(*broker.stomp_address, "stomp", login="alice", passcode="s3cret", timeout=10) as consumer:
