@@ -1,5 +1,6 @@
-"""Run ActiveMQ Artemis in a container with the interface of `ActiveMQContainer` (start/stop/kill/pause/resume, addresses, log_tail, serving), so the target
-layer and the chaos harness drive it the same way (issue 8). The image is ``brokerconf/artemis``
+"""Run ActiveMQ Artemis in a container with the interface of `ActiveMQContainer`
+(start/stop/kill/pause/resume, addresses, log_tail, serving), so the target layer and the chaos
+harness drive it the same way (issue 8). The image is ``brokerconf/artemis``
 (docker/artemis, built offline by docker/build-images.sh from the pinned distribution; issue 16),
 or any image with the official ``apache/activemq-artemis`` interface ($BROKERCONF_ARTEMIS_IMAGE).
 
