@@ -466,3 +466,20 @@ def test_real_login_required_and_journal_kept_across_kill(tmp_path):
             client.networks.get(network)
     finally:
         client.close()
+
+
+@pytest.mark.container
+@pytest.mark.slow
+def test_real_process_nemesis_pauses_and_resumes_the_container_jvm(artemis):
+    """chaos.nemesis.process signals `pid` (SIGSTOP / SIGCONT to its process group): the broker stops
+    answering while paused and serves again after the resume, in the same container."""
+    from chaos.nemesis.process import ProcessNemesis  # noqa: PLC0415
+
+    container_id = artemis.container_id
+    with ProcessNemesis(artemis) as nemesis:
+        paused = nemesis.invoke("pause")
+        assert paused["pid"] == artemis.pid
+        assert not artemis.serving(timeout=2), "a paused broker answered STOMP CONNECT"
+        nemesis.invoke("resume")
+        assert artemis.serving(timeout=10), "the broker does not serve after the resume"
+    assert artemis.container_id == container_id
