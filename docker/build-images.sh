@@ -2,15 +2,24 @@
 # Build brokerconf's local images; idempotent (Docker's layer cache makes a rebuild a no-op).
 #
 #   docker/build-images.sh            base image (pulled or debootstrapped) + brokerconf/activemq-classic:5.17
+#                                     + brokerconf/artemis:<version pinned in conformance/targets/pins.toml>
+#
+# The Artemis image is built from the binary distribution cached at
+# .tools/artemis/apache-artemis-<version>-bin.tar.gz (fetched with Maven, which reads this machine's
+# mirror settings, when absent), verified against the sha512 in pins.toml. It is labelled with that
+# sha512 and a digest of docker/artemis/; when the existing image carries both, nothing is rebuilt
+# (not even the archive is needed).
 #
 # Environment:
 #   BROKERCONF_BASE_IMAGE      base the Dockerfiles build FROM (default debian:bookworm-slim)
 #   BROKERCONF_ACTIVEMQ_IMAGE  tag of the ActiveMQ Classic image (default brokerconf/activemq-classic:5.17)
 #   BROKERCONF_REBUILD=1       rebuild without the layer cache (e.g. to pick up Debian security updates)
+#   BROKERCONF_BUILD_ARTEMIS=0 leave the Artemis image out
 # Prints how long each step took.
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)"
+ROOT="$(dirname "$HERE")"
 BASE_IMAGE="${BROKERCONF_BASE_IMAGE:-debian:bookworm-slim}"
 ACTIVEMQ_IMAGE="${BROKERCONF_ACTIVEMQ_IMAGE:-brokerconf/activemq-classic:5.17}"
 
@@ -34,4 +43,10 @@ docker build --pull=false --force-rm "${extra[@]}" \
     --build-arg "BASE_IMAGE=$BASE_IMAGE" \
     -t "$ACTIVEMQ_IMAGE" "$HERE/activemq-classic" >&2
 say "built $ACTIVEMQ_IMAGE in $((SECONDS - t1))s"
+
+if [ "${BROKERCONF_BUILD_ARTEMIS:-1}" != "0" ]; then
+    t2=$SECONDS
+    "$HERE/artemis/build.sh" "$BASE_IMAGE" "$ROOT"
+    say "Artemis image ready in $((SECONDS - t2))s"
+fi
 say "all images ready in $((SECONDS - t0))s"

@@ -1,8 +1,10 @@
-"""Run ActiveMQ Artemis from its official image (``apache/activemq-artemis``) with the interface of
-`ActiveMQContainer` (start/stop/kill/pause/resume, addresses, log_tail, serving), so the target
-layer and the chaos harness drive it the same way (issue 8).
+"""Run ActiveMQ Artemis in a container with the interface of `ActiveMQContainer`
+(start/stop/kill/pause/resume, addresses, log_tail, serving), so the target layer and the chaos
+harness drive it the same way (issue 8). The image is ``brokerconf/artemis``
+(docker/artemis, built offline by docker/build-images.sh from the pinned distribution; issue 16),
+or any image with the official ``apache/activemq-artemis`` interface ($BROKERCONF_ARTEMIS_IMAGE).
 
-What the launcher relies on (../shared/REFERENCES.md, "ActiveMQ Artemis", Images)
+What the launcher relies on (../shared/REFERENCES.md, "ActiveMQ Artemis", Images; both images)
 -------------------------------------------------------------------------------
 * Ports: 61616 (every protocol), 5672 (AMQP), 61613 (STOMP), 1883 (MQTT), 8161 (console). The ones
   asked for are published on 127.0.0.1 only, on host ports Docker picks at the first start and
@@ -36,12 +38,14 @@ limits and eviction, memory limits, flow control, redeliveries) is ActiveMQ Clas
 with no counterpart defined in the Artemis documents here, so a scenario using one raises
 `UnsupportedArtemisPolicy` instead of silently running without it.
 
-When the scenario has address settings, the fragment is mounted read-only with a small start
-script that runs the image's own entrypoint once with ``version`` (the entrypoint creates the
-instance when ``etc/broker.xml`` is absent, then runs the given ``artemis`` command), inserts the
-fragment right after the opening ``<address-settings>`` of the created ``broker.xml``, and then
-runs the entrypoint with ``run`` (the image's default command). Without address settings the image
-runs unchanged. NOT verified on this machine (no registry reachable to pull the image).
+A small start script is mounted read-only (with the fragment, when the scenario has address
+settings) and replaces the entrypoint: it runs the image's own entrypoint once with ``version``
+(the entrypoint creates the instance when ``etc/broker.xml`` is absent, then runs the given
+``artemis`` command), gives the STOMP and AMQP acceptors routing prefixes (``/queue/`` ``/topic/``,
+``queue://`` ``topic://``; see _START_SCRIPT), inserts the fragment right after the opening
+``<address-settings>`` of the created ``broker.xml``, and then runs the entrypoint with ``run``
+(the image's default command). Verified against brokerconf/artemis:2.40.0
+(tests/docker/test_artemis_container.py); the official image was not reachable here.
 """
 
 from __future__ import annotations
@@ -61,7 +65,7 @@ from .artemis_config import FRAGMENT_MARK, UnsupportedArtemisPolicy, address_set
 from .container_lifecycle import ContainerLifecycle, _configure_reaper
 from .docker_env import DockerUnavailable, docker_client, image_available
 from .process import free_ports
-from .registry import ARTEMIS_IMAGE  # the official image; never pulled (a missing image is a reason)
+from .registry import ARTEMIS_IMAGE  # the local image by default; never pulled (a missing image is a reason)
 
 __all__ = ["ARTEMIS_IMAGE", "ArtemisContainer", "ArtemisStartError", "UnsupportedArtemisPolicy", "CONTAINER_PORTS",
            "READY_LINE", "LABEL", "address_settings_xml", "artemis_match"]
@@ -78,13 +82,32 @@ DEFAULT_EXTRA_ARGS = "--http-host 0.0.0.0 --relax-jolokia"
 _MOUNT = "/etc/brokerconf"
 _FRAGMENT_MARK = FRAGMENT_MARK
 # The image's entrypoint is /docker-run.sh with working directory /var/lib/artemis-instance.
+# Routing prefixes: `artemis create` writes the STOMP and AMQP acceptors without any, so a STOMP
+# ``/queue/X`` would name an address called "/queue/X" with the default routing type (multicast:
+# a message sent before any subscription is dropped). The Artemis documentation's "Address Model"
+# chapter (prefixes) maps a prefix to a routing type per acceptor; the clients use ActiveMQ's names
+# (``/queue/`` ``/topic/`` on STOMP, ``queue://`` ``topic://`` on AMQP), as artemis_config's
+# local instances declare them too.
+_STOMP_PREFIXES = "anycastPrefix=/queue/;multicastPrefix=/topic/"
+_AMQP_PREFIXES = "anycastPrefix=queue://;multicastPrefix=topic://"
 _START_SCRIPT = f"""#!/bin/sh
-# brokerconf: let the image's entrypoint create the instance, add the scenario's address
-# settings to etc/broker.xml, then run the broker (conformance/targets/artemis_container.py).
+# brokerconf: let the image's entrypoint create the instance, give the STOMP and AMQP acceptors
+# routing prefixes, add the scenario's address settings to etc/broker.xml, then run the broker
+# (conformance/targets/artemis_container.py). A restart finds all of it done and only runs.
 set -e
 cd /var/lib/artemis-instance
 /docker-run.sh version
-if ! grep -q '{_FRAGMENT_MARK}' etc/broker.xml; then
+if ! grep -q 'anycastPrefix=/queue/' etc/broker.xml; then
+  sed -e 's#\\(<acceptor name="stomp">[^<]*\\)</acceptor>#\\1;{_STOMP_PREFIXES}</acceptor>#' \\
+      -e 's#\\(<acceptor name="amqp">[^<]*\\)</acceptor>#\\1;{_AMQP_PREFIXES}</acceptor>#' \\
+      etc/broker.xml > /tmp/brokerconf-broker.xml
+  if ! grep -q '<acceptor name="stomp">[^<]*anycastPrefix=/queue/' /tmp/brokerconf-broker.xml; then
+    echo "brokerconf: error: etc/broker.xml has no <acceptor name=\\"stomp\\"> to give routing prefixes" >&2
+    exit 3
+  fi
+  cat /tmp/brokerconf-broker.xml > etc/broker.xml
+fi
+if [ -f {_MOUNT}/address-settings.xml ] && ! grep -q '{_FRAGMENT_MARK}' etc/broker.xml; then
   awk -v f={_MOUNT}/address-settings.xml \\
     '{{print}} !done && /<address-settings>/ {{while ((getline l < f) > 0) print l; done = 1}}' \\
     etc/broker.xml > /tmp/brokerconf-broker.xml
@@ -130,7 +153,7 @@ def _wait_strategy(pattern: str, timeout: float) -> Any:
 
 
 class ArtemisContainer(ContainerLifecycle):
-    """One ActiveMQ Artemis broker in a container of the official image on a scenario network.
+    """One ActiveMQ Artemis broker in a container (see the module doc for the image) on a scenario network.
 
     ``stomp`` / ``mqtt`` / ``amqp`` say which listeners to publish (the image opens all of them;
     61616 is always published, as the core port other nodes and JMS clients use).
@@ -198,9 +221,9 @@ class ArtemisContainer(ContainerLifecycle):
         self.conf_dir.mkdir(parents=True, exist_ok=True)
         if self.address_settings:
             (self.conf_dir / "address-settings.xml").write_text(self.address_settings, encoding="utf-8")
-            script = self.conf_dir / "start-artemis.sh"
-            script.write_text(_START_SCRIPT, encoding="utf-8")
-            script.chmod(0o755)
+        script = self.conf_dir / "start-artemis.sh"
+        script.write_text(_START_SCRIPT, encoding="utf-8")
+        script.chmod(0o755)
 
     # ----------------------------------------------------------------- addresses
     def _address(self, listener: str) -> tuple[str, int] | None:
@@ -275,9 +298,9 @@ class ArtemisContainer(ContainerLifecycle):
             tc.ports[f"{CONTAINER_PORTS[listener]}/tcp"] = (self.host, self.ports[listener])
         kwargs: dict[str, Any] = {"labels": {**self._labels(), "org.brokerconf.workdir": str(self.workdir)},
                                   "cap_add": ["NET_ADMIN"] if self.net_admin else []}
-        if self.address_settings:
-            tc.with_volume_mapping(str(self.conf_dir), _MOUNT, "ro")
-            kwargs["entrypoint"] = ["/bin/sh", f"{_MOUNT}/start-artemis.sh"]
+        # always the start script: the acceptors need routing prefixes (see _START_SCRIPT)
+        tc.with_volume_mapping(str(self.conf_dir), _MOUNT, "ro")
+        kwargs["entrypoint"] = ["/bin/sh", f"{_MOUNT}/start-artemis.sh"]
         tc.with_kwargs(**kwargs)
         return tc
 
@@ -333,6 +356,46 @@ class ArtemisContainer(ContainerLifecycle):
                                         f"{self.host}:{self.ports['stomp']} did not answer CONNECTED ({last})\n"
                                         f"{self._failure_report()}")
             time.sleep(0.3)
+
+    # ----------------------------------------------------------------- process faults
+    @property
+    def pid(self) -> int | None:
+        """Host PID of the container's main process, for chaos.nemesis.process (kill -9, SIGSTOP):
+        the JVM itself, since the start script, /docker-run.sh and bin/artemis each ``exec`` the
+        next. None when the container is not running; a PID not in this container's cgroup (reused
+        since) is never answered. Signalling it needs the engine user's rights (root here)."""
+        container = self._wrapped()
+        if container is None:
+            return None
+        try:
+            container.reload()
+        except Exception:  # noqa: BLE001 - removed behind our back
+            return None
+        state = container.attrs.get("State") or {}
+        if not (state.get("Running") and state.get("Pid")):
+            return None
+        pid = int(state["Pid"])
+        try:
+            with open(f"/proc/{pid}/cgroup", encoding="utf-8") as f:
+                mine = container.id in f.read()  # /docker/<id> (cgroupfs) or docker-<id>.scope (systemd)
+        except OSError:
+            return None  # already gone
+        return pid if mine else None
+
+    def kill(self) -> None:
+        """SIGKILL the broker's container; also when the chaos nemesis has already SIGKILLed its main
+        process (the engine then answers 409 "is not running"): wait until the engine sees it exited,
+        since start() restarts only a stopped container."""
+        try:
+            super().kill()
+        except Exception as exc:  # noqa: BLE001 - docker.errors.APIError without importing the SDK here
+            if "is not running" not in str(exc) and getattr(getattr(exc, "response", None), "status_code", 0) != 409:
+                raise
+        deadline = time.monotonic() + 30
+        while self.running:
+            if time.monotonic() >= deadline:
+                raise ArtemisStartError(f"Artemis container {self.name!r} still runs 30 s after SIGKILL")
+            time.sleep(0.05)
 
     # ----------------------------------------------------------------- observation
     def _failure_report(self, tail: int = 40) -> str:

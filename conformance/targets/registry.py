@@ -35,9 +35,11 @@ from conformance.targets.base import CAPABILITIES, DestinationCounters, Subscrip
 BUILTIN = ("reference", "reference:process", "activemq", "activemq:process", "activemq:container", "rabbitmq",
            "mosquitto", "artemis", "artemis:process", "artemis:container")
 
-#: the official image (REFERENCES.md, "ActiveMQ Artemis"); never pulled by availability checks.
-#: $BROKERCONF_ARTEMIS_IMAGE picks another tag or a mirror (as docker/compose/artemis-cluster.yaml)
-ARTEMIS_IMAGE = os.environ.get("BROKERCONF_ARTEMIS_IMAGE", "apache/activemq-artemis")
+#: the local image docker/build-images.sh builds from the Artemis distribution pinned in pins.toml
+#: (docker/artemis/: same ports, variables, instance directory and entrypoint as the official
+#: image); never pulled by availability checks. $BROKERCONF_ARTEMIS_IMAGE picks another image, e.g.
+#: the official ``apache/activemq-artemis`` (REFERENCES.md, "ActiveMQ Artemis") where it can be pulled.
+ARTEMIS_IMAGE = os.environ.get("BROKERCONF_ARTEMIS_IMAGE", "brokerconf/artemis:2.40.0")
 
 
 class UnknownTarget(ValueError):

@@ -1,10 +1,11 @@
-"""ActiveMQ Artemis from its official image (conformance.targets.artemis_container) and the
-artemis target (registry.ArtemisTarget).
+"""ActiveMQ Artemis in a container (conformance.targets.artemis_container) and the artemis target
+(registry.ArtemisTarget).
 
 The fast tests use a fake testcontainers container (no engine): environment, published ports,
 address settings, readiness (log line, then STOMP CONNECTED) and cleanup on failure. The
-`container` tests start the real image and skip with docker_env's reason where it is missing
-(on the project's CI machine: no registry to pull it from)."""
+`container` tests start the real image (by default the local brokerconf/artemis one from
+docker/build-images.sh) and skip, or fail where BROKERCONF_REQUIRE names docker, with docker_env's
+reason where it is missing."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from conformance.clients import connect
+from conformance.requirements import skip_or_fail
 from conformance.scenario import DestinationPolicy, Scenario
 from conformance.targets import artemis_container as mod
 from conformance.targets.artemis_container import (
@@ -27,7 +29,7 @@ from conformance.targets.artemis_container import (
     from_scenario,
 )
 from conformance.targets.base import TargetUnavailable
-from conformance.targets.docker_env import DockerUnavailable, image_available
+from conformance.targets.docker_env import DockerUnavailable, docker_client, image_available
 from conformance.targets.artemis_target import ArtemisTarget
 from conformance.targets.registry import ARTEMIS_IMAGE
 
@@ -212,7 +214,10 @@ def test_environment_ports_and_labels(engine, tmp_path):
     assert tc.network is engine["networks"][0] and tc.network_aliases == ["art"]
     assert tc.kwargs["labels"]["org.brokerconf.launcher"] == "artemis_container"
     assert tc.kwargs["cap_add"] == ["NET_ADMIN"]
-    assert "entrypoint" not in tc.kwargs and tc.volumes == []  # no policies: the image runs unchanged
+    # no policies: the start script still runs (routing prefixes), with no address settings to add
+    assert tc.kwargs["entrypoint"] == ["/bin/sh", "/etc/brokerconf/start-artemis.sh"]
+    assert tc.volumes == [(str(tmp_path / "conf"), "/etc/brokerconf", "ro")]
+    assert not (tmp_path / "conf" / "address-settings.xml").exists()
     assert tc.strategy == ("log", ".*HTTP Server started.*")
     # ready only after STOMP answered, with the instance user's credentials
     assert engine["stomp_calls"] == [(amq.ports["stomp"], ("alice", "pw"))]
@@ -254,6 +259,22 @@ def test_start_script_splices_fragment_after_address_settings(tmp_path):
     settings = ET.fromstring(out).find("core/address-settings")
     assert [s.get("match") for s in settings] == ["grp.#", "#"]
     assert settings[0].find("default-group-rebalance").text == "true"
+
+
+def test_start_script_gives_stomp_and_amqp_acceptors_routing_prefixes(tmp_path):
+    # Run the script's sed step on the acceptors `artemis create` 2.40 writes.
+    broker = ('<acceptors>\n<acceptor name="artemis">tcp://0.0.0.0:61616?protocols=CORE,AMQP,STOMP</acceptor>\n'
+              '<acceptor name="amqp">tcp://0.0.0.0:5672?protocols=AMQP;useEpoll=true</acceptor>\n'
+              '<acceptor name="stomp">tcp://0.0.0.0:61613?protocols=STOMP;useEpoll=true</acceptor>\n</acceptors>\n')
+    sed = mod._START_SCRIPT.split("  sed ", 1)[1].split("etc/broker.xml >", 1)[0]
+    args = [part.strip().strip("'") for part in sed.replace("\\\n", " ").split(" -e ") if part.strip()]
+    args[0] = args[0].removeprefix("-e").strip().strip("'")
+    out = subprocess.run(["sed", *[x for a in args for x in ("-e", a)]], input=broker, capture_output=True,
+                         text=True, check=True).stdout
+    urls = {a.get("name"): a.text for a in ET.fromstring(out)}
+    assert urls["stomp"].endswith("useEpoll=true;anycastPrefix=/queue/;multicastPrefix=/topic/")
+    assert urls["amqp"].endswith("useEpoll=true;anycastPrefix=queue://;multicastPrefix=topic://")
+    assert "Prefix" not in urls["artemis"]
 
 
 def test_failed_readiness_reports_log_and_removes_everything(engine, tmp_path):
@@ -338,13 +359,27 @@ def test_target_refuses_classic_only_policy(engine, tmp_path):
 
 
 # ---------------------------------------------------------------- real container
+# The image is docker/artemis (built by docker/build-images.sh from the pinned distribution) unless
+# $BROKERCONF_ARTEMIS_IMAGE names another one, e.g. the official image where it can be pulled.
+
+
+def require_image() -> None:
+    ok, reason = image_available(ARTEMIS_IMAGE)
+    if not ok:  # no engine, no permission, or no image: run docker/build-images.sh
+        skip_or_fail("docker", reason)
+
+
+def instance_file(broker: ArtemisContainer, path: str) -> str:
+    """A file of the broker instance inside the running container."""
+    code, out = broker._wrapped().exec_run(["cat", f"/var/lib/artemis-instance/{path}"])
+    assert code == 0, out.decode("utf-8", "replace")
+    return out.decode("utf-8")
 
 
 @pytest.fixture(scope="module")
 def artemis(tmp_path_factory):
-    ok, reason = image_available(ARTEMIS_IMAGE)
-    if not ok:
-        pytest.skip(reason)  # not applicable here: no engine, no permission, or no image
+    """Anonymous login and one group address setting: the start-script path of the launcher."""
+    require_image()
     scenario = Scenario("real", policies=(DestinationPolicy("queue://grp.>", group_buckets=8),))
     with from_scenario(scenario, tmp_path_factory.mktemp("artemis")) as broker:
         yield broker
@@ -372,3 +407,80 @@ def test_real_mqtt_and_amqp_listeners_answer(artemis):
         s.sendall(b"AMQP\x03\x01\x00\x00")  # SASL layer header: the broker answers with its own
         assert s.recv(8)[:4] == b"AMQP"
     assert "HTTP Server started" in artemis.log_tail(500)
+
+
+@pytest.mark.container
+@pytest.mark.slow
+def test_real_broker_xml_has_prefixes_and_the_address_setting_first(artemis):
+    ns = {"c": "urn:activemq:core"}
+    root = ET.fromstring(instance_file(artemis, "etc/broker.xml"))
+    settings = root.find("c:core/c:address-settings", ns)
+    assert settings is not None, "etc/broker.xml has no <address-settings>"
+    created = settings.findall("c:address-setting", ns)
+    # first, before the catch-all "#" setting `artemis create` writes (comments are not elements here)
+    assert created[0].get("match") == "grp.#"
+    assert created[0].find("c:default-group-buckets", ns).text == "8"
+    assert "#" in [s.get("match") for s in created[1:]], "the created address settings must still be there"
+    acceptors = {a.get("name"): a.text for a in root.find("c:core/c:acceptors", ns)}
+    assert "anycastPrefix=/queue/;multicastPrefix=/topic/" in acceptors["stomp"]
+    assert "anycastPrefix=queue://;multicastPrefix=topic://" in acceptors["amqp"]
+
+
+@pytest.mark.container
+@pytest.mark.slow
+def test_real_login_required_and_journal_kept_across_kill(tmp_path):
+    """A scenario user turns anonymous login off; after SIGKILL the same container comes back on
+    the same host ports with its instance (created once) and its journal (a persistent message)."""
+    require_image()
+    broker = ArtemisContainer(tmp_path, name="art-login", users=(("alice", "s3cret"),), mqtt=False, amqp=False)
+    queue = f"queue://docker.art.kept.{uuid.uuid4().hex[:8]}"
+    try:
+        broker.start()
+        ok, answer = mod._stomp_handshake(broker.ports["stomp"], 10, None)
+        assert not ok and answer.startswith("ERROR"), f"anonymous CONNECT was answered with {answer!r}"
+        with connect(*broker.stomp_address, "stomp", login="alice", passcode="s3cret", timeout=10) as producer:
+            producer.send(queue, b"before the kill", persistent=True)
+        ports, container_id = dict(broker.ports), broker.container_id
+        # the chaos nemesis signals this PID: the JVM itself (every step of the entrypoint execs)
+        with open(f"/proc/{broker.pid}/comm", encoding="utf-8") as f:
+            assert f.read().strip() == "java"
+        broker.kill()
+        assert not broker.running and broker.pid is None
+        broker.start(timeout=120)
+        assert broker.ports == ports and broker.container_id == container_id
+        with connect(*broker.stomp_address, "stomp", login="alice", passcode="s3cret", timeout=10) as consumer:
+            got = consumer.subscribe(queue).receive(timeout=10)
+        assert got is not None and got.text == "before the kill"
+        log = broker.log_tail(100000)
+        assert log.count("Creating ActiveMQ Artemis instance") == 1, "the restart must reuse the instance"
+        assert log.count("HTTP Server started") == 2
+    finally:
+        network = broker.network_name
+        broker.stop()
+    from docker import errors as docker_errors  # noqa: PLC0415 - the docker SDK is optional
+
+    client = docker_client()
+    try:
+        with pytest.raises(docker_errors.NotFound):
+            client.containers.get(container_id)
+        with pytest.raises(docker_errors.NotFound):
+            client.networks.get(network)
+    finally:
+        client.close()
+
+
+@pytest.mark.container
+@pytest.mark.slow
+def test_real_process_nemesis_pauses_and_resumes_the_container_jvm(artemis):
+    """chaos.nemesis.process signals `pid` (SIGSTOP / SIGCONT to its process group): the broker stops
+    answering while paused and serves again after the resume, in the same container."""
+    from chaos.nemesis.process import ProcessNemesis  # noqa: PLC0415
+
+    container_id = artemis.container_id
+    with ProcessNemesis(artemis) as nemesis:
+        paused = nemesis.invoke("pause")
+        assert paused["pid"] == artemis.pid
+        assert not artemis.serving(timeout=2), "a paused broker answered STOMP CONNECT"
+        nemesis.invoke("resume")
+        assert artemis.serving(timeout=10), "the broker does not serve after the resume"
+    assert artemis.container_id == container_id

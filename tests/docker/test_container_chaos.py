@@ -8,7 +8,12 @@ Fast tests: `ActiveMQTarget.launch_shared_store` in container mode builds a `Sha
 Slow test: ``brokerconf chaos run chaos/experiments/activemq-shared-store-failover.toml --target
 activemq:container --duration 20``; the verdict must be valid with at least one kill, nothing
 lost and the failover downtime measured (A-MQ fault-tolerant messaging guide, 3.1: the slave
-takes the store's lock and serves what the master had accepted)."""
+takes the store's lock and serves what the master had accepted).
+
+Slow test on Artemis in a container (issue 16): experiment 1 (chaos/experiments/reference-kill-
+restart.toml: one broker SIGKILLed and restarted under persistent queue load, failover clients)
+with ``--target`` the Artemis container target. The shared-store experiment does not apply: it is
+ActiveMQ Classic's KahaDB master/slave."""
 
 from __future__ import annotations
 
@@ -25,10 +30,15 @@ from conformance.requirements import skip_or_fail
 from conformance.scenario import Scenario
 from conformance.targets import activemq_container_network as acn
 from conformance.targets.activemq_target import ActiveMQTarget
+from conformance.requirements import skip_or_fail
 from conformance.targets.docker_env import ACTIVEMQ_IMAGE, docker_client, image_available
+from conformance.targets.registry import ARTEMIS_IMAGE, BUILTIN
 
 ROOT = Path(__file__).resolve().parents[2]
 EXPERIMENT = ROOT / "chaos" / "experiments" / "activemq-shared-store-failover.toml"
+KILL_RESTART = ROOT / "chaos" / "experiments" / "reference-kill-restart.toml"
+#: the target that runs Artemis in a container (plain "artemis" before the registry named launch modes)
+ARTEMIS_CONTAINER = "artemis:container" if "artemis:container" in BUILTIN else "artemis"
 
 
 def _container_target() -> ActiveMQTarget:
@@ -165,3 +175,39 @@ def test_shared_store_failover_experiment_in_containers(tmp_path):
               and e["type"] in ("info", "fail")]
     assert broken, "no client operation failed or went indeterminate after the kill: did the master die?"
     assert _volumes(prefix) - before == set(), "the experiment left its KahaDB volume behind"
+
+
+def _artemis_containers() -> set[str]:
+    from conformance.targets.artemis_container import LABEL  # noqa: PLC0415 - needs the docker SDK
+
+    client = docker_client()
+    try:
+        return {c.id for c in client.containers.list(all=True, filters={"label": f"{LABEL}=artemis_container"})}
+    finally:
+        client.close()
+
+
+@pytest.mark.container
+@pytest.mark.slow
+@pytest.mark.timeout(600)  # one broker container, 20 s of load with two kill/restart cycles, the drain
+def test_kill_restart_experiment_on_artemis_container(tmp_path):
+    ok, reason = image_available(ARTEMIS_IMAGE)
+    if not ok:  # build it with docker/build-images.sh
+        skip_or_fail("docker", reason)
+    before = _artemis_containers()
+    out = tmp_path / "out"
+    result = subprocess.run(
+        [str(Path(sys.executable).with_name("brokerconf")), "chaos", "run", str(KILL_RESTART),
+         "--target", ARTEMIS_CONTAINER, "--duration", "20", "--out", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+    verdicts = sorted(out.glob("*/verdict.json"))
+    assert verdicts, f"no verdict (exit {result.returncode}):\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    verdict = json.loads(verdicts[-1].read_text())
+    context = "\n".join(verdict.get("summary", [])) + "\n" + result.stdout[-2000:]
+    assert verdict["target"] == ARTEMIS_CONTAINER and verdict["run_stats"]["topology"] == "single"
+    assert verdict["valid"] is True and result.returncode == 0, context
+    assert verdict["run_stats"]["faults"] >= 1 and verdict["run_stats"]["sent_ok"] > 0, context
+    assert verdict["checks"]["total_queue"]["lost"] == [], context
+    kills = [f for f in verdict["checks"]["failover_downtime"]["faults"] if f["f"] == "kill"]
+    assert kills and all(f["downtime_ms"] for f in kills), verdict["checks"]["failover_downtime"]
+    assert _artemis_containers() - before == set(), "the experiment left its Artemis container behind"

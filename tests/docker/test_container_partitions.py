@@ -9,7 +9,12 @@
   the slave takes the store's lock and serves the persistent messages the master had accepted
   (A-MQ fault-tolerant messaging guide, 3.1 "Shared File System Master/Slave").
 
-Every test skips with docker_env's reason where the engine or the image is not usable."""
+Artemis (issue 16): the harness launches no Artemis cluster, so no Artemis message flow crosses
+containers; what applies is the nemesis itself on the Artemis image (iptables with NET_ADMIN, as
+root): two brokerconf/artemis containers on one network, cut apart and healed.
+
+Every test skips (or fails where BROKERCONF_REQUIRE names docker) with docker_env's reason where
+the engine or the image is not usable."""
 
 from __future__ import annotations
 
@@ -24,6 +29,7 @@ from conformance.requirements import skip_or_fail
 from conformance.targets.activemq_container_network import ActiveMQContainerNetwork, SharedVolumePair
 from conformance.targets.activemq_network import Bridge, NetworkConnectorOptions
 from conformance.targets.docker_env import ACTIVEMQ_IMAGE, docker_client, image_available
+from conformance.targets.registry import ARTEMIS_IMAGE
 
 pytestmark = [pytest.mark.container, pytest.mark.slow]
 
@@ -32,9 +38,9 @@ pytestmark = [pytest.mark.container, pytest.mark.slow]
 ARRIVAL_TIMEOUT = 120.0
 
 
-def _require_image() -> None:
-    ok, reason = image_available(ACTIVEMQ_IMAGE)
-    if not ok:
+def _require_image(image: str = ACTIVEMQ_IMAGE) -> None:
+    ok, reason = image_available(image)
+    if not ok:  # build it with docker/build-images.sh
         skip_or_fail("docker", reason)
 
 
@@ -164,3 +170,44 @@ def test_shared_volume_master_slave_failover_keeps_persistent_messages(tmp_path)
         assert not client.volumes.list(filters={"name": pair.volume_name})
     finally:
         client.close()
+
+
+# ---------------------------------------------------------------- Artemis containers
+
+
+def _core_port_reachable(broker, peer: str) -> bool:
+    """Whether ``broker``'s container opens a TCP connection to ``peer``'s core port (61616) on the
+    scenario network within 3 s (bash's /dev/tcp; the peer is named by its network alias)."""
+    code, _ = broker._wrapped().exec_run(["timeout", "3", "bash", "-c", f"exec 3<>/dev/tcp/{peer}/61616"])
+    return code == 0
+
+
+def test_partition_cuts_artemis_containers_apart_until_healed(tmp_path):
+    from conformance.targets import artemis_container as art  # noqa: PLC0415 - needs the docker SDK
+
+    _require_image(ARTEMIS_IMAGE)
+    tag = uuid.uuid4().hex[:6]
+    net = art._new_network(f"brokerconf-artpart-{tag}", {art.LABEL: "artemis_container_test"})
+    brokers = {n: art.ArtemisContainer(tmp_path / n, name=f"artpart-{tag}-{n}", network=net, mqtt=False, amqp=False)
+               for n in ("A", "B")}
+    history = History(tmp_path / "history.jsonl", run="artemis-partition", target="artemis:container")
+    try:
+        for broker in brokers.values():
+            broker.start()
+        a, b = brokers["A"], brokers["B"].name
+        assert _core_port_reachable(a, b), "A cannot reach B's core port before any fault"
+        with ContainerPartitionNemesis(brokers, history) as nemesis:
+            nemesis.invoke("partition", shape="halves", groups=[["A"], ["B"]])
+            assert not _core_port_reachable(a, b), "A still reaches B through the partition"
+            # the cut is between the containers only: clients on the host still reach both brokers
+            assert all(broker.serving(timeout=5) for broker in brokers.values())
+            nemesis.heal()
+            assert _core_port_reachable(a, b), "A cannot reach B after the heal"
+    finally:
+        history.close()
+        for broker in brokers.values():
+            broker.stop()
+        net.remove()
+    cut, = [e["value"] for e in read_history(tmp_path / "history.jsonl")
+            if e["f"] == "partition" and e["value"]["phase"] == "end"]
+    assert (cut["shape"], cut["cuts"]) == ("halves", ["A->B", "B->A"]), cut

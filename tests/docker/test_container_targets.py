@@ -7,8 +7,10 @@ Fast tests use fake availability checks; the `container` test runs a conformance
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import tomllib
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from types import SimpleNamespace
@@ -21,7 +23,7 @@ from conformance.targets import install as install_mod
 from conformance.targets.activemq_target import ActiveMQTarget
 from conformance.targets.docker_env import ACTIVEMQ_IMAGE, image_available
 from conformance.targets.artemis_target import ArtemisTarget
-from conformance.targets.registry import BUILTIN, resolve
+from conformance.targets.registry import ARTEMIS_IMAGE, BUILTIN, resolve
 
 ROOT = Path(__file__).resolve().parents[2]
 NO_PACKAGE = "ActiveMQ is not installed: apt-get install activemq"
@@ -138,17 +140,28 @@ def test_container_launch_hands_back_a_container_handle(tmp_path, monkeypatch):
 
 
 def test_artemis_is_not_applicable_with_the_image_reason():
-    missing = "the Docker image apache/activemq-artemis is not present in the engine; pull it with `docker pull ...`"
+    missing = f"the Docker image {ARTEMIS_IMAGE} is not present in the engine; build it with docker/build-images.sh"
     seen = []
     target = ArtemisTarget(launch="container", image_check=lambda image: (seen.append(image), (False, missing))[1])
     ok, reason = target.availability()
-    assert not ok and seen == ["apache/activemq-artemis"]
+    assert not ok and seen == [ARTEMIS_IMAGE]
     assert reason == f"no Artemis container: {missing}"
     assert target.launch_mode == "container"
 
 
 def test_artemis_with_its_image_is_available():
     assert ArtemisTarget(launch="container", image_check=lambda image: (True, "")).availability() == (True, "")
+
+
+def test_default_artemis_image_is_the_local_build_of_the_pinned_version():
+    """Without $BROKERCONF_ARTEMIS_IMAGE the target runs the image docker/artemis/build.sh tags:
+    brokerconf/artemis:<the version pinned in pins.toml>."""
+    env = {k: v for k, v in os.environ.items() if k != "BROKERCONF_ARTEMIS_IMAGE"}
+    default = subprocess.run([sys.executable, "-c", "from conformance.targets.registry import ARTEMIS_IMAGE; "
+                              "print(ARTEMIS_IMAGE)"], cwd=ROOT, env=env, capture_output=True, text=True, check=True)
+    pinned = tomllib.loads((ROOT / "conformance" / "targets" / "pins.toml").read_text())["artemis"]["version"]
+    assert default.stdout.strip() == f"brokerconf/artemis:{pinned}"
+    assert 'IMAGE="brokerconf/artemis:$VERSION"' in (ROOT / "docker" / "artemis" / "build.sh").read_text()
 
 
 # ---------------------------------------------------------------- targets install docker
@@ -211,19 +224,25 @@ def test_targets_list_shows_launch_mode(capsys, monkeypatch):
 # ---------------------------------------------------------------- a real suite through containers
 
 
+#: the target that runs Artemis in a container (plain "artemis" before the registry named launch modes)
+ARTEMIS_CONTAINER = "artemis:container" if "artemis:container" in BUILTIN else "artemis"
+
+
 @pytest.mark.container
 @pytest.mark.slow
-def test_core_queue_suite_runs_through_container_target(tmp_path):
-    ok, reason = image_available(ACTIVEMQ_IMAGE)
-    if not ok:
+@pytest.mark.parametrize("target, kind, image", [("activemq:container", "activemq", ACTIVEMQ_IMAGE),
+                                                 (ARTEMIS_CONTAINER, "artemis", ARTEMIS_IMAGE)])
+def test_core_queue_suite_runs_through_container_target(tmp_path, target, kind, image):
+    ok, reason = image_available(image)
+    if not ok:  # build it with docker/build-images.sh
         skip_or_fail("docker", reason)
     out = tmp_path / "out"
     result = subprocess.run(
         [sys.executable, "-m", "pytest", str(ROOT / "conformance" / "suites" / "test_core_queues.py"),
-         "--target", "activemq:container", "-q", "-p", "no:cacheprovider", "--conformance-matrix", str(out / "matrix.json")],
+         "--target", target, "-q", "-p", "no:cacheprovider", "--conformance-matrix", str(out / "matrix.json")],
         cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     matrix = json.loads((out / "matrix.json").read_text())
-    info = matrix["targets"]["activemq:container"]
-    assert (info["kind"], info["launch"], info["available"]) == ("activemq", "container", True)
-    assert matrix["summary"]["activemq:container"]["passed"] > 0
+    info = matrix["targets"][target]
+    assert (info["kind"], info["launch"], info["available"]) == (kind, "container", True)
+    assert matrix["summary"][target]["passed"] > 0
