@@ -319,8 +319,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="brokerconf", description="Conformance suite and chaos harness for message brokers.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    run = sub.add_parser("run", help="the main job: conformance suites against the reference broker (and ActiveMQ if installed), with a report")
-    run.add_argument("--targets", default="reference,activemq", help="comma-separated targets (default: reference,activemq)")
+    run = sub.add_parser("run", help="the main job: conformance suites against the reference broker (and ActiveMQ "
+                                      "Classic and Artemis where installed), with a report")
+    run.add_argument("--targets", default="reference,activemq,artemis",
+                     help="comma-separated targets (default: reference,activemq,artemis)")
     run.add_argument("--out", default="reports/out", help="directory for reports (default: reports/out)")
     run.add_argument("--chaos-duration", type=float, default=20.0, metavar="S",
                      help="seconds each chaos experiment of the stage runs (experiments 1 and 4 on the reference broker; 2 and 4 on ActiveMQ when installed); 0 skips the stage (default 20)")

@@ -167,7 +167,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
             # so `-m "not real_broker"` keeps the fast loop to the reference broker
             item.add_marker(pytest.mark.real_broker)
         for deviation in state.deviations:
-            if deviation.matches(target.kind, specs, item.originalname):
+            if deviation.matches(target.kind, specs, item.originalname, _params(item).get("protocol", "stomp")):
                 item.add_marker(pytest.mark.xfail(strict=True, reason=f"known deviation {deviation.spec} on "
                                                   f"{deviation.target}: {deviation.summary}"))
 

@@ -251,7 +251,10 @@ class AmqpClient:
 
     def __init__(self, host: str, port: int, *, login: str | None = None, passcode: str | None = None,
                  client_id: str | None = None, address_style: str = "prefix", timeout: float = 5.0,
-                 **connect_options) -> None:
+                 destination_parameters: str | None = None, **connect_options) -> None:
+        # None: ``name?key=value`` destinations go to the broker as they are; else why this broker
+        # does not take them over AMQP (raised as Unsupported)
+        self.destination_parameters = destination_parameters
         if address_style not in ADDRESS_STYLES:
             raise ValueError(f"address_style must be one of {ADDRESS_STYLES}, not {address_style!r}")
         self.address = (host, port)
@@ -326,6 +329,7 @@ class AmqpClient:
              persistent: bool = True, priority: int | None = None, ttl_ms: int | None = None,
              group_id: str | None = None, group_seq: int | None = None,
              transaction: str | None = None) -> None:
+        self._check_parameters(destination)
         if transaction:
             raise Unsupported("this adapter has no AMQP transactions (coordinator links)")
         address = amqp_address(destination, self.address_style)
@@ -354,12 +358,18 @@ class AmqpClient:
 
     # ------------------------------------------------------------------ consuming
 
+    def _check_parameters(self, destination: str) -> None:
+        if self.destination_parameters and "?" in destination:
+            raise Unsupported(f"destination parameters ({destination.partition('?')[2]}) over AMQP on this broker: "
+                              f"{self.destination_parameters}")
+
     def subscribe(self, destination: str, *, ack: AckMode = "auto", prefetch: int | None = None,
                   selector: str | None = None, durable_name: str | None = None,
                   exclusive: bool = False, priority: int | None = None,
                   headers: dict[str, str] | None = None) -> AmqpSubscription:
         if ack not in ("auto", "client", "client-individual"):
             raise ValueError(f"ack mode {ack!r} is not one of auto, client, client-individual")
+        self._check_parameters(destination)
         if exclusive:
             raise Unsupported("AMQP 1.0 has no standard way to ask for an exclusive consumer")
         if headers:

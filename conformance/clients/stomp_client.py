@@ -34,6 +34,7 @@ from .base import (
     Inbox,
     NotSent,
     Received,
+    Unsupported,
     preview,
     split_destination,
 )
@@ -193,8 +194,16 @@ class StompClient:
 
     def __init__(self, host: str, port: int, *, login: str | None = None, passcode: str | None = None,
                  client_id: str | None = None, timeout: float = 5.0, heartbeats: tuple[int, int] = (0, 0),
-                 vhost: str | None = None, connect_headers: dict[str, str] | None = None) -> None:
+                 vhost: str | None = None, connect_headers: dict[str, str] | None = None,
+                 unsupported_subscribe: dict[str, str] | None = None,
+                 destination_parameters: str | None = None) -> None:
+        # None: ``name?key=value`` destinations are sent as they are; else why this broker does not
+        # take them over STOMP (raised as Unsupported)
+        self.destination_parameters = destination_parameters
         self.address = (host, port)
+        # subscribe() options this broker reads differently over STOMP -> why (raised as Unsupported,
+        # so the check is not applicable over STOMP there instead of silently meaning something else)
+        self.unsupported_subscribe = dict(unsupported_subscribe or {})
         self.timeout = timeout
         self.client_id = client_id or f"brokerconf-{uuid.uuid4().hex[:12]}"
         self.exchange = ExchangeLog()
@@ -295,6 +304,7 @@ class StompClient:
              persistent: bool = True, priority: int | None = None, ttl_ms: int | None = None,
              group_id: str | None = None, group_seq: int | None = None,
              transaction: str | None = None, headers: dict[str, str] | None = None) -> None:
+        self._check_parameters(destination)
         wire = {k: header_value(v) for k, v in (properties or {}).items()}
         wire["persistent"] = "true" if persistent else "false"
         if priority is not None:
@@ -318,12 +328,22 @@ class StompClient:
 
     # ------------------------------------------------------------------ consuming
 
+    def _check_parameters(self, destination: str) -> None:
+        if self.destination_parameters and "?" in destination:
+            raise Unsupported(f"destination parameters ({destination.partition('?')[2]}) over STOMP on this broker: "
+                              f"{self.destination_parameters}")
+
     def subscribe(self, destination: str, *, ack: AckMode = "auto", prefetch: int | None = None,
                   selector: str | None = None, durable_name: str | None = None,
                   exclusive: bool = False, priority: int | None = None,
                   headers: dict[str, str] | None = None) -> StompSubscription:
         if ack not in _ACK_MODES:
             raise ValueError(f"ack mode {ack!r} is not one of {_ACK_MODES}")
+        self._check_parameters(destination)
+        asked = {"prefetch": prefetch is not None, "exclusive": exclusive, "priority": priority is not None}
+        for option, why in self.unsupported_subscribe.items():
+            if asked.get(option):
+                raise Unsupported(f"STOMP subscribe option {option!r} on this broker: {why}")
         sub_id = f"sub-{next(self._ids)}"
         wire = {"destination": stomp_destination(destination), "id": sub_id, "ack": ack}
         if prefetch is not None:

@@ -6,6 +6,7 @@ One TOML file per area in ``conformance/known_deviations/``::
     target = "activemq"                 # target kind
     spec = "SLOW-EVICT-2"               # catalogue ID the broker breaks
     test = "test_oldest_evicted_first"  # optional: only this test function
+    protocol = "amqp"                   # optional: only this protocol's parametrization
     summary = "what the broker does instead, in one line"
     evidence = \"\"\"configuration excerpt, observed messages or counters, broker log lines\"\"\"
 
@@ -34,9 +35,11 @@ class Deviation:
     evidence: str
     test: str | None = None
     source: str = ""
+    protocol: str | None = None
 
-    def matches(self, kind: str, specs: list[str], test_name: str) -> bool:
-        return kind == self.target and self.spec in specs and (self.test is None or self.test == test_name)
+    def matches(self, kind: str, specs: list[str], test_name: str, protocol: str | None = None) -> bool:
+        return (kind == self.target and self.spec in specs and (self.test is None or self.test == test_name)
+                and (self.protocol is None or self.protocol == protocol))
 
 
 def load_deviations(directory: Path, catalogue: dict) -> list[Deviation]:
@@ -48,7 +51,7 @@ def load_deviations(directory: Path, catalogue: dict) -> list[Deviation]:
             raise DeviationError(f"{path}: not valid TOML: {exc}") from None
         for n, raw in enumerate(data.get("deviation", []), 1):
             where = f"{path.name}: deviation #{n}"
-            unknown = set(raw) - {"target", "spec", "test", "summary", "evidence"}
+            unknown = set(raw) - {"target", "spec", "test", "protocol", "summary", "evidence"}
             if unknown:
                 raise DeviationError(f"{where}: unknown key(s) {sorted(unknown)}")
             for key in ("target", "spec", "summary", "evidence"):
@@ -57,5 +60,5 @@ def load_deviations(directory: Path, catalogue: dict) -> list[Deviation]:
             if raw["spec"] not in catalogue:
                 raise DeviationError(f"{where}: spec {raw['spec']!r} is not in the catalogue")
             deviations.append(Deviation(raw["target"], raw["spec"], raw["summary"].strip(), raw["evidence"].strip(),
-                                        raw.get("test"), path.name))
+                                        raw.get("test"), path.name, raw.get("protocol")))
     return deviations

@@ -4,8 +4,8 @@ What a client did not acknowledge must come back (flagged as a redelivery); what
 acknowledged must not; a NACKed message is redelivered or dead-lettered, never silently lost;
 a transaction makes its sends and acks visible on commit only. Rules: conformance/spec/core.toml.
 
-Dead-letter checks look for their own message on ActiveMQ's default dead-letter queue,
-``queue://ActiveMQ.DLQ`` (shared by every test), by a unique ``core_marker`` property and a
+Dead-letter checks look for their own message on the target's default dead-letter queue
+(``handle.dead_letter_queue``: ActiveMQ's ``queue://ActiveMQ.DLQ``, Artemis's ``queue://DLQ``; shared by every test), by a unique ``core_marker`` property and a
 selector, so tests never see each other's dead letters.
 """
 
@@ -40,9 +40,15 @@ def marker_of(destination: str) -> str:
     return destination.rpartition(".")[2]
 
 
-def watch_dead_letters(client, marker: str):
+def dead_letter_queue(broker) -> str:
+    """The target's default dead-letter queue (ActiveMQ's name unless the handle says otherwise)."""
+    return getattr(broker, "dead_letter_queue", DLQ)
+
+
+def watch_dead_letters(client, marker: str, broker=None):
     """A STOMP subscription on the DLQ that sees only this test's message."""
-    return client(protocol="stomp").subscribe(DLQ, ack="client-individual", selector=f"core_marker = '{marker}'")
+    return client(protocol="stomp").subscribe(dead_letter_queue(broker), ack="client-individual",
+                                              selector=f"core_marker = '{marker}'")
 
 
 def next_outcome(subscription, dead_letters, timeout: float):
@@ -158,10 +164,10 @@ def test_unacked_messages_redelivered_to_another_consumer_flagged(client, dest):
 @pytest.mark.spec("ACK-NACK-1")
 @pytest.mark.protocols("stomp", "amqp")
 @pytest.mark.requires("nack")
-def test_nacked_message_redelivered_or_dead_lettered(client, dest):
+def test_nacked_message_redelivered_or_dead_lettered(broker, client, dest):
     queue = dest("queue", "core.nack")
     marker = marker_of(queue)
-    dead_letters = watch_dead_letters(client, marker)
+    dead_letters = watch_dead_letters(client, marker, broker)
     consumer = client().subscribe(queue, ack="client-individual")
     client().send(queue, "refused", {"core_marker": marker}, persistent=True)
     first = consumer.receive(timeout=5)
@@ -176,17 +182,17 @@ def test_nacked_message_redelivered_or_dead_lettered(client, dest):
         if message is not None:
             dead_letters.ack(message)
         assert outcome == "dead-lettered" and message.text == "refused", (
-            f"ACK-NACK-1: a NACKed persistent message was neither redelivered nor moved to {DLQ} "
+            f"ACK-NACK-1: a NACKed persistent message was neither redelivered nor moved to {dead_letter_queue(broker)} "
             f"within {REDELIVERY_WAIT} s")
 
 
 @pytest.mark.spec("DLQ-MAX-1")
 @pytest.mark.protocols("stomp", "amqp")
 @pytest.mark.requires("nack", "dead_letter", "scenario.policies")
-def test_dead_lettered_after_maximum_redeliveries(client, dest):
+def test_dead_lettered_after_maximum_redeliveries(broker, client, dest):
     queue = dest("queue", "core.dlq")
     marker = marker_of(queue)
-    dead_letters = watch_dead_letters(client, marker)
+    dead_letters = watch_dead_letters(client, marker, broker)
     consumer = client().subscribe(queue, ack="client-individual")
     client().send(queue, "poison", {"core_marker": marker}, persistent=True)
     message = consumer.receive(timeout=5)
@@ -204,16 +210,16 @@ def test_dead_lettered_after_maximum_redeliveries(client, dest):
     assert len(deliveries) == MAX_REDELIVERIES + 1 and outcome == "dead-lettered", (
         f"DLQ-MAX-1: with maximum_redeliveries={MAX_REDELIVERIES} and every delivery NACKed, the message was "
         f"delivered {len(deliveries)} time(s) (redelivered flags {flags}) and then {outcome}; expected "
-        f"{MAX_REDELIVERIES + 1} deliveries, then the move to {DLQ}")
+        f"{MAX_REDELIVERIES + 1} deliveries, then the move to {dead_letter_queue(broker)}")
     assert flags == [False] + [True] * MAX_REDELIVERIES, f"DLQ-MAX-1: redelivered flags per delivery were {flags}"
 
 
 @pytest.mark.spec("DLQ-NONPERSIST-1")
 @pytest.mark.requires("nack", "dead_letter", "scenario.policies")
-def test_undeliverable_non_persistent_message_discarded_not_dead_lettered(client, dest):
+def test_undeliverable_non_persistent_message_discarded_not_dead_lettered(broker, client, dest):
     queue = dest("queue", "core.dlq.np")
     marker = marker_of(queue)
-    dead_letters = watch_dead_letters(client, marker)
+    dead_letters = watch_dead_letters(client, marker, broker)
     consumer = client().subscribe(queue, ack="client-individual")
     client().send(queue, "fleeting", {"core_marker": marker}, persistent=False)
     message = consumer.receive(timeout=5)
@@ -230,10 +236,10 @@ def test_undeliverable_non_persistent_message_discarded_not_dead_lettered(client
         dead_letters.ack(message)
     assert outcome == "nothing" and deliveries <= MAX_REDELIVERIES + 1, (
         f"DLQ-NONPERSIST-1: a non-persistent message NACKed on each of its {deliveries} deliveries ended "
-        f"{outcome}; expected it to be discarded, not placed on {DLQ}")
+        f"{outcome}; expected it to be discarded, not placed on {dead_letter_queue(broker)}")
     # Control: the dead-letter watcher does see a message with this marker, so "nothing" above
     # is the broker's doing, not a deaf subscription.
-    client(protocol="stomp").send(DLQ, "control", {"core_marker": marker}, persistent=True)
+    client(protocol="stomp").send(dead_letter_queue(broker), "control", {"core_marker": marker}, persistent=True)
     control = dead_letters.receive(timeout=5)
     assert control is not None and control.text == "control", (
         f"DLQ-NONPERSIST-1: the {DLQ} watcher (selector on core_marker) receives nothing; the check is void")

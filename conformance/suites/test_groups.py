@@ -135,6 +135,7 @@ def test_group_pinned_to_one_consumer(broker, client, dest, protocol):
 
 @pytest.mark.spec("GRP-PIN-1")
 @pytest.mark.requires("groups")
+@pytest.mark.protocols("stomp", "amqp")  # prefetch counts messages over AMQP on Artemis too
 def test_ungrouped_messages_are_not_pinned(broker, client, dest):
     """AMG "Message Grouping" (control): pinning is for messages with a group id; ungrouped
     messages go to whichever consumer has room. Each consumer has room for 2 unacknowledged
@@ -310,6 +311,7 @@ def test_first_message_of_a_group_for_a_consumer_is_flagged(broker, client, dest
 
 @pytest.mark.spec("GRP-FIRST-1", "GRP-SETTINGS-1")
 @pytest.mark.requires("groups", "groups.first_key")
+@pytest.mark.protocols("stomp", "amqp")  # prefetch counts messages over AMQP on Artemis too
 def test_no_first_flag_without_group_first_key(broker, client, dest):
     """AMG "Notifying Consumer..." ("by default ... off"): with no group-first-key configured no
     message carries the flag."""
@@ -355,6 +357,7 @@ def test_adding_a_consumer_rebalances_groups_despite_in_flight_messages(broker, 
 
 @pytest.mark.spec("GRP-REBAL-1")
 @pytest.mark.requires("groups", "groups.rebalance")
+@pytest.mark.protocols("stomp", "amqp")  # prefetch counts messages over AMQP on Artemis too
 def test_without_rebalance_a_new_consumer_takes_no_group(broker, client, dest):
     """AMG "Rebalancing Message Groups" (default false), control for the test above: the group
     stays with its busy owner A; the newcomer B gets nothing of it."""
@@ -374,6 +377,7 @@ def test_without_rebalance_a_new_consumer_takes_no_group(broker, client, dest):
 
 @pytest.mark.spec("GRP-REBAL-1")
 @pytest.mark.requires("groups", "groups.rebalance")
+@pytest.mark.protocols("stomp", "amqp")  # prefetch counts messages over AMQP on Artemis too
 def test_rebalance_spreads_long_lived_groups_onto_a_new_consumer(broker, client, dest):
     """AMG "Rebalancing Message Groups": long-lived groups all pinned to the first consumer leave
     a newcomer idle - unless group-rebalance is on, when some of them move to it (and then
@@ -428,6 +432,7 @@ def test_zero_buckets_turn_grouping_off(broker, client, dest, protocol):
 
 @pytest.mark.spec("GRP-BUCKETS-1")
 @pytest.mark.requires("groups", "groups.buckets")
+@pytest.mark.protocols("stomp", "amqp")  # prefetch counts messages over AMQP on Artemis too
 def test_one_bucket_pins_every_group_to_one_consumer(broker, client, dest):
     """AMG "Group Buckets": ownership is per bucket, so with a single bucket every group id
     shares one owner (where round robin would otherwise spread new groups)."""
@@ -444,6 +449,7 @@ def test_one_bucket_pins_every_group_to_one_consumer(broker, client, dest):
 @pytest.mark.spec("GRP-BUCKETS-1")
 @pytest.mark.requires("groups", "groups.buckets")
 @pytest.mark.parametrize("prefix", ["grp.bucketsall", "grp.default"])
+@pytest.mark.protocols("stomp", "amqp")  # prefetch counts messages over AMQP on Artemis too
 def test_minus_one_buckets_track_every_group(broker, client, dest, prefix):
     """AMG "Group Buckets": -1 (explicit, or the default) keeps every group id apart: distinct
     groups are spread over the consumers and each stays pinned."""
@@ -462,6 +468,7 @@ def test_minus_one_buckets_track_every_group(broker, client, dest, prefix):
 
 @pytest.mark.spec("GRP-BUCKETS-1")
 @pytest.mark.requires("groups", "groups.buckets")
+@pytest.mark.protocols("stomp", "amqp")  # prefetch counts messages over AMQP on Artemis too
 def test_group_ids_in_one_bucket_share_an_owner(broker, client, dest):
     """AMG "Group Buckets": the id is hashed into a bucket and the bucket is owned, so "Aa" and
     "B" (same bucket of 7) go to one consumer, while on a default queue they are two groups."""
@@ -503,6 +510,7 @@ def _hol_run(client, q: str, parameters: str = ""):
 
 @pytest.mark.spec("GRP-HOL-1")
 @pytest.mark.requires("groups")
+@pytest.mark.protocols("stomp", "amqp")  # prefetch counts messages over AMQP on Artemis too
 def test_grouped_run_at_head_holds_back_ungrouped_messages(broker, client, dest):
     """AMG "Message Grouping" (the note on FIFO and concurrency): G:3..G:5 at the head must go to
     their busy owner A before the ungrouped u:1..u:3 behind them reach anybody - even idle B."""
@@ -523,6 +531,7 @@ def test_grouped_run_at_head_holds_back_ungrouped_messages(broker, client, dest)
 
 @pytest.mark.spec("GRP-HOL-1", "GRP-BUCKETS-1", "GRP-SETTINGS-1")
 @pytest.mark.requires("groups", "groups.buckets")
+@pytest.mark.protocols("stomp", "amqp")  # prefetch counts messages over AMQP on Artemis too
 def test_nothing_held_back_when_grouping_is_off(broker, client, dest):
     """AMG "Message Grouping" / "Group Buckets" (control for the test above): with grouping off
     (0 buckets) G's messages are ordinary, so idle B takes what A has no room for at once."""

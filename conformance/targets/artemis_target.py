@@ -18,12 +18,13 @@ named) and by what the launcher configures:
   ``expiry`` ("Message Expiry": expiry-address), ``transactions`` (local transactions on every
   protocol), ``selectors`` ("Filter Expressions"; STOMP ``selector``, AMQP jms-selector),
   ``durable_subscriptions`` (STOMP durable subscriptions, AMQP durable terminus),
-  ``consumer_priority`` ("Consumer Priority"), ``exclusive_consumers`` ("Exclusive Queues"),
-  ``process.kill``.
+  ``consumer_priority`` ("Consumer Priority", over AMQP), ``process.kill``.
 
 Not offered: ``counters.subscription`` (Classic's per-subscriber matched / discarded counters),
 ``slow_consumer.*`` and ``memory.limits`` (Classic policies, refused by artemis_config),
-``network_of_brokers`` (Classic network connectors; Artemis clusters are another document).
+``network_of_brokers`` (Classic network connectors; Artemis clusters are another document),
+``exclusive_consumers`` (Classic's per-consumer ``activemq.exclusive``; Artemis's exclusive queues
+are a queue setting with other semantics).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from pathlib import Path
 from typing import Callable
 
 from conformance.scenario import Scenario
+from conformance.targets.artemis_config import DEAD_LETTER_ADDRESS
 from conformance.targets.base import DestinationCounters, SubscriptionCounters, TargetUnavailable
 
 __all__ = ["ArtemisTarget", "ArtemisProcessHandle", "ArtemisContainerHandle", "LAUNCH_MODES"]
@@ -46,7 +48,28 @@ CONTAINER_CAPABILITIES = frozenset({
 
 PROCESS_CAPABILITIES = CONTAINER_CAPABILITIES | frozenset({
     "counters.destination", "message_priority", "nack", "dead_letter", "expiry", "transactions", "selectors",
-    "durable_subscriptions", "consumer_priority", "exclusive_consumers"})
+    "durable_subscriptions", "consumer_priority"})
+
+#: ActiveMQ's STOMP subscribe extensions that Artemis reads differently or not at all (Artemis
+#: 2.40 "STOMP" chapter, flow control: ``activemq.prefetchSize`` is taken as ``consumer-window-size``,
+#: a window in BYTES; it documents no consumer-priority or exclusive-consumer SUBSCRIBE header).
+#: The STOMP adapter raises Unsupported for them, so such a check runs over AMQP on Artemis (link
+#: credit counts messages; the ``priority`` link property is Artemis's consumer priority).
+STOMP_UNSUPPORTED = {
+    "prefetch": "Artemis reads activemq.prefetchSize as consumer-window-size, a window in bytes, not a number of "
+                "messages; the check runs over AMQP (credit) on Artemis",
+    "exclusive": "Artemis has exclusive queues, not ActiveMQ's per-subscription activemq.exclusive header",
+    "priority": "Artemis documents no STOMP consumer-priority header (activemq.priority is ActiveMQ's); "
+                "consumer priority runs over AMQP on Artemis",
+}
+
+#: Address parameters (``name?group-buckets=0``) are documented for the JMS client only (AMG "Group
+#: Buckets"). Seen on 2.40: over AMQP the parameter is stripped and ignored (the auto-created queue
+#: has GroupBuckets -1), over STOMP it stays part of the address name.
+DESTINATION_PARAMETERS = ("Artemis documents destination parameters for its JMS client only (artemis-message-grouping"
+                          ".md, Group Buckets); over STOMP and AMQP 2.40 does not apply them")
+CLIENT_OPTIONS = {"stomp": {"unsupported_subscribe": STOMP_UNSUPPORTED, "destination_parameters": DESTINATION_PARAMETERS},
+                  "amqp": {"destination_parameters": DESTINATION_PARAMETERS}}
 
 #: the queue MBean attributes read for destination counters
 QUEUE_ATTRIBUTES = ("MessageCount", "MessagesAdded", "MessagesAcknowledged", "ConsumerCount", "DeliveringCount",
@@ -72,6 +95,8 @@ class ArtemisProcessHandle:
         self.credentials = tuple(process.ready_login) if process.ready_login else (None, None)
         self.host = process.host
         self.ports = {p: process.ports[p] for p in ("stomp", "mqtt", "amqp") if p in process.ports}
+        self.client_options = CLIENT_OPTIONS
+        self.dead_letter_queue = f"queue://{DEAD_LETTER_ADDRESS}"  # artemis_config's dead-letter-address
 
     @property
     def pid(self) -> int | None:
@@ -161,6 +186,7 @@ class ArtemisContainerHandle:
         self.credentials = tuple(broker.ready_login) if broker.ready_login else (None, None)
         self.host = broker.host
         self.ports = {p: broker.ports[p] for p in ("stomp", "mqtt", "amqp") if p in broker.ports}
+        self.client_options = CLIENT_OPTIONS
 
     def config_text(self) -> str:
         return self.broker.config_text()
@@ -272,6 +298,9 @@ class ArtemisTarget:
             return "Artemis keeps no per-subscriber matched / discarded counters (a Classic slow-consumer view)"
         if capability.startswith(("slow_consumer.", "memory.")):
             return "an ActiveMQ Classic policy with no Artemis setting of the same meaning (artemis_config.py)"
+        if capability == "exclusive_consumers":
+            return ("ActiveMQ Classic's per-consumer exclusive flag; Artemis has exclusive queues (a queue setting), "
+                    "not exclusive consumers")
         if capability == "network_of_brokers":
             return "ActiveMQ Classic network connectors; Artemis forms clusters instead (another document)"
         if self.launch_mode == "container" and capability in PROCESS_CAPABILITIES:
