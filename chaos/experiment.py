@@ -212,6 +212,23 @@ def run_experiment(exp: Experiment, out_dir: Path, *, progress: Callable[[str], 
             if proxy is not None:
                 proxy.stop()
             topology.stop()
+            _keep_broker_log(topology, out_dir)
+
+
+#: the broker log lines kept beside the history (the broker's own workdir is temporary)
+BROKER_LOG_LINES = 400
+
+
+def _keep_broker_log(topology: Topology, out_dir: Path) -> None:
+    """The end of the brokers' logs as ``broker-log-tail.txt`` beside the history: the broker's
+    side of a finding (its kills, restarts and journal reloads) outlives the run's temporary
+    workdir. Brokers that keep no log file (in-process) write nothing."""
+    try:
+        tail = topology.log_tail(BROKER_LOG_LINES)
+    except OSError as exc:
+        tail = f"(the broker log could not be read: {exc})"
+    if tail.strip():
+        (out_dir / "broker-log-tail.txt").write_text(tail, encoding="utf-8")
 
 
 def _drain_network(exp: Experiment, topology: NetworkTopology, workload, progress) -> tuple[list[dict], list[str]]:

@@ -151,13 +151,16 @@ def test_artemis_kill_restart_keeps_every_confirmed_send(request, tmp_path):
     # they came back after the restart: the journal, not the clients, carried them.
     survivors = _journal_survivors(history)
     assert survivors and all(n > 0 for n in survivors), f"messages recovered from the journal per kill: {survivors}"
-    # Every client lost its connection and found the restarted broker at the same address.
+    # Every client lost its connection at every kill and found the restarted broker at the same
+    # address: each worker connected once, then again after each kill (its transport resumed, or
+    # the workload replaced a client whose operation was in doubt and the new one connected; the
+    # second is the usual case here, so "interrupted" events are not required).
     downtime = verdict["checks"]["failover_downtime"]
     assert all(f["downtime_ms"] and not f["never_recovered"] for f in downtime["faults"]), "\n".join(verdict["summary"])
     transport = verdict["run_stats"]["transport_events"]
     workers = {"producer-0", "producer-1", "producer-2", "consumer-0"}
-    assert workers <= set(transport) and all(transport[w].get("resumed", 0) >= 2 for w in workers), transport
-    assert sum(kinds.get("interrupted", 0) for kinds in transport.values()) >= 1, transport
+    assert workers <= set(transport), transport
+    assert all(transport[w].get("resumed", 0) >= 1 + len(kills) for w in workers), transport
 
 
 @pytest.mark.slow
