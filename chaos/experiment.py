@@ -116,6 +116,26 @@ def _schedule(exp: Experiment) -> list[tuple[float, str, int, dict]]:
     return sorted(events, key=lambda event: event[:3])
 
 
+def _postpone(schedule: list[tuple[float, str, int, dict]], exp: Experiment, index: int,
+              late: float) -> list[tuple[float, str, int, dict]]:
+    """The rest of ``schedule`` after nemesis ``index``'s heal finished ``late`` seconds after its
+    slot: that nemesis's later steps move by as much, so its next fault still comes ``every_s``
+    after the heal (the experiment file's promise; a JVM broker's restart takes seconds, the
+    reference broker's a fraction of one). A moved fault that can no longer heal
+    ``recovery_s`` before the end is dropped with its heal, as `_schedule` never schedules one."""
+    nemesis = exp.nemesis[index]
+    kept, dropping = [], False
+    for at, step, i, params in schedule:
+        if i != index:
+            kept.append((at, step, i, params))
+            continue
+        if step == nemesis.kind:  # a fault: keep it (moved) only if it still heals in time
+            dropping = at + late + nemesis.down_s + exp.recovery_s > exp.duration_s
+        if not dropping:
+            kept.append((at + late, step, i, params))
+    return sorted(kept, key=lambda event: event[:3])
+
+
 class _ProxyGroupFault:
     """One [[nemesis]] entry acting through the fault proxy on a group of proxies (one per broker
     node): every client's proxies ("all") or the slow subscribers' ("slow")."""
@@ -192,6 +212,23 @@ def run_experiment(exp: Experiment, out_dir: Path, *, progress: Callable[[str], 
             if proxy is not None:
                 proxy.stop()
             topology.stop()
+            _keep_broker_log(topology, out_dir)
+
+
+#: the broker log lines kept beside the history (the broker's own workdir is temporary)
+BROKER_LOG_LINES = 400
+
+
+def _keep_broker_log(topology: Topology, out_dir: Path) -> None:
+    """The end of the brokers' logs as ``broker-log-tail.txt`` beside the history: the broker's
+    side of a finding (its kills, restarts and journal reloads) outlives the run's temporary
+    workdir. Brokers that keep no log file (in-process) write nothing."""
+    try:
+        tail = topology.log_tail(BROKER_LOG_LINES)
+    except OSError as exc:
+        tail = f"(the broker log could not be read: {exc})"
+    if tail.strip():
+        (out_dir / "broker-log-tail.txt").write_text(tail, encoding="utf-8")
 
 
 def _drain_network(exp: Experiment, topology: NetworkTopology, workload, progress) -> tuple[list[dict], list[str]]:
@@ -316,13 +353,16 @@ def _run_with_history(exp: Experiment, topology: Topology, run_id: str, history:
     started = time.monotonic()
     faults = 0
     nemesis_errors: list[str] = []
+    # The workload runs for duration_s, and at least recovery_s after the last heal finished:
+    # a heal that takes long (a JVM broker's restart) still gets its quiet time.
+    end = exp.duration_s
     try:
         for nemesis in nemeses:
             nemesis.setup()
         workload.start()
-        while (elapsed := time.monotonic() - started) < exp.duration_s:
+        while (elapsed := time.monotonic() - started) < end:
             while schedule and schedule[0][0] <= elapsed:
-                _, step, index, params = schedule.pop(0)
+                at, step, index, params = schedule.pop(0)
                 try:
                     nemeses[index].invoke(step, **params)
                 except NemesisError as exc:
@@ -332,6 +372,11 @@ def _run_with_history(exp: Experiment, topology: Topology, run_id: str, history:
                     progress(f"  nemesis step failed: {nemesis_errors[-1]}")
                     continue
                 faults += step in FAULT_AND_HEAL
+                if step == FAULT_AND_HEAL[exp.nemesis[index].kind]:
+                    done = time.monotonic() - started
+                    end = max(end, done + exp.recovery_s)
+                    if done > at:
+                        schedule = _postpone(schedule, exp, index, done - at)
             display.show(elapsed, exp.duration_s, workload, faults)
             time.sleep(0.05)
     finally:

@@ -2,8 +2,10 @@
 start, restart.
 
 Works over any handle with ``.pid``, ``.start()``, ``.stop()`` and ``.kill()``:
-`conformance.targets.reference.ReferenceBrokerProcess` and
-`conformance.targets.activemq.ActiveMQProcess`. Signals go to the handle's own PID, and only
+`conformance.targets.reference.ReferenceBrokerProcess`,
+`conformance.targets.activemq.ActiveMQProcess` and `conformance.targets.artemis_process.ArtemisProcess`
+(its JVM leads its own process group; `kill` takes the whole group down and `start` runs the same
+instance, journal and ports again). Signals go to the handle's own PID, and only
 while the handle says its process is running (a reaped PID may belong to someone else by now).
 When the broker leads its own process group (ActiveMQ starts the JVM with
 ``start_new_session``), SIGSTOP / SIGCONT go to that group so every thread of the tree stops;

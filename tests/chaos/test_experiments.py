@@ -43,12 +43,13 @@ def _attach(request, out_dir: Path, verdict: dict) -> None:
         allure.attach.file(str(out_dir / "transport.jsonl"), "transport events", allure.attachment_type.TEXT)
 
 
-def _run(request, tmp_path, file_name: str, *, duration: float, target: str | None = None) -> dict:
+def _run(request, tmp_path, file_name: str, *, duration: float, target: str | None = None,
+         requirement: str | None = None) -> dict:
     exp = with_overrides(load_experiment(EXPERIMENTS / file_name), duration_s=duration, target=target)
     target = resolve(exp.target.name)
     available, why = target.availability()
     if not available:
-        skip_or_fail(target_requirement(target), why)  # only a broker that is not installed here skips
+        skip_or_fail(requirement or target_requirement(target), why)  # only a broker that is not installed here skips
     verdict = run_and_judge(exp, tmp_path, progress=lambda line: None)
     _attach(request, tmp_path, verdict)
     assert verdict["valid"] is True, "\n".join(verdict["summary"])
@@ -59,7 +60,9 @@ def _run(request, tmp_path, file_name: str, *, duration: float, target: str | No
 
 @pytest.mark.slow
 def test_experiment_1_reference_kill_restart(request, tmp_path):
-    verdict = _run(request, tmp_path, "reference-kill-restart.toml", duration=15)  # kills at 5 s and 11 s
+    # kills at 5 s and 11 s; the second moves by as long as the first restart took (the next
+    # kill comes every_s after the heal) and still heals 3 s before the end if that took < 2 s
+    verdict = _run(request, tmp_path, "reference-kill-restart.toml", duration=17)
     assert verdict["run_stats"]["faults"] >= 2
     total = verdict["checks"]["total_queue"]
     assert total["enqueued"] > 0 and not total["lost"]
@@ -107,6 +110,61 @@ def test_experiment_3_client_partition(request, tmp_path, target):
     assert sends and min(sends.values()) >= 10_000 * 0.9, "\n".join(verdict["summary"])
 
 
+def _journal_survivors(history: list[dict]) -> list[int]:
+    """Per kill: how many messages the broker had confirmed before it was killed, no consumer had
+    acknowledged by then, and a consumer (or the drain) received after the restart. Only the
+    broker's journal can have kept those across the SIGKILL."""
+    def ended(f: str) -> list[dict]:
+        return [e["value"] for e in history if e["f"] == f and e["process"] == "nemesis"
+                and e["type"] == "info" and e["value"].get("phase") == "end"]
+
+    def ids(fs: tuple[str, ...], when) -> set[str]:
+        found = set()
+        for e in history:
+            if e["f"] in fs and e["type"] == "ok" and when(e["time"]):
+                values = e["value"] if isinstance(e["value"], list) else [e["value"]]
+                found |= {v["id"] for v in values if isinstance(v, dict) and "id" in v}
+        return found
+
+    survivors = []
+    for kill, start in zip(ended("kill"), ended("start")):
+        before, after = (lambda t, k=kill["started"]: t < k), (lambda t, s=start["ended"]: t > s)
+        unconsumed = ids(("send",), before) - ids(("ack",), before)
+        survivors.append(len(unconsumed & ids(("receive", "drain"), after)))
+    return survivors
+
+
+@pytest.mark.slow
+@pytest.mark.real_broker
+def test_artemis_kill_restart_keeps_every_confirmed_send(request, tmp_path):
+    # the first kill at 3 s, the next 3 s after the JVM is back: two kills when a restart takes
+    # under about 10 s, at least one on a machine slower than that
+    verdict = _run(request, tmp_path, "artemis-kill-restart.toml", duration=20, requirement="artemis")
+    assert verdict["run_stats"]["faults"] >= 1
+    total = verdict["checks"]["total_queue"]
+    assert total["enqueued"] > 0 and not total["lost"], "\n".join(verdict["summary"])
+    history = [json.loads(line) for line in (tmp_path / "history.jsonl").read_text().splitlines()]
+    # The kills struck the JVM: each SIGKILLed a pid, and the restart that healed it runs another.
+    kills = [e["value"] for e in history if e["f"] == "kill" and e["value"].get("phase") == "end"]
+    starts = [e["value"] for e in history if e["f"] == "start" and e["value"].get("phase") == "end"]
+    assert len(kills) == len(starts) == verdict["run_stats"]["faults"], (kills, starts)
+    assert all(k["pid"] != s["pid"] for k, s in zip(kills, starts)), (kills, starts)
+    # Every kill left confirmed, unconsumed messages behind (three producers, one consumer), and
+    # they came back after the restart: the journal, not the clients, carried them.
+    survivors = _journal_survivors(history)
+    assert survivors and all(n > 0 for n in survivors), f"messages recovered from the journal per kill: {survivors}"
+    # Every client lost its connection at every kill and found the restarted broker at the same
+    # address: each worker connected once, then again after each kill (its transport resumed, or
+    # the workload replaced a client whose operation was in doubt and the new one connected; the
+    # second is the usual case here, so "interrupted" events are not required).
+    downtime = verdict["checks"]["failover_downtime"]
+    assert all(f["downtime_ms"] and not f["never_recovered"] for f in downtime["faults"]), "\n".join(verdict["summary"])
+    transport = verdict["run_stats"]["transport_events"]
+    workers = {"producer-0", "producer-1", "producer-2", "consumer-0"}
+    assert workers <= set(transport), transport
+    assert all(transport[w].get("resumed", 0) >= 1 + len(kills) for w in workers), transport
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("target", ["reference", pytest.param("activemq", marks=pytest.mark.real_broker)])
 def test_experiment_4_slow_subscriber_discards_match_the_broker(request, tmp_path, target):
@@ -130,20 +188,3 @@ def test_failed_nemesis_step_makes_the_verdict_unknown(tmp_path, monkeypatch):
     assert verdict["run_stats"]["faults"] == 0
     assert verdict["checks"]["nemesis_schedule"]["errors"][0].startswith("kill at ")
     assert verdict["valid"] == "unknown"  # the queue itself lost nothing, but the kill never happened
-
-
-@pytest.mark.slow
-@pytest.mark.real_broker
-def test_experiment_1_on_artemis_kill_restart(request, tmp_path):
-    """A local Artemis killed under persistent STOMP load and restarted on its journal: nothing
-    acknowledged is lost (issue 16)."""
-    from conformance.requirements import skip_or_fail
-
-    exp = load_experiment(EXPERIMENTS / "artemis-kill-restart.toml")
-    available, why = resolve(exp.target.name).availability()
-    if not available:
-        skip_or_fail("artemis", why)
-    verdict = _run(request, tmp_path, "artemis-kill-restart.toml", duration=20)  # kills at 8 s and 16 s
-    assert verdict["run_stats"]["faults"] >= 1
-    total = verdict["checks"]["total_queue"]
-    assert total["enqueued"] > 0 and not total["lost"], total
