@@ -149,10 +149,13 @@ def test_artemis_kill_restart_keeps_every_confirmed_send(request, tmp_path):
     starts = [e["value"] for e in history if e["f"] == "start" and e["value"].get("phase") == "end"]
     assert len(kills) == len(starts) == verdict["run_stats"]["faults"], (kills, starts)
     assert all(k["pid"] != s["pid"] for k, s in zip(kills, starts)), (kills, starts)
-    # Every kill left confirmed, unconsumed messages behind (three producers, one consumer), and
-    # they came back after the restart: the journal, not the clients, carried them.
+    # A kill that left confirmed, unconsumed messages behind shows them again after the restart:
+    # the journal, not the clients, carried them. Whether a kill finds a backlog depends on how
+    # far the one consumer had caught up (CI saw [65, 0]: after the first restart the consumer
+    # drained the queue before the second kill), so at least one kill must have had one; none
+    # lost is the total-queue checker's verdict above.
     survivors = _journal_survivors(history)
-    assert survivors and all(n > 0 for n in survivors), f"messages recovered from the journal per kill: {survivors}"
+    assert survivors and any(n > 0 for n in survivors), f"messages recovered from the journal per kill: {survivors}"
     # Every client lost its connection at every kill and found the restarted broker at the same
     # address: each worker connected once, then again after each kill (its transport resumed, or
     # the workload replaced a client whose operation was in doubt and the new one connected; the
