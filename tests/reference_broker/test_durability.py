@@ -116,7 +116,10 @@ def test_receipted_persistent_sends_survive_sigkill(tmp_path, broker_process_fac
         config = tmp_path / "broker.toml"
         config.write_text(f'name = "durable"\n[store]\nsync = "{sync}"\nsync_interval_ms = 5000\n')
     proc = broker_process_factory(data_dir=data, config_file=config).start()
-    confirmed, written = produce_until_killed(proc, count=3000, kill_after_receipts=400)
+    # `count` is only a ceiling: the writer stops once the kill is due. With 3000, a writer that got
+    # every SEND into the socket before the 400th receipt came back let the broker confirm all of
+    # them before the kill (seen in CI under load), so the kill found nothing in flight.
+    confirmed, written = produce_until_killed(proc, count=200_000, kill_after_receipts=400)
     assert len(confirmed) >= 400
     assert len(confirmed) < written, "the kill should land while SENDs are still unconfirmed"
     restarted = broker_process_factory(data_dir=data, config_file=config).start()
