@@ -193,11 +193,6 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("protocol", protocols, ids=protocols)
 
 
-def _is_worker(config: pytest.Config) -> bool:
-    """True in a pytest-xdist worker (the controller and a serial run have no ``workerinput``)."""
-    return hasattr(config, "workerinput")
-
-
 def xdist_group_name(item: pytest.Item, target_name: str) -> str:
     """The suite test's pytest-xdist group: its module on its target (one broker per pair).
     Neither "@" nor "]": pytest-xdist's scheduler takes the text after the last "@" of a node ID
@@ -216,7 +211,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         item.stash[NODEID] = item.nodeid
         # The broker fixture is module-scoped: the module's tests on one target must run on one
         # worker (under --dist loadgroup), or each worker would start that broker again.
-        item.add_marker(pytest.mark.xdist_group(xdist_group_name(item, item.callspec.params["target_name"])))
+        xdist_groups.add_group(item, xdist_group_name(item, item.callspec.params["target_name"]))
         specs = _marker_args(item, "spec")
         unknown = [s for s in specs if s not in state.catalogue]
         if unknown:
@@ -485,7 +480,7 @@ class MatrixRecorder:
     # tryfirst: the entry is taken off the report before other plugins (JUnit XML) see it
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if _is_worker(self.config):
+        if xdist_groups.in_worker(self.config):
             return  # a worker sends the report on as it is; the controller records it
         entry = _take_record(report)
         state = self.config.stash.get(STATE, None)
@@ -502,7 +497,7 @@ class MatrixRecorder:
 def pytest_sessionfinish(session: pytest.Session) -> None:
     state = session.config.stash.get(STATE, None)
     path = session.config.getoption("brokerconf_matrix")
-    if state is None or not path or _is_worker(session.config):
+    if state is None or not path or xdist_groups.in_worker(session.config):
         return  # only the controller writes: a worker's matrix would hold only its own tests
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text(json.dumps(state.results.to_json(), indent=2))
@@ -510,7 +505,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config) -> None:
     state = config.stash.get(STATE, None)
-    if state is None or _is_worker(config) or not state.results.has_records():
+    if state is None or xdist_groups.in_worker(config) or not state.results.has_records():
         return
     terminalreporter.section("brokerconf conformance")
     for line in state.results.summary_lines():

@@ -19,6 +19,49 @@ from __future__ import annotations
 import pytest
 
 
+def in_worker(config: pytest.Config) -> bool:
+    """True in a pytest-xdist worker (the controller and a serial run have no ``workerinput``)."""
+    return hasattr(config, "workerinput")
+
+
+def add_group(item: pytest.Item, name: str) -> None:
+    """Mark ``item`` ``xdist_group(name)`` in a pytest-xdist worker (elsewhere the mark means
+    nothing, and without pytest-xdist installed it would be an unknown mark)."""
+    if in_worker(item.config):
+        item.add_marker(pytest.mark.xdist_group(name))
+
+
+#: fixtures of these scopes are set up once per worker that runs a test needing them
+_SHARED_SCOPES = ("module", "class", "package")
+
+
+def shared_fixture_group(item: pytest.Item) -> str | None:
+    """A group for a test that uses a module-, class- or package-scoped fixture: its module, and
+    the values of such fixtures' parameters (None when it uses none).
+
+    Without it pytest-xdist spreads a module's tests over the workers and each sets the fixture
+    up again: a broker container, a real broker, a whole suite run (tests/docker/
+    test_container_suites.py's ``suite_run`` runs every suite in containers). Session fixtures
+    are left alone: each worker has its own session (a Spark session per worker)."""
+    info = getattr(item, "_fixtureinfo", None)  # pytest's FuncFixtureInfo (no public accessor)
+    if info is None:
+        return None
+    shared = [name for name in item.fixturenames
+              if any(d.scope in _SHARED_SCOPES for d in info.name2fixturedefs.get(name, ()))]
+    if not shared:
+        return None
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    values = [_param_label(item, name, params[name]) for name in shared if name in params]
+    module = item.nodeid.split("::", 1)[0]
+    return f"{module}({','.join(values)})" if values else module
+
+
+def _param_label(item: pytest.Item, name: str, value) -> str:
+    if isinstance(value, (str, int, float, bool)) and not any(c in str(value) for c in "@]"):
+        return f"{name}={value}"
+    return f"{name}#{item.callspec.indices[name]}"
+
+
 def group_suffix(item: pytest.Item) -> str | None:
     """``@<group>`` as pytest-xdist builds it from the item's ``xdist_group`` marks (None: no mark)."""
     names = {str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
@@ -58,5 +101,5 @@ class GroupSuffix:
 
 def register(config: pytest.Config) -> None:
     """Register `GroupSuffix` when this process is a pytest-xdist worker under loadgroup."""
-    if hasattr(config, "workerinput") and getattr(config.option, "loadgroup", False):
+    if in_worker(config) and getattr(config.option, "loadgroup", False):
         config.pluginmanager.register(GroupSuffix(), "brokerconf-xdist-group-suffix")
