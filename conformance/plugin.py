@@ -92,6 +92,9 @@ class PluginState:
                 raise pytest.UsageError(f"{where}: {exc}") from None
         self.availability = {name: t.availability() for name, t in self.targets.items()}
         self.results = ConformanceResults(self.catalogue)
+        #: target -> launch mode of a broker the ``broker`` fixture started in this process (what
+        #: a report tells the controller; a target's default stays the controller's own)
+        self.launched: dict[str, str] = {}
         for name, target in self.targets.items():
             ok, reason = self.availability[name]
             self.results.add_target(name, kind=target.kind, launch=getattr(target, "launch_mode", "process"),
@@ -310,6 +313,7 @@ def broker(request: pytest.FixtureRequest, target_name: str, tmp_path_factory: p
         state.results.target_failed(target_name, failure)
         pytest.fail(f"target {target_name} could not start for scenario {scenario.name!r}:\n{failure}", pytrace=False)
     state.results.note_launch(target_name, handle.launch)
+    state.launched[target_name] = handle.launch
     yield handle
     handle.stop()
 
@@ -447,7 +451,6 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     target_name = params["target_name"]
     record = TestRecord.from_report(item.stash.get(NODEID, item.nodeid), target_name, params.get("protocol", "stomp"),
                                     _marker_args(item, "spec"), report, NOT_APPLICABLE)
-    info = state.results.targets.get(target_name)
     # Recorded in pytest_runtest_logreport, which runs where the matrix is kept: in this process
     # in a serial run, in the controller under pytest-xdist (this hook runs in the worker). The
     # report carries the record there, with what the broker fixture learnt about the target (in
@@ -456,8 +459,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         "record": asdict(record) if record is not None else None,
         "order": item.stash.get(ORDER, None),
         "target": target_name,
-        "launch": info.launch if info is not None else None,
-        "start_error": info.start_error if info is not None else "",
+        "launch": state.launched.get(target_name),
+        "start_error": getattr(state.results.targets.get(target_name), "start_error", ""),
     })]
 
 

@@ -46,8 +46,9 @@ def shared_fixture_group(item: pytest.Item) -> str | None:
     info = getattr(item, "_fixtureinfo", None)  # pytest's FuncFixtureInfo (no public accessor)
     if info is None:
         return None
+    # the last definition of a name is the one the test gets (the others are overridden)
     shared = [name for name in item.fixturenames
-              if any(d.scope in _SHARED_SCOPES for d in info.name2fixturedefs.get(name, ()))]
+              if info.name2fixturedefs.get(name) and info.name2fixturedefs[name][-1].scope in _SHARED_SCOPES]
     if not shared:
         return None
     params = getattr(getattr(item, "callspec", None), "params", {})
@@ -62,6 +63,10 @@ def _param_label(item: pytest.Item, name: str, value) -> str:
     return f"{name}#{item.callspec.indices[name]}"
 
 
+class UnreadableGroup(ValueError):
+    """A group name pytest-xdist's scheduler would not read as one."""
+
+
 def group_suffix(item: pytest.Item) -> str | None:
     """``@<group>`` as pytest-xdist builds it from the item's ``xdist_group`` marks (None: no mark)."""
     names = {str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
@@ -70,8 +75,14 @@ def group_suffix(item: pytest.Item) -> str | None:
     if bad:
         # the controller reads the group after the last "@" of a node ID, and only when no "]"
         # follows it (xdist/scheduler/loadgroup.py): such a name would group nothing
-        raise pytest.UsageError(f"{item.nodeid}: xdist_group name(s) {bad} contain '@' or ']'")
+        raise UnreadableGroup(f"xdist_group name(s) {bad} contain '@' or ']', which pytest-xdist cannot "
+                              "read back from the node ID: the test would not stay with its group")
     return "@" + "_".join(sorted(names)) if names else None
+
+
+#: why a test could not be put in its group (it then fails at set-up with this message: an error
+#: raised in a worker's collection reaches the controller only as a crash without the message)
+UNGROUPED = pytest.StashKey[str]()
 
 
 def _set_nodeid(item: pytest.Item, nodeid: str) -> None:
@@ -90,13 +101,21 @@ class GroupSuffix:
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
         for item in items:
-            suffix = group_suffix(item)
+            try:
+                suffix = group_suffix(item)
+            except UnreadableGroup as exc:
+                item.stash[UNGROUPED] = str(exc)
+                continue
             if suffix is not None and not item.nodeid.endswith(suffix):
                 _set_nodeid(item, item.nodeid + suffix)
                 if not item.nodeid.endswith(suffix):
-                    raise pytest.UsageError(
-                        f"{item.nodeid}: cannot give the test its pytest-xdist group {suffix} on this pytest; "
-                        "run without -n (conformance/xdist_groups.py)")
+                    item.stash[UNGROUPED] = (f"cannot give the test its pytest-xdist group {suffix} on this pytest "
+                                             "(conformance/xdist_groups.py); run without -n")
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        if UNGROUPED in item.stash:
+            pytest.fail(item.stash[UNGROUPED], pytrace=False)
 
 
 def register(config: pytest.Config) -> None:
