@@ -91,6 +91,10 @@ class ConformanceResults:
         self.catalogue = catalogue
         self.targets: dict[str, TargetInfo] = {}
         self.records: list[TestRecord] = []
+        #: nodeid -> the test's place in the collection: records arrive in that order in a serial
+        #: run but interleaved from several pytest-xdist workers; listed in it, the matrix is the
+        #: same either way
+        self._order: dict[str, int] = {}
         self.started = time.time()
 
     def add_target(self, name: str, *, kind: str, launch: str, available: bool, reason: str = "",
@@ -105,9 +109,12 @@ class ConformanceResults:
         if name in self.targets:
             self.targets[name].start_error = error
 
-    def record(self, record: TestRecord | None) -> None:
+    def record(self, record: TestRecord | None, order: int | None = None) -> None:
+        """Add one phase's record; ``order`` is the test's index in the collection (when known)."""
         if record is None:
             return
+        if order is not None:
+            self._order[record.nodeid] = order
         # A later phase (teardown failure) overrides an earlier verdict of the same test.
         for n, existing in enumerate(self.records):
             if existing.nodeid == record.nodeid:
@@ -119,8 +126,13 @@ class ConformanceResults:
     def has_records(self) -> bool:
         return bool(self.records)
 
+    def ordered_records(self) -> list[TestRecord]:
+        """The records in collection order (those without a known place last, as they came)."""
+        unknown = len(self._order) + len(self.records)
+        return sorted(self.records, key=lambda r: self._order.get(r.nodeid, unknown))
+
     def cell(self, target: str, spec: str) -> dict:
-        records = [r for r in self.records if r.target == target and spec in r.specs]
+        records = [r for r in self.ordered_records() if r.target == target and spec in r.specs]
         applies = self._applies(target, spec)
         if not records:
             return {"outcome": "not checked" if applies else "not applicable",
@@ -169,7 +181,7 @@ class ConformanceResults:
             },
             "matrix": {t: {spec: self.cell(t, spec) for spec in self.catalogue} for t in self.targets},
             "summary": {t: self.summary(t) for t in self.targets},
-            "tests": [asdict(r) for r in self.records],
+            "tests": [asdict(r) for r in self.ordered_records()],
         }
 
     def summary_lines(self) -> list[str]:

@@ -18,6 +18,11 @@ It turns a suite written once into checks per target and per documented rule:
 * ``--conformance-matrix FILE`` writes target x spec ID -> outcome as JSON.
 * A failing test carries evidence: the broker's log excerpt, its generated configuration and each
   client's exchange, as report sections (and Allure attachments when allure-pytest is active).
+* Under pytest-xdist (``-n N --dist loadgroup``) each suite module's tests of one target form one
+  ``xdist_group``, so its module-scoped broker starts once, on one worker (on pytest >= 9.2 with
+  conformance/xdist_groups.py's help). A worker computes each
+  test's matrix record and hands it to the controller on the report (``user_properties``); the
+  controller records it, writes the matrix and prints the summary, the same as a serial run.
 
 Tests that do not use the ``broker`` fixture are untouched, so the plugin is inert in other
 projects' suites.
@@ -28,11 +33,12 @@ from __future__ import annotations
 import json
 import re
 import uuid
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 
-from conformance import requirements
+from conformance import requirements, xdist_groups
 from conformance.clients.base import Unsupported
 from conformance.matrix import ConformanceResults, TestRecord
 from conformance.scenario import DEFAULT_SCENARIO, PROTOCOLS, Scenario
@@ -46,6 +52,13 @@ STATE = pytest.StashKey["PluginState"]()
 CLIENTS = pytest.StashKey[list]()
 BROKER = pytest.StashKey[BrokerHandle]()
 DEVIATIONS = pytest.StashKey[list]()
+#: a suite test's node ID as collected: pytest-xdist's loadgroup appends "@<group>" to it on the
+#: workers, and the matrix keeps the ID a serial run records
+NODEID = pytest.StashKey[str]()
+#: the test's index in the (final) collection, to list the matrix's records in collection order
+ORDER = pytest.StashKey[int]()
+#: the name of the report's user property that carries the plugin's record from a worker
+RECORD_PROPERTY = "brokerconf_record"
 
 
 class PluginState:
@@ -79,6 +92,9 @@ class PluginState:
                 raise pytest.UsageError(f"{where}: {exc}") from None
         self.availability = {name: t.availability() for name, t in self.targets.items()}
         self.results = ConformanceResults(self.catalogue)
+        #: target -> launch mode of a broker the ``broker`` fixture started in this process (what
+        #: a report tells the controller; a target's default stays the controller's own)
+        self.launched: dict[str, str] = {}
         for name, target in self.targets.items():
             ok, reason = self.availability[name]
             self.results.add_target(name, kind=target.kind, launch=getattr(target, "launch_mode", "process"),
@@ -127,6 +143,8 @@ def pytest_configure(config: pytest.Config) -> None:
         config.stash[STATE] = PluginState(config)
     except (CatalogueError, DeviationError) as exc:
         raise pytest.UsageError(str(exc)) from None
+    config.pluginmanager.register(MatrixRecorder(config), "brokerconf-matrix-recorder")
+    xdist_groups.register(config)
 
 
 def unavailable_named_targets(state: PluginState) -> list[str]:
@@ -178,11 +196,25 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("protocol", protocols, ids=protocols)
 
 
+def xdist_group_name(item: pytest.Item, target_name: str) -> str:
+    """The suite test's pytest-xdist group: its module on its target (one broker per pair).
+    Neither "@" nor "]": pytest-xdist's scheduler takes the text after the last "@" of a node ID
+    as its group only when no "]" follows (xdist/scheduler/loadgroup.py)."""
+    return f"{item.nodeid.split('::', 1)[0]}({target_name})"
+
+
+# tryfirst: before pytest-xdist's worker hook, which reads the xdist_group marks (and renames the
+# node IDs) in this same hook
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
     state = _state(config)
     for item in items:
         if "target_name" not in _params(item):
             continue
+        item.stash[NODEID] = item.nodeid
+        # The broker fixture is module-scoped: the module's tests on one target must run on one
+        # worker (under --dist loadgroup), or each worker would start that broker again.
+        xdist_groups.add_group(item, xdist_group_name(item, item.callspec.params["target_name"]))
         specs = _marker_args(item, "spec")
         unknown = [s for s in specs if s not in state.catalogue]
         if unknown:
@@ -207,6 +239,11 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
             item.add_marker(pytest.mark.xfail(raises=AssertionError, strict=True,
                                               reason=f"known deviation {deviation.spec} on {deviation.target}: "
                                                      f"{deviation.summary}"))
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    for n, item in enumerate(session.items):
+        item.stash[ORDER] = n
 
 
 def _params(item: pytest.Item) -> dict:
@@ -284,6 +321,7 @@ def broker(request: pytest.FixtureRequest, target_name: str, tmp_path_factory: p
         state.results.target_failed(target_name, failure)
         pytest.fail(f"target {target_name} could not start for scenario {scenario.name!r}:\n{failure}", pytrace=False)
     state.results.note_launch(target_name, handle.launch)
+    state.launched[target_name] = handle.launch
     yield handle
     handle.stop()
 
@@ -418,22 +456,67 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
             report.sections.append((f"brokerconf: {name}", text))
         _attach_to_allure(sections)
     state = _state(item.config)
-    state.results.record(TestRecord.from_report(item.nodeid, params["target_name"], params.get("protocol", "stomp"),
-                                                _marker_args(item, "spec"), report, NOT_APPLICABLE))
+    target_name = params["target_name"]
+    record = TestRecord.from_report(item.stash.get(NODEID, item.nodeid), target_name, params.get("protocol", "stomp"),
+                                    _marker_args(item, "spec"), report, NOT_APPLICABLE)
+    # Recorded in pytest_runtest_logreport, which runs where the matrix is kept: in this process
+    # in a serial run, in the controller under pytest-xdist (this hook runs in the worker). The
+    # report carries the record there, with what the broker fixture learnt about the target (in
+    # this process). A new list: the report shares the item's, which every phase's report gets.
+    report.user_properties = [*report.user_properties, (RECORD_PROPERTY, {
+        "record": asdict(record) if record is not None else None,
+        "order": item.stash.get(ORDER, None),
+        "target": target_name,
+        "launch": state.launched.get(target_name),
+        "start_error": getattr(state.results.targets.get(target_name), "start_error", ""),
+    })]
+
+
+def _take_record(report: pytest.TestReport) -> dict | None:
+    """The plugin's entry on the report, removed from its user properties (JUnit XML lists those)."""
+    ours = [p for p in report.user_properties if isinstance(p, (tuple, list)) and len(p) == 2 and p[0] == RECORD_PROPERTY]
+    if not ours:
+        return None
+    report.user_properties = [p for p in report.user_properties if not any(p is o for o in ours)]
+    return ours[-1][1]
+
+
+class MatrixRecorder:
+    """Records the reports' entries into the session's matrix (registered in pytest_configure:
+    ``pytest_runtest_logreport`` is not handed the config)."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+
+    # tryfirst: the entry is taken off the report before other plugins (JUnit XML) see it
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if xdist_groups.in_worker(self.config):
+            return  # a worker sends the report on as it is; the controller records it
+        entry = _take_record(report)
+        state = self.config.stash.get(STATE, None)
+        if entry is None or state is None:
+            return
+        if entry["launch"]:
+            state.results.note_launch(entry["target"], entry["launch"])
+        if entry["start_error"]:
+            state.results.target_failed(entry["target"], entry["start_error"])
+        if entry["record"] is not None:
+            state.results.record(TestRecord(**entry["record"]), entry["order"])
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     state = session.config.stash.get(STATE, None)
     path = session.config.getoption("brokerconf_matrix")
-    if state is None or not path:
-        return
+    if state is None or not path or xdist_groups.in_worker(session.config):
+        return  # only the controller writes: a worker's matrix would hold only its own tests
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text(json.dumps(state.results.to_json(), indent=2))
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config) -> None:
     state = config.stash.get(STATE, None)
-    if state is None or not state.results.has_records():
+    if state is None or xdist_groups.in_worker(config) or not state.results.has_records():
         return
     terminalreporter.section("brokerconf conformance")
     for line in state.results.summary_lines():

@@ -2,7 +2,21 @@
 # Run the test suite: ./scripts/test.sh [pytest args...]
 # Installs what it needs (virtualenv, Python packages, and as root on Debian the
 # real-broker packages) on first use; see scripts/bootstrap.sh.
+#
+# BROKERCONF_TEST_WORKERS=N (N > 1) runs the tests on N pytest-xdist workers
+# (-n N --dist loadgroup: each conformance suite module's tests of one target, and a module's
+# tests that share a module-scoped fixture, stay on one worker; see conformance/xdist_groups.py).
+# Unset, empty or 1: one process, as before.
 set -euo pipefail
+workers="${BROKERCONF_TEST_WORKERS:-1}"
+if ! [[ "$workers" =~ ^[1-9][0-9]*$ ]]; then
+    echo "scripts/test.sh: BROKERCONF_TEST_WORKERS must be a whole number of workers >= 1, not '$workers'" >&2
+    exit 2
+fi
 # shellcheck source=scripts/bootstrap.sh
 source "$(dirname "${BASH_SOURCE[0]}")/bootstrap.sh"
-exec .venv/bin/python -m pytest "$@"
+parallel=()
+if [ "$workers" -gt 1 ]; then
+    parallel=(-n "$workers" --dist loadgroup)
+fi
+exec .venv/bin/python -m pytest "${parallel[@]}" "$@"

@@ -5,6 +5,7 @@ and evidence attached to failures."""
 from __future__ import annotations
 
 import json
+import re
 import textwrap
 
 import pytest
@@ -354,3 +355,137 @@ def test_a_target_that_cannot_start_is_reported_and_the_run_goes_on(toy: pytest.
                                  "*generated for scenario 'bad' is invalid*pending_message_limit_strategy*"])
     assert "invalid" in data["targets"]["reference"]["start_error"]
     assert data["matrix"]["reference"]["TOY-SEND-1"]["outcome"] == "error"
+
+
+# ---------------------------------------------------------------- pytest-xdist (issue 16)
+
+#: a suite module whose every test notes where it ran: worker, target and the broker's STOMP port
+#: (one port per broker started)
+NOTING = textwrap.dedent("""
+    import os, pytest
+
+    def note(target_name, broker):
+        with open(os.environ["TOY_RUN_LOG"], "a") as log:
+            log.write(f"{os.environ.get('PYTEST_XDIST_WORKER', 'serial')} {__name__} {target_name} "
+                      f"{broker.ports['stomp']}\\n")
+""")
+
+XDIST_SUITE = {
+    "test_one": NOTING + textwrap.dedent("""
+        @pytest.mark.spec("TOY-SEND-1")
+        def test_accepts(broker, target_name):
+            note(target_name, broker)
+            assert broker.ports
+
+        @pytest.mark.spec("TOY-ART-1")
+        def test_artemis_only(broker):
+            raise AssertionError("must not run on the reference broker")
+
+        @pytest.mark.spec("TOY-BROKEN-1")
+        def test_still_broken(broker, target_name):
+            note(target_name, broker)
+            assert "stomp" not in broker.ports, f"TOY-BROKEN-1: broken, stomp port {broker.ports['stomp']}"
+
+        @pytest.mark.spec("TOY-SEND-1")
+        @pytest.mark.requires("process.kill")
+        def test_needs_kill(broker, target_name):
+            note(target_name, broker)
+    """),
+    "test_two": NOTING + textwrap.dedent("""
+        @pytest.mark.spec("TOY-SEND-1")
+        @pytest.mark.protocols("stomp", "mqtt")
+        def test_protocols(broker, target_name, protocol):
+            note(target_name, broker)
+            assert protocol in broker.ports
+
+        @pytest.mark.spec("TOY-SEND-1")
+        def test_breaks_in_teardown(broker, target_name, request):
+            note(target_name, broker)
+            request.addfinalizer(lambda: (_ for _ in ()).throw(RuntimeError("teardown breaks")))
+
+        @pytest.mark.parametrize("n", range(4))
+        @pytest.mark.spec("TOY-SEND-1")
+        def test_many(broker, target_name, n):
+            note(target_name, broker)
+    """),
+    "test_bad": textwrap.dedent("""
+        import pytest
+        from conformance.scenario import DestinationPolicy, Scenario
+
+        SCENARIO = Scenario(name="bad", policies=(DestinationPolicy("topic://x.>", pending_message_limit=-5),))
+
+        @pytest.mark.spec("TOY-SEND-1")
+        def test_never_runs(broker):
+            pass
+    """),
+    # not a suite: distributed test by test, untouched by the plugin
+    "test_plain": "import pytest\n\n@pytest.mark.parametrize('n', range(6))\ndef test_plain(n):\n    assert n < 5\n",
+}
+
+
+def _comparable(data: dict) -> dict:
+    """The matrix without what differs between any two runs: time stamps, durations, and the
+    temporary directory of the run (a worker's is a directory of its own: popen-gwN) in the
+    start errors that name the broker's configuration file."""
+    data = json.loads(re.sub(r"/[^\s\"]*/runpytest-\d+(/popen-gw\d+)?/", "<basetemp>/", json.dumps(data)))
+    tests = {t["nodeid"]: (t["target"], t["protocol"], t["specs"], t["outcome"], t["reason"]) for t in data["tests"]}
+    cells = {target: {spec: (cell["outcome"], cell["reason"],
+                             [(r["nodeid"], r["protocol"], r["outcome"], r["reason"]) for r in cell["tests"]])
+                      for spec, cell in row.items()}
+             for target, row in data["matrix"].items()}
+    return {"tests": tests, "order": [t["nodeid"] for t in data["tests"]], "cells": cells,
+            "summary": data["summary"], "targets": data["targets"]}
+
+
+def _summary_section(result) -> list[str]:
+    lines = result.stdout.lines
+    start = next(n for n, line in enumerate(lines) if "brokerconf conformance" in line)
+    return [line for line in lines[start + 1:] if not line.startswith(("matrix written", "=", "FAILED", "ERROR"))
+            and line.strip()][:4]
+
+
+def test_the_matrix_is_the_same_with_two_xdist_workers(toy: pytest.Pytester, monkeypatch) -> None:
+    """Under pytest-xdist the reports reach the controller, which records them: the matrix (every
+    test's outcome and reason, each cell, the summary, the targets' launch and start errors) and
+    the terminal summary equal a serial run's, and each suite module starts one broker per target,
+    on one worker."""
+    (toy.path / "deviations" / "toy.toml").write_text(DEVIATION)
+    toy.makepyfile(**XDIST_SUITE)
+    targets = ("--target", "reference", "--target", "reference:process")
+    runs = {}
+    for mode, extra in (("serial", ()), ("xdist", ("-n", "2", "--dist", "loadgroup"))):
+        log = toy.path / f"{mode}.log"
+        monkeypatch.setenv("TOY_RUN_LOG", str(log))
+        result, data = run(toy, *targets, *extra)
+        assert data is not None, f"{mode}: no matrix\n{result.stdout.str()[-3000:]}"
+        runs[mode] = (result, data, [line.split() for line in log.read_text().splitlines()])
+
+    (serial, serial_data, serial_log), (xdist, xdist_data, xdist_log) = runs["serial"], runs["xdist"]
+    # the same outcomes as pytest counts them. Per target: test_accepts, 2 protocols, 4 many and
+    # the test that then breaks in teardown pass (8); not applicable: artemis only, and the kill
+    # test in-process (it passes on reference:process); the deviation reproduces (xfail); errors:
+    # the teardown and the start of scenario 'bad'. Plus 6 plain tests, one failing.
+    for result in (serial, xdist):
+        result.assert_outcomes(passed=2 * 8 + 1 + 5, failed=1, skipped=2 + 1, xfailed=2, errors=2 + 2)
+    assert "gw0" in xdist.stdout.str() and "gw1" in xdist.stdout.str(), "the run was not distributed"
+    assert _comparable(xdist_data) == _comparable(serial_data)
+    assert len(serial_data["tests"]) == 2 * 12  # every suite test on both targets, the plain ones not
+    assert xdist_data["targets"]["reference:process"]["launch"] == "process"
+    assert "invalid" in xdist_data["targets"]["reference"]["start_error"]
+    assert _summary_section(xdist) == _summary_section(serial)
+    # one broker per module and target, on one worker; both workers had some
+    brokers: dict[tuple[str, str], set] = {}
+    for worker, module, target, port in xdist_log:
+        brokers.setdefault((module, target), set()).add((worker, port))
+    assert set(brokers) == {(m, t) for m in ("test_one", "test_two") for t in ("reference", "reference:process")}
+    assert all(len(started) == 1 for started in brokers.values()), brokers
+    assert {worker for started in brokers.values() for worker, _ in started} == {"gw0", "gw1"}, brokers
+    assert len(xdist_log) == len(serial_log)
+
+
+def test_a_named_target_that_cannot_run_stops_an_xdist_run_too(toy: pytest.Pytester, no_engine) -> None:
+    toy.makepyfile(test_toy=ACCEPTS)
+    result, data = run(toy, "--target", "reference", "--target", "activemq:container", "-n", "2")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stderr.fnmatch_lines(["*target activemq:container cannot run here: the Docker engine is not running*"])
+    assert not any(word in result.stdout.str() for word in (" passed", " skipped", " failed")) and data is None
