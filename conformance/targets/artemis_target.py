@@ -41,14 +41,17 @@ __all__ = ["ArtemisTarget", "ArtemisProcessHandle", "ArtemisContainerHandle", "L
 
 LAUNCH_MODES = ("auto", "process", "container")
 
-#: what the container target offers (the image's broker.xml plus group address settings)
+#: what the container target offers: the image's broker.xml (created by `artemis create`, with its
+#: DLQ and ExpiryQueue address settings) plus the scenario's address settings (artemis_config.py:
+#: groups, max-delivery-attempts); the broker behaviour below needs nothing from the launcher
 CONTAINER_CAPABILITIES = frozenset({
     "protocol.stomp", "protocol.mqtt", "protocol.amqp", "scenario.policies", "groups", "groups.close",
-    "groups.reassign_on_close", "groups.first_key", "groups.rebalance", "groups.buckets", "process.kill"})
+    "groups.reassign_on_close", "groups.first_key", "groups.rebalance", "groups.buckets", "process.kill",
+    "message_priority", "nack", "dead_letter", "expiry", "transactions", "selectors", "durable_subscriptions",
+    "consumer_priority"})
 
-PROCESS_CAPABILITIES = CONTAINER_CAPABILITIES | frozenset({
-    "counters.destination", "message_priority", "nack", "dead_letter", "expiry", "transactions", "selectors",
-    "durable_subscriptions", "consumer_priority"})
+#: the local JVM adds broker-side counters read over Jolokia on loopback
+PROCESS_CAPABILITIES = CONTAINER_CAPABILITIES | frozenset({"counters.destination"})
 
 #: ActiveMQ's STOMP subscribe extensions that Artemis reads differently or not at all (Artemis
 #: user manual, STOMP chapter, "Flow Control": ``activemq.prefetchSize`` is accepted for backwards
@@ -313,7 +316,7 @@ class ArtemisTarget:
         if capability == "network_of_brokers":
             return "ActiveMQ Classic network connectors; Artemis forms clusters instead (another document)"
         if self.launch_mode == "container" and capability in PROCESS_CAPABILITIES:
-            return "the Artemis container launcher configures only group address settings and reads no counters"
+            return "the Artemis container launcher reads no broker counters (no Jolokia client for the container)"
         return None
 
     def launch(self, scenario: Scenario, workdir: Path):
