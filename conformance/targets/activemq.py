@@ -45,6 +45,8 @@ import weakref
 from pathlib import Path
 from xml.sax.saxutils import quoteattr
 
+from .activemq_amqp import installed, jar_paths
+from .activemq_paths import ACTIVEMQ_HOME, JAVA_SHARE
 from .process import free_ports, kill_group, peak_rss, stop_group, tail_files
 
 __all__ = [
@@ -57,8 +59,6 @@ __all__ = [
     "DEFAULT_STOMP_SCHEME",
 ]
 
-ACTIVEMQ_HOME = Path(os.environ.get("BROKERCONF_ACTIVEMQ_HOME", "/usr/share/activemq"))
-JAVA_SHARE = Path(os.environ.get("BROKERCONF_JAVA_SHARE", "/usr/share/java"))
 INSTALL_HINT = (
     "install it with `apt-get install activemq libmqtt-client-java libhawtdispatch-java` "
     "(or run ./scripts/test.sh as root on Debian, which installs them)"
@@ -151,14 +151,10 @@ def _missing_mqtt() -> str:
 
 
 def _missing_amqp() -> str:
-    from .activemq_amqp import installed  # noqa: PLC0415 - that module imports this one
-
     return installed()[1]
 
 
 def _amqp_jars() -> list[str]:
-    from .activemq_amqp import jar_paths  # noqa: PLC0415 - that module imports this one
-
     return [str(p) for p in jar_paths()]
 
 

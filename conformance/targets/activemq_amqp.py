@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from xml.sax.saxutils import escape
 
-from .activemq import ACTIVEMQ_HOME
+from .activemq_paths import ACTIVEMQ_HOME
 
 __all__ = [
     "AmqpTransportError",

@@ -65,7 +65,7 @@ from .artemis_config import FRAGMENT_MARK, UnsupportedArtemisPolicy, address_set
 from .container_lifecycle import ContainerLifecycle, _configure_reaper
 from .docker_env import DockerUnavailable, docker_client, image_available
 from .process import free_ports
-from .registry import ARTEMIS_IMAGE  # the local image by default; never pulled (a missing image is a reason)
+from .artemis_dist import ARTEMIS_IMAGE  # the local image by default; never pulled (a missing image is a reason)
 
 __all__ = ["ARTEMIS_IMAGE", "ArtemisContainer", "ArtemisStartError", "UnsupportedArtemisPolicy", "CONTAINER_PORTS",
            "READY_LINE", "LABEL", "address_settings_xml", "artemis_match"]

@@ -65,6 +65,13 @@ def pin(path: Path = PINS) -> ArtemisPin:
     return ArtemisPin(**{k: data[k] for k in ("group", "artifact", "version", "classifier", "packaging", "sha512")})
 
 
+#: the local image docker/build-images.sh (docker/artemis/build.sh) builds from the pinned
+#: distribution: same ports, variables, instance directory and entrypoint as the official image;
+#: never pulled by availability checks. $BROKERCONF_ARTEMIS_IMAGE picks another image, e.g. the
+#: official ``apache/activemq-artemis`` (REFERENCES.md, "ActiveMQ Artemis") where it can be pulled.
+ARTEMIS_IMAGE = os.environ.get("BROKERCONF_ARTEMIS_IMAGE") or f"brokerconf/artemis:{pin().version}"
+
+
 def cache_dir(tools: Path | None = None) -> Path:
     return Path(tools or TOOLS) / "artemis"
 

@@ -250,7 +250,7 @@ class ArtemisTarget:
                  start_timeout: float = 120.0, jvm_heap_mb: int = 384) -> None:
         if launch not in LAUNCH_MODES:
             raise ValueError(f"launch must be one of {', '.join(LAUNCH_MODES)}, not {launch!r}")
-        from conformance.targets.registry import ARTEMIS_IMAGE  # noqa: PLC0415
+        from conformance.targets.artemis_dist import ARTEMIS_IMAGE  # noqa: PLC0415
 
         self.name = name
         self.launch_requested = launch

@@ -24,7 +24,6 @@ not applicable to it, and its counters cannot be read.
 from __future__ import annotations
 
 import difflib
-import os
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,13 +33,6 @@ from conformance.targets.base import CAPABILITIES, DestinationCounters, Subscrip
 
 BUILTIN = ("reference", "reference:process", "activemq", "activemq:process", "activemq:container", "rabbitmq",
            "mosquitto", "artemis", "artemis:process", "artemis:container")
-
-#: the local image docker/build-images.sh builds from the Artemis distribution pinned in pins.toml
-#: (docker/artemis/: same ports, variables, instance directory and entrypoint as the official
-#: image); never pulled by availability checks. $BROKERCONF_ARTEMIS_IMAGE picks another image, e.g.
-#: the official ``apache/activemq-artemis`` (REFERENCES.md, "ActiveMQ Artemis") where it can be pulled.
-ARTEMIS_IMAGE = os.environ.get("BROKERCONF_ARTEMIS_IMAGE", "brokerconf/artemis:2.40.0")
-
 
 class UnknownTarget(ValueError):
     pass

@@ -31,7 +31,7 @@ from conformance.targets.artemis_container import (
 from conformance.targets.base import TargetUnavailable
 from conformance.targets.docker_env import DockerUnavailable, docker_client, image_available
 from conformance.targets.artemis_target import ArtemisTarget
-from conformance.targets.registry import ARTEMIS_IMAGE
+from conformance.targets.artemis_dist import ARTEMIS_IMAGE
 
 
 # ---------------------------------------------------------------- fakes

@@ -32,7 +32,8 @@ from conformance.targets import activemq_container_network as acn
 from conformance.targets.activemq_target import ActiveMQTarget
 from conformance.requirements import skip_or_fail
 from conformance.targets.docker_env import ACTIVEMQ_IMAGE, docker_client, image_available
-from conformance.targets.registry import ARTEMIS_IMAGE, BUILTIN
+from conformance.targets.artemis_dist import ARTEMIS_IMAGE
+from conformance.targets.registry import BUILTIN
 
 ROOT = Path(__file__).resolve().parents[2]
 EXPERIMENT = ROOT / "chaos" / "experiments" / "activemq-shared-store-failover.toml"

@@ -29,7 +29,7 @@ from conformance.requirements import skip_or_fail
 from conformance.targets.activemq_container_network import ActiveMQContainerNetwork, SharedVolumePair
 from conformance.targets.activemq_network import Bridge, NetworkConnectorOptions
 from conformance.targets.docker_env import ACTIVEMQ_IMAGE, docker_client, image_available
-from conformance.targets.registry import ARTEMIS_IMAGE
+from conformance.targets.artemis_dist import ARTEMIS_IMAGE
 
 pytestmark = [pytest.mark.container, pytest.mark.slow]
 

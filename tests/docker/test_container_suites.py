@@ -35,7 +35,8 @@ import pytest
 from conformance.requirements import skip_or_fail
 from conformance.targets.activemq import activemq_available
 from conformance.targets.docker_env import ACTIVEMQ_IMAGE, image_available
-from conformance.targets.registry import ARTEMIS_IMAGE, BUILTIN
+from conformance.targets.artemis_dist import ARTEMIS_IMAGE
+from conformance.targets.registry import BUILTIN
 
 #: both runs together take minutes (see above); the default 120 s would cut the fixture short
 pytestmark = [pytest.mark.container, pytest.mark.slow, pytest.mark.timeout(1800)]

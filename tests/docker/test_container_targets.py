@@ -23,7 +23,8 @@ from conformance.targets import install as install_mod
 from conformance.targets.activemq_target import ActiveMQTarget
 from conformance.targets.docker_env import ACTIVEMQ_IMAGE, image_available
 from conformance.targets.artemis_target import ArtemisTarget
-from conformance.targets.registry import ARTEMIS_IMAGE, BUILTIN, resolve
+from conformance.targets.artemis_dist import ARTEMIS_IMAGE
+from conformance.targets.registry import BUILTIN, resolve
 
 ROOT = Path(__file__).resolve().parents[2]
 NO_PACKAGE = "ActiveMQ is not installed: apt-get install activemq"
@@ -157,7 +158,7 @@ def test_default_artemis_image_is_the_local_build_of_the_pinned_version():
     """Without $BROKERCONF_ARTEMIS_IMAGE the target runs the image docker/artemis/build.sh tags:
     brokerconf/artemis:<the version pinned in pins.toml>."""
     env = {k: v for k, v in os.environ.items() if k != "BROKERCONF_ARTEMIS_IMAGE"}
-    default = subprocess.run([sys.executable, "-c", "from conformance.targets.registry import ARTEMIS_IMAGE; "
+    default = subprocess.run([sys.executable, "-c", "from conformance.targets.artemis_dist import ARTEMIS_IMAGE; "
                               "print(ARTEMIS_IMAGE)"], cwd=ROOT, env=env, capture_output=True, text=True, check=True)
     pinned = tomllib.loads((ROOT / "conformance" / "targets" / "pins.toml").read_text())["artemis"]["version"]
     assert default.stdout.strip() == f"brokerconf/artemis:{pinned}"
