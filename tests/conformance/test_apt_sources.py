@@ -20,9 +20,9 @@ SCRIPT = REPO / "docker" / "bootstrap-base-image.sh"
 
 ONE_LINE = textwrap.dedent("""\
     # the archive, with options in brackets
-    deb [arch=amd64 signed-by=/usr/share/keyrings/k.gpg] http://mirror.example/debian/ bookworm main contrib
-    deb-src http://src.example/debian bookworm main
-    deb [ trusted=yes ] https://sec.example/debian-security bookworm-security main  # trailing comment
+    deb [arch=amd64 signed-by=/usr/share/keyrings/k.gpg] http://mirror.example/repo/ bookworm main contrib
+    deb-src http://src.example/repo bookworm main
+    deb [ trusted=yes ] https://sec.example/repo-security bookworm-security main  # trailing comment
     deb cdrom:[Debian GNU/Linux 12]/ bookworm main
     deb http://broken.example
 """)
@@ -30,7 +30,7 @@ ONE_LINE = textwrap.dedent("""\
 DEB822 = textwrap.dedent("""\
     # disabled first: must not win
     Types: deb
-    URIs: http://old.example/debian
+    URIs: http://old.example/repo
     Suites: bookworm
     Components: main
     Enabled: no
@@ -38,12 +38,12 @@ DEB822 = textwrap.dedent("""\
     Types: deb deb-src
     # a snapshot once used here
     URIs: mirror+file:/etc/apt/mirrors.txt
-     http://mirror.example/debian
+     http://mirror.example/repo
     Suites: bookworm bookworm-updates
     Components: main
 
     types: deb
-    uris: http://sec.example/debian-security
+    uris: http://sec.example/repo-security
     suites: bookworm-security
     components: main
 """)
@@ -52,26 +52,26 @@ DEB822 = textwrap.dedent("""\
 def test_one_line_format_with_options_and_comments():
     sources = parse_one_line(ONE_LINE, "sources.list")
     assert [(s.types, s.uris, s.suites) for s in sources] == [
-        (("deb",), ("http://mirror.example/debian/",), ("bookworm",)),
-        (("deb-src",), ("http://src.example/debian",), ("bookworm",)),
-        (("deb",), ("https://sec.example/debian-security",), ("bookworm-security",)),
+        (("deb",), ("http://mirror.example/repo/",), ("bookworm",)),
+        (("deb-src",), ("http://src.example/repo",), ("bookworm",)),
+        (("deb",), ("https://sec.example/repo-security",), ("bookworm-security",)),
         (("deb",), ("cdrom:[Debian GNU/Linux 12]/",), ("bookworm",)),  # never fetchable by debootstrap
     ]
     assert sources[0].components == ("main", "contrib") and sources[0].origin == "sources.list:2"
-    assert mirror_for(sources, "bookworm") == "http://mirror.example/debian"  # deb-src and cdrom never chosen
-    assert mirror_for(sources, "bookworm-security") == "https://sec.example/debian-security"
+    assert mirror_for(sources, "bookworm") == "http://mirror.example/repo"  # deb-src and cdrom never chosen
+    assert mirror_for(sources, "bookworm-security") == "https://sec.example/repo-security"
     assert mirror_for(sources, "trixie") is None
 
 
 def test_deb822_stanzas_continuations_case_and_enabled():
     sources = parse_deb822(DEB822, "debian.sources")
     assert [s.enabled for s in sources] == [False, True, True]
-    assert sources[1].uris == ("mirror+file:/etc/apt/mirrors.txt", "http://mirror.example/debian")
+    assert sources[1].uris == ("mirror+file:/etc/apt/mirrors.txt", "http://mirror.example/repo")
     assert sources[1].types == ("deb", "deb-src") and sources[2].suites == ("bookworm-security",)
     # the disabled stanza and the scheme debootstrap cannot fetch are passed over
-    assert mirror_for(sources, "bookworm") == "http://mirror.example/debian"
-    assert mirror_for(sources, "bookworm-updates") == "http://mirror.example/debian"
-    assert mirror_for(sources, "bookworm-security") == "http://sec.example/debian-security"
+    assert mirror_for(sources, "bookworm") == "http://mirror.example/repo"
+    assert mirror_for(sources, "bookworm-updates") == "http://mirror.example/repo"
+    assert mirror_for(sources, "bookworm-security") == "http://sec.example/repo-security"
 
 
 def _apt_root(tmp_path: Path, files: dict[str, str]) -> Path:
@@ -84,21 +84,21 @@ def _apt_root(tmp_path: Path, files: dict[str, str]) -> Path:
 
 def test_files_are_read_in_apt_order_and_other_names_ignored(tmp_path):
     root = _apt_root(tmp_path, {
-        "sources.list.d/zz.sources": "Types: deb\nURIs: http://later.example/debian\nSuites: bookworm\n",
-        "sources.list.d/aa.list": "deb http://first.example/debian bookworm main\n",
-        "sources.list.d/00.list.disabled": "deb http://ignored.example/debian bookworm main\n",
-        "sources.list.d/01.sources.bak": "Types: deb\nURIs: http://ignored.example/debian\nSuites: bookworm\n",
+        "sources.list.d/zz.sources": "Types: deb\nURIs: http://later.example/repo\nSuites: bookworm\n",
+        "sources.list.d/aa.list": "deb http://first.example/repo bookworm main\n",
+        "sources.list.d/00.list.disabled": "deb http://ignored.example/repo bookworm main\n",
+        "sources.list.d/01.sources.bak": "Types: deb\nURIs: http://ignored.example/repo\nSuites: bookworm\n",
     })
     assert [p.name for p in apt_sources.source_files(root)] == ["aa.list", "zz.sources"]
-    assert mirror_for(read_sources(root), "bookworm") == "http://first.example/debian"
-    (root / "etc/apt/sources.list").write_text("deb http://main.example/debian bookworm main\n")
-    assert mirror_for(read_sources(root), "bookworm") == "http://main.example/debian"  # sources.list comes first
+    assert mirror_for(read_sources(root), "bookworm") == "http://first.example/repo"
+    (root / "etc/apt/sources.list").write_text("deb http://main.example/repo bookworm main\n")
+    assert mirror_for(read_sources(root), "bookworm") == "http://main.example/repo"  # sources.list comes first
 
 
 def test_command_prints_the_mirror_or_says_what_it_read(tmp_path, capsys):
     root = _apt_root(tmp_path / "a", {"sources.list.d/debian.sources": DEB822})
     assert apt_sources.main(["mirror", "bookworm", "--root", str(root)]) == 0
-    assert capsys.readouterr().out.strip() == "http://mirror.example/debian"
+    assert capsys.readouterr().out.strip() == "http://mirror.example/repo"
     assert apt_sources.main(["mirror", "trixie", "--root", str(root)]) == 1
     err = capsys.readouterr().err
     assert "no enabled 'deb' source for suite 'trixie'" in err and "debian.sources" in err
@@ -122,17 +122,17 @@ def test_script_takes_the_mirrors_from_apt(tmp_path):
     root = _apt_root(tmp_path, {"sources.list": ONE_LINE})
     proc = _script("--print-mirrors", root=root)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.splitlines() == ["mirror http://mirror.example/debian",
-                                        "security-mirror https://sec.example/debian-security"]
+    assert proc.stdout.splitlines() == ["mirror http://mirror.example/repo",
+                                        "security-mirror https://sec.example/repo-security"]
 
 
 def test_script_option_beats_variable_beats_apt(tmp_path):
     root = _apt_root(tmp_path, {"sources.list": ONE_LINE})
-    proc = _script("--print-mirrors", root=root, BROKERCONF_DEBIAN_MIRROR="http://env.example/debian")
-    assert proc.stdout.splitlines()[0] == "mirror http://env.example/debian", proc.stderr
-    proc = _script("--print-mirrors", "--mirror", "http://opt.example/debian", "--security-mirror=http://s.example/ds",
-                   root=root, BROKERCONF_DEBIAN_MIRROR="http://env.example/debian")
-    assert proc.stdout.splitlines() == ["mirror http://opt.example/debian", "security-mirror http://s.example/ds"]
+    proc = _script("--print-mirrors", root=root, BROKERCONF_DEBIAN_MIRROR="http://env.example/repo")
+    assert proc.stdout.splitlines()[0] == "mirror http://env.example/repo", proc.stderr
+    proc = _script("--print-mirrors", "--mirror", "http://opt.example/repo", "--security-mirror=http://s.example/ds",
+                   root=root, BROKERCONF_DEBIAN_MIRROR="http://env.example/repo")
+    assert proc.stdout.splitlines() == ["mirror http://opt.example/repo", "security-mirror http://s.example/ds"]
 
 
 def test_script_without_any_mirror_says_how_to_give_one(tmp_path):
@@ -141,7 +141,7 @@ def test_script_without_any_mirror_says_how_to_give_one(tmp_path):
     assert "no Debian mirror to debootstrap bookworm from" in proc.stderr
     assert "--mirror URL or set BROKERCONF_DEBIAN_MIRROR" in proc.stderr
     # a security archive is optional: the suite's mirror alone is enough
-    root = _apt_root(tmp_path / "main-only", {"sources.list": "deb http://mirror.example/debian bookworm main\n"})
+    root = _apt_root(tmp_path / "main-only", {"sources.list": "deb http://mirror.example/repo bookworm main\n"})
     proc = _script("--print-mirrors", root=root)
     assert proc.returncode == 0 and proc.stdout.splitlines()[1] == "security-mirror none", proc.stderr
 
