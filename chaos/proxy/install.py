@@ -22,9 +22,10 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-PINS = ROOT / "conformance" / "targets" / "pins.toml"
-TOOLS_BIN = ROOT / ".tools" / "bin"
+from conformance.targets.tools_cache import PINS_FILE, TOOLS_DIR
+
+PINS = PINS_FILE
+TOOLS_BIN = TOOLS_DIR / "bin"
 BINARY_NAME = "toxiproxy-server"
 #: the package whose ``Version`` variable ``-version`` prints (toxiproxy v2.12.0, version.go)
 VERSION_VARIABLE = "github.com/Shopify/toxiproxy/v2.Version"

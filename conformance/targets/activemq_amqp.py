@@ -22,7 +22,6 @@ set behind.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import subprocess
@@ -33,6 +32,8 @@ from pathlib import Path
 from xml.sax.saxutils import escape
 
 from .activemq_paths import ACTIVEMQ_HOME
+from .tools_cache import PINS_FILE, TOOLS_DIR
+from .tools_cache import sha512_of as _sha512
 
 __all__ = [
     "AmqpTransportError",
@@ -44,10 +45,6 @@ __all__ = [
     "pinned_jars",
 ]
 
-ROOT = Path(__file__).resolve().parents[2]
-PINS_FILE = Path(__file__).with_name("pins.toml")
-#: where downloaded tools live (git-ignored); BROKERCONF_TOOLS_DIR moves it (tests, shared caches)
-TOOLS_DIR = Path(os.environ.get("BROKERCONF_TOOLS_DIR", ROOT / ".tools"))
 PIN_SECTION = "activemq-amqp"
 INSTALL_HINT = "run `brokerconf targets install activemq-amqp` (needs Maven: `apt-get install maven`)"
 
@@ -127,14 +124,6 @@ def _version_mismatch(jars: list[Jar], home: Path | None) -> str:
 def lib_dir(jars: list[Jar] | None = None, tools_dir: Path | None = None) -> Path:
     jars = jars or pinned_jars()
     return (tools_dir or TOOLS_DIR) / PIN_SECTION / jars[0].version / "lib"
-
-
-def _sha512(path: Path) -> str:
-    h = hashlib.sha512()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _verify(directory: Path, jars: list[Jar]) -> str:

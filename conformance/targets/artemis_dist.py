@@ -21,7 +21,6 @@ it) says the tree came from a verified archive, so a warm start costs a file rea
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import subprocess
@@ -31,10 +30,9 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-PINS = Path(__file__).with_name("pins.toml")
-#: where downloaded things live (git-ignored); $BROKERCONF_TOOLS moves it
-TOOLS = Path(os.environ.get("BROKERCONF_TOOLS", ROOT / ".tools"))
+from .tools_cache import PINS_FILE as PINS
+from .tools_cache import TOOLS_DIR as TOOLS
+from .tools_cache import sha512_of
 MARKER = ".brokerconf-verified"
 
 
@@ -100,14 +98,6 @@ def installed(tools: Path | None = None, p: ArtemisPin | None = None) -> tuple[b
     if shutil.which("java") is None:
         return False, "java not found on PATH: Artemis 2.40 needs a Java 17 runtime (Debian: openjdk-17-jre-headless)"
     return True, ""
-
-
-def sha512_of(path: Path) -> str:
-    digest = hashlib.sha512()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _say(message: str) -> None:
