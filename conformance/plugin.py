@@ -174,10 +174,16 @@ def _marker_args(node, name: str) -> list[str]:
     return [arg for mark in node.iter_markers(name) for arg in mark.args]
 
 
+#: requested by this plugin's ``broker`` fixture and by nothing else: a test whose fixture closure
+#: holds it uses the plugin's broker. ``metafunc.fixturenames`` is that closure, built from the
+#: definitions that win for the test, so a project's own ``broker`` fixture (which does not request
+#: it) leaves it out. Public API, in place of pytest's private ``metafunc._arg2fixturedefs``.
+PLUGIN_BROKER_SENTINEL = "_brokerconf_plugin_broker"
+
+
 def _uses_plugin_broker(metafunc: pytest.Metafunc) -> bool:
     """True when the test's ``broker`` is this plugin's fixture (not a project's own of that name)."""
-    definitions = metafunc._arg2fixturedefs.get("broker") or []
-    return bool(definitions) and getattr(definitions[-1].func, "__module__", None) == __name__
+    return PLUGIN_BROKER_SENTINEL in metafunc.fixturenames
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -303,8 +309,15 @@ def _scenario(module) -> Scenario:
     return scenario
 
 
+@pytest.fixture(scope="session", name=PLUGIN_BROKER_SENTINEL)
+def _plugin_broker_sentinel() -> None:
+    """Marks a test's ``broker`` as this plugin's (see `_uses_plugin_broker`); holds nothing."""
+    return None
+
+
 @pytest.fixture(scope="module")
-def broker(request: pytest.FixtureRequest, target_name: str, tmp_path_factory: pytest.TempPathFactory):
+def broker(request: pytest.FixtureRequest, target_name: str, tmp_path_factory: pytest.TempPathFactory,
+           _brokerconf_plugin_broker: None):
     """A running broker of the current target, configured for the module's SCENARIO."""
     state = _state(request.config)
     target = state.targets[target_name]
