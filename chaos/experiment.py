@@ -7,12 +7,10 @@ it (the CLI, a test) hands ``result.history_path`` to the checkers.
 
 from __future__ import annotations
 
-import json
 import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -25,6 +23,7 @@ from chaos.nemesis.master import CurrentMasterNemesis
 from chaos.nemesis.process import ProcessNemesis
 from chaos.nemesis.proxy import ProxyNemesis
 from chaos.proxy import start_fault_proxy
+from chaos.proxy.client import ToxiproxyClient, split_address
 from chaos.topology import NetworkTopology, Topology, launch_topology
 from chaos.transport_log import TransportLog, worker_of_thread
 from chaos.workloads.queue import DrainIncomplete, GroupedQueueWorkload, QueueWorkload
@@ -271,14 +270,8 @@ def _proxy_groups(exp: Experiment) -> set[str]:
 
 def _route_through_proxy(proxy, name: str, host: str, port: int) -> tuple[str, int]:
     """Create proxy ``name`` in front of one broker address; clients connect to its listen address."""
-    request = urllib.request.Request(f"{proxy.api_url}/proxies", method="POST",
-                                     data=json.dumps({"name": name, "listen": "127.0.0.1:0",
-                                                      "upstream": f"{host}:{port}"}).encode(),
-                                     headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=5) as response:
-        listen = json.load(response)["listen"]
-    listen_host, _, listen_port = listen.rpartition(":")
-    return listen_host, int(listen_port)
+    created = ToxiproxyClient(proxy.api_url).create_proxy(name, upstream=f"{host}:{port}")
+    return split_address(created["listen"])
 
 
 def _proxied(exp: Experiment, topology: Topology, proxy, group: str) -> tuple[list[str], list[tuple[str, int]]]:

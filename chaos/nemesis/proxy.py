@@ -1,8 +1,8 @@
 """Network faults through a Toxiproxy HTTP API: ours (chaos/proxy/) or a real toxiproxy-server.
 
-Plain urllib, every call bounded by ``timeout`` (REFERENCES.md, Toxiproxy: deleting a toxic
-under traffic can hang or answer 503, issues #412 / #558), so a stuck heal is recorded as a
-failure instead of hanging the run.
+Through `chaos.proxy.client.ToxiproxyClient`, every call bounded by ``timeout`` (REFERENCES.md,
+Toxiproxy: deleting a toxic under traffic can hang or answer 503, issues #412 / #558), so a stuck
+heal is recorded as a failure instead of hanging the run.
 
 Mapping (Toxiproxy README, "HTTP API" and "Toxics"):
 - partition both ways: update the proxy with ``enabled: false`` (it stops listening and drops
@@ -17,13 +17,11 @@ Toxics this nemesis adds are named ``bc_<f>_<stream>`` so heal removes only its 
 
 from __future__ import annotations
 
-import json
-import urllib.error
-import urllib.request
-from typing import Any
-from urllib.parse import quote
+from contextlib import contextmanager
+from typing import Iterator
 
 from chaos.history import History
+from chaos.proxy.client import ToxiproxyClient, ToxiproxyError
 
 from .base import NemesisError, RecordedNemesis
 
@@ -46,39 +44,27 @@ class ProxyNemesis(RecordedNemesis):
     def __init__(self, api_url: str, history: History | None = None, *, node: str | None = None,
                  timeout: float = 5.0, reset_on_failed_heal: bool = False) -> None:
         super().__init__(history, node=node)
-        self.api_url = api_url.rstrip("/")
+        self.client = ToxiproxyClient(api_url, timeout=timeout)
+        self.api_url = self.client.api_url
         self.timeout = timeout
         # POST /reset also touches proxies we did not fault: only as a last resort, when asked.
         self.reset_on_failed_heal = reset_on_failed_heal
 
-    # ------------------------------------------------------------------ HTTP
-
-    def request(self, method: str, path: str, body: dict | None = None) -> Any:
-        data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.api_url + path, data=data, method=method,
-                                     headers={"Content-Type": "application/json"} if data else {})
+    @staticmethod
+    @contextmanager
+    def _api() -> Iterator[None]:
+        """A failed API call is a nemesis failure; the client's message names the call, the proxy,
+        the status and the server's answer."""
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as response:
-                text = response.read().decode() or "null"
-        except urllib.error.HTTPError as exc:
-            detail = exc.read().decode(errors="replace").strip()
-            raise NemesisError(f"toxiproxy {method} {path} answered {exc.code}: {detail or exc.reason}") from None
-        except (urllib.error.URLError, OSError) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise NemesisError(f"toxiproxy {method} {path} at {self.api_url} failed: {reason} (is the proxy "
-                               f"server running there? every call is bounded by {self.timeout}s)") from None
-        try:
-            return json.loads(text)
-        except json.JSONDecodeError:
-            return text
-
-    def _proxy_path(self, proxy: str) -> str:
-        return f"/proxies/{quote(proxy, safe='')}"
+            yield
+        except ToxiproxyError as exc:
+            raise NemesisError(str(exc)) from None
 
     # ------------------------------------------------------------------ steps
 
     def _setup(self) -> dict:
-        proxies = self.request("GET", "/proxies")
+        with self._api():
+            proxies = self.client.proxies()
         return {"proxies": sorted(proxies) if isinstance(proxies, dict) else proxies}
 
     def _step(self, f: str, params: dict) -> dict | None:
@@ -96,7 +82,8 @@ class ProxyNemesis(RecordedNemesis):
         if f == "partition":
             direction = params.get("direction", "both")
             if direction == "both":
-                self.request("POST", self._proxy_path(proxy), {"enabled": False})
+                with self._api():
+                    self.client.disable(proxy)
                 return {"fault": f"{proxy}/disabled"}
             if direction not in STREAMS:
                 raise ValueError(f"partition direction {direction!r}: use both, upstream or downstream")
@@ -116,8 +103,8 @@ class ProxyNemesis(RecordedNemesis):
         keys = []
         for s in streams:
             name = f"bc_{f}_{s}"
-            self.request("POST", f"{self._proxy_path(proxy)}/toxics",
-                         {"name": name, "type": kind, "stream": s, "toxicity": toxicity, "attributes": attributes})
+            with self._api():
+                self.client.add_toxic(proxy, kind, stream=s, name=name, toxicity=toxicity, attributes=attributes)
             key = f"{proxy}/toxic/{name}"
             keys.append(key)
             if len(streams) > 1:  # record each stream as its own fault so heal undoes each
@@ -128,15 +115,12 @@ class ProxyNemesis(RecordedNemesis):
 
     def _heal(self, key: str, fault: dict) -> None:
         proxy, _, what = key.partition("/")
-        if what == "disabled":
-            self.request("POST", self._proxy_path(proxy), {"enabled": True})
-        elif what.startswith("toxic/"):
-            name = what[len("toxic/"):]
-            try:
-                self.request("DELETE", f"{self._proxy_path(proxy)}/toxics/{quote(name, safe='')}")
-            except NemesisError as exc:
-                if " 404:" not in str(exc):  # already gone (a /reset by someone else): healed
-                    raise
+        with self._api():
+            if what == "disabled":
+                self.client.enable(proxy)
+            elif what.startswith("toxic/"):
+                # already gone (a /reset by someone else): healed
+                self.client.remove_toxic(proxy, what[len("toxic/"):], missing_ok=True)
 
     def _heal_all(self) -> dict:
         try:
@@ -144,6 +128,7 @@ class ProxyNemesis(RecordedNemesis):
         except NemesisError:
             if not self.reset_on_failed_heal:
                 raise
-            self.request("POST", "/reset")
+            with self._api():
+                self.client.reset()
             windows = [self._close(k) for k in list(self.active)]
             return {"fault_window": windows, "reset": True}

@@ -10,9 +10,9 @@ import socket
 import subprocess
 import tempfile
 import time
-import urllib.request
 from typing import Protocol
 
+from .client import ToxiproxyClient, ToxiproxyError
 from .install import find_toxiproxy_server
 from .server import FaultProxyServer, main, serve
 
@@ -20,6 +20,8 @@ __all__ = [
     "FaultProxyHandle",
     "FaultProxyServer",
     "RealToxiproxyServer",
+    "ToxiproxyClient",
+    "ToxiproxyError",
     "find_toxiproxy_server",
     "main",
     "serve",
@@ -71,9 +73,9 @@ class RealToxiproxyServer:
                 self.stop()
                 raise RuntimeError(f"{self.binary} exited with code {code} before serving {self.api_url}: {output}")
             try:
-                with urllib.request.urlopen(self.api_url + "/version", timeout=1):
-                    return self
-            except OSError:
+                ToxiproxyClient(self.api_url, timeout=1).version()
+                return self
+            except ToxiproxyError:
                 time.sleep(0.05)
         output = self.log_tail()
         self.stop()

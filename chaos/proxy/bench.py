@@ -15,7 +15,6 @@ share the GIL with the load generator, like the real toxiproxy-server. Run:
 from __future__ import annotations
 
 import asyncio
-import json
 import multiprocessing
 import re
 import socket
@@ -23,9 +22,9 @@ import statistics
 import subprocess
 import sys
 import time
-import urllib.request
 from typing import Any
 
+from .client import ToxiproxyClient, split_address
 from .server import FaultProxyServer, new_event_loop
 
 
@@ -136,12 +135,8 @@ class _ProxyProcess:
 
 
 def _create_proxy(api_url: str, name: str, upstream_port: int) -> tuple[str, int]:
-    body = json.dumps({"name": name, "listen": "127.0.0.1:0", "upstream": f"127.0.0.1:{upstream_port}"})
-    request = urllib.request.Request(api_url + "/proxies", body.encode(), method="POST")
-    with urllib.request.urlopen(request, timeout=10) as response:
-        listen = json.load(response)["listen"]
-    host, port = listen.rsplit(":", 1)
-    return host, int(port)
+    created = ToxiproxyClient(api_url, timeout=10).create_proxy(name, upstream=f"127.0.0.1:{upstream_port}")
+    return split_address(created["listen"])
 
 
 #: the project's targets for ours against the real server (issue 16): added p50 latency no worse

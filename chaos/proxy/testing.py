@@ -1,16 +1,15 @@
-"""Small loopback servers and an HTTP helper for the proxy's tests and benchmark.
+"""Small loopback servers and a raw-request helper (over `chaos.proxy.client`) for the proxy's tests and benchmark.
 
 Each server runs on its own thread with its own event loop and is stopped through its handle.
 """
 from __future__ import annotations
 
 import asyncio
-import http.client
 import json
 import threading
 from typing import Any, Awaitable, Callable
-from urllib.parse import urlparse
 
+from .client import ToxiproxyClient
 from .server import new_event_loop
 
 
@@ -95,16 +94,9 @@ def greet_and_close_server(greeting: bytes = b"bye") -> LoopbackServer:
 
 def api_request(api_url: str, method: str, path: str, body: Any = None, raw: bytes | None = None,
                 headers: dict[str, str] | None = None, timeout: float = 10.0) -> tuple[int, bytes]:
-    """One HTTP request to the proxy API; returns (status, body bytes)."""
-    url = urlparse(api_url)
-    conn = http.client.HTTPConnection(url.hostname, url.port, timeout=timeout)
-    try:
-        payload = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
-        conn.request(method, path, body=payload, headers=headers or {})
-        response = conn.getresponse()
-        return response.status, response.read()
-    finally:
-        conn.close()
+    """One HTTP request to the proxy API, whatever it answers: (status, body bytes). For the tests
+    of the API itself (status codes, error bodies); everything else uses the client's operations."""
+    return ToxiproxyClient(api_url, timeout=timeout).exchange(method, path, body, data=raw, headers=headers)
 
 
 def api_json(api_url: str, method: str, path: str, body: Any = None, **kwargs) -> tuple[int, Any]:

@@ -113,7 +113,8 @@ def test_unknown_link_is_named(tmp_path):
 
 def test_bridge_route_puts_one_proxy_before_each_peer():
     from chaos.proxy import FaultProxyServer
-    from chaos.proxy.testing import api_json, echo_server
+    from chaos.proxy.client import ToxiproxyClient
+    from chaos.proxy.testing import echo_server
     from chaos.topology import BridgeProxies
     from conformance.targets.activemq_network import Bridge
 
@@ -124,8 +125,8 @@ def test_bridge_route_puts_one_proxy_before_each_peer():
         bridge = Bridge("A", "B")
         first = route(bridge, "127.0.0.1", upstream.port)
         assert route(bridge, "127.0.0.1", upstream.port) == first  # rendering twice makes no second proxy
-        status, proxies = api_json(proxy.api_url, "GET", "/proxies")
-        assert status == 200 and list(proxies) == ["bridge-A-B-bridge"]
+        proxies = ToxiproxyClient(proxy.api_url).proxies()  # raises unless GET /proxies answers 200
+        assert list(proxies) == ["bridge-A-B-bridge"]
         assert proxies["bridge-A-B-bridge"]["upstream"] == f"127.0.0.1:{upstream.port}"
         assert first[1] != upstream.port and route.names == {("A", "B", "bridge"): "bridge-A-B-bridge"}
     finally:
@@ -137,7 +138,8 @@ def test_bridge_route_follows_a_peer_that_moved_to_another_port():
     # A network started again on fresh ports renders its connectors again: the bridge keeps the
     # proxy address it was given, and the proxy forwards to the peer's new port.
     from chaos.proxy import FaultProxyServer
-    from chaos.proxy.testing import api_json, echo_server
+    from chaos.proxy.client import ToxiproxyClient
+    from chaos.proxy.testing import echo_server
     from chaos.topology import BridgeProxies
     from conformance.targets.activemq_network import Bridge
 
@@ -148,8 +150,8 @@ def test_bridge_route_follows_a_peer_that_moved_to_another_port():
         bridge = Bridge("A", "B")
         first = route(bridge, "127.0.0.1", old.port)
         assert route(bridge, "127.0.0.1", new.port) == first
-        status, proxies = api_json(proxy.api_url, "GET", "/proxies")
-        assert status == 200 and list(proxies) == ["bridge-A-B-bridge"]
+        proxies = ToxiproxyClient(proxy.api_url).proxies()  # raises unless GET /proxies answers 200
+        assert list(proxies) == ["bridge-A-B-bridge"]
         assert proxies["bridge-A-B-bridge"]["upstream"] == f"127.0.0.1:{new.port}"
     finally:
         old.stop()

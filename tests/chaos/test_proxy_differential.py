@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import socket
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable
 
 import pytest
 
 from chaos.proxy import FaultProxyServer, RealToxiproxyServer, find_toxiproxy_server
-from chaos.proxy.testing import api_json, api_request, echo_server, greet_and_close_server
+from chaos.proxy.client import ToxiproxyClient, ToxiproxyError
+from chaos.proxy.testing import echo_server, greet_and_close_server
 from conformance.requirements import skip_or_fail
 
 pytestmark = pytest.mark.slow  # each test waits out real delays on two servers (about 1-3 s)
@@ -30,25 +32,33 @@ class Side:
     kind: str  # "ours" or "real"
     url: str
 
+    @property
+    def client(self) -> ToxiproxyClient:
+        return ToxiproxyClient(self.url, timeout=5)
+
+    @contextmanager
+    def _named(self):
+        """A call answered with any status but the documented one fails the test, saying which side."""
+        try:
+            yield
+        except ToxiproxyError as exc:
+            pytest.fail(f"{self.kind}: {exc}")
+
     def proxy(self, upstream: str, name: str = "p", listen: str = "127.0.0.1:0") -> str:
-        status, body = api_json(self.url, "POST", "/proxies", {"name": name, "listen": listen, "upstream": upstream})
-        assert status == 201, f"{self.kind}: {body}"
-        return body["listen"]
+        with self._named():
+            return self.client.create_proxy(name, upstream=upstream, listen=listen)["listen"]
 
     def toxic(self, type_: str, stream: str = "downstream", toxicity: float = 1.0, **attributes) -> str:
-        body = {"type": type_, "stream": stream, "toxicity": toxicity, "attributes": attributes}
-        status, result = api_json(self.url, "POST", "/proxies/p/toxics", body)
-        assert status == 200, f"{self.kind}: {result}"
-        return result["name"]
+        with self._named():
+            return self.client.add_toxic("p", type_, stream=stream, toxicity=toxicity, attributes=attributes)["name"]
 
     def remove(self, name: str) -> None:
-        status, _ = api_request(self.url, "DELETE", f"/proxies/p/toxics/{name}", timeout=5)
-        assert status == 204, f"{self.kind}: removing {name} answered {status}"
+        with self._named():
+            self.client.remove_toxic("p", name)
 
     def update(self, **fields) -> dict:
-        status, body = api_json(self.url, "POST", "/proxies/p", fields)
-        assert status == 200, f"{self.kind}: {body}"
-        return body
+        with self._named():
+            return self.client.update_proxy("p", **fields)
 
 
 @pytest.fixture

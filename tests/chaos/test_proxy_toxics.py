@@ -11,7 +11,8 @@ import time
 
 import pytest
 
-from chaos.proxy.testing import api_json, api_request, echo_server, greet_and_close_server
+from chaos.proxy.client import ToxiproxyClient
+from chaos.proxy.testing import echo_server, greet_and_close_server
 from chaos.proxy.toxics import Slicer
 
 @pytest.fixture
@@ -22,27 +23,23 @@ def echo():
 
 
 class Api:
+    """The toxics tests' view of one proxy ``p``, through the project's Toxiproxy client (a call
+    answered with any status but the documented one raises, naming status and body)."""
+
     def __init__(self, url: str) -> None:
         self.url = url
+        # timeout=5: a removal that hung under traffic (Toxiproxy #412/#558) fails the test.
+        self.client = ToxiproxyClient(url, timeout=5)
 
     def proxy(self, upstream: str, name: str = "p") -> str:
-        status, body = api_json(self.url, "POST", "/proxies",
-                                {"name": name, "listen": "127.0.0.1:0", "upstream": upstream})
-        assert status == 201, body
-        return body["listen"]
+        return self.client.create_proxy(name, upstream=upstream)["listen"]
 
     def toxic(self, type_: str, stream: str = "downstream", toxicity: float = 1.0, name=None, **attributes):
-        body = {"type": type_, "stream": stream, "toxicity": toxicity, "attributes": attributes}
-        if name:
-            body["name"] = name
-        status, result = api_json(self.url, "POST", "/proxies/p/toxics", body)
-        assert status == 200, result
-        return result["name"]
+        return self.client.add_toxic("p", type_, stream=stream, toxicity=toxicity, name=name,
+                                     attributes=attributes)["name"]
 
     def remove(self, name: str) -> None:
-        # timeout=5: a removal that hung under traffic (Toxiproxy #412/#558) fails the test.
-        status, _ = api_request(self.url, "DELETE", f"/proxies/p/toxics/{name}", timeout=5)
-        assert status == 204
+        self.client.remove_toxic("p", name)
 
 
 @pytest.fixture

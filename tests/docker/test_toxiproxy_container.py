@@ -12,6 +12,8 @@ import uuid
 import pytest
 
 from chaos.proxy import FaultProxyServer
+from chaos.proxy.client import ToxiproxyClient
+from conformance.requirements import skip_or_fail
 from conformance.targets import toxiproxy_container as mod
 from conformance.targets.docker_env import DockerUnavailable, image_available
 from conformance.targets.toxiproxy_container import (
@@ -151,18 +153,12 @@ def test_host_network_excludes_published_ports():
 def test_real_container_answers_version_and_proxies(tmp_path):
     ok, reason = image_available(TOXIPROXY_IMAGE)
     if not ok:
-        pytest.skip(reason)
-    import json
-    import urllib.request
+        skip_or_fail("docker", f"Toxiproxy image not available: {reason}")
 
     with ToxiproxyContainer(proxy_ports=(20000,), workdir=tmp_path) as proxy:
-        with urllib.request.urlopen(proxy.api_url + "/version", timeout=5) as r:
-            assert r.status == 200
-        body = json.dumps({"name": "p", "listen": "0.0.0.0:20000", "upstream": "toxiproxy:8474"}).encode()
-        req = urllib.request.Request(proxy.api_url + "/proxies", data=body, method="POST")
-        with urllib.request.urlopen(req, timeout=5) as r:
-            assert r.status == 201
+        client = ToxiproxyClient(proxy.api_url)
+        assert client.version()  # raises unless GET /version answers 200
+        client.create_proxy("p", upstream="toxiproxy:8474", listen="0.0.0.0:20000")  # raises unless 201
         # through the proxy to the container's own API: a published proxy port carries traffic
         host, port = proxy.published(20000)
-        with urllib.request.urlopen(f"http://{host}:{port}/version", timeout=5) as r:
-            assert r.status == 200
+        assert ToxiproxyClient(f"http://{host}:{port}").version()
