@@ -67,19 +67,28 @@ def wait_until(predicate: Callable[[], T], timeout: float = TIMEOUT, interval: f
     return value
 
 
-async def wait_until_async(predicate: Callable[[], T], timeout: float = TIMEOUT, interval: float = INTERVAL, *,
-                           describe: str = "the condition") -> T:
-    """`wait_until` inside an event loop: sleeps with ``asyncio.sleep`` so the loop keeps running."""
+async def poll_async(read: Callable[[], T], until: Callable[[T], Any] = bool, *, timeout: float = TIMEOUT,
+                     interval: float = INTERVAL) -> T:
+    """`poll` inside an event loop: sleeps with ``asyncio.sleep`` so the loop keeps running."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while True:
-        value = predicate()
-        if value:
+        value = read()
+        if until(value):
             return value
         remaining = deadline - loop.time()
         if remaining <= 0:
-            raise WaitTimeout(describe, timeout, value)
+            return value
         await asyncio.sleep(min(interval, remaining))
+
+
+async def wait_until_async(predicate: Callable[[], T], timeout: float = TIMEOUT, interval: float = INTERVAL, *,
+                           describe: str = "the condition") -> T:
+    """`wait_until` inside an event loop."""
+    value = await poll_async(predicate, bool, timeout=timeout, interval=interval)
+    if not value:
+        raise WaitTimeout(describe, timeout, value)
+    return value
 
 
 def settle(quiet: float = QUIET) -> None:

@@ -16,7 +16,6 @@ announced ``stomp://`` service fails, and the reference connector skips ActiveMQ
 
 from __future__ import annotations
 
-import time
 import uuid
 from xml.sax.saxutils import quoteattr
 
@@ -25,6 +24,7 @@ import pytest
 from conformance.requirements import skip_or_fail
 from conformance.targets.activemq import ActiveMQProcess, activemq_available
 from conformance.targets.reference_network import ReferenceNode
+from conformance.waiting import poll
 from reference_broker.cluster.discovery import PeerAdded, activemq_loopback_uri
 from reference_broker.cluster.service import NetworkService
 from reference_broker.config import build_config
@@ -39,14 +39,9 @@ def _require() -> None:
 
 
 def _wait_for_log(broker: ActiveMQProcess, needle: str, timeout: float) -> str:
-    deadline = time.monotonic() + timeout
-    text = ""
-    while time.monotonic() < deadline:
-        text = broker.log_path.read_text(encoding="utf-8", errors="replace")
-        if needle in text:
-            return text
-        time.sleep(0.1)
-    return text
+    """The broker's log once it holds ``needle``, or as it is after ``timeout`` s (callers assert)."""
+    return poll(lambda: broker.log_path.read_text(encoding="utf-8", errors="replace"), lambda text: needle in text,
+                timeout=timeout, interval=0.1)
 
 
 def _openwire_service(events: list, port: int) -> list:
@@ -78,12 +73,8 @@ def test_reference_and_activemq_hear_each_others_announcements(tmp_path):
 
         node.run_coroutine(start_network(), timeout=30)
         reference_service = f"stomp://127.0.0.1:{node.stomp_port}"
-        heard = []
-        deadline = time.monotonic() + 20
-        while not heard and time.monotonic() < deadline:
-            heard = _openwire_service(node.call(lambda: list(node.network.discoveries[0].events)),
-                                      broker.openwire_port)
-            time.sleep(0.05)
+        heard = poll(lambda: _openwire_service(node.call(lambda: list(node.network.discoveries[0].events)),
+                                               broker.openwire_port), timeout=20)
         log = _wait_for_log(broker, reference_service, 20)
         bridges = node.call(lambda: len(node.network.bridges))
     finally:

@@ -180,12 +180,12 @@ def test_receiver_credit_honoured(amqp_target, connect):
     # credit=0: no flow controller and no initial flow; the test grants credit by hand
     receiver = conn.create_receiver(addr, credit=0)
     incoming = receiver.fetcher.incoming
-    pump(conn, 0.3)
+    pump(conn)
     assert len(incoming) == 0, "delivered without credit"
 
     receiver.link.flow(2)
     assert wait_until(conn, lambda: len(incoming) >= 2, TIMEOUT)
-    pump(conn, 0.4)
+    pump(conn)
     assert len(incoming) == 2, "more deliveries than the credit granted"
     assert receiver.link.credit == 0
 

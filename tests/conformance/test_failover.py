@@ -27,6 +27,7 @@ from conformance.clients.failover_uri import (
     parse_broker_uri,
     parse_failover_uri,
 )
+from conformance.waiting import wait_until
 
 # --------------------------------------------------------------------------- parser
 
@@ -410,15 +411,6 @@ def make_client(network):
         client.close()
 
 
-def wait_for(predicate, timeout=5.0):
-    done = threading.Event()
-    for _ in range(int(timeout / 0.01)):
-        if predicate():
-            return True
-        done.wait(0.01)
-    return predicate()
-
-
 def test_connects_to_the_first_uri_when_randomize_is_false(network, make_client):
     client = make_client()
     assert client.uri.port == 1 and network.connects == [1]
@@ -447,7 +439,7 @@ def test_fails_over_restores_subscriptions_and_reports_events(network, make_clie
     client = make_client(listener=events.append)
     sub = client.subscribe("queue://q", ack="client-individual", selector="a = 1", durable_name="d")
     network.brokers[1].kill()
-    assert wait_for(lambda: client.connected and client.uri.port == 2)
+    wait_until(lambda: client.connected and client.uri.port == 2, describe="the client connected to broker 2")
     assert network.brokers[2].subscribes == [(client.client_id, "queue://q", "client-individual",
                                               {"selector": "a = 1", "durable_name": "d"})]
     assert [e.kind for e in events] == ["resumed", "interrupted", "resumed"]
@@ -465,7 +457,7 @@ def test_receive_waits_through_a_failover(network, make_client):
     reader = threading.Thread(target=lambda: got.append(sub.receive(5)))
     reader.start()
     network.brokers[1].kill()
-    assert wait_for(lambda: client.uri.port == 2 and client.connected)
+    wait_until(lambda: client.uri.port == 2 and client.connected, describe="the client connected to broker 2")
     network.brokers[2].clients[-1].deliver(b"after")
     reader.join(5)
     assert got and got[0].body == b"after"
@@ -477,7 +469,7 @@ def test_ack_of_a_message_from_a_lost_connection_is_refused(network, make_client
     network.brokers[1].clients[-1].deliver(b"m1")
     message = sub.receive(1)
     network.brokers[1].kill()
-    assert wait_for(lambda: client.uri.port == 2 and client.connected)
+    wait_until(lambda: client.uri.port == 2 and client.connected, describe="the client connected to broker 2")
     with pytest.raises(ClientError, match="redelivers it"):
         sub.ack(message)
 
@@ -545,7 +537,7 @@ def test_max_reconnect_attempts_exhausted_fails_operations(network, make_client)
     client = make_client("&maxReconnectAttempts=2", listener=events.append)
     network.brokers[1].kill()
     network.brokers[2].up = False
-    assert wait_for(lambda: any(e.kind == "failed" for e in events))
+    wait_until(lambda: any(e.kind == "failed" for e in events), interval=0.01, describe="a \"failed\" transport event")
     with pytest.raises(FailoverExhausted, match="maxReconnectAttempts=2"):
         client.send("queue://q", b"x")
 
@@ -554,7 +546,7 @@ def test_transaction_begun_before_a_failover_cannot_be_committed(network, make_c
     client = make_client()
     tx = client.begin()
     network.brokers[1].kill()
-    assert wait_for(lambda: client.uri.port == 2 and client.connected)
+    wait_until(lambda: client.uri.port == 2 and client.connected, describe="the client connected to broker 2")
     with pytest.raises(ClientError, match="rolled it back"):
         client.commit(tx)
 
@@ -564,19 +556,19 @@ def test_priority_backup_switches_back_when_the_priority_broker_returns(network,
     client = make_client("&priorityBackup=true&maxReconnectDelay=5", listener=events.append)
     client.subscribe("topic://t")
     network.brokers[1].kill()
-    assert wait_for(lambda: client.uri.port == 2 and client.connected)
+    wait_until(lambda: client.uri.port == 2 and client.connected, describe="the client connected to broker 2")
     network.brokers[1].up = True
-    assert wait_for(lambda: client.uri.port == 1)
+    wait_until(lambda: client.uri.port == 1, interval=0.01, describe="the client back on broker 1")
     assert [e.kind for e in events][-1] == "switched"
     assert network.brokers[1].subscribes[-1][1] == "topic://t"
 
 
 def test_backup_keeps_a_second_connection_ready(network, make_client):
     client = make_client("&backup=true")
-    assert wait_for(lambda: client._backup is not None)
+    wait_until(lambda: client._backup is not None, interval=0.01, describe="a backup connection")
     ready = client._backup[1]
     network.brokers[1].kill()
-    assert wait_for(lambda: client.uri.port == 2 and client.connected)
+    wait_until(lambda: client.uri.port == 2 and client.connected, describe="the client connected to broker 2")
     assert client._inner is ready, "failover opened a new connection instead of using the backup"
 
 

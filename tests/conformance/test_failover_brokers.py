@@ -15,6 +15,7 @@ import pytest
 from conformance.clients import connect
 from conformance.clients.failover import FailoverExhausted, InDoubt, connect_failover
 from conformance.targets.reference import ReferenceBrokerProcess
+from conformance.waiting import poll
 
 pytestmark = pytest.mark.slow
 
@@ -50,10 +51,8 @@ def wait_until_interrupted(events, timeout: float = 5.0) -> None:
     instant before the kernel closes a killed broker's socket is genuinely in doubt (no receipt,
     and trackMessages=false: A-MQ FT Table 2.1); that race has its own test
     (test_send_in_flight_when_the_broker_dies_is_in_doubt_or_ok) and is not a failover failure."""
-    deadline = time.monotonic() + timeout
-    while "interrupted" not in [e.kind for e in events]:
-        assert time.monotonic() < deadline, f"the client never noticed the kill: {events}"
-        time.sleep(0.01)
+    assert poll(lambda: "interrupted" in [e.kind for e in events], timeout=timeout, interval=0.01), \
+        f"the client never noticed the kill: {events}"
 
 
 def test_kill_first_broker_client_moves_to_second_and_keeps_working(brokers):
@@ -111,10 +110,8 @@ def test_priority_backup_returns_to_the_restarted_first_broker(brokers):
         assert client.uri.port == b.stomp_port
         assert sub.receive(5).body == b"on-b"
         a.start()
-        deadline = time.monotonic() + 10
-        while client.uri.port != a.stomp_port and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert client.uri.port == a.stomp_port, f"never switched back to the priority broker: {events}"
+        assert poll(lambda: client.uri.port, lambda port: port == a.stomp_port, timeout=10) == a.stomp_port, \
+            f"never switched back to the priority broker: {events}"
         assert events[-1].kind == "switched"
         client.send("queue://fo.prio", b"on-a")
         assert sub.receive(5).body == b"on-a"

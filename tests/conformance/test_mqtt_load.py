@@ -5,7 +5,6 @@ from __future__ import annotations
 import socket
 import struct
 import threading
-import time
 
 import pytest
 
@@ -21,6 +20,7 @@ from conformance.bench.mqtt_load import (
     run_mqtt_load,
 )
 from conformance.targets.mosquitto import MosquittoProcess, mosquitto_available
+from conformance.waiting import poll
 
 
 def _varint(buf, pos: int, end: int):
@@ -91,14 +91,6 @@ class FakeMqttRelay:
             except OSError:
                 pass
             c.close()
-
-    def wait_for(self, cond, timeout: float = 5.0) -> bool:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if cond():
-                return True
-            time.sleep(0.01)
-        return cond()
 
     # ------------------------------------------------------------------ server side
     def _accept_loop(self) -> None:
@@ -337,7 +329,7 @@ def test_small_run_against_fake_relay(qos, protocol):
         if qos:
             assert res.producer_acked == 3_000
             assert relay.pub_acks_sent == 3_500
-            assert relay.wait_for(lambda: relay.sub_acks == 3_500), relay.sub_acks
+            assert poll(lambda: relay.sub_acks, lambda n: n == 3_500, interval=0.01) == 3_500, relay.sub_acks
         else:
             assert res.producer_acked == 0 and relay.sub_acks == 0
         assert res.producer_cpu_seconds >= 0 and res.consumer_cpu_seconds >= 0

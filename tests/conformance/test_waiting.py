@@ -7,7 +7,8 @@ import itertools
 
 import pytest
 
-from conformance.waiting import QUIET, WaitTimeout, poll, settle, wait_stable, wait_until, wait_until_async
+from conformance.waiting import (QUIET, WaitTimeout, poll, poll_async, settle, wait_stable, wait_until,
+                                wait_until_async)
 
 
 def counter():
@@ -52,6 +53,7 @@ def test_wait_until_async_keeps_the_loop_running():
         assert await wait_until_async(done.is_set, timeout=5, interval=0.001) is True
         with pytest.raises(WaitTimeout, match="never"):
             await wait_until_async(lambda: None, timeout=0.01, interval=0.001, describe="never")
+        assert await poll_async(lambda: "stuck", lambda v: v == "done", timeout=0.01, interval=0.001) == "stuck"
 
     asyncio.run(scenario())
 

@@ -21,6 +21,8 @@ import pytest
 from proton import ConnectionException, Delivery
 from proton.utils import BlockingConnection, BlockingReceiver
 
+from conformance.waiting import QUIET, poll
+
 from .conftest import TIMEOUT, RunningBroker
 
 
@@ -93,25 +95,29 @@ def wait_until(connection: BlockingConnection, predicate: Callable[[], Any], tim
     Unlike `BlockingConnection.wait`, the predicate is checked every 50 ms even when no AMQP
     event arrives: a predicate about the broker's state (a dead-letter count, say) may come
     true without the client hearing anything."""
-    deadline = time.monotonic() + timeout
     container = connection.container
     saved = container.timeout
+
+    def pumped() -> bool:
+        # One round of AMQP events (at most 50 ms) between two looks at the predicate: the
+        # connection's events are processed while waiting, where a sleep would stall them.
+        if predicate():
+            return True
+        container.timeout = 0.05
+        container.process()
+        if connection.disconnected:
+            raise ConnectionException(f"connection lost while waiting: {connection.disconnected}")
+        return False
+
     try:
-        while not predicate():
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return False
-            container.timeout = min(remaining, 0.05)
-            container.process()
-            if connection.disconnected:
-                raise ConnectionException(f"connection lost while waiting: {connection.disconnected}")
+        return poll(pumped, timeout=timeout, interval=0)
     finally:
         container.timeout = saved
-    return True
 
 
-def pump(connection: BlockingConnection, seconds: float) -> None:
-    """Process events for `seconds` (to show that something does *not* arrive)."""
+def pump(connection: BlockingConnection, seconds: float = QUIET) -> None:
+    """Process events for `seconds`, by default the quiet window (to show that something does
+    *not* arrive)."""
     wait_until(connection, lambda: False, seconds)
 
 

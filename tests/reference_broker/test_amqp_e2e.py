@@ -11,6 +11,8 @@ from proton import Connection as ProtonConnection, ConnectionException, Delivery
 from proton.reactor import AtMostOnce, DurableSubscription, LinkOption, Selector
 from proton.utils import ConnectionClosed, LinkDetached, SendException
 
+from conformance.waiting import poll
+
 from .amqp_fixtures import (  # noqa: F401 - fixtures are used by name
     amqp_broker,
     amqp_broker_factory,
@@ -61,12 +63,7 @@ def receive_all(connection, receivers, count: int) -> list[tuple[int, Message]]:
 
 def wait_until_count(broker, expected: int) -> bool:
     """Wait until the broker has `expected` engine connections (closes are asynchronous)."""
-    deadline = time.monotonic() + TIMEOUT
-    while broker.connection_count() != expected:
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.01)
-    return True
+    return poll(broker.connection_count, lambda n: n == expected, timeout=TIMEOUT, interval=0.01) == expected
 
 
 def client_preamble(container: str = "raw-client", idle_timeout: float = 0) -> bytes:
@@ -211,16 +208,16 @@ def test_link_credit_limits_what_the_broker_sends(amqp_broker, amqp_connect):
         sender.send(Message(body=f"m{i}"))
     receiver = connection.create_receiver("queue://credit", credit=None)  # no credit yet
     fetcher = receiver.fetcher
-    pump(connection, 0.2)
+    pump(connection)
     assert fetcher.has_message == 0, "messages arrived without credit"
     receiver.link.flow(2)
     assert wait_until(connection, lambda: fetcher.has_message == 2)
-    pump(connection, 0.3)
+    pump(connection)
     assert fetcher.has_message == 2, "more messages than credit"
     assert_stats(connection, amqp_broker, "queue://credit", pending=4, in_flight=2)
     # Settling does not grant credit in AMQP: nothing more comes until the client flows.
     fetcher.pop(), receiver.accept(), fetcher.pop(), receiver.accept()
-    pump(connection, 0.3)
+    pump(connection)
     assert fetcher.has_message == 0
     receiver.link.flow(3)
     assert wait_until(connection, lambda: fetcher.has_message == 3)
@@ -233,14 +230,14 @@ def test_presettled_receiver_without_credit_takes_no_backlog(amqp_broker, amqp_c
     for i in range(4):
         sender.send(Message(body=f"b{i}"))
     receiver = connection.create_receiver("queue://backlog", credit=None, options=AtMostOnce())
-    pump(connection, 0.2)
+    pump(connection)
     assert receiver.fetcher.has_message == 0
     # At most one message waits in the link for credit (see the session's docstring); the
     # rest stay in the queue.
     assert amqp_broker.queue_stats("queue://backlog")["pending"] >= 3
     receiver.link.flow(2)
     assert wait_until(connection, lambda: receiver.fetcher.has_message == 2)
-    pump(connection, 0.2)
+    pump(connection)
     assert receiver.fetcher.has_message == 2
     assert [receiver.fetcher.pop().body for _ in range(2)] == ["b0", "b1"]
     assert_stats(connection, amqp_broker, "queue://backlog", pending=2)
@@ -294,7 +291,7 @@ def test_rejected_message_goes_to_the_dead_letter_queue(amqp_broker, amqp_connec
     assert "rejected" in dead.properties["dlqDeliveryFailureCause"]
     dlq.accept()
     assert_stats(connection, amqp_broker, "queue://poison", pending=0, in_flight=0)
-    pump(connection, 0.2)
+    pump(connection)
     assert receiver.fetcher.has_message == 0, "a rejected message must not be redelivered"
 
 
@@ -352,7 +349,7 @@ def test_durable_subscription_survives_detach_and_close_removes_it(amqp_broker, 
 
     sender.send(Message(body="nobody keeps this"))
     again = connection.create_receiver("topic://news.eu", name="news-sub-2", credit=10, options=DurableSubscription())
-    pump(connection, 0.2)
+    pump(connection)
     assert again.fetcher.has_message == 0
 
 
@@ -379,7 +376,7 @@ def test_jms_selector_filter(amqp_broker, amqp_connect):
     assert symbol("jms-selector") in echoed.get_object()  # the broker says it applies the filter
     got = receive_all(connection, [receiver], 2)
     assert [m.body for _, m in got] == ["red1", "red3"]
-    pump(connection, 0.2)
+    pump(connection)
     assert receiver.fetcher.has_message == 0
     assert_stats(connection, amqp_broker, "queue://colors", pending=1, in_flight=2)
 
@@ -437,7 +434,7 @@ def test_ttl_expires_messages_and_is_carried(amqp_broker, amqp_connect):
     assert message.body == "long"
     assert 50 < message.ttl <= 60  # the time left
     assert abs(message.expiry_time - (message.creation_time + 60)) < 1
-    pump(connection, 0.2)
+    pump(connection)
     assert receiver.fetcher.has_message == 0
     assert amqp_broker.queue_stats("queue://ttl")["expired"] == 1
 
@@ -500,7 +497,7 @@ def test_producer_flow_control_withholds_credit(amqp_broker_factory, amqp_connec
     sender.send(Message(body=b"b" * 1500, inferred=True))  # accepted; the queue is now full
     assert wait_until(connection, lambda: sender.link.credit == 0), "credit was not taken back"
     blocked = sender.link.send(Message(body=b"c" * 10, inferred=True))
-    pump(connection, 0.3)
+    pump(connection)
     assert not blocked.settled and broker.queue_stats("queue://slow")["pending"] == 2
     receiver = connection.create_receiver("queue://slow", credit=10)
     for _ in range(2):

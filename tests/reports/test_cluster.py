@@ -7,13 +7,13 @@ import json
 import os
 import socket
 import subprocess
-import time
 import urllib.request
 from pathlib import Path
 
 import pytest
 
 import pyspark
+from conformance.waiting import poll
 from reports.pipeline import analyze as analyze_module
 from reports.pipeline.cli_args import add_arguments
 from reports.pipeline.session import get_session, stop_session
@@ -39,16 +39,19 @@ def _master_state(ui_port: int) -> dict | None:
 
 
 def _wait(what: str, predicate, processes, logs: list[Path], timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    """Poll ``predicate`` while the Spark daemons run; fail with their logs when one exits first or
+    the deadline passes."""
+    def holds_while_daemons_run() -> bool:
         if predicate():
-            return
+            return True
         for process in processes:
             if process.poll() is not None:
                 pytest.fail(f"{what}: a Spark daemon exited with {process.returncode}; logs:\n"
                             + "\n".join(log.read_text()[-2000:] for log in logs))
-        time.sleep(0.5)
-    pytest.fail(f"{what} within {timeout}s; logs:\n" + "\n".join(log.read_text()[-2000:] for log in logs))
+        return False
+
+    if not poll(holds_while_daemons_run, timeout=timeout, interval=0.5):
+        pytest.fail(f"{what} within {timeout}s; logs:\n" + "\n".join(log.read_text()[-2000:] for log in logs))
 
 
 def _stop(process: subprocess.Popen) -> None:

@@ -6,13 +6,13 @@ own group name, so parallel runs (and any other agent on port 6155) do not hear 
 """
 
 import asyncio
-import time
 import uuid
 
 import pytest
 
 from conformance.clients.stomp_client import StompClient
 from conformance.targets.reference_network import ReferenceNode
+from conformance.waiting import poll, poll_async
 from reference_broker.cluster.discovery import MulticastDiscovery, PeerAdded, PeerRemoved
 from reference_broker.cluster.service import NetworkService
 from reference_broker.config import build_config
@@ -20,15 +20,6 @@ from reference_broker.config import build_config
 
 def unique_group() -> str:
     return f"brokerconf-{uuid.uuid4().hex[:10]}"
-
-
-async def _until(predicate, timeout: float = 5.0) -> bool:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not predicate():
-        if asyncio.get_running_loop().time() > deadline:
-            return False
-        await asyncio.sleep(0.02)
-    return True
 
 
 def test_two_agents_hear_each_other_and_the_dead_announcement():
@@ -40,12 +31,14 @@ def test_two_agents_hear_each_other_and_the_dead_announcement():
         for agent in (a, b, listener):
             await agent.start()
         try:
-            assert await _until(lambda: a.peers == ["stomp://127.0.0.1:1002"] and b.peers == ["stomp://127.0.0.1:1001"]
-                                and sorted(listener.peers) == ["stomp://127.0.0.1:1001", "stomp://127.0.0.1:1002"]), \
+            assert await poll_async(lambda: a.peers == ["stomp://127.0.0.1:1002"] and b.peers == ["stomp://127.0.0.1:1001"]
+                                    and sorted(listener.peers) == ["stomp://127.0.0.1:1001", "stomp://127.0.0.1:1002"],
+                                    timeout=5.0, interval=0.02), \
                 f"agents did not discover each other: a={a.peers} b={b.peers} listener={listener.peers}"
             assert a.peers == ["stomp://127.0.0.1:1002"]  # never itself
             await b.stop()
-            assert await _until(lambda: a.peers == [] and listener.peers == ["stomp://127.0.0.1:1001"], 0.5), \
+            assert await poll_async(lambda: a.peers == [] and listener.peers == ["stomp://127.0.0.1:1001"],
+                                    timeout=0.5, interval=0.02), \
                 "b's dead. announcement did not remove it (0.5 s is far less than the 1 s expiry here)"
             assert PeerRemoved("stomp://127.0.0.1:1002", "dead") in a.events
             assert PeerAdded("stomp://127.0.0.1:1002", "localhost") in a.events
@@ -64,12 +57,12 @@ def test_silent_peer_expires_after_ten_intervals():
         for agent in (a, b):
             await agent.start()
         try:
-            assert await _until(lambda: a.peers == ["stomp://127.0.0.1:2002"])
+            assert await poll_async(lambda: a.peers == ["stomp://127.0.0.1:2002"], timeout=5.0, interval=0.02)
             # b goes silent without its dead. announcement (as a killed broker would)
             b._ticker.cancel()
             b._transport.close()
             b._transport = None
-            assert await _until(lambda: a.peers == [], 5.0)
+            assert await poll_async(lambda: a.peers == [], timeout=5.0, interval=0.02)
             assert a.events[-1] == PeerRemoved("stomp://127.0.0.1:2002", "expired")
         finally:
             for agent in (a, b):
@@ -100,10 +93,8 @@ def test_two_reference_brokers_discover_each_other_and_a_message_crosses():
         # B announces itself (a transportConnector discoveryUri); A's connector bridges to what it hears.
         _start_network(b, {"discovery_uri": f"multicast://default?group={group}"})
         _start_network(a, {"network_connectors": [{"uri": f"multicast://default?group={group}", "name": "disc"}]})
-        deadline = time.monotonic() + 10
-        while a.bridges_up() != 1 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert a.bridges_up() == 1, "A's multicast:// connector did not bridge to B's announcement"
+        assert poll(a.bridges_up, lambda up: up == 1, timeout=10) == 1, \
+            "A's multicast:// connector did not bridge to B's announcement"
         assert a.call(lambda: a.network.bridges[0].remote_name) == "disc-B"
 
         consumer = StompClient("127.0.0.1", b.stomp_port)
@@ -121,10 +112,8 @@ def test_two_reference_brokers_discover_each_other_and_a_message_crosses():
             client.close()
         clients.clear()
         b.stop()
-        deadline = time.monotonic() + 3
-        while a.call(lambda: len(a.network.bridges)) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert a.call(lambda: len(a.network.bridges)) == 0, "A kept the bridge to a broker that announced dead."
+        assert poll(lambda: a.call(lambda: len(a.network.bridges)), lambda n: n == 0, timeout=3) == 0, \
+            "A kept the bridge to a broker that announced dead."
         assert a.call(lambda: a.network.discoveries[0].events[-1]) == PeerRemoved(
             f"stomp://127.0.0.1:{b.stomp_port}", "dead")
     finally:
