@@ -16,6 +16,7 @@ import time
 import pytest
 
 from conformance.scenario import DestinationPolicy, Scenario
+from conformance.waiting import QUIET
 
 DLQ = "queue://ActiveMQ.DLQ"
 # Queues under this prefix give up after two redeliveries (three deliveries in all), instead of
@@ -24,8 +25,6 @@ MAX_REDELIVERIES = 2
 SCENARIO = Scenario(name="core-ack", policies=(
     DestinationPolicy("queue://core.dlq.>", maximum_redeliveries=MAX_REDELIVERIES),
 ))
-
-QUIET = 0.5
 # A broker may delay a redelivery: ActiveMQ's redeliveryPlugin refuses delays under 1 s
 # (RedeliveryPlugin.validatePolicyDelay), so waits for a redelivery allow a few seconds.
 REDELIVERY_WAIT = 3.0

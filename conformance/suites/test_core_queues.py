@@ -15,6 +15,7 @@ import pytest
 
 from conformance.clients.base import ClientError
 from conformance.scenario import DestinationPolicy, Scenario
+from conformance.waiting import QUIET  # how long "nothing more arrives" is watched
 
 # Message prioritisation is off by default in Classic: "How can I support priority queues" asks
 # for prioritizedMessages on the destination's policy entry, which the ActiveMQ target writes for
@@ -22,10 +23,6 @@ from conformance.scenario import DestinationPolicy, Scenario
 PRIORITY_QUEUES = "queue://core.prio.>"
 
 SCENARIO = Scenario(name="core-queues", policies=(DestinationPolicy(PRIORITY_QUEUES),))
-
-# How long "nothing more arrives" is watched: long enough for a broker that would still deliver
-# (dispatch is sub-millisecond on loopback), short enough to keep the module fast.
-QUIET = 0.5
 
 
 def texts(messages) -> list[str]:

@@ -5,16 +5,14 @@ does not speak is reported not applicable). Rules: conformance/spec/core.toml.
 
 from __future__ import annotations
 
-import time
 import uuid
 
 import pytest
 
 from conformance.scenario import Scenario
+from conformance.waiting import QUIET, settle
 
 SCENARIO = Scenario(name="core-topics")
-
-QUIET = 0.5
 
 
 def texts(messages) -> list[str]:
@@ -31,7 +29,7 @@ def test_every_subscriber_gets_every_message(client, dest):
     for body in sent:
         producer.send(topic, body)
     got = [texts(s.receive_n(len(sent), timeout=5)) for s in subscriptions]
-    time.sleep(QUIET)  # room for duplicates or strays to show up, once for all subscribers
+    settle()  # room for duplicates or strays to show up, once for all subscribers
     got = [g + texts(s.drain(0.05)) for g, s in zip(got, subscriptions)]
     wrong = {n: g for n, g in enumerate(got) if g != sent}
     assert not wrong, ("TOPIC-FANOUT-1: 3 subscribers, 30 messages published; subscribers that did not get "

@@ -6,23 +6,21 @@ Messages are told apart by their body, ``"<group>:<n>"``: ActiveMQ Classic 5.17 
 JMSXGroupID on STOMP MESSAGE frames (REFERENCES.md), so the echoed header cannot be relied on.
 
 Timing: a positive expectation waits up to RECEIVE_TIMEOUT (only a failing run waits that long);
-"nothing arrives" is checked for QUIET seconds, which is ample for a broker on loopback that
-dispatches within milliseconds.
+"nothing arrives" is checked for the quiet window (conformance.waiting.QUIET), which is ample for
+a broker on loopback that dispatches within milliseconds.
 """
 
 from __future__ import annotations
 
 import random
-import time
 
 import pytest
 
 from conformance.clients import Received, Subscription
 from conformance.scenario import DestinationPolicy, Scenario
+from conformance.waiting import QUIET, poll
 
 RECEIVE_TIMEOUT = 5.0
-QUIET = 1.0
-SETTLE = 0.3  # after the expected messages: how long to keep listening for extra ones
 FIRST_KEY = "JMSXGroupFirstForConsumer"
 
 # One broker per target for the module; each test picks destinations under these patterns.
@@ -42,16 +40,19 @@ SCENARIO = Scenario(name="groups", policies=(
 
 
 def gather(subs: dict[str, Subscription], total: int, timeout: float = RECEIVE_TIMEOUT,
-           settle: float = SETTLE) -> dict[str, list[Received]]:
+           settle: float = QUIET) -> dict[str, list[Received]]:
     """What each subscription receives until ``total`` messages arrived overall (or the timeout),
     plus anything more within ``settle`` seconds - so duplicates and strays show up too."""
     got: dict[str, list[Received]] = {name: [] for name in subs}
-    deadline = time.monotonic() + timeout
-    while sum(map(len, got.values())) < total and time.monotonic() < deadline:
+
+    def receive_round() -> int:  # the receive timeouts are the polling interval
         for name, sub in subs.items():
             message = sub.receive(0.02)
             if message is not None:
                 got[name].append(message)
+        return sum(map(len, got.values()))
+
+    poll(receive_round, lambda n: n >= total, timeout=timeout, interval=0)
     for name, sub in subs.items():
         got[name].extend(sub.drain(settle))
     return got
@@ -162,15 +163,18 @@ def test_messages_of_a_group_arrive_in_send_order(broker, client, dest, protocol
             # JMS numbers a group's messages from 1 (JMSXGroupSeq); positive numbers close nothing.
             producer.send(q, f"{g}:{i}", group_id=g, group_seq=i + 1)
     got: dict[str, list[str]] = {name: [] for name in subs}
-    deadline = time.monotonic() + 2 * RECEIVE_TIMEOUT
-    while sum(map(len, got.values())) < len(groups) * per_group and time.monotonic() < deadline:
+
+    def receive_round() -> int:  # the receive timeouts are the polling interval
         for name, sub in subs.items():
             message = sub.receive(0.02)
             if message is not None:
                 got[name].append(message.text)
                 sub.ack(message)
+        return sum(map(len, got.values()))
+
+    poll(receive_round, lambda n: n >= len(groups) * per_group, timeout=2 * RECEIVE_TIMEOUT, interval=0)
     for name, sub in subs.items():
-        got[name] += nothing_more(sub, SETTLE)
+        got[name] += nothing_more(sub)
     for g in groups:
         owner = owner_of(got, g, "GRP-PIN-1")
         sequence = [b for b in got[owner] if group_of(b) == g]
@@ -206,7 +210,7 @@ def test_group_moves_to_another_consumer_when_owner_closes(broker, client, dest,
 
     for i in range(3, 6):
         producer.send(q, f"G:{i}", group_id="G")
-    moved = [m.text for m in subs[other].receive_n(5, RECEIVE_TIMEOUT)] + nothing_more(subs[other], SETTLE)
+    moved = [m.text for m in subs[other].receive_n(5, RECEIVE_TIMEOUT)] + nothing_more(subs[other])
     assert moved == [f"G:{i}" for i in range(1, 6)], (
         f"GRP-REASSIGN-1: after owner {owner} closed ({how}) the other consumer should get the unacknowledged "
         f"G:1, G:2 and then G:3..G:5, in order; it got {moved}")
@@ -246,7 +250,7 @@ def test_negative_sequence_closes_the_group(broker, client, dest, protocol):
     assert message is not None and message.text == "G:4", (
         f"GRP-CLOSE-1: after G:3 closed the group (JMSXGroupSeq -1), G:4 should be assigned afresh to the "
         f"idle consumer {other} while {owner} is full; {other} got {message and message.text!r}")
-    assert nothing_more(subs[owner], SETTLE) == [], f"GRP-CLOSE-1: {owner} must not get G:4 as well"
+    assert nothing_more(subs[owner]) == [], f"GRP-CLOSE-1: {owner} must not get G:4 as well"
 
 
 @pytest.mark.spec("GRP-CLOSE-1", "GRP-PIN-1")
@@ -341,8 +345,8 @@ def test_adding_a_consumer_rebalances_groups_despite_in_flight_messages(broker, 
         f"unacknowledged; B got {g2 and g2.text!r}")
     producer.send(q, "G:3", group_id="G")
     a.ack(g1)
-    rest_b = [m.text for m in b.receive_n(1, RECEIVE_TIMEOUT)] + nothing_more(b, SETTLE)
-    assert rest_b == ["G:3"] and nothing_more(a, SETTLE) == [], (
+    rest_b = [m.text for m in b.receive_n(1, RECEIVE_TIMEOUT)] + nothing_more(b)
+    assert rest_b == ["G:3"] and nothing_more(a) == [], (
         f"GRP-REBAL-1: B owns G after the rebalance and should get G:3 (A nothing); B got {rest_b}")
 
 

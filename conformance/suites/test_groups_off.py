@@ -11,28 +11,30 @@ starts an ActiveMQ broker.
 
 from __future__ import annotations
 
-import time
 
 import pytest
 
 from conformance.scenario import DestinationPolicy, Scenario
+from conformance.waiting import QUIET, poll
 
 SCENARIO = Scenario(name="groups-off", policies=(DestinationPolicy("queue://grp.off.>", group_buckets=0),))
 
 RECEIVE_TIMEOUT = 5.0
-QUIET = 1.0
 
 
 def _gather(subs: dict, total: int, timeout: float = RECEIVE_TIMEOUT) -> dict[str, list[str]]:
     got: dict[str, list[str]] = {name: [] for name in subs}
-    deadline = time.monotonic() + timeout
-    while sum(map(len, got.values())) < total and time.monotonic() < deadline:
+
+    def receive_round() -> int:  # the receive timeouts are the polling interval
         for name, sub in subs.items():
             message = sub.receive(0.02)
             if message is not None:
                 got[name].append(message.text)
+        return sum(map(len, got.values()))
+
+    poll(receive_round, lambda n: n >= total, timeout=timeout, interval=0)
     for name, sub in subs.items():
-        got[name].extend(m.text for m in sub.drain(0.3))
+        got[name].extend(m.text for m in sub.drain(QUIET))
     return got
 
 

@@ -23,6 +23,7 @@ import time
 import pytest
 
 from conformance.scenario import DestinationPolicy, Scenario
+from conformance.waiting import poll
 
 KIB = 1024
 #: how long a subscriber waits with nothing arriving before it concludes nothing more is coming:
@@ -112,12 +113,7 @@ def settled(read, expected, timeout: float = 3.0):
     """Counters may be read from outside the broker's dispatch path (ActiveMQ: JMX in another
     process), so poll until they show ``expected`` or time out; return the last value read, for
     the caller to assert on."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = read()
-        if value == expected or time.monotonic() >= deadline:
-            return value
-        time.sleep(0.1)
+    return poll(read, lambda value: value == expected, timeout=timeout, interval=0.1)
 
 
 def counter_pairs(broker, topic: str) -> list[tuple[int, int]]:

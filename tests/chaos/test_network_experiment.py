@@ -174,10 +174,10 @@ def test_activemq_connector_dials_the_route(tmp_path):
 
 def test_producers_may_connect_elsewhere_than_consumers(tmp_path):
     import threading
-    import time
 
     from chaos.history import History
     from chaos.workloads.queue import QueueWorkload
+    from conformance.waiting import poll
 
     calls: list[tuple[str, str]] = []  # (factory, calling thread)
 
@@ -191,9 +191,8 @@ def test_producers_may_connect_elsewhere_than_consumers(tmp_path):
         workload = QueueWorkload(history, factory("consumer side"), producers=1, consumers=1, rate=None,
                                  reconnect_delay=0.01, make_producer_client=factory("producer side"))
         workload.start()
-        deadline = time.monotonic() + 5
-        while {label for label, _ in calls} != {"consumer side", "producer side"} and time.monotonic() < deadline:
-            time.sleep(0.01)
+        poll(lambda: {label for label, _ in calls}, lambda seen: seen == {"consumer side", "producer side"},
+             timeout=5, interval=0.01)
         workload.stop()
     by_thread = {thread: {label for label, t in calls if t == thread} for _, thread in calls}
     assert by_thread == {"bc-queue-producer-0": {"producer side"}, "bc-queue-consumer-0": {"consumer side"}}

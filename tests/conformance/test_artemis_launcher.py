@@ -17,6 +17,7 @@ from conformance.targets.artemis_dist import installed
 from conformance.targets.artemis_process import ArtemisProcess, ArtemisStartError
 from conformance.targets.artemis_target import ArtemisTarget
 from conformance.targets.base import TargetUnavailable
+from conformance.waiting import poll
 
 pytestmark = [pytest.mark.slow, pytest.mark.real_broker]
 
@@ -64,9 +65,8 @@ def test_broker_serves_three_protocols_counts_and_is_cleaned_up(tmp_path):
         assert [m.text for m in got] == ["m0", "m1", "m2"]
         for m in got:
             sub.ack(m)
-        deadline = time.monotonic() + 10
-        while (after := handle.destination_counters("queue://launch.q")).dequeued < 3 and time.monotonic() < deadline:
-            time.sleep(0.2)
+        after = poll(lambda: handle.destination_counters("queue://launch.q"), lambda c: c.dequeued >= 3,
+                     timeout=10, interval=0.2)
         assert (after.enqueued, after.dequeued, after.consumers) == (3, 3, 1), after
         assert after.raw["MessageCount"] == 0 and after.raw["DeliveringCount"] == 0
         assert handle.destination_counters("queue://launch.never-used") is None

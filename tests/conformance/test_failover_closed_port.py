@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import socket
 import threading
-import time
 
 import pytest
 import stomp.transport
@@ -24,6 +23,7 @@ import stomp.transport
 from conformance.clients import ConnectFailed, connect
 from conformance.clients.base import Inbox
 from conformance.clients.failover import FailoverClient, FailoverExhausted, connect_failover
+from conformance.waiting import poll
 from tests.reference_broker.conftest import broker_factory  # noqa: F401 - fixture used by name
 
 
@@ -69,9 +69,7 @@ def eof_first(monkeypatch):
 
     def start(self):
         original(self)
-        deadline = time.monotonic() + 0.5
-        while self.socket is not None and time.monotonic() < deadline:
-            time.sleep(0.005)
+        poll(lambda: self.socket is None, timeout=0.5, interval=0.005)
 
     monkeypatch.setattr(stomp.transport.BaseTransport, "start", start)
 

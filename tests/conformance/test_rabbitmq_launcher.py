@@ -19,6 +19,7 @@ from conformance.targets.rabbitmq import (
     RabbitMQStartError,
     rabbitmq_available,
 )
+from conformance.waiting import poll
 
 
 def _require(**plugins):
@@ -173,10 +174,8 @@ def test_start_round_trip_stop(tmp_path):
         assert r.rss_peak_bytes() > 20 * 1024 * 1024
         # RabbitMQ writes its log asynchronously: the broker already answers (above) before the
         # startup lines necessarily reach the file, so give them a moment.
-        deadline = time.monotonic() + 15
-        while not ("Server startup complete" in r.log_tail(400) or "started TCP listener" in r.log_tail(400)):
-            assert time.monotonic() < deadline, f"no startup line in the log:\n{r.log_tail(40)}"
-            time.sleep(0.2)
+        assert poll(lambda: "Server startup complete" in r.log_tail(400) or "started TCP listener" in r.log_tail(400),
+                    timeout=15, interval=0.2), f"no startup line in the log:\n{r.log_tail(40)}"
     assert not r.running
     for p in [psutil.Process(pid) if psutil.pid_exists(pid) else None, *helpers]:
         assert p is None or not p.is_running() or p.status() == psutil.STATUS_ZOMBIE, p

@@ -18,6 +18,7 @@ from collections import Counter
 
 import pytest
 
+from conformance.waiting import poll, settle
 from reference_broker.protocols.mqtt.codec import (
     Connack,
     Connect,
@@ -256,16 +257,16 @@ def test_v5_shared_subscription_load_balancing(mqtt_broker, paho_factory):
         pub.publish(topic, b"%d" % i, 1)
     assert len(watcher.get_n(30)) == 30, "an ordinary subscription still gets everything"
     per_member = [[] for _ in members]
-    deadline = time.monotonic() + TIMEOUT
-    while sum(map(len, per_member)) < 30 and time.monotonic() < deadline:
+
+    def collect() -> int:
         for got, member in zip(per_member, members):
             while not member.messages.empty():
                 got.append(member.messages.get().payload)
-        time.sleep(0.01)
-    time.sleep(0.1)
-    for got, member in zip(per_member, members):
-        while not member.messages.empty():
-            got.append(member.messages.get().payload)
+        return sum(map(len, per_member))
+
+    poll(collect, lambda n: n >= 30, timeout=TIMEOUT, interval=0.01)
+    settle()  # room for a duplicate to show up
+    collect()
     received = Counter(payload for got in per_member for payload in got)
     assert sorted(received) == sorted(b"%d" % i for i in range(30)), "every message, once"
     assert set(received.values()) == {1}

@@ -14,6 +14,7 @@ import time
 
 import pytest
 
+from conformance.waiting import poll
 from reference_broker.protocols.stomp.codec import serialize_frame
 from tests.reference_broker.conftest import RawStomp, assert_broker_works
 
@@ -303,10 +304,7 @@ def test_stompy_disconnect_receipt(broker, stomp_client):
     # stomp.py does not block on the DISCONNECT receipt: wait for it to be read.
     client.listener.wait_receipt("see-you")
     assert client.listener.disconnected.wait(5)
-    deadline = time.monotonic() + 5
-    while broker.connection_count() and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert broker.connection_count() == 0
+    assert poll(broker.connection_count, lambda n: n == 0, timeout=5, interval=0.02) == 0
 
 
 # =============================================================================== acknowledgement
@@ -941,10 +939,8 @@ def test_durable_subscription(broker, stomp_client, name_header):
     c1.disconnect()
     # stomp.py does not wait for the DISCONNECT receipt: wait until the broker has detached
     # the subscriber, or the next message could still be dispatched to the closing client.
-    deadline = time.monotonic() + 5
-    while any(s.get("active") for s in broker.stats()["subscriptions"] if s.get("durable")):
-        assert time.monotonic() < deadline, "durable subscriber never detached after DISCONNECT"
-        time.sleep(0.01)
+    assert poll(lambda: not any(s.get("active") for s in broker.stats()["subscriptions"] if s.get("durable")),
+                timeout=5, interval=0.01), "durable subscriber never detached after DISCONNECT"
     publisher.send(topic, "away-1", persistent="true")
     publisher.send(topic, "away-2")
     c2 = stomp_client(broker.address, headers={"client-id": "reader-1"})
@@ -967,10 +963,8 @@ def test_inactive_durable_subscription_removed_by_name(broker, stomp_client):
     c1 = stomp_client(broker.address, headers={"client-id": "reader-2"})
     c1.subscribe(topic, "d", **{"activemq.subscriptionName": "weekly"})
     c1.disconnect()
-    deadline = time.monotonic() + 5
-    while any(s.get("active") for s in broker.stats()["subscriptions"] if s.get("durable")):
-        assert time.monotonic() < deadline, "durable subscriber never detached after DISCONNECT"
-        time.sleep(0.01)
+    assert poll(lambda: not any(s.get("active") for s in broker.stats()["subscriptions"] if s.get("durable")),
+                timeout=5, interval=0.01), "durable subscriber never detached after DISCONNECT"
     c2 = stomp_client(broker.address, headers={"client-id": "reader-2"})
     rid = c2.receipt()
     c2.conn.unsubscribe("never-subscribed", headers={"receipt": rid, "activemq.subscriptionName": "weekly"})
