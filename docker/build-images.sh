@@ -3,6 +3,7 @@
 #
 #   docker/build-images.sh            base image (pulled or debootstrapped) + brokerconf/activemq-classic:5.17
 #                                     + brokerconf/artemis:<version pinned in conformance/targets/pins.toml>
+#                                     + brokerconf/toxiproxy:<version pinned there>
 #
 # The Artemis image is built from the binary distribution cached at
 # .tools/artemis/apache-artemis-<version>-bin.tar.gz (fetched with Maven, which reads this machine's
@@ -15,6 +16,8 @@
 #   BROKERCONF_ACTIVEMQ_IMAGE  tag of the ActiveMQ Classic image (default brokerconf/activemq-classic:5.17)
 #   BROKERCONF_REBUILD=1       rebuild without the layer cache (e.g. to pick up Debian security updates)
 #   BROKERCONF_BUILD_ARTEMIS=0 leave the Artemis image out
+#   BROKERCONF_BUILD_TOXIPROXY=0 leave the Toxiproxy image out (built from .tools/bin/toxiproxy-server,
+#                              so the bootstrap installs that binary before it builds the images)
 # Prints how long each step took.
 set -euo pipefail
 
@@ -48,5 +51,10 @@ if [ "${BROKERCONF_BUILD_ARTEMIS:-1}" != "0" ]; then
     t2=$SECONDS
     "$HERE/artemis/build.sh" "$BASE_IMAGE" "$ROOT"
     say "Artemis image ready in $((SECONDS - t2))s"
+fi
+if [ "${BROKERCONF_BUILD_TOXIPROXY:-1}" != "0" ]; then
+    t3=$SECONDS
+    "$HERE/toxiproxy/build.sh" "$BASE_IMAGE" "$ROOT"
+    say "Toxiproxy image step done in $((SECONDS - t3))s"
 fi
 say "all images ready in $((SECONDS - t0))s"

@@ -291,5 +291,5 @@ _bc_ensure_brokers
 _bc_ensure_netns
 _bc_ensure_artemis
 _bc_ensure_activemq_amqp
+_bc_ensure_toxiproxy  # before the images: the Toxiproxy image is built from this binary
 _bc_ensure_docker
-_bc_ensure_toxiproxy

@@ -1,5 +1,7 @@
-"""Run Toxiproxy from its official image (``ghcr.io/shopify/toxiproxy``) as a fault proxy for the
-chaos harness (issue 8). Its API is the one the project's embedded proxy (`chaos.proxy`) serves, so
+"""Run Toxiproxy in a container as a fault proxy for the chaos harness (issue 8): the image
+docker/toxiproxy/ builds offline from the pinned toxiproxy-server, or the official
+``ghcr.io/shopify/toxiproxy`` (same entrypoint, command and API port) named by
+$BROKERCONF_TOXIPROXY_IMAGE. Its API is the one the project's embedded proxy (`chaos.proxy`) serves, so
 any Toxiproxy client (toxiproxy-python, `chaos.proxy.api`) drives either unchanged.
 
 Two ways to place it:
@@ -30,14 +32,19 @@ import weakref
 from pathlib import Path
 from typing import Any
 
+from chaos.proxy.install import pin as toxiproxy_pin
+
 from .container_lifecycle import _configure_reaper, _remove_quietly
+
 from .docker_env import DockerUnavailable, docker_client, image_available
 from .process import free_ports
 
 __all__ = ["TOXIPROXY_IMAGE", "API_PORT", "ToxiproxyContainer", "ToxiproxyStartError", "start_toxiproxy"]
 
-#: the official image (REFERENCES.md, "Toxiproxy"); $BROKERCONF_TOXIPROXY_IMAGE picks a tag or mirror
-TOXIPROXY_IMAGE = os.environ.get("BROKERCONF_TOXIPROXY_IMAGE", "ghcr.io/shopify/toxiproxy")
+#: the image docker/toxiproxy/build.sh builds offline from the pinned toxiproxy-server, with the
+#: official image's interface; $BROKERCONF_TOXIPROXY_IMAGE picks the official one
+#: (ghcr.io/shopify/toxiproxy, REFERENCES.md "Toxiproxy") where a registry serves it
+TOXIPROXY_IMAGE = os.environ.get("BROKERCONF_TOXIPROXY_IMAGE") or f"brokerconf/toxiproxy:{toxiproxy_pin().version}"
 #: the API port Toxiproxy serves by default
 API_PORT = 8474
 LABEL = "org.brokerconf.launcher"

@@ -2,8 +2,8 @@
 ``toxiproxy-server`` (issue 5: the same tests pass on both), the one `find_toxiproxy_server()` finds
 (.tools/bin, where `brokerconf targets install toxiproxy` builds it, then PATH). Where it is missing
 the real-server runs are skipped with that reason, or fail where BROKERCONF_REQUIRE names toxiproxy.
-With ``BROKERCONF_TOXIPROXY=container`` they also run against the ``ghcr.io/shopify/toxiproxy``
-container (issue 8, `conformance.targets.toxiproxy_container`, on the host's network so proxies
+With ``BROKERCONF_TOXIPROXY=container`` they also run against the Toxiproxy container
+(docker/toxiproxy, or the official image named by BROKERCONF_TOXIPROXY_IMAGE) (issue 8, `conformance.targets.toxiproxy_container`, on the host's network so proxies
 reach the tests' loopback upstreams); where its image is missing that run is skipped with
 docker_env's reason, and the embedded proxy ("ours") covers the tests."""
 

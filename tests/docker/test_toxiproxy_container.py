@@ -2,8 +2,8 @@
 
 Fast tests use a fake testcontainers container and serve ``GET /version`` from the embedded proxy
 (the same API), so readiness, ports, command and cleanup are checked without an engine. The
-`container` test starts ghcr.io/shopify/toxiproxy and skips with docker_env's reason where the
-image is missing."""
+`container` test starts the Toxiproxy image (docker/toxiproxy, built by docker/build-images.sh)
+and is skipped with docker_env's reason where it is missing (failed where CI requires docker)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import pytest
 
 from chaos.proxy import FaultProxyServer
 from chaos.proxy.client import ToxiproxyClient
+from conformance.requirements import skip_or_fail
 from conformance.targets import toxiproxy_container as mod
 from conformance.targets.docker_env import DockerUnavailable, image_available
 from conformance.targets.toxiproxy_container import (
@@ -152,7 +153,7 @@ def test_host_network_excludes_published_ports():
 def test_real_container_answers_version_and_proxies(tmp_path):
     ok, reason = image_available(TOXIPROXY_IMAGE)
     if not ok:
-        pytest.skip(reason)  # not skip_or_fail("docker"): no bootstrap step fetches this image, so CI would fail here
+        skip_or_fail("docker", reason)
 
     with ToxiproxyContainer(proxy_ports=(20000,), workdir=tmp_path) as proxy:
         client = ToxiproxyClient(proxy.api_url)
