@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from reports.pipeline.analyze import analyze
-from reports.pipeline.checkers import downtime
+from reports.checkers import failover_downtime as downtime
 from reports.pipeline.session import LOCAL, get_session
 
 from .histories import MS, H, msg
