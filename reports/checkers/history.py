@@ -211,13 +211,15 @@ class Rows:
         with ThreadPoolExecutor(_THREADS) as pool:
             texts = {name: pool.submit(lambda c: Text.encode(c).take(order), self.column(name))
                      for name in ("id", *_CLIENT_TEXT)}
-            ints = {name: pool.submit(self._sorted_ints, name, order) for name in ("time", "producer", "seq", "consumer")}
+            ints = {name: pool.submit(self._sorted_ints, name, order)
+                    for name in ("time", "producer", "seq", "consumer", "subscriber")}
             files = pool.submit(_files, table)
             self.index, self.pos, self.has_pos = _take(index, order), _take(pos, order), _take(has_pos, order)
             self.time = ints["time"].result()[0]
             self.producer, self.has_producer = ints["producer"].result()
             self.seq, self.has_seq = ints["seq"].result()
             self.consumer, self.has_consumer = ints["consumer"].result()
+            self.subscriber, self.has_subscriber = ints["subscriber"].result()
             self.files = files.result()
             self.process, self.type, self.f, self.node, self.destination, self.group, self.id = (
                 texts[name].result() for name in (*_CLIENT_TEXT, "id"))
@@ -425,6 +427,7 @@ class Done:
         at = np.flatnonzero(keep)
         done, inv = c[at], c[at - 1]
         self.r = r
+        self.rows = done  # the completions' positions in the run's rows
         self.process, self.f, self.type = proc[at], f[at], ty[at]
         self.index, self.time = r.index[done], r.time[done]
         self.invoke_index, self.invoke_time = r.index[inv], r.time[inv]
@@ -432,6 +435,21 @@ class Done:
 
     def __len__(self) -> int:
         return len(self.index)
+
+
+def open_ops(r: Rows, client_ops: np.ndarray) -> np.ndarray:
+    """The rows of client operations still open when the history ended: a process's last op row
+    is an invoke (a process runs one operation at a time, chaos/history.py)."""
+    rows = np.flatnonzero(client_ops)
+    if not len(rows):
+        return rows
+    proc = r.process.codes[rows]
+    by = np.argsort(small_uint(proc.astype(np.int64) + 1), kind="stable")
+    rows, proc = rows[by], proc[by]
+    last = np.ones(len(rows), dtype=bool)
+    last[:-1] = proc[1:] != proc[:-1]
+    rows = rows[last]
+    return rows[r.type.codes[rows] == r.type.code("invoke")]
 
 
 def inside(t: np.ndarray, fr: np.ndarray, to: np.ndarray) -> np.ndarray:
@@ -472,16 +490,24 @@ class FaultWindow:
 
 def fault_windows(steps: list[dict], run_end: int) -> list[FaultWindow]:
     """The faults of one run from its nemesis steps in history order (chaos/nemesis/base.py;
-    `nemesis_rows`): a step's ``end`` event names the fault it started (``fault``, from ``started``;
-    it is in place from the event's ``time``) and the windows of the faults it healed
-    (``fault_window``). A fault never healed lasts until the run's last operation. A step that
-    ended with an error injected nothing one can rely on: it opens no fault (its heals still
-    count). Every checker reads its faults here."""
+    `nemesis_rows`). A step's ``end`` event names the fault it started: ``fault``, or a JSON list
+    of keys (a toxic on each stream of a link: one fault, healed when every key is; `flat_rows`
+    puts a step's ``toxics`` there). It began at the step's ``started`` (else its ``start``
+    event) and is surely in place from the end event's ``time``. Later steps heal it
+    (``fault_window`` entries). A fault never healed lasts until the run's last operation. A step
+    that ended with an error injected nothing one can rely on: it opens no fault (its heals still
+    count). A restart of a running broker takes it down for the step (`flat_rows` marks it with
+    the fault "restart"). Every checker reads its faults here."""
+    step_started: dict = {}
     open_faults: dict[str, tuple[str, int, int, str | None]] = {}
     windows: list[FaultWindow] = []
     for step in steps:
+        if step.get("phase") == "start":
+            step_started[step.get("node")] = step["time"]  # a nemesis runs one step at a time
+            continue
         if step.get("phase") != "end":
             continue
+        begun = step_started.pop(step.get("node"), step["time"])
         for healed in step.get("fault_window") or []:
             if healed.get("start") is None or healed.get("end") is None:
                 continue
@@ -489,14 +515,29 @@ def fault_windows(steps: list[dict], run_end: int) -> list[FaultWindow]:
             windows.append(FaultWindow(str(healed.get("fault")), str(healed.get("f")), int(healed["start"]),
                                        int(healed["end"]), in_place=None if opened is None else opened[2],
                                        node=None if opened is None else opened[3]))
-        if step.get("fault") is not None and step["f"] not in NOT_FAULTS and not step.get("error"):
-            started = step.get("started")
-            open_faults[str(step["fault"])] = (step["f"], int(step["time"] if started is None else started),
-                                               int(step["time"]), step.get("node"))
+        fault = step.get("fault")
+        if fault is None or step["f"] in NOT_FAULTS or step.get("error"):
+            continue
+        start = int(begun if step.get("started") is None else step["started"])
+        if step["f"] == "restart" and fault == "restart":
+            windows.append(FaultWindow("restart", "restart", start, int(step["time"]), node=step.get("node")))
+            continue
+        for key in _fault_keys(fault):
+            open_faults[key] = (step["f"], start, int(step["time"]), step.get("node"))
     for fault, (f, start, in_place, node) in open_faults.items():
         windows.append(FaultWindow(fault, f, start, max(run_end, start), open_at_end=True, in_place=in_place,
                                    node=node))
     return sorted(windows, key=lambda w: (w.start, w.end))
+
+
+def _fault_keys(fault: str) -> list[str]:
+    if fault.startswith("["):
+        try:
+            keys = json.loads(fault)
+        except ValueError:
+            return [fault]
+        return [str(k) for k in keys] if isinstance(keys, list) else [fault]
+    return [fault]
 
 
 def disturbances(windows: list[FaultWindow]) -> list[tuple[int, int, int]]:
@@ -535,7 +576,12 @@ def flat_rows(event: dict, file: str = "") -> list[dict]:
           "error": _text(event.get("error"))}
     nemesis = {}
     if isinstance(value, dict):
-        nemesis = {"phase": _text(value.get("phase")), "fault": _text(value.get("fault")),
+        fault = value.get("fault")
+        if fault is None and isinstance(value.get("toxics"), list) and value["toxics"]:
+            fault = [str(t) for t in value["toxics"]]  # one fault with a key per stream (`fault_windows`)
+        elif fault is None and event.get("f") == "restart" and value.get("old_pid") is not None:
+            fault = "restart"  # a restart of a running broker: down for the step
+        nemesis = {"phase": _text(value.get("phase")), "fault": _text(fault),
                    "started": _integer(value.get("started")), "fault_window": _fault_windows(value.get("fault_window"))}
     if isinstance(value, list):
         messages = value
