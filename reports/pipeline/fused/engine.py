@@ -88,10 +88,10 @@ class Unit:
     """What one task reads: a history file, or one run's directory of flat Parquet."""
     kind: str  # "jsonl" | "parquet"
     path: str
-    #: more history files read with ``path`` by the same task: they hold parts of one run
-    more: tuple[str, ...] = ()
     run: str = ""
     target: str = ""
+    #: more history files read with ``path`` by the same task: they hold parts of one run
+    more: tuple[str, ...] = ()
 
 
 def plan(path: str | Path) -> tuple[str, list[Unit], list[Malformed]]:
