@@ -1,3 +1,2 @@
-"""What is left of the Spark SQL checkers: topic fan-out and slow consumer, which the analysis
-(reports/pipeline/fused/engine.py) still runs as SQL jobs for runs with topic subscriptions.
-Every other checker is one function in reports/checkers (issue 17)."""
+"""The Spark SQL checkers are gone: every checker is one function in reports/checkers (issue 17).
+`common` keeps the anomaly schema, the run record reader and re-exports for verdicts.py."""

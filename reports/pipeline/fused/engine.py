@@ -9,9 +9,9 @@ The unit of parallelism is a history: many runs spread over the executors, and w
 pyarrow's reader and writer use the executor's cores. A run whose lines are in several files is
 read by one task that takes all of them (`RunSplitAcrossFiles`, then `_joined`).
 
-Topic fan-out and slow consumer are still delegated to their SQL jobs for the runs that have a
-topic subscription (read again from their history.jsonl with the SQL loader: those jobs need the
-raw values); every other run gets their "no topic subscription" result without any Spark work.
+Topic fan-out and slow consumer: the task reads a topic run's lines again as events (their window
+logic needs the raw values) and computes reports/checkers/topic_fanout.py's facts; the driver
+judges them with the run record's broker counters and slow subscribers.
 """
 
 from __future__ import annotations
@@ -29,14 +29,14 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import functions as F
 
 from reports.checkers import registry
 from reports.checkers.history import Columns
 from reports.checkers.result import CheckResult
 from reports.pipeline import load as sql_load
-from reports.pipeline.checkers import slow_consumer, topic_fanout
-from reports.pipeline.checkers.common import ANOMALY_SCHEMA, UNKNOWN, Context, read_run_record
+from reports.checkers import slow_consumer as slow_checker
+from reports.checkers import topic_fanout as topic_checker
+from reports.pipeline.checkers.common import ANOMALY_SCHEMA, read_run_record
 from reports.pipeline.load import Malformed, MalformedHistory, find_sources
 from reports.pipeline.local_frame import LocalFrame
 
@@ -45,6 +45,8 @@ from . import load as fused_load
 LATENCY_SCHEMA = ("run string, target string, f string, phase string, ok bigint, fail bigint, info bigint, max bigint, "
                   "mean double, p50 bigint, p90 bigint, p99 bigint, p999 bigint")
 THROUGHPUT_SCHEMA = "run string, target string, f string, second bigint, ok bigint, fault boolean"
+GAPS_SCHEMA = ("run string, target string, subscriber string, producer string, first_seq bigint, last_seq bigint, "
+               "missing bigint")
 DOWNTIME_SCHEMA = ("run string, target string, process string, fault_start bigint, next_fault_start bigint, "
                    "downtime bigint, first_ok_index bigint, ops bigint, retired boolean")
 
@@ -139,7 +141,11 @@ def run_unit(unit: Unit, skip_malformed: bool, parquet_out: str | None) -> list[
     try:
         checked = time.perf_counter()
         for run, target, rows in _runs_of(table):
-            out.append((run, target, "facts", json.dumps(registry.facts_of(Columns(rows)), default=_plain)))
+            c = Columns(rows)
+            facts = registry.facts_of(c)
+            facts[topic_checker.NAME], facts["topic_unreadable"] = (
+                _topic_facts(run, target, c, unit) if c.has_topic else (None, ""))
+            out.append((run, target, "facts", json.dumps(facts, default=_plain)))
         timing["check_s"] = time.perf_counter() - checked
     finally:
         if writer is not None:
@@ -147,6 +153,31 @@ def run_unit(unit: Unit, skip_malformed: bool, parquet_out: str | None) -> list[
     timing["task_s"] = time.perf_counter() - started
     out.append(("", "", "_timing", json.dumps(timing)))
     return out
+
+
+def _topic_facts(run: str, target: str, c: Columns, unit: Unit) -> tuple[dict | None, str]:
+    """topic_fanout.facts over the run's events, read again from its history lines (the window
+    logic needs the raw values); (None, why) when they cannot be read (Parquet whose run
+    directories are gone)."""
+    files = [unit.path, *unit.more] if unit.kind == "jsonl" else [sql_load._uri_path(f) for f in c.files]  # pylint: disable=protected-access
+    gone = [f for f in files if not Path(f).is_file()]
+    if gone or not files:
+        return None, (f"the topic checks read the history lines again, and {gone[0] if gone else 'its file'} is gone: "
+                      "analyse the run directory (history.jsonl) instead of its Parquet")
+    events = []
+    for f in files:
+        default_run = Path(f).parent.name
+        with open(f, "rb") as handle:
+            for line in handle:
+                try:
+                    e = json.loads(line)
+                except ValueError:
+                    continue  # reported (or refused) by the reader already
+                if (isinstance(e, dict) and (e.get("run") or default_run) == run
+                        and (e.get("target") or sql_load.UNKNOWN_TARGET) == target):
+                    events.append(e)
+    events.sort(key=lambda e: e.get("index", 0))
+    return topic_checker.facts(events), ""
 
 
 def _timed(timing: dict, key: str, function, *args) -> None:
@@ -330,53 +361,34 @@ def _judged(name: str):
 # ---------------------------------------------------------------------- topic runs: the SQL jobs
 
 
-def _topic_context(spark, facts: RunFacts, histories):
-    """A SQL Context over the runs with topic subscriptions, from their history files; (None,
-    reason) when those files cannot be read again (Parquet whose run directories are gone)."""
-    if "_topic_ctx" in facts.__dict__:
-        return facts.__dict__["_topic_ctx"]
-    keys = [k for k in facts.runs if facts.spans[k]["topic"]]
-    found = (None, "")
-    if keys:
-        files = sorted({sql_load._uri_path(f) for k in keys for f in facts.spans[k]["files"]})  # pylint: disable=protected-access
-        gone = [f for f in files if not Path(f).is_file()]
-        if gone:
-            found = (None, f"the topic checks read the history lines again, and {gone[0]} is gone: "
-                           "analyse the run directory (history.jsonl) instead of its Parquet")
-        else:
-            skip = bool(histories.malformed)
-            ops = sql_load.load_jsonl(spark, [Path(f) for f in files], skip_malformed=skip).ops
-            wanted = spark.createDataFrame(keys, "run string, target string")
-            found = (Context(spark, ops.join(F.broadcast(wanted), ["run", "target"], "left_semi")), "")
-    facts.__dict__["_topic_ctx"] = (keys, *found)
-    return facts.__dict__["_topic_ctx"]
-
-
-def _delegated(name: str, sql_check):
+def _topic_judged(name: str):
+    """The driver's half of topic fan-out and slow consumer: each run's facts judged with the
+    broker counters and slow subscribers of its run record (verdict.json beside the history)."""
     def check(spark, facts: RunFacts, histories):
-        keys, ctx, why = _topic_context(spark, facts, histories)
-        results, rows, tables = [], [], {}
-        by_key = {}
-        if ctx is not None:
-            output = sql_check(ctx)
-            by_key = {(r.run, r.target): r for r in output.results}
-            rows, tables = output.anomaly_rows, dict(output.tables)
+        results, anomalies, gaps = [], [], []
         for key in facts.runs:
-            if key in by_key:
-                results.append(by_key[key])
-            elif key in keys:
-                results.append(CheckResult(name, *key, UNKNOWN, why, stats={"anomalies": {}}))
+            record = facts.records.get(key, {})
+            stats = record.get("run_stats") if isinstance(record.get("run_stats"), dict) else {}
+            discards = stats.get("broker_discards")
+            if not isinstance(discards, list) or not all(isinstance(n, int) for n in discards):
+                discards = None
+            options = {"broker_discards": discards, "slow": {str(s) for s in stats.get("slow_subscribers") or []},
+                       "record": record.get("_path"), "unreadable": facts.by_key[key].get("topic_unreadable", "")}
+            run_facts = facts.by_key[key].get(topic_checker.NAME)
+            if name == topic_checker.NAME:
+                result, rows = topic_checker.judge(key, run_facts, **options)
             else:
-                results.append(CheckResult(name, *key, UNKNOWN, "no topic subscription in this history", applicable=False,
-                                           stats={"anomalies": {}}))
-        if name == slow_consumer.NAME and slow_consumer.GAPS_TABLE not in tables:
-            tables[slow_consumer.GAPS_TABLE] = LocalFrame(spark, [], slow_consumer.GAPS_SCHEMA)
-        return results, rows, tables
+                result, rows, gap_rows = slow_checker.judge(key, run_facts, **options)
+                gaps += gap_rows
+            results.append(result)
+            anomalies += rows
+        tables = {slow_checker.GAPS_TABLE: LocalFrame(spark, gaps, GAPS_SCHEMA)} if name == slow_checker.NAME else {}
+        return results, _sorted(anomalies), tables
     return check
 
 
 CHECKS = {
     **{name: _judged(name) for name in registry.NAMES},
-    topic_fanout.NAME: _delegated(topic_fanout.NAME, topic_fanout.check),
-    slow_consumer.NAME: _delegated(slow_consumer.NAME, slow_consumer.check),
+    topic_checker.NAME: _topic_judged(topic_checker.NAME),
+    slow_checker.NAME: _topic_judged(slow_checker.NAME),
 }
