@@ -144,6 +144,9 @@ def facts(c: Columns) -> dict:
             row["at_least"] = max(0, until - start)
             row["after"] = _after_the_fault(c, p - 1, start)
         out["rows"].append(row)
+    # in a fixed order (the codes number processes in order of appearance, which the input's
+    # chunking changes)
+    out["rows"].sort(key=lambda r: (r["fault_start"], _by_number(r["process"])))
     return out
 
 

@@ -606,7 +606,9 @@ def flat_table(events: Iterable[dict], file: str = "") -> pa.Table:
         rows += flat_rows(event, file)
     if not rows:
         return FLAT_SCHEMA.empty_table()
-    return pa.Table.from_pylist(rows, schema=PLAIN_SCHEMA).cast(FLAT_SCHEMA)
+    # column by column: measured at 200k operations, Table.from_pylist over the row dicts took 17 s
+    columns = [pa.array([r.get(f.name) for r in rows], f.type) for f in PLAIN_SCHEMA]
+    return pa.Table.from_arrays(columns, schema=PLAIN_SCHEMA).cast(FLAT_SCHEMA)
 
 
 def _message(m) -> dict:
