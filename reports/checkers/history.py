@@ -58,7 +58,7 @@ PLAIN_SCHEMA = pa.schema([pa.field(f.name, pa.string()) if f.type == _DICT else 
 
 #: the string columns read for every row (ids apart)
 _CLIENT_TEXT = ("process", "type", "f", "node", "destination", "group")
-_THREADS = max(1, min(4, os.cpu_count() or 1))
+THREADS = max(1, min(4, os.cpu_count() or 1))
 
 
 # ---------------------------------------------------------------------- columns as codes
@@ -208,7 +208,7 @@ class Rows:
         self.order = order = _order(index, pos)
         # Hashing the strings is most of the pass: Arrow's kernels and numpy's gathers release the
         # GIL, so the columns are read side by side (the ids, the longest, first).
-        with ThreadPoolExecutor(_THREADS) as pool:
+        with ThreadPoolExecutor(THREADS) as pool:
             texts = {name: pool.submit(lambda c: Text.encode(c).take(order), self.column(name))
                      for name in ("id", *_CLIENT_TEXT)}
             ints = {name: pool.submit(self._sorted_ints, name, order)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 from . import failover_downtime, fifo, groups, performance, total_queue
-from .history import _THREADS, Columns
+from .history import THREADS, Columns
 from .result import CheckResult, RunKey
 
 #: in the order `brokerconf analyze` runs them (topic fan-out and slow consumer: see engine.py)
@@ -34,7 +34,7 @@ def facts_of(c: Columns) -> dict:
     """Every checker's facts for one run, and the run's span (the checkers share nothing but the
     read-only arrays; numpy releases the GIL in its loops, so they run side by side)."""
     c.done  # noqa: B018 - computed once here, before the threads share it
-    with ThreadPoolExecutor(_THREADS) as pool:
+    with ThreadPoolExecutor(THREADS) as pool:
         parts = {name: pool.submit(f, c) for name, f in _FACTS.items()}
         out = {name: part.result() for name, part in parts.items()}
     out["span"] = {"t0": c.t0, "t1": c.t1, "n": c.n_ops, "drained": c.drained, "files": c.files,

@@ -250,3 +250,22 @@ def test_integers_beyond_64_bits_and_lone_surrogates_read_as_the_sql_loader_read
     assert _arrow_rows(got.table) == _spark_rows(from_sql_ops(want.ops))
     assert {(r["id"], r["producer"], r["error"]) for r in got.table.to_pylist()} == {
         ("a", 1, None), ("b", None, None), ("b?", 1, "x?")}
+
+
+def test_files_sharing_a_run_are_read_by_one_task():
+    """Files connected through shared runs form one unit (engine._split_files, engine._joined)."""
+    from types import SimpleNamespace
+
+    from reports.pipeline.fused import engine
+
+    keys = {"a": [("r1", "t")], "b": [("r2", "t")], "c": [("r1", "t"), ("r3", "t")], "d": [("r3", "t")]}
+    units = [engine.Unit("jsonl", p) for p in "abcd"]
+
+    class Context:
+        def parallelize(self, items, n):
+            return SimpleNamespace(map=lambda f: SimpleNamespace(collect=lambda: [(u.path, keys[u.path]) for u in items]))
+
+    groups = engine._split_files(SimpleNamespace(sparkContext=Context()), units, False)  # pylint: disable=protected-access
+    assert groups == [{"a", "c", "d"}]
+    joined = engine._joined(units, groups)  # pylint: disable=protected-access
+    assert sorted((u.path, u.more) for u in joined) == [("a", ("c", "d")), ("b", ())]

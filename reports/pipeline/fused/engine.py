@@ -219,24 +219,28 @@ def analyze_fused(spark, path, names: list[str], options: dict, *, skip_malforme
 
 
 def _split_files(spark, units: list[Unit], skip_malformed: bool) -> list[set[str]]:
-    """Groups of history files that share a run (connected through shared runs)."""
+    """Groups of history files that share a run (connected through shared runs), of two or more."""
     runs_of = (spark.sparkContext.parallelize(units, max(1, len(units)))
                .map(lambda u: (u.path, fused_load.run_keys(fused_load.read_history_file(
                     u.path, skip_malformed=True).table))).collect())
-    groups: list[set[str]] = []
-    owner: dict = {}
+    parent = {path: path for path, _ in runs_of}
+
+    def root(path: str) -> str:
+        while parent[path] != path:
+            path = parent[path]
+        return path
+
+    first_file: dict = {}
     for path, keys in runs_of:
-        mine = {path}
         for key in keys:
-            if key in owner:
-                other = owner[key]
-                mine |= other
-                groups = [g for g in groups if g is not other]
-        groups.append(mine)
-        for p in mine:
-            for key in dict(runs_of)[p]:
-                owner[key] = mine
-    return [g for g in groups if len(g) > 1]
+            if key in first_file:
+                parent[root(path)] = root(first_file[key])
+            else:
+                first_file[key] = path
+    groups: dict[str, set[str]] = {}
+    for path in parent:
+        groups.setdefault(root(path), set()).add(path)
+    return [g for g in groups.values() if len(g) > 1]
 
 
 def _joined(units: list[Unit], groups: list[set[str]]) -> list[Unit]:
