@@ -11,17 +11,22 @@ and the reason are given):
   start (`disturbances`). A kill while a partition holds is one outage for a client, and a toxic
   on each stream of a link is one fault: measuring each step on its own would count the same
   outage twice (the per-step copy did).
-* client: a client process. A process that ended an operation ``info`` retired, and its worker
-  carries on under a new process id (chaos/history.py); the new process is measured on its own
-  and the retired one is listed as retired, never as "not recovered". Each process is named
-  after its worker where the history says (``producer-N`` from its sends, ``consumer-N`` /
-  ``subscriber-N`` from what it received), else ``process-N``; the queue workload's final
-  drain (``consumer: -1``) is not a worker.
-* in scope for a disturbance: a process with an operation in flight at its start (invoked
-  before, completed after or never), or one that invoked something from its start until it
-  ended. (The per-step copy missed processes that joined during the fault; the Spark copy missed
-  a process stuck in one operation across the whole fault, the worst case of all.)
-* downtime: from the disturbance's start to the completion of the process's first ``ok``
+* client: a worker of the workload. A process that ended an operation ``info`` retired, and its
+  worker carries on under a new process id (chaos/history.py), so processes are grouped back into
+  their worker through what the history records: sends carry the ``producer`` index, received
+  values the ``consumer`` / ``subscriber`` index (the queue workload's final drain, ``consumer:
+  -1``, is not a worker). A process the history never ties to a worker is a client of its own,
+  ``process-N``. (Per process, a worker whose process retired during the fault and whose
+  successor first connected after the heal would not be measured at all: seen on a reference
+  broker pause, tests/chaos/test_failover_downtime.py.) A client whose last operation ended
+  ``info`` with no process carrying on was stopped by the harness: listed as retired.
+* in scope for a disturbance: a client with an operation in flight at its start (invoked
+  before, completed after or never), one that invoked something from its start until it ended,
+  or one that was working before the start and carries on after it. One that first appears
+  after the fault ended (the final drain) was never cut off. (The per-step copy measured a
+  client once per overlapping step; the Spark copy missed a process stuck in one operation
+  across the whole fault, the worst case of all.)
+* downtime: from the disturbance's start to the completion of the client's first ``ok``
   ``send`` or ``receive`` invoked after the fault was in place (the end event of the step that
   injected it) and before the next disturbance. An operation invoked while the step was still
   injecting may have gone through before the fault took hold (seen in CI: a send 6 ms into a
@@ -34,7 +39,7 @@ and the reason are given):
 
 Verdict: ``false`` when a bound is given (``max_downtime_s``: the analysis's option, else the
 experiment's own setting) and some downtime, or some never-recovered lower bound, exceeds it.
-Otherwise ``unknown`` when some process never recovered: with no bound, or a lower bound still
+Otherwise ``unknown`` when some client never recovered: with no bound, or a lower bound still
 within it, nobody can say it recovered in time (the Spark copy said ``true`` here; no evidence is
 not a pass). Otherwise ``true``; without a bound the numbers are the result. A run without faults
 has nothing to measure (not applicable).
@@ -62,7 +67,7 @@ RECOVERY_FS = ("send", "receive")
 
 
 def facts(c: Columns) -> dict:
-    """The run's fault windows and, per (disturbance, client process in scope): its downtime in
+    """The run's fault windows and, per (disturbance, client in scope): its downtime in
     ns (None: not recovered), the op that ended it, whether it retired, the lower bound of a
     never-recovered one and what it did after the start."""
     windows = [{"fault": w.fault, "f": w.f, "start": w.start, "end": w.end, "open_at_end": w.open_at_end,
@@ -75,78 +80,85 @@ def facts(c: Columns) -> dict:
     k = len(fr)
     ok, info = c.type.code("ok"), c.type.code("info")
     recovery = np.isin(d.f, [c.f.code(f) for f in RECOVERY_FS])
-    # each completed op belongs to the disturbance it was invoked in (epoch - 1; -1: before any)
+    # clients: each process code (shifted by one: -1 is null) to its worker's number
+    names = _worker_names(c)
+    labels = [names.get(p, f"process-{c.process.value(p)}") for p in range(c.process.n_values)]
+    numbers = {label: i for i, label in enumerate(dict.fromkeys(labels))}
+    client_of = np.array([0] + [numbers[label] + 1 for label in labels], dtype=np.int64)
+    clients = ["process-None", *numbers]
+    n_cl = len(clients)
+    cl = client_of[d.process + 1]
+    # each completed op belongs to the disturbance it was invoked in (epoch; -1: before any)
     # and may be in flight at the start of the next one
     epoch = np.searchsorted(fr, d.invoke_time, "right") - 1
     nxt = epoch + 1
     in_flight = (nxt < k) & (d.time >= fr[np.minimum(nxt, k - 1)])
     opened = open_ops(c, c.is_op & c.client)
-    o_proc, o_time = c.process.codes[opened].astype(np.int64), c.time[opened]
-    # a process that was working before the start and carries on after it is in scope even if it
+    o_cl, o_time = client_of[c.process.codes[opened] + 1], c.time[opened]
+    # a client that was working before the start and carries on after it is in scope even if it
     # invoked nothing during the fault (its next op waits for it); one that first appears after
     # the fault ended (the final drain, a client that joined late) was never cut off
-    n_proc = c.process.n_values + 1
-    first_seen = np.full(n_proc, np.iinfo(np.int64).max)
-    np.minimum.at(first_seen, d.process + 1, d.invoke_time)
-    np.minimum.at(first_seen, o_proc + 1, o_time)
+    first_seen = np.full(n_cl, np.iinfo(np.int64).max)
+    np.minimum.at(first_seen, cl, d.invoke_time)
+    np.minimum.at(first_seen, o_cl, o_time)
     e0 = np.maximum(epoch, 0)
-    inside = (epoch >= 0) & ((d.invoke_time < to[e0]) | (first_seen[d.process + 1] < fr[e0]))
+    inside = (epoch >= 0) & ((d.invoke_time < to[e0]) | (first_seen[cl] < fr[e0]))
     o_epoch = np.searchsorted(fr, o_time, "right") - 1
     o_nxt = o_epoch + 1
     o_e0 = np.maximum(o_epoch, 0)
-    o_open_in = (o_epoch >= 0) & ((o_time < to[o_e0]) | (first_seen[o_proc + 1] < fr[o_e0]))
-    # (disturbance, process) pairs in scope
-    keys = np.concatenate([epoch[inside] * n_proc + d.process[inside] + 1,
-                           nxt[in_flight] * n_proc + d.process[in_flight] + 1,
-                           o_epoch[o_open_in] * n_proc + o_proc[o_open_in] + 1,
-                           o_nxt[o_nxt < k] * n_proc + o_proc[o_nxt < k] + 1])
+    o_open_in = (o_epoch >= 0) & ((o_time < to[o_e0]) | (first_seen[o_cl] < fr[o_e0]))
+    # (disturbance, client) pairs in scope
+    keys = np.concatenate([epoch[inside] * n_cl + cl[inside], nxt[in_flight] * n_cl + cl[in_flight],
+                           o_epoch[o_open_in] * n_cl + o_cl[o_open_in], o_nxt[o_nxt < k] * n_cl + o_cl[o_nxt < k]])
     scope = np.unique(keys)
     if not len(scope):
         return out
-    # per pair: first recovering completion, last completion, retired (vectorized over the ops)
+    # per pair: first recovering completion, last completion, last info (vectorized over the ops)
     member = epoch >= 0
-    op_key = np.where(member, epoch * n_proc + d.process + 1, -1)
+    op_key = np.where(member, epoch * n_cl + cl, -1)
     at = np.searchsorted(scope, op_key)
     hit = member & (at < len(scope)) & (scope[np.minimum(at, len(scope) - 1)] == op_key)
-    good = hit & (d.type == ok) & recovery & (d.invoke_time > in_place[np.maximum(epoch, 0)])
+    good = hit & (d.type == ok) & recovery & (d.invoke_time > in_place[e0])
     first_ok = np.full(len(scope), np.iinfo(np.int64).max)
     np.minimum.at(first_ok, at[good], d.time[good])
     last_done = np.full(len(scope), -1, dtype=np.int64)
-    np.maximum.at(last_done, at[hit], d.time[hit])
-    n_ops = np.bincount(at[hit], minlength=len(scope))
-    retired = np.zeros(len(scope), dtype=bool)
-    retired[at[hit & (d.type == info)]] = True
-    flight_key = nxt * n_proc + d.process + 1
+    last_info = np.full(len(scope), -2, dtype=np.int64)
+    flight_key = nxt * n_cl + cl
     f_at = np.searchsorted(scope, flight_key)
     f_hit = in_flight & (f_at < len(scope)) & (scope[np.minimum(f_at, len(scope) - 1)] == flight_key)
-    np.maximum.at(last_done, f_at[f_hit], d.time[f_hit])
-    n_ops += np.bincount(f_at[f_hit], minlength=len(scope))
-    retired[f_at[f_hit & (d.type == info)]] = True
+    n_ops = np.bincount(at[hit], minlength=len(scope)) + np.bincount(f_at[f_hit], minlength=len(scope))
+    for where, pos in ((hit, at), (f_hit, f_at)):
+        np.maximum.at(last_done, pos[where], d.time[where])
+        np.maximum.at(last_info, pos[where & (d.type == info)], d.time[where & (d.type == info)])
     still_open = np.zeros(len(scope), dtype=bool)
     for e in (o_epoch, o_nxt):
-        o_key = e * n_proc + o_proc + 1
+        o_key = e * n_cl + o_cl
         o_at = np.searchsorted(scope, o_key)
         o_hit = (e >= 0) & (e < k) & (o_at < len(scope)) & (scope[np.minimum(o_at, len(scope) - 1)] == o_key)
         still_open[o_at[o_hit]] = True
     first_row = _first_ok_rows(d, good, at, first_ok)
-    names = _worker_names(c)
+    processes_of: dict[int, list[str]] = {}
+    for p, label in enumerate(labels):
+        processes_of.setdefault(numbers[label] + 1, []).append(str(c.process.value(p)))
     for i, key in enumerate(scope.tolist()):
-        e, p = divmod(key, n_proc)
-        process = c.process.value(p - 1)
+        e, client = divmod(key, n_cl)
         start = int(fr[e])
         recovered = first_ok[i] != np.iinfo(np.int64).max
-        row = {"process": str(process), "client": names.get(p - 1, f"process-{process}"), "fault_start": start,
-               "next_fault_start": int(fr[e + 1]) if e + 1 < k else None,
+        # retired: its last operation ended "info" and no process of its worker carried on
+        # (the harness stopped it, chaos/history.py): no downtime to measure, not a failure
+        retired = not recovered and not still_open[i] and last_info[i] >= last_done[i]
+        row = {"client": clients[client], "processes": sorted(processes_of.get(client, []), key=_by_number),
+               "fault_start": start, "next_fault_start": int(fr[e + 1]) if e + 1 < k else None,
                "downtime": int(first_ok[i]) - start if recovered else None,
-               "first_ok_index": first_row.get(i), "ops": int(n_ops[i]), "retired": bool(retired[i]) and not recovered}
-        if not recovered and not row["retired"]:
+               "first_ok_index": first_row.get(i), "ops": int(n_ops[i]), "retired": bool(retired)}
+        if not recovered and not retired:
             until = c.t1 if still_open[i] else int(last_done[i])
             row["at_least"] = max(0, until - start)
-            row["after"] = _after_the_fault(c, p - 1, start)
+            row["after"] = _after_the_fault(c, [p for p in range(c.process.n_values) if client_of[p + 1] == client],
+                                            start)
         out["rows"].append(row)
-    # in a fixed order (the codes number processes in order of appearance, which the input's
-    # chunking changes)
-    out["rows"].sort(key=lambda r: (r["fault_start"], _by_number(r["process"])))
+    # in a fixed order (codes follow the order of appearance, which the input's chunking changes)
+    out["rows"].sort(key=lambda r: (r["fault_start"], r["client"]))
     return out
 
 
@@ -179,14 +191,14 @@ def _worker_names(c: Columns) -> dict[int, str]:
     return {p: name for p, (_, name) in best.items()}
 
 
-def _after_the_fault(c: Columns, process: int, start: int) -> str:
-    """What a process that never recovered did after the disturbance began, e.g. "28 receive fail
+def _after_the_fault(c: Columns, processes: list[int], start: int) -> str:
+    """What a client (its ``processes``) that never recovered did after the disturbance began, e.g. "28 receive fail
     (most often 'nothing arrived within 0.5s'), last ok 0.21 s before the fault"."""
     d = c.done
-    mine = d.process == process
+    mine = np.isin(d.process, processes)
     after = np.flatnonzero(mine & (d.invoke_time > start))
     counts = Counter((c.f.value(d.f[i]), c.type.value(d.type[i])) for i in after.tolist())
-    opened = open_ops(c, c.is_op & c.client & c.process.isin([c.process.value(process)]))
+    opened = open_ops(c, c.is_op & c.client & c.process.isin([c.process.value(p) for p in processes]))
     for r in opened[c.time[opened] > start].tolist():
         counts[(c.f.value(c.f.codes[r]), "still open")] += 1
     text = ", ".join(f"{n} {f} {outcome}" for (f, outcome), n in counts.most_common(3)) or "no operation after it"
@@ -220,20 +232,21 @@ def _judged(key: RunKey, facts_: dict, max_downtime_s: float | None):
         inside = [w for w in windows if start <= w["start"] <= end]
         mine = [r for r in rows if r["fault_start"] == start]
         recovered = sorted(r["downtime"] for r in mine if r["downtime"] is not None)
-        stuck = sorted((r["process"] for r in mine if r["downtime"] is None and not r["retired"]), key=_by_number)
-        retired = sorted((r["process"] for r in mine if r["retired"]), key=_by_number)
+        stuck = sorted(r["client"] for r in mine if r["downtime"] is None and not r["retired"])
+        retired = sorted(r["client"] for r in mine if r["retired"])
         label = ", ".join(sorted({w["fault"] for w in inside}))
         fault = {"fault": label, "f": ", ".join(sorted({w["f"] for w in inside})), "start": start, "end": end,
-                 "healed": not any(w["open_at_end"] for w in inside), "processes": len(mine),
+                 "healed": not any(w["open_at_end"] for w in inside), "clients": len(mine),
                  "recovered": len(recovered), "not_recovered": stuck, "retired": retired,
                  "max_downtime_ms": recovered[-1] / MS if recovered else None,
                  "median_downtime_ms": recovered[len(recovered) // 2] / MS if recovered else None,
-                 "per_process_ms": {r["process"]: (None if r["downtime"] is None else r["downtime"] / MS)
-                                    for r in sorted(mine, key=lambda r: _by_number(r["process"]))}}
+                 "per_client_ms": {r["client"]: (None if r["downtime"] is None else r["downtime"] / MS)
+                                   for r in sorted(mine, key=lambda r: r["client"])}}
         faults.append(fault)
         too_long, not_sure = [], []
         for r in mine:
-            where = f"{r['client']} (process {r['process']}) after the {label} fault at {start / 1e9:.3f}s"
+            where = (f"{r['client']} (process {', '.join(r['processes'])}) after the {label} fault at "
+                     f"{start / 1e9:.3f}s")
             if r["downtime"] is not None:
                 if bound is not None and r["downtime"] > bound:
                     too_long.append(r["client"])
@@ -336,8 +349,8 @@ def failover_downtime(history: Iterable[dict] | Columns, *, max_downtime_s: floa
         entry = FaultDowntime(fault["f"], list(dict.fromkeys(w["fault"] for w in inside)), None,
                               ", ".join(sorted({w["node"] for w in inside if w["node"]})) or None, fault["start"],
                               fault["end"] if fault["healed"] else None, valid=valid, reason=why)
-        entry.downtime_ms = {_unique(r, mine): round(r["downtime"] / MS, 3) for r in mine if r["downtime"] is not None}
-        entry.never_recovered = {_unique(r, mine): round(r["at_least"] / MS, 3) for r in mine
+        entry.downtime_ms = {r["client"]: round(r["downtime"] / MS, 3) for r in mine if r["downtime"] is not None}
+        entry.never_recovered = {r["client"]: round(r["at_least"] / MS, 3) for r in mine
                                  if r["downtime"] is None and not r["retired"]}
         measured = list(entry.downtime_ms.values())
         if measured:
@@ -356,9 +369,3 @@ def failover_downtime(history: Iterable[dict] | Columns, *, max_downtime_s: floa
         "worst": {"ms": max(every)[0], "fault": max(every)[1], "client": max(every)[2]} if every else None,
     }
     return out
-
-
-def _unique(row: dict, rows: list[dict]) -> str:
-    """The row's client name, with its process when another process of the same worker is there too."""
-    same = [r for r in rows if r["client"] == row["client"] and (r["downtime"] is not None or not r["retired"])]
-    return row["client"] if len(same) <= 1 else f"{row['client']} (process {row['process']})"

@@ -54,7 +54,7 @@ def judge(name: str, key: RunKey, facts: dict, **options) -> tuple[CheckResult, 
         return result, [], table
     if name == failover_downtime.NAME:
         result, rows = failover_downtime.judge(key, facts[name], **options)
-        table = [(*key, r["process"], r["fault_start"], r["next_fault_start"], r["downtime"], r["first_ok_index"],
+        table = [(*key, r["client"], r["fault_start"], r["next_fault_start"], r["downtime"], r["first_ok_index"],
                   r["ops"], r["retired"]) for r in facts[name]["rows"]] if facts[name]["windows"] else []
         return result, rows, table
     module = {total_queue.NAME: total_queue, fifo.NAME: fifo, groups.NAME: groups}[name]

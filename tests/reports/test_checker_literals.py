@@ -106,10 +106,10 @@ def test_client_that_never_recovered_for_longer_than_the_bound_is_invalid():
 def test_recovered_client_is_measured_from_the_fault_start():
     h = _producer_after_kill(H("recovered"), recovers_at=2500)
     r = judged(h)["failover_downtime"]
-    assert r.valid is True and r.stats["faults"][0]["per_process_ms"] == {"0": 1500.0}
+    assert r.valid is True and r.stats["faults"][0]["per_client_ms"] == {"producer-0": 1500.0}
 
 
-def test_overlapping_faults_are_one_disturbance_per_process():
+def test_overlapping_faults_are_one_disturbance_per_client():
     # A kill while a partition holds: the per-step copy measured the client twice (once per step).
     h = H("overlap")
     a, b = msg("a"), msg("b", seq=1)
@@ -125,7 +125,7 @@ def test_overlapping_faults_are_one_disturbance_per_process():
     h.op(0, "ok", "send", b, at=2500)
     r = judged(h)["failover_downtime"]
     [fault] = r.stats["faults"]
-    assert fault["fault"] == "down, proxy/disabled" and fault["per_process_ms"] == {"0": 1500.0}
+    assert fault["fault"] == "down, proxy/disabled" and fault["per_client_ms"] == {"producer-0": 1500.0}
     assert [f.downtime_ms for f in failover_downtime(h.lines).faults] == [{"producer-0": 1500.0}]
 
 
@@ -146,7 +146,7 @@ def test_process_that_first_appears_after_the_fault_is_not_measured():
     h.restart(at=3000, killed_at=1000)
     h.call(7, "drain", None, at=4000, done=4001, result=[])
     [fault] = judged(h)["failover_downtime"].stats["faults"]
-    assert set(fault["per_process_ms"]) == {"0"}
+    assert set(fault["per_client_ms"]) == {"producer-0"}
 
 
 def test_failed_fault_step_opens_no_fault():
@@ -156,3 +156,21 @@ def test_failed_fault_step_opens_no_fault():
          error="NemesisError: not running")
     h.send(0, "b", seq=1).drain(1, [msg("a"), msg("b", seq=1)])
     assert judged(h)["failover_downtime"].applicable is False
+
+
+def test_worker_whose_process_retired_in_the_fault_is_measured_through_its_successor():
+    # Seen on a reference broker pause: producer 0's send in the pause ended "info", its worker
+    # carried on as a new process that first connected after the heal. Per process, nobody
+    # would have been measured for producer 0.
+    h = H("successor")
+    a, b, c = msg("a"), msg("b", seq=1), msg("c", seq=2)
+    h.op(1, "invoke", "send", a, at=100), h.op(1, "ok", "send", a, at=101)
+    h.kill(at=1000)
+    h.op(1, "invoke", "send", b, at=1100), h.op(1, "info", "send", b, at=1600)
+    h.restart(at=2000, killed_at=1000)
+    h.call(4, "connect", at=2100, done=2150)
+    h.op(4, "invoke", "send", c, at=2200), h.op(4, "ok", "send", c, at=2300)
+    r = judged(h)["failover_downtime"]
+    [fault] = r.stats["faults"]
+    assert r.valid is True and fault["per_client_ms"] == {"producer-0": 1300.0} and fault["retired"] == []
+    assert failover_downtime(h.lines).faults[0].downtime_ms == {"producer-0": 1300.0}

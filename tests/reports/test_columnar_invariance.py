@@ -112,7 +112,7 @@ def test_the_literals_plant_every_kind_of_anomaly():
             found |= {(checker, f["kind"]) for f in facts[checker]["found"]}
         if name == "failover_downtime":
             rows = facts["failover_downtime"]["rows"]
-            assert [r["process"] for r in rows if r["downtime"] is not None] == ["0", "1"]
+            assert [r["client"] for r in rows if r["downtime"] is not None] == ["consumer-0", "producer-0"]
     assert found == {("total_queue", "lost"), ("total_queue", "unexpected"), ("total_queue", "duplicated"),
                      ("total_queue", "recovered"), ("fifo", "reordered"), ("groups", "reordered"), ("groups", "stolen")}
 

@@ -47,7 +47,7 @@ LATENCY_SCHEMA = ("run string, target string, f string, phase string, ok bigint,
 THROUGHPUT_SCHEMA = "run string, target string, f string, second bigint, ok bigint, fault boolean"
 GAPS_SCHEMA = ("run string, target string, subscriber string, producer string, first_seq bigint, last_seq bigint, "
                "missing bigint")
-DOWNTIME_SCHEMA = ("run string, target string, process string, fault_start bigint, next_fault_start bigint, "
+DOWNTIME_SCHEMA = ("run string, target string, client string, fault_start bigint, next_fault_start bigint, "
                    "downtime bigint, first_ok_index bigint, ops bigint, retired boolean")
 
 
