@@ -12,7 +12,7 @@ process kills with in-doubt sends, a final drain), then times, side by side:
 and prints seconds and operations per second, and the growth from the smallest to the largest
 size (close to linear is the goal).
 
-    .venv/bin/python benchmarks/pipeline_bench.py [--ops 1000000,10000000] [--engine fused,sql] [--dir DIR] [--keep]
+    .venv/bin/python benchmarks/pipeline_bench.py [--ops 1000000,10000000] [--engine fused] [--dir DIR] [--keep]
 """
 
 from __future__ import annotations
@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dir", help="work directory (default: a temporary one, removed afterwards)")
     parser.add_argument("--keep", action="store_true", help="keep the generated files")
     parser.add_argument("--skip-python", action="store_true")
-    parser.add_argument("--engine", default="fused,sql", help="comma-separated analysis engines (fused, sql)")
+    parser.add_argument("--engine", default="fused", help="comma-separated analysis engines (fused: the only one since issue 17)")
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.ops.split(",")]
     work = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="brokerconf-bench-"))

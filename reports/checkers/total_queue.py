@@ -1,31 +1,103 @@
 """Jepsen's total-queue checker over a brokerconf history (DESIGN.md, "History format").
 
 Definitions (jepsen checker.clj `total-queue`, as summarised in REFERENCES.md):
-* attempted: every send that was invoked (ok, info or fail — a failed send may still have
-  been stored, but Jepsen counts only sends whose outcome is not `fail` as possibly enqueued);
-* enqueued: sends that completed `ok` (the broker confirmed them);
-* dequeued: messages received `ok` (by a consumer or by the final drain);
+* attempted: every send that was invoked, minus sends that completed ``fail`` (refused: never
+  enqueued; Jepsen counts only sends whose outcome is not `fail` as possibly enqueued);
+* enqueued: sends that completed ``ok`` (the broker confirmed them);
+* dequeued: messages in ``receive`` and ``drain`` ops that completed ``ok``;
 * lost: enqueued but never dequeued;
 * unexpected: dequeued but never attempted;
 * duplicated: dequeued more times than attempted;
-* recovered: dequeued, attempted, but not confirmed (an `info` send that did arrive).
+* recovered: dequeued, attempted, but not confirmed (an ``info`` send that did arrive).
+Messages on topics (``topic://``) are left out: fan-out delivers one send many times
+(topic_fanout.py judges them).
+
 Valid iff nothing is lost and nothing unexpected. Duplicates are reported; whether they break the
-documented semantics is the caller's decision (`duplicates_allowed`). Without a final drain a
-message not received yet may still be in the broker, so lost ones are only candidates: the
-verdict is "unknown" unless something unexpected (or a disallowed duplicate) makes it false.
+documented semantics is the caller's decision (``duplicates_allowed``: the analysis's option,
+else the experiment's own setting, else not). Without a final drain a message not received yet
+may still be in the broker, so lost ones are only candidates: the verdict is ``unknown`` unless
+something unexpected (or a disallowed duplicate) makes it false.
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Iterable
 
-VALID, INVALID, UNKNOWN = True, False, "unknown"
+import numpy as np
+
+from .history import Columns, ops_by_id
+from .result import INVALID, UNKNOWN, VALID, CheckResult, RunKey, anomaly, count_kinds, describe_counts
+
+NAME = "total_queue"
+KINDS = ("lost", "unexpected", "duplicated", "recovered")
+_DETAIL = {"lost": "confirmed send never received", "unexpected": "received but never sent",
+           "recovered": "send outcome unknown (info), yet it arrived"}
+
+
+def facts(c: Columns) -> dict:
+    """The run's totals (None: no send or receive on a queue) and one finding per anomalous id:
+    kind, message id, the indexes of its ops, times dequeued and attempted."""
+    send = c.queue & c.f.eq("send")
+    rel = np.flatnonzero(send | c.delivered)
+    if not len(rel):
+        return {"totals": None, "drained": c.drained, "found": []}
+    key = c.id.codes[rel] + 1  # one bin per id code, bin 0 for every null id
+    bins = c.id.n_values + 1
+    s, ty = send[rel], c.type.codes[rel]
+
+    def count(where):
+        return np.bincount(key[where], minlength=bins)
+
+    deq = count(~s)
+    present = (count(s) > 0) | (deq > 0)
+    att = np.maximum(count(s & (ty == c.type.code("invoke"))) - count(s & (ty == c.type.code("fail"))), 0)
+    enq = (count(s & (ty == c.type.code("ok"))) > 0).astype(np.int64)
+    totals = {"attempted": int(att[present].sum()), "enqueued": int(enq[present].sum()),
+              "dequeued": int(deq[present].sum())}
+    lost = present & (enq == 1) & (deq == 0)
+    unexpected = present & ~lost & (deq > 0) & (att == 0)
+    duplicated = present & ~lost & ~unexpected & (att > 0) & (deq > att)
+    recovered = present & ~lost & ~unexpected & (deq > 0) & (att > 0) & (enq == 0)  # a duplicate may be one too
+    flagged = [(k, b) for k, mask in (("lost", lost), ("unexpected", unexpected), ("duplicated", duplicated),
+                                      ("recovered", recovered)) for b in np.flatnonzero(mask)]
+    ops_of = ops_by_id(c, c.queue, [b - 1 for _, b in flagged if b > 0]) if flagged else {}
+    found = [{"kind": kind, "id": c.id.value(b - 1), "ops": ops_of.get(b - 1, []), "dequeued": int(deq[b]),
+              "attempted": int(att[b])} for kind, b in flagged]
+    return {"totals": totals, "drained": c.drained, "found": found}
+
+
+def judge(key: RunKey, facts_: dict, *, duplicates_allowed: bool = False) -> tuple[CheckResult, list[dict]]:
+    """One run's result and anomaly rows from its `facts`."""
+    rows = [anomaly(key, NAME, f["kind"], f["id"], f["ops"], _DETAIL.get(f["kind"])
+                    or f"received {f['dequeued']} times, sent {f['attempted']}") for f in facts_["found"]]
+    counts = count_kinds(rows)
+    totals, drained = facts_["totals"], facts_["drained"]
+    stats = {**(totals or {"attempted": 0, "enqueued": 0, "dequeued": 0}), **{k: counts.get(k, 0) for k in KINDS},
+             "drained": drained, "duplicates_allowed": duplicates_allowed}
+    # Without a final drain a confirmed send not received yet may still sit in the queue, so
+    # "lost" is only a candidate then; unexpected and (disallowed) duplicated messages are
+    # certain either way.
+    breaking = {k: counts.get(k, 0) for k in (("lost",) if drained else ()) + ("unexpected",)
+                + (() if duplicates_allowed else ("duplicated",))}
+    if totals is None:
+        return CheckResult(NAME, *key, UNKNOWN, "no send or receive on a queue in this history", applicable=False,
+                           stats=stats), rows
+    if any(breaking.values()):
+        return CheckResult(NAME, *key, INVALID, describe_counts(breaking), stats=stats), rows
+    if not drained:
+        maybe = f" ({counts['lost']} confirmed sends not received, maybe still queued)" if counts.get("lost") else ""
+        return CheckResult(NAME, *key, UNKNOWN, "the history has no final drain: messages still queued would look "
+                           "lost" + maybe, stats=stats), rows
+    return CheckResult(NAME, *key, VALID, stats=stats), rows
+
+
+# ---------------------------------------------------------------------- over a list of events
 
 
 @dataclass
 class TotalQueueResult:
+    """The shape `brokerconf chaos run` writes to verdict.json (ids listed, duplicates counted)."""
     valid: bool | str
     attempted: int
     enqueued: int
@@ -40,61 +112,15 @@ class TotalQueueResult:
         return asdict(self)
 
 
-def _message_ids(value) -> list[str]:
-    """Ids carried by an op value: one message {"id": ...}, or a drain's list of messages."""
-    if isinstance(value, dict):
-        if "id" in value:
-            return [str(value["id"])]
-        if "messages" in value:
-            return [str(m["id"]) for m in value["messages"]]
-    if isinstance(value, list):
-        return [str(m["id"]) for m in value]
-    return []
-
-
-def check_total_queue(history: Iterable[dict], *, duplicates_allowed: bool = False,
-                      send_f: str = "send", receive_fs: tuple[str, ...] = ("receive", "drain")) -> TotalQueueResult:
-    attempted: Counter[str] = Counter()
-    enqueued: set[str] = set()
-    dequeued: Counter[str] = Counter()
-    drained = False
-    for op in history:
-        if op.get("process") == "nemesis":
-            continue
-        f, kind = op.get("f"), op.get("type")
-        if f == send_f:
-            ids = _message_ids(op.get("value"))
-            if kind == "invoke":
-                attempted.update(ids)
-            elif kind == "ok":
-                enqueued.update(ids)
-            elif kind == "fail":
-                # a refused send was never enqueued: no longer an attempt that may show up
-                attempted.subtract(ids)
-        elif f in receive_fs and kind == "ok":
-            dequeued.update(_message_ids(op.get("value")))
-            if f == "drain":
-                drained = True
-    attempted = +attempted  # drop zero / negative counts left by failed sends
-    lost = sorted(m for m in enqueued if dequeued[m] == 0)
-    unexpected = sorted(m for m in dequeued if attempted[m] == 0)
-    duplicated = {m: n for m, n in sorted(dequeued.items()) if attempted[m] and n > attempted[m]}
-    recovered = sorted(m for m in dequeued if attempted[m] and m not in enqueued)
-    result = TotalQueueResult(VALID, sum(attempted.values()), len(enqueued), sum(dequeued.values()),
-                              lost, unexpected, duplicated, recovered)
-    # Without a final drain a confirmed send not received yet may still sit in the queue, so
-    # "lost" is only a candidate then; unexpected and (disallowed) duplicated messages are
-    # certain either way.
-    certain_lost = lost if drained else []
-    if unexpected or certain_lost or (duplicated and not duplicates_allowed):
-        result.valid = INVALID
-        parts = [f"{len(certain_lost)} lost" if certain_lost else "",
-                 f"{len(unexpected)} unexpected" if unexpected else "",
-                 f"{len(duplicated)} duplicated" if duplicated and not duplicates_allowed else ""]
-        result.reason = ", ".join(p for p in parts if p)
-    elif not drained:
-        result.valid = UNKNOWN
-        result.reason = "the history has no final drain: messages still queued would look lost"
-        if lost:
-            result.reason += f" ({len(lost)} confirmed sends not received, maybe still queued)"
-    return result
+def check_total_queue(history: Iterable[dict] | Columns, *, duplicates_allowed: bool = False) -> TotalQueueResult:
+    """`judge` over a history given as events (or as `Columns`), in verdict.json's shape."""
+    c = history if isinstance(history, Columns) else Columns.of_events(history)
+    f = facts(c)
+    result, _ = judge(("", ""), f, duplicates_allowed=duplicates_allowed)
+    ids = {k: sorted(str(x["id"]) for x in f["found"] if x["kind"] == k) for k in KINDS}
+    totals = f["totals"] or {"attempted": 0, "enqueued": 0, "dequeued": 0}
+    return TotalQueueResult(result.valid, totals["attempted"], totals["enqueued"], totals["dequeued"], ids["lost"],
+                            ids["unexpected"],
+                            {str(x["id"]): x["dequeued"] for x in sorted(f["found"], key=lambda x: str(x["id"]))
+                             if x["kind"] == "duplicated"},
+                            ids["recovered"], "" if result.valid is VALID else result.reason)

@@ -25,11 +25,12 @@ from typing import Callable
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from reports.pipeline.checkers import CHECKERS
+from reports.checkers.result import CheckResult
 from reports.pipeline.cli_args import DEFAULT_ENGINE, ENGINES, add_arguments
-from reports.pipeline.checkers.common import ANOMALY_SCHEMA, UNKNOWN, CheckResult, Context
+from reports.pipeline.checkers.common import ANOMALY_SCHEMA, UNKNOWN
+from reports.pipeline.fused.engine import CHECKS as CHECKERS
 from reports.pipeline.local_frame import LocalFrame
-from reports.pipeline.load import Histories, HistoryNotFound, MalformedHistory, find_sources, load, write_parquet
+from reports.pipeline.load import Histories, HistoryNotFound, MalformedHistory, find_sources
 from reports.pipeline.session import SessionError, check_master, get_session
 from reports.pipeline.verdicts import apply_skipped_lines, run_verdicts
 
@@ -55,45 +56,35 @@ def analyze(spark, path: str | Path, *, skip_malformed: bool = False, checkers: 
             max_downtime_s: float | None = None, duplicates_allowed: bool | None = None,
             histories: Histories | None = None, engine: str = DEFAULT_ENGINE,
             histories_out: str | Path | None = None, progress: Callable[[str], None] | None = None) -> Analysis:
-    """Run the checker jobs over every run found at ``path`` (or over ``histories``, loaded by the
-    SQL loader: then the SQL engine runs).
+    """Run the checkers over every run found at ``path``: a Spark task per history file reads it
+and computes each run's facts, and the driver judges them with reports/checkers
+(reports/pipeline/fused/engine.py).
 
     ``max_downtime_s`` and ``duplicates_allowed`` apply to every run when given; when None, each
     run is judged with its experiment's own settings (the run record), else the defaults.
 
-    ``engine``: "fused" (a Spark task per history file reads it with pyarrow and runs every
-    checker of its run in one vectorized pass: reports/pipeline/fused/) or "sql" (a Spark SQL job
-    per checker: reports/pipeline/checkers/); both give the same results. The fused engine hands
-    an input it cannot take (a run spread over several files, the SQL engine's Parquet) to the SQL
-    engine and says so in ``Analysis.notes``.
+    ``engine``: "fused", the one engine (the former Spark SQL checkers are gone: issue 17).
+    ``histories``: no longer taken (it was the SQL loader's DataFrame); must be None.
 
     ``histories_out``: where to write the loaded histories as Parquet (JSON lines input only)."""
     if engine not in ENGINES:
         raise ValueError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
+    if histories is not None:
+        raise ValueError("analyze reads the histories itself: pass their path, not a loaded DataFrame")
     options: dict[str, dict] = {"total_queue": {"duplicates_allowed": duplicates_allowed},
                                 "failover_downtime": {"max_downtime_s": max_downtime_s}}
     names = checkers or list(CHECKERS)
     unknown = [n for n in names if n not in CHECKERS]
     if unknown:
         raise ValueError(f"unknown checker(s) {', '.join(unknown)}; known: {', '.join(CHECKERS)}")
-    notes: list[str] = []
-    done = None
-    if engine == "fused" and histories is None:
-        from reports.pipeline.fused.engine import NotLeanParquet, RunSplitAcrossFiles, analyze_fused
+    from reports.pipeline.fused.engine import NotLeanParquet, analyze_fused
 
-        try:
-            done = analyze_fused(spark, path, names, options, skip_malformed=skip_malformed, parquet_out=histories_out,
-                                 progress=progress)
-            notes += done[0].notes
-        except (RunSplitAcrossFiles, NotLeanParquet) as exc:
-            notes.append(f"{exc}: analysed with the SQL engine instead")
-    if done is None:
-        histories = histories or load(spark, path, skip_malformed=skip_malformed)
-        results, anomaly_rows, anomalies_df, tables = _analyze_sql(spark, histories, names, options)
-        if histories_out is not None and find_sources(path)[0] == "jsonl":
-            write_parquet(histories, histories_out)
-    else:
-        histories, results, anomaly_rows, anomalies_df, tables = done
+    try:
+        histories, results, anomaly_rows, anomalies_df, tables = analyze_fused(
+            spark, path, names, options, skip_malformed=skip_malformed, parquet_out=histories_out, progress=progress)
+    except NotLeanParquet as exc:
+        raise HistoryNotFound(f"{exc}: written by the former SQL engine; analyse the run's history.jsonl") from exc
+    notes: list[str] = list(histories.notes)
     skipped = histories.runs_with_skipped_lines()
     apply_skipped_lines(results, skipped)
     verdicts = run_verdicts(results, skipped)
@@ -112,21 +103,6 @@ def analyze(spark, path: str | Path, *, skip_malformed: bool = False, checkers: 
     for verdict in verdicts:
         verdict["anomalies"] = by_run.get((verdict["run"], verdict["target"]), [])
     return Analysis(verdicts, results, anomaly_rows, histories, tables, anomalies_df, notes)
-
-
-def _analyze_sql(spark, histories: Histories, names: list[str], options: dict):
-    ctx = Context(spark, histories.ops)
-    results: list[CheckResult] = []
-    anomaly_rows: list[dict] = []
-    anomalies_df = None
-    tables: dict = {}
-    for name in names:
-        output = CHECKERS[name](ctx, **options.get(name, {}))
-        results += output.results
-        anomaly_rows += output.anomaly_rows
-        anomalies_df = output.anomalies if anomalies_df is None else anomalies_df.unionByName(output.anomalies)
-        tables.update(output.tables)
-    return results, anomaly_rows, anomalies_df, tables
 
 
 def write(analysis: Analysis, out_dir: str | Path, *, spark) -> Path:

@@ -37,11 +37,10 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.timeout(SPARK_TEST_TIMEOUT_S))
 
 
-@pytest.fixture(scope="module", params=["sql", "fused"])
-def engine(request):
-    """Each analysis test runs on both engines (reports/pipeline/analyze.py, ``engine``): they
-    must give the same verdicts, stats and anomaly rows."""
-    return request.param
+@pytest.fixture(scope="module")
+def engine():
+    """The analysis engine (one since issue 17: reports/pipeline/analyze.py, ``engine``)."""
+    return "fused"
 
 
 # ---------------------------------------------------------------------- fresh real runs

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from reports.pipeline.analyze import analyze
-from reports.pipeline.checkers import downtime
+from reports.checkers import failover_downtime as downtime
 from reports.pipeline.session import LOCAL, get_session
 
 from .histories import MS, H, msg
@@ -238,14 +238,14 @@ def test_groups_not_applicable_without_groups(analysed):
 
 def test_failover_downtime_per_process(analysed):
     [fault] = check(analysed, "failover_downtime", "failover_downtime")["stats"]["faults"]
-    assert fault["per_process_ms"]["0"] == pytest.approx(2500.0)
-    assert fault["per_process_ms"]["1"] == pytest.approx(3000.0)
+    assert fault["per_client_ms"]["producer-0"] == pytest.approx(2500.0)
+    assert fault["per_client_ms"]["consumer-0"] == pytest.approx(3000.0)
     assert fault["max_downtime_ms"] == pytest.approx(3000.0)
 
 
 def test_retired_process_is_not_unrecovered(analysed):
     [fault] = check(analysed, "failover_downtime", "failover_downtime")["stats"]["faults"]
-    assert fault["retired"] == ["2"] and fault["not_recovered"] == []
+    assert fault["retired"] == ["producer-1"] and fault["not_recovered"] == []
 
 
 def test_failover_downtime_over_bound(spark, tmp_path, engine):
@@ -260,7 +260,7 @@ def test_failover_downtime_over_bound(spark, tmp_path, engine):
 
 def test_op_invoked_while_the_fault_was_injected_is_no_recovery(analysed):
     [fault] = check(analysed, "invoked_while_injecting", "failover_downtime")["stats"]["faults"]
-    assert fault["per_process_ms"]["0"] == pytest.approx(1600.0)
+    assert fault["per_client_ms"]["producer-0"] == pytest.approx(1600.0)
 
 
 def test_no_fault_no_downtime_verdict(analysed):

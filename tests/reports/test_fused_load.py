@@ -130,12 +130,11 @@ def test_lean_parquet_round_trip_has_no_json(tmp_path, reader):
     assert _arrow_rows(again) == _arrow_rows(table)
 
 
-def test_parquet_written_by_the_sql_engine_is_analysed_by_the_sql_engine(spark, tmp_path):
+def test_parquet_written_by_the_former_sql_engine_is_refused_with_the_way_out(spark, tmp_path):
     path = _mixed().write(tmp_path / "in")
     out = sql_load.write_parquet(sql_load.load(spark, path), tmp_path / "old.parquet")
-    analysis = analyze(spark, out, engine="fused")
-    assert any("written by the SQL engine" in n and "SQL engine instead" in n for n in analysis.notes)
-    assert [v["run"] for v in analysis.verdicts] == ["mixed"]
+    with pytest.raises(HistoryNotFound, match="former SQL engine; analyse the run's history.jsonl"):
+        analyze(spark, out, engine="fused")
 
 
 def test_sql_engine_refuses_lean_parquet_clearly(spark, tmp_path):
@@ -153,7 +152,7 @@ def test_analysis_written_and_read_back_gives_the_same_verdicts(spark, tmp_path)
     assert json.dumps(first.verdicts, sort_keys=True, default=str) == json.dumps(second.verdicts, sort_keys=True, default=str)
 
 
-def test_run_split_over_two_files_goes_to_the_sql_engine(spark, tmp_path):
+def test_run_split_over_two_files_is_judged_whole_by_one_task(spark, tmp_path):
     h = H("split").send(0, "a").send(0, "b", seq=1).receive(1, "a", consumer=0).drain(2, [])
     path = h.write(tmp_path / "one")
     lines = path.read_text().splitlines(keepends=True)
@@ -161,11 +160,10 @@ def test_run_split_over_two_files_goes_to_the_sql_engine(spark, tmp_path):
     other.parent.mkdir(parents=True)
     other.write_text("".join(lines[3:]))
     path.write_text("".join(lines[:3]))
-    fused_result = analyze(spark, tmp_path, engine="fused")
-    assert any("has lines in" in n for n in fused_result.notes)
-    sql_result = analyze(spark, tmp_path, engine="sql")
-    assert [(v["run"], v["valid"]) for v in fused_result.verdicts] == [(v["run"], v["valid"]) for v in sql_result.verdicts]
-    assert fused_result.verdicts[0]["valid"] is False  # "b" was confirmed and never received
+    result = analyze(spark, tmp_path, engine="fused")
+    [verdict] = result.verdicts  # one run, not one per file
+    assert verdict["valid"] is False  # "b" was confirmed and never received
+    assert [(a["kind"], a["message_id"]) for a in verdict["anomalies"]] == [("lost", "b")]
 
 
 def test_progress_reports_finished_histories_while_the_job_runs():
@@ -252,3 +250,22 @@ def test_integers_beyond_64_bits_and_lone_surrogates_read_as_the_sql_loader_read
     assert _arrow_rows(got.table) == _spark_rows(from_sql_ops(want.ops))
     assert {(r["id"], r["producer"], r["error"]) for r in got.table.to_pylist()} == {
         ("a", 1, None), ("b", None, None), ("b?", 1, "x?")}
+
+
+def test_files_sharing_a_run_are_read_by_one_task():
+    """Files connected through shared runs form one unit (engine._split_files, engine._joined)."""
+    from types import SimpleNamespace
+
+    from reports.pipeline.fused import engine
+
+    keys = {"a": [("r1", "t")], "b": [("r2", "t")], "c": [("r1", "t"), ("r3", "t")], "d": [("r3", "t")]}
+    units = [engine.Unit("jsonl", p) for p in "abcd"]
+
+    class Context:
+        def parallelize(self, items, n):
+            return SimpleNamespace(map=lambda f: SimpleNamespace(collect=lambda: [(u.path, keys[u.path]) for u in items]))
+
+    groups = engine._split_files(SimpleNamespace(sparkContext=Context()), units, False)  # pylint: disable=protected-access
+    assert groups == [{"a", "c", "d"}]
+    joined = engine._joined(units, groups)  # pylint: disable=protected-access
+    assert sorted((u.path, u.more) for u in joined) == [("a", ("c", "d")), ("b", ())]

@@ -57,7 +57,8 @@ def test_skip_malformed_makes_every_verdict_unknown(spark, tmp_path):
     path = _with_bad_lines(tmp_path, [(2, "garbage"), (5, '{"index": 9, "time": 1, "process": 0, "type": "x", "f": "send"}')])
     histories = load(spark, path, skip_malformed=True)
     assert [(m.line, m.run) for m in histories.malformed] == [(2, "lost"), (5, "lost")]
-    analysis = analyze(spark, path, histories=histories, checkers=["total_queue"])
+    analysis = analyze(spark, path, skip_malformed=True, checkers=["total_queue"])
+    assert [(m.line, m.run) for m in analysis.histories.malformed] == [(2, "lost"), (5, "lost")]
     [verdict] = analysis.verdicts
     assert verdict["valid"] == "unknown"
     check = verdict["checks"]["total_queue"]

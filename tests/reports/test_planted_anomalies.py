@@ -86,7 +86,7 @@ def test_python_checker_finds_exactly_the_planted_anomalies(plan):
 @settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 def test_spark_job_finds_exactly_the_planted_anomalies(spark, tmp_path_factory, engine, plans_):
     from reports.pipeline.analyze import analyze
-    from reports.pipeline.checkers import total_queue
+    from reports.checkers import total_queue
 
     root = tmp_path_factory.mktemp("planted")
     for n, plan in enumerate(plans_):

@@ -7,7 +7,8 @@ from __future__ import annotations
 import json
 
 from reports.pipeline.analyze import analyze
-from reports.pipeline.checkers import downtime, total_queue
+from reports.checkers import failover_downtime as downtime
+from reports.checkers import total_queue
 
 from .test_checkers import LITERALS
 

@@ -1,11 +1,11 @@
-"""The Spark slow-consumer job: observed gaps per subscription against the broker's discarded
+"""The slow-consumer checker through `brokerconf analyze`: observed gaps per subscription against the broker's discarded
 counters kept in the run's verdict.json (literal histories named after the anomaly)."""
 
 from __future__ import annotations
 
 import pytest
 
-from reports.pipeline.checkers import slow_consumer, topic_fanout
+from reports.checkers import slow_consumer, topic_fanout
 from reports.pipeline.session import LOCAL, get_session
 
 from .test_spark_topic_fanout import analyse, python_side, assert_agree, subscribe, sends, drain, msg, \

@@ -1,6 +1,8 @@
-"""The Spark topic fan-out job on literal histories named after the anomaly, and its agreement
-with the pure-Python checker (reports/checkers/topic_fanout.py, as brokerconf/chaos_job.py runs
-it) on those and on real topic runs: one made for the session, and those under reports/out."""
+"""Topic fan-out through `brokerconf analyze` (a Spark task reads each topic run and computes
+reports/checkers/topic_fanout.py's facts; the driver judges them with the run record) on literal
+histories named after the anomaly, and its agreement with what `brokerconf chaos run` concludes
+(brokerconf/chaos_job.py: the same checker, its own pairing of the broker's counters) on those
+and on real topic runs: one made for the session, and those under reports/out."""
 
 from __future__ import annotations
 
@@ -12,9 +14,8 @@ import pytest
 
 from brokerconf.chaos_job import _topic_checks
 from chaos.history import read_history
-from reports.pipeline.checkers import slow_consumer, topic_fanout
-from reports.pipeline.checkers.common import Context
-from reports.pipeline.load import load
+from reports.checkers import slow_consumer, topic_fanout
+from reports.pipeline.analyze import analyze
 from reports.pipeline.session import LOCAL, get_session
 
 T = "topic://prices"
@@ -115,14 +116,11 @@ def write_history(root: Path, run: str, events: list[dict], broker_discards: lis
 
 
 def analyse(spark, root: Path) -> dict[str, dict]:
-    ctx = Context(spark, load(spark, root).ops)
-    out: dict[str, dict] = {}
-    for checker in (topic_fanout, slow_consumer):
-        output = checker.check(ctx)
-        for r in output.results:
-            out.setdefault(r.run, {})[checker.NAME] = {
-                "result": r, "anomalies": [a for a in output.anomaly_rows if a["run"] == r.run]}
-        out.setdefault("_tables", {}).update(output.tables)
+    analysis = analyze(spark, root, checkers=[topic_fanout.NAME, slow_consumer.NAME])
+    out: dict[str, dict] = {"_tables": dict(analysis.tables)}
+    for r in analysis.results:
+        out.setdefault(r.run, {})[r.checker] = {
+            "result": r, "anomalies": [a for a in analysis.anomalies if a["run"] == r.run and a["checker"] == r.checker]}
     return out
 
 

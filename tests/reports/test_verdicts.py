@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from reports.pipeline.checkers.common import CheckResult, fault_windows, merge_intervals
+from reports.checkers.history import fault_windows, merge_intervals
+from reports.checkers.result import CheckResult
 from reports.pipeline.load import Malformed
 from reports.pipeline.verdicts import apply_skipped_lines, merge, run_verdicts
 
@@ -44,17 +45,24 @@ def test_skipped_lines_turn_false_into_unknown():
 
 
 def test_fault_window_never_healed_lasts_until_the_end():
-    rows = [{"f": "kill", "time": 10, "value": '{"phase":"start"}'},
-            {"f": "kill", "time": 12, "value": '{"phase":"end","fault":"down","started":10}'}]
-    [window] = fault_windows(("r", "t"), rows, run_end=100)
+    steps = [{"f": "kill", "time": 10, "phase": "start"},
+             {"f": "kill", "time": 12, "phase": "end", "fault": "down", "started": 10}]
+    [window] = fault_windows(steps, run_end=100)
     assert (window.start, window.end, window.open_at_end) == (10, 100, True)
 
 
 def test_fault_window_from_heal():
-    rows = [{"f": "kill", "time": 10, "value": '{"phase":"end","fault":"down","started":10}'},
-            {"f": "start", "time": 50, "value": '{"phase":"end","fault_window":[{"fault":"down","f":"kill","start":10,"end":50}]}'}]
-    [window] = fault_windows(("r", "t"), rows, run_end=100)
+    steps = [{"f": "kill", "time": 10, "phase": "end", "fault": "down", "started": 10},
+             {"f": "start", "time": 50, "phase": "end",
+              "fault_window": [{"fault": "down", "f": "kill", "start": 10, "end": 50}]}]
+    [window] = fault_windows(steps, run_end=100)
     assert (window.fault, window.start, window.end, window.open_at_end) == ("down", 10, 50, False)
+
+
+def test_fault_step_that_failed_opens_no_fault():
+    steps = [{"f": "pause", "time": 10, "phase": "end", "fault": "paused", "started": 10,
+              "error": "NemesisError: not running"}]
+    assert fault_windows(steps, run_end=100) == []
 
 
 def test_overlapping_faults_merge():

@@ -1,17 +1,17 @@
-"""The fused engine's driver side: one Spark job whose tasks each take one history (a JSON lines
-file, or one run's flat Parquet), read it with pyarrow and run `checks.facts_from_table` on every
-run in it; the tasks return small records and, when asked, write the flat Parquet back themselves.
-The records then become CheckResults, anomaly rows and tables with the SQL checkers' wording,
-stats keys and verdict rules (reports/pipeline/checkers/*.py).
+"""The analysis on Spark: one job whose tasks each take one history (a JSON lines file, or one
+run's flat Parquet), read it (the C scanner, pyarrow; fused/load.py) and compute every columnar
+checker's facts for each run in it (reports/checkers/registry.py, `facts_of`); the tasks return
+those small records and, when asked, write the flat Parquet back themselves. The driver then
+judges each run with the same reports/checkers functions `brokerconf chaos run` uses (`judge`),
+with each run's settings.
 
-The unit of parallelism is a history: many runs (a tree of CI jobs' runs) spread over the
-executors, and within one task pyarrow's reader and writer use the executor's cores. A run split
-over several files cannot be judged by one task: `RunSplitAcrossFiles` says so and the analysis
-falls back to the SQL engine (analyze.py).
+The unit of parallelism is a history: many runs spread over the executors, and within one task
+pyarrow's reader and writer use the executor's cores. A run whose lines are in several files is
+read by one task that takes all of them (`RunSplitAcrossFiles`, then `_joined`).
 
-Topic fan-out and slow consumer are delegated to their SQL jobs for the runs that have a topic
-subscription (read again from their history.jsonl with the SQL loader: those jobs need the raw
-values); every other run gets their "no topic subscription" result without any Spark work.
+Topic fan-out and slow consumer: the task reads a topic run's lines again as events (their window
+logic needs the raw values) and computes reports/checkers/topic_fanout.py's facts; the driver
+judges them with the run record's broker counters and slow subscribers.
 """
 
 from __future__ import annotations
@@ -29,45 +29,35 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import functions as F
 
+from reports.checkers import registry
+from reports.checkers.history import Columns
+from reports.checkers.result import CheckResult
 from reports.pipeline import load as sql_load
-from reports.pipeline.checkers import downtime as sql_downtime
-from reports.pipeline.checkers import fifo as sql_fifo
-from reports.pipeline.checkers import groups as sql_groups
-from reports.pipeline.checkers import performance, slow_consumer, topic_fanout, total_queue
-from reports.pipeline.checkers.common import (ANOMALY_SCHEMA, UNKNOWN, CheckResult, Context, count_by_run,
-                                              fault_windows, merge_intervals, read_run_record)
+from reports.checkers import slow_consumer as slow_checker
+from reports.checkers import topic_fanout as topic_checker
+from reports.pipeline.checkers.common import ANOMALY_SCHEMA, read_run_record
 from reports.pipeline.load import Malformed, MalformedHistory, find_sources
 from reports.pipeline.local_frame import LocalFrame
 
-from . import checks
 from . import load as fused_load
 
 LATENCY_SCHEMA = ("run string, target string, f string, phase string, ok bigint, fail bigint, info bigint, max bigint, "
                   "mean double, p50 bigint, p90 bigint, p99 bigint, p999 bigint")
 THROUGHPUT_SCHEMA = "run string, target string, f string, second bigint, ok bigint, fault boolean"
-DOWNTIME_SCHEMA = ("run string, target string, process string, fault_start bigint, next_fault_start bigint, "
+GAPS_SCHEMA = ("run string, target string, subscriber string, producer string, first_seq bigint, last_seq bigint, "
+               "missing bigint")
+DOWNTIME_SCHEMA = ("run string, target string, client string, fault_start bigint, next_fault_start bigint, "
                    "downtime bigint, first_ok_index bigint, ops bigint, retired boolean")
 
 
 class RunFacts:
-    """What the per-run pass reported, per (run, target), and the run records."""
+    """What the tasks reported (`registry.facts_of`), per (run, target), and the run records."""
 
     def __init__(self, rows) -> None:
-        self.by_key: dict = {}
-        for run, target, kind, payload in rows:
-            self.by_key.setdefault((run, target), {}).setdefault(kind, []).append(json.loads(payload))
+        self.by_key: dict = {(run, target): json.loads(payload) for run, target, _, payload in rows}
         self.runs = sorted(self.by_key)
-        self.spans = {k: v["span"][0] for k, v in self.by_key.items()}
-        self.windows = {k: fault_windows(k, [_nemesis_row(n) for n in v["nemesis"][0]], self.spans[k]["t1"])
-                        for k, v in self.by_key.items()}
-
-    def one(self, key, kind):
-        return self.by_key[key][kind][0]
-
-    def all(self, key, kind) -> list:
-        return self.by_key[key].get(kind, [])
+        self.spans = {k: v["span"] for k, v in self.by_key.items()}
 
     @cached_property
     def records(self) -> dict:
@@ -80,16 +70,11 @@ class RunFacts:
         return out
 
     def checker_option(self, key, name, given, default):
-        """Context.checker_option: the analysis's value, then the run record's, then the default."""
+        """The analysis's value, then the run record's (the experiment's own setting), then the default."""
         if given is not None:
             return given
         value = (self.records.get(key, {}).get("checker_options") or {}).get(name)
         return default if value is None else value
-
-
-def _nemesis_row(n: dict) -> dict:
-    value = {k: n[k] for k in ("phase", "fault", "started", "fault_window") if n.get(k) is not None}
-    return {"index": n["index"], "time": n["time"], "f": n["f"], "value": json.dumps(value)}
 
 
 class RunSplitAcrossFiles(ValueError):
@@ -107,6 +92,8 @@ class Unit:
     path: str
     run: str = ""
     target: str = ""
+    #: more history files read with ``path`` by the same task: they hold parts of one run
+    more: tuple[str, ...] = ()
 
 
 def plan(path: str | Path) -> tuple[str, list[Unit], list[Malformed]]:
@@ -133,8 +120,10 @@ def run_unit(unit: Unit, skip_malformed: bool, parquet_out: str | None) -> list[
     started = time.perf_counter()
     try:
         if unit.kind == "jsonl":
-            read = fused_load.read_history_file(unit.path, skip_malformed=skip_malformed)
-            table, malformed, note = read.table, read.malformed, read.note
+            reads = [fused_load.read_history_file(p, skip_malformed=skip_malformed) for p in (unit.path, *unit.more)]
+            table = reads[0].table if len(reads) == 1 else pa.concat_tables([r.table for r in reads])
+            malformed = [m for r in reads for m in r.malformed]
+            note = "; ".join(r.note for r in reads if r.note)
         else:
             table, malformed, note = fused_load.read_run_parquet(unit.run, unit.target, unit.path), [], ""
     except MalformedHistory as exc:
@@ -152,8 +141,11 @@ def run_unit(unit: Unit, skip_malformed: bool, parquet_out: str | None) -> list[
     try:
         checked = time.perf_counter()
         for run, target, rows in _runs_of(table):
-            out += [(run, target, kind, json.dumps(payload, default=_plain))
-                    for kind, payload in checks.facts_from_table(rows)]
+            c = Columns(rows)
+            facts = registry.facts_of(c)
+            facts[topic_checker.NAME], facts["topic_unreadable"] = (
+                _topic_facts(run, target, c, unit) if c.has_topic else (None, ""))
+            out.append((run, target, "facts", json.dumps(facts, default=_plain)))
         timing["check_s"] = time.perf_counter() - checked
     finally:
         if writer is not None:
@@ -161,6 +153,31 @@ def run_unit(unit: Unit, skip_malformed: bool, parquet_out: str | None) -> list[
     timing["task_s"] = time.perf_counter() - started
     out.append(("", "", "_timing", json.dumps(timing)))
     return out
+
+
+def _topic_facts(run: str, target: str, c: Columns, unit: Unit) -> tuple[dict | None, str]:
+    """topic_fanout.facts over the run's events, read again from its history lines (the window
+    logic needs the raw values); (None, why) when they cannot be read (Parquet whose run
+    directories are gone)."""
+    files = [unit.path, *unit.more] if unit.kind == "jsonl" else [sql_load._uri_path(f) for f in c.files]  # pylint: disable=protected-access
+    gone = [f for f in files if not Path(f).is_file()]
+    if gone or not files:
+        return None, (f"the topic checks read the history lines again, and {gone[0] if gone else 'its file'} is gone: "
+                      "analyse the run directory (history.jsonl) instead of its Parquet")
+    events = []
+    for f in files:
+        default_run = Path(f).parent.name
+        with open(f, "rb") as handle:
+            for line in handle:
+                try:
+                    e = json.loads(line)
+                except ValueError:
+                    continue  # reported (or refused) by the reader already
+                if (isinstance(e, dict) and (e.get("run") or default_run) == run
+                        and (e.get("target") or sql_load.UNKNOWN_TARGET) == target):
+                    events.append(e)
+    events.sort(key=lambda e: e.get("index", 0))
+    return topic_checker.facts(events), ""
 
 
 def _timed(timing: dict, key: str, function, *args) -> None:
@@ -192,6 +209,48 @@ def analyze_fused(spark, path, names: list[str], options: dict, *, skip_malforme
     """(histories, results, anomaly_rows, anomalies DataFrame, tables) for the checkers ``names``;
     ``progress`` hears how many histories are done while the job runs (every few seconds)."""
     kind, units, malformed = plan(path)
+    try:
+        return _analyze_units(spark, kind, units, malformed, names, options, skip_malformed, parquet_out, progress)
+    except RunSplitAcrossFiles:
+        # A run whose lines are in several files: one task reads all of them (and any file that
+        # shares a run with them), so every run is still judged whole.
+        return _analyze_units(spark, kind, _joined(units, _split_files(spark, units, skip_malformed)), list(malformed),
+                              names, options, skip_malformed, parquet_out, progress)
+
+
+def _split_files(spark, units: list[Unit], skip_malformed: bool) -> list[set[str]]:
+    """Groups of history files that share a run (connected through shared runs), of two or more."""
+    runs_of = (spark.sparkContext.parallelize(units, max(1, len(units)))
+               .map(lambda u: (u.path, fused_load.run_keys(fused_load.read_history_file(
+                    u.path, skip_malformed=True).table))).collect())
+    parent = {path: path for path, _ in runs_of}
+
+    def root(path: str) -> str:
+        while parent[path] != path:
+            path = parent[path]
+        return path
+
+    first_file: dict = {}
+    for path, keys in runs_of:
+        for key in keys:
+            if key in first_file:
+                parent[root(path)] = root(first_file[key])
+            else:
+                first_file[key] = path
+    groups: dict[str, set[str]] = {}
+    for path in parent:
+        groups.setdefault(root(path), set()).add(path)
+    return [g for g in groups.values() if len(g) > 1]
+
+
+def _joined(units: list[Unit], groups: list[set[str]]) -> list[Unit]:
+    grouped = {p for g in groups for p in g}
+    out = [u for u in units if u.path not in grouped]
+    out += [Unit("jsonl", sorted(g)[0], more=tuple(sorted(g)[1:])) for g in groups]
+    return out
+
+
+def _analyze_units(spark, kind, units, malformed, names, options, skip_malformed, parquet_out, progress):
     out = str(parquet_out) if parquet_out is not None and kind == "jsonl" else None
     if out is not None:
         fused_load.clear_parquet(out)  # the tasks add files: a previous analysis's must go first
@@ -270,165 +329,70 @@ def _refuse_split_runs(records) -> None:
     for run, target, kind, payload in records:
         if kind == "_unit":
             unit = json.loads(payload)
-        elif kind == "span":
+        elif kind == "facts":
             first = seen.setdefault((run, target), unit)
             if first != unit:
                 raise RunSplitAcrossFiles(f"run {run!r} (target {target!r}) has lines in {first} and {unit}")
 
 
-def _anomalies_of(facts: RunFacts, checker: str) -> list[dict]:
-    out = [{"run": k[0], "target": k[1], **a} for k in facts.runs for a in facts.all(k, "anomaly") if a["checker"] == checker]
-    out.sort(key=lambda r: (r["run"], r["target"], r["checker"], r["kind"], r["message_id"] is not None,
-                            r["message_id"] or ""))
-    return [{c: r[c] for c in ANOMALY_SCHEMA.fieldNames()} for r in out]
+def _sorted(rows: list[dict]) -> list[dict]:
+    rows.sort(key=lambda r: (r["run"], r["target"], r["checker"], r["kind"], r["message_id"] is not None,
+                             r["message_id"] or ""))
+    return [{c: r[c] for c in ANOMALY_SCHEMA.fieldNames()} for r in rows]
 
 
-# ---------------------------------------------------------------------- checkers
+#: the measurement tables some checkers add (their rows come from `registry.judge`)
+TABLES = {"failover_downtime": ("downtime", DOWNTIME_SCHEMA), "latency": ("latency", LATENCY_SCHEMA),
+          "throughput": ("throughput", THROUGHPUT_SCHEMA)}
 
 
-def check_total_queue(spark, facts: RunFacts, histories, *, duplicates_allowed=None):
-    rows = _anomalies_of(facts, total_queue.NAME)
-    counts = count_by_run(rows)
-    results = [total_queue.judge(key, counts.get(key, {}), facts.one(key, "tq_totals"), facts.spans[key]["drained"],
-                                 facts.checker_option(key, "duplicates_allowed", duplicates_allowed, False))
-               for key in facts.runs]
-    return results, rows, {}
-
-
-def check_fifo(spark, facts: RunFacts, histories):
-    rows = _anomalies_of(facts, sql_fifo.NAME)
-    counts = count_by_run(rows)
-    return [sql_fifo.judge(key, facts.one(key, "fifo_scope"), counts.get(key, {})) for key in facts.runs], rows, {}
-
-
-def check_groups(spark, facts: RunFacts, histories):
-    rows = _anomalies_of(facts, sql_groups.NAME)
-    counts = count_by_run(rows)
-    results = []
-    for key in facts.runs:
-        s = facts.one(key, "groups_sizes")
-        results.append(sql_groups.judge(key, s["groups"], s["n"], s["handovers"], counts.get(key, {})))
-    return results, rows, {}
-
-
-def check_downtime(spark, facts: RunFacts, histories, *, max_downtime_s=None):
-    """downtime.judge over the per-process rows of the pass."""
-    table_rows = [(*key, r["process"], r["fault_start"], r["next_fault_start"], r["downtime"], r["first_ok_index"],
-                   r["ops"], r["retired"]) for key in facts.runs if facts.windows.get(key)
-                  for r in facts.one(key, "done")["downtime"]]
-    results, anomalies = [], []
-    for key in facts.runs:
-        result, found = sql_downtime.judge(key, facts.windows.get(key, []), facts.one(key, "done")["downtime"],
-                                           facts.spans[key]["t1"],
-                                           facts.checker_option(key, "max_downtime_s", max_downtime_s, None))
-        results.append(result)
-        anomalies += found
-    return results, anomalies, {"downtime": LocalFrame(spark, table_rows, DOWNTIME_SCHEMA)}
-
-
-def check_latency(spark, facts: RunFacts, histories):
-    MS, label = performance.MS, performance._label  # pylint: disable=protected-access
-    results, flat = [], []
-    for key in facts.runs:
-        stats: dict = {}
-        for r in facts.one(key, "done")["latency"]:
-            quantiles = r["quantiles"] or []
-            stats.setdefault(r["f"], {})[r["phase"]] = {
-                "ok": r["ok"], "fail": r["fail"], "info": r["info"],
-                "max_ms": r["max"] / MS if r["max"] is not None else None,
-                "mean_ms": round(r["mean"] / MS, 3) if r["mean"] is not None else None,
-                **{f"p{label(q)}_ms": v / MS for q, v in zip(performance.QUANTILES, quantiles)}}
-            flat.append((*key, r["f"], r["phase"], r["ok"], r["fail"], r["info"], r["max"], r["mean"],
-                         *(r["quantiles"] or [None] * len(performance.QUANTILES))))
-        if stats:
-            results.append(CheckResult(performance.LATENCY, *key, True, stats={"by_f": stats}))
-        else:
-            results.append(CheckResult(performance.LATENCY, *key, True, "no completed client operation", applicable=False))
-    return results, [], {"latency": LocalFrame(spark, flat, LATENCY_SCHEMA)}
-
-
-def check_throughput(spark, facts: RunFacts, histories):
-    SECOND = performance.SECOND
-    results, table = [], []
-    for key in facts.runs:
-        t0, t1 = facts.spans[key]["t0"], facts.spans[key]["t1"]
-        tp = facts.one(key, "done")["throughput"]
-        table += [(*key, s["f"], s["second"], s["ok"], s["fault"]) for s in tp["seconds"]]
-        by_f: dict = {}
-        for p in tp["phases"]:
-            by_f.setdefault(p["f"], {})[p["phase"]] = p["count"]
-        faults = merge_intervals([(max(w.start, t0), min(w.end, t1)) for w in facts.windows.get(key, []) if w.end > t0])
-        fault_ns = sum(b - a for a, b in faults if b > a)
-        normal_ns = max(0, (t1 - t0) - fault_ns)
-        per_f = {}
-        for f, phases in sorted(by_f.items()):
-            per_f[f] = {"normal_ok_per_s": round(phases.get("normal", 0) / (normal_ns / SECOND), 3) if normal_ns else None,
-                        "fault_ok_per_s": round(phases.get("fault", 0) / (fault_ns / SECOND), 3) if fault_ns else None,
-                        "ok_normal": phases.get("normal", 0), "ok_fault": phases.get("fault", 0)}
-        stats = {"normal_s": normal_ns / SECOND, "fault_s": fault_ns / SECOND, "by_f": per_f}
-        if per_f:
-            results.append(CheckResult(performance.THROUGHPUT, *key, True, stats=stats))
-        else:
-            results.append(CheckResult(performance.THROUGHPUT, *key, True, "no ok client operation", applicable=False,
-                                       stats=stats))
-    return results, [], {"throughput": LocalFrame(spark, table, THROUGHPUT_SCHEMA)}
+def _judged(name: str):
+    """The driver's half of a columnar checker: `registry.judge` per run, with each run's settings."""
+    def check(spark, facts: RunFacts, histories, **given):
+        results, anomalies, table = [], [], []
+        for key in facts.runs:
+            options = {option: facts.checker_option(key, option, given.get(option), default)
+                       for option, default in registry.OPTIONS.get(name, {}).items()}
+            result, rows, table_rows = registry.judge(name, key, facts.by_key[key], **options)
+            results.append(result)
+            anomalies += rows
+            table += table_rows
+        tables = {TABLES[name][0]: LocalFrame(spark, table, TABLES[name][1])} if name in TABLES else {}
+        return results, _sorted(anomalies), tables
+    return check
 
 
 # ---------------------------------------------------------------------- topic runs: the SQL jobs
 
 
-def _topic_context(spark, facts: RunFacts, histories):
-    """A SQL Context over the runs with topic subscriptions, from their history files; (None,
-    reason) when those files cannot be read again (Parquet whose run directories are gone)."""
-    if "_topic_ctx" in facts.__dict__:
-        return facts.__dict__["_topic_ctx"]
-    keys = [k for k in facts.runs if facts.one(k, "topic")]
-    found = (None, "")
-    if keys:
-        files = sorted({sql_load._uri_path(f) for k in keys for f in facts.spans[k]["files"]})  # pylint: disable=protected-access
-        gone = [f for f in files if not Path(f).is_file()]
-        if gone:
-            found = (None, f"the topic checks read the history lines again, and {gone[0]} is gone: "
-                           "analyse the run directory (history.jsonl) instead of its Parquet")
-        else:
-            skip = bool(histories.malformed)
-            ops = sql_load.load_jsonl(spark, [Path(f) for f in files], skip_malformed=skip).ops
-            wanted = spark.createDataFrame(keys, "run string, target string")
-            found = (Context(spark, ops.join(F.broadcast(wanted), ["run", "target"], "left_semi")), "")
-    facts.__dict__["_topic_ctx"] = (keys, *found)
-    return facts.__dict__["_topic_ctx"]
-
-
-def _delegated(name: str, sql_check):
+def _topic_judged(name: str):
+    """The driver's half of topic fan-out and slow consumer: each run's facts judged with the
+    broker counters and slow subscribers of its run record (verdict.json beside the history)."""
     def check(spark, facts: RunFacts, histories):
-        keys, ctx, why = _topic_context(spark, facts, histories)
-        results, rows, tables = [], [], {}
-        by_key = {}
-        if ctx is not None:
-            output = sql_check(ctx)
-            by_key = {(r.run, r.target): r for r in output.results}
-            rows, tables = output.anomaly_rows, dict(output.tables)
+        results, anomalies, gaps = [], [], []
         for key in facts.runs:
-            if key in by_key:
-                results.append(by_key[key])
-            elif key in keys:
-                results.append(CheckResult(name, *key, UNKNOWN, why, stats={"anomalies": {}}))
+            record = facts.records.get(key, {})
+            stats = record.get("run_stats") if isinstance(record.get("run_stats"), dict) else {}
+            discards = stats.get("broker_discards")
+            if not isinstance(discards, list) or not all(isinstance(n, int) for n in discards):
+                discards = None
+            options = {"broker_discards": discards, "slow": {str(s) for s in stats.get("slow_subscribers") or []},
+                       "record": record.get("_path"), "unreadable": facts.by_key[key].get("topic_unreadable", "")}
+            run_facts = facts.by_key[key].get(topic_checker.NAME)
+            if name == topic_checker.NAME:
+                result, rows = topic_checker.judge(key, run_facts, **options)
             else:
-                results.append(CheckResult(name, *key, UNKNOWN, "no topic subscription in this history", applicable=False,
-                                           stats={"anomalies": {}}))
-        if name == slow_consumer.NAME and slow_consumer.GAPS_TABLE not in tables:
-            tables[slow_consumer.GAPS_TABLE] = LocalFrame(spark, [], slow_consumer.GAPS_SCHEMA)
-        return results, rows, tables
+                result, rows, gap_rows = slow_checker.judge(key, run_facts, **options)
+                gaps += gap_rows
+            results.append(result)
+            anomalies += rows
+        tables = {slow_checker.GAPS_TABLE: LocalFrame(spark, gaps, GAPS_SCHEMA)} if name == slow_checker.NAME else {}
+        return results, _sorted(anomalies), tables
     return check
 
 
 CHECKS = {
-    total_queue.NAME: check_total_queue,
-    sql_fifo.NAME: check_fifo,
-    sql_groups.NAME: check_groups,
-    sql_downtime.NAME: check_downtime,
-    performance.LATENCY: check_latency,
-    performance.THROUGHPUT: check_throughput,
-    topic_fanout.NAME: _delegated(topic_fanout.NAME, topic_fanout.check),
-    slow_consumer.NAME: _delegated(slow_consumer.NAME, slow_consumer.check),
+    **{name: _judged(name) for name in registry.NAMES},
+    topic_checker.NAME: _topic_judged(topic_checker.NAME),
+    slow_checker.NAME: _topic_judged(slow_checker.NAME),
 }

@@ -63,27 +63,11 @@ try:  # the C line scanner, compiled by `pip install` (optional there: without i
 except ImportError:  # pragma: no cover - depends on the install
     SCANNER = None
 
-_MESSAGE_FIELDS = (("id", pa.string()), ("producer", pa.int64()), ("seq", pa.int64()), ("destination", pa.string()),
-                   ("group", pa.string()), ("consumer", pa.int64()), ("subscriber", pa.int64()),
-                   ("redelivered", pa.bool_()))
-MESSAGE_TYPE = pa.struct(list(_MESSAGE_FIELDS))
-FAULT_WINDOW_TYPE = pa.list_(pa.struct([("fault", pa.string()), ("f", pa.string()), ("start", pa.int64()),
-                                        ("end", pa.int64())]))
-_NEMESIS_FIELDS = (("phase", pa.string()), ("fault", pa.string()), ("started", pa.int64()),
-                   ("fault_window", FAULT_WINDOW_TYPE))
-_DICT = pa.dictionary(pa.int32(), pa.string())
-
-#: the flat table; few-valued text columns are dictionary-encoded (small integer codes for the
-#: checkers, and Parquet stores them as such)
-FLAT_SCHEMA = pa.schema([
-    ("run", _DICT), ("target", _DICT), ("node", _DICT), ("file", _DICT), ("index", pa.int64()), ("time", pa.int64()),
-    ("process", _DICT), ("type", _DICT), ("f", _DICT), ("error", pa.string()), ("pos", pa.int64()),
-    ("id", pa.string()), ("producer", pa.int64()), ("seq", pa.int64()), ("destination", _DICT), ("group", _DICT),
-    ("consumer", pa.int64()), ("subscriber", pa.int64()), ("redelivered", pa.bool_()),
-    *_NEMESIS_FIELDS,
-])
-FLAT_COLUMNS = tuple(FLAT_SCHEMA.names)
-_PLAIN_SCHEMA = pa.schema([pa.field(f.name, pa.string()) if f.type == _DICT else f for f in FLAT_SCHEMA])
+# The flat table and the rules that flatten one event are defined once, beside the checkers that
+# read them (a list of events from `brokerconf chaos run` goes through the same rules).
+from reports.checkers.history import (  # noqa: E402
+    _DICT, _MESSAGE_FIELDS, FAULT_WINDOW_TYPE, FLAT_COLUMNS, FLAT_SCHEMA, MESSAGE_TYPE, PLAIN_SCHEMA as _PLAIN_SCHEMA,
+    NEMESIS_FIELDS as _NEMESIS_FIELDS, flat_rows)
 
 #: what the typed read asks of a client line; other fields are ignored
 _LINE_SCHEMA = pa.schema([
@@ -539,66 +523,8 @@ def _line_by_line(data: bytes, path: Path, skip_malformed: bool) -> tuple[pa.Tab
 
 
 def _flat_rows(event: dict, path: Path) -> list[dict]:
-    """One line's flat rows, by `reports.pipeline.load.with_messages`' rules."""
-    value = event.get("value")
-    op = {"run": _text(event.get("run")) or path.parent.name, "target": _text(event.get("target")) or UNKNOWN_TARGET,
-          "node": _text(event.get("node")), "file": str(path), "index": event["index"], "time": event["time"],
-          "process": _text(event["process"]), "type": _text(event["type"]), "f": _text(event["f"]),
-          "error": _text(event.get("error"))}
-    nemesis = {}
-    if isinstance(value, dict):
-        nemesis = {"phase": _text(value.get("phase")), "fault": _text(value.get("fault")),
-                   "started": _integer(value.get("started")), "fault_window": _fault_windows(value.get("fault_window"))}
-    if isinstance(value, list):
-        messages = value
-    elif isinstance(value, dict) and isinstance(value.get("messages"), list):
-        messages = value["messages"]
-    elif isinstance(value, dict) and value.get("id") is not None:
-        messages = [value]
-    else:
-        messages = []
-    if not messages:
-        return [{**op, **nemesis, "pos": None}]
-    return [{**op, **nemesis, "pos": pos, **_message(m)} for pos, m in enumerate(messages)]
-
-
-def _message(m) -> dict:
-    if not isinstance(m, dict):
-        return {}
-    out = {"id": None if "id" not in m else ("None" if m["id"] is None else _text(m["id"]))}
-    for name in ("destination", "group"):
-        out[name] = _text(m.get(name))
-    for name in ("producer", "seq", "consumer", "subscriber"):
-        out[name] = _integer(m.get(name))
-    out["redelivered"] = m.get("redelivered") if isinstance(m.get("redelivered"), bool) else None
-    return out
-
-
-def _fault_windows(windows) -> list | None:
-    if not isinstance(windows, list):
-        return None
-    return [{"fault": _text(w.get("fault")), "f": _text(w.get("f")), "start": _integer(w.get("start")),
-             "end": _integer(w.get("end"))} for w in windows if isinstance(w, dict)]
-
-
-def _text(value) -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        return json.dumps(value, separators=(",", ":"))
-    if not value.isascii():
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:  # a lone surrogate escape ("\ud83d"): "?", as Spark's reader gives
-            return value.encode("utf-8", "replace").decode("utf-8")
-    return value
-
-
-def _integer(value) -> int | None:
-    """An integer that fits 64 bits, else None (as Spark's reader reads a field it cannot type)."""
-    if isinstance(value, int) and not isinstance(value, bool) and -(1 << 63) <= value < (1 << 63):
-        return value
-    return None
+    """One line's flat rows, by `reports.pipeline.load.with_messages`' rules (reports/checkers/history.py)."""
+    return flat_rows(event, str(path))
 
 
 # ---------------------------------------------------------------------- Parquet

@@ -1,9 +1,9 @@
-"""The fused engine's per-run pass (reports/pipeline/fused/checks.py, numpy over Arrow) against
-the pandas implementation it replaced, frozen in _fused_checks_pandas_reference.py: both must
-return the same records (anomalies in any order) on every literal history of test_checkers.py and
-on hypothesis-generated histories with planted anomalies, whatever the row order and whether the
-string columns arrive plain or dictionary-encoded. No Spark: the flat rows are built here the way
-fused/load.py flattens a history (one row per message, ``pos`` null for an op without one).
+"""The columnar checkers (reports/checkers, `registry.facts_of` over `history.Columns`) give the
+same facts whatever the row order and whether the string columns arrive plain or dictionary-
+encoded chunk by chunk (as Arrow batches from different readers do), on every literal history of
+test_checkers.py and on hypothesis-generated histories with planted anomalies; and the literals
+do plant every kind of anomaly. No Spark: the flat rows are built here the way fused/load.py
+flattens a history (one row per message, ``pos`` null for an op without one).
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from reports.pipeline.fused import checks
-
-from . import _fused_checks_pandas_reference as oracle
+from reports.checkers import history as checks
+from reports.checkers.history import Columns
+from reports.checkers.registry import facts_of
 from .histories import MS, H, msg
 from .test_checkers import LITERALS
 
@@ -29,7 +29,7 @@ FLAT = pa.schema([("run", pa.string()), ("target", pa.string()), ("node", pa.str
                   ("index", pa.int64()), ("time", pa.int64()), ("process", pa.string()), ("type", pa.string()),
                   ("f", pa.string()), ("error", pa.string()), ("pos", pa.int64()), *MESSAGE_FIELDS,
                   ("phase", pa.string()), ("fault", pa.string()), ("started", pa.int64()),
-                  ("fault_window", checks.FAULT_WINDOW)])
+                  ("fault_window", checks.FAULT_WINDOW_TYPE)])
 OP_KEYS = ("run", "target", "node", "index", "time", "type", "f", "error")
 NEMESIS_FIELDS = ("phase", "fault", "started", "fault_window")
 TEXT_COLUMNS = [f.name for f in FLAT if f.type == pa.string()]
@@ -72,48 +72,54 @@ def dictionary_chunks(table: pa.Table, pieces: int = 3) -> pa.Table:
     return pa.table(columns)
 
 
-def normalised(records) -> tuple[list, list]:
-    """Records as their JSON payloads read back (what engine.py sees), anomalies sorted."""
-    plain = [(k, json.loads(json.dumps(p, default=oracle._none))) for k, p in records]  # pylint: disable=protected-access - numpy and pandas scalars as JSON
-    anomalies = sorted(json.dumps(p, sort_keys=True) for k, p in plain if k == "anomaly")
-    return [r for r in plain if r[0] != "anomaly"], anomalies
+def normalised(facts: dict) -> str:
+    """Facts as JSON (what the driver sees), the lists of findings in a fixed order."""
+    facts = json.loads(json.dumps(facts, default=lambda v: v.item()))
+    for part in facts.values():
+        if isinstance(part, dict) and isinstance(part.get("found"), list):
+            part["found"].sort(key=lambda f: json.dumps(f, sort_keys=True))
+    return json.dumps(facts, sort_keys=True)
 
 
-def assert_same_as_oracle(table: pa.Table, permutation=None) -> list:
-    expected = normalised(oracle.facts(table.to_pandas()))
-    new = checks.facts_from_table(table)
-    assert normalised(new) == expected
-    assert normalised(checks.facts_from_table(dictionary_chunks(table))) == expected
+def facts_from_table(table: pa.Table) -> dict:
+    return facts_of(Columns(table))
+
+
+def assert_same_however_given(table: pa.Table, permutation=None) -> dict:
+    facts = facts_from_table(table)
+    expected = normalised(facts)
+    assert normalised(facts_from_table(dictionary_chunks(table))) == expected
     if permutation is not None:
-        assert normalised(checks.facts_from_table(table.take(pa.array(permutation)))) == expected
-    return new
+        assert normalised(facts_from_table(table.take(pa.array(permutation)))) == expected
+    return facts
 
 
 # ---------------------------------------------------------------------- literal histories
 
 
 @pytest.mark.parametrize("name", sorted(LITERALS))
-def test_literal_history_gives_the_oracles_records(name):
+def test_literal_history_gives_the_same_facts_however_its_rows_arrive(name):
     table = flat_table(LITERALS[name].lines)
-    assert_same_as_oracle(table, permutation=np.random.default_rng(len(name)).permutation(table.num_rows))
+    assert_same_however_given(table, permutation=np.random.default_rng(len(name)).permutation(table.num_rows))
 
 
 def test_the_literals_plant_every_kind_of_anomaly():
-    """The comparison above is not vacuous: the new pass finds every planted kind."""
+    """The comparison above is not vacuous: the checkers find every planted kind."""
     found = set()
     for name, h in LITERALS.items():
-        for kind, p in checks.facts_from_table(flat_table(h.lines)):
-            if kind == "anomaly":
-                found.add((p["checker"], p["kind"]))
-            if kind == "done" and name == "failover_downtime":
-                assert [r["process"] for r in p["downtime"] if r["downtime"] is not None] == ["0", "1"]
+        facts = facts_from_table(flat_table(h.lines))
+        for checker in ("total_queue", "fifo", "groups"):
+            found |= {(checker, f["kind"]) for f in facts[checker]["found"]}
+        if name == "failover_downtime":
+            rows = facts["failover_downtime"]["rows"]
+            assert [r["client"] for r in rows if r["downtime"] is not None] == ["consumer-0", "producer-0"]
     assert found == {("total_queue", "lost"), ("total_queue", "unexpected"), ("total_queue", "duplicated"),
                      ("total_queue", "recovered"), ("fifo", "reordered"), ("groups", "reordered"), ("groups", "stolen")}
 
 
 def test_rows_without_operations_are_refused_with_the_reason():
     with pytest.raises(ValueError, match="without any operation"):
-        checks.facts_from_table(flat_table([]))
+        facts_from_table(flat_table([]))
 
 
 # ---------------------------------------------------------------------- generated histories
@@ -220,11 +226,11 @@ def _nemesis_step(draw, h: H, at: float) -> None:
 @pytest.mark.slow
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(histories(), st.randoms(use_true_random=False))
-def test_generated_history_gives_the_oracles_records(events, rnd):
+def test_generated_history_gives_the_same_facts_however_its_rows_arrive(events, rnd):
     table = flat_table(events)
     permutation = list(range(table.num_rows))
     rnd.shuffle(permutation)
-    assert_same_as_oracle(table, permutation=permutation)
+    assert_same_however_given(table, permutation=permutation)
 
 
 # ---------------------------------------------------------------------- the numpy helpers' wide-range paths

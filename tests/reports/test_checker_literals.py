@@ -1,0 +1,176 @@
+"""The one implementation of each checker (reports/checkers) on literal histories named after the
+anomaly, without Spark: the same functions `brokerconf chaos run` calls on its events and the
+Spark tasks of `brokerconf analyze` call on the rows they read. Where the earlier copies of a
+checker disagreed, the test names the case and the semantics kept (issue 17)."""
+
+from __future__ import annotations
+
+from reports.checkers.failover_downtime import failover_downtime
+from reports.checkers.history import Columns
+from reports.checkers.registry import check_all
+from reports.checkers.total_queue import check_total_queue
+
+from .histories import MS, H, msg
+
+
+def judged(h: H, **options) -> dict:
+    return {name: r for name, r in check_all(Columns.of_events(h.lines), (h.run, h.target), **options).items()}
+
+
+def partition(h: H, *, at: float, healed: float, key: str = "proxy/disabled") -> H:
+    h.nemesis("partition", "start", at=at)
+    h.nemesis("partition", "end", at=at + 1, fault=key, started=int(at * MS))
+    h.nemesis("heal", "start", at=healed - 1)
+    return h.nemesis("heal", "end", at=healed, fault_window=[{"fault": key, "f": "partition", "start": int(at * MS),
+                                                              "end": int(healed * MS)}])
+
+
+# ---------------------------------------------------------------------- total queue
+
+
+def test_lost_message_after_partition_is_reported():
+    h = H("lost_after_partition").send(0, "a").receive(1, "a", consumer=0)
+    partition(h, at=10, healed=20)
+    h.send(0, "b", seq=1).drain(2, [])
+    r = judged(h)["total_queue"]
+    assert r.valid is False and r.reason == "1 lost"
+    events = check_total_queue(h.lines)
+    assert (events.valid, events.lost) == (False, ["b"])
+
+
+def test_duplicate_delivery_is_invalid_unless_the_semantics_allow_it():
+    h = H("dup").send(0, "a").receive(1, "a", consumer=0).receive(1, "a", consumer=0).drain(2, [])
+    assert judged(h)["total_queue"].valid is False
+    assert judged(h, duplicates_allowed=True)["total_queue"].valid is True
+
+
+def test_topic_messages_are_not_queue_duplicates():
+    t = "topic://t"
+    h = (H("fanout").send(0, "a", dest=t).receive(1, "a", dest=t, subscriber=0)
+         .receive(2, "a", dest=t, subscriber=1).drain(3, []))
+    assert judged(h)["total_queue"].applicable is False
+
+
+# ---------------------------------------------------------------------- order and groups
+
+
+def test_reordered_queue_is_reported_with_both_operations():
+    h = (H("reordered").send(0, "s0").send(0, "s1", seq=1).receive(1, "s1", seq=1, consumer=0)
+         .receive(1, "s0", consumer=0).drain(2, []))
+    r = judged(h)["fifo"]
+    assert r.valid is False and r.stats["reordered"] == 1
+
+
+def test_group_stolen_while_its_owner_is_open():
+    g = "queue://grouped"
+    h = (H("stolen").send(0, "g0", dest=g, group="x").send(0, "g1", seq=1, dest=g, group="x")
+         .receive(1, "g0", dest=g, group="x", consumer=0).receive(2, "g1", seq=1, dest=g, group="x", consumer=1)
+         .drain(3, []))
+    assert judged(h)["groups"].valid is False and judged(h)["groups"].stats["stolen"] == 1
+
+
+# ---------------------------------------------------------------------- failover downtime
+
+
+def _producer_after_kill(h: H, *, recovers_at: float | None, last_try: float = 2000) -> H:
+    a = msg("a")
+    h.op(0, "invoke", "send", a, at=100), h.op(0, "ok", "send", a, at=101)
+    h.kill(at=1000)
+    h.op(0, "invoke", "send", msg("b", seq=1), at=1100)
+    h.op(0, "fail", "send", msg("b", seq=1), at=last_try)
+    if recovers_at is not None:
+        h.op(0, "invoke", "send", msg("c", seq=2), at=recovers_at - 10)
+        h.op(0, "ok", "send", msg("c", seq=2), at=recovers_at)
+    return h
+
+
+def test_client_that_never_recovered_without_a_bound_is_unknown_not_valid():
+    # The Spark copy called this valid (no bound: informational); no evidence is not a pass.
+    h = _producer_after_kill(H("never_recovered"), recovers_at=None)
+    r = judged(h)["failover_downtime"]
+    assert r.valid == "unknown" and "producer-0" in r.reason, r.reason
+    assert failover_downtime(h.lines).valid == "unknown"
+
+
+def test_client_that_never_recovered_within_the_bound_so_far_is_unknown():
+    h = _producer_after_kill(H("never_recovered_short"), recovers_at=None, last_try=1500)
+    assert judged(h, max_downtime_s=5.0)["failover_downtime"].valid == "unknown"
+
+
+def test_client_that_never_recovered_for_longer_than_the_bound_is_invalid():
+    h = _producer_after_kill(H("never_recovered_long"), recovers_at=None, last_try=4000)
+    r = judged(h, max_downtime_s=1.0)["failover_downtime"]
+    assert r.valid is False and "producer-0" in r.reason
+
+
+def test_recovered_client_is_measured_from_the_fault_start():
+    h = _producer_after_kill(H("recovered"), recovers_at=2500)
+    r = judged(h)["failover_downtime"]
+    assert r.valid is True and r.stats["faults"][0]["per_client_ms"] == {"producer-0": 1500.0}
+
+
+def test_overlapping_faults_are_one_disturbance_per_client():
+    # A kill while a partition holds: the per-step copy measured the client twice (once per step).
+    h = H("overlap")
+    a, b = msg("a"), msg("b", seq=1)
+    h.op(0, "invoke", "send", a, at=100), h.op(0, "ok", "send", a, at=101)
+    h.nemesis("partition", "start", at=1000)
+    h.nemesis("partition", "end", at=1001, fault="proxy/disabled", started=1000 * MS)
+    h.kill(at=1200)
+    h.op(0, "invoke", "send", b, at=1300)
+    h.nemesis("heal", "start", at=1999)
+    h.nemesis("heal", "end", at=2000, fault_window=[{"fault": "proxy/disabled", "f": "partition",
+                                                     "start": 1000 * MS, "end": 2000 * MS}])
+    h.restart(at=2100, killed_at=1200)
+    h.op(0, "ok", "send", b, at=2500)
+    r = judged(h)["failover_downtime"]
+    [fault] = r.stats["faults"]
+    assert fault["fault"] == "down, proxy/disabled" and fault["per_client_ms"] == {"producer-0": 1500.0}
+    assert [f.downtime_ms for f in failover_downtime(h.lines).faults] == [{"producer-0": 1500.0}]
+
+
+def test_client_stuck_in_one_operation_across_the_fault_is_not_recovered():
+    # The Spark copy left such a process out of scope (nothing invoked during the fault).
+    h = H("stuck")
+    a = msg("a")
+    h.op(0, "invoke", "send", a, at=100), h.op(0, "ok", "send", a, at=101)
+    h.op(0, "invoke", "send", msg("b", seq=1), at=900)  # never completes
+    h.kill(at=1000).restart(at=1500, killed_at=1000)
+    h.call(1, "send", msg("x", producer=1), at=1600, done=3000)
+    r = judged(h, max_downtime_s=1.0)["failover_downtime"]
+    assert r.valid is False and "producer-0" in r.reason, r.reason
+
+
+def test_process_that_first_appears_after_the_fault_is_not_measured():
+    h = _producer_after_kill(H("late_joiner"), recovers_at=2500)
+    h.restart(at=3000, killed_at=1000)
+    h.call(7, "drain", None, at=4000, done=4001, result=[])
+    [fault] = judged(h)["failover_downtime"].stats["faults"]
+    assert set(fault["per_client_ms"]) == {"producer-0"}
+
+
+def test_failed_fault_step_opens_no_fault():
+    h = H("failed_step").send(0, "a")
+    h.nemesis("pause", "start", at=10)
+    h.op("nemesis", "info", "pause", {"nemesis": "process", "phase": "end", "fault": "paused"}, at=11,
+         error="NemesisError: not running")
+    h.send(0, "b", seq=1).drain(1, [msg("a"), msg("b", seq=1)])
+    assert judged(h)["failover_downtime"].applicable is False
+
+
+def test_worker_whose_process_retired_in_the_fault_is_measured_through_its_successor():
+    # Seen on a reference broker pause: producer 0's send in the pause ended "info", its worker
+    # carried on as a new process that first connected after the heal. Per process, nobody
+    # would have been measured for producer 0.
+    h = H("successor")
+    a, b, c = msg("a"), msg("b", seq=1), msg("c", seq=2)
+    h.op(1, "invoke", "send", a, at=100), h.op(1, "ok", "send", a, at=101)
+    h.kill(at=1000)
+    h.op(1, "invoke", "send", b, at=1100), h.op(1, "info", "send", b, at=1600)
+    h.restart(at=2000, killed_at=1000)
+    h.call(4, "connect", at=2100, done=2150)
+    h.op(4, "invoke", "send", c, at=2200), h.op(4, "ok", "send", c, at=2300)
+    r = judged(h)["failover_downtime"]
+    [fault] = r.stats["faults"]
+    assert r.valid is True and fault["per_client_ms"] == {"producer-0": 1300.0} and fault["retired"] == []
+    assert failover_downtime(h.lines).faults[0].downtime_ms == {"producer-0": 1300.0}
