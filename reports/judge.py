@@ -80,7 +80,15 @@ def judge_events(events: list[dict], *, record: RunRecord | None = None) -> dict
         if checkers["topic_fanout"]:
             checks.update(topic_checks(ops, record))
     elif checkers["total_queue"]:
-        checks["total_queue"] = check_total_queue(ops, duplicates_allowed=checkers["duplicates_allowed"]).to_json()
+        total = check_total_queue(ops, duplicates_allowed=checkers["duplicates_allowed"]).to_json()
+        if not record.self_contained and total["duplicated"] and total["valid"] is False \
+                and check_total_queue(ops, duplicates_allowed=True).valid is not False:
+            # An old history does not say whether its experiment allowed duplicates, and only
+            # the duplicates made this false: the verdict turns on the missing setting.
+            total["valid"] = UNKNOWN
+            total["reason"] = ("duplicated deliveries, and the history does not say whether the experiment allowed "
+                               "them (no harness records)" + (f"; {total['reason']}" if total["reason"] else ""))
+        checks["total_queue"] = total
         checks["no_redelivery_after_ack"] = check_no_redelivery_after_ack(ops).to_json()
     if checkers["failover_downtime"] and any(kind in OUTAGE_FAULTS for kind in record.nemesis_kinds):
         checks["failover_downtime"] = failover_downtime(ops, max_downtime_s=checkers["max_downtime_s"]).to_json()

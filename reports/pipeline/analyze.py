@@ -116,6 +116,7 @@ def analyze(spark, path: str | Path, *, skip_malformed: bool = False, checkers: 
 
 def _analyze_sql(spark, histories: Histories, names: list[str], options: dict):
     ctx = Context(spark, histories.ops)
+    ctx.records = run_records(ctx, histories)
     results: list[CheckResult] = []
     anomaly_rows: list[dict] = []
     anomalies_df = None
@@ -127,6 +128,17 @@ def _analyze_sql(spark, histories: Histories, names: list[str], options: dict):
         anomalies_df = output.anomalies if anomalies_df is None else anomalies_df.unionByName(output.anomalies)
         tables.update(output.tables)
     return results, anomaly_rows, anomalies_df, tables
+
+
+def run_records(ctx: Context, histories: Histories) -> dict:
+    """Each run's record: from its history's harness records (chaos/history.py; the loader
+    collected them), so a history analysed alone is judged with its own settings. Only a run
+    without them (a history written before they existed) falls back to the verdict.json beside
+    it, while that is still there. Given to the Context in place of its lazy lookup beside the
+    files (a cached property: the instance's value is the one its checkers read)."""
+    if set(ctx.spans) <= set(histories.records):
+        return dict(histories.records)
+    return {**Context.records.func(ctx), **histories.records}
 
 
 def write(analysis: Analysis, out_dir: str | Path, *, spark) -> Path:
