@@ -14,6 +14,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
+from urllib.parse import unquote, urlparse
 
 from chaos.history import HARNESS, HARNESS_BROKER_COUNTERS, HARNESS_EXPERIMENT, HARNESS_RUN_END, NEMESIS
 
@@ -132,20 +133,62 @@ def record_of(events: Iterable[dict], *, run: str | None = None, target: str | N
     return record
 
 
+#: how much of a history's end `read_record` reads for the final harness records
+TAIL_BYTES = 1 << 20
+
+
 def read_record(path: str | os.PathLike) -> RunRecord:
-    """The run record of a history file (JSON lines; each line is parsed only when it may be a
-    harness, nemesis or subscribe line, so a large history costs one pass over its bytes)."""
+    """The run record of a history file from its harness records alone: the first line (the
+    experiment) and the last ones (counters, run-end), so even a history of gigabytes costs two
+    short reads. Without harness records (an old history) ``self_contained`` is False."""
+    path = Path(path)
     events = []
     with open(path, "rb") as handle:
-        for raw in handle:
-            if b'"harness"' in raw or b'"nemesis"' in raw or b'"subscribe"' in raw or not events:
-                try:
-                    event = json.loads(raw)
-                except ValueError:
-                    continue
-                if isinstance(event, dict):
-                    events.append(event)
-    return record_of(events, run=None, target=None) if events else RunRecord(Path(path).parent.name, "")
+        first = handle.readline()
+        size = os.fstat(handle.fileno()).st_size
+        start = max(handle.tell(), size - TAIL_BYTES)
+        handle.seek(start)
+        tail = handle.read().split(b"\n")
+    if start > len(first):
+        tail = tail[1:]  # the first line read from the middle of the file is a part of one
+    for raw in [first, *tail]:
+        if b'"harness"' not in raw:
+            continue
+        try:
+            event = json.loads(raw)
+        except ValueError:
+            continue
+        if isinstance(event, dict) and event.get("process") == HARNESS:
+            events.append(event)
+    run = events[0].get("run") if events else None
+    target = events[0].get("target") if events else None
+    return record_of(events, run=run, target=target)
+
+
+def pipeline_record_of_file(history_file: str | None) -> dict:
+    """The run record the Spark checkers read (``checker_options``, ``run_stats.broker_discards``,
+    ``run_stats.slow_subscribers``) for a history file (a path or a file:// URI): from its harness
+    records; for an old history without them, the verdict.json `brokerconf chaos run` wrote beside
+    it while that is still there; {} otherwise. The drop-in for the lookup beside the file."""
+    if not history_file:
+        return {}
+    parsed = urlparse(history_file)
+    path = Path(unquote(parsed.path) if parsed.scheme == "file" else history_file)
+    try:
+        record = read_record(path)
+    except OSError:
+        return {}
+    if record.self_contained:
+        return record.as_pipeline_record()
+    beside = path.parent / "verdict.json"
+    try:
+        old = json.loads(beside.read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(old, dict):
+        return {}
+    old["_path"] = str(beside)
+    return old
 
 
 def harness_value(value: Any) -> Any:

@@ -202,3 +202,33 @@ def test_lone_history_copied_anywhere_is_judged_as_in_its_run_directory(request,
         {k: v for k, v in written.items() if k not in ("history", "report")}
     again = judge_run(lone.parent, history=lone.name, render=False)
     assert again["valid"] == written["valid"] and (lone.parent / "verdict.json").is_file()
+
+
+def test_record_of_a_file_reads_head_and_tail_only(tmp_path, monkeypatch):
+    import reports.run_record as run_record
+
+    def ops(h):
+        for n in range(400):  # more than the tail read below
+            queue_ops_n(h, n)
+        h.harness("broker-counters", {"destination": T, "subscription_discards": [4]})
+    path = write(tmp_path, "long", settings=experiment(duplicates_allowed=True), ops=ops, end=run_end(faults=3))
+    monkeypatch.setattr(run_record, "TAIL_BYTES", 2000)
+    record = run_record.read_record(path)
+    assert record.self_contained and record.run_end["faults"] == 3 and record.broker_discards == [4]
+    shaped = run_record.pipeline_record_of_file(path.as_uri())
+    assert shaped["checker_options"]["duplicates_allowed"] is True and shaped["run_stats"]["broker_discards"] == [4]
+
+
+def test_record_of_an_old_file_falls_back_to_the_verdict_beside_it(tmp_path):
+    from reports.run_record import pipeline_record_of_file
+
+    path = write(tmp_path, "old", records=False)
+    assert pipeline_record_of_file(str(path)) == {}
+    (path.parent / "verdict.json").write_text(json.dumps({"checker_options": {"duplicates_allowed": True}}))
+    assert pipeline_record_of_file(str(path))["checker_options"] == {"duplicates_allowed": True}
+
+
+def queue_ops_n(h: History, n: int) -> None:
+    m = {"id": f"m{n}", "producer": 0, "seq": n, "destination": "queue://q"}
+    op = h.invoke(0, "send", m)
+    h.ok(op)
