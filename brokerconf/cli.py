@@ -1,7 +1,8 @@
 """The `brokerconf` command line. Subcommands:
 
   brokerconf run            the main job: the conformance suites against the reference broker (and
-                            ActiveMQ Classic when installed) and a short chaos experiment, ending in a report
+                            ActiveMQ Classic when installed), short chaos experiments, their histories
+                            judged on Spark (embedded) and compared across targets, ending in a report
   brokerconf chaos run F    run a chaos experiment file; history + verdict
   brokerconf analyze PATH   histories -> verdicts and anomalies on Spark (reports/pipeline)
   brokerconf compare PATH.. runs and matrices -> target x spec ID / target x checker tables and a page
@@ -167,15 +168,24 @@ def cmd_run(args: argparse.Namespace) -> int:
         return status or 1
     matrix = json.loads(matrix_path.read_text())
     verdicts = _run_chaos_stage(args, targets, out_dir)
-    html_path = write_run_report(out_dir, run_id, matrix, seconds=time.monotonic() - started, chaos=verdicts)
+    # The Spark stage: the pipeline judges the same histories, and compares the targets.
+    from reports.pipeline.main_job import run_spark_stage, stage_failed
+
+    spark = run_spark_stage(out_dir, progress=_progress)
+    html_path = write_run_report(out_dir, run_id, matrix, seconds=time.monotonic() - started, chaos=verdicts,
+                                 spark=spark)
     print()
-    from brokerconf.chaos_job import summary
     from conformance.matrix import summary_line
+    from reports.judge import summary
 
     for name in matrix["targets"]:
         print(summary_line(name, matrix))
     for verdict in verdicts:
         print(summary(verdict) if "run_stats" in verdict else f"{verdict['experiment']}: {verdict['error']}")
+    if spark is not None:
+        print(f"Spark ({spark['engine']} engine, {spark['master']}): "
+              + (f"did not finish: {spark['error']}" if spark["error"] else
+                 "; ".join(f"{v['run']} [{v['target']}] valid = {v['valid']}" for v in spark["verdicts"])))
     print(f"report: {html_path.resolve()}\nmatrix: {matrix_path.resolve()}\njunit: {(out_dir / 'junit.xml').resolve()}")
     if status not in (0, 1):  # interrupted, internal or usage error: the run itself broke
         return status
@@ -184,7 +194,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     # known deviation), not a crash of the main job.
     reference_failed = sum(matrix["summary"][t]["failed"] for t, info in matrix["targets"].items()
                            if info["kind"] == "reference")
-    chaos_failed = any(v.get("valid") is not True for v in verdicts)
+    chaos_failed = any(v.get("valid") is not True for v in verdicts) or stage_failed(spark)
     return 1 if reference_failed or chaos_failed else 0
 
 

@@ -2,7 +2,10 @@
 heal, drain, and leave a history (Jepsen's roles: the harness records; checkers judge later).
 
 `run_experiment` never judges the history itself: chaos/ does not import reports/. Whoever ran
-it (the CLI, a test) hands ``result.history_path`` to the checkers.
+it (the CLI, a test) hands ``result.history_path`` to the checkers (reports/judge.py). The
+history is self-contained: the experiment's settings go in as its first line, the broker's
+counters read after the drain and the run's outcome as its last ones (harness records,
+chaos/history.py), so a checker needs nothing from the run directory.
 """
 
 from __future__ import annotations
@@ -11,13 +14,13 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
 from chaos.experiment_file import PROCESS_FAULTS, PROXY_FAULTS, Experiment, ExperimentError, NemesisSection
-from chaos.history import History
+from chaos.history import HARNESS_BROKER_COUNTERS, HARNESS_EXPERIMENT, HARNESS_FORMAT, HARNESS_RUN_END, History
 from chaos.nemesis.base import NemesisError
 from chaos.nemesis.master import CurrentMasterNemesis
 from chaos.nemesis.process import ProcessNemesis
@@ -300,6 +303,9 @@ def _make_workload(exp: Experiment, history: History, make_client, make_slow_cli
 
 def _run(exp: Experiment, topology: Topology, run_id: str, history_path: Path, progress, proxy) -> ExperimentResult:
     history = History(history_path, run=run_id, target=exp.target.name, node="A")
+    # The settings the checkers apply (duplicates allowed, downtime bound, which checks) travel in
+    # the history: chaos/history.py, harness records.
+    history.harness(HARNESS_EXPERIMENT, {"format": HARNESS_FORMAT, "experiment": exp.model_dump(mode="json")})
     transport_log = (TransportLog(history_path.with_name("transport.jsonl"), start_ns=history.start_ns)
                      if exp.target.failover else None)
     try:
@@ -382,7 +388,15 @@ def _run_with_history(exp: Experiment, topology: Topology, run_id: str, history:
 
     def read_broker_counters() -> None:
         # Non-durable subscriptions and their counters vanish when the subscribers close.
-        discards.append(topology.subscription_discards(exp.workload.destination))
+        destination = exp.workload.destination
+        try:
+            discards.append(topology.subscription_discards(destination))
+        except Exception as exc:  # noqa: BLE001 - recorded: the verdict says the counters are unknown
+            discards.append(None)
+            history.harness(HARNESS_BROKER_COUNTERS, {"destination": destination, "subscription_discards": None,
+                                                      "error": f"{type(exc).__name__}: {exc}"})
+            raise
+        history.harness(HARNESS_BROKER_COUNTERS, {"destination": destination, "subscription_discards": discards[-1]})
 
     drain_errors: list[str] = []
     if exp.workload.kind == "topic":
@@ -396,12 +410,19 @@ def _run_with_history(exp: Experiment, topology: Topology, run_id: str, history:
             # Judged anyway: the history shows no completed drain, so the verdict cannot be "true".
             drained, drain_errors = exc.drained, [str(exc)]
             progress(f"  {exc}")
+    result = ExperimentResult(exp.name, run_id, history_path, round(time.monotonic() - started, 1), workload.sent_ok,
+                              workload.received_ok, len(drained), faults, exp.target.name,
+                              topology=topology.kind, broker_discards=discards[0] if discards else None,
+                              slow_subscribers=list(range(exp.workload.slow_subscribers)),
+                              nemesis_errors=nemesis_errors, workload_errors=list(workload.errors) + drain_errors,
+                              bridge_establishments=(topology.bridge_establishments()
+                                                     if isinstance(topology, NetworkTopology) else None),
+                              transport_events=transport_log.summary() if transport_log is not None else None)
+    history.harness(HARNESS_RUN_END, run_end_record(result))
     history.close()
-    return ExperimentResult(exp.name, run_id, history_path, round(time.monotonic() - started, 1), workload.sent_ok,
-                            workload.received_ok, len(drained), faults, exp.target.name,
-                            topology=topology.kind, broker_discards=discards[0] if discards else None,
-                            slow_subscribers=list(range(exp.workload.slow_subscribers)),
-                            nemesis_errors=nemesis_errors, workload_errors=list(workload.errors) + drain_errors,
-                            bridge_establishments=(topology.bridge_establishments()
-                                                   if isinstance(topology, NetworkTopology) else None),
-                            transport_events=transport_log.summary() if transport_log is not None else None)
+    return result
+
+
+def run_end_record(result: ExperimentResult) -> dict:
+    """The ``run-end`` harness record: the run's outcome as the harness saw it (chaos/history.py)."""
+    return {k: v for k, v in asdict(result).items() if k not in ("history_path", "name", "run_id", "target")}

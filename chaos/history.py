@@ -7,6 +7,28 @@ A process whose operation ended in ``info`` may still have it in flight, so it n
 again: the workload carries on under a new process id, as Jepsen does. Nemesis events are
 ``info`` lines with ``process: "nemesis"``.
 
+Harness records make a history self-contained: what a checker needs that no client or nemesis
+operation shows travels in the file, so a history copied anywhere (alone, onto a cluster) is
+judged as it was beside its run directory. They are ``info`` lines of the harness's own process,
+``process: "harness"`` (Jepsen keeps the test map beside the history; here it goes in it), never
+invoked or completed, and a checker of operations skips them. Each ``f`` is one record
+(chaos/experiment.py writes them):
+
+* ``experiment`` (the first line): ``{"format": 1, "experiment": {...}}``, the experiment file's
+  settings as loaded (``checkers.duplicates_allowed``, ``checkers.max_downtime_s``, the
+  workload, the nemesis schedule, the target...);
+* ``broker-counters`` (after the drain, before the subscriptions close; topic workloads):
+  ``{"destination": "topic://...", "subscription_discards": [3, 0] | null, "error": "..."?}``,
+  the broker's discarded counter of every subscription on the destination (null: not readable
+  on this target);
+* ``run-end`` (the last line): the run's outcome as the harness saw it, ``{"seconds",
+  "sent_ok", "received_ok", "drained", "faults", "topology", "slow_subscribers": [0, ...],
+  "nemesis_errors": [...], "workload_errors": [...], "bridge_establishments",
+  "transport_events"}``. A history without it ended before the harness finished the run.
+
+Histories written before these records existed have none; readers judge them with default
+settings and call ``unknown`` what needs the missing data, saying so (reports/judge.py).
+
 Each line goes to the file with one ``write(2)`` on an ``O_APPEND`` descriptor before the call
 returns: there is no user-space buffer, so a harness killed with SIGKILL loses no recorded line
 and never leaves half of one (``flush()`` exists for callers that also want ``fsync``). The
@@ -21,10 +43,15 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 OP_TYPES = ("invoke", "ok", "fail", "info")
 NEMESIS = "nemesis"
+#: the harness's own process: its records carry what a checker needs beyond the operations
+HARNESS = "harness"
+#: the harness records (module docstring), and the format of their values
+HARNESS_EXPERIMENT, HARNESS_BROKER_COUNTERS, HARNESS_RUN_END = "experiment", "broker-counters", "run-end"
+HARNESS_FORMAT = 1
 REQUIRED_FIELDS = ("index", "time", "process", "type", "f")
 
 
@@ -202,6 +229,24 @@ class History:
         one at the start and one at the end of each step; see chaos.nemesis."""
         return self.append(NEMESIS, "info", f, value, error=error, node=node)
 
+    # ------------------------------------------------------------------ harness
+
+    def harness(self, f: str, value: Any) -> dict:
+        """A harness record (module docstring): an ``info`` line of ``process: "harness"``."""
+        if f not in (HARNESS_EXPERIMENT, HARNESS_BROKER_COUNTERS, HARNESS_RUN_END):
+            raise ValueError(f"harness record {f!r} is not one of {HARNESS_EXPERIMENT}, {HARNESS_BROKER_COUNTERS}, "
+                             f"{HARNESS_RUN_END}")
+        return self.append(HARNESS, "info", f, value)
+
+
+def is_harness(event: dict) -> bool:
+    return event.get("process") == HARNESS
+
+
+def harness_records(events: Iterable[dict]) -> dict[str, Any]:
+    """The harness records of a history by ``f`` (their values); {} for a history without any."""
+    return {e["f"]: e.get("value") for e in events if is_harness(e)}
+
 
 # ---------------------------------------------------------------------- reading
 
@@ -217,8 +262,8 @@ def _check(event: Any, where: str) -> dict:
     if not isinstance(event["index"], int) or not isinstance(event["time"], int):
         raise HistoryFormatError(f"{where}: index and time must be integers")
     process = event["process"]
-    if not (isinstance(process, int) or process == NEMESIS):
-        raise HistoryFormatError(f"{where}: process must be an integer or \"nemesis\", not {process!r}")
+    if not (isinstance(process, int) or process in (NEMESIS, HARNESS)):
+        raise HistoryFormatError(f"{where}: process must be an integer, \"nemesis\" or \"harness\", not {process!r}")
     return event
 
 

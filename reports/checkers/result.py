@@ -10,7 +10,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-VALID, INVALID, UNKNOWN = True, False, "unknown"
+from reports.verdicts import UNKNOWN  # the one verdict vocabulary, with the merge
+
+VALID, INVALID = True, False
 RunKey = tuple[str, str]  # (run, target)
 
 

@@ -279,8 +279,7 @@ def facts(history: Iterable[dict], *, topic_only: bool = True) -> dict | None:
 def pair_discards(observed: dict[str, int], broker: list[int]) -> dict[str, int] | None:
     """Each subscriber's broker counter. The broker does not say which connection a subscription
     belongs to, so counters pair with subscribers by rank (most with most); None when the numbers
-    of subscriptions differ. (brokerconf/chaos_job.pair_broker_discards is the same rule: the
-    command line layer should import this one.)"""
+    of subscriptions differ. reports/judge.py pairs the counters of `chaos run` with this one."""
     if len(broker) != len(observed):
         return None
     ranked = sorted(observed, key=lambda name: (observed[name], name))

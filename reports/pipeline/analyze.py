@@ -27,7 +27,8 @@ import pyarrow.parquet as pq
 
 from reports.checkers.result import CheckResult
 from reports.pipeline.cli_args import DEFAULT_ENGINE, ENGINES, add_arguments
-from reports.pipeline.checkers.common import ANOMALY_SCHEMA, UNKNOWN
+from reports.pipeline.anomaly_schema import ANOMALY_SCHEMA
+from reports.verdicts import UNKNOWN
 from reports.pipeline.fused.engine import CHECKS as CHECKERS
 from reports.pipeline.local_frame import LocalFrame
 from reports.pipeline.load import Histories, HistoryNotFound, MalformedHistory, find_sources

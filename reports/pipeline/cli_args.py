@@ -23,7 +23,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="analyse without malformed lines (listed; every verdict of their run is then unknown)")
     parser.add_argument("--max-downtime", type=float, metavar="S",
                         help="failover downtime bound in seconds: a client slower to recover makes the verdict false "
-                             "(default: each run's experiment setting, from the verdict.json beside its history)")
+                             "(default: each run's experiment setting, from its history's harness records)")
     parser.add_argument("--duplicates-allowed", action="store_const", const=True, default=None,
                         help="total queue: duplicated deliveries are reported but do not make the verdict false "
                              "(default: each run's experiment setting, else not allowed)")

@@ -14,6 +14,12 @@
 
 The Parquet written back keeps ``msgs``, so a later analysis parses no JSON at all.
 
+Harness records (``process: "harness"``: the experiment's settings, the broker's counters, the
+run's outcome; chaos/history.py) are not operations: they are kept out of ``ops`` and become
+``Histories.records``, one run record per (run, target) in the shape the checkers read
+(reports/run_record.py), so a history analysed alone carries its own settings and counters. The
+Parquet written back keeps them beside the data (``_records.json``).
+
 A malformed line (not JSON, not an object, a required field missing or of the wrong type, an
 unknown op type) raises `MalformedHistory` naming the file and line number. With
 ``skip_malformed=True`` such lines are dropped and listed in ``Histories.malformed``; every
@@ -36,8 +42,10 @@ from pyspark.sql import types as T
 HISTORY_FILE = "history.jsonl"
 OP_TYPES = ("invoke", "ok", "fail", "info")
 NEMESIS = "nemesis"
+HARNESS = "harness"  # chaos/history.py: the harness's own records
 # beside the Parquet data, so skipped lines survive the round trip; Spark skips names starting "_"
 MALFORMED_FILE = "_malformed.json"
+RECORDS_FILE = "_records.json"  # the harness records' run records, beside the Parquet data
 UNKNOWN_TARGET = "unknown"
 
 _CORRUPT = "_corrupt_record"
@@ -101,6 +109,9 @@ class Histories:
     ops: DataFrame
     malformed: list[Malformed] = field(default_factory=list)
     sources: list[str] = field(default_factory=list)
+    #: (run, target) -> the run record its harness records make (reports/run_record.py,
+    #: ``as_pipeline_record``); a run without harness records (an old history) is absent
+    records: dict[tuple[str, str], dict] = field(default_factory=dict)
 
     def runs_with_skipped_lines(self) -> dict[str, list[Malformed]]:
         out: dict[str, list[Malformed]] = {}
@@ -163,16 +174,29 @@ def load_jsonl(spark: SparkSession, files: list[Path], *, skip_malformed: bool =
     lines = lines.cache()
     bad = lines.where(F.col("_problem").isNotNull()).select("file", "_problem", _CORRUPT)
     bad_rows = bad.limit(1).collect() if not skip_malformed else bad.collect()
-    ops = lines.where(F.col("_problem").isNull()).select(*OP_COLUMNS)
+    good = lines.where(F.col("_problem").isNull())
+    ops = good.where(F.col("process") != HARNESS).select(*OP_COLUMNS)
     if not bad_rows:
-        return Histories(ops, [], paths)
+        return Histories(ops, [], paths, harness_records(good))
     malformed = _locate(bad_rows, ops if skip_malformed else None)
     if not skip_malformed:
         lines.unpersist()
         first = malformed[0]
         raise MalformedHistory(f"{first.describe()}. Fix or delete the line, or analyse without it with "
                                "--skip-malformed (every verdict of that run is then 'unknown')")
-    return Histories(ops, malformed, paths)
+    return Histories(ops, malformed, paths, harness_records(good))
+
+
+def harness_records(lines: DataFrame) -> dict[tuple[str, str], dict]:
+    """The run record of every run with harness records (a few lines per run: collected)."""
+    from reports.run_record import harness_value, record_of
+
+    rows = lines.where(F.col("process") == HARNESS).select("run", "target", "index", "f", "value").collect()
+    events: dict[tuple[str, str], list[dict]] = {}
+    for row in sorted(rows, key=lambda r: (r["run"], r["target"], r["index"])):
+        events.setdefault((row["run"], row["target"]), []).append(
+            {"process": HARNESS, "type": "info", "f": row["f"], "value": harness_value(row["value"])})
+    return {key: record_of(evs, run=key[0], target=key[1]).as_pipeline_record() for key, evs in events.items()}
 
 
 def _problem() -> Column:
@@ -182,8 +206,8 @@ def _problem() -> Column:
             .when(F.concat_ws(", ", *missing) != "", F.concat(F.lit("missing field(s) "), F.concat_ws(", ", *missing)))
             .when(~F.col("type").isin(*OP_TYPES),
                   F.concat(F.lit("type "), F.col("type"), F.lit(f" is not one of {', '.join(OP_TYPES)}")))
-            .when(~((F.col("process") == NEMESIS) | F.col("process").rlike(r"^-?\d+$")),
-                  F.concat(F.lit("process must be an integer or \"nemesis\", not "), F.col("process"))))
+            .when(~(F.col("process").isin(NEMESIS, HARNESS) | F.col("process").rlike(r"^-?\d+$")),
+                  F.concat(F.lit("process must be an integer, \"nemesis\" or \"harness\", not "), F.col("process"))))
 
 
 def _dir_name(file_uri: Column) -> Column:
@@ -245,8 +269,8 @@ def line_problem(text: str) -> str | None:
     kind, process = _as_text(event["type"]), _as_text(event["process"])
     if kind not in OP_TYPES:
         return f"type {kind} is not one of {', '.join(OP_TYPES)}"
-    if not (process == NEMESIS or re.fullmatch(r"-?\d+", process)):
-        return f'process must be an integer or "nemesis", not {process}'
+    if not (process in (NEMESIS, HARNESS) or re.fullmatch(r"-?\d+", process)):
+        return f'process must be an integer, "nemesis" or "harness", not {process}'
     return None
 
 
@@ -271,6 +295,8 @@ def write_parquet(histories: Histories, out_dir: str | Path) -> Path:
     out_dir = Path(out_dir)
     histories.ops.write.mode("overwrite").partitionBy("run", "target").parquet(str(out_dir))
     (out_dir / MALFORMED_FILE).write_text(json.dumps([asdict(m) for m in histories.malformed], indent=1))
+    (out_dir / RECORDS_FILE).write_text(json.dumps([{"run": run, "target": target, "record": record}
+                                                    for (run, target), record in sorted(histories.records.items())]))
     return out_dir
 
 
@@ -290,7 +316,10 @@ def load_parquet(spark: SparkSession, path: str | Path) -> Histories:
     ops = ops.select(*[F.col(c).cast("string").alias(c) if c in ("run", "target") else F.col(c) for c in OP_COLUMNS])
     sidecar = path / MALFORMED_FILE
     malformed = [Malformed(**m) for m in json.loads(sidecar.read_text())] if sidecar.exists() else []
-    return Histories(ops, malformed, [str(path)])
+    records_file = path / RECORDS_FILE
+    records = ({(r["run"], r["target"]): r["record"] for r in json.loads(records_file.read_text())}
+               if records_file.exists() else {})
+    return Histories(ops, malformed, [str(path)], records)
 
 
 # ---------------------------------------------------------------------- messages

@@ -1,5 +1,6 @@
-"""Verdicts: merging checker results like Jepsen (``false`` beats ``unknown`` beats ``true``), and
-what skipped malformed lines do to them.
+"""Verdicts of the Spark pipeline: a run's checker results merged (reports/verdicts.py: ``false``
+beats ``unknown`` beats ``true``, no evidence is ``unknown``), and what skipped malformed lines do
+to them.
 
 A run analysed without some of its lines (``--skip-malformed``) cannot be trusted either way: the
 missing line might be the receive that makes a "lost" message arrive, or the send that makes an
@@ -9,23 +10,12 @@ checker found (``valid_without_skipped_lines``) so the user can still look.
 
 from __future__ import annotations
 
-from typing import Any, Iterable
-
-from reports.pipeline.checkers.common import UNKNOWN, CheckResult
+from reports.checkers.result import CheckResult
 from reports.pipeline.load import Malformed
+# The merge lives in reports/verdicts.py (one rule for every judge); re-exported for callers here.
+from reports.verdicts import UNKNOWN, merge
 
-_RANK = {False: 0, UNKNOWN: 1, True: 2}
-
-
-def merge(values: Iterable[Any]) -> Any:
-    """False beats unknown beats true; nothing to merge is ``unknown`` (no evidence is no pass)."""
-    values = list(values)
-    if not values:
-        return UNKNOWN
-    for value in values:
-        if value not in _RANK:
-            raise ValueError(f"a verdict is true, false or 'unknown', not {value!r}")
-    return min(values, key=lambda v: _RANK[v])
+__all__ = ["UNKNOWN", "apply_skipped_lines", "merge", "run_verdicts"]
 
 
 def apply_skipped_lines(results: list[CheckResult], skipped: dict[str, list[Malformed]]) -> list[CheckResult]:

@@ -1,7 +1,7 @@
 """One chaos run as a static HTML page: ``report.html`` beside the run's ``history.jsonl``.
 
 The page shows the verdict and every check (from ``verdict.json``, written by
-`brokerconf.chaos_job.run_and_judge`), the anomalous messages with their operations and the fault
+`reports.judge.judge_run`), the anomalous messages with their operations and the fault
 window each fell in, a timeline of operations per process, latency percentiles and throughput over
 time, failover downtime per fault and client, topic fan-out per subscriber, and the failover
 clients' transport events (``transport.jsonl``, chaos/transport_log.py) when the run has them. Fault windows
@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
-from chaos.history import NEMESIS, HistoryFormatError, iter_history
+from chaos.history import HARNESS, NEMESIS, HistoryFormatError, iter_history
 from reports.render.svg import PALETTE, Band, Plot, bar_chart, fmt
 
 NS_PER_S = 1_000_000_000
@@ -113,6 +113,8 @@ def read_run(history_path: Path, wanted_ids: set[str] = frozenset(), wanted_inde
         process = event["process"]
         if process == NEMESIS:
             data.nemesis.append(event)
+            continue
+        if process == HARNESS:  # the harness's records (settings, counters): no operation to draw
             continue
         invoke = None
         if event["type"] == "invoke":

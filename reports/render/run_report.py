@@ -1,6 +1,8 @@
 """The main job's report: the conformance matrix of the run (as `matrix_report` renders it) as
-``index.html``, with the run's other artefacts listed, and ``results.json`` summarising the run.
-Chaos experiments and the PySpark verdicts join this page as they land."""
+``index.html``, with the run's other artefacts listed, and ``results.json`` summarising the run:
+the chaos experiments (each run's verdict.json, reports/judge.py), then the verdicts the Spark
+stage reached on the same histories and its comparison across targets
+(reports/pipeline/main_job.py), naming the engine that judged."""
 
 from __future__ import annotations
 
@@ -27,20 +29,63 @@ def _chaos_html(verdicts: list[dict], out_dir: Path) -> str:
         colour = {True: "#1b5e20", False: "#b71c1c"}.get(v.get("valid"), "#8d6e00")
         rows.append(f"<tr><td>{html.escape(v['experiment'])}</td><td>{html.escape(str(v.get('target', '')))}</td>"
                     f"<td style=\"color:{colour}\"><b>{html.escape(str(v.get('valid')))}</b></td><td>{detail}</td></tr>")
-    return ("<h2>Chaos</h2><table><tr><th>experiment</th><th>target</th><th>valid</th><th>what the checkers found</th>"
+    return ("<h2>Chaos</h2><p>Each run judged from its history as it ended (<code>verdict.json</code>, "
+            "reports/judge.py); the Spark verdicts on the same histories follow.</p>"
+            "<table><tr><th>experiment</th><th>target</th><th>valid</th><th>what the checkers found</th>"
             "</tr>" + "".join(rows) + "</table><p>Histories and verdicts: <code>chaos-*/</code> in this directory.</p>")
 
 
-def write_run_report(out_dir: Path, run_id: str, matrix: dict, seconds: float, chaos: list[dict] | None = None) -> Path:
+_COLOURS = {True: "#1b5e20", False: "#b71c1c"}
+
+
+def _valid_html(valid) -> str:
+    word = {True: "true", False: "false"}.get(valid, str(valid))
+    return f'<b style="color:{_COLOURS.get(valid, "#8d6e00")}">{html.escape(word)}</b>'
+
+
+def _spark_html(stage: dict | None) -> str:
+    if not stage:
+        return ""
+    e = html.escape
+    head = (f"<h2>Chaos verdicts judged by Spark</h2><p>Engine: <b>{e(stage['engine'])}</b> on <code>"
+            f"{e(stage['master'])}</code> (an embedded local session), {len(stage['histories'])} histories in "
+            f"{stage.get('seconds', 0):.0f} s; every result in <code>{e(stage['dir'])}/</code> "
+            "(<code>verdicts.json</code>, Parquet tables).</p>")
+    if stage.get("error"):
+        head += f'<p style="color:#b71c1c">The Spark stage did not finish: {e(stage["error"])}</p>'
+    head += "".join(f'<p class="note">{e(note)}</p>' for note in stage.get("notes") or [])
+    rows = []
+    for v in stage.get("verdicts") or []:
+        checks = "<br>".join(f"{e(name)}: {_valid_html(c['valid'])}" + (f" - {e(c['reason'])}" if c["reason"] and c["valid"] is not True else "")
+                             for name, c in sorted(v["checks"].items()))
+        rows.append(f"<tr><td>{e(v['run'])}</td><td>{e(v['target'])}</td><td>{_valid_html(v['valid'])}</td>"
+                    f"<td>{checks}</td><td>{v['anomalies']}</td></tr>")
+    table = ("<table><tr><th>run</th><th>target</th><th>valid</th><th>checks</th><th>anomalous messages</th></tr>"
+             + "".join(rows) + "</table>") if rows else ""
+    comparison = stage.get("comparison")
+    if comparison:
+        targets = comparison["targets"]
+        body = "".join(f"<tr><td><code>{e(name)}</code></td>"
+                       + "".join(f"<td>{_valid_html(cells[t]) if t in cells else '-'}</td>" for t in targets) + "</tr>"
+                       for name, cells in sorted(comparison["checkers"].items()))
+        table += ("<h3>Across targets (Spark SQL)</h3><p>Each cell merges every run of the target (false beats "
+                  f'unknown beats true); the page <a href="{e(comparison["page"])}">{e(comparison["page"])}</a> '
+                  "adds the conformance matrix beside it.</p><table><tr><th>checker</th>"
+                  + "".join(f"<th>{e(t)}</th>" for t in targets) + "</tr>" + body + "</table>")
+    return head + table
+
+
+def write_run_report(out_dir: Path, run_id: str, matrix: dict, seconds: float, chaos: list[dict] | None = None,
+                     spark: dict | None = None) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     write_matrix_report(out_dir, matrix)
     summary = {"run_id": run_id, "seconds": round(seconds, 1), "targets": matrix["targets"],
-               "summary": matrix["summary"], "chaos": chaos or [],
+               "summary": matrix["summary"], "chaos": chaos or [], "spark": spark,
                "artefacts": {"matrix": "matrix.json", "junit": "junit.xml", "allure_results": "allure-results/"}}
     (out_dir / "results.json").write_text(json.dumps(summary, indent=2))
     artefacts = ('<p>Run took {:.0f} s. Artefacts: <a href="matrix.json">matrix.json</a> · '
                  '<a href="junit.xml">junit.xml</a> · allure-results/ (<code>allure serve allure-results</code>)</p>'
-                 ).format(seconds) + _chaos_html(chaos or [], out_dir)
+                 ).format(seconds) + _chaos_html(chaos or [], out_dir) + _spark_html(spark)
     index = out_dir / "index.html"
     index.write_text(render_matrix(matrix, title=f"brokerconf run {run_id}", preamble=artefacts))
     return index

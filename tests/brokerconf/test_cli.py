@@ -35,9 +35,11 @@ def test_bad_number_is_named():
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(600)  # the suites, then three 10 s experiments with their drains and pages
+# the suites, then three 10 s experiments with their drains and pages, then the Spark stage (a
+# JVM start and the analysis: about a minute here)
+@pytest.mark.timeout(900)
 def test_main_job_against_reference_writes_report(tmp_path):
-    proc = _brokerconf("run", "--targets", "reference", "--out", str(tmp_path), "--chaos-duration", "10", timeout=600)
+    proc = _brokerconf("run", "--targets", "reference", "--out", str(tmp_path), "--chaos-duration", "10", timeout=900)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     (run_dir,) = list(tmp_path.iterdir())
     results = json.loads((run_dir / "results.json").read_text())
@@ -69,6 +71,15 @@ def test_main_job_against_reference_writes_report(tmp_path):
     assert "Chaos" in page and "failover downtime" in page and "broker says" in page
     assert "timeline, plots and anomalies" in page and (run_dir / "chaos-slow-topic-subscriber-reference" / "report.html").is_file()
     assert (run_dir / "chaos-reference-kill-restart-reference-process" / "history.jsonl").is_file()
+    # the Spark stage: the same histories judged by the pipeline (embedded local session), the
+    # targets compared, and the report naming the engine
+    spark = results["spark"]
+    assert spark["error"] is None and spark["engine"] == "fused", spark
+    assert {v["run"] for v in spark["verdicts"]} == {v["run"] for v in (kill, slow, bridge)}, spark["verdicts"]
+    assert all(v["valid"] is True for v in spark["verdicts"]), spark["verdicts"]
+    assert (run_dir / "spark" / "verdicts.json").is_file() and "reference" in spark["comparison"]["targets"]
+    assert "judged by Spark" in page and "Engine: <b>fused</b>" in page
+    assert "spark: analysing 3 chaos histories" in proc.stdout and "Spark (fused engine" in proc.stdout
 
 
 @pytest.mark.slow

@@ -16,10 +16,11 @@ from pathlib import Path
 import pytest
 
 import chaos
-from brokerconf.chaos_job import run_and_judge
+from chaos.experiment import run_experiment
 from chaos.experiment_file import load_experiment, with_overrides
 from conformance.requirements import skip_or_fail, target_requirement
 from conformance.targets.registry import resolve
+from reports.judge import judge_run
 
 EXPERIMENTS = Path(chaos.__file__).resolve().parent / "experiments"
 # an experiment runs for its duration plus broker start-up, drain and checkers
@@ -41,6 +42,12 @@ def _attach(request, out_dir: Path, verdict: dict) -> None:
     allure.attach.file(verdict["report"], "report (plots)", allure.attachment_type.HTML)
     if (out_dir / "transport.jsonl").is_file():  # failover clients' transport events
         allure.attach.file(str(out_dir / "transport.jsonl"), "transport events", allure.attachment_type.TEXT)
+
+
+def run_and_judge(exp, out_dir: Path, progress=None) -> dict:
+    """Run the experiment, then judge its history as `brokerconf chaos run` does (reports/judge.py)."""
+    run_experiment(exp, out_dir, progress=progress or (lambda line: None))
+    return judge_run(out_dir)
 
 
 def _run(request, tmp_path, file_name: str, *, duration: float, target: str | None = None,

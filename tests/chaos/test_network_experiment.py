@@ -205,7 +205,8 @@ def test_producers_may_connect_elsewhere_than_consumers(tmp_path):
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("target", ["reference", pytest.param("activemq", marks=pytest.mark.real_broker)])
 def test_bridge_partition_loses_nothing(tmp_path, target):
-    from brokerconf.chaos_job import run_and_judge
+    from chaos.experiment import run_experiment
+    from reports.judge import judge_run
     from conformance.requirements import skip_or_fail, target_requirement
     from conformance.targets.registry import resolve
 
@@ -214,7 +215,8 @@ def test_bridge_partition_loses_nothing(tmp_path, target):
     available, why = chosen.availability()
     if not available:
         skip_or_fail(target_requirement(chosen), why)  # only a broker that is not installed here skips
-    verdict = run_and_judge(exp, tmp_path, progress=lambda line: None)
+    run_experiment(exp, tmp_path, progress=lambda line: None)
+    verdict = judge_run(tmp_path)
     stats, total = verdict["run_stats"], verdict["checks"]["total_queue"]
     summary = "\n".join(verdict["summary"])
     assert verdict["valid"] is True, summary

@@ -51,13 +51,15 @@ def engine():
 # still checked beside it where a test wants them.
 
 def _short_run(tmp_path_factory, file_name: str, duration_s: float) -> Path:
-    from brokerconf.chaos_job import run_and_judge
+    from chaos.experiment import run_experiment
+    from reports.judge import judge_run
     from chaos.experiment_file import load_experiment, with_overrides
 
     experiments = Path(chaos.__file__).resolve().parent / "experiments"
     exp = with_overrides(load_experiment(experiments / file_name), duration_s=duration_s)
     out = tmp_path_factory.mktemp(Path(file_name).stem)
-    run_and_judge(exp, out, progress=lambda line: None)
+    run_experiment(exp, out, progress=lambda line: None)
+    judge_run(out)
     assert (out / "history.jsonl").stat().st_size > 0 and (out / "verdict.json").is_file(), out
     return out
 

@@ -28,7 +28,7 @@ S = 1_000_000_000
 
 def write_run(tmp_path: Path, h: H, **checks_extra) -> Path:
     """The run directory `brokerconf chaos run` leaves: history.jsonl and a verdict.json made by
-    the same checkers `brokerconf.chaos_job.run_and_judge` uses."""
+    the same checkers `reports.judge` uses."""
     history_path = h.write(tmp_path)
     history = read_history(history_path)
     checks = {"total_queue": check_total_queue(history).to_json(),

@@ -1,22 +1,22 @@
 """Topic fan-out through `brokerconf analyze` (a Spark task reads each topic run and computes
 reports/checkers/topic_fanout.py's facts; the driver judges them with the run record) on literal
 histories named after the anomaly, and its agreement with what `brokerconf chaos run` concludes
-(brokerconf/chaos_job.py: the same checker, its own pairing of the broker's counters) on those
-and on real topic runs: one made for the session, and those under reports/out."""
+(reports/judge.py: the same checker, its pairing of the broker's counters) on those and on real
+topic runs: one made for the session, and those under reports/out."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
-from brokerconf.chaos_job import _topic_checks
 from chaos.history import read_history
 from reports.checkers import slow_consumer, topic_fanout
 from reports.pipeline.analyze import analyze
 from reports.pipeline.session import LOCAL, get_session
+from reports.judge import topic_checks
+from reports.run_record import RunRecord
 
 T = "topic://prices"
 REAL_OUT = Path(__file__).resolve().parents[2] / "reports" / "out"
@@ -260,17 +260,16 @@ def test_queue_run_is_not_applicable(analysed):
 
 
 def python_side(history_file: Path) -> dict:
-    """What `brokerconf chaos run` concludes (brokerconf/chaos_job.py, _topic_checks) from the
-    history and the run record beside it."""
+    """What `brokerconf chaos run` concludes (reports/judge.py, topic_checks) from the history and
+    the run record beside it."""
     record = history_file.parent / "verdict.json"
     stats = json.loads(record.read_text()).get("run_stats", {}) if record.exists() else {}
     history = read_history(history_file)
     slow = set(stats.get("slow_subscribers") or [])
     slow |= {e["value"]["subscriber"] for e in history if e.get("f") == "subscribe" and e.get("type") == "invoke"
              and isinstance(e.get("value"), dict) and e["value"].get("slow")}
-    result = SimpleNamespace(slow_subscribers=sorted(slow), broker_discards=stats.get("broker_discards"))
-    exp = SimpleNamespace(workload=SimpleNamespace(destination=T))
-    return _topic_checks(exp, result, history)
+    record = RunRecord("", "", slow_subscribers={str(s) for s in slow}, broker_discards=stats.get("broker_discards"))
+    return topic_checks(history, record)
 
 
 def assert_agree(spark_run: dict, checks: dict, where: str) -> None:
@@ -295,13 +294,13 @@ def assert_agree(spark_run: dict, checks: dict, where: str) -> None:
               "out_of_window": {i for p in python["subscribers"].values() for i in p["out_of_window"]}}
     for kind, expected in py_ids.items():
         assert ids.get(kind, set()) == expected, f"{where}: {kind}"
-    # Slow-consumer verdict: what chaos_job puts in broker_discards / slow_consumer_exercised.
+    # Slow-consumer verdict: what reports/judge.py puts in broker_discards / slow_consumer_exercised.
     merged = [c["valid"] for k, c in checks.items() if k in ("broker_discards", "slow_consumer_exercised")]
     if python["valid"] is False and any(p["broker_discards"] not in (None, p["observed_discards"])
                                         for p in python["subscribers"].values()):
-        merged.append(False)  # chaos_job puts a counter mismatch into topic_fanout; here it is both
+        merged.append(False)  # the judge puts a counter mismatch into topic_fanout; here it is both
     sc = spark_run[slow_consumer.NAME]["result"]
-    # Without the broker's counters chaos_job still calls a slow subscriber's loss "exercised";
+    # Without the broker's counters the judge still calls a slow subscriber's loss "exercised";
     # this checker compares against the counters, so it says unknown there (by design).
     if sc.applicable and merged and sc.stats["broker_discards"] is not None:
         expected_sc = False if False in merged else ("unknown" if "unknown" in merged else True)

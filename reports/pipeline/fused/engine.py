@@ -36,7 +36,8 @@ from reports.checkers.result import CheckResult
 from reports.pipeline import load as sql_load
 from reports.checkers import slow_consumer as slow_checker
 from reports.checkers import topic_fanout as topic_checker
-from reports.pipeline.checkers.common import ANOMALY_SCHEMA, read_run_record
+from reports.pipeline.anomaly_schema import ANOMALY_SCHEMA
+from reports.run_record import pipeline_record_of_file
 from reports.pipeline.load import Malformed, MalformedHistory, find_sources
 from reports.pipeline.local_frame import LocalFrame
 
@@ -64,7 +65,7 @@ class RunFacts:
         out = {}
         for key in self.runs:
             for file in self.spans[key]["files"] or [None]:
-                out[key] = read_run_record(file)
+                out[key] = pipeline_record_of_file(file)
                 if out[key]:
                     break
         return out

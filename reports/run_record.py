@@ -1,0 +1,201 @@
+"""What a run's history says about the run beyond its operations: the harness records
+(chaos/history.py, "Harness records"): the experiment's settings, the broker's counters read at
+the end, the run's outcome. Every judge reads them here, from the history itself, so a history
+copied anywhere is judged as it was in its run directory.
+
+A history written before these records existed has none: `RunRecord.missing` then says what is
+unknown, and the judges call ``unknown`` what needs it (reports/judge.py), never guess.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+from urllib.parse import unquote, urlparse
+
+from chaos.history import HARNESS, HARNESS_BROKER_COUNTERS, HARNESS_EXPERIMENT, HARNESS_RUN_END, NEMESIS
+
+#: CheckersSection's defaults (chaos/experiment_file.py): what an old history is judged with
+DEFAULT_CHECKERS = {"total_queue": True, "duplicates_allowed": False, "topic_fanout": True,
+                    "failover_downtime": True, "max_downtime_s": None}
+#: the nemesis kinds that take a client's broker away, after which failover downtime is measured
+OUTAGE_FAULTS = ("kill", "stop", "pause", "partition")
+
+
+@dataclass
+class RunRecord:
+    run: str
+    target: str
+    experiment: dict | None = None  # the experiment file as loaded; None in an old history
+    #: the broker's discarded counter per subscription; None when not read (or not readable)
+    broker_discards: list[int] | None = None
+    counters: dict | None = None  # the broker-counters record as written
+    run_end: dict | None = None  # the run-end record; None: the harness did not finish the run
+    #: subscribers the workload slowed, from the subscribe operations ("slow": true) and run-end
+    slow_subscribers: set[str] = field(default_factory=set)
+    nemesis_kinds: list[str] = field(default_factory=list)  # from the experiment, else the nemesis lines
+    topic: bool = False  # a topic workload (the experiment's, else any topic:// destination)
+
+    @property
+    def self_contained(self) -> bool:
+        return self.experiment is not None
+
+    @property
+    def name(self) -> str:
+        if self.experiment:
+            return str(self.experiment.get("name"))
+        # an old history: the run id is "<experiment>-<UTC time>" (chaos/experiment.py)
+        head, sep, tail = self.run.rpartition("-")
+        return head if sep and tail.endswith("Z") else self.run
+
+    @property
+    def checkers(self) -> dict:
+        given = (self.experiment or {}).get("checkers") or {}
+        return {**DEFAULT_CHECKERS, **{k: v for k, v in given.items() if k in DEFAULT_CHECKERS}}
+
+    @property
+    def checker_options(self) -> dict:
+        return {"duplicates_allowed": self.checkers["duplicates_allowed"],
+                "max_downtime_s": self.checkers["max_downtime_s"]}
+
+    @property
+    def destination(self) -> str | None:
+        return ((self.experiment or {}).get("workload") or {}).get("destination")
+
+    def missing(self) -> list[str]:
+        """What the history does not say that a judge may need, one sentence each."""
+        out = []
+        if self.experiment is None:
+            out.append("the history has no harness records (written before histories carried them): the "
+                       "experiment's settings (duplicates allowed, downtime bound), the broker's counters and the "
+                       "harness's own errors are not in it; the checks ran with the default settings")
+        elif self.run_end is None:
+            out.append("the history has no run-end record: the harness stopped before the run ended, so whether "
+                       "its nemesis schedule and workload completed is not known")
+        return out
+
+    def as_pipeline_record(self) -> dict:
+        """The run record in the shape the Spark checkers read (``checker_options``; ``run_stats``
+        with ``broker_discards`` and ``slow_subscribers``), {} for an old history."""
+        if not self.self_contained:
+            return {}
+        stats = dict(self.run_end or {})
+        stats["broker_discards"] = self.broker_discards
+        stats["slow_subscribers"] = sorted(self.slow_subscribers, key=_as_sort_key)
+        return {"checker_options": self.checker_options, "run_stats": stats, "_path": "history (harness records)"}
+
+
+def _as_sort_key(name: str):
+    return (0, int(name), "") if name.lstrip("-").isdigit() else (1, 0, name)
+
+
+def record_of(events: Iterable[dict], *, run: str | None = None, target: str | None = None) -> RunRecord:
+    """The run record of one run's events (all of them: the nemesis and subscribe lines count)."""
+    record = RunRecord(run or "", target or "")
+    kinds: list[str] = []
+    destinations: set[str] = set()
+    for e in events:
+        if not record.run and e.get("run"):
+            record.run = str(e["run"])
+        if not record.target and e.get("target"):
+            record.target = str(e["target"])
+        process, f, value = e.get("process"), e.get("f"), e.get("value")
+        if process == HARNESS:
+            if f == HARNESS_EXPERIMENT and isinstance(value, dict) and isinstance(value.get("experiment"), dict):
+                record.experiment = value["experiment"]
+            elif f == HARNESS_BROKER_COUNTERS and isinstance(value, dict):
+                record.counters = value
+                discards = value.get("subscription_discards")
+                if isinstance(discards, list) and all(isinstance(n, int) for n in discards):
+                    record.broker_discards = discards
+            elif f == HARNESS_RUN_END and isinstance(value, dict):
+                record.run_end = value
+        elif process == NEMESIS:
+            if f in OUTAGE_FAULTS or f in ("latency", "bandwidth", "reset_peer"):
+                kinds.append(f)
+        elif isinstance(value, dict):
+            if f == "subscribe" and e.get("type") == "invoke" and value.get("slow") is True:
+                record.slow_subscribers.add(str(value.get("subscriber", value.get("consumer"))))
+            destination = value.get("destination")
+            if isinstance(destination, str):
+                destinations.add(destination)
+    if record.experiment is not None:
+        record.nemesis_kinds = [str(n.get("kind")) for n in record.experiment.get("nemesis") or []]
+        record.topic = (record.experiment.get("workload") or {}).get("kind") == "topic"
+    else:
+        record.nemesis_kinds = sorted(set(kinds))
+        record.topic = any(d.startswith("topic://") for d in destinations)
+    if record.run_end is not None:
+        record.slow_subscribers |= {str(s) for s in record.run_end.get("slow_subscribers") or []}
+    return record
+
+
+#: how much of a history's end `read_record` reads for the final harness records
+TAIL_BYTES = 1 << 20
+
+
+def read_record(path: str | os.PathLike) -> RunRecord:
+    """The run record of a history file from its harness records alone: the first line (the
+    experiment) and the last ones (counters, run-end), so even a history of gigabytes costs two
+    short reads. Without harness records (an old history) ``self_contained`` is False."""
+    path = Path(path)
+    events = []
+    with open(path, "rb") as handle:
+        first = handle.readline()
+        size = os.fstat(handle.fileno()).st_size
+        start = max(handle.tell(), size - TAIL_BYTES)
+        handle.seek(start)
+        tail = handle.read().split(b"\n")
+    if start > len(first):
+        tail = tail[1:]  # the first line read from the middle of the file is a part of one
+    for raw in [first, *tail]:
+        if b'"harness"' not in raw:
+            continue
+        try:
+            event = json.loads(raw)
+        except ValueError:
+            continue
+        if isinstance(event, dict) and event.get("process") == HARNESS:
+            events.append(event)
+    run = events[0].get("run") if events else None
+    target = events[0].get("target") if events else None
+    return record_of(events, run=run, target=target)
+
+
+def pipeline_record_of_file(history_file: str | None) -> dict:
+    """The run record the Spark checkers read (``checker_options``, ``run_stats.broker_discards``,
+    ``run_stats.slow_subscribers``) for a history file (a path or a file:// URI): from its harness
+    records; for an old history without them, the verdict.json `brokerconf chaos run` wrote beside
+    it while that is still there; {} otherwise. The drop-in for the lookup beside the file."""
+    if not history_file:
+        return {}
+    parsed = urlparse(history_file)
+    path = Path(unquote(parsed.path) if parsed.scheme == "file" else history_file)
+    try:
+        record = read_record(path)
+    except OSError:
+        return {}
+    if record.self_contained:
+        return record.as_pipeline_record()
+    beside = path.parent / "verdict.json"
+    try:
+        old = json.loads(beside.read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(old, dict):
+        return {}
+    old["_path"] = str(beside)
+    return old
+
+
+def harness_value(value: Any) -> Any:
+    """A harness record's value as the Spark loader keeps it (JSON text), decoded."""
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return None
+    return value
