@@ -13,6 +13,7 @@ import pytest
 from reports.pipeline.analyze import analyze
 from reports.pipeline.main_job import SPARK_DIR, run_spark_stage, stage_failed
 from reports.render.run_report import write_run_report
+from reports.run_record import pipeline_record_of_file
 
 MATRIX = {"targets": {"reference": {"kind": "reference", "launch": "in-process", "available": True, "reason": ""}},
           "summary": {"reference": {"applicable": 0, "listed": 0, "checked": 0, "passed": 0, "failed": 0,
@@ -71,10 +72,11 @@ def test_analyze_judges_a_lone_history_with_the_settings_it_carries(spark, tmp_p
     lone = tmp_path / "anywhere" / "history.jsonl"
     lone.parent.mkdir()
     shutil.copy(fresh_queue_run / "history.jsonl", lone)
-    in_place = analyze(spark, fresh_queue_run, engine="sql")
-    alone = analyze(spark, lone, engine="sql")
-    key = next(iter(alone.histories.records))
-    assert alone.histories.records[key]["checker_options"]["duplicates_allowed"] is True
+    in_place = analyze(spark, fresh_queue_run, engine="fused")
+    alone = analyze(spark, lone, engine="fused")
+    # what the engine's tasks read for the lone file: its own harness records, nothing beside it
+    assert not (lone.parent / "verdict.json").exists()
+    assert pipeline_record_of_file(str(lone))["checker_options"]["duplicates_allowed"] is True
     assert [(v["run"], v["valid"], {n: c["valid"] for n, c in v["checks"].items()}) for v in alone.verdicts] == \
         [(v["run"], v["valid"], {n: c["valid"] for n, c in v["checks"].items()}) for v in in_place.verdicts]
     total = alone.verdicts[0]["checks"]["total_queue"]
