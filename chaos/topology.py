@@ -122,7 +122,7 @@ class SharedStore(Topology):
     kind = "shared-store"
 
     def __init__(self, group) -> None:
-        super().__init__({node.name: node for node in group.nodes})
+        super().__init__(dict(group.nodes))
         self.group = group
 
     def addresses(self, protocol: str) -> list[tuple[str, int]]:

@@ -21,7 +21,7 @@ from conformance.clients import connect
 from conformance.plugin import NOT_APPLICABLE, STATE
 from conformance.targets.base import CAPABILITIES
 
-NETWORK_CAPABILITY = "network_of_brokers"
+NETWORK_CAPABILITY = "topology.network"
 #: how long demand may take to cross a bridge (advisory + network consumer creation)
 DEMAND_TIMEOUT = 15.0
 #: reconnect options (page, "Static discovery" table; masterslave: takes the same) so a bridge that

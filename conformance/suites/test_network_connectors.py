@@ -34,7 +34,7 @@ from conformance.clients import connect
 from conformance.plugin import NOT_APPLICABLE, STATE
 from conformance.targets.base import CAPABILITIES
 
-NETWORK_CAPABILITY = "network_of_brokers"
+NETWORK_CAPABILITY = "topology.network"
 #: the connectors' network prefetch (NOB-PREFETCH-1, NOB-SYNC-1): small, so the messages sent are
 #: several times the prefetch
 PREFETCH = 5

@@ -148,7 +148,7 @@ class _ReferenceDiscoveryPair:
 
     def stop(self) -> None:
         for node in self.nodes.values():
-            node.stop()
+            node.close()
 
 
 @pytest.mark.spec("NOB-MCAST-1")
@@ -189,7 +189,7 @@ class _ActiveMQMasterSlave:
         from conformance.targets.activemq_network import NetworkConnectorOptions, NetworkNode, render_network_connector
 
         self.group.start()  # node A takes the lock first: the master; B waits as its slave
-        urls = [node.process.openwire_url for node in self.group.nodes]
+        urls = [node.process.openwire_url for node in self.group.nodes.values()]
         connector = render_network_connector(urls, NetworkConnectorOptions(name="ms", **FAST_RECONNECT),
                                              scheme="masterslave")
         self.forwarder = NetworkNode("F", ActiveMQProcess(
@@ -199,7 +199,7 @@ class _ActiveMQMasterSlave:
 
     @property
     def members(self):
-        return self.group.nodes  # in the URI's order: master first
+        return list(self.group.nodes.values())  # in the URI's order: master first
 
     def live(self):
         return self.group.master()
@@ -275,7 +275,7 @@ class _ReferenceMasterSlave:
 
     def stop(self) -> None:
         for node in self.nodes.values():
-            node.stop()
+            node.close()
 
 
 @pytest.mark.spec("NOB-MS-1")

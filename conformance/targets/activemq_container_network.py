@@ -19,12 +19,15 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import select
 import threading
 import time
 import uuid
 from pathlib import Path
 from typing import Any
+
+from conformance.topology import SharedStore, Topology
 
 from .activemq_container import _SHARED_KAHADB, CONTAINER_PORTS, LABEL, ActiveMQContainer
 from .activemq_network import _ESTABLISHED, ActiveMQNetwork, Bridge, NetworkNode, NetworkStartError, \
@@ -244,8 +247,16 @@ class ContainerSharedStoreNode(SharedStoreNode):
             self._forget_pid()
 
     def kill(self) -> None:
-        # The nemesis may have SIGKILLed the JVM already: the engine then answers 409 "not
-        # running" to its own kill, and what is left is waiting for the container to exit.
+        # SIGKILL the JVM first (the container's init: the crash the experiment wants, with no
+        # engine round trip before it); the engine then answers 409 "not running" to its own
+        # kill, and what is left is waiting for the container to exit.
+        pid = self.pid
+        if pid is not None:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self._forget_pid()
         try:
             self.process.kill()
         except Exception as exc:  # noqa: BLE001 - docker.errors.APIError without importing the SDK here
@@ -278,14 +289,15 @@ class SharedVolumePair(SharedStoreGroup):
         self.network: Any = None
         self._volume: Any = None
         self._client: Any = None
-        self.nodes = [
-            ContainerSharedStoreNode(name, _VolumeKahaDBContainer(
+        self.topology = Topology(tuple(NODE_NAMES[:nodes]), shared_store=SharedStore(
+            lock_keep_alive_period_ms=lock_keep_alive_period_ms,
+            lock_acquire_sleep_interval_ms=lock_acquire_sleep_interval_ms))
+        self.nodes = {name: ContainerSharedStoreNode(name, _VolumeKahaDBContainer(
                 self.workdir / f"node-{name}", volume=self.volume_name, name=f"{broker_name}-{name}", image=image,
                 stomp=stomp, mqtt=mqtt, openwire=True, persistent=True, jvm_heap_mb=jvm_heap_mb,
                 lock_keep_alive_period_ms=lock_keep_alive_period_ms,
                 lock_acquire_sleep_interval_ms=lock_acquire_sleep_interval_ms))
-            for name in NODE_NAMES[:nodes]
-        ]
+            for name in NODE_NAMES[:nodes]}
 
     def start(self, timeout: float = 120) -> None:
         try:
@@ -293,7 +305,7 @@ class SharedVolumePair(SharedStoreGroup):
             self._volume = self._client.volumes.create(
                 self.volume_name, labels={LABEL: "shared_volume_pair", "org.brokerconf.broker": self.broker_name})
             self.network = scenario_network("shared_volume_pair", self.broker_name)
-            for node in self.nodes:
+            for node in self.nodes.values():
                 node.process.join(self.network)
         except BaseException:
             self.stop()
@@ -328,4 +340,4 @@ class SharedVolumePair(SharedStoreGroup):
         self.stop()
 
     def __repr__(self) -> str:
-        return f"<SharedVolumePair volume={self.volume_name} nodes={[n.name for n in self.nodes]}>"
+        return f"<SharedVolumePair volume={self.volume_name} nodes={list(self.nodes)}>"

@@ -26,21 +26,19 @@ from __future__ import annotations
 import re
 import threading
 import time
-from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Callable
 from xml.sax.saxutils import quoteattr
+
+from conformance.topology import (PEER_LIST_SCHEMES, Topology, RECONNECT_URI_OPTIONS, Bridge, BridgeFilterPolicy, BridgeRoute,
+                                  CompositeDestination, NetworkConnectorOptions, check_duplex_names, static_uri,
+                                  with_connector_renamed)
 
 from .activemq import ActiveMQProcess
 from .activemq_policy import authentication_plugin_xml
-from .activemq_target import destination_pattern
+from .activemq_mbeans import destination_pattern
 from .jmx import JmxClient
 from .process import free_ports
-
-#: ``(bridge, peer host, peer port) -> (host, port)`` the bridge's connector dials instead of the
-#: peer's own listener: a fault proxy in front of the peer, so the link alone can be cut (issue 7,
-#: store and forward through a cut bridge). Called once per bridge when the ports are known.
-BridgeRoute = Callable[["Bridge", str, int], tuple[str, int]]
+from .runtime.node import ProcessNode
 
 __all__ = ["Bridge", "check_duplex_names", "PEER_LIST_SCHEMES", "BridgeFilterPolicy", "CompositeDestination", "render_destination_interceptors", "BridgeRoute", "NetworkConnectorOptions", "ActiveMQNetwork", "NetworkNode",
            "NetworkStartError", "render_network_connector", "render_bridge_filter_policy", "destination_element"]
@@ -61,72 +59,6 @@ class PortTakenError(NetworkStartError):
 
 
 # --------------------------------------------------------------------------- the model
-
-
-@dataclass(frozen=True)
-class NetworkConnectorOptions:
-    """One network connector's properties: the document's "NetworkConnector Properties" table
-    (snake_case of its column "property", defaults from its column "default"), and the "Static
-    discovery" reconnect options.
-
-    ``None`` for ``message_ttl`` / ``consumer_ttl`` means "not set": the broker then takes both from
-    ``network_ttl`` (the table: networkTTL sets both). ``decrease_network_consumer_priority``
-    defaults to the table's ``True``; the table adds that releases before 5.18 defaulted to
-    ``False`` (5.17 does), which is why the attribute is always written out.
-    """
-
-    name: str = "bridge"
-    dynamic_only: bool = False
-    decrease_network_consumer_priority: bool = True
-    network_ttl: int = 1
-    message_ttl: int | None = None
-    consumer_ttl: int | None = None
-    conduit_subscriptions: bool = True
-    excluded_destinations: tuple[str, ...] = ()
-    dynamically_included_destinations: tuple[str, ...] = ()
-    statically_included_destinations: tuple[str, ...] = ()
-    use_virtual_dest_subs: bool = False
-    duplex: bool = False
-    prefetch_size: int = 1000
-    suppress_duplicate_queue_subscriptions: bool = False
-    bridge_temp_destinations: bool = True
-    always_sync_send: bool = False
-    static_bridge: bool = False
-    user_name: str | None = None
-    password: str | None = None
-    # "Static discovery" table: options of the static: URI
-    initial_reconnect_delay: int = 1000
-    max_reconnect_delay: int = 30000
-    use_exponential_back_off: bool = True
-    back_off_multiplier: float = 2
-
-    def __post_init__(self) -> None:
-        if not re.fullmatch(r"[A-Za-z0-9_.-]+", self.name):
-            raise ValueError(f"network connector name must match [A-Za-z0-9_.-]+: {self.name!r}")
-        # The table: the network consumer does not poll, so its prefetch must be above zero.
-        if self.prefetch_size <= 0:
-            raise ValueError(f"prefetch_size must be > 0 (network consumers do not poll), not {self.prefetch_size}")
-        for label in ("network_ttl", "message_ttl", "consumer_ttl"):
-            value = getattr(self, label)
-            if value is not None and value < 1:
-                raise ValueError(f"{label} counts brokers a message or subscription may cross: >= 1, not {value}")
-        for label in ("excluded_destinations", "dynamically_included_destinations",
-                      "statically_included_destinations"):
-            value = getattr(self, label)
-            if isinstance(value, str):
-                raise ValueError(f"{label} is a tuple of destinations, not the string {value!r}")
-            for destination in value:
-                destination_element(destination)  # raises on a malformed name
-        # The document's last "N.B.": wildcards are allowed only in the excluded and dynamically
-        # included lists; ActiveMQ would treat them literally elsewhere.
-        for destination in self.statically_included_destinations:
-            if any(c in destination.partition("://")[2].split(".") for c in ("*", ">")):
-                raise ValueError(f"statically_included_destinations takes no wildcards (document, Example "
-                                 f"Configuration N.B.): {destination!r}")
-        if (self.user_name is None) != (self.password is None):
-            raise ValueError("user_name and password go together (both None, or both set)")
-        if self.initial_reconnect_delay < 0 or self.max_reconnect_delay < 0 or self.back_off_multiplier <= 0:
-            raise ValueError("reconnect delays must be >= 0 ms and back_off_multiplier > 0")
 
 
 #: XML attribute of each scalar option (the document's property names)
@@ -153,13 +85,7 @@ _LISTS = {
     "dynamically_included_destinations": "dynamicallyIncludedDestinations",
     "statically_included_destinations": "staticallyIncludedDestinations",
 }
-_URI_OPTIONS = {
-    "initial_reconnect_delay": "initialReconnectDelay",
-    "max_reconnect_delay": "maxReconnectDelay",
-    "use_exponential_back_off": "useExponentialBackOff",
-    "back_off_multiplier": "backOffMultiplier",
-}
-assert set(_ATTRIBUTES) | set(_LISTS) | set(_URI_OPTIONS) == {f.name for f in fields(NetworkConnectorOptions)}
+assert set(_ATTRIBUTES) | set(_LISTS) | set(RECONNECT_URI_OPTIONS) == set(NetworkConnectorOptions.model_fields)
 
 
 def _xml_value(value: object) -> str:
@@ -176,23 +102,6 @@ def destination_element(destination: str) -> str:
     if not sep or kind not in ("queue", "topic") or not name:
         raise ValueError(f"destination {destination!r} must be queue://NAME or topic://NAME (wildcards allowed)")
     return f"<{kind} physicalName={quoteattr(name)}/>"
-
-
-#: connector URI schemes that list their peers in parentheses (document, "Static discovery" and
-#: "MasterSlave Discovery": masterslave: takes the same options as static:)
-PEER_LIST_SCHEMES = ("static", "masterslave")
-
-
-def static_uri(peer_urls: list[str] | tuple[str, ...], options: NetworkConnectorOptions,
-               scheme: str = "static") -> str:
-    """``static:(tcp://...)`` with the reconnect options that differ from the document's defaults;
-    ``scheme="masterslave"`` gives ``masterslave:(master,slave,...)`` with the same options."""
-    if scheme not in PEER_LIST_SCHEMES:
-        raise ValueError(f"scheme must be one of {PEER_LIST_SCHEMES}, not {scheme!r}")
-    defaults = NetworkConnectorOptions()
-    query = [f"{_URI_OPTIONS[f]}={_xml_value(getattr(options, f))}" for f in _URI_OPTIONS
-             if getattr(options, f) != getattr(defaults, f)]
-    return f"{scheme}:({','.join(peer_urls)})" + ("?" + "&".join(query) if query else "")
 
 
 def render_network_connector(peer_urls: list[str] | tuple[str, ...], options: NetworkConnectorOptions,
@@ -231,62 +140,6 @@ def render_network_connector(peer_urls: list[str] | tuple[str, ...], options: Ne
     return "\n".join(lines)
 
 
-@dataclass(frozen=True)
-class Bridge:
-    """A network connector on broker ``source`` connecting to broker ``target``: messages flow
-    source -> target on demand from target (both ways when ``options.duplex``)."""
-
-    source: str
-    target: str
-    options: NetworkConnectorOptions = field(default_factory=NetworkConnectorOptions)
-    #: False for a connector that is meant not to come up (e.g. wrong credentials, NOB-AUTH-1):
-    #: the launchers' start() then does not wait for it
-    expect_established: bool = True
-
-    def __post_init__(self) -> None:
-        if self.source == self.target:
-            raise ValueError(f"a bridge joins two brokers, not {self.source!r} to itself")
-
-
-def check_duplex_names(bridges: tuple[Bridge, ...] | list[Bridge]) -> None:
-    """Document, "Duplex network connectors": several duplex bridges between the same two brokers
-    need unique names. A duplex connector is a bridge both ways, so A->B and B->A count as the same
-    pair; raises ValueError naming the connectors and the ``name`` option to change."""
-    seen: dict[tuple[frozenset, str], Bridge] = {}
-    for bridge in bridges:
-        if not bridge.options.duplex:
-            continue
-        key = (frozenset((bridge.source, bridge.target)), bridge.options.name)
-        other = seen.get(key)
-        if other is not None:
-            raise ValueError(
-                f"two duplex connectors between {bridge.source} and {bridge.target} are both named "
-                f"{bridge.options.name!r} ({other.source}->{other.target} and {bridge.source}->{bridge.target}); "
-                "give each a unique NetworkConnectorOptions(name=...) (document, 'Duplex network connectors')")
-        seen[key] = bridge
-
-
-@dataclass(frozen=True)
-class BridgeFilterPolicy:
-    """A queue policy with a ``conditionalNetworkBridgeFilterFactory`` (document, "Stuck Messages"
-    and "Throttling a network consumer"): ``queue`` is the policy entry's pattern (wildcards
-    allowed), the rest the factory's attributes in snake_case. The document gives no defaults;
-    these are ActiveMQ's (ConditionalNetworkBridgeFilterFactory). Every broker of a network gets
-    the same policies."""
-
-    queue: str
-    replay_when_no_consumers: bool = False
-    replay_delay: int = 0  # ms after the message entered the broker
-    rate_limit: int = 0  # messages per rate_duration to network consumers; 0 = no limit
-    rate_duration: int = 1000  # ms
-
-    def __post_init__(self) -> None:
-        if not self.queue or "://" in self.queue:
-            raise ValueError(f"queue is a policy pattern such as 'TEST.>', not {self.queue!r}")
-        if self.replay_delay < 0 or self.rate_limit < 0 or self.rate_duration <= 0:
-            raise ValueError("replay_delay and rate_limit must be >= 0 and rate_duration > 0")
-
-
 def render_bridge_filter_policy(policy: BridgeFilterPolicy, indent: str = "          ") -> str:
     """The document's ``<policyEntry queue=...><networkBridgeFilterFactory>
     <conditionalNetworkBridgeFilterFactory .../>`` (every attribute written out)."""
@@ -298,28 +151,6 @@ def render_bridge_filter_policy(policy: BridgeFilterPolicy, indent: str = "     
             f"{indent}    <conditionalNetworkBridgeFilterFactory {attributes}/>\n"
             f"{indent}  </networkBridgeFilterFactory>\n"
             f"{indent}</policyEntry>")
-
-
-@dataclass(frozen=True)
-class CompositeDestination:
-    """ActiveMQ's ``<compositeTopic>`` / ``<compositeQueue>`` (document, "Virtual Destination
-    consumers and Composite Destinations"): messages sent to ``name`` are copied to each
-    ``forward_to`` destination (``queue://X`` / ``topic://Y``); with ``forward_only`` (ActiveMQ's
-    default) the original destination does not get them. Every broker of a network gets the same list."""
-
-    name: str
-    forward_to: tuple[str, ...]
-    kind: str = "topic"
-    forward_only: bool = True
-
-    def __post_init__(self) -> None:
-        if self.kind not in ("topic", "queue") or not self.name or "://" in self.name:
-            raise ValueError(f"a composite destination is kind 'topic' or 'queue' with a plain name, not "
-                             f"{self.kind!r} {self.name!r}")
-        if isinstance(self.forward_to, str) or not self.forward_to:
-            raise ValueError(f"forward_to is a non-empty tuple of destinations, not {self.forward_to!r}")
-        for destination in self.forward_to:
-            destination_element(destination)  # raises on a malformed name
 
 
 def render_destination_interceptors(composites: tuple[CompositeDestination, ...], indent: str = "    ") -> str:
@@ -342,12 +173,13 @@ def render_destination_interceptors(composites: tuple[CompositeDestination, ...]
 # --------------------------------------------------------------------------- one broker
 
 
-class NetworkNode:
-    """One broker of the network: its process, STOMP address, and the counters tests wait on."""
+class NetworkNode(ProcessNode):
+    """One ActiveMQ broker of a topology (`Node`): its process, addresses, and the counters tests
+    wait on (the destination MBeans over JMX). ``start_options``: the process's ``start`` options
+    (a shared-store slave waits for the lock: ``wait_for="lock"``)."""
 
-    def __init__(self, name: str, process: ActiveMQProcess) -> None:
-        self.name = name
-        self.process = process
+    def __init__(self, name: str, process: ActiveMQProcess, **start_options) -> None:
+        super().__init__(name, process, None, **start_options)
         self._jmx: JmxClient | None = None
 
     @property
@@ -358,9 +190,25 @@ class NetworkNode:
     def stomp_port(self) -> int:
         return self.process.stomp_port
 
-    @property
-    def running(self) -> bool:
-        return self.process.running
+    def address(self, protocol: str) -> tuple[str, int]:
+        ports = {"stomp": self.process.stomp_port, "openwire": self.process.openwire_port,
+                 "mqtt": self.process.mqtt_port or 0,
+                 "amqp": getattr(self.process, "amqp_port", 0)}  # a container node has no AMQP
+        if not ports.get(protocol):
+            raise KeyError(f"node {self.name} has no {protocol} connector")
+        return self.host, ports[protocol]
+
+    def serving(self) -> bool:
+        return self.process.serving(timeout=0.5)
+
+    def kill(self) -> None:
+        self._close_jmx()
+        super().kill()
+
+    def _close_jmx(self) -> None:
+        if self._jmx is not None:
+            self._jmx.close()
+            self._jmx = None
 
     def _client(self) -> JmxClient:
         if not self.process.running:
@@ -419,27 +267,12 @@ class NetworkNode:
 
     def stop(self) -> None:
         try:
-            if self._jmx is not None:
-                self._jmx.close()
-                self._jmx = None
+            self._close_jmx()
         finally:
             self.process.stop()
 
-    def __repr__(self) -> str:
-        return f"<NetworkNode {self.name} {self.process!r}>"
-
 
 # --------------------------------------------------------------------------- the network
-
-
-def with_connector_renamed(bridges: tuple[Bridge, ...], source: str, old: str, new: str) -> tuple[Bridge, ...]:
-    """``bridges`` with broker ``source``'s connector ``old`` named ``new`` (ValueError if none is)."""
-    from dataclasses import replace
-    if not any(b.source == source and b.options.name == old for b in bridges):
-        raise ValueError(f"broker {source} has no connector named {old!r} "
-                         f"(its connectors: {[b.options.name for b in bridges if b.source == source]})")
-    return tuple(replace(b, options=replace(b.options, name=new)) if b.source == source and b.options.name == old
-                 else b for b in bridges)
 
 
 class ActiveMQNetwork:
@@ -454,13 +287,15 @@ class ActiveMQNetwork:
                  broker_attributes: dict[str, dict[str, str]] | None = None,
                  policies: tuple[BridgeFilterPolicy, ...] = (), bridge_route: BridgeRoute | None = None,
                  composites: tuple[CompositeDestination, ...] = (),
-                 users: dict[str, tuple[tuple[str, str], ...]] | None = None) -> None:
+                 users: dict[str, tuple[tuple[str, str], ...]] | None = None,
+                 topology: Topology | None = None, persistent: bool = False) -> None:
         """``users``: broker -> (user name, password) pairs; such a broker gets a
         simpleAuthenticationPlugin with anonymous access off (NOB-AUTH-1), so its clients and the
         connectors that reach it must log in."""
         if not 2 <= len(names) <= 4 or len(set(names)) != len(names):
             raise ValueError(f"a network here has 2 to 4 distinct brokers, not {names!r}")
         self.bridge_route = bridge_route
+        self.topology = topology or Topology(tuple(names), tuple(bridges), prefix=prefix)
         check_duplex_names(bridges)
         for bridge in bridges:
             for end in (bridge.source, bridge.target):
@@ -496,7 +331,7 @@ class ActiveMQNetwork:
                 jvm_heap_mb=jvm_heap_mb, memory_limit_mb=memory_limit_mb, broker_attributes=extra.get(name),
                 policy_entries_xml=policy_xml, destination_interceptors_xml=interceptors_xml,
                 plugins_xml=authentication_plugin_xml(self.users.get(name, ())),
-                ready_login=self.users[name][0] if name in self.users else None))
+                ready_login=self.users[name][0] if name in self.users else None, persistent=persistent))
             for name in names
         }
 
@@ -699,6 +534,20 @@ class ActiveMQNetwork:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+    # ----------------------------------------------------------------- the Cluster contract
+    def addresses(self, protocol: str) -> list[tuple[str, int]]:
+        return [node.address(protocol) for node in self.nodes.values()]
+
+    def serving(self) -> list[str]:
+        return [name for name, node in self.nodes.items() if node.running and node.serving()]
+
+    def bridge_establishments(self) -> int:
+        """Bridges established so far, each reconnect counting once (one log line each)."""
+        return sum(len(node.established_bridges()) for node in self.nodes.values())
+
+    def subscription_discards(self, destination: str) -> list[int] | None:
+        return None
 
     # ----------------------------------------------------------------- evidence
     def log_tail(self, lines: int = 40) -> str:

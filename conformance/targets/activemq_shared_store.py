@@ -20,51 +20,27 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from conformance.topology import SharedStore, Topology
+
 from .activemq import ActiveMQProcess
+from .activemq_network import NetworkNode
 
 #: node names, in start order: A is started first and becomes the first master
 NODE_NAMES = "ABCDEFGH"
 
 
-class SharedStoreNode:
-    """One broker of the group, shaped for `chaos.nemesis.process.ProcessNemesis` (``pid``,
-    ``running``, ``start``, ``stop``, ``kill``). ``start`` returns once the broker either serves
-    or waits for the lock: a restarted node normally comes back as a slave."""
+class SharedStoreNode(NetworkNode):
+    """One broker of the group (`Node`). ``start`` returns once the broker either serves or waits
+    for the lock: a restarted node normally comes back as a slave."""
 
     def __init__(self, name: str, process: ActiveMQProcess) -> None:
-        self.name = name
-        self.process = process
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
-    @property
-    def running(self) -> bool:
-        return self.process.running
-
-    def start(self, timeout: float = 60) -> None:
-        self.process.start(timeout=timeout, wait_for="lock")
-
-    def stop(self) -> None:
-        self.process.stop()
-
-    def kill(self) -> None:
-        self.process.kill()
-
-    def serving(self) -> bool:
-        return self.process.serving(timeout=0.5)
+        super().__init__(name, process, wait_for="lock")
 
     def port(self, protocol: str) -> int:
-        ports = {"stomp": self.process.stomp_port, "openwire": self.process.openwire_port,
-                 "mqtt": self.process.mqtt_port or 0,
-                 "amqp": getattr(self.process, "amqp_port", 0)}  # a container node has no AMQP
-        if not ports.get(protocol):
-            raise ValueError(f"node {self.name} has no {protocol} connector")
-        return ports[protocol]
-
-    def log_tail(self, lines: int = 80) -> str:
-        return self.process.log_tail(lines)
+        try:
+            return self.address(protocol)[1]
+        except KeyError as exc:
+            raise ValueError(exc.args[0]) from None
 
     def __repr__(self) -> str:
         return f"<SharedStoreNode {self.name} {self.process!r}>"
@@ -85,19 +61,20 @@ class SharedStoreGroup:
         self.store = self.workdir / "shared-kahadb"
         self.lock_keep_alive_period_ms = lock_keep_alive_period_ms
         self.lock_acquire_sleep_interval_ms = lock_acquire_sleep_interval_ms
-        self.nodes = [
-            SharedStoreNode(name, ActiveMQProcess(
+        self.topology = Topology(tuple(NODE_NAMES[:nodes]), shared_store=SharedStore(
+            lock_keep_alive_period_ms=lock_keep_alive_period_ms,
+            lock_acquire_sleep_interval_ms=lock_acquire_sleep_interval_ms))
+        self.nodes: dict[str, SharedStoreNode] = {name: SharedStoreNode(name, ActiveMQProcess(
                 self.workdir / f"node-{name}", name=f"{broker_name}-{name}", stomp=stomp, mqtt=mqtt, amqp=amqp,
                 openwire=True, persistent=True, kahadb_directory=self.store, jvm_heap_mb=jvm_heap_mb,
                 lock_keep_alive_period_ms=lock_keep_alive_period_ms,
                 lock_acquire_sleep_interval_ms=lock_acquire_sleep_interval_ms))
-            for name in NODE_NAMES[:nodes]
-        ]
+            for name in NODE_NAMES[:nodes]}
 
     def start(self, timeout: float = 90) -> None:
         deadline = time.monotonic() + timeout
         try:
-            first, *others = self.nodes
+            first, *others = self.nodes.values()
             first.process.start(timeout=timeout)  # alone on the store: it must become master
             for node in others:
                 node.start(timeout=max(1.0, deadline - time.monotonic()))
@@ -110,7 +87,7 @@ class SharedStoreGroup:
 
     def master(self) -> SharedStoreNode | None:
         """The node whose connectors accept connections now (only a master opens them)."""
-        serving = [node for node in self.nodes if node.running and node.serving()]
+        serving = [node for node in self.nodes.values() if node.running and node.serving()]
         if len(serving) > 1:
             raise RuntimeError(f"more than one master on {self.store}: {[n.name for n in serving]}")
         return serving[0] if serving else None
@@ -123,14 +100,45 @@ class SharedStoreGroup:
 
     def addresses(self, protocol: str) -> list[tuple[str, int]]:
         """Every node's address for ``protocol``, in node order (the failover URL's order)."""
-        return [(self.host, node.port(protocol)) for node in self.nodes]
+        return [(self.host, node.port(protocol)) for node in self.nodes.values()]
+
+    # ------------------------------------------------------------ the Cluster contract
+
+    def __getitem__(self, name: str) -> SharedStoreNode:
+        return self.nodes[name]
+
+    def serving(self) -> list[str]:
+        node = self.master()
+        return [node.name] if node else []
+
+    def bridge_establishments(self) -> int:
+        return 0
+
+    def subscription_discards(self, destination: str) -> list[int] | None:
+        return None
+
+    def restart(self, name: str, timeout: float = 90) -> None:
+        self.nodes[name].stop()
+        self.nodes[name].start(timeout=timeout)
+
+    def stop_broker(self, name: str) -> None:
+        self.nodes[name].stop()
+
+    def start_broker(self, name: str, timeout: float = 90) -> None:
+        self.nodes[name].start(timeout=timeout)
+
+    def rename_connector(self, source: str, old: str, new: str) -> None:
+        raise ValueError("a shared-store group has no network connectors to rename")
+
+    def config_text(self) -> str:
+        return "\n".join(f"--- node {node.name} ---\n{node.config_text()}" for node in self.nodes.values())
 
     def log_tail(self, lines: int = 80) -> str:
-        return "\n".join(f"--- node {node.name} ---\n{node.log_tail(lines)}" for node in self.nodes)
+        return "\n".join(f"--- node {node.name} ---\n{node.log_tail(lines)}" for node in self.nodes.values())
 
     def stop(self) -> None:
         errors = []
-        for node in self.nodes:
+        for node in self.nodes.values():
             try:
                 node.stop()
             except Exception as exc:  # noqa: BLE001 - stop the others whatever happens
@@ -139,4 +147,4 @@ class SharedStoreGroup:
             raise RuntimeError(f"could not stop every node of {self.store}: {errors}")
 
     def __repr__(self) -> str:
-        return f"<SharedStoreGroup {self.store} nodes={[n.name for n in self.nodes]}>"
+        return f"<SharedStoreGroup {self.store} nodes={list(self.nodes)}>"

@@ -52,6 +52,7 @@ from conformance.targets.activemq import (
     activemq_mqtt_available,
 )
 from conformance.targets.activemq_policy import ActiveMQConfig, UnsupportedPolicy, render
+from conformance.targets.activemq_mbeans import _split_destination, destination_pattern, subscription_pattern
 from conformance.targets.activemq_shared_store import SharedStoreGroup
 from conformance.targets.base import DestinationCounters, SubscriptionCounters, TargetUnavailable
 from conformance.targets.docker_env import ACTIVEMQ_IMAGE, DockerUnavailable, container_target_available
@@ -83,7 +84,9 @@ _FEATURES = frozenset({
     "dead_letter",
     "expiry",
     "process.kill",
-    "network_of_brokers",
+    "topology.single",
+    "topology.network",  # process mode only (`ActiveMQTarget.capabilities`)
+    "topology.shared-store",
 })
 
 SUBSCRIPTION_ATTRIBUTES = (
@@ -96,33 +99,6 @@ DESTINATION_ATTRIBUTES = (
     "EnqueueCount", "DequeueCount", "ConsumerCount", "MemoryUsageByteCount", "MemoryLimit", "QueueSize",
     "DispatchCount", "InFlightCount", "ExpiredCount", "ProducerCount", "MemoryPercentUsage", "ProducerFlowControl",
 )
-
-
-def _encode_name_part(part: str) -> str:
-    # The same replacements ActiveMQ applies when it names MBeans (util.JMXSupport
-    # .encodeObjectNamePart), so a pattern built from a destination name matches its MBean
-    # and its `*` / `?` are not read as ObjectName wildcards.
-    part = re.sub(r"[:,'\"]", "_", part)
-    return part.replace("?", "&qe;").replace("=", "&amp;").replace("*", "&ast;")
-
-
-def _split_destination(destination: str) -> tuple[str, str]:
-    kind, sep, name = destination.partition("://")
-    if not sep or kind not in ("queue", "topic") or not name:
-        raise ValueError(f"destination {destination!r} must be queue://NAME or topic://NAME")
-    return kind, name
-
-
-def destination_pattern(broker_name: str, destination: str) -> str:
-    """ObjectName of a destination's MBean (BrokerMBeanSupport.createDestinationName layout)."""
-    kind, name = _split_destination(destination)
-    return (f"org.apache.activemq:type=Broker,brokerName={_encode_name_part(broker_name)},"
-            f"destinationType={kind.capitalize()},destinationName={_encode_name_part(name)}")
-
-
-def subscription_pattern(broker_name: str, destination: str) -> str:
-    """ObjectName pattern of every consumer MBean on a destination (``endpoint=Consumer``)."""
-    return destination_pattern(broker_name, destination) + ",endpoint=Consumer,*"
 
 
 def _require_attributes(mbean: MBean, names: tuple[str, ...]) -> None:
@@ -358,6 +334,8 @@ class ActiveMQTarget:
 
     def capabilities(self) -> frozenset[str]:
         caps = {"protocol.stomp", *_FEATURES}
+        if self.launch_mode == "container":
+            caps.discard("topology.network")  # networks of brokers are launched as local JVMs
         if self._mqtt_available()[0]:
             caps.add("protocol.mqtt")
         if self._amqp_available()[0]:
@@ -378,6 +356,9 @@ class ActiveMQTarget:
             # tests/conformance/test_clients.py keeps that as a strict xfail, AMQ-7395)
             return ("ActiveMQ Classic's STOMP MESSAGE frames carry no JMSXGroupID header (its STOMP page lists it "
                     "for SEND only; AMQ-7395)")
+        if capability == "topology.network" and self.launch_mode == "container":
+            return ("networks of ActiveMQ brokers are launched as local processes: use activemq:process with the "
+                    "Debian package installed")
         if capability in ("groups.rebalance", "groups.first_key"):
             return "an Artemis address setting with no ActiveMQ Classic equivalent"
         return None
@@ -469,6 +450,32 @@ class ActiveMQTarget:
             raise TargetUnavailable(f"ActiveMQ ({self.name}, {self.launch_mode}) shared-store group did not "
                                     f"start: {e}") from e
         return group
+
+    def launch_topology(self, topology, scenario: Scenario, workdir: Path, *, bridge_route=None):
+        """One broker, a network of local JVMs (`ActiveMQNetwork`), or a shared-store group (local
+        JVMs on one KahaDB directory, or containers on one volume)."""
+        from conformance.targets.activemq_network import ActiveMQNetwork  # noqa: PLC0415 - it imports this module
+        from conformance.targets.runtime.node import launch_single
+        from conformance.topology import check_supported
+
+        check_supported(self, topology)
+        if topology.kind == "single":
+            return launch_single(self, topology, scenario, workdir, faultable=True)
+        if topology.kind == "shared-store":
+            store = topology.shared_store
+            return self.launch_shared_store(scenario, workdir, nodes=len(topology.nodes),
+                                            lock_keep_alive_period_ms=store.lock_keep_alive_period_ms,
+                                            lock_acquire_sleep_interval_ms=store.lock_acquire_sleep_interval_ms)
+        ok, reason = self.availability()
+        if not ok:
+            raise TargetUnavailable(reason)
+        network = ActiveMQNetwork(Path(workdir), topology.nodes, topology.bridges, prefix=topology.prefix,
+                                  policies=topology.policies, bridge_route=bridge_route,
+                                  broker_attributes=topology.broker_attributes or None,
+                                  composites=topology.composites, users=topology.users or None,
+                                  topology=topology, persistent=topology.persistent)
+        network.start()
+        return network
 
     def __repr__(self) -> str:
         return f"<ActiveMQTarget {self.name} launch={self.launch_requested}>"

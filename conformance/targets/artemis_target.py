@@ -22,7 +22,7 @@ named) and by what the launcher configures:
 
 Not offered: ``counters.subscription`` (Classic's per-subscriber matched / discarded counters),
 ``slow_consumer.*`` and ``memory.limits`` (Classic policies, refused by artemis_config),
-``network_of_brokers`` (Classic network connectors; Artemis clusters are another document),
+``topology.network`` (Classic network connectors; Artemis clusters are another document),
 ``exclusive_consumers`` (Classic's per-consumer ``activemq.exclusive``; Artemis's exclusive queues
 are a queue setting with other semantics).
 """
@@ -48,7 +48,7 @@ CONTAINER_CAPABILITIES = frozenset({
     "protocol.stomp", "protocol.mqtt", "protocol.amqp", "scenario.policies", "groups", "groups.close",
     "groups.reassign_on_close", "groups.first_key", "groups.rebalance", "groups.buckets", "process.kill",
     "message_priority", "nack", "dead_letter", "expiry", "transactions", "selectors", "durable_subscriptions",
-    "consumer_priority"})
+    "consumer_priority", "topology.single"})
 
 #: the local JVM adds broker-side counters read over Jolokia on loopback
 PROCESS_CAPABILITIES = CONTAINER_CAPABILITIES | frozenset({"counters.destination"})
@@ -313,11 +313,17 @@ class ArtemisTarget:
         if capability == "exclusive_consumers":
             return ("ActiveMQ Classic's per-consumer exclusive flag; Artemis has exclusive queues (a queue setting), "
                     "not exclusive consumers")
-        if capability == "network_of_brokers":
+        if capability == "topology.network":
             return "ActiveMQ Classic network connectors; Artemis forms clusters instead (another document)"
         if self.launch_mode == "container" and capability in PROCESS_CAPABILITIES:
             return "the Artemis container launcher reads no broker counters (no Jolokia client for the container)"
         return None
+
+    def launch_topology(self, topology, scenario: Scenario, workdir: Path, *, bridge_route=None):
+        """One broker (clusters of Artemis brokers are a later capability of this folder)."""
+        from conformance.targets.runtime.node import launch_single
+
+        return launch_single(self, topology, scenario, workdir, faultable=True)
 
     def launch(self, scenario: Scenario, workdir: Path):
         ok, reason = self.availability()

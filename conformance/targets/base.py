@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from conformance.scenario import Scenario
+from conformance.topology import TOPOLOGY_CAPABILITIES, BridgeRoute, Cluster, Topology
 
 #: feature capabilities and what they promise (protocol.* are the listeners)
 CAPABILITIES: dict[str, str] = {
@@ -49,7 +50,7 @@ CAPABILITIES: dict[str, str] = {
     "dead_letter": "dead-letter queue after maximum redeliveries",
     "expiry": "message expiry (TTL)",
     "process.kill": "the broker runs as a process the harness can kill and restart",
-    "network_of_brokers": "forms networks of brokers (network connectors, demand forwarding) in multi-broker fixtures",
+    **TOPOLOGY_CAPABILITIES,  # topology.single / topology.network / topology.shared-store
 }
 
 
@@ -122,6 +123,13 @@ class Target(Protocol):
 
     def launch(self, scenario: Scenario, workdir: Path) -> BrokerHandle:
         """Start a broker configured for ``scenario``; raises TargetUnavailable with the reason."""
+
+    def launch_topology(self, topology: Topology, scenario: Scenario, workdir: Path, *,
+                        bridge_route: BridgeRoute | None = None) -> Cluster:
+        """Start ``topology`` (conformance/topology.py) configured for ``scenario``, started; its
+        capability (``topology.<kind>``) must be declared. ``bridge_route``: where each bridge dials
+        when the topology routes its bridges through the fault proxy. Raises TopologyUnsupported
+        (a ValueError) for a topology the target cannot form, TargetUnavailable when it cannot start."""
 
 
 def address(handle: BrokerHandle, protocol: str) -> tuple[str, int]:

@@ -97,7 +97,13 @@ class RabbitMQTarget:
         for protocol, switch in _RABBITMQ_SWITCHES.items():
             if rabbitmq_available(**{"amqp10": False, switch: True})[0]:
                 caps.add(f"protocol.{protocol}")
-        return frozenset(caps)
+        return frozenset(caps | {"topology.single"})
+
+    def launch_topology(self, topology, scenario: Scenario, workdir: Path, *, bridge_route=None):
+        """One broker, not faultable by the harness (no process.kill)."""
+        from conformance.targets.runtime.node import launch_single
+
+        return launch_single(self, topology, scenario, workdir, faultable=False)
 
     def launch(self, scenario: Scenario, workdir: Path) -> PeerHandle:
         ok, reason = self.availability()
@@ -139,7 +145,13 @@ class MosquittoTarget:
         return mosquitto_available()
 
     def capabilities(self) -> frozenset[str]:
-        return frozenset({"protocol.mqtt"})
+        return frozenset({"protocol.mqtt", "topology.single"})
+
+    def launch_topology(self, topology, scenario: Scenario, workdir: Path, *, bridge_route=None):
+        """One broker, not faultable by the harness (no process.kill)."""
+        from conformance.targets.runtime.node import launch_single
+
+        return launch_single(self, topology, scenario, workdir, faultable=False)
 
     def launch(self, scenario: Scenario, workdir: Path) -> PeerHandle:
         ok, reason = self.availability()

@@ -20,11 +20,10 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable
 
-from .activemq_network import (Bridge, BridgeFilterPolicy, BridgeRoute, CompositeDestination, NetworkConnectorOptions,
-                               with_connector_renamed, check_duplex_names, static_uri)
+from conformance.topology import (RECONNECT_URI_OPTIONS, Topology, Bridge, BridgeFilterPolicy, BridgeRoute, CompositeDestination,
+                                  NetworkConnectorOptions, check_duplex_names, static_uri, with_connector_renamed)
 
 _TIMEOUT = 10.0
-_URI_ONLY = ("initial_reconnect_delay", "max_reconnect_delay", "use_exponential_back_off", "back_off_multiplier")
 
 
 class ReferenceNetworkError(RuntimeError):
@@ -34,7 +33,7 @@ class ReferenceNetworkError(RuntimeError):
 def connector_config(peer_url: str | list[str], options: NetworkConnectorOptions, scheme: str = "static") -> dict:
     """The reference broker's ``network_connectors`` entry for a connector to ``peer_url`` (a list
     of URLs with ``scheme="masterslave"``: master first, then the slaves)."""
-    entry = {k: v for k, v in asdict(options).items() if k not in _URI_ONLY}
+    entry = options.model_dump(exclude=set(RECONNECT_URI_OPTIONS))
     entry["uri"] = static_uri([peer_url] if isinstance(peer_url, str) else list(peer_url), options, scheme)
     return entry
 
@@ -109,6 +108,7 @@ class ReferenceNode:
         self._thread.start()
         self.stomp_port = 0
         self._stopped = False
+        self._paused: threading.Event | None = None
 
     def _run(self) -> None:
         asyncio.set_event_loop(self.loop)
@@ -194,7 +194,43 @@ class ReferenceNode:
     def bridges_up(self) -> int:
         return self.call(lambda: sum(1 for b in self.network.bridges if b.local is not None) if self.network else 0)
 
+    # ------------------------------------------------------------ the Node contract
+
+    pid = None  # in-process: no process of its own to signal
+
+    def address(self, protocol: str) -> tuple[str, int]:
+        if protocol != "stomp" or not self.stomp_port:
+            raise KeyError(f"node {self.name} has no {protocol} listener (open: ['stomp'])")
+        return self.host, self.stomp_port
+
+    def serving(self) -> bool:
+        return self.server is not None and not self._stopped and self._paused is None
+
+    def kill(self) -> None:
+        """In-process, a kill is a stop: the engine's state goes with it unless a journal keeps it."""
+        self.halt()
+
+    def pause(self) -> None:
+        """Freeze the broker: its loop runs a call that blocks until `resume` (as SIGSTOP freezes a
+        broker process: connections stay open, nothing is read or answered)."""
+        if self._paused is not None:
+            return
+        self._paused = threading.Event()
+        self.loop.call_soon_threadsafe(self._paused.wait)
+
+    def resume(self) -> None:
+        paused, self._paused = self._paused, None
+        if paused is not None:
+            paused.set()
+
     def stop(self) -> None:
+        """Stop bridges, listeners and store; `start` brings the node back (`halt`)."""
+        self.resume()
+        self.halt()
+
+    def close(self) -> None:
+        """End the node for good: broker stopped and its loop thread ended."""
+        self.resume()
         if self._stopped:
             return
         self._stopped = True
@@ -214,10 +250,10 @@ class ReferenceNode:
         with the same connectors; with a journal store (`ReferenceNetwork.use_journal_stores`) its
         durable subscriptions and their messages survive, as on a persistent ActiveMQ broker."""
         self.halt()
-        self.resume()
+        self.start()
 
     def halt(self) -> None:
-        """Stop bridges, listeners and store but keep the node's loop, so `resume` can start it
+        """Stop bridges, listeners and store but keep the node's loop, so `start` can start it
         again (`stop` ends the node for good)."""
         if self.network is not None:
             self.run_coroutine(self.network.stop())
@@ -226,9 +262,9 @@ class ReferenceNode:
             self.run_coroutine(self.server.stop())
             self.server = None
 
-    def resume(self, connectors: list[dict] | None = None) -> None:
-        """Start again after `halt`, on the same STOMP port, with ``connectors`` (default: the
-        ones it had)."""
+    def start(self, timeout: float = 30, connectors: list[dict] | None = None) -> None:
+        """Start again after `halt` / `stop`, on the same STOMP port, with ``connectors`` (default:
+        the ones it had)."""
         if connectors is None:
             connectors = self.config_data.get("network_connectors", [])
         self.config_data["stomp"] = f"127.0.0.1:{self.stomp_port}"
@@ -249,7 +285,8 @@ class ReferenceNetwork:
                  policies: tuple[BridgeFilterPolicy, ...] = (), bridge_route: BridgeRoute | None = None,
                  broker_attributes: dict[str, dict[str, str]] | None = None,
                  composites: tuple[CompositeDestination, ...] = (),
-                 users: dict[str, tuple[tuple[str, str], ...]] | None = None) -> None:
+                 users: dict[str, tuple[tuple[str, str], ...]] | None = None,
+                 topology: Topology | None = None) -> None:
         if not 2 <= len(names) <= 4 or len(set(names)) != len(names):
             raise ValueError(f"a network here has 2 to 4 distinct brokers, not {names!r}")
         check_duplex_names(bridges)
@@ -276,6 +313,7 @@ class ReferenceNetwork:
             if pairs:
                 self.extra_config[n]["security"] = security_config(tuple(pairs))
         self.names = names
+        self.topology = topology or Topology(tuple(names), tuple(bridges), prefix=prefix)
         self.nodes: dict[str, ReferenceNode] = {}
         self._logs = _Logs()
 
@@ -318,7 +356,7 @@ class ReferenceNetwork:
         """Start broker ``name`` again after `stop_broker`, with its current connectors (see
         `rename_connector`), and wait until its own bridges are up."""
         node = self.nodes[name]
-        node.resume([connector_config(self.peer_url(b), b.options) for b in self.bridges if b.source == name])
+        node.start(connectors=[connector_config(self.peer_url(b), b.options) for b in self.bridges if b.source == name])
         want = sum(1 for b in self.bridges if b.source == name and b.expect_established)
         deadline = time.monotonic() + timeout
         while node.bridges_up() < want:
@@ -360,12 +398,28 @@ class ReferenceNetwork:
         errors = []
         for name, node in self.nodes.items():
             try:
-                node.stop()
+                node.close()
             except Exception as exc:  # noqa: BLE001 - stop the others whatever happens
                 errors.append(f"{name}: {exc}")
         logging.getLogger("reference_broker").removeHandler(self._logs)
         if errors:
             raise RuntimeError(f"could not stop every reference broker of the network: {errors}")
+
+    # ------------------------------------------------------------ the Cluster contract
+
+    def addresses(self, protocol: str) -> list[tuple[str, int]]:
+        return [node.address(protocol) for node in self.nodes.values()]
+
+    def serving(self) -> list[str]:
+        return [name for name, node in self.nodes.items() if node.serving()]
+
+    def bridge_establishments(self) -> int:
+        """Bridge sessions established so far, each reconnect counting once (each Bridge counts them)."""
+        return sum(node.call(lambda node=node: sum(b.connections for b in node.network.bridges))
+                   for node in self.nodes.values() if node.network is not None)
+
+    def subscription_discards(self, destination: str) -> list[int] | None:
+        return None
 
     def log_tail(self, lines: int = 40) -> str:
         return "\n".join(self._logs.lines[-lines:])

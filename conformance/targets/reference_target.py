@@ -33,7 +33,8 @@ CAPABILITIES = frozenset({
     "groups", "groups.close", "groups.reassign_on_close", "groups.first_key", "groups.rebalance", "groups.buckets",
     "slow_consumer.pending_limit", "slow_consumer.eviction", "memory.limits",
     "durable_subscriptions", "transactions", "selectors", "exclusive_consumers", "consumer_priority",
-    "message_priority", "nack", "dead_letter", "expiry", "network_of_brokers", "stomp.group_header",
+    "message_priority", "nack", "dead_letter", "expiry", "topology.network", "stomp.group_header",
+    "topology.single",
 })
 
 
@@ -302,3 +303,22 @@ class ReferenceTarget:
             raise TargetUnavailable(f"the configuration generated for scenario {scenario.name!r} is invalid: {exc}") from None
         except OSError as exc:
             raise TargetUnavailable(f"reference broker could not listen: {exc}") from None
+
+    def launch_topology(self, topology, scenario: Scenario, workdir: Path, *, bridge_route=None):
+        """One broker (in-process, or a process the harness can fault), or a network of in-process
+        reference brokers (`ReferenceNetwork`); no shared store."""
+        from conformance.targets.reference_network import ReferenceNetwork
+        from conformance.targets.runtime.node import launch_single
+        from conformance.topology import check_supported
+
+        check_supported(self, topology)
+        if topology.kind == "single":
+            return launch_single(self, topology, scenario, workdir, faultable=self.launch_mode == "process")
+        network = ReferenceNetwork(workdir, topology.nodes, topology.bridges, prefix=topology.prefix,
+                                   policies=topology.policies, bridge_route=bridge_route,
+                                   broker_attributes=topology.broker_attributes, composites=topology.composites,
+                                   users=topology.users, topology=topology)
+        if topology.persistent:
+            network.use_journal_stores(Path(workdir) / "stores")
+        network.start()
+        return network

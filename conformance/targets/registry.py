@@ -84,7 +84,13 @@ class ExternalTarget:
         return True, ""
 
     def capabilities(self) -> frozenset[str]:
-        return self.declared | {f"protocol.{p}" for p in self.ports}
+        return self.declared | {f"protocol.{p}" for p in self.ports} | {"topology.single"}
+
+    def launch_topology(self, topology, scenario: Scenario, workdir: Path, *, bridge_route=None):
+        """The running broker as a topology of one node; never ours to fault."""
+        from conformance.targets.runtime.node import launch_single
+
+        return launch_single(self, topology, scenario, workdir, faultable=False)
 
     def launch(self, scenario: Scenario, workdir: Path) -> ExternalHandle:
         return ExternalHandle(self.name, self.kind, self.host, dict(self.ports), self.capabilities(), scenario,

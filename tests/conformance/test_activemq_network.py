@@ -5,7 +5,6 @@ the topology checks, all without starting a broker."""
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
-from dataclasses import fields
 
 import pytest
 
@@ -127,14 +126,14 @@ def test_every_option_is_rendered_somewhere():
                "max_reconnect_delay": 6, "back_off_multiplier": 5}
     defaults = NetworkConnectorOptions()
     baseline = render_network_connector(PEER, defaults)
-    for f in fields(NetworkConnectorOptions):
-        default = getattr(defaults, f.name)
-        value = changed.get(f.name, (not default) if isinstance(default, bool) else
+    for name in NetworkConnectorOptions.model_fields:
+        default = getattr(defaults, name)
+        value = changed.get(name, (not default) if isinstance(default, bool) else
                             (default + 1 if isinstance(default, int) else default))
-        kwargs = {f.name: value}
-        if f.name in ("user_name", "password"):  # they go together
+        kwargs = {name: value}
+        if name in ("user_name", "password"):  # they go together
             kwargs = {"user_name": "u", "password": "p"}
-        assert render_network_connector(PEER, NetworkConnectorOptions(**kwargs)) != baseline, f.name
+        assert render_network_connector(PEER, NetworkConnectorOptions(**kwargs)) != baseline, name
 
 
 def test_destination_element_escapes_and_checks():

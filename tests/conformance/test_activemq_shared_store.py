@@ -52,7 +52,7 @@ def test_slave_takes_over_and_the_old_master_rejoins_as_slave(tmp_path):
                              jvm_heap_mb=256)
     group.start()
     try:
-        a, b = group.nodes
+        a, b = group.nodes.values()
         # Only the lock holder opens its connectors (guide 3.1, "Initial state").
         assert group.master() is a
         assert b.running and b.process.waiting_for_lock() and not b.serving()
@@ -66,4 +66,4 @@ def test_slave_takes_over_and_the_old_master_rejoins_as_slave(tmp_path):
         assert group.addresses("stomp") == [("127.0.0.1", a.port("stomp")), ("127.0.0.1", b.port("stomp"))]
     finally:
         group.stop()
-    assert not any(node.running for node in group.nodes)
+    assert not any(node.running for node in group.nodes.values())

@@ -57,9 +57,9 @@ def test_container_mode_launches_a_shared_volume_pair(tmp_path, monkeypatch):
                                                     lock_keep_alive_period_ms=1500,
                                                     lock_acquire_sleep_interval_ms=700)
     assert isinstance(group, acn.SharedVolumePair) and len(started) == 1
-    assert [n.name for n in group.nodes] == ["A", "B"]
-    assert all(isinstance(n, acn.ContainerSharedStoreNode) for n in group.nodes)
-    for node in group.nodes:
+    assert [n.name for n in group.nodes.values()] == ["A", "B"]
+    assert all(isinstance(n, acn.ContainerSharedStoreNode) for n in group.nodes.values())
+    for node in group.nodes.values():
         container = node.process
         assert (container.volume, container.image, container.stomp, container.mqtt) == \
                (group.volume_name, ACTIVEMQ_IMAGE, True, False)

@@ -143,11 +143,11 @@ def test_shared_volume_master_slave_failover_keeps_persistent_messages(tmp_path)
     pair = SharedVolumePair(tmp_path / "pair", broker_name=f"sv{uuid.uuid4().hex[:6]}",
                             lock_keep_alive_period_ms=1000, lock_acquire_sleep_interval_ms=500)
     with pair:
-        master, slave = pair.nodes
+        master, slave = pair.nodes.values()
         assert pair.master() is master and slave.process.waiting_for_lock()
         client = docker_client()
         try:
-            for node in pair.nodes:  # both containers mount the one named volume
+            for node in pair.nodes.values():  # both containers mount the one named volume
                 mounts = client.containers.get(node.process.container_id).attrs["Mounts"]
                 assert pair.volume_name in [m.get("Name") for m in mounts], mounts
         finally:
