@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Bridge", "BridgeFilterPolicy", "BridgeRoute", "Cluster", "CompositeDestination", "Node",
            "NetworkConnectorOptions", "PEER_LIST_SCHEMES", "SharedStore", "TOPOLOGY_CAPABILITIES", "Topology",
-           "TopologyUnsupported", "capability_of", "check_destination", "check_duplex_names", "static_uri",
+           "NodeError", "TopologyUnsupported", "capability_of", "check_destination", "check_duplex_names", "static_uri",
            "with_connector_renamed"]
 
 #: the topology capabilities a target may declare, and what they promise
@@ -45,6 +45,10 @@ TOPOLOGY_CAPABILITIES: dict[str, str] = {
     "topology.network": "launches 2 to 4 brokers joined by network bridges (ActiveMQ network connectors)",
     "topology.shared-store": "launches 2 or more brokers on one shared store, one master at a time",
 }
+
+
+class NodeError(RuntimeError):
+    """A node cannot do what was asked (not running, not ours to signal)."""
 
 
 class TopologyUnsupported(ValueError):

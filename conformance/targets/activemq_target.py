@@ -477,5 +477,18 @@ class ActiveMQTarget:
         network.start()
         return network
 
+    def discovery_pair(self, workdir: Path, group: str):
+        """Two unstarted brokers that find each other by multicast discovery in ``group`` (activemq_rigs.DiscoveryPair)."""
+        from conformance.targets.activemq_rigs import DiscoveryPair
+
+        return DiscoveryPair(workdir, group)
+
+    def masterslave_rig(self, workdir: Path, reconnect: dict):
+        """A master/slave pair M, S and a broker F bridging to it through a ``masterslave:``
+        connector with the ``reconnect`` options (activemq_rigs.MasterSlaveRig), unstarted."""
+        from conformance.targets.activemq_rigs import MasterSlaveRig
+
+        return MasterSlaveRig(workdir, reconnect)
+
     def __repr__(self) -> str:
         return f"<ActiveMQTarget {self.name} launch={self.launch_requested}>"

@@ -138,3 +138,9 @@ def address(handle: BrokerHandle, protocol: str) -> tuple[str, int]:
         return handle.host, handle.ports[protocol]
     except KeyError:
         raise KeyError(f"{handle.target} has no {protocol} listener (open: {sorted(handle.ports)})") from None
+
+
+def why_missing(target: Target, capability: str) -> str | None:
+    """Why ``target`` lacks ``capability``, when the target says (its optional ``why_missing``)."""
+    explain = getattr(target, "why_missing", None)
+    return explain(capability) if explain is not None else None

@@ -53,6 +53,11 @@ class ReferenceBrokerProcess:
     def pid(self) -> int | None:
         return self.proc.pid if self.proc else None
 
+    @property
+    def running(self) -> bool:
+        """Started and not yet exited (a reaped process is not running)."""
+        return self.proc is not None and self.proc.poll() is None
+
     def command(self, stomp_port: int = 0) -> list[str]:
         cmd = [sys.executable, "-m", "reference_broker", "--name", self.name,
                "--stomp", f"127.0.0.1:{stomp_port}", "--log-level", self.log_level]

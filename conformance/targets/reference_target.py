@@ -304,6 +304,19 @@ class ReferenceTarget:
         except OSError as exc:
             raise TargetUnavailable(f"reference broker could not listen: {exc}") from None
 
+    def discovery_pair(self, workdir: Path, group: str):
+        """Two unstarted brokers that find each other by multicast discovery in ``group`` (reference_rigs.DiscoveryPair)."""
+        from conformance.targets.reference_rigs import DiscoveryPair
+
+        return DiscoveryPair(workdir, group)
+
+    def masterslave_rig(self, workdir: Path, reconnect: dict):
+        """A master/slave pair M, S and a broker F bridging to it through a ``masterslave:``
+        connector with the ``reconnect`` options (reference_rigs.MasterSlaveRig), unstarted."""
+        from conformance.targets.reference_rigs import MasterSlaveRig
+
+        return MasterSlaveRig(workdir, reconnect)
+
     def launch_topology(self, topology, scenario: Scenario, workdir: Path, *, bridge_route=None):
         """One broker (in-process, or a process the harness can fault), or a network of in-process
         reference brokers (`ReferenceNetwork`); no shared store."""

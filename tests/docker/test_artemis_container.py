@@ -477,7 +477,9 @@ def test_real_process_nemesis_pauses_and_resumes_the_container_jvm(artemis):
     from chaos.nemesis.process import ProcessNemesis  # noqa: PLC0415
 
     container_id = artemis.container_id
-    with ProcessNemesis(artemis) as nemesis:
+    from conformance.targets.runtime.node import ProcessNode  # noqa: PLC0415
+
+    with ProcessNemesis(ProcessNode("A", artemis)) as nemesis:
         paused = nemesis.invoke("pause")
         assert paused["pid"] == artemis.pid
         assert not artemis.serving(timeout=2), "a paused broker answered STOMP CONNECT"

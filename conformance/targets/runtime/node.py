@@ -15,11 +15,7 @@ import signal
 import time
 from typing import Any
 
-from conformance.topology import Topology
-
-
-class NodeError(RuntimeError):
-    """A node cannot do what was asked (not running, not ours to signal)."""
+from conformance.topology import NodeError, Topology
 
 
 def signal_tree(pid: int, sig: int) -> None:
