@@ -1,7 +1,7 @@
 """The brokers an experiment runs against ([topology] in the experiment file), through the
 topology contract (conformance/topology.py): the experiment's section becomes a broker-neutral
 `Topology`, the target launches it (``target.launch_topology``) if it declares the capability
-(``topology.single`` / ``topology.shared-store`` / ``topology.network``), and the run sees one
+(``topology.shared-store`` / ``topology.network``; every target launches one broker), and the run sees one
 shape, `RunningTopology`: node handles the process nemesis can fault, each node's client address,
 who serves now, and the brokers' own counters for the checkers. What differs between brokers
 lives in their folders under conformance/targets/.
@@ -30,7 +30,7 @@ from conformance.topology import (Bridge, Cluster, NetworkConnectorOptions, Shar
 
 
 class BridgeProxies:
-    """A `BridgeRoute` (conformance.targets.activemq_network) that puts one fault-proxy proxy in
+    """A `BridgeRoute` (conformance.targets.activemq.network) that puts one fault-proxy proxy in
     front of each bridge's peer, through the Toxiproxy API at ``api_url``: the bridge dials the
     proxy, clients still reach the brokers directly, so a partition of the proxy cuts the bridge
     alone. Idempotent per bridge (a launcher may render its configuration more than once); when
@@ -151,7 +151,7 @@ def launch_topology(exp: Experiment, target, workdir: Path) -> RunningTopology:
                         policies=tuple(p.to_policy() for p in exp.policy))
     topology = topology_of(exp)
     needed = capability_of(topology)
-    if needed not in target.capabilities():
+    if needed is not None and needed not in target.capabilities():
         why = why_missing(target, needed)
         raise ExperimentError(f"target {exp.target.name} lacks {needed}: it cannot launch a {topology.kind} topology"
                               + (f" ({why})" if why else ""))

@@ -8,7 +8,7 @@ master/slave, one node serves at a time); and which links run through the fault 
 A single broker is a topology of one node.
 
 The contract: a target declares the topologies it can form as capabilities (`capability_of`:
-``topology.single``, ``topology.network``, ``topology.shared-store``) and implements
+``topology.network``, ``topology.shared-store``; every target launches a single broker) and implements
 ``launch_topology(topology, scenario, workdir, *, bridge_route=None) -> Cluster``. A `Cluster`
 holds `Node` handles with one small interface (name, address per protocol, start / stop / kill /
 pause / resume, serving or not, counters, log tail). Callers (suites, chaos/) use only that: what
@@ -41,7 +41,6 @@ __all__ = ["Bridge", "BridgeFilterPolicy", "BridgeRoute", "Cluster", "CompositeD
 
 #: the topology capabilities a target may declare, and what they promise
 TOPOLOGY_CAPABILITIES: dict[str, str] = {
-    "topology.single": "launches one broker as a topology of one node",
     "topology.network": "launches 2 to 4 brokers joined by network bridges (ActiveMQ network connectors)",
     "topology.shared-store": "launches 2 or more brokers on one shared store, one master at a time",
 }
@@ -276,16 +275,17 @@ class Topology:
         return "single"
 
     @property
-    def capability(self) -> str:
+    def capability(self) -> str | None:
         return capability_of(self)
 
     def with_bridges(self, bridges: tuple[Bridge, ...]) -> "Topology":
         return replace(self, bridges=tuple(bridges))
 
 
-def capability_of(topology: Topology) -> str:
-    """The capability a target declares to launch ``topology`` (``topology.<kind>``)."""
-    return f"topology.{topology.kind}"
+def capability_of(topology: Topology) -> str | None:
+    """The capability a target declares to launch ``topology`` (``topology.<kind>``); None for a
+    single broker, which every target launches."""
+    return None if topology.kind == "single" else f"topology.{topology.kind}"
 
 
 # --------------------------------------------------------------------------- the contract
@@ -383,6 +383,6 @@ class Cluster(Protocol):
 def check_supported(target, topology: Topology) -> None:
     """TopologyUnsupported unless ``target`` declares ``topology``'s capability."""
     needed = capability_of(topology)
-    if needed not in target.capabilities():
+    if needed is not None and needed not in target.capabilities():
         raise TopologyUnsupported(f"target {target.name} lacks {needed} (it cannot launch a {topology.kind} "
                                   f"topology here)")

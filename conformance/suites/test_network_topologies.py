@@ -3,9 +3,9 @@ page (../shared/spec/activemq-classic-networks-of-brokers.md; catalogue conforma
 multicast discovery (NOB-MCAST-1), masterslave: connectors (NOB-MS-1), connector credentials
 (NOB-AUTH-1) and several named duplex connectors between one pair (NOB-DUPLEX-3).
 
-Targets: ActiveMQ Classic 5.17 (``conformance.targets.activemq_network``, shared-store
-master/slave from ``conformance.targets.activemq_shared_store``) and the reference broker
-(``conformance.targets.reference_network``, ``reference_broker/cluster/``).
+Targets: ActiveMQ Classic 5.17 (``conformance.targets.activemq.network``, shared-store
+master/slave from ``conformance.targets.activemq.shared_store``) and the reference broker
+(``conformance.targets.reference.network``, ``reference_broker/cluster/``).
 
 Traffic rule for discovery: every test run uses a discovery group of its own (never ``default``),
 joined on loopback with TTL 0 (``activemq_loopback_uri`` for ActiveMQ; the reference agent's own

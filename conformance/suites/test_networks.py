@@ -15,8 +15,8 @@ network consumers included). Where the check is that nothing arrives, the test f
 positive sign that the network had the chance (the demand reached the last broker it may reach),
 then gives the messages a quiet window and checks that they are still held where they were sent.
 
-Targets: ActiveMQ Classic (``conformance.targets.activemq_network``) and the reference broker
-(``conformance.targets.reference_network``, bridges from ``reference_broker/cluster/``). A target
+Targets: ActiveMQ Classic (``conformance.targets.activemq.network``) and the reference broker
+(``conformance.targets.reference.network``, bridges from ``reference_broker/cluster/``). A target
 without a network launcher is reported not applicable with the reason.
 """
 

@@ -50,8 +50,12 @@ CAPABILITIES: dict[str, str] = {
     "dead_letter": "dead-letter queue after maximum redeliveries",
     "expiry": "message expiry (TTL)",
     "process.kill": "the broker runs as a process the harness can kill and restart",
-    **TOPOLOGY_CAPABILITIES,  # topology.single / topology.network / topology.shared-store
+    **TOPOLOGY_CAPABILITIES,  # topology.network / topology.shared-store
 }
+
+
+class UnknownTarget(ValueError):
+    """No target has that name (the message lists the known ones, with a did-you-mean)."""
 
 
 class TargetUnavailable(RuntimeError):

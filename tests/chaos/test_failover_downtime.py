@@ -213,7 +213,7 @@ def test_reference_broker_pause_downtime(tmp_path):
     from chaos.nemesis import ProcessNemesis
     from chaos.workloads import QueueWorkload
     from conformance.clients import connect
-    from conformance.targets.reference import ReferenceBrokerProcess
+    from conformance.targets.reference.process import ReferenceBrokerProcess
     from conformance.targets.runtime.node import ProcessNode
 
     broker = ReferenceBrokerProcess(name="downtime", http=False).start()

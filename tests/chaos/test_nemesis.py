@@ -16,7 +16,7 @@ from chaos.history import History, read_history
 from chaos.nemesis import (LockLossNemesis, Nemesis, NemesisError, NetnsNemesis, ProcessNemesis, ProxyNemesis,
                            netns_unavailable)
 from conformance.requirements import missing_mark
-from conformance.targets.reference import ReferenceBrokerProcess
+from conformance.targets.reference.process import ReferenceBrokerProcess
 from conformance.targets.runtime.node import ProcessNode
 
 

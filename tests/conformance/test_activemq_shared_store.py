@@ -1,4 +1,4 @@
-"""The shared-store master/slave launcher (conformance.targets.activemq_shared_store): the
+"""The shared-store master/slave launcher (conformance.targets.activemq.shared_store): the
 configuration it generates, and a real group of two ActiveMQ JVMs on one KahaDB directory
 behaving as the A-MQ fault-tolerant messaging guide, 3.1 describes."""
 
@@ -9,8 +9,8 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from conformance.requirements import skip_or_fail
-from conformance.targets.activemq import ActiveMQProcess, activemq_available
-from conformance.targets.activemq_shared_store import SharedStoreGroup
+from conformance.targets.activemq.process import ActiveMQProcess, activemq_available
+from conformance.targets.activemq.shared_store import SharedStoreGroup
 
 CORE = "{http://activemq.apache.org/schema/core}"
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conformance.targets.artemis_target import (
+from conformance.targets.artemis.target import (
     CONTAINER_CAPABILITIES,
     PROCESS_CAPABILITIES,
     STOMP_UNSUPPORTED,

@@ -20,7 +20,7 @@ from conformance.bench.mqtt_load import (
     encode_subscribe,
     run_mqtt_load,
 )
-from conformance.targets.mosquitto import MosquittoProcess, mosquitto_available
+from conformance.targets.mosquitto.process import MosquittoProcess, mosquitto_available
 
 
 def _varint(buf, pos: int, end: int):

@@ -1,4 +1,4 @@
-"""ActiveMQ Artemis in a container (conformance.targets.artemis_container) and the artemis target
+"""ActiveMQ Artemis in a container (conformance.targets.artemis.container) and the artemis target
 (registry.ArtemisTarget).
 
 The fast tests use a fake testcontainers container (no engine): environment, published ports,
@@ -19,8 +19,8 @@ import pytest
 from conformance.clients import connect
 from conformance.requirements import skip_or_fail
 from conformance.scenario import DestinationPolicy, Scenario
-from conformance.targets import artemis_container as mod
-from conformance.targets.artemis_container import (
+from conformance.targets.artemis import container as mod
+from conformance.targets.artemis.container import (
     ArtemisContainer,
     ArtemisStartError,
     UnsupportedArtemisPolicy,
@@ -29,9 +29,9 @@ from conformance.targets.artemis_container import (
     from_scenario,
 )
 from conformance.targets.base import TargetUnavailable
-from conformance.targets.docker_env import DockerUnavailable, docker_client, image_available
-from conformance.targets.artemis_target import ArtemisTarget
-from conformance.targets.artemis_dist import ARTEMIS_IMAGE
+from conformance.targets.runtime.docker_env import DockerUnavailable, docker_client, image_available
+from conformance.targets.artemis.target import ArtemisTarget
+from conformance.targets.artemis.dist import ARTEMIS_IMAGE
 
 
 # ---------------------------------------------------------------- fakes

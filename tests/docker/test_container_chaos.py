@@ -28,11 +28,11 @@ import pytest
 
 from conformance.requirements import skip_or_fail
 from conformance.scenario import Scenario
-from conformance.targets import activemq_container_network as acn
-from conformance.targets.activemq_target import ActiveMQTarget
+from conformance.targets.activemq import container_network as acn
+from conformance.targets.activemq.target import ActiveMQTarget
 from conformance.requirements import skip_or_fail
-from conformance.targets.docker_env import ACTIVEMQ_IMAGE, docker_client, image_available
-from conformance.targets.artemis_dist import ARTEMIS_IMAGE
+from conformance.targets.runtime.docker_env import ACTIVEMQ_IMAGE, docker_client, image_available
+from conformance.targets.artemis.dist import ARTEMIS_IMAGE
 from conformance.targets.registry import BUILTIN
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -179,7 +179,7 @@ def test_shared_store_failover_experiment_in_containers(tmp_path):
 
 
 def _artemis_containers() -> set[str]:
-    from conformance.targets.artemis_container import LABEL  # noqa: PLC0415 - needs the docker SDK
+    from conformance.targets.artemis.container import LABEL  # noqa: PLC0415 - needs the docker SDK
 
     client = docker_client()
     try:

@@ -26,10 +26,10 @@ from chaos.history import History, read_history
 from chaos.nemesis.container import ContainerPartitionNemesis
 from conformance.clients import connect
 from conformance.requirements import skip_or_fail
-from conformance.targets.activemq_container_network import ActiveMQContainerNetwork, SharedVolumePair
-from conformance.targets.activemq_network import Bridge, NetworkConnectorOptions
-from conformance.targets.docker_env import ACTIVEMQ_IMAGE, docker_client, image_available
-from conformance.targets.artemis_dist import ARTEMIS_IMAGE
+from conformance.targets.activemq.container_network import ActiveMQContainerNetwork, SharedVolumePair
+from conformance.targets.activemq.network import Bridge, NetworkConnectorOptions
+from conformance.targets.runtime.docker_env import ACTIVEMQ_IMAGE, docker_client, image_available
+from conformance.targets.artemis.dist import ARTEMIS_IMAGE
 
 pytestmark = [pytest.mark.container, pytest.mark.slow]
 
@@ -183,7 +183,7 @@ def _core_port_reachable(broker, peer: str) -> bool:
 
 
 def test_partition_cuts_artemis_containers_apart_until_healed(tmp_path):
-    from conformance.targets import artemis_container as art  # noqa: PLC0415 - needs the docker SDK
+    from conformance.targets.artemis import container as art  # noqa: PLC0415 - needs the docker SDK
 
     _require_image(ARTEMIS_IMAGE)
     tag = uuid.uuid4().hex[:6]

@@ -26,7 +26,7 @@ from typing import Any, Callable
 import pytest
 import stomp
 
-from conformance.targets.reference import ReferenceBrokerProcess
+from conformance.targets.reference.process import ReferenceBrokerProcess
 from reference_broker.config import build_config
 from reference_broker.protocols.stomp.codec import HEARTBEAT, Frame, StompParser, serialize_frame
 from reference_broker.server import BrokerServer

@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 from conformance.topology import NodeError, Topology
+from conformance.topology import TopologyUnsupported, capability_of
 
 
 def signal_tree(pid: int, sig: int) -> None:
@@ -174,7 +175,6 @@ class SingleNodeCluster:
 def launch_single(target: Any, topology: Topology, scenario: Any, workdir: Any, *, faultable: bool) -> SingleNodeCluster:
     """``target.launch`` as a topology of one node. ``faultable``: the handle's ``process`` is ours
     to kill / pause (the target declares ``process.kill``); else the cluster has no node to fault."""
-    from conformance.topology import TopologyUnsupported, capability_of
 
     if topology.kind != "single":
         raise TopologyUnsupported(f"target {target.name} lacks {capability_of(topology)} (it launches one broker)")

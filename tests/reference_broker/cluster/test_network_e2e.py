@@ -3,8 +3,8 @@ retries with its static: reconnect options and forms the bridge once the peer li
 
 import time
 
-from conformance.targets.process import free_ports
-from conformance.targets.reference_network import ReferenceNode
+from conformance.targets.runtime.process import free_ports
+from conformance.targets.reference.network import ReferenceNode
 
 
 def test_static_connector_reconnects_until_the_peer_listens():

@@ -11,7 +11,7 @@
 //   {"id":"7","ok":true,"mbeans":[{"name":"...","attributes":{...},"missing":[...]}]}
 //   {"id":"7","ok":false,"error":"..."}
 // After connecting, serve mode prints {"ready":true,"connect_ms":N}; a connection failure prints
-// {"ready":false,"error":"..."} and exits 2. Used by conformance/targets/jmx.py, which keeps one
+// {"ready":false,"error":"..."} and exits 2. Used by conformance/targets/activemq/jmx.py, which keeps one
 // helper per broker so a query costs a JMX round trip, not a JVM start.
 //
 // Only java.base / java.management / java.management.rmi are used, so this runs on a plain JRE.

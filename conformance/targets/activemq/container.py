@@ -40,10 +40,10 @@ import weakref
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from .activemq import ActiveMQProcess, ActiveMQStartError, _stomp_handshake
-from .container_lifecycle import ContainerLifecycle, _configure_reaper
-from .docker_env import ACTIVEMQ_IMAGE, DockerUnavailable, docker_client, image_available
-from .process import free_ports
+from conformance.targets.activemq.process import ActiveMQProcess, ActiveMQStartError, _stomp_handshake
+from conformance.targets.runtime.container import ContainerLifecycle, _configure_reaper
+from conformance.targets.runtime.docker_env import ACTIVEMQ_IMAGE, DockerUnavailable, docker_client, image_available
+from conformance.targets.runtime.process import free_ports
 
 __all__ = ["ActiveMQContainer", "CONTAINER_PORTS", "READY_LINE", "LABEL"]
 

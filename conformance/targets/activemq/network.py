@@ -33,12 +33,12 @@ from conformance.topology import (PEER_LIST_SCHEMES, Topology, RECONNECT_URI_OPT
                                   CompositeDestination, NetworkConnectorOptions, check_duplex_names, static_uri,
                                   with_connector_renamed)
 
-from .activemq import ActiveMQProcess
-from .activemq_policy import authentication_plugin_xml
-from .activemq_mbeans import destination_pattern
-from .jmx import JmxClient
-from .process import free_ports
-from .runtime.node import ProcessNode
+from conformance.targets.activemq.process import ActiveMQProcess
+from conformance.targets.activemq.policy import authentication_plugin_xml
+from conformance.targets.activemq.mbeans import destination_pattern
+from conformance.targets.activemq.jmx import JmxClient
+from conformance.targets.runtime.process import free_ports
+from conformance.targets.runtime.node import ProcessNode
 
 __all__ = ["Bridge", "check_duplex_names", "PEER_LIST_SCHEMES", "BridgeFilterPolicy", "CompositeDestination", "render_destination_interceptors", "BridgeRoute", "NetworkConnectorOptions", "ActiveMQNetwork", "NetworkNode",
            "NetworkStartError", "render_network_connector", "render_bridge_filter_policy", "destination_element"]

@@ -59,13 +59,13 @@ from typing import Any
 
 from conformance.scenario import DestinationPolicy, Scenario
 
-from .activemq import _stomp_handshake
+from conformance.targets.activemq.process import _stomp_handshake
 # the address-setting mapping is shared with the local-process launcher (artemis_process.py)
-from .artemis_config import FRAGMENT_MARK, UnsupportedArtemisPolicy, address_settings_xml, artemis_match
-from .container_lifecycle import ContainerLifecycle, _configure_reaper
-from .docker_env import DockerUnavailable, docker_client, image_available
-from .process import free_ports
-from .artemis_dist import ARTEMIS_IMAGE  # the local image by default; never pulled (a missing image is a reason)
+from conformance.targets.artemis.config import FRAGMENT_MARK, UnsupportedArtemisPolicy, address_settings_xml, artemis_match
+from conformance.targets.runtime.container import ContainerLifecycle, _configure_reaper
+from conformance.targets.runtime.docker_env import DockerUnavailable, docker_client, image_available
+from conformance.targets.runtime.process import free_ports
+from conformance.targets.artemis.dist import ARTEMIS_IMAGE  # the local image by default; never pulled (a missing image is a reason)
 
 __all__ = ["ARTEMIS_IMAGE", "ArtemisContainer", "ArtemisStartError", "UnsupportedArtemisPolicy", "CONTAINER_PORTS",
            "READY_LINE", "LABEL", "address_settings_xml", "artemis_match"]
@@ -93,7 +93,7 @@ _AMQP_PREFIXES = "anycastPrefix=queue://;multicastPrefix=topic://"
 _START_SCRIPT = f"""#!/bin/sh
 # brokerconf: let the image's entrypoint create the instance, give the STOMP and AMQP acceptors
 # routing prefixes, add the scenario's address settings to etc/broker.xml, then run the broker
-# (conformance/targets/artemis_container.py). A restart finds all of it done and only runs.
+# (conformance/targets/artemis/container.py). A restart finds all of it done and only runs.
 set -e
 cd /var/lib/artemis-instance
 /docker-run.sh version

@@ -74,7 +74,7 @@ class ActiveMQConfig:
     not_applied: tuple[str, ...] = field(default=())  # settings written as comments only
 
     def process_options(self) -> dict:
-        """Keyword arguments for `ActiveMQProcess` (see conformance/targets/activemq.py)."""
+        """Keyword arguments for `ActiveMQProcess` (see conformance/targets/activemq/process.py)."""
         return {
             "policy_entries_xml": self.policy_entries_xml,
             "plugins_xml": self.plugins_xml,

@@ -29,11 +29,11 @@ from typing import Any
 
 from conformance.topology import SharedStore, Topology
 
-from .activemq_container import _SHARED_KAHADB, CONTAINER_PORTS, LABEL, ActiveMQContainer
-from .activemq_network import _ESTABLISHED, ActiveMQNetwork, Bridge, NetworkNode, NetworkStartError, \
+from conformance.targets.activemq.container import _SHARED_KAHADB, CONTAINER_PORTS, LABEL, ActiveMQContainer
+from conformance.targets.activemq.network import _ESTABLISHED, ActiveMQNetwork, Bridge, NetworkNode, NetworkStartError, \
     render_network_connector
-from .activemq_shared_store import NODE_NAMES, SharedStoreGroup, SharedStoreNode
-from .docker_env import ACTIVEMQ_IMAGE, docker_client
+from conformance.targets.activemq.shared_store import NODE_NAMES, SharedStoreGroup, SharedStoreNode
+from conformance.targets.runtime.docker_env import ACTIVEMQ_IMAGE, docker_client
 
 __all__ = ["ActiveMQContainerNetwork", "ContainerNetworkNode", "ContainerSharedStoreNode", "SharedVolumePair",
            "scenario_network"]

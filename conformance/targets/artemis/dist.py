@@ -30,9 +30,9 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from .tools_cache import PINS_FILE as PINS
-from .tools_cache import TOOLS_DIR as TOOLS
-from .tools_cache import sha512_of
+from conformance.targets.tools_cache import PINS_FILE as PINS
+from conformance.targets.tools_cache import TOOLS_DIR as TOOLS
+from conformance.targets.tools_cache import sha512_of
 MARKER = ".brokerconf-verified"
 
 
@@ -160,7 +160,7 @@ def ensure_distribution(tools: Path | None = None, run=subprocess.run, progress=
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m conformance.targets.artemis_dist``: ensure the distribution (for bootstrap.sh)."""
+    """``python -m conformance.targets.artemis.dist``: ensure the distribution (for bootstrap.sh)."""
     try:
         print(ensure_distribution())
     except (ArtemisDistError, OSError, tarfile.TarError) as exc:

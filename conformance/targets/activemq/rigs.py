@@ -11,9 +11,9 @@ from xml.sax.saxutils import quoteattr
 
 from conformance.topology import NetworkConnectorOptions
 
-from .activemq import ActiveMQProcess
-from .activemq_network import NetworkNode, render_network_connector
-from .activemq_shared_store import SharedStoreGroup
+from conformance.targets.activemq.process import ActiveMQProcess
+from conformance.targets.activemq.network import NetworkNode, render_network_connector
+from conformance.targets.activemq.shared_store import SharedStoreGroup
 
 
 class DiscoveryPair:

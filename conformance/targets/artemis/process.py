@@ -37,10 +37,10 @@ from pathlib import Path
 
 from conformance.scenario import Scenario
 
-from .activemq import _stomp_handshake
-from .artemis_config import ArtemisConfig, render
-from .artemis_dist import home, installed
-from .process import free_ports, kill_group, peak_rss, stop_group, tail_files
+from conformance.targets.activemq.process import _stomp_handshake
+from conformance.targets.artemis.config import ArtemisConfig, render
+from conformance.targets.artemis.dist import home, installed
+from conformance.targets.runtime.process import free_ports, kill_group, peak_rss, stop_group, tail_files
 
 __all__ = ["ArtemisProcess", "ArtemisStartError", "ArtemisNotInstalled", "JolokiaError", "LISTENERS"]
 

@@ -22,8 +22,8 @@ from pathlib import Path
 
 from conformance.topology import SharedStore, Topology
 
-from .activemq import ActiveMQProcess
-from .activemq_network import NetworkNode
+from conformance.targets.activemq.process import ActiveMQProcess
+from conformance.targets.activemq.network import NetworkNode
 
 #: node names, in start order: A is started first and becomes the first master
 NODE_NAMES = "ABCDEFGH"

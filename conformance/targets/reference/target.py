@@ -23,7 +23,12 @@ from typing import Any, Callable
 
 from conformance.scenario import DestinationPolicy, Scenario
 from conformance.targets.base import DestinationCounters, SubscriptionCounters, TargetUnavailable
-from conformance.targets.reference import ReferenceBrokerProcess, ReferenceStartError
+from conformance.targets.reference.process import ReferenceBrokerProcess, ReferenceStartError
+from conformance.targets.reference.network import ReferenceNetwork
+from conformance.targets.reference.rigs import DiscoveryPair
+from conformance.targets.reference.rigs import MasterSlaveRig
+from conformance.targets.runtime.node import launch_single
+from conformance.topology import check_supported
 
 _START_TIMEOUT = 10.0
 
@@ -34,7 +39,6 @@ CAPABILITIES = frozenset({
     "slow_consumer.pending_limit", "slow_consumer.eviction", "memory.limits",
     "durable_subscriptions", "transactions", "selectors", "exclusive_consumers", "consumer_priority",
     "message_priority", "nack", "dead_letter", "expiry", "topology.network", "stomp.group_header",
-    "topology.single",
 })
 
 
@@ -306,23 +310,18 @@ class ReferenceTarget:
 
     def discovery_pair(self, workdir: Path, group: str):
         """Two unstarted brokers that find each other by multicast discovery in ``group`` (reference_rigs.DiscoveryPair)."""
-        from conformance.targets.reference_rigs import DiscoveryPair
 
         return DiscoveryPair(workdir, group)
 
     def masterslave_rig(self, workdir: Path, reconnect: dict):
         """A master/slave pair M, S and a broker F bridging to it through a ``masterslave:``
         connector with the ``reconnect`` options (reference_rigs.MasterSlaveRig), unstarted."""
-        from conformance.targets.reference_rigs import MasterSlaveRig
 
         return MasterSlaveRig(workdir, reconnect)
 
     def launch_topology(self, topology, scenario: Scenario, workdir: Path, *, bridge_route=None):
         """One broker (in-process, or a process the harness can fault), or a network of in-process
         reference brokers (`ReferenceNetwork`); no shared store."""
-        from conformance.targets.reference_network import ReferenceNetwork
-        from conformance.targets.runtime.node import launch_single
-        from conformance.topology import check_supported
 
         check_supported(self, topology)
         if topology.kind == "single":

@@ -1,4 +1,4 @@
-"""The reference broker's counterparts of conformance/targets/activemq_rigs.py: two in-process
+"""The reference broker's counterparts of conformance/targets/activemq/rigs.py: two in-process
 brokers finding each other by multicast discovery, and a broker F whose ``masterslave:(M, S)``
 connector follows whichever of M, S is live."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from conformance.topology import NetworkConnectorOptions
 
-from .reference_network import ReferenceNode, connector_config
+from conformance.targets.reference.network import ReferenceNode, connector_config
 
 
 class DiscoveryPair:

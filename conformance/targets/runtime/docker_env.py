@@ -1,7 +1,7 @@
 """Is Docker usable here? Detected, never assumed (issue 8).
 
 `docker_available()` and `image_available()` return ``(ok, reason)`` like
-`conformance.targets.activemq.activemq_available`, so a container target that cannot run is
+`conformance.targets.activemq.process.activemq_available`, so a container target that cannot run is
 reported not applicable with the reason, never as a failure. The reasons are distinct, each
 saying what to do:
 

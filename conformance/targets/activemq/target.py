@@ -14,20 +14,20 @@ the Status of Slow Consumers"):
 * ``destination_counters("queue://X" | "topic://X")``: ``EnqueueCount``, ``DequeueCount``,
   ``ConsumerCount``, ``MemoryUsageByteCount``, ``MemoryLimit`` of the DestinationView MBean.
 
-Queries go through one long-running Java helper per handle (`conformance.targets.jmx`): the first
+Queries go through one long-running Java helper per handle (`conformance.targets.activemq.jmx`): the first
 query starts it (about 1 s: the source launcher compiles it, then it connects), later ones take a
 JMX round trip (measured here, 2 cores: 5-30 ms for the attributes below, up to about 130 ms for
 every attribute of every MBean). ``handle.jmx_timing`` keeps the numbers.
 
 Launch modes (issue 8): ``launch="process"`` runs the JVM on this machine (`ActiveMQProcess`),
 ``launch="container"`` runs the same activemq.xml in the ``brokerconf/activemq-classic`` image
-(`conformance.targets.activemq_container.ActiveMQContainer`, same interface: published loopback
+(`conformance.targets.activemq.container.ActiveMQContainer`, same interface: published loopback
 ports, JMX through a published port), and ``launch="auto"`` (plain ``activemq``) takes the local
 process when the Debian package is installed, else the container. The handle says which ran
 (``handle.launch``), and the plugin records it in the matrix.
 
 AMQP: Debian does not package ActiveMQ's AMQP transport (activemq-amqp). When
-`conformance.targets.activemq_amqp` has fetched the pinned jars into ``.tools/`` (`brokerconf
+`conformance.targets.activemq.amqp` has fetched the pinned jars into ``.tools/`` (`brokerconf
 targets install activemq-amqp`; they must match the installed broker's version), the local process
 gets an ``amqp://`` connector and the target ``protocol.amqp``; the container image has no AMQP
 (`why_missing` says which of these is missing).
@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Callable
 
 from conformance.scenario import Scenario
-from conformance.targets.activemq import (
+from conformance.targets.activemq.process import (
     ActiveMQNotInstalled,
     ActiveMQProcess,
     ActiveMQStartError,
@@ -51,12 +51,19 @@ from conformance.targets.activemq import (
     activemq_available,
     activemq_mqtt_available,
 )
-from conformance.targets.activemq_policy import ActiveMQConfig, UnsupportedPolicy, render
-from conformance.targets.activemq_mbeans import _split_destination, destination_pattern, subscription_pattern
-from conformance.targets.activemq_shared_store import SharedStoreGroup
+from conformance.targets.activemq.policy import ActiveMQConfig, UnsupportedPolicy, render
+from conformance.targets.activemq.mbeans import _split_destination, destination_pattern, subscription_pattern
+from conformance.targets.activemq.shared_store import SharedStoreGroup
 from conformance.targets.base import DestinationCounters, SubscriptionCounters, TargetUnavailable
-from conformance.targets.docker_env import ACTIVEMQ_IMAGE, DockerUnavailable, container_target_available
-from conformance.targets.jmx import JmxClient, JmxError, MBean, QueryTiming
+from conformance.targets.runtime.docker_env import ACTIVEMQ_IMAGE, DockerUnavailable, container_target_available
+from conformance.targets.activemq.jmx import JmxClient, JmxError, MBean, QueryTiming
+from conformance.targets.activemq.container import ActiveMQContainer
+from conformance.targets.activemq.container_network import SharedVolumePair
+from conformance.targets.activemq.network import ActiveMQNetwork
+from conformance.targets.activemq.rigs import DiscoveryPair
+from conformance.targets.activemq.rigs import MasterSlaveRig
+from conformance.targets.runtime.node import launch_single
+from conformance.topology import check_supported
 
 __all__ = ["ActiveMQTarget", "ActiveMQHandle", "LAUNCH_MODES", "subscription_pattern", "destination_pattern"]
 
@@ -84,7 +91,6 @@ _FEATURES = frozenset({
     "dead_letter",
     "expiry",
     "process.kill",
-    "topology.single",
     "topology.network",  # process mode only (`ActiveMQTarget.capabilities`)
     "topology.shared-store",
 })
@@ -366,8 +372,6 @@ class ActiveMQTarget:
     def _broker(self, workdir: Path, **options):
         """An unstarted ActiveMQProcess or ActiveMQContainer (same options, same interface)."""
         if self.launch_mode == "container":
-            from conformance.targets.activemq_container import ActiveMQContainer  # noqa: PLC0415 - needs docker SDK
-
             return ActiveMQContainer(Path(workdir) / "activemq-container", image=self.image, **options)
         return ActiveMQProcess(Path(workdir) / "activemq", **options)
 
@@ -435,8 +439,6 @@ class ActiveMQTarget:
         if "amqp" in scenario.protocols and "protocol.amqp" in self.capabilities():
             options["amqp"] = True  # process mode only: the image has no AMQP transport
         if self.launch_mode == "container":
-            from conformance.targets.activemq_container_network import SharedVolumePair  # noqa: PLC0415 - docker SDK
-
             # 256 MB heap per JVM: two containers plus the workload share the machine's memory
             group = SharedVolumePair(Path(workdir) / "activemq-shared-volume", image=self.image,
                                      jvm_heap_mb=min(self.jvm_heap_mb, 256), **options)
@@ -454,9 +456,6 @@ class ActiveMQTarget:
     def launch_topology(self, topology, scenario: Scenario, workdir: Path, *, bridge_route=None):
         """One broker, a network of local JVMs (`ActiveMQNetwork`), or a shared-store group (local
         JVMs on one KahaDB directory, or containers on one volume)."""
-        from conformance.targets.activemq_network import ActiveMQNetwork  # noqa: PLC0415 - it imports this module
-        from conformance.targets.runtime.node import launch_single
-        from conformance.topology import check_supported
 
         check_supported(self, topology)
         if topology.kind == "single":
@@ -479,14 +478,12 @@ class ActiveMQTarget:
 
     def discovery_pair(self, workdir: Path, group: str):
         """Two unstarted brokers that find each other by multicast discovery in ``group`` (activemq_rigs.DiscoveryPair)."""
-        from conformance.targets.activemq_rigs import DiscoveryPair
 
         return DiscoveryPair(workdir, group)
 
     def masterslave_rig(self, workdir: Path, reconnect: dict):
         """A master/slave pair M, S and a broker F bridging to it through a ``masterslave:``
         connector with the ``reconnect`` options (activemq_rigs.MasterSlaveRig), unstarted."""
-        from conformance.targets.activemq_rigs import MasterSlaveRig
 
         return MasterSlaveRig(workdir, reconnect)
 

@@ -34,8 +34,13 @@ from pathlib import Path
 from typing import Callable
 
 from conformance.scenario import Scenario
-from conformance.targets.artemis_config import DEAD_LETTER_ADDRESS
+from conformance.targets.artemis import container as artemis_container
+from conformance.targets.artemis import process as artemis_process
+from conformance.targets.artemis.config import DEAD_LETTER_ADDRESS, UnsupportedArtemisPolicy
+from conformance.targets.artemis.dist import ARTEMIS_IMAGE, installed
 from conformance.targets.base import DestinationCounters, SubscriptionCounters, TargetUnavailable
+from conformance.targets.runtime.docker_env import DockerUnavailable, image_available
+from conformance.targets.runtime.node import launch_single
 
 __all__ = ["ArtemisTarget", "ArtemisProcessHandle", "ArtemisContainerHandle", "LAUNCH_MODES"]
 
@@ -48,7 +53,7 @@ CONTAINER_CAPABILITIES = frozenset({
     "protocol.stomp", "protocol.mqtt", "protocol.amqp", "scenario.policies", "groups", "groups.close",
     "groups.reassign_on_close", "groups.first_key", "groups.rebalance", "groups.buckets", "process.kill",
     "message_priority", "nack", "dead_letter", "expiry", "transactions", "selectors", "durable_subscriptions",
-    "consumer_priority", "topology.single"})
+    "consumer_priority"})
 
 #: the local JVM adds broker-side counters read over Jolokia on loopback
 PROCESS_CAPABILITIES = CONTAINER_CAPABILITIES | frozenset({"counters.destination"})
@@ -124,7 +129,6 @@ class ArtemisProcessHandle:
         """A queue's counters (``queue://X``: the anycast queue X), or a topic's summed over its
         subscription queues (``topic://X``: every multicast queue of address X); None when the
         broker has no such queue."""
-        from conformance.targets.artemis_process import JolokiaError  # noqa: PLC0415
 
         kind, _, name = destination.partition("://")
         if kind not in ("queue", "topic") or not name:
@@ -135,7 +139,7 @@ class ArtemisProcessHandle:
                                     f"Log tail:\n{self.log_tail(20)}")
         try:
             found = self.process.queue_attributes(name, routing, QUEUE_ATTRIBUTES)
-        except JolokiaError as exc:
+        except artemis_process.JolokiaError as exc:
             if "InstanceNotFound" in str(exc):
                 return None
             raise
@@ -159,13 +163,11 @@ class ArtemisProcessHandle:
         self.process.kill()
 
     def restart(self, timeout: float = 120) -> None:
-        from conformance.targets.artemis_process import ArtemisNotInstalled, ArtemisStartError  # noqa: PLC0415
-
         if self.process.running:
             self.process.stop()
         try:
             self.process.start(timeout=timeout)
-        except (ArtemisNotInstalled, ArtemisStartError) as e:
+        except (artemis_process.ArtemisNotInstalled, artemis_process.ArtemisStartError) as e:
             raise TargetUnavailable(f"Artemis ({self.target}) did not come back: {e}") from e
 
     def stop(self) -> None:
@@ -184,7 +186,7 @@ class ArtemisContainerHandle:
 
     def __init__(self, *, target: str, broker, scenario: Scenario, capabilities: frozenset[str]) -> None:
         self.target = target
-        self.broker = broker  # conformance.targets.artemis_container.ArtemisContainer
+        self.broker = broker  # conformance.targets.artemis.container.ArtemisContainer
         self.process = broker  # same name as ActiveMQHandle's, for the chaos harness (kill/pause/resume)
         self.scenario = scenario
         self.capabilities = capabilities
@@ -212,12 +214,10 @@ class ArtemisContainerHandle:
 
     def restart(self, timeout: float = 120) -> None:
         """Start the killed container again (same instance, journal and host ports)."""
-        from conformance.targets.artemis_container import ArtemisStartError  # noqa: PLC0415
-        from conformance.targets.docker_env import DockerUnavailable  # noqa: PLC0415
 
         try:
             self.broker.start(timeout=timeout)
-        except (ArtemisStartError, DockerUnavailable) as e:
+        except (artemis_container.ArtemisStartError, DockerUnavailable) as e:
             raise TargetUnavailable(f"Artemis ({self.target}) did not come back: {e}") from e
 
     def stop(self) -> None:
@@ -231,7 +231,6 @@ ArtemisHandle = ArtemisContainerHandle
 def _container_check(image: str, image_check=None) -> tuple[bool, str]:
     if image_check is not None:
         return image_check(image)
-    from conformance.targets.docker_env import image_available  # noqa: PLC0415
 
     return image_available(image)
 
@@ -250,7 +249,6 @@ class ArtemisTarget:
                  start_timeout: float = 120.0, jvm_heap_mb: int = 384) -> None:
         if launch not in LAUNCH_MODES:
             raise ValueError(f"launch must be one of {', '.join(LAUNCH_MODES)}, not {launch!r}")
-        from conformance.targets.artemis_dist import ARTEMIS_IMAGE  # noqa: PLC0415
 
         self.name = name
         self.launch_requested = launch
@@ -264,7 +262,6 @@ class ArtemisTarget:
     def _check_process(self) -> tuple[bool, str]:
         if self._process_check is not None:
             return self._process_check()
-        from conformance.targets.artemis_dist import installed  # noqa: PLC0415
 
         return installed()
 
@@ -321,7 +318,6 @@ class ArtemisTarget:
 
     def launch_topology(self, topology, scenario: Scenario, workdir: Path, *, bridge_route=None):
         """One broker (clusters of Artemis brokers are a later capability of this folder)."""
-        from conformance.targets.runtime.node import launch_single
 
         return launch_single(self, topology, scenario, workdir, faultable=True)
 
@@ -331,20 +327,14 @@ class ArtemisTarget:
             raise TargetUnavailable(reason)
         if self.launch_mode == "container":
             return self._launch_container(scenario, workdir)
-        from conformance.targets.artemis_config import UnsupportedArtemisPolicy  # noqa: PLC0415
-        from conformance.targets.artemis_process import (  # noqa: PLC0415
-            ArtemisNotInstalled,
-            ArtemisProcess,
-            ArtemisStartError,
-        )
 
-        process = ArtemisProcess(Path(workdir) / "artemis", scenario, name=_broker_name(scenario),
+        process = artemis_process.ArtemisProcess(Path(workdir) / "artemis", scenario, name=_broker_name(scenario),
                                  jvm_heap_mb=self.jvm_heap_mb)
         try:
             process.start(timeout=self.start_timeout)
         except UnsupportedArtemisPolicy as e:
             raise TargetUnavailable(f"Apache Artemis cannot run scenario {scenario.name!r}: {e}") from e
-        except (ArtemisNotInstalled, ArtemisStartError) as e:
+        except (artemis_process.ArtemisNotInstalled, artemis_process.ArtemisStartError) as e:
             raise TargetUnavailable(f"Apache Artemis ({self.name}, process) did not start for scenario "
                                     f"{scenario.name!r}: {e}") from e
         capabilities = frozenset(c for c in PROCESS_CAPABILITIES
@@ -352,20 +342,13 @@ class ArtemisTarget:
         return ArtemisProcessHandle(target=self.name, process=process, scenario=scenario, capabilities=capabilities)
 
     def _launch_container(self, scenario: Scenario, workdir: Path) -> ArtemisContainerHandle:
-        from conformance.targets.artemis_container import (  # noqa: PLC0415 - needs the docker SDK
-            ArtemisStartError,
-            UnsupportedArtemisPolicy,
-            from_scenario,
-        )
-        from conformance.targets.docker_env import DockerUnavailable  # noqa: PLC0415
-
         try:
-            broker = from_scenario(scenario, Path(workdir) / "artemis-container", image=self.image)
+            broker = artemis_container.from_scenario(scenario, Path(workdir) / "artemis-container", image=self.image)
         except UnsupportedArtemisPolicy as e:
             raise TargetUnavailable(f"Apache Artemis cannot run scenario {scenario.name!r}: {e}") from e
         try:
             broker.start(timeout=self.start_timeout)
-        except (ArtemisStartError, DockerUnavailable) as e:
+        except (artemis_container.ArtemisStartError, DockerUnavailable) as e:
             raise TargetUnavailable(f"Apache Artemis (container) did not start for scenario {scenario.name!r}: "
                                     f"{e}") from e
         opened = {"stomp": True, "mqtt": broker.mqtt, "amqp": broker.amqp}

@@ -78,7 +78,7 @@ def _helper_command(service_url: str, *extra: str) -> list[str]:
                        "PATH, $JAVA_HOME); install it with `apt-get install default-jre-headless`")
     if not HELPER_SOURCE.is_file():
         raise JmxError(f"the JMX helper source {HELPER_SOURCE} is missing; reinstall brokerconf from a checkout "
-                       "(the .java file ships next to conformance/targets/jmx.py)")
+                       "(the .java file ships next to conformance/targets/activemq/jmx.py)")
     return [java, *_HELPER_JVM_FLAGS, str(HELPER_SOURCE), service_url, *extra]
 
 

@@ -12,10 +12,10 @@ import time
 from collections import deque
 from pathlib import Path
 
-from .process import peak_rss
+from conformance.targets.runtime.process import peak_rss
 
 _READY = re.compile(r"reference broker '.*' ready: (.*)$")
-_SOURCE_ROOT = Path(__file__).resolve().parents[2]
+_SOURCE_ROOT = Path(__file__).resolve().parents[3]
 
 
 class ReferenceStartError(RuntimeError):

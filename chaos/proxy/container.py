@@ -30,9 +30,10 @@ import weakref
 from pathlib import Path
 from typing import Any
 
-from .container_lifecycle import _configure_reaper, _remove_quietly
-from .docker_env import DockerUnavailable, docker_client, image_available
-from .process import free_ports
+from chaos.proxy.server import FaultProxyServer
+from conformance.targets.runtime.container import _configure_reaper, _remove_quietly
+from conformance.targets.runtime.docker_env import DockerUnavailable, docker_client, image_available
+from conformance.targets.runtime.process import free_ports
 
 __all__ = ["TOXIPROXY_IMAGE", "API_PORT", "ToxiproxyContainer", "ToxiproxyStartError", "start_toxiproxy"]
 
@@ -261,7 +262,6 @@ def start_toxiproxy(*, host_network: bool = True, **options: Any) -> Any:
         handle.start()
         handle.fallback_reason = ""
         return handle
-    from chaos.proxy import FaultProxyServer  # noqa: PLC0415
 
     handle = FaultProxyServer().start()
     handle.kind = "ours"
