@@ -11,15 +11,13 @@ connectors built from the same `Bridge` / `NetworkConnectorOptions` model as the
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import threading
 import time
-from concurrent.futures import Future
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable
 
+from conformance.targets.runtime.loop_thread import LoopThread
 from conformance.topology import (RECONNECT_URI_OPTIONS, Topology, Bridge, BridgeFilterPolicy, BridgeRoute, CompositeDestination,
                                   NetworkConnectorOptions, check_duplex_names, static_uri, with_connector_renamed)
 
@@ -103,32 +101,16 @@ class ReferenceNode:
         self.config_data: dict = {"name": broker_name, "stomp": "127.0.0.1:0", "advisory_support": True,
                                   "expiry_check_period_ms": 100,
                                   "policy_entries": [policy_config(p) for p in policies], **(extra_config or {})}
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._run, name=f"reference-net-{broker_name}", daemon=True)
-        self._thread.start()
+        self._loop = LoopThread(f"reference-net-{broker_name}")
         self.stomp_port = 0
         self._stopped = False
-        self._paused: threading.Event | None = None
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self.loop)
-        self.loop.run_forever()
 
     def call(self, fn: Callable[[], Any], timeout: float = 5.0) -> Any:
         """Run ``fn()`` on the broker's loop (the engine is single-threaded)."""
-        future: Future = Future()
-
-        def run() -> None:
-            try:
-                future.set_result(fn())
-            except BaseException as exc:  # noqa: BLE001 - handed to the caller
-                future.set_exception(exc)
-
-        self.loop.call_soon_threadsafe(run)
-        return future.result(timeout)
+        return self._loop.call(fn, timeout)
 
     def run_coroutine(self, coroutine, timeout: float = _TIMEOUT) -> Any:
-        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout)
+        return self._loop.run(coroutine, timeout)
 
     def listen(self) -> None:
         from reference_broker.config import build_config
@@ -204,24 +186,18 @@ class ReferenceNode:
         return self.host, self.stomp_port
 
     def serving(self) -> bool:
-        return self.server is not None and not self._stopped and self._paused is None
+        return self.server is not None and not self._stopped and not self._loop.paused
 
     def kill(self) -> None:
         """In-process, a kill is a stop: the engine's state goes with it unless a journal keeps it."""
         self.halt()
 
     def pause(self) -> None:
-        """Freeze the broker: its loop runs a call that blocks until `resume` (as SIGSTOP freezes a
-        broker process: connections stay open, nothing is read or answered)."""
-        if self._paused is not None:
-            return
-        self._paused = threading.Event()
-        self.loop.call_soon_threadsafe(self._paused.wait)
+        """Freeze the broker's loop (`LoopThread.pause`: as SIGSTOP freezes a process)."""
+        self._loop.pause()
 
     def resume(self) -> None:
-        paused, self._paused = self._paused, None
-        if paused is not None:
-            paused.set()
+        self._loop.resume()
 
     def stop(self) -> None:
         """Stop bridges, listeners and store; `start` brings the node back (`halt`)."""
@@ -240,10 +216,7 @@ class ReferenceNode:
             if self.server is not None:
                 self.run_coroutine(self.server.stop())
         finally:
-            self.loop.call_soon_threadsafe(self.loop.stop)
-            self._thread.join(_TIMEOUT)
-            if not self._thread.is_alive():
-                self.loop.close()
+            self._loop.stop(_TIMEOUT)
 
     def restart(self) -> None:
         """Stop this broker (bridges, listeners, store) and start it again on the same STOMP port

@@ -11,13 +11,10 @@ settings as ActiveMQ-style policy entries, group settings as Artemis-style addre
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
-import threading
 import urllib.request
 from collections import deque
-from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, Callable
 
@@ -27,6 +24,7 @@ from conformance.targets.reference.process import ReferenceBrokerProcess, Refere
 from conformance.targets.reference.network import ReferenceNetwork
 from conformance.targets.reference.rigs import DiscoveryPair
 from conformance.targets.reference.rigs import MasterSlaveRig
+from conformance.targets.runtime.loop_thread import LoopThread
 from conformance.targets.runtime.node import launch_single
 from conformance.topology import check_supported
 
@@ -162,11 +160,9 @@ class InProcessReference:
         self._logger.addHandler(self._log)
         if self._logger.level == logging.NOTSET or self._logger.level > logging.INFO:
             self._logger.setLevel(logging.INFO)
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._run, name=f"reference-{scenario.name}", daemon=True)
-        self._thread.start()
+        self._loop = LoopThread(f"reference-{scenario.name}")
         self.server = self.call(lambda: BrokerServer(self.config))
-        asyncio.run_coroutine_threadsafe(self.server.start(), self.loop).result(_START_TIMEOUT)
+        self._loop.run(self.server.start(), _START_TIMEOUT)
         self.ports: dict[str, int] = {}
         for protocol in ("stomp", "mqtt", "amqp"):
             bound = getattr(self.server, f"{protocol}_address")
@@ -174,22 +170,9 @@ class InProcessReference:
                 self.ports[protocol] = bound[1]
         self._stopped = False
 
-    def _run(self) -> None:
-        asyncio.set_event_loop(self.loop)
-        self.loop.run_forever()
-
     def call(self, fn: Callable[[], Any], timeout: float = 5.0) -> Any:
         """Run ``fn()`` on the broker's loop thread (the engine is single-threaded)."""
-        future: Future = Future()
-
-        def run() -> None:
-            try:
-                future.set_result(fn())
-            except BaseException as exc:  # noqa: BLE001 - handed to the caller
-                future.set_exception(exc)
-
-        self.loop.call_soon_threadsafe(run)
-        return future.result(timeout)
+        return self._loop.call(fn, timeout)
 
     def stats(self) -> dict:
         return self.call(self.server.broker.stats)
@@ -211,11 +194,9 @@ class InProcessReference:
             return
         self._stopped = True
         try:
-            asyncio.run_coroutine_threadsafe(self.server.stop(), self.loop).result(_START_TIMEOUT)
+            self._loop.run(self.server.stop(), _START_TIMEOUT)
         finally:
-            self.loop.call_soon_threadsafe(self.loop.stop)
-            self._thread.join(_START_TIMEOUT)
-            self.loop.close()
+            self._loop.stop(_START_TIMEOUT)
             self._logger.removeHandler(self._log)
 
     def __repr__(self) -> str:
