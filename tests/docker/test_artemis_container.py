@@ -155,7 +155,7 @@ def engine(monkeypatch):
     monkeypatch.setattr(mod, "_wait_strategy", lambda pattern, timeout: ("log", pattern))
     monkeypatch.setattr(mod, "_docker_container", lambda image, **kw: FakeTC(image, **kw, **state["tc"]))
     calls: list = []
-    monkeypatch.setattr(mod, "_stomp_handshake",
+    monkeypatch.setattr(mod, "stomp_handshake",
                         lambda port, timeout, login: (calls.append((port, login)), state["stomp"])[1])
     state.update(networks=networks, stomp_calls=calls)
     return state
@@ -436,7 +436,7 @@ def test_real_login_required_and_journal_kept_across_kill(tmp_path):
     queue = f"queue://docker.art.kept.{uuid.uuid4().hex[:8]}"
     try:
         broker.start()
-        ok, answer = mod._stomp_handshake(broker.ports["stomp"], 10, None)
+        ok, answer = mod.stomp_handshake(broker.ports["stomp"], 10, None)
         assert not ok and answer.startswith("ERROR"), f"anonymous CONNECT was answered with {answer!r}"
         with connect(*broker.stomp_address, "stomp", login="alice", passcode="s3cret", timeout=10) as producer:
             producer.send(queue, b"before the kill", persistent=True)

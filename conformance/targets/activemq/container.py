@@ -40,7 +40,8 @@ import weakref
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from conformance.targets.activemq.process import ActiveMQProcess, ActiveMQStartError, _stomp_handshake
+from conformance.targets.activemq.process import ActiveMQProcess, ActiveMQStartError
+from conformance.targets.runtime.probes import stomp_handshake
 from conformance.targets.runtime.container import ContainerLifecycle, _configure_reaper
 from conformance.targets.runtime.docker_env import ACTIVEMQ_IMAGE, DockerUnavailable, docker_client, image_available
 from conformance.targets.runtime.process import free_ports
@@ -297,7 +298,7 @@ class ActiveMQContainer(ContainerLifecycle):
             return
         last = "not tried"
         while True:
-            ok, last = _stomp_handshake(self.stomp_port, timeout=2.0, login=self.ready_login)
+            ok, last = stomp_handshake(self.stomp_port, timeout=2.0, login=self.ready_login)
             if ok:
                 return
             if time.monotonic() >= deadline or not self.running:
@@ -335,7 +336,7 @@ class ActiveMQContainer(ContainerLifecycle):
                 # docker-proxy accepts even when nothing listens inside; a closed connection says so
                 s.settimeout(timeout)
                 if port == self.stomp_port:
-                    return _stomp_handshake(port, timeout, self.ready_login)[0]
+                    return stomp_handshake(port, timeout, self.ready_login)[0]
                 return True
         except OSError:
             return False

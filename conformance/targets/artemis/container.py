@@ -59,7 +59,7 @@ from typing import Any
 
 from conformance.scenario import DestinationPolicy, Scenario
 
-from conformance.targets.activemq.process import _stomp_handshake
+from conformance.targets.runtime.probes import stomp_handshake
 # the address-setting mapping is shared with the local-process launcher (artemis_process.py)
 from conformance.targets.artemis.config import FRAGMENT_MARK, UnsupportedArtemisPolicy, address_settings_xml, artemis_match
 from conformance.targets.runtime.container import ContainerLifecycle, _configure_reaper
@@ -348,7 +348,7 @@ class ArtemisContainer(ContainerLifecycle):
         # the log line comes from inside; the published port also needs Docker's forwarding
         last = "not tried"
         while True:
-            ok, last = _stomp_handshake(self.ports["stomp"], 5.0, self.ready_login)
+            ok, last = stomp_handshake(self.ports["stomp"], 5.0, self.ready_login)
             if ok:
                 return
             if time.monotonic() >= deadline or not self.running:
@@ -410,7 +410,7 @@ class ArtemisContainer(ContainerLifecycle):
     def serving(self, timeout: float = 1.0) -> bool:
         if not (self.running and self.ports.get("stomp")):
             return False
-        return _stomp_handshake(self.ports["stomp"], timeout, self.ready_login)[0]
+        return stomp_handshake(self.ports["stomp"], timeout, self.ready_login)[0]
 
     def __enter__(self) -> "ArtemisContainer":
         self.start()

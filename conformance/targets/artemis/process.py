@@ -32,15 +32,15 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-import weakref
 from pathlib import Path
 
 from conformance.scenario import Scenario
 
-from conformance.targets.activemq.process import _stomp_handshake
+from conformance.targets.runtime.probes import stomp_handshake
 from conformance.targets.artemis.config import ArtemisConfig, render
 from conformance.targets.artemis.dist import home, installed
-from conformance.targets.runtime.process import free_ports, kill_group, peak_rss, stop_group, tail_files
+from conformance.targets.runtime.managed import ManagedProcess
+from conformance.targets.runtime.process import free_ports
 
 __all__ = ["ArtemisProcess", "ArtemisStartError", "ArtemisNotInstalled", "JolokiaError", "LISTENERS"]
 
@@ -67,10 +67,13 @@ def _object_name_value(value: str) -> str:
     return f'"{escaped}"'
 
 
-class ArtemisProcess:
+class ArtemisProcess(ManagedProcess):
     """One Artemis broker instance under ``workdir`` (created on the first `start`)."""
 
     host = "127.0.0.1"
+    label = "Artemis"
+    start_error = ArtemisStartError
+    stop_timeout = 30.0
 
     def __init__(self, workdir: Path, scenario: Scenario, *, name: str = "brokerconf-artemis",
                  jvm_heap_mb: int = 384, artemis_home: Path | None = None) -> None:
@@ -87,11 +90,7 @@ class ArtemisProcess:
         self.ports: dict[str, int] = {}
         self.http_port = 0
         self.config: ArtemisConfig | None = None
-        self.pid: int | None = None
-        self._proc: subprocess.Popen | None = None
-        self._log_fh = None
-        self._finalizer: weakref.finalize | None = None
-        self._rss_peak = 0
+        self._init_process()
         self._created = False
 
     # ----------------------------------------------------------------- configuration
@@ -148,18 +147,11 @@ class ArtemisProcess:
         deadline = time.monotonic() + timeout
         if not self._created:
             self._create_instance(timeout=max(10.0, deadline - time.monotonic()))
-        self._close_log()
         with open(self.log_path, "ab") as f:
             f.write(f"--- brokerconf: starting {self.instance}/bin/artemis run at {time.strftime('%H:%M:%S')}\n"
                     .encode())
-        self._log_fh = open(self.log_path, "ab", buffering=0)
-        self._rss_peak = 0
         self._log_offset = self.log_path.stat().st_size
-        self._proc = subprocess.Popen([str(self.instance / "bin" / "artemis"), "run"], cwd=str(self.instance),
-                                      stdin=subprocess.DEVNULL, stdout=self._log_fh, stderr=subprocess.STDOUT,
-                                      start_new_session=True, close_fds=True)
-        self.pid = self._proc.pid
-        self._finalizer = weakref.finalize(self, kill_group, self._proc)
+        self._spawn([str(self.instance / "bin" / "artemis"), "run"], cwd=self.instance, output=self.log_path)
         try:
             self._wait_ready(deadline)
         except BaseException:
@@ -167,65 +159,12 @@ class ArtemisProcess:
             raise
 
     def _wait_ready(self, deadline: float) -> None:
-        last = "not tried yet"
-        while True:
-            rc = self._proc.poll()
-            if rc is not None:
-                raise ArtemisStartError(f"Artemis (pid {self.pid}) exited with code {rc} during start-up; "
-                                        f"log {self.log_path}:\n{self._failure_report()}")
-            self._sample_rss()
-            ok, last = _stomp_handshake(self.ports["stomp"], min(5.0, max(0.5, deadline - time.monotonic())),
-                                        self.ready_login)
-            if ok:
-                return
-            if time.monotonic() >= deadline:
-                raise ArtemisStartError(f"Artemis (pid {self.pid}) did not answer a STOMP CONNECT on "
-                                        f"{self.host}:{self.ports['stomp']} in time (last: {last}); "
-                                        f"log {self.log_path}:\n{self._failure_report()}")
-            time.sleep(0.2)
-
-    def stop(self, timeout: float = 30) -> None:
-        """SIGTERM the broker's process group, wait, then SIGKILL. Idempotent."""
-        if self._proc is not None and self._proc.poll() is None:
-            self._sample_rss()
-            stop_group(self._proc, timeout)
-        self._detach()
-
-    def kill(self) -> None:
-        """SIGKILL the broker's process group (a crash); `start` brings it back on the same ports
-        with the same journal."""
-        if self._proc is not None and self._proc.poll() is None:
-            self._sample_rss()
-            kill_group(self._proc)
-        self._detach()
-
-    def _detach(self) -> None:
-        if self._finalizer is not None:
-            self._finalizer.detach()
-            self._finalizer = None
-        self._close_log()
-
-    def _close_log(self) -> None:
-        if self._log_fh is not None:
-            try:
-                self._log_fh.close()
-            finally:
-                self._log_fh = None
+        self._await_ready(deadline, lambda budget: stomp_handshake(self.ports["stomp"], budget, self.ready_login),
+                          poll=0.2, where=f" (STOMP CONNECT on {self.host}:{self.ports['stomp']}); log {self.log_path}")
 
     # ----------------------------------------------------------------- observation
     def serving(self, timeout: float = 1.0) -> bool:
-        return self.running and _stomp_handshake(self.ports["stomp"], timeout, self.ready_login)[0]
-
-    def _sample_rss(self) -> int:
-        if self.running:
-            self._rss_peak = max(self._rss_peak, peak_rss(self.pid))
-        return self._rss_peak
-
-    def rss_peak_bytes(self) -> int:
-        return self._sample_rss()
-
-    def log_tail(self, lines: int = 50) -> str:
-        return tail_files([self.log_path], lines)
+        return self.running and stomp_handshake(self.ports["stomp"], timeout, self.ready_login)[0]
 
     def _failure_report(self, tail: int = 40) -> str:
         lines = self.log_tail(2000).splitlines()

@@ -39,12 +39,11 @@ import pwd
 import re
 import shutil
 import socket
-import subprocess
 import time
-import weakref
 from pathlib import Path
 
-from conformance.targets.runtime.process import free_ports, kill_group, peak_rss, stop_group, tail_files
+from conformance.targets.runtime.managed import ManagedProcess
+from conformance.targets.runtime.process import free_ports, tail_files
 
 __all__ = [
     "MosquittoNotInstalled",
@@ -123,7 +122,7 @@ def mqtt_connack(port: int, timeout: float, host: str = "127.0.0.1") -> tuple[bo
 # --------------------------------------------------------------------------- the process
 
 
-class MosquittoProcess:
+class MosquittoProcess(ManagedProcess):
     """One mosquitto broker with a generated configuration on a free loopback port.
 
     ``max_inflight_messages`` / ``max_queued_messages`` are written to the config
@@ -132,6 +131,9 @@ class MosquittoProcess:
     """
 
     host = "127.0.0.1"
+    label = "mosquitto"
+    start_error = MosquittoStartError
+    stop_timeout = 10.0
 
     def __init__(
         self,
@@ -153,12 +155,8 @@ class MosquittoProcess:
         self.log_path = self.workdir / "mosquitto.log"
         self.stdout_path = self.workdir / "mosquitto.stdout"
         self.mqtt_port: int = 0
-        self.pid: int = 0
         self.command: list[str] = []
-        self._proc: subprocess.Popen | None = None
-        self._out_fh = None
-        self._finalizer: weakref.finalize | None = None
-        self._rss_peak = 0
+        self._init_process()
 
     @property
     def mqtt_address(self) -> tuple[str, int]:
@@ -233,21 +231,8 @@ class MosquittoProcess:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.config_path.write_text(self.render_config(), encoding="utf-8")
         self.command = self.build_command()
-        self._close_out()
         self.log_path.write_bytes(b"")
-        self._out_fh = open(self.stdout_path, "wb", buffering=0)
-        self._rss_peak = 0
-        self._proc = subprocess.Popen(
-            self.command,
-            cwd=str(self.workdir),
-            stdin=subprocess.DEVNULL,
-            stdout=self._out_fh,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # own session & process group: pgid == pid
-            close_fds=True,
-        )
-        self.pid = self._proc.pid
-        self._finalizer = weakref.finalize(self, kill_group, self._proc)
+        self._spawn(self.command, cwd=self.workdir, output=self.stdout_path, truncate=True)
         try:
             self._wait_ready(deadline)
         except BaseException:
@@ -255,52 +240,9 @@ class MosquittoProcess:
             raise
 
     def _wait_ready(self, deadline: float) -> None:
-        last = "not tried yet"
-        while True:
-            rc = self._proc.poll()
-            if rc is not None:
-                raise MosquittoStartError(
-                    f"mosquitto (pid {self.pid}) exited with code {rc} during startup:\n{self._failure_report()}")
-            self._sample_rss()
-            ok, last = mqtt_connack(self.mqtt_port, timeout=min(5.0, max(0.5, deadline - time.monotonic())))
-            if ok:
-                return
-            if time.monotonic() >= deadline:
-                raise MosquittoStartError(
-                    f"mosquitto (pid {self.pid}) not ready before timeout (last check: {last}):\n"
-                    f"{self._failure_report()}")
-            time.sleep(0.05)
-
-    def stop(self, timeout: float = 10) -> None:
-        """SIGTERM the broker's process group, wait, then SIGKILL. Idempotent."""
-        proc = self._proc
-        if proc is None:
-            return
-        if proc.poll() is None:
-            self._sample_rss()
-            stop_group(proc, timeout)
-        if self._finalizer is not None:
-            self._finalizer.detach()
-            self._finalizer = None
-        self._close_out()
-
-    def _close_out(self) -> None:
-        if self._out_fh is not None:
-            try:
-                self._out_fh.close()
-            finally:
-                self._out_fh = None
+        self._await_ready(deadline, lambda budget: mqtt_connack(self.mqtt_port, timeout=budget), poll=0.05)
 
     # ----------------------------------------------------------------- observation
-    def _sample_rss(self) -> int:
-        if self._proc is not None and self._proc.poll() is None:
-            self._rss_peak = max(self._rss_peak, peak_rss(self.pid))
-        return self._rss_peak
-
-    def rss_peak_bytes(self) -> int:
-        """Peak resident set size of the broker (VmHWM); after stop(), the last value seen."""
-        return self._sample_rss()
-
     def log_tail(self, lines: int = 50) -> str:
         """Last lines of the broker log (plus anything it printed to stdout/stderr)."""
         return tail_files([self.stdout_path, self.log_path], lines, bytes_per_line=300)
