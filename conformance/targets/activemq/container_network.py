@@ -1,11 +1,11 @@
 """Multi-broker ActiveMQ Classic topologies in containers on one scenario network (issue 8).
 
-* `ActiveMQContainerNetwork`: the network of brokers of `activemq_network.ActiveMQNetwork`
+* `ActiveMQContainerNetwork`: the network of brokers of `activemq.network.ActiveMQNetwork`
   (same `Bridge` / `NetworkConnectorOptions`, same rendered ``<networkConnector>``), but each
   broker is an `ActiveMQContainer` and each connector points at its peer's *internal* OpenWire
   address (``tcp://<broker name>:61616`` on the scenario network), so the bridge is a real TCP
   link between two network namespaces that `chaos.nemesis.container` can cut.
-* `SharedVolumePair`: the shared-file master/slave group of `activemq_shared_store` (A-MQ
+* `SharedVolumePair`: the shared-file master/slave group of `activemq.shared_store` (A-MQ
   fault-tolerant messaging guide, 3.1), with the KahaDB directory on one named Docker volume
   mounted into every broker container. Node A starts first and becomes master. Its nodes
   (`ContainerSharedStoreNode`) have the process nemesis's shape, so chaos experiment 2 runs on

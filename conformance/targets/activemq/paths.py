@@ -1,6 +1,6 @@
 """Where the installed ActiveMQ Classic lives (Debian's package by default).
 
-Its own module so the launcher (`activemq`) and the AMQP transport's installer (`activemq_amqp`,
+Its own module so the launcher (`activemq.process`) and the AMQP transport's installer (`activemq.amqp`,
 which reads the installed broker's version) share it without importing each other.
 """
 

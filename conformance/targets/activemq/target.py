@@ -1,6 +1,6 @@
 """ActiveMQ Classic 5.17 (Debian package) as a conformance target.
 
-`ActiveMQTarget.launch` turns the suite's `Scenario` into activemq.xml (`activemq_policy.render`),
+`ActiveMQTarget.launch` turns the suite's `Scenario` into activemq.xml (`activemq.policy.render`),
 starts the JVM with `ActiveMQProcess` (loopback ports, private work directory, JMX on) and hands
 back an `ActiveMQHandle`. The handle reads the counters a suite checks from the broker's own
 MBeans, the numbers an operator would see in a JMX console (slow-consumer document, "Monitoring
@@ -421,9 +421,9 @@ class ActiveMQTarget:
         """A started shared-store master/slave group: node A master, the others slaves.
         Destination policies are not applied to the group.
 
-        Process mode: local JVMs on one KahaDB directory (`activemq_shared_store.SharedStoreGroup`).
+        Process mode: local JVMs on one KahaDB directory (`activemq.shared_store.SharedStoreGroup`).
         Container mode: one container per node, the KahaDB directory on a named Docker volume
-        mounted into each (`activemq_container_network.SharedVolumePair`); same node interface,
+        mounted into each (`activemq.container_network.SharedVolumePair`); same node interface,
         so the chaos harness kills and restarts either the same way."""
         ok, reason = self.availability()
         if not ok:

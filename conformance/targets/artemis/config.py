@@ -1,6 +1,6 @@
 """Artemis configuration from a `Scenario`: the ``broker.xml`` of a local broker instance
-(`artemis_process`), and the ``<address-setting>`` elements the container launcher
-(`artemis_container`) adds to its image's ``broker.xml``.
+(`artemis.process`), and the ``<address-setting>`` elements the container launcher
+(`artemis.container`) adds to its image's ``broker.xml``.
 
 What each part of the scenario becomes (Artemis 2.40 documentation, chapters named):
 

@@ -60,7 +60,7 @@ from typing import Any
 from conformance.scenario import DestinationPolicy, Scenario
 
 from conformance.targets.runtime.probes import stomp_handshake
-# the address-setting mapping is shared with the local-process launcher (artemis_process.py)
+# the address-setting mapping is shared with the local-process launcher (artemis/process.py)
 from conformance.targets.artemis.config import FRAGMENT_MARK, UnsupportedArtemisPolicy, address_settings_xml, artemis_match
 from conformance.targets.runtime.container import ContainerLifecycle, _configure_reaper
 from conformance.targets.runtime.docker_env import DockerUnavailable, docker_client, image_available
