@@ -102,6 +102,7 @@ class ReferenceNode:
                                   "expiry_check_period_ms": 100,
                                   "policy_entries": [policy_config(p) for p in policies], **(extra_config or {})}
         self._loop = LoopThread(f"reference-net-{broker_name}")
+        self.logs: _Logs | None = None  # the network's log handler (ReferenceNetwork.start)
         self.stomp_port = 0
         self._stopped = False
 
@@ -187,6 +188,11 @@ class ReferenceNode:
 
     def serving(self) -> bool:
         return self.server is not None and not self._stopped and not self._loop.paused
+
+    def log_tail(self, lines: int = 80) -> str:
+        """This broker's lines of the network's log (its records name it)."""
+        own = [line for line in (self.logs.lines if self.logs else []) if self.broker_name in line]
+        return "\n".join(own[-lines:])
 
     def kill(self) -> None:
         """In-process, a kill is a stop: the engine's state goes with it unless a journal keeps it."""
@@ -301,6 +307,7 @@ class ReferenceNetwork:
         try:
             for name in self.names:
                 self.nodes[name] = ReferenceNode(name, f"{self.prefix}-{name}", self.policies, self.extra_config[name])
+                self.nodes[name].logs = self._logs
                 self.nodes[name].listen()
             for name, node in self.nodes.items():
                 node.start_network([connector_config(self.peer_url(b), b.options)
