@@ -43,6 +43,10 @@ __all__ = ["Bridge", "BridgeFilterPolicy", "BridgeRoute", "Cluster", "CompositeD
 TOPOLOGY_CAPABILITIES: dict[str, str] = {
     "topology.network": "launches 2 to 4 brokers joined by network bridges (ActiveMQ network connectors)",
     "topology.shared-store": "launches 2 or more brokers on one shared store, one master at a time",
+    # Networks the model does not describe yet; the target hands out rigs for them
+    # (``discovery_pair(workdir, group)``, ``masterslave_rig(workdir, reconnect)``).
+    "topology.discovery": "two brokers that find each other by multicast discovery (connectors list no peer)",
+    "topology.masterslave-connector": "a broker bridging to a master/slave pair through a masterslave: connector",
 }
 
 

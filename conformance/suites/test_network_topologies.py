@@ -89,6 +89,7 @@ def flows(clients, producer_node, consumer_node, destination: str, n: int = 5, c
 
 
 @pytest.mark.spec("NOB-MCAST-1")
+@pytest.mark.requires("topology.discovery")
 def test_multicast_discovery_forms_a_network(rigs, clients, tmp_path):
     group = f"brokerconf-{uuid.uuid4().hex[:10]}"  # this run's own group, never "default"
     pair = rigs.discovery_pair(tmp_path, group)
@@ -111,6 +112,7 @@ def test_multicast_discovery_forms_a_network(rigs, clients, tmp_path):
 
 
 @pytest.mark.spec("NOB-MS-1")
+@pytest.mark.requires("topology.masterslave-connector")
 def test_masterslave_connector_follows_the_live_broker(rigs, clients, tmp_path):
     group = rigs.masterslave_rig(tmp_path, FAST_RECONNECT)
     try:

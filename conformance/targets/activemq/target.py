@@ -91,7 +91,9 @@ _FEATURES = frozenset({
     "dead_letter",
     "expiry",
     "process.kill",
-    "topology.network",  # process mode only (`ActiveMQTarget.capabilities`)
+    "topology.network",  # these three: process mode only (`ActiveMQTarget.capabilities`)
+    "topology.discovery",
+    "topology.masterslave-connector",
     "topology.shared-store",
 })
 
@@ -341,7 +343,8 @@ class ActiveMQTarget:
     def capabilities(self) -> frozenset[str]:
         caps = {"protocol.stomp", *_FEATURES}
         if self.launch_mode == "container":
-            caps.discard("topology.network")  # networks of brokers are launched as local JVMs
+            # networks of brokers (and the rigs) are launched as local JVMs
+            caps -= {"topology.network", "topology.discovery", "topology.masterslave-connector"}
         if self._mqtt_available()[0]:
             caps.add("protocol.mqtt")
         if self._amqp_available()[0]:
@@ -362,7 +365,8 @@ class ActiveMQTarget:
             # tests/conformance/test_clients.py keeps that as a strict xfail, AMQ-7395)
             return ("ActiveMQ Classic's STOMP MESSAGE frames carry no JMSXGroupID header (its STOMP page lists it "
                     "for SEND only; AMQ-7395)")
-        if capability == "topology.network" and self.launch_mode == "container":
+        if capability.startswith(("topology.network", "topology.discovery", "topology.masterslave")) \
+                and self.launch_mode == "container":
             return ("networks of ActiveMQ brokers are launched as local processes: use activemq:process with the "
                     "Debian package installed")
         if capability in ("groups.rebalance", "groups.first_key"):

@@ -36,7 +36,8 @@ CAPABILITIES = frozenset({
     "groups", "groups.close", "groups.reassign_on_close", "groups.first_key", "groups.rebalance", "groups.buckets",
     "slow_consumer.pending_limit", "slow_consumer.eviction", "memory.limits",
     "durable_subscriptions", "transactions", "selectors", "exclusive_consumers", "consumer_priority",
-    "message_priority", "nack", "dead_letter", "expiry", "topology.network", "stomp.group_header",
+    "message_priority", "nack", "dead_letter", "expiry", "topology.network", "topology.discovery", "topology.masterslave-connector",
+    "stomp.group_header",
 })
 
 
