@@ -27,7 +27,7 @@ from chaos.nemesis.process import ProcessNemesis
 from chaos.nemesis.proxy import ProxyNemesis
 from chaos.proxy import start_fault_proxy
 from chaos.proxy.client import ToxiproxyClient, split_address
-from chaos.topology import NetworkTopology, Topology, launch_topology
+from chaos.topology import RunningTopology, launch_topology
 from chaos.transport_log import TransportLog, worker_of_thread
 from chaos.workloads.queue import DrainIncomplete, GroupedQueueWorkload, QueueWorkload
 from chaos.workloads.topic import TopicFanoutWorkload
@@ -221,7 +221,7 @@ def run_experiment(exp: Experiment, out_dir: Path, *, progress: Callable[[str], 
 BROKER_LOG_LINES = 400
 
 
-def _keep_broker_log(topology: Topology, out_dir: Path) -> None:
+def _keep_broker_log(topology: RunningTopology, out_dir: Path) -> None:
     """The end of the brokers' logs as ``broker-log-tail.txt`` beside the history: the broker's
     side of a finding (its kills, restarts and journal reloads) outlives the run's temporary
     workdir. Brokers that keep no log file (in-process) write nothing."""
@@ -233,7 +233,7 @@ def _keep_broker_log(topology: Topology, out_dir: Path) -> None:
         (out_dir / "broker-log-tail.txt").write_text(tail, encoding="utf-8")
 
 
-def _drain_network(exp: Experiment, topology: NetworkTopology, workload, progress) -> tuple[list[dict], list[str]]:
+def _drain_network(exp: Experiment, topology: RunningTopology, workload, progress) -> tuple[list[dict], list[str]]:
     """Drain the consumer node until the rest of the network holds nothing for the destination.
 
     A quiet consumer node is not enough: messages still on the producer node (waiting for the
@@ -243,7 +243,7 @@ def _drain_network(exp: Experiment, topology: NetworkTopology, workload, progres
     reconnect (the reconnect delays) and its backlog to cross. Messages still held then are
     reported, and the run's verdict cannot be true (they were never consumed)."""
     destination = exp.workload.destination
-    others = [n for n in topology.nodes if n != exp.topology.consumer_node]
+    others = [n for n in topology.names if n != exp.topology.consumer_node]
     deadline = time.monotonic() + 30.0 + 2 * exp.topology.max_reconnect_delay_ms / 1000
     drained: list[dict] = []
     while True:
@@ -251,7 +251,7 @@ def _drain_network(exp: Experiment, topology: NetworkTopology, workload, progres
             drained += workload.drain(quiet=exp.drain_quiet_s)
         except DrainIncomplete as exc:
             return drained + exc.drained, [str(exc)]
-        held = {n: topology.network[n].queue_size(destination) for n in others}
+        held = {n: topology.held(n, destination) for n in others}
         if not any(held.values()):
             return drained, []
         if time.monotonic() >= deadline:
@@ -277,10 +277,10 @@ def _route_through_proxy(proxy, name: str, host: str, port: int) -> tuple[str, i
     return split_address(created["listen"])
 
 
-def _proxied(exp: Experiment, topology: Topology, proxy, group: str) -> tuple[list[str], list[tuple[str, int]]]:
+def _proxied(exp: Experiment, topology: RunningTopology, proxy, group: str) -> tuple[list[str], list[tuple[str, int]]]:
     """One proxy per broker node for a client group: (proxy names, the addresses clients use)."""
     names, addresses = [], []
-    for node, (host, port) in zip(topology.nodes, topology.addresses(exp.target.protocol)):
+    for node, (host, port) in zip(topology.names, topology.addresses(exp.target.protocol)):
         name = f"{group}-{node}"
         names.append(name)
         addresses.append(_route_through_proxy(proxy, name, host, port))
@@ -301,7 +301,7 @@ def _make_workload(exp: Experiment, history: History, make_client, make_slow_cli
     return QueueWorkload(history, make_client, consumers=w.consumers, **common)
 
 
-def _run(exp: Experiment, topology: Topology, run_id: str, history_path: Path, progress, proxy) -> ExperimentResult:
+def _run(exp: Experiment, topology: RunningTopology, run_id: str, history_path: Path, progress, proxy) -> ExperimentResult:
     history = History(history_path, run=run_id, target=exp.target.name, node="A")
     # The settings the checkers apply (duplicates allowed, downtime bound, which checks) travel in
     # the history: chaos/history.py, harness records.
@@ -315,7 +315,7 @@ def _run(exp: Experiment, topology: Topology, run_id: str, history_path: Path, p
             transport_log.close()
 
 
-def _run_with_history(exp: Experiment, topology: Topology, run_id: str, history: History,
+def _run_with_history(exp: Experiment, topology: RunningTopology, run_id: str, history: History,
                       transport_log: TransportLog | None, progress, proxy) -> ExperimentResult:
     history_path = history.path
     groups = _proxy_groups(exp)
@@ -324,12 +324,13 @@ def _run_with_history(exp: Experiment, topology: Topology, run_id: str, history:
     addresses = {"all": direct, "slow": direct}
     for group in sorted(groups):
         proxies[group], addresses[group] = _proxied(exp, topology, proxy, group)
-    if isinstance(topology, NetworkTopology):
+    if topology.kind == "network":
         # Consumers (and the drain) on the consumer node, producers on the producer node: the
         # messages must cross the bridges to be consumed.
-        consumer_client = _client_factory(exp, [topology.address_of(exp.topology.consumer_node)], transport_log)
+        consumer_client = _client_factory(exp, [topology.address_of(exp.topology.consumer_node, exp.target.protocol)],
+                                          transport_log)
         workload = _make_workload(exp, history, consumer_client, consumer_client,
-                                  _client_factory(exp, [topology.address_of(exp.topology.producer_node)],
+                                  _client_factory(exp, [topology.address_of(exp.topology.producer_node, exp.target.protocol)],
                                                   transport_log))
     else:
         workload = _make_workload(exp, history, _client_factory(exp, addresses["all"], transport_log),
@@ -401,7 +402,7 @@ def _run_with_history(exp: Experiment, topology: Topology, run_id: str, history:
     drain_errors: list[str] = []
     if exp.workload.kind == "topic":
         drained = workload.drain(quiet=exp.drain_quiet_s, before_close=read_broker_counters)
-    elif isinstance(topology, NetworkTopology):
+    elif topology.kind == "network":
         drained, drain_errors = _drain_network(exp, topology, workload, progress)
     else:
         try:
@@ -415,8 +416,7 @@ def _run_with_history(exp: Experiment, topology: Topology, run_id: str, history:
                               topology=topology.kind, broker_discards=discards[0] if discards else None,
                               slow_subscribers=list(range(exp.workload.slow_subscribers)),
                               nemesis_errors=nemesis_errors, workload_errors=list(workload.errors) + drain_errors,
-                              bridge_establishments=(topology.bridge_establishments()
-                                                     if isinstance(topology, NetworkTopology) else None),
+                              bridge_establishments=topology.bridge_establishments(),
                               transport_events=transport_log.summary() if transport_log is not None else None)
     history.harness(HARNESS_RUN_END, run_end_record(result))
     history.close()

@@ -251,7 +251,7 @@ class Experiment(_Strict):
     def _network_fits_workload(self) -> "Experiment":
         if self.topology.kind != "network":
             return self
-        # The network launchers (conformance/targets/activemq_network.py, reference_network.py)
+        # The network launchers (conformance/targets/activemq/network.py, reference/network.py)
         # give each broker a STOMP listener only.
         if self.target.protocol != "stomp":
             raise ValueError(f"a network topology's brokers listen for STOMP only: set [target] protocol = "

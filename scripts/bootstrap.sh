@@ -189,7 +189,7 @@ _bc_ensure_artemis() {
             _bc_apt_install maven || true
         fi
     fi
-    if ! .venv/bin/python -m conformance.targets.artemis_dist >/dev/null; then
+    if ! .venv/bin/python -m conformance.targets.artemis.dist >/dev/null; then
         _bc_log "warning: the Artemis target will be reported not applicable (see the message above;" \
                 "retry with: .venv/bin/brokerconf targets install artemis)"
     fi
@@ -222,7 +222,7 @@ _bc_ensure_activemq_amqp() {
         _bc_log "note: ActiveMQ's AMQP cases will be skipped; install maven to fetch its AMQP transport"
         return 0
     fi
-    if ! .venv/bin/python -m conformance.targets.activemq_amqp >/dev/null; then
+    if ! .venv/bin/python -m conformance.targets.activemq.amqp >/dev/null; then
         _bc_log "warning: could not fetch ActiveMQ's AMQP transport (reason above); its AMQP cases will be" \
                 "reported not applicable (retry: brokerconf targets install activemq-amqp)"
     fi
@@ -232,7 +232,7 @@ _bc_ensure_activemq_amqp() {
 # The container targets (issue 8): as root on Debian, install the engine, start it when no service
 # manager does, and build the local images (docker/README.md: offline base image when no registry
 # answers). Idempotent and quick once done. Not fatal: without Docker the container targets and
-# tests are reported not applicable with the reason (conformance/targets/docker_env.py).
+# tests are reported not applicable with the reason (conformance/targets/runtime/docker_env.py).
 _bc_ensure_docker() {
     _bc_have_apt || return 0
     [ "${BROKERCONF_INSTALL_DOCKER:-1}" != "0" ] || return 0

@@ -40,6 +40,7 @@ from typing import Any, Callable
 from chaos.history import History
 
 from .base import NemesisError, RecordedNemesis
+from conformance.targets.runtime.docker_env import docker_client
 
 SHAPES = ("isolate", "halves", "bridge", "one-way")
 PARTITION = "partition"  # fault key of the (single) iptables partition
@@ -108,7 +109,7 @@ class ContainerPartitionNemesis(RecordedNemesis):
     ``nodes`` maps node names to containers: `ActiveMQContainer` launchers (anything with
     ``container_id``) or container ids. ``network`` is the scenario network's name (default: the
     first launcher's ``network_name``). ``client_factory`` makes the docker SDK client (tests may
-    hand in a fake; default `conformance.targets.docker_env.docker_client`)."""
+    hand in a fake; default `conformance.targets.runtime.docker_env.docker_client`)."""
 
     name = "container-partition"
 
@@ -134,8 +135,6 @@ class ContainerPartitionNemesis(RecordedNemesis):
             if self._client_factory is not None:
                 self._client = self._client_factory()
             else:
-                from conformance.targets.docker_env import docker_client  # noqa: PLC0415 - optional SDK
-
                 self._client = docker_client()
         return self._client
 

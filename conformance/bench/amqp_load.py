@@ -492,7 +492,7 @@ def _main(argv: list[str] | None = None) -> int:
         return rc
 
     if a.rabbitmq:
-        from conformance.targets.rabbitmq import RabbitMQProcess
+        from conformance.targets.rabbitmq.process import RabbitMQProcess
 
         with tempfile.TemporaryDirectory(prefix="brokerconf-rmq-") as d:
             with RabbitMQProcess(Path(d)) as r:

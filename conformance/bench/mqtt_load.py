@@ -898,7 +898,7 @@ def _main(argv: list[str] | None = None) -> int:
         return rc
 
     if a.mosquitto:
-        from conformance.targets.mosquitto import MosquittoProcess
+        from conformance.targets.mosquitto.process import MosquittoProcess
 
         with tempfile.TemporaryDirectory(prefix="brokerconf-mosq-") as d:
             # no queue limit: with mosquitto's default (1000 queued per client) a QoS 1 publisher
@@ -907,7 +907,7 @@ def _main(argv: list[str] | None = None) -> int:
                                   max_inflight_messages=a.mosquitto_inflight) as m:
                 return measure("127.0.0.1", m.mqtt_port, a.target or "mosquitto", m, m.pid)
     if a.activemq:
-        from conformance.targets.activemq import ActiveMQProcess
+        from conformance.targets.activemq.process import ActiveMQProcess
 
         with tempfile.TemporaryDirectory(prefix="brokerconf-amq-") as d:
             with ActiveMQProcess(Path(d), mqtt=True, openwire=False) as amq:

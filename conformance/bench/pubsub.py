@@ -22,11 +22,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from ..targets.activemq import ActiveMQProcess, activemq_mqtt_available
-from ..targets.mosquitto import MosquittoProcess, mosquitto_available
-from ..targets.process import free_ports, peak_rss
-from ..targets.rabbitmq import RabbitMQProcess, rabbitmq_available
-from ..targets.reference import ReferenceBrokerProcess
+from conformance.targets.activemq.process import ActiveMQProcess, activemq_mqtt_available
+from conformance.targets.mosquitto.process import MosquittoProcess, mosquitto_available
+from conformance.targets.runtime.process import free_ports, peak_rss
+from conformance.targets.rabbitmq.process import RabbitMQProcess, rabbitmq_available
+from conformance.targets.reference.process import ReferenceBrokerProcess
 from .amqp_load import run_amqp_load
 from .mqtt_load import run_mqtt_load
 

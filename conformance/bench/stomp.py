@@ -17,8 +17,8 @@ from typing import Callable
 
 import psutil
 
-from ..targets.activemq import ActiveMQProcess, activemq_available
-from ..targets.reference import ReferenceBrokerProcess
+from conformance.targets.activemq.process import ActiveMQProcess, activemq_available
+from conformance.targets.reference.process import ReferenceBrokerProcess
 from .stomp_load import run_stomp_load
 
 RUN_WARMUP = 10_000  # messages each run sends before timing starts

@@ -474,7 +474,7 @@ def _main(argv: list[str] | None = None) -> int:
                                  description="STOMP 1->1 throughput (raw sockets, pipelined)")
     ap.add_argument("endpoint", nargs="?", help="host:port of the STOMP listener (omit with --activemq)")
     ap.add_argument("--activemq", action="store_true",
-                    help="start a temporary ActiveMQ Classic (conformance.targets.activemq) and measure it; "
+                    help="start a temporary ActiveMQ Classic (conformance.targets.activemq.process) and measure it; "
                          "adds its peak RSS to each result")
     ap.add_argument("--stomp-scheme", default=None, help="with --activemq: stomp or stomp+nio")
     ap.add_argument("--runs", type=int, default=1, help="repeat the measurement (same broker)")
@@ -505,7 +505,7 @@ def _main(argv: list[str] | None = None) -> int:
         return rc
 
     if a.activemq:
-        from conformance.targets.activemq import DEFAULT_STOMP_SCHEME, ActiveMQProcess
+        from conformance.targets.activemq.process import DEFAULT_STOMP_SCHEME, ActiveMQProcess
 
         with tempfile.TemporaryDirectory(prefix="brokerconf-amq-") as d:
             scheme = a.stomp_scheme or DEFAULT_STOMP_SCHEME

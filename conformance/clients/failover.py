@@ -38,7 +38,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from . import connect as connect_inner
+from .direct import connect as connect_inner
 from .base import AckMode, Client, ClientError, ConnectFailed, ExchangeLog, NotSent, Received
 from .failover_uri import BrokerURI, FailoverOptions, FailoverURI, parse_failover_uri
 

@@ -1,7 +1,7 @@
 """What the network-of-brokers suites share (test_networks.py, test_network_store_forward.py,
 test_network_durable.py, test_network_topologies.py, test_network_temp.py): one run per target,
-the not-applicable verdict for targets without a multi-broker launcher, the launcher class of a
-target kind, work directories, STOMP clients closed after the test, and the demand / send helpers.
+the not-applicable verdict for targets without ``topology.network``, launching a network through
+the topology contract (`launch_network`), work directories, STOMP clients closed after the test, and the demand / send helpers.
 
 Not a suite (the name does not match pytest's ``test_*.py``): the suite files import from it.
 These suites start several brokers per target themselves instead of the plugin's ``broker``
@@ -19,23 +19,22 @@ import pytest
 
 from conformance.clients import connect
 from conformance.plugin import NOT_APPLICABLE, STATE
-from conformance.targets.base import CAPABILITIES
+from conformance.scenario import Scenario
+from conformance.targets.base import CAPABILITIES, why_missing
+from conformance.topology import Topology
 
-NETWORK_CAPABILITY = "network_of_brokers"
+NETWORK_CAPABILITY = "topology.network"
 #: how long demand may take to cross a bridge (advisory + network consumer creation)
 DEMAND_TIMEOUT = 15.0
 #: reconnect options (page, "Static discovery" table; masterslave: takes the same) so a bridge that
 #: lost its peer tries again within a second instead of the default exponential back-off up to 30 s
 FAST_RECONNECT = dict(initial_reconnect_delay=500, max_reconnect_delay=1000, use_exponential_back_off=False)
-#: target kinds with a multi-broker launcher (conformance/targets/activemq_network.py,
-#: conformance/targets/reference_network.py); any other kind is not applicable
-NETWORK_KINDS = ("activemq", "reference")
 
 
 def network_suite_marks() -> list:
     """The ``pytestmark`` of a network suite: slow (several brokers per test), and, once the
     capability is declared (conformance/targets/base.py), ``requires`` so the plugin decides
-    applicability before any broker starts; until then `network_kind` does, with the same wording."""
+    applicability before any broker starts; `network_target` says the same when a test asks."""
     marks = [pytest.mark.slow]
     if NETWORK_CAPABILITY in CAPABILITIES:
         marks.append(pytest.mark.requires(NETWORK_CAPABILITY))
@@ -50,29 +49,24 @@ def parametrize_by_target(metafunc: pytest.Metafunc, scope: str | None = "module
         metafunc.parametrize("target_name", names, ids=names, scope=scope)
 
 
-def target_kind(request: pytest.FixtureRequest, target_name: str) -> str:
-    """The kind of target ``target_name`` (``"unknown"`` when the plugin does not know it)."""
-    return getattr(request.config.stash[STATE].targets.get(target_name), "kind", "unknown")
+def network_target(request: pytest.FixtureRequest, target_name: str):
+    """The target ``target_name``; skips the test as not applicable (the plugin's NOT_APPLICABLE
+    prefix, so the matrix says so) when it cannot launch a network (no ``topology.network``)."""
+    target = request.config.stash[STATE].targets.get(target_name)
+    if target is None or NETWORK_CAPABILITY not in target.capabilities():
+        why = why_missing(target, NETWORK_CAPABILITY) if target is not None else "unknown target"
+        pytest.skip(f"{NOT_APPLICABLE}{target_name} lacks {NETWORK_CAPABILITY}" + (f" ({why})" if why else ""))
+    return target
 
 
-def network_kind(request: pytest.FixtureRequest, target_name: str, kinds=NETWORK_KINDS) -> str:
-    """The kind of target ``target_name``; skips the test as not applicable (the plugin's
-    NOT_APPLICABLE prefix, so the matrix says so) when ``kinds`` has no launcher for it."""
-    kind = target_kind(request, target_name)
-    if kind not in kinds:
-        pytest.skip(f"{NOT_APPLICABLE}{target_name} lacks {NETWORK_CAPABILITY} (no multi-broker launcher for "
-                    f"{kind} targets)")
-    return kind
-
-
-def network_class(kind: str):
-    """The launcher class of target kind ``kind`` (imported here so collecting a suite does not
-    import both launchers)."""
-    if kind == "activemq":
-        from conformance.targets.activemq_network import ActiveMQNetwork
-        return ActiveMQNetwork
-    from conformance.targets.reference_network import ReferenceNetwork
-    return ReferenceNetwork
+def launch_network(request: pytest.FixtureRequest, target_name: str, workdir, topology: Topology, *,
+                   bridge_route=None):
+    """``topology`` launched (started) by target ``target_name`` through the topology contract
+    (conformance/topology.py): a `Cluster` whose nodes have the counters the suites wait on.
+    Skips as not applicable when the target forms no networks."""
+    target = network_target(request, target_name)
+    scenario = Scenario(name=f"network-{topology.prefix}", protocols=("stomp",))
+    return target.launch_topology(topology, scenario, workdir, bridge_route=bridge_route)
 
 
 def network_workdir(tmp_path_factory: pytest.TempPathFactory, name: str):
@@ -102,14 +96,15 @@ class OneNetworkAtATime:
 
 
 class StompClients:
-    """STOMP clients on network nodes (anything with ``host`` and ``stomp_port``), all closed when
-    the ``with`` block ends."""
+    """STOMP clients on network nodes (`conformance.topology.Node`), all closed when the ``with``
+    block ends."""
 
     def __init__(self) -> None:
         self.made: list = []
 
     def on(self, node, login: str | None = None, passcode: str | None = None):
-        self.made.append(connect(node.host, node.stomp_port, "stomp", login=login, passcode=passcode))
+        host, port = node.address("stomp")
+        self.made.append(connect(host, port, "stomp", login=login, passcode=passcode))
         return self.made[-1]
 
     def __enter__(self) -> "StompClients":

@@ -31,10 +31,11 @@ import uuid
 import pytest
 
 from conformance.clients import connect
-from conformance.plugin import NOT_APPLICABLE, STATE
+from conformance.plugin import STATE
+from conformance.suites.network_support import NETWORK_CAPABILITY, launch_network, network_target
 from conformance.targets.base import CAPABILITIES
+from conformance.topology import Topology
 
-NETWORK_CAPABILITY = "network_of_brokers"
 #: the connectors' network prefetch (NOB-PREFETCH-1, NOB-SYNC-1): small, so the messages sent are
 #: several times the prefetch
 PREFETCH = 5
@@ -66,7 +67,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 def _model():
-    from conformance.targets.activemq_network import Bridge, BridgeFilterPolicy, NetworkConnectorOptions
+    from conformance.topology import Bridge, BridgeFilterPolicy, NetworkConnectorOptions
 
     def connector(name: str, **options) -> Bridge:
         return Bridge("A", "B", NetworkConnectorOptions(
@@ -82,21 +83,6 @@ def _model():
     return bridges, policies
 
 
-def _launch_activemq(workdir, route):
-    from conformance.targets.activemq_network import ActiveMQNetwork
-    bridges, policies = _model()
-    return ActiveMQNetwork(workdir, ("A", "B"), bridges, prefix="nob-conn", policies=policies, bridge_route=route)
-
-
-def _launch_reference(workdir, route):
-    from conformance.targets.reference_network import ReferenceNetwork
-    bridges, policies = _model()
-    return ReferenceNetwork(workdir, ("A", "B"), bridges, prefix="nob-conn", policies=policies, bridge_route=route)
-
-
-LAUNCHERS = {"activemq": _launch_activemq, "reference": _launch_reference}
-
-
 @pytest.fixture(scope="module")
 def network(target_name, request, tmp_path_factory):
     """(network, proxy nemesis, routes): A -> B, each connector's link through its own proxy."""
@@ -104,17 +90,15 @@ def network(target_name, request, tmp_path_factory):
     from chaos.proxy import start_fault_proxy
     from chaos.topology import BridgeProxies
 
-    target = request.config.stash[STATE].targets.get(target_name)
-    kind = getattr(target, "kind", "unknown")
-    if kind not in LAUNCHERS:
-        pytest.skip(f"{NOT_APPLICABLE}{target_name} lacks {NETWORK_CAPABILITY} (no multi-broker launcher for "
-                    f"{kind} targets)")
+    network_target(request, target_name)  # not applicable: skip before the proxy starts
     proxy = start_fault_proxy()
     try:
         routes = BridgeProxies(proxy.api_url)
         workdir = tmp_path_factory.mktemp(re.sub(r"[^A-Za-z0-9_.-]", "_", f"{target_name}-nob-conn"))
-        net = LAUNCHERS[kind](workdir, routes)
-        net.start()
+        bridges, policies = _model()
+        net = launch_network(request, target_name, workdir,
+                             Topology(("A", "B"), bridges, proxied=("bridges",), policies=policies, prefix="nob-conn"),
+                             bridge_route=routes)
         try:
             nemesis = ProxyNemesis(proxy.api_url)
             yield net, nemesis, routes
@@ -130,7 +114,7 @@ def clients():
     made: list = []
 
     def on(node):
-        made.append(connect(node.host, node.stomp_port, "stomp"))
+        made.append(connect(*node.address("stomp"), "stomp"))
         return made[-1]
 
     yield on

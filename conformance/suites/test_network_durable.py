@@ -36,8 +36,9 @@ import uuid
 import pytest
 
 from conformance.clients import connect
-from conformance.suites.network_support import (DEMAND_TIMEOUT, FAST_RECONNECT, network_class, network_kind,
+from conformance.suites.network_support import (DEMAND_TIMEOUT, FAST_RECONNECT, launch_network,
                                                 network_suite_marks, network_workdir, parametrize_by_target)
+from conformance.topology import Topology
 
 #: after publishing on A, how long A's bridge gets to forward before A is stopped (local brokers
 #: forward within milliseconds; generous on a loaded 2-core machine). The default-mode half of the
@@ -57,7 +58,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 def _bridges():
     """A -> B twice: connector "nodyn" (dynamicOnly false, the default) for topics nob.nodyn.>,
     connector "dyn" (dynamicOnly true) for nob.dyn.>."""
-    from conformance.targets.activemq_network import Bridge, NetworkConnectorOptions as Options
+    from conformance.topology import Bridge, NetworkConnectorOptions as Options
     return tuple(Bridge("A", "B", Options(name=mode, dynamic_only=mode == "dyn",
                                           dynamically_included_destinations=(f"topic://nob.{mode}.>",),
                                           **FAST_RECONNECT))
@@ -68,16 +69,8 @@ def _launch(target_name, request, tmp_path_factory, names, bridges, prefix, stor
     """A network of ``names`` joined by ``bridges`` on the target under test, started; persistent
     stores (KahaDB, the reference broker's journal) when ``stores``, so durable subscriptions
     survive a restart. Skips targets without a multi-broker launcher."""
-    kind = network_kind(request, target_name)
     workdir = network_workdir(tmp_path_factory, f"{target_name}-{prefix}")
-    network = network_class(kind)(workdir, names, bridges, prefix=prefix)
-    if kind == "activemq":
-        for node in network.nodes.values():
-            node.process.persistent = stores
-    elif stores:
-        network.use_journal_stores(workdir / "stores")
-    network.start()
-    return network
+    return launch_network(request, target_name, workdir, Topology(names, bridges, prefix=prefix, persistent=stores))
 
 
 def _running(*launch_args, **launch_kwargs):
@@ -99,7 +92,7 @@ def _leave_durable_subscribers_offline(a, b, topics: dict, client_ids: dict) -> 
     ``client_ids[mode]``) whose demand reaches A over that connector, then closed, so the durable
     subscription stays on B with its subscriber offline."""
     for mode, topic in topics.items():
-        subscriber = connect(b.host, b.stomp_port, "stomp", client_id=client_ids[mode])
+        subscriber = connect(*b.address("stomp"), "stomp", client_id=client_ids[mode])
         try:
             subscriber.subscribe(topic, durable_name="sub")
             seen = a.wait_for_consumers(topic, 1, DEMAND_TIMEOUT)
@@ -111,7 +104,7 @@ def _leave_durable_subscribers_offline(a, b, topics: dict, client_ids: dict) -> 
 
 def _publish_on(a, topics: dict) -> None:
     """MESSAGES persistent messages ``{mode}-{i}`` to each of ``topics`` on broker ``a``."""
-    producer = connect(a.host, a.stomp_port, "stomp")
+    producer = connect(*a.address("stomp"), "stomp")
     try:
         for mode, topic in topics.items():
             for i in range(MESSAGES):
@@ -123,7 +116,7 @@ def _publish_on(a, topics: dict) -> None:
 def _name_bridges():
     """A -> B twice, both with dynamicOnly false (the default): connector "kept" for topics
     nob.dn.kept.>, connector "renamed" for nob.dn.renamed.> (the test renames it to "renamed2")."""
-    from conformance.targets.activemq_network import Bridge, NetworkConnectorOptions as Options
+    from conformance.topology import Bridge, NetworkConnectorOptions as Options
     return tuple(Bridge("A", "B", Options(name=mode, dynamically_included_destinations=(f"topic://nob.dn.{mode}.>",),
                                           **FAST_RECONNECT))
                  for mode in ("kept", "renamed"))
@@ -162,7 +155,7 @@ def test_networked_durable_subscription_needs_its_connector_name(named_network):
     kept_back, later = {}, {}
     for mode, topic in topics.items():
         before = a.consumer_count(topic)
-        subscriber = connect(b.host, b.stomp_port, "stomp", client_id=client_ids[mode])
+        subscriber = connect(*b.address("stomp"), "stomp", client_id=client_ids[mode])
         try:
             subscription = subscriber.subscribe(topic, durable_name="sub")
             kept_back[mode] = sorted(m.text for m in subscription.drain(QUIET))
@@ -172,7 +165,7 @@ def test_networked_durable_subscription_needs_its_connector_name(named_network):
                 # Only a wait: a broker that kept the old name would re-use the old subscription,
                 # and the assertions below say which happened.
                 a.wait_for_consumers(topic, before + 1, DEMAND_TIMEOUT)
-            producer = connect(a.host, a.stomp_port, "stomp")
+            producer = connect(*a.address("stomp"), "stomp")
             try:
                 producer.send(topic, f"{mode}-after", persistent=True)
             finally:
@@ -196,7 +189,7 @@ def _mesh_bridges():
     """A full mesh of one-way connectors between A, B and C (every ordered pair), network TTL 3 so
     demand reaches every broker; per pair one connector without suppression (queues
     nob.sup.off.>) and one with suppressDuplicateQueueSubscriptions (nob.sup.on.>)."""
-    from conformance.targets.activemq_network import Bridge, NetworkConnectorOptions as Options
+    from conformance.topology import Bridge, NetworkConnectorOptions as Options
     return tuple(Bridge(source, target, Options(name=f"{mode}-{target}", network_ttl=3,
                                                 suppress_duplicate_queue_subscriptions=mode == "on",
                                                 dynamically_included_destinations=(f"queue://nob.sup.{mode}.>",),
@@ -219,7 +212,7 @@ def test_duplicate_queue_subscriptions_are_suppressed_in_a_mesh(mesh_network):
     suffix = uuid.uuid4().hex[:8]
     queues = {mode: f"queue://nob.sup.{mode}.{suffix}" for mode in ("off", "on")}
     c = net["C"]
-    consumer = connect(c.host, c.stomp_port, "stomp")
+    consumer = connect(*c.address("stomp"), "stomp")
     try:
         subscriptions = {mode: consumer.subscribe(queue) for mode, queue in queues.items()}
         # The duplicate routes of the "off" set show the demand has travelled the whole mesh; the
@@ -236,7 +229,7 @@ def test_duplicate_queue_subscriptions_are_suppressed_in_a_mesh(mesh_network):
             f"NOB-SUPPRESS-1: with suppressDuplicateQueueSubscriptions the network subscription that repeats, "
             f"through an intermediary, the one towards C should not exist: A and B should each have one consumer "
             f"of {queues['on']}; they have {counts}")
-        producer = connect(net["A"].host, net["A"].stomp_port, "stomp")
+        producer = connect(*net["A"].address("stomp"), "stomp")
         try:
             for mode, queue in queues.items():
                 for i in range(MESSAGES):
@@ -274,7 +267,7 @@ def test_networked_durable_subscription_activation_at_startup(durable_network):
 
     received = {}
     for mode, topic in topics.items():
-        subscriber = connect(b.host, b.stomp_port, "stomp", client_id=client_ids[mode])
+        subscriber = connect(*b.address("stomp"), "stomp", client_id=client_ids[mode])
         try:
             subscription = subscriber.subscribe(topic, durable_name="sub")
             received[mode] = sorted(m.text for m in subscription.drain(QUIET))

@@ -26,7 +26,8 @@ from collections import Counter
 import pytest
 
 from conformance.clients import connect
-from conformance.suites.network_support import (DEMAND_TIMEOUT, FAST_RECONNECT, network_class, network_kind,
+from conformance.topology import Topology
+from conformance.suites.network_support import (DEMAND_TIMEOUT, FAST_RECONNECT, launch_network, network_target,
                                                 network_suite_marks, network_workdir, parametrize_by_target)
 
 #: messages sent in all: a third before the cut, a third during it, a third after the heal
@@ -48,16 +49,14 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 def _bridges():
-    from conformance.targets.activemq_network import Bridge, NetworkConnectorOptions
+    from conformance.topology import Bridge, NetworkConnectorOptions
     return (Bridge("A", "B", NetworkConnectorOptions(**FAST_RECONNECT)),)
 
 
 def establishments(net) -> int:
-    """How many times A's bridge to B has been established so far (each reconnect counts)."""
-    a = net["A"]
-    if hasattr(a, "established_bridges"):  # ActiveMQ: one log line per establishment
-        return len(a.established_bridges())
-    return a.call(lambda: sum(bridge.connections for bridge in a.network.bridges))
+    """How many times A's bridge to B (the network's one bridge) has been established so far (each
+    reconnect counts)."""
+    return net.bridge_establishments()
 
 
 @pytest.fixture(scope="module")
@@ -67,13 +66,14 @@ def cut_network(target_name, request, tmp_path_factory):
     from chaos.proxy import start_fault_proxy
     from chaos.topology import BridgeProxies
 
-    kind = network_kind(request, target_name)
+    network_target(request, target_name)  # not applicable: skip before the proxy starts
     proxy = start_fault_proxy()
     try:
         route = BridgeProxies(proxy.api_url)
         workdir = network_workdir(tmp_path_factory, f"{target_name}-nob-saf")
-        network = network_class(kind)(workdir, ("A", "B"), _bridges(), prefix="nob-saf", bridge_route=route)
-        network.start()
+        network = launch_network(request, target_name, workdir,
+                                 Topology(("A", "B"), _bridges(), proxied=("bridges",), prefix="nob-saf"),
+                                 bridge_route=route)
         try:
             nemesis = ProxyNemesis(proxy.api_url)
             yield network, nemesis, route.name_of("A", "B")
@@ -122,8 +122,8 @@ def test_persistent_messages_survive_a_cut_bridge(cut_network):
     net, nemesis, proxy_name = cut_network
     a, b = net["A"], net["B"]
     destination = f"queue://nob.saf.{uuid.uuid4().hex[:8]}"
-    consumer_client = connect(b.host, b.stomp_port, "stomp")
-    producer_client = connect(a.host, a.stomp_port, "stomp")
+    consumer_client = connect(*b.address("stomp"), "stomp")
+    producer_client = connect(*a.address("stomp"), "stomp")
     try:
         subscription = consumer_client.subscribe(destination)
         seen = a.wait_for_consumers(destination, 1, DEMAND_TIMEOUT)

@@ -17,8 +17,9 @@ import uuid
 import pytest
 import stomp
 
-from conformance.suites.network_support import (DEMAND_TIMEOUT, OneNetworkAtATime, network_class, network_kind,
+from conformance.suites.network_support import (DEMAND_TIMEOUT, OneNetworkAtATime, launch_network, network_target,
                                                 network_suite_marks, network_workdir, parametrize_by_target)
+from conformance.topology import Topology
 
 #: how long a reply that should not come is waited for (local brokers forward in milliseconds)
 QUIET = 3.0
@@ -31,17 +32,16 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 def _model(bridge_temp: bool):
-    from conformance.targets.activemq_network import Bridge
-    from conformance.targets.activemq_network import NetworkConnectorOptions as Options
+    from conformance.topology import Bridge
+    from conformance.topology import NetworkConnectorOptions as Options
 
     return ("A", "B"), (Bridge("A", "B", Options(duplex=True, bridge_temp_destinations=bridge_temp)),)
 
 
-def _launch(kind: str, bridge_temp: bool, workdir):
+def _launch(request, target_name: str, bridge_temp: bool, workdir):
     names, bridges = _model(bridge_temp)
-    network = network_class(kind)(workdir, names, bridges, prefix=f"nob-temp-{'on' if bridge_temp else 'off'}")
-    network.start()
-    return network
+    return launch_network(request, target_name, workdir,
+                          Topology(names, bridges, prefix=f"nob-temp-{'on' if bridge_temp else 'off'}"))
 
 
 @pytest.fixture(scope="module")
@@ -49,8 +49,8 @@ def networks(target_name, request, tmp_path_factory):
     running = OneNetworkAtATime()
 
     def get(bridge_temp: bool):
-        kind = network_kind(request, target_name)
-        return running.get(bridge_temp, lambda: _launch(kind, bridge_temp, network_workdir(
+        network_target(request, target_name)  # not applicable: skip before anything starts
+        return running.get(bridge_temp, lambda: _launch(request, target_name, bridge_temp, network_workdir(
             tmp_path_factory, f"{target_name}-temp-{bridge_temp}")))
 
     yield get
@@ -92,7 +92,7 @@ def stomp_on():
     made: list = []
 
     def on(node):
-        conn = stomp.Connection12([(node.host, node.stomp_port)], heartbeats=(0, 0))
+        conn = stomp.Connection12([node.address("stomp")], heartbeats=(0, 0))
         listener = Listener()
         conn.set_listener("l", listener)
         conn.connect(wait=True)

@@ -3,9 +3,9 @@ page (../shared/spec/activemq-classic-networks-of-brokers.md; catalogue conforma
 multicast discovery (NOB-MCAST-1), masterslave: connectors (NOB-MS-1), connector credentials
 (NOB-AUTH-1) and several named duplex connectors between one pair (NOB-DUPLEX-3).
 
-Targets: ActiveMQ Classic 5.17 (``conformance.targets.activemq_network``, shared-store
-master/slave from ``conformance.targets.activemq_shared_store``) and the reference broker
-(``conformance.targets.reference_network``, ``reference_broker/cluster/``).
+Targets: ActiveMQ Classic 5.17 (``conformance.targets.activemq.network``, shared-store
+master/slave from ``conformance.targets.activemq.shared_store``) and the reference broker
+(``conformance.targets.reference.network``, ``reference_broker/cluster/``).
 
 Traffic rule for discovery: every test run uses a discovery group of its own (never ``default``),
 joined on loopback with TTL 0 (``activemq_loopback_uri`` for ActiveMQ; the reference agent's own
@@ -23,13 +23,14 @@ from __future__ import annotations
 import re
 import time
 import uuid
-from xml.sax.saxutils import quoteattr
 
 import pytest
 
-from conformance.suites.network_support import (FAST_RECONNECT, StompClients, demand, network_class,
-                                                network_kind, network_suite_marks, parametrize_by_target, queue,
-                                                send)
+from conformance.requirements import skip_or_fail
+from conformance.suites.network_support import (FAST_RECONNECT, StompClients, demand, launch_network,
+                                                network_suite_marks, network_target, network_workdir,
+                                                parametrize_by_target, queue, send)
+from conformance.topology import Topology
 
 QUIET = 1.5  # as test_networks.py: local brokers forward within milliseconds once demand is there
 BRIDGE_TIMEOUT = 45.0  # a bridge forming (JVM start, discovery heartbeats, reconnect back-off)
@@ -44,17 +45,16 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 @pytest.fixture(scope="module")
-def kind(target_name, request) -> str:
-    """The target's kind; not applicable without a multi-broker launcher, skipped (with the reason)
-    where ActiveMQ is not installed (these tests build their own brokers from the installation)."""
-    found = network_kind(request, target_name)
-    if found == "activemq":
-        from conformance.requirements import skip_or_fail
-        from conformance.targets.activemq import activemq_available
-        ok, reason = activemq_available()
-        if not ok:
-            skip_or_fail("activemq", reason)
-    return found
+def rigs(target_name, request):
+    """The target, for the networks the topology model does not describe yet (multicast
+    discovery, a masterslave: connector): its ``discovery_pair`` / ``masterslave_rig``. Not
+    applicable without ``topology.network``; skipped (with the reason) where the target cannot
+    run here (these tests build their own brokers from the installation)."""
+    target = network_target(request, target_name)
+    ok, reason = target.availability()
+    if not ok:
+        skip_or_fail(target.name.partition(":")[0], reason)
+    return target
 
 
 @pytest.fixture
@@ -62,9 +62,7 @@ def clients():
     """``clients(node, login, passcode)`` -> a STOMP client on ``node``, closed when the test ends."""
     with StompClients() as made:
         def on(node, login: str | None = None, passcode: str | None = None):
-            # network nodes have host / stomp_port; a shared-store member its process's
-            stomp_node = node.process if hasattr(node, "process") and not hasattr(node, "stomp_port") else node
-            return made.on(stomp_node, login, passcode)
+            return made.on(node, login, passcode)
 
         yield on
 
@@ -90,71 +88,11 @@ def flows(clients, producer_node, consumer_node, destination: str, n: int = 5, c
 # --------------------------------------------------------------------------- multicast discovery
 
 
-class _ActiveMQDiscoveryPair:
-    """Two ActiveMQ brokers, each with a ``multicast://`` network connector and a transport
-    connector announcing itself in the same group (the page's multicast example, on loopback)."""
-
-    def __init__(self, workdir, group: str) -> None:
-        from conformance.targets.activemq import ActiveMQProcess
-        from conformance.targets.activemq_network import NetworkNode
-        from reference_broker.cluster.discovery import activemq_loopback_uri
-
-        uri = activemq_loopback_uri(group)
-        connector = f'      <networkConnector name="mcast" uri={quoteattr(uri)}/>'
-        self.nodes = {name: NetworkNode(name, ActiveMQProcess(
-            workdir / name, name=f"nob-mcast-{name}", jmx=True, jvm_heap_mb=256, memory_limit_mb=96,
-            discovery_uri=uri, network_connectors_xml=connector)) for name in ("A", "B")}
-
-    def start(self) -> None:
-        for node in self.nodes.values():
-            node.process.start()
-
-    def bridged(self, name: str, other: str) -> bool:
-        return self.nodes[other].process.name in self.nodes[name].established_bridges()
-
-    def log_tail(self) -> str:
-        return "\n".join(f"--- {n} ---\n{node.log_tail(30)}" for n, node in self.nodes.items())
-
-    def stop(self) -> None:
-        for node in self.nodes.values():
-            node.stop()
-
-
-class _ReferenceDiscoveryPair:
-    """The same with two reference brokers (``discovery_uri`` announces the STOMP listener)."""
-
-    def __init__(self, workdir, group: str) -> None:
-        self.uri = f"multicast://default?group={group}"
-        self.group = group
-        self.nodes = {}
-
-    def start(self) -> None:
-        from conformance.targets.reference_network import ReferenceNode
-
-        for name in ("A", "B"):
-            node = ReferenceNode(name, f"nob-mcast-{name}", extra_config={"discovery_uri": self.uri})
-            self.nodes[name] = node
-            node.listen()
-        for node in self.nodes.values():
-            node.start_network([{"uri": self.uri, "name": "mcast"}])
-
-    def bridged(self, name: str, other: str) -> bool:
-        node, port = self.nodes[name], self.nodes[other].stomp_port
-        return node.call(lambda: any(b.local is not None and b.connected_peer is not None
-                                     and b.connected_peer.port == port for b in node.network.bridges))
-
-    def log_tail(self) -> str:
-        return f"(reference brokers in group {self.group}: {self.nodes})"
-
-    def stop(self) -> None:
-        for node in self.nodes.values():
-            node.stop()
-
-
 @pytest.mark.spec("NOB-MCAST-1")
-def test_multicast_discovery_forms_a_network(kind, clients, tmp_path):
+@pytest.mark.requires("topology.discovery")
+def test_multicast_discovery_forms_a_network(rigs, clients, tmp_path):
     group = f"brokerconf-{uuid.uuid4().hex[:10]}"  # this run's own group, never "default"
-    pair = (_ActiveMQDiscoveryPair if kind == "activemq" else _ReferenceDiscoveryPair)(tmp_path, group)
+    pair = rigs.discovery_pair(tmp_path, group)
     try:
         pair.start()
         # Neither connector lists an address: each broker learns the other's from its announcement.
@@ -173,114 +111,10 @@ def test_multicast_discovery_forms_a_network(kind, clients, tmp_path):
 # --------------------------------------------------------------------------- masterslave:
 
 
-class _ActiveMQMasterSlave:
-    """A shared-store pair (M, S) and a broker F whose connector is ``masterslave:(M, S)``."""
-
-    def __init__(self, workdir) -> None:
-        from conformance.targets.activemq_shared_store import SharedStoreGroup
-
-        self.workdir = workdir
-        self.group = SharedStoreGroup(workdir / "group", nodes=2, broker_name="nob-ms", jvm_heap_mb=256,
-                                      lock_keep_alive_period_ms=1000, lock_acquire_sleep_interval_ms=500)
-        self.forwarder = None
-
-    def start(self) -> None:
-        from conformance.targets.activemq import ActiveMQProcess
-        from conformance.targets.activemq_network import NetworkConnectorOptions, NetworkNode, render_network_connector
-
-        self.group.start()  # node A takes the lock first: the master; B waits as its slave
-        urls = [node.process.openwire_url for node in self.group.nodes]
-        connector = render_network_connector(urls, NetworkConnectorOptions(name="ms", **FAST_RECONNECT),
-                                             scheme="masterslave")
-        self.forwarder = NetworkNode("F", ActiveMQProcess(
-            self.workdir / "F", name="nob-ms-F", jmx=True, jvm_heap_mb=256, memory_limit_mb=96,
-            network_connectors_xml=connector))
-        self.forwarder.process.start()
-
-    @property
-    def members(self):
-        return self.group.nodes  # in the URI's order: master first
-
-    def live(self):
-        return self.group.master()
-
-    def bridged_to(self):
-        """Members F logged an established bridge to, in order (a new line per (re)connection)."""
-        names = {node.process.name: node for node in self.members}
-        return [names[r] for r in self.forwarder.established_bridges() if r in names]
-
-    def kill(self, member) -> None:
-        member.kill()
-
-    def wait_for_live(self, timeout: float):
-        return self.group.wait_for_master(timeout)
-
-    def log_tail(self) -> str:
-        return f"{self.group.log_tail(20)}\n--- F ---\n{self.forwarder.log_tail(30) if self.forwarder else ''}"
-
-    def stop(self) -> None:
-        try:
-            if self.forwarder is not None:
-                self.forwarder.stop()
-        finally:
-            self.group.stop()
-
-
-class _ReferenceMasterSlave:
-    """Two independent reference brokers M, S (both listening) and F with ``masterslave:(M, S)``."""
-
-    def __init__(self, workdir) -> None:
-        self.nodes = {}
-        self.forwarder = None
-
-    def start(self) -> None:
-        from conformance.targets.activemq_network import NetworkConnectorOptions
-        from conformance.targets.reference_network import ReferenceNode, connector_config
-
-        for name in ("M", "S", "F"):
-            self.nodes[name] = ReferenceNode(name, f"nob-ms-{name}")
-            self.nodes[name].listen()
-        urls = [f"tcp://127.0.0.1:{self.nodes[n].stomp_port}" for n in ("M", "S")]
-        self.nodes["M"].start_network([])  # consumer advisories: how F's bridge sees their demand
-        self.nodes["S"].start_network([])
-        self.forwarder = self.nodes["F"]
-        self.forwarder.start_network([connector_config(urls, NetworkConnectorOptions(name="ms", **FAST_RECONNECT),
-                                                       scheme="masterslave")])
-
-    @property
-    def members(self):
-        return [self.nodes["M"], self.nodes["S"]]
-
-    def live(self):
-        return next((n for n in self.members if n.running), None)
-
-    def bridged_to(self):
-        f = self.forwarder
-
-        def peer():
-            bridge = f.network.bridges[0]
-            return bridge.connected_peer.port if bridge.local is not None and bridge.connected_peer else None
-        port = f.call(peer)
-        return [n for n in self.members if n.stomp_port == port]
-
-    def kill(self, member) -> None:
-        member.stop()
-
-    def wait_for_live(self, timeout: float):
-        return self.live()
-
-    def log_tail(self) -> str:
-        f = self.forwarder
-        return f.call(lambda: repr([(b, b.connected_peer, b.connections) for b in f.network.bridges])) if f else ""
-
-    def stop(self) -> None:
-        for node in self.nodes.values():
-            node.stop()
-
-
 @pytest.mark.spec("NOB-MS-1")
-def test_masterslave_connector_follows_the_live_broker(kind, clients, tmp_path):
-    group = (_ActiveMQMasterSlave if kind == "activemq" else _ReferenceMasterSlave)(tmp_path)
+@pytest.mark.requires("topology.masterslave-connector")
+def test_masterslave_connector_follows_the_live_broker(rigs, clients, tmp_path):
+    group = rigs.masterslave_rig(tmp_path, FAST_RECONNECT)
     try:
         group.start()
         master, slave = group.members
@@ -315,8 +149,8 @@ def test_masterslave_connector_follows_the_live_broker(kind, clients, tmp_path):
 
 
 def _topology_bridges():
-    from conformance.targets.activemq_network import Bridge
-    from conformance.targets.activemq_network import NetworkConnectorOptions as Options
+    from conformance.topology import Bridge
+    from conformance.topology import NetworkConnectorOptions as Options
 
     creds = dict(user_name=USER, password=PASSWORD)
     return (
@@ -332,10 +166,9 @@ def _topology_bridges():
 
 
 @pytest.fixture(scope="module")
-def secured(kind, tmp_path_factory):
-    net = network_class(kind)(tmp_path_factory.mktemp(f"{kind}-nob-topo"), ("A", "B"), _topology_bridges(),
-                               prefix="nob-topo", users={"B": ((USER, PASSWORD),)})
-    net.start()
+def secured(target_name, request, tmp_path_factory):
+    net = launch_network(request, target_name, network_workdir(tmp_path_factory, f"{target_name}-nob-topo"),
+                         Topology(("A", "B"), _topology_bridges(), prefix="nob-topo", users={"B": ((USER, PASSWORD),)}))
     yield net
     net.stop()
 

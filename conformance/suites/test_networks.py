@@ -15,8 +15,8 @@ network consumers included). Where the check is that nothing arrives, the test f
 positive sign that the network had the chance (the demand reached the last broker it may reach),
 then gives the messages a quiet window and checks that they are still held where they were sent.
 
-Targets: ActiveMQ Classic (``conformance.targets.activemq_network``) and the reference broker
-(``conformance.targets.reference_network``, bridges from ``reference_broker/cluster/``). A target
+Targets: ActiveMQ Classic (``conformance.targets.activemq.network``) and the reference broker
+(``conformance.targets.reference.network``, bridges from ``reference_broker/cluster/``). A target
 without a network launcher is reported not applicable with the reason.
 """
 
@@ -28,8 +28,9 @@ import uuid
 import pytest
 
 from conformance.suites.network_support import (DEMAND_TIMEOUT, OneNetworkAtATime, StompClients, demand,
-                                                network_class, network_kind, network_suite_marks,
+                                                launch_network, network_suite_marks, network_target,
                                                 network_workdir, parametrize_by_target, queue, send)
+from conformance.topology import Topology
 
 #: excluded on the duplex network's one connector (A's): the reverse half must exclude it as well
 DUPLEX_EXCLUDED = "queue://nob.duplex.excl.>"
@@ -48,8 +49,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 def _activemq_networks():
-    from conformance.targets.activemq_network import Bridge, BridgeFilterPolicy
-    from conformance.targets.activemq_network import NetworkConnectorOptions as Options
+    from conformance.topology import Bridge, BridgeFilterPolicy
+    from conformance.topology import NetworkConnectorOptions as Options
 
     equal_priority = dict(decrease_network_consumer_priority=False)  # the conduit example's premise
     return {
@@ -95,8 +96,8 @@ def _activemq_networks():
 def _virtual_networks():
     """Networks for "Dynamic networks and Virtual Destinations", and the extra broker settings
     (``<broker>`` attributes, composite destinations) each launcher takes for them."""
-    from conformance.targets.activemq_network import Bridge, CompositeDestination
-    from conformance.targets.activemq_network import NetworkConnectorOptions as Options
+    from conformance.topology import Bridge, CompositeDestination
+    from conformance.topology import NetworkConnectorOptions as Options
 
     # The document's examples: the consuming broker has useVirtualDestSubs, the forwarding
     # broker's connector too, and dynamically includes the virtual topics / the composite topic.
@@ -132,13 +133,11 @@ def _network_model(key: str):
     return names, bridges, {"policies": policies[0] if policies else ()}
 
 
-def _launch(kind: str, key: str, workdir):
-    """Network ``key``, started, of target kind ``kind``: both kinds from the one model
-    (`_activemq_networks`, `_virtual_networks`); the reference broker's are in-process."""
+def _launch(request, target_name: str, key: str, workdir):
+    """Network ``key``, started by the target under test from the one model (`_activemq_networks`,
+    `_virtual_networks`) through the topology contract; the reference broker's are in-process."""
     names, bridges, extra = _network_model(key)
-    network = network_class(kind)(workdir, names, bridges, prefix=f"nob-{key}", **extra)
-    network.start()
-    return network
+    return launch_network(request, target_name, workdir, Topology(names, bridges, prefix=f"nob-{key}", **extra))
 
 
 @pytest.fixture(scope="module")
@@ -149,9 +148,9 @@ def networks(target_name, request, tmp_path_factory):
     running = OneNetworkAtATime()
 
     def get(key: str):
-        kind = network_kind(request, target_name)
-        return running.get(key, lambda: _launch(kind, key, network_workdir(tmp_path_factory,
-                                                                             f"{target_name}-nob-{key}")))
+        network_target(request, target_name)  # not applicable: skip before anything starts
+        return running.get(key, lambda: _launch(request, target_name, key,
+                                                network_workdir(tmp_path_factory, f"{target_name}-nob-{key}")))
 
     yield get
     running.stop()

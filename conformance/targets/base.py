@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from conformance.scenario import Scenario
+from conformance.topology import TOPOLOGY_CAPABILITIES, BridgeRoute, Cluster, Topology
 
 #: feature capabilities and what they promise (protocol.* are the listeners)
 CAPABILITIES: dict[str, str] = {
@@ -49,8 +50,12 @@ CAPABILITIES: dict[str, str] = {
     "dead_letter": "dead-letter queue after maximum redeliveries",
     "expiry": "message expiry (TTL)",
     "process.kill": "the broker runs as a process the harness can kill and restart",
-    "network_of_brokers": "forms networks of brokers (network connectors, demand forwarding) in multi-broker fixtures",
+    **TOPOLOGY_CAPABILITIES,  # topology.network / topology.shared-store
 }
+
+
+class UnknownTarget(ValueError):
+    """No target has that name (the message lists the known ones, with a did-you-mean)."""
 
 
 class TargetUnavailable(RuntimeError):
@@ -123,6 +128,13 @@ class Target(Protocol):
     def launch(self, scenario: Scenario, workdir: Path) -> BrokerHandle:
         """Start a broker configured for ``scenario``; raises TargetUnavailable with the reason."""
 
+    def launch_topology(self, topology: Topology, scenario: Scenario, workdir: Path, *,
+                        bridge_route: BridgeRoute | None = None) -> Cluster:
+        """Start ``topology`` (conformance/topology.py) configured for ``scenario``, started; its
+        capability (``topology.<kind>``) must be declared. ``bridge_route``: where each bridge dials
+        when the topology routes its bridges through the fault proxy. Raises TopologyUnsupported
+        (a ValueError) for a topology the target cannot form, TargetUnavailable when it cannot start."""
+
 
 def address(handle: BrokerHandle, protocol: str) -> tuple[str, int]:
     """(host, port) of the handle's listener for ``protocol``; KeyError names what is open."""
@@ -130,3 +142,9 @@ def address(handle: BrokerHandle, protocol: str) -> tuple[str, int]:
         return handle.host, handle.ports[protocol]
     except KeyError:
         raise KeyError(f"{handle.target} has no {protocol} listener (open: {sorted(handle.ports)})") from None
+
+
+def why_missing(target: Target, capability: str) -> str | None:
+    """Why ``target`` lacks ``capability``, when the target says (its optional ``why_missing``)."""
+    explain = getattr(target, "why_missing", None)
+    return explain(capability) if explain is not None else None

@@ -13,6 +13,8 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
+from conformance.targets.activemq import amqp as activemq_amqp
+from conformance.targets.artemis import dist as artemis_dist
 
 PACKAGES: dict[str, tuple[str, ...]] = {
     "activemq": ("activemq", "libmqtt-client-java", "libhawtdispatch-java"),
@@ -24,7 +26,7 @@ PACKAGES: dict[str, tuple[str, ...]] = {
 #: installed from a registry into .tools/ with the tool's own client (no root): name -> what it adds
 TOOLS: dict[str, str] = {
     "activemq-amqp": "ActiveMQ Classic's AMQP transport (activemq-amqp + proton-j, with Maven)",
-    "artemis": "the pinned Apache Artemis binary distribution (with Maven; conformance/targets/artemis_dist.py)",
+    "artemis": "the pinned Apache Artemis binary distribution (with Maven; conformance/targets/artemis/dist.py)",
 }
 #: Debian targets that also get these tools, as a best effort (a failure is a warning: the
 #: target runs without them, e.g. ActiveMQ without AMQP)
@@ -52,19 +54,15 @@ def packages_for(targets: list[str]) -> list[str]:
 def install_tool(name: str, progress=print, run=subprocess.run) -> None:
     """Fetch one of `TOOLS` into .tools/ (quick when it is there and verifies)."""
     if name == "activemq-amqp":
-        from conformance.targets.activemq_amqp import AmqpTransportError, ensure_amqp_transport  # noqa: PLC0415
-
         try:
-            ensure_amqp_transport(progress=progress, run=run)
-        except AmqpTransportError as exc:
+            activemq_amqp.ensure_amqp_transport(progress=progress, run=run)
+        except activemq_amqp.AmqpTransportError as exc:
             raise InstallError(f"activemq-amqp: {exc}") from None
         return
     if name == "artemis":
-        from conformance.targets.artemis_dist import ArtemisDistError, ensure_distribution  # noqa: PLC0415
-
         try:
-            where = ensure_distribution(run=run)
-        except (ArtemisDistError, OSError) as exc:
+            where = artemis_dist.ensure_distribution(run=run)
+        except (artemis_dist.ArtemisDistError, OSError) as exc:
             raise InstallError(f"Apache Artemis: {exc}") from exc
         progress(f"Apache Artemis ready in {where}")
         return

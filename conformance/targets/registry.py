@@ -4,7 +4,7 @@ Built-in names: ``reference`` (in-process), ``reference:process``, ``activemq`` 
 when the Debian package is installed, else a container; the matrix records which),
 ``activemq:process`` and ``activemq:container`` (force one), ``rabbitmq``, ``mosquitto``,
 ``artemis`` (a local JVM when the distribution is installed in .tools/artemis, else a container;
-`conformance.targets.artemis_target`), ``artemis:process`` and ``artemis:container`` (force one).
+`conformance.targets.artemis.target`), ``artemis:process`` and ``artemis:container`` (force one).
 
 A targets file (``--targets-file``, TOML) names brokers that are already running::
 
@@ -24,128 +24,39 @@ not applicable to it, and its counters cannot be read.
 from __future__ import annotations
 
 import difflib
-import tomllib
-from dataclasses import dataclass
-from pathlib import Path
+from typing import Callable
 
-from conformance.scenario import Scenario
-from conformance.targets.base import CAPABILITIES, DestinationCounters, SubscriptionCounters, Target, TargetUnavailable
+from conformance.targets.activemq.target import ActiveMQTarget
+from conformance.targets.artemis.target import ArtemisTarget
+from conformance.targets.base import Target, UnknownTarget
+from conformance.targets.external import ExternalTarget, load_targets_file
+from conformance.targets.mosquitto.target import MosquittoTarget
+from conformance.targets.rabbitmq.target import RabbitMQTarget
+from conformance.targets.reference.target import ReferenceTarget
 
-BUILTIN = ("reference", "reference:process", "activemq", "activemq:process", "activemq:container", "rabbitmq",
-           "mosquitto", "artemis", "artemis:process", "artemis:container")
+__all__ = ["BUILTIN", "FACTORIES", "UnknownTarget", "builtin_target", "load_targets_file", "resolve"]
 
-class UnknownTarget(ValueError):
-    pass
-
-
-@dataclass
-class ExternalHandle:
-    target: str
-    kind: str
-    host: str
-    ports: dict[str, int]
-    capabilities: frozenset[str]
-    scenario: Scenario
-    credentials: tuple[str | None, str | None]
-    launch: str = "external"
-
-    @property
-    def client_options(self) -> dict[str, dict]:
-        """Per-protocol adapter options for this kind of broker: an ActiveMQ Classic broker gets the
-        same AMQP nack outcome as the launched one (ActiveMQHandle.client_options)."""
-        return {"amqp": {"nack_outcome": "rejected"}} if self.kind == "activemq" else {}
-
-    def config_text(self) -> str:
-        return f"# external broker {self.target}: configured by its owner, not by brokerconf"
-
-    def log_tail(self, lines: int = 80) -> str:
-        return f"(external broker {self.target}: its log is not available to the harness)"
-
-    def subscription_counters(self, destination: str) -> list[SubscriptionCounters]:
-        raise TargetUnavailable(f"{self.target}: counters of an external broker cannot be read")
-
-    def destination_counters(self, destination: str) -> DestinationCounters | None:
-        raise TargetUnavailable(f"{self.target}: counters of an external broker cannot be read")
-
-    def stop(self) -> None:
-        pass  # not ours to stop
-
-
-@dataclass
-class ExternalTarget:
-    name: str
-    kind: str
-    host: str
-    ports: dict[str, int]
-    declared: frozenset[str]
-    credentials: tuple[str | None, str | None]
-
-    def availability(self) -> tuple[bool, str]:
-        return True, ""
-
-    def capabilities(self) -> frozenset[str]:
-        return self.declared | {f"protocol.{p}" for p in self.ports}
-
-    def launch(self, scenario: Scenario, workdir: Path) -> ExternalHandle:
-        return ExternalHandle(self.name, self.kind, self.host, dict(self.ports), self.capabilities(), scenario,
-                              self.credentials)
-
-
-def load_targets_file(path: Path) -> dict[str, ExternalTarget]:
-    try:
-        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UnknownTarget(f"targets file not found: {path}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise UnknownTarget(f"{path}: not valid TOML: {exc}") from None
-    targets = {}
-    for name, raw in data.get("target", {}).items():
-        where = f"{path}: [target.{name}]"
-        allowed = {"kind", "host", "stomp", "mqtt", "amqp", "login", "passcode", "capabilities"}
-        unknown = set(raw) - allowed
-        if unknown:
-            bad = sorted(unknown)[0]
-            hint = difflib.get_close_matches(bad, allowed, n=1)
-            raise UnknownTarget(f"{where}: unknown key {bad!r}" + (f"; did you mean {hint[0]!r}?" if hint else ""))
-        ports = {p: raw[p] for p in ("stomp", "mqtt", "amqp") if p in raw}
-        if not ports:
-            raise UnknownTarget(f"{where}: give at least one port (stomp, mqtt or amqp)")
-        for protocol, port in ports.items():
-            if not isinstance(port, int) or not 0 < port < 65536:
-                raise UnknownTarget(f"{where}: {protocol} must be a port number, got {port!r}")
-        declared = frozenset(raw.get("capabilities", []))
-        bad_caps = sorted(c for c in declared if c not in CAPABILITIES)
-        if bad_caps:
-            raise UnknownTarget(f"{where}: unknown capabilities {bad_caps} (known: {sorted(CAPABILITIES)})")
-        targets[name] = ExternalTarget(name, raw.get("kind", "external"), raw.get("host", "127.0.0.1"), ports,
-                                       declared - {"scenario.policies", "counters.subscription",
-                                                   "counters.destination", "process.kill"},
-                                       (raw.get("login"), raw.get("passcode")))
-    return targets
+#: built-in target name -> the factory of its target
+FACTORIES: dict[str, Callable[[], Target]] = {
+    "reference": ReferenceTarget,
+    "reference:process": lambda: ReferenceTarget(name="reference:process", launch="process"),
+    "activemq": lambda: ActiveMQTarget(name="activemq", launch="auto"),
+    "activemq:process": lambda: ActiveMQTarget(name="activemq:process", launch="process"),
+    "activemq:container": lambda: ActiveMQTarget(name="activemq:container", launch="container"),
+    "rabbitmq": RabbitMQTarget,
+    "mosquitto": MosquittoTarget,
+    "artemis": lambda: ArtemisTarget(name="artemis", launch="auto"),
+    "artemis:process": lambda: ArtemisTarget(name="artemis:process", launch="process"),
+    "artemis:container": lambda: ArtemisTarget(name="artemis:container", launch="container"),
+}
+BUILTIN = tuple(FACTORIES)
 
 
 def builtin_target(name: str) -> Target:
-    if name == "reference":
-        from conformance.targets.reference_target import ReferenceTarget
-        return ReferenceTarget()
-    if name == "reference:process":
-        from conformance.targets.reference_target import ReferenceTarget
-        return ReferenceTarget(name="reference:process", launch="process")
-    if name in ("activemq", "activemq:process", "activemq:container"):
-        from conformance.targets.activemq_target import ActiveMQTarget
-        _, _, mode = name.partition(":")
-        return ActiveMQTarget(name=name, launch=mode or "auto")
-    if name == "rabbitmq":
-        from conformance.targets.peer_targets import RabbitMQTarget
-        return RabbitMQTarget()
-    if name == "mosquitto":
-        from conformance.targets.peer_targets import MosquittoTarget
-        return MosquittoTarget()
-    if name in ("artemis", "artemis:process", "artemis:container"):
-        from conformance.targets.artemis_target import ArtemisTarget
-        _, _, mode = name.partition(":")
-        return ArtemisTarget(name=name, launch=mode or "auto")
-    raise UnknownTarget(name)
+    try:
+        return FACTORIES[name]()
+    except KeyError:
+        raise UnknownTarget(name) from None
 
 
 def resolve(name: str, external: dict[str, ExternalTarget] | None = None) -> Target:

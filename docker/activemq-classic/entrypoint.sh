@@ -1,5 +1,5 @@
 #!/bin/sh
-# Run ActiveMQ Classic as a plain JVM with the same flags as conformance/targets/activemq.py
+# Run ActiveMQ Classic as a plain JVM with the same flags as conformance/targets/activemq/process.py
 # (ActiveMQProcess.build_command, which mirrors Debian's /usr/bin/activemq wrapper) and log to
 # stdout, so `docker logs` is the broker log.
 #

@@ -3,7 +3,8 @@
 (.tools/bin, where `brokerconf targets install toxiproxy` builds it, then PATH). Where it is missing
 the real-server runs are skipped with that reason, or fail where BROKERCONF_REQUIRE names toxiproxy.
 With ``BROKERCONF_TOXIPROXY=container`` they also run against the Toxiproxy container
-(docker/toxiproxy, or the official image named by BROKERCONF_TOXIPROXY_IMAGE) (issue 8, `conformance.targets.toxiproxy_container`, on the host's network so proxies
+(docker/toxiproxy, or the official image BROKERCONF_TOXIPROXY_IMAGE names; issue 8,
+`chaos.proxy.container`, on the host's network so proxies
 reach the tests' loopback upstreams); where its image is missing that run is skipped with
 docker_env's reason, and the embedded proxy ("ours") covers the tests."""
 
@@ -21,8 +22,8 @@ CONTAINER = os.environ.get("BROKERCONF_TOXIPROXY") == "container"
 
 
 def _start_container():
-    from conformance.targets.docker_env import image_available
-    from conformance.targets.toxiproxy_container import TOXIPROXY_IMAGE, ToxiproxyContainer
+    from conformance.targets.runtime.docker_env import image_available
+    from chaos.proxy.container import TOXIPROXY_IMAGE, ToxiproxyContainer
 
     ok, reason = image_available(TOXIPROXY_IMAGE)
     if not ok:

@@ -213,7 +213,8 @@ def test_reference_broker_pause_downtime(tmp_path):
     from chaos.nemesis import ProcessNemesis
     from chaos.workloads import QueueWorkload
     from conformance.clients import connect
-    from conformance.targets.reference import ReferenceBrokerProcess
+    from conformance.targets.reference.process import ReferenceBrokerProcess
+    from conformance.targets.runtime.node import ProcessNode
 
     broker = ReferenceBrokerProcess(name="downtime", http=False).start()
     try:
@@ -221,7 +222,7 @@ def test_reference_broker_pause_downtime(tmp_path):
         with History(tmp_path / "h.jsonl", run="d1", target="reference", node="A") as history:
             workload = QueueWorkload(history, make, destination="queue://d.p", producers=2, consumers=1,
                                      rate=50, receive_timeout=0.2, reconnect_delay=0.05)
-            with ProcessNemesis(broker, history, node="A") as nemesis:
+            with ProcessNemesis(ProcessNode("A", broker), history, node="A") as nemesis:
                 workload.start()
                 workload._stop_producers.wait(0.5)
                 nemesis.invoke("pause")

@@ -14,9 +14,10 @@ import pytest
 
 from chaos.history import History, read_history
 from chaos.nemesis import (LockLossNemesis, Nemesis, NemesisError, NetnsNemesis, ProcessNemesis, ProxyNemesis,
-                           netns_unavailable, process_running)
+                           netns_unavailable)
 from conformance.requirements import missing_mark
-from conformance.targets.reference import ReferenceBrokerProcess
+from conformance.targets.reference.process import ReferenceBrokerProcess
+from conformance.targets.runtime.node import ProcessNode
 
 
 def stomp_connected(port: int, timeout: float) -> bool:
@@ -52,10 +53,10 @@ def history(tmp_path):
 
 def test_kill_then_restart_changes_pid_and_serves_again(broker, history):
     port, old_pid = broker.stomp_port, broker.pid
-    with ProcessNemesis(broker, history, node="A") as nemesis:
+    with ProcessNemesis(ProcessNode("A", broker), history, node="A") as nemesis:
         assert isinstance(nemesis, Nemesis)
         done = nemesis.invoke("kill")
-        assert done["pid"] == old_pid and not process_running(broker)
+        assert done["pid"] == old_pid and not broker.running
         assert not stomp_connected(port, 1.0)
         nemesis.invoke("start")
         assert broker.pid != old_pid and broker.stomp_port == port
@@ -72,7 +73,7 @@ def test_kill_then_restart_changes_pid_and_serves_again(broker, history):
 
 def test_pause_makes_connect_hang_and_resume_serves_it(broker, history):
     port = broker.stomp_port
-    with ProcessNemesis(broker, history) as nemesis:
+    with ProcessNemesis(ProcessNode("A", broker), history) as nemesis:
         nemesis.invoke("pause")
         assert not stomp_connected(port, 1.0), "a SIGSTOPped broker must not answer CONNECT"
         nemesis.invoke("resume")
@@ -81,16 +82,16 @@ def test_pause_makes_connect_hang_and_resume_serves_it(broker, history):
 
 
 def test_graceful_stop_of_a_paused_broker_and_restart(broker, history):
-    with ProcessNemesis(broker, history) as nemesis:
+    with ProcessNemesis(ProcessNode("A", broker), history) as nemesis:
         nemesis.invoke("pause")
         nemesis.invoke("stop")  # resumes first, so SIGTERM is seen
-        assert broker.proc.returncode is not None and not process_running(broker)
+        assert broker.proc.returncode is not None and not broker.running
         result = nemesis.invoke("restart")
         assert result["old_pid"] is None and stomp_connected(broker.stomp_port, 5.0)
 
 
 def test_teardown_heals_a_paused_broker_after_the_experiment_fails(broker, history):
-    nemesis = ProcessNemesis(broker, history)
+    nemesis = ProcessNemesis(ProcessNode("A", broker), history)
     with pytest.raises(RuntimeError, match="experiment blew up"):
         with nemesis:
             nemesis.invoke("pause")
@@ -101,12 +102,12 @@ def test_teardown_heals_a_paused_broker_after_the_experiment_fails(broker, histo
 
 
 def test_teardown_restarts_a_killed_broker_after_a_failed_invoke(broker, history):
-    nemesis = ProcessNemesis(broker, history)
+    nemesis = ProcessNemesis(ProcessNode("A", broker), history)
     with nemesis:
         nemesis.invoke("kill")
         with pytest.raises(NemesisError, match="not running"):
             nemesis.invoke("pause")  # cannot pause a dead process: recorded with the error
-    assert process_running(broker) and stomp_connected(broker.stomp_port, 5.0)
+    assert broker.running and stomp_connected(broker.stomp_port, 5.0)
     failed = [e for e in nemesis_events(history.path) if e["f"] == "pause" and e["value"]["phase"] == "end"]
     assert "not running" in failed[0]["error"]
 

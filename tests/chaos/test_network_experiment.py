@@ -116,7 +116,7 @@ def test_bridge_route_puts_one_proxy_before_each_peer():
     from chaos.proxy.client import ToxiproxyClient
     from chaos.proxy.testing import echo_server
     from chaos.topology import BridgeProxies
-    from conformance.targets.activemq_network import Bridge
+    from conformance.targets.activemq.network import Bridge
 
     proxy = FaultProxyServer("127.0.0.1", 0).start()
     upstream = echo_server()
@@ -141,7 +141,7 @@ def test_bridge_route_follows_a_peer_that_moved_to_another_port():
     from chaos.proxy.client import ToxiproxyClient
     from chaos.proxy.testing import echo_server
     from chaos.topology import BridgeProxies
-    from conformance.targets.activemq_network import Bridge
+    from conformance.targets.activemq.network import Bridge
 
     proxy = FaultProxyServer("127.0.0.1", 0).start()
     old, new = echo_server(), echo_server()
@@ -160,7 +160,7 @@ def test_bridge_route_follows_a_peer_that_moved_to_another_port():
 
 
 def test_activemq_connector_dials_the_route(tmp_path):
-    from conformance.targets.activemq_network import ActiveMQNetwork, Bridge
+    from conformance.targets.activemq.network import ActiveMQNetwork, Bridge
 
     net = ActiveMQNetwork(tmp_path, ("A", "B"), (Bridge("A", "B"),),
                           bridge_route=lambda bridge, host, port: ("127.0.0.1", 40999))

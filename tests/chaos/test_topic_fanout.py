@@ -12,7 +12,7 @@ from chaos.history import History, read_history
 from chaos.workloads import TopicFanoutWorkload
 from conformance.clients import connect
 from conformance.scenario import DestinationPolicy, Scenario
-from conformance.targets.reference_target import InProcessReference
+from conformance.targets.reference.target import InProcessReference
 from reports.checkers.topic_fanout import check_topic_fanout
 
 T = "topic://prices"

@@ -13,7 +13,7 @@ from chaos.workloads import GroupedQueueWorkload, QueueWorkload, TopicFanoutWork
 from chaos.workloads.queue import DrainIncomplete
 from conformance.clients import ClientError, connect
 from conformance.scenario import Scenario
-from conformance.targets.reference_target import InProcessReference
+from conformance.targets.reference.target import InProcessReference
 from reports.checkers.total_queue import check_total_queue
 
 
@@ -199,7 +199,8 @@ def test_pause_under_load_gives_info_sends_and_loses_no_acknowledged_message(tmp
     """Workload + ProcessNemesis on a broker process: a pause longer than the client timeout
     makes in-doubt sends (info, new process ids); after resume and drain nothing acked is lost."""
     from chaos.nemesis import ProcessNemesis
-    from conformance.targets.reference import ReferenceBrokerProcess
+    from conformance.targets.reference.process import ReferenceBrokerProcess
+    from conformance.targets.runtime.node import ProcessNode
 
     broker = ReferenceBrokerProcess(name="w-pause", http=False).start()
     try:
@@ -207,7 +208,7 @@ def test_pause_under_load_gives_info_sends_and_loses_no_acknowledged_message(tmp
         with History(tmp_path / "h.jsonl", run="p1", target="reference", node="A") as history:
             workload = QueueWorkload(history, make, destination="queue://w.p", producers=2, consumers=1,
                                      rate=50, receive_timeout=0.2)
-            with ProcessNemesis(broker, history, node="A") as nemesis:
+            with ProcessNemesis(ProcessNode("A", broker), history, node="A") as nemesis:
                 workload.start()
                 workload._stop_producers.wait(0.5)
                 nemesis.invoke("pause")

@@ -1,4 +1,4 @@
-"""The installer of ActiveMQ's AMQP transport (conformance/targets/activemq_amqp.py), without Maven:
+"""The installer of ActiveMQ's AMQP transport (conformance/targets/activemq/amqp.py), without Maven:
 pins parsing, the broker-version check, jar-set and digest verification, the staged fetch."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 
 pytest_plugins = ["pytester"]
 
-from conformance.targets import activemq_amqp as amqp
+from conformance.targets.activemq import amqp
 from conformance.targets import install as install_mod
 
 JAR_A = b"transport jar bytes"
@@ -177,7 +177,7 @@ def test_targets_install_names_an_unknown_target():
 
 
 def test_the_launcher_adds_the_connector_and_the_jars(tmp_path, monkeypatch):
-    from conformance.targets import activemq as launcher
+    from conformance.targets.activemq import process as launcher
 
     jars = [str(tmp_path / "activemq-amqp-5.17.2.jar"), str(tmp_path / "proton-j-0.33.10.jar")]
     monkeypatch.setattr(launcher, "_amqp_jars", lambda: jars)
@@ -190,7 +190,7 @@ def test_the_launcher_adds_the_connector_and_the_jars(tmp_path, monkeypatch):
 
 
 def test_the_container_launcher_refuses_amqp(tmp_path):
-    from conformance.targets.activemq_container import ActiveMQContainer
+    from conformance.targets.activemq.container import ActiveMQContainer
 
     with pytest.raises(ValueError, match="image has no AMQP transport"):
         ActiveMQContainer(tmp_path, amqp=True)
@@ -198,7 +198,7 @@ def test_the_container_launcher_refuses_amqp(tmp_path):
 
 @pytest.mark.parametrize("transport", [(True, ""), (False, "not installed (x); run `brokerconf targets install activemq-amqp`")])
 def test_the_process_target_offers_amqp_only_with_the_transport(monkeypatch, transport):
-    from conformance.targets import activemq_target
+    from conformance.targets.activemq import target as activemq_target
 
     monkeypatch.setattr(activemq_target, "activemq_amqp_available", lambda: transport)
     target = activemq_target.ActiveMQTarget(launch="process", process_check=lambda: (True, ""))
@@ -208,7 +208,7 @@ def test_the_process_target_offers_amqp_only_with_the_transport(monkeypatch, tra
 
 
 def test_the_container_target_never_offers_amqp(monkeypatch):
-    from conformance.targets import activemq_target
+    from conformance.targets.activemq import target as activemq_target
 
     monkeypatch.setattr(activemq_target, "activemq_amqp_available", lambda: (True, ""))
     target = activemq_target.ActiveMQTarget(launch="container", container_check=lambda: (True, ""))
@@ -231,7 +231,7 @@ def test_amqp_case(broker, client):
 @pytest.mark.parametrize("required", [False, True])
 def test_a_missing_transport_skips_unless_required(pytester, monkeypatch, required):
     from conformance import requirements
-    from conformance.targets.activemq import activemq_available
+    from conformance.targets.activemq.process import activemq_available
 
     ok, reason = activemq_available()
     if not ok:
@@ -254,8 +254,8 @@ def test_a_missing_transport_skips_unless_required(pytester, monkeypatch, requir
 
 def test_activemq_handles_nack_amqp_with_rejected_launched_or_external():
     from conformance.scenario import DEFAULT_SCENARIO
-    from conformance.targets.activemq_target import ActiveMQHandle
-    from conformance.targets.registry import ExternalHandle
+    from conformance.targets.activemq.target import ActiveMQHandle
+    from conformance.targets.external import ExternalHandle
 
     assert ActiveMQHandle.client_options == {"amqp": {"nack_outcome": "rejected"}}
     external = ExternalHandle("staging", "activemq", "127.0.0.1", {"amqp": 5672}, frozenset(), DEFAULT_SCENARIO,

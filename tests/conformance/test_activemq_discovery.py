@@ -22,8 +22,8 @@ from xml.sax.saxutils import quoteattr
 import pytest
 
 from conformance.requirements import skip_or_fail
-from conformance.targets.activemq import ActiveMQProcess, activemq_available
-from conformance.targets.reference_network import ReferenceNode
+from conformance.targets.activemq.process import ActiveMQProcess, activemq_available
+from conformance.targets.reference.network import ReferenceNode
 from conformance.waiting import poll
 from reference_broker.cluster.discovery import PeerAdded, activemq_loopback_uri
 from reference_broker.cluster.service import NetworkService

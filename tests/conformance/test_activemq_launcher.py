@@ -1,4 +1,4 @@
-"""Quick end-to-end check of the ActiveMQ Classic launcher (conformance.targets.activemq)."""
+"""Quick end-to-end check of the ActiveMQ Classic launcher (conformance.targets.activemq.process)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import psutil
 import pytest
 
 from conformance.requirements import skip_or_fail
-import conformance.targets.activemq as amq_mod
-from conformance.targets.activemq import (
+import conformance.targets.activemq.process as amq_mod
+from conformance.targets.activemq.process import (
     ActiveMQNotInstalled,
     ActiveMQProcess,
     ActiveMQStartError,

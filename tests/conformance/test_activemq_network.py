@@ -1,16 +1,15 @@
-"""The networks-of-brokers launcher (conformance.targets.activemq_network): the activemq.xml it
+"""The networks-of-brokers launcher (conformance.targets.activemq.network): the activemq.xml it
 generates for each network-connector property of the "Networks of Brokers" page, its defaults, and
 the topology checks, all without starting a broker."""
 
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
-from dataclasses import fields
 
 import pytest
 
-from conformance.targets.activemq import ActiveMQProcess
-from conformance.targets.activemq_network import (
+from conformance.targets.activemq.process import ActiveMQProcess
+from conformance.targets.activemq.network import (
     ActiveMQNetwork,
     Bridge,
     BridgeFilterPolicy,
@@ -127,14 +126,14 @@ def test_every_option_is_rendered_somewhere():
                "max_reconnect_delay": 6, "back_off_multiplier": 5}
     defaults = NetworkConnectorOptions()
     baseline = render_network_connector(PEER, defaults)
-    for f in fields(NetworkConnectorOptions):
-        default = getattr(defaults, f.name)
-        value = changed.get(f.name, (not default) if isinstance(default, bool) else
+    for name in NetworkConnectorOptions.model_fields:
+        default = getattr(defaults, name)
+        value = changed.get(name, (not default) if isinstance(default, bool) else
                             (default + 1 if isinstance(default, int) else default))
-        kwargs = {f.name: value}
-        if f.name in ("user_name", "password"):  # they go together
+        kwargs = {name: value}
+        if name in ("user_name", "password"):  # they go together
             kwargs = {"user_name": "u", "password": "p"}
-        assert render_network_connector(PEER, NetworkConnectorOptions(**kwargs)) != baseline, f.name
+        assert render_network_connector(PEER, NetworkConnectorOptions(**kwargs)) != baseline, name
 
 
 def test_destination_element_escapes_and_checks():
@@ -236,7 +235,7 @@ def test_duplex_connectors_with_one_name_are_refused_before_start(tmp_path, laun
     if launcher == "activemq":
         network_class = ActiveMQNetwork
     else:
-        from conformance.targets.reference_network import ReferenceNetwork as network_class
+        from conformance.targets.reference.network import ReferenceNetwork as network_class
     second = ("B", "A") if reverse else ("A", "B")
     bridges = (Bridge("A", "B", NetworkConnectorOptions(name="twin", duplex=True,
                                                         dynamically_included_destinations=("queue://x.>",))),
@@ -334,7 +333,7 @@ def test_a_port_taken_before_its_broker_bound_it_starts_the_network_again_on_fre
 
 
 def test_a_port_taken_at_every_start_is_reported_after_the_last_attempt(tmp_path):
-    from conformance.targets.activemq_network import PortTakenError
+    from conformance.targets.activemq.network import PortTakenError
 
     net = _fake_network(tmp_path, taken_starts_of_a=ActiveMQNetwork.START_ATTEMPTS)
     with pytest.raises(PortTakenError, match=r"broker A's OpenWire port \d+ was taken"):
@@ -346,7 +345,7 @@ def test_a_port_taken_at_every_start_is_reported_after_the_last_attempt(tmp_path
 def test_free_ports_stay_out_of_the_ephemeral_range():
     # Outgoing connections take their local ports from the ephemeral range; a port picked for a
     # broker there can be taken by one before the JVM binds it (seen in CI).
-    from conformance.targets.process import LISTEN_PORTS_FROM, ephemeral_port_range, free_ports
+    from conformance.targets.runtime.process import LISTEN_PORTS_FROM, ephemeral_port_range, free_ports
 
     low, high = ephemeral_port_range()
     ports = free_ports(12)

@@ -1,4 +1,4 @@
-"""The shared-store master/slave launcher (conformance.targets.activemq_shared_store): the
+"""The shared-store master/slave launcher (conformance.targets.activemq.shared_store): the
 configuration it generates, and a real group of two ActiveMQ JVMs on one KahaDB directory
 behaving as the A-MQ fault-tolerant messaging guide, 3.1 describes."""
 
@@ -9,8 +9,8 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from conformance.requirements import skip_or_fail
-from conformance.targets.activemq import ActiveMQProcess, activemq_available
-from conformance.targets.activemq_shared_store import SharedStoreGroup
+from conformance.targets.activemq.process import ActiveMQProcess, activemq_available
+from conformance.targets.activemq.shared_store import SharedStoreGroup
 
 CORE = "{http://activemq.apache.org/schema/core}"
 
@@ -52,7 +52,7 @@ def test_slave_takes_over_and_the_old_master_rejoins_as_slave(tmp_path):
                              jvm_heap_mb=256)
     group.start()
     try:
-        a, b = group.nodes
+        a, b = group.nodes.values()
         # Only the lock holder opens its connectors (guide 3.1, "Initial state").
         assert group.master() is a
         assert b.running and b.process.waiting_for_lock() and not b.serving()
@@ -66,4 +66,4 @@ def test_slave_takes_over_and_the_old_master_rejoins_as_slave(tmp_path):
         assert group.addresses("stomp") == [("127.0.0.1", a.port("stomp")), ("127.0.0.1", b.port("stomp"))]
     finally:
         group.stop()
-    assert not any(node.running for node in group.nodes)
+    assert not any(node.running for node in group.nodes.values())

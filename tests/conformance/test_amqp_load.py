@@ -10,7 +10,7 @@ import pytest
 
 from conformance.requirements import skip_or_fail
 from conformance.bench.amqp_load import AmqpBenchResult, run_amqp_load
-from conformance.targets.rabbitmq import RabbitMQProcess, rabbitmq_available
+from conformance.targets.rabbitmq.process import RabbitMQProcess, rabbitmq_available
 
 
 def _free_port() -> int:
@@ -226,7 +226,7 @@ def test_rabbitmq_unknown_exchange_is_an_error(rabbitmq):
 @pytest.fixture(scope="module")
 def activemq(tmp_path_factory):
     from conformance import requirements
-    from conformance.targets.activemq import ActiveMQProcess, activemq_amqp_available
+    from conformance.targets.activemq.process import ActiveMQProcess, activemq_amqp_available
 
     ok, reason = activemq_amqp_available()
     if not ok:

@@ -14,8 +14,6 @@ names them, failed) with the launcher's reason.
 
 from __future__ import annotations
 
-import asyncio
-import threading
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,9 +24,10 @@ from proton.utils import BlockingConnection, LinkDetached
 
 from conformance import requirements
 from conformance.requirements import skip_or_fail
-from conformance.targets.activemq import ActiveMQProcess, activemq_amqp_available, activemq_available
-from conformance.targets.activemq_policy import authentication_plugin_xml
-from conformance.targets.rabbitmq import RabbitMQProcess, rabbitmq_available
+from conformance.targets.activemq.process import ActiveMQProcess, activemq_amqp_available, activemq_available
+from conformance.targets.activemq.policy import authentication_plugin_xml
+from conformance.targets.rabbitmq.process import RabbitMQProcess, rabbitmq_available
+from conformance.targets.runtime.loop_thread import LoopThread
 from reference_broker.config import build_config
 from reference_broker.server import BrokerServer
 from tests.reference_broker.amqp_fixtures import pump, wait_until
@@ -37,12 +36,10 @@ TIMEOUT = 10.0
 
 
 class InProcessBroker:
-    """The reference broker served by its own asyncio loop in a daemon thread."""
+    """The reference broker served by its own asyncio loop in a daemon thread (`LoopThread`)."""
 
     def __init__(self, config: dict) -> None:
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, name="peers-broker", daemon=True)
-        self._thread.start()
+        self._loop = LoopThread("peers-broker")
         self.server = self._run(self._make(build_config(config)))
 
     @staticmethod
@@ -52,16 +49,13 @@ class InProcessBroker:
         return server
 
     def _run(self, coro):
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(10)
+        return self._loop.run(coro, 10)
 
     def stop(self) -> None:
         try:
             self._run(self.server.stop())
         finally:
-            self.loop.call_soon_threadsafe(self.loop.stop)
-            self._thread.join(10)
-            if not self._thread.is_alive():
-                self.loop.close()
+            self._loop.stop(10)
 
 
 @dataclass

@@ -7,7 +7,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from conformance.scenario import DestinationPolicy, Scenario
-from conformance.targets.artemis_config import UnsupportedArtemisPolicy, render
+from conformance.targets.artemis.config import UnsupportedArtemisPolicy, render
 
 NS = {"c": "urn:activemq:core"}
 PORTS = {"core": 10001, "stomp": 10002, "mqtt": 10003, "amqp": 10004}

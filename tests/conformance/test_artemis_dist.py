@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance.targets import artemis_dist
+from conformance.targets.artemis import dist as artemis_dist
 
 
 def _archive_bytes(version: str) -> bytes:

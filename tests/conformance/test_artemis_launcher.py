@@ -13,9 +13,9 @@ import pytest
 from conformance.clients import connect
 from conformance.requirements import skip_or_fail
 from conformance.scenario import DestinationPolicy, Scenario
-from conformance.targets.artemis_dist import installed
-from conformance.targets.artemis_process import ArtemisProcess, ArtemisStartError
-from conformance.targets.artemis_target import ArtemisTarget
+from conformance.targets.artemis.dist import installed
+from conformance.targets.artemis.process import ArtemisProcess, ArtemisStartError
+from conformance.targets.artemis.target import ArtemisTarget
 from conformance.targets.base import TargetUnavailable
 from conformance.waiting import poll
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conformance.targets.artemis_target import (
+from conformance.targets.artemis.target import (
     CONTAINER_CAPABILITIES,
     PROCESS_CAPABILITIES,
     STOMP_UNSUPPORTED,
@@ -42,7 +42,7 @@ def test_capabilities_are_known_and_classic_only_ones_say_why():
     process = ArtemisTarget(launch="process", process_check=INSTALLED)
     assert process.capabilities() == PROCESS_CAPABILITIES and PROCESS_CAPABILITIES <= set(CAPABILITIES)
     assert CONTAINER_CAPABILITIES < PROCESS_CAPABILITIES
-    for missing in ("counters.subscription", "slow_consumer.eviction", "memory.limits", "network_of_brokers",
+    for missing in ("counters.subscription", "slow_consumer.eviction", "memory.limits", "topology.network",
                     "exclusive_consumers"):
         assert missing not in PROCESS_CAPABILITIES and process.why_missing(missing), missing
     assert {"prefetch", "exclusive", "priority"} == set(STOMP_UNSUPPORTED)

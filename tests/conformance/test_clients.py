@@ -22,7 +22,7 @@ from conformance.clients import (
     connect,
 )
 from conformance.clients.mqtt_client import canonical_topic, mqtt_topic
-from conformance.targets.activemq import ActiveMQProcess, activemq_available
+from conformance.targets.activemq.process import ActiveMQProcess, activemq_available
 from tests.reference_broker.conftest import RunningBroker, broker_factory  # noqa: F401 - fixture used by name
 
 QUIET = 0.3  # how long "nothing more arrives" is watched

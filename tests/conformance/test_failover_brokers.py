@@ -1,7 +1,7 @@
 """The failover transport between real reference-broker processes over STOMP.
 
 Two brokers, each with a journal store so persistent messages survive a kill -9 (the same
-config `conformance/targets/reference_target.py:ProcessReference` writes). The client uses
+config `conformance/targets/reference/target.py:ProcessReference` writes). The client uses
 ``randomize=false`` so it starts on the first broker (A-MQ FT Table 2.1, "randomize")."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 
 from conformance.clients import connect
 from conformance.clients.failover import FailoverExhausted, InDoubt, connect_failover
-from conformance.targets.reference import ReferenceBrokerProcess
+from conformance.targets.reference.process import ReferenceBrokerProcess
 from conformance.waiting import poll
 
 pytestmark = pytest.mark.slow

@@ -1,4 +1,4 @@
-"""Quick end-to-end check of the mosquitto launcher (conformance.targets.mosquitto)."""
+"""Quick end-to-end check of the mosquitto launcher (conformance.targets.mosquitto.process)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import psutil
 import pytest
 
 from conformance.requirements import skip_or_fail
-import conformance.targets.mosquitto as mosq_mod
-from conformance.targets.mosquitto import (
+import conformance.targets.mosquitto.process as mosq_mod
+from conformance.targets.mosquitto.process import (
     MosquittoNotInstalled,
     MosquittoProcess,
     MosquittoStartError,

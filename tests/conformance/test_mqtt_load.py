@@ -19,7 +19,7 @@ from conformance.bench.mqtt_load import (
     encode_subscribe,
     run_mqtt_load,
 )
-from conformance.targets.mosquitto import MosquittoProcess, mosquitto_available
+from conformance.targets.mosquitto.process import MosquittoProcess, mosquitto_available
 from conformance.waiting import poll
 
 

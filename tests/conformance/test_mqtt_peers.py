@@ -8,15 +8,14 @@ shows the target (``[reference-...]`` / ``[mosquitto-...]``).  The clients are p
 
 from __future__ import annotations
 
-import asyncio
-import threading
 import time
 import uuid
 
 import pytest
 
 from conformance.requirements import skip_or_fail
-from conformance.targets.mosquitto import MosquittoProcess, mosquitto_available
+from conformance.targets.mosquitto.process import MosquittoProcess, mosquitto_available
+from conformance.targets.runtime.loop_thread import LoopThread
 from conformance.waiting import QUIET, poll, settle
 from reference_broker.config import build_config
 from reference_broker.server import BrokerServer
@@ -25,12 +24,10 @@ from tests.reference_broker.mqtt_fixtures import MQTT_5, MQTT_311, PacketTypes, 
 
 
 class InProcessBroker:
-    """The reference broker served by its own asyncio loop in a daemon thread."""
+    """The reference broker served by its own asyncio loop in a daemon thread (`LoopThread`)."""
 
     def __init__(self, config: dict) -> None:
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, name="peers-broker", daemon=True)
-        self._thread.start()
+        self._loop = LoopThread("peers-broker")
         self.server = self._run(self._make(build_config(config)))
 
     @staticmethod
@@ -40,16 +37,13 @@ class InProcessBroker:
         return server
 
     def _run(self, coro):
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(10)
+        return self._loop.run(coro, 10)
 
     def stop(self) -> None:
         try:
             self._run(self.server.stop())
         finally:
-            self.loop.call_soon_threadsafe(self.loop.stop)
-            self._thread.join(10)
-            if not self._thread.is_alive():
-                self.loop.close()
+            self._loop.stop(10)
 
 
 VERSIONS = [pytest.param(MQTT_311, id="v311"), pytest.param(MQTT_5, id="v5")]

@@ -1,4 +1,4 @@
-"""End-to-end check of the RabbitMQ launcher (conformance.targets.rabbitmq)."""
+"""End-to-end check of the RabbitMQ launcher (conformance.targets.rabbitmq.process)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import psutil
 import pytest
 
 from conformance.requirements import skip_or_fail
-import conformance.targets.rabbitmq as rmq_mod
-from conformance.targets.rabbitmq import (
+import conformance.targets.rabbitmq.process as rmq_mod
+from conformance.targets.rabbitmq.process import (
     RabbitMQNotInstalled,
     RabbitMQProcess,
     RabbitMQStartError,

@@ -9,7 +9,7 @@ import pytest
 
 from conformance.requirements import skip_or_fail
 from conformance.bench.stomp_load import StompBenchResult, encode_send_frame, run_stomp_load
-from conformance.targets.activemq import ActiveMQProcess, activemq_available
+from conformance.targets.activemq.process import ActiveMQProcess, activemq_available
 
 
 class FakeStompRelay:

@@ -19,14 +19,15 @@ import stomp
 
 from conformance.requirements import skip_or_fail, target_requirement
 from conformance.scenario import DEFAULT_SCENARIO, DestinationPolicy, Scenario
-from conformance.targets.activemq import ActiveMQProcess, activemq_amqp_available
-from conformance.targets.activemq_policy import REDELIVERY_DELAY_MS, UnsupportedPolicy, render
-from conformance.targets.activemq_target import ActiveMQHandle, ActiveMQTarget, destination_pattern, subscription_pattern
+from conformance.targets.activemq.process import ActiveMQProcess, activemq_amqp_available
+from conformance.targets.activemq.policy import REDELIVERY_DELAY_MS, UnsupportedPolicy, render
+from conformance.targets.activemq.target import ActiveMQHandle, ActiveMQTarget, destination_pattern, subscription_pattern
 from conformance.targets.base import CAPABILITIES, BrokerHandle, TargetUnavailable
-from conformance.targets.jmx import JmxError, MBean
-from conformance.targets.mosquitto import mqtt_connack
-from conformance.targets.peer_targets import MosquittoTarget, RabbitMQTarget
-from conformance.targets.rabbitmq import amqp10_open
+from conformance.targets.activemq.jmx import JmxError, MBean
+from conformance.targets.mosquitto.process import mqtt_connack
+from conformance.targets.mosquitto.target import MosquittoTarget
+from conformance.targets.rabbitmq.target import RabbitMQTarget
+from conformance.targets.rabbitmq.process import amqp10_open
 
 AMQ_NS = "{http://activemq.apache.org/schema/core}"
 
@@ -204,7 +205,7 @@ def test_capabilities_are_documented_and_leave_out_what_classic_lacks():
     amq = ActiveMQTarget().capabilities()
     assert amq <= set(CAPABILITIES), sorted(amq - set(CAPABILITIES))
     assert not amq & {"groups.rebalance", "groups.first_key"}
-    # AMQP only with the transport fetched into .tools (conformance.targets.activemq_amqp)
+    # AMQP only with the transport fetched into .tools (conformance.targets.activemq.amqp)
     assert ("protocol.amqp" in amq) == activemq_amqp_available()[0]
     assert {"protocol.stomp", "scenario.policies", "counters.subscription", "counters.destination",
             "slow_consumer.pending_limit", "groups.buckets", "process.kill"} <= amq

@@ -1,4 +1,4 @@
-"""ActiveMQ Classic in a container (conformance.targets.activemq_container).
+"""ActiveMQ Classic in a container (conformance.targets.activemq.container).
 
 The fast tests check the rendered configuration and the failure path without an engine. The
 `container` tests start real containers from brokerconf/activemq-classic:5.17 (docker/build-images.sh
@@ -14,10 +14,10 @@ import pytest
 
 from conformance.clients import connect
 from conformance.requirements import skip_or_fail
-from conformance.targets import activemq_container as mod
-from conformance.targets.activemq import ActiveMQStartError
-from conformance.targets.activemq_container import LABEL, ActiveMQContainer
-from conformance.targets.docker_env import ACTIVEMQ_IMAGE, DockerUnavailable, docker_client, image_available
+from conformance.targets.activemq import container as mod
+from conformance.targets.activemq.process import ActiveMQStartError
+from conformance.targets.activemq.container import LABEL, ActiveMQContainer
+from conformance.targets.runtime.docker_env import ACTIVEMQ_IMAGE, DockerUnavailable, docker_client, image_available
 
 CORE = "{http://activemq.apache.org/schema/core}"
 
@@ -195,7 +195,7 @@ def test_jmx_counters_readable_through_published_port(tmp_path):
     # The activemq target reads its counters over JMX; the container publishes the JDK agent on
     # the same port number inside and out, since the RMI stub tells the client that port.
     _require_image()
-    from conformance.targets.jmx import JmxClient
+    from conformance.targets.activemq.jmx import JmxClient
 
     name = f"jmx-{uuid.uuid4().hex[:6]}"
     with ActiveMQContainer(tmp_path, name=name, jmx=True) as amq:

@@ -1,4 +1,4 @@
-"""ActiveMQ Artemis in a container (conformance.targets.artemis_container) and the artemis target
+"""ActiveMQ Artemis in a container (conformance.targets.artemis.container) and the artemis target
 (registry.ArtemisTarget).
 
 The fast tests use a fake testcontainers container (no engine): environment, published ports,
@@ -19,8 +19,8 @@ import pytest
 from conformance.clients import connect
 from conformance.requirements import skip_or_fail
 from conformance.scenario import DestinationPolicy, Scenario
-from conformance.targets import artemis_container as mod
-from conformance.targets.artemis_container import (
+from conformance.targets.artemis import container as mod
+from conformance.targets.artemis.container import (
     ArtemisContainer,
     ArtemisStartError,
     UnsupportedArtemisPolicy,
@@ -29,9 +29,9 @@ from conformance.targets.artemis_container import (
     from_scenario,
 )
 from conformance.targets.base import TargetUnavailable
-from conformance.targets.docker_env import DockerUnavailable, docker_client, image_available
-from conformance.targets.artemis_target import ArtemisTarget
-from conformance.targets.artemis_dist import ARTEMIS_IMAGE
+from conformance.targets.runtime.docker_env import DockerUnavailable, docker_client, image_available
+from conformance.targets.artemis.target import ArtemisTarget
+from conformance.targets.artemis.dist import ARTEMIS_IMAGE
 
 
 # ---------------------------------------------------------------- fakes
@@ -155,7 +155,7 @@ def engine(monkeypatch):
     monkeypatch.setattr(mod, "_wait_strategy", lambda pattern, timeout: ("log", pattern))
     monkeypatch.setattr(mod, "_docker_container", lambda image, **kw: FakeTC(image, **kw, **state["tc"]))
     calls: list = []
-    monkeypatch.setattr(mod, "_stomp_handshake",
+    monkeypatch.setattr(mod, "stomp_handshake",
                         lambda port, timeout, login: (calls.append((port, login)), state["stomp"])[1])
     state.update(networks=networks, stomp_calls=calls)
     return state
@@ -436,7 +436,7 @@ def test_real_login_required_and_journal_kept_across_kill(tmp_path):
     queue = f"queue://docker.art.kept.{uuid.uuid4().hex[:8]}"
     try:
         broker.start()
-        ok, answer = mod._stomp_handshake(broker.ports["stomp"], 10, None)
+        ok, answer = mod.stomp_handshake(broker.ports["stomp"], 10, None)
         assert not ok and answer.startswith("ERROR"), f"anonymous CONNECT was answered with {answer!r}"
         with connect(*broker.stomp_address, "stomp", login="alice", passcode="s3cret", timeout=10) as producer:
             producer.send(queue, b"before the kill", persistent=True)
@@ -477,7 +477,9 @@ def test_real_process_nemesis_pauses_and_resumes_the_container_jvm(artemis):
     from chaos.nemesis.process import ProcessNemesis  # noqa: PLC0415
 
     container_id = artemis.container_id
-    with ProcessNemesis(artemis) as nemesis:
+    from conformance.targets.runtime.node import ProcessNode  # noqa: PLC0415
+
+    with ProcessNemesis(ProcessNode("A", artemis)) as nemesis:
         paused = nemesis.invoke("pause")
         assert paused["pid"] == artemis.pid
         assert not artemis.serving(timeout=2), "a paused broker answered STOMP CONNECT"

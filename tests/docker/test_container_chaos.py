@@ -28,11 +28,11 @@ import pytest
 
 from conformance.requirements import skip_or_fail
 from conformance.scenario import Scenario
-from conformance.targets import activemq_container_network as acn
-from conformance.targets.activemq_target import ActiveMQTarget
+from conformance.targets.activemq import container_network as acn
+from conformance.targets.activemq.target import ActiveMQTarget
 from conformance.requirements import skip_or_fail
-from conformance.targets.docker_env import ACTIVEMQ_IMAGE, docker_client, image_available
-from conformance.targets.artemis_dist import ARTEMIS_IMAGE
+from conformance.targets.runtime.docker_env import ACTIVEMQ_IMAGE, docker_client, image_available
+from conformance.targets.artemis.dist import ARTEMIS_IMAGE
 from conformance.targets.registry import BUILTIN
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,9 +57,9 @@ def test_container_mode_launches_a_shared_volume_pair(tmp_path, monkeypatch):
                                                     lock_keep_alive_period_ms=1500,
                                                     lock_acquire_sleep_interval_ms=700)
     assert isinstance(group, acn.SharedVolumePair) and len(started) == 1
-    assert [n.name for n in group.nodes] == ["A", "B"]
-    assert all(isinstance(n, acn.ContainerSharedStoreNode) for n in group.nodes)
-    for node in group.nodes:
+    assert [n.name for n in group.nodes.values()] == ["A", "B"]
+    assert all(isinstance(n, acn.ContainerSharedStoreNode) for n in group.nodes.values())
+    for node in group.nodes.values():
         container = node.process
         assert (container.volume, container.image, container.stomp, container.mqtt) == \
                (group.volume_name, ACTIVEMQ_IMAGE, True, False)
@@ -179,7 +179,7 @@ def test_shared_store_failover_experiment_in_containers(tmp_path):
 
 
 def _artemis_containers() -> set[str]:
-    from conformance.targets.artemis_container import LABEL  # noqa: PLC0415 - needs the docker SDK
+    from conformance.targets.artemis.container import LABEL  # noqa: PLC0415 - needs the docker SDK
 
     client = docker_client()
     try:

@@ -26,10 +26,10 @@ from chaos.history import History, read_history
 from chaos.nemesis.container import ContainerPartitionNemesis
 from conformance.clients import connect
 from conformance.requirements import skip_or_fail
-from conformance.targets.activemq_container_network import ActiveMQContainerNetwork, SharedVolumePair
-from conformance.targets.activemq_network import Bridge, NetworkConnectorOptions
-from conformance.targets.docker_env import ACTIVEMQ_IMAGE, docker_client, image_available
-from conformance.targets.artemis_dist import ARTEMIS_IMAGE
+from conformance.targets.activemq.container_network import ActiveMQContainerNetwork, SharedVolumePair
+from conformance.targets.activemq.network import Bridge, NetworkConnectorOptions
+from conformance.targets.runtime.docker_env import ACTIVEMQ_IMAGE, docker_client, image_available
+from conformance.targets.artemis.dist import ARTEMIS_IMAGE
 
 pytestmark = [pytest.mark.container, pytest.mark.slow]
 
@@ -143,11 +143,11 @@ def test_shared_volume_master_slave_failover_keeps_persistent_messages(tmp_path)
     pair = SharedVolumePair(tmp_path / "pair", broker_name=f"sv{uuid.uuid4().hex[:6]}",
                             lock_keep_alive_period_ms=1000, lock_acquire_sleep_interval_ms=500)
     with pair:
-        master, slave = pair.nodes
+        master, slave = pair.nodes.values()
         assert pair.master() is master and slave.process.waiting_for_lock()
         client = docker_client()
         try:
-            for node in pair.nodes:  # both containers mount the one named volume
+            for node in pair.nodes.values():  # both containers mount the one named volume
                 mounts = client.containers.get(node.process.container_id).attrs["Mounts"]
                 assert pair.volume_name in [m.get("Name") for m in mounts], mounts
         finally:
@@ -183,7 +183,7 @@ def _core_port_reachable(broker, peer: str) -> bool:
 
 
 def test_partition_cuts_artemis_containers_apart_until_healed(tmp_path):
-    from conformance.targets import artemis_container as art  # noqa: PLC0415 - needs the docker SDK
+    from conformance.targets.artemis import container as art  # noqa: PLC0415 - needs the docker SDK
 
     _require_image(ARTEMIS_IMAGE)
     tag = uuid.uuid4().hex[:6]

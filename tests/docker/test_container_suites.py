@@ -4,7 +4,7 @@ One `brokerconf suite` subprocess runs every suite except the network-of-brokers
 scenarios start several brokers of their own; tests/docker/test_container_partitions.py runs a
 network of brokers across containers) against ``activemq:process`` and ``activemq:container`` at
 once, and the matrix must say the same thing for both: the container is the same broker with the
-same activemq.xml (conformance/targets/activemq_container.py), so every spec ID has the same
+same activemq.xml (conformance/targets/activemq/container.py), so every spec ID has the same
 outcome, no test fails, and the known deviations (conformance/known_deviations/*.toml) still
 show as strict xfails. Comparing with the process run of the same invocation, rather than a
 stored copy of its results, keeps the check valid when the suites change.
@@ -33,9 +33,9 @@ from pathlib import Path
 import pytest
 
 from conformance.requirements import skip_or_fail
-from conformance.targets.activemq import activemq_available
-from conformance.targets.docker_env import ACTIVEMQ_IMAGE, image_available
-from conformance.targets.artemis_dist import ARTEMIS_IMAGE
+from conformance.targets.activemq.process import activemq_available
+from conformance.targets.runtime.docker_env import ACTIVEMQ_IMAGE, image_available
+from conformance.targets.artemis.dist import ARTEMIS_IMAGE
 from conformance.targets.registry import BUILTIN
 
 #: both runs together take minutes (see above); the default 120 s would cut the fixture short
@@ -106,7 +106,7 @@ def lacking_here(matrix: dict, target: str) -> set[str]:
 
 def lacking_in_image(matrix: dict, target: str) -> set[str]:
     """Spec IDs not applicable to the container ``target`` because its image has no AMQP listener:
-    the process target takes ActiveMQ's AMQP transport from .tools/ (conformance/targets/activemq_amqp.py),
+    the process target takes ActiveMQ's AMQP transport from .tools/ (conformance/targets/activemq/amqp.py),
     the image is built from Debian's packages, which lack it (activemq_container.py says so in the reason)."""
     return {spec for spec, row in matrix["matrix"][target].items()
             if row["outcome"] == "not applicable" and "lacks protocol.amqp" in row["reason"]}

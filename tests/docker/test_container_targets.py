@@ -20,10 +20,10 @@ import pytest
 from conformance.requirements import skip_or_fail
 from conformance.scenario import Scenario
 from conformance.targets import install as install_mod
-from conformance.targets.activemq_target import ActiveMQTarget
-from conformance.targets.docker_env import ACTIVEMQ_IMAGE, image_available
-from conformance.targets.artemis_target import ArtemisTarget
-from conformance.targets.artemis_dist import ARTEMIS_IMAGE
+from conformance.targets.activemq.target import ActiveMQTarget
+from conformance.targets.runtime.docker_env import ACTIVEMQ_IMAGE, image_available
+from conformance.targets.artemis.target import ArtemisTarget
+from conformance.targets.artemis.dist import ARTEMIS_IMAGE
 from conformance.targets.registry import BUILTIN, resolve
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -100,7 +100,7 @@ def test_checks_run_once_per_target():
 
 
 def test_container_offers_mqtt_from_the_image(monkeypatch):
-    from conformance.targets import activemq_target
+    from conformance.targets.activemq import target as activemq_target
 
     monkeypatch.setattr(activemq_target, "activemq_mqtt_available", lambda: (False, "libmqtt-client-java missing"))
     assert "protocol.mqtt" in _target("container").capabilities()
@@ -124,7 +124,7 @@ def test_unavailable_container_target_raises_its_reason_on_launch(tmp_path):
 def test_container_launch_hands_back_a_container_handle(tmp_path, monkeypatch):
     """The container path builds an ActiveMQContainer with the scenario's options; the handle says
     launch="container" and has no host PID (the start itself is faked)."""
-    from conformance.targets import activemq_container
+    from conformance.targets.activemq import container as activemq_container
 
     started = []
     monkeypatch.setattr(activemq_container.ActiveMQContainer, "start",
@@ -158,7 +158,7 @@ def test_default_artemis_image_is_the_local_build_of_the_pinned_version():
     """Without $BROKERCONF_ARTEMIS_IMAGE the target runs the image docker/artemis/build.sh tags:
     brokerconf/artemis:<the version pinned in pins.toml>."""
     env = {k: v for k, v in os.environ.items() if k != "BROKERCONF_ARTEMIS_IMAGE"}
-    default = subprocess.run([sys.executable, "-c", "from conformance.targets.artemis_dist import ARTEMIS_IMAGE; "
+    default = subprocess.run([sys.executable, "-c", "from conformance.targets.artemis.dist import ARTEMIS_IMAGE; "
                               "print(ARTEMIS_IMAGE)"], cwd=ROOT, env=env, capture_output=True, text=True, check=True)
     pinned = tomllib.loads((ROOT / "conformance" / "targets" / "pins.toml").read_text())["artemis"]["version"]
     assert default.stdout.strip() == f"brokerconf/artemis:{pinned}"

@@ -1,4 +1,4 @@
-"""Toxiproxy from its official image (conformance.targets.toxiproxy_container).
+"""Toxiproxy from its official image (chaos.proxy.container).
 
 Fast tests use a fake testcontainers container and serve ``GET /version`` from the embedded proxy
 (the same API), so readiness, ports, command and cleanup are checked without an engine. The
@@ -12,16 +12,16 @@ import uuid
 import pytest
 
 from chaos.proxy import FaultProxyServer
+from chaos.proxy import container as mod
 from chaos.proxy.client import ToxiproxyClient
-from conformance.requirements import skip_or_fail
-from conformance.targets import toxiproxy_container as mod
-from conformance.targets.docker_env import DockerUnavailable, image_available
-from conformance.targets.toxiproxy_container import (
+from chaos.proxy.container import (
     TOXIPROXY_IMAGE,
     ToxiproxyContainer,
     ToxiproxyStartError,
     start_toxiproxy,
 )
+from conformance.requirements import skip_or_fail
+from conformance.targets.runtime.docker_env import DockerUnavailable, image_available
 
 
 class FakeDockerContainer:

@@ -19,14 +19,14 @@ import socket
 import threading
 import time
 from collections import deque
-from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, Callable
 
 import pytest
 import stomp
 
-from conformance.targets.reference import ReferenceBrokerProcess
+from conformance.targets.reference.process import ReferenceBrokerProcess
+from conformance.targets.runtime.loop_thread import LoopThread
 from reference_broker.config import build_config
 from reference_broker.protocols.stomp.codec import HEARTBEAT, Frame, StompParser, serialize_frame
 from reference_broker.server import BrokerServer
@@ -44,37 +44,23 @@ class RunningBroker:
     def __init__(self, config: dict) -> None:
         data = {"stomp": "127.0.0.1:0", **config}
         self.config = build_config(data)
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._run, name="broker-loop", daemon=True)
-        self._thread.start()
+        self._loop = LoopThread("broker-loop")
+        self.loop = self._loop.loop  # tests schedule on it directly
         self.server: BrokerServer = self.call(lambda: BrokerServer(self.config))
         self._await(self.server.start())
         self.host, self.port = self.server.stomp_address
         self.stopped = False
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self.loop)
-        self.loop.run_forever()
 
     @property
     def address(self) -> tuple[str, int]:
         return self.host, self.port
 
     def _await(self, coro, timeout: float = TIMEOUT) -> Any:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+        return self._loop.run(coro, timeout)
 
     def call(self, fn: Callable[[], Any], timeout: float = TIMEOUT) -> Any:
         """Run `fn()` on the broker's loop thread (the engine is single-threaded) and return its result."""
-        future: Future = Future()
-
-        def run() -> None:
-            try:
-                future.set_result(fn())
-            except BaseException as exc:  # noqa: BLE001 - handed back to the caller
-                future.set_exception(exc)
-
-        self.loop.call_soon_threadsafe(run)
-        return future.result(timeout)
+        return self._loop.call(fn, timeout)
 
     def stats(self) -> dict:
         return self.call(self.server.broker.stats)
@@ -96,10 +82,7 @@ class RunningBroker:
         try:
             self._await(self.server.stop())
         finally:
-            self.loop.call_soon_threadsafe(self.loop.stop)
-            self._thread.join(TIMEOUT)
-            if not self._thread.is_alive():
-                self.loop.close()
+            self._loop.stop(TIMEOUT)
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import urllib.request
 
 import pytest
 
-from conformance.targets.reference import ReferenceBrokerProcess
+from conformance.targets.reference.process import ReferenceBrokerProcess
 
 
 def _get(port: int, path: str) -> tuple[int, dict]:

@@ -11,7 +11,7 @@ import uuid
 import pytest
 
 from conformance.clients.stomp_client import StompClient
-from conformance.targets.reference_network import ReferenceNode
+from conformance.targets.reference.network import ReferenceNode
 from conformance.waiting import poll, poll_async
 from reference_broker.cluster.discovery import MulticastDiscovery, PeerAdded, PeerRemoved
 from reference_broker.cluster.service import NetworkService

@@ -4,8 +4,8 @@ connector renaming that the conformance test uses."""
 
 import pytest
 
-from conformance.targets.activemq_network import Bridge, NetworkConnectorOptions, with_connector_renamed
-from conformance.targets.reference_network import ReferenceNetwork
+from conformance.targets.activemq.network import Bridge, NetworkConnectorOptions, with_connector_renamed
+from conformance.targets.reference.network import ReferenceNetwork
 from reference_broker.cluster.demand import bridge_client_id, durable_subscription_name
 
 

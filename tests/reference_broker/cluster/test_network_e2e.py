@@ -2,8 +2,8 @@
 retries with its static: reconnect options and forms the bridge once the peer listens."""
 
 
-from conformance.targets.process import free_ports
-from conformance.targets.reference_network import ReferenceNode
+from conformance.targets.runtime.process import free_ports
+from conformance.targets.reference.network import ReferenceNode
 from conformance.waiting import poll, settle
 
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.targets.activemq_network import Bridge, NetworkConnectorOptions, check_duplex_names
-from conformance.targets.reference_network import connector_config, security_config
+from conformance.targets.activemq.network import Bridge, NetworkConnectorOptions, check_duplex_names
+from conformance.targets.reference.network import connector_config, security_config
 from reference_broker.cluster.advisories import internal_connection
 from reference_broker.cluster.network_config import NetworkConnectorConfig
 from reference_broker.cluster.service import NetworkService, check_connector_names

@@ -1,0 +1,93 @@
+"""ActiveMQ Classic networks that the topology model does not describe yet, for the
+network-topology suite (conformance/suites/test_network_topologies.py): two brokers finding each
+other by multicast discovery (page "Networks of Brokers", multicast example, on loopback), and a
+broker bridging to a shared-store master/slave pair through a ``masterslave:`` connector. The
+suite gets them through `ActiveMQTarget.discovery_pair` / `masterslave_rig` (capabilities
+``topology.discovery`` and ``topology.masterslave-connector``)."""
+
+from __future__ import annotations
+
+from xml.sax.saxutils import quoteattr
+
+from conformance.topology import NetworkConnectorOptions
+
+from conformance.targets.activemq.process import ActiveMQProcess
+from conformance.targets.activemq.network import NetworkNode, render_network_connector
+from conformance.targets.activemq.shared_store import SharedStoreGroup
+
+
+class DiscoveryPair:
+    """Two ActiveMQ brokers, each with a ``multicast://`` network connector and a transport
+    connector announcing itself in the same group (the page's multicast example, on loopback)."""
+
+    def __init__(self, workdir, group: str) -> None:
+        from reference_broker.cluster.discovery import activemq_loopback_uri
+
+        uri = activemq_loopback_uri(group)
+        connector = f'      <networkConnector name="mcast" uri={quoteattr(uri)}/>'
+        self.nodes = {name: NetworkNode(name, ActiveMQProcess(
+            workdir / name, name=f"nob-mcast-{name}", jmx=True, jvm_heap_mb=256, memory_limit_mb=96,
+            discovery_uri=uri, network_connectors_xml=connector)) for name in ("A", "B")}
+
+    def start(self) -> None:
+        for node in self.nodes.values():
+            node.process.start()
+
+    def bridged(self, name: str, other: str) -> bool:
+        return self.nodes[other].process.name in self.nodes[name].established_bridges()
+
+    def log_tail(self) -> str:
+        return "\n".join(f"--- {n} ---\n{node.log_tail(30)}" for n, node in self.nodes.items())
+
+    def stop(self) -> None:
+        for node in self.nodes.values():
+            node.stop()
+
+
+class MasterSlaveRig:
+    """A shared-store pair (M, S) and a broker F whose connector is ``masterslave:(M, S)``."""
+
+    def __init__(self, workdir, reconnect: dict) -> None:
+        self.reconnect = reconnect
+        self.workdir = workdir
+        self.group = SharedStoreGroup(workdir / "group", nodes=2, broker_name="nob-ms", jvm_heap_mb=256,
+                                      lock_keep_alive_period_ms=1000, lock_acquire_sleep_interval_ms=500)
+        self.forwarder = None
+
+    def start(self) -> None:
+        self.group.start()  # node A takes the lock first: the master; B waits as its slave
+        urls = [node.process.openwire_url for node in self.group.nodes.values()]
+        connector = render_network_connector(urls, NetworkConnectorOptions(name="ms", **self.reconnect),
+                                             scheme="masterslave")
+        self.forwarder = NetworkNode("F", ActiveMQProcess(
+            self.workdir / "F", name="nob-ms-F", jmx=True, jvm_heap_mb=256, memory_limit_mb=96,
+            network_connectors_xml=connector))
+        self.forwarder.process.start()
+
+    @property
+    def members(self):
+        return list(self.group.nodes.values())  # in the URI's order: master first
+
+    def live(self):
+        return self.group.master()
+
+    def bridged_to(self):
+        """Members F logged an established bridge to, in order (a new line per (re)connection)."""
+        names = {node.process.name: node for node in self.members}
+        return [names[r] for r in self.forwarder.established_bridges() if r in names]
+
+    def kill(self, member) -> None:
+        member.kill()
+
+    def wait_for_live(self, timeout: float):
+        return self.group.wait_for_master(timeout)
+
+    def log_tail(self) -> str:
+        return f"{self.group.log_tail(20)}\n--- F ---\n{self.forwarder.log_tail(30) if self.forwarder else ''}"
+
+    def stop(self) -> None:
+        try:
+            if self.forwarder is not None:
+                self.forwarder.stop()
+        finally:
+            self.group.stop()

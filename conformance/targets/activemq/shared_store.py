@@ -1,0 +1,150 @@
+"""A shared-store master/slave group of ActiveMQ Classic brokers: N JVMs on one KahaDB directory.
+
+What the A-MQ fault-tolerant messaging guide (section 3.1, "Shared File System Master/Slave")
+describes, and this launcher sets up on one machine:
+* every broker of the group uses the same KahaDB directory; whichever takes the store's lock
+  file first is the master, the others wait as slaves with no transport connector open;
+* ``lockKeepAlivePeriod`` (the master re-checks its lock at that interval) and the shared-file
+  locker's ``lockAcquireSleepInterval`` (how often a slave retries the lock) come from the
+  experiment (the guide's "File locking requirements" and Example 3.1);
+* when the master dies its lock is released, a slave takes it and opens its connectors;
+  clients find it through a failover URL listing every broker (Example 3.2);
+* a restarted former master rejoins as a slave ("Reintroducing a failed node").
+
+Each node keeps its own ports across restarts, so the failover URL stays valid. The store lives
+on the local file system here (a shared file system is what the later lock-loss work fakes).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from conformance.topology import SharedStore, Topology
+
+from conformance.targets.activemq.process import ActiveMQProcess
+from conformance.targets.activemq.network import NetworkNode
+
+#: node names, in start order: A is started first and becomes the first master
+NODE_NAMES = "ABCDEFGH"
+
+
+class SharedStoreNode(NetworkNode):
+    """One broker of the group (`Node`). ``start`` returns once the broker either serves or waits
+    for the lock: a restarted node normally comes back as a slave."""
+
+    def __init__(self, name: str, process: ActiveMQProcess) -> None:
+        super().__init__(name, process, wait_for="lock")
+
+    def port(self, protocol: str) -> int:
+        try:
+            return self.address(protocol)[1]
+        except KeyError as exc:
+            raise ValueError(exc.args[0]) from None
+
+    def __repr__(self) -> str:
+        return f"<SharedStoreNode {self.name} {self.process!r}>"
+
+
+class SharedStoreGroup:
+    """``nodes`` ActiveMQ brokers sharing ``workdir/shared-kahadb``. `start()` brings up node A as
+    master and the others as slaves (and checks that they are); `stop()` stops them all."""
+
+    host = "127.0.0.1"
+
+    def __init__(self, workdir: Path, *, nodes: int = 2, lock_keep_alive_period_ms: int = 2000,
+                 lock_acquire_sleep_interval_ms: int = 1000, stomp: bool = True, mqtt: bool = False,
+                 amqp: bool = False, jvm_heap_mb: int = 384, broker_name: str = "shared-store") -> None:
+        if not 2 <= nodes <= len(NODE_NAMES):
+            raise ValueError(f"a shared-store group has 2 to {len(NODE_NAMES)} nodes, not {nodes}")
+        self.workdir = Path(workdir).absolute()
+        self.store = self.workdir / "shared-kahadb"
+        self.lock_keep_alive_period_ms = lock_keep_alive_period_ms
+        self.lock_acquire_sleep_interval_ms = lock_acquire_sleep_interval_ms
+        self.topology = Topology(tuple(NODE_NAMES[:nodes]), shared_store=SharedStore(
+            lock_keep_alive_period_ms=lock_keep_alive_period_ms,
+            lock_acquire_sleep_interval_ms=lock_acquire_sleep_interval_ms))
+        self.nodes: dict[str, SharedStoreNode] = {name: SharedStoreNode(name, ActiveMQProcess(
+                self.workdir / f"node-{name}", name=f"{broker_name}-{name}", stomp=stomp, mqtt=mqtt, amqp=amqp,
+                openwire=True, persistent=True, kahadb_directory=self.store, jvm_heap_mb=jvm_heap_mb,
+                lock_keep_alive_period_ms=lock_keep_alive_period_ms,
+                lock_acquire_sleep_interval_ms=lock_acquire_sleep_interval_ms))
+            for name in NODE_NAMES[:nodes]}
+
+    def start(self, timeout: float = 90) -> None:
+        deadline = time.monotonic() + timeout
+        try:
+            first, *others = self.nodes.values()
+            first.process.start(timeout=timeout)  # alone on the store: it must become master
+            for node in others:
+                node.start(timeout=max(1.0, deadline - time.monotonic()))
+                if node.serving():
+                    raise RuntimeError(f"node {node.name} serves while node {first.name} holds the store's lock: "
+                                       f"both are masters of {self.store}\n{node.log_tail(30)}")
+        except BaseException:
+            self.stop()
+            raise
+
+    def master(self) -> SharedStoreNode | None:
+        """The node whose connectors accept connections now (only a master opens them)."""
+        serving = [node for node in self.nodes.values() if node.running and node.serving()]
+        if len(serving) > 1:
+            raise RuntimeError(f"more than one master on {self.store}: {[n.name for n in serving]}")
+        return serving[0] if serving else None
+
+    def wait_for_master(self, timeout: float) -> SharedStoreNode | None:
+        deadline = time.monotonic() + timeout
+        while (node := self.master()) is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return node
+
+    def addresses(self, protocol: str) -> list[tuple[str, int]]:
+        """Every node's address for ``protocol``, in node order (the failover URL's order)."""
+        return [(self.host, node.port(protocol)) for node in self.nodes.values()]
+
+    # ------------------------------------------------------------ the Cluster contract
+
+    def __getitem__(self, name: str) -> SharedStoreNode:
+        return self.nodes[name]
+
+    def serving(self) -> list[str]:
+        node = self.master()
+        return [node.name] if node else []
+
+    def bridge_establishments(self) -> int:
+        return 0
+
+    def subscription_discards(self, destination: str) -> list[int] | None:
+        return None
+
+    def restart(self, name: str, timeout: float = 90) -> None:
+        self.nodes[name].stop()
+        self.nodes[name].start(timeout=timeout)
+
+    def stop_broker(self, name: str) -> None:
+        self.nodes[name].stop()
+
+    def start_broker(self, name: str, timeout: float = 90) -> None:
+        self.nodes[name].start(timeout=timeout)
+
+    def rename_connector(self, source: str, old: str, new: str) -> None:
+        raise ValueError("a shared-store group has no network connectors to rename")
+
+    def config_text(self) -> str:
+        return "\n".join(f"--- node {node.name} ---\n{node.config_text()}" for node in self.nodes.values())
+
+    def log_tail(self, lines: int = 80) -> str:
+        return "\n".join(f"--- node {node.name} ---\n{node.log_tail(lines)}" for node in self.nodes.values())
+
+    def stop(self) -> None:
+        errors = []
+        for node in self.nodes.values():
+            try:
+                node.stop()
+            except Exception as exc:  # noqa: BLE001 - stop the others whatever happens
+                errors.append(f"{node.name}: {exc}")
+        if errors:
+            raise RuntimeError(f"could not stop every node of {self.store}: {errors}")
+
+    def __repr__(self) -> str:
+        return f"<SharedStoreGroup {self.store} nodes={list(self.nodes)}>"

@@ -1,0 +1,173 @@
+"""The Apache Artemis binary distribution, fetched with Maven and cached under ``.tools/artemis/``.
+
+The version and the archive's sha512 are pinned in ``pins.toml`` (section ``[artemis]``). Maven
+resolves the archive through the machine's own settings (its mirror configuration), so no
+registry host is written here:
+
+    mvn -q -B dependency:copy -Dartifact=GROUP:ARTIFACT:VERSION:PACKAGING:CLASSIFIER -DoutputDirectory=DIR
+
+Layout of the cache (all re-used on the next run)::
+
+    .tools/artemis/apache-artemis-<version>-bin.tar.gz      the archive as Maven copied it
+    .tools/artemis/apache-artemis-<version>/                the unpacked distribution (bin/artemis)
+    .tools/artemis/apache-artemis-<version>/.brokerconf-verified
+                                                            marker: the archive it came from matched
+                                                            the pinned sha512 (holds the digest)
+
+The archive is hashed once, when it is unpacked; afterwards the marker (with the pinned digest in
+it) says the tree came from a verified archive, so a warm start costs a file read. A pin change
+(new version or digest) makes the marker stale and the archive is checked again.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from conformance.targets.tools_cache import PINS_FILE as PINS
+from conformance.targets.tools_cache import TOOLS_DIR as TOOLS
+from conformance.targets.tools_cache import sha512_of
+MARKER = ".brokerconf-verified"
+
+
+class ArtemisDistError(RuntimeError):
+    """The distribution could not be fetched, verified or unpacked; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class ArtemisPin:
+    group: str
+    artifact: str
+    version: str
+    classifier: str
+    packaging: str
+    sha512: str
+
+    @property
+    def coordinates(self) -> str:
+        return f"{self.group}:{self.artifact}:{self.version}:{self.packaging}:{self.classifier}"
+
+    @property
+    def archive_name(self) -> str:
+        return f"{self.artifact}-{self.version}-{self.classifier}.{self.packaging}"
+
+
+def pin(path: Path = PINS) -> ArtemisPin:
+    data = tomllib.loads(Path(path).read_text(encoding="utf-8"))["artemis"]
+    return ArtemisPin(**{k: data[k] for k in ("group", "artifact", "version", "classifier", "packaging", "sha512")})
+
+
+#: the local image docker/build-images.sh (docker/artemis/build.sh) builds from the pinned
+#: distribution: same ports, variables, instance directory and entrypoint as the official image;
+#: never pulled by availability checks. $BROKERCONF_ARTEMIS_IMAGE picks another image, e.g. the
+#: official ``apache/activemq-artemis`` (REFERENCES.md, "ActiveMQ Artemis") where it can be pulled.
+ARTEMIS_IMAGE = os.environ.get("BROKERCONF_ARTEMIS_IMAGE") or f"brokerconf/artemis:{pin().version}"
+
+
+def cache_dir(tools: Path | None = None) -> Path:
+    return Path(tools or TOOLS) / "artemis"
+
+
+def home(tools: Path | None = None, p: ArtemisPin | None = None) -> Path:
+    """ARTEMIS_HOME: the unpacked distribution (may not exist yet)."""
+    p = p or pin()
+    return cache_dir(tools) / f"apache-artemis-{p.version}"
+
+
+def installed(tools: Path | None = None, p: ArtemisPin | None = None) -> tuple[bool, str]:
+    """(True, "") when the verified distribution is unpacked here and Java runs, else the reason."""
+    p = p or pin()
+    where = home(tools, p)
+    marker = where / MARKER
+    if not (where / "bin" / "artemis").is_file():
+        return False, (f"the Artemis {p.version} distribution is not installed in {where} "
+                       "(run `brokerconf targets install artemis`, or scripts/bootstrap.sh)")
+    try:
+        verified = marker.read_text(encoding="utf-8").strip()
+    except OSError:
+        verified = ""
+    if verified != p.sha512:
+        return False, (f"{where} was not unpacked from an archive matching the pinned sha512 "
+                       "(run `brokerconf targets install artemis` to verify it again)")
+    if shutil.which("java") is None:
+        return False, "java not found on PATH: Artemis 2.40 needs a Java 17 runtime (Debian: openjdk-17-jre-headless)"
+    return True, ""
+
+
+def _say(message: str) -> None:
+    print(f"brokerconf: {message}", file=sys.stderr, flush=True)
+
+
+def fetch_archive(p: ArtemisPin, dest_dir: Path, run=subprocess.run, progress=_say) -> Path:
+    """The archive in ``dest_dir``, copied there by Maven when it is not already."""
+    archive = dest_dir / p.archive_name
+    if archive.is_file():
+        return archive
+    if shutil.which("mvn") is None and run is subprocess.run:
+        raise ArtemisDistError("mvn not found: the Artemis distribution is fetched with Maven "
+                               "(Debian: sudo apt-get install maven)")
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    progress(f"downloading Apache Artemis {p.version} ({p.coordinates}) with Maven into {dest_dir} ...")
+    command = ["mvn", "-q", "-B", "dependency:copy", f"-Dartifact={p.coordinates}", f"-DoutputDirectory={dest_dir}"]
+    result = run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if result.returncode != 0 or not archive.is_file():
+        output = (result.stdout or "").strip().splitlines()[-15:]
+        raise ArtemisDistError(f"`{' '.join(command)}` failed (exit {result.returncode}); Maven's last lines:\n"
+                               + "\n".join(output))
+    progress(f"downloaded {archive} ({archive.stat().st_size // (1 << 20)} MiB)")
+    return archive
+
+
+def _unpack(archive: Path, target: Path, p: ArtemisPin) -> None:
+    staging = target.with_name(target.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    with tarfile.open(archive, "r:gz") as tar:
+        tar.extractall(staging, filter="tar")  # "tar" keeps the scripts' exec bits, refuses escaping paths
+    top = staging / f"apache-artemis-{p.version}"
+    if not (top / "bin" / "artemis").is_file():
+        raise ArtemisDistError(f"{archive} has no apache-artemis-{p.version}/bin/artemis")
+    shutil.rmtree(target, ignore_errors=True)
+    top.rename(target)
+    shutil.rmtree(staging, ignore_errors=True)
+
+
+def ensure_distribution(tools: Path | None = None, run=subprocess.run, progress=_say,
+                        p: ArtemisPin | None = None) -> Path:
+    """ARTEMIS_HOME, fetched, verified and unpacked when needed (quick when cached)."""
+    p = p or pin()
+    target = home(tools, p)
+    if installed(tools, p)[0]:
+        return target
+    archive = fetch_archive(p, cache_dir(tools), run=run, progress=progress)
+    progress(f"verifying {archive.name} (sha512) ...")
+    actual = sha512_of(archive)
+    if actual != p.sha512:
+        bad = archive.with_name(archive.name + ".bad")
+        archive.replace(bad)  # never re-used; the next run downloads again
+        raise ArtemisDistError(f"{archive.name}: sha512 {actual} does not match the pin in {PINS} ({p.sha512}); "
+                               f"moved aside to {bad}")
+    progress(f"unpacking into {target} ...")
+    _unpack(archive, target, p)
+    (target / MARKER).write_text(p.sha512 + "\n", encoding="utf-8")
+    return target
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m conformance.targets.artemis.dist``: ensure the distribution (for bootstrap.sh)."""
+    try:
+        print(ensure_distribution())
+    except (ArtemisDistError, OSError, tarfile.TarError) as exc:
+        print(f"brokerconf: warning: Apache Artemis not installed: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

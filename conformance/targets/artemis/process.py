@@ -1,0 +1,218 @@
+"""Apache Artemis as a local JVM: one broker instance per launcher, from the distribution
+`artemis_dist` keeps under ``.tools/artemis``.
+
+Start-up (REFERENCES.md, "Artemis from its binary distribution"):
+
+1. ``bin/artemis create WORKDIR/instance --silent --user A --password P --require-login |
+   --allow-anonymous --host 127.0.0.1 --http-host 127.0.0.1 --http-port N --relax-jolokia
+   --java-options "-Xms64m -Xmx<heap>m"``, once per launcher (a restart after `kill` re-uses the
+   instance and its journal). ``A`` is the management user Jolokia is read with; the scenario's own
+   users are the clients'. The web server stays on (``--no-web`` would also remove Jolokia) but
+   listens on loopback only. ``-Xms`` comes with ``-Xmx``: the profile's own ``-Xms512M`` would
+   otherwise exceed a smaller maximum.
+2. ``etc/broker.xml`` and the users / roles files are replaced by `artemis_config`'s output
+   (acceptors on free loopback ports, the scenario's address settings and users).
+3. ``bin/artemis run`` in the foreground, as a child in its own process group
+   (``start_new_session``), stdout and stderr into ``WORKDIR/artemis.log`` (kept as evidence).
+   Ready when a STOMP CONNECT on its port is answered with CONNECTED; if the JVM exits first, the
+   start fails at once with the log's key lines and tail.
+4. `stop` sends SIGTERM to the group, then SIGKILL; `kill` sends SIGKILL (a crash). Both by PID.
+
+Counters come from Artemis's management MBeans through Jolokia on the loopback web server
+(``POST /console/jolokia/`` with basic auth and an ``Origin`` header, which Jolokia's CORS policy
+in ``etc/jolokia-access.xml`` checks): see `ArtemisProcess.queue_attributes`.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import secrets
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from conformance.scenario import Scenario
+
+from conformance.targets.runtime.probes import stomp_handshake
+from conformance.targets.artemis.config import ArtemisConfig, render
+from conformance.targets.artemis.dist import home, installed
+from conformance.targets.runtime.managed import ManagedProcess
+from conformance.targets.runtime.process import free_ports
+
+__all__ = ["ArtemisProcess", "ArtemisStartError", "ArtemisNotInstalled", "JolokiaError", "LISTENERS"]
+
+#: listeners every instance opens besides the scenario's protocols: core (Artemis's own tools)
+LISTENERS = ("core", "stomp", "mqtt", "amqp")
+ADMIN_USER = "brokerconf-admin"
+
+
+class ArtemisNotInstalled(RuntimeError):
+    pass
+
+
+class ArtemisStartError(RuntimeError):
+    """The broker did not become ready; the message carries its log's key lines and tail."""
+
+
+class JolokiaError(RuntimeError):
+    """A management read over Jolokia failed (the message has the HTTP status or Jolokia's error)."""
+
+
+def _object_name_value(value: str) -> str:
+    # a quoted ObjectName value: backslash-escape the characters JMX gives meaning inside quotes
+    escaped = "".join("\\" + c if c in '"*?\\' else c for c in value)
+    return f'"{escaped}"'
+
+
+class ArtemisProcess(ManagedProcess):
+    """One Artemis broker instance under ``workdir`` (created on the first `start`)."""
+
+    host = "127.0.0.1"
+    label = "Artemis"
+    start_error = ArtemisStartError
+    stop_timeout = 30.0
+
+    def __init__(self, workdir: Path, scenario: Scenario, *, name: str = "brokerconf-artemis",
+                 jvm_heap_mb: int = 384, artemis_home: Path | None = None) -> None:
+        self.workdir = Path(workdir).absolute()
+        self.scenario = scenario
+        self.name = name
+        self.jvm_heap_mb = jvm_heap_mb
+        self.artemis_home = Path(artemis_home) if artemis_home else home()
+        self.instance = self.workdir / "instance"
+        self.log_path = self.workdir / "artemis.log"
+        self.listeners = ("core", *(p for p in ("stomp", "mqtt", "amqp") if p in scenario.protocols or p == "stomp"))
+        self.admin = (ADMIN_USER, secrets.token_hex(8))
+        self.ready_login = tuple(scenario.users[0]) if scenario.users else None
+        self.ports: dict[str, int] = {}
+        self.http_port = 0
+        self.config: ArtemisConfig | None = None
+        self._init_process()
+        self._created = False
+
+    # ----------------------------------------------------------------- configuration
+    @property
+    def config_path(self) -> Path:
+        return self.instance / "etc" / "broker.xml"
+
+    def _pick_ports(self) -> None:
+        ports = free_ports(len(self.listeners) + 1)
+        self.ports = dict(zip(self.listeners, ports))
+        self.http_port = ports[-1]
+
+    def _create_instance(self, timeout: float) -> None:
+        ok, reason = installed(self.artemis_home.parent.parent)
+        if not ok:
+            raise ArtemisNotInstalled(reason)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self._pick_ports()
+        self.config = render(self.scenario, name=self.name, host=self.host, ports=self.ports, admin=self.admin)
+        command = [str(self.artemis_home / "bin" / "artemis"), "create", str(self.instance), "--silent",
+                   "--force", "--user", self.admin[0], "--password", self.admin[1],
+                   "--allow-anonymous" if self.config.anonymous else "--require-login",
+                   "--host", self.host, "--http-host", self.host, "--http-port", str(self.http_port),
+                   "--relax-jolokia", "--java-options", f"-Xms64m -Xmx{self.jvm_heap_mb}m"]
+        result = subprocess.run(command, cwd=str(self.workdir), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, timeout=timeout)
+        (self.workdir / "create.log").write_text(result.stdout or "", encoding="utf-8")
+        if result.returncode != 0 or not (self.instance / "bin" / "artemis").is_file():
+            shown = [a if a != self.admin[1] else "***" for a in command]
+            raise ArtemisStartError(f"`{' '.join(shown)}` failed (exit {result.returncode}):\n"
+                                    + "\n".join((result.stdout or "").splitlines()[-20:]))
+        self._write_config()
+        self._created = True
+
+    def _write_config(self) -> None:
+        etc = self.instance / "etc"
+        self.config_path.write_text(self.config.broker_xml(), encoding="utf-8")
+        (etc / "artemis-users.properties").write_text(self.config.users_properties(), encoding="utf-8")
+        (etc / "artemis-roles.properties").write_text(self.config.roles_properties(), encoding="utf-8")
+
+    def render_config(self) -> str:
+        return self.config.broker_xml() if self.config else "(not created yet)"
+
+    # ----------------------------------------------------------------- lifecycle
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def start(self, timeout: float = 120) -> None:
+        """Create the instance (first start), run the broker and wait for a STOMP CONNECTED.
+        Raises ArtemisNotInstalled / ArtemisStartError; nothing is left running on failure."""
+        if self.running:
+            raise RuntimeError(f"Artemis {self.name!r} is already running (pid {self.pid})")
+        deadline = time.monotonic() + timeout
+        if not self._created:
+            self._create_instance(timeout=max(10.0, deadline - time.monotonic()))
+        with open(self.log_path, "ab") as f:
+            f.write(f"--- brokerconf: starting {self.instance}/bin/artemis run at {time.strftime('%H:%M:%S')}\n"
+                    .encode())
+        self._log_offset = self.log_path.stat().st_size
+        self._spawn([str(self.instance / "bin" / "artemis"), "run"], cwd=self.instance, output=self.log_path)
+        try:
+            self._wait_ready(deadline)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _wait_ready(self, deadline: float) -> None:
+        self._await_ready(deadline, lambda budget: stomp_handshake(self.ports["stomp"], budget, self.ready_login),
+                          poll=0.2, where=f" (STOMP CONNECT on {self.host}:{self.ports['stomp']}); log {self.log_path}")
+
+    # ----------------------------------------------------------------- observation
+    def serving(self, timeout: float = 1.0) -> bool:
+        return self.running and stomp_handshake(self.ports["stomp"], timeout, self.ready_login)[0]
+
+    def _failure_report(self, tail: int = 40) -> str:
+        lines = self.log_tail(2000).splitlines()
+        key = list(dict.fromkeys(ln[:400] for ln in lines
+                                 if " ERROR " in ln or "AMQ22" in ln or ln.startswith(("Caused by:", "Error:",
+                                                                                         "Exception"))))
+        frames = [ln for ln in lines if not ln.startswith(("\tat ", "\t... "))][-tail:]
+        parts = ["key lines:\n  " + "\n  ".join(key[-8:])] if key else []
+        parts.append("log tail (stack frames omitted):\n" + "\n".join(frames))
+        return "\n".join(parts)
+
+    # ----------------------------------------------------------------- management over Jolokia
+    def jolokia(self, request: dict, timeout: float = 10.0) -> dict:
+        """One Jolokia request (POST, JSON); the response's ``value``. Retries while the web
+        server is still coming up (it starts after the acceptors)."""
+        url = f"http://{self.host}:{self.http_port}/console/jolokia/"
+        auth = base64.b64encode(f"{self.admin[0]}:{self.admin[1]}".encode()).decode()
+        headers = {"Content-Type": "application/json", "Authorization": f"Basic {auth}",
+                   "Origin": f"http://{self.host}"}
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                req = urllib.request.Request(url, data=json.dumps(request).encode(), headers=headers, method="POST")
+                with urllib.request.urlopen(req, timeout=max(1.0, deadline - time.monotonic())) as response:
+                    body = json.loads(response.read().decode("utf-8"))
+                break
+            except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
+                status = getattr(exc, "code", None)
+                if status not in (None, 404, 503) or time.monotonic() >= deadline or not self.running:
+                    raise JolokiaError(f"Jolokia {url} ({request.get('type')} {request.get('mbean')}): {exc}") from exc
+                time.sleep(0.3)
+        if body.get("status") != 200:
+            raise JolokiaError(f"Jolokia {request.get('type')} {request.get('mbean')}: status {body.get('status')}: "
+                               f"{body.get('error_type', '')} {body.get('error', '')}".strip())
+        return body["value"]
+
+    def queue_mbean(self, address: str, queue: str, routing: str) -> str:
+        return (f"org.apache.activemq.artemis:broker={_object_name_value(self.name)},component=addresses,"
+                f"address={_object_name_value(address)},subcomponent=queues,routing-type={_object_name_value(routing)},"
+                f"queue={_object_name_value(queue)}")
+
+    def queue_attributes(self, address: str, routing: str, attributes: tuple[str, ...]) -> dict[str, dict]:
+        """ObjectName -> attributes of every queue of ``address`` with ``routing`` (anycast: the
+        queue named like the address; multicast: one queue per subscription)."""
+        pattern = self.queue_mbean(address, "*", routing).replace('queue="\\*"', "queue=*")
+        value = self.jolokia({"type": "read", "mbean": pattern, "attribute": list(attributes)})
+        return value
+
+    def __repr__(self) -> str:
+        state = f"pid={self.pid}" if self.running else "stopped"
+        return f"<ArtemisProcess {self.name} {state} ports={self.ports} http={self.http_port}>"

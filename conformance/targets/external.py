@@ -1,0 +1,109 @@
+"""Brokers that are already running, named in a user's targets file (``--targets-file``, TOML;
+the format is in conformance/targets/registry.py). An external broker is never configured by the
+harness, so tests needing a scenario's policies are not applicable to it, and its counters cannot
+be read."""
+
+from __future__ import annotations
+
+import difflib
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from conformance.scenario import Scenario
+from conformance.targets.base import (CAPABILITIES, DestinationCounters, SubscriptionCounters, TargetUnavailable,
+                                      UnknownTarget)
+from conformance.targets.runtime.node import launch_single
+
+#: Per-protocol adapter options by the broker kind a targets file names: an ActiveMQ Classic
+#: broker gets the same AMQP nack outcome as the launched one (ActiveMQHandle.client_options).
+CLIENT_OPTIONS_BY_KIND = {"activemq": {"amqp": {"nack_outcome": "rejected"}}}
+
+
+@dataclass
+class ExternalHandle:
+    target: str
+    kind: str
+    host: str
+    ports: dict[str, int]
+    capabilities: frozenset[str]
+    scenario: Scenario
+    credentials: tuple[str | None, str | None]
+    launch: str = "external"
+
+    @property
+    def client_options(self) -> dict[str, dict]:
+        """Per-protocol adapter options for this kind of broker (`CLIENT_OPTIONS_BY_KIND`)."""
+        return CLIENT_OPTIONS_BY_KIND.get(self.kind, {})
+
+    def config_text(self) -> str:
+        return f"# external broker {self.target}: configured by its owner, not by brokerconf"
+
+    def log_tail(self, lines: int = 80) -> str:
+        return f"(external broker {self.target}: its log is not available to the harness)"
+
+    def subscription_counters(self, destination: str) -> list[SubscriptionCounters]:
+        raise TargetUnavailable(f"{self.target}: counters of an external broker cannot be read")
+
+    def destination_counters(self, destination: str) -> DestinationCounters | None:
+        raise TargetUnavailable(f"{self.target}: counters of an external broker cannot be read")
+
+    def stop(self) -> None:
+        pass  # not ours to stop
+
+
+@dataclass
+class ExternalTarget:
+    name: str
+    kind: str
+    host: str
+    ports: dict[str, int]
+    declared: frozenset[str]
+    credentials: tuple[str | None, str | None]
+
+    def availability(self) -> tuple[bool, str]:
+        return True, ""
+
+    def capabilities(self) -> frozenset[str]:
+        return self.declared | {f"protocol.{p}" for p in self.ports}
+
+    def launch_topology(self, topology, scenario: Scenario, workdir: Path, *, bridge_route=None):
+        """The running broker as a topology of one node; never ours to fault."""
+        return launch_single(self, topology, scenario, workdir, faultable=False)
+
+    def launch(self, scenario: Scenario, workdir: Path) -> ExternalHandle:
+        return ExternalHandle(self.name, self.kind, self.host, dict(self.ports), self.capabilities(), scenario,
+                              self.credentials)
+
+
+def load_targets_file(path: Path) -> dict[str, ExternalTarget]:
+    try:
+        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UnknownTarget(f"targets file not found: {path}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise UnknownTarget(f"{path}: not valid TOML: {exc}") from None
+    targets = {}
+    for name, raw in data.get("target", {}).items():
+        where = f"{path}: [target.{name}]"
+        allowed = {"kind", "host", "stomp", "mqtt", "amqp", "login", "passcode", "capabilities"}
+        unknown = set(raw) - allowed
+        if unknown:
+            bad = sorted(unknown)[0]
+            hint = difflib.get_close_matches(bad, allowed, n=1)
+            raise UnknownTarget(f"{where}: unknown key {bad!r}" + (f"; did you mean {hint[0]!r}?" if hint else ""))
+        ports = {p: raw[p] for p in ("stomp", "mqtt", "amqp") if p in raw}
+        if not ports:
+            raise UnknownTarget(f"{where}: give at least one port (stomp, mqtt or amqp)")
+        for protocol, port in ports.items():
+            if not isinstance(port, int) or not 0 < port < 65536:
+                raise UnknownTarget(f"{where}: {protocol} must be a port number, got {port!r}")
+        declared = frozenset(raw.get("capabilities", []))
+        bad_caps = sorted(c for c in declared if c not in CAPABILITIES)
+        if bad_caps:
+            raise UnknownTarget(f"{where}: unknown capabilities {bad_caps} (known: {sorted(CAPABILITIES)})")
+        targets[name] = ExternalTarget(name, raw.get("kind", "external"), raw.get("host", "127.0.0.1"), ports,
+                                       declared - {"scenario.policies", "counters.subscription",
+                                                   "counters.destination", "process.kill"},
+                                       (raw.get("login"), raw.get("passcode")))
+    return targets

@@ -1,0 +1,1 @@
+"""The mosquitto target: its native configuration from the scenario, launcher(s) and target."""

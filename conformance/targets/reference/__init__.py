@@ -1,0 +1,1 @@
+"""The reference target: its native configuration from the scenario, launcher(s) and target."""

@@ -1,0 +1,156 @@
+"""The reference broker as a target: in-process (fast, for most tests) or as a subprocess
+(when a test needs to kill it, or to measure it apart from the load generator)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from pathlib import Path
+
+from conformance.targets.runtime.process import peak_rss
+
+_READY = re.compile(r"reference broker '.*' ready: (.*)$")
+_SOURCE_ROOT = Path(__file__).resolve().parents[3]
+
+
+class ReferenceStartError(RuntimeError):
+    pass
+
+
+class ReferenceBrokerProcess:
+    """`python -m reference_broker` in its own process, on free loopback ports.
+
+    Stopped by its own handle (SIGTERM, then SIGKILL), never by name. `kill()` is SIGKILL for
+    crash tests; `start()` again reuses the same data directory.
+    """
+
+    def __init__(self, *, name: str = "reference", config_file: Path | None = None,
+                 data_dir: Path | None = None, http: bool = True, log_level: str = "INFO",
+                 extra_args: list[str] | None = None, mqtt: bool = False, amqp: bool = False) -> None:
+        self.name = name
+        self.config_file = config_file
+        self.data_dir = data_dir
+        self.http = http
+        self.log_level = log_level
+        self.extra_args = list(extra_args or [])
+        self.mqtt = mqtt
+        self.amqp = amqp
+        self.mqtt_port: int | None = None
+        self.amqp_port: int | None = None
+        self.proc: subprocess.Popen | None = None
+        self.stomp_port: int | None = None
+        self.http_port: int | None = None
+        self._log: deque[str] = deque(maxlen=2000)
+        self._reader: threading.Thread | None = None
+        self._ready = threading.Event()
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    @property
+    def running(self) -> bool:
+        """Started and not yet exited (a reaped process is not running)."""
+        return self.proc is not None and self.proc.poll() is None
+
+    def command(self, stomp_port: int = 0) -> list[str]:
+        cmd = [sys.executable, "-m", "reference_broker", "--name", self.name,
+               "--stomp", f"127.0.0.1:{stomp_port}", "--log-level", self.log_level]
+        if self.http:
+            cmd += ["--http", "127.0.0.1:0"]
+        # Like the STOMP port, keep the MQTT and AMQP ports across restarts.
+        if self.mqtt:
+            cmd += ["--mqtt", f"127.0.0.1:{self.mqtt_port or 0}"]
+        if self.amqp:
+            cmd += ["--amqp", f"127.0.0.1:{self.amqp_port or 0}"]
+        if self.config_file:
+            cmd += ["--config", str(self.config_file)]
+        if self.data_dir:
+            cmd += ["--data", str(self.data_dir)]
+        return cmd + self.extra_args
+
+    @property
+    def stomp_address(self) -> tuple[str, int] | None:
+        return ("127.0.0.1", self.stomp_port) if self.stomp_port else None
+
+    def start(self, timeout: float = 30.0) -> "ReferenceBrokerProcess":
+        # Keep the STOMP port across restarts so clients (and failover URLs) can reconnect.
+        self._ready.clear()
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        # Importable from a source checkout too, not only when the package is installed.
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_SOURCE_ROOT), env.get("PYTHONPATH")]))
+        self.proc = subprocess.Popen(
+            self.command(self.stomp_port or 0), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE, text=True, env=env,
+        )
+        self._reader = threading.Thread(target=self._read_log, args=(self.proc,), daemon=True)
+        self._reader.start()
+        deadline = time.monotonic() + timeout
+        while not self._ready.wait(0.05):
+            if self.proc.poll() is not None:
+                self._reader.join(1)
+                raise ReferenceStartError(
+                    f"reference broker exited with {self.proc.returncode} before it was ready:\n{self.log_tail()}"
+                )
+            if time.monotonic() > deadline:
+                self.stop()
+                raise ReferenceStartError(f"reference broker not ready after {timeout} s:\n{self.log_tail()}")
+        return self
+
+    def _read_log(self, proc: subprocess.Popen) -> None:
+        for line in proc.stderr:
+            line = line.rstrip("\n")
+            self._log.append(line)
+            match = _READY.search(line)
+            if match:
+                for part in match.group(1).split():
+                    key, _, address = part.partition("=")
+                    port = int(address.rsplit(":", 1)[1])
+                    if key in ("stomp", "http", "mqtt", "amqp"):
+                        setattr(self, f"{key}_port", port)
+                self._ready.set()
+
+    def log_tail(self, lines: int = 40) -> str:
+        return "\n".join(list(self._log)[-lines:])
+
+    def rss_peak_bytes(self) -> int:
+        """Peak resident set size (VmHWM) of the broker process."""
+        if self.proc is None or self.proc.poll() is not None:
+            return 0
+        return peak_rss(self.proc.pid)
+
+    def kill(self) -> None:
+        """SIGKILL: a crash, for durability tests."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        if self._reader is not None:
+            self._reader.join(2)
+
+    def stop(self, timeout: float = 15.0) -> int | None:
+        """SIGTERM (then SIGKILL after `timeout`); returns the exit status."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        if self._reader is not None:
+            self._reader.join(2)
+        return self.proc.returncode
+
+    def __enter__(self) -> "ReferenceBrokerProcess":
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+

@@ -1,0 +1,318 @@
+"""The reference broker as a conformance target.
+
+In-process by default: a `BrokerServer` on its own asyncio loop in a daemon thread, started in
+milliseconds, its counters read directly from the engine. ``launch="process"`` runs
+``python -m reference_broker`` instead (for tests that kill and restart it); counters then come
+from its HTTP statistics endpoint.
+
+The scenario becomes the broker's own configuration: slow-consumer, memory and redelivery
+settings as ActiveMQ-style policy entries, group settings as Artemis-style address settings.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import urllib.request
+from collections import deque
+from pathlib import Path
+from typing import Any, Callable
+
+from conformance.scenario import DestinationPolicy, Scenario
+from conformance.targets.base import DestinationCounters, SubscriptionCounters, TargetUnavailable
+from conformance.targets.reference.process import ReferenceBrokerProcess, ReferenceStartError
+from conformance.targets.reference.network import ReferenceNetwork
+from conformance.targets.reference.rigs import DiscoveryPair
+from conformance.targets.reference.rigs import MasterSlaveRig
+from conformance.targets.runtime.loop_thread import LoopThread
+from conformance.targets.runtime.node import launch_single
+from conformance.topology import check_supported
+
+_START_TIMEOUT = 10.0
+
+CAPABILITIES = frozenset({
+    "protocol.stomp", "protocol.mqtt", "protocol.amqp", "scenario.policies",
+    "counters.subscription", "counters.destination",
+    "groups", "groups.close", "groups.reassign_on_close", "groups.first_key", "groups.rebalance", "groups.buckets",
+    "slow_consumer.pending_limit", "slow_consumer.eviction", "memory.limits",
+    "durable_subscriptions", "transactions", "selectors", "exclusive_consumers", "consumer_priority",
+    "message_priority", "nack", "dead_letter", "expiry", "topology.network", "topology.discovery", "topology.masterslave-connector",
+    "stomp.group_header",
+})
+
+
+# --------------------------------------------------------------------------- scenario -> config
+
+
+def _policy_entry(policy: DestinationPolicy) -> dict | None:
+    entry: dict[str, Any] = {}
+    if policy.pending_message_limit is not None:
+        entry["pending_message_limit_strategy"] = {"type": "constant", "limit": policy.pending_message_limit}
+    if policy.prefetch_rate_multiplier is not None:
+        entry["pending_message_limit_strategy"] = {"type": "prefetch_rate",
+                                                   "multiplier": policy.prefetch_rate_multiplier}
+    if policy.eviction is not None:
+        entry["message_eviction_strategy"] = {"type": policy.eviction}
+        if policy.eviction == "unique_property":
+            entry["message_eviction_strategy"]["property_name"] = policy.eviction_property
+    if policy.memory_limit is not None:
+        entry["memory_limit"] = policy.memory_limit
+    if policy.producer_flow_control is not None:
+        entry["producer_flow_control"] = policy.producer_flow_control
+    if policy.maximum_redeliveries is not None:
+        entry["maximum_redeliveries"] = policy.maximum_redeliveries
+    if not entry:
+        return None
+    return {policy.kind: policy.name, **entry}
+
+
+def _address_setting(policy: DestinationPolicy) -> dict | None:
+    setting: dict[str, Any] = {}
+    if policy.group_buckets is not None:
+        setting["default_group_buckets"] = policy.group_buckets
+    if policy.group_rebalance is not None:
+        setting["default_group_rebalance"] = policy.group_rebalance
+    if policy.group_first_key is not None:
+        setting["default_group_first_key"] = policy.group_first_key
+    return {"match": policy.name, **setting} if setting else None
+
+
+def scenario_config(scenario: Scenario, name: str = "reference") -> dict:
+    """The reference broker's configuration (as `build_config` input) for ``scenario``; listener
+    addresses use port 0 so the OS picks free loopback ports."""
+    config: dict[str, Any] = {"name": name, "stomp": None, "http": None}
+    for protocol in scenario.protocols:
+        config[protocol] = "127.0.0.1:0"
+    config["policy_entries"] = [e for e in map(_policy_entry, scenario.policies) if e]
+    config["address_settings"] = [s for s in map(_address_setting, scenario.policies) if s]
+    if scenario.memory_limit is not None:
+        config["system_usage"] = {"memory_limit": scenario.memory_limit}
+    if scenario.users:
+        config["security"] = {"users": [{"name": u, "password": p} for u, p in scenario.users],
+                              "allow_anonymous": False}
+    # Expired messages are swept often so expiry tests need not wait the default second.
+    config["expiry_check_period_ms"] = 100
+    return config
+
+
+# --------------------------------------------------------------------------- counters
+
+
+def _subscription_counters(stats: dict, destination: str) -> list[SubscriptionCounters]:
+    return [
+        SubscriptionCounters(destination=s["destination"], matched=s.get("matched", 0),
+                             discarded=s.get("discarded", 0), dispatched=s.get("dispatched", 0),
+                             pending=s.get("pending", s.get("matched", 0)), raw=s)
+        for s in stats["subscriptions"]
+        if s.get("destination") == destination and not s.get("durable") and "shared" not in s
+    ]
+
+
+def _destination_counters(stats: dict, destination: str) -> DestinationCounters | None:
+    kind = destination.partition("://")[0]
+    for entry in stats["queues" if kind == "queue" else "topics"]:
+        if entry.get("name") == destination:
+            consumers = entry.get("consumers")
+            if consumers is None:  # topics: count the subscriptions on it
+                consumers = len(_subscription_counters(stats, destination))
+            elif isinstance(consumers, list):
+                consumers = len(consumers)
+            return DestinationCounters(
+                destination=destination, enqueued=entry.get("enqueued", 0), dequeued=entry.get("dequeued", 0),
+                consumers=consumers, memory_usage=entry.get("memory_usage", 0),
+                memory_limit=entry.get("memory_limit", 0), raw=entry)
+    return None
+
+
+class _LogBuffer(logging.Handler):
+    """Keeps the in-process broker's log lines (reference_broker.*) for evidence."""
+
+    def __init__(self, lines: int = 2000) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: deque[str] = deque(maxlen=lines)
+        self.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(self.format(record))
+
+
+# --------------------------------------------------------------------------- handles
+
+
+class InProcessReference:
+    """A reference broker served by its own event loop in a daemon thread of this process."""
+
+    kind = "reference"
+    launch = "in-process"
+
+    def __init__(self, scenario: Scenario, target: str = "reference") -> None:
+        from reference_broker.config import build_config
+        from reference_broker.server import BrokerServer
+
+        self.target = target
+        self.scenario = scenario
+        self.host = "127.0.0.1"
+        self.capabilities = CAPABILITIES
+        self.credentials = scenario.users[0] if scenario.users else (None, None)
+        self._config = scenario_config(scenario, name=f"{target}-{scenario.name}")
+        self.config = build_config(self._config)
+        self._log = _LogBuffer()
+        self._logger = logging.getLogger("reference_broker")
+        self._logger.addHandler(self._log)
+        if self._logger.level == logging.NOTSET or self._logger.level > logging.INFO:
+            self._logger.setLevel(logging.INFO)
+        self._loop = LoopThread(f"reference-{scenario.name}")
+        self.server = self.call(lambda: BrokerServer(self.config))
+        self._loop.run(self.server.start(), _START_TIMEOUT)
+        self.ports: dict[str, int] = {}
+        for protocol in ("stomp", "mqtt", "amqp"):
+            bound = getattr(self.server, f"{protocol}_address")
+            if bound:
+                self.ports[protocol] = bound[1]
+        self._stopped = False
+
+    def call(self, fn: Callable[[], Any], timeout: float = 5.0) -> Any:
+        """Run ``fn()`` on the broker's loop thread (the engine is single-threaded)."""
+        return self._loop.call(fn, timeout)
+
+    def stats(self) -> dict:
+        return self.call(self.server.broker.stats)
+
+    def config_text(self) -> str:
+        return "# reference broker configuration (JSON form of its TOML model)\n" + json.dumps(self._config, indent=2)
+
+    def log_tail(self, lines: int = 80) -> str:
+        return "\n".join(list(self._log.lines)[-lines:])
+
+    def subscription_counters(self, destination: str) -> list[SubscriptionCounters]:
+        return _subscription_counters(self.stats(), destination)
+
+    def destination_counters(self, destination: str) -> DestinationCounters | None:
+        return _destination_counters(self.stats(), destination)
+
+    def stop(self) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        try:
+            self._loop.run(self.server.stop(), _START_TIMEOUT)
+        finally:
+            self._loop.stop(_START_TIMEOUT)
+            self._logger.removeHandler(self._log)
+
+    def __repr__(self) -> str:
+        return f"<reference in-process {self.scenario.name} ports={self.ports}>"
+
+
+class ProcessReference:
+    """``python -m reference_broker`` in its own process (kill / restart tests)."""
+
+    kind = "reference"
+    launch = "process"
+
+    def __init__(self, scenario: Scenario, workdir: Path, target: str = "reference") -> None:
+        self.target = target
+        self.scenario = scenario
+        self.host = "127.0.0.1"
+        self.capabilities = CAPABILITIES | {"process.kill"}
+        self.credentials = scenario.users[0] if scenario.users else (None, None)
+        workdir.mkdir(parents=True, exist_ok=True)
+        config = scenario_config(scenario, name=f"{target}-{scenario.name}")
+        # The process launcher passes the listeners as flags (keeping ports across restarts).
+        for key in ("stomp", "mqtt", "amqp", "http"):
+            config.pop(key, None)
+        config["store"] = {"kind": "journal", "sync": "always"}
+        self._config = config
+        self.config_file = workdir / "broker.json"
+        self.config_file.write_text(json.dumps(config, indent=2))
+        self.process = ReferenceBrokerProcess(
+            name=config["name"], config_file=self.config_file, data_dir=workdir / "data",
+            mqtt="mqtt" in scenario.protocols, amqp="amqp" in scenario.protocols)
+        self.ports: dict[str, int] = {}
+        self.start()
+
+    def start(self) -> None:
+        try:
+            self.process.start()
+        except ReferenceStartError as exc:
+            raise TargetUnavailable(str(exc)) from None
+        self.ports = {p: getattr(self.process, f"{p}_port") for p in ("stomp", "mqtt", "amqp")
+                      if getattr(self.process, f"{p}_port")}
+
+    def kill(self) -> None:
+        self.process.kill()
+
+    def stats(self) -> dict:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.process.http_port}/stats", timeout=5) as response:
+            return json.load(response)
+
+    def config_text(self) -> str:
+        return self.config_file.read_text()
+
+    def log_tail(self, lines: int = 80) -> str:
+        return self.process.log_tail(lines)
+
+    def subscription_counters(self, destination: str) -> list[SubscriptionCounters]:
+        return _subscription_counters(self.stats(), destination)
+
+    def destination_counters(self, destination: str) -> DestinationCounters | None:
+        return _destination_counters(self.stats(), destination)
+
+    def stop(self) -> None:
+        self.process.stop()
+
+
+class ReferenceTarget:
+    name = "reference"
+    kind = "reference"
+
+    def __init__(self, name: str = "reference", launch: str = "in-process") -> None:
+        if launch not in ("in-process", "process"):
+            raise ValueError(f"reference target: launch must be 'in-process' or 'process', not {launch!r}")
+        self.name = name
+        self.launch_mode = launch
+
+    def availability(self) -> tuple[bool, str]:
+        return True, ""
+
+    def capabilities(self) -> frozenset[str]:
+        return CAPABILITIES | ({"process.kill"} if self.launch_mode == "process" else frozenset())
+
+    def launch(self, scenario: Scenario, workdir: Path):
+        from reference_broker.config import ConfigError
+
+        try:
+            if self.launch_mode == "process":
+                return ProcessReference(scenario, workdir, target=self.name)
+            return InProcessReference(scenario, target=self.name)
+        except ConfigError as exc:
+            raise TargetUnavailable(f"the configuration generated for scenario {scenario.name!r} is invalid: {exc}") from None
+        except OSError as exc:
+            raise TargetUnavailable(f"reference broker could not listen: {exc}") from None
+
+    def discovery_pair(self, workdir: Path, group: str):
+        """Two unstarted brokers that find each other by multicast discovery in ``group`` (reference_rigs.DiscoveryPair)."""
+
+        return DiscoveryPair(workdir, group)
+
+    def masterslave_rig(self, workdir: Path, reconnect: dict):
+        """A master/slave pair M, S and a broker F bridging to it through a ``masterslave:``
+        connector with the ``reconnect`` options (reference_rigs.MasterSlaveRig), unstarted."""
+
+        return MasterSlaveRig(workdir, reconnect)
+
+    def launch_topology(self, topology, scenario: Scenario, workdir: Path, *, bridge_route=None):
+        """One broker (in-process, or a process the harness can fault), or a network of in-process
+        reference brokers (`ReferenceNetwork`); no shared store."""
+
+        check_supported(self, topology)
+        if topology.kind == "single":
+            return launch_single(self, topology, scenario, workdir, faultable=self.launch_mode == "process")
+        network = ReferenceNetwork(workdir, topology.nodes, topology.bridges, prefix=topology.prefix,
+                                   policies=topology.policies, bridge_route=bridge_route,
+                                   broker_attributes=topology.broker_attributes, composites=topology.composites,
+                                   users=topology.users, topology=topology)
+        if topology.persistent:
+            network.use_journal_stores(Path(workdir) / "stores")
+        network.start()
+        return network

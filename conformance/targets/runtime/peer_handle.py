@@ -1,0 +1,63 @@
+"""The handle of a broker that is a protocol-level peer only (RabbitMQ, Mosquitto): a process of
+one of their launchers, its ports and config, no counters (no ``counters.*`` capability). The
+targets live in their brokers' folders (conformance/targets/rabbitmq/target.py,
+conformance/targets/mosquitto/target.py)."""
+
+from __future__ import annotations
+
+import re
+
+from conformance.scenario import Scenario
+from conformance.targets.base import DestinationCounters, SubscriptionCounters
+
+__all__ = ["PeerHandle", "safe_name"]
+
+
+def safe_name(name: str, disallowed: str, fallback: str) -> str:
+    """The target name as the launcher accepts it (it ends up in node names and file names)."""
+    return re.sub(disallowed, "-", name).strip("-") or fallback
+
+
+class PeerHandle:
+    """A running RabbitMQ or Mosquitto broker (implements `BrokerHandle`, without counters)."""
+
+    launch = "process"
+
+    def __init__(self, *, target: str, kind: str, process, scenario: Scenario, ports: dict[str, int],
+                 capabilities: frozenset[str], credentials: tuple[str | None, str | None],
+                 client_options: dict[str, dict] | None = None) -> None:
+        self.target = target
+        self.kind = kind
+        self.process = process
+        self.scenario = scenario
+        self.host = process.host
+        self.ports = ports
+        self.capabilities = capabilities
+        self.credentials = credentials
+        # Per-protocol client options this broker needs (see BrokerHandle.client_options).
+        self.client_options: dict[str, dict] = dict(client_options or {})
+
+    def config_text(self) -> str:
+        try:
+            return self.process.config_path.read_text(encoding="utf-8")
+        except OSError:
+            return self.process.render_config()
+
+    def log_tail(self, lines: int = 80) -> str:
+        return self.process.log_tail(lines)
+
+    def subscription_counters(self, destination: str) -> list[SubscriptionCounters]:
+        raise NotImplementedError(f"{self.target} ({self.kind}) has no counters.subscription capability: "
+                                  "mark the test @pytest.mark.requires('counters.subscription')")
+
+    def destination_counters(self, destination: str) -> DestinationCounters | None:
+        raise NotImplementedError(f"{self.target} ({self.kind}) has no counters.destination capability: "
+                                  "mark the test @pytest.mark.requires('counters.destination')")
+
+    def stop(self) -> None:
+        self.process.stop()
+
+    def __repr__(self) -> str:
+        return f"<PeerHandle {self.target} {self.process!r}>"
+
+

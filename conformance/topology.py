@@ -1,0 +1,392 @@
+"""The broker-neutral topology model and the contract every target implements for it.
+
+A `Topology` describes what to launch, whatever the broker: its nodes; the bridges between them
+(ActiveMQ network connectors: `Bridge` with `NetworkConnectorOptions`; an Artemis cluster
+connection is the same shape, a later capability); a store the nodes share (`SharedStore`:
+master/slave, one node serves at a time); and which links run through the fault proxy
+(``proxied``: a `BridgeRoute` given at launch puts a proxy in front of each bridge's peer).
+A single broker is a topology of one node.
+
+The contract: a target declares the topologies it can form as capabilities (`capability_of`:
+``topology.network``, ``topology.shared-store``; every target launches a single broker) and implements
+``launch_topology(topology, scenario, workdir, *, bridge_route=None) -> Cluster``. A `Cluster`
+holds `Node` handles with one small interface (name, address per protocol, start / stop / kill /
+pause / resume, serving or not, counters, log tail). Callers (suites, chaos/) use only that: what
+differs between brokers lives in the broker's own folder under conformance/targets/.
+
+The connector properties are declared once, in the reference broker's configuration
+(reference_broker/cluster/network_config.py, the "NetworkConnector Properties" table);
+`NetworkConnectorOptions` adds the "Static discovery" reconnect options that each broker renders
+into its connector URI.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Protocol, runtime_checkable
+
+from pydantic import model_validator
+
+from reference_broker.cluster.network_config import NetworkConnectorProperties
+from reference_broker.cluster.network_config import check_destination as _check_destination
+
+if TYPE_CHECKING:
+    from conformance.scenario import Scenario
+
+__all__ = ["Bridge", "BridgeFilterPolicy", "BridgeRoute", "Cluster", "CompositeDestination", "Node",
+           "NetworkConnectorOptions", "PEER_LIST_SCHEMES", "SharedStore", "TOPOLOGY_CAPABILITIES", "Topology",
+           "NodeError", "TopologyUnsupported", "capability_of", "check_destination", "check_duplex_names", "static_uri",
+           "with_connector_renamed"]
+
+#: the topology capabilities a target may declare, and what they promise
+TOPOLOGY_CAPABILITIES: dict[str, str] = {
+    "topology.network": "launches 2 to 4 brokers joined by network bridges (ActiveMQ network connectors)",
+    "topology.shared-store": "launches 2 or more brokers on one shared store, one master at a time",
+    # Networks the model does not describe yet; the target hands out rigs for them
+    # (``discovery_pair(workdir, group)``, ``masterslave_rig(workdir, reconnect)``).
+    "topology.discovery": "two brokers that find each other by multicast discovery (connectors list no peer)",
+    "topology.masterslave-connector": "a broker bridging to a master/slave pair through a masterslave: connector",
+}
+
+
+class NodeError(RuntimeError):
+    """A node cannot do what was asked (not running, not ours to signal)."""
+
+
+class TopologyUnsupported(ValueError):
+    """The target cannot form this topology (the message says which capability it lacks)."""
+
+
+def check_destination(destination: str) -> None:
+    """ValueError unless ``destination`` is ``queue://NAME`` or ``topic://NAME`` (wildcards allowed)."""
+    _check_destination(destination)
+
+
+class NetworkConnectorOptions(NetworkConnectorProperties):
+    """One network connector: the "NetworkConnector Properties" table (declared once, in
+    `NetworkConnectorProperties`), plus the "Static discovery" table's reconnect options, which
+    the brokers carry on the connector's ``static:(...)`` URI (`static_uri`)."""
+
+    initial_reconnect_delay: int = 1000
+    max_reconnect_delay: int = 30000
+    use_exponential_back_off: bool = True
+    back_off_multiplier: float = 2
+
+    @model_validator(mode="after")
+    def _reconnect(self) -> "NetworkConnectorOptions":
+        if self.initial_reconnect_delay < 0 or self.max_reconnect_delay < 0 or self.back_off_multiplier <= 0:
+            raise ValueError("reconnect delays must be >= 0 ms and back_off_multiplier > 0")
+        return self
+
+
+#: the options that go on the connector URI, not into the broker's connector properties
+RECONNECT_URI_OPTIONS = {
+    "initial_reconnect_delay": "initialReconnectDelay",
+    "max_reconnect_delay": "maxReconnectDelay",
+    "use_exponential_back_off": "useExponentialBackOff",
+    "back_off_multiplier": "backOffMultiplier",
+}
+
+
+def _uri_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+#: connector URI schemes that list their peers in parentheses (document, "Static discovery" and
+#: "MasterSlave Discovery": masterslave: takes the same options as static:)
+PEER_LIST_SCHEMES = ("static", "masterslave")
+
+
+def static_uri(peer_urls: list[str] | tuple[str, ...], options: NetworkConnectorOptions,
+               scheme: str = "static") -> str:
+    """``static:(tcp://...)`` with the reconnect options that differ from the document's defaults;
+    ``scheme="masterslave"`` gives ``masterslave:(master,slave,...)`` with the same options."""
+    if scheme not in PEER_LIST_SCHEMES:
+        raise ValueError(f"scheme must be one of {PEER_LIST_SCHEMES}, not {scheme!r}")
+    defaults = NetworkConnectorOptions()
+    query = [f"{RECONNECT_URI_OPTIONS[f]}={_uri_value(getattr(options, f))}" for f in RECONNECT_URI_OPTIONS
+             if getattr(options, f) != getattr(defaults, f)]
+    return f"{scheme}:({','.join(peer_urls)})" + ("?" + "&".join(query) if query else "")
+
+
+@dataclass(frozen=True)
+class Bridge:
+    """A network connector on broker ``source`` connecting to broker ``target``: messages flow
+    source -> target on demand from target (both ways when ``options.duplex``)."""
+
+    source: str
+    target: str
+    options: NetworkConnectorOptions = field(default_factory=NetworkConnectorOptions)
+    #: False for a connector that is meant not to come up (e.g. wrong credentials, NOB-AUTH-1):
+    #: the launchers' start() then does not wait for it
+    expect_established: bool = True
+
+    def __post_init__(self) -> None:
+        if self.source == self.target:
+            raise ValueError(f"a bridge joins two brokers, not {self.source!r} to itself")
+
+
+def check_duplex_names(bridges: tuple[Bridge, ...] | list[Bridge]) -> None:
+    """Document, "Duplex network connectors": several duplex bridges between the same two brokers
+    need unique names. A duplex connector is a bridge both ways, so A->B and B->A count as the same
+    pair; raises ValueError naming the connectors and the ``name`` option to change."""
+    seen: dict[tuple[frozenset, str], Bridge] = {}
+    for bridge in bridges:
+        if not bridge.options.duplex:
+            continue
+        key = (frozenset((bridge.source, bridge.target)), bridge.options.name)
+        other = seen.get(key)
+        if other is not None:
+            raise ValueError(
+                f"two duplex connectors between {bridge.source} and {bridge.target} are both named "
+                f"{bridge.options.name!r} ({other.source}->{other.target} and {bridge.source}->{bridge.target}); "
+                "give each a unique NetworkConnectorOptions(name=...) (document, 'Duplex network connectors')")
+        seen[key] = bridge
+
+
+def with_connector_renamed(bridges: tuple[Bridge, ...], source: str, old: str, new: str) -> tuple[Bridge, ...]:
+    """``bridges`` with broker ``source``'s connector ``old`` named ``new`` (ValueError if none is)."""
+    if not any(b.source == source and b.options.name == old for b in bridges):
+        raise ValueError(f"broker {source} has no connector named {old!r} "
+                         f"(its connectors: {[b.options.name for b in bridges if b.source == source]})")
+    return tuple(replace(b, options=b.options.model_copy(update={"name": new})) if b.source == source and b.options.name == old
+                 else b for b in bridges)
+
+
+@dataclass(frozen=True)
+class BridgeFilterPolicy:
+    """A queue policy with a ``conditionalNetworkBridgeFilterFactory`` (document, "Stuck Messages"
+    and "Throttling a network consumer"): ``queue`` is the policy entry's pattern (wildcards
+    allowed), the rest the factory's attributes in snake_case. The document gives no defaults;
+    these are ActiveMQ's (ConditionalNetworkBridgeFilterFactory). Every broker of a network gets
+    the same policies."""
+
+    queue: str
+    replay_when_no_consumers: bool = False
+    replay_delay: int = 0  # ms after the message entered the broker
+    rate_limit: int = 0  # messages per rate_duration to network consumers; 0 = no limit
+    rate_duration: int = 1000  # ms
+
+    def __post_init__(self) -> None:
+        if not self.queue or "://" in self.queue:
+            raise ValueError(f"queue is a policy pattern such as 'TEST.>', not {self.queue!r}")
+        if self.replay_delay < 0 or self.rate_limit < 0 or self.rate_duration <= 0:
+            raise ValueError("replay_delay and rate_limit must be >= 0 and rate_duration > 0")
+
+
+@dataclass(frozen=True)
+class CompositeDestination:
+    """ActiveMQ's ``<compositeTopic>`` / ``<compositeQueue>`` (document, "Virtual Destination
+    consumers and Composite Destinations"): messages sent to ``name`` are copied to each
+    ``forward_to`` destination (``queue://X`` / ``topic://Y``); with ``forward_only`` (ActiveMQ's
+    default) the original destination does not get them. Every broker of a network gets the same list."""
+
+    name: str
+    forward_to: tuple[str, ...]
+    kind: str = "topic"
+    forward_only: bool = True
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("topic", "queue") or not self.name or "://" in self.name:
+            raise ValueError(f"a composite destination is kind 'topic' or 'queue' with a plain name, not "
+                             f"{self.kind!r} {self.name!r}")
+        if isinstance(self.forward_to, str) or not self.forward_to:
+            raise ValueError(f"forward_to is a non-empty tuple of destinations, not {self.forward_to!r}")
+        for destination in self.forward_to:
+            check_destination(destination)  # raises on a malformed name
+
+
+
+
+#: ``(bridge, peer host, peer port) -> (host, port)`` the bridge's connector dials instead of the
+#: peer's own listener: a fault proxy in front of the peer, so the link alone can be cut (issue 7,
+#: store and forward through a cut bridge). Called once per bridge when the ports are known.
+BridgeRoute = Callable[[Bridge, str, int], tuple[str, int]]
+
+
+@dataclass(frozen=True)
+class SharedStore:
+    """A store every node of the topology opens; whichever holds its lock is master, the others
+    wait as slaves (A-MQ fault-tolerant messaging guide, 3.1). ``kind``: ``file`` (a shared
+    directory; later ``jdbc``). The lock timings are the guide's ``lockKeepAlivePeriod`` and the
+    locker's ``lockAcquireSleepInterval``."""
+
+    kind: str = "file"
+    lock_keep_alive_period_ms: int = 2000
+    lock_acquire_sleep_interval_ms: int = 1000
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("file",):
+            raise ValueError(f"shared store kind must be 'file', not {self.kind!r}")
+        if self.lock_keep_alive_period_ms < 0 or self.lock_acquire_sleep_interval_ms <= 0:
+            raise ValueError("lock_keep_alive_period_ms must be >= 0 and lock_acquire_sleep_interval_ms > 0")
+
+
+#: links a topology may route through the fault proxy
+PROXIED_LINKS = ("bridges",)
+
+
+@dataclass(frozen=True)
+class Topology:
+    """What to launch, broker-neutrally. ``nodes``: node names (``("A",)`` for one broker);
+    ``bridges`` between them; ``shared_store`` when they share one; ``proxied``: the links that
+    run through the fault proxy (``"bridges"``: each bridge dials a proxy in front of its peer,
+    given as ``bridge_route`` at launch). The rest shapes every broker of a network alike:
+    bridge filter policies, composite destinations, ``broker_attributes`` (ActiveMQ ``<broker>``
+    attribute names, node -> {attribute: value}), ``users`` (node -> (user, password) pairs: that
+    node refuses anonymous logins), ``persistent`` (nodes keep messages and durable subscriptions
+    across a restart), ``prefix`` of the broker names (``<prefix>-<node>``)."""
+
+    nodes: tuple[str, ...] = ("A",)
+    bridges: tuple[Bridge, ...] = ()
+    shared_store: SharedStore | None = None
+    proxied: tuple[str, ...] = ()
+    policies: tuple[BridgeFilterPolicy, ...] = ()
+    composites: tuple[CompositeDestination, ...] = ()
+    broker_attributes: dict[str, dict[str, str]] = field(default_factory=dict, hash=False, compare=False)
+    users: dict[str, tuple[tuple[str, str], ...]] = field(default_factory=dict, hash=False, compare=False)
+    persistent: bool = False
+    prefix: str = "nob"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "nodes", tuple(self.nodes))
+        object.__setattr__(self, "bridges", tuple(self.bridges))
+        if not self.nodes or len(set(self.nodes)) != len(self.nodes):
+            raise ValueError(f"a topology has one or more distinct nodes, not {self.nodes!r}")
+        if self.bridges and self.shared_store is not None:
+            raise ValueError("a topology has bridges or a shared store, not both (yet)")
+        for bridge in self.bridges:
+            for end in (bridge.source, bridge.target):
+                if end not in self.nodes:
+                    raise ValueError(f"bridge {bridge.source}->{bridge.target} names {end!r}, not one of "
+                                     f"{self.nodes}")
+        bad = [link for link in self.proxied if link not in PROXIED_LINKS]
+        if bad:
+            raise ValueError(f"proxied links are {PROXIED_LINKS}, not {bad}")
+
+    @property
+    def kind(self) -> str:
+        """``single``, ``shared-store`` or ``network`` (what the nodes share or are joined by)."""
+        if self.shared_store is not None:
+            return "shared-store"
+        if len(self.nodes) > 1:
+            return "network"
+        return "single"
+
+    @property
+    def capability(self) -> str | None:
+        return capability_of(self)
+
+    def with_bridges(self, bridges: tuple[Bridge, ...]) -> "Topology":
+        return replace(self, bridges=tuple(bridges))
+
+
+def capability_of(topology: Topology) -> str | None:
+    """The capability a target declares to launch ``topology`` (``topology.<kind>``); None for a
+    single broker, which every target launches."""
+    return None if topology.kind == "single" else f"topology.{topology.kind}"
+
+
+# --------------------------------------------------------------------------- the contract
+
+
+@runtime_checkable
+class Node(Protocol):
+    """One broker of a launched topology."""
+
+    name: str
+    host: str
+
+    @property
+    def pid(self) -> int | None:
+        """The broker's process id (None: not a process of ours, e.g. an in-process broker)."""
+
+    @property
+    def running(self) -> bool:
+        """Started and not stopped or killed (a paused node is running)."""
+
+    def address(self, protocol: str) -> tuple[str, int]:
+        """(host, port) of this node's ``protocol`` listener; KeyError when it has none."""
+
+    def start(self, timeout: float = 60) -> None:
+        """Start again after stop / kill, on the same ports and data."""
+
+    def stop(self) -> None:
+        """Stop gracefully."""
+
+    def kill(self) -> None:
+        """Stop at once (SIGKILL for a process), losing what was not written."""
+
+    def pause(self) -> None:
+        """Freeze the broker (SIGSTOP its process group); `resume` thaws it."""
+
+    def resume(self) -> None: ...
+
+    def serving(self) -> bool:
+        """Whether the node accepts clients now (a waiting slave does not)."""
+
+    def consumer_count(self, destination: str) -> int:
+        """Consumers of ``destination`` here, local and network (bridge) consumers alike."""
+
+    def queue_size(self, destination: str) -> int:
+        """Messages held here for ``destination`` (0 when it does not exist here)."""
+
+    def in_flight_count(self, destination: str) -> int:
+        """Messages of ``destination`` dispatched and not yet acknowledged here."""
+
+    def wait_for_consumers(self, destination: str, count: int, timeout: float = 10.0) -> int:
+        """Poll until ``destination`` counts ``count`` consumers; returns the last count seen."""
+
+    def log_tail(self, lines: int = 80) -> str: ...
+
+
+@runtime_checkable
+class Cluster(Protocol):
+    """A launched topology: its nodes by name and what spans them."""
+
+    topology: Topology
+    nodes: dict[str, Node]
+
+    def __getitem__(self, name: str) -> Node: ...
+
+    def addresses(self, protocol: str) -> list[tuple[str, int]]:
+        """Every node's ``protocol`` address in node order (a failover URL's order)."""
+
+    def serving(self) -> list[str]:
+        """The nodes that serve clients now (a shared store's master; every node of a network)."""
+
+    def bridge_establishments(self) -> int:
+        """How often the bridges have been established so far (each reconnect counting once)."""
+
+    def subscription_discards(self, destination: str) -> list[int] | None:
+        """The discarded counter of every subscription on ``destination`` (None: not readable)."""
+
+    def restart(self, name: str, timeout: float = 90) -> None:
+        """Stop node ``name`` and start it again; returns once its bridges are up again."""
+
+    def stop_broker(self, name: str) -> None: ...
+
+    def start_broker(self, name: str, timeout: float = 90) -> None:
+        """Start node ``name`` again with its current bridges; returns once they are up."""
+
+    def rename_connector(self, source: str, old: str, new: str) -> None:
+        """Rename node ``source``'s connector ``old`` to ``new`` (effective at its next start)."""
+
+    def log_tail(self, lines: int = 40) -> str: ...
+
+    def config_text(self) -> str: ...
+
+    def stop(self) -> None: ...
+
+
+def check_supported(target, topology: Topology) -> None:
+    """TopologyUnsupported unless ``target`` declares ``topology``'s capability."""
+    needed = capability_of(topology)
+    if needed is not None and needed not in target.capabilities():
+        raise TopologyUnsupported(f"target {target.name} lacks {needed} (it cannot launch a {topology.kind} "
+                                  f"topology here)")

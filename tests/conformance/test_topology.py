@@ -1,0 +1,98 @@
+"""The broker-neutral topology model and the contract (conformance/topology.py): what a model
+refuses, which capability a topology needs, and that the reference target's clusters have the one
+node interface (start / stop / kill / pause / resume, serving, counters) without any broker-kind
+switch in the caller."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from conformance.scenario import Scenario
+from conformance.targets.mosquitto.target import MosquittoTarget
+from conformance.targets.reference.target import ReferenceTarget
+from conformance.topology import (Bridge, Cluster, NetworkConnectorOptions, Node, SharedStore, Topology,
+                                  TopologyUnsupported, capability_of)
+from reference_broker.cluster.network_config import NetworkConnectorConfig, NetworkConnectorProperties
+
+FAST = NetworkConnectorOptions(initial_reconnect_delay=100, max_reconnect_delay=500, use_exponential_back_off=False)
+
+
+def stomp_answers(host: str, port: int, timeout: float = 1.0) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as s:
+            s.settimeout(timeout)
+            s.sendall(b"CONNECT\naccept-version:1.2\nhost:localhost\n\n\x00")
+            return s.recv(64).startswith(b"CONNECTED")
+    except OSError:
+        return False
+
+
+def test_kind_and_capability_follow_the_model():
+    assert Topology().kind == "single" and capability_of(Topology()) is None
+    net = Topology(("A", "B"), (Bridge("A", "B"),))
+    assert (net.kind, capability_of(net)) == ("network", "topology.network")
+    store = Topology(("A", "B"), shared_store=SharedStore())
+    assert (store.kind, capability_of(store)) == ("shared-store", "topology.shared-store")
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"nodes": ("A", "A")}, "distinct nodes"),
+    ({"nodes": ("A", "B"), "bridges": (Bridge("A", "C"),)}, "names 'C'"),
+    ({"nodes": ("A", "B"), "proxied": ("clients",)}, "proxied links"),
+    ({"nodes": ("A", "B"), "bridges": (Bridge("A", "B"),), "shared_store": SharedStore()}, "not both"),
+])
+def test_bad_topologies_are_refused_with_the_reason(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        Topology(**kwargs)
+
+
+def test_connector_properties_are_declared_once():
+    """The harness's options and the reference broker's configuration share one declaration of the
+    table's properties; the harness adds only the reconnect options of the static: URI."""
+    props = set(NetworkConnectorProperties.model_fields)
+    assert props <= set(NetworkConnectorOptions.model_fields)
+    assert set(NetworkConnectorOptions.model_fields) - props == {
+        "initial_reconnect_delay", "max_reconnect_delay", "use_exponential_back_off", "back_off_multiplier"}
+    assert set(NetworkConnectorConfig.model_fields) - props == {"uri"}
+
+
+def test_a_target_refuses_a_topology_it_does_not_declare(tmp_path):
+    with pytest.raises(TopologyUnsupported, match="topology.network"):
+        MosquittoTarget().launch_topology(Topology(("A", "B"), (Bridge("A", "B"),)), Scenario(name="t"), tmp_path)
+    with pytest.raises(TopologyUnsupported, match="topology.shared-store"):
+        ReferenceTarget().launch_topology(Topology(("A", "B"), shared_store=SharedStore()), Scenario(name="t"),
+                                          tmp_path)
+
+
+def test_reference_network_nodes_have_the_one_interface(tmp_path):
+    topology = Topology(("A", "B"), (Bridge("A", "B", FAST),), prefix="topo-test")
+    cluster = ReferenceTarget().launch_topology(topology, Scenario(name="topo", protocols=("stomp",)), tmp_path)
+    try:
+        assert isinstance(cluster, Cluster) and cluster.topology is topology
+        a, b = cluster["A"], cluster["B"]
+        assert all(isinstance(node, Node) for node in (a, b))
+        assert cluster.serving() == ["A", "B"] and cluster.bridge_establishments() == 1
+        host, port = b.address("stomp")
+        assert cluster.addresses("stomp")[1] == (host, port) and stomp_answers(host, port)
+        b.pause()
+        assert not b.serving() and not stomp_answers(host, port, timeout=0.5), "a paused node must not answer"
+        b.resume()
+        assert b.serving() and stomp_answers(host, port)
+        b.stop()
+        assert not b.running and not stomp_answers(host, port, timeout=0.5)
+        cluster.start_broker("B", timeout=20)
+        assert b.running and stomp_answers(host, port), "a node starts again on the same port"
+    finally:
+        cluster.stop()
+
+
+def test_a_single_in_process_broker_is_a_topology_of_one_node_not_ours_to_fault(tmp_path):
+    cluster = ReferenceTarget().launch_topology(Topology(), Scenario(name="one", protocols=("stomp",)), tmp_path)
+    try:
+        assert isinstance(cluster, Cluster) and cluster.nodes == {}  # no process.kill: nothing to fault
+        (address,) = cluster.addresses("stomp")
+        assert stomp_answers(*address)
+    finally:
+        cluster.stop()
