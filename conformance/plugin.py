@@ -46,6 +46,7 @@ from conformance.spec.catalogue import CatalogueError, load_catalogue
 from conformance.spec.deviations import DEFAULT_DEVIATIONS_DIR, DeviationError, load_deviations
 from conformance.targets.base import CAPABILITIES, BrokerHandle, TargetUnavailable, address
 from conformance.targets.registry import UnknownTarget, load_targets_file, resolve
+from conformance.clients import connect
 
 NOT_APPLICABLE = "not applicable: "
 STATE = pytest.StashKey["PluginState"]()
@@ -348,7 +349,6 @@ def protocol() -> str:
 @pytest.fixture
 def client(request: pytest.FixtureRequest, broker: BrokerHandle, protocol: str):
     """``client(protocol=None, **options)`` -> a connected conformance client, closed at teardown."""
-    from conformance.clients import connect
 
     made: list = []
     request.node.stash[CLIENTS] = made

@@ -27,6 +27,8 @@ from conformance.targets.reference.rigs import MasterSlaveRig
 from conformance.targets.runtime.loop_thread import LoopThread
 from conformance.targets.runtime.node import launch_single
 from conformance.topology import check_supported
+from reference_broker.config import ConfigError, build_config
+from reference_broker.server import BrokerServer
 
 _START_TIMEOUT = 10.0
 
@@ -146,9 +148,6 @@ class InProcessReference:
     launch = "in-process"
 
     def __init__(self, scenario: Scenario, target: str = "reference") -> None:
-        from reference_broker.config import build_config
-        from reference_broker.server import BrokerServer
-
         self.target = target
         self.scenario = scenario
         self.host = "127.0.0.1"
@@ -279,8 +278,6 @@ class ReferenceTarget:
         return CAPABILITIES | ({"process.kill"} if self.launch_mode == "process" else frozenset())
 
     def launch(self, scenario: Scenario, workdir: Path):
-        from reference_broker.config import ConfigError
-
         try:
             if self.launch_mode == "process":
                 return ProcessReference(scenario, workdir, target=self.name)

@@ -16,7 +16,7 @@ from typing import Any
 def _configure_reaper(client: Any) -> None:
     """Switch testcontainers' Ryuk reaper off when its image is not present and the user did not
     choose: pulling it would fail offline and abort every start."""
-    from testcontainers.core.config import testcontainers_config as tc  # noqa: PLC0415
+    from testcontainers.core.config import testcontainers_config as tc  # noqa: PLC0415 - optional dependency
 
     if "TESTCONTAINERS_RYUK_DISABLED" in os.environ or tc.ryuk_disabled:
         return
