@@ -362,7 +362,7 @@ def client(request: pytest.FixtureRequest, broker: BrokerHandle, protocol: str):
         except KeyError as exc:
             raise Unsupported(str(exc.args[0])) from None
         login, passcode = broker.credentials
-        options = {**getattr(broker, "client_options", {}).get(chosen, {}), **options}
+        options = {**broker.client_options.get(chosen, {}), **options}
         options.setdefault("login", login)
         options.setdefault("passcode", passcode)
         made.append(connect(host, port, chosen, **options))

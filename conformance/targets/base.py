@@ -96,8 +96,13 @@ class BrokerHandle(Protocol):
     capabilities: frozenset[str]
     scenario: Scenario
     credentials: tuple[str | None, str | None]  # (login, passcode) the clients use
-    # Optional: per-protocol options the `client` fixture passes to conformance.clients.connect
-    # (e.g. RabbitMQ's STOMP virtual host); read with getattr(handle, "client_options", {}).
+    # Per-protocol options the `client` fixture passes to conformance.clients.connect (e.g.
+    # RabbitMQ's STOMP virtual host); {} when the clients' defaults serve.
+    client_options: dict[str, dict]
+    # Where the broker moves a message whose redeliveries ran out when no policy names another
+    # place, as a destination (``queue://ActiveMQ.DLQ``); None for a broker with no dead-letter
+    # queue of its own (it lacks the ``dead_letter`` capability).
+    dead_letter_queue: str | None
 
     def config_text(self) -> str:
         """The broker's own configuration as the launcher generated it (evidence)."""

@@ -230,6 +230,11 @@ class ArtemisContainer(ContainerLifecycle):
         port = self.ports.get(listener)
         return (self.host, port) if port else None
 
+    def refresh_ports(self) -> None:
+        """`NetworkedContainer`: nothing to re-read. The host ports are fixed at the first start
+        (`_build_container` publishes each listener on a chosen port), so Docker publishes the same
+        ones again when the container is reconnected to its network."""
+
     @property
     def stomp_address(self) -> tuple[str, int] | None:
         return self._address("stomp")

@@ -27,10 +27,12 @@ from conformance.targets.reference.rigs import MasterSlaveRig
 from conformance.targets.runtime.loop_thread import LoopThread
 from conformance.targets.runtime.node import launch_single
 from conformance.topology import check_supported
-from reference_broker.config import ConfigError, build_config
+from reference_broker.config import ConfigError, PolicyEntry, build_config
 from reference_broker.server import BrokerServer
 
 _START_TIMEOUT = 10.0
+#: the reference broker's default dead-letter queue (reference_broker.config.PolicyEntry, ActiveMQ's name)
+DEAD_LETTER_QUEUE = f"queue://{PolicyEntry.model_fields['dead_letter_queue'].default}"
 
 CAPABILITIES = frozenset({
     "protocol.stomp", "protocol.mqtt", "protocol.amqp", "scenario.policies",
@@ -153,6 +155,8 @@ class InProcessReference:
         self.host = "127.0.0.1"
         self.capabilities = CAPABILITIES
         self.credentials = scenario.users[0] if scenario.users else (None, None)
+        self.client_options: dict[str, dict] = {}
+        self.dead_letter_queue = DEAD_LETTER_QUEUE
         self._config = scenario_config(scenario, name=f"{target}-{scenario.name}")
         self.config = build_config(self._config)
         self._log = _LogBuffer()
@@ -215,6 +219,8 @@ class ProcessReference:
         self.host = "127.0.0.1"
         self.capabilities = CAPABILITIES | {"process.kill"}
         self.credentials = scenario.users[0] if scenario.users else (None, None)
+        self.client_options: dict[str, dict] = {}
+        self.dead_letter_queue = DEAD_LETTER_QUEUE
         workdir.mkdir(parents=True, exist_ok=True)
         config = scenario_config(scenario, name=f"{target}-{scenario.name}")
         # The process launcher passes the listeners as flags (keeping ports across restarts).
