@@ -98,7 +98,7 @@ class PluginState:
         self.launched: dict[str, str] = {}
         for name, target in self.targets.items():
             ok, reason = self.availability[name]
-            self.results.add_target(name, kind=target.kind, launch=getattr(target, "launch_mode", "process"),
+            self.results.add_target(name, kind=target.kind, launch=target.launch_mode,
                                     available=ok, reason=reason, capabilities=sorted(target.capabilities()))
 
 
@@ -277,11 +277,11 @@ def _not_applicable_reason(item: pytest.Item, state: PluginState) -> str | None:
     needed.append(f"protocol.{protocol}")
     missing = [c for c in needed if c not in capabilities]
     if missing:
-        why = getattr(target, "why_missing", lambda capability: None)
+        why = target.why_missing
         # a capability that stands for something this machine must have (BROKERCONF_REQUIRE, e.g.
         # activemq-amqp for ActiveMQ's protocol.amqp) fails the test instead of skipping it
         for capability in missing:
-            requirement = getattr(target, "capability_requirements", {}).get(capability)
+            requirement = target.capability_requirements.get(capability)
             if requirement in requirements.KNOWN and requirements.is_required(requirement):
                 pytest.fail(f"target {name}: " + requirements.failure_message(
                     requirement, why(capability) or CAPABILITIES.get(capability, capability)), pytrace=False)

@@ -123,6 +123,16 @@ class BrokerHandle(Protocol):
 class Target(Protocol):
     name: str
     kind: str
+    # how `launch` runs the broker: process | container | in-process | external
+    launch_mode: str
+    # capability -> the requirement (conformance/requirements.py) of the extra it depends on, e.g.
+    # ActiveMQ's protocol.amqp on "activemq-amqp": with that requirement in BROKERCONF_REQUIRE a
+    # test needing the capability fails instead of being not applicable; {} when none depends on one
+    capability_requirements: dict[str, str]
+
+    def why_missing(self, capability: str) -> str | None:
+        """Why this target lacks ``capability``, when it can say more than the capability's
+        description (None otherwise)."""
 
     def availability(self) -> tuple[bool, str]:
         """(True, "") when this target can run here, else (False, why not and how to fix it)."""
@@ -150,6 +160,5 @@ def address(handle: BrokerHandle, protocol: str) -> tuple[str, int]:
 
 
 def why_missing(target: Target, capability: str) -> str | None:
-    """Why ``target`` lacks ``capability``, when the target says (its optional ``why_missing``)."""
-    explain = getattr(target, "why_missing", None)
-    return explain(capability) if explain is not None else None
+    """Why ``target`` lacks ``capability``, when the target says (`Target.why_missing`)."""
+    return target.why_missing(capability)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import difflib
 import tomllib
 from dataclasses import dataclass
+from types import MappingProxyType
 from pathlib import Path
 
 from conformance.scenario import Scenario
@@ -69,9 +70,15 @@ class ExternalTarget:
     ports: dict[str, int]
     declared: frozenset[str]
     credentials: tuple[str | None, str | None]
+    launch_mode = "external"  # not a field: running already, started by its owner
+    #: no capability depends on an extra install (`Target.capability_requirements`)
+    capability_requirements = MappingProxyType({})
 
     def availability(self) -> tuple[bool, str]:
         return True, ""
+
+    def why_missing(self, capability: str) -> str | None:
+        return f"not declared for {self.name} in its targets file (a port, or capabilities = [...])"
 
     def capabilities(self) -> frozenset[str]:
         return self.declared | {f"protocol.{p}" for p in self.ports}

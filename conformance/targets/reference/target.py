@@ -270,6 +270,8 @@ class ProcessReference:
 class ReferenceTarget:
     name = "reference"
     kind = "reference"
+    #: no capability depends on an extra install (`Target.capability_requirements`)
+    capability_requirements: dict[str, str] = {}
 
     def __init__(self, name: str = "reference", launch: str = "in-process") -> None:
         if launch not in ("in-process", "process"):
@@ -282,6 +284,11 @@ class ReferenceTarget:
 
     def capabilities(self) -> frozenset[str]:
         return CAPABILITIES | ({"process.kill"} if self.launch_mode == "process" else frozenset())
+
+    def why_missing(self, capability: str) -> str | None:
+        if capability == "process.kill" and self.launch_mode == "in-process":
+            return "the in-process reference broker cannot be killed: use the reference:process target"
+        return None
 
     def launch(self, scenario: Scenario, workdir: Path):
         try:
