@@ -405,9 +405,8 @@ def _evidence(item: pytest.Item) -> list[tuple[str, str]]:
         except Exception as exc:  # noqa: BLE001 - evidence is best effort; say why it is missing
             sections.append(("broker evidence unavailable", repr(exc)))
     for n, c in enumerate(item.stash.get(CLIENTS, []), 1):
-        exchange = getattr(c, "exchange", None)
-        if exchange:
-            sections.append((f"client {n} ({c.protocol}) exchange", "\n".join(exchange)))
+        if c.exchange:  # every client records its exchange (conformance.clients.base.Client)
+            sections.append((f"client {n} ({c.protocol}) exchange", "\n".join(c.exchange)))
     return sections
 
 
