@@ -32,6 +32,7 @@ from chaos.transport_log import TransportLog, worker_of_thread
 from chaos.workloads.queue import DrainIncomplete, GroupedQueueWorkload, QueueWorkload
 from chaos.workloads.topic import TopicFanoutWorkload
 from conformance.targets.registry import UnknownTarget, resolve
+from conformance.clients import connect, connect_failover
 
 #: each fault and the step that ends it
 FAULT_AND_HEAL = {"kill": "start", "pause": "resume", "stop": "start", "partition": "heal",
@@ -68,8 +69,6 @@ class ExperimentResult:
 
 def _client_factory(exp: Experiment, addresses: list[tuple[str, int]],
                     transport_log: TransportLog | None = None) -> Callable:
-    from conformance.clients import connect, connect_failover
-
     protocol = exp.target.protocol
     # Workload messages carry their id, producer and sequence as properties: MQTT 5 user
     # properties (3.1.1 has none).

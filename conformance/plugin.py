@@ -46,6 +46,7 @@ from conformance.spec.catalogue import CatalogueError, load_catalogue
 from conformance.spec.deviations import DEFAULT_DEVIATIONS_DIR, DeviationError, load_deviations
 from conformance.targets.base import CAPABILITIES, BrokerHandle, TargetUnavailable, address
 from conformance.targets.registry import UnknownTarget, load_targets_file, resolve
+from conformance.clients import connect
 
 NOT_APPLICABLE = "not applicable: "
 STATE = pytest.StashKey["PluginState"]()
@@ -97,7 +98,7 @@ class PluginState:
         self.launched: dict[str, str] = {}
         for name, target in self.targets.items():
             ok, reason = self.availability[name]
-            self.results.add_target(name, kind=target.kind, launch=getattr(target, "launch_mode", "process"),
+            self.results.add_target(name, kind=target.kind, launch=target.launch_mode,
                                     available=ok, reason=reason, capabilities=sorted(target.capabilities()))
 
 
@@ -276,11 +277,11 @@ def _not_applicable_reason(item: pytest.Item, state: PluginState) -> str | None:
     needed.append(f"protocol.{protocol}")
     missing = [c for c in needed if c not in capabilities]
     if missing:
-        why = getattr(target, "why_missing", lambda capability: None)
+        why = target.why_missing
         # a capability that stands for something this machine must have (BROKERCONF_REQUIRE, e.g.
         # activemq-amqp for ActiveMQ's protocol.amqp) fails the test instead of skipping it
         for capability in missing:
-            requirement = getattr(target, "capability_requirements", {}).get(capability)
+            requirement = target.capability_requirements.get(capability)
             if requirement in requirements.KNOWN and requirements.is_required(requirement):
                 pytest.fail(f"target {name}: " + requirements.failure_message(
                     requirement, why(capability) or CAPABILITIES.get(capability, capability)), pytrace=False)
@@ -348,7 +349,6 @@ def protocol() -> str:
 @pytest.fixture
 def client(request: pytest.FixtureRequest, broker: BrokerHandle, protocol: str):
     """``client(protocol=None, **options)`` -> a connected conformance client, closed at teardown."""
-    from conformance.clients import connect
 
     made: list = []
     request.node.stash[CLIENTS] = made
@@ -362,7 +362,7 @@ def client(request: pytest.FixtureRequest, broker: BrokerHandle, protocol: str):
         except KeyError as exc:
             raise Unsupported(str(exc.args[0])) from None
         login, passcode = broker.credentials
-        options = {**getattr(broker, "client_options", {}).get(chosen, {}), **options}
+        options = {**broker.client_options.get(chosen, {}), **options}
         options.setdefault("login", login)
         options.setdefault("passcode", passcode)
         made.append(connect(host, port, chosen, **options))
@@ -405,9 +405,8 @@ def _evidence(item: pytest.Item) -> list[tuple[str, str]]:
         except Exception as exc:  # noqa: BLE001 - evidence is best effort; say why it is missing
             sections.append(("broker evidence unavailable", repr(exc)))
     for n, c in enumerate(item.stash.get(CLIENTS, []), 1):
-        exchange = getattr(c, "exchange", None)
-        if exchange:
-            sections.append((f"client {n} ({c.protocol}) exchange", "\n".join(exchange)))
+        if c.exchange:  # every client records its exchange (conformance.clients.base.Client)
+            sections.append((f"client {n} ({c.protocol}) exchange", "\n".join(c.exchange)))
     return sections
 
 

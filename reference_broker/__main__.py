@@ -9,7 +9,9 @@ import logging
 import signal
 import sys
 
+from .cluster.service import NetworkService
 from .config import BrokerConfig, ConfigError, build_config, load_config
+from .server import BrokerServer
 
 
 def build_parser(prog: str = "python -m reference_broker") -> argparse.ArgumentParser:
@@ -74,8 +76,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _serve(config: BrokerConfig) -> int:
-    from .server import BrokerServer
-
     log = logging.getLogger("reference_broker")
     try:
         server = BrokerServer(config)
@@ -84,8 +84,6 @@ async def _serve(config: BrokerConfig) -> int:
         # advisories as soon as its bridges announce themselves (reference_broker/cluster).
         network = None
         if config.network_connectors or config.advisory_support:
-            from .cluster.service import NetworkService
-
             network = NetworkService(server.broker, config, stomp_address=server.stomp_address)
             await network.start()
     except OSError as exc:

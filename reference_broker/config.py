@@ -23,6 +23,7 @@ from typing import Annotated, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .cluster.network_config import NetworkConnectorConfig
+from .cluster.discovery import parse_discovery_uri
 
 
 class ConfigError(ValueError):
@@ -357,8 +358,6 @@ class BrokerConfig(_Strict):
     @classmethod
     def _check_discovery_uri(cls, value: str | None) -> str | None:
         if value is not None:
-            from .cluster.discovery import parse_discovery_uri
-
             parse_discovery_uri(value)  # DiscoveryUriError (a ValueError) says what to write
         return value
 

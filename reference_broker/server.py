@@ -17,6 +17,7 @@ from .listeners.stomp import StompProtocol
 from .store.base import MessageStore, SyncPolicy
 from .protocols.mqtt.session import MqttSessionRegistry
 from .store.memory import MemoryStore
+from .store.journal import JournalStore
 
 log = logging.getLogger("reference_broker")
 
@@ -26,7 +27,6 @@ TICK_SECONDS = 0.25  # heart-beat resolution; well under the smallest sensible h
 def open_store(config: BrokerConfig) -> MessageStore:
     if config.store.kind == "memory":
         return MemoryStore()
-    from .store.journal import JournalStore
 
     directory = Path(config.store.directory or Path(config.data) / "journal")
     return JournalStore(

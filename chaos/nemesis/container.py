@@ -40,6 +40,7 @@ from typing import Any, Callable
 from chaos.history import History
 
 from .base import NemesisError, RecordedNemesis
+from conformance.targets.runtime.container import NetworkedContainer
 from conformance.targets.runtime.docker_env import docker_client
 
 SHAPES = ("isolate", "halves", "bridge", "one-way")
@@ -96,8 +97,8 @@ def grudge(shape: str, nodes: list[str], **params: Any) -> set[tuple[str, str]]:
     raise ValueError(f"unknown partition shape {shape!r} (shapes: {', '.join(SHAPES)})")
 
 
-def _container_id(node: Any) -> str:
-    cid = node if isinstance(node, str) else getattr(node, "container_id", None)
+def _container_id(node: NetworkedContainer | str) -> str:
+    cid = node if isinstance(node, str) else node.container_id
     if not cid:
         raise NemesisError(f"{node!r} has no running container (start it before the nemesis's setup)")
     return cid
@@ -106,21 +107,22 @@ def _container_id(node: Any) -> str:
 class ContainerPartitionNemesis(RecordedNemesis):
     """Steps: ``partition(shape, ...)``, ``disconnect(node)``, ``reconnect(node)``, ``heal``.
 
-    ``nodes`` maps node names to containers: `ActiveMQContainer` launchers (anything with
-    ``container_id``) or container ids. ``network`` is the scenario network's name (default: the
+    ``nodes`` maps node names to containers: launchers implementing
+    `conformance.targets.runtime.container.NetworkedContainer` (`ActiveMQContainer`,
+    `ArtemisContainer`) or container ids. ``network`` is the scenario network's name (default: the
     first launcher's ``network_name``). ``client_factory`` makes the docker SDK client (tests may
     hand in a fake; default `conformance.targets.runtime.docker_env.docker_client`)."""
 
     name = "container-partition"
 
-    def __init__(self, nodes: dict[str, Any], history: History | None = None, *, network: str | None = None,
+    def __init__(self, nodes: dict[str, NetworkedContainer | str], history: History | None = None, *, network: str | None = None,
                  node: str | None = None, client_factory: Callable[[], Any] | None = None) -> None:
         super().__init__(history, node=node)
         if len(nodes) < 2:
             raise ValueError(f"a partition needs at least two containers, got {sorted(nodes)}")
         self.nodes = dict(nodes)
         self.network_name = network or next(
-            (getattr(n, "network_name", None) for n in nodes.values() if getattr(n, "network_name", None)), None)
+            (n.network_name for n in nodes.values() if not isinstance(n, str) and n.network_name), None)
         if not self.network_name:
             raise ValueError("say which Docker network the containers share (network=NAME)")
         self._client_factory = client_factory
@@ -254,9 +256,9 @@ class ContainerPartitionNemesis(RecordedNemesis):
         # Docker re-publishes ports on a reconnect, and a port published as "any free host port"
         # gets a new one (measured on Docker 20.10: 32817 -> 32818), so the launcher re-reads its
         # addresses; clients connected through the old host port must reconnect to the new one.
-        refresh = getattr(self.nodes[name], "refresh_ports", None)
-        if callable(refresh):
-            refresh()
+        node = self.nodes[name]
+        if not isinstance(node, str):  # a bare container id has no launcher to tell
+            node.refresh_ports()
         container.reload()
         ports = container.attrs.get("NetworkSettings", {}).get("Ports") or {}
         return {f"{k}": v[0]["HostPort"] for k, v in ports.items() if v}

@@ -24,7 +24,9 @@ import sys
 import time
 from typing import Any
 
+from . import RealToxiproxyServer
 from .client import ToxiproxyClient, split_address
+from .install import find_toxiproxy_server
 from .server import FaultProxyServer, new_event_loop
 
 
@@ -147,8 +149,6 @@ SERVERS = ("ours", "real")
 
 def _start_server(kind: str, proxy_in_subprocess: bool, real_binary: str | None) -> Any:
     if kind == "real":
-        from . import RealToxiproxyServer
-
         return RealToxiproxyServer(real_binary).start()
     return _ProxyProcess() if proxy_in_subprocess else FaultProxyServer().start()
 
@@ -169,8 +169,6 @@ def run_proxy_bench(round_trips: int = 5000, message_size: int = 64, throughput_
     are pooled per column, throughput is the median of the rounds. ``real_binary`` True finds
     the server (`find_toxiproxy_server`); None or False measures ours only.
     Latencies in microseconds, throughput in MB/s (1 MB = 10^6 bytes)."""
-    from .install import find_toxiproxy_server
-
     if real_binary is True:
         real_binary = find_toxiproxy_server()
     kinds = ["ours"] + (["real"] if real_binary else [])

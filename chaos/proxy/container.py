@@ -60,7 +60,7 @@ def _docker_container(image: str, **kwargs: Any) -> Any:
 
 
 def _new_network(name: str, labels: dict[str, str]) -> Any:
-    from testcontainers.core.network import Network  # noqa: PLC0415
+    from testcontainers.core.network import Network  # noqa: PLC0415 - optional dependency
 
     net = Network(docker_network_kw={"labels": labels})
     net.name = name

@@ -35,7 +35,9 @@ def set_reset_on_close(transport: asyncio.BaseTransport | None) -> None:
 
 
 class Pipe:
-    """One direction of a connection: reads from ``source``, writes to ``dest`` through toxics."""
+    """One direction of a connection: reads from ``source``, writes to ``dest`` through toxics.
+
+    The toxics see it as a `toxics.ToxicPipe` (now, call_later, sleep_until, close_link)."""
 
     def __init__(self, conn: "Connection", direction: str) -> None:
         self.conn = conn

@@ -13,10 +13,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, AsyncIterator, ClassVar
-
-if TYPE_CHECKING:  # pragma: no cover - typing only
-    from .link import Pipe
+from typing import Any, AsyncIterator, Callable, ClassVar, Protocol
 
 UPSTREAM = "upstream"  # client -> server (README "Toxic fields")
 DOWNSTREAM = "downstream"  # server -> client
@@ -50,7 +47,7 @@ class ResetLink(Exception):
 
 @dataclass(slots=True)
 class Chunk:
-    """Bytes read from one side, stamped with the `Pipe.now` time they arrived; ``data=None`` is EOF."""
+    """Bytes read from one side, stamped with the `ToxicPipe.now` time they arrived; ``data=None`` is EOF."""
 
     data: bytes | None
     ts: float
@@ -60,20 +57,45 @@ class Chunk:
         return self.data is None
 
 
+class Cancellable(Protocol):
+    def cancel(self) -> None: ...
+
+
+class ToxicPipe(Protocol):
+    """What a toxic may ask of the link direction it runs on (``link.Pipe`` implements it).
+
+    Declared here, by the toxics that use it, so ``link`` depends on ``toxics`` and never the
+    other way round."""
+
+    def now(self) -> float:
+        """The clock chunks are stamped with (`Chunk.ts`)."""
+        ...
+
+    def call_later(self, delay: float, callback: Callable[[], None]) -> Cancellable: ...
+
+    async def sleep_until(self, deadline: float, runtime: "ToxicRuntime") -> bool:
+        """Sleep until ``deadline``; False if the toxic was removed or updated meanwhile."""
+        ...
+
+    def close_link(self) -> None:
+        """Close the destination after what was already written."""
+        ...
+
+
 class ToxicType:
     """Base class: attribute schema plus the per-chunk behaviour."""
 
     type_name: ClassVar[str]
     attribute_defaults: ClassVar[dict[str, int]]
 
-    def start(self, toxic: "Toxic", runtime: "ToxicRuntime", pipe: "Pipe") -> None:
+    def start(self, toxic: "Toxic", runtime: "ToxicRuntime", pipe: ToxicPipe) -> None:
         """Called when the toxic starts applying to a link (link start, toxic added or updated)."""
 
-    def stop(self, toxic: "Toxic", runtime: "ToxicRuntime", pipe: "Pipe", removed: bool) -> None:
+    def stop(self, toxic: "Toxic", runtime: "ToxicRuntime", pipe: ToxicPipe, removed: bool) -> None:
         """Called when the toxic stops applying to a link (removed, or before an update)."""
 
     async def process(
-        self, toxic: "Toxic", runtime: "ToxicRuntime", chunk: Chunk, pipe: "Pipe"
+        self, toxic: "Toxic", runtime: "ToxicRuntime", chunk: Chunk, pipe: ToxicPipe
     ) -> AsyncIterator[Chunk]:
         yield chunk
 

@@ -235,7 +235,7 @@ class QueueWorkload:
                     close_quietly(client)
                     client = sub = None
                 else:
-                    if getattr(sub, "ack_confirmed", True):
+                    if sub.ack_confirmed:
                         self.history.ok(op)
                     else:
                         # Sent, never answered (AMQP settles on send): a broker crash may still

@@ -18,7 +18,6 @@ import pytest
 from conformance.scenario import DestinationPolicy, Scenario
 from conformance.waiting import QUIET
 
-DLQ = "queue://ActiveMQ.DLQ"
 # Queues under this prefix give up after two redeliveries (three deliveries in all), instead of
 # the default six, to keep the dead-letter test short.
 MAX_REDELIVERIES = 2
@@ -39,14 +38,19 @@ def marker_of(destination: str) -> str:
     return destination.rpartition(".")[2]
 
 
-def dead_letter_queue(broker) -> str:
-    """The target's default dead-letter queue (ActiveMQ's name unless the handle says otherwise)."""
-    return getattr(broker, "dead_letter_queue", DLQ)
+def dead_letter_queue(broker, spec: str) -> str:
+    """The target's default dead-letter queue, for a test that needs the ``dead_letter`` capability."""
+    assert broker.dead_letter_queue is not None, (
+        f"{spec}: {broker.target} claims the dead_letter capability but its handle names no dead_letter_queue")
+    return broker.dead_letter_queue
 
 
-def watch_dead_letters(client, marker: str, broker=None):
-    """A STOMP subscription on the DLQ that sees only this test's message."""
-    return client(protocol="stomp").subscribe(dead_letter_queue(broker), ack="client-individual",
+def watch_dead_letters(client, marker: str, broker):
+    """A STOMP subscription on the target's default dead-letter queue that sees only this test's
+    message; None when the target has no dead-letter queue of its own (nothing to watch)."""
+    if broker.dead_letter_queue is None:
+        return None
+    return client(protocol="stomp").subscribe(broker.dead_letter_queue, ack="client-individual",
                                               selector=f"core_marker = '{marker}'")
 
 
@@ -58,7 +62,7 @@ def next_outcome(subscription, dead_letters, timeout: float):
         message = subscription.receive(timeout=0.05)
         if message is not None:
             return "redelivered", message
-        dead = dead_letters.receive(timeout=0.05)
+        dead = dead_letters.receive(timeout=0.05) if dead_letters is not None else None
         if dead is not None:
             return "dead-lettered", dead
     return "nothing", None
@@ -215,6 +219,7 @@ def test_nack_is_accepted_and_concerns_one_message(broker, client, dest):
 def test_dead_lettered_after_maximum_redeliveries(broker, client, dest):
     queue = dest("queue", "core.dlq")
     marker = marker_of(queue)
+    dlq = dead_letter_queue(broker, "DLQ-MAX-1")
     dead_letters = watch_dead_letters(client, marker, broker)
     consumer = client().subscribe(queue, ack="client-individual")
     client().send(queue, "poison", {"core_marker": marker}, persistent=True)
@@ -233,7 +238,7 @@ def test_dead_lettered_after_maximum_redeliveries(broker, client, dest):
     assert len(deliveries) == MAX_REDELIVERIES + 1 and outcome == "dead-lettered", (
         f"DLQ-MAX-1: with maximum_redeliveries={MAX_REDELIVERIES} and every delivery NACKed, the message was "
         f"delivered {len(deliveries)} time(s) (redelivered flags {flags}) and then {outcome}; expected "
-        f"{MAX_REDELIVERIES + 1} deliveries, then the move to {dead_letter_queue(broker)}")
+        f"{MAX_REDELIVERIES + 1} deliveries, then the move to {dlq}")
     assert flags == [False] + [True] * MAX_REDELIVERIES, f"DLQ-MAX-1: redelivered flags per delivery were {flags}"
 
 
@@ -242,6 +247,7 @@ def test_dead_lettered_after_maximum_redeliveries(broker, client, dest):
 def test_undeliverable_non_persistent_message_discarded_not_dead_lettered(broker, client, dest):
     queue = dest("queue", "core.dlq.np")
     marker = marker_of(queue)
+    dlq = dead_letter_queue(broker, "DLQ-NONPERSIST-1")
     dead_letters = watch_dead_letters(client, marker, broker)
     consumer = client().subscribe(queue, ack="client-individual")
     client().send(queue, "fleeting", {"core_marker": marker}, persistent=False)
@@ -259,13 +265,13 @@ def test_undeliverable_non_persistent_message_discarded_not_dead_lettered(broker
         dead_letters.ack(message)
     assert outcome == "nothing" and deliveries <= MAX_REDELIVERIES + 1, (
         f"DLQ-NONPERSIST-1: a non-persistent message NACKed on each of its {deliveries} deliveries ended "
-        f"{outcome}; expected it to be discarded, not placed on {dead_letter_queue(broker)}")
+        f"{outcome}; expected it to be discarded, not placed on {dlq}")
     # Control: the dead-letter watcher does see a message with this marker, so "nothing" above
     # is the broker's doing, not a deaf subscription.
-    client(protocol="stomp").send(dead_letter_queue(broker), "control", {"core_marker": marker}, persistent=True)
+    client(protocol="stomp").send(dlq, "control", {"core_marker": marker}, persistent=True)
     control = dead_letters.receive(timeout=5)
     assert control is not None and control.text == "control", (
-        f"DLQ-NONPERSIST-1: the {DLQ} watcher (selector on core_marker) receives nothing; the check is void")
+        f"DLQ-NONPERSIST-1: the {dlq} watcher (selector on core_marker) receives nothing; the check is void")
     dead_letters.ack(control)
 
 

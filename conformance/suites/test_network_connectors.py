@@ -34,7 +34,10 @@ from conformance.clients import connect
 from conformance.plugin import STATE
 from conformance.suites.network_support import NETWORK_CAPABILITY, launch_network, network_target
 from conformance.targets.base import CAPABILITIES
-from conformance.topology import Topology
+from conformance.topology import Bridge, BridgeFilterPolicy, NetworkConnectorOptions, Topology
+from chaos.nemesis.proxy import ProxyNemesis
+from chaos.proxy import start_fault_proxy
+from chaos.topology import BridgeProxies
 
 #: the connectors' network prefetch (NOB-PREFETCH-1, NOB-SYNC-1): small, so the messages sent are
 #: several times the prefetch
@@ -67,8 +70,6 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 def _model():
-    from conformance.topology import Bridge, BridgeFilterPolicy, NetworkConnectorOptions
-
     def connector(name: str, **options) -> Bridge:
         return Bridge("A", "B", NetworkConnectorOptions(
             name=name, dynamically_included_destinations=(f"queue://nob.{name}.>",), **RECONNECT, **options))
@@ -86,10 +87,6 @@ def _model():
 @pytest.fixture(scope="module")
 def network(target_name, request, tmp_path_factory):
     """(network, proxy nemesis, routes): A -> B, each connector's link through its own proxy."""
-    from chaos.nemesis.proxy import ProxyNemesis
-    from chaos.proxy import start_fault_proxy
-    from chaos.topology import BridgeProxies
-
     network_target(request, target_name)  # not applicable: skip before the proxy starts
     proxy = start_fault_proxy()
     try:

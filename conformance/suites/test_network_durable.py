@@ -38,7 +38,8 @@ import pytest
 from conformance.clients import connect
 from conformance.suites.network_support import (DEMAND_TIMEOUT, FAST_RECONNECT, launch_network,
                                                 network_suite_marks, network_workdir, parametrize_by_target)
-from conformance.topology import Topology
+from conformance.topology import Bridge, Topology
+from conformance.topology import NetworkConnectorOptions as Options
 
 #: after publishing on A, how long A's bridge gets to forward before A is stopped (local brokers
 #: forward within milliseconds; generous on a loaded 2-core machine). The default-mode half of the
@@ -58,7 +59,6 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 def _bridges():
     """A -> B twice: connector "nodyn" (dynamicOnly false, the default) for topics nob.nodyn.>,
     connector "dyn" (dynamicOnly true) for nob.dyn.>."""
-    from conformance.topology import Bridge, NetworkConnectorOptions as Options
     return tuple(Bridge("A", "B", Options(name=mode, dynamic_only=mode == "dyn",
                                           dynamically_included_destinations=(f"topic://nob.{mode}.>",),
                                           **FAST_RECONNECT))
@@ -116,7 +116,6 @@ def _publish_on(a, topics: dict) -> None:
 def _name_bridges():
     """A -> B twice, both with dynamicOnly false (the default): connector "kept" for topics
     nob.dn.kept.>, connector "renamed" for nob.dn.renamed.> (the test renames it to "renamed2")."""
-    from conformance.topology import Bridge, NetworkConnectorOptions as Options
     return tuple(Bridge("A", "B", Options(name=mode, dynamically_included_destinations=(f"topic://nob.dn.{mode}.>",),
                                           **FAST_RECONNECT))
                  for mode in ("kept", "renamed"))
@@ -189,7 +188,6 @@ def _mesh_bridges():
     """A full mesh of one-way connectors between A, B and C (every ordered pair), network TTL 3 so
     demand reaches every broker; per pair one connector without suppression (queues
     nob.sup.off.>) and one with suppressDuplicateQueueSubscriptions (nob.sup.on.>)."""
-    from conformance.topology import Bridge, NetworkConnectorOptions as Options
     return tuple(Bridge(source, target, Options(name=f"{mode}-{target}", network_ttl=3,
                                                 suppress_duplicate_queue_subscriptions=mode == "on",
                                                 dynamically_included_destinations=(f"queue://nob.sup.{mode}.>",),

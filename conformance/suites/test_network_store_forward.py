@@ -26,9 +26,12 @@ from collections import Counter
 import pytest
 
 from conformance.clients import connect
-from conformance.topology import Topology
+from conformance.topology import Bridge, NetworkConnectorOptions, Topology
 from conformance.suites.network_support import (DEMAND_TIMEOUT, FAST_RECONNECT, launch_network, network_target,
                                                 network_suite_marks, network_workdir, parametrize_by_target)
+from chaos.nemesis.proxy import ProxyNemesis
+from chaos.proxy import start_fault_proxy
+from chaos.topology import BridgeProxies
 
 #: messages sent in all: a third before the cut, a third during it, a third after the heal
 MESSAGES = 300
@@ -49,7 +52,6 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 def _bridges():
-    from conformance.topology import Bridge, NetworkConnectorOptions
     return (Bridge("A", "B", NetworkConnectorOptions(**FAST_RECONNECT)),)
 
 
@@ -62,10 +64,6 @@ def establishments(net) -> int:
 @pytest.fixture(scope="module")
 def cut_network(target_name, request, tmp_path_factory):
     """(network, proxy nemesis, proxy name): A -> B with the bridge's link through a fault proxy."""
-    from chaos.nemesis.proxy import ProxyNemesis
-    from chaos.proxy import start_fault_proxy
-    from chaos.topology import BridgeProxies
-
     network_target(request, target_name)  # not applicable: skip before the proxy starts
     proxy = start_fault_proxy()
     try:

@@ -19,7 +19,8 @@ import stomp
 
 from conformance.suites.network_support import (DEMAND_TIMEOUT, OneNetworkAtATime, launch_network, network_target,
                                                 network_suite_marks, network_workdir, parametrize_by_target)
-from conformance.topology import Topology
+from conformance.topology import Bridge, Topology
+from conformance.topology import NetworkConnectorOptions as Options
 
 #: how long a reply that should not come is waited for (local brokers forward in milliseconds)
 QUIET = 3.0
@@ -32,9 +33,6 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 def _model(bridge_temp: bool):
-    from conformance.topology import Bridge
-    from conformance.topology import NetworkConnectorOptions as Options
-
     return ("A", "B"), (Bridge("A", "B", Options(duplex=True, bridge_temp_destinations=bridge_temp)),)
 
 

@@ -30,7 +30,8 @@ from conformance.requirements import skip_or_fail
 from conformance.suites.network_support import (FAST_RECONNECT, StompClients, demand, launch_network,
                                                 network_suite_marks, network_target, network_workdir,
                                                 parametrize_by_target, queue, send)
-from conformance.topology import Topology
+from conformance.topology import Bridge, Topology
+from conformance.topology import NetworkConnectorOptions as Options
 
 QUIET = 1.5  # as test_networks.py: local brokers forward within milliseconds once demand is there
 BRIDGE_TIMEOUT = 45.0  # a bridge forming (JVM start, discovery heartbeats, reconnect back-off)
@@ -149,9 +150,6 @@ def test_masterslave_connector_follows_the_live_broker(rigs, clients, tmp_path):
 
 
 def _topology_bridges():
-    from conformance.topology import Bridge
-    from conformance.topology import NetworkConnectorOptions as Options
-
     creds = dict(user_name=USER, password=PASSWORD)
     return (
         Bridge("A", "B", Options(name="good", dynamically_included_destinations=("queue://nob.auth.good.>",), **creds)),

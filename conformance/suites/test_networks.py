@@ -30,7 +30,8 @@ import pytest
 from conformance.suites.network_support import (DEMAND_TIMEOUT, OneNetworkAtATime, StompClients, demand,
                                                 launch_network, network_suite_marks, network_target,
                                                 network_workdir, parametrize_by_target, queue, send)
-from conformance.topology import Topology
+from conformance.topology import Bridge, BridgeFilterPolicy, CompositeDestination, Topology
+from conformance.topology import NetworkConnectorOptions as Options
 
 #: excluded on the duplex network's one connector (A's): the reverse half must exclude it as well
 DUPLEX_EXCLUDED = "queue://nob.duplex.excl.>"
@@ -49,9 +50,6 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 def _activemq_networks():
-    from conformance.topology import Bridge, BridgeFilterPolicy
-    from conformance.topology import NetworkConnectorOptions as Options
-
     equal_priority = dict(decrease_network_consumer_priority=False)  # the conduit example's premise
     return {
         # A -> B with the document's defaults, one excluded pattern and one statically included
@@ -96,9 +94,6 @@ def _activemq_networks():
 def _virtual_networks():
     """Networks for "Dynamic networks and Virtual Destinations", and the extra broker settings
     (``<broker>`` attributes, composite destinations) each launcher takes for them."""
-    from conformance.topology import Bridge, CompositeDestination
-    from conformance.topology import NetworkConnectorOptions as Options
-
     # The document's examples: the consuming broker has useVirtualDestSubs, the forwarding
     # broker's connector too, and dynamically includes the virtual topics / the composite topic.
     composites = tuple(CompositeDestination(f"nob.{kind}.bar", (f"queue://nob.{kind}.bar.forward",), forward_only=False)

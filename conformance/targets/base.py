@@ -96,8 +96,13 @@ class BrokerHandle(Protocol):
     capabilities: frozenset[str]
     scenario: Scenario
     credentials: tuple[str | None, str | None]  # (login, passcode) the clients use
-    # Optional: per-protocol options the `client` fixture passes to conformance.clients.connect
-    # (e.g. RabbitMQ's STOMP virtual host); read with getattr(handle, "client_options", {}).
+    # Per-protocol options the `client` fixture passes to conformance.clients.connect (e.g.
+    # RabbitMQ's STOMP virtual host); {} when the clients' defaults serve.
+    client_options: dict[str, dict]
+    # Where the broker moves a message whose redeliveries ran out when no policy names another
+    # place, as a destination (``queue://ActiveMQ.DLQ``); None for a broker with no dead-letter
+    # queue of its own (it lacks the ``dead_letter`` capability).
+    dead_letter_queue: str | None
 
     def config_text(self) -> str:
         """The broker's own configuration as the launcher generated it (evidence)."""
@@ -118,6 +123,16 @@ class BrokerHandle(Protocol):
 class Target(Protocol):
     name: str
     kind: str
+    # how `launch` runs the broker: process | container | in-process | external
+    launch_mode: str
+    # capability -> the requirement (conformance/requirements.py) of the extra it depends on, e.g.
+    # ActiveMQ's protocol.amqp on "activemq-amqp": with that requirement in BROKERCONF_REQUIRE a
+    # test needing the capability fails instead of being not applicable; {} when none depends on one
+    capability_requirements: dict[str, str]
+
+    def why_missing(self, capability: str) -> str | None:
+        """Why this target lacks ``capability``, when it can say more than the capability's
+        description (None otherwise)."""
 
     def availability(self) -> tuple[bool, str]:
         """(True, "") when this target can run here, else (False, why not and how to fix it)."""
@@ -145,6 +160,5 @@ def address(handle: BrokerHandle, protocol: str) -> tuple[str, int]:
 
 
 def why_missing(target: Target, capability: str) -> str | None:
-    """Why ``target`` lacks ``capability``, when the target says (its optional ``why_missing``)."""
-    explain = getattr(target, "why_missing", None)
-    return explain(capability) if explain is not None else None
+    """Why ``target`` lacks ``capability``, when the target says (`Target.why_missing`)."""
+    return target.why_missing(capability)

@@ -8,9 +8,12 @@ from __future__ import annotations
 import difflib
 import tomllib
 from dataclasses import dataclass
+from types import MappingProxyType
 from pathlib import Path
 
 from conformance.scenario import Scenario
+from conformance.targets.activemq.policy import ACTIVEMQ_DEAD_LETTER_QUEUE
+from conformance.targets.artemis.config import DEAD_LETTER_ADDRESS
 from conformance.targets.base import (CAPABILITIES, DestinationCounters, SubscriptionCounters, TargetUnavailable,
                                       UnknownTarget)
 from conformance.targets.runtime.node import launch_single
@@ -18,6 +21,9 @@ from conformance.targets.runtime.node import launch_single
 #: Per-protocol adapter options by the broker kind a targets file names: an ActiveMQ Classic
 #: broker gets the same AMQP nack outcome as the launched one (ActiveMQHandle.client_options).
 CLIENT_OPTIONS_BY_KIND = {"activemq": {"amqp": {"nack_outcome": "rejected"}}}
+#: The default dead-letter queue of a broker of that kind (as the launched handles declare it);
+#: its owner may have configured another, then the DLQ tests report what they saw.
+DEAD_LETTER_QUEUE_BY_KIND = {"activemq": ACTIVEMQ_DEAD_LETTER_QUEUE, "artemis": f"queue://{DEAD_LETTER_ADDRESS}"}
 
 
 @dataclass
@@ -35,6 +41,10 @@ class ExternalHandle:
     def client_options(self) -> dict[str, dict]:
         """Per-protocol adapter options for this kind of broker (`CLIENT_OPTIONS_BY_KIND`)."""
         return CLIENT_OPTIONS_BY_KIND.get(self.kind, {})
+
+    @property
+    def dead_letter_queue(self) -> str | None:
+        return DEAD_LETTER_QUEUE_BY_KIND.get(self.kind)
 
     def config_text(self) -> str:
         return f"# external broker {self.target}: configured by its owner, not by brokerconf"
@@ -60,9 +70,15 @@ class ExternalTarget:
     ports: dict[str, int]
     declared: frozenset[str]
     credentials: tuple[str | None, str | None]
+    launch_mode = "external"  # not a field: running already, started by its owner
+    #: no capability depends on an extra install (`Target.capability_requirements`)
+    capability_requirements = MappingProxyType({})
 
     def availability(self) -> tuple[bool, str]:
         return True, ""
+
+    def why_missing(self, capability: str) -> str | None:
+        return f"not declared for {self.name} in its targets file (a port, or capabilities = [...])"
 
     def capabilities(self) -> frozenset[str]:
         return self.declared | {f"protocol.{p}" for p in self.ports}

@@ -18,9 +18,10 @@ Dispatch order (why it looks the way it does):
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING, Iterable
+from typing import Iterable, Protocol
 
 from ..config import PolicyEntry
+from ..store.base import MessageStore
 from .consumer import AckMode, Consumer
 from .groups import GroupTable
 from .message import Message, MessageRef
@@ -28,16 +29,27 @@ from .names import DestinationName
 from .policy import GroupSettings
 from .usage import MemoryUsage
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .broker import Broker
-
 PRIORITY_LEVELS = 10
+
+
+class QueueHost(Protocol):
+    """What a queue asks of the broker that owns it (`broker.Broker` implements it). Declared
+    here, by the queue, so the queue never imports the broker module that creates queues."""
+
+    @property
+    def store(self) -> MessageStore: ...
+
+    def now_ms(self) -> int: ...
+
+    def dead_letter(self, source: "Queue", ref: MessageRef, cause: str) -> None:
+        """Take a message the queue gives up on (expired, or redelivered too often)."""
+        ...
 
 
 class Queue:
     def __init__(
         self,
-        broker: "Broker",
+        broker: QueueHost,
         name: DestinationName,
         store_key: str,
         policy: PolicyEntry,

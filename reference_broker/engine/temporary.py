@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import itertools
 from collections import OrderedDict
-from typing import TYPE_CHECKING
+from typing import MutableMapping, Protocol
 
 from .errors import EngineError
 from .names import QUEUE, DestinationName
-
-if TYPE_CHECKING:
-    from .broker import Broker, Connection
+from .queue import Queue
+from .topic import Topic
 
 # Names of deleted temporary destinations remembered, to answer a late send clearly (bounded).
 _DELETED_MEMORY = 10_000
@@ -33,18 +32,38 @@ class TemporaryDestinationError(EngineError):
     """A temporary destination that does not exist (deleted, or unknown on this broker)."""
 
 
+class TemporaryHost(Protocol):
+    """What the registry asks of its broker (`broker.Broker` implements it): create a queue,
+    drop destinations. Declared here so this module never imports the broker module."""
+
+    @property
+    def queues(self) -> MutableMapping[str, Queue]: ...
+
+    @property
+    def topics(self) -> MutableMapping[str, Topic]: ...
+
+    def queue(self, dest: DestinationName) -> Queue: ...
+
+
+class Owner(Protocol):
+    """The connection a temporary destination belongs to (`broker.Connection` implements it)."""
+
+    connection_id: str
+    temporary: list[DestinationName]  # the temporary destinations it created
+
+
 class TemporaryDestinations:
-    def __init__(self, broker: "Broker") -> None:
+    def __init__(self, broker: TemporaryHost) -> None:
         self.broker = broker
         self._numbers = itertools.count(1)
-        self.owners: dict[str, "Connection"] = {}  # canonical -> owning local connection
+        self.owners: dict[str, Owner] = {}  # canonical -> owning local connection
         # canonical -> the connections (network peers) that announced it; see `announce`
         self.remote: dict[str, set[str]] = {}
         self.deleted: OrderedDict[str, None] = OrderedDict()
 
     # ------------------------------------------------------------ local ones
 
-    def create(self, connection: "Connection", kind: str = QUEUE) -> DestinationName:
+    def create(self, connection: Owner, kind: str = QUEUE) -> DestinationName:
         dest = DestinationName(kind, f"ID:{connection.connection_id}:{next(self._numbers)}")
         self.owners[dest.canonical] = connection
         connection.temporary.append(dest)
@@ -58,7 +77,7 @@ class TemporaryDestinations:
     def is_local(self, canonical: str) -> bool:
         return canonical in self.owners
 
-    def release(self, connection: "Connection") -> None:
+    def release(self, connection: Owner) -> None:
         """The connection closed: its temporary destinations go, with their messages."""
         for dest in connection.temporary:
             key = dest.canonical
@@ -91,7 +110,7 @@ class TemporaryDestinations:
                "not bridge temporary destinations (bridge_temp_destinations), or never created")
         raise TemporaryDestinationError(f"temporary destination {key} does not exist: {why}")
 
-    def check_consume(self, dest: DestinationName, connection: "Connection", network: bool) -> None:
+    def check_consume(self, dest: DestinationName, connection: Owner, network: bool) -> None:
         key = dest.canonical
         owner = self.owners.get(key)
         if owner is connection or network:

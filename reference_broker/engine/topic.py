@@ -13,20 +13,17 @@ stores) everything published while its subscriber is away.
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import Mapping, Protocol
 
 from ..config import PolicyEntry
 from .consumer import AckMode, Consumer
 from .message import Message, MessageRef
 from .names import DestinationName
+from .queue import Queue
+from .selector import Selector
 from .slow_consumer import NO_LIMIT, effective_limit, evictor_for, pending_limit
 from .usage import MemoryUsage
 from .wildcard import matches
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .broker import Broker
-    from .queue import Queue
-    from .selector import Selector
 
 
 class Topic:
@@ -40,10 +37,22 @@ class Topic:
         self.dispatched = 0  # copies handed to subscriptions
 
 
+class SubscriptionHost(Protocol):
+    """What a non-durable subscription asks of its broker (`broker.Broker` implements it).
+    Declared here, by the subscription, so this module never imports the broker module."""
+
+    def now_ms(self) -> int: ...
+
+    @property
+    def topics(self) -> Mapping[str, Topic]:
+        """Topics by canonical name: a pending message's memory is charged to its topic."""
+        ...
+
+
 class TopicSubscription:
     """A non-durable subscription: exactly one consumer, lives as long as that consumer."""
 
-    def __init__(self, broker: "Broker", consumer: Consumer, policy: PolicyEntry) -> None:
+    def __init__(self, broker: SubscriptionHost, consumer: Consumer, policy: PolicyEntry) -> None:
         self.broker = broker
         self.consumer = consumer
         self.pattern = consumer.destination.name
@@ -209,9 +218,9 @@ class DurableSubscription:
         client_id: str,
         name: str,
         pattern: DestinationName,
-        selector: "Selector | None",
+        selector: Selector | None,
         no_local: bool,
-        queue: "Queue",
+        queue: Queue,
     ) -> None:
         self.key = key  # also the store key of its queue
         self.client_id = client_id
@@ -267,7 +276,7 @@ class SharedSubscription:
     feeds one queue and its consumers compete for the messages, as on a queue. It lives while it
     has consumers and is never stored."""
 
-    def __init__(self, key: str, group: str, pattern: DestinationName, queue: "Queue") -> None:
+    def __init__(self, key: str, group: str, pattern: DestinationName, queue: Queue) -> None:
         self.key = key
         self.group = group
         self.pattern = pattern

@@ -60,47 +60,14 @@ def test_rendered_config_env_and_plugins(tmp_path):
     assert env["RABBITMQ_NODENAME"] == r.nodename
     assert env["RABBITMQ_NODE_PORT"] == "1001" and env["RABBITMQ_DIST_PORT"] == "1002"
     assert env["ERL_EPMD_PORT"] == "1003" and env["ERL_EPMD_ADDRESS"] == "127.0.0.1"
+    # no VM of the node starts an epmd of its own (it would outlive the node, in no group of ours)
+    assert env["ERL_FLAGS"] == "-start_epmd false"
     assert "{127,0,0,1}" in env["RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS"]
     for var in ("RABBITMQ_CONF_ENV_FILE", "RABBITMQ_CONFIG_FILE", "RABBITMQ_CONFIG_FILES", "RABBITMQ_ADVANCED_CONFIG_FILE",
                 "RABBITMQ_ENABLED_PLUGINS_FILE", "RABBITMQ_MNESIA_BASE", "RABBITMQ_LOG_BASE", "RABBITMQ_LOGS"):
         assert env[var].startswith(w), var  # nothing under /etc/rabbitmq or /var/lib/rabbitmq
     with pytest.raises(ValueError):
         RabbitMQProcess(tmp_path / "w", name="bad@name")
-
-
-def test_stray_epmd_of_our_node_is_found_and_stopped():
-    """An `epmd -daemon` the node might start itself (should ours die) is recognised through
-    /proc by its inherited ERL_EPMD_PORT + RABBITMQ_NODENAME, and nothing else is."""
-    epmd = rmq_mod._find_epmd()
-    if epmd is None:
-        skip_or_fail("rabbitmq", rabbitmq_available()[1] or "epmd not installed (it comes with rabbitmq-server)")
-    port = rmq_mod.free_ports(1)[0]
-    node = f"stray-test-{os.getpid()}@localhost"
-    env = {**os.environ, "ERL_EPMD_PORT": str(port), "RABBITMQ_NODENAME": node}
-    subprocess.run([epmd, "-daemon", "-address", "127.0.0.1"], env=env, check=True, timeout=10)
-    pids: list[int] = []
-    try:
-        deadline = time.monotonic() + 10
-        # `epmd -daemon` forks twice: for a moment the intermediate process matches too. Wait
-        # until one daemon stays the only match.
-        while time.monotonic() < deadline:
-            pids = rmq_mod._stray_epmd_pids(port, node, exclude=set())
-            if len(pids) == 1:
-                time.sleep(0.2)
-                if rmq_mod._stray_epmd_pids(port, node, exclude=set()) == pids:
-                    break
-            time.sleep(0.05)
-        assert len(pids) == 1
-        assert rmq_mod._stray_epmd_pids(port, "someone-else@localhost", exclude=set()) == []
-        assert rmq_mod._stray_epmd_pids(port + 1, node, exclude=set()) == []
-        assert rmq_mod._stray_epmd_pids(port, node, exclude={pids[0]}) == []
-        RabbitMQProcess._kill_pid_checked(pids[0])
-        assert not psutil.pid_exists(pids[0]) or psutil.Process(pids[0]).status() == psutil.STATUS_ZOMBIE
-    finally:
-        # only the daemons this test started: its own port and node name in their environment
-        for pid in set(pids) | set(rmq_mod._stray_epmd_pids(port, node, exclude=set())):
-            if psutil.pid_exists(pid):
-                psutil.Process(pid).kill()
 
 
 # ---------------------------------------------------------------- real broker
@@ -205,3 +172,30 @@ def test_amqp091_only_readiness_and_bad_config(tmp_path):
     assert time.monotonic() - t0 < 90, "should fail when the node exits, not at the timeout"
     assert "no_such_setting" in str(ei.value)
     assert not bad.running and not psutil.pid_exists(bad.epmd_pid)
+
+
+def _listeners_on(port: int) -> list[int]:
+    """PIDs listening on loopback ``port`` (any process: a stray epmd would be in none of ours)."""
+    return sorted({c.pid for c in psutil.net_connections(kind="inet")
+                   if c.status == psutil.CONN_LISTEN and c.laddr.port == port and c.pid})
+
+
+@pytest.mark.real_broker
+@pytest.mark.slow
+@pytest.mark.timeout(200)
+def test_without_its_epmd_the_node_fails_and_starts_no_epmd_of_its_own(tmp_path, monkeypatch):
+    """ERL_FLAGS=-start_epmd false: were our private epmd gone, the node must not start an
+    `epmd -daemon` itself (it would outlive the node outside any process group we own)."""
+    _require(amqp10=False)
+    monkeypatch.setattr(RabbitMQProcess, "_start_epmd", lambda self, deadline: None)  # no epmd at all
+    r = RabbitMQProcess(tmp_path / "noepmd", amqp10=False)
+    try:
+        with pytest.raises(RabbitMQStartError):
+            r.start(timeout=90)
+        assert not r.running
+        stray = _listeners_on(r.epmd_port)
+        assert not stray, f"an epmd was started on the node's epmd port {r.epmd_port}: pids {stray}"
+    finally:
+        r.stop()
+        for pid in _listeners_on(r.epmd_port):  # only what listens on this test's own free port
+            psutil.Process(pid).kill()

@@ -32,6 +32,8 @@ from conformance.targets.base import TargetUnavailable
 from conformance.targets.runtime.docker_env import DockerUnavailable, docker_client, image_available
 from conformance.targets.artemis.target import ArtemisTarget
 from conformance.targets.artemis.dist import ARTEMIS_IMAGE
+from chaos.nemesis.process import ProcessNemesis
+from conformance.targets.runtime.node import ProcessNode
 
 
 # ---------------------------------------------------------------- fakes
@@ -474,10 +476,8 @@ def test_real_login_required_and_journal_kept_across_kill(tmp_path):
 def test_real_process_nemesis_pauses_and_resumes_the_container_jvm(artemis):
     """chaos.nemesis.process signals `pid` (SIGSTOP / SIGCONT to its process group): the broker stops
     answering while paused and serves again after the resume, in the same container."""
-    from chaos.nemesis.process import ProcessNemesis  # noqa: PLC0415
 
     container_id = artemis.container_id
-    from conformance.targets.runtime.node import ProcessNode  # noqa: PLC0415
 
     with ProcessNemesis(ProcessNode("A", artemis)) as nemesis:
         paused = nemesis.invoke("pause")

@@ -9,6 +9,9 @@ import pytest
 from chaos.history import History, read_history
 from chaos.nemesis.base import NemesisError
 from chaos.nemesis.container import ContainerPartitionNemesis, grudge
+from conformance.targets.activemq.container import ActiveMQContainer
+from conformance.targets.artemis.container import ArtemisContainer
+from conformance.targets.runtime.container import NetworkedContainer
 
 NODES = ["A", "B", "C", "D", "E"]
 
@@ -213,3 +216,35 @@ def test_needs_two_nodes_and_a_network():
         ContainerPartitionNemesis({"A": "idA"}, network="n")
     with pytest.raises(ValueError, match="network=NAME"):
         ContainerPartitionNemesis({"A": "idA", "B": "idB"})
+
+
+class FakeLauncher:
+    """A launcher as the nemesis sees it (`conformance.targets.runtime.container.NetworkedContainer`)."""
+
+    def __init__(self, container_id: str) -> None:
+        self.container_id = container_id
+        self.network_name = "scn"
+        self.refreshed = 0
+
+    def refresh_ports(self) -> None:
+        self.refreshed += 1
+
+
+def test_launchers_give_the_network_and_reread_their_ports_after_a_reconnect(tmp_path):
+    docker = FakeDocker(("A", "B"))
+    launchers = {n: FakeLauncher(f"id{n}") for n in ("A", "B")}
+    assert all(isinstance(n, NetworkedContainer) for n in launchers.values())
+    history = History(tmp_path / "h.jsonl", run="r")
+    with ContainerPartitionNemesis(launchers, history, client_factory=lambda: docker) as nemesis:
+        assert nemesis.network_name == "scn"
+        nemesis.invoke("disconnect", node="B")
+        assert launchers["B"].refreshed == 0
+        nemesis.invoke("reconnect", node="B")
+        assert (launchers["A"].refreshed, launchers["B"].refreshed) == (0, 1)
+    history.close()
+
+
+def test_both_container_launchers_declare_what_the_nemesis_needs():
+    # container_id is set per instance; the rest is declared on the classes
+    for launcher in (ActiveMQContainer, ArtemisContainer):
+        assert callable(launcher.refresh_ports) and isinstance(launcher.network_name, property), launcher

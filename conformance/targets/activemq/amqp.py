@@ -34,6 +34,7 @@ from xml.sax.saxutils import escape
 from conformance.targets.activemq.paths import ACTIVEMQ_HOME
 from conformance.targets.tools_cache import PINS_FILE, TOOLS_DIR
 from conformance.targets.tools_cache import sha512_of as _sha512
+import sys
 
 __all__ = [
     "AmqpTransportError",
@@ -235,7 +236,6 @@ def ensure_amqp_transport(*, progress=print, run=subprocess.run, home: Path | No
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m conformance.targets.activemq.amqp``: fetch (or check) the transport; exit 1 on failure."""
-    import sys
 
     try:
         path = ensure_amqp_transport(progress=lambda m: print(f"brokerconf: {m}", file=sys.stderr))

@@ -45,6 +45,7 @@ from conformance.targets.runtime.probes import stomp_handshake
 from conformance.targets.runtime.container import ContainerLifecycle, _configure_reaper
 from conformance.targets.runtime.docker_env import ACTIVEMQ_IMAGE, DockerUnavailable, docker_client, image_available
 from conformance.targets.runtime.process import free_ports
+import socket
 
 __all__ = ["ActiveMQContainer", "CONTAINER_PORTS", "READY_LINE", "LABEL"]
 
@@ -204,7 +205,7 @@ class ActiveMQContainer(ContainerLifecycle):
     def _ensure_network(self) -> None:
         if self._given_network is not None or self._own_network is not None:
             return
-        from testcontainers.core.network import Network  # noqa: PLC0415
+        from testcontainers.core.network import Network  # noqa: PLC0415 - optional dependency
 
         net = Network(docker_network_kw={"labels": {LABEL: "activemq_container", "org.brokerconf.broker": self.name}})
         net.name = f"brokerconf-{self.name}-{uuid.uuid4().hex[:8]}"
@@ -212,7 +213,7 @@ class ActiveMQContainer(ContainerLifecycle):
         self._own_network = net
 
     def _build_container(self) -> Any:
-        from testcontainers.core.container import DockerContainer  # noqa: PLC0415
+        from testcontainers.core.container import DockerContainer  # noqa: PLC0415 - optional dependency
 
         if self.jmx and not self.jmx_port:
             self.jmx_port = free_ports(1)[0]
@@ -244,7 +245,7 @@ class ActiveMQContainer(ContainerLifecycle):
         return tc
 
     def _start_container(self, deadline: float, wait_for: str) -> None:
-        from testcontainers.core.wait_strategies import LogMessageWaitStrategy  # noqa: PLC0415
+        from testcontainers.core.wait_strategies import LogMessageWaitStrategy  # noqa: PLC0415 - optional dependency
 
         ready = READY_LINE.format(name=re.escape(self.name))
         pattern = ready if wait_for == "serving" else f"(?:{ready}|{re.escape(SLAVE_LINE)})"
@@ -329,7 +330,6 @@ class ActiveMQContainer(ContainerLifecycle):
         port = self.stomp_port or self.openwire_port or self.mqtt_port or 0
         if not (self.running and port):
             return False
-        import socket  # noqa: PLC0415
 
         try:
             with socket.create_connection((self.host, port), timeout=timeout) as s:

@@ -51,6 +51,9 @@ from conformance.scenario import DestinationPolicy, Scenario
 
 #: 5.17's RedeliveryPlugin.validatePolicyDelay rejects initial / repeat delays below 1000 ms
 REDELIVERY_DELAY_MS = 1000
+#: where a message goes once its redeliveries run out: the default DeadLetterStrategy
+#: (SharedDeadLetterStrategy) sends every destination's to one queue, ActiveMQ.DLQ
+ACTIVEMQ_DEAD_LETTER_QUEUE = "queue://ActiveMQ.DLQ"
 
 _EVICTION_ELEMENTS = {
     "oldest": "oldestMessageEvictionStrategy",

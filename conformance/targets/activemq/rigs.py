@@ -14,6 +14,7 @@ from conformance.topology import NetworkConnectorOptions
 from conformance.targets.activemq.process import ActiveMQProcess
 from conformance.targets.activemq.network import NetworkNode, render_network_connector
 from conformance.targets.activemq.shared_store import SharedStoreGroup
+from reference_broker.cluster.discovery import activemq_loopback_uri
 
 
 class DiscoveryPair:
@@ -21,8 +22,6 @@ class DiscoveryPair:
     connector announcing itself in the same group (the page's multicast example, on loopback)."""
 
     def __init__(self, workdir, group: str) -> None:
-        from reference_broker.cluster.discovery import activemq_loopback_uri
-
         uri = activemq_loopback_uri(group)
         connector = f'      <networkConnector name="mcast" uri={quoteattr(uri)}/>'
         self.nodes = {name: NetworkNode(name, ActiveMQProcess(

@@ -51,7 +51,7 @@ from conformance.targets.activemq.process import (
     activemq_available,
     activemq_mqtt_available,
 )
-from conformance.targets.activemq.policy import ActiveMQConfig, UnsupportedPolicy, render
+from conformance.targets.activemq.policy import ACTIVEMQ_DEAD_LETTER_QUEUE, ActiveMQConfig, UnsupportedPolicy, render
 from conformance.targets.activemq.mbeans import _split_destination, destination_pattern, subscription_pattern
 from conformance.targets.activemq.shared_store import SharedStoreGroup
 from conformance.targets.base import DestinationCounters, SubscriptionCounters, TargetUnavailable
@@ -129,6 +129,7 @@ class ActiveMQHandle:
     #: the AMQP adapter's nack is a rejected outcome here: ActiveMQ's AMQP transport turns only that
     #: into a poison ack, which the redelivery policy and DLQ act on (conformance.clients.amqp_client)
     client_options = {"amqp": {"nack_outcome": "rejected"}}
+    dead_letter_queue = ACTIVEMQ_DEAD_LETTER_QUEUE
 
     def __init__(self, *, target: str, process: ActiveMQProcess, scenario: Scenario, config: ActiveMQConfig,
                  capabilities: frozenset[str], credentials: tuple[str | None, str | None],

@@ -136,7 +136,7 @@ def _docker_container(image: str, **kwargs: Any) -> Any:
 
 
 def _new_network(name: str, labels: dict[str, str]) -> Any:
-    from testcontainers.core.network import Network  # noqa: PLC0415
+    from testcontainers.core.network import Network  # noqa: PLC0415 - optional dependency
 
     net = Network(docker_network_kw={"labels": labels})
     net.name = name
@@ -145,7 +145,7 @@ def _new_network(name: str, labels: dict[str, str]) -> Any:
 
 
 def _wait_strategy(pattern: str, timeout: float) -> Any:
-    from testcontainers.core.wait_strategies import LogMessageWaitStrategy  # noqa: PLC0415
+    from testcontainers.core.wait_strategies import LogMessageWaitStrategy  # noqa: PLC0415 - optional dependency
 
     strategy = LogMessageWaitStrategy(re.compile(pattern, re.MULTILINE))
     strategy.with_startup_timeout(max(1.0, timeout)).with_poll_interval(0.2)
@@ -229,6 +229,11 @@ class ArtemisContainer(ContainerLifecycle):
     def _address(self, listener: str) -> tuple[str, int] | None:
         port = self.ports.get(listener)
         return (self.host, port) if port else None
+
+    def refresh_ports(self) -> None:
+        """`NetworkedContainer`: nothing to re-read. The host ports are fixed at the first start
+        (`_build_container` publishes each listener on a chosen port), so Docker publishes the same
+        ones again when the container is reconnected to its network."""
 
     @property
     def stomp_address(self) -> tuple[str, int] | None:

@@ -243,6 +243,9 @@ class ArtemisTarget:
     tests (defaults: `artemis_dist.installed`, docker_env's image check, which never pulls)."""
 
     kind = "artemis"
+    #: no capability depends on an extra install (`Target.capability_requirements`); the whole
+    #: target needs `requirement`
+    capability_requirements: dict[str, str] = {}
 
     def __init__(self, name: str = "artemis", *, launch: str = "auto", image: str | None = None,
                  image_check=None, process_check: Callable[[], tuple[bool, str]] | None = None,

@@ -17,6 +17,9 @@ class MosquittoTarget:
     """Eclipse Mosquitto 2.x from the Debian package, one broker per scenario (implements `Target`)."""
 
     kind = "mosquitto"
+    launch_mode = "process"
+    #: no capability depends on an extra install (`Target.capability_requirements`)
+    capability_requirements: dict[str, str] = {}
 
     def __init__(self, name: str = "mosquitto", *, start_timeout: float = 30.0) -> None:
         self.name = name
@@ -27,6 +30,9 @@ class MosquittoTarget:
 
     def capabilities(self) -> frozenset[str]:
         return frozenset({"protocol.mqtt"})
+
+    def why_missing(self, capability: str) -> str | None:
+        return None  # the capability's own description says it all
 
     def launch_topology(self, topology, scenario: Scenario, workdir: Path, *, bridge_route=None):
         """One broker, not faultable by the harness (no process.kill)."""

@@ -42,16 +42,19 @@ with this environment (W = work directory)::
     stomp.listeners.tcp.1 = 127.0.0.1:P   # when stomp=True
     mqtt.listeners.tcp.1 = 127.0.0.1:P    # when mqtt=True (anonymous -> guest)
 
-The script runs ``erl`` (``beam.smp``) as its child and forwards SIGTERM to it
-as a graceful shutdown.  ``stop()`` sends SIGTERM to the script's process
-group, waits, then SIGKILLs the group; ``beam.smp``'s helpers
+and ``ERL_FLAGS="-start_epmd false"``: no Erlang VM of the node (the broker, or
+the one RabbitMQ's prelaunch runs to make sure an epmd is up) ever starts an
+``epmd -daemon`` of its own, which would outlive the node in no process group
+of ours; without our epmd the node fails to start, saying so.
+
+The process is a `ManagedProcess` (conformance/targets/runtime/managed.py), as
+every local broker: the script runs ``erl`` (``beam.smp``) as its child and
+forwards SIGTERM to it as a graceful shutdown.  ``stop()`` sends SIGTERM to the
+script's process group, waits, then SIGKILLs the group; ``beam.smp``'s helpers
 (``erl_child_setup`` and what it spawns) put themselves into their own
-sessions, so they are recorded (with their start times, via psutil) before the
-stop and any survivor is killed by PID afterwards.  The private epmd is then
-stopped by its PID.  If the node ever had to start an ``epmd -daemon`` itself
-(it inherits ``ERL_EPMD_PORT`` and our unique node name in its environment,
-which is how it is recognised in /proc), that one is stopped too; no other
-epmd is touched.
+sessions, so the managed process records them before the stop and kills any
+survivor by PID afterwards.  The private epmd is its companion, stopped after
+the node by its PID.
 
 Readiness: an AMQP 1.0 connection (python-qpid-proton, SASL PLAIN guest/guest)
 is opened and closed when ``amqp10=True``; otherwise the AMQP 0-9-1 protocol
@@ -67,12 +70,14 @@ import secrets
 import shutil
 import socket
 import struct
-import subprocess
 import time
-import weakref
 from pathlib import Path
 
-from conformance.targets.runtime.process import free_ports, kill_group, peak_rss, stop_group, tail_files
+import psutil
+from proton.utils import BlockingConnection
+
+from conformance.targets.runtime.managed import ManagedProcess
+from conformance.targets.runtime.process import free_ports, tail_files
 
 __all__ = [
     "RabbitMQNotInstalled",
@@ -169,10 +174,6 @@ def _amqp091_handshake(port: int, timeout: float) -> tuple[bool, str]:
 def amqp10_open(port: int, timeout: float, *, user: str = "guest", password: str = "guest",
                 host: str = "127.0.0.1") -> tuple[bool, str]:
     """Open and close an AMQP 1.0 connection (SASL PLAIN) with python-qpid-proton."""
-    try:
-        from proton.utils import BlockingConnection
-    except ImportError as e:  # pragma: no cover - proton is a project dependency
-        return False, f"python-qpid-proton is not importable: {e}"
     conn = None
     try:
         conn = BlockingConnection(f"amqp://{host}:{port}", timeout=timeout, user=user, password=password,
@@ -190,46 +191,10 @@ def amqp10_open(port: int, timeout: float, *, user: str = "guest", password: str
                 pass
 
 
-def _proc_environ(pid: int) -> dict[bytes, bytes]:
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            raw = f.read()
-    except OSError:
-        return {}
-    env = {}
-    for item in raw.split(b"\x00"):
-        k, sep, v = item.partition(b"=")
-        if sep:
-            env[k] = v
-    return env
-
-
-def _stray_epmd_pids(epmd_port: int, nodename: str, exclude: set[int]) -> list[int]:
-    """epmd daemons started on behalf of *our* node: same ERL_EPMD_PORT and our node name
-    in their inherited environment.  Found through /proc; nothing else qualifies."""
-    found = []
-    want_port = str(epmd_port).encode()
-    want_node = nodename.encode()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) in exclude:
-            continue
-        pid = int(entry)
-        try:
-            with open(f"/proc/{pid}/comm", "rb") as f:
-                if f.read().strip() != b"epmd":
-                    continue
-        except OSError:
-            continue
-        env = _proc_environ(pid)
-        if env.get(b"ERL_EPMD_PORT") == want_port and env.get(b"RABBITMQ_NODENAME") == want_node:
-            found.append(pid)
-    return found
-
-
 # --------------------------------------------------------------------------- the process
 
 
-class RabbitMQProcess:
+class RabbitMQProcess(ManagedProcess):
     """One RabbitMQ node with private configuration, data, cookie and epmd on loopback ports.
 
     ``amqp_port`` serves AMQP 0-9-1 and (with ``amqp10=True``, plugin rabbitmq_amqp1_0)
@@ -242,6 +207,8 @@ class RabbitMQProcess:
     host = "127.0.0.1"
     user = "guest"
     password = "guest"
+    start_error = RabbitMQStartError
+    stop_timeout = 30.0
 
     def __init__(
         self,
@@ -273,16 +240,12 @@ class RabbitMQProcess:
         self.epmd_port: int = 0
         self.stomp_port: int | None = None
         self.mqtt_port: int | None = None
-        self.pid: int = 0          # the start script: leader of the broker's process group
+        self._init_process()       # pid: the start script, leader of the broker's process group
+        self.label = f"RabbitMQ node {self.nodename}"
         self.beam_pid: int = 0     # the Erlang VM (beam.smp), where the work happens
-        self.epmd_pid: int = 0
+        self.epmd_pid: int = 0     # the private epmd, a companion process
         self.command: list[str] = []
         self.env: dict[str, str] = {}
-        self._proc: subprocess.Popen | None = None
-        self._epmd: subprocess.Popen | None = None
-        self._out_fh = None
-        self._finalizers: list[weakref.finalize] = []
-        self._rss_peak = 0
 
     # ----------------------------------------------------------------- addresses
     @property
@@ -293,10 +256,6 @@ class RabbitMQProcess:
     def amqp_url(self) -> str:
         """AMQP URL with credentials, e.g. for proton's Container.connect."""
         return f"amqp://{self.user}:{self.password}@{self.host}:{self.amqp_port}"
-
-    @property
-    def running(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
 
     @property
     def plugins(self) -> list[str]:
@@ -336,6 +295,7 @@ class RabbitMQProcess:
             "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS": "-kernel inet_dist_use_interface {127,0,0,1}",
             "ERL_EPMD_PORT": str(self.epmd_port),
             "ERL_EPMD_ADDRESS": self.host,
+            "ERL_FLAGS": "-start_epmd false",  # only our epmd (module doc)
             "RABBITMQ_CONF_ENV_FILE": str(w / "rabbitmq-env.conf"),
             "RABBITMQ_CONFIG_FILE": str(self.config_path),
             "RABBITMQ_CONFIG_FILES": str(w / "conf.d"),
@@ -390,27 +350,14 @@ class RabbitMQProcess:
             self.mqtt_port = ports[4] if self.mqtt else None
         self._write_layout()
         self.env = self.build_env()
-        self._close_out()
         self.log_path.write_bytes(b"")
-        self._out_fh = open(self.stdout_path, "wb", buffering=0)
-        self._rss_peak = 0
         self.beam_pid = 0
         try:
+            self._open_output(self.stdout_path, truncate=True)  # epmd's output too
             self._start_epmd(deadline)
             self.command = [str(RABBITMQ_SCRIPTS / "rabbitmq-server")]
-            self._proc = subprocess.Popen(
-                self.command,
-                cwd=str(self.workdir),
-                env=self.env,
-                stdin=subprocess.DEVNULL,
-                stdout=self._out_fh,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # own session & process group: pgid == pid
-                close_fds=True,
-            )
-            self.pid = self._proc.pid
-            self._finalizers.append(weakref.finalize(self, kill_group, self._proc))
-            self._wait_ready(deadline)
+            self._spawn(self.command, cwd=self.workdir, output=self.stdout_path, env=self.env)
+            self._await_ready(deadline, self._probe, poll=0.2, where=f"; work dir {self.workdir}")
         except BaseException:
             self.stop()
             raise
@@ -420,17 +367,13 @@ class RabbitMQProcess:
         if epmd is None:
             raise RabbitMQNotInstalled(_missing())
         env = {k: v for k, v in os.environ.items() if not k.startswith("ERL_")}
-        self._epmd = subprocess.Popen(
-            [epmd, "-port", str(self.epmd_port), "-address", self.host],
-            cwd=str(self.workdir), env=env, stdin=subprocess.DEVNULL,
-            stdout=self._out_fh, stderr=subprocess.STDOUT, start_new_session=True, close_fds=True,
-        )
-        self.epmd_pid = self._epmd.pid
-        self._finalizers.append(weakref.finalize(self, kill_group, self._epmd))
+        proc = self._spawn_companion([epmd, "-port", str(self.epmd_port), "-address", self.host],
+                                     cwd=self.workdir, env=env)
+        self.epmd_pid = proc.pid
         while True:
-            if self._epmd.poll() is not None:
+            if proc.poll() is not None:
                 raise RabbitMQStartError(
-                    f"epmd -port {self.epmd_port} exited with code {self._epmd.returncode}"
+                    f"epmd -port {self.epmd_port} exited with code {proc.returncode}"
                     f" (Address already in use?):\n{self.log_tail(20)}")
             try:
                 with socket.create_connection((self.host, self.epmd_port), timeout=1) as s:
@@ -444,53 +387,36 @@ class RabbitMQProcess:
             time.sleep(0.02)
 
     def _find_beam(self) -> int:
-        if self.beam_pid:
+        if self.beam_pid or not self.running:
             return self.beam_pid
         try:
-            import psutil
-
             for child in psutil.Process(self.pid).children(recursive=True):
                 if child.name().startswith("beam"):
                     self.beam_pid = child.pid
                     break
-        except Exception:
+        except psutil.Error:
             pass
         return self.beam_pid
 
-    def _wait_ready(self, deadline: float) -> None:
-        last = "not tried yet"
-        while True:
-            rc = self._proc.poll()
-            if rc is not None:
-                raise RabbitMQStartError(
-                    f"RabbitMQ (pid {self.pid}, node {self.nodename}) exited with code {rc} during startup:\n"
-                    f"{self._failure_report()}")
-            self._find_beam()
-            self._sample_rss()
-            remaining = deadline - time.monotonic()
-            if self._tcp_accepts(self.amqp_port):
-                if self.amqp10:
-                    ok, last = amqp10_open(self.amqp_port, timeout=min(10.0, max(1.0, remaining)),
-                                           user=self.user, password=self.password)
-                else:
-                    ok, last = _amqp091_handshake(self.amqp_port, timeout=min(5.0, max(0.5, remaining)))
-                if ok:
-                    self._wait_plugin_ports(deadline)
-                    return
-            else:
-                last = f"port {self.amqp_port} not accepting yet"
-            if time.monotonic() >= deadline:
-                raise RabbitMQStartError(
-                    f"RabbitMQ (pid {self.pid}, node {self.nodename}) not ready before timeout "
-                    f"(last check: {last}):\n{self._failure_report()}")
-            time.sleep(0.2)
+    def _rss_pid(self) -> int | None:
+        return self._find_beam() or None  # the Erlang VM: the start script is a small shell
 
-    def _wait_plugin_ports(self, deadline: float) -> None:
-        for port in (self.stomp_port, self.mqtt_port):
-            while port and not self._tcp_accepts(port):
-                if self._proc.poll() is not None or time.monotonic() >= deadline:
-                    raise RabbitMQStartError(f"plugin port {port} never accepted:\n{self._failure_report()}")
-                time.sleep(0.1)
+    def _probe(self, timeout: float) -> tuple[bool, str]:
+        """Readiness (module doc): AMQP answers (1.0 open, else the 0-9-1 header), then every
+        plugin port accepts."""
+        if not self._tcp_accepts(self.amqp_port):
+            return False, f"port {self.amqp_port} not accepting yet"
+        if self.amqp10:
+            ok, seen = amqp10_open(self.amqp_port, timeout=min(10.0, max(1.0, timeout)),
+                                   user=self.user, password=self.password)
+        else:
+            ok, seen = _amqp091_handshake(self.amqp_port, timeout=timeout)
+        if not ok:
+            return False, seen
+        waiting = [port for port in (self.stomp_port, self.mqtt_port) if port and not self._tcp_accepts(port)]
+        if waiting:
+            return False, f"AMQP ready, plugin port(s) {waiting} not accepting yet"
+        return True, seen
 
     @staticmethod
     def _tcp_accepts(port: int) -> bool:
@@ -500,98 +426,7 @@ class RabbitMQProcess:
         except OSError:
             return False
 
-    def _descendants(self) -> list:
-        """psutil handles of every process below the start script (create-time checked)."""
-        try:
-            import psutil
-
-            return psutil.Process(self.pid).children(recursive=True)
-        except Exception:
-            return []
-
-    def stop(self, timeout: float = 30) -> None:
-        """Graceful SIGTERM to the node's process group, SIGKILL after ``timeout``;
-        then leftover helpers and the private epmd by PID.  Idempotent."""
-        proc = self._proc
-        helpers = []
-        if proc is not None:
-            if proc.poll() is None:
-                self._sample_rss()
-                helpers = self._descendants()
-                stop_group(proc, timeout)
-            self._reap_helpers(helpers)
-        if self.epmd_port and self.nodename:
-            try:
-                for pid in _stray_epmd_pids(self.epmd_port, self.nodename, exclude={self.epmd_pid}):
-                    self._kill_pid_checked(pid)
-            except OSError:
-                pass
-        self._stop_epmd()
-        for f in self._finalizers:
-            f.detach()
-        self._finalizers.clear()
-        self._close_out()
-
-    @staticmethod
-    def _reap_helpers(helpers: list) -> None:
-        """beam's helpers (erl_child_setup, inet_gethost, disk monitor shell) leave on their own
-        when the VM goes; give them a moment, then SIGKILL survivors (psutil checks PID reuse)."""
-        if not helpers:
-            return
-        try:
-            import psutil
-
-            _, alive = psutil.wait_procs(helpers, timeout=5)
-            for p in alive:
-                try:
-                    p.kill()
-                except psutil.Error:
-                    pass
-            psutil.wait_procs(alive, timeout=5)
-        except Exception:
-            pass
-
-    @staticmethod
-    def _kill_pid_checked(pid: int) -> None:
-        try:
-            import psutil
-
-            p = psutil.Process(pid)
-            p.terminate()
-            try:
-                p.wait(timeout=5)
-            except psutil.TimeoutExpired:
-                p.kill()
-        except Exception:
-            pass
-
-    def _stop_epmd(self) -> None:
-        ep = self._epmd
-        if ep is None:
-            return
-        if ep.poll() is None:
-            try:
-                ep.terminate()  # our own child: its PID cannot be reused before we reap it
-                ep.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                ep.kill()
-                ep.wait(timeout=10)
-        self._epmd = None
-
-    def _close_out(self) -> None:
-        if self._out_fh is not None:
-            try:
-                self._out_fh.close()
-            finally:
-                self._out_fh = None
-
     # ----------------------------------------------------------------- observation
-    def _sample_rss(self) -> int:
-        pid = self.beam_pid
-        if pid and self._proc is not None and self._proc.poll() is None:
-            self._rss_peak = max(self._rss_peak, peak_rss(pid))
-        return self._rss_peak
-
     def rss_peak_bytes(self) -> int:
         """Peak resident set size of the Erlang VM (VmHWM of beam.smp); after stop(), the last value seen."""
         return self._sample_rss()

@@ -33,6 +33,9 @@ class RabbitMQTarget:
     """RabbitMQ 3.x from the Debian package, one node per scenario (implements `Target`)."""
 
     kind = "rabbitmq"
+    launch_mode = "process"
+    #: no capability depends on an extra install (`Target.capability_requirements`)
+    capability_requirements: dict[str, str] = {}
 
     def __init__(self, name: str = "rabbitmq", *, start_timeout: float = 120.0) -> None:
         self.name = name
@@ -48,6 +51,14 @@ class RabbitMQTarget:
             if rabbitmq_available(**{"amqp10": False, switch: True})[0]:
                 caps.add(f"protocol.{protocol}")
         return frozenset(caps)
+
+    def why_missing(self, capability: str) -> str | None:
+        """A protocol whose plugin is not installed says which; other capabilities need nothing more."""
+        switch = _RABBITMQ_SWITCHES.get(capability.removeprefix("protocol.")) if capability.startswith("protocol.") else None
+        if switch is None:
+            return None
+        ok, reason = rabbitmq_available(**{"amqp10": False, switch: True})
+        return None if ok else reason
 
     def launch_topology(self, topology, scenario: Scenario, workdir: Path, *, bridge_route=None):
         """One broker, not faultable by the harness (no process.kill)."""

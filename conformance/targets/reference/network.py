@@ -20,6 +20,9 @@ from typing import Any, Callable
 from conformance.targets.runtime.loop_thread import LoopThread
 from conformance.topology import (RECONNECT_URI_OPTIONS, Topology, Bridge, BridgeFilterPolicy, BridgeRoute, CompositeDestination,
                                   NetworkConnectorOptions, check_duplex_names, static_uri, with_connector_renamed)
+from reference_broker.cluster.service import NetworkService
+from reference_broker.config import build_config
+from reference_broker.server import BrokerServer
 
 _TIMEOUT = 10.0
 
@@ -114,9 +117,6 @@ class ReferenceNode:
         return self._loop.run(coroutine, timeout)
 
     def listen(self) -> None:
-        from reference_broker.config import build_config
-        from reference_broker.server import BrokerServer
-
         async def start():
             self.server = BrokerServer(build_config(self.config_data))
             await self.server.start()
@@ -125,9 +125,6 @@ class ReferenceNode:
         self.stomp_port = self.server.stomp_address[1]
 
     def start_network(self, connectors: list[dict]) -> None:
-        from reference_broker.cluster.service import NetworkService
-        from reference_broker.config import build_config
-
         self.config_data["network_connectors"] = connectors
         config = build_config(self.config_data)  # validated; the running server keeps its own copy
 

@@ -27,8 +27,12 @@ from conformance.targets.reference.rigs import MasterSlaveRig
 from conformance.targets.runtime.loop_thread import LoopThread
 from conformance.targets.runtime.node import launch_single
 from conformance.topology import check_supported
+from reference_broker.config import ConfigError, PolicyEntry, build_config
+from reference_broker.server import BrokerServer
 
 _START_TIMEOUT = 10.0
+#: the reference broker's default dead-letter queue (reference_broker.config.PolicyEntry, ActiveMQ's name)
+DEAD_LETTER_QUEUE = f"queue://{PolicyEntry.model_fields['dead_letter_queue'].default}"
 
 CAPABILITIES = frozenset({
     "protocol.stomp", "protocol.mqtt", "protocol.amqp", "scenario.policies",
@@ -146,14 +150,13 @@ class InProcessReference:
     launch = "in-process"
 
     def __init__(self, scenario: Scenario, target: str = "reference") -> None:
-        from reference_broker.config import build_config
-        from reference_broker.server import BrokerServer
-
         self.target = target
         self.scenario = scenario
         self.host = "127.0.0.1"
         self.capabilities = CAPABILITIES
         self.credentials = scenario.users[0] if scenario.users else (None, None)
+        self.client_options: dict[str, dict] = {}
+        self.dead_letter_queue = DEAD_LETTER_QUEUE
         self._config = scenario_config(scenario, name=f"{target}-{scenario.name}")
         self.config = build_config(self._config)
         self._log = _LogBuffer()
@@ -216,6 +219,8 @@ class ProcessReference:
         self.host = "127.0.0.1"
         self.capabilities = CAPABILITIES | {"process.kill"}
         self.credentials = scenario.users[0] if scenario.users else (None, None)
+        self.client_options: dict[str, dict] = {}
+        self.dead_letter_queue = DEAD_LETTER_QUEUE
         workdir.mkdir(parents=True, exist_ok=True)
         config = scenario_config(scenario, name=f"{target}-{scenario.name}")
         # The process launcher passes the listeners as flags (keeping ports across restarts).
@@ -265,6 +270,8 @@ class ProcessReference:
 class ReferenceTarget:
     name = "reference"
     kind = "reference"
+    #: no capability depends on an extra install (`Target.capability_requirements`)
+    capability_requirements: dict[str, str] = {}
 
     def __init__(self, name: str = "reference", launch: str = "in-process") -> None:
         if launch not in ("in-process", "process"):
@@ -278,9 +285,12 @@ class ReferenceTarget:
     def capabilities(self) -> frozenset[str]:
         return CAPABILITIES | ({"process.kill"} if self.launch_mode == "process" else frozenset())
 
-    def launch(self, scenario: Scenario, workdir: Path):
-        from reference_broker.config import ConfigError
+    def why_missing(self, capability: str) -> str | None:
+        if capability == "process.kill" and self.launch_mode == "in-process":
+            return "the in-process reference broker cannot be killed: use the reference:process target"
+        return None
 
+    def launch(self, scenario: Scenario, workdir: Path):
         try:
             if self.launch_mode == "process":
                 return ProcessReference(scenario, workdir, target=self.name)

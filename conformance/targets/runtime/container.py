@@ -11,12 +11,31 @@ from __future__ import annotations
 
 import os
 import weakref
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
+
+
+@runtime_checkable
+class NetworkedContainer(Protocol):
+    """A broker container on a scenario network, as the container-partition nemesis drives it
+    (chaos/nemesis/container.py): which container, on which network, and how to re-read its host
+    ports after a reconnect. `ActiveMQContainer` and `ArtemisContainer` implement it."""
+
+    container_id: str | None  # the docker container of the current run, None when not running
+
+    @property
+    def network_name(self) -> str | None:
+        """The Docker network the container's broker is reached on by its peers."""
+        ...
+
+    def refresh_ports(self) -> None:
+        """Re-read the host ports Docker published: a reconnect to the network re-publishes them,
+        and a port published as "any free host port" comes back with a new number."""
+        ...
 
 def _configure_reaper(client: Any) -> None:
     """Switch testcontainers' Ryuk reaper off when its image is not present and the user did not
     choose: pulling it would fail offline and abort every start."""
-    from testcontainers.core.config import testcontainers_config as tc  # noqa: PLC0415
+    from testcontainers.core.config import testcontainers_config as tc  # noqa: PLC0415 - optional dependency
 
     if "TESTCONTAINERS_RYUK_DISABLED" in os.environ or tc.ryuk_disabled:
         return

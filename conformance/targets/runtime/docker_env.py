@@ -96,8 +96,8 @@ def docker_client(client_factory: Callable[[], Any] | None = None,
     """A connected docker SDK client; raises `DockerUnavailable` with the reason otherwise."""
     if client_factory is None:
         try:
-            import docker  # noqa: F401, PLC0415
-            import testcontainers  # noqa: F401, PLC0415
+            import docker  # noqa: F401, PLC0415 - optional dependency
+            import testcontainers  # noqa: F401, PLC0415 - optional dependency
         except ImportError as exc:
             raise DockerUnavailable(
                 f"the Python package {exc.name or 'docker'!r} is not installed; container targets need the docker "

@@ -2,16 +2,27 @@
 to signal and nothing else is in it), output appended to a log file, a readiness poll that fails
 early when the process exits and late with the broker's own failure report, stop (SIGTERM the
 group, then SIGKILL) and kill (SIGKILL the group) by the leader's PID, never by name, and its peak
-RSS. Every local-process launcher (ActiveMQ, Artemis, Mosquitto) is one of these; what differs is
-the command, the readiness probe and how to summarise the log, which the subclass gives."""
+RSS. Every local-process launcher (ActiveMQ, Artemis, Mosquitto, RabbitMQ) is one of these; what
+differs is the command, the readiness probe and how to summarise the log, which the subclass gives.
+
+Two things only some brokers need, also handled here by PID:
+
+* companions: processes started beside the broker (RabbitMQ's private Erlang port mapper), each in
+  a session of its own, stopped after the broker;
+* descendants that leave the broker's group (Erlang's ``erl_child_setup`` and what it spawns put
+  themselves into sessions of their own): recorded before a stop or kill, and any that outlive the
+  broker are killed by PID (psutil checks the PID still names the process it recorded)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 import weakref
 from pathlib import Path
 from typing import Callable
+
+import psutil
 
 from conformance.targets.runtime.process import kill_group, peak_rss, stop_group, tail_files
 
@@ -35,24 +46,42 @@ class ManagedProcess:
         self._finalizer: weakref.finalize | None = None
         self._out_fh = None
         self._rss_peak = 0
+        self._companions: list[tuple[subprocess.Popen, weakref.finalize]] = []
 
     @property
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
-    def _spawn(self, command: list[str], *, cwd: Path, output: Path, truncate: bool = False) -> None:
+    def _spawn(self, command: list[str], *, cwd: Path, output: Path, truncate: bool = False,
+               env: dict[str, str] | None = None) -> None:
         """Start ``command`` in its own session, stdout and stderr appended to ``output`` (emptied
-        first with ``truncate``); a finalizer kills the group if the handle is dropped running."""
-        self._close_output()
-        # O_APPEND: a JVM's stdout/stderr and its own file appender can share the file safely.
-        self._out_fh = open(output, "wb" if truncate else "ab", buffering=0)
+        first with ``truncate``); a finalizer kills the group if the handle is dropped running.
+        ``env``: the whole environment (default: this process's)."""
+        self._open_output(output, truncate)
         self._rss_peak = 0
-        self._proc = subprocess.Popen(command, cwd=str(cwd), stdin=subprocess.DEVNULL, stdout=self._out_fh,
+        self._proc = subprocess.Popen(command, cwd=str(cwd), env=env, stdin=subprocess.DEVNULL, stdout=self._out_fh,
                                       stderr=subprocess.STDOUT,
                                       start_new_session=True,  # own session & process group: pgid == pid
                                       close_fds=True)
         self.pid = self._proc.pid
         self._finalizer = weakref.finalize(self, kill_group, self._proc)
+
+    def _open_output(self, output: Path, truncate: bool = False) -> None:
+        """Where the broker's (and its companions') stdout and stderr go; `_spawn` opens it, a
+        subclass that starts a companion first opens it itself."""
+        self._close_output()
+        # O_APPEND: a JVM's stdout/stderr and its own file appender can share the file safely.
+        self._out_fh = open(output, "wb" if truncate else "ab", buffering=0)
+
+    def _spawn_companion(self, command: list[str], *, cwd: Path, env: dict[str, str] | None = None
+                         ) -> subprocess.Popen:
+        """Start a process the broker needs beside it (in its own session, output with the
+        broker's, which `_open_output` must have opened); `stop` and `kill` end it after the
+        broker, by its PID (our child: the PID cannot be reused before we reap it)."""
+        proc = subprocess.Popen(command, cwd=str(cwd), env=env, stdin=subprocess.DEVNULL, stdout=self._out_fh,
+                                stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
+        self._companions.append((proc, weakref.finalize(self, kill_group, proc)))
+        return proc
 
     def _await_ready(self, deadline: float, probe: Probe, *, done: Callable[[], bool] | None = None,
                     poll: float = 0.1, where: str = "") -> None:
@@ -77,18 +106,51 @@ class ManagedProcess:
             time.sleep(poll)
 
     def stop(self, timeout: float | None = None) -> None:
-        """SIGTERM the broker's process group, wait, then SIGKILL. Idempotent."""
+        """SIGTERM the broker's process group, wait, then SIGKILL; then descendants that left
+        the group and outlived it, and the companions. Idempotent."""
+        timeout = self.stop_timeout if timeout is None else timeout
         if self._proc is not None and self._proc.poll() is None:
             self._sample_rss()
-            stop_group(self._proc, self.stop_timeout if timeout is None else timeout)
+            escaped = self._escaped_descendants()
+            stop_group(self._proc, timeout)
+            _end(escaped, grace=5.0)  # they leave on their own when the broker goes: a moment first
+        self._end_companions(grace=timeout)
         self._detach()
 
     def kill(self) -> None:
-        """SIGKILL the broker's process group (a crash); `start` brings it back."""
+        """SIGKILL the broker's process group (a crash), descendants that left the group and the
+        companions; `start` brings them back."""
         if self._proc is not None and self._proc.poll() is None:
             self._sample_rss()
+            escaped = self._escaped_descendants()
             kill_group(self._proc)
+            _end(escaped, grace=0.0)
+        self._end_companions(grace=0.0)
         self._detach()
+
+    def _escaped_descendants(self) -> list[psutil.Process]:
+        """Processes below the broker's leader that are not in its process group any more."""
+        try:
+            children = psutil.Process(self.pid).children(recursive=True)
+        except psutil.Error:
+            return []
+        escaped = []
+        for child in children:
+            try:
+                if os.getpgid(child.pid) != self.pid:
+                    escaped.append(child)
+            except OSError:
+                pass  # gone already
+        return escaped
+
+    def _end_companions(self, grace: float) -> None:
+        for proc, finalizer in reversed(self._companions):
+            finalizer.detach()
+            if grace > 0:
+                stop_group(proc, grace)
+            else:
+                kill_group(proc)
+        self._companions.clear()
 
     def _detach(self) -> None:
         if self._finalizer is not None:
@@ -103,9 +165,14 @@ class ManagedProcess:
             finally:
                 self._out_fh = None
 
+    def _rss_pid(self) -> int | None:
+        """The process whose memory is the broker's (the leader; a subclass may name a child)."""
+        return self.pid
+
     def _sample_rss(self) -> int:
-        if self.running:
-            self._rss_peak = max(self._rss_peak, peak_rss(self.pid))
+        pid = self._rss_pid() if self.running else None
+        if pid:
+            self._rss_peak = max(self._rss_peak, peak_rss(pid))
         return self._rss_peak
 
     def rss_peak_bytes(self) -> int:
@@ -117,3 +184,17 @@ class ManagedProcess:
 
     def _failure_report(self) -> str:
         return self.log_tail(40) or "(empty log)"
+
+
+def _end(processes: list[psutil.Process], grace: float) -> None:
+    """Wait up to ``grace`` seconds for ``processes`` to exit, then SIGKILL the survivors. psutil
+    refuses to signal a PID that now names another process (it compares creation times)."""
+    if not processes:
+        return
+    _, alive = psutil.wait_procs(processes, timeout=grace) if grace > 0 else ([], processes)
+    for proc in alive:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(alive, timeout=5)

@@ -22,6 +22,9 @@ class PeerHandle:
     """A running RabbitMQ or Mosquitto broker (implements `BrokerHandle`, without counters)."""
 
     launch = "process"
+    #: RabbitMQ dead-letters only through a dead-letter exchange a queue is declared with, Mosquitto
+    #: not at all: neither has a queue of its own to watch (no ``dead_letter`` capability)
+    dead_letter_queue = None
 
     def __init__(self, *, target: str, kind: str, process, scenario: Scenario, ports: dict[str, int],
                  capabilities: frozenset[str], credentials: tuple[str | None, str | None],
