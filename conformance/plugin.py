@@ -44,7 +44,7 @@ from conformance.matrix import ConformanceResults, TestRecord
 from conformance.scenario import DEFAULT_SCENARIO, PROTOCOLS, Scenario
 from conformance.spec.catalogue import CatalogueError, load_catalogue
 from conformance.spec.deviations import DEFAULT_DEVIATIONS_DIR, DeviationError, load_deviations
-from conformance.targets.base import CAPABILITIES, BrokerHandle, TargetUnavailable, address
+from conformance.targets.base import CAPABILITIES, BrokerHandle, TargetUnavailable, address, is_real_broker
 from conformance.targets.registry import UnknownTarget, load_targets_file, resolve
 from conformance.clients import connect
 
@@ -233,8 +233,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         target = state.targets.get(item.callspec.params["target_name"])
         if target is None:
             continue
-        if target.kind != "reference":
-            # so `-m "not real_broker"` keeps the fast loop to the reference broker
+        if is_real_broker(target):
             item.add_marker(pytest.mark.real_broker)
         matching = [d for d in state.deviations if d.matches(target.kind, specs, item.originalname,
                                                                    _params(item).get("protocol", "stomp"))]

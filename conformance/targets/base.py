@@ -162,3 +162,13 @@ def address(handle: BrokerHandle, protocol: str) -> tuple[str, int]:
 def why_missing(target: Target, capability: str) -> str | None:
     """Why ``target`` lacks ``capability``, when the target says (`Target.why_missing`)."""
     return target.why_missing(capability)
+
+
+#: the kind of brokerconf's own reference broker; every other kind is a real broker
+REFERENCE_KIND = "reference"
+
+
+def is_real_broker(target: Target) -> bool:
+    """True for every target but the reference broker (`-m "not real_broker"` keeps the fast loop
+    to the reference broker). The one place outside a broker's folder that knows a kind's name."""
+    return target.kind != REFERENCE_KIND
