@@ -45,8 +45,9 @@ ENV = "BROKERCONF_SPLIT_ROWS"
 #: a low figure errs towards splitting
 BYTES_PER_ROW = 200
 #: peak memory of a task per row it judges (the flat table, its numpy columns, the checkers'
-#: temporaries), measured with benchmarks/pipeline_bench.py: about 0.9 GB at 1M rows
-PEAK_BYTES_PER_ROW = 1000
+#: temporaries): measured 530 MB peak RSS for reading and judging the benchmark's 1M-operation
+#: history (1.02M rows) in one process; a margin on top for the Parquet written beside it
+PEAK_BYTES_PER_ROW = 600
 
 
 def default_split_rows(spark) -> int:
