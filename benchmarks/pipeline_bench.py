@@ -158,7 +158,7 @@ def local_rows(sizes: list[int], work: Path, reuse: bool, skip_python: bool) -> 
     from reports.pipeline.session import get_session, stop_session
 
     started = time.perf_counter()
-    get_session()
+    _warm(get_session())
     startup = time.perf_counter() - started
     print(f"Spark session start-up (local[*]): {startup:.1f} s", flush=True)
     rows = []
@@ -322,7 +322,7 @@ def cluster_run(work: Path, ops: int, split_rows: int | None, reuse: bool) -> di
     (work / "cluster").mkdir(exist_ok=True)
     with Cluster(work / "cluster") as url:
         started = time.perf_counter()
-        get_session(url)
+        _warm(get_session(url))
         out["startup"] = time.perf_counter() - started
         try:
             out["jsonl"], analysis = spark_pass(path, work / "cluster-out", url, split_rows)
@@ -393,6 +393,12 @@ def main(argv: list[str] | None = None) -> int:
     if cluster is not None:
         print_cluster(cluster)
     return 0
+
+
+def _warm(spark) -> None:
+    """Start-up includes the executors and their Python workers: one task per core."""
+    sc = spark.sparkContext
+    sc.parallelize(range(sc.defaultParallelism), sc.defaultParallelism).map(lambda x: x).count()
 
 
 def _same(a, b) -> bool:
