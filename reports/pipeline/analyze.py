@@ -180,6 +180,13 @@ def run(args: argparse.Namespace, *, progress: Callable[[str], None] = print) ->
     except (SessionError, HistoryNotFound) as exc:
         print(f"brokerconf analyze: {exc}", file=sys.stderr)
         return 2
+    try:
+        from reports.pipeline.fused.split_job import split_rows_from_env
+
+        split_rows_from_env()  # a bad threshold is a usage error before any Spark starts
+    except ValueError as exc:
+        print(f"brokerconf analyze: {exc}", file=sys.stderr)
+        return 2
     out_dir = Path(args.out) if args.out else Path("reports/out") / datetime.now(timezone.utc).strftime("analysis-%Y%m%dT%H%M%SZ")
     try:
         spark = get_session(args.master)

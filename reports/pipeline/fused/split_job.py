@@ -62,20 +62,27 @@ def default_split_rows(spark) -> int:
 
 
 def split_rows_setting(spark, given: int | None) -> int:
+    """The threshold: ``given``, else the environment's, else `default_split_rows`."""
     if given is not None:
         if given < 1:
             raise ValueError(f"split_rows must be a positive number of rows, not {given}")
         return given
+    value = split_rows_from_env()
+    return default_split_rows(spark) if value is None else value
+
+
+def split_rows_from_env() -> int | None:
+    """BROKERCONF_SPLIT_ROWS, checked (a ValueError naming it when it is not a positive integer)."""
     text = os.environ.get(ENV)
-    if text:
-        try:
-            value = int(text)
-        except ValueError:
-            raise ValueError(f"{ENV}={text!r}: a number of rows expected") from None
-        if value < 1:
-            raise ValueError(f"{ENV}={text!r}: a positive number of rows expected")
-        return value
-    return default_split_rows(spark)
+    if not text:
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"{ENV}={text!r}: a number of rows expected") from None
+    if value < 1:
+        raise ValueError(f"{ENV}={text!r}: a positive number of rows expected")
+    return value
 
 
 def _bytes(text: str) -> int:
