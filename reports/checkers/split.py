@@ -72,13 +72,15 @@ def merge_spans(pieces: list[dict]) -> dict:
             "topic": any(p["topic"] for p in pieces)}
 
 
-def parts(table: pa.Table, family: str, k: int, clients: dict[str, str] | None = None) -> dict[int, pa.Table]:
+def parts(table: pa.Table, family: str, k: int, clients: dict[str, str] | None = None,
+          rows_: Rows | None = None) -> dict[int, pa.Table]:
     """A piece of one run's flat rows as the rows of each part (only the parts that get rows) for
     the checkers split by ``family``; ``clients``: process -> client name (`client_names` of the
-    run's merged `worker_claims`), for the ``client`` family."""
+    run's merged `worker_claims`), for the ``client`` family; ``rows_``: `Rows` of ``table``
+    when the caller has them (one encoding serves every family)."""
     if not table.num_rows:
         return {}
-    r = Rows(table)
+    r = rows_ if rows_ is not None else Rows(table)
     part, broadcast = assign(r, family, k, clients or {})
     out = {}
     shared = np.flatnonzero(broadcast)
@@ -203,8 +205,8 @@ def facts_split(table: pa.Table, k: int, pieces: int = 1) -> dict:
     family_parts: dict[str, list[dict]] = {}
     for family in FAMILIES:
         by_part: dict[int, list[pa.Table]] = {}
-        for t in chunks:
-            for p, rows_ in parts(t, family, k, clients).items():
+        for t, r in zip(chunks, rows):
+            for p, rows_ in parts(t, family, k, clients, r).items():
                 by_part.setdefault(p, []).append(rows_)
         family_parts[family] = [part_facts(Columns(pa.concat_tables(ts).unify_dictionaries(), bounds), family)
                                 for _, ts in sorted(by_part.items())]

@@ -172,8 +172,9 @@ def to_parts(data: bytes, runs: dict, k: int):
     table = _table(data)
     for run, target, rows in _runs_of(table):
         slot, _, clients = runs[json.dumps([run, target])]
+        encoded = Rows(rows)
         for f, family in enumerate(split.FAMILIES):
-            for p, part in split.parts(rows, family, k, clients).items():
+            for p, part in split.parts(rows, family, k, clients, encoded).items():
                 yield (slot * len(split.FAMILIES) + f) * k + p, _ipc(part)
 
 
