@@ -131,6 +131,7 @@ def spark_pass(path: Path, out: Path, master: str | None = None, split_rows: int
     from reports.pipeline.session import get_session
 
     spark = get_session(master) if master else get_session()
+    shutil.rmtree(out, ignore_errors=True)  # the benchmark's own output, perhaps left by a failed pass
     started = time.perf_counter()
     histories_out = out / "histories.parquet" if find_sources(path)[0] == "jsonl" else None
     analysis = analyze(spark, path, histories_out=histories_out, split_rows=split_rows)
