@@ -162,6 +162,66 @@ def facts(c: Columns) -> dict:
     return out
 
 
+#: the key that splits a run for this checker (reports/checkers/split.py): every row of a
+#: client's processes (`worker_claims`) stays together; the nemesis steps go to every part
+SPLIT_KEY = "client"
+
+
+def combine(parts: list[dict]) -> dict:
+    """The facts of a run from the facts of its parts split by client: every part saw the same
+    fault windows (the nemesis steps and the run's bounds go to all of them), each client lies
+    in one part."""
+    if not parts:
+        return {"windows": [], "run_end": None, "rows": []}
+    rows = sorted((r for p in parts for r in p["rows"]), key=lambda r: (r["fault_start"], r["client"]))
+    return {"windows": parts[0]["windows"], "run_end": parts[0]["run_end"], "rows": rows}
+
+
+def client_names(claims: dict[str, tuple]) -> dict[str, str]:
+    """process -> its client's name, from `worker_claims` (merged over a run's pieces)."""
+    return {p: claim[2] for p, claim in claims.items()}
+
+
+def worker_claims(c_rows) -> dict[str, tuple[int, int, str]]:
+    """process -> (index, pos, name) of the first row naming its worker ("producer-N",
+    "consumer-N", "subscriber-N"), over rows of a run (`history.Rows`): what `_worker_names`
+    decides, in a shape that merges over pieces of a run (the earliest claim wins)."""
+    out: dict[str, tuple[int, int, str]] = {}
+    for code, row, label in _claims(c_rows):
+        process = c_rows.process.value(code)
+        claim = (int(c_rows.index[row]), int(c_rows.pos[row]), label)
+        if process not in out or claim < out[process]:
+            out[process] = claim
+    return out
+
+
+def merge_claims(pieces: list[dict]) -> dict:
+    out: dict = {}
+    for piece in pieces:
+        for process, claim in piece.items():
+            if process not in out or tuple(claim) < tuple(out[process]):
+                out[process] = tuple(claim)
+    return out
+
+
+def _claims(c):
+    """(process code, row, name) of the first row naming each process's worker."""
+    f = c.f
+    client = c.has_pos & ~c.process.eq("nemesis")
+    candidates = [(client & f.eq("send") & c.has_producer, "producer", c.producer)]
+    received = client & f.isin(("receive", "ack", "drain"))
+    candidates.append((received & c.has_subscriber & (c.subscriber != -1), "subscriber", c.subscriber))
+    candidates.append((received & c.has_consumer & (c.consumer != -1), "consumer", c.consumer))
+    best: dict[int, tuple[int, str]] = {}
+    for mask, label, values in candidates:
+        rows = np.flatnonzero(mask)
+        procs, first = np.unique(c.process.codes[rows], return_index=True)
+        for p, r in zip(procs.tolist(), rows[first].tolist()):
+            if p >= 0 and (p not in best or r < best[p][0]):
+                best[p] = (r, f"{label}-{int(values[r])}")
+    return [(p, r, name) for p, (r, name) in best.items()]
+
+
 def _first_ok_rows(d, good: np.ndarray, at: np.ndarray, first_ok: np.ndarray) -> dict[int, int]:
     """The op index of each pair's first recovering completion."""
     rows = np.flatnonzero(good & (d.time == first_ok[np.where(good, at, 0)]))
@@ -174,21 +234,7 @@ def _first_ok_rows(d, good: np.ndarray, at: np.ndarray, first_ok: np.ndarray) ->
 def _worker_names(c: Columns) -> dict[int, str]:
     """process code -> "producer-N" / "consumer-N" / "subscriber-N", from the first value that
     names the worker (the history does not name it on connect or an empty receive)."""
-    f = c.f
-    candidates = []
-    sends = c.msgs & f.eq("send") & c.has_producer
-    candidates.append((sends, "producer", c.producer))
-    received = c.msgs & f.isin(("receive", "ack", "drain"))
-    candidates.append((received & c.has_subscriber & (c.subscriber != -1), "subscriber", c.subscriber))
-    candidates.append((received & c.has_consumer & (c.consumer != -1), "consumer", c.consumer))
-    best: dict[int, tuple[int, str]] = {}
-    for mask, label, values in candidates:
-        rows = np.flatnonzero(mask)
-        procs, first = np.unique(c.process.codes[rows], return_index=True)
-        for p, r in zip(procs.tolist(), rows[first].tolist()):
-            if p >= 0 and (p not in best or r < best[p][0]):
-                best[p] = (r, f"{label}-{int(values[r])}")
-    return {p: name for p, (_, name) in best.items()}
+    return {p: name for p, _, name in _claims(c)}
 
 
 def _after_the_fault(c: Columns, processes: list[int], start: int) -> str:

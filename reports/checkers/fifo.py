@@ -18,50 +18,95 @@ from __future__ import annotations
 
 import numpy as np
 
-from .history import Columns, dense, distinct_per, first_deliveries, in_order_of_appearance, order_inversions
+from .history import Columns, dense, first_deliveries, in_canonical_order, order_inversions
 from .result import INVALID, VALID, CheckResult, RunKey, anomaly, count_kinds, describe_counts
 
 NAME = "fifo"
 
 
 def facts(r: Columns) -> dict:
-    """Each queue's scope (why it is not checked, "" when it is) and the order inversions found."""
+    """Each queue's scope (why it is not checked, "" when it is), what decided it (its nodes,
+    its consumers, how many deliveries), and the order inversions found."""
     queue, delivered = r.queue, r.delivered
     m = queue & (r.destination.codes >= 0)
     rows = np.flatnonzero(m)
     if not len(rows):
-        return {"scope": {}, "found": []}
-    n_dest = r.destination.n_values
+        return {"scope": {}, "destinations": {}, "found": []}
     dest = r.destination.codes[rows].astype(np.int64)
-    nodes = distinct_per(dest, n_dest, r.node.codes[rows].astype(np.int64) + 1, r.node.n_values + 1,
-                          r.node.codes[rows] >= 0)
+    width = 1 << 32
     # the consumer of a receive: its number, else "process N" (a value of another kind)
-    receive_ok = r.f.eq("receive")[rows] & r.type.eq("ok")[rows]
-    has_consumer = r.has_consumer[rows]
-    number, n_numbers = dense(np.where(has_consumer, r.consumer[rows], 0))
-    consumer = np.where(has_consumer, number, n_numbers + r.process.codes[rows].astype(np.int64) + 1)
-    consumers = distinct_per(dest, n_dest, consumer, n_numbers + r.process.n_values + 1, receive_ok)
-    deliveries = np.bincount(dest[delivered[rows]], minlength=n_dest)
-    scope: dict[str, str] = {}
-    for d in in_order_of_appearance(dest):
-        if nodes[d] > 1:
-            reason = f"{nodes[d]} nodes: a network of brokers does not keep total order"
-        elif consumers[d] > 1:
-            reason = f"{consumers[d]} consumers compete for the queue: order is promised to a single consumer"
-        elif deliveries[d] == 0:
-            reason = "nothing was received"
-        else:
-            reason = ""
-        scope[r.destination.value(d)] = reason
+    receive_ok = rows[r.f.eq("receive")[rows] & r.type.eq("ok")[rows]]
+    destinations: dict[str, dict] = {}
+    for d in np.unique(dest).tolist():
+        destinations[r.destination.value(d)] = {"nodes": [], "consumers": [], "deliveries": 0}
+    named = rows[r.node.codes[rows] >= 0]
+    for key in np.unique(r.destination.codes[named].astype(np.int64) * width + r.node.codes[named]).tolist():
+        destinations[r.destination.value(key // width)]["nodes"].append(r.node.value(key % width))
+    numbered = receive_ok[r.has_consumer[receive_ok]]
+    number, n_numbers = dense(r.consumer[numbered])
+    for key in np.unique(r.destination.codes[numbered].astype(np.int64) * max(n_numbers, 1) + number).tolist():
+        at = numbered[np.argmax(number == key % max(n_numbers, 1))]
+        destinations[r.destination.value(key // max(n_numbers, 1))]["consumers"].append(int(r.consumer[at]))
+    unnumbered = receive_ok[~r.has_consumer[receive_ok]]
+    for key in np.unique(r.destination.codes[unnumbered].astype(np.int64) * width
+                         + (r.process.codes[unnumbered].astype(np.int64) + 1)).tolist():
+        destinations[r.destination.value(key // width)]["consumers"].append(
+            f"process {r.process.value(key % width - 1)}")
+    counts = np.bincount(dest[delivered[rows]], minlength=r.destination.n_values)
+    for d in np.flatnonzero(counts).tolist():
+        destinations[r.destination.value(d)]["deliveries"] = int(counts[d])
+    for facts_ in destinations.values():
+        facts_["nodes"].sort()
+        facts_["consumers"].sort(key=lambda c: (isinstance(c, str), str(c) if isinstance(c, str) else c))
+    scope = _scope(destinations)
     found: list = []
-    eligible = np.zeros(n_dest + 1, dtype=bool)
-    for d in in_order_of_appearance(dest):
-        eligible[d] = scope[r.destination.value(d)] == ""
+    eligible = np.zeros(r.destination.n_values + 1, dtype=bool)
+    for d, why in scope.items():
+        eligible[r.destination.code(d)] = why == ""
     if eligible.any():
         first = first_deliveries(r, np.flatnonzero(m & delivered & eligible[r.destination.codes]))
         found = order_inversions(r, first, [r.destination], lambda a: r.destination.value(r.destination.codes[a]))
-    return {"scope": scope, "found": found}
+    return {"scope": scope, "destinations": destinations, "found": in_canonical_order(found)}
 
+
+def _scope(destinations: dict[str, dict]) -> dict[str, str]:
+    """Why each queue is not checked ("" when it is)."""
+    scope = {}
+    for d, seen in destinations.items():
+        nodes, consumers = len(seen["nodes"]), len(seen["consumers"])
+        if nodes > 1:
+            scope[d] = f"{nodes} nodes: a network of brokers does not keep total order"
+        elif consumers > 1:
+            scope[d] = f"{consumers} consumers compete for the queue: order is promised to a single consumer"
+        elif seen["deliveries"] == 0:
+            scope[d] = "nothing was received"
+        else:
+            scope[d] = ""
+    return scope
+
+
+#: the key that splits a run for this checker (reports/checkers/split.py): order is per
+#: (queue, producer), so a producer's messages stay together (rows without one: by message id)
+SPLIT_KEY = "producer"
+
+
+def combine(parts: list[dict]) -> dict:
+    """The facts of a run from the facts of its parts split by producer. A queue's scope needs
+    all of it (its nodes and consumers over every part): a part may see one consumer where the
+    run had two, so the inversions a part found on a queue the whole run leaves out are dropped."""
+    destinations: dict[str, dict] = {}
+    for p in parts:
+        for d, seen in p["destinations"].items():
+            into = destinations.setdefault(d, {"nodes": set(), "consumers": set(), "deliveries": 0})
+            into["nodes"] |= set(seen["nodes"])
+            into["consumers"] |= set(seen["consumers"])
+            into["deliveries"] += seen["deliveries"]
+    for seen in destinations.values():
+        seen["nodes"] = sorted(seen["nodes"])
+        seen["consumers"] = sorted(seen["consumers"], key=lambda c: (isinstance(c, str), str(c) if isinstance(c, str) else c))
+    scope = _scope(destinations)
+    found = [f for p in parts for f in p["found"] if scope.get(f["destination"]) == ""]
+    return {"scope": scope, "destinations": destinations, "found": in_canonical_order(found)}
 
 
 def judge(key: RunKey, facts_: dict) -> tuple[CheckResult, list[dict]]:

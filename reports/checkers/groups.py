@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .history import NEMESIS, NOT_FAULTS, Columns, first_deliveries, order_inversions, small_uint
+from .history import NEMESIS, NOT_FAULTS, Columns, first_deliveries, in_canonical_order, order_inversions, small_uint
 from .result import INVALID, VALID, CheckResult, RunKey, anomaly, count_kinds, describe_counts
 
 NAME = "groups"
@@ -64,7 +64,23 @@ def facts(r: Columns) -> dict:
         return None if d < 0 else f"{r.destination.value(d)} group {r.group.value(r.group.codes[a])}"
 
     found += order_inversions(r, first, [r.destination, r.group], label)
-    return {"sizes": sizes, "found": found}
+    return {"sizes": sizes, "found": in_canonical_order(found)}
+
+
+#: the key that splits a run for this checker (reports/checkers/split.py): a group's deliveries
+#: stay together; what releases a group (a close, a reconnect, an in-doubt op, a rebalance, a
+#: drain, a fault: `RELEASING`) goes to every part
+SPLIT_KEY = "group"
+#: (f, type) of the ops `_stolen` reads besides the group's deliveries (None: any type); ops
+#: ending ``info`` and nemesis steps too
+RELEASING = (*((f, "invoke") for f in _REOPENING_FS), *((f, None) for f in _CLOSING_FS), ("rebalance", None),
+             ("drain", "invoke"))
+
+
+def combine(parts: list[dict]) -> dict:
+    """The facts of a run from the facts of its parts split by group: every group lies in one part."""
+    return {"sizes": {k: sum(p["sizes"][k] for p in parts) for k in ("groups", "n", "handovers")},
+            "found": in_canonical_order([f for p in parts for f in p["found"]])}
 
 
 def _stolen(r: Columns, cur: np.ndarray, prev: np.ndarray, is_op: np.ndarray, nem: list[dict]) -> list:

@@ -263,7 +263,10 @@ def _order(index: np.ndarray, pos: np.ndarray) -> np.ndarray | None:
 class Columns(Rows):
     """One run's history in columnar form, with what several checkers share, derived once."""
 
-    def __init__(self, table: pa.Table) -> None:
+    def __init__(self, table: pa.Table, bounds: tuple[int, int] | None = None) -> None:
+        """``bounds``: the run's first and last operation times when ``table`` is one part of a
+        run split by a checker's key (reports/checkers/split.py): a fault never healed lasts until
+        the run's end, not the part's."""
         super().__init__(table)
         self.is_op = ~self.has_pos | (self.pos == 0)  # an operation's first (or only) row
         if not self.is_op.any():
@@ -281,6 +284,8 @@ class Columns(Rows):
         self.delivered = self.queue & self.f.isin(("receive", "drain")) & self.type.eq("ok")
         op_time = self.time[self.is_op]
         self.t0, self.t1, self.n_ops = int(op_time.min()), int(op_time.max()), int(self.is_op.sum())
+        if bounds is not None:
+            self.t0, self.t1 = (int(b) for b in bounds)
         self.drained = bool((self.is_op & self.f.eq("drain") & self.type.eq("ok")).any())
         self.has_topic = bool((self.msgs & self.topic).any() or (self.client & self.f.eq("subscribe")).any())
         self.nemesis = nemesis_rows(self, np.flatnonzero(self.is_op & self.is_nemesis))
@@ -377,7 +382,8 @@ def order_inversions(r: Rows, first: np.ndarray, keys: list[Text], label) -> lis
         detail = None if bid is None or text is None else (
             f"{text}: seq {int(r.seq[a])} of producer {int(r.producer[a])} arrived after seq {int(r.seq[b])} ({bid})")
         out.append({"kind": "reordered", "message_id": r.id.value(r.id.codes[a]),
-                    "ops": [int(r.index[b]), int(r.index[a])], "detail": detail})
+                    "ops": [int(r.index[b]), int(r.index[a])], "detail": detail,
+                    "destination": r.destination.value(r.destination.codes[a])})
     return out
 
 
@@ -551,6 +557,12 @@ def disturbances(windows: list[FaultWindow]) -> list[tuple[int, int, int]]:
         first = [w.start if w.in_place is None else w.in_place for w in windows if w.start == start]
         out.append((start, end, max(first)))
     return out
+
+
+def in_canonical_order(found: list[dict]) -> list[dict]:
+    """Findings in an order that does not depend on how the rows were coded or split: by their ops,
+    then kind and message id (a run judged whole and one combined from parts list them alike)."""
+    return sorted(found, key=lambda f: (f.get("ops") or [], f["kind"], str(f.get("message_id", f.get("id")))))
 
 
 def merge_intervals(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:

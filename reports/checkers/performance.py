@@ -25,9 +25,11 @@ def _label(q: float) -> str:
     return f"{q * 100:g}".replace(".", "")
 
 
-def latency_facts(c: Columns) -> list[dict]:
+def latency_facts(c: Columns, *, mergeable: bool = False) -> list[dict]:
     """Per (operation, phase): ok / fail / info counts and the ok latencies' max, mean and
-    nearest-rank quantiles (ns)."""
+    nearest-rank quantiles (ns). ``mergeable``: each row also keeps its ok latencies as sorted
+    distinct values and their counts (numpy arrays), what `combine_latency` needs to give the
+    exact quantiles of a run split into parts."""
     done, fr, to = c.done, c.fault_from, c.fault_to
     if not len(done):
         return []
@@ -42,12 +44,63 @@ def latency_facts(c: Columns) -> list[dict]:
         g = has_f[part]
         ty = done.type[g]
         ok = np.sort(done.latency[g[ty == ok_code]])
-        rows.append({"f": names[k // 2], "phase": "fault" if k % 2 == 0 else "normal", "ok": int(len(ok)),
-                     "fail": int((ty == fail_code).sum()), "info": int((ty == info_code).sum()),
-                     "max": int(ok[-1]) if len(ok) else None, "mean": float(ok.mean()) if len(ok) else None,
-                     "quantiles": [nearest_rank(ok, q) for q in QUANTILES] if len(ok) else None})
+        row = _latency_row(names[k // 2], "fault" if k % 2 == 0 else "normal", ok, int((ty == fail_code).sum()),
+                           int((ty == info_code).sum()))
+        if mergeable:
+            row["values"], row["counts"] = np.unique(ok, return_counts=True)
+        rows.append(row)
     return rows
 
+
+def _latency_row(f: str, phase: str, ok: np.ndarray, fail: int, info: int) -> dict:
+    """``ok``: the sorted ok latencies. The mean is the exact integer sum over the count (the same
+    whether the latencies were summed at once or in parts)."""
+    return {"f": f, "phase": phase, "ok": int(len(ok)), "fail": fail, "info": info,
+            "max": int(ok[-1]) if len(ok) else None, "mean": int(ok.sum()) / len(ok) if len(ok) else None,
+            "quantiles": [nearest_rank(ok, q) for q in QUANTILES] if len(ok) else None}
+
+
+#: the key that splits a run for latency and throughput (reports/checkers/split.py): an
+#: operation's invoke and completion are a process's consecutive lines, so whole processes go
+#: together; the client (failover_downtime.py) keeps its processes together too
+SPLIT_KEY = "client"
+
+
+def combine_latency(parts: list[list[dict]]) -> list[dict]:
+    """The latency facts of a run from its parts' mergeable facts (`latency_facts(mergeable=True)`):
+    counts add up, and the quantiles come from the merged distinct values and counts (exact)."""
+    by: dict[tuple[str, str], list[dict]] = {}
+    for part in parts:
+        for row in part:
+            by.setdefault((row["f"], row["phase"]), []).append(row)
+    out = []
+    for (f, phase), rows in sorted(by.items()):
+        values = np.concatenate([r["values"] for r in rows]).astype(np.int64)
+        counts = np.concatenate([r["counts"] for r in rows]).astype(np.int64)
+        ok = np.repeat(values, counts)
+        ok.sort(kind="stable")
+        out.append(_latency_row(f, phase, ok, sum(r["fail"] for r in rows), sum(r["info"] for r in rows)))
+    return out
+
+
+def without_distributions(rows: list[dict]) -> list[dict]:
+    """Mergeable latency facts as plain ones."""
+    return [{k: v for k, v in r.items() if k not in ("values", "counts")} for r in rows]
+
+
+def combine_throughput(parts: list[dict]) -> dict:
+    """The throughput facts of a run from its parts': ok completions per (operation, second) and
+    per (operation, phase) add up (every part saw the same fault windows)."""
+    seconds: dict[tuple[str, int], list] = {}
+    phases: dict[tuple[str, str], int] = {}
+    for p in parts:
+        for s in p["seconds"]:
+            into = seconds.setdefault((s["f"], s["second"]), [0, s["fault"]])
+            into[0] += s["ok"]
+        for ph in p["phases"]:
+            phases[(ph["f"], ph["phase"])] = phases.get((ph["f"], ph["phase"]), 0) + ph["count"]
+    return {"seconds": [{"f": f, "second": s, "ok": n, "fault": x} for (f, s), (n, x) in sorted(seconds.items())],
+            "phases": [{"f": f, "phase": ph, "count": n} for (f, ph), n in sorted(phases.items())]}
 
 
 def throughput_facts(c: Columns) -> dict:

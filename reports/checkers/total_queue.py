@@ -26,7 +26,7 @@ from typing import Iterable
 
 import numpy as np
 
-from .history import Columns, ops_by_id
+from .history import Columns, in_canonical_order, ops_by_id
 from .result import INVALID, UNKNOWN, VALID, CheckResult, RunKey, anomaly, count_kinds, describe_counts
 
 NAME = "total_queue"
@@ -64,7 +64,20 @@ def facts(c: Columns) -> dict:
     ops_of = ops_by_id(c, c.queue, [b - 1 for _, b in flagged if b > 0]) if flagged else {}
     found = [{"kind": kind, "id": c.id.value(b - 1), "ops": ops_of.get(b - 1, []), "dequeued": int(deq[b]),
               "attempted": int(att[b])} for kind, b in flagged]
-    return {"totals": totals, "drained": c.drained, "found": found}
+    return {"totals": totals, "drained": c.drained, "found": in_canonical_order(found)}
+
+
+#: the key that splits a run for this checker (reports/checkers/split.py): every fact is per id
+SPLIT_KEY = "id"
+
+
+def combine(parts: list[dict]) -> dict:
+    """The facts of a run from the facts of its parts split by message id: totals add up (every id
+    lies in one part), a drain seen by any part was the run's, the findings side by side."""
+    totals = [p["totals"] for p in parts if p["totals"] is not None]
+    return {"totals": {k: sum(t[k] for t in totals) for k in ("attempted", "enqueued", "dequeued")} if totals else None,
+            "drained": any(p["drained"] for p in parts),
+            "found": in_canonical_order([f for p in parts for f in p["found"]])}
 
 
 def judge(key: RunKey, facts_: dict, *, duplicates_allowed: bool = False) -> tuple[CheckResult, list[dict]]:

@@ -56,7 +56,8 @@ class Analysis:
 def analyze(spark, path: str | Path, *, skip_malformed: bool = False, checkers: list[str] | None = None,
             max_downtime_s: float | None = None, duplicates_allowed: bool | None = None,
             histories: Histories | None = None, engine: str = DEFAULT_ENGINE,
-            histories_out: str | Path | None = None, progress: Callable[[str], None] | None = None) -> Analysis:
+            histories_out: str | Path | None = None, progress: Callable[[str], None] | None = None,
+            split_rows: int | None = None) -> Analysis:
     """Run the checkers over every run found at ``path``: a Spark task per history file reads it
 and computes each run's facts, and the driver judges them with reports/checkers
 (reports/pipeline/fused/engine.py).
@@ -67,7 +68,11 @@ and computes each run's facts, and the driver judges them with reports/checkers
     ``engine``: "fused", the one engine (the former Spark SQL checkers are gone: issue 17).
     ``histories``: no longer taken (it was the SQL loader's DataFrame); must be None.
 
-    ``histories_out``: where to write the loaded histories as Parquet (JSON lines input only)."""
+    ``histories_out``: where to write the loaded histories as Parquet (JSON lines input only).
+
+    ``split_rows``: a history above this many rows (estimated) is read in pieces and judged in
+    parts split by each checker's own key, then combined (reports/checkers/split.py); default
+    the BROKERCONF_SPLIT_ROWS environment variable, else what one task's memory holds."""
     if engine not in ENGINES:
         raise ValueError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
     if histories is not None:
@@ -82,7 +87,8 @@ and computes each run's facts, and the driver judges them with reports/checkers
 
     try:
         histories, results, anomaly_rows, anomalies_df, tables = analyze_fused(
-            spark, path, names, options, skip_malformed=skip_malformed, parquet_out=histories_out, progress=progress)
+            spark, path, names, options, skip_malformed=skip_malformed, parquet_out=histories_out, progress=progress,
+            split_rows=split_rows)
     except NotLeanParquet as exc:
         raise HistoryNotFound(f"{exc}: written by the former SQL engine; analyse the run's history.jsonl") from exc
     notes: list[str] = list(histories.notes)
@@ -173,6 +179,13 @@ def run(args: argparse.Namespace, *, progress: Callable[[str], None] = print) ->
         check_master(args.master)
         find_sources(args.path)
     except (SessionError, HistoryNotFound) as exc:
+        print(f"brokerconf analyze: {exc}", file=sys.stderr)
+        return 2
+    try:
+        from reports.pipeline.fused.split_job import split_rows_from_env
+
+        split_rows_from_env()  # a bad threshold is a usage error before any Spark starts
+    except ValueError as exc:
         print(f"brokerconf analyze: {exc}", file=sys.stderr)
         return 2
     out_dir = Path(args.out) if args.out else Path("reports/out") / datetime.now(timezone.utc).strftime("analysis-%Y%m%dT%H%M%SZ")

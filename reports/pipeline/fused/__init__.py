@@ -6,5 +6,7 @@ issue 17 the only engine):
               pyarrow's typed read where the scanner is not built; lean Parquet written and read;
 * `engine.py` the Spark job: a task per history computes every checker's facts with
               reports/checkers (registry.facts_of; topic_fanout.facts for topic runs), and the
-              driver judges them with the same modules.
+              driver judges them with the same modules;
+* `split_job.py` a history too big for one task: read in pieces, its rows shuffled to parts by
+              each checker's own key (reports/checkers/split.py), the parts' facts combined.
 """

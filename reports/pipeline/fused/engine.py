@@ -42,6 +42,7 @@ from reports.pipeline.load import Malformed, MalformedHistory, find_sources
 from reports.pipeline.local_frame import LocalFrame
 
 from . import load as fused_load
+from . import split_job
 
 LATENCY_SCHEMA = ("run string, target string, f string, phase string, ok bigint, fail bigint, info bigint, max bigint, "
                   "mean double, p50 bigint, p90 bigint, p99 bigint, p999 bigint")
@@ -206,17 +207,23 @@ def _runs_of(table: pa.Table):
 
 
 def analyze_fused(spark, path, names: list[str], options: dict, *, skip_malformed: bool = False,
-                  parquet_out: str | Path | None = None, progress: Callable[[str], None] | None = None):
+                  parquet_out: str | Path | None = None, progress: Callable[[str], None] | None = None,
+                  split_rows: int | None = None):
     """(histories, results, anomaly_rows, anomalies DataFrame, tables) for the checkers ``names``;
-    ``progress`` hears how many histories are done while the job runs (every few seconds)."""
+    ``progress`` hears how many histories are done while the job runs (every few seconds).
+    ``split_rows``: a history estimated above this many rows is read in pieces and judged in
+    parts split by each checker's key (split_job.py; default: BROKERCONF_SPLIT_ROWS, else what
+    one task's memory holds)."""
     kind, units, malformed = plan(path)
+    split_rows = split_job.split_rows_setting(spark, split_rows)
     try:
-        return _analyze_units(spark, kind, units, malformed, names, options, skip_malformed, parquet_out, progress)
+        return _analyze_units(spark, kind, units, malformed, names, options, skip_malformed, parquet_out, progress,
+                              split_rows)
     except RunSplitAcrossFiles:
         # A run whose lines are in several files: one task reads all of them (and any file that
         # shares a run with them), so every run is still judged whole.
         return _analyze_units(spark, kind, _joined(units, _split_files(spark, units, skip_malformed)), list(malformed),
-                              names, options, skip_malformed, parquet_out, progress)
+                              names, options, skip_malformed, parquet_out, progress, split_rows)
 
 
 def _split_files(spark, units: list[Unit], skip_malformed: bool) -> list[set[str]]:
@@ -251,16 +258,24 @@ def _joined(units: list[Unit], groups: list[set[str]]) -> list[Unit]:
     return out
 
 
-def _analyze_units(spark, kind, units, malformed, names, options, skip_malformed, parquet_out, progress):
+def _analyze_units(spark, kind, units, malformed, names, options, skip_malformed, parquet_out, progress, split_rows):
     out = str(parquet_out) if parquet_out is not None and kind == "jsonl" else None
     if out is not None:
         fused_load.clear_parquet(out)  # the tasks add files: a previous analysis's must go first
     sc = spark.sparkContext
     group = f"brokerconf-fused-{uuid.uuid4().hex}"
     sc.setJobGroup(group, f"brokerconf analyze: {len(units)} histories")
-    with _Progress(sc, group, len(units), progress):
-        records = (sc.parallelize(units, max(1, len(units)))
-                   .flatMap(lambda unit: run_unit(unit, skip_malformed, out)).collect())
+    big = [u for u in units if split_job.estimated_rows(u) > split_rows]
+    whole = [u for u in units if u not in big]
+    records = []
+    if whole:
+        with _Progress(sc, group, len(whole), progress):
+            records = (sc.parallelize(whole, max(1, len(whole)))
+                       .flatMap(lambda unit: run_unit(unit, skip_malformed, out)).collect())
+    for unit in big:
+        if progress is not None:
+            progress(f"  {unit.path}: above {split_rows:,} rows, read in pieces and judged in parts split by key")
+        records += split_job.analyze_split(sc, unit, split_rows, skip_malformed, out)
     errors = [json.loads(r[3]) for r in records if r[2] == "_error"]
     if errors:
         if out is not None:  # what other tasks wrote back is part of an analysis that did not happen
@@ -337,8 +352,9 @@ def _refuse_split_runs(records) -> None:
 
 
 def _sorted(rows: list[dict]) -> list[dict]:
+    # a total order: a run judged whole and one combined from parts list their anomalies alike
     rows.sort(key=lambda r: (r["run"], r["target"], r["checker"], r["kind"], r["message_id"] is not None,
-                             r["message_id"] or ""))
+                             r["message_id"] or "", r["ops"], r["detail"] or ""))
     return [{c: r[c] for c in ANOMALY_SCHEMA.fieldNames()} for r in rows]
 
 

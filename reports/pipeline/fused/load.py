@@ -139,7 +139,40 @@ _MAX_PIECES = 512
 _MAX_SPAN = (1 << 31) - 1
 
 
-def _scanned(path: Path, skip_malformed: bool) -> FileRead | None:
+def read_history_range(path: str | Path, start: int, end: int, first_line: int, *,
+                       skip_malformed: bool = False) -> FileRead:
+    """The flat table of the lines in bytes [start, end) of a history file (a piece of a run too
+    big for one task, engine.py; ``start`` at a line's beginning, ``first_line`` its number)."""
+    path = Path(path)
+    if SCANNER is not None:
+        read = _scanned(path, skip_malformed, (start, end), first_line)
+        if read is not None:
+            return read
+    with open(path, "rb") as handle:
+        handle.seek(start)
+        data = handle.read(end - start)
+    table, malformed = _line_by_line(data, path, skip_malformed, first_line)
+    return FileRead(table, malformed)
+
+
+def line_starts(path: str | Path, pieces: int) -> list[tuple[int, int, int]]:
+    """(start, end, number of the first line) of about ``pieces`` byte ranges of a history file,
+    each ending just after a newline."""
+    path = Path(path)
+    size = path.stat().st_size
+    if not size:
+        return []
+    out, line = [], 1
+    with open(path, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        for start, end in _chunk_bounds(data, -(-size // max(1, pieces))):
+            out.append((start, end, line))
+            for at in range(start, end, _SCAN_CHUNK):  # newlines counted a block at a time
+                line += int(np.count_nonzero(np.frombuffer(data, np.uint8, min(_SCAN_CHUNK, end - at), at) == 10))
+    return out
+
+
+def _scanned(path: Path, skip_malformed: bool, span: tuple[int, int] | None = None,
+             first_line: int = 1) -> FileRead | None:
     """Read with the C scanner (`_scan.c`): chunks of the mapped file scanned side by side, then
     the special lines it left (nemesis lines, drains, anything unusual or malformed) taken one by one
     by the reference rules, exactly as `_line_by_line` takes every line. None for a file with a
@@ -147,13 +180,12 @@ def _scanned(path: Path, skip_malformed: bool) -> FileRead | None:
     if path.stat().st_size == 0:
         return FileRead(FLAT_SCHEMA.empty_table(), [])
     with open(path, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
-        bounds = _chunk_bounds(data, _SCAN_CHUNK)
+        bounds = _chunk_bounds(data, _SCAN_CHUNK, *(span or ()))
         if any(end - start > _MAX_SPAN for start, end in bounds):
             return None
         with ThreadPoolExecutor(max_workers=min(len(bounds), os.cpu_count() or 1)) as pool:
             parts = list(pool.map(lambda span: SCANNER.scan(data, *span), bounds))
         special = []  # (line number, the line's bytes, part, scanned rows of that part before it)
-        first_line = 1
         for k, part in enumerate(parts):
             special += [(first_line + line, data[start:end], k, before) for line, start, end, before in part.pop("special")]
             first_line += part["lines"]
@@ -168,13 +200,13 @@ def _scanned(path: Path, skip_malformed: bool) -> FileRead | None:
     return FileRead(pa.concat_tables(pieces).unify_dictionaries() if pieces else FLAT_SCHEMA.empty_table(), malformed)
 
 
-def _chunk_bounds(data, size: int) -> list[tuple[int, int]]:
+def _chunk_bounds(data, size: int, start: int = 0, end: int | None = None) -> list[tuple[int, int]]:
     """[start, end) spans of about ``size`` bytes, each ending just after a newline (or at the end)."""
-    bounds, start, n = [], 0, len(data)
+    bounds, n = [], len(data) if end is None else end
     while start < n:
         cut = min(start + max(size, 1), n)
         if cut < n:
-            newline = data.find(b"\n", cut - 1)
+            newline = data.find(b"\n", cut - 1, n)
             cut = n if newline < 0 else newline + 1
         bounds.append((start, cut))
         start = cut
@@ -504,10 +536,11 @@ def _event(raw: bytes) -> dict | None:
 # ---------------------------------------------------------------------- rows in Python
 
 
-def _line_by_line(data: bytes, path: Path, skip_malformed: bool) -> tuple[pa.Table, list[Malformed]]:
+def _line_by_line(data: bytes, path: Path, skip_malformed: bool,
+                  first_line: int = 1) -> tuple[pa.Table, list[Malformed]]:
     rows: list[dict] = []
     malformed: list[Malformed] = []
-    for number, raw in enumerate(data.split(b"\n"), start=1):
+    for number, raw in enumerate(data.split(b"\n"), start=first_line):
         text = raw.decode("utf-8", "replace").rstrip("\r")
         if not text.strip():
             continue
@@ -534,9 +567,10 @@ def _flat_rows(event: dict, path: Path) -> list[dict]:
 _ROWS_PER_FILE = 2_000_000
 
 
-def write_runs(table: pa.Table, out_dir: str | Path) -> list[str]:
+def write_runs(table: pa.Table, out_dir: str | Path, stem: str | None = None) -> list[str]:
     """Write one history file's flat rows under ``out_dir/run=R/target=T/`` (new file names on
-    every call, so tasks never overwrite each other); returns the files written."""
+    every call, so tasks never overwrite each other; ``stem``: names of one's own, the same when
+    the same piece is written again); returns the files written."""
     out_dir = Path(out_dir)
     jobs = []
     keys = run_keys(table)
@@ -546,9 +580,9 @@ def write_runs(table: pa.Table, out_dir: str | Path) -> list[str]:
         where = out_dir / f"run={quote(run, safe='')}" / f"target={quote(target, safe='')}"
         where.mkdir(parents=True, exist_ok=True)
         part = part.drop_columns(["run", "target"])
-        stem = uuid.uuid4().hex
+        stem_ = stem or uuid.uuid4().hex
         for i, start in enumerate(range(0, max(part.num_rows, 1), _ROWS_PER_FILE)):
-            jobs.append((part.slice(start, _ROWS_PER_FILE), where / f"part-{stem}-{i:04d}.parquet"))
+            jobs.append((part.slice(start, _ROWS_PER_FILE), where / f"part-{stem_}-{i:04d}.parquet"))
     # Writing a file is single-threaded and releases the GIL: the files go side by side.
     with ThreadPoolExecutor(max_workers=max(1, min(len(jobs), os.cpu_count() or 1))) as pool:
         list(pool.map(lambda job: _write_file(*job), jobs))
@@ -608,9 +642,9 @@ def run_dirs(path: str | Path) -> list[tuple[str, str, str]]:
     return found
 
 
-def read_run_parquet(run: str, target: str, directory: str | Path) -> pa.Table:
-    """One run's flat rows from lean Parquet (its files, columns as written)."""
-    files = sorted(str(p) for p in Path(directory).glob("*.parquet"))
+def read_run_parquet(run: str, target: str, directory: str | Path, files: list[str] | None = None) -> pa.Table:
+    """One run's flat rows from lean Parquet (its files, columns as written; ``files``: only these)."""
+    files = files if files is not None else run_files(directory)
     tables = [pq.read_table(f, memory_map=True) for f in files]
     if not tables:
         return FLAT_SCHEMA.empty_table()
@@ -620,6 +654,15 @@ def read_run_parquet(run: str, target: str, directory: str | Path) -> pa.Table:
     constant = lambda text: pa.DictionaryArray.from_arrays(pa.array(np.zeros(rows, dtype=np.int32)), pa.array([text]))  # noqa: E731
     table = table.append_column("run", constant(run)).append_column("target", constant(target))
     return table.select(list(FLAT_COLUMNS)).cast(FLAT_SCHEMA)
+
+
+def run_files(directory: str | Path) -> list[str]:
+    return sorted(str(p) for p in Path(directory).glob("*.parquet"))
+
+
+def parquet_rows(directory: str | Path) -> int:
+    """A run's rows, from its files' footers."""
+    return sum(pq.ParquetFile(f).metadata.num_rows for f in run_files(directory))
 
 
 def malformed_beside(path: str | Path) -> list[Malformed]:

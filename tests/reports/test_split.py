@@ -1,0 +1,105 @@
+"""A run split by each checker's own key (reports/checkers/split.py) gives the facts of the whole
+run: ``combine(facts of the parts) == facts of the whole``, for the literal histories, for
+hypothesis-generated histories with planted anomalies and for the benchmark's generated history,
+for several numbers of parts and of pieces the rows arrive in. No Spark here (test_split_spark.py
+runs the split path of the engine)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from reports.checkers import split
+from reports.checkers.history import Columns
+from reports.checkers.registry import check_all, facts_of
+
+from .histories import H, msg
+from .test_checkers import LITERALS
+from .test_columnar_invariance import flat_table, histories, normalised
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+from pipeline_bench import generate  # noqa: E402  (the benchmark's own history generator)
+
+KS = (1, 2, 3, 5)
+
+
+def assert_split_gives_whole(table, ks=KS, pieces=(1, 3)) -> dict:
+    whole = facts_of(Columns(table))
+    expected = normalised(whole)
+    for k in ks:
+        for n in pieces:
+            assert normalised(split.facts_split(table, k, n)) == expected, f"k={k} pieces={n}"
+    return whole
+
+
+@pytest.mark.parametrize("name", sorted(LITERALS))
+def test_literal_history_split_gives_the_facts_of_the_whole(name):
+    assert_split_gives_whole(flat_table(LITERALS[name].lines))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(histories(), st.integers(2, 6), st.integers(1, 4))
+def test_generated_history_split_gives_the_facts_of_the_whole(events, k, pieces):
+    assert_split_gives_whole(flat_table(events), ks=(k,), pieces=(pieces,))
+
+
+def test_bench_history_split_gives_the_facts_of_the_whole(tmp_path):
+    path = tmp_path / "bench" / "history.jsonl"
+    path.parent.mkdir()
+    generate(path, 20_000, kill_every=4_000)
+    from reports.pipeline.fused.load import read_history_file
+
+    whole = assert_split_gives_whole(read_history_file(path).table, ks=(2, 7), pieces=(1, 4))
+    # the split is checked on something: kills to recover from, in-doubt sends, latencies
+    assert whole["failover_downtime"]["rows"] and whole["latency"] and whole["total_queue"]["totals"]["dequeued"]
+
+
+def _producers_in_different_parts(k: int) -> tuple[int, int]:
+    by_part: dict[int, int] = {}
+    for producer in range(50):
+        by_part.setdefault(split._hash(f"#{producer}", k), producer)
+    first, second = sorted(by_part.values())[:2]
+    return first, second
+
+
+def test_fifo_drops_an_inversion_on_a_queue_only_a_part_sees_with_one_consumer():
+    """Two consumers share the queue (order is not promised), each sees one producer's messages
+    out of order: a part with one producer sees a single consumer and an inversion; the combined
+    scope leaves the queue out, as the whole run does."""
+    a, b = _producers_in_different_parts(2)
+    h = H("two-consumers")
+    for producer, consumer in ((a, 0), (b, 1)):
+        h.send(producer, f"p{producer}-1", producer=producer, seq=1).send(producer, f"p{producer}-0", producer=producer, seq=0)
+        h.receive(10 + consumer, f"p{producer}-1", producer=producer, seq=1, consumer=consumer)
+        h.receive(10 + consumer, f"p{producer}-0", producer=producer, seq=0, consumer=consumer)
+    table = flat_table(h.lines)
+    parts = split.parts(table, "producer", 2)
+    assert len(parts) == 2
+    seen = [split.part_facts(Columns(t), "producer")["fifo"] for t in parts.values()]
+    assert all(len(p["found"]) == 1 for p in seen)  # each part alone would call it reordered
+    whole = assert_split_gives_whole(table, ks=(2,))
+    assert whole["fifo"]["found"] == [] and "2 consumers" in whole["fifo"]["scope"]["queue://q"]
+
+
+def test_a_drain_spread_over_parts_is_renumbered_and_still_drains():
+    h = H("drain").send(0, "a").send(0, "b", seq=1).send(0, "c", seq=2)
+    h.drain(5, [msg("a"), msg("b", seq=1), msg("c", seq=2)])
+    table = flat_table(h.lines)
+    parts = split.parts(table, "id", 3)
+    assert sum(t.num_rows for t in parts.values()) == 9  # the sends' two rows each and the drain's three
+    for t in parts.values():
+        drained = [p for p, f, ty in zip(t["pos"].to_pylist(), t["f"].to_pylist(), t["type"].to_pylist())
+                   if f == "drain" and ty == "ok"]
+        assert drained == list(range(len(drained)))
+    whole = assert_split_gives_whole(table, ks=(3,))
+    assert check_all(Columns(table))["total_queue"].valid is True and whole["total_queue"]["drained"]
+
+
+def test_an_unknown_split_key_is_refused():
+    table = flat_table(H("x").send(0, "a").lines)
+    with pytest.raises(ValueError, match="unknown split key 'message'"):
+        split.parts(table, "message", 2)
