@@ -237,6 +237,12 @@ def _worker_names(c: Columns) -> dict[int, str]:
     return {p: name for p, _, name in _claims(c)}
 
 
+def _most_common(counts: Counter, n: int) -> list[tuple]:
+    """Counter.most_common with ties broken by the key, not by first appearance: the text must not
+    change with the order the rows arrive in (tests/reports/test_columnar_invariance.py)."""
+    return sorted(counts.items(), key=lambda item: (-item[1], str(item[0])))[:n]
+
+
 def _after_the_fault(c: Columns, processes: list[int], start: int) -> str:
     """What a client (its ``processes``) that never recovered did after the disturbance began, e.g. "28 receive fail
     (most often 'nothing arrived within 0.5s'), last ok 0.21 s before the fault"."""
@@ -247,12 +253,12 @@ def _after_the_fault(c: Columns, processes: list[int], start: int) -> str:
     opened = open_ops(c, c.is_op & c.client & c.process.isin([c.process.value(p) for p in processes]))
     for r in opened[c.time[opened] > start].tolist():
         counts[(c.f.value(c.f.codes[r]), "still open")] += 1
-    text = ", ".join(f"{n} {f} {outcome}" for (f, outcome), n in counts.most_common(3)) or "no operation after it"
+    text = ", ".join(f"{n} {f} {outcome}" for (f, outcome), n in _most_common(counts, 3)) or "no operation after it"
     if len(counts) > 3:
         text += ", ..."
     errors = Counter(str(e)[:80] for e in c.values_at("error", d.rows[after]) if e)
     if errors:
-        text += f" (most often {errors.most_common(1)[0][0]!r})"
+        text += f" (most often {_most_common(errors, 1)[0][0]!r})"
     before = np.flatnonzero(mine & (d.type == c.type.code("ok")) & (d.time <= start))
     if len(before):
         text += f", last ok {(start - int(d.time[before].max())) / 1e9:.2f} s before the fault"
