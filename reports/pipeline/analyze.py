@@ -199,7 +199,7 @@ def run(args: argparse.Namespace, *, progress: Callable[[str], None] = print) ->
         analysis = analyze(spark, args.path, skip_malformed=args.skip_malformed, max_downtime_s=args.max_downtime,
                            duplicates_allowed=args.duplicates_allowed,
                            engine=getattr(args, "engine", DEFAULT_ENGINE), histories_out=out_dir / "histories.parquet",
-                           progress=progress)
+                           progress=progress, split_rows=getattr(args, "split_rows", None))
     except (MalformedHistory, HistoryNotFound, FileExistsError) as exc:
         print(f"brokerconf analyze: {exc}", file=sys.stderr)
         return 2
