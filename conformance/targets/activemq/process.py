@@ -37,13 +37,12 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import time
 from pathlib import Path
 from xml.sax.saxutils import quoteattr
 
 from conformance.targets.activemq.amqp import installed, jar_paths
-from conformance.targets.activemq.paths import ACTIVEMQ_HOME, JAVA_SHARE
+from conformance.targets.activemq.paths import ACTIVEMQ_HOME, JAVA_SHARE, find_java
 from conformance.targets.runtime.managed import ManagedProcess
 from conformance.targets.runtime.probes import stomp_handshake, tcp_accepts
 from conformance.targets.runtime.process import free_ports
@@ -108,20 +107,6 @@ class ActiveMQStartError(RuntimeError):
 # --------------------------------------------------------------------------- discovery
 
 
-def _find_java() -> str | None:
-    candidates: list[str | None] = [
-        os.environ.get("BROKERCONF_JAVA"),
-        "/usr/lib/jvm/default-java/bin/java",  # Debian's default-jre symlink, as the package uses
-        shutil.which("java"),
-    ]
-    if os.environ.get("JAVA_HOME"):
-        candidates.append(os.path.join(os.environ["JAVA_HOME"], "bin", "java"))
-    for c in candidates:
-        if c and os.path.isfile(c) and os.access(c, os.X_OK):
-            return c
-    return None
-
-
 def _missing_core() -> str:
     run_jar = ACTIVEMQ_HOME / "bin" / "activemq.jar"
     if not run_jar.is_file():
@@ -133,7 +118,7 @@ def _missing_core() -> str:
     if not (ACTIVEMQ_HOME / "lib" / "optional" / "xbean-spring.jar").is_file():
         return (f"ActiveMQ Classic installation is incomplete: {ACTIVEMQ_HOME / 'lib/optional/xbean-spring.jar'} "
                 f"is missing (Debian package `activemq`); {INSTALL_HINT}")
-    if _find_java() is None:
+    if find_java() is None:
         return ("no Java runtime found for ActiveMQ (looked at $BROKERCONF_JAVA, /usr/lib/jvm/default-java, "
                 "PATH, $JAVA_HOME); install it with `apt-get install default-jre-headless` (pulled in by `activemq`)")
     return ""
@@ -491,7 +476,7 @@ class ActiveMQProcess(ManagedProcess):
         return os.pathsep.join(entries)
 
     def build_command(self) -> list[str]:
-        java = _find_java()
+        java = find_java()
         if java is None:
             raise ActiveMQNotInstalled(_missing_core())
         w = self.workdir
