@@ -40,7 +40,7 @@ import weakref
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from conformance.targets.activemq.process import ActiveMQProcess, ActiveMQStartError
+from conformance.targets.activemq.process import ActiveMQAddresses, ActiveMQProcess, ActiveMQStartError
 from conformance.targets.runtime.probes import stomp_handshake
 from conformance.targets.runtime.container import ContainerLifecycle, _configure_reaper
 from conformance.targets.runtime.docker_env import ACTIVEMQ_IMAGE, DockerUnavailable, docker_client, image_available
@@ -63,7 +63,7 @@ _CONFIG_IN_CONTAINER = "/etc/brokerconf/activemq.xml"
 _SHARED_KAHADB = _BASE / "shared-kahadb"
 
 
-class ActiveMQContainer(ContainerLifecycle):
+class ActiveMQContainer(ActiveMQAddresses, ContainerLifecycle):
     """One ActiveMQ Classic broker in a Docker container on a scenario network.
 
     Takes the same broker options as `ActiveMQProcess` (``stomp``, ``openwire``, ``mqtt``,
@@ -115,24 +115,6 @@ class ActiveMQContainer(ContainerLifecycle):
         self._finalizer: weakref.finalize | None = None
 
     # ----------------------------------------------------------------- addresses
-    @property
-    def stomp_address(self) -> tuple[str, int]:
-        return (self.host, self.stomp_port)
-
-    @property
-    def openwire_url(self) -> str:
-        return f"tcp://{self.host}:{self.openwire_port}"
-
-    @property
-    def mqtt_address(self) -> tuple[str, int] | None:
-        return (self.host, self.mqtt_port) if self.mqtt_port else None
-
-    @property
-    def jmx_url(self) -> str | None:
-        if not (self.jmx and self.jmx_port):
-            return None
-        return f"service:jmx:rmi:///jndi/rmi://{self.host}:{self.jmx_port}/jmxrmi"
-
     @property
     def internal_openwire_url(self) -> str:
         """How other containers on the scenario network reach this broker (network connectors)."""

@@ -201,7 +201,38 @@ appender.logfile.layout.pattern=%d | %-5p | %m | %c | %t%n
 _SLAVE_LINE = "is locked by another server"
 
 
-class ActiveMQProcess(ManagedProcess):
+class ActiveMQAddresses:
+    """Where clients reach a broker, from its ``host`` and published ports; shared by the local
+    process and the container (ActiveMQContainer), which fill the same attributes."""
+
+    host: str
+    stomp_port: int
+    openwire_port: int
+    mqtt_port: int | None
+    jmx: bool
+    jmx_port: int
+
+    @property
+    def stomp_address(self) -> tuple[str, int]:
+        return (self.host, self.stomp_port)
+
+    @property
+    def openwire_url(self) -> str:
+        return f"tcp://{self.host}:{self.openwire_port}"
+
+    @property
+    def mqtt_address(self) -> tuple[str, int] | None:
+        return (self.host, self.mqtt_port) if self.mqtt_port else None
+
+    @property
+    def jmx_url(self) -> str | None:
+        """JMX service URL of the JDK agent (``jmx=True``), e.g. for conformance.targets.activemq.jmx."""
+        if not (self.jmx and self.jmx_port):
+            return None
+        return f"service:jmx:rmi:///jndi/rmi://{self.host}:{self.jmx_port}/jmxrmi"
+
+
+class ActiveMQProcess(ActiveMQAddresses, ManagedProcess):
     """One ActiveMQ Classic broker JVM with generated configuration on loopback ports.
 
     Non-persistent (``persistent="false"``, in-memory store) unless
@@ -330,27 +361,8 @@ class ActiveMQProcess(ManagedProcess):
 
     # ----------------------------------------------------------------- urls
     @property
-    def stomp_address(self) -> tuple[str, int]:
-        return (self.host, self.stomp_port)
-
-    @property
-    def openwire_url(self) -> str:
-        return f"tcp://{self.host}:{self.openwire_port}"
-
-    @property
-    def mqtt_address(self) -> tuple[str, int] | None:
-        return (self.host, self.mqtt_port) if self.mqtt_port else None
-
-    @property
     def amqp_address(self) -> tuple[str, int] | None:
         return (self.host, self.amqp_port) if self.amqp_port else None
-
-    @property
-    def jmx_url(self) -> str | None:
-        """JMX service URL of the JDK agent (``jmx=True``), e.g. for conformance.targets.activemq.jmx."""
-        if not (self.jmx and self.jmx_port):
-            return None
-        return f"service:jmx:rmi:///jndi/rmi://{self.host}:{self.jmx_port}/jmxrmi"
 
     @property
     def running(self) -> bool:
