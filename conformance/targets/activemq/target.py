@@ -63,6 +63,7 @@ from conformance.targets.activemq.network import ActiveMQNetwork
 from conformance.targets.activemq.rigs import DiscoveryPair
 from conformance.targets.activemq.rigs import MasterSlaveRig
 from conformance.targets.runtime.node import launch_single
+from conformance.targets.runtime.launch_choice import choose_launch
 from conformance.topology import check_supported
 
 __all__ = ["ActiveMQTarget", "ActiveMQHandle", "LAUNCH_MODES", "subscription_pattern", "destination_pattern"]
@@ -293,19 +294,9 @@ class ActiveMQTarget:
     def _resolve(self) -> tuple[str, bool, str]:
         """(mode, ok, reason), computed once: the checks ask dpkg / the Docker engine."""
         if self._resolved is None:
-            if self.launch_requested == "process":
-                self._resolved = ("process", *self._process_check())
-            elif self.launch_requested == "container":
-                self._resolved = ("container", *self._container_check())
-            else:
-                ok, reason = self._process_check()
-                if ok:
-                    self._resolved = ("process", True, "")
-                else:
-                    c_ok, c_reason = self._container_check()
-                    self._resolved = (("container", True, "") if c_ok else
-                                      ("process", False, f"no local ActiveMQ ({reason}) and no container "
-                                                         f"({c_reason})"))
+            self._resolved = choose_launch(
+                self.launch_requested, self._process_check, self._container_check,
+                lambda reason, c_reason: f"no local ActiveMQ ({reason}) and no container ({c_reason})")
         return self._resolved
 
     @property

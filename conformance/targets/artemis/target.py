@@ -41,6 +41,7 @@ from conformance.targets.artemis.dist import ARTEMIS_IMAGE, installed
 from conformance.targets.base import DestinationCounters, SubscriptionCounters, TargetUnavailable
 from conformance.targets.runtime.docker_env import DockerUnavailable, image_available
 from conformance.targets.runtime.node import launch_single
+from conformance.targets.runtime.launch_choice import choose_launch
 
 __all__ = ["ArtemisTarget", "ArtemisProcessHandle", "ArtemisContainerHandle", "LAUNCH_MODES"]
 
@@ -274,18 +275,9 @@ class ArtemisTarget:
 
     def _resolve(self) -> tuple[str, bool, str]:
         if self._resolved is None:
-            if self.launch_requested == "process":
-                self._resolved = ("process", *self._check_process())
-            elif self.launch_requested == "container":
-                self._resolved = ("container", *self._check_container())
-            else:
-                ok, reason = self._check_process()
-                if ok:
-                    self._resolved = ("process", True, "")
-                else:
-                    c_ok, c_reason = self._check_container()
-                    self._resolved = (("container", True, "") if c_ok else
-                                      ("process", False, f"no local Artemis ({reason}) and {c_reason}"))
+            self._resolved = choose_launch(
+                self.launch_requested, self._check_process, self._check_container,
+                lambda reason, c_reason: f"no local Artemis ({reason}) and {c_reason}")
         return self._resolved
 
     @property
