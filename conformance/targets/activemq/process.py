@@ -364,10 +364,6 @@ class ActiveMQProcess(ActiveMQAddresses, ManagedProcess):
     def amqp_address(self) -> tuple[str, int] | None:
         return (self.host, self.amqp_port) if self.amqp_port else None
 
-    @property
-    def running(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
-
     # ----------------------------------------------------------------- config
     def _jmx_jvm_args(self) -> list[str]:
         if not self.jmx:
@@ -557,12 +553,8 @@ class ActiveMQProcess(ActiveMQAddresses, ManagedProcess):
         self._write_layout()
         self.command = self.build_command()
         self.log_path.write_bytes(b"")  # fresh log for this attempt
-        self._spawn(self.command, cwd=self.workdir, output=self.log_path)
-        try:
-            self._wait_ready(deadline, wait_for)
-        except BaseException:
-            self.stop()
-            raise
+        self._spawn_until_ready(self.command, lambda: self._wait_ready(deadline, wait_for),
+                                cwd=self.workdir, output=self.log_path)
 
     def _wait_ready(self, deadline: float, wait_for: str = "serving") -> None:
         def probe(budget: float) -> tuple[bool, str]:

@@ -66,6 +66,18 @@ class ManagedProcess:
         self.pid = self._proc.pid
         self._finalizer = weakref.finalize(self, kill_group, self._proc)
 
+    def _spawn_until_ready(self, command: list[str], ready: Callable[[], None], *, cwd: Path, output: Path,
+                           truncate: bool = False) -> None:
+        """`_spawn` then ``ready()`` (which waits, raising on failure); if the wait fails or is
+        interrupted the broker is stopped before the error propagates, so no half-started
+        process outlives a failed start."""
+        self._spawn(command, cwd=cwd, output=output, truncate=truncate)
+        try:
+            ready()
+        except BaseException:
+            self.stop()
+            raise
+
     def _open_output(self, output: Path, truncate: bool = False) -> None:
         """Where the broker's (and its companions') stdout and stderr go; `_spawn` opens it, a
         subclass that starts a companion first opens it itself."""
