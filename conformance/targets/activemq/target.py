@@ -64,6 +64,7 @@ from conformance.targets.activemq.rigs import DiscoveryPair
 from conformance.targets.activemq.rigs import MasterSlaveRig
 from conformance.targets.runtime.node import launch_single
 from conformance.targets.runtime.launch_choice import choose_launch
+from conformance.targets.runtime.evidence import ProcessEvidence
 from conformance.topology import check_supported
 
 __all__ = ["ActiveMQTarget", "ActiveMQHandle", "LAUNCH_MODES", "subscription_pattern", "destination_pattern"]
@@ -122,7 +123,7 @@ def _broker_name(scenario: Scenario) -> str:
     return "brokerconf-" + (re.sub(r"[^A-Za-z0-9_.-]+", "-", scenario.name).strip("-") or "scenario")
 
 
-class ActiveMQHandle:
+class ActiveMQHandle(ProcessEvidence):
     """A running ActiveMQ Classic broker for one scenario (implements `BrokerHandle`)."""
 
     kind = "activemq"
@@ -160,15 +161,6 @@ class ActiveMQHandle:
             self.ports["amqp"] = self.process.amqp_port
 
     # ----------------------------------------------------------------- evidence
-    def config_text(self) -> str:
-        try:
-            return self.process.config_path.read_text(encoding="utf-8")
-        except OSError:
-            return self.process.render_config()
-
-    def log_tail(self, lines: int = 80) -> str:
-        return self.process.log_tail(lines)
-
     @property
     def pid(self) -> int | None:
         """The broker JVM's PID; None in a container (signal it through the container, not a host PID)."""

@@ -42,6 +42,7 @@ from conformance.targets.base import DestinationCounters, SubscriptionCounters, 
 from conformance.targets.runtime.docker_env import DockerUnavailable, image_available
 from conformance.targets.runtime.node import launch_single
 from conformance.targets.runtime.launch_choice import choose_launch
+from conformance.targets.runtime.evidence import ProcessEvidence
 
 __all__ = ["ArtemisTarget", "ArtemisProcessHandle", "ArtemisContainerHandle", "LAUNCH_MODES"]
 
@@ -91,7 +92,7 @@ def _broker_name(scenario: Scenario) -> str:
     return "brokerconf-" + (re.sub(r"[^A-Za-z0-9_.-]+", "-", scenario.name).strip("-") or "scenario")
 
 
-class ArtemisProcessHandle:
+class ArtemisProcessHandle(ProcessEvidence):
     """A running local Artemis broker for one scenario (implements `BrokerHandle`)."""
 
     kind = "artemis"
@@ -112,15 +113,6 @@ class ArtemisProcessHandle:
     @property
     def pid(self) -> int | None:
         return self.process.pid
-
-    def config_text(self) -> str:
-        try:
-            return self.process.config_path.read_text(encoding="utf-8")
-        except OSError:
-            return self.process.render_config()
-
-    def log_tail(self, lines: int = 80) -> str:
-        return self.process.log_tail(lines)
 
     def subscription_counters(self, destination: str) -> list[SubscriptionCounters]:
         raise TargetUnavailable(f"{self.target}: Artemis keeps no per-subscriber matched / discarded counters "

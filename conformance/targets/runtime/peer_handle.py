@@ -9,6 +9,7 @@ import re
 
 from conformance.scenario import Scenario
 from conformance.targets.base import DestinationCounters, SubscriptionCounters
+from conformance.targets.runtime.evidence import ProcessEvidence
 
 __all__ = ["PeerHandle", "safe_name"]
 
@@ -18,7 +19,7 @@ def safe_name(name: str, disallowed: str, fallback: str) -> str:
     return re.sub(disallowed, "-", name).strip("-") or fallback
 
 
-class PeerHandle:
+class PeerHandle(ProcessEvidence):
     """A running RabbitMQ or Mosquitto broker (implements `BrokerHandle`, without counters)."""
 
     launch = "process"
@@ -39,15 +40,6 @@ class PeerHandle:
         self.credentials = credentials
         # Per-protocol client options this broker needs (see BrokerHandle.client_options).
         self.client_options: dict[str, dict] = dict(client_options or {})
-
-    def config_text(self) -> str:
-        try:
-            return self.process.config_path.read_text(encoding="utf-8")
-        except OSError:
-            return self.process.render_config()
-
-    def log_tail(self, lines: int = 80) -> str:
-        return self.process.log_tail(lines)
 
     def subscription_counters(self, destination: str) -> list[SubscriptionCounters]:
         raise NotImplementedError(f"{self.target} ({self.kind}) has no counters.subscription capability: "
