@@ -1,4 +1,4 @@
-"""The handle of a broker that is a protocol-level peer only (RabbitMQ, Mosquitto): a process of
+"""The target and handle of a broker that is a protocol-level peer only (RabbitMQ, Mosquitto): a process of
 one of their launchers, its ports and config, no counters (no ``counters.*`` capability). The
 targets live in their brokers' folders (conformance/targets/rabbitmq/target.py,
 conformance/targets/mosquitto/target.py)."""
@@ -9,14 +9,29 @@ import re
 
 from conformance.scenario import Scenario
 from conformance.targets.base import DestinationCounters, SubscriptionCounters
+from conformance.targets.runtime.node import launch_single
 from conformance.targets.runtime.evidence import ProcessEvidence
 
-__all__ = ["PeerHandle", "safe_name"]
+__all__ = ["PeerHandle", "PeerTarget", "safe_name"]
 
 
 def safe_name(name: str, disallowed: str, fallback: str) -> str:
     """The target name as the launcher accepts it (it ends up in node names and file names)."""
     return re.sub(disallowed, "-", name).strip("-") or fallback
+
+
+class PeerTarget:
+    """What the RabbitMQ and Mosquitto targets share: a local process, no capability that needs an
+    extra install, and a topology of one broker the harness does not fault (no process.kill)."""
+
+    launch_mode = "process"
+    #: no capability depends on an extra install (`Target.capability_requirements`)
+    capability_requirements: dict[str, str] = {}
+
+    def launch_topology(self, topology, scenario: Scenario, workdir, *, bridge_route=None):
+        """One broker, not faultable by the harness (no process.kill)."""
+
+        return launch_single(self, topology, scenario, workdir, faultable=False)
 
 
 class PeerHandle(ProcessEvidence):
