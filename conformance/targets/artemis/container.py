@@ -63,6 +63,8 @@ from conformance.targets.runtime.probes import stomp_handshake
 # the address-setting mapping is shared with the local-process launcher (artemis/process.py)
 from conformance.targets.artemis.config import FRAGMENT_MARK, UnsupportedArtemisPolicy, address_settings_xml, artemis_match
 from conformance.targets.runtime.container import ContainerLifecycle, _configure_reaper
+from conformance.targets.runtime.container import docker_container as _docker_container  # tests replace it
+from conformance.targets.runtime.container import new_network as _new_network  # tests replace it
 from conformance.targets.runtime.docker_env import DockerUnavailable, docker_client, image_available
 from conformance.targets.runtime.process import free_ports
 from conformance.targets.artemis.dist import ARTEMIS_IMAGE  # the local image by default; never pulled (a missing image is a reason)
@@ -126,22 +128,6 @@ class ArtemisStartError(RuntimeError):
 
 
 # ------------------------------------------------------------------ the launcher
-
-
-def _docker_container(image: str, **kwargs: Any) -> Any:
-    """A testcontainers generic container (a seam: tests hand in a fake)."""
-    from testcontainers.core.container import DockerContainer  # noqa: PLC0415 - optional dependency
-
-    return DockerContainer(image, **kwargs)
-
-
-def _new_network(name: str, labels: dict[str, str]) -> Any:
-    from testcontainers.core.network import Network  # noqa: PLC0415 - optional dependency
-
-    net = Network(docker_network_kw={"labels": labels})
-    net.name = name
-    net.create()
-    return net
 
 
 def _wait_strategy(pattern: str, timeout: float) -> Any:

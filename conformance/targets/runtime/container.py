@@ -32,6 +32,42 @@ class NetworkedContainer(Protocol):
         and a port published as "any free host port" comes back with a new number."""
         ...
 
+def docker_container(image: str, **kwargs: Any) -> Any:
+    """A testcontainers generic container. Launchers import it as ``_docker_container``, a seam
+    their tests replace with a fake."""
+    from testcontainers.core.container import DockerContainer  # noqa: PLC0415 - optional dependency
+
+    return DockerContainer(image, **kwargs)
+
+
+def new_network(name: str, labels: dict[str, str]) -> Any:
+    """Create a labelled Docker network (testcontainers); launchers import it as ``_new_network``."""
+    from testcontainers.core.network import Network  # noqa: PLC0415 - optional dependency
+
+    net = Network(docker_network_kw={"labels": labels})
+    net.name = name
+    net.create()
+    return net
+
+
+def release_network_and_client(launcher: Any) -> None:
+    """The end of a launcher's stop(): remove the network it created (one already gone is fine),
+    detach its finalizer and close its Docker client. A failed network removal propagates."""
+    net, launcher._own_network = launcher._own_network, None
+    if net is not None:
+        try:
+            net.remove()
+        except Exception as exc:  # noqa: BLE001 - report, but do not hide the container cleanup
+            if "not found" not in str(exc).lower():
+                raise
+    if launcher._finalizer is not None:
+        launcher._finalizer.detach()
+        launcher._finalizer = None
+    if launcher._client is not None:
+        launcher._client.close()
+        launcher._client = None
+
+
 def _configure_reaper(client: Any) -> None:
     """Switch testcontainers' Ryuk reaper off when its image is not present and the user did not
     choose: pulling it would fail offline and abort every start."""
@@ -85,19 +121,7 @@ class ContainerLifecycle:
         try:
             self._discard_container(timeout)
         finally:
-            net, self._own_network = self._own_network, None
-            if net is not None:
-                try:
-                    net.remove()
-                except Exception as exc:  # noqa: BLE001 - report, but do not hide the container cleanup
-                    if "not found" not in str(exc).lower():
-                        raise
-            if self._finalizer is not None:
-                self._finalizer.detach()
-                self._finalizer = None
-            if self._client is not None:
-                self._client.close()
-                self._client = None
+            release_network_and_client(self)
 
     def kill(self) -> None:
         """SIGKILL the broker (a crash, for chaos tests); the container stays until start() or stop(),
