@@ -355,12 +355,8 @@ class ArtemisContainer(ContainerLifecycle):
         the JVM itself, since the start script, /docker-run.sh and bin/artemis each ``exec`` the
         next. None when the container is not running; a PID not in this container's cgroup (reused
         since) is never answered. Signalling it needs the engine user's rights (root here)."""
-        container = self._wrapped()
+        container = self._reloaded()
         if container is None:
-            return None
-        try:
-            container.reload()
-        except Exception:  # noqa: BLE001 - removed behind our back
             return None
         state = container.attrs.get("State") or {}
         if not (state.get("Running") and state.get("Pid")):

@@ -101,14 +101,8 @@ class ContainerLifecycle:
 
     @property
     def running(self) -> bool:
-        container = self._wrapped()
-        if container is None:
-            return False
-        try:
-            container.reload()
-        except Exception:  # noqa: BLE001 - removed behind our back
-            return False
-        return container.status == "running"
+        container = self._reloaded()
+        return container is not None and container.status == "running"
 
     def _arm_finalizer(self) -> None:
         if self._finalizer is not None:
@@ -144,6 +138,18 @@ class ContainerLifecycle:
 
     def _wrapped(self) -> Any:
         return self._tc._container if self._tc is not None else None
+
+    def _reloaded(self) -> Any:
+        """The current run's container with its state re-read from the engine; None when there is
+        none or it was removed behind our back."""
+        container = self._wrapped()
+        if container is None:
+            return None
+        try:
+            container.reload()
+        except Exception:  # noqa: BLE001 - removed behind our back
+            return None
+        return container
 
     def _discard_container(self, timeout: float = 20) -> None:
         tc, self._tc = self._tc, None
