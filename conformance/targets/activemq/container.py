@@ -42,7 +42,7 @@ from typing import Any
 
 from conformance.targets.activemq.process import ActiveMQAddresses, ActiveMQProcess, ActiveMQStartError
 from conformance.targets.runtime.probes import stomp_handshake
-from conformance.targets.runtime.container import ContainerLifecycle, _configure_reaper
+from conformance.targets.runtime.container import ContainerLifecycle, _configure_reaper, docker_container, new_network
 from conformance.targets.runtime.docker_env import ACTIVEMQ_IMAGE, DockerUnavailable, docker_client, image_available
 from conformance.targets.runtime.process import free_ports
 import socket
@@ -187,16 +187,10 @@ class ActiveMQContainer(ActiveMQAddresses, ContainerLifecycle):
     def _ensure_network(self) -> None:
         if self._given_network is not None or self._own_network is not None:
             return
-        from testcontainers.core.network import Network  # noqa: PLC0415 - optional dependency
-
-        net = Network(docker_network_kw={"labels": {LABEL: "activemq_container", "org.brokerconf.broker": self.name}})
-        net.name = f"brokerconf-{self.name}-{uuid.uuid4().hex[:8]}"
-        net.create()
-        self._own_network = net
+        self._own_network = new_network(f"brokerconf-{self.name}-{uuid.uuid4().hex[:8]}",
+                                        {LABEL: "activemq_container", "org.brokerconf.broker": self.name})
 
     def _build_container(self) -> Any:
-        from testcontainers.core.container import DockerContainer  # noqa: PLC0415 - optional dependency
-
         if self.jmx and not self.jmx_port:
             self.jmx_port = free_ports(1)[0]
         env = {"ACTIVEMQ_XML": _CONFIG_IN_CONTAINER, "ACTIVEMQ_HEAP_MB": str(self._config.jvm_heap_mb),
@@ -205,8 +199,8 @@ class ActiveMQContainer(ActiveMQAddresses, ContainerLifecycle):
                "ACTIVEMQ_HEALTH_PORTS": " ".join(str(CONTAINER_PORTS[p]) for p in ("stomp", "openwire", "mqtt")
                                                  if getattr(self, p)),
                **self.env}
-        tc = DockerContainer(self.image, env=env, network=self._given_network or self._own_network,
-                             network_aliases=list(self.network_aliases))
+        tc = docker_container(self.image, env=env, network=self._given_network or self._own_network,
+                              network_aliases=list(self.network_aliases))
         tc.with_name(f"brokerconf-{self.name}-{uuid.uuid4().hex[:8]}")
         tc.with_volume_mapping(str(self.config_path), _CONFIG_IN_CONTAINER, "ro")
         tc.with_volume_mapping(str(self.data_dir), str(_BASE / "data"), "rw")
