@@ -600,14 +600,6 @@ class ActiveMQProcess(ActiveMQAddresses, ManagedProcess):
         parts.append("log tail (stack frames omitted):\n" + "\n".join(tail_lines))
         return "\n".join(parts)
 
-    # ----------------------------------------------------------------- context manager
-    def __enter__(self) -> "ActiveMQProcess":
-        self.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
-
     def __repr__(self) -> str:
         state = f"pid={self.pid}" if self.running else "stopped"
         return (f"<ActiveMQProcess {self.name} {state} stomp={self.stomp_port} "

@@ -242,14 +242,6 @@ class MosquittoProcess(ManagedProcess):
     def _failure_report(self) -> str:
         return f"config {self.config_path}, log {self.log_path}:\n{self.log_tail(40) or '(empty log)'}"
 
-    # ----------------------------------------------------------------- context manager
-    def __enter__(self) -> "MosquittoProcess":
-        self.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
-
     def __repr__(self) -> str:
         state = f"pid={self.pid}" if self.running else "stopped"
         return f"<MosquittoProcess {self.name} {state} mqtt={self.mqtt_port}>"
