@@ -33,7 +33,8 @@ from typing import Any
 from chaos.proxy.client import ToxiproxyClient, ToxiproxyError
 from chaos.proxy.install import pin as toxiproxy_pin
 from chaos.proxy.server import FaultProxyServer
-from conformance.targets.runtime.container import _configure_reaper, _remove_quietly, release_network_and_client
+from conformance.targets.runtime.container import _configure_reaper, _remove_quietly, release_network_and_client, \
+    remove_container
 from conformance.targets.runtime.container import docker_container as _docker_container  # tests replace it
 from conformance.targets.runtime.container import new_network as _new_network  # tests replace it
 from conformance.targets.runtime.docker_env import DockerUnavailable, docker_client, image_available
@@ -203,11 +204,7 @@ class ToxiproxyContainer:
             if container is not None:
                 if self.log_path is not None:
                     self._save_log(container)
-                try:
-                    container.remove(force=True, v=True)
-                except Exception as exc:  # noqa: BLE001
-                    if "no such container" not in str(exc).lower() and "not found" not in str(exc).lower():
-                        raise
+                remove_container(container)
         finally:
             self.container_id = None
             release_network_and_client(self)

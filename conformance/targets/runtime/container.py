@@ -50,6 +50,15 @@ def new_network(name: str, labels: dict[str, str]) -> Any:
     return net
 
 
+def remove_container(container: Any) -> None:
+    """Force-remove a container with its anonymous volumes; one already gone is fine."""
+    try:
+        container.remove(force=True, v=True)
+    except Exception as exc:  # noqa: BLE001
+        if "no such container" not in str(exc).lower() and "not found" not in str(exc).lower():
+            raise
+
+
 def release_network_and_client(launcher: Any) -> None:
     """The end of a launcher's stop(): remove the network it created (one already gone is fine),
     detach its finalizer and close its Docker client. A failed network removal propagates."""
@@ -168,10 +177,7 @@ class ContainerLifecycle:
             self._save_logs(container)
         finally:
             try:
-                container.remove(force=True, v=True)
-            except Exception as exc:  # noqa: BLE001
-                if "no such container" not in str(exc).lower() and "not found" not in str(exc).lower():
-                    raise
+                remove_container(container)
             finally:
                 self.container_id = None
                 tc.get_docker_client().client.close()
