@@ -34,7 +34,7 @@ from chaos.proxy.client import ToxiproxyClient, ToxiproxyError
 from chaos.proxy.install import pin as toxiproxy_pin
 from chaos.proxy.server import FaultProxyServer
 from conformance.targets.runtime.container import _configure_reaper, _remove_quietly, release_network_and_client, \
-    remove_container
+    remove_container, init_container_state
 from conformance.targets.runtime.container import docker_container as _docker_container  # tests replace it
 from conformance.targets.runtime.container import new_network as _new_network  # tests replace it
 from conformance.targets.runtime.docker_env import DockerUnavailable, docker_client, image_available
@@ -81,12 +81,7 @@ class ToxiproxyContainer:
         self.log_path = Path(workdir) / "toxiproxy.log" if workdir is not None else None
         self.api_port = 0  # host port of the API
         self._published: dict[int, int] = {}  # container port -> host port
-        self.container_id: str | None = None
-        self._given_network = network
-        self._own_network: Any = None
-        self._tc: Any = None
-        self._client: Any = None
-        self._finalizer: weakref.finalize | None = None
+        init_container_state(self, network)
 
     @property
     def api_url(self) -> str:

@@ -36,13 +36,13 @@ from __future__ import annotations
 import re
 import time
 import uuid
-import weakref
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from conformance.targets.activemq.process import ActiveMQAddresses, ActiveMQProcess, ActiveMQStartError
 from conformance.targets.runtime.probes import stomp_handshake
-from conformance.targets.runtime.container import ContainerLifecycle, _configure_reaper, docker_container, new_network
+from conformance.targets.runtime.container import ContainerLifecycle, _configure_reaper, docker_container, \
+    init_container_state, new_network
 from conformance.targets.runtime.docker_env import ACTIVEMQ_IMAGE, DockerUnavailable, docker_client, image_available
 from conformance.targets.runtime.process import free_ports
 import socket
@@ -107,12 +107,7 @@ class ActiveMQContainer(ActiveMQAddresses, ContainerLifecycle):
         self.openwire_port: int = 0
         self.mqtt_port: int | None = None
         self.jmx_port: int = 0
-        self.container_id: str | None = None
-        self._given_network = network
-        self._own_network: Any = None
-        self._tc: Any = None  # testcontainers DockerContainer of the current run
-        self._client: Any = None
-        self._finalizer: weakref.finalize | None = None
+        init_container_state(self, network)
 
     # ----------------------------------------------------------------- addresses
     @property

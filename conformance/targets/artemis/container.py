@@ -53,7 +53,6 @@ from __future__ import annotations
 import re
 import time
 import uuid
-import weakref
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +61,7 @@ from conformance.scenario import DestinationPolicy, Scenario
 from conformance.targets.runtime.probes import stomp_handshake
 # the address-setting mapping is shared with the local-process launcher (artemis/process.py)
 from conformance.targets.artemis.config import FRAGMENT_MARK, UnsupportedArtemisPolicy, address_settings_xml, artemis_match
-from conformance.targets.runtime.container import ContainerLifecycle, _configure_reaper
+from conformance.targets.runtime.container import ContainerLifecycle, _configure_reaper, init_container_state
 from conformance.targets.runtime.container import docker_container as _docker_container  # tests replace it
 from conformance.targets.runtime.container import new_network as _new_network  # tests replace it
 from conformance.targets.runtime.docker_env import DockerUnavailable, docker_client, image_available
@@ -178,12 +177,7 @@ class ArtemisContainer(ContainerLifecycle):
         self.conf_dir = self.workdir / "conf"
         self.log_path = self.workdir / "artemis.log"
         self.ports: dict[str, int] = {}  # listener -> published host port, kept across restarts
-        self.container_id: str | None = None
-        self._given_network = network
-        self._own_network: Any = None
-        self._tc: Any = None
-        self._client: Any = None
-        self._finalizer: weakref.finalize | None = None
+        init_container_state(self, network)
         self._ready_lines_before = 0
 
     # ----------------------------------------------------------------- configuration

@@ -50,6 +50,17 @@ def new_network(name: str, labels: dict[str, str]) -> Any:
     return net
 
 
+def init_container_state(launcher: Any, network: Any) -> None:
+    """The state a container launcher keeps (see the module docstring), before its first start:
+    the network it was given (None: it creates its own at start), no container, client or finalizer."""
+    launcher.container_id = None  # the docker container of the current run
+    launcher._given_network = network
+    launcher._own_network = None
+    launcher._tc = None  # testcontainers DockerContainer of the current run
+    launcher._client = None
+    launcher._finalizer = None
+
+
 def remove_container(container: Any) -> None:
     """Force-remove a container with its anonymous volumes; one already gone is fine."""
     try:
