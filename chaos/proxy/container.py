@@ -33,7 +33,10 @@ from typing import Any
 from chaos.proxy.client import ToxiproxyClient, ToxiproxyError
 from chaos.proxy.install import pin as toxiproxy_pin
 from chaos.proxy.server import FaultProxyServer
-from conformance.targets.runtime.container import _configure_reaper, _remove_quietly
+from conformance.targets.runtime.container import _configure_reaper, _remove_quietly, release_network_and_client, \
+    remove_container, init_container_state
+from conformance.targets.runtime.container import docker_container as _docker_container  # tests replace it
+from conformance.targets.runtime.container import new_network as _new_network  # tests replace it
 from conformance.targets.runtime.docker_env import DockerUnavailable, docker_client, image_available
 from conformance.targets.runtime.process import free_ports
 
@@ -50,22 +53,6 @@ LABEL = "org.brokerconf.launcher"
 
 class ToxiproxyStartError(RuntimeError):
     """The Toxiproxy container did not answer ``GET /version``; the message carries its log."""
-
-
-def _docker_container(image: str, **kwargs: Any) -> Any:
-    """A testcontainers generic container (a seam: tests hand in a fake)."""
-    from testcontainers.core.container import DockerContainer  # noqa: PLC0415 - optional dependency
-
-    return DockerContainer(image, **kwargs)
-
-
-def _new_network(name: str, labels: dict[str, str]) -> Any:
-    from testcontainers.core.network import Network  # noqa: PLC0415 - optional dependency
-
-    net = Network(docker_network_kw={"labels": labels})
-    net.name = name
-    net.create()
-    return net
 
 
 def _get_version(api_url: str, timeout: float) -> tuple[bool, str]:
@@ -94,12 +81,7 @@ class ToxiproxyContainer:
         self.log_path = Path(workdir) / "toxiproxy.log" if workdir is not None else None
         self.api_port = 0  # host port of the API
         self._published: dict[int, int] = {}  # container port -> host port
-        self.container_id: str | None = None
-        self._given_network = network
-        self._own_network: Any = None
-        self._tc: Any = None
-        self._client: Any = None
-        self._finalizer: weakref.finalize | None = None
+        init_container_state(self, network)
 
     @property
     def api_url(self) -> str:
@@ -217,26 +199,10 @@ class ToxiproxyContainer:
             if container is not None:
                 if self.log_path is not None:
                     self._save_log(container)
-                try:
-                    container.remove(force=True, v=True)
-                except Exception as exc:  # noqa: BLE001
-                    if "no such container" not in str(exc).lower() and "not found" not in str(exc).lower():
-                        raise
+                remove_container(container)
         finally:
             self.container_id = None
-            net, self._own_network = self._own_network, None
-            if net is not None:
-                try:
-                    net.remove()
-                except Exception as exc:  # noqa: BLE001
-                    if "not found" not in str(exc).lower():
-                        raise
-            if self._finalizer is not None:
-                self._finalizer.detach()
-                self._finalizer = None
-            if self._client is not None:
-                self._client.close()
-                self._client = None
+            release_network_and_client(self)
 
     def _save_log(self, container: Any) -> None:
         try:

@@ -36,13 +36,13 @@ from __future__ import annotations
 import re
 import time
 import uuid
-import weakref
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from conformance.targets.activemq.process import ActiveMQProcess, ActiveMQStartError
+from conformance.targets.activemq.process import ActiveMQAddresses, ActiveMQProcess, ActiveMQStartError
 from conformance.targets.runtime.probes import stomp_handshake
-from conformance.targets.runtime.container import ContainerLifecycle, _configure_reaper
+from conformance.targets.runtime.container import ContainerLifecycle, _configure_reaper, docker_container, \
+    init_container_state, new_network
 from conformance.targets.runtime.docker_env import ACTIVEMQ_IMAGE, DockerUnavailable, docker_client, image_available
 from conformance.targets.runtime.process import free_ports
 import socket
@@ -63,7 +63,7 @@ _CONFIG_IN_CONTAINER = "/etc/brokerconf/activemq.xml"
 _SHARED_KAHADB = _BASE / "shared-kahadb"
 
 
-class ActiveMQContainer(ContainerLifecycle):
+class ActiveMQContainer(ActiveMQAddresses, ContainerLifecycle):
     """One ActiveMQ Classic broker in a Docker container on a scenario network.
 
     Takes the same broker options as `ActiveMQProcess` (``stomp``, ``openwire``, ``mqtt``,
@@ -107,32 +107,9 @@ class ActiveMQContainer(ContainerLifecycle):
         self.openwire_port: int = 0
         self.mqtt_port: int | None = None
         self.jmx_port: int = 0
-        self.container_id: str | None = None
-        self._given_network = network
-        self._own_network: Any = None
-        self._tc: Any = None  # testcontainers DockerContainer of the current run
-        self._client: Any = None
-        self._finalizer: weakref.finalize | None = None
+        init_container_state(self, network)
 
     # ----------------------------------------------------------------- addresses
-    @property
-    def stomp_address(self) -> tuple[str, int]:
-        return (self.host, self.stomp_port)
-
-    @property
-    def openwire_url(self) -> str:
-        return f"tcp://{self.host}:{self.openwire_port}"
-
-    @property
-    def mqtt_address(self) -> tuple[str, int] | None:
-        return (self.host, self.mqtt_port) if self.mqtt_port else None
-
-    @property
-    def jmx_url(self) -> str | None:
-        if not (self.jmx and self.jmx_port):
-            return None
-        return f"service:jmx:rmi:///jndi/rmi://{self.host}:{self.jmx_port}/jmxrmi"
-
     @property
     def internal_openwire_url(self) -> str:
         """How other containers on the scenario network reach this broker (network connectors)."""
@@ -205,16 +182,10 @@ class ActiveMQContainer(ContainerLifecycle):
     def _ensure_network(self) -> None:
         if self._given_network is not None or self._own_network is not None:
             return
-        from testcontainers.core.network import Network  # noqa: PLC0415 - optional dependency
-
-        net = Network(docker_network_kw={"labels": {LABEL: "activemq_container", "org.brokerconf.broker": self.name}})
-        net.name = f"brokerconf-{self.name}-{uuid.uuid4().hex[:8]}"
-        net.create()
-        self._own_network = net
+        self._own_network = new_network(f"brokerconf-{self.name}-{uuid.uuid4().hex[:8]}",
+                                        {LABEL: "activemq_container", "org.brokerconf.broker": self.name})
 
     def _build_container(self) -> Any:
-        from testcontainers.core.container import DockerContainer  # noqa: PLC0415 - optional dependency
-
         if self.jmx and not self.jmx_port:
             self.jmx_port = free_ports(1)[0]
         env = {"ACTIVEMQ_XML": _CONFIG_IN_CONTAINER, "ACTIVEMQ_HEAP_MB": str(self._config.jvm_heap_mb),
@@ -223,8 +194,8 @@ class ActiveMQContainer(ContainerLifecycle):
                "ACTIVEMQ_HEALTH_PORTS": " ".join(str(CONTAINER_PORTS[p]) for p in ("stomp", "openwire", "mqtt")
                                                  if getattr(self, p)),
                **self.env}
-        tc = DockerContainer(self.image, env=env, network=self._given_network or self._own_network,
-                             network_aliases=list(self.network_aliases))
+        tc = docker_container(self.image, env=env, network=self._given_network or self._own_network,
+                              network_aliases=list(self.network_aliases))
         tc.with_name(f"brokerconf-{self.name}-{uuid.uuid4().hex[:8]}")
         tc.with_volume_mapping(str(self.config_path), _CONFIG_IN_CONTAINER, "ro")
         tc.with_volume_mapping(str(self.data_dir), str(_BASE / "data"), "rw")

@@ -34,6 +34,7 @@ from conformance.targets.activemq.network import _ESTABLISHED, ActiveMQNetwork, 
     render_network_connector
 from conformance.targets.activemq.shared_store import NODE_NAMES, SharedStoreGroup, SharedStoreNode
 from conformance.targets.runtime.docker_env import ACTIVEMQ_IMAGE, docker_client
+from conformance.targets.runtime.container import new_network
 
 __all__ = ["ActiveMQContainerNetwork", "ContainerNetworkNode", "ContainerSharedStoreNode", "SharedVolumePair",
            "scenario_network"]
@@ -41,12 +42,7 @@ __all__ = ["ActiveMQContainerNetwork", "ContainerNetworkNode", "ContainerSharedS
 
 def scenario_network(kind: str, name: str) -> Any:
     """A created testcontainers ``Network`` with the project's labels (the caller removes it)."""
-    from testcontainers.core.network import Network  # noqa: PLC0415 - optional dependency
-
-    net = Network(docker_network_kw={"labels": {LABEL: kind, "org.brokerconf.broker": name}})
-    net.name = f"brokerconf-{name}-{uuid.uuid4().hex[:8]}"
-    net.create()
-    return net
+    return new_network(f"brokerconf-{name}-{uuid.uuid4().hex[:8]}", {LABEL: kind, "org.brokerconf.broker": name})
 
 
 def _remove_network(net: Any) -> None:

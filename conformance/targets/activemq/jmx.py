@@ -15,13 +15,14 @@ from __future__ import annotations
 import json
 import os
 import queue
-import shutil
 import subprocess
 import threading
 import time
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from conformance.targets.activemq.paths import find_java
 
 HELPER_SOURCE = Path(__file__).with_name("JmxQuery.java")
 # Small, quick-starting helper JVM: it only relays a few attributes.
@@ -58,17 +59,6 @@ class QueryTiming:
     @property
     def mean(self) -> float:
         return self.total / self.count if self.count else 0.0
-
-
-def find_java() -> str | None:
-    """A ``java`` (11+, for the source launcher): $BROKERCONF_JAVA, Debian's default-java, PATH, $JAVA_HOME."""
-    candidates = [os.environ.get("BROKERCONF_JAVA"), "/usr/lib/jvm/default-java/bin/java", shutil.which("java")]
-    if os.environ.get("JAVA_HOME"):
-        candidates.append(os.path.join(os.environ["JAVA_HOME"], "bin", "java"))
-    for c in candidates:
-        if c and os.path.isfile(c) and os.access(c, os.X_OK):
-            return c
-    return None
 
 
 def _helper_command(service_url: str, *extra: str) -> list[str]:

@@ -39,6 +39,7 @@ from conformance.targets.activemq.mbeans import destination_pattern
 from conformance.targets.activemq.jmx import JmxClient
 from conformance.targets.runtime.process import free_ports
 from conformance.targets.runtime.node import ProcessNode
+from conformance.targets.runtime.evidence import ProcessEvidence
 
 __all__ = ["Bridge", "check_duplex_names", "PEER_LIST_SCHEMES", "BridgeFilterPolicy", "CompositeDestination", "render_destination_interceptors", "BridgeRoute", "NetworkConnectorOptions", "ActiveMQNetwork", "NetworkNode",
            "NetworkStartError", "render_network_connector", "render_bridge_filter_policy", "destination_element"]
@@ -173,7 +174,7 @@ def render_destination_interceptors(composites: tuple[CompositeDestination, ...]
 # --------------------------------------------------------------------------- one broker
 
 
-class NetworkNode(ProcessNode):
+class NetworkNode(ProcessEvidence, ProcessNode):
     """One ActiveMQ broker of a topology (`Node`): its process, addresses, and the counters tests
     wait on (the destination MBeans over JMX). ``start_options``: the process's ``start`` options
     (a shared-store slave waits for the lock: ``wait_for="lock"``)."""
@@ -255,15 +256,6 @@ class NetworkNode(ProcessNode):
         except OSError:
             return []
         return [m.group("remote") for m in _ESTABLISHED.finditer(text) if m.group("local") == self.process.name]
-
-    def config_text(self) -> str:
-        try:
-            return self.process.config_path.read_text(encoding="utf-8")
-        except OSError:
-            return self.process.render_config()
-
-    def log_tail(self, lines: int = 80) -> str:
-        return self.process.log_tail(lines)
 
     def stop(self) -> None:
         try:

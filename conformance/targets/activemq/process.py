@@ -37,13 +37,12 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import time
 from pathlib import Path
 from xml.sax.saxutils import quoteattr
 
 from conformance.targets.activemq.amqp import installed, jar_paths
-from conformance.targets.activemq.paths import ACTIVEMQ_HOME, JAVA_SHARE
+from conformance.targets.activemq.paths import ACTIVEMQ_HOME, JAVA_SHARE, find_java
 from conformance.targets.runtime.managed import ManagedProcess
 from conformance.targets.runtime.probes import stomp_handshake, tcp_accepts
 from conformance.targets.runtime.process import free_ports
@@ -108,20 +107,6 @@ class ActiveMQStartError(RuntimeError):
 # --------------------------------------------------------------------------- discovery
 
 
-def _find_java() -> str | None:
-    candidates: list[str | None] = [
-        os.environ.get("BROKERCONF_JAVA"),
-        "/usr/lib/jvm/default-java/bin/java",  # Debian's default-jre symlink, as the package uses
-        shutil.which("java"),
-    ]
-    if os.environ.get("JAVA_HOME"):
-        candidates.append(os.path.join(os.environ["JAVA_HOME"], "bin", "java"))
-    for c in candidates:
-        if c and os.path.isfile(c) and os.access(c, os.X_OK):
-            return c
-    return None
-
-
 def _missing_core() -> str:
     run_jar = ACTIVEMQ_HOME / "bin" / "activemq.jar"
     if not run_jar.is_file():
@@ -133,7 +118,7 @@ def _missing_core() -> str:
     if not (ACTIVEMQ_HOME / "lib" / "optional" / "xbean-spring.jar").is_file():
         return (f"ActiveMQ Classic installation is incomplete: {ACTIVEMQ_HOME / 'lib/optional/xbean-spring.jar'} "
                 f"is missing (Debian package `activemq`); {INSTALL_HINT}")
-    if _find_java() is None:
+    if find_java() is None:
         return ("no Java runtime found for ActiveMQ (looked at $BROKERCONF_JAVA, /usr/lib/jvm/default-java, "
                 "PATH, $JAVA_HOME); install it with `apt-get install default-jre-headless` (pulled in by `activemq`)")
     return ""
@@ -216,7 +201,38 @@ appender.logfile.layout.pattern=%d | %-5p | %m | %c | %t%n
 _SLAVE_LINE = "is locked by another server"
 
 
-class ActiveMQProcess(ManagedProcess):
+class ActiveMQAddresses:
+    """Where clients reach a broker, from its ``host`` and published ports; shared by the local
+    process and the container (ActiveMQContainer), which fill the same attributes."""
+
+    host: str
+    stomp_port: int
+    openwire_port: int
+    mqtt_port: int | None
+    jmx: bool
+    jmx_port: int
+
+    @property
+    def stomp_address(self) -> tuple[str, int]:
+        return (self.host, self.stomp_port)
+
+    @property
+    def openwire_url(self) -> str:
+        return f"tcp://{self.host}:{self.openwire_port}"
+
+    @property
+    def mqtt_address(self) -> tuple[str, int] | None:
+        return (self.host, self.mqtt_port) if self.mqtt_port else None
+
+    @property
+    def jmx_url(self) -> str | None:
+        """JMX service URL of the JDK agent (``jmx=True``), e.g. for conformance.targets.activemq.jmx."""
+        if not (self.jmx and self.jmx_port):
+            return None
+        return f"service:jmx:rmi:///jndi/rmi://{self.host}:{self.jmx_port}/jmxrmi"
+
+
+class ActiveMQProcess(ActiveMQAddresses, ManagedProcess):
     """One ActiveMQ Classic broker JVM with generated configuration on loopback ports.
 
     Non-persistent (``persistent="false"``, in-memory store) unless
@@ -345,31 +361,8 @@ class ActiveMQProcess(ManagedProcess):
 
     # ----------------------------------------------------------------- urls
     @property
-    def stomp_address(self) -> tuple[str, int]:
-        return (self.host, self.stomp_port)
-
-    @property
-    def openwire_url(self) -> str:
-        return f"tcp://{self.host}:{self.openwire_port}"
-
-    @property
-    def mqtt_address(self) -> tuple[str, int] | None:
-        return (self.host, self.mqtt_port) if self.mqtt_port else None
-
-    @property
     def amqp_address(self) -> tuple[str, int] | None:
         return (self.host, self.amqp_port) if self.amqp_port else None
-
-    @property
-    def jmx_url(self) -> str | None:
-        """JMX service URL of the JDK agent (``jmx=True``), e.g. for conformance.targets.activemq.jmx."""
-        if not (self.jmx and self.jmx_port):
-            return None
-        return f"service:jmx:rmi:///jndi/rmi://{self.host}:{self.jmx_port}/jmxrmi"
-
-    @property
-    def running(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
 
     # ----------------------------------------------------------------- config
     def _jmx_jvm_args(self) -> list[str]:
@@ -491,7 +484,7 @@ class ActiveMQProcess(ManagedProcess):
         return os.pathsep.join(entries)
 
     def build_command(self) -> list[str]:
-        java = _find_java()
+        java = find_java()
         if java is None:
             raise ActiveMQNotInstalled(_missing_core())
         w = self.workdir
@@ -560,12 +553,8 @@ class ActiveMQProcess(ManagedProcess):
         self._write_layout()
         self.command = self.build_command()
         self.log_path.write_bytes(b"")  # fresh log for this attempt
-        self._spawn(self.command, cwd=self.workdir, output=self.log_path)
-        try:
-            self._wait_ready(deadline, wait_for)
-        except BaseException:
-            self.stop()
-            raise
+        self._spawn_until_ready(self.command, lambda: self._wait_ready(deadline, wait_for),
+                                cwd=self.workdir, output=self.log_path)
 
     def _wait_ready(self, deadline: float, wait_for: str = "serving") -> None:
         def probe(budget: float) -> tuple[bool, str]:
@@ -610,14 +599,6 @@ class ActiveMQProcess(ManagedProcess):
             parts.append("key lines:\n  " + "\n  ".join(key[-8:]))
         parts.append("log tail (stack frames omitted):\n" + "\n".join(tail_lines))
         return "\n".join(parts)
-
-    # ----------------------------------------------------------------- context manager
-    def __enter__(self) -> "ActiveMQProcess":
-        self.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
 
     def __repr__(self) -> str:
         state = f"pid={self.pid}" if self.running else "stopped"

@@ -24,6 +24,7 @@ from conformance.topology import SharedStore, Topology
 
 from conformance.targets.activemq.process import ActiveMQProcess
 from conformance.targets.activemq.network import NetworkNode
+from conformance.targets.runtime.node import NodeRestarts
 
 #: node names, in start order: A is started first and becomes the first master
 NODE_NAMES = "ABCDEFGH"
@@ -46,7 +47,7 @@ class SharedStoreNode(NetworkNode):
         return f"<SharedStoreNode {self.name} {self.process!r}>"
 
 
-class SharedStoreGroup:
+class SharedStoreGroup(NodeRestarts):
     """``nodes`` ActiveMQ brokers sharing ``workdir/shared-kahadb``. `start()` brings up node A as
     master and the others as slaves (and checks that they are); `stop()` stops them all."""
 
@@ -116,16 +117,6 @@ class SharedStoreGroup:
 
     def subscription_discards(self, destination: str) -> list[int] | None:
         return None
-
-    def restart(self, name: str, timeout: float = 90) -> None:
-        self.nodes[name].stop()
-        self.nodes[name].start(timeout=timeout)
-
-    def stop_broker(self, name: str) -> None:
-        self.nodes[name].stop()
-
-    def start_broker(self, name: str, timeout: float = 90) -> None:
-        self.nodes[name].start(timeout=timeout)
 
     def rename_connector(self, source: str, old: str, new: str) -> None:
         raise ValueError("a shared-store group has no network connectors to rename")

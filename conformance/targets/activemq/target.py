@@ -63,6 +63,8 @@ from conformance.targets.activemq.network import ActiveMQNetwork
 from conformance.targets.activemq.rigs import DiscoveryPair
 from conformance.targets.activemq.rigs import MasterSlaveRig
 from conformance.targets.runtime.node import launch_single
+from conformance.targets.runtime.launch_choice import choose_launch
+from conformance.targets.runtime.evidence import ProcessEvidence
 from conformance.topology import check_supported
 
 __all__ = ["ActiveMQTarget", "ActiveMQHandle", "LAUNCH_MODES", "subscription_pattern", "destination_pattern"]
@@ -121,7 +123,7 @@ def _broker_name(scenario: Scenario) -> str:
     return "brokerconf-" + (re.sub(r"[^A-Za-z0-9_.-]+", "-", scenario.name).strip("-") or "scenario")
 
 
-class ActiveMQHandle:
+class ActiveMQHandle(ProcessEvidence):
     """A running ActiveMQ Classic broker for one scenario (implements `BrokerHandle`)."""
 
     kind = "activemq"
@@ -159,15 +161,6 @@ class ActiveMQHandle:
             self.ports["amqp"] = self.process.amqp_port
 
     # ----------------------------------------------------------------- evidence
-    def config_text(self) -> str:
-        try:
-            return self.process.config_path.read_text(encoding="utf-8")
-        except OSError:
-            return self.process.render_config()
-
-    def log_tail(self, lines: int = 80) -> str:
-        return self.process.log_tail(lines)
-
     @property
     def pid(self) -> int | None:
         """The broker JVM's PID; None in a container (signal it through the container, not a host PID)."""
@@ -293,19 +286,9 @@ class ActiveMQTarget:
     def _resolve(self) -> tuple[str, bool, str]:
         """(mode, ok, reason), computed once: the checks ask dpkg / the Docker engine."""
         if self._resolved is None:
-            if self.launch_requested == "process":
-                self._resolved = ("process", *self._process_check())
-            elif self.launch_requested == "container":
-                self._resolved = ("container", *self._container_check())
-            else:
-                ok, reason = self._process_check()
-                if ok:
-                    self._resolved = ("process", True, "")
-                else:
-                    c_ok, c_reason = self._container_check()
-                    self._resolved = (("container", True, "") if c_ok else
-                                      ("process", False, f"no local ActiveMQ ({reason}) and no container "
-                                                         f"({c_reason})"))
+            self._resolved = choose_launch(
+                self.launch_requested, self._process_check, self._container_check,
+                lambda reason, c_reason: f"no local ActiveMQ ({reason}) and no container ({c_reason})")
         return self._resolved
 
     @property

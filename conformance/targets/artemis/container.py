@@ -53,7 +53,6 @@ from __future__ import annotations
 import re
 import time
 import uuid
-import weakref
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +61,9 @@ from conformance.scenario import DestinationPolicy, Scenario
 from conformance.targets.runtime.probes import stomp_handshake
 # the address-setting mapping is shared with the local-process launcher (artemis/process.py)
 from conformance.targets.artemis.config import FRAGMENT_MARK, UnsupportedArtemisPolicy, address_settings_xml, artemis_match
-from conformance.targets.runtime.container import ContainerLifecycle, _configure_reaper
+from conformance.targets.runtime.container import ContainerLifecycle, _configure_reaper, init_container_state
+from conformance.targets.runtime.container import docker_container as _docker_container  # tests replace it
+from conformance.targets.runtime.container import new_network as _new_network  # tests replace it
 from conformance.targets.runtime.docker_env import DockerUnavailable, docker_client, image_available
 from conformance.targets.runtime.process import free_ports
 from conformance.targets.artemis.dist import ARTEMIS_IMAGE  # the local image by default; never pulled (a missing image is a reason)
@@ -128,22 +129,6 @@ class ArtemisStartError(RuntimeError):
 # ------------------------------------------------------------------ the launcher
 
 
-def _docker_container(image: str, **kwargs: Any) -> Any:
-    """A testcontainers generic container (a seam: tests hand in a fake)."""
-    from testcontainers.core.container import DockerContainer  # noqa: PLC0415 - optional dependency
-
-    return DockerContainer(image, **kwargs)
-
-
-def _new_network(name: str, labels: dict[str, str]) -> Any:
-    from testcontainers.core.network import Network  # noqa: PLC0415 - optional dependency
-
-    net = Network(docker_network_kw={"labels": labels})
-    net.name = name
-    net.create()
-    return net
-
-
 def _wait_strategy(pattern: str, timeout: float) -> Any:
     from testcontainers.core.wait_strategies import LogMessageWaitStrategy  # noqa: PLC0415 - optional dependency
 
@@ -192,12 +177,7 @@ class ArtemisContainer(ContainerLifecycle):
         self.conf_dir = self.workdir / "conf"
         self.log_path = self.workdir / "artemis.log"
         self.ports: dict[str, int] = {}  # listener -> published host port, kept across restarts
-        self.container_id: str | None = None
-        self._given_network = network
-        self._own_network: Any = None
-        self._tc: Any = None
-        self._client: Any = None
-        self._finalizer: weakref.finalize | None = None
+        init_container_state(self, network)
         self._ready_lines_before = 0
 
     # ----------------------------------------------------------------- configuration
@@ -369,12 +349,8 @@ class ArtemisContainer(ContainerLifecycle):
         the JVM itself, since the start script, /docker-run.sh and bin/artemis each ``exec`` the
         next. None when the container is not running; a PID not in this container's cgroup (reused
         since) is never answered. Signalling it needs the engine user's rights (root here)."""
-        container = self._wrapped()
+        container = self._reloaded()
         if container is None:
-            return None
-        try:
-            container.reload()
-        except Exception:  # noqa: BLE001 - removed behind our back
             return None
         state = container.attrs.get("State") or {}
         if not (state.get("Running") and state.get("Pid")):

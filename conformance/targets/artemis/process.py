@@ -135,10 +135,6 @@ class ArtemisProcess(ManagedProcess):
         return self.config.broker_xml() if self.config else "(not created yet)"
 
     # ----------------------------------------------------------------- lifecycle
-    @property
-    def running(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
-
     def start(self, timeout: float = 120) -> None:
         """Create the instance (first start), run the broker and wait for a STOMP CONNECTED.
         Raises ArtemisNotInstalled / ArtemisStartError; nothing is left running on failure."""
@@ -151,12 +147,8 @@ class ArtemisProcess(ManagedProcess):
             f.write(f"--- brokerconf: starting {self.instance}/bin/artemis run at {time.strftime('%H:%M:%S')}\n"
                     .encode())
         self._log_offset = self.log_path.stat().st_size
-        self._spawn([str(self.instance / "bin" / "artemis"), "run"], cwd=self.instance, output=self.log_path)
-        try:
-            self._wait_ready(deadline)
-        except BaseException:
-            self.stop()
-            raise
+        self._spawn_until_ready([str(self.instance / "bin" / "artemis"), "run"], lambda: self._wait_ready(deadline),
+                                cwd=self.instance, output=self.log_path)
 
     def _wait_ready(self, deadline: float) -> None:
         self._await_ready(deadline, lambda budget: stomp_handshake(self.ports["stomp"], budget, self.ready_login),

@@ -41,6 +41,8 @@ from conformance.targets.artemis.dist import ARTEMIS_IMAGE, installed
 from conformance.targets.base import DestinationCounters, SubscriptionCounters, TargetUnavailable
 from conformance.targets.runtime.docker_env import DockerUnavailable, image_available
 from conformance.targets.runtime.node import launch_single
+from conformance.targets.runtime.launch_choice import choose_launch
+from conformance.targets.runtime.evidence import ProcessEvidence
 
 __all__ = ["ArtemisTarget", "ArtemisProcessHandle", "ArtemisContainerHandle", "LAUNCH_MODES"]
 
@@ -90,7 +92,7 @@ def _broker_name(scenario: Scenario) -> str:
     return "brokerconf-" + (re.sub(r"[^A-Za-z0-9_.-]+", "-", scenario.name).strip("-") or "scenario")
 
 
-class ArtemisProcessHandle:
+class ArtemisProcessHandle(ProcessEvidence):
     """A running local Artemis broker for one scenario (implements `BrokerHandle`)."""
 
     kind = "artemis"
@@ -111,15 +113,6 @@ class ArtemisProcessHandle:
     @property
     def pid(self) -> int | None:
         return self.process.pid
-
-    def config_text(self) -> str:
-        try:
-            return self.process.config_path.read_text(encoding="utf-8")
-        except OSError:
-            return self.process.render_config()
-
-    def log_tail(self, lines: int = 80) -> str:
-        return self.process.log_tail(lines)
 
     def subscription_counters(self, destination: str) -> list[SubscriptionCounters]:
         raise TargetUnavailable(f"{self.target}: Artemis keeps no per-subscriber matched / discarded counters "
@@ -274,18 +267,9 @@ class ArtemisTarget:
 
     def _resolve(self) -> tuple[str, bool, str]:
         if self._resolved is None:
-            if self.launch_requested == "process":
-                self._resolved = ("process", *self._check_process())
-            elif self.launch_requested == "container":
-                self._resolved = ("container", *self._check_container())
-            else:
-                ok, reason = self._check_process()
-                if ok:
-                    self._resolved = ("process", True, "")
-                else:
-                    c_ok, c_reason = self._check_container()
-                    self._resolved = (("container", True, "") if c_ok else
-                                      ("process", False, f"no local Artemis ({reason}) and {c_reason}"))
+            self._resolved = choose_launch(
+                self.launch_requested, self._check_process, self._check_container,
+                lambda reason, c_reason: f"no local Artemis ({reason}) and {c_reason}")
         return self._resolved
 
     @property

@@ -162,10 +162,6 @@ class MosquittoProcess(ManagedProcess):
     def mqtt_address(self) -> tuple[str, int]:
         return (self.host, self.mqtt_port)
 
-    @property
-    def running(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
-
     # ----------------------------------------------------------------- config
     def render_config(self) -> str:
         lines = [
@@ -232,12 +228,8 @@ class MosquittoProcess(ManagedProcess):
         self.config_path.write_text(self.render_config(), encoding="utf-8")
         self.command = self.build_command()
         self.log_path.write_bytes(b"")
-        self._spawn(self.command, cwd=self.workdir, output=self.stdout_path, truncate=True)
-        try:
-            self._wait_ready(deadline)
-        except BaseException:
-            self.stop()
-            raise
+        self._spawn_until_ready(self.command, lambda: self._wait_ready(deadline),
+                                cwd=self.workdir, output=self.stdout_path, truncate=True)
 
     def _wait_ready(self, deadline: float) -> None:
         self._await_ready(deadline, lambda budget: mqtt_connack(self.mqtt_port, timeout=budget), poll=0.05)
@@ -249,14 +241,6 @@ class MosquittoProcess(ManagedProcess):
 
     def _failure_report(self) -> str:
         return f"config {self.config_path}, log {self.log_path}:\n{self.log_tail(40) or '(empty log)'}"
-
-    # ----------------------------------------------------------------- context manager
-    def __enter__(self) -> "MosquittoProcess":
-        self.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
 
     def __repr__(self) -> str:
         state = f"pid={self.pid}" if self.running else "stopped"

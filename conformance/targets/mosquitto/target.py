@@ -9,17 +9,13 @@ from conformance.scenario import Scenario
 from conformance.targets.base import TargetUnavailable
 from conformance.targets.mosquitto.process import (MosquittoNotInstalled, MosquittoProcess, MosquittoStartError,
                                                     mosquitto_available)
-from conformance.targets.runtime.peer_handle import PeerHandle, safe_name
-from conformance.targets.runtime.node import launch_single
+from conformance.targets.runtime.peer_handle import PeerHandle, PeerTarget, safe_name
 
 
-class MosquittoTarget:
+class MosquittoTarget(PeerTarget):
     """Eclipse Mosquitto 2.x from the Debian package, one broker per scenario (implements `Target`)."""
 
     kind = "mosquitto"
-    launch_mode = "process"
-    #: no capability depends on an extra install (`Target.capability_requirements`)
-    capability_requirements: dict[str, str] = {}
 
     def __init__(self, name: str = "mosquitto", *, start_timeout: float = 30.0) -> None:
         self.name = name
@@ -33,11 +29,6 @@ class MosquittoTarget:
 
     def why_missing(self, capability: str) -> str | None:
         return None  # the capability's own description says it all
-
-    def launch_topology(self, topology, scenario: Scenario, workdir: Path, *, bridge_route=None):
-        """One broker, not faultable by the harness (no process.kill)."""
-
-        return launch_single(self, topology, scenario, workdir, faultable=False)
 
     def launch(self, scenario: Scenario, workdir: Path) -> PeerHandle:
         ok, reason = self.availability()

@@ -455,14 +455,6 @@ class RabbitMQProcess(ManagedProcess):
         parts.append("log tail:\n" + (self.log_tail(tail) or "(empty)"))
         return "\n".join(parts)
 
-    # ----------------------------------------------------------------- context manager
-    def __enter__(self) -> "RabbitMQProcess":
-        self.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
-
     def __repr__(self) -> str:
         state = f"pid={self.pid} beam={self.beam_pid}" if self.running else "stopped"
         return (f"<RabbitMQProcess {self.nodename} {state} amqp={self.amqp_port} stomp={self.stomp_port} "

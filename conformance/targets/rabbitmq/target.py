@@ -17,8 +17,7 @@ from conformance.scenario import Scenario
 from conformance.targets.base import TargetUnavailable
 from conformance.targets.rabbitmq.process import (PLUGINS, RabbitMQNotInstalled, RabbitMQProcess, RabbitMQStartError,
                                                    rabbitmq_available)
-from conformance.targets.runtime.peer_handle import PeerHandle, safe_name
-from conformance.targets.runtime.node import launch_single
+from conformance.targets.runtime.peer_handle import PeerHandle, PeerTarget, safe_name
 
 #: RabbitMQ reads STOMP's host header as its virtual host (stomp.py sends the IP), and its AMQP
 #: 1.0 plugin addresses queues and topics as /queue/X and /topic/X.
@@ -29,13 +28,10 @@ _RABBITMQ_SWITCHES = {"amqp": "amqp10", "stomp": "stomp", "mqtt": "mqtt"}
 
 
 
-class RabbitMQTarget:
+class RabbitMQTarget(PeerTarget):
     """RabbitMQ 3.x from the Debian package, one node per scenario (implements `Target`)."""
 
     kind = "rabbitmq"
-    launch_mode = "process"
-    #: no capability depends on an extra install (`Target.capability_requirements`)
-    capability_requirements: dict[str, str] = {}
 
     def __init__(self, name: str = "rabbitmq", *, start_timeout: float = 120.0) -> None:
         self.name = name
@@ -59,11 +55,6 @@ class RabbitMQTarget:
             return None
         ok, reason = rabbitmq_available(**{"amqp10": False, switch: True})
         return None if ok else reason
-
-    def launch_topology(self, topology, scenario: Scenario, workdir: Path, *, bridge_route=None):
-        """One broker, not faultable by the harness (no process.kill)."""
-
-        return launch_single(self, topology, scenario, workdir, faultable=False)
 
     def launch(self, scenario: Scenario, workdir: Path) -> PeerHandle:
         ok, reason = self.availability()

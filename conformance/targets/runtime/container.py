@@ -32,6 +32,62 @@ class NetworkedContainer(Protocol):
         and a port published as "any free host port" comes back with a new number."""
         ...
 
+def docker_container(image: str, **kwargs: Any) -> Any:
+    """A testcontainers generic container. Launchers import it as ``_docker_container``, a seam
+    their tests replace with a fake."""
+    from testcontainers.core.container import DockerContainer  # noqa: PLC0415 - optional dependency
+
+    return DockerContainer(image, **kwargs)
+
+
+def new_network(name: str, labels: dict[str, str]) -> Any:
+    """Create a labelled Docker network (testcontainers); launchers import it as ``_new_network``."""
+    from testcontainers.core.network import Network  # noqa: PLC0415 - optional dependency
+
+    net = Network(docker_network_kw={"labels": labels})
+    net.name = name
+    net.create()
+    return net
+
+
+def init_container_state(launcher: Any, network: Any) -> None:
+    """The state a container launcher keeps (see the module docstring), before its first start:
+    the network it was given (None: it creates its own at start), no container, client or finalizer."""
+    launcher.container_id = None  # the docker container of the current run
+    launcher._given_network = network
+    launcher._own_network = None
+    launcher._tc = None  # testcontainers DockerContainer of the current run
+    launcher._client = None
+    launcher._finalizer = None
+
+
+def remove_container(container: Any) -> None:
+    """Force-remove a container with its anonymous volumes; one already gone is fine."""
+    try:
+        container.remove(force=True, v=True)
+    except Exception as exc:  # noqa: BLE001
+        if "no such container" not in str(exc).lower() and "not found" not in str(exc).lower():
+            raise
+
+
+def release_network_and_client(launcher: Any) -> None:
+    """The end of a launcher's stop(): remove the network it created (one already gone is fine),
+    detach its finalizer and close its Docker client. A failed network removal propagates."""
+    net, launcher._own_network = launcher._own_network, None
+    if net is not None:
+        try:
+            net.remove()
+        except Exception as exc:  # noqa: BLE001 - report, but do not hide the container cleanup
+            if "not found" not in str(exc).lower():
+                raise
+    if launcher._finalizer is not None:
+        launcher._finalizer.detach()
+        launcher._finalizer = None
+    if launcher._client is not None:
+        launcher._client.close()
+        launcher._client = None
+
+
 def _configure_reaper(client: Any) -> None:
     """Switch testcontainers' Ryuk reaper off when its image is not present and the user did not
     choose: pulling it would fail offline and abort every start."""
@@ -65,14 +121,8 @@ class ContainerLifecycle:
 
     @property
     def running(self) -> bool:
-        container = self._wrapped()
-        if container is None:
-            return False
-        try:
-            container.reload()
-        except Exception:  # noqa: BLE001 - removed behind our back
-            return False
-        return container.status == "running"
+        container = self._reloaded()
+        return container is not None and container.status == "running"
 
     def _arm_finalizer(self) -> None:
         if self._finalizer is not None:
@@ -85,19 +135,7 @@ class ContainerLifecycle:
         try:
             self._discard_container(timeout)
         finally:
-            net, self._own_network = self._own_network, None
-            if net is not None:
-                try:
-                    net.remove()
-                except Exception as exc:  # noqa: BLE001 - report, but do not hide the container cleanup
-                    if "not found" not in str(exc).lower():
-                        raise
-            if self._finalizer is not None:
-                self._finalizer.detach()
-                self._finalizer = None
-            if self._client is not None:
-                self._client.close()
-                self._client = None
+            release_network_and_client(self)
 
     def kill(self) -> None:
         """SIGKILL the broker (a crash, for chaos tests); the container stays until start() or stop(),
@@ -121,6 +159,18 @@ class ContainerLifecycle:
     def _wrapped(self) -> Any:
         return self._tc._container if self._tc is not None else None
 
+    def _reloaded(self) -> Any:
+        """The current run's container with its state re-read from the engine; None when there is
+        none or it was removed behind our back."""
+        container = self._wrapped()
+        if container is None:
+            return None
+        try:
+            container.reload()
+        except Exception:  # noqa: BLE001 - removed behind our back
+            return None
+        return container
+
     def _discard_container(self, timeout: float = 20) -> None:
         tc, self._tc = self._tc, None
         container = tc._container if tc is not None else None
@@ -138,10 +188,7 @@ class ContainerLifecycle:
             self._save_logs(container)
         finally:
             try:
-                container.remove(force=True, v=True)
-            except Exception as exc:  # noqa: BLE001
-                if "no such container" not in str(exc).lower() and "not found" not in str(exc).lower():
-                    raise
+                remove_container(container)
             finally:
                 self.container_id = None
                 tc.get_docker_client().client.close()

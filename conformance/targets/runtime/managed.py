@@ -20,7 +20,7 @@ import subprocess
 import time
 import weakref
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Self
 
 import psutil
 
@@ -33,7 +33,8 @@ Probe = Callable[[float], tuple[bool, str]]
 class ManagedProcess:
     """Mixin for a launcher. The subclass sets ``label`` (how messages name it), ``start_error``
     (the exception its start raises), ``log_path`` (where its output goes) and calls
-    `_init_process` in its constructor; it may override `_failure_report`."""
+    `_init_process` in its constructor and provides ``start()``; it may override `_failure_report`.
+    As a context manager it starts on entry and stops on exit."""
 
     label = "broker"
     start_error: type[Exception] = RuntimeError
@@ -65,6 +66,25 @@ class ManagedProcess:
                                       close_fds=True)
         self.pid = self._proc.pid
         self._finalizer = weakref.finalize(self, kill_group, self._proc)
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def _spawn_until_ready(self, command: list[str], ready: Callable[[], None], *, cwd: Path, output: Path,
+                           truncate: bool = False) -> None:
+        """`_spawn` then ``ready()`` (which waits, raising on failure); if the wait fails or is
+        interrupted the broker is stopped before the error propagates, so no half-started
+        process outlives a failed start."""
+        self._spawn(command, cwd=cwd, output=output, truncate=truncate)
+        try:
+            ready()
+        except BaseException:
+            self.stop()
+            raise
 
     def _open_output(self, output: Path, truncate: bool = False) -> None:
         """Where the broker's (and its companions') stdout and stderr go; `_spawn` opens it, a

@@ -117,7 +117,25 @@ class ProcessNode:
         return f"<{type(self).__name__} {self.name} {self.process!r}>"
 
 
-class SingleNodeCluster:
+class NodeRestarts:
+    """`Cluster.restart` / `stop_broker` / `start_broker` for a cluster whose nodes (``self.nodes``,
+    name -> ProcessNode) have no bridges to wait for: stop and start the node itself. Shared by
+    SingleNodeCluster and ActiveMQ's SharedStoreGroup."""
+
+    nodes: dict[str, Any]
+
+    def restart(self, name: str, timeout: float = 90) -> None:
+        self.nodes[name].stop()
+        self.nodes[name].start(timeout=timeout)
+
+    def stop_broker(self, name: str) -> None:
+        self.nodes[name].stop()
+
+    def start_broker(self, name: str, timeout: float = 90) -> None:
+        self.nodes[name].start(timeout=timeout)
+
+
+class SingleNodeCluster(NodeRestarts):
     """One launched broker as a topology of one node, ``A``. ``node``: its `Node` when the harness
     can fault it (a process or container of ours), else None (then ``nodes`` is empty and process
     faults are refused by whoever asks for them)."""
@@ -148,16 +166,6 @@ class SingleNodeCluster:
         if "counters.subscription" not in self.handle.capabilities:
             return None
         return sorted(c.discarded for c in self.handle.subscription_counters(destination))
-
-    def restart(self, name: str, timeout: float = 90) -> None:
-        self.nodes[name].stop()
-        self.nodes[name].start(timeout=timeout)
-
-    def stop_broker(self, name: str) -> None:
-        self.nodes[name].stop()
-
-    def start_broker(self, name: str, timeout: float = 90) -> None:
-        self.nodes[name].start(timeout=timeout)
 
     def rename_connector(self, source: str, old: str, new: str) -> None:
         raise ValueError("a single broker has no network connectors to rename")

@@ -1,4 +1,4 @@
-"""The handle of a broker that is a protocol-level peer only (RabbitMQ, Mosquitto): a process of
+"""The target and handle of a broker that is a protocol-level peer only (RabbitMQ, Mosquitto): a process of
 one of their launchers, its ports and config, no counters (no ``counters.*`` capability). The
 targets live in their brokers' folders (conformance/targets/rabbitmq/target.py,
 conformance/targets/mosquitto/target.py)."""
@@ -9,8 +9,10 @@ import re
 
 from conformance.scenario import Scenario
 from conformance.targets.base import DestinationCounters, SubscriptionCounters
+from conformance.targets.runtime.node import launch_single
+from conformance.targets.runtime.evidence import ProcessEvidence
 
-__all__ = ["PeerHandle", "safe_name"]
+__all__ = ["PeerHandle", "PeerTarget", "safe_name"]
 
 
 def safe_name(name: str, disallowed: str, fallback: str) -> str:
@@ -18,7 +20,21 @@ def safe_name(name: str, disallowed: str, fallback: str) -> str:
     return re.sub(disallowed, "-", name).strip("-") or fallback
 
 
-class PeerHandle:
+class PeerTarget:
+    """What the RabbitMQ and Mosquitto targets share: a local process, no capability that needs an
+    extra install, and a topology of one broker the harness does not fault (no process.kill)."""
+
+    launch_mode = "process"
+    #: no capability depends on an extra install (`Target.capability_requirements`)
+    capability_requirements: dict[str, str] = {}
+
+    def launch_topology(self, topology, scenario: Scenario, workdir, *, bridge_route=None):
+        """One broker, not faultable by the harness (no process.kill)."""
+
+        return launch_single(self, topology, scenario, workdir, faultable=False)
+
+
+class PeerHandle(ProcessEvidence):
     """A running RabbitMQ or Mosquitto broker (implements `BrokerHandle`, without counters)."""
 
     launch = "process"
@@ -39,15 +55,6 @@ class PeerHandle:
         self.credentials = credentials
         # Per-protocol client options this broker needs (see BrokerHandle.client_options).
         self.client_options: dict[str, dict] = dict(client_options or {})
-
-    def config_text(self) -> str:
-        try:
-            return self.process.config_path.read_text(encoding="utf-8")
-        except OSError:
-            return self.process.render_config()
-
-    def log_tail(self, lines: int = 80) -> str:
-        return self.process.log_tail(lines)
 
     def subscription_counters(self, destination: str) -> list[SubscriptionCounters]:
         raise NotImplementedError(f"{self.target} ({self.kind}) has no counters.subscription capability: "

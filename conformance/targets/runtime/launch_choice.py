@@ -1,0 +1,30 @@
+"""How a target that can run its broker as a local process or in a container picks one.
+
+Shared by the ActiveMQ Classic and Artemis targets (``launch="auto"|"process"|"container"``):
+an explicit choice is checked as given; ``auto`` prefers the local process (no image to load)
+and falls back to the container, and when neither is available the process is reported with
+both reasons so the skip/failure message says what to install.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+Check = Callable[[], "tuple[bool, str]"]
+
+
+def choose_launch(requested: str, process_check: Check, container_check: Check,
+                  neither: Callable[[str, str], str]) -> tuple[str, bool, str]:
+    """(mode, ok, reason) for ``requested``; ``neither(process_reason, container_reason)`` words
+    the reason when ``auto`` finds neither available."""
+    if requested == "process":
+        return ("process", *process_check())
+    if requested == "container":
+        return ("container", *container_check())
+    ok, reason = process_check()
+    if ok:
+        return ("process", True, "")
+    c_ok, c_reason = container_check()
+    if c_ok:
+        return ("container", True, "")
+    return ("process", False, neither(reason, c_reason))
