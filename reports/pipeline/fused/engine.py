@@ -28,7 +28,6 @@ from functools import cached_property
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from reports.checkers import registry
 from reports.checkers.history import Columns
@@ -142,12 +141,12 @@ def run_unit(unit: Unit, skip_malformed: bool, parquet_out: str | None) -> list[
         writer.start()
     try:
         checked = time.perf_counter()
-        for run, target, rows in _runs_of(table):
+        for run, target, rows in fused_load.runs_of(table):
             c = Columns(rows)
             facts = registry.facts_of(c)
             facts[topic_checker.NAME], facts["topic_unreadable"] = (
                 _topic_facts(run, target, c, unit) if c.has_topic else (None, ""))
-            out.append((run, target, "facts", json.dumps(facts, default=_plain)))
+            out.append((run, target, "facts", json.dumps(facts, default=fused_load.json_plain)))
         timing["check_s"] = time.perf_counter() - checked
     finally:
         if writer is not None:
@@ -186,24 +185,6 @@ def _timed(timing: dict, key: str, function, *args) -> None:
     started = time.perf_counter()
     function(*args)
     timing[key] = time.perf_counter() - started
-
-
-def _plain(value):
-    """numpy scalars (and NaN) in a payload as JSON values."""
-    if hasattr(value, "item"):
-        value = value.item()
-        return None if isinstance(value, float) and value != value else value
-    raise TypeError(f"not JSON: {type(value).__name__}")
-
-
-def _runs_of(table: pa.Table):
-    keys = fused_load.run_keys(table)
-    if len(keys) == 1:
-        yield (*keys[0], table)
-        return
-    run, target = pc.cast(table["run"], pa.string()), pc.cast(table["target"], pa.string())
-    for key in keys:
-        yield (*key, table.filter(pc.and_(pc.equal(run, key[0]), pc.equal(target, key[1]))))
 
 
 def analyze_fused(spark, path, names: list[str], options: dict, *, skip_malformed: bool = False,

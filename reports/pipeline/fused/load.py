@@ -609,6 +609,25 @@ def run_keys(table: pa.Table) -> list[tuple[str, str]]:
     return sorted(zip(pairs["run"].to_pylist(), pairs["target"].to_pylist()))
 
 
+def runs_of(table: pa.Table):
+    """(run, target, that run's rows) for every run in a flat table (one slice when it holds one)."""
+    keys = run_keys(table)
+    if len(keys) == 1:
+        yield (*keys[0], table)
+        return
+    run, target = pc.cast(table["run"], pa.string()), pc.cast(table["target"], pa.string())
+    for key in keys:
+        yield (*key, table.filter(pc.and_(pc.equal(run, key[0]), pc.equal(target, key[1]))))
+
+
+def json_plain(value):
+    """``json.dumps(default=...)`` for a task's facts: numpy scalars (and NaN) as JSON values."""
+    if hasattr(value, "item"):
+        value = value.item()
+        return None if isinstance(value, float) and value != value else value
+    raise TypeError(f"not JSON: {type(value).__name__}")
+
+
 def clear_parquet(out_dir: str | Path) -> None:
     """Remove histories Parquet written before (ours or the SQL engine's), refusing anything else."""
     out_dir = Path(out_dir)

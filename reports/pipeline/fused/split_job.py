@@ -160,7 +160,7 @@ def read_piece(piece: Piece, skip_malformed: bool, parquet_out: str | None) -> t
     if parquet_out is not None and table.num_rows:
         # a name of the piece's own: a piece read again (a lost cache) overwrites its files
         fused_load.write_runs(table, parquet_out, stem=f"split{piece.number:05d}-{Path(piece.path).stem}")
-    for run, target, rows in _runs_of(table):
+    for run, target, rows in fused_load.runs_of(table):
         r = Rows(rows)
         info["runs"][json.dumps([run, target])] = {"span": split.span(r),
                                                    "claims": failover_downtime.worker_claims(r)}
@@ -168,16 +168,10 @@ def read_piece(piece: Piece, skip_malformed: bool, parquet_out: str | None) -> t
     return info, _ipc(table)
 
 
-def _runs_of(table: pa.Table):
-    from .engine import _runs_of as runs_of  # pylint: disable=import-outside-toplevel
-
-    return runs_of(table)
-
-
 def to_parts(data: bytes, runs: dict, k: int):
     """Step 3, the map side: ((run slot, key, part) as one integer, the part's rows as IPC)."""
     table = _table(data)
-    for run, target, rows in _runs_of(table):
+    for run, target, rows in fused_load.runs_of(table):
         slot, _, clients = runs[json.dumps([run, target])]
         encoded = Rows(rows)
         for f, family in enumerate(split.FAMILIES):
@@ -199,8 +193,6 @@ def part_facts(key: int, blobs, runs_by_slot: dict, k: int) -> tuple[int, int, d
 def analyze_split(sc, unit, split_rows: int, skip_malformed: bool, parquet_out: str | None) -> list[tuple]:
     """The records engine.run_unit returns for ``unit``, computed in pieces and parts."""
     from pyspark import StorageLevel  # pylint: disable=import-outside-toplevel
-
-    from .engine import _plain  # pylint: disable=import-outside-toplevel
 
     started = time.perf_counter()
     rows = estimated_rows(unit)
@@ -243,7 +235,7 @@ def analyze_split(sc, unit, split_rows: int, skip_malformed: bool, parquet_out: 
             facts["topic_unreadable"] = (f"the run was split into {k} parts per key ({rows:,} rows estimated, above "
                                          f"the {split_rows:,} one task takes): topic fan-out reads a run's events "
                                          "whole and is not split yet")
-        out.append((run, target, "facts", json.dumps(facts, default=_plain)))
+        out.append((run, target, "facts", json.dumps(facts, default=fused_load.json_plain)))
     timing = {"unit": unit.path, "rows": sum(i["timing"]["rows"] for i in infos), "split": k, "pieces": len(pieces),
               "read_s": max(i["timing"]["read_s"] for i in infos),
               "check_s": max((t["check_s"] for *_, t in parted), default=0.0), "task_s": time.perf_counter() - started}
