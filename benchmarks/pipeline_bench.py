@@ -30,12 +30,9 @@ import json
 import os
 import random
 import shutil
-import socket
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
@@ -237,91 +234,15 @@ def print_local(rows: list[dict], startup: float) -> None:
 # ---------------------------------------------------------------------- a standalone cluster
 
 
-LOOPBACK = "127.0.0.1"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind((LOOPBACK, 0))
-        return s.getsockname()[1]
-
-
-def _master_state(ui_port: int) -> dict | None:
-    try:
-        with urllib.request.urlopen(f"http://{LOOPBACK}:{ui_port}/json/", timeout=2) as answer:
-            return json.loads(answer.read())
-    except OSError:
-        return None
-
-
-class Cluster:
-    """A master and ``workers`` workers (one core, ``memory`` each) from the installed pyspark,
-    on loopback, as tests/reports/test_cluster.py starts them; stopped by their handles."""
-
-    def __init__(self, work: Path, workers: int = 2, memory: str = "3g") -> None:
-        import pyspark
-
-        self.spark_class = Path(pyspark.__file__).parent / "bin" / "spark-class"
-        self.work, self.n_workers, self.memory = work, workers, memory
-        self.processes: list[subprocess.Popen] = []
-
-    def __enter__(self) -> str:
-        env = {**os.environ, "SPARK_LOCAL_IP": LOOPBACK, "SPARK_HOME": str(self.spark_class.parent.parent),
-               "SPARK_LOG_DIR": str(self.work / "logs"), "SPARK_WORKER_DIR": str(self.work / "work")}
-        port, self.ui_port = _free_port(), _free_port()
-        self.url = f"spark://{LOOPBACK}:{port}"
-        try:
-            self._start(["org.apache.spark.deploy.master.Master", "--host", LOOPBACK, "--port", str(port),
-                         "--webui-port", str(self.ui_port)], env, "master")
-            self._wait("the master answers", lambda: _master_state(self.ui_port) is not None)
-            for i in range(self.n_workers):
-                self._start(["org.apache.spark.deploy.worker.Worker", self.url, "--host", LOOPBACK,
-                             "--port", str(_free_port()), "--webui-port", str(_free_port()), "--cores", "1",
-                             "--memory", self.memory, "--work-dir", str(self.work / f"work{i}")], env, f"worker{i}")
-            self._wait(f"{self.n_workers} workers registered", lambda: sum(
-                w.get("state") == "ALIVE" for w in (_master_state(self.ui_port) or {}).get("workers", []))
-                == self.n_workers)
-        except BaseException:
-            self.__exit__()
-            raise
-        return self.url
-
-    def _start(self, args: list[str], env: dict, name: str) -> None:
-        log = open(self.work / f"{name}.log", "wb")
-        self.processes.append(subprocess.Popen([str(self.spark_class), *args], env=env, stdout=log,
-                                               stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))
-        log.close()
-
-    def _wait(self, what: str, predicate, timeout: float = 120.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if predicate():
-                return
-            if any(p.poll() is not None for p in self.processes):
-                raise RuntimeError(f"a Spark daemon exited before {what}; logs in {self.work}")
-            time.sleep(0.5)
-        raise RuntimeError(f"not within {timeout:.0f} s: {what}; logs in {self.work}")
-
-    def __exit__(self, *exc) -> None:
-        for process in reversed(self.processes):
-            if process.poll() is None:
-                process.terminate()
-                try:
-                    process.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait(timeout=20)
-        self.processes.clear()
-
-
 def cluster_run(work: Path, ops: int, split_rows: int | None, reuse: bool) -> dict:
     from reports.pipeline.session import get_session, stop_session
+    from reports.pipeline.standalone import StandaloneCluster
 
     path, lines = _history(work, ops, reuse)
     split_rows = split_rows or max(1_000, lines // 4)
     out: dict = {"ops": lines, "bytes": path.stat().st_size, "split_rows": split_rows, "load": _load()}
     (work / "cluster").mkdir(exist_ok=True)
-    with Cluster(work / "cluster") as url:
+    with StandaloneCluster(work / "cluster", workers=2, memory="3g") as url:
         started = time.perf_counter()
         _warm(get_session(url))
         out["startup"] = time.perf_counter() - started
