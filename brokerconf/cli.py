@@ -27,6 +27,8 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from reports.pipeline.cli_args import positive_int
+
 
 #: `brokerconf run` without --targets: ActiveMQ is reported not applicable where it cannot run
 DEFAULT_RUN_TARGETS = "reference,activemq,artemis"
@@ -485,49 +487,39 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="benchmarks")
     bench_sub = bench.add_subparsers(dest="bench", required=True, metavar="BENCH")
     stomp = bench_sub.add_parser("stomp", help="STOMP throughput: reference broker vs ActiveMQ Classic")
-    stomp.add_argument("--messages", type=_positive_int, default=200_000)
-    stomp.add_argument("--body-size", type=_positive_int, default=256)
-    stomp.add_argument("--repeats", type=_positive_int, default=3)
-    stomp.add_argument("--warmup-messages", type=_positive_int, default=100_000,
+    stomp.add_argument("--messages", type=positive_int, default=200_000)
+    stomp.add_argument("--body-size", type=positive_int, default=256)
+    stomp.add_argument("--repeats", type=positive_int, default=3)
+    stomp.add_argument("--warmup-messages", type=positive_int, default=100_000,
                        help="messages in the discarded first run per target (JIT warm-up)")
     stomp.add_argument("--targets", default="reference,activemq")
     stomp.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     stomp.set_defaults(func=cmd_bench_stomp)
 
     mqtt = bench_sub.add_parser("mqtt", help="MQTT QoS 0/1 throughput: reference vs Mosquitto, ActiveMQ, amqtt")
-    mqtt.add_argument("--messages", type=_positive_int, default=200_000)
-    mqtt.add_argument("--repeats", type=_positive_int, default=3)
+    mqtt.add_argument("--messages", type=positive_int, default=200_000)
+    mqtt.add_argument("--repeats", type=positive_int, default=3)
     mqtt.add_argument("--qos", default="0,1", choices=["0", "1", "0,1"], help="QoS levels to measure (default 0,1)")
     mqtt.add_argument("--targets", default="reference,mosquitto,activemq,amqtt")
-    mqtt.add_argument("--warmup-messages", type=_positive_int, default=50_000)
+    mqtt.add_argument("--warmup-messages", type=positive_int, default=50_000)
     mqtt.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     mqtt.set_defaults(func=cmd_bench_mqtt)
 
     amqp = bench_sub.add_parser("amqp", help="AMQP 1.0 throughput: reference vs RabbitMQ")
-    amqp.add_argument("--messages", type=_positive_int, default=100_000)
-    amqp.add_argument("--repeats", type=_positive_int, default=3)
+    amqp.add_argument("--messages", type=positive_int, default=100_000)
+    amqp.add_argument("--repeats", type=positive_int, default=3)
     amqp.add_argument("--targets", default="reference,rabbitmq")
-    amqp.add_argument("--warmup-messages", type=_positive_int, default=20_000)
+    amqp.add_argument("--warmup-messages", type=positive_int, default=20_000)
     amqp.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     amqp.set_defaults(func=cmd_bench_amqp)
     proxy_bench = bench_sub.add_parser("proxy", help="latency the fault proxy adds (p50/p99) and its loopback throughput, "
                                                      "ours beside the real toxiproxy-server")
-    proxy_bench.add_argument("--round-trips", type=_positive_int, default=5000, help="per round and column (default 5000)")
-    proxy_bench.add_argument("--megabytes", type=_positive_int, default=200, help="streamed per round and column (default 200)")
-    proxy_bench.add_argument("--repeats", type=_positive_int, default=3, help="rounds; the columns take turns (default 3)")
+    proxy_bench.add_argument("--round-trips", type=positive_int, default=5000, help="per round and column (default 5000)")
+    proxy_bench.add_argument("--megabytes", type=positive_int, default=200, help="streamed per round and column (default 200)")
+    proxy_bench.add_argument("--repeats", type=positive_int, default=3, help="rounds; the columns take turns (default 3)")
     proxy_bench.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     proxy_bench.set_defaults(func=cmd_bench_proxy)
     return parser
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
 
 
 def main(argv: list[str] | None = None) -> int:

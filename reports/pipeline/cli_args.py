@@ -12,15 +12,16 @@ ENGINES = ("fused",)
 DEFAULT_ENGINE = "fused"
 
 
-def positive_rows(text: str) -> int:
-    """--split-rows: a whole number of rows above 0 (argparse turns the error into exit 2)."""
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number above 0 (argparse names the option and exits 2 otherwise).
+    Shared with brokerconf/cli.py, whose parser already imports this module."""
     try:
-        rows = int(text)
+        value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number of rows, not {text!r}") from None
-    if rows <= 0:
-        raise argparse.ArgumentTypeError(f"must be above 0, not {rows}")
-    return rows
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -41,7 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--engine", choices=ENGINES, default=DEFAULT_ENGINE,
                         help="analysis engine: fused, the only one (a Spark task per history runs every checker "
                              f"of reports/checkers on its runs; default {DEFAULT_ENGINE})")
-    parser.add_argument("--split-rows", type=positive_rows, metavar="N",
+    parser.add_argument("--split-rows", type=positive_int, metavar="N",
                         help="a history above N rows is read in pieces and judged in parts split by each "
                              "checker's key, with the same verdicts (reports/checkers/split.py; default: "
                              "$BROKERCONF_SPLIT_ROWS, else what one task's memory holds)")

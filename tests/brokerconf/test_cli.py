@@ -184,6 +184,14 @@ def test_client_partition_through_the_fault_proxy_is_survived(tmp_path):
     assert any(ok > end for _, ok in acked), "no send was acknowledged after the heal"
 
 
+@pytest.mark.parametrize("value", ["0", "-5", "many"])
+def test_bad_split_rows_is_a_usage_error_naming_the_option(tmp_path, value):
+    proc = _brokerconf("analyze", str(tmp_path), "--split-rows", value, "--out", str(tmp_path / "out"))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "argument --split-rows: expected a positive integer" in proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
 # ---------------------------------------------------------------------- target names
 
 def test_unknown_suite_target_is_a_usage_error_and_nothing_runs(tmp_path):
