@@ -68,7 +68,13 @@ def test_durable_subscription_keeps_messages_while_away(client, dest):
 
     returning = client(client_id=client_id)
     resumed = returning.subscribe(topic, ack="auto", durable_name=name)
-    got = texts(resumed.receive_n(len(away), timeout=5) + resumed.drain(QUIET))
+    received = resumed.receive_n(len(away), timeout=5) + resumed.drain(QUIET)
+    if not explicit_ack:
+        # MQTT QoS 1 is at least once: a PUBLISH whose PUBACK the broker had not processed when the
+        # session left is sent again, flagged DUP (MQTT 3.1.1 § 4.3.2). CI saw Artemis do that with
+        # "while-here"; only such a flagged resend is set aside, anything else still fails.
+        received = [m for m in received if not (m.text == "while-here" and m.redelivered)]
+    got = texts(received)
     assert got == away, (
         f"DUR-KEEP-1: 3 persistent messages published while the durable subscriber was away; on its return "
         f"(same client id {client_id!r}, subscription {name!r}) it got {got}")
