@@ -189,3 +189,35 @@ def test_max_reconnect_attempts_zero_never_fails_over_to_the_other_broker(fresh_
             f"FT-FAILOVER-6: with maxReconnectAttempts=0 the client must not move to {client.uri}; events {events}"
     finally:
         client.close()
+
+
+@pytest.mark.spec("FT-FAILOVER-3")
+def test_short_form_failover_uri_without_parentheses_connects(fresh_pair):
+    pair, queue = fresh_pair, _queue()
+    uri = "failover:" + ",".join("stomp://{}:{}".format(*node.address("stomp")) for node in (pair.a, pair.b))
+    client = connect_failover(uri, "stomp", timeout=5.0)
+    try:
+        assert client.uri.port in (pair.port(pair.a), pair.port(pair.b)), f"FT-FAILOVER-3: connected to {client.uri}"
+        sub = client.subscribe(queue)
+        client.send(queue, b"m")
+        got = sub.receive(RECEIVE)
+        assert got is not None and got.body == b"m", f"FT-FAILOVER-3: the short form's connection does not work: {got}"
+    finally:
+        client.close()
+
+
+@pytest.mark.spec("FT-DISCOVERY-1", "FT-DISCOVERY-4")
+def test_discovery_with_the_static_agent_finds_the_live_broker_of_its_list(fresh_pair):
+    pair, queue = fresh_pair, _queue()
+    pair.a.kill()
+    listed = ",".join("stomp://{}:{}".format(*node.address("stomp")) for node in (pair.a, pair.b))
+    client = connect_failover(f"discovery:(static://({listed}))?{FAST}", "stomp", timeout=5.0)
+    try:
+        assert client.uri.port == pair.port(pair.b), \
+            f"FT-DISCOVERY-1: with one listed broker dead the discovery client should use the other; it is on {client.uri}"
+        sub = client.subscribe(queue)
+        client.send(queue, b"m")
+        got = sub.receive(RECEIVE)
+        assert got is not None and got.body == b"m", f"FT-DISCOVERY-4: the discovered connection does not work: {got}"
+    finally:
+        client.close()
