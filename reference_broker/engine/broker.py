@@ -58,9 +58,11 @@ def broker_name_of(connection_id: str) -> str:
     return connection_id.rsplit("-", 2)[0]
 
 def _refuse_wildcard_send(dest: DestinationName) -> None:
-    """A wildcard names many destinations, so nothing may be sent to one (ActiveMQ
+    """A wildcard names many destinations, so no client may send to one (ActiveMQ
     "Wildcards": they are for consuming; issue 20 item 7 found a receipted SEND to
-    /topic/A.>). The substring test keeps the common case to one scan of the name."""
+    /topic/A.>). The broker's own connection may: its advisory topics for a wildcard
+    subscription carry the wildcard in their name. The substring test keeps the common case
+    to one scan of the name."""
     name = dest.name
     if ("*" in name or ">" in name or "#" in name) and has_wildcards(name):
         raise InvalidDestination(
@@ -373,6 +375,7 @@ class Broker:
             raise ClientIdInUse(f"client id {client_id!r} is already connected")
         connection = Connection(self, connection_id(self.config.name, self._incarnation, next(self._connection_numbers)),
                                 user, groups, client_id)
+        connection.internal = internal
         self.connections[connection.connection_id] = connection
         if client_id is not None:
             self._client_ids[client_id] = connection
@@ -434,6 +437,9 @@ class Connection:
         self._message_numbers = itertools.count(1)
         self.closed = False
         self.temporary: list[DestinationName] = []  # temporary destinations it created
+        # The broker's own connection (Broker.connect(internal=True)): it publishes advisories
+        # on topics named after wildcard subscriptions (ActiveMQ.Advisory.Consumer.Topic.A.>).
+        self.internal = False
 
     # ------------------------------------------------------------ producing
 
@@ -449,7 +455,8 @@ class Connection:
         and the caller must pause this producer until `wait_for_space` calls back.
         Raises ResourceLimitError when the policy refuses sends while full."""
         broker = self.broker
-        _refuse_wildcard_send(dest)
+        if not self.internal:
+            _refuse_wildcard_send(dest)
         if broker.authorization_enabled:
             broker._authorize(self.groups, dest, "write")
         message.producer_id = self.connection_id

@@ -15,11 +15,17 @@ from proton import Delivery, Message
 from proton.reactor import Selector
 from proton.utils import LinkDetached, SendException
 
+from reference_broker.cluster.advisories import AdvisoryPublisher, advisory_topic, decode_consumers
+from reference_broker.config import build_config
+from reference_broker.engine.broker import Broker
+from reference_broker.engine.errors import InvalidDestination
+from reference_broker.engine.message import Message as EngineMessage
+from reference_broker.engine.names import parse_destination
 from reference_broker.engine.selector import MAX_NESTING, MAX_SELECTOR_LENGTH
 from reference_broker.protocols.mqtt.codec import Disconnect, Publish, ReasonCode
 
 from .amqp_fixtures import amqp_broker, amqp_broker_factory, amqp_connect, pump  # noqa: F401
-from .conftest import TIMEOUT, ConnectionClosed, RawStomp, assert_broker_works
+from .conftest import TIMEOUT, RawStomp, assert_broker_works
 from .mqtt_fixtures import (  # noqa: F401 - fixtures are used by name
     MQTT_5,
     MQTT_311,
@@ -57,7 +63,7 @@ def test_like_with_many_wildcards_does_not_block_the_loop(broker_process_factory
     stop the broker: a bystander on another queue gets its messages while the attacker's
     subscription is being matched against ever longer values. The broker is a child process so
     that, when the loop does spin, this test fails on its time-out instead of hanging with it."""
-    proc = broker_process_factory(extra_args=["--log-level", "WARNING"]).start()
+    proc = broker_process_factory().start()
     address = proc.stomp_address
     with connected(address) as attacker, connected(address) as producer, \
             connected(address) as bystander:
@@ -222,3 +228,17 @@ def test_mqtt_publish_to_a_wildcard_topic_is_refused(mqtt_broker, raw_mqtt, paho
     watcher.assert_no_message()
     watcher.publish("still/served", b"ok", 1)
     assert watcher.get().payload == b"ok"
+
+
+def test_the_broker_itself_still_publishes_advisories_named_after_wildcard_subscriptions():
+    """Only clients are refused: ActiveMQ names a consumer advisory after the consumer's
+    destination, wildcard included, and the broker's own connection publishes it."""
+    broker = Broker(build_config({"name": "B"}))
+    AdvisoryPublisher(broker)
+    client = broker.connect()
+    client.subscribe("c1", parse_destination("topic://A.>"), deliver=lambda c, r: None)
+    advisory = broker.retained.get("topic://" + advisory_topic("topic://A.>"))
+    assert advisory is not None and [c.consumer_id for c in decode_consumers(advisory.body)]
+    with pytest.raises(InvalidDestination, match="wildcard"):
+        client.send(parse_destination("topic://A.>"),
+                    EngineMessage(message_id="m", destination="topic://A.>", body=b""))
