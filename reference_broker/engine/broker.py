@@ -58,11 +58,11 @@ def broker_name_of(connection_id: str) -> str:
     return connection_id.rsplit("-", 2)[0]
 
 def _refuse_wildcard_send(dest: DestinationName) -> None:
-    """A wildcard names many destinations, so no client may send to one (ActiveMQ
-    "Wildcards": they are for consuming; issue 20 item 7 found a receipted SEND to
-    /topic/A.>). The broker's own connection may: its advisory topics for a wildcard
-    subscription carry the wildcard in their name. The substring test keeps the common case
-    to one scan of the name."""
+    """A wildcard names many destinations, so the reference broker lets no client send to one
+    (issue 20 item 7 found a receipted SEND to /topic/A.> stored under that literal name; the
+    suite does not check here what ActiveMQ or Artemis do with such a send). The broker's own
+    connection may: its advisory topics for a wildcard subscription carry the wildcard in their
+    name. The substring test keeps the common case to one scan of the name."""
     name = dest.name
     if ("*" in name or ">" in name or "#" in name) and has_wildcards(name):
         raise InvalidDestination(
