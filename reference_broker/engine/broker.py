@@ -59,7 +59,7 @@ def broker_name_of(connection_id: str) -> str:
 
 def _refuse_wildcard_send(dest: DestinationName) -> None:
     """A wildcard names many destinations, so the reference broker lets no client send to one
-    (issue 20 item 7 found a receipted SEND to /topic/A.> stored under that literal name; the
+    (issue 20 item 7: a SEND to /topic/A.> was accepted with a receipt; the
     suite does not check here what ActiveMQ or Artemis do with such a send). The broker's own
     connection may: its advisory topics for a wildcard subscription carry the wildcard in their
     name. The substring test keeps the common case to one scan of the name."""
