@@ -981,20 +981,31 @@ def _like_pieces(pattern: str, escape: str | None) -> list[tuple[str, str]]:
     runs of % collapsed. As in ActiveMQ, the escape character quotes only a following _, % or
     escape character; elsewhere it stands for itself."""
     pieces: list[tuple[str, str]] = []
+    literal: list[str] = []  # the literal run being collected (joined once: linear time)
+
+    def wildcard(kind: str) -> None:
+        if literal:
+            pieces.append(("lit", "".join(literal)))
+            literal.clear()
+        if kind == "one" or not pieces or pieces[-1][0] != "any":  # %% is %
+            pieces.append((kind, ""))
+
     i, n = 0, len(pattern)
     while i < n:
         c = pattern[i]
         if c == escape and i + 1 < n and pattern[i + 1] in ("_", "%", escape):
-            kind, text = "lit", pattern[i + 1]
+            literal.append(pattern[i + 1])
             i += 2
+            continue
+        if c == "%":
+            wildcard("any")
+        elif c == "_":
+            wildcard("one")
         else:
-            kind, text = ("any", "") if c == "%" else ("one", "") if c == "_" else ("lit", c)
-            i += 1
-        if pieces and pieces[-1][0] == kind and kind != "one":
-            if kind == "lit":
-                pieces[-1] = ("lit", pieces[-1][1] + text)
-            continue  # %% is %
-        pieces.append((kind, text))
+            literal.append(c)
+        i += 1
+    if literal:
+        pieces.append(("lit", "".join(literal)))
     return pieces
 
 
