@@ -32,6 +32,11 @@ Classic's implementation (`org.apache.activemq.selector.SelectorParser` and the
   first converted to the other side's type (an integer string for an integer, a floating-point
   string for a float, 'true'/'false' for a boolean); a string that does not convert compares
   FALSE. STOMP clients can only send string properties, which is what this is for.
+
+Hostile selectors (issue 20): LIKE is matched without a backtracking regular expression
+(`_like_matcher`), in time linear in the value; a selector is at most MAX_SELECTOR_LENGTH
+characters and MAX_NESTING operators deep; integer literals must fit a Java long and decimal
+ones a double (JMS 1.1 section 3.8.1.1). Each refusal is a SelectorError naming the limit.
 """
 
 from __future__ import annotations
