@@ -190,6 +190,10 @@ class StoreConfig(_Strict):
     segment_size: int = Field(default=32 * 1024 * 1024, gt=4096)
     # Rewrite the journal when live data falls below this fraction of its bytes.
     compact_ratio: float = Field(default=0.5, gt=0, lt=1)
+    # A newest journal segment that is empty or has no valid header (damage that may have
+    # lost confirmed messages) stops start-up with an error naming the file; true deletes it
+    # instead, with an error in the log, and starts without what it held.
+    discard_damaged: bool = False
 
 
 class StompConfig(_Strict):

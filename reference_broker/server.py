@@ -35,6 +35,7 @@ def open_store(config: BrokerConfig) -> MessageStore:
         sync_interval_ms=config.store.sync_interval_ms,
         segment_size=config.store.segment_size,
         compact_ratio=config.store.compact_ratio,
+        discard_damaged=config.store.discard_damaged,
     )
 
 

@@ -32,6 +32,11 @@ Classic's implementation (`org.apache.activemq.selector.SelectorParser` and the
   first converted to the other side's type (an integer string for an integer, a floating-point
   string for a float, 'true'/'false' for a boolean); a string that does not convert compares
   FALSE. STOMP clients can only send string properties, which is what this is for.
+
+Hostile selectors (issue 20): LIKE is matched without a backtracking regular expression
+(`_like_matcher`), in time linear in the value; a selector is at most MAX_SELECTOR_LENGTH
+characters and MAX_NESTING operators deep; integer literals must fit a Java long and decimal
+ones a double (JMS 1.1 section 3.8.1.1). Each refusal is a SelectorError naming the limit.
 """
 
 from __future__ import annotations
@@ -52,7 +57,20 @@ Lookup = Callable[[str], Any]
 
 CONVERT_STRING_EXPRESSIONS_PREFIX = "convert_string_expressions:"  # ActiveMQ's selector prefix
 MAX_NESTING = 200  # deeper selectors are refused rather than risking Python's recursion limit
+# Longest selector accepted, in characters: the STOMP listener's default header block
+# (stomp_options.max_header_block). Bounds what one SUBSCRIBE or AMQP attach may make the
+# broker parse (about 0.4 s for 64 K on a slow machine) and what a match can cost: every
+# operator's cost is linear in the values it looks at, and the selector has at most this many.
+MAX_SELECTOR_LENGTH = 64 * 1024
+# Longest run of a LIKE pattern between two % signs that holds a _ (see _Segment): such a run is
+# searched for in O(len(value) * run length).
+MAX_LIKE_UNDERSCORE_RUN = 256
+# JMS 1.1 section 3.8.1.1: exact numeric literals are in the range of a Java long, approximate
+# ones in the range of a Java double. A magnitude of 2**63 is accepted so -9223372036854775808
+# can be written.
+MAX_INTEGER_LITERAL = 2**63
 _CACHE_SIZE = 1024
+_CACHE_MAX_TEXT = 4096  # longer selectors are compiled every time, so the cache stays small
 
 
 class SelectorError(ValueError):
@@ -110,6 +128,11 @@ def parse_selector(text: str | None, convert_string_expressions: bool = False) -
         raise TypeError(f"selector must be a str, not {type(text).__name__}")
     if not text.strip():
         return None
+    if len(text) > MAX_SELECTOR_LENGTH:
+        raise SelectorError(f"selector is {len(text)} characters long; at most "
+                            f"{MAX_SELECTOR_LENGTH} are accepted (MAX_SELECTOR_LENGTH)", None, text)
+    if len(text) > _CACHE_MAX_TEXT:
+        return _compile.__wrapped__(text, bool(convert_string_expressions))
     return _compile(text, bool(convert_string_expressions))
 
 
@@ -334,7 +357,15 @@ def _convert(text: str, like: Any) -> Any:
         return _FAIL
     if isinstance(like, int):
         digits = text[1:] if text[:1] in "+-" else text
-        return int(text) if digits.isdigit() else _FAIL
+        if not digits.isdigit():
+            return _FAIL
+        # ActiveMQ converts with Long.valueOf, which refuses what does not fit in a long; the
+        # check comes before int(), which is quadratic in the digits and refuses over 4300.
+        significant = digits.lstrip("0")
+        if len(significant) > 19:
+            return _FAIL
+        value = int(significant or "0") * (-1 if text[:1] == "-" else 1)
+        return value if -MAX_INTEGER_LITERAL <= value < MAX_INTEGER_LITERAL else _FAIL
     candidate = text.strip()
     if candidate[-1:] in ("f", "F", "d", "D") and candidate[-2:-1] in "0123456789.":
         candidate = candidate[:-1]
@@ -506,16 +537,41 @@ class _Compiler(Transformer_NonRecursive):
         text = token.value
         low = text.lower()
         if low.startswith("0x"):
-            return int(low[2:].rstrip("l"), 16)
+            return self.integer(token, low[2:].rstrip("l"), 16)
         if "." in low or "e" in low or low[-1] in "fd":
-            return float(low.rstrip("fd"))
+            value = float(low.rstrip("fd"))  # linear in the length, any exponent
+            if math.isinf(value):
+                raise self.error(f"the number {self.shown(text)} is out of range: approximate "
+                                 "numeric literals must be within the range of a Java double "
+                                 "(JMS 1.1 section 3.8.1.1)", self.offset + token.start_pos)
+            return value
         digits = low.rstrip("l")
         if len(digits) > 1 and digits[0] == "0":
             if any(c not in "01234567" for c in digits):
-                raise self.error(f"invalid octal literal {text!r} (a leading 0 means octal)",
-                                 self.offset + token.start_pos)
-            return int(digits, 8)
-        return int(digits)
+                raise self.error(f"invalid octal literal {self.shown(text)} (a leading 0 means "
+                                 "octal)", self.offset + token.start_pos)
+            return self.integer(token, digits, 8)
+        return self.integer(token, digits, 10)
+
+    def integer(self, token: Token, digits: str, base: int) -> int:
+        """An exact numeric literal, refused outside a Java long's range (JMS 1.1 section
+        3.8.1.1). The digit count is checked before converting: int() of a long decimal string
+        takes quadratic time, and Python refuses more than 4300 digits with a ValueError."""
+        significant = digits.lstrip("0")
+        limit_digits = {8: 22, 10: 19, 16: 16}[base]  # digits of 2**63 in that base
+        value = int(significant, base) if significant and len(significant) <= limit_digits else 0
+        if len(significant) > limit_digits or value > MAX_INTEGER_LITERAL:
+            raise self.error(f"the number {self.shown(token.value)} is out of range: exact "
+                             "numeric literals must fit in a Java long, -2**63 to 2**63-1 "
+                             "(JMS 1.1 section 3.8.1.1)", self.offset + token.start_pos)
+        return value
+
+    @staticmethod
+    def shown(text: str) -> str:
+        """A literal as error messages show it: a long one cut, with its length."""
+        if len(text) <= 40:
+            return text
+        return f"{text[:20]}...{text[-8:]} ({len(text)} characters)"
 
     def true(self, children):
         start, end = self.span(children[0])
@@ -721,7 +777,8 @@ class _Compiler(Transformer_NonRecursive):
                 raise self.error(
                     f"ESCAPE must be exactly one character, got {escape!r}",
                     self.offset + strings[1].start_pos)
-        test = _like_matcher(pattern, escape)
+        pattern_start, _ = self.span(strings[0])
+        test = _like_matcher(pattern, escape, lambda message: self.error(message, pattern_start))
         vf = value.fn
 
         def like_fn(lookup):
@@ -924,56 +981,126 @@ def _arithmetic(op, lf, rf):
     return arithmetic
 
 
-def _like_matcher(pattern: str, escape: str | None) -> Callable[[str], bool]:
-    """A test for LIKE `pattern`: _ is one character, % any run, `escape` quotes the next one.
+def _like_pieces(pattern: str, escape: str | None) -> list[tuple[str, str]]:
+    """`pattern` as ("lit", text) / ("one", "") / ("any", "") pieces, literal runs merged and
+    runs of % collapsed. As in ActiveMQ, the escape character quotes only a following _, % or
+    escape character; elsewhere it stands for itself."""
+    pieces: list[tuple[str, str]] = []
+    literal: list[str] = []  # the literal run being collected (joined once: linear time)
 
-    As in ActiveMQ, the escape character quotes only a following _, % or escape character;
-    elsewhere it stands for itself.
-    """
-    pieces: list[tuple[str, str]] = []  # ("lit", text) | ("one", "") | ("any", "")
+    def wildcard(kind: str) -> None:
+        if literal:
+            pieces.append(("lit", "".join(literal)))
+            literal.clear()
+        if kind == "one" or not pieces or pieces[-1][0] != "any":  # %% is %
+            pieces.append((kind, ""))
+
     i, n = 0, len(pattern)
     while i < n:
         c = pattern[i]
         if c == escape and i + 1 < n and pattern[i + 1] in ("_", "%", escape):
-            pieces.append(("lit", pattern[i + 1]))
+            literal.append(pattern[i + 1])
             i += 2
             continue
         if c == "%":
-            if not pieces or pieces[-1][0] != "any":
-                pieces.append(("any", ""))
+            wildcard("any")
         elif c == "_":
-            pieces.append(("one", ""))
+            wildcard("one")
         else:
-            pieces.append(("lit", c))
+            literal.append(c)
         i += 1
-    # Merge literal runs.
-    merged: list[tuple[str, str]] = []
-    for kind, text in pieces:
-        if kind == "lit" and merged and merged[-1][0] == "lit":
-            merged[-1] = ("lit", merged[-1][1] + text)
+    if literal:
+        pieces.append(("lit", "".join(literal)))
+    return pieces
+
+
+class _Segment:
+    """A run of the pattern between two %: fixed length, literal text and _ only.
+
+    `find(s, start, stop)` is the first index i >= start with the segment matching s[i:i+size]
+    and i + size <= stop, or -1. A literal segment uses str.find (CPython's fast search, linear
+    in the text); one with _ is a regular expression of literal characters and `.` only, with no
+    repetition or alternation, so each starting place costs at most `size` steps and nothing
+    can backtrack: O(len(s) * size), where size <= MAX_LIKE_UNDERSCORE_RUN."""
+
+    __slots__ = ("size", "literal", "regex")
+
+    def __init__(self, pieces: list[tuple[str, str]]) -> None:
+        self.size = sum(len(text) if kind == "lit" else 1 for kind, text in pieces)
+        if all(kind == "lit" for kind, _ in pieces):
+            self.literal = "".join(text for _, text in pieces)
+            self.regex = None
         else:
-            merged.append((kind, text))
-    kinds = [k for k, _ in merged]
-    if "one" not in kinds:
-        if kinds == []:
-            return lambda s: s == ""
-        if kinds == ["lit"]:
-            literal = merged[0][1]
+            self.literal = None
+            self.regex = re.compile("".join(re.escape(text) if kind == "lit" else "."
+                                            for kind, text in pieces), re.DOTALL)
+
+    def at(self, s: str, i: int) -> bool:
+        if self.literal is not None:
+            return s.startswith(self.literal, i)
+        return self.regex.match(s, i, i + self.size) is not None
+
+    def find(self, s: str, start: int, stop: int) -> int:
+        if self.literal is not None:
+            return s.find(self.literal, start, stop)
+        found = self.regex.search(s, start, stop)
+        return -1 if found is None else found.start()
+
+
+def _like_matcher(pattern: str, escape: str | None,
+                  error: Callable[[str], SelectorError] | None = None) -> Callable[[str], bool]:
+    """A test for LIKE `pattern`: _ is one character, % any run, `escape` quotes the next one.
+
+    Never a backtracking regular expression over the whole pattern: `%a%a%a%b` became
+    `.*a.*a.*a.*b`, which Python's re needs exponential time to reject on a long run of `a`s
+    (issue 20). The pattern is split at its % signs into fixed-length segments S0 % S1 % ... %
+    Sk. S0 must sit at the start and Sk at the end; each middle segment is then taken at its
+    leftmost place after the previous one. Leftmost is always right: the segments have fixed
+    lengths, so taking an earlier place never leaves less room for the segments after it. Each
+    segment is searched once, left to right, from where the previous one ended: a match costs
+    O(len(value)) for literal segments and O(len(value) * size) for segments with _ (see
+    _Segment), never more.
+    """
+    pieces = _like_pieces(pattern, escape)
+    segments: list[list[tuple[str, str]]] = [[]]
+    for kind, text in pieces:
+        if kind == "any":
+            segments.append([])
+        else:
+            segments[-1].append((kind, text))
+    compiled = [_Segment(run) for run in segments]
+    for segment in compiled:
+        if segment.regex is not None and segment.size > MAX_LIKE_UNDERSCORE_RUN:
+            message = (f"a part of a LIKE pattern between % signs that contains _ may be at most "
+                       f"{MAX_LIKE_UNDERSCORE_RUN} characters long (MAX_LIKE_UNDERSCORE_RUN), "
+                       f"this one has {segment.size}")
+            raise error(message) if error is not None else SelectorError(message)
+    if len(compiled) == 1:  # no %: the whole value, fixed length
+        (only,) = compiled
+        if only.literal is not None:
+            literal = only.literal
             return lambda s: s == literal
-        if kinds == ["any"]:
-            return lambda s: True
-        if kinds == ["lit", "any"]:
-            prefix = merged[0][1]
-            return lambda s: s.startswith(prefix)
-        if kinds == ["any", "lit"]:
-            suffix = merged[1][1]
-            return lambda s: s.endswith(suffix)
-        if kinds == ["any", "lit", "any"]:
-            middle = merged[1][1]
-            return lambda s: middle in s
-    regex = "".join(
-        re.escape(text) if kind == "lit" else ("." if kind == "one" else ".*")
-        for kind, text in merged
-    )
-    compiled = re.compile(regex, re.DOTALL)
-    return lambda s: compiled.fullmatch(s) is not None
+        return lambda s: len(s) == only.size and only.at(s, 0)
+    head, middle, tail = compiled[0], compiled[1:-1], compiled[-1]
+    if not middle and head.literal is not None and tail.literal is not None:
+        prefix, suffix = head.literal, tail.literal
+        need = len(prefix) + len(suffix)
+        return lambda s: len(s) >= need and s.startswith(prefix) and s.endswith(suffix)
+    fixed = head.size + tail.size + sum(m.size for m in middle)
+
+    def like(s: str) -> bool:
+        n = len(s)
+        if n < fixed or not head.at(s, 0):
+            return False
+        stop = n - tail.size  # where the tail segment starts; middle segments end by here
+        if not tail.at(s, stop):
+            return False
+        pos = head.size
+        for segment in middle:
+            found = segment.find(s, pos, stop)
+            if found < 0:
+                return False
+            pos = found + segment.size
+        return True
+
+    return like

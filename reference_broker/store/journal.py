@@ -5,7 +5,9 @@ Files
 ``directory`` (created if missing) holds numbered segments ``journal-000001.log``,
 ``journal-000002.log``, ... and a ``lock`` file. Only the newest segment is written to; when it
 has grown past ``segment_size`` the next flush starts a new segment (so a segment overshoots
-by at most one batch).
+by at most one batch). A new segment is written as ``journal-N.log.tmp`` (header and first
+batch in one write, synced first under ``SyncPolicy.ALWAYS``) and only then renamed to
+``journal-N.log``, so a named segment always has its header (see "Damaged segments").
 
 Every segment starts with a 20-byte header: magic ``b"BCJRNL\\r\\n"``, format version (u16),
 flags (u16; bit 0 = BASE), the segment number (u32, must match the file name) and a CRC32 of
@@ -75,9 +77,25 @@ is a torn tail from a crash mid-write: it is truncated away and logged as a warn
 ``reference_broker.store`` logger. An invalid record with valid records after it, or anywhere
 in an earlier segment, is corruption: `JournalCorruptError` names the file and offset, because
 data after it cannot be trusted. (A record corrupted by the disk *immediately* before a torn
-tail is indistinguishable from the torn tail and is dropped with it.) Leftover compaction
-temp files and obsolete segments are deleted. After recovery ``recover()`` returns the current
-live state.
+tail is indistinguishable from the torn tail and is dropped with it.) Leftover temp files (a
+new segment or a compaction not yet renamed: nothing in them was confirmed) and obsolete
+segments are deleted. After recovery ``recover()`` returns the current live state.
+
+Damaged segments
+----------------
+Because a segment is named only once its header is in it, no crash leaves a named segment that
+is empty or shorter than its header. The newest segment found so (with no valid record in it)
+was damaged afterwards: truncated, badly copied, or lost by the disk or file system. It may
+have held confirmed messages, and the journal cannot tell how many, so recovery refuses with
+`JournalDamagedError` (a `JournalCorruptError`) naming the file and what was found, as for a
+corrupt record (issue 20: such a segment used to be deleted as "torn", and 500 confirmed
+messages with it). ``discard_damaged=True`` (config ``store.discard_damaged``) is the operator
+saying to delete it instead: it is logged as an error and recovery goes on without it. Only
+that case is discarded: an older segment with a bad header, or a bad header followed by valid
+records, is corruption either way. (Journals written before segments were renamed into place
+could hold an empty newest segment after a crash at its creation; they need the option once.)
+A segment cut back to exactly its header looks like one that was never written to, and is
+taken as such: telling them apart would need a record of each segment's length elsewhere.
 
 Compaction
 ----------
@@ -105,6 +123,7 @@ retried safely). Not thread-safe.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import logging
@@ -121,6 +140,7 @@ from reference_broker.store.base import RecoveredState, StoreError, SyncPolicy
 
 __all__ = [
     "JournalCorruptError",
+    "JournalDamagedError",
     "JournalIOError",
     "JournalLockedError",
     "JournalStore",
@@ -137,6 +157,21 @@ class JournalCorruptError(StoreError):
         self.offset = offset
         self.reason = reason
         super().__init__(f"journal corrupt: {self.path} at offset {offset}: {reason}")
+
+
+class JournalDamagedError(JournalCorruptError):
+    """The newest segment has no valid header and no valid record: it is empty or was cut
+    short, and it may have held confirmed messages (see "Damaged segments")."""
+
+    def __init__(self, path: Path | str, size: int, reason: str) -> None:
+        what = "is empty (0 bytes)" if size == 0 else f"has no valid header ({reason})"
+        super().__init__(
+            path, 0,
+            f"the newest segment {what} and holds no valid record. No crash leaves a segment "
+            "like this (a segment is named only once its header is written), so it was damaged "
+            "afterwards and may have held confirmed messages. Restore it from a backup, or set "
+            "store.discard_damaged = true to delete it and start without whatever it held")
+        self.size = size
 
 
 class JournalLockedError(StoreError):
@@ -351,6 +386,7 @@ class JournalStore:
         segment_size: int = 32 * 1024 * 1024,
         compact_ratio: float = 0.5,
         clock: Callable[[], float] = time.monotonic,
+        discard_damaged: bool = False,
     ) -> None:
         if segment_size <= 0:
             raise ValueError("segment_size must be positive")
@@ -363,6 +399,7 @@ class JournalStore:
         self.sync_interval_ms = sync_interval_ms
         self.segment_size = segment_size
         self.compact_ratio = compact_ratio
+        self.discard_damaged = discard_damaged
         self._clock = clock
         self._interval = sync_interval_ms / 1000.0
 
@@ -623,7 +660,7 @@ class JournalStore:
             self._pend_new = True
             # the first segment of an empty journal starts from the empty state: BASE
             flags = FLAG_BASE if not self._segment_sizes else 0
-            self._pending.append(_segment_header(self._pend_seg, flags))
+            self._pending.append(_segment_header(self._pend_seg, flags))  # one write with it
         else:
             self._pend_seg = self._segno
             self._pend_off = self._cur_size
@@ -632,11 +669,14 @@ class JournalStore:
     def _write_batch(self) -> None:
         data = b"".join(self._pending)
         nbytes = len(data)
+        data_synced = False
         try:
             if self._pend_new:
                 self._open_new_segment(self._pend_seg)
             _write_all(self._fd, data)
             self._writes += 1
+            if self._pend_new:
+                data_synced = self._name_new_segment(self._pend_seg)
         except OSError as exc:
             self._fail(exc)
         self._pending.clear()
@@ -651,17 +691,22 @@ class JournalStore:
         if self.sync is SyncPolicy.ALWAYS or (
                 self.sync is SyncPolicy.INTERVAL
                 and self._clock() - self._last_sync >= self._interval):
-            self._sync()
+            self._sync(data_synced)
 
     def _open_new_segment(self, number: int) -> None:
+        """Open segment `number` under its temporary name; `_name_new_segment` renames it once
+        its header and first batch are written (see "Damaged segments" in the module docs)."""
         if self._fd is not None:
             if self._unsynced and self.sync is not SyncPolicy.NEVER:
                 _fdatasync(self._fd)  # don't leave unsynced data behind in an old segment
                 self._syncs += 1
             os.close(self._fd)
             self._fd = None
-        path = self.directory / segment_name(number)
-        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND
+        final = self.directory / segment_name(number)
+        if final.exists():  # the directory lock keeps other writers out; never overwrite
+            raise FileExistsError(errno.EEXIST, "segment already exists", str(final))
+        tmp = final.with_name(final.name + ".tmp")
+        self._fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND
                            | getattr(os, "O_CLOEXEC", 0), 0o644)
         self._segno = number
         self._cur_size = 0
@@ -669,9 +714,23 @@ class JournalStore:
         self._unsynced = False
         self._dir_dirty = True
 
-    def _sync(self) -> None:
-        try:
+    def _name_new_segment(self, number: int) -> bool:
+        """Give the new segment, header and first batch written, its real name; True when its
+        data was synced first. Under SyncPolicy.ALWAYS it is (the sync flush() owes anyway,
+        done before the rename instead of after), so not even a power loss leaves the name on
+        a file shorter than its header unless the disk lost synced data. Under INTERVAL and
+        NEVER confirmed data may be lost on power loss, and an empty segment then says so."""
+        synced = self.sync is SyncPolicy.ALWAYS
+        if synced:
             _fdatasync(self._fd)
+        final = self.directory / segment_name(number)
+        os.rename(final.with_name(final.name + ".tmp"), final)
+        return synced
+
+    def _sync(self, data_synced: bool = False) -> None:
+        try:
+            if not data_synced:
+                _fdatasync(self._fd)
             if self._dir_dirty:
                 _fsync_dir(self.directory)
                 self._dir_dirty = False
@@ -808,7 +867,7 @@ class JournalStore:
         numbers.sort()
 
         # Walk back from the newest segment to the newest BASE segment.
-        torn_segment: int | None = None
+        damaged_segment: tuple[int, int, str] | None = None  # number, size, what is wrong
         chain: list[int] = []
         base_found = False
         for i in range(len(numbers) - 1, -1, -1):
@@ -819,13 +878,21 @@ class JournalStore:
             flags, reason = _parse_segment_header(head, number)
             if flags is None:
                 if i == len(numbers) - 1:
-                    # The newest segment: a crash while creating it leaves a short or garbled
-                    # header, and then nothing valid can follow.
+                    # A segment gets its name only once its header and first batch are written
+                    # (synced first unless sync is NEVER), so no crash leaves a named segment
+                    # that is empty or shorter than its header: that is damage done afterwards
+                    # (a truncation, a bad copy, a file system that lost the data), and the
+                    # segment may have held confirmed messages. Older versions created the
+                    # file first, so a crash could leave it empty; we cannot tell that apart
+                    # from a truncated one and refuse both, as for a corrupt record, unless the
+                    # operator says to discard it (store.discard_damaged).
                     data = path.read_bytes()
                     nxt = _find_valid_frame(data, number, 0, len(data))
-                    if nxt is None:
-                        torn_segment = number
+                    if nxt is None and self.discard_damaged:
+                        damaged_segment = (number, len(data), reason)
                         continue
+                    if nxt is None:
+                        raise JournalDamagedError(path, len(data), reason)
                     reason += f"; valid records follow at offset {nxt}"
                 raise JournalCorruptError(path, 0, reason)
             if chain and chain[-1] != number + 1:
@@ -855,13 +922,16 @@ class JournalStore:
 
         # Repair: only now that the whole journal has been read successfully.
         for tmp in temps:
-            log.warning("journal %s: deleting unfinished compaction output %s", directory,
+            log.warning("journal %s: deleting unfinished segment or compaction output %s "
+                        "(a crash before it was named: nothing in it was confirmed)", directory,
                         tmp.name)
             tmp.unlink(missing_ok=True)
-        if torn_segment is not None:
-            log.warning("journal %s: deleting %s, whose header was torn by a crash",
-                        directory, segment_name(torn_segment))
-            (directory / segment_name(torn_segment)).unlink(missing_ok=True)
+        if damaged_segment is not None:
+            number, size, reason = damaged_segment
+            log.error("journal %s: discarding damaged %s (%d bytes, %s) because "
+                      "store.discard_damaged is set: whatever it held is lost", directory,
+                      segment_name(number), size, reason)
+            (directory / segment_name(number)).unlink(missing_ok=True)
         if obsolete:
             log.info("journal %s: deleting %d segments superseded by compacted %s", directory,
                      len(obsolete), segment_name(chain[0]))
@@ -877,7 +947,7 @@ class JournalStore:
             finally:
                 os.close(fd)
             self._truncations += 1
-        if temps or torn_segment is not None or obsolete:
+        if temps or damaged_segment is not None or obsolete:
             _fsync_dir(directory)
 
         if chain:

@@ -92,3 +92,11 @@ def test_value_errors_read_cleanly():
     with pytest.raises(ConfigError) as info:
         build_config({"stomp": "nonsense"})
     assert str(info.value) == "invalid value for 'stomp': expected HOST:PORT, got 'nonsense'"
+
+
+def test_store_discard_damaged_is_off_by_default_and_named_when_misspelt():
+    """Issue 20 item 8: losing a damaged journal segment takes the operator's explicit word."""
+    assert BrokerConfig().store.discard_damaged is False
+    assert build_config({"store": {"discard_damaged": True}}).store.discard_damaged is True
+    with pytest.raises(ConfigError, match=r"unknown option 'discard_damage' in \[store\]: did you mean 'discard_damaged'\?"):
+        build_config({"store": {"discard_damage": True}})

@@ -30,6 +30,7 @@ from reference_broker.store import journal as journal_mod
 from reference_broker.store.base import MessageStore, RecoveredState, StoreError, SyncPolicy
 from reference_broker.store.journal import (
     JournalCorruptError,
+    JournalDamagedError,
     JournalLockedError,
     JournalStore,
     segment_name,
@@ -87,7 +88,7 @@ def write_messages(directory: Path, count: int, key: str = "queue://ORDERS", **k
     with JournalStore(directory, sync=SyncPolicy.NEVER, **kw) as store:
         store.recover()
         for i in range(count):
-            store.add(key, msg(f"m{i}", body=bytes([i]) * 40))
+            store.add(key, msg(f"m{i}", body=bytes([i % 256]) * 40))
             store.flush()
 
 
@@ -497,19 +498,134 @@ def test_missing_segment_in_the_middle_raises(tmp_path):
     store.close()
 
 
-def test_torn_header_of_a_new_segment_is_dropped(tmp_path, caplog):
+def test_crash_while_creating_a_segment_leaves_only_a_temporary_file(tmp_path, monkeypatch, caplog):
+    """A new segment is written under a temporary name and renamed once its header and first
+    batch are in it, so a crash before the rename leaves journal-N.log.tmp (whose data no
+    flush had confirmed), which recovery deletes, and never a short journal-N.log."""
     write_messages(tmp_path, 5)
-    (seg,) = segments(tmp_path)
-    torn = tmp_path / segment_name(2)
-    torn.write_bytes(seg.read_bytes()[:7])  # crash while creating segment 2
+
+    def crash(self, *args):
+        raise SimulatedCrash("before the rename")
+
+    store = JournalStore(tmp_path, sync=SyncPolicy.NEVER, segment_size=1)
+    store.recover()
+    monkeypatch.setattr(JournalStore, "_name_new_segment", crash)
+    store.add("queue://ORDERS", msg("unconfirmed"))
+    with pytest.raises(SimulatedCrash):
+        store.flush()
+    with pytest.raises(SimulatedCrash):  # the process "dies" here: close cannot finish either
+        store.close()
+    monkeypatch.undo()
+    assert [p.name for p in segments(tmp_path)] == [segment_name(1)]
+    assert (tmp_path / (segment_name(2) + ".tmp")).stat().st_size > HEADER
     with caplog.at_level(logging.WARNING, logger="reference_broker.store"):
         assert recovered_ids(tmp_path) == [f"m{i}" for i in range(5)]
-    assert not torn.exists()
+    assert not list(tmp_path.glob("*.tmp"))
+    assert any("unfinished segment" in r.getMessage() for r in caplog.records)
     with JournalStore(tmp_path, segment_size=1) as store:  # roll over into segment 2 again
         store.recover()
         store.add("queue://ORDERS", msg("x"))
     assert recovered_ids(tmp_path) == [f"m{i}" for i in range(5)] + ["x"]
     assert [p.name for p in segments(tmp_path)] == [segment_name(1), segment_name(2)]
+
+
+@pytest.mark.parametrize("sync", list(SyncPolicy))
+def test_new_segments_appear_with_their_header(tmp_path, monkeypatch, sync):
+    """Whenever a segment file has its name, it holds at least its header: checked at every
+    rename the journal makes."""
+    seen: list[tuple[str, int]] = []
+    real_rename = os.rename
+
+    def rename(src, dst):
+        real_rename(src, dst)
+        seen.append((Path(dst).name, Path(dst).stat().st_size))
+
+    monkeypatch.setattr(journal_mod.os, "rename", rename)
+    write_messages(tmp_path, 12, segment_size=200)
+    with JournalStore(tmp_path, sync=sync, segment_size=200) as store:
+        store.recover()
+        for i in range(12):
+            store.add("queue://ORDERS", msg(f"n{i}", body=b"x" * 40))
+            store.flush()
+    assert len([name for name, _ in seen if name.startswith("journal-")]) > 4
+    assert all(size > HEADER for _, size in seen), seen
+
+
+def test_journal_whose_only_segment_is_zero_bytes_is_refused_not_emptied(tmp_path):
+    """Issue 20 item 8: 500 confirmed messages, then the only segment is cut to zero bytes.
+    Start-up must stop and say what it found, and leave the file alone."""
+    write_messages(tmp_path, 500)
+    (seg,) = segments(tmp_path)
+    os.truncate(seg, 0)
+    store = JournalStore(tmp_path)
+    try:
+        with pytest.raises(JournalDamagedError) as info:
+            store.recover()
+        assert isinstance(info.value, JournalCorruptError)  # one kind for callers to catch
+        with pytest.raises(JournalCorruptError):
+            store.add("queue://ORDERS", msg("new"))
+    finally:
+        store.close()
+    text = str(info.value)
+    assert info.value.path == str(seg) and seg.name in text
+    assert "is empty (0 bytes)" in text and "store.discard_damaged" in text, text
+    assert seg.exists() and seg.stat().st_size == 0  # nothing was "repaired"
+    assert segments(tmp_path) == [seg]
+
+
+@pytest.mark.parametrize("keep", [1, HEADER - 1])
+def test_newest_segment_cut_inside_its_header_is_refused(tmp_path, keep):
+    write_messages(tmp_path, 12, segment_size=200)
+    newest = segments(tmp_path)[-1]
+    assert newest.name != segment_name(1)
+    os.truncate(newest, keep)
+    store = JournalStore(tmp_path)
+    with pytest.raises(JournalDamagedError, match=f"segment header incomplete \\({keep} bytes\\)") as info:
+        store.recover()
+    store.close()
+    assert info.value.path == str(newest) and newest.stat().st_size == keep
+
+
+def test_discard_damaged_deletes_the_damaged_segment_and_says_so(tmp_path, caplog):
+    write_messages(tmp_path, 12, segment_size=200)
+    segs = segments(tmp_path)
+    # what the older segments hold on their own
+    reference = tmp_path.parent / (tmp_path.name + "-older")
+    shutil.copytree(tmp_path, reference, ignore=shutil.ignore_patterns("lock"))
+    (reference / segs[-1].name).unlink()
+    expected = recovered_ids(reference)
+    assert 0 < len(expected) < 12
+    os.truncate(segs[-1], 0)
+    with caplog.at_level(logging.WARNING, logger="reference_broker.store"):
+        with JournalStore(tmp_path, discard_damaged=True) as store:
+            assert [m.message_id for m in store.recover().messages["queue://ORDERS"]] == expected
+            store.add("queue://ORDERS", msg("after"))
+    assert not segs[-1].exists() or segs[-1].stat().st_size > HEADER  # deleted, then maybe reused
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert any(segs[-1].name in m and "discard_damaged" in m for m in errors), errors
+    assert recovered_ids(tmp_path) == expected + ["after"]
+
+
+def test_discard_damaged_on_the_only_segment_starts_empty(tmp_path):
+    write_messages(tmp_path, 20)
+    (seg,) = segments(tmp_path)
+    os.truncate(seg, 0)
+    with JournalStore(tmp_path, discard_damaged=True) as store:
+        assert store.recover().messages == {}
+
+
+def test_discard_damaged_still_refuses_a_bad_header_with_records_after_it(tmp_path):
+    """discard_damaged covers a segment with nothing recoverable in it; a garbled header with
+    valid records after it is corruption, refused either way."""
+    write_messages(tmp_path, 12, segment_size=200)
+    newest = segments(tmp_path)[-1]
+    data = bytearray(newest.read_bytes())
+    data[0] ^= 0xFF  # the magic
+    newest.write_bytes(bytes(data))
+    store = JournalStore(tmp_path, discard_damaged=True)
+    with pytest.raises(JournalCorruptError, match="valid records follow"):
+        store.recover()
+    store.close()
 
 
 # --- rollover and compaction ------------------------------------------------------------------

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import operator
 import pickle
+import re
 
 import pytest
 from hypothesis import given, settings
@@ -11,7 +13,10 @@ from hypothesis import strategies as st
 
 from reference_broker.engine.message import Message, MessageRef
 from reference_broker.engine.selector import (
+    MAX_INTEGER_LITERAL,
+    MAX_LIKE_UNDERSCORE_RUN,
     MAX_NESTING,
+    MAX_SELECTOR_LENGTH,
     Selector,
     SelectorError,
     parse_selector,
@@ -451,6 +456,100 @@ def test_nesting_limit_and_long_chains():
 
 
 # ---------------------------------------------------------------------------------------------
+# Hostile selectors (issue 20): nothing a client writes may hold the broker's loop without bound
+# ---------------------------------------------------------------------------------------------
+
+
+def like(value: str, pattern: str, escape: str | None = None) -> bool | None:
+    quoted = "'" + pattern.replace("'", "''") + "'"
+    escape_clause = "" if escape is None else " ESCAPE '" + escape.replace("'", "''") + "'"
+    return parse_selector(f"v LIKE {quoted}{escape_clause}").evaluate({"v": value}.get)
+
+
+@pytest.mark.timeout(20)  # the backtracking regex it replaced did not finish in hours
+def test_like_with_many_wildcards_does_not_block_the_loop():
+    # The attack: `%a` twelve times then `b`, against 100 `a`s.
+    assert like("a" * 100, "%a" * 12 + "%b") is False
+    assert like("a" * 100 + "b", "%a" * 12 + "%b") is True
+    # Bigger: more wildcards, a longer value, and _ in the runs between the % signs.
+    assert like("a" * 100_000, "%a" * 500 + "%b") is False
+    assert like("a" * 100_000, "%a_" * 500 + "%b") is False
+    assert like("a" * 100_000 + "b", "%a_" * 500 + "%b") is True
+    assert like("ab" * 50_000, "%" + "_b" * (MAX_LIKE_UNDERSCORE_RUN // 2) + "%c") is False
+    assert like("a" * 100_000, "a%" + "%".join(["a" * 60] * 100) + "%b") is False
+
+
+def test_like_with_long_runs_of_underscore_is_refused_with_the_limit_named():
+    ok = "v LIKE '%" + "_" * MAX_LIKE_UNDERSCORE_RUN + "%'"
+    assert parse_selector(ok).matches({"v": "x" * MAX_LIKE_UNDERSCORE_RUN}.get)
+    assert not parse_selector(ok).matches({"v": "x" * (MAX_LIKE_UNDERSCORE_RUN - 1)}.get)
+    with pytest.raises(SelectorError, match="MAX_LIKE_UNDERSCORE_RUN") as info:
+        parse_selector("v LIKE '%a" + "_" * MAX_LIKE_UNDERSCORE_RUN + "%'")
+    assert info.value.position == len("v LIKE ") + 1
+    # literal text has no such limit: it is found with str.find
+    long_literal = "x" * 5000
+    assert parse_selector(f"v LIKE '%{long_literal}%'").matches({"v": "y" + long_literal}.get)
+
+
+@pytest.mark.parametrize("text,fragment", [
+    ("a = " + "9" * 5000, "must fit in a Java long"),
+    ("a = 9223372036854775809", "must fit in a Java long"),
+    ("a = 0x" + "F" * 17, "must fit in a Java long"),
+    ("a = 0" + "7" * 23, "must fit in a Java long"),
+    ("a IN (" + "9" * 5000 + ")", "must fit in a Java long"),
+    ("a = 1e999999", "range of a Java double"),
+    ("a = -" + "9" * 400 + ".5", "range of a Java double"),
+])
+def test_a_huge_number_in_a_selector_is_a_clear_error(text, fragment):
+    with pytest.raises(SelectorError) as info:
+        parse_selector(text)
+    assert fragment in info.value.message, str(info.value)
+    assert info.value.position is not None
+    assert len(info.value.message) < 300, "the error shows a long literal cut short"
+
+
+def test_numbers_at_the_edges_of_the_java_ranges_are_accepted():
+    check([
+        ("big = -9223372036854775808 - 1 * 0 OR i = 5", T),
+        ("i < 9223372036854775807", T), ("i > -9223372036854775808", T),
+        ("i < 0x7FFFFFFFFFFFFFFF", T), ("i = 0000000000000000000000000005", T),
+        ("i < 1.7976931348623157e308", T), ("i > 1e-999", T),  # underflow is just 0
+    ])
+
+
+def test_long_numeric_strings_with_convert_string_expressions_compare_false():
+    # ActiveMQ converts with Long.valueOf, which refuses what does not fit in a long.
+    props = {"s": "9" * 5000, "t": "0" * 5000 + "7", "u": "9223372036854775808"}
+    for text, want in [("s = 5", F), ("s > 5", F), ("t = 7", T), ("u > 5", F), ("s > 5.0", T)]:
+        assert evaluate(text, props, convert_string_expressions=True) is want, text
+
+
+def test_selector_length_is_bounded_and_the_limit_named():
+    longest = "a = 1 OR " + " " * (MAX_SELECTOR_LENGTH - len("a = 1 OR b = 2")) + "b = 2"
+    assert len(longest) == MAX_SELECTOR_LENGTH
+    assert parse_selector(longest).matches({"b": 2}.get)
+    with pytest.raises(SelectorError, match="MAX_SELECTOR_LENGTH") as info:
+        parse_selector(longest + " ")
+    assert f"at most {MAX_SELECTOR_LENGTH}" in info.value.message
+    assert len(str(info.value)) < 600  # the selector itself is shown cut short
+
+
+@pytest.mark.timeout(60)
+def test_deep_parentheses_and_long_operator_chains_compile_or_fail_cleanly():
+    depth = (MAX_SELECTOR_LENGTH - 10) // 2
+    nested = parse_selector("(" * depth + "a = 1" + ")" * depth)
+    assert nested.matches({"a": 1}.get)
+    with pytest.raises(SelectorError):
+        parse_selector("(" * depth + "a = 1")
+    with pytest.raises(SelectorError, match="nested too deeply"):
+        parse_selector("a = " + " - " * (MAX_NESTING + 5) + "b")
+    with pytest.raises(SelectorError, match="nested too deeply"):
+        parse_selector("(" * 300 + "a" + " + a)" * 300 + " = 1")
+    with pytest.raises(SelectorError, match="nested too deeply"):
+        parse_selector("a = " + " + ".join(["a"] * 5000))  # + nests to the left
+
+
+# ---------------------------------------------------------------------------------------------
 # Properties
 # ---------------------------------------------------------------------------------------------
 
@@ -497,6 +596,62 @@ numbers = st.one_of(st.integers(min_value=-(2**70), max_value=2**70),
 def test_numeric_comparison_agrees_with_python(x, op, y):
     expected = PY_OPS[op](x, y)
     assert parse_selector(f"a {op} b").matches({"a": x, "b": y}.get) is expected
-    # and against a literal, when y can be written as one
-    if isinstance(y, int) or y == y and abs(y) != float("inf"):
+    # and against a literal, when y can be written as one: integer literals are Java longs
+    # (JMS 1.1 section 3.8.1.1), so a bigger one is refused and names the range
+    if isinstance(y, int) and abs(y) > MAX_INTEGER_LITERAL:
+        with pytest.raises(SelectorError, match="must fit in a Java long"):
+            parse_selector(f"a {op} {y!r}")
+    elif isinstance(y, int) or y == y and abs(y) != float("inf"):
         assert parse_selector(f"a {op} {y!r}").matches({"a": x}.get) is expected
+
+
+def reference_like(value: str, pattern: str, escape: str | None) -> bool:
+    """LIKE by brute force, for small inputs: the pattern's tokens (the escape character quotes
+    a following _, % or itself, else stands for itself, as in ActiveMQ), then every way to
+    match them, memoised."""
+    tokens: list[str | None] = []  # a character, "%" for any run, None for _
+    i = 0
+    while i < len(pattern):
+        c = pattern[i]
+        if escape is not None and c == escape and pattern[i + 1:i + 2] in ("_", "%", escape):
+            tokens.append("lit:" + pattern[i + 1])
+            i += 2
+            continue
+        tokens.append("%" if c == "%" else None if c == "_" else "lit:" + c)
+        i += 1
+
+    @functools.lru_cache(maxsize=None)
+    def match(t: int, v: int) -> bool:
+        if t == len(tokens):
+            return v == len(value)
+        token = tokens[t]
+        if token == "%":
+            return any(match(t + 1, w) for w in range(v, len(value) + 1))
+        if v == len(value):
+            return False
+        if token is None or token[4:] == value[v]:
+            return match(t + 1, v + 1)
+        return False
+
+    return match(0, 0)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(value=st.one_of(st.text(alphabet="ab", max_size=8), st.text(alphabet="ab!%_\n", max_size=12)),
+       pattern=st.one_of(st.text(alphabet="ab%_", max_size=8), st.text(alphabet="ab!%_\n", max_size=10)),
+       escape=st.sampled_from([None, "!", "a", "%", "_"]))
+def test_like_agrees_with_a_brute_force_reference(value, pattern, escape):
+    expected = reference_like(value, pattern, escape)
+    assert like(value, pattern, escape) is expected
+    # and with the whole-pattern regular expression LIKE used to be (fine on inputs this small)
+    regex = []
+    i = 0
+    while i < len(pattern):
+        c = pattern[i]
+        if escape is not None and c == escape and pattern[i + 1:i + 2] in ("_", "%", escape):
+            regex.append(re.escape(pattern[i + 1]))
+            i += 2
+            continue
+        regex.append(".*" if c == "%" else "." if c == "_" else re.escape(c))
+        i += 1
+    assert (re.fullmatch("".join(regex), value, re.DOTALL) is not None) is expected
