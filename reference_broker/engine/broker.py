@@ -19,6 +19,7 @@ from typing import Callable
 from ..config import BrokerConfig
 from ..store.base import MessageStore
 from ..store.memory import MemoryStore
+from .access import ReadAccess
 from .audit import NetworkAudit, audit_key
 from .consumer import AckMode, Consumer, DeliverCallback
 from .errors import (
@@ -122,9 +123,9 @@ class Broker:
         state = self.store.recover()
         for key, meta in state.durable_subscriptions.items():
             selector = parse_selector(meta["selector"]) if meta.get("selector") else None
-            self._create_durable(
+            durable = self._create_durable(
                 key, meta["client_id"], meta["name"], parse_destination(meta["destination"], TOPIC),
-                selector, bool(meta.get("no_local")), persist=False,
+                selector, bool(meta.get("no_local")), persist=False, user=meta.get("user"),
             )
         count = 0
         for key, messages in state.messages.items():
@@ -181,18 +182,31 @@ class Broker:
             raise AuthenticationFailed("anonymous login is not allowed: give a login and passcode")
         return None, list(security.anonymous_groups)
 
+    def groups_of(self, user: str | None) -> list[str]:
+        """The groups a (previously authenticated) user has by the configuration."""
+        known = self._users.get(user) if user is not None else None
+        return list(known.groups) if known is not None else list(self.config.security.anonymous_groups)
+
     @property
     def authorization_enabled(self) -> bool:
         return bool(self.config.security.authorization)
 
-    def _authorize(self, groups: list[str], dest: DestinationName, action: str) -> None:
+    def permits(self, groups: list[str], dest: DestinationName, action: str) -> bool:
         if not self.config.security.authorization:
-            return
+            return True
         entry = self._acl[dest.kind].lookup(dest.name)
         allowed = getattr(entry, action) if entry is not None else []
-        if not (set(groups) & set(allowed)) and "*" not in allowed:
+        return "*" in allowed or not set(groups).isdisjoint(allowed)
+
+    def _authorize(self, groups: list[str], dest: DestinationName, action: str) -> None:
+        if not self.permits(groups, dest, action):
             verb = "read from" if action == "read" else "write to"
             raise NotAuthorized(f"not authorized to {verb} {dest.canonical}")
+
+    def read_access(self, groups: list[str], user: str | None = None) -> ReadAccess | None:
+        """What a reader may receive, message by message (engine/access.py); None when no
+        authorization is configured."""
+        return ReadAccess(self.permits, groups, user) if self.authorization_enabled else None
 
     # ------------------------------------------------------------ destinations
 
@@ -298,18 +312,27 @@ class Broker:
         log.info("dead-lettering %s from %s to %s: %s", original.message_id, source.name, dlq_name, cause)
         self.queue(DestinationName(QUEUE, dlq_name)).enqueue(copy)
 
-    def _create_durable(self, key, client_id, name, pattern, selector, no_local, persist=True) -> DurableSubscription:
+    def _create_durable(self, key, client_id, name, pattern, selector, no_local, persist=True,
+                        user: str | None = None) -> DurableSubscription:
         dest = DestinationName(QUEUE, key)
         policy = self.policies.policy_for(pattern)
         usage = MemoryUsage(key, policy.memory_limit, self.system_usage)
         queue = Queue(self, dest, key, policy, self.policies.groups_for(pattern), usage)
         durable = DurableSubscription(key, client_id, name, pattern, selector, no_local, queue)
+        self.own_durable(durable, user)
         self.durable[key] = durable
         self.subscriptions.append(durable)
         self._subscriptions_changed()
         if persist:
             self.store.add_durable_subscription(key, durable.metadata())
         return durable
+
+    def own_durable(self, durable: DurableSubscription, user: str | None) -> None:
+        """Make ``user`` the reader of ``durable``: what it collects while its subscriber is away is
+        what that user may read, by the groups the configuration gives it (also after a restart,
+        from the stored metadata)."""
+        durable.user = user
+        durable.access = self.read_access(self.groups_of(user), user)
 
     def _shared(self, group: str, pattern: DestinationName) -> SharedSubscription:
         key = f"shared://{group}/{pattern.name}"
@@ -506,6 +529,7 @@ class Connection:
             prefetch=prefetch, selector=compiled, priority=priority, exclusive=exclusive,
             no_local=no_local, durable_name=durable_name, maximum_pending_limit=maximum_pending_limit,
         )
+        consumer.access = broker.read_access(self.groups, self.user)
         if dest.is_queue:
             queue = broker.queue(dest)  # may refuse the destination: register nothing before
             self.consumers[consumer_id] = consumer
@@ -529,7 +553,12 @@ class Connection:
                 broker.remove_durable(key)
                 durable = None
             if durable is None:
-                durable = broker._create_durable(key, self.client_id, durable_name, dest, compiled, no_local)
+                durable = broker._create_durable(key, self.client_id, durable_name, dest, compiled, no_local,
+                                                 user=self.user)
+            elif durable.user != self.user:
+                # Same client id, another user: it collects for the new one from now on.
+                broker.own_durable(durable, self.user)
+                broker.store.add_durable_subscription(key, durable.metadata())
             durable.active = consumer
             durable.last_connection_id = self.connection_id
             consumer.selector = None  # applied when messages enter the subscription
