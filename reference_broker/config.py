@@ -173,6 +173,18 @@ class Security(_Strict):
     allow_anonymous: bool | None = None
     anonymous_groups: list[str] = Field(default_factory=lambda: ["anonymous"])
     authorization: list[AuthorizationEntry] = Field(default_factory=list)
+    # Networks of brokers: a peer's bridge logs in (its connector's user_name / password) as a user
+    # of this group; only such connections may use network subscription ids (NC|...), which read
+    # other connections' temporary destinations (engine/network_principal.py). Bridges between
+    # brokers of one process need no user. Never one of anonymous_groups.
+    network_group: str = Field(default="network-bridges", min_length=1)
+
+    @model_validator(mode="after")
+    def _network_group_is_not_anonymous(self) -> "Security":
+        if self.network_group in self.anonymous_groups:
+            raise ValueError(f"network_group {self.network_group!r} is also in anonymous_groups: anonymous "
+                             "clients would be trusted as network bridges; use another group")
+        return self
 
     @property
     def anonymous_allowed(self) -> bool:

@@ -33,6 +33,7 @@ from .errors import (
     UnknownSubscription,
 )
 from .message import RETAIN_PROPERTY, Message, MessageRef
+from .network_principal import is_in_process_bridge
 from .names import QUEUE, TOPIC, DestinationName, parse_destination
 from .policy import Policies
 from .queue import Queue
@@ -375,15 +376,24 @@ class Broker:
     ) -> "Connection":
         """A client connection, after checking ``login`` / ``passcode``. ``internal``: the broker's
         own connection (advisories, a bridge's local end; in-VM in ActiveMQ), which does not log
-        in, so a broker that refuses anonymous clients can still network (NOB-AUTH-1)."""
+        in, so a broker that refuses anonymous clients can still network (NOB-AUTH-1).
+        The connection is a network bridge (`Connection.network`, engine/network_principal.py) when
+        internal, when its user is in ``security.network_group``, or when it is a bridge of a broker
+        of this process (which otherwise logs in as an anonymous client would)."""
+        security = self.config.security
         if internal:
-            user, groups = None, list(self.config.security.anonymous_groups)
+            user, groups, network = None, list(security.anonymous_groups), True
+        elif is_in_process_bridge(login, passcode):
+            user, groups = self.authenticate(None, None)
+            network = True
         else:
             user, groups = self.authenticate(login, passcode)
+            network = security.network_group in groups and user in self._users
         if client_id is not None and client_id in self._client_ids:
             raise ClientIdInUse(f"client id {client_id!r} is already connected")
         connection = Connection(self, connection_id(self.config.name, self._incarnation, next(self._connection_numbers)),
                                 user, groups, client_id)
+        connection.network = network
         self.connections[connection.connection_id] = connection
         if client_id is not None:
             self._client_ids[client_id] = connection
@@ -445,6 +455,8 @@ class Connection:
         self._message_numbers = itertools.count(1)
         self.closed = False
         self.temporary: list[DestinationName] = []  # temporary destinations it created
+        # Trusted as a peer broker's network bridge (Broker.connect; engine/network_principal.py).
+        self.network = False
 
     # ------------------------------------------------------------ producing
 
