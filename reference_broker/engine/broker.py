@@ -568,7 +568,16 @@ class Connection:
                 durable = broker._create_durable(key, self.client_id, durable_name, dest, compiled, no_local,
                                                  user=self.user)
             elif durable.user != self.user:
-                # Same client id, another user: it collects for the new one from now on.
+                # Same client id, another user. ActiveMQ authorizes the new reader on every
+                # destination the subscription is on (engine/access.py); here, on every topic what it
+                # holds came from. Allowed, it collects for the new user from now on.
+                access = broker.read_access(self.groups, self.user)
+                if access is not None:
+                    for topic in sorted({ref.message.destination for ref in durable.queue.pending_refs()}):
+                        if not access.allows(parse_destination(topic, TOPIC)):
+                            raise NotAuthorized(
+                                f"durable subscription {durable_name!r} of client id {self.client_id!r} holds "
+                                f"messages from {topic}, which this user may not read")
                 broker.own_durable(durable, self.user)
                 broker.store.add_durable_subscription(key, durable.metadata())
             durable.active = consumer

@@ -89,6 +89,28 @@ def test_durable_wildcard_subscription_does_not_keep_what_its_user_may_not_read(
     broker.close()
 
 
+def test_durable_subscription_taken_over_by_another_user_is_refused_what_it_may_not_read():
+    """ENG-AUTH-3: a durable subscription is keyed by client id and name; another user reusing
+    them does not receive what was kept for its first owner from topics it may not read."""
+    broker = make_broker({"security": {**SECURITY, "users": SECURITY["users"] + [
+        {"name": "carol", "password": "c", "groups": ["users"]}]}})
+    boss = Client(broker, login="boss", passcode="b", client_id="shared-app")
+    boss.subscribe("d", "topic://PUBLIC.>", durable_name="feed")
+    boss.conn.close()
+    Client(broker, login="boss", passcode="b").send("topic://PUBLIC.SECRET.plans", "secret-1")
+    alice = Client(broker, login="alice", passcode="a", client_id="shared-app")
+    with pytest.raises(NotAuthorized, match="PUBLIC.SECRET.plans"):
+        alice.subscribe("d", "topic://PUBLIC.>", durable_name="feed")
+    assert alice.got() == [], "ENG-AUTH-3: another user took over a durable subscription holding a secret"
+    # What it holds is all readable to the next user: the takeover is allowed.
+    alice.subscribe("n", "topic://PUBLIC.>", durable_name="news")
+    alice.conn.close()
+    Client(broker, login="boss", passcode="b").send("topic://PUBLIC.news", "news-1")
+    carol = Client(broker, login="carol", passcode="c", client_id="shared-app")
+    carol.subscribe("n", "topic://PUBLIC.>", durable_name="news")
+    assert carol.got() == ["news-1"]
+
+
 def test_shared_wildcard_subscription_does_not_hand_a_secret_to_a_member_who_may_not_read_it():
     """ENG-AUTH-3: consumers of one shared subscription compete for its messages: a message goes
     in only when every member may read its topic."""
