@@ -15,6 +15,7 @@ never half-applied.
 from __future__ import annotations
 
 import difflib
+import ipaddress
 import json
 import tomllib
 from pathlib import Path
@@ -173,6 +174,18 @@ class Security(_Strict):
     allow_anonymous: bool | None = None
     anonymous_groups: list[str] = Field(default_factory=lambda: ["anonymous"])
     authorization: list[AuthorizationEntry] = Field(default_factory=list)
+    # Networks of brokers: a peer's bridge logs in (its connector's user_name / password) as a user
+    # of this group; only such connections may use network subscription ids (NC|...), which read
+    # other connections' temporary destinations (engine/network_principal.py). Bridges between
+    # brokers of one process need no user. Never one of anonymous_groups.
+    network_group: str = Field(default="network-bridges", min_length=1)
+
+    @model_validator(mode="after")
+    def _network_group_is_not_anonymous(self) -> "Security":
+        if self.network_group in self.anonymous_groups:
+            raise ValueError(f"network_group {self.network_group!r} is also in anonymous_groups: anonymous "
+                             "clients would be trusted as network bridges; use another group")
+        return self
 
     @property
     def anonymous_allowed(self) -> bool:
@@ -295,6 +308,18 @@ class SystemUsage(_Strict):
     memory_limit: int = Field(default=256 * 1024 * 1024, gt=0)  # bytes, across all destinations
 
 
+def is_loopback_address(address: str) -> bool:
+    """Whether a listener's HOST:PORT only accepts connections from this machine (127.0.0.0/8,
+    ::1 or localhost; an empty host or 0.0.0.0 listens everywhere)."""
+    host = address.rpartition(":")[0].strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a host name other than localhost may resolve to anything
+
+
 def _host_port(value: str | None) -> str | None:
     if value is None:
         return None
@@ -370,6 +395,29 @@ class BrokerConfig(_Strict):
         if self.discovery_uri is not None and self.stomp is None:
             raise ValueError("discovery_uri announces the STOMP listener (what peers bridge to); "
                              "set 'stomp' too or remove discovery_uri")
+        return self
+
+    @model_validator(mode="after")
+    def _secure_by_default(self) -> "BrokerConfig":
+        # Mosquitto 2.0's rule: with no users configured, clients from the network are not taken in
+        # anonymously by default; only loopback listeners accept them, unless the operator says
+        # allow_anonymous = true. The HTTP statistics have no anonymous mode off loopback at all:
+        # with users configured they ask for one of them (HTTP Basic; listeners/http.py).
+        security = self.security
+        for option in ("stomp", "mqtt", "amqp", "http"):
+            address = getattr(self, option)
+            if address is None or is_loopback_address(address) or security.users:
+                continue
+            if option == "http":
+                raise ValueError(
+                    f"listener 'http' = {address!r} is not a loopback address and no [security] users are "
+                    "configured: the statistics would be public; listen on 127.0.0.1, or configure "
+                    "users (requests then need HTTP Basic credentials of one of them)")
+            if security.allow_anonymous is not True:
+                raise ValueError(
+                    f"listener '{option}' = {address!r} is not a loopback address and no [security] users are "
+                    "configured: anyone who can reach it would connect anonymously; configure users, "
+                    "listen on 127.0.0.1, or set security.allow_anonymous = true to accept that on purpose")
         return self
 
     @field_validator("failover_peers")

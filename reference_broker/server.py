@@ -10,6 +10,7 @@ from pathlib import Path
 
 from .config import BrokerConfig
 from .engine.broker import Broker
+from .engine.network_principal import register_stomp_port, unregister_stomp_port
 from .listeners.amqp import AmqpProtocol
 from .listeners.http import serve_http
 from .listeners.mqtt import MqttProtocol
@@ -77,6 +78,7 @@ class BrokerServer:
                 raise OSError(exc.errno, f"cannot listen for STOMP on {cfg.stomp} (option 'stomp'): {exc.strerror}") from None
             self._servers.append(server)
             self.stomp_address = server.sockets[0].getsockname()[:2]
+            register_stomp_port(self.stomp_address[1])  # bridges of this process may say who they are
         if cfg.amqp:
             host, port = _split(cfg.amqp)
             try:
@@ -136,6 +138,8 @@ class BrokerServer:
         if self._tick_task is not None:
             self._tick_task.cancel()
         self.mqtt_sessions.close()  # connections closed by the shutdown publish no wills
+        if self.stomp_address is not None:
+            unregister_stomp_port(self.stomp_address[1])
         for server in self._servers:
             server.close()
         for connection in list(self._connections):

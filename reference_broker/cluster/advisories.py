@@ -23,7 +23,7 @@ from ..engine.consumer import Consumer
 from ..engine.message import RETAIN_PROPERTY, Message
 from ..engine.names import TOPIC, DestinationName, parse_destination
 from .demand import RemoteConsumer
-from .paths import parse_network_id
+from .paths import network_subscription
 from .replay import RateWindow, install as install_bridge_filter
 
 ADVISORY_PREFIX = "ActiveMQ.Advisory."
@@ -143,7 +143,7 @@ class AdvisoryPublisher:
     def _describe(self, consumer: Consumer) -> RemoteConsumer:
         path = self.network_paths.get(consumer)
         if path is None:
-            parsed = parse_network_id(consumer.consumer_id)
+            parsed = network_subscription(consumer)
             path = parsed[0] if parsed else ()
         selector = consumer.selector.text if consumer.selector is not None and not path else None
         return RemoteConsumer(f"{consumer.connection.connection_id}/{consumer.consumer_id}",
@@ -173,7 +173,7 @@ class AdvisoryPublisher:
         consumers = self.consumers.setdefault(destination, {})
         if event == "add":
             consumers[consumer] = None
-            parsed = parse_network_id(consumer.consumer_id)
+            parsed = network_subscription(consumer)
             if parsed is not None and consumer.priority != parsed[1]:
                 _reprioritize(consumer, parsed[1])
             if parsed is not None:

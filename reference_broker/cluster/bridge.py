@@ -45,13 +45,14 @@ from ..engine.broker import Broker, Connection, broker_name_of
 from ..engine.consumer import AckMode, Consumer
 from ..engine.message import Message, MessageRef
 from ..engine.names import parse_destination
+from ..engine.network_principal import bridge_login
 from ..protocols.stomp.codec import Frame
 from .advisories import (ADVISORY_WILDCARD, TEMPORARY_PROPERTY, VIRTUAL_ADVISORY_PREFIX, VIRTUAL_ADVISORY_WILDCARD, AdvisoryPublisher,
                          decode_consumers, destination_of_advisory, internal_connection)
 from .demand import (DURABLE_KEY, DURABLE_SUB_PREFIX, NetworkDemand, RemoteConsumer, bridge_client_id,
                      desired_consumers, durable_subscription_name, dynamically_forwarded, static_demand)
 from .network_config import NetworkConnectorConfig
-from .paths import (PATH_PROPERTY, extend_path, network_id, network_priority, parse_network_id, parse_path,
+from .paths import (PATH_PROPERTY, extend_path, network_id, network_priority, network_subscription, parse_path,
                     remote_message_selector, without_convert_prefix)
 from .stomp_link import StompLink
 from .uris import Peer
@@ -218,9 +219,12 @@ class Bridge:
         # masterslave: the URIs are master, slave1, ... in order: connect to the first live one
         # (ActiveMQ "MasterSlave Discovery"); static: makes one Bridge per peer, so one peer here.
         for peer in self.peers:
+            # The connector's credentials; without them, a broker of this process is told by the
+            # process's secret that this is a bridge (engine/network_principal.py).
+            login, passcode = bridge_login(peer.host, peer.port, self.config.user_name, self.config.password)
             try:
                 link, connected = await StompLink.open(peer.host, peer.port, self._on_frame,
-                                                       login=self.config.user_name, passcode=self.config.password)
+                                                       login=login, passcode=passcode)
             except (OSError, asyncio.TimeoutError) as exc:
                 last = exc
                 continue
@@ -334,7 +338,7 @@ class Bridge:
                 continue
             path = self.publisher.network_paths.get(consumer)
             if path is None:
-                parsed = parse_network_id(consumer.consumer_id)
+                parsed = network_subscription(consumer)
                 path = parsed[0] if parsed else ()
             if path and path[-1] == demand.path[-1] and len(path) < len(demand.path):
                 return True

@@ -53,6 +53,15 @@ def network_id(path: tuple[str, ...], priority: int, number: int) -> str:
     return f"{NETWORK_ID_PREFIX}{','.join(path)}|{priority}|{number}"
 
 
+def network_subscription(consumer) -> tuple[tuple[str, ...], int] | None:
+    """(path, priority) of a network consumer: an ``NC|`` id on a connection the broker trusts as a
+    network bridge (``connection.network``, engine/network_principal.py). Any other client's id is
+    just a name, whatever it starts with."""
+    if not getattr(consumer.connection, "network", False):
+        return None
+    return parse_network_id(consumer.consumer_id)
+
+
 def parse_network_id(consumer_id: str) -> tuple[tuple[str, ...], int] | None:
     """(path, priority) of a network subscription id, None for an ordinary consumer."""
     if not consumer_id.startswith(NETWORK_ID_PREFIX):

@@ -25,13 +25,13 @@ from typing import Callable
 from ..config import ConditionalNetworkBridgeFilter
 from ..engine.consumer import Consumer
 from ..engine.selector import parse_selector
-from .paths import PATH_PROPERTY, parse_network_id, parse_path, split_remote_selector
+from .paths import PATH_PROPERTY, network_subscription, parse_path, split_remote_selector
 
 Later = Callable[[float, Callable[[], None]], object]
 
 
 def is_network_consumer(consumer: Consumer) -> bool:
-    return parse_network_id(consumer.consumer_id) is not None
+    return network_subscription(consumer) is not None
 
 
 class RateWindow:
@@ -135,7 +135,7 @@ def install(broker, consumer: Consumer, later: Later, windows: dict[str, RateWin
     conditional network bridge filter; returns whether it did. ``windows`` (queue -> its rate
     window) is shared by every network consumer of the broker: the limit is per destination. Dispatches the queue again, as
     the queue's first dispatch to the new consumer used the plain selector."""
-    parsed = parse_network_id(consumer.consumer_id)
+    parsed = network_subscription(consumer)
     if parsed is None or not consumer.destination.is_queue or not parsed[0]:
         return False
     settings = broker.policies.policy_for(consumer.destination).conditional_network_bridge_filter

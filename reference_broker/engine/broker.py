@@ -19,6 +19,7 @@ from typing import Callable
 from ..config import BrokerConfig
 from ..store.base import MessageStore
 from ..store.memory import MemoryStore
+from .access import ReadAccess
 from .audit import NetworkAudit, audit_key
 from .consumer import AckMode, Consumer, DeliverCallback
 from .errors import (
@@ -33,6 +34,7 @@ from .errors import (
     UnknownSubscription,
 )
 from .message import RETAIN_PROPERTY, Message, MessageRef
+from .network_principal import is_in_process_bridge
 from .names import QUEUE, TOPIC, DestinationName, parse_destination
 from .policy import Policies
 from .queue import Queue
@@ -136,9 +138,9 @@ class Broker:
         state = self.store.recover()
         for key, meta in state.durable_subscriptions.items():
             selector = parse_selector(meta["selector"]) if meta.get("selector") else None
-            self._create_durable(
+            durable = self._create_durable(
                 key, meta["client_id"], meta["name"], parse_destination(meta["destination"], TOPIC),
-                selector, bool(meta.get("no_local")), persist=False,
+                selector, bool(meta.get("no_local")), persist=False, user=meta.get("user"),
             )
         count = 0
         for key, messages in state.messages.items():
@@ -195,18 +197,31 @@ class Broker:
             raise AuthenticationFailed("anonymous login is not allowed: give a login and passcode")
         return None, list(security.anonymous_groups)
 
+    def groups_of(self, user: str | None) -> list[str]:
+        """The groups a (previously authenticated) user has by the configuration."""
+        known = self._users.get(user) if user is not None else None
+        return list(known.groups) if known is not None else list(self.config.security.anonymous_groups)
+
     @property
     def authorization_enabled(self) -> bool:
         return bool(self.config.security.authorization)
 
-    def _authorize(self, groups: list[str], dest: DestinationName, action: str) -> None:
+    def permits(self, groups: list[str], dest: DestinationName, action: str) -> bool:
         if not self.config.security.authorization:
-            return
+            return True
         entry = self._acl[dest.kind].lookup(dest.name)
         allowed = getattr(entry, action) if entry is not None else []
-        if not (set(groups) & set(allowed)) and "*" not in allowed:
+        return "*" in allowed or not set(groups).isdisjoint(allowed)
+
+    def _authorize(self, groups: list[str], dest: DestinationName, action: str) -> None:
+        if not self.permits(groups, dest, action):
             verb = "read from" if action == "read" else "write to"
             raise NotAuthorized(f"not authorized to {verb} {dest.canonical}")
+
+    def read_access(self, groups: list[str], user: str | None = None) -> ReadAccess | None:
+        """What a reader may receive, message by message (engine/access.py); None when no
+        authorization is configured."""
+        return ReadAccess(self.permits, groups, user) if self.authorization_enabled else None
 
     # ------------------------------------------------------------ destinations
 
@@ -312,18 +327,27 @@ class Broker:
         log.info("dead-lettering %s from %s to %s: %s", original.message_id, source.name, dlq_name, cause)
         self.queue(DestinationName(QUEUE, dlq_name)).enqueue(copy)
 
-    def _create_durable(self, key, client_id, name, pattern, selector, no_local, persist=True) -> DurableSubscription:
+    def _create_durable(self, key, client_id, name, pattern, selector, no_local, persist=True,
+                        user: str | None = None) -> DurableSubscription:
         dest = DestinationName(QUEUE, key)
         policy = self.policies.policy_for(pattern)
         usage = MemoryUsage(key, policy.memory_limit, self.system_usage)
         queue = Queue(self, dest, key, policy, self.policies.groups_for(pattern), usage)
         durable = DurableSubscription(key, client_id, name, pattern, selector, no_local, queue)
+        self.own_durable(durable, user)
         self.durable[key] = durable
         self.subscriptions.append(durable)
         self._subscriptions_changed()
         if persist:
             self.store.add_durable_subscription(key, durable.metadata())
         return durable
+
+    def own_durable(self, durable: DurableSubscription, user: str | None) -> None:
+        """Make ``user`` the reader of ``durable``: what it collects while its subscriber is away is
+        what that user may read, by the groups the configuration gives it (also after a restart,
+        from the stored metadata)."""
+        durable.user = user
+        durable.access = self.read_access(self.groups_of(user), user)
 
     def _shared(self, group: str, pattern: DestinationName) -> SharedSubscription:
         key = f"shared://{group}/{pattern.name}"
@@ -366,16 +390,25 @@ class Broker:
     ) -> "Connection":
         """A client connection, after checking ``login`` / ``passcode``. ``internal``: the broker's
         own connection (advisories, a bridge's local end; in-VM in ActiveMQ), which does not log
-        in, so a broker that refuses anonymous clients can still network (NOB-AUTH-1)."""
+        in, so a broker that refuses anonymous clients can still network (NOB-AUTH-1).
+        The connection is a network bridge (`Connection.network`, engine/network_principal.py) when
+        internal, when its user is in ``security.network_group``, or when it is a bridge of a broker
+        of this process (which otherwise logs in as an anonymous client would)."""
+        security = self.config.security
         if internal:
-            user, groups = None, list(self.config.security.anonymous_groups)
+            user, groups, network = None, list(security.anonymous_groups), True
+        elif is_in_process_bridge(login, passcode):
+            user, groups = self.authenticate(None, None)
+            network = True
         else:
             user, groups = self.authenticate(login, passcode)
+            network = security.network_group in groups and user in self._users
         if client_id is not None and client_id in self._client_ids:
             raise ClientIdInUse(f"client id {client_id!r} is already connected")
         connection = Connection(self, connection_id(self.config.name, self._incarnation, next(self._connection_numbers)),
                                 user, groups, client_id)
         connection.internal = internal
+        connection.network = network
         self.connections[connection.connection_id] = connection
         if client_id is not None:
             self._client_ids[client_id] = connection
@@ -440,6 +473,8 @@ class Connection:
         # The broker's own connection (Broker.connect(internal=True)): it publishes advisories
         # on topics named after wildcard subscriptions (ActiveMQ.Advisory.Consumer.Topic.A.>).
         self.internal = False
+        # Trusted as a peer broker's network bridge (Broker.connect; engine/network_principal.py).
+        self.network = False
 
     # ------------------------------------------------------------ producing
 
@@ -527,6 +562,7 @@ class Connection:
             prefetch=prefetch, selector=compiled, priority=priority, exclusive=exclusive,
             no_local=no_local, durable_name=durable_name, maximum_pending_limit=maximum_pending_limit,
         )
+        consumer.access = broker.read_access(self.groups, self.user)
         if dest.is_queue:
             queue = broker.queue(dest)  # may refuse the destination: register nothing before
             self.consumers[consumer_id] = consumer
@@ -550,7 +586,21 @@ class Connection:
                 broker.remove_durable(key)
                 durable = None
             if durable is None:
-                durable = broker._create_durable(key, self.client_id, durable_name, dest, compiled, no_local)
+                durable = broker._create_durable(key, self.client_id, durable_name, dest, compiled, no_local,
+                                                 user=self.user)
+            elif durable.user != self.user:
+                # Same client id, another user. ActiveMQ authorizes the new reader on every
+                # destination the subscription is on (engine/access.py); here, on every topic what it
+                # holds came from. Allowed, it collects for the new user from now on.
+                access = broker.read_access(self.groups, self.user)
+                if access is not None:
+                    for topic in sorted({ref.message.destination for ref in durable.queue.pending_refs()}):
+                        if not access.allows(parse_destination(topic, TOPIC)):
+                            raise NotAuthorized(
+                                f"durable subscription {durable_name!r} of client id {self.client_id!r} holds "
+                                f"messages from {topic}, which this user may not read")
+                broker.own_durable(durable, self.user)
+                broker.store.add_durable_subscription(key, durable.metadata())
             durable.active = consumer
             durable.last_connection_id = self.connection_id
             consumer.selector = None  # applied when messages enter the subscription

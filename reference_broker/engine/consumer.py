@@ -43,6 +43,7 @@ class Consumer:
         "acknowledged",
         "durable_name",
         "maximum_pending_limit",
+        "access",
     )
 
     def __init__(
@@ -79,6 +80,9 @@ class Consumer:
         # What the client asked for as its slow-consumer pending limit (None: policy only).
         self.maximum_pending_limit = maximum_pending_limit
         self.source = None  # the Queue or TopicSubscription dispatching to this consumer
+        # What its connection may read, checked per topic a message comes from (engine/access.py);
+        # None: no authorization configured.
+        self.access = None
         # Delivered, not yet acknowledged, in delivery order (cumulative acks walk it).
         self.in_flight: dict[str, MessageRef] = {}
         # Acknowledged inside a transaction that is still open: no longer counted against the

@@ -16,6 +16,7 @@ from collections import deque
 from typing import Mapping, Protocol
 
 from ..config import PolicyEntry
+from .access import ReadAccess, allows
 from .consumer import AckMode, Consumer
 from .message import Message, MessageRef
 from .names import DestinationName
@@ -80,6 +81,9 @@ class TopicSubscription:
         return matches(self.pattern, topic_name)
 
     def add(self, message: Message, topic: Topic, retained: bool = False) -> None:
+        access = self.consumer.access
+        if access is not None and not access.allows(topic.name):
+            return  # a wildcard matched a topic its reader may not read (engine/access.py)
         self._sequence += 1
         ref = MessageRef(message, self._sequence, 0, retained)
         if not self.consumer.accepts(ref):
@@ -231,11 +235,16 @@ class DurableSubscription:
         self.queue = queue
         self.active: Consumer | None = None
         self.last_connection_id: str | None = None
+        # Whose it is, and what that user may read (Broker.own_durable; engine/access.py).
+        self.user: str | None = None
+        self.access: ReadAccess | None = None
 
     def matches_topic(self, topic_name: str) -> bool:
         return matches(self.pattern.name, topic_name)
 
     def add(self, message: Message, topic: Topic, retained: bool = False) -> None:
+        if not allows(self.access, topic.name):
+            return  # kept for a reader who may not read this topic (engine/access.py)
         if self.no_local and message.producer_id is not None and message.producer_id == self.last_connection_id:
             return
         if self.selector is not None and not self.selector.matches(MessageRef(message, 0).selector_value):
@@ -250,6 +259,7 @@ class DurableSubscription:
             "destination": self.pattern.canonical,
             "selector": self.selector.text if self.selector is not None else None,
             "no_local": self.no_local,
+            "user": self.user,
         }
 
     def stats(self) -> dict:
@@ -286,6 +296,11 @@ class SharedSubscription:
         return matches(self.pattern.name, topic_name)
 
     def add(self, message: Message, topic: Topic, retained: bool = False) -> None:
+        # Its consumers compete for one stream: a message goes in only if every one of them may
+        # read its topic, so none receives what it may not (engine/access.py).
+        for consumer in self.queue.consumers:
+            if not allows(consumer.access, topic.name):
+                return
         topic.dispatched += 1
         self.queue.enqueue(message, retained=retained)
 

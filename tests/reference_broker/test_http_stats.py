@@ -75,3 +75,88 @@ def test_http_is_read_only_and_explains_404(broker):
     assert info.value.code == 405
     status, health = _get(broker.http_port, "/health")
     assert status == 200 and health["status"] == "ok"
+
+
+# --------------------------------------------------------------------------- not public (issue 20)
+
+
+def _get_as(port: int, path: str, auth: tuple[str, str] | None = None) -> tuple[int, dict, dict]:
+    import base64
+
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}")
+    if auth is not None:
+        request.add_header("Authorization", "Basic " + base64.b64encode(":".join(auth).encode()).decode())
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return response.status, dict(response.headers), json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, dict(exc.headers), json.loads(exc.read())
+
+
+def test_statistics_need_a_configured_users_credentials(broker_factory):
+    """ENG-HTTP-2: with users configured, HTTP Basic of one of them; /health stays open."""
+    running = broker_factory(http="127.0.0.1:0", security={
+        "users": [{"name": "ops", "password": "pw", "groups": ["admins"]}]})
+    port = running.server.http_address[1]
+    status, headers, _ = _get_as(port, "/stats")
+    assert status == 401 and headers["WWW-Authenticate"].startswith("Basic "), \
+        "ENG-HTTP-2: the statistics answered without credentials"
+    assert _get_as(port, "/stats", ("ops", "wrong"))[0] == 401, "ENG-HTTP-2: a wrong password was accepted"
+    assert _get_as(port, "/queues", ("nobody", "pw"))[0] == 401
+    status, _, body = _get_as(port, "/stats", ("ops", "pw"))
+    assert status == 200 and body["broker"] == "reference"
+    assert _get_as(port, "/health")[0] == 200
+
+
+def test_statistics_never_show_a_temporary_queue_name_or_connection_id(broker_factory, raw_factory):
+    """ENG-HTTP-3 (issue 20, item 3: the name of the temporary queue to steal came from here)."""
+    running = broker_factory(http="127.0.0.1:0")
+    owner = raw_factory(running.address)
+    owner.connect(**{"client-id": "owner-app"})
+    owner.send_frame("SUBSCRIBE", [("id", "r"), ("destination", "/temp-queue/replies"), ("receipt", "1")])
+    owner.expect("RECEIPT")
+    owner.send_frame("SUBSCRIBE", [("id", "d"), ("destination", "/topic/news"), ("activemq.subscriptionName", "keep"),
+                                   ("receipt", "2")])
+    owner.expect("RECEIPT")
+    temp_name, connection_id = running.call(lambda: (
+        next(iter(running.server.broker.temporary.owners)),
+        next(iter(running.server.broker.connections))))
+    status, _, body = _get_as(running.server.http_address[1], "/stats")
+    text = json.dumps(body)
+    assert status == 200
+    temp_id = temp_name.partition("://")[2]
+    assert temp_id not in text, f"ENG-HTTP-3: the temporary queue name {temp_id} is in the statistics"
+    assert connection_id not in text, "ENG-HTTP-3: a connection id (the stem of temporary names) is shown"
+    assert "owner-app" not in text, "ENG-HTTP-3: a durable subscription's client id is shown"
+    assert [q for q in body["queues"] if q.get("temporary")], "the temporary queue should still be listed, masked"
+
+
+@pytest.mark.parametrize("listener", ["stomp", "mqtt", "amqp", "http"])
+def test_non_loopback_listener_without_users_is_refused_naming_it(listener):
+    """ENG-SEC-1 (Mosquitto 2.0 style): no users means loopback-only unless allow_anonymous = true
+    (and the statistics never go public off loopback)."""
+    from reference_broker.config import ConfigError, build_config
+
+    with pytest.raises(ConfigError, match=f"listener '{listener}' = '0.0.0.0:0' is not a loopback address"):
+        build_config({listener: "0.0.0.0:0"})
+    with_users = {"users": [{"name": "u", "password": "p"}]}
+    build_config({listener: "0.0.0.0:0", "security": with_users})
+    build_config({listener: "127.0.0.1:0"})
+    build_config({listener: "[::1]:0"})
+    if listener != "http":
+        build_config({listener: "0.0.0.0:0", "security": {"allow_anonymous": True}})
+    else:
+        with pytest.raises(ConfigError, match="listener 'http'"):
+            build_config({listener: "0.0.0.0:0", "security": {"allow_anonymous": True}})
+
+
+def test_non_loopback_listener_without_users_is_a_usage_error_at_start():
+    """ENG-SEC-1 from the command line. 192.0.2.1 (TEST-NET-1, RFC 5737) is no address of this
+    machine: a broker that wrongly accepted the option fails to bind instead of listening."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "reference_broker", "--stomp", "192.0.2.1:0"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "listener 'stomp'" in proc.stderr and "allow_anonymous" in proc.stderr, \
+        (proc.returncode, proc.stderr[-2000:])

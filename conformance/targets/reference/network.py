@@ -42,8 +42,10 @@ def connector_config(peer_url: str | list[str], options: NetworkConnectorOptions
 def security_config(users: tuple[tuple[str, str], ...]) -> dict:
     """The reference broker's ``security`` section for (user, password) pairs: with users and no
     allow_anonymous, anonymous logins are refused (as ActiveMQ's simpleAuthenticationPlugin with
-    anonymousAccessAllowed="false", what ActiveMQNetwork renders for the same ``users``)."""
-    return {"users": [{"name": u, "password": p, "groups": ["users"]} for u, p in users]}
+    anonymousAccessAllowed="false", what ActiveMQNetwork renders for the same ``users``). They are
+    also the users connectors log in with, so they are in the broker's network group (its
+    ``security.network_group``, the default here): only such logins may use network subscriptions."""
+    return {"users": [{"name": u, "password": p, "groups": ["users", "network-bridges"]} for u, p in users]}
 
 
 def policy_config(policy: BridgeFilterPolicy) -> dict:

@@ -11,6 +11,7 @@ settings as ActiveMQ-style policy entries, group settings as Artemis-style addre
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import urllib.request
@@ -248,7 +249,13 @@ class ProcessReference:
         self.process.kill()
 
     def stats(self) -> dict:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.process.http_port}/stats", timeout=5) as response:
+        request = urllib.request.Request(f"http://127.0.0.1:{self.process.http_port}/stats")
+        user, password = self.credentials
+        if user is not None:
+            # With users configured the statistics need one of them (reference_broker/listeners/http.py).
+            token = base64.b64encode(f"{user}:{password}".encode()).decode()
+            request.add_header("Authorization", f"Basic {token}")
+        with urllib.request.urlopen(request, timeout=5) as response:
             return json.load(response)
 
     def config_text(self) -> str:

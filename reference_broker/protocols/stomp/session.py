@@ -316,10 +316,16 @@ class StompSession:
             if self.version != "1.0":
                 raise FrameError("SUBSCRIBE needs an id header (STOMP 1.1 and later)")
             sub_id = frame.get("destination")
+        network = sub_id.startswith(_NETWORK_ID_PREFIX)
+        if network and not self.connection.network:
+            # Privileges come from how the connection logged in, never from a name the client picks
+            # (engine/network_principal.py).
+            raise FrameError(
+                f"subscription id {sub_id!r}: ids starting with {_NETWORK_ID_PREFIX!r} are reserved for network "
+                "bridges of peer brokers (a login in the group security.network_group)")
         temporary = self.broker.temporary
         if temporary.is_temporary(dest.canonical) or frame.get("destination", "").startswith(
                 tuple(REMOTE_TEMP_PREFIXES)):
-            network = sub_id.startswith(_NETWORK_ID_PREFIX)
             temporary.check_consume(dest, self.connection, network)
             if network and not temporary.is_local(dest.canonical):
                 # A peer's bridge pulls for its broker's temporary destination: announced here
@@ -371,7 +377,7 @@ class StompSession:
         else:
             consumer = self.connection.consumer(sub_id)
             self.connection.unsubscribe(sub_id, remove_durable=bool(durable_name))
-            if sub_id.startswith(_NETWORK_ID_PREFIX):
+            if sub_id.startswith(_NETWORK_ID_PREFIX) and self.connection.network:
                 self.broker.temporary.withdraw(consumer.destination, self.connection.connection_id)
         self._receipt(frame)
 

@@ -37,7 +37,8 @@ def make_bridge(**options):
     publisher = AdvisoryPublisher(broker)
     bridge = Bridge(broker, publisher, NetworkConnectorConfig(uri="static:(tcp://127.0.0.1:1)", **options),
                     (Peer("127.0.0.1", 1),))
-    bridge.link, bridge.remote_name, bridge.local = RecordingLink(), "B", broker.connect()
+    # the local end is the broker's own connection, as internal_connection() makes it
+    bridge.link, bridge.remote_name, bridge.local = RecordingLink(), "B", broker.connect(internal=True)
     return broker, publisher, bridge
 
 
@@ -108,7 +109,7 @@ def test_advisory_announces_local_and_network_consumers():
 
 def test_stomp_network_subscription_gets_its_negative_priority():
     broker, publisher, _ = make_bridge()
-    client = broker.connect()
+    client = broker.connect(internal=True)  # trusted as a network bridge (engine/network_principal.py)
     first = client.subscribe("plain", parse_destination(Q), deliver=lambda c, r: None)
     network = client.subscribe("NC|B|-5|1", parse_destination(Q), deliver=lambda c, r: None)
     assert network.priority == -5

@@ -41,7 +41,7 @@ def came_from_a(broker, n: int):
 
 
 def network_consumer_to_a(broker, received, selector: str | None = None):
-    connection = broker.connect()
+    connection = broker.connect(internal=True)  # a connection trusted as a bridge (engine/network_principal.py)
     return connection.subscribe(
         network_id(("A",), -5, 1), parse_destination(Q), deliver=lambda c, ref: received.append(ref.message.body),
         ack_mode=AckMode.CLIENT_INDIVIDUAL, selector=remote_message_selector("A", 1, selector))

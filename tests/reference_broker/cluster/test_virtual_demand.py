@@ -58,7 +58,7 @@ def forwarding_bridge(use_virtual_dest_subs):
     bridge = Bridge(broker, AdvisoryPublisher(broker), NetworkConnectorConfig(
         uri="static:(tcp://127.0.0.1:1)", use_virtual_dest_subs=use_virtual_dest_subs,
         dynamically_included_destinations=("topic://VirtualTopic.>",)), (Peer("127.0.0.1", 1),))
-    bridge.link, bridge.remote_name, bridge.local = RecordingLink(), "B", broker.connect()
+    bridge.link, bridge.remote_name, bridge.local = RecordingLink(), "B", broker.connect(internal=True)
     return broker, bridge
 
 
