@@ -38,6 +38,7 @@ from .base import (
     preview,
     split_destination,
 )
+from .tls import ClientTls
 
 #: MESSAGE headers that describe the frame or the message envelope, not application properties.
 PROTOCOL_HEADERS = frozenset({
@@ -196,7 +197,7 @@ class StompClient:
                  client_id: str | None = None, timeout: float = 5.0, heartbeats: tuple[int, int] = (0, 0),
                  vhost: str | None = None, connect_headers: dict[str, str] | None = None,
                  unsupported_subscribe: dict[str, str] | None = None,
-                 destination_parameters: str | None = None) -> None:
+                 destination_parameters: str | None = None, tls: ClientTls | None = None) -> None:
         # None: ``name?key=value`` destinations are sent as they are; else why this broker does not
         # take them over STOMP (raised as Unsupported)
         self.destination_parameters = destination_parameters
@@ -217,20 +218,29 @@ class StompClient:
         self._conn = stomp.Connection12([self.address], reconnect_attempts_max=1, timeout=timeout,
                                         heartbeats=heartbeats, vhost=vhost, auto_decode=False)
         self._conn.set_listener("brokerconf", self._listener)
+        self.tls = tls
+        if tls is not None:
+            # stomp.py wraps the socket itself (PROTOCOL_TLS_CLIENT: the broker's name is checked)
+            self._conn.set_ssl(for_hosts=[self.address], ca_certs=str(tls.ca_file),
+                               cert_file=None if tls.cert_file is None else str(tls.cert_file),
+                               key_file=None if tls.key_file is None else str(tls.key_file))
         self._connect(login, passcode, connect_headers or {})
 
     # ------------------------------------------------------------------ session
 
     def _connect(self, login: str | None, passcode: str | None, extra: dict[str, str]) -> None:
-        where = f"STOMP {self.address[0]}:{self.address[1]}"
-        self.exchange.note(f"-> CONNECT {where} login={login} client-id={self.client_id}")
+        where = f"STOMP{'+TLS' if self.tls else ''} {self.address[0]}:{self.address[1]}"
+        self.exchange.note(f"-> CONNECT {where} login={login} client-id={self.client_id}"
+                           + (f" {self.tls.describe()}" if self.tls else ""))
         headers = {"client-id": self.client_id, **extra}
         try:
             # Starts the transport (socket + one receiver thread), then sends CONNECT.
             self._conn.connect(login, passcode, wait=False, headers=headers, with_connect_command=True)
         except stomp.exception.ConnectFailedException:
             raise ConnectFailed(f"cannot open a socket to {where}: is the broker running and is that "
-                                "its STOMP port?") from None
+                                "its STOMP port?" + (" (or the TLS handshake failed: is it a TLS port, does "
+                                                     "its certificate chain to the CA given?)" if self.tls else "")
+                                ) from None
         except (OSError, stomp.exception.StompException) as exc:
             # The TCP connect succeeded but the socket was closed before CONNECT went out: stomp.py's
             # receiver thread read EOF first and dropped the socket (NotConnectedException), or the
