@@ -439,17 +439,28 @@ class StompClient:
     def _stop_transport(self) -> None:
         transport = self._conn.transport
         listener = self._listener
-        if self._closing:
+        if self._closing and self.tls is None:
             # Brokers close the socket once DISCONNECT is receipted; closing it from this side
             # as well would race stomp.py's receiver thread, which cleans up after that close.
+            # Not over TLS: stomp.py's non-blocking TLS read takes the end of the stream for "no
+            # data yet" (stomp/transport.py __read), so it never sees that close and we close.
             with listener.cond:
                 listener.cond.wait_for(lambda: listener.lost is not None, 1.0)
+        thread = getattr(transport, "io_thread", None)
+        queue = getattr(transport, "send_queue", None)
+        if self.tls is not None and queue is not None and thread is not None and thread.is_alive() \
+                and thread is not threading.current_thread():
+            # stomp.py's TLS receiver waits in select() with no time-out; disconnect_socket would
+            # unregister what it waits on and leave it blocked for good. Stop it first: clear its
+            # running flag, then wake its select through the send queue (a pipe it watches).
+            transport.running = False
+            queue.put(b"")
+            thread.join(self.timeout)
         if listener.lost is None:
             try:
                 transport.disconnect_socket()
             except Exception as exc:  # noqa: BLE001 - teardown: the socket may already be gone
                 self.exchange.note(f"-- closing the socket: {exc!r}")
-        thread = getattr(transport, "io_thread", None)
         if thread is not None and thread is not threading.current_thread():
             thread.join(self.timeout)
 

@@ -275,3 +275,14 @@ def test_process_target_serves_tls_and_keeps_the_port_on_restart(tmp_path):
         client.close()
     finally:
         handle.stop()
+
+
+def test_stomp_tls_client_close_leaves_no_receiver_thread(tls_broker):
+    """stomp.py's TLS receiver thread waits in select() without a time-out; the adapter's close
+    must stop it (conformance/clients/stomp_client.py _stop_transport), not leave it blocked."""
+    client = _client(tls_broker, "stomp")
+    thread = client._conn.transport.io_thread
+    assert thread is not None and thread.is_alive()
+    client.close()
+    thread.join(TIMEOUT)
+    assert not thread.is_alive(), "the STOMP client's TLS receiver thread outlived close()"
