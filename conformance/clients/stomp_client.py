@@ -186,6 +186,25 @@ class StompSubscription:
             self.client._request("UNSUBSCRIBE", {"id": self.id}, note=f"UNSUBSCRIBE {self.id} {self.destination}")
 
 
+def _see_tls_end_of_stream(transport) -> None:
+    """Make stomp.py notice the broker closing a TLS connection.
+
+    Its non-blocking TLS read (stomp/transport.py ``__read``, stomp.py 8.x) takes an empty read for
+    "no data yet", so a closed TLS socket stays readable, its receiver spins on it and the client
+    is never told the connection is gone. On a TLS socket an empty read is the end of the stream
+    (no data yet raises SSLWantReadError instead), so this flips the transport to blocking mode,
+    in which stomp.py's own code reads an empty read as the close it is."""
+    receive = transport.receive
+
+    def receive_seeing_the_end():
+        data = receive()
+        if data == b"" and not transport.blocking:
+            transport.blocking = True
+        return data
+
+    transport.receive = receive_seeing_the_end
+
+
 class StompClient:
     """A STOMP 1.2 session. ``client_id`` is sent as ``client-id`` on CONNECT (ActiveMQ keys
     durable subscriptions on it); one is generated when not given and kept in ``client_id``,
@@ -224,6 +243,7 @@ class StompClient:
             self._conn.set_ssl(for_hosts=[self.address], ca_certs=str(tls.ca_file),
                                cert_file=None if tls.cert_file is None else str(tls.cert_file),
                                key_file=None if tls.key_file is None else str(tls.key_file))
+            _see_tls_end_of_stream(self._conn.transport)
         self._connect(login, passcode, connect_headers or {})
 
     # ------------------------------------------------------------------ session
@@ -439,11 +459,9 @@ class StompClient:
     def _stop_transport(self) -> None:
         transport = self._conn.transport
         listener = self._listener
-        if self._closing and self.tls is None:
+        if self._closing:
             # Brokers close the socket once DISCONNECT is receipted; closing it from this side
             # as well would race stomp.py's receiver thread, which cleans up after that close.
-            # Not over TLS: stomp.py's non-blocking TLS read takes the end of the stream for "no
-            # data yet" (stomp/transport.py __read), so it never sees that close and we close.
             with listener.cond:
                 listener.cond.wait_for(lambda: listener.lost is not None, 1.0)
         thread = getattr(transport, "io_thread", None)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from conformance.certificates import make_pki
-from conformance.clients import ClientTls, ConnectFailed, connect
+from conformance.clients import ClientError, ClientTls, ConnectFailed, connect
 from conformance.scenario import Scenario
 from conformance.targets.reference.target import ReferenceTarget
 from reference_broker.__main__ import main
@@ -286,3 +286,20 @@ def test_stomp_tls_client_close_leaves_no_receiver_thread(tls_broker):
     client.close()
     thread.join(TIMEOUT)
     assert not thread.is_alive(), "the STOMP client's TLS receiver thread outlived close()"
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_client_sees_the_broker_close_a_tls_connection(broker_factory, pki, protocol):
+    """A TLS client must observe the broker going away (conformance clients raise ClientError once
+    the connection is lost, instead of reading it as "nothing arrived")."""
+    listener = _listener(pki)
+    running = broker_factory(**{f"{protocol}_ssl": listener})
+    port = running.server.tls_addresses[f"{protocol}_ssl"][1]
+    client = connect("127.0.0.1", port, protocol, tls=ClientTls(pki.ca_cert, server_name="localhost"))
+    try:
+        subscription = client.subscribe(_dest(protocol, f"lost.{protocol}"))
+        running.stop()
+        with pytest.raises(ClientError, match="connection lost"):
+            subscription.receive(TIMEOUT)
+    finally:
+        client.close()
