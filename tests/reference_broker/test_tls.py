@@ -303,3 +303,17 @@ def test_client_sees_the_broker_close_a_tls_connection(broker_factory, pki, prot
             subscription.receive(TIMEOUT)
     finally:
         client.close()
+
+
+def test_handshake_timeout_drops_a_silent_client(broker_factory, pki):
+    running = broker_factory(stomp_ssl=_listener(pki, tls_handshake_timeout_ms=300))
+    port = running.server.tls_addresses["stomp_ssl"][1]
+    with socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT) as sock:
+        try:
+            closed = sock.recv(1) == b""
+        except ConnectionResetError:
+            closed = True
+        except socket.timeout:
+            closed = False
+    assert closed, f"a client that never started the handshake was still connected after {TIMEOUT}s " \
+                   "(tls_handshake_timeout_ms = 300)"
