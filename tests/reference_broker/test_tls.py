@@ -153,10 +153,10 @@ def test_a_stalled_handshake_does_not_hold_other_clients(tls_broker):
             client.close()
 
 
-@pytest.mark.parametrize("protocol", ("stomp", "mqtt"))
+@pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_client_refuses_a_broker_its_ca_did_not_sign(tls_broker, protocol):
     # the client's own certificate is no CA: nothing chains to it, so the broker's must be refused
-    wrong_trust = ClientTls(tls_broker.tls.pki.client_cert)
+    wrong_trust = ClientTls(tls_broker.tls.pki.client_cert, server_name="localhost")
     with pytest.raises(ConnectFailed):
         _client(tls_broker, protocol, tls=wrong_trust)
 
