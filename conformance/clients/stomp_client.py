@@ -242,7 +242,8 @@ class StompClient:
             # stomp.py wraps the socket itself (PROTOCOL_TLS_CLIENT: the broker's name is checked)
             self._conn.set_ssl(for_hosts=[self.address], ca_certs=str(tls.ca_file),
                                cert_file=None if tls.cert_file is None else str(tls.cert_file),
-                               key_file=None if tls.key_file is None else str(tls.key_file))
+                               key_file=None if tls.key_file is None else str(tls.key_file),
+                               cert_validator=tls.check_certificate)
             _see_tls_end_of_stream(self._conn.transport)
         self._connect(login, passcode, connect_headers or {})
 

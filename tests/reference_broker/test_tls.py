@@ -161,10 +161,11 @@ def test_client_refuses_a_broker_its_ca_did_not_sign(tls_broker, protocol):
         _client(tls_broker, protocol, tls=wrong_trust)
 
 
-def test_amqp_client_checks_the_broker_name(tls_broker):
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_client_checks_the_broker_name(tls_broker, protocol):
     pki = tls_broker.tls.pki
-    with pytest.raises(ConnectFailed, match="(?i)certificate|ssl"):
-        _client(tls_broker, "amqp", tls=ClientTls(pki.ca_cert, server_name="not-the-broker.example"))
+    with pytest.raises(ConnectFailed):
+        _client(tls_broker, protocol, tls=ClientTls(pki.ca_cert, server_name="not-the-broker.example"))
 
 
 # --------------------------------------------------------------------------- client certificates
