@@ -1,9 +1,9 @@
 """TLS settings for the client adapters: which CA the broker's certificate must chain to, and the
 client's own certificate when the broker asks for one. ``connect(..., tls=ClientTls(...))``.
 
-The broker's certificate is always verified, host name included (the address dialled must be in
-its subject alternative names): a TLS test that accepted any certificate would not notice a broker
-serving the wrong one."""
+The broker's certificate is always verified, name included (``server_name`` when given, else the
+address dialled, must be in its subject alternative names; stomp.py checks the address as well):
+a TLS test that accepted any certificate would not notice a broker serving the wrong one."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ class ClientTls:
     def context(self) -> ssl.SSLContext:
         """A client context: TLS 1.2 or newer, the broker verified against ``ca_file`` and its
         name against ``server_name`` (when given) or else the address the library dials."""
-        # CERT_REQUIRED and check_hostname on
+        # PROTOCOL_TLS_CLIENT: CERT_REQUIRED and check_hostname on
         context = _NamedContext(ssl.PROTOCOL_TLS_CLIENT) if self.server_name else ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
         if self.server_name:
             context.server_name = self.server_name
