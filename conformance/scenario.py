@@ -73,6 +73,10 @@ class Scenario:
     protocols: tuple[str, ...] = PROTOCOLS
     memory_limit: int | None = None
     users: tuple[tuple[str, str], ...] = field(default=())  # (name, password); empty = anonymous
+    # Clients speak TLS: the launcher makes certificates (conformance/certificates.py), opens a TLS
+    # listener per protocol beside the plain one, and its handle's ``ports`` are the TLS ones, with
+    # a ClientTls in ``client_options`` (needs the ``tls`` capability).
+    tls: bool = False
 
     def __post_init__(self) -> None:
         unknown = [p for p in self.protocols if p not in PROTOCOLS]

@@ -12,6 +12,7 @@ import sys
 from .cluster.service import NetworkService
 from .config import BrokerConfig, ConfigError, build_config, load_config
 from .server import BrokerServer
+from .tls import READY_NAMES, server_contexts
 
 
 def build_parser(prog: str = "python -m reference_broker") -> argparse.ArgumentParser:
@@ -27,6 +28,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--amqp", metavar="HOST:PORT", help="AMQP 1.0 listener (off by default; port 0 picks one)")
     parser.add_argument("--mqtt", metavar="HOST:PORT", help="MQTT 3.1.1 / 5.0 listener (off by default; port 0 picks one)")
     parser.add_argument("--http", metavar="HOST:PORT", help="read-only JSON statistics listener")
+    for option, scheme in READY_NAMES.items():
+        parser.add_argument(f"--{option.replace('_', '-')}", metavar="HOST:PORT", dest=option,
+                            help=f"{scheme} listener (TLS; the certificate from the configuration or --tls-cert-file)")
+    parser.add_argument("--tls-cert-file", metavar="PEM", help="broker certificate for TLS listeners given as flags")
+    parser.add_argument("--tls-key-file", metavar="PEM", help="its private key")
+    parser.add_argument("--tls-ca-file", metavar="PEM", help="CAs that sign accepted client certificates")
+    parser.add_argument("--tls-require-client-cert", action="store_true",
+                        help="refuse TLS clients without a certificate signed by --tls-ca-file")
     parser.add_argument("--data", metavar="DIR", help="data directory; enables the journal store")
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
 
@@ -44,10 +53,34 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
         overrides["mqtt"] = args.mqtt
     if args.http:
         overrides["http"] = args.http
+    _tls_overrides(args, overrides)
     if args.data:
         overrides["data"] = args.data
         overrides["store"]["kind"] = "journal"
     return build_config(overrides)
+
+
+class UsageError(ValueError):
+    """Flags that do not fit together (exit status 2, like argparse's own errors)."""
+
+
+def _tls_overrides(args: argparse.Namespace, overrides: dict) -> None:
+    """``--stomp-ssl HOST:PORT`` moves the configured TLS listener, or opens one with the
+    ``--tls-*-file`` flags; those flags also replace the files of configured TLS listeners."""
+    files = {key: value for key, value in (("tls_cert_file", args.tls_cert_file), ("tls_key_file", args.tls_key_file),
+                                           ("tls_ca_file", args.tls_ca_file)) if value}
+    if args.tls_require_client_cert:
+        files["tls_require_client_cert"] = True
+    for option in READY_NAMES:
+        address = getattr(args, option, None)
+        listener = overrides.get(option)
+        if address and listener is None and not ("tls_cert_file" in files and "tls_key_file" in files):
+            raise UsageError(f"--{option.replace('_', '-')} needs --tls-cert-file and --tls-key-file "
+                             f"(or a [{option}] section in the configuration)")
+        if address:
+            listener = {**(listener or {}), "address": address}
+        if listener is not None:
+            overrides[option] = {**listener, **files}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -57,6 +90,10 @@ def run(args: argparse.Namespace) -> int:
     )
     try:
         config = config_from_args(args)
+        server_contexts(config)  # a missing, unreadable or mismatched TLS file is a configuration error
+    except UsageError as exc:
+        print(f"reference broker: {exc}", file=sys.stderr)
+        return 2
     except ConfigError as exc:
         print(f"reference broker: bad configuration: {exc}", file=sys.stderr)
         return 2
@@ -105,6 +142,8 @@ async def _serve(config: BrokerConfig) -> int:
         parts.append("mqtt=%s:%d" % server.mqtt_address)
     if server.http_address:
         parts.append("http=%s:%d" % server.http_address)
+    for option, bound in server.tls_addresses.items():
+        parts.append("%s=%s:%d" % (READY_NAMES[option], *bound))
     # Launchers wait for this line (and read the bound ports from it when port 0 was given).
     print(f"reference broker {config.name!r} ready: {' '.join(parts)}", file=sys.stderr, flush=True)
     await stop.wait()

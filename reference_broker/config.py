@@ -329,12 +329,57 @@ def _host_port(value: str | None) -> str | None:
     return value
 
 
+def _readable_file(value: str | None) -> str | None:
+    if value is None:
+        return None
+    path = Path(value)
+    if not path.is_file():
+        raise ValueError(f"no such file: {value}" if not path.exists() else f"not a file: {value}")
+    try:
+        with path.open("rb"):
+            pass
+    except OSError as exc:
+        raise ValueError(f"cannot read {value}: {exc.strerror}") from None
+    return value
+
+
+class TlsListenerConfig(_Strict):
+    """A TLS listener beside the plain one (`stomp_ssl`, `mqtt_ssl`, `amqp_ssl`, `https`), on its own
+    port as ActiveMQ's ``stomp+ssl://`` / ``mqtt+ssl://`` / ``amqp+ssl://`` connectors are. Files are
+    PEM, relative paths from the broker's working directory (reference_broker/tls.py loads them)."""
+
+    address: str  # HOST:PORT; port 0 picks a free one
+    tls_cert_file: str  # the broker's certificate (chain: the certificate first, then intermediates)
+    tls_key_file: str  # its private key, unencrypted
+    # CAs whose client certificates are accepted; with it a client certificate, when sent, is verified.
+    tls_ca_file: str | None = None
+    # Refuse clients without a certificate signed by tls_ca_file (ActiveMQ's needClientAuth).
+    tls_require_client_cert: bool = False
+    # A client that has not finished the handshake by then is dropped (asyncio's own default is 60 s).
+    tls_handshake_timeout_ms: int = Field(default=10_000, gt=0)
+
+    _check_address = field_validator("address")(_host_port)
+    _check_files = field_validator("tls_cert_file", "tls_key_file", "tls_ca_file")(_readable_file)
+
+    @model_validator(mode="after")
+    def _client_certs_need_a_ca(self) -> "TlsListenerConfig":
+        if self.tls_require_client_cert and self.tls_ca_file is None:
+            raise ValueError("tls_require_client_cert needs tls_ca_file (the CAs client certificates are checked "
+                             "against)")
+        return self
+
+
 class BrokerConfig(_Strict):
     name: str = "reference"
     stomp: str | None = "127.0.0.1:61613"
     amqp: str | None = None
     mqtt: str | None = None
     http: str | None = None
+    # TLS listeners, each on its own port beside the plain ones (off by default; reference_broker/tls.py)
+    stomp_ssl: TlsListenerConfig | None = None
+    mqtt_ssl: TlsListenerConfig | None = None
+    amqp_ssl: TlsListenerConfig | None = None
+    https: TlsListenerConfig | None = None
     data: str = "data"
     store: StoreConfig = Field(default_factory=StoreConfig)
     stomp_options: StompConfig = Field(default_factory=StompConfig)

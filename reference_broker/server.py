@@ -17,6 +17,7 @@ from .listeners.mqtt import MqttProtocol
 from .listeners.stomp import StompProtocol
 from .store.base import MessageStore, SyncPolicy
 from .protocols.mqtt.session import MqttSessionRegistry
+from .tls import READY_NAMES, TLS_LISTENERS, server_contexts
 from .store.memory import MemoryStore
 from .store.journal import JournalStore
 
@@ -63,6 +64,8 @@ class BrokerServer:
         # MQTT sessions outlive their connections (in memory): one registry per broker.
         self.mqtt_sessions = MqttSessionRegistry(self.broker, config.mqtt_options)
         self.http_address: tuple[str, int] | None = None
+        # TLS listener option (stomp_ssl, mqtt_ssl, amqp_ssl, https) -> bound (host, port)
+        self.tls_addresses: dict[str, tuple[str, int]] = {}
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -109,7 +112,38 @@ class BrokerServer:
                 raise OSError(exc.errno, f"cannot listen for HTTP on {cfg.http} (option 'http'): {exc.strerror}") from None
             self._servers.append(server)
             self.http_address = server.sockets[0].getsockname()[:2]
+        await self._start_tls_listeners()
         self._tick_task = asyncio.create_task(self._housekeeping())
+
+    def _protocol_factory(self, protocol: str):
+        cfg = self.config
+        if protocol == "stomp":
+            return lambda: StompProtocol(self.broker, cfg.stomp_options, self._connections)
+        if protocol == "amqp":
+            return lambda: AmqpProtocol(self.broker, cfg.amqp_options, self._connections)
+        return lambda: MqttProtocol(self.broker, cfg.mqtt_options, self.mqtt_sessions, self._connections)
+
+    async def _start_tls_listeners(self) -> None:
+        """The TLS listeners (reference_broker/tls.py): the same protocols behind asyncio's TLS
+        transport, which finishes the handshake before a session sees the connection. The
+        contexts are built first, so a bad file stops start-up before any TLS port opens."""
+        loop = asyncio.get_running_loop()
+        for option, context in server_contexts(self.config).items():
+            listener = getattr(self.config, option)
+            protocol = TLS_LISTENERS[option]
+            host, port = _split(listener.address)
+            timeout = listener.tls_handshake_timeout_ms / 1000
+            try:
+                if protocol == "http":
+                    server = await serve_http(self.broker, host, port, ssl=context, ssl_handshake_timeout=timeout)
+                else:
+                    server = await loop.create_server(self._protocol_factory(protocol), host, port, reuse_address=True,
+                                                      ssl=context, ssl_handshake_timeout=timeout)
+            except OSError as exc:
+                raise OSError(exc.errno, f"cannot listen for {READY_NAMES[option]} on {listener.address} "
+                                         f"(option '{option}.address'): {exc.strerror}") from None
+            self._servers.append(server)
+            self.tls_addresses[option] = server.sockets[0].getsockname()[:2]
 
     def _tick_period(self) -> float:
         """Timer period: TICK_SECONDS, or less when the configured heart-beats are short, so the

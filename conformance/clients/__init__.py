@@ -18,11 +18,12 @@ from .base import (
 )
 from .direct import PROTOCOLS, connect
 from .failover import FailoverClient, InDoubt, connect_failover
+from .tls import ClientTls
 
 __all__ = [
     "GROUP_ID", "GROUP_SEQ", "PROTOCOLS", "AckMode", "Client", "ClientError", "ConnectFailed",
     "ExchangeLog", "Received", "Subscription", "Unsupported", "connect", "split_destination",
-    "FailoverClient", "InDoubt", "connect_failover",
+    "FailoverClient", "InDoubt", "connect_failover", "ClientTls",
 ]
 
 

@@ -33,12 +33,13 @@ caller's thread, and the connection only makes progress while a call here is wai
 
 from __future__ import annotations
 
+import ipaddress
 import itertools
 import time
 import uuid
 from collections import OrderedDict
 
-from proton import ConnectionException, Delivery, Message, ProtonException, Timeout, int32, symbol
+from proton import ConnectionException, Delivery, Message, ProtonException, SSLDomain, Timeout, int32, symbol
 from proton.reactor import DurableSubscription, ReceiverOption, Selector
 from proton._utils import Fetcher  # not re-exported by proton.utils; BlockingConnection uses it the same way
 from proton.utils import BlockingConnection, BlockingReceiver, SendException
@@ -55,6 +56,7 @@ from .base import (
     preview,
     split_destination,
 )
+from .tls import ClientTls
 
 #: credit for a subscription that does not name a prefetch
 DEFAULT_CREDIT = 100
@@ -254,13 +256,31 @@ class AmqpSubscription:
                               f"{self.client.timeout}s") from None
 
 
+def _ssl_domain(tls: ClientTls) -> SSLDomain:
+    """Proton's client TLS: the broker's certificate checked against the CA and the host name."""
+    domain = SSLDomain(SSLDomain.MODE_CLIENT)
+    domain.set_trusted_ca_db(str(tls.ca_file))
+    domain.set_peer_authentication(SSLDomain.VERIFY_PEER_NAME)
+    if tls.cert_file is not None:
+        domain.set_credentials(str(tls.cert_file), str(tls.key_file), None)
+    return domain
+
+
+def _is_ip_address(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return False
+    return True
+
+
 class AmqpClient:
     protocol = "amqp"
 
     def __init__(self, host: str, port: int, *, login: str | None = None, passcode: str | None = None,
                  client_id: str | None = None, address_style: str = "prefix", timeout: float = 5.0,
                  nack_outcome: str = "modified", destination_parameters: str | None = None,
-                 **connect_options) -> None:
+                 tls: ClientTls | None = None, **connect_options) -> None:
         # None: ``name?key=value`` destinations go to the broker as they are; else why this broker
         # does not take them over AMQP (raised as Unsupported)
         self.destination_parameters = destination_parameters
@@ -278,14 +298,23 @@ class AmqpClient:
         self._subscriptions: set[AmqpSubscription] = set()
         self._names = itertools.count(1)
         self._closed = False
-        where = f"AMQP {host}:{port}"
-        self.exchange.note(f"-> OPEN {where} container-id={self.client_id} user={login}")
+        self.tls = tls
+        where = f"AMQP{'+TLS' if tls else ''} {host}:{port}"
+        self.exchange.note(f"-> OPEN {where} container-id={self.client_id} user={login}"
+                           + (f" {tls.describe()}" if tls else ""))
         options = dict(connect_options)
         if login is not None:
             options.update(user=login, password=passcode or "")
+        if tls is not None:
+            options["ssl_domain"] = _ssl_domain(tls)
+            if tls.server_name:
+                options["sni"] = tls.server_name  # proton checks the certificate against this name
+            elif _is_ip_address(host):
+                raise ValueError(f"AMQP over TLS to {host}: proton checks the broker's certificate against DNS names "
+                                 "only; give ClientTls(server_name=...) a name in that certificate")
         try:
-            self._conn = BlockingConnection(f"amqp://{host}:{port}", timeout=timeout, container_id=self.client_id,
-                                            **options)
+            self._conn = BlockingConnection(f"{'amqps' if tls else 'amqp'}://{host}:{port}", timeout=timeout,
+                                            container_id=self.client_id, **options)
         except (ProtonException, OSError) as exc:
             raise ConnectFailed(f"{where} refused or did not answer the connection: {_describe(exc)} (is the "
                                 "broker running, is that its AMQP port, are login/passcode right?)") from None

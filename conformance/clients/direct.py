@@ -16,7 +16,8 @@ def connect(host: str, port: int, protocol: str, *, login: str | None = None, pa
     ``options`` go to the adapter: ``timeout`` (seconds, every adapter); STOMP ``heartbeats``,
     ``vhost``, ``connect_headers``; MQTT ``mqtt_version`` (3 = 3.1.1, default; 5), ``qos``,
     ``clean_session``; AMQP ``address_style`` ("prefix" or "rabbitmq"), ``nack_outcome`` ("modified"
-    or "rejected", see amqp_client)."""
+    or "rejected", see amqp_client). ``tls``: a `ClientTls` (conformance/clients/tls.py) to speak
+    over TLS, every adapter."""
     # Imported here so a missing client library only matters for the protocol that needs it.
     if protocol == "stomp":
         from .stomp_client import StompClient

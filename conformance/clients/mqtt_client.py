@@ -45,6 +45,7 @@ from .base import (
     preview,
     split_destination,
 )
+from .tls import ClientTls
 
 #: 5.0 session expiry for kept sessions: the largest value, "never expires" (5.0 section 3.1.2.11.2)
 KEEP_SESSION = 0xFFFFFFFF
@@ -132,7 +133,8 @@ class MqttClient:
 
     def __init__(self, host: str, port: int, *, login: str | None = None, passcode: str | None = None,
                  client_id: str | None = None, mqtt_version: int = 3, qos: int = 1,
-                 clean_session: bool | None = None, keepalive: int = 60, timeout: float = 5.0) -> None:
+                 clean_session: bool | None = None, keepalive: int = 60, timeout: float = 5.0,
+                 tls: ClientTls | None = None) -> None:
         if mqtt_version not in (3, 5):
             raise ValueError(f"mqtt_version must be 3 (MQTT 3.1.1) or 5 (MQTT 5.0), not {mqtt_version!r}")
         if qos not in (0, 1, 2):
@@ -167,6 +169,9 @@ class MqttClient:
                                  reconnect_on_failure=False, manual_ack=True, **kwargs)
         if login is not None:
             self._paho.username_pw_set(login, passcode)
+        self.tls = tls
+        if tls is not None:
+            self._paho.tls_set_context(tls.context())
         self._paho.on_connect = self._on_connect
         self._paho.on_disconnect = self._on_disconnect
         self._paho.on_publish = self._on_ack
@@ -178,9 +183,10 @@ class MqttClient:
     # ------------------------------------------------------------------ session
 
     def _connect(self, keepalive: int) -> None:
-        where = f"MQTT {self.address[0]}:{self.address[1]}"
+        where = f"MQTT{'+TLS' if self.tls else ''} {self.address[0]}:{self.address[1]}"
         self.exchange.note(f"-> CONNECT {where} v{'5.0' if self.mqtt_version == 5 else '3.1.1'} "
-                           f"client-id={self.client_id} clean={self.clean_session}")
+                           f"client-id={self.client_id} clean={self.clean_session}"
+                           + (f" {self.tls.describe()}" if self.tls else ""))
         kwargs: dict = {}
         if self.mqtt_version == 5:
             kwargs["clean_start"] = self.clean_session
@@ -192,7 +198,8 @@ class MqttClient:
             self._paho.connect(self.address[0], self.address[1], keepalive=keepalive, **kwargs)
         except OSError as exc:
             raise ConnectFailed(f"cannot open a socket to {where}: {exc} (is the broker running and is that "
-                                "its MQTT port?)") from None
+                                "its MQTT port?" + (" is it a TLS port, and does its certificate chain to the CA "
+                                                    "given?" if self.tls else "") + ")") from None
         self._paho.loop_start()
         with self._cond:
             self._cond.wait_for(lambda: self._connack is not None or self._lost is not None, self.timeout)

@@ -38,6 +38,7 @@ from .base import (
     preview,
     split_destination,
 )
+from .tls import ClientTls
 
 #: MESSAGE headers that describe the frame or the message envelope, not application properties.
 PROTOCOL_HEADERS = frozenset({
@@ -185,6 +186,25 @@ class StompSubscription:
             self.client._request("UNSUBSCRIBE", {"id": self.id}, note=f"UNSUBSCRIBE {self.id} {self.destination}")
 
 
+def _see_tls_end_of_stream(transport) -> None:
+    """Make stomp.py notice the broker closing a TLS connection.
+
+    Its non-blocking TLS read (stomp/transport.py ``__read``, stomp.py 8.x) takes an empty read for
+    "no data yet", so a closed TLS socket stays readable, its receiver spins on it and the client
+    is never told the connection is gone. On a TLS socket an empty read is the end of the stream
+    (no data yet raises SSLWantReadError instead), so this flips the transport to blocking mode,
+    in which stomp.py's own code reads an empty read as the close it is."""
+    receive = transport.receive
+
+    def receive_seeing_the_end():
+        data = receive()
+        if data == b"" and not transport.blocking:
+            transport.blocking = True
+        return data
+
+    transport.receive = receive_seeing_the_end
+
+
 class StompClient:
     """A STOMP 1.2 session. ``client_id`` is sent as ``client-id`` on CONNECT (ActiveMQ keys
     durable subscriptions on it); one is generated when not given and kept in ``client_id``,
@@ -196,7 +216,7 @@ class StompClient:
                  client_id: str | None = None, timeout: float = 5.0, heartbeats: tuple[int, int] = (0, 0),
                  vhost: str | None = None, connect_headers: dict[str, str] | None = None,
                  unsupported_subscribe: dict[str, str] | None = None,
-                 destination_parameters: str | None = None) -> None:
+                 destination_parameters: str | None = None, tls: ClientTls | None = None) -> None:
         # None: ``name?key=value`` destinations are sent as they are; else why this broker does not
         # take them over STOMP (raised as Unsupported)
         self.destination_parameters = destination_parameters
@@ -217,20 +237,31 @@ class StompClient:
         self._conn = stomp.Connection12([self.address], reconnect_attempts_max=1, timeout=timeout,
                                         heartbeats=heartbeats, vhost=vhost, auto_decode=False)
         self._conn.set_listener("brokerconf", self._listener)
+        self.tls = tls
+        if tls is not None:
+            # stomp.py wraps the socket itself (PROTOCOL_TLS_CLIENT: the broker's name is checked)
+            self._conn.set_ssl(for_hosts=[self.address], ca_certs=str(tls.ca_file),
+                               cert_file=None if tls.cert_file is None else str(tls.cert_file),
+                               key_file=None if tls.key_file is None else str(tls.key_file),
+                               cert_validator=tls.check_certificate)
+            _see_tls_end_of_stream(self._conn.transport)
         self._connect(login, passcode, connect_headers or {})
 
     # ------------------------------------------------------------------ session
 
     def _connect(self, login: str | None, passcode: str | None, extra: dict[str, str]) -> None:
-        where = f"STOMP {self.address[0]}:{self.address[1]}"
-        self.exchange.note(f"-> CONNECT {where} login={login} client-id={self.client_id}")
+        where = f"STOMP{'+TLS' if self.tls else ''} {self.address[0]}:{self.address[1]}"
+        self.exchange.note(f"-> CONNECT {where} login={login} client-id={self.client_id}"
+                           + (f" {self.tls.describe()}" if self.tls else ""))
         headers = {"client-id": self.client_id, **extra}
         try:
             # Starts the transport (socket + one receiver thread), then sends CONNECT.
             self._conn.connect(login, passcode, wait=False, headers=headers, with_connect_command=True)
         except stomp.exception.ConnectFailedException:
             raise ConnectFailed(f"cannot open a socket to {where}: is the broker running and is that "
-                                "its STOMP port?") from None
+                                "its STOMP port?" + (" (or the TLS handshake failed: is it a TLS port, does "
+                                                     "its certificate chain to the CA given?)" if self.tls else "")
+                                ) from None
         except (OSError, stomp.exception.StompException) as exc:
             # The TCP connect succeeded but the socket was closed before CONNECT went out: stomp.py's
             # receiver thread read EOF first and dropped the socket (NotConnectedException), or the
@@ -434,12 +465,21 @@ class StompClient:
             # as well would race stomp.py's receiver thread, which cleans up after that close.
             with listener.cond:
                 listener.cond.wait_for(lambda: listener.lost is not None, 1.0)
+        thread = getattr(transport, "io_thread", None)
+        queue = getattr(transport, "send_queue", None)
+        if self.tls is not None and queue is not None and thread is not None and thread.is_alive() \
+                and thread is not threading.current_thread():
+            # stomp.py's TLS receiver waits in select() with no time-out; disconnect_socket would
+            # unregister what it waits on and leave it blocked for good. Stop it first: clear its
+            # running flag, then wake its select through the send queue (a pipe it watches).
+            transport.running = False
+            queue.put(b"")
+            thread.join(self.timeout)
         if listener.lost is None:
             try:
                 transport.disconnect_socket()
             except Exception as exc:  # noqa: BLE001 - teardown: the socket may already be gone
                 self.exchange.note(f"-- closing the socket: {exc!r}")
-        thread = getattr(transport, "io_thread", None)
         if thread is not None and thread is not threading.current_thread():
             thread.join(self.timeout)
 

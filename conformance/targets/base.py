@@ -50,6 +50,8 @@ CAPABILITIES: dict[str, str] = {
     "dead_letter": "dead-letter queue after maximum redeliveries",
     "expiry": "message expiry (TTL)",
     "process.kill": "the broker runs as a process the harness can kill and restart",
+    "tls": ("a TLS listener per protocol with certificates made at run time (Scenario(tls=True)); the "
+            "handle's ports are the TLS ones and its client_options carry the clients' TLS settings"),
     **TOPOLOGY_CAPABILITIES,  # topology.network / topology.shared-store
 }
 
@@ -103,6 +105,9 @@ class BrokerHandle(Protocol):
     # place, as a destination (``queue://ActiveMQ.DLQ``); None for a broker with no dead-letter
     # queue of its own (it lacks the ``dead_letter`` capability).
     dead_letter_queue: str | None
+    # Scenario(tls=True): protocol -> port of the plain listener that stays open beside each TLS
+    # one (the handle's ``ports`` are then the TLS ports); {} otherwise. Optional: read it with
+    # getattr(handle, "plain_ports", {}).
 
     def config_text(self) -> str:
         """The broker's own configuration as the launcher generated it (evidence)."""

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from pathlib import Path
 
+from conformance.clients.tls import ClientTls
 from conformance.scenario import Scenario
 from conformance.targets.activemq.policy import ACTIVEMQ_DEAD_LETTER_QUEUE
 from conformance.targets.artemis.config import DEAD_LETTER_ADDRESS
@@ -36,11 +37,17 @@ class ExternalHandle:
     scenario: Scenario
     credentials: tuple[str | None, str | None]
     launch: str = "external"
+    tls: ClientTls | None = None  # the targets file's [target.NAME.tls]: its ports are TLS listeners
 
     @property
     def client_options(self) -> dict[str, dict]:
-        """Per-protocol adapter options for this kind of broker (`CLIENT_OPTIONS_BY_KIND`)."""
-        return CLIENT_OPTIONS_BY_KIND.get(self.kind, {})
+        """Per-protocol adapter options for this kind of broker (`CLIENT_OPTIONS_BY_KIND`), with
+        the targets file's TLS settings for every protocol when it gives them."""
+        options = {protocol: dict(values) for protocol, values in CLIENT_OPTIONS_BY_KIND.get(self.kind, {}).items()}
+        if self.tls is not None:
+            for protocol in self.ports:
+                options.setdefault(protocol, {})["tls"] = self.tls
+        return options
 
     @property
     def dead_letter_queue(self) -> str | None:
@@ -70,6 +77,7 @@ class ExternalTarget:
     ports: dict[str, int]
     declared: frozenset[str]
     credentials: tuple[str | None, str | None]
+    tls: ClientTls | None = None
     launch_mode = "external"  # not a field: running already, started by its owner
     #: no capability depends on an extra install (`Target.capability_requirements`)
     capability_requirements = MappingProxyType({})
@@ -81,7 +89,7 @@ class ExternalTarget:
         return f"not declared for {self.name} in its targets file (a port, or capabilities = [...])"
 
     def capabilities(self) -> frozenset[str]:
-        return self.declared | {f"protocol.{p}" for p in self.ports}
+        return self.declared | {f"protocol.{p}" for p in self.ports} | ({"tls"} if self.tls else set())
 
     def launch_topology(self, topology, scenario: Scenario, workdir: Path, *, bridge_route=None):
         """The running broker as a topology of one node; never ours to fault."""
@@ -89,7 +97,7 @@ class ExternalTarget:
 
     def launch(self, scenario: Scenario, workdir: Path) -> ExternalHandle:
         return ExternalHandle(self.name, self.kind, self.host, dict(self.ports), self.capabilities(), scenario,
-                              self.credentials)
+                              self.credentials, tls=self.tls)
 
 
 def load_targets_file(path: Path) -> dict[str, ExternalTarget]:
@@ -102,7 +110,7 @@ def load_targets_file(path: Path) -> dict[str, ExternalTarget]:
     targets = {}
     for name, raw in data.get("target", {}).items():
         where = f"{path}: [target.{name}]"
-        allowed = {"kind", "host", "stomp", "mqtt", "amqp", "login", "passcode", "capabilities"}
+        allowed = {"kind", "host", "stomp", "mqtt", "amqp", "login", "passcode", "capabilities", "tls"}
         unknown = set(raw) - allowed
         if unknown:
             bad = sorted(unknown)[0]
@@ -118,8 +126,37 @@ def load_targets_file(path: Path) -> dict[str, ExternalTarget]:
         bad_caps = sorted(c for c in declared if c not in CAPABILITIES)
         if bad_caps:
             raise UnknownTarget(f"{where}: unknown capabilities {bad_caps} (known: {sorted(CAPABILITIES)})")
+        tls = _client_tls(raw["tls"], where, Path(path).parent) if "tls" in raw else None
         targets[name] = ExternalTarget(name, raw.get("kind", "external"), raw.get("host", "127.0.0.1"), ports,
                                        declared - {"scenario.policies", "counters.subscription",
-                                                   "counters.destination", "process.kill"},
-                                       (raw.get("login"), raw.get("passcode")))
+                                                   "counters.destination", "process.kill", "tls"},
+                                       (raw.get("login"), raw.get("passcode")), tls=tls)
     return targets
+
+
+#: keys of a targets file's ``[target.NAME.tls]`` table (conformance/clients/tls.py ClientTls)
+TLS_KEYS = ("ca_file", "cert_file", "key_file", "server_name")
+
+
+def _client_tls(raw: object, where: str, base: Path) -> ClientTls:
+    """``tls = { ca_file = "ca.pem", cert_file = ..., key_file = ..., server_name = ... }``: every port of
+    the target is a TLS listener; files relative to the targets file, each checked to exist."""
+    if not isinstance(raw, dict):
+        raise UnknownTarget(f"{where}: tls must be a table like {{ ca_file = \"ca.pem\" }}, not {raw!r}")
+    unknown = sorted(set(raw) - set(TLS_KEYS))
+    if unknown:
+        hint = difflib.get_close_matches(unknown[0], TLS_KEYS, n=1)
+        raise UnknownTarget(f"{where}: unknown key tls.{unknown[0]}" + (f"; did you mean {hint[0]!r}?" if hint else ""))
+    if "ca_file" not in raw:
+        raise UnknownTarget(f"{where}: tls needs ca_file (the CA the broker's certificate chains to)")
+    files = {}
+    for key in ("ca_file", "cert_file", "key_file"):
+        if key in raw:
+            file = (base / str(raw[key])).resolve()
+            if not file.is_file():
+                raise UnknownTarget(f"{where}: tls.{key}: no such file {file}")
+            files[key] = file
+    try:
+        return ClientTls(**files, server_name=raw.get("server_name"))
+    except ValueError as exc:
+        raise UnknownTarget(f"{where}: tls: {exc}") from None

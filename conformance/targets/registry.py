@@ -16,6 +16,8 @@ A targets file (``--targets-file``, TOML) names brokers that are already running
     login = "admin"            # optional credentials
     passcode = "admin"
     capabilities = ["groups", "transactions"]   # features you vouch for (protocol.* come from the ports)
+    tls = { ca_file = "ca.pem" }   # optional: the ports are TLS listeners (also cert_file, key_file,
+                                   # server_name; files relative to this file); adds the tls capability
 
 An external broker is never configured by the harness, so tests needing a scenario's policies are
 not applicable to it, and its counters cannot be read.

@@ -35,7 +35,8 @@ log = logging.getLogger("reference_broker.listeners.http")
 _MAX_REQUEST = 16 * 1024
 
 
-async def serve_http(broker: Broker, host: str, port: int) -> asyncio.AbstractServer:
+async def serve_http(broker: Broker, host: str, port: int, **server_options) -> asyncio.AbstractServer:
+    """``server_options`` go to asyncio.start_server (``ssl`` and ``ssl_handshake_timeout`` for https)."""
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=10)
@@ -69,7 +70,7 @@ async def serve_http(broker: Broker, host: str, port: int) -> asyncio.AbstractSe
             pass
         writer.close()
 
-    return await asyncio.start_server(handle, host, port, limit=_MAX_REQUEST)
+    return await asyncio.start_server(handle, host, port, limit=_MAX_REQUEST, **server_options)
 
 
 def _authorized(broker: Broker, header_lines: list[str]) -> bool:

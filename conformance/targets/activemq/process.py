@@ -39,6 +39,7 @@ import os
 import re
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 from xml.sax.saxutils import quoteattr
 
 from conformance.targets.activemq.amqp import installed, jar_paths
@@ -46,6 +47,9 @@ from conformance.targets.activemq.paths import ACTIVEMQ_HOME, JAVA_SHARE, find_j
 from conformance.targets.runtime.managed import ManagedProcess
 from conformance.targets.runtime.probes import stomp_handshake, tcp_accepts
 from conformance.targets.runtime.process import free_ports
+
+if TYPE_CHECKING:
+    from conformance.targets.tls_setup import TlsSetup
 
 __all__ = [
     "ActiveMQNotInstalled",
@@ -297,6 +301,7 @@ class ActiveMQProcess(ActiveMQAddresses, ManagedProcess):
         broker_attributes: dict[str, str] | None = None,
         discovery_uri: str | None = None,
         destination_interceptors_xml: str = "",
+        tls: "TlsSetup | None" = None,
     ) -> None:
         if not (stomp or openwire or mqtt or amqp):
             raise ValueError("enable at least one of stomp, openwire, mqtt, amqp")
@@ -356,6 +361,10 @@ class ActiveMQProcess(ActiveMQAddresses, ManagedProcess):
         self.openwire_port: int = 0
         self.mqtt_port: int | None = None
         self.amqp_port: int = 0
+        # TLS (conformance/targets/tls_setup.py): a stomp+ssl / mqtt+ssl / amqp+ssl connector beside
+        # each plain one, with the run's PKCS12 keystore in <sslContext>; protocol -> port
+        self.tls = tls
+        self.tls_ports: dict[str, int] = {}
         self.command: list[str] = []
         self._init_process()
 
@@ -399,7 +408,22 @@ class ActiveMQProcess(ActiveMQAddresses, ManagedProcess):
             # the JMS body, the page's setting to inter-operate with JMS at the payload level.
             rows.append(f'<transportConnector name="amqp" '
                         f'uri="amqp://{h}:{self.amqp_port}?transport.transformer=jms"/>')
+        for protocol, port in self.tls_ports.items():
+            # ActiveMQ "SSL Transport Reference": the +ssl schemes take the broker's <sslContext>
+            params = {"stomp": "?transport.closeAsync=false", "amqp": "?transport.transformer=jms"}.get(protocol, "")
+            rows.append(f'<transportConnector name="{protocol}+ssl" uri="{protocol}+ssl://{h}:{port}{params}"/>')
         return "\n      ".join(rows)
+
+    def _ssl_context_xml(self) -> str:
+        """The broker's <sslContext> (ActiveMQ "How do I use SSL"): keystore and truststore as
+        PKCS12, which Java 17 reads; clients are not required to present a certificate."""
+        if self.tls is None:
+            return ""
+        pki = self.tls.pki
+        return ("\n    <sslContext>\n      <sslContext keyStore=" + quoteattr(str(pki.server_keystore))
+                + f' keyStorePassword={quoteattr(pki.password)} keyStoreType="pkcs12"'
+                + f" trustStore={quoteattr(str(pki.truststore))} trustStorePassword={quoteattr(pki.password)}"
+                + ' trustStoreType="pkcs12"/>\n    </sslContext>')
 
     def render_config(self) -> str:
         """The activemq.xml for the current settings and ports."""
@@ -451,7 +475,7 @@ class ActiveMQProcess(ActiveMQAddresses, ManagedProcess):
           schedulerSupport="{bool_s(self.scheduler_support)}"
           advisorySupport="{bool_s(self.advisory_support)}"
           useShutdownHook="true"{extra_attributes}
-          dataDirectory={data}>{persistence}{policy}{management}{plugins}{networks}
+          dataDirectory={data}>{persistence}{policy}{management}{plugins}{networks}{self._ssl_context_xml()}
     <systemUsage>
       <systemUsage>
         <memoryUsage><memoryUsage limit="{memory}"/></memoryUsage>
@@ -540,7 +564,7 @@ class ActiveMQProcess(ActiveMQAddresses, ManagedProcess):
     def _ports_assigned(self) -> bool:
         return ((not self.stomp or self.stomp_port > 0) and (not self.openwire or self.openwire_port > 0)
                 and (not self.mqtt or bool(self.mqtt_port)) and (not self.amqp or self.amqp_port > 0)
-                and (not self.jmx or self.jmx_port > 0))
+                and (not self.jmx or self.jmx_port > 0) and (self.tls is None or bool(self.tls_ports)))
 
     def _start_once(self, deadline: float, keep_ports: bool = False, wait_for: str = "serving") -> None:
         if not keep_ports:
@@ -550,6 +574,9 @@ class ActiveMQProcess(ActiveMQAddresses, ManagedProcess):
             self.mqtt_port = ports[2] if self.mqtt else None
             self.jmx_port = ports[3] if self.jmx else 0
             self.amqp_port = ports[4] if self.amqp else 0
+            if self.tls is not None:
+                opened = [p for p, on in (("stomp", self.stomp), ("mqtt", self.mqtt), ("amqp", self.amqp)) if on]
+                self.tls_ports = dict(zip(opened, free_ports(len(opened))))
         self._write_layout()
         self.command = self.build_command()
         self.log_path.write_bytes(b"")  # fresh log for this attempt

@@ -65,6 +65,7 @@ from conformance.targets.activemq.rigs import MasterSlaveRig
 from conformance.targets.runtime.node import launch_single
 from conformance.targets.runtime.launch_choice import choose_launch
 from conformance.targets.runtime.evidence import ProcessEvidence
+from conformance.targets.tls_setup import prepare as prepare_tls
 from conformance.topology import check_supported
 
 __all__ = ["ActiveMQTarget", "ActiveMQHandle", "LAUNCH_MODES", "subscription_pattern", "destination_pattern"]
@@ -145,6 +146,9 @@ class ActiveMQHandle(ProcessEvidence):
         self.capabilities = capabilities
         self.credentials = credentials
         self.host = process.host
+        self.tls = getattr(process, "tls", None)
+        if self.tls is not None:
+            self.client_options = self.tls.client_options(type(self).client_options)
         self.ports: dict[str, int] = {}
         self._refresh_ports()
         self._jmx: JmxClient | None = None
@@ -159,6 +163,12 @@ class ActiveMQHandle(ProcessEvidence):
             self.ports["mqtt"] = self.process.mqtt_port
         if getattr(self.process, "amqp", False) and self.process.amqp_port:
             self.ports["amqp"] = self.process.amqp_port
+        # Scenario(tls=True): clients use the +ssl connectors; the plain ones stay open beside them
+        tls_ports = getattr(self.process, "tls_ports", {})
+        self.plain_ports = dict(self.ports) if tls_ports else {}
+        if tls_ports:
+            self.ports.clear()
+            self.ports.update(tls_ports)
 
     # ----------------------------------------------------------------- evidence
     @property
@@ -333,12 +343,16 @@ class ActiveMQTarget:
             caps.add("protocol.mqtt")
         if self._amqp_available()[0]:
             caps.add("protocol.amqp")
+        if self.launch_mode == "process":
+            caps.add("tls")  # +ssl connectors from the run's keystore (the image's launcher has none)
         return frozenset(caps)
 
     def why_missing(self, capability: str) -> str | None:
         """Why this target lacks ``capability`` (shown in the not-applicable reason)."""
         if capability == "protocol.amqp":
             return self._amqp_available()[1] or None
+        if capability == "tls" and self.launch_mode == "container":
+            return "only the local process launcher (activemq:process) opens +ssl connectors with the run's keystore"
         if capability == "protocol.mqtt":
             return self._mqtt_available()[1]
         if capability == "stomp.group_header":
@@ -376,6 +390,10 @@ class ActiveMQTarget:
         amqp = "amqp" in scenario.protocols and "protocol.amqp" in capabilities
         stomp = "stomp" in scenario.protocols
         first_user = scenario.users[0] if scenario.users else None
+        if scenario.tls and "tls" not in capabilities:
+            raise TargetUnavailable(f"ActiveMQ ({self.name}, {self.launch_mode}) cannot run scenario {scenario.name!r} "
+                                    "over TLS: only the local process launcher opens +ssl connectors")
+        tls = prepare_tls(scenario, Path(workdir) / "activemq")
         process = self._broker(
             workdir,
             name=_broker_name(scenario),
@@ -386,6 +404,7 @@ class ActiveMQTarget:
             jvm_heap_mb=self.jvm_heap_mb,
             jmx=True,
             ready_login=first_user,
+            **({"tls": tls} if tls is not None else {}),
             **config.process_options(),
         )
         try:

@@ -158,6 +158,9 @@ class ArtemisConfig:
     admin: tuple[str, str]  # the instance user (management over Jolokia)
     policies: tuple[DestinationPolicy, ...] = field(default=())
     journal_sync: bool = True  # journal-datasync: a confirmed persistent send survives a kill -9
+    # Scenario(tls=True): the PKCS12 keystore and its password for the ``*_ssl`` acceptors
+    tls_keystore: str | None = None
+    tls_password: str | None = None
 
     @property
     def anonymous(self) -> bool:
@@ -166,7 +169,14 @@ class ArtemisConfig:
     def acceptors_xml(self) -> str:
         lines = []
         for listener, port in self.ports.items():
-            url = f"tcp://{self.host}:{port}?{_ACCEPTOR_PARAMS[listener]}"
+            protocol, _, secure = listener.partition("_")
+            params = _ACCEPTOR_PARAMS[protocol]
+            if secure == "ssl":
+                # "Configuring the Transport", TLS parameters of an acceptor: a second acceptor per
+                # protocol with sslEnabled and the keystore (PKCS12, which Java 17 reads)
+                params += (f";sslEnabled=true;keyStorePath={self.tls_keystore};keyStorePassword={self.tls_password}"
+                           ";keyStoreType=PKCS12")
+            url = f"tcp://{self.host}:{port}?{params}"
             lines.append(f"         <acceptor name={quoteattr(listener)}>{escape(url)}</acceptor>")
         return "\n".join(lines)
 
@@ -235,7 +245,7 @@ class ArtemisConfig:
 
 
 def render(scenario: Scenario, *, name: str, host: str, ports: dict[str, int],
-           admin: tuple[str, str]) -> ArtemisConfig:
+           admin: tuple[str, str], tls_keystore: str | None = None, tls_password: str | None = None) -> ArtemisConfig:
     """The instance configuration for ``scenario``; raises `UnsupportedArtemisPolicy` naming what
     Artemis cannot express, before anything starts."""
     if scenario.memory_limit is not None:
@@ -243,7 +253,9 @@ def render(scenario: Scenario, *, name: str, host: str, ports: dict[str, int],
             f"scenario {scenario.name!r} sets memory_limit: ActiveMQ Classic's broker-wide memory usage has no "
             "Artemis setting of the same meaning (global-max-size pages or blocks addresses instead)")
     config = ArtemisConfig(name=name, host=host, ports=dict(ports), users=tuple(scenario.users), admin=admin,
-                           policies=tuple(scenario.policies))
+                           policies=tuple(scenario.policies), tls_keystore=tls_keystore, tls_password=tls_password)
+    if any(listener.endswith("_ssl") for listener in ports) and not tls_keystore:
+        raise UnsupportedArtemisPolicy(f"scenario {scenario.name!r}: TLS acceptors need a keystore")
     names = [u for u, _ in config.users]
     if admin[0] in names:
         raise UnsupportedArtemisPolicy(f"scenario {scenario.name!r} has a user named {admin[0]!r}, the name the "

@@ -41,6 +41,7 @@ from conformance.targets.artemis.config import ArtemisConfig, render
 from conformance.targets.artemis.dist import home, installed
 from conformance.targets.runtime.managed import ManagedProcess
 from conformance.targets.runtime.process import free_ports
+from conformance.targets.tls_setup import prepare as prepare_tls
 
 __all__ = ["ArtemisProcess", "ArtemisStartError", "ArtemisNotInstalled", "JolokiaError", "LISTENERS"]
 
@@ -85,6 +86,10 @@ class ArtemisProcess(ManagedProcess):
         self.instance = self.workdir / "instance"
         self.log_path = self.workdir / "artemis.log"
         self.listeners = ("core", *(p for p in ("stomp", "mqtt", "amqp") if p in scenario.protocols or p == "stomp"))
+        # Scenario(tls=True): a TLS acceptor (stomp_ssl...) beside each plain one, the run's keystore
+        self.tls = prepare_tls(scenario, self.workdir)
+        if self.tls is not None:
+            self.listeners += tuple(f"{p}_ssl" for p in scenario.protocols)
         self.admin = (ADMIN_USER, secrets.token_hex(8))
         self.ready_login = tuple(scenario.users[0]) if scenario.users else None
         self.ports: dict[str, int] = {}
@@ -109,7 +114,9 @@ class ArtemisProcess(ManagedProcess):
             raise ArtemisNotInstalled(reason)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self._pick_ports()
-        self.config = render(self.scenario, name=self.name, host=self.host, ports=self.ports, admin=self.admin)
+        tls = {} if self.tls is None else {"tls_keystore": str(self.tls.pki.server_keystore),
+                                           "tls_password": self.tls.pki.password}
+        self.config = render(self.scenario, name=self.name, host=self.host, ports=self.ports, admin=self.admin, **tls)
         command = [str(self.artemis_home / "bin" / "artemis"), "create", str(self.instance), "--silent",
                    "--force", "--user", self.admin[0], "--password", self.admin[1],
                    "--allow-anonymous" if self.config.anonymous else "--require-login",

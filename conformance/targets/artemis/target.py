@@ -58,7 +58,8 @@ CONTAINER_CAPABILITIES = frozenset({
     "consumer_priority"})
 
 #: the local JVM adds broker-side counters read over Jolokia on loopback
-PROCESS_CAPABILITIES = CONTAINER_CAPABILITIES | frozenset({"counters.destination"})
+#: tls: a TLS acceptor per protocol with the run's keystore (Scenario(tls=True); the container has none)
+PROCESS_CAPABILITIES = CONTAINER_CAPABILITIES | frozenset({"counters.destination", "tls"})
 
 #: ActiveMQ's STOMP subscribe extensions that Artemis reads differently or not at all (Artemis
 #: user manual, STOMP chapter, "Flow Control": ``activemq.prefetchSize`` is accepted for backwards
@@ -108,6 +109,13 @@ class ArtemisProcessHandle(ProcessEvidence):
         self.host = process.host
         self.ports = {p: process.ports[p] for p in ("stomp", "mqtt", "amqp") if p in process.ports}
         self.client_options = CLIENT_OPTIONS
+        # Scenario(tls=True): clients use the TLS acceptors; the plain ones stay open beside them
+        self.tls = process.tls
+        self.plain_ports: dict[str, int] = {}
+        if self.tls is not None:
+            self.plain_ports = self.ports
+            self.ports = {p: process.ports[f"{p}_ssl"] for p in ("stomp", "mqtt", "amqp") if f"{p}_ssl" in process.ports}
+            self.client_options = self.tls.client_options(CLIENT_OPTIONS)
         self.dead_letter_queue = f"queue://{DEAD_LETTER_ADDRESS}"  # artemis_config's dead-letter-address
 
     @property
@@ -299,6 +307,8 @@ class ArtemisTarget:
                     "not exclusive consumers")
         if capability == "topology.network":
             return "ActiveMQ Classic network connectors; Artemis forms clusters instead (another document)"
+        if self.launch_mode == "container" and capability == "tls":
+            return "only the local process launcher (artemis:process) opens TLS acceptors with the run's keystore"
         if self.launch_mode == "container" and capability in PROCESS_CAPABILITIES:
             return "the Artemis container launcher reads no broker counters (no Jolokia client for the container)"
         return None
@@ -313,6 +323,9 @@ class ArtemisTarget:
         if not ok:
             raise TargetUnavailable(reason)
         if self.launch_mode == "container":
+            if scenario.tls:
+                raise TargetUnavailable(f"Apache Artemis (container) cannot run scenario {scenario.name!r} over TLS: "
+                                        "only the local process launcher opens TLS acceptors")
             return self._launch_container(scenario, workdir)
 
         process = artemis_process.ArtemisProcess(Path(workdir) / "artemis", scenario, name=_broker_name(scenario),

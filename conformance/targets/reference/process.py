@@ -31,7 +31,8 @@ class ReferenceBrokerProcess:
 
     def __init__(self, *, name: str = "reference", config_file: Path | None = None,
                  data_dir: Path | None = None, http: bool = True, log_level: str = "INFO",
-                 extra_args: list[str] | None = None, mqtt: bool = False, amqp: bool = False) -> None:
+                 extra_args: list[str] | None = None, mqtt: bool = False, amqp: bool = False,
+                 tls_listeners: tuple[str, ...] | list[str] = ()) -> None:
         self.name = name
         self.config_file = config_file
         self.data_dir = data_dir
@@ -45,6 +46,10 @@ class ReferenceBrokerProcess:
         self.proc: subprocess.Popen | None = None
         self.stomp_port: int | None = None
         self.http_port: int | None = None
+        # TLS listener options (stomp_ssl...) configured in config_file: their addresses go as
+        # flags so a restart keeps the ports, like the plain ones; option -> bound port
+        self.tls_listeners = tuple(tls_listeners)
+        self.tls_ports: dict[str, int] = {}
         self._log: deque[str] = deque(maxlen=2000)
         self._reader: threading.Thread | None = None
         self._ready = threading.Event()
@@ -68,6 +73,8 @@ class ReferenceBrokerProcess:
             cmd += ["--mqtt", f"127.0.0.1:{self.mqtt_port or 0}"]
         if self.amqp:
             cmd += ["--amqp", f"127.0.0.1:{self.amqp_port or 0}"]
+        for option in self.tls_listeners:
+            cmd += [f"--{option.replace('_', '-')}", f"127.0.0.1:{self.tls_ports.get(option, 0)}"]
         if self.config_file:
             cmd += ["--config", str(self.config_file)]
         if self.data_dir:
@@ -113,6 +120,8 @@ class ReferenceBrokerProcess:
                     port = int(address.rsplit(":", 1)[1])
                     if key in ("stomp", "http", "mqtt", "amqp"):
                         setattr(self, f"{key}_port", port)
+                    elif key.endswith("+ssl"):  # stomp+ssl -> stomp_ssl (reference_broker/tls.py)
+                        self.tls_ports[key.replace("+", "_")] = port
                 self._ready.set()
 
     def log_tail(self, lines: int = 40) -> str:

@@ -26,6 +26,7 @@ from conformance.targets.reference.network import ReferenceNetwork
 from conformance.targets.reference.rigs import DiscoveryPair
 from conformance.targets.reference.rigs import MasterSlaveRig
 from conformance.targets.runtime.loop_thread import LoopThread
+from conformance.targets.tls_setup import TlsSetup, prepare as prepare_tls
 from conformance.targets.runtime.node import launch_single
 from conformance.topology import check_supported
 from reference_broker.config import ConfigError, PolicyEntry, build_config
@@ -42,7 +43,7 @@ CAPABILITIES = frozenset({
     "slow_consumer.pending_limit", "slow_consumer.eviction", "memory.limits",
     "durable_subscriptions", "transactions", "selectors", "exclusive_consumers", "consumer_priority",
     "message_priority", "nack", "dead_letter", "expiry", "topology.network", "topology.discovery", "topology.masterslave-connector",
-    "stomp.group_header",
+    "stomp.group_header", "tls",
 })
 
 
@@ -100,6 +101,14 @@ def scenario_config(scenario: Scenario, name: str = "reference") -> dict:
     return config
 
 
+def tls_listeners(tls: TlsSetup, protocols: tuple[str, ...]) -> dict:
+    """A TLS listener beside each plain one (``stomp_ssl``...), on a free loopback port; a client
+    certificate is checked against the run's CA when one is presented."""
+    listener = {"address": "127.0.0.1:0", "tls_cert_file": str(tls.pki.server_cert),
+                "tls_key_file": str(tls.pki.server_key), "tls_ca_file": str(tls.pki.ca_cert)}
+    return {f"{protocol}_ssl": dict(listener) for protocol in protocols}
+
+
 # --------------------------------------------------------------------------- counters
 
 
@@ -150,7 +159,7 @@ class InProcessReference:
     kind = "reference"
     launch = "in-process"
 
-    def __init__(self, scenario: Scenario, target: str = "reference") -> None:
+    def __init__(self, scenario: Scenario, target: str = "reference", workdir: Path | None = None) -> None:
         self.target = target
         self.scenario = scenario
         self.host = "127.0.0.1"
@@ -159,6 +168,12 @@ class InProcessReference:
         self.client_options: dict[str, dict] = {}
         self.dead_letter_queue = DEAD_LETTER_QUEUE
         self._config = scenario_config(scenario, name=f"{target}-{scenario.name}")
+        self.tls = prepare_tls(scenario, workdir) if workdir is not None else None
+        if scenario.tls and self.tls is None:
+            raise ValueError("a TLS scenario needs a work directory for its certificates")
+        if self.tls is not None:
+            self._config.update(tls_listeners(self.tls, scenario.protocols))
+            self.client_options = self.tls.client_options()
         self.config = build_config(self._config)
         self._log = _LogBuffer()
         self._logger = logging.getLogger("reference_broker")
@@ -173,6 +188,10 @@ class InProcessReference:
             bound = getattr(self.server, f"{protocol}_address")
             if bound:
                 self.ports[protocol] = bound[1]
+        # with TLS, clients use the TLS listeners; the plain ones stay open beside them
+        self.plain_ports = dict(self.ports) if self.tls is not None else {}
+        if self.tls is not None:
+            self.ports = {option.removesuffix("_ssl"): bound[1] for option, bound in self.server.tls_addresses.items()}
         self._stopped = False
 
     def call(self, fn: Callable[[], Any], timeout: float = 5.0) -> Any:
@@ -227,13 +246,20 @@ class ProcessReference:
         # The process launcher passes the listeners as flags (keeping ports across restarts).
         for key in ("stomp", "mqtt", "amqp", "http"):
             config.pop(key, None)
+        self.tls = prepare_tls(scenario, workdir)
+        if self.tls is not None:
+            # the files here, the addresses as flags (ReferenceBrokerProcess keeps the ports)
+            config.update(tls_listeners(self.tls, scenario.protocols))
+            self.client_options = self.tls.client_options()
+        self.plain_ports: dict[str, int] = {}
         config["store"] = {"kind": "journal", "sync": "always"}
         self._config = config
         self.config_file = workdir / "broker.json"
         self.config_file.write_text(json.dumps(config, indent=2))
         self.process = ReferenceBrokerProcess(
             name=config["name"], config_file=self.config_file, data_dir=workdir / "data",
-            mqtt="mqtt" in scenario.protocols, amqp="amqp" in scenario.protocols)
+            mqtt="mqtt" in scenario.protocols, amqp="amqp" in scenario.protocols,
+            tls_listeners=[f"{p}_ssl" for p in scenario.protocols] if self.tls is not None else ())
         self.ports: dict[str, int] = {}
         self.start()
 
@@ -244,6 +270,9 @@ class ProcessReference:
             raise TargetUnavailable(str(exc)) from None
         self.ports = {p: getattr(self.process, f"{p}_port") for p in ("stomp", "mqtt", "amqp")
                       if getattr(self.process, f"{p}_port")}
+        if self.tls is not None:
+            self.plain_ports = self.ports
+            self.ports = {option.removesuffix("_ssl"): port for option, port in self.process.tls_ports.items()}
 
     def kill(self) -> None:
         self.process.kill()
@@ -301,7 +330,7 @@ class ReferenceTarget:
         try:
             if self.launch_mode == "process":
                 return ProcessReference(scenario, workdir, target=self.name)
-            return InProcessReference(scenario, target=self.name)
+            return InProcessReference(scenario, target=self.name, workdir=workdir)
         except ConfigError as exc:
             raise TargetUnavailable(f"the configuration generated for scenario {scenario.name!r} is invalid: {exc}") from None
         except OSError as exc:
