@@ -448,14 +448,16 @@ class BrokerConfig(_Strict):
         # anonymously by default; only loopback listeners accept them, unless the operator says
         # allow_anonymous = true. The HTTP statistics have no anonymous mode off loopback at all:
         # with users configured they ask for one of them (HTTP Basic; listeners/http.py).
+        # TLS listeners alike: encryption says nothing about who may connect.
         security = self.security
-        for option in ("stomp", "mqtt", "amqp", "http"):
-            address = getattr(self, option)
+        for option in ("stomp", "mqtt", "amqp", "http", "stomp_ssl", "mqtt_ssl", "amqp_ssl", "https"):
+            listener = getattr(self, option)
+            address = listener.address if isinstance(listener, TlsListenerConfig) else listener
             if address is None or is_loopback_address(address) or security.users:
                 continue
-            if option == "http":
+            if option in ("http", "https"):
                 raise ValueError(
-                    f"listener 'http' = {address!r} is not a loopback address and no [security] users are "
+                    f"listener '{option}' = {address!r} is not a loopback address and no [security] users are "
                     "configured: the statistics would be public; listen on 127.0.0.1, or configure "
                     "users (requests then need HTTP Basic credentials of one of them)")
             if security.allow_anonymous is not True:

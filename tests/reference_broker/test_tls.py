@@ -320,3 +320,15 @@ def test_handshake_timeout_drops_a_silent_client(broker_factory, pki):
             closed = False
     assert closed, f"a client that never started the handshake was still connected after {TIMEOUT}s " \
                    "(tls_handshake_timeout_ms = 300)"
+
+
+@pytest.mark.parametrize("listener", ["stomp_ssl", "mqtt_ssl", "amqp_ssl", "https"])
+def test_tls_listener_off_loopback_without_users_is_refused_too(pki, listener):
+    """ENG-SEC-1 covers the TLS twins as well: encryption says nothing about who may connect."""
+    from reference_broker.config import ConfigError, build_config
+
+    tls = {"address": "0.0.0.0:0", "tls_cert_file": str(pki.server_cert), "tls_key_file": str(pki.server_key)}
+    with pytest.raises(ConfigError, match=f"listener '{listener}' = '0.0.0.0:0' is not a loopback address"):
+        build_config({listener: tls})
+    build_config({listener: tls, "security": {"users": [{"name": "u", "password": "p"}]}})
+    build_config({listener: {**tls, "address": "127.0.0.1:0"}})
