@@ -3,6 +3,10 @@ enqueued / dequeued / dispatched / in-flight, per-subscription `discarded` and `
 ActiveMQ "Slow Consumer Handling", "Monitoring the Status of Slow Consumers").
 
 Endpoints: GET /stats (everything), /queues, /topics, /subscriptions, /health.
+
+A master/slave broker (reference_broker/ha) keeps this listener open while it waits for the
+store's lock: /health then answers ``{"status": "slave"}`` and the counters 503 (a slave has no
+broker to count); every answer carries ``role`` (``master`` / ``slave``) then.
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from typing import Callable
 
 from ..engine.broker import Broker
 
@@ -18,7 +23,11 @@ log = logging.getLogger("reference_broker.listeners.http")
 _MAX_REQUEST = 16 * 1024
 
 
-async def serve_http(broker: Broker, host: str, port: int) -> asyncio.AbstractServer:
+async def serve_http(broker: Broker | Callable[[], Broker | None], host: str, port: int) -> asyncio.AbstractServer:
+    """``broker``: the broker, or a function returning it (None while a slave waits for the lock)."""
+    with_role = not isinstance(broker, Broker)
+    current = broker if with_role else (lambda: broker)
+
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=10)
@@ -33,9 +42,10 @@ async def serve_http(broker: Broker, host: str, port: int) -> asyncio.AbstractSe
             if method != "GET":
                 status, payload = 405, {"error": f"{method} not allowed: the statistics are read-only"}
             else:
-                status, payload = _route(broker, target)
+                status, payload = _route(current(), target, with_role)
         body = json.dumps(payload, indent=2, default=str).encode()
-        reason = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed"}[status]
+        reason = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
+                  503: "Service Unavailable"}[status]
         writer.write(
             f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\n"
             f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body
@@ -49,7 +59,16 @@ async def serve_http(broker: Broker, host: str, port: int) -> asyncio.AbstractSe
     return await asyncio.start_server(handle, host, port, limit=_MAX_REQUEST)
 
 
-def _route(broker: Broker, target: str) -> tuple[int, dict]:
+def _route(broker: Broker | None, target: str, with_role: bool = False) -> tuple[int, dict]:
+    if broker is None:  # a slave waiting for the store's lock
+        if target == "/health":
+            return 200, {"status": "slave", "role": "slave"}
+        return 503, {"error": "this broker is a slave waiting for the store's lock: no counters", "role": "slave"}
+    status, payload = _route_master(broker, target)
+    return status, ({**payload, "role": "master"} if with_role else payload)
+
+
+def _route_master(broker: Broker, target: str) -> tuple[int, dict]:
     stats = broker.stats()
     if target in ("/", "/stats"):
         return 200, stats

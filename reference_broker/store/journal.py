@@ -96,7 +96,10 @@ Locking
 -------
 ``__init__`` takes ``fcntl.flock(LOCK_EX | LOCK_NB)`` on ``directory/lock`` (and writes its pid
 there); a second opener, in this or another process, gets `JournalLockedError` naming the
-directory. The lock is released by ``close()`` or when the process dies.
+directory. The lock is released by ``close()`` or when the process dies. ``lock=False`` skips it:
+the caller guards the directory itself (the master/slave runner's shared-file locker,
+reference_broker/ha, which waits for the lock instead of failing). ``abandon()`` closes the files
+without writing anything more: a master that lost its lock must not touch the shared store.
 
 Errors while writing or syncing (``ENOSPC``, ``EIO``) leave the store unusable: the
 operation raises `JournalIOError` and so does every later one (a failed fsync cannot be
@@ -351,6 +354,7 @@ class JournalStore:
         segment_size: int = 32 * 1024 * 1024,
         compact_ratio: float = 0.5,
         clock: Callable[[], float] = time.monotonic,
+        lock: bool = True,
     ) -> None:
         if segment_size <= 0:
             raise ValueError("segment_size must be positive")
@@ -402,7 +406,7 @@ class JournalStore:
         self._truncations = 0
 
         self.directory.mkdir(parents=True, exist_ok=True)
-        self._lock_fd = self._acquire_lock()
+        self._lock_fd = self._acquire_lock() if lock else None
 
     # --- locking ------------------------------------------------------------------------------
 
@@ -501,8 +505,28 @@ class JournalStore:
             if self._fd is not None:
                 os.close(self._fd)
                 self._fd = None
+            self._release_lock()
+
+    def abandon(self) -> None:
+        """Close the files without flushing or syncing: what was not written is dropped (it was
+        never confirmed), and every later operation raises `JournalIOError`."""
+        if self._closed:
+            return
+        self._failed = JournalIOError(f"journal {self.directory} abandoned: this broker no longer holds its lock")
+        self._pending.clear()
+        self._pend_bytes = 0
+        self._pend_records = 0
+        self._closed = True
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        self._release_lock()
+
+    def _release_lock(self) -> None:
+        if self._lock_fd is not None:
             fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
             os.close(self._lock_fd)
+            self._lock_fd = None
 
     def stats(self) -> dict:
         return {
