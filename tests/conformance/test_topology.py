@@ -62,7 +62,7 @@ def test_a_target_refuses_a_topology_it_does_not_declare(tmp_path):
     with pytest.raises(TopologyUnsupported, match="topology.network"):
         MosquittoTarget().launch_topology(Topology(("A", "B"), (Bridge("A", "B"),)), Scenario(name="t"), tmp_path)
     with pytest.raises(TopologyUnsupported, match="topology.shared-store"):
-        ReferenceTarget().launch_topology(Topology(("A", "B"), shared_store=SharedStore()), Scenario(name="t"),
+        MosquittoTarget().launch_topology(Topology(("A", "B"), shared_store=SharedStore()), Scenario(name="t"),
                                           tmp_path)
 
 

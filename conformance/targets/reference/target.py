@@ -41,6 +41,7 @@ CAPABILITIES = frozenset({
     "slow_consumer.pending_limit", "slow_consumer.eviction", "memory.limits",
     "durable_subscriptions", "transactions", "selectors", "exclusive_consumers", "consumer_priority",
     "message_priority", "nack", "dead_letter", "expiry", "topology.network", "topology.discovery", "topology.masterslave-connector",
+    "topology.shared-store",
     "stomp.group_header",
 })
 
@@ -312,12 +313,21 @@ class ReferenceTarget:
         return MasterSlaveRig(workdir, reconnect)
 
     def launch_topology(self, topology, scenario: Scenario, workdir: Path, *, bridge_route=None):
-        """One broker (in-process, or a process the harness can fault), or a network of in-process
-        reference brokers (`ReferenceNetwork`); no shared store."""
+        """One broker (in-process, or a process the harness can fault), a network of in-process
+        reference brokers (`ReferenceNetwork`), or a shared-store master/slave group of broker
+        processes on one journal directory (`reference.shared_store`, whatever the launch mode:
+        the harness must be able to kill its master)."""
 
         check_supported(self, topology)
         if topology.kind == "single":
             return launch_single(self, topology, scenario, workdir, faultable=self.launch_mode == "process")
+        if topology.kind == "shared-store":
+            from conformance.targets.reference.shared_store import launch_shared_store  # it builds on this module
+
+            try:
+                return launch_shared_store(topology, scenario, workdir)
+            except ReferenceStartError as exc:
+                raise TargetUnavailable(f"reference shared-store group did not start: {exc}") from None
         network = ReferenceNetwork(workdir, topology.nodes, topology.bridges, prefix=topology.prefix,
                                    policies=topology.policies, bridge_route=bridge_route,
                                    broker_attributes=topology.broker_attributes, composites=topology.composites,
