@@ -44,6 +44,9 @@ def launch_shared_store(topology: Topology, scenario: Scenario, workdir: Path, *
                                  jvm_heap_mb=jvm_heap_mb, ha_policy="primary" if index == 0 else "backup",
                                  shared_data=shared)
         nodes[name] = ProcessNode(name, process, wait_for="lock")
-    group = ArtemisSharedStoreCluster(topology, nodes, shared, label="artemis")
+    # FileLockNodeManager's lock file: server.lock in the journal directory (node-manager-lock-directory
+    # defaults to it)
+    group = ArtemisSharedStoreCluster(topology, nodes, shared, label="artemis",
+                                      lock_file=shared / "journal" / "server.lock")
     group.start(timeout=timeout)
     return group

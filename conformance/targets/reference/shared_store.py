@@ -16,6 +16,7 @@ from conformance.targets.runtime.node import ProcessNode
 from conformance.targets.runtime.process import free_ports
 from conformance.targets.runtime.shared_group import SharedStoreCluster, node_names
 from conformance.topology import Topology
+from reference_broker.ha.locker import LOCK_FILE_NAME
 
 __all__ = ["launch_shared_store"]
 
@@ -44,6 +45,6 @@ def launch_shared_store(topology: Topology, scenario: Scenario, workdir: Path, *
         process.mqtt_port = mqtt if process.mqtt else None
         process.amqp_port = amqp if process.amqp else None
         nodes[name] = ProcessNode(name, process, wait_for="lock")
-    group = SharedStoreCluster(topology, nodes, shared, label="reference")
+    group = SharedStoreCluster(topology, nodes, shared, label="reference", lock_file=shared / LOCK_FILE_NAME)
     group.start(timeout=timeout)
     return group

@@ -32,15 +32,19 @@ class SharedStoreError(RuntimeError):
 
 
 class SharedStoreCluster(NodeRestarts):
-    """``nodes`` (name -> ProcessNode, start order: the first becomes master) on the store at ``store``."""
+    """``nodes`` (name -> ProcessNode, start order: the first becomes master) on the store at
+    ``store``, locked through ``lock_file``."""
 
     host = "127.0.0.1"
 
-    def __init__(self, topology: Topology, nodes: dict[str, ProcessNode], store: Path, *, label: str) -> None:
+    def __init__(self, topology: Topology, nodes: dict[str, ProcessNode], store: Path, *, label: str,
+                 lock_file: Path | None = None) -> None:
         self.topology = topology
         self.nodes = nodes
         self.store = Path(store)
         self.label = label
+        #: the file whose lock makes a node master, when the harness can reach it (lock-loss tests)
+        self.lock_file = Path(lock_file) if lock_file is not None else None
 
     def start(self, timeout: float = 120) -> None:
         deadline = time.monotonic() + timeout
