@@ -279,3 +279,42 @@ def test_lock_options_have_activemqs_defaults_and_refuse_bad_values():
         build_config({"store": {"lock_keep_alive_period": -1}})
     with pytest.raises(ConfigError, match="did you mean 'lock_keep_alive_period'"):
         build_config({"store": {"lock_keep_alive_periode": 1}})
+
+
+def test_the_statistics_listener_says_slave_while_waiting_and_master_once_serving(tmp_path):
+    import json
+    import urllib.error
+    import urllib.request
+
+    def get(address, path):
+        try:
+            with urllib.request.urlopen(f"http://{address[0]}:{address[1]}{path}", timeout=5) as response:
+                return response.status, json.load(response)
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.load(exc)
+
+    config = build_config({"name": "t", "stomp": "127.0.0.1:0", "http": "127.0.0.1:0", "data": str(tmp_path),
+                           "store": {"kind": "journal", "locker": {"lock_acquire_sleep_interval": 50}}})
+    locker = FakeLocker(refusals=10**9)  # a slave until the test lets it through
+    seen = {}
+
+    async def go():
+        stop = asyncio.Event()
+        runner = MasterSlaveRunner(config, locker=locker)
+        runner.on_slave = lambda: seen.setdefault("slave", True)
+        task = asyncio.create_task(runner.run(stop))
+        while "slave" not in seen:
+            await asyncio.sleep(0.01)
+        seen["as slave"] = await asyncio.to_thread(get, runner.http_address, "/health")
+        seen["stats as slave"] = await asyncio.to_thread(get, runner.http_address, "/stats")
+        locker.refusals = locker.attempts  # the next attempt gets the lock
+        while runner.role != "master":
+            await asyncio.sleep(0.01)
+        seen["as master"] = await asyncio.to_thread(get, runner.http_address, "/health")
+        stop.set()
+        await task
+
+    asyncio.run(go())
+    assert seen["as slave"] == (200, {"status": "slave", "role": "slave"})
+    assert seen["stats as slave"][0] == 503 and seen["stats as slave"][1]["role"] == "slave"
+    assert seen["as master"][0] == 200 and seen["as master"][1]["role"] == "master"
