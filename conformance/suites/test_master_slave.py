@@ -139,6 +139,9 @@ def test_a_deleted_lock_file_ends_the_masters_mastership(group):
         master = group.wait_for_master(TAKEOVER)
         assert master is not None, f"FT-SHARED-5: no broker became master again after the lock file was deleted\n" \
                                    f"{group.log_tail(40)}"
-        assert group.lock_file.exists(), "FT-SHARED-5: the new master did not recreate the lock file"
+        assert group.lock_file.exists(), (f"FT-SHARED-5: the new master {master.name} did not recreate the lock file "
+                                          f"{group.lock_file.name}; the directory holds "
+                                          f"{sorted(p.name for p in group.lock_file.parent.iterdir())}\n"
+                                          f"{group.log_tail(40)}")
     finally:
         client.close()
