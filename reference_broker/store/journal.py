@@ -400,6 +400,7 @@ class JournalStore:
         self._closed = False
         self._failed: BaseException | None = None
         self._compaction_blocked_until = 0  # segment number after a failed compaction
+        self._abandoned = False  # abandon(): writes are dropped from then on
         self._syncs = 0
         self._writes = 0
         self._compactions = 0
@@ -434,6 +435,8 @@ class JournalStore:
     # --- MessageStore -------------------------------------------------------------------------
 
     def add(self, store_key: str, message: Message) -> None:
+        if self._abandoned:
+            return  # a broker that lost the lock: see abandon()
         self._check()
         key = self._key_cache.get(store_key)
         if key is None:
@@ -442,6 +445,8 @@ class JournalStore:
         self._index_add(store_key, message, size)
 
     def remove(self, store_key: str, message_id: str) -> None:
+        if self._abandoned:
+            return  # a broker that lost the lock: see abandon()
         self._check()
         queue = self._live.get(store_key)
         if queue is None or message_id not in queue:
@@ -450,6 +455,8 @@ class JournalStore:
         self._index_remove(store_key, message_id)
 
     def update_redelivery(self, store_key: str, message_id: str, count: int) -> None:
+        if self._abandoned:
+            return  # a broker that lost the lock: see abandon()
         self._check()
         queue = self._live.get(store_key)
         entry = queue.get(message_id) if queue is not None else None
@@ -460,6 +467,8 @@ class JournalStore:
         self._index_redelivery(entry, count, size)
 
     def add_durable_subscription(self, sub_key: str, metadata: dict) -> None:
+        if self._abandoned:
+            return  # a broker that lost the lock: see abandon()
         self._check()
         meta_json = _json_encode(metadata).encode("utf-8", "surrogatepass")
         size = self._append(SUB_ADD, _str(sub_key) + meta_json)
@@ -467,6 +476,8 @@ class JournalStore:
                             size)
 
     def remove_durable_subscription(self, sub_key: str) -> None:
+        if self._abandoned:
+            return  # a broker that lost the lock: see abandon()
         self._check()
         if sub_key not in self._subs and sub_key not in self._live:
             return
@@ -474,6 +485,8 @@ class JournalStore:
         self._index_sub_remove(sub_key)
 
     def flush(self) -> None:
+        if self._abandoned:
+            return
         if self._pend_bytes:
             self._check()
             self._write_batch()
@@ -508,11 +521,14 @@ class JournalStore:
             self._release_lock()
 
     def abandon(self) -> None:
-        """Close the files without flushing or syncing: what was not written is dropped (it was
-        never confirmed), and every later operation raises `JournalIOError`."""
+        """Close the files without flushing or syncing, and drop every later write: what was not
+        written was never confirmed to a client, and a broker that lost the store's lock must not
+        touch it again. Used when the master/slave runner gives up mastership: the engine's
+        connections are closed after this, and the bookkeeping that closing does (redelivery
+        counts of messages in flight) is for the next master to redo from what it recovers."""
         if self._closed:
             return
-        self._failed = JournalIOError(f"journal {self.directory} abandoned: this broker no longer holds its lock")
+        self._abandoned = True
         self._pending.clear()
         self._pend_bytes = 0
         self._pend_records = 0
