@@ -159,7 +159,9 @@ class MasterSlaveRunner:
             try:
                 got = await asyncio.to_thread(self.locker.try_acquire)
             except LockerError as exc:
-                # e.g. the shared directory is unreachable: a slave keeps trying, as ActiveMQ's does
+                if self.polls == 1:
+                    raise  # at start-up: a store directory that cannot be used is a configuration error
+                # later (e.g. the shared file system stopped answering): a slave keeps trying
                 log.error("cannot try the store's lock: %s", exc)
                 got = False
             if got:

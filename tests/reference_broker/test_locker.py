@@ -318,3 +318,10 @@ def test_the_statistics_listener_says_slave_while_waiting_and_master_once_servin
     assert seen["as slave"] == (200, {"status": "slave", "role": "slave"})
     assert seen["stats as slave"][0] == 503 and seen["stats as slave"][1]["role"] == "slave"
     assert seen["as master"][0] == 200 and seen["as master"][1]["role"] == "master"
+
+
+def test_a_broker_whose_store_directory_is_unusable_exits_with_the_reason(tmp_path):
+    (tmp_path / "file").write_text("not a directory")
+    proc = subprocess.run([sys.executable, "-m", "reference_broker", "--stomp", "127.0.0.1:0",
+                           "--data", str(tmp_path / "file")], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1 and "lock file" in proc.stderr and str(tmp_path / "file") in proc.stderr, proc.stderr
