@@ -121,27 +121,39 @@ def test_a_restarted_master_rejoins_as_a_slave(group):
     assert group.master() is b, "FT-SHARED-6: B stopped being master when A came back"
 
 
-@pytest.mark.spec("FT-SHARED-5", "FT-SHARED-2")
-def test_a_deleted_lock_file_ends_the_masters_mastership(group):
+def delete_lock_file_under_the_master(group):
+    """Delete the group's lock file while a STOMP client is connected to the master A; returns that
+    client and whether the master dropped it (stopped serving) within ample keep-alive periods."""
     if group.lock_file is None:
         pytest.skip(f"{NOT_APPLICABLE}the store's lock file is not reachable from the harness ({group.store})")
-    a = group["A"]
-    host, port = a.address("stomp")
+    host, port = group["A"].address("stomp")
     client = connect(host, port, "stomp", timeout=10.0)
+    assert group.lock_file.exists(), f"no lock file at {group.lock_file}: the launcher names the wrong file"
+    group.lock_file.unlink()
+    # The master re-checks every lock_keep_alive_period; give it ample periods on a busy machine.
+    dropped = poll(lambda: not client.connected, bool, timeout=30 * LOCKS.lock_keep_alive_period_ms / 1000)
+    return client, dropped
+
+
+@pytest.mark.spec("FT-SHARED-2")
+def test_a_master_whose_lock_file_is_deleted_stops_serving(group):
+    client, dropped = delete_lock_file_under_the_master(group)
     try:
-        assert group.lock_file.exists(), f"no lock file at {group.lock_file}: the launcher names the wrong file"
-        group.lock_file.unlink()
-        # The master re-checks every lock_keep_alive_period; give it ample periods on a busy machine.
-        dropped = poll(lambda: not client.connected, bool, timeout=30 * LOCKS.lock_keep_alive_period_ms / 1000)
         assert dropped, (f"FT-SHARED-2: the master kept serving (its client connection stayed open) for "
                          f"{30 * LOCKS.lock_keep_alive_period_ms} ms after its lock file {group.lock_file} was "
                          f"deleted\n{group.log_tail(40)}")
-        master = group.wait_for_master(TAKEOVER)
-        assert master is not None, f"FT-SHARED-5: no broker became master again after the lock file was deleted\n" \
-                                   f"{group.log_tail(40)}"
-        assert group.lock_file.exists(), (f"FT-SHARED-5: the new master {master.name} did not recreate the lock file "
-                                          f"{group.lock_file.name}; the directory holds "
-                                          f"{sorted(p.name for p in group.lock_file.parent.iterdir())}\n"
-                                          f"{group.log_tail(40)}")
     finally:
         client.close()
+
+
+@pytest.mark.spec("FT-SHARED-5")
+def test_after_a_deleted_lock_file_a_master_recreates_it(group):
+    client, dropped = delete_lock_file_under_the_master(group)
+    client.close()
+    master = group.wait_for_master(TAKEOVER)
+    assert master is not None, f"FT-SHARED-5: no broker became master again after the lock file was deleted\n" \
+                               f"{group.log_tail(40)}"
+    assert group.lock_file.exists(), (f"FT-SHARED-5: the new master {master.name} did not recreate the lock file "
+                                      f"{group.lock_file.name}; the directory holds "
+                                      f"{sorted(p.name for p in group.lock_file.parent.iterdir())}\n"
+                                      f"{group.log_tail(40)}")
