@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from conformance.scenario import Scenario
+from typing import Callable
+
 from conformance.targets.reference.process import ReferenceBrokerProcess
-from conformance.targets.reference.target import scenario_config
 from conformance.targets.runtime.node import ProcessNode
 from conformance.targets.runtime.process import free_ports
 from conformance.targets.runtime.shared_group import SharedStoreCluster, node_names
@@ -21,15 +21,18 @@ from reference_broker.ha.locker import LOCK_FILE_NAME
 __all__ = ["launch_shared_store"]
 
 
-def launch_shared_store(topology: Topology, scenario: Scenario, workdir: Path, *, timeout: float = 60) -> SharedStoreCluster:
-    """Start the group: the first node master, the others slaves (`SharedStoreCluster.start`)."""
+def launch_shared_store(topology: Topology, node_config: Callable[[str], dict], protocols: tuple[str, ...],
+                        workdir: Path, *, timeout: float = 60) -> SharedStoreCluster:
+    """Start the group: the first node master, the others slaves (`SharedStoreCluster.start`).
+    ``node_config(broker_name)``: a node's configuration before its store settings (the scenario's,
+    from the target); ``protocols``: the listeners each node opens."""
     store = topology.shared_store
     names = node_names(len(topology.nodes), topology.nodes)
     workdir = Path(workdir).absolute() / "reference-shared-store"
     shared = workdir / "shared-journal"
     nodes: dict[str, ProcessNode] = {}
     for name in names:
-        config = scenario_config(scenario, name=f"{topology.prefix}-{name}")
+        config = node_config(f"{topology.prefix}-{name}")
         config["store"] = {**config.get("store", {}), "kind": "journal", "directory": str(shared),
                            "lock_keep_alive_period": store.lock_keep_alive_period_ms,
                            "locker": {"kind": "shared_file",
@@ -39,7 +42,7 @@ def launch_shared_store(topology: Topology, scenario: Scenario, workdir: Path, *
         config_file = node_dir / "broker.json"
         config_file.write_text(json.dumps(config, indent=2))
         process = ReferenceBrokerProcess(name=config["name"], config_file=config_file, data_dir=None,
-                                         mqtt="mqtt" in scenario.protocols, amqp="amqp" in scenario.protocols)
+                                         mqtt="mqtt" in protocols, amqp="amqp" in protocols)
         stomp, mqtt, amqp = free_ports(3)
         process.stomp_port = stomp
         process.mqtt_port = mqtt if process.mqtt else None

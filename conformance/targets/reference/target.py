@@ -24,6 +24,7 @@ from conformance.targets.reference.process import ReferenceBrokerProcess, Refere
 from conformance.targets.reference.network import ReferenceNetwork
 from conformance.targets.reference.rigs import DiscoveryPair
 from conformance.targets.reference.rigs import MasterSlaveRig
+from conformance.targets.reference.shared_store import launch_shared_store
 from conformance.targets.runtime.loop_thread import LoopThread
 from conformance.targets.runtime.node import launch_single
 from conformance.topology import check_supported
@@ -322,10 +323,9 @@ class ReferenceTarget:
         if topology.kind == "single":
             return launch_single(self, topology, scenario, workdir, faultable=self.launch_mode == "process")
         if topology.kind == "shared-store":
-            from conformance.targets.reference.shared_store import launch_shared_store  # it builds on this module
-
             try:
-                return launch_shared_store(topology, scenario, workdir)
+                return launch_shared_store(topology, lambda name: scenario_config(scenario, name=name),
+                                           scenario.protocols, workdir)
             except ReferenceStartError as exc:
                 raise TargetUnavailable(f"reference shared-store group did not start: {exc}") from None
         network = ReferenceNetwork(workdir, topology.nodes, topology.bridges, prefix=topology.prefix,
