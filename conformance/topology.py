@@ -214,7 +214,9 @@ class SharedStore:
     """A store every node of the topology opens; whichever holds its lock is master, the others
     wait as slaves (A-MQ fault-tolerant messaging guide, 3.1). ``kind``: ``file`` (a shared
     directory; later ``jdbc``). The lock timings are the guide's ``lockKeepAlivePeriod`` and the
-    locker's ``lockAcquireSleepInterval``."""
+    locker's ``lockAcquireSleepInterval``. A launched shared-store cluster also has ``store`` (where
+    the store is) and ``lock_file`` (the file whose lock makes a node master, None when the harness
+    cannot reach it, e.g. inside a container volume), ``master()`` and ``wait_for_master(timeout)``."""
 
     kind: str = "file"
     lock_keep_alive_period_ms: int = 2000

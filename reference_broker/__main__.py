@@ -11,6 +11,7 @@ import sys
 
 from .cluster.service import NetworkService
 from .config import BrokerConfig, ConfigError, build_config, load_config
+from .ha.runner import MasterSlaveRunner
 from .server import BrokerServer
 from .tls import READY_NAMES, server_contexts
 
@@ -113,44 +114,56 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _serve(config: BrokerConfig) -> int:
+    """Run the broker until SIGTERM / SIGINT: as master or slave of its journal's directory
+    (reference_broker/ha/runner.py), or at once with the memory store. Launchers wait for the
+    ``ready:`` line (and read the bound ports from it when port 0 was given), or for the
+    ``slave:`` line of a broker waiting for the store's lock."""
     log = logging.getLogger("reference_broker")
-    try:
-        server = BrokerServer(config)
-        await server.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+
+    async def serve(server: BrokerServer):
         # Network connectors after the listeners: peers must be able to reach this broker's
         # advisories as soon as its bridges announce themselves (reference_broker/cluster).
         network = None
         if config.network_connectors or config.advisory_support:
             network = NetworkService(server.broker, config, stomp_address=server.stomp_address)
             await network.start()
+
+        async def shutdown(graceful: bool) -> None:
+            if network is not None:
+                await network.stop()
+        return shutdown
+
+    def on_master(server: BrokerServer) -> None:
+        parts = []
+        for key in ("stomp", "amqp", "mqtt"):
+            address = getattr(server, f"{key}_address")
+            if address:
+                parts.append(f"{key}=%s:%d" % address)
+        if runner.http_address:
+            parts.append("http=%s:%d" % runner.http_address)
+        for option, bound in server.tls_addresses.items():
+            parts.append("%s=%s:%d" % (READY_NAMES[option], *bound))
+        print(f"reference broker {config.name!r} ready: {' '.join(parts)}", file=sys.stderr, flush=True)
+
+    def on_slave() -> None:
+        http = " http=%s:%d" % runner.http_address if runner.http_address else ""
+        print(f"reference broker {config.name!r} slave: waiting for the store's lock{http}",
+              file=sys.stderr, flush=True)
+
+    runner = MasterSlaveRunner(config, serve=serve, on_master=on_master, on_slave=on_slave)
+    try:
+        await runner.run(stop)
     except OSError as exc:
         log.error("cannot start: %s", exc)
         return 1
-    except Exception as exc:  # store locked or corrupt, etc.: say what, exit non-zero
+    except Exception as exc:  # store corrupt, etc.: say what, exit non-zero
         log.error("cannot start: %s", exc)
         return 1
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    parts = []
-    if server.stomp_address:
-        parts.append("stomp=%s:%d" % server.stomp_address)
-    if server.amqp_address:
-        parts.append("amqp=%s:%d" % server.amqp_address)
-    if server.mqtt_address:
-        parts.append("mqtt=%s:%d" % server.mqtt_address)
-    if server.http_address:
-        parts.append("http=%s:%d" % server.http_address)
-    for option, bound in server.tls_addresses.items():
-        parts.append("%s=%s:%d" % (READY_NAMES[option], *bound))
-    # Launchers wait for this line (and read the bound ports from it when port 0 was given).
-    print(f"reference broker {config.name!r} ready: {' '.join(parts)}", file=sys.stderr, flush=True)
-    await stop.wait()
-    log.info("shutting down")
-    if network is not None:
-        await network.stop()
-    await server.stop()
+    log.info("shut down")
     return 0
 
 

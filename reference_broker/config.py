@@ -195,9 +195,27 @@ class Security(_Strict):
 # --- Store, limits, listeners
 
 
+class SharedFileLockerConfig(_Strict):
+    """ActiveMQ's ``<shared-file-locker>`` (A-MQ "Fault Tolerant Messaging" guide, 3.1, Example
+    3.1): the write lock on the store directory's ``lock`` file (reference_broker/ha/locker.py).
+    ``lock_acquire_sleep_interval``: how often (ms) a slave tries the lock again; ActiveMQ's
+    default is 10 s (AbstractLocker.DEFAULT_LOCK_ACQUIRE_SLEEP_INTERVAL). A lease-database locker
+    (the guide's 3.2) is another ``kind``."""
+
+    kind: Literal["shared_file"] = "shared_file"
+    lock_acquire_sleep_interval: int = Field(default=10_000, gt=0)
+
+
 class StoreConfig(_Strict):
     kind: Literal["memory", "journal"] = "memory"
     directory: str | None = None  # defaults to <data>/journal
+    # Master/slave on a shared journal directory (guide 3.1, "File locking requirements"): the
+    # master re-checks its lock and the lock file every lock_keep_alive_period ms and gives up
+    # being master when either is gone; a slave that gets the lock waits one period before
+    # serving. 0 turns the check off, ActiveMQ's default (LockableServiceSupport.lockKeepAlivePeriod).
+    # Only the journal store is shared; the memory store takes no lock.
+    lock_keep_alive_period: int = Field(default=0, ge=0)
+    locker: SharedFileLockerConfig = Field(default_factory=SharedFileLockerConfig)
     sync: Literal["always", "interval", "never"] = "always"
     sync_interval_ms: int = Field(default=1000, gt=0)
     segment_size: int = Field(default=32 * 1024 * 1024, gt=4096)

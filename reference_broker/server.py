@@ -26,18 +26,25 @@ log = logging.getLogger("reference_broker")
 TICK_SECONDS = 0.25  # heart-beat resolution; well under the smallest sensible heart-beat
 
 
-def open_store(config: BrokerConfig) -> MessageStore:
+def store_directory(config: BrokerConfig) -> Path:
+    """The journal's directory: what master/slave brokers share (and lock)."""
+    return Path(config.store.directory or Path(config.data) / "journal")
+
+
+def open_store(config: BrokerConfig, *, lock: bool = True) -> MessageStore:
+    """The configured store; ``lock=False``: the caller already guards the journal's directory
+    (the master/slave runner's locker), so the journal takes no lock of its own."""
     if config.store.kind == "memory":
         return MemoryStore()
 
-    directory = Path(config.store.directory or Path(config.data) / "journal")
     return JournalStore(
-        directory,
+        store_directory(config),
         sync=SyncPolicy(config.store.sync),
         sync_interval_ms=config.store.sync_interval_ms,
         segment_size=config.store.segment_size,
         compact_ratio=config.store.compact_ratio,
         discard_damaged=config.store.discard_damaged,
+        lock=lock,
     )
 
 
@@ -50,9 +57,9 @@ class BrokerServer:
     """`await server.start()` binds the listeners; `server.stomp_address` is then the bound
     (host, port), useful with port 0. `await server.stop()` closes everything."""
 
-    def __init__(self, config: BrokerConfig) -> None:
+    def __init__(self, config: BrokerConfig, store: MessageStore | None = None) -> None:
         self.config = config
-        self.store = open_store(config)
+        self.store = store if store is not None else open_store(config)
         self.broker = Broker(config, self.store)
         self.broker.recover()
         self._connections: set[StompProtocol | AmqpProtocol] = set()
@@ -183,3 +190,23 @@ class BrokerServer:
             await server.wait_closed()
         self.broker.close()
         log.info("broker %r stopped", self.config.name)
+
+    async def abort(self) -> None:
+        """Stop serving at once without writing to the store again: a master that lost the
+        store's lock (reference_broker/ha/runner.py). The store is abandoned first, so nothing
+        the closing connections trigger reaches the shared files; then listeners and client
+        connections are closed (clients see the connection drop and fail over)."""
+        if self._tick_task is not None:
+            self._tick_task.cancel()
+        abandon = getattr(self.store, "abandon", None)
+        if abandon is not None:
+            abandon()
+        self.mqtt_sessions.close()
+        for server in self._servers:
+            server.close()
+        for connection in list(self._connections):
+            if connection.transport is not None:
+                connection.transport.abort()
+        for server in self._servers:
+            await server.wait_closed()
+        log.warning("broker %r stopped serving: it no longer holds the store's lock", self.config.name)

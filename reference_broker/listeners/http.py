@@ -14,6 +14,11 @@ to them), connection ids (the stem of those names) and the client ids of durable
 run for the same value, so they still tell entries apart. Subscription ids are shown: they name
 nothing outside their own connection, and an ``NC|`` id grants nothing to a connection the broker
 does not trust as a network bridge (engine/network_principal.py).
+
+A master/slave broker (reference_broker/ha) keeps this listener open while it waits for the
+store's lock: /health then answers ``{"status": "slave"}`` and the counters 503 (a slave has no
+broker to count, so nothing to protect either); every answer carries ``role`` (``master`` /
+``slave``) then.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import hmac
 import json
 import logging
 import secrets
+from typing import Callable
 
 from ..engine.broker import Broker
 from ..engine.errors import AuthenticationFailed
@@ -35,8 +41,13 @@ log = logging.getLogger("reference_broker.listeners.http")
 _MAX_REQUEST = 16 * 1024
 
 
-async def serve_http(broker: Broker, host: str, port: int, **server_options) -> asyncio.AbstractServer:
-    """``server_options`` go to asyncio.start_server (``ssl`` and ``ssl_handshake_timeout`` for https)."""
+async def serve_http(broker: Broker | Callable[[], Broker | None], host: str, port: int,
+                     **server_options) -> asyncio.AbstractServer:
+    """``broker``: the broker, or a function returning it (None while a slave waits for the lock).
+    ``server_options`` go to asyncio.start_server (``ssl`` and ``ssl_handshake_timeout`` for https)."""
+    with_role = not isinstance(broker, Broker)
+    current = broker if with_role else (lambda: broker)
+
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=10)
@@ -51,15 +62,15 @@ async def serve_http(broker: Broker, host: str, port: int, **server_options) -> 
             method, target = parts[0], parts[1].split("?", 1)[0]
             if method != "GET":
                 status, payload = 405, {"error": f"{method} not allowed: the statistics are read-only"}
-            elif target != "/health" and not _authorized(broker, lines[1:]):
+            elif target != "/health" and (serving := current()) is not None and not _authorized(serving, lines[1:]):
                 status, payload = 401, {"error": "the statistics need the credentials of a configured user "
                                                  "(HTTP Basic)"}
                 extra = 'WWW-Authenticate: Basic realm="brokerconf reference broker", charset="UTF-8"\r\n'
             else:
-                status, payload = _route(broker, target)
+                status, payload = _route(current(), target, with_role)
         body = json.dumps(payload, indent=2, default=str).encode()
         reason = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found",
-                  405: "Method Not Allowed"}[status]
+                  405: "Method Not Allowed", 503: "Service Unavailable"}[status]
         writer.write(
             f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\n{extra}"
             f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body
@@ -131,7 +142,16 @@ def public_stats(broker: Broker) -> dict:
     return stats
 
 
-def _route(broker: Broker, target: str) -> tuple[int, dict]:
+def _route(broker: Broker | None, target: str, with_role: bool = False) -> tuple[int, dict]:
+    if broker is None:  # a slave waiting for the store's lock
+        if target == "/health":
+            return 200, {"status": "slave", "role": "slave"}
+        return 503, {"error": "this broker is a slave waiting for the store's lock: no counters", "role": "slave"}
+    status, payload = _route_master(broker, target)
+    return status, ({**payload, "role": "master"} if with_role else payload)
+
+
+def _route_master(broker: Broker, target: str) -> tuple[int, dict]:
     if target == "/health":
         return 200, {"status": "ok", "broker": broker.config.name}
     stats = public_stats(broker)

@@ -114,7 +114,10 @@ Locking
 -------
 ``__init__`` takes ``fcntl.flock(LOCK_EX | LOCK_NB)`` on ``directory/lock`` (and writes its pid
 there); a second opener, in this or another process, gets `JournalLockedError` naming the
-directory. The lock is released by ``close()`` or when the process dies.
+directory. The lock is released by ``close()`` or when the process dies. ``lock=False`` skips it:
+the caller guards the directory itself (the master/slave runner's shared-file locker,
+reference_broker/ha, which waits for the lock instead of failing). ``abandon()`` closes the files
+without writing anything more: a master that lost its lock must not touch the shared store.
 
 Errors while writing or syncing (``ENOSPC``, ``EIO``) leave the store unusable: the
 operation raises `JournalIOError` and so does every later one (a failed fsync cannot be
@@ -387,6 +390,7 @@ class JournalStore:
         compact_ratio: float = 0.5,
         clock: Callable[[], float] = time.monotonic,
         discard_damaged: bool = False,
+        lock: bool = True,
     ) -> None:
         if segment_size <= 0:
             raise ValueError("segment_size must be positive")
@@ -433,13 +437,14 @@ class JournalStore:
         self._closed = False
         self._failed: BaseException | None = None
         self._compaction_blocked_until = 0  # segment number after a failed compaction
+        self._abandoned = False  # abandon(): writes are dropped from then on
         self._syncs = 0
         self._writes = 0
         self._compactions = 0
         self._truncations = 0
 
         self.directory.mkdir(parents=True, exist_ok=True)
-        self._lock_fd = self._acquire_lock()
+        self._lock_fd = self._acquire_lock() if lock else None
 
     # --- locking ------------------------------------------------------------------------------
 
@@ -467,6 +472,8 @@ class JournalStore:
     # --- MessageStore -------------------------------------------------------------------------
 
     def add(self, store_key: str, message: Message) -> None:
+        if self._abandoned:
+            return  # a broker that lost the lock: see abandon()
         self._check()
         key = self._key_cache.get(store_key)
         if key is None:
@@ -475,6 +482,8 @@ class JournalStore:
         self._index_add(store_key, message, size)
 
     def remove(self, store_key: str, message_id: str) -> None:
+        if self._abandoned:
+            return  # a broker that lost the lock: see abandon()
         self._check()
         queue = self._live.get(store_key)
         if queue is None or message_id not in queue:
@@ -483,6 +492,8 @@ class JournalStore:
         self._index_remove(store_key, message_id)
 
     def update_redelivery(self, store_key: str, message_id: str, count: int) -> None:
+        if self._abandoned:
+            return  # a broker that lost the lock: see abandon()
         self._check()
         queue = self._live.get(store_key)
         entry = queue.get(message_id) if queue is not None else None
@@ -493,6 +504,8 @@ class JournalStore:
         self._index_redelivery(entry, count, size)
 
     def add_durable_subscription(self, sub_key: str, metadata: dict) -> None:
+        if self._abandoned:
+            return  # a broker that lost the lock: see abandon()
         self._check()
         meta_json = _json_encode(metadata).encode("utf-8", "surrogatepass")
         size = self._append(SUB_ADD, _str(sub_key) + meta_json)
@@ -500,6 +513,8 @@ class JournalStore:
                             size)
 
     def remove_durable_subscription(self, sub_key: str) -> None:
+        if self._abandoned:
+            return  # a broker that lost the lock: see abandon()
         self._check()
         if sub_key not in self._subs and sub_key not in self._live:
             return
@@ -507,6 +522,8 @@ class JournalStore:
         self._index_sub_remove(sub_key)
 
     def flush(self) -> None:
+        if self._abandoned:
+            return
         if self._pend_bytes:
             self._check()
             self._write_batch()
@@ -538,8 +555,31 @@ class JournalStore:
             if self._fd is not None:
                 os.close(self._fd)
                 self._fd = None
+            self._release_lock()
+
+    def abandon(self) -> None:
+        """Close the files without flushing or syncing, and drop every later write: what was not
+        written was never confirmed to a client, and a broker that lost the store's lock must not
+        touch it again. Used when the master/slave runner gives up mastership: the engine's
+        connections are closed after this, and the bookkeeping that closing does (redelivery
+        counts of messages in flight) is for the next master to redo from what it recovers."""
+        if self._closed:
+            return
+        self._abandoned = True
+        self._pending.clear()
+        self._pend_bytes = 0
+        self._pend_records = 0
+        self._closed = True
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        self._release_lock()
+
+    def _release_lock(self) -> None:
+        if self._lock_fd is not None:
             fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
             os.close(self._lock_fd)
+            self._lock_fd = None
 
     def stats(self) -> dict:
         return {

@@ -84,3 +84,23 @@ def test_broker_wide_memory_limit_is_refused_by_name():
 def test_the_admin_name_is_reserved():
     with pytest.raises(UnsupportedArtemisPolicy, match="brokerconf-admin"):
         _render(Scenario("s", users=(("brokerconf-admin", "x"),)))
+
+
+@pytest.mark.parametrize("role", ["primary", "backup"])
+def test_shared_store_nodes_get_their_ha_policy_and_the_shared_directories(role):
+    config = render(Scenario(name="ha"), name="b1", host="127.0.0.1", ports=PORTS, admin=("brokerconf-admin", "s"),
+                    ha_policy=role, data_directory="/shared/data")
+    core = _core(config)
+    ns = "{urn:activemq:core}"
+    for element in ("journal", "bindings", "paging", "large-messages"):
+        assert core.find(f"{ns}{element}-directory").text == f"/shared/data/{element}"
+    node = core.find(f"{ns}ha-policy/{ns}shared-store/{ns}{role}")
+    assert node is not None and node.find(f"{ns}failover-on-shutdown").text == "true"
+    if role == "backup":  # a restarted primary waits for the lock instead of taking the store back
+        assert node.find(f"{ns}allow-failback").text == "false"
+
+
+def test_without_ha_policy_the_broker_keeps_its_own_data_directory():
+    core = _core(_render(Scenario(name="plain")))
+    assert core.find("{urn:activemq:core}ha-policy") is None
+    assert core.find("{urn:activemq:core}journal-directory").text == "data/journal"

@@ -62,7 +62,7 @@ def test_a_target_refuses_a_topology_it_does_not_declare(tmp_path):
     with pytest.raises(TopologyUnsupported, match="topology.network"):
         MosquittoTarget().launch_topology(Topology(("A", "B"), (Bridge("A", "B"),)), Scenario(name="t"), tmp_path)
     with pytest.raises(TopologyUnsupported, match="topology.shared-store"):
-        ReferenceTarget().launch_topology(Topology(("A", "B"), shared_store=SharedStore()), Scenario(name="t"),
+        MosquittoTarget().launch_topology(Topology(("A", "B"), shared_store=SharedStore()), Scenario(name="t"),
                                           tmp_path)
 
 
@@ -96,3 +96,28 @@ def test_a_single_in_process_broker_is_a_topology_of_one_node_not_ours_to_fault(
         assert stomp_answers(*address)
     finally:
         cluster.stop()
+
+
+def test_reference_shared_store_group_has_the_one_interface(tmp_path):
+    """The reference broker's shared-store group (conformance/targets/reference/shared_store.py):
+    broker processes on one journal directory, A master, B a slave with its port closed."""
+    import json
+
+    from conformance.targets.runtime.probes import tcp_accepts
+
+    store = SharedStore(lock_keep_alive_period_ms=700, lock_acquire_sleep_interval_ms=300)
+    cluster = ReferenceTarget().launch_topology(Topology(("A", "B"), shared_store=store, prefix="ss-test"),
+                                                Scenario(name="ss", protocols=("stomp",)), tmp_path)
+    try:
+        assert isinstance(cluster, Cluster) and all(isinstance(n, Node) for n in cluster.nodes.values())
+        assert cluster.serving() == ["A"]
+        assert cluster["B"].running and cluster["B"].process.waiting_for_lock()
+        assert not tcp_accepts(cluster["B"].address("stomp")[1], 1.0), "FT-SHARED-1: the slave's port is open"
+        assert cluster.lock_file.exists() and cluster.lock_file.parent == cluster.store
+        configs = [json.loads(part.split("\n", 1)[1]) for part in cluster.config_text().split("--- node ")[1:]]
+        assert {c["store"]["directory"] for c in configs} == {str(cluster.store)}
+        assert {(c["store"]["lock_keep_alive_period"], c["store"]["locker"]["lock_acquire_sleep_interval"])
+                for c in configs} == {(700, 300)}
+    finally:
+        cluster.stop()
+    assert not any(node.running for node in cluster.nodes.values())

@@ -900,3 +900,28 @@ def test_random_operations_match_a_model(tmp_path):
     run_state_machine_as_test(Machine, settings=settings(
         max_examples=40, stateful_step_count=40, deadline=None, database=None,
         suppress_health_check=[HealthCheck.too_slow]))
+
+
+def test_abandoned_journal_drops_later_writes_and_keeps_what_was_flushed(tmp_path):
+    """abandon() is what a master that lost the shared store's lock does (reference_broker/ha):
+    nothing more reaches the files, and the next opener recovers what was flushed before."""
+    first = JournalStore(tmp_path / "j", lock=False)
+    first.recover()
+    first.add("queue://q", Message(message_id="kept", destination="queue://q", body=b"1"))
+    first.flush()
+    first.add("queue://q", Message(message_id="unflushed", destination="queue://q", body=b"2"))
+    first.abandon()
+    first.add("queue://q", Message(message_id="after", destination="queue://q", body=b"3"))
+    first.remove("queue://q", "kept")
+    first.flush()
+    first.close()  # no-op after abandon
+    second = JournalStore(tmp_path / "j")
+    assert [m.message_id for m in second.recover().messages["queue://q"]] == ["kept"]
+    second.close()
+
+
+def test_lock_false_takes_no_lock(tmp_path):
+    guarded = JournalStore(tmp_path / "j", lock=False)
+    other = JournalStore(tmp_path / "j")  # the caller's locker guards the directory, not the journal
+    other.close()
+    guarded.close()

@@ -60,6 +60,8 @@ class SharedStoreGroup(NodeRestarts):
             raise ValueError(f"a shared-store group has 2 to {len(NODE_NAMES)} nodes, not {nodes}")
         self.workdir = Path(workdir).absolute()
         self.store = self.workdir / "shared-kahadb"
+        #: KahaDB's lock file (its SharedFileLocker locks <directory>/lock)
+        self.lock_file: Path | None = self.store / "lock"
         self.lock_keep_alive_period_ms = lock_keep_alive_period_ms
         self.lock_acquire_sleep_interval_ms = lock_acquire_sleep_interval_ms
         self.topology = Topology(tuple(NODE_NAMES[:nodes]), shared_store=SharedStore(

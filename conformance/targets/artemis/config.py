@@ -161,6 +161,10 @@ class ArtemisConfig:
     # Scenario(tls=True): the PKCS12 keystore and its password for the ``*_ssl`` acceptors
     tls_keystore: str | None = None
     tls_password: str | None = None
+    #: shared-store HA ("High Availability and Failover", "Shared Store"): "primary" or "backup"
+    #: on one set of data directories (``data_directory``, shared by the pair); None: no HA policy
+    ha_policy: str | None = None
+    data_directory: str = "data"
 
     @property
     def anonymous(self) -> bool:
@@ -197,11 +201,11 @@ class ArtemisConfig:
       <journal-pool-files>10</journal-pool-files>
       <journal-file-size>10M</journal-file-size>
       <journal-buffer-timeout>100000</journal-buffer-timeout>
-      <paging-directory>data/paging</paging-directory>
-      <bindings-directory>data/bindings</bindings-directory>
-      <journal-directory>data/journal</journal-directory>
-      <large-messages-directory>data/large-messages</large-messages-directory>
-      <!-- a busy shared machine must not make the broker halt itself (its default policy) -->
+      <paging-directory>{escape(self.data_directory)}/paging</paging-directory>
+      <bindings-directory>{escape(self.data_directory)}/bindings</bindings-directory>
+      <journal-directory>{escape(self.data_directory)}/journal</journal-directory>
+      <large-messages-directory>{escape(self.data_directory)}/large-messages</large-messages-directory>
+{self.ha_policy_xml()}      <!-- a busy shared machine must not make the broker halt itself (its default policy) -->
       <critical-analyzer>false</critical-analyzer>
       <max-disk-usage>100</max-disk-usage>
       <security-enabled>true</security-enabled>
@@ -236,6 +240,26 @@ class ArtemisConfig:
 </configuration>
 """
 
+    def ha_policy_xml(self) -> str:
+        """The shared-store ``<ha-policy>`` (Artemis 2.40 "High Availability and Failover", "Shared
+        Store"), or nothing. ``failover-on-shutdown``: the backup also takes over when the primary
+        is stopped cleanly, as a slave does in the A-MQ guide's 3.1 ("shut down or failed"). The
+        backup's ``allow-failback`` is false: a restarted primary then waits for the lock instead of
+        taking the store back, the guide's "rejoins as a slave" (with Artemis's default, true, the
+        backup would hand the store back to the restarted primary). Artemis has no setting for how
+        often the lock is polled or re-checked (its FileLockNodeManager uses fixed periods), so the
+        topology's lock timings do not reach it."""
+        if self.ha_policy is None:
+            return ""
+        if self.ha_policy == "primary":
+            role = "<primary><failover-on-shutdown>true</failover-on-shutdown></primary>"
+        elif self.ha_policy == "backup":
+            role = ("<backup><allow-failback>false</allow-failback>"
+                    "<failover-on-shutdown>true</failover-on-shutdown></backup>")
+        else:
+            raise ValueError(f"ha_policy must be 'primary', 'backup' or None, not {self.ha_policy!r}")
+        return f"      <ha-policy><shared-store>{role}</shared-store></ha-policy>\n"
+
     def users_properties(self) -> str:
         # PropertiesLoginModule takes plain-text passwords as well as ENC(...) hashes
         return "".join(f"{u} = {p}\n" for u, p in (self.admin, *self.users))
@@ -245,7 +269,8 @@ class ArtemisConfig:
 
 
 def render(scenario: Scenario, *, name: str, host: str, ports: dict[str, int],
-           admin: tuple[str, str], tls_keystore: str | None = None, tls_password: str | None = None) -> ArtemisConfig:
+           admin: tuple[str, str], tls_keystore: str | None = None, tls_password: str | None = None,
+           ha_policy: str | None = None, data_directory: str = "data") -> ArtemisConfig:
     """The instance configuration for ``scenario``; raises `UnsupportedArtemisPolicy` naming what
     Artemis cannot express, before anything starts."""
     if scenario.memory_limit is not None:
@@ -253,7 +278,8 @@ def render(scenario: Scenario, *, name: str, host: str, ports: dict[str, int],
             f"scenario {scenario.name!r} sets memory_limit: ActiveMQ Classic's broker-wide memory usage has no "
             "Artemis setting of the same meaning (global-max-size pages or blocks addresses instead)")
     config = ArtemisConfig(name=name, host=host, ports=dict(ports), users=tuple(scenario.users), admin=admin,
-                           policies=tuple(scenario.policies), tls_keystore=tls_keystore, tls_password=tls_password)
+                           policies=tuple(scenario.policies), tls_keystore=tls_keystore, tls_password=tls_password,
+                           ha_policy=ha_policy, data_directory=data_directory)
     if any(listener.endswith("_ssl") for listener in ports) and not tls_keystore:
         raise UnsupportedArtemisPolicy(f"scenario {scenario.name!r}: TLS acceptors need a keystore")
     names = [u for u, _ in config.users]

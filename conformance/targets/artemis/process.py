@@ -77,7 +77,14 @@ class ArtemisProcess(ManagedProcess):
     stop_timeout = 30.0
 
     def __init__(self, workdir: Path, scenario: Scenario, *, name: str = "brokerconf-artemis",
-                 jvm_heap_mb: int = 384, artemis_home: Path | None = None) -> None:
+                 jvm_heap_mb: int = 384, artemis_home: Path | None = None, ha_policy: str | None = None,
+                 shared_data: Path | None = None) -> None:
+        """``ha_policy`` ("primary" / "backup") with ``shared_data``: one node of a shared-store
+        pair (`artemis.shared_store`), its journal, bindings, paging and large messages there."""
+        if (ha_policy is None) != (shared_data is None):
+            raise ValueError("ha_policy and shared_data go together (a shared-store node needs both)")
+        self.ha_policy = ha_policy
+        self.shared_data = Path(shared_data).absolute() if shared_data is not None else None
         self.workdir = Path(workdir).absolute()
         self.scenario = scenario
         self.name = name
@@ -116,7 +123,9 @@ class ArtemisProcess(ManagedProcess):
         self._pick_ports()
         tls = {} if self.tls is None else {"tls_keystore": str(self.tls.pki.server_keystore),
                                            "tls_password": self.tls.pki.password}
-        self.config = render(self.scenario, name=self.name, host=self.host, ports=self.ports, admin=self.admin, **tls)
+        self.config = render(self.scenario, name=self.name, host=self.host, ports=self.ports, admin=self.admin,
+                             ha_policy=self.ha_policy,
+                             data_directory=str(self.shared_data) if self.shared_data else "data", **tls)
         command = [str(self.artemis_home / "bin" / "artemis"), "create", str(self.instance), "--silent",
                    "--force", "--user", self.admin[0], "--password", self.admin[1],
                    "--allow-anonymous" if self.config.anonymous else "--require-login",
@@ -142,9 +151,13 @@ class ArtemisProcess(ManagedProcess):
         return self.config.broker_xml() if self.config else "(not created yet)"
 
     # ----------------------------------------------------------------- lifecycle
-    def start(self, timeout: float = 120) -> None:
-        """Create the instance (first start), run the broker and wait for a STOMP CONNECTED.
+    def start(self, timeout: float = 120, wait_for: str = "serving") -> None:
+        """Create the instance (first start), run the broker and wait for a STOMP CONNECTED
+        (``wait_for="serving"``), or until it either serves or logs that it waits for the shared
+        store's lock (``wait_for="lock"``, `waiting_for_lock`).
         Raises ArtemisNotInstalled / ArtemisStartError; nothing is left running on failure."""
+        if wait_for not in ("serving", "lock"):
+            raise ValueError(f"wait_for must be 'serving' or 'lock', not {wait_for!r}")
         if self.running:
             raise RuntimeError(f"Artemis {self.name!r} is already running (pid {self.pid})")
         deadline = time.monotonic() + timeout
@@ -154,12 +167,29 @@ class ArtemisProcess(ManagedProcess):
             f.write(f"--- brokerconf: starting {self.instance}/bin/artemis run at {time.strftime('%H:%M:%S')}\n"
                     .encode())
         self._log_offset = self.log_path.stat().st_size
-        self._spawn_until_ready([str(self.instance / "bin" / "artemis"), "run"], lambda: self._wait_ready(deadline),
-                                cwd=self.instance, output=self.log_path)
+        self._spawn_until_ready([str(self.instance / "bin" / "artemis"), "run"],
+                                lambda: self._wait_ready(deadline, wait_for), cwd=self.instance, output=self.log_path)
 
-    def _wait_ready(self, deadline: float) -> None:
+    def _wait_ready(self, deadline: float, wait_for: str = "serving") -> None:
         self._await_ready(deadline, lambda budget: stomp_handshake(self.ports["stomp"], budget, self.ready_login),
+                          done=self.waiting_for_lock if wait_for == "lock" else None,
                           poll=0.2, where=f" (STOMP CONNECT on {self.host}:{self.ports['stomp']}); log {self.log_path}")
+
+    def log_since_start(self) -> str:
+        """This run's part of the log (the file keeps every run's, each after a marker line)."""
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(getattr(self, "_log_offset", 0))
+                return f.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    def waiting_for_lock(self) -> bool:
+        """Whether this run logged that it waits for the shared store's lock: a backup started and
+        waiting for the primary to fail (AMQ221109), or a primary waiting for the primary lock a
+        backup holds (AMQ221034); `serving` tells whether it took over since."""
+        log = self.log_since_start()
+        return self.running and ("AMQ221109" in log or "AMQ221034" in log)
 
     # ----------------------------------------------------------------- observation
     def serving(self, timeout: float = 1.0) -> bool:

@@ -19,6 +19,8 @@ named) and by what the launcher configures:
   protocol), ``selectors`` ("Filter Expressions"; STOMP ``selector``, AMQP jms-selector),
   ``durable_subscriptions`` (STOMP durable subscriptions, AMQP durable terminus),
   ``consumer_priority`` ("Consumer Priority", over AMQP), ``process.kill``.
+* ``topology.shared-store``: a primary and backups on one data directory ("High Availability and
+  Failover", "Shared Store"; artemis/shared_store.py), local JVMs only.
 
 Not offered: ``counters.subscription`` (Classic's per-subscriber matched / discarded counters),
 ``slow_consumer.*`` and ``memory.limits`` (Classic policies, refused by artemis_config),
@@ -41,6 +43,7 @@ from conformance.targets.artemis.dist import ARTEMIS_IMAGE, installed
 from conformance.targets.base import DestinationCounters, SubscriptionCounters, TargetUnavailable
 from conformance.targets.runtime.docker_env import DockerUnavailable, image_available
 from conformance.targets.runtime.node import launch_single
+from conformance.topology import check_supported
 from conformance.targets.runtime.launch_choice import choose_launch
 from conformance.targets.runtime.evidence import ProcessEvidence
 
@@ -57,9 +60,10 @@ CONTAINER_CAPABILITIES = frozenset({
     "message_priority", "nack", "dead_letter", "expiry", "transactions", "selectors", "durable_subscriptions",
     "consumer_priority"})
 
-#: the local JVM adds broker-side counters read over Jolokia on loopback
-#: tls: a TLS acceptor per protocol with the run's keystore (Scenario(tls=True); the container has none)
-PROCESS_CAPABILITIES = CONTAINER_CAPABILITIES | frozenset({"counters.destination", "tls"})
+#: the local JVM adds broker-side counters read over Jolokia on loopback, shared-store HA pairs of
+#: local JVMs on one data directory (artemis/shared_store.py), and tls: a TLS acceptor per protocol
+#: with the run's keystore (Scenario(tls=True); the container has none)
+PROCESS_CAPABILITIES = CONTAINER_CAPABILITIES | frozenset({"counters.destination", "topology.shared-store", "tls"})
 
 #: ActiveMQ's STOMP subscribe extensions that Artemis reads differently or not at all (Artemis
 #: user manual, STOMP chapter, "Flow Control": ``activemq.prefetchSize`` is accepted for backwards
@@ -309,13 +313,27 @@ class ArtemisTarget:
             return "ActiveMQ Classic network connectors; Artemis forms clusters instead (another document)"
         if self.launch_mode == "container" and capability == "tls":
             return "only the local process launcher (artemis:process) opens TLS acceptors with the run's keystore"
+        if self.launch_mode == "container" and capability == "topology.shared-store":
+            return "shared-store pairs are launched as local JVMs (artemis/shared_store.py), not as containers"
         if self.launch_mode == "container" and capability in PROCESS_CAPABILITIES:
             return "the Artemis container launcher reads no broker counters (no Jolokia client for the container)"
         return None
 
     def launch_topology(self, topology, scenario: Scenario, workdir: Path, *, bridge_route=None):
-        """One broker (clusters of Artemis brokers are a later capability of this folder)."""
+        """One broker, or a shared-store primary/backup group of local JVMs
+        (`artemis.shared_store`); clusters of Artemis brokers are a later capability."""
 
+        if topology.kind == "shared-store":
+            check_supported(self, topology)
+            from conformance.targets.artemis.shared_store import launch_shared_store
+
+            try:
+                return launch_shared_store(topology, scenario, workdir, jvm_heap_mb=min(self.jvm_heap_mb, 256),
+                                           timeout=max(self.start_timeout, 240))
+            except UnsupportedArtemisPolicy as e:
+                raise TargetUnavailable(f"Apache Artemis cannot run scenario {scenario.name!r}: {e}") from e
+            except (artemis_process.ArtemisNotInstalled, artemis_process.ArtemisStartError) as e:
+                raise TargetUnavailable(f"Apache Artemis shared-store group did not start: {e}") from e
         return launch_single(self, topology, scenario, workdir, faultable=True)
 
     def launch(self, scenario: Scenario, workdir: Path):

@@ -12,9 +12,12 @@ import time
 from collections import deque
 from pathlib import Path
 
+from conformance.targets.runtime.probes import stomp_handshake
 from conformance.targets.runtime.process import peak_rss
 
 _READY = re.compile(r"reference broker '.*' ready: (.*)$")
+#: a master/slave broker waiting for its store's lock (reference_broker/__main__.py)
+_SLAVE = re.compile(r"reference broker '.*' slave: waiting for the store's lock ?(.*)$")
 _SOURCE_ROOT = Path(__file__).resolve().parents[3]
 
 
@@ -28,6 +31,8 @@ class ReferenceBrokerProcess:
     Stopped by its own handle (SIGTERM, then SIGKILL), never by name. `kill()` is SIGKILL for
     crash tests; `start()` again reuses the same data directory.
     """
+
+    host = "127.0.0.1"
 
     def __init__(self, *, name: str = "reference", config_file: Path | None = None,
                  data_dir: Path | None = None, http: bool = True, log_level: str = "INFO",
@@ -53,6 +58,8 @@ class ReferenceBrokerProcess:
         self._log: deque[str] = deque(maxlen=2000)
         self._reader: threading.Thread | None = None
         self._ready = threading.Event()
+        self._waiting = threading.Event()  # this run logged that it waits for the store's lock
+        self.role: str | None = None  # "master" / "slave" as last logged by this run
 
     @property
     def pid(self) -> int | None:
@@ -85,9 +92,20 @@ class ReferenceBrokerProcess:
     def stomp_address(self) -> tuple[str, int] | None:
         return ("127.0.0.1", self.stomp_port) if self.stomp_port else None
 
-    def start(self, timeout: float = 30.0) -> "ReferenceBrokerProcess":
+    @property
+    def ports(self) -> dict[str, int]:
+        """Listener -> port (known once started, or fixed beforehand by whoever set them)."""
+        return {p: getattr(self, f"{p}_port") for p in ("stomp", "mqtt", "amqp") if getattr(self, f"{p}_port")}
+
+    def start(self, timeout: float = 30.0, wait_for: str = "serving") -> "ReferenceBrokerProcess":
+        """Launch and wait for the ``ready`` line (``wait_for="serving"``), or for either it or the
+        line of a slave waiting for its store's lock (``wait_for="lock"``)."""
+        if wait_for not in ("serving", "lock"):
+            raise ValueError(f"wait_for must be 'serving' or 'lock', not {wait_for!r}")
         # Keep the STOMP port across restarts so clients (and failover URLs) can reconnect.
         self._ready.clear()
+        self._waiting.clear()
+        self.role = None
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         # Importable from a source checkout too, not only when the package is installed.
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_SOURCE_ROOT), env.get("PYTHONPATH")]))
@@ -98,7 +116,7 @@ class ReferenceBrokerProcess:
         self._reader = threading.Thread(target=self._read_log, args=(self.proc,), daemon=True)
         self._reader.start()
         deadline = time.monotonic() + timeout
-        while not self._ready.wait(0.05):
+        while not self._ready.wait(0.05) and not (wait_for == "lock" and self._waiting.is_set()):
             if self.proc.poll() is not None:
                 self._reader.join(1)
                 raise ReferenceStartError(
@@ -113,7 +131,7 @@ class ReferenceBrokerProcess:
         for line in proc.stderr:
             line = line.rstrip("\n")
             self._log.append(line)
-            match = _READY.search(line)
+            match = _READY.search(line) or _SLAVE.search(line)
             if match:
                 for part in match.group(1).split():
                     key, _, address = part.partition("=")
@@ -122,10 +140,26 @@ class ReferenceBrokerProcess:
                         setattr(self, f"{key}_port", port)
                     elif key.endswith("+ssl"):  # stomp+ssl -> stomp_ssl (reference_broker/tls.py)
                         self.tls_ports[key.replace("+", "_")] = port
-                self._ready.set()
+                if match.re is _SLAVE:
+                    self.role = "slave"
+                    self._waiting.set()
+                else:
+                    self.role = "master"
+                    self._ready.set()
 
     def log_tail(self, lines: int = 40) -> str:
         return "\n".join(list(self._log)[-lines:])
+
+    def waiting_for_lock(self) -> bool:
+        """Whether this run last said it waits as a slave for its store's lock."""
+        return self.running and self.role == "slave"
+
+    def serving(self, timeout: float = 1.0) -> bool:
+        """Whether the STOMP listener answers a CONNECT now (a slave keeps it closed)."""
+        return self.running and bool(self.stomp_port) and stomp_handshake(self.stomp_port, timeout)[0]
+
+    def render_config(self) -> str:
+        return self.config_file.read_text() if self.config_file else "(command-line options only)"
 
     def rss_peak_bytes(self) -> int:
         """Peak resident set size (VmHWM) of the broker process."""

@@ -25,6 +25,7 @@ from conformance.targets.reference.process import ReferenceBrokerProcess, Refere
 from conformance.targets.reference.network import ReferenceNetwork
 from conformance.targets.reference.rigs import DiscoveryPair
 from conformance.targets.reference.rigs import MasterSlaveRig
+from conformance.targets.reference.shared_store import launch_shared_store
 from conformance.targets.runtime.loop_thread import LoopThread
 from conformance.targets.tls_setup import TlsSetup, prepare as prepare_tls
 from conformance.targets.runtime.node import launch_single
@@ -43,6 +44,7 @@ CAPABILITIES = frozenset({
     "slow_consumer.pending_limit", "slow_consumer.eviction", "memory.limits",
     "durable_subscriptions", "transactions", "selectors", "exclusive_consumers", "consumer_priority",
     "message_priority", "nack", "dead_letter", "expiry", "topology.network", "topology.discovery", "topology.masterslave-connector",
+    "topology.shared-store",
     "stomp.group_header", "tls",
 })
 
@@ -348,12 +350,20 @@ class ReferenceTarget:
         return MasterSlaveRig(workdir, reconnect)
 
     def launch_topology(self, topology, scenario: Scenario, workdir: Path, *, bridge_route=None):
-        """One broker (in-process, or a process the harness can fault), or a network of in-process
-        reference brokers (`ReferenceNetwork`); no shared store."""
+        """One broker (in-process, or a process the harness can fault), a network of in-process
+        reference brokers (`ReferenceNetwork`), or a shared-store master/slave group of broker
+        processes on one journal directory (`reference.shared_store`, whatever the launch mode:
+        the harness must be able to kill its master)."""
 
         check_supported(self, topology)
         if topology.kind == "single":
             return launch_single(self, topology, scenario, workdir, faultable=self.launch_mode == "process")
+        if topology.kind == "shared-store":
+            try:
+                return launch_shared_store(topology, lambda name: scenario_config(scenario, name=name),
+                                           scenario.protocols, workdir)
+            except ReferenceStartError as exc:
+                raise TargetUnavailable(f"reference shared-store group did not start: {exc}") from None
         network = ReferenceNetwork(workdir, topology.nodes, topology.bridges, prefix=topology.prefix,
                                    policies=topology.policies, bridge_route=bridge_route,
                                    broker_attributes=topology.broker_attributes, composites=topology.composites,

@@ -1,0 +1,165 @@
+"""Shared-file master/slave groups, against the A-MQ "Fault Tolerant Messaging" guide, 3.1
+(../shared/spec/redhat-amq-6.2-fault-tolerant-messaging.md; catalogue fault_tolerance.toml,
+FT-SHARED-*), on every target that forms a ``topology.shared-store`` group through the topology
+contract: the reference broker (broker processes on one journal directory, reference_broker/ha),
+ActiveMQ Classic 5.17 (JVMs on one KahaDB directory) and Artemis 2.40 (a shared-store primary and
+backup on one data directory).
+
+Each test starts its own group of two nodes, A (started first: the master) and B, with the lock
+settings below, and stops it at the end. Only what a client can see is asserted: whose listeners
+accept connections, which messages come back, which connection the broker drops. How long a
+takeover took is never asserted (the machine is shared); the deadlines only bound the waiting.
+
+The lock file each group names (``cluster.lock_file``): ``lock`` in the reference broker's journal
+directory and in KahaDB's directory; ``journal/server.lock`` for Artemis, the file its lock monitor
+watches (FileLockNodeManager; removing ``serverlock.1``, which carries the primary's byte-range
+lock, went unnoticed here). Artemis's primary exits when it loses that file rather than waiting as a
+backup, and nobody recreates it: a known deviation on FT-SHARED-5 (known_deviations/artemis.toml).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+
+from conformance.clients import connect
+from conformance.clients.failover import connect_failover
+from conformance.plugin import NOT_APPLICABLE, STATE
+from conformance.scenario import Scenario
+from conformance.suites.network_support import network_workdir, parametrize_by_target
+from conformance.targets.base import why_missing
+from conformance.targets.runtime.probes import tcp_accepts
+from conformance.topology import SharedStore, Topology
+from conformance.waiting import poll
+
+CAPABILITY = "topology.shared-store"
+#: short lock timings so a test does not wait ActiveMQ's default 10 s per poll
+LOCKS = SharedStore(lock_keep_alive_period_ms=1000, lock_acquire_sleep_interval_ms=500)
+TAKEOVER = 120.0  # bound on a slave taking over (a JVM opening its store and acceptors)
+MESSAGES = 40
+
+pytestmark = [pytest.mark.slow, pytest.mark.requires(CAPABILITY)]
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    parametrize_by_target(metafunc, scope=None)
+
+
+@pytest.fixture
+def group(request, target_name, tmp_path_factory):
+    """A started two-node group of ``target_name`` (A master, B slave), stopped after the test."""
+    target = request.config.stash[STATE].targets.get(target_name)
+    if target is None or CAPABILITY not in target.capabilities():
+        why = why_missing(target, CAPABILITY) if target is not None else "unknown target"
+        pytest.skip(f"{NOT_APPLICABLE}{target_name} lacks {CAPABILITY}" + (f" ({why})" if why else ""))
+    workdir = network_workdir(tmp_path_factory, f"ms-{request.node.name}")
+    cluster = target.launch_topology(Topology(("A", "B"), shared_store=LOCKS, prefix="ms"),
+                                     Scenario(name="master-slave", protocols=("stomp",)), workdir)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def failover_uri(cluster) -> str:
+    inner = ",".join(f"stomp://{host}:{port}" for host, port in cluster.addresses("stomp"))
+    return f"failover:({inner})?randomize=false&initialReconnectDelay=100&maxReconnectDelay=1000"
+
+
+def queue() -> str:
+    return f"queue://ms.{uuid.uuid4().hex[:10]}"
+
+
+def closed(node) -> bool:
+    host, port = node.address("stomp")
+    return not tcp_accepts(port, 1.0)
+
+
+@pytest.mark.spec("FT-SHARED-1")
+def test_only_the_master_opens_its_listeners(group):
+    a, b = group["A"], group["B"]
+    assert group.master() is a, f"FT-SHARED-1: node A (started first, alone) is not the master\n{group.log_tail(30)}"
+    assert b.running, f"FT-SHARED-1: the slave exited instead of waiting for the lock\n{b.log_tail(30)}"
+    assert closed(b), f"FT-SHARED-1: the slave B accepts connections on its STOMP port while A is master\n{b.log_tail(30)}"
+    assert not closed(a), "FT-SHARED-1: the master's STOMP port refuses connections"
+
+
+@pytest.mark.spec("FT-SHARED-9")
+def test_killed_master_the_slave_takes_over_with_every_receipted_message(group):
+    destination = queue()
+    client = connect_failover(failover_uri(group), "stomp", timeout=10.0)
+    try:
+        sent = [f"m{i}" for i in range(MESSAGES)]
+        for body in sent:
+            client.send(destination, body, persistent=True)  # each confirmed by the broker's receipt
+        group["A"].kill()  # kill -9: nothing gets flushed on the way out
+        new_master = group.wait_for_master(TAKEOVER)
+        assert new_master is group["B"], \
+            f"FT-SHARED-9: the slave did not take over within {TAKEOVER} s of the master's kill -9\n{group.log_tail(40)}"
+        subscription = client.subscribe(destination, ack="client-individual")
+        received = []
+        deadline = time.monotonic() + 30
+        while len(received) < len(sent) and time.monotonic() < deadline:
+            message = subscription.receive(timeout=2.0)
+            if message is not None:
+                received.append(message.body.decode() if isinstance(message.body, bytes) else message.body)
+                subscription.ack(message)
+        lost = sorted(set(sent) - set(received), key=lambda b: int(b[1:]))
+        assert not lost, (f"FT-SHARED-9: {len(lost)} of {len(sent)} receipted persistent messages missing on the new "
+                          f"master after the failover: {lost[:10]}\n{group.log_tail(40)}")
+        assert sorted(received, key=lambda b: int(b[1:])) == sent, \
+            f"FT-SHARED-9: messages came back duplicated or unexpected: {received}"
+    finally:
+        client.close()
+
+
+@pytest.mark.spec("FT-SHARED-6")
+def test_a_restarted_master_rejoins_as_a_slave(group):
+    a, b = group["A"], group["B"]
+    a.kill()
+    assert group.wait_for_master(TAKEOVER) is b, f"FT-SHARED-6: B never took over\n{group.log_tail(40)}"
+    a.start(timeout=TAKEOVER)  # returns once A serves or waits for the lock
+    assert a.running, f"FT-SHARED-6: the restarted former master exited\n{a.log_tail(30)}"
+    assert a.process.waiting_for_lock(), f"FT-SHARED-6: the restarted former master does not wait for the lock\n{a.log_tail(30)}"
+    assert closed(a), f"FT-SHARED-6: the restarted former master opened its listeners while B is master\n{a.log_tail(30)}"
+    assert group.master() is b, "FT-SHARED-6: B stopped being master when A came back"
+
+
+def delete_lock_file_under_the_master(group):
+    """Delete the group's lock file while a STOMP client is connected to the master A; returns that
+    client and whether the master dropped it (stopped serving) within ample keep-alive periods."""
+    if group.lock_file is None:
+        pytest.skip(f"{NOT_APPLICABLE}the store's lock file is not reachable from the harness ({group.store})")
+    host, port = group["A"].address("stomp")
+    client = connect(host, port, "stomp", timeout=10.0)
+    assert group.lock_file.exists(), f"no lock file at {group.lock_file}: the launcher names the wrong file"
+    group.lock_file.unlink()
+    # The master re-checks every lock_keep_alive_period; give it ample periods on a busy machine.
+    dropped = poll(lambda: not client.connected, bool, timeout=30 * LOCKS.lock_keep_alive_period_ms / 1000)
+    return client, dropped
+
+
+@pytest.mark.spec("FT-SHARED-2")
+def test_a_master_whose_lock_file_is_deleted_stops_serving(group):
+    client, dropped = delete_lock_file_under_the_master(group)
+    try:
+        assert dropped, (f"FT-SHARED-2: the master kept serving (its client connection stayed open) for "
+                         f"{30 * LOCKS.lock_keep_alive_period_ms} ms after its lock file {group.lock_file} was "
+                         f"deleted\n{group.log_tail(40)}")
+    finally:
+        client.close()
+
+
+@pytest.mark.spec("FT-SHARED-5")
+def test_after_a_deleted_lock_file_a_master_recreates_it(group):
+    client, dropped = delete_lock_file_under_the_master(group)
+    client.close()
+    master = group.wait_for_master(TAKEOVER)
+    assert master is not None, f"FT-SHARED-5: no broker became master again after the lock file was deleted\n" \
+                               f"{group.log_tail(40)}"
+    assert group.lock_file.exists(), (f"FT-SHARED-5: the new master {master.name} did not recreate the lock file "
+                                      f"{group.lock_file.name}; the directory holds "
+                                      f"{sorted(p.name for p in group.lock_file.parent.iterdir())}\n"
+                                      f"{group.log_tail(40)}")

@@ -1,0 +1,52 @@
+"""A shared-store HA group of Artemis brokers (Artemis 2.40 "High Availability and Failover",
+"Shared Store"): node A with ``<ha-policy><shared-store><primary>``, the others ``<backup>``, all
+on one set of data directories (journal, bindings, paging, large messages) under the topology's
+work directory. What ``artemis create --shared-store [--backup] --failover-on-shutdown`` sets up,
+written into the launcher's own broker.xml (artemis/config.py, `ArtemisConfig.ha_policy_xml`).
+
+Artemis's file lock lives in the journal directory (``server.lock``; FileLockNodeManager) and
+is a Java ``FileChannel`` lock, so the reference broker's and ActiveMQ's locks meet it on the same
+kind of record lock. Its polling and re-check periods are fixed in Artemis (no setting): the
+topology's lock timings are not rendered, and the group's configuration says so.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from conformance.scenario import Scenario
+from conformance.targets.artemis.process import ArtemisProcess
+from conformance.targets.runtime.node import ProcessNode
+from conformance.targets.runtime.shared_group import SharedStoreCluster, node_names
+from conformance.topology import Topology
+
+__all__ = ["launch_shared_store"]
+
+
+class ArtemisSharedStoreCluster(SharedStoreCluster):
+    def config_text(self) -> str:
+        store = self.topology.shared_store
+        note = (f"(topology lock timings not rendered: Artemis has no setting for them; asked "
+                f"lock_keep_alive_period_ms={store.lock_keep_alive_period_ms}, "
+                f"lock_acquire_sleep_interval_ms={store.lock_acquire_sleep_interval_ms})\n")
+        return note + super().config_text()
+
+
+def launch_shared_store(topology: Topology, scenario: Scenario, workdir: Path, *, jvm_heap_mb: int = 256,
+                        timeout: float = 240) -> SharedStoreCluster:
+    """Start the group: node A primary and serving, the others backups waiting for its lock."""
+    names = node_names(len(topology.nodes), topology.nodes)
+    workdir = Path(workdir).absolute() / "artemis-shared-store"
+    shared = workdir / "shared-data"
+    nodes = {}
+    for index, name in enumerate(names):
+        process = ArtemisProcess(workdir / f"node-{name}", scenario, name=f"{topology.prefix}-{name}",
+                                 jvm_heap_mb=jvm_heap_mb, ha_policy="primary" if index == 0 else "backup",
+                                 shared_data=shared)
+        nodes[name] = ProcessNode(name, process, wait_for="lock")
+    # FileLockNodeManager's lock file: server.lock in the journal directory (node-manager-lock-directory
+    # defaults to it)
+    group = ArtemisSharedStoreCluster(topology, nodes, shared, label="artemis",
+                                      lock_file=shared / "journal" / "server.lock")
+    group.start(timeout=timeout)
+    return group

@@ -1,0 +1,53 @@
+"""A shared-store master/slave group of reference brokers: N ``python -m reference_broker``
+processes on one journal directory, each with the topology's lock settings
+(``[store] lock_keep_alive_period``, ``[store.locker] lock_acquire_sleep_interval``;
+reference_broker/ha). Processes, not in-process brokers, so the harness can kill -9 the master.
+Ports are fixed before the first start (a slave prints none until it serves) and kept."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typing import Callable
+
+from conformance.targets.reference.process import ReferenceBrokerProcess
+from conformance.targets.runtime.node import ProcessNode
+from conformance.targets.runtime.process import free_ports
+from conformance.targets.runtime.shared_group import SharedStoreCluster, node_names
+from conformance.topology import Topology
+from reference_broker.ha.locker import LOCK_FILE_NAME
+
+__all__ = ["launch_shared_store"]
+
+
+def launch_shared_store(topology: Topology, node_config: Callable[[str], dict], protocols: tuple[str, ...],
+                        workdir: Path, *, timeout: float = 60) -> SharedStoreCluster:
+    """Start the group: the first node master, the others slaves (`SharedStoreCluster.start`).
+    ``node_config(broker_name)``: a node's configuration before its store settings (the scenario's,
+    from the target); ``protocols``: the listeners each node opens."""
+    store = topology.shared_store
+    names = node_names(len(topology.nodes), topology.nodes)
+    workdir = Path(workdir).absolute() / "reference-shared-store"
+    shared = workdir / "shared-journal"
+    nodes: dict[str, ProcessNode] = {}
+    for name in names:
+        config = node_config(f"{topology.prefix}-{name}")
+        config["store"] = {**config.get("store", {}), "kind": "journal", "directory": str(shared),
+                           "lock_keep_alive_period": store.lock_keep_alive_period_ms,
+                           "locker": {"kind": "shared_file",
+                                      "lock_acquire_sleep_interval": store.lock_acquire_sleep_interval_ms}}
+        node_dir = workdir / f"node-{name}"
+        node_dir.mkdir(parents=True, exist_ok=True)
+        config_file = node_dir / "broker.json"
+        config_file.write_text(json.dumps(config, indent=2))
+        process = ReferenceBrokerProcess(name=config["name"], config_file=config_file, data_dir=None,
+                                         mqtt="mqtt" in protocols, amqp="amqp" in protocols)
+        stomp, mqtt, amqp = free_ports(3)
+        process.stomp_port = stomp
+        process.mqtt_port = mqtt if process.mqtt else None
+        process.amqp_port = amqp if process.amqp else None
+        nodes[name] = ProcessNode(name, process, wait_for="lock")
+    group = SharedStoreCluster(topology, nodes, shared, label="reference", lock_file=shared / LOCK_FILE_NAME)
+    group.start(timeout=timeout)
+    return group
