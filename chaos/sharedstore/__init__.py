@@ -1,0 +1,18 @@
+"""A shared store reached over TCP the way an NFS mount is (issue 18, section 4).
+
+The machines have no kernel NFS, but they have FUSE. One server process (`server`) holds the
+data directory and the lock table; each broker "host" mounts it with its own FUSE client process
+(`mount`) whose every operation, data and POSIX locks alike, is a request over TCP to that server,
+dialled through the fault proxy, so a partition, latency or reset of that host's proxy is a fault
+of its storage link, as a cut NFS link is.
+
+Modules, one job each:
+- `mountopts`: the NFS mount options we model (soft/hard, timeo, retrans, lookupcache, sync, vers)
+  and the retry schedule they imply (the 12 s detection figure follows from it);
+- `leases`: the server's client leases and byte-range lock table (NFSv4 leases, NFSv3 none);
+- `wire`: the request/response framing;
+- `server`: the store server (``python -m chaos.sharedstore.server``);
+- `rpc`: the client side of a request: timeouts, retransmissions, soft/hard, the lease heartbeat;
+- `mount`: the FUSE client (``python -m chaos.sharedstore.mount``);
+- `harness`: start a server and mounts as processes, stop them by handle.
+"""
