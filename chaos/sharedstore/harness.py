@@ -55,6 +55,14 @@ def _stop_process(process: subprocess.Popen, grace: float = 5.0) -> None:
         process.wait(grace)
 
 
+def _discard(log) -> None:
+    log.close()
+    try:
+        os.unlink(log.name)
+    except FileNotFoundError:
+        pass
+
+
 def control(address: str, request: dict, timeout: float = 5.0) -> dict:
     """One control request (``expire``, ``state``) straight to the server, not through a proxy."""
     host, _, port = address.rpartition(":")
@@ -84,8 +92,10 @@ class StoreServerProcess:
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self.log, text=True, start_new_session=True)
         line = self.process.stdout.readline()   # "listening HOST:PORT", or EOF if it died
         if not line.startswith("listening "):
+            self.process.wait(5)
+            output = self.log_text()
             self.stop()
-            raise RuntimeError(f"store server did not start: {line!r} {self.log_text()}")
+            raise RuntimeError(f"store server did not start: {line!r} {output}")
         self.address = line.split()[1]
         return self
 
@@ -107,14 +117,13 @@ class StoreServerProcess:
         if self._tmp:
             shutil.rmtree(self._tmp, ignore_errors=True)
             self._tmp = None
-        self.log.close()
+        _discard(self.log)
 
     def __enter__(self) -> "StoreServerProcess":
         return self.start()
 
     def __exit__(self, *exc) -> None:
         self.stop()
-        os.unlink(self.log.name)
 
 
 class MountProcess:
@@ -135,8 +144,9 @@ class MountProcess:
         deadline = time.monotonic() + timeout
         while not mounted(self.mountpoint):
             if self.process.poll() is not None or time.monotonic() > deadline:
+                output = self.log_text()
                 self.stop()
-                raise RuntimeError(f"mount of {self.mountpoint} for {self.client} did not appear: {self.log_text()}")
+                raise RuntimeError(f"mount of {self.mountpoint} for {self.client} did not appear: {output}")
             time.sleep(0.05)
         return self
 
@@ -158,11 +168,10 @@ class MountProcess:
         if mounted(self.mountpoint):
             subprocess.run(["fusermount3", "-u", "-z", self.mountpoint], capture_output=True, timeout=timeout)
         self.process = None
-        self.log.close()
+        _discard(self.log)
 
     def __enter__(self) -> "MountProcess":
         return self.start()
 
     def __exit__(self, *exc) -> None:
         self.stop()
-        os.unlink(self.log.name)
