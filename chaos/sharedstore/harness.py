@@ -175,3 +175,66 @@ class MountProcess:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+class SharedStoreRig:
+    """A store server and one FUSE mount per host, each host's link through its own proxy on a
+    Toxiproxy API (``proxy_api``), and the `LockLossNemesis` over those links: what an experiment
+    or a test needs to put brokers on a shared store and fault it.
+
+    ``rig.path("A")`` is host A's mount point; ``rig.nemesis`` is set up; `close` heals, unmounts
+    and stops everything it started (also after a failed start)."""
+
+    def __init__(self, base: str, proxy_api: str, hosts=("A", "B"), *, options: str = "", lease: float = 10.0,
+                 vers: int = 4, history=None) -> None:
+        from chaos.nemesis.lock import LockLossNemesis
+        from chaos.proxy.client import ToxiproxyClient
+
+        self.server: StoreServerProcess | None = None
+        self.mounts: dict[str, MountProcess] = {}
+        self.nemesis = None
+        self._proxies = ToxiproxyClient(proxy_api)
+        self._created: list[str] = []
+        try:
+            self.server = StoreServerProcess(lease=lease, vers=vers).start()
+            links = {}
+            for host in hosts:
+                name = f"store-{host}-{os.getpid()}-{id(self) & 0xffff:x}"
+                listen = self._proxies.create_proxy(name, self.server.address)["listen"]
+                self._created.append(name)
+                links[host] = name
+                self.mounts[host] = MountProcess(os.path.join(base, host), listen, host, options)
+                self.mounts[host].start()
+            self.nemesis = LockLossNemesis(history, proxy_api=proxy_api, store=self.server.address, links=links)
+            self.nemesis.setup()
+        except BaseException:
+            self.close()
+            raise
+
+    def path(self, host: str) -> str:
+        return self.mounts[host].mountpoint
+
+    @property
+    def links(self) -> dict[str, str]:
+        return dict(self.nemesis.links) if self.nemesis else {}
+
+    def close(self) -> None:
+        try:
+            if self.nemesis is not None:
+                self.nemesis.teardown()
+        finally:
+            for mount in self.mounts.values():
+                mount.stop()
+            if self.server is not None:
+                self.server.stop()
+            for name in self._created:
+                try:
+                    self._proxies.delete_proxy(name)
+                except Exception:  # noqa: BLE001 - the proxy server may be gone already
+                    pass
+
+    def __enter__(self) -> "SharedStoreRig":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

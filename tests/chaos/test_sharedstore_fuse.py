@@ -24,10 +24,9 @@ from pathlib import Path
 import pytest
 
 from chaos.history import History, read_history
-from chaos.nemesis import LockLossNemesis
 from chaos.proxy import start_fault_proxy
 from chaos.proxy.client import ToxiproxyClient
-from chaos.sharedstore.harness import MountProcess, StoreServerProcess, fuse_unavailable, mounted
+from chaos.sharedstore.harness import SharedStoreRig, fuse_unavailable, mounted
 from chaos.sharedstore.mountopts import MountOptions
 from conformance.requirements import missing_mark
 
@@ -114,43 +113,28 @@ def poll_lock(path: Path, within: float) -> float | None:
     return None
 
 
-class Store:
+class Store(SharedStoreRig):
+    """The rig with its own fault proxy, and the names the tests use."""
+
     def __init__(self, base: Path, history: History, vers: int, options: str) -> None:
         self.proxy = start_fault_proxy()
-        self.server: StoreServerProcess | None = None
-        self.mounts: dict[str, MountProcess] = {}
-        self.nemesis: LockLossNemesis | None = None
         try:
-            self.server = StoreServerProcess(lease=LEASE, vers=vers).start()
-            api = ToxiproxyClient(self.proxy.api_url)
-            links = {}
-            for host in ("A", "B"):
-                listen = api.create_proxy(f"store-{host}", self.server.address)["listen"]
-                links[host] = f"store-{host}"
-                self.mounts[host] = MountProcess(str(base / host), listen, host, options)
-                self.mounts[host].start()
-            self.nemesis = LockLossNemesis(history, proxy_api=self.proxy.api_url, store=self.server.address,
-                                           links=links)
-            self.nemesis.setup()
+            super().__init__(str(base), self.proxy.api_url, ("A", "B"), options=options, lease=LEASE, vers=vers,
+                             history=history)
         except BaseException:
-            self.close()
+            self.proxy.stop()
             raise
 
     def path(self, host: str) -> Path:
-        return Path(self.mounts[host].mountpoint)
+        return Path(super().path(host))
 
     def close(self) -> None:
         for fd in try_lock.held:
             os.close(fd)
         try_lock.held.clear()
         try:
-            if self.nemesis is not None:
-                self.nemesis.teardown()
+            super().close()
         finally:
-            for mount in self.mounts.values():
-                mount.stop()
-            if self.server is not None:
-                self.server.stop()
             self.proxy.stop()
 
 
@@ -265,7 +249,7 @@ def test_latency_beyond_timeo_makes_a_soft_mount_fail(make_store):
     # every try waits at most 1.5 s (timeo=5, retrans=2) for an answer that takes 5 s round trip
     assert holder.do("write", timeout=30) == "err EIO"
     store.nemesis.invoke("heal", host="A")
-    toxics = ToxiproxyClient(store.proxy.api_url).toxics("store-A")
+    toxics = ToxiproxyClient(store.proxy.api_url).toxics(store.links["A"])
     assert toxics == [], f"heal left toxics behind: {toxics}"
 
 
