@@ -1,7 +1,7 @@
 """Two hosts on one shared store through FUSE, each host's storage link through the fault proxy
 (chaos/sharedstore, chaos/nemesis/lock.py; issue 18 section 4).
 
-Host A's "broker" is a small process (`HOLDER`) that opens a lock file on A's mount, takes an
+Host A's "broker" is a small process (`chaos.sharedstore.holder`) that opens a lock file on A's mount, takes an
 fcntl write lock and writes a data file when told, as a master's journal would. Host B tries the
 same lock through its own mount. Short settings keep the runs short: a 2 s lease and
 ``soft,timeo=5,retrans=2`` (0.5 + 1 + 1.5 = 3 s before EIO); the guide's own settings run in the
@@ -35,43 +35,27 @@ pytestmark = missing_mark("fuse", fuse_unavailable())
 LEASE = 2.0
 SHORT = "soft,timeo=5,retrans=2,lookupcache=none,sync"
 
-HOLDER = r"""
-import errno, fcntl, os, sys
-root = sys.argv[1]
-lock_fd = data_fd = None
-def answer(text):
-    print(text, flush=True)
-for line in sys.stdin:
-    cmd = line.strip()
-    try:
-        if cmd == "open":
-            lock_fd = os.open(os.path.join(root, "lock"), os.O_RDWR | os.O_CREAT, 0o644)
-            data_fd = os.open(os.path.join(root, "journal"), os.O_RDWR | os.O_CREAT, 0o644)
-        elif cmd == "lock":
-            fcntl.lockf(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        elif cmd == "write":
-            os.pwrite(data_fd, b"record\n", 0)
-        answer("ok")
-    except OSError as exc:
-        answer(f"err {errno.errorcode.get(exc.errno, exc.errno)}")
-"""
-
-
 class Holder:
-    """A process on one host's mount, driven line by line; stopped by its process group."""
+    """`chaos.sharedstore.holder` on one host's mount, driven line by line; stopped by its process group."""
 
     def __init__(self, root: Path) -> None:
-        self.process = subprocess.Popen([sys.executable, "-c", HOLDER, str(root)], stdin=subprocess.PIPE,
-                                        stdout=subprocess.PIPE, text=True, start_new_session=True)
+        self.process = subprocess.Popen([sys.executable, "-m", "chaos.sharedstore.holder", str(root)],
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                        start_new_session=True)
+        self.elapsed = 0.0   # how long the last answered call took, as the holder measured it
 
     def send(self, command: str) -> None:
         self.process.stdin.write(command + "\n")
         self.process.stdin.flush()
 
     def answer(self, timeout: float) -> str | None:
-        """The next answer, or None if none came within ``timeout`` s (the call is blocked)."""
+        """The next answer ("ok", "err EIO"...), or None if none came within ``timeout`` s (blocked)."""
         ready, _, _ = select.select([self.process.stdout], [], [], timeout)
-        return self.process.stdout.readline().strip() if ready else None
+        if not ready:
+            return None
+        status, _, elapsed = self.process.stdout.readline().strip().rpartition(" ")
+        self.elapsed = float(elapsed)
+        return status
 
     def do(self, command: str, timeout: float = 20.0) -> str | None:
         self.send(command)
@@ -189,9 +173,8 @@ def test_lease_expiry_hands_the_lock_to_b_and_a_soft_mount_fails_with_eio(make_s
     assert [e[0] for e in store.server.state()["expiries"]] == ["A"]
 
     soft_after = MountOptions.parse(SHORT).soft_failure_after()
-    started = time.monotonic()
     assert holder.do("write", timeout=soft_after * 4) == "err EIO", "a soft mount fails the write with EIO"
-    assert time.monotonic() - started >= soft_after * 0.9, "EIO before the retransmissions were spent"
+    assert holder.elapsed >= soft_after * 0.95, f"EIO after {holder.elapsed} s, before the retransmissions were spent"
 
     store.nemesis.invoke("heal", host="A")
     assert holder.do("write") == "err EIO", "after the heal, A's old open file is stale: its lease expired"
@@ -296,9 +279,8 @@ def test_guide_mount_options_detect_a_cut_link_in_the_computed_time(make_store):
     store, holder = make_store(options=options)
     assert holder.do("open") == "ok"
     store.nemesis.invoke("partition", host="A")
-    started = time.monotonic()
     answer = holder.do("write", timeout=3 * expected)
-    detected = time.monotonic() - started
+    detected = holder.elapsed
     print(f"detection with {options}: {detected:.2f} s (model: {expected:.1f} s)")
     assert answer == "err EIO", f"FT-SHARED-8 the write under a cut link must fail with EIO, got {answer!r}"
     assert detected >= expected * 0.95, f"FT-SHARED-8 EIO after {detected:.2f} s, before the {expected} s of retries"
