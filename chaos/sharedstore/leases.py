@@ -153,10 +153,11 @@ class LeaseTable:
         self.locks = kept
         return None
 
-    def release_owner(self, session_id: int, owner_cookie: int | None = None) -> None:
-        """Drop every lock of a session (or of one owner in it)."""
+    def release_owner(self, session_id: int, owner_cookie: int | None = None, path: str | None = None) -> None:
+        """Drop every lock of a session, or of one owner in it, or of that owner on one file."""
         self.locks = [lock for lock in self.locks
-                      if not (lock.owner[0] == session_id and (owner_cookie is None or lock.owner[1] == owner_cookie))]
+                      if not (lock.owner[0] == session_id and (owner_cookie is None or lock.owner[1] == owner_cookie)
+                              and (path is None or lock.path == path))]
 
     def locks_of(self, client: str) -> list[Lock]:
         ids = {s.id for s in self.sessions_of(client)}

@@ -46,6 +46,9 @@ class StoreOperations(mfusepy.Operations):
         self.link = link
         self.options = options
         self._handles: dict[int, tuple[str, int]] = {}   # fh -> (path, session generation)
+        # lock owners that set a lock through each open file, and owners seen in a flush: see `release`
+        self._lockers: dict[int, set[int]] = {}
+        self._flushers: set[int] = set()
         self._fhs = itertools.count(1)
         self._lock = threading.Lock()
 
@@ -165,11 +168,27 @@ class StoreOperations(mfusepy.Operations):
         return 0
 
     def flush(self, path, fi):
+        # a close(): the kernel names the closing process's lock owner, and libfuse then unlocks that
+        # owner's POSIX locks through `lock` (close releases a process's record locks, fcntl(2))
+        with self._lock:
+            self._flushers.add(int(fi.lock_owner))
         return 0
 
     def release(self, path, fi):
+        """The last close of an open file description. Its open-file-description locks (F_OFD_SETLK,
+        owned by the description, not the process) must go now, but the kernel does not send their
+        unlock to a FUSE file system: it leaves unlock-on-close to the flush, which names the process's
+        owner (fs/fuse/file.c, fuse_setlk and FL_CLOSE_POSIX). So the owners that locked through this
+        description and never closed anything -- descriptions, not processes -- are released here."""
         with self._lock:
-            self._handles.pop(fi.fh, None)
+            handle = self._handles.pop(fi.fh, None)
+            owners = self._lockers.pop(fi.fh, set()) - self._flushers
+        if handle is not None and owners and handle[1] == self.link.generation:
+            for owner in owners:
+                try:
+                    self.link.session_call("release", generation=handle[1], path=handle[0], owner=owner)
+                except OSError:
+                    pass   # the lease went meanwhile: the store dropped the locks itself
         return 0
 
     # ------------------------------------------------------------------ record locks
@@ -201,6 +220,9 @@ class StoreOperations(mfusepy.Operations):
             try:
                 self._call("setlk", generation=generation, path=file_path, owner=owner, kind=kind,
                            start=start, end=end, pid=fl.l_pid)
+                if kind != UNLOCK:
+                    with self._lock:
+                        self._lockers.setdefault(fi.fh, set()).add(owner)
                 return 0
             except mfusepy.FuseOSError as exc:
                 if exc.errno != errno.EAGAIN or cmd != fcntl.F_SETLKW or self.link.stopping.is_set():

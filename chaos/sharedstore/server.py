@@ -175,7 +175,7 @@ class StoreServer:
         return {"kind": blocker.kind, "start": blocker.start, "end": blocker.end, "pid": blocker.pid}, b""
 
     def op_release(self, sid, req, data):
-        self.table.release_owner(sid, req.get("owner"))
+        self.table.release_owner(sid, req.get("owner"), req.get("path"))
         return {}, b""
 
 

@@ -16,6 +16,7 @@ import os
 import select
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import time
@@ -284,3 +285,47 @@ def test_guide_mount_options_detect_a_cut_link_in_the_computed_time(make_store):
     print(f"detection with {options}: {detected:.2f} s (model: {expected:.1f} s)")
     assert answer == "err EIO", f"FT-SHARED-8 the write under a cut link must fail with EIO, got {answer!r}"
     assert detected >= expected * 0.95, f"FT-SHARED-8 EIO after {detected:.2f} s, before the {expected} s of retries"
+
+
+def ofd_lock(fd: int, kind: int = fcntl.F_WRLCK) -> bool:
+    """An open-file-description write lock on the whole file (F_OFD_SETLK); False when refused."""
+    flock = struct.pack("hhqqi4x", kind, os.SEEK_SET, 0, 0, 0)   # struct flock on x86-64 / aarch64
+    try:
+        fcntl.fcntl(fd, fcntl.F_OFD_SETLK, flock)
+        return True
+    except OSError as exc:
+        if exc.errno in (errno.EAGAIN, errno.EACCES):
+            return False
+        raise
+
+
+def test_locks_end_with_their_owner_process_or_open_file(make_store):
+    store, holder = make_store()
+    a_holds_the_lock(store, holder)
+    holder.stop()   # a process's record locks end with it (its exit closes the file: flush + unlock)
+    assert poll_lock(store.path("B") / "lock", within=5) is not None, "A's process died: B takes the lock"
+    for fd in try_lock.held:
+        os.close(fd)   # B's process lock goes with the close
+    try_lock.held.clear()
+
+    # F_OFD_SETLK (the reference broker's locker): owned by the open file, released by its last close
+    a_fd = os.open(store.path("A") / "ofd", os.O_RDWR | os.O_CREAT)
+    b_fd = os.open(store.path("B") / "ofd", os.O_RDWR)
+    try:
+        assert ofd_lock(a_fd), "A takes the open-file lock"
+        assert not ofd_lock(b_fd), "B must not get the open-file lock A holds"
+        os.close(a_fd)
+        a_fd = None
+        # the kernel sends FUSE's release after close() has returned: poll briefly
+        deadline = time.monotonic() + 5
+        while not (taken := ofd_lock(b_fd)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert taken, "closing A's open file released its open-file lock"
+    finally:
+        if a_fd is not None:
+            os.close(a_fd)
+        os.close(b_fd)
+    deadline = time.monotonic() + 5
+    while (left := store.server.state()["locks"]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert left == [], "B's open-file lock ends with its last close too"

@@ -102,3 +102,15 @@ def test_nfsv3_never_expires_a_silent_host(clock):
         t.expire(a)
     assert t.open_session("A").id != a and t.set_lock("/lock", (b, 1), WRITE, 0, None) is None, \
         "a reboot notice (the host introducing itself again) is what frees NLM locks"
+
+
+def test_release_of_one_owner_on_one_file_keeps_the_rest(clock):
+    t = table(clock)
+    a = t.open_session("A").id
+    t.set_lock("/x", (a, 1), WRITE, 0, None)
+    t.set_lock("/y", (a, 1), WRITE, 0, None)
+    t.set_lock("/z", (a, 2), WRITE, 0, None)
+    t.release_owner(a, 1, "/x")
+    assert sorted((l.path, l.owner[1]) for l in t.locks) == [("/y", 1), ("/z", 2)]
+    t.release_owner(a)
+    assert t.locks == []
