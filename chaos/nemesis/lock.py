@@ -24,6 +24,7 @@ from typing import Iterator
 
 from chaos.history import History
 from chaos.proxy.client import ToxiproxyClient, ToxiproxyError
+from chaos.sharedstore.control import control
 
 from .base import NemesisError, RecordedNemesis
 
@@ -80,7 +81,6 @@ class LockLossNemesis(RecordedNemesis):
                 self._heal(key, self.active[key])
             return {"healed": keys}
         if f == "expire":
-            from chaos.sharedstore.harness import control   # only this step talks to the store itself
             host, _ = self._proxy(params, f)
             try:
                 reply = control(self.store, {"op": "expire", "client": host}, timeout=self.timeout)

@@ -14,5 +14,7 @@ Modules, one job each:
 - `server`: the store server (``python -m chaos.sharedstore.server``);
 - `rpc`: the client side of a request: timeouts, retransmissions, soft/hard, the lease heartbeat;
 - `mount`: the FUSE client (``python -m chaos.sharedstore.mount``);
-- `harness`: start a server and mounts as processes, stop them by handle.
+- `control`: requests to the server itself (expire a lease, read the state);
+- `holder`: a master's stand-in on a mount (open, lock, write), for tests and the benchmark;
+- `harness`: start a server and mounts as processes, stop them by handle; `SharedStoreRig`.
 """

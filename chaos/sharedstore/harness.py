@@ -12,13 +12,12 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 
-from . import wire
+from .control import control
 
 
 def fuse_unavailable() -> str | None:
@@ -61,17 +60,6 @@ def _discard(log) -> None:
         os.unlink(log.name)
     except FileNotFoundError:
         pass
-
-
-def control(address: str, request: dict, timeout: float = 5.0) -> dict:
-    """One control request (``expire``, ``state``) straight to the server, not through a proxy."""
-    host, _, port = address.rpartition(":")
-    with socket.create_connection((host, int(port)), timeout=timeout) as sock:
-        sock.sendall(wire.encode({"xid": 0, **request}))
-        reply, _ = wire.recv_frame(sock)
-    if reply.get("errno"):
-        raise RuntimeError(f"store {request.get('op')}: {reply.get('error')}")
-    return reply
 
 
 class StoreServerProcess:
