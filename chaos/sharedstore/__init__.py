@@ -18,3 +18,15 @@ Modules, one job each:
 - `holder`: a master's stand-in on a mount (open, lock, write), for tests and the benchmark;
 - `harness`: start a server and mounts as processes, stop them by handle; `SharedStoreRig`.
 """
+
+Where the model differs from a kernel NFS mount (known, deliberate):
+- Files are named by path on the server, not by file handle, and so are locks. A lock file deleted
+  or replaced by another host keeps its lock for the path: a slave's lock on the recreated file
+  conflicts with the master's, where NFS would lock the new file. Path-keyed is the safer side:
+  libfuse's high-level API cannot report a replaced file's new inode to a process that still has
+  the old one open (fstat reaches the file system by path, without the open file), so an
+  inode-keyed table would make a split brain that no identity check could end.
+- An open file whose lease expired answers EIO for good (the Linux client's default for lost
+  locks, no reclaim); path operations carry on in a new session.
+- close() returns before FUSE's release reaches the store (the kernel sends it asynchronously), so
+  an open-file-description lock ends a moment after the close; process locks end with the close.
