@@ -17,7 +17,6 @@ Modules, one job each:
 - `control`: requests to the server itself (expire a lease, read the state);
 - `holder`: a master's stand-in on a mount (open, lock, write), for tests and the benchmark;
 - `harness`: start a server and mounts as processes, stop them by handle; `SharedStoreRig`.
-"""
 
 Where the model differs from a kernel NFS mount (known, deliberate):
 - Files are named by path on the server, not by file handle, and so are locks. A lock file deleted
@@ -30,3 +29,4 @@ Where the model differs from a kernel NFS mount (known, deliberate):
   locks, no reclaim); path operations carry on in a new session.
 - close() returns before FUSE's release reaches the store (the kernel sends it asynchronously), so
   an open-file-description lock ends a moment after the close; process locks end with the close.
+"""

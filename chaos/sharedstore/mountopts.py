@@ -11,6 +11,8 @@ Meanings as nfs(5) ("Options supported by all versions", "timeo" and "retrans"; 
 - ``retrans``: how many retransmissions before a soft mount gives up (nfs(5) default 2 over TCP).
 - ``lookupcache=none``: no cached name lookups (positive or negative): every lookup asks the server.
 - ``sync``: writes are sent and committed before the write system call returns.
+- ``intr``: ignored (nfs(5): deprecated, ignored since kernel 2.6.25); ``proto=tcp``: the only
+  transport modelled (the linear backoff above is the TCP rule).
 - ``vers``: 4 (leases: a client that stops renewing loses its locks after the lease time) or 3
   (NLM locks: held until the client reboots and says so, so a crashed or cut-off client's lock is
   never released).
@@ -76,13 +78,21 @@ class MountOptions:
                 if value not in LOOKUPCACHE:
                     raise MountOptionError(f"mount option lookupcache={value!r}: use one of {', '.join(LOOKUPCACHE)}")
                 fields["lookupcache"] = "positive" if value == "pos" else value
+            elif key in ("intr", "nointr"):
+                if sep:
+                    raise MountOptionError(f"mount option {key!r} takes no value (got {item!r})")
+                # accepted and ignored, as the kernel has done since 2.6.25 (nfs(5), "intr / nointr")
+            elif key == "proto":
+                if value not in ("tcp", "tcp6"):
+                    raise MountOptionError(f"mount option proto={value!r}: the store speaks TCP only (proto=tcp)")
             elif key in ("vers", "nfsvers"):
                 if value.split(".")[0] not in ("3", "4"):
                     raise MountOptionError(f"mount option {key}={value!r}: this model knows NFS versions 3 and 4")
                 fields["vers"] = int(value.split(".")[0])
             else:
                 raise MountOptionError(f"unknown mount option {item!r} (known: soft, hard, timeo=DS, retrans=N, "
-                                       f"lookupcache=all|positive|none, sync, async, vers=3|4)")
+                                       f"lookupcache=all|positive|none, sync, async, intr, nointr, proto=tcp, "
+                                       f"vers=3|4)")
         return cls(**fields)
 
     def render(self) -> str:

@@ -5,7 +5,7 @@ import pytest
 
 from chaos.sharedstore.mountopts import MountOptionError, MountOptions
 
-GUIDE_OPTIONS = "soft,timeo=20,retrans=2,lookupcache=none,sync"   # A-MQ FT guide 3.1, NFSv4 mount options
+GUIDE_OPTIONS = "soft,timeo=20,retrans=2,lookupcache=none,sync,intr,proto=tcp"   # A-MQ FT guide 3.1, NFSv4 mount options
 
 
 def test_guide_options_parse_to_their_meaning():
@@ -40,7 +40,7 @@ def test_guide_detection_figure_follows_from_the_options():
 
 @pytest.mark.parametrize("text, named", [
     ("timeo=abc", "timeo"), ("timeo=0", "timeo"), ("retrans=-1", "retrans"), ("lookupcache=some", "lookupcache"),
-    ("vers=2", "vers"), ("soft=1", "soft"), ("noac", "noac"),
+    ("vers=2", "vers"), ("soft=1", "soft"), ("noac", "noac"), ("proto=udp", "proto"), ("intr=1", "intr"),
 ])
 def test_bad_option_is_refused_naming_it(text, named):
     with pytest.raises(MountOptionError, match=named):
