@@ -329,3 +329,13 @@ def test_locks_end_with_their_owner_process_or_open_file(make_store):
     while (left := store.server.state()["locks"]) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert left == [], "B's open-file lock ends with its last close too"
+
+
+def test_an_idle_host_keeps_its_lock_through_the_heartbeat(make_store):
+    store, holder = make_store()
+    a_holds_the_lock(store, holder)
+    # A does nothing for three leases: only its renew heartbeat (every 2/3 lease) talks to the store
+    assert poll_lock(store.path("B") / "lock", within=3 * LEASE) is None, \
+        "an idle host lost its lock: the heartbeat did not renew its lease"
+    assert store.server.state()["expiries"] == []
+    assert holder.do("write") == "ok"
