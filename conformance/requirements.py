@@ -35,6 +35,7 @@ KNOWN: dict[str, str] = {
     "docker": "a running Docker engine with the project's images (docker/build-images.sh)",
     "netns": "iproute2 network namespaces (root)",
     "postgresql": "a PostgreSQL server (Debian package postgresql)",
+    "fuse": "FUSE mounts: /dev/fuse, fusermount3 (Debian package fuse3) and mfusepy (the shared store, issue 18)",
 }
 
 ENV = "BROKERCONF_REQUIRE"

@@ -175,6 +175,24 @@ _bc_ensure_brokers() {
     fi
 }
 
+# --------------------------------------------------------------------------- FUSE
+# The shared store's per-host mounts (chaos/sharedstore, issue 18: NFS lock loss simulated in user
+# space) are FUSE file systems: libfuse 3 and fusermount3 come from Debian's fuse3 (the Python side,
+# mfusepy, loads libfuse3 through ctypes, so no -dev package is needed). Not fatal: without it the
+# shared-store mount tests are skipped (failed where BROKERCONF_REQUIRE names fuse).
+BROKERCONF_DEBIAN_FUSE_PACKAGES=(fuse3)
+_bc_ensure_fuse() {
+    _bc_have_apt || return 0
+    command -v fusermount3 >/dev/null 2>&1 && return 0
+    if _bc_is_root; then
+        _bc_log "installing ${BROKERCONF_DEBIAN_FUSE_PACKAGES[*]} (the shared store's FUSE mounts)..."
+        _bc_apt_install "${BROKERCONF_DEBIAN_FUSE_PACKAGES[@]}" || \
+            _bc_log "warning: could not install fuse3; the shared-store mount tests will be skipped"
+    else
+        _bc_log "note: the shared-store mount tests will be skipped: they need fuse3 (sudo apt-get install fuse3)"
+    fi
+}
+
 # --------------------------------------------------------------------------- Artemis
 # The `artemis:process` target (issue 16): the binary distribution pinned in
 # conformance/targets/pins.toml, copied by Maven (which reads the machine's own mirror settings),
@@ -289,6 +307,7 @@ _bc_ensure_venv
 _bc_ensure_packages
 _bc_ensure_brokers
 _bc_ensure_netns
+_bc_ensure_fuse
 _bc_ensure_artemis
 _bc_ensure_activemq_amqp
 _bc_ensure_toxiproxy  # before the images: the Toxiproxy image is built from this binary

@@ -1,15 +1,124 @@
-"""Lock-loss faults on a shared store (shared-file locker, lease database): a hook the
-shared-store issue fills. It records like every nemesis, so experiments can already name it."""
+"""Lock-loss faults on a shared store: one host's storage link cut or slowed, or its lease ended.
+
+The hosts reach the store server (chaos/sharedstore) each through its own Toxiproxy proxy, so a
+fault of one host's proxy is a fault of that host's storage link and of nothing else, as a cut
+NFS link would be. Steps (``host`` names a host of ``links``):
+
+- ``partition(host)``: the host's proxy disabled (refuses and drops connections): its requests go
+  unanswered, the soft/hard retry schedule runs, and its lease runs out on the server;
+- ``latency(host, latency=ms, jitter=ms)``: a latency toxic on both streams of its proxy (a wait
+  longer than the mount's ``timeo`` turns into retransmissions, then EIO on a soft mount);
+- ``reset(host, timeout=ms)``: a reset_peer toxic on both streams (connections reset);
+- ``expire(host)``: the server ends the host's lease now and releases its locks (NFSv4's lease
+  expiry without waiting for it; the store refuses it in NFSv3 mode, which has no leases). An
+  instant event, not a fault with a window: nothing to heal, the host recovers with a new session;
+- ``heal(host=None)``: undo one host's faults, or all.
+
+Recorded like every nemesis (base.py); teardown heals whatever is still active.
+"""
 
 from __future__ import annotations
 
-from .base import RecordedNemesis
+from contextlib import contextmanager
+from typing import Iterator
+
+from chaos.history import History
+from chaos.proxy.client import ToxiproxyClient, ToxiproxyError
+from chaos.sharedstore.control import control
+
+from .base import NemesisError, RecordedNemesis
+
+STREAMS = ("upstream", "downstream")
 
 
 class LockLossNemesis(RecordedNemesis):
     name = "lock-loss"
 
+    def __init__(self, history: History | None, *, proxy_api: str, store: str, links: dict[str, str],
+                 node: str | None = None, timeout: float = 5.0) -> None:
+        """``proxy_api``: the Toxiproxy API URL; ``store``: the store server's own address
+        (HOST:PORT, for ``expire``); ``links``: host name -> the name of its proxy to the store."""
+        super().__init__(history, node=node)
+        if not links:
+            raise ValueError("lock-loss nemesis: links must name at least one host's proxy")
+        self.proxies = ToxiproxyClient(proxy_api, timeout=timeout)
+        self.store = store
+        self.links = dict(links)
+        self.timeout = timeout
+
+    @staticmethod
+    @contextmanager
+    def _api() -> Iterator[None]:
+        try:
+            yield
+        except ToxiproxyError as exc:
+            raise NemesisError(str(exc)) from None
+
+    def _proxy(self, params: dict, f: str) -> tuple[str, str]:
+        host = params.get("host")
+        if host not in self.links:
+            raise ValueError(f"lock-loss step {f!r}: host={host!r} is not one of {sorted(self.links)}")
+        return host, self.links[host]
+
+    # ------------------------------------------------------------------ steps
+
+    def _setup(self) -> dict:
+        with self._api():
+            known = self.proxies.proxies()
+        missing = sorted(p for p in self.links.values() if p not in known)
+        if missing:
+            raise NemesisError(f"lock-loss: proxies {missing} do not exist at {self.proxies.api_url}")
+        return {"links": self.links}
+
     def _step(self, f: str, params: dict) -> dict | None:
         if f == "heal":
-            return super()._step(f, params)
-        raise NotImplementedError("filled by the shared-store issue")
+            host = params.get("host")
+            if host is None:
+                return self._heal_all()
+            self._proxy(params, f)
+            keys = [k for k in self.active if k.split("/", 1)[0] == host]
+            for key in keys:
+                self._heal(key, self.active[key])
+            return {"healed": keys}
+        if f == "expire":
+            host, _ = self._proxy(params, f)
+            try:
+                reply = control(self.store, {"op": "expire", "client": host}, timeout=self.timeout)
+            except (OSError, RuntimeError) as exc:
+                raise NemesisError(f"lock-loss expire({host}): the store at {self.store} refused or did not "
+                                   f"answer: {exc}") from None
+            return {"expired_sessions": reply["expired_sessions"]}
+        host, proxy = self._proxy(params, f)
+        key = f"{host}/{f}"
+        if key in self.active:
+            raise NemesisError(f"lock-loss {f}({host}): already active; heal it first")
+        if f == "partition":
+            with self._api():
+                self.proxies.disable(proxy)
+            return {"fault": key, "proxy": proxy}
+        if f in ("latency", "reset"):
+            kind, attributes = (("latency", {"latency": params.get("latency", 1000), "jitter": params.get("jitter", 0)})
+                                if f == "latency" else ("reset_peer", {"timeout": params.get("timeout", 0)}))
+            added = []
+            try:
+                for stream in STREAMS:
+                    with self._api():
+                        self.proxies.add_toxic(proxy, kind, stream=stream, name=f"bc_lockloss_{f}_{stream}",
+                                               attributes=attributes)
+                    added.append(stream)
+            except NemesisError:
+                for stream in added:   # no half-applied fault left behind
+                    self.proxies.remove_toxic(proxy, f"bc_lockloss_{f}_{stream}", missing_ok=True)
+                raise
+            return {"fault": key, "proxy": proxy}
+        return super()._step(f, params)
+
+    def _heal(self, key: str, fault: dict) -> None:
+        host, _, f = key.partition("/")
+        proxy = self.links[host]
+        with self._api():
+            if f == "partition":
+                self.proxies.enable(proxy)
+            else:
+                for stream in STREAMS:
+                    self.proxies.remove_toxic(proxy, f"bc_lockloss_{f}_{stream}", missing_ok=True)

@@ -13,7 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from chaos.history import History, read_history
-from chaos.nemesis import (LockLossNemesis, Nemesis, NemesisError, NetnsNemesis, ProcessNemesis, ProxyNemesis,
+from chaos.nemesis import (Nemesis, NemesisError, NetnsNemesis, ProcessNemesis, ProxyNemesis,
                            netns_unavailable)
 from conformance.requirements import missing_mark
 from conformance.targets.reference.process import ReferenceBrokerProcess
@@ -272,12 +272,6 @@ def test_unknown_proxy_and_unreachable_api_say_what_to_do(toxiproxy, history):
         dead = f"http://127.0.0.1:{s.getsockname()[1]}"
     with pytest.raises(NemesisError, match="is the proxy server running"):
         ProxyNemesis(dead, history, timeout=1).setup()
-
-
-def test_lock_loss_is_a_hook_for_a_later_issue(history):
-    with LockLossNemesis(history) as nemesis:
-        with pytest.raises(NotImplementedError, match="shared-store issue"):
-            nemesis.invoke("lose_lock")
 
 
 # --------------------------------------------------------------------------- network namespaces

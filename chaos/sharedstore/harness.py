@@ -1,0 +1,228 @@
+"""Start a store server and FUSE mounts as processes; stop them by their handles.
+
+Each process runs in its own process group and is stopped through its PID; a mount is taken
+down by ``fusermount3 -u`` on the path it was mounted at, then its client PID is waited for
+(libfuse leaves its loop when the kernel unmounts). When that does not work (a client blocked
+on a hard mount, files still open) the client is terminated and the mount detached lazily
+(``fusermount3 -u -z``), so nothing stays in /proc/mounts.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+from .control import control
+
+
+def fuse_unavailable() -> str | None:
+    """Why FUSE mounts cannot be made here, or None."""
+    if not os.path.exists("/dev/fuse"):
+        return "/dev/fuse is missing"
+    if shutil.which("fusermount3") is None:
+        return "fusermount3 not found (Debian package fuse3; scripts/bootstrap.sh installs it)"
+    try:
+        import mfusepy  # noqa: F401
+    except (ImportError, OSError) as exc:
+        return f"mfusepy / libfuse3 unusable: {exc}"
+    return None
+
+
+def mounted(path: str) -> bool:
+    """Is ``path`` a mount point now (/proc/mounts; escaped as the kernel writes it)?"""
+    target = os.path.realpath(path).replace(" ", "\\040")
+    with open("/proc/mounts") as mounts:
+        return any(line.split()[1] == target for line in mounts if len(line.split()) > 1)
+
+
+def _stop_process(process: subprocess.Popen, grace: float = 5.0) -> None:
+    if process.poll() is not None:
+        return
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    try:
+        process.wait(grace)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(grace)
+
+
+def _discard(log) -> None:
+    log.close()
+    try:
+        os.unlink(log.name)
+    except FileNotFoundError:
+        pass
+
+
+class StoreServerProcess:
+    """``python -m chaos.sharedstore.server`` on a data directory (a new temporary one by default)."""
+
+    def __init__(self, root: str | None = None, *, lease: float = 10.0, vers: int = 4) -> None:
+        self._tmp = None if root else tempfile.mkdtemp(prefix="bc-store-")
+        self.root = root or self._tmp
+        self.lease, self.vers = lease, vers
+        self.process: subprocess.Popen | None = None
+        self.address = ""
+        self.log = tempfile.NamedTemporaryFile(prefix="bc-store-", suffix=".log", delete=False)
+
+    def start(self, timeout: float = 10.0) -> "StoreServerProcess":
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "chaos.sharedstore.server", "--root", self.root, "--lease", str(self.lease),
+             "--vers", str(self.vers)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self.log, text=True, start_new_session=True)
+        line = self.process.stdout.readline()   # "listening HOST:PORT", or EOF if it died
+        if not line.startswith("listening "):
+            self.process.wait(5)
+            output = self.log_text()
+            self.stop()
+            raise RuntimeError(f"store server did not start: {line!r} {output}")
+        self.address = line.split()[1]
+        return self
+
+    def expire(self, client: str) -> list[int]:
+        return control(self.address, {"op": "expire", "client": client})["expired_sessions"]
+
+    def state(self) -> dict:
+        return control(self.address, {"op": "state"})
+
+    def log_text(self) -> str:
+        with open(self.log.name, errors="replace") as handle:
+            return handle.read()
+
+    def stop(self) -> None:
+        if self.process is not None:
+            _stop_process(self.process)
+            if self.process.stdout:
+                self.process.stdout.close()
+        if self._tmp:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None
+        _discard(self.log)
+
+    def __enter__(self) -> "StoreServerProcess":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+class MountProcess:
+    """One host's FUSE client, dialling ``server`` (the host's proxy address) as ``client``."""
+
+    def __init__(self, mountpoint: str, server: str, client: str, options: str = "") -> None:
+        self.mountpoint = os.path.realpath(mountpoint)
+        self.server, self.client, self.options = server, client, options
+        self.process: subprocess.Popen | None = None
+        self.log = tempfile.NamedTemporaryFile(prefix=f"bc-mount-{client}-", suffix=".log", delete=False)
+
+    def start(self, timeout: float = 20.0) -> "MountProcess":
+        os.makedirs(self.mountpoint, exist_ok=True)
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "chaos.sharedstore.mount", "--server", self.server, "--client", self.client,
+             "-o", self.options, self.mountpoint],
+            stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + timeout
+        while not mounted(self.mountpoint):
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                output = self.log_text()
+                self.stop()
+                raise RuntimeError(f"mount of {self.mountpoint} for {self.client} did not appear: {output}")
+            time.sleep(0.05)
+        return self
+
+    def log_text(self) -> str:
+        with open(self.log.name, errors="replace") as handle:
+            return handle.read()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """``fusermount3 -u`` on our mount point, then wait for the client; a client that does not
+        leave is terminated and the mount detached lazily."""
+        if self.process is None:
+            return
+        if mounted(self.mountpoint):
+            subprocess.run(["fusermount3", "-u", self.mountpoint], capture_output=True, timeout=timeout)
+        try:
+            self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            _stop_process(self.process)
+        if mounted(self.mountpoint):
+            subprocess.run(["fusermount3", "-u", "-z", self.mountpoint], capture_output=True, timeout=timeout)
+        self.process = None
+        _discard(self.log)
+
+    def __enter__(self) -> "MountProcess":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+class SharedStoreRig:
+    """A store server and one FUSE mount per host, each host's link through its own proxy on a
+    Toxiproxy API (``proxy_api``), and the `LockLossNemesis` over those links: what an experiment
+    or a test needs to put brokers on a shared store and fault it.
+
+    ``rig.path("A")`` is host A's mount point; ``rig.nemesis`` is set up; `close` heals, unmounts
+    and stops everything it started (also after a failed start)."""
+
+    def __init__(self, base: str, proxy_api: str, hosts=("A", "B"), *, options: str = "", lease: float = 10.0,
+                 vers: int = 4, history=None) -> None:
+        from chaos.nemesis.lock import LockLossNemesis
+        from chaos.proxy.client import ToxiproxyClient
+
+        self.server: StoreServerProcess | None = None
+        self.mounts: dict[str, MountProcess] = {}
+        self.nemesis = None
+        self._proxies = ToxiproxyClient(proxy_api)
+        self._created: list[str] = []
+        try:
+            self.server = StoreServerProcess(lease=lease, vers=vers).start()
+            links = {}
+            for host in hosts:
+                name = f"store-{host}-{os.getpid()}-{id(self) & 0xffff:x}"
+                listen = self._proxies.create_proxy(name, self.server.address)["listen"]
+                self._created.append(name)
+                links[host] = name
+                self.mounts[host] = MountProcess(os.path.join(base, host), listen, host, options)
+                self.mounts[host].start()
+            self.nemesis = LockLossNemesis(history, proxy_api=proxy_api, store=self.server.address, links=links)
+            self.nemesis.setup()
+        except BaseException:
+            self.close()
+            raise
+
+    def path(self, host: str) -> str:
+        return self.mounts[host].mountpoint
+
+    @property
+    def links(self) -> dict[str, str]:
+        return dict(self.nemesis.links) if self.nemesis else {}
+
+    def close(self) -> None:
+        try:
+            if self.nemesis is not None:
+                self.nemesis.teardown()
+        finally:
+            for mount in self.mounts.values():
+                mount.stop()
+            if self.server is not None:
+                self.server.stop()
+            for name in self._created:
+                try:
+                    self._proxies.delete_proxy(name)
+                except Exception:  # noqa: BLE001 - the proxy server may be gone already
+                    pass
+
+    def __enter__(self) -> "SharedStoreRig":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
