@@ -135,6 +135,9 @@ class ConformanceResults:
         records = [r for r in self.ordered_records() if r.target == target and spec in r.specs]
         applies = self._applies(target, spec)
         if not records:
+            if applies and self.catalogue[spec].not_observable:
+                return {"outcome": "not applicable", "reason": "not observable: " + self.catalogue[spec].not_observable,
+                        "tests": []}
             return {"outcome": "not checked" if applies else "not applicable",
                     "reason": "" if applies else self._documented_for(spec), "tests": []}
         if not applies:
@@ -176,7 +179,7 @@ class ConformanceResults:
             "targets": {name: asdict(info) for name, info in self.targets.items()},
             "catalogue": {
                 s.id: {"document": s.document, "section": s.section, "paraphrase": s.paraphrase,
-                       "applies_to": sorted(s.applies_to), "note": s.note}
+                       "applies_to": sorted(s.applies_to), "note": s.note, "not_observable": s.not_observable}
                 for s in self.catalogue.values()
             },
             "matrix": {t: {spec: self.cell(t, spec) for spec in self.catalogue} for t in self.targets},

@@ -19,7 +19,7 @@ BROKERCONF_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
 cd "$BROKERCONF_ROOT"
 
 BROKERCONF_PYTHON="${BROKERCONF_PYTHON:-python3}"
-BROKERCONF_DEBIAN_BROKER_PACKAGES=(activemq libmqtt-client-java libhawtdispatch-java mosquitto rabbitmq-server)
+BROKERCONF_DEBIAN_BROKER_PACKAGES=(activemq libmqtt-client-java libhawtdispatch-java mosquitto rabbitmq-server postgresql)
 
 _bc_log() { echo "brokerconf: $*" >&2; }
 

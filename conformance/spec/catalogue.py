@@ -11,6 +11,7 @@ One TOML file per document in this directory::
     paraphrase = "..."                              # our own words, never the document's
     applies_to = ["reference", "artemis", "activemq"]   # target kinds the rule is claimed for
     note = "..."                                    # optional: caveats, Classic differences
+    not_observable = "..."                          # optional: why no client of ours can see it
 
 A test ties itself to statements with ``@pytest.mark.spec("GRP-PIN-1", ...)``; the plugin
 refuses IDs that are not catalogued, and the report shows per target how many catalogued
@@ -43,6 +44,9 @@ class Statement:
     paraphrase: str
     applies_to: frozenset[str]
     note: str = ""
+    #: why none of our clients can observe the statement (an OpenWire-only command, a product that
+    #: is not installed): it stays catalogued, and the matrix says not applicable with this reason
+    not_observable: str = ""
 
     def applies(self, kind: str) -> bool:
         # An external broker is checked against every rule: the user chose to point us at it.
@@ -63,7 +67,7 @@ def _load_file(path: Path) -> list[Statement]:
     out = []
     for n, raw in enumerate(data.get("statement", []), 1):
         where = f"{path.name}: statement #{n}"
-        unknown = set(raw) - {"id", "section", "paraphrase", "applies_to", "note"}
+        unknown = set(raw) - {"id", "section", "paraphrase", "applies_to", "note", "not_observable"}
         if unknown:
             raise CatalogueError(f"{where}: unknown key(s) {sorted(unknown)}")
         for key in ("id", "section", "paraphrase", "applies_to"):
@@ -75,7 +79,7 @@ def _load_file(path: Path) -> list[Statement]:
         if kinds - KNOWN_KINDS:
             raise CatalogueError(f"{where} ({raw['id']}): unknown target kind(s) {sorted(kinds - KNOWN_KINDS)}")
         out.append(Statement(raw["id"], document, title, raw["section"], raw["paraphrase"].strip(),
-                             kinds, raw.get("note", "").strip()))
+                             kinds, raw.get("note", "").strip(), " ".join(raw.get("not_observable", "").split())))
     return out
 
 

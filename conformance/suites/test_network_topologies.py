@@ -112,7 +112,7 @@ def test_multicast_discovery_forms_a_network(rigs, clients, tmp_path):
 # --------------------------------------------------------------------------- masterslave:
 
 
-@pytest.mark.spec("NOB-MS-1")
+@pytest.mark.spec("NOB-MS-1", "FT-NOB-1")
 @pytest.mark.requires("topology.masterslave-connector")
 def test_masterslave_connector_follows_the_live_broker(rigs, clients, tmp_path):
     group = rigs.masterslave_rig(tmp_path, FAST_RECONNECT)

@@ -1,0 +1,73 @@
+"""The catalogue loader and the matrix cell of a statement no client of ours can observe."""
+
+from __future__ import annotations
+
+import pytest
+
+from conformance.matrix import ConformanceResults
+from conformance.matrix import TestRecord as Record  # (not collected as a test class)
+from conformance.spec.catalogue import CatalogueError, load_catalogue
+
+TOML = """
+document = "toy.md"
+title = "Toy"
+
+[[statement]]
+id = "TOY-SEEN-1"
+section = "1"
+paraphrase = "seen"
+applies_to = ["reference"]
+
+[[statement]]
+id = "TOY-HIDDEN-1"
+section = "2"
+paraphrase = "only an OpenWire client sees it"
+applies_to = ["reference"]
+not_observable = '''
+OpenWire control commands
+only.
+'''
+"""
+
+
+@pytest.fixture
+def catalogue(tmp_path):
+    (tmp_path / "toy.toml").write_text(TOML)
+    return load_catalogue(tmp_path)
+
+
+def test_not_observable_reason_is_read_and_folded_to_one_line(catalogue):
+    assert catalogue["TOY-HIDDEN-1"].not_observable == "OpenWire control commands only."
+    assert catalogue["TOY-SEEN-1"].not_observable == ""
+
+
+def test_matrix_says_not_applicable_with_the_reason_for_an_unobservable_statement(catalogue):
+    results = ConformanceResults(catalogue)
+    results.add_target("reference", kind="reference", launch="in-process", available=True)
+    cell = results.cell("reference", "TOY-HIDDEN-1")
+    assert cell["outcome"] == "not applicable"
+    assert cell["reason"] == "not observable: OpenWire control commands only."
+    assert results.cell("reference", "TOY-SEEN-1")["outcome"] == "not checked"
+    summary = results.summary("reference")
+    assert (summary["not_checked"], summary["not_applicable"]) == (1, 1)
+
+
+def test_a_test_of_an_unobservable_statement_still_counts(catalogue):
+    """Should someone find a way to observe it, the test's verdict wins over the reason."""
+    results = ConformanceResults(catalogue)
+    results.add_target("reference", kind="reference", launch="in-process", available=True)
+    results.record(Record("t::a", "reference", "stomp", ["TOY-HIDDEN-1"], "failed", "boom"))
+    assert results.cell("reference", "TOY-HIDDEN-1")["outcome"] == "failed"
+
+
+def test_unknown_key_is_refused(tmp_path):
+    (tmp_path / "bad.toml").write_text(TOML.replace("not_observable", "unobservable"))
+    with pytest.raises(CatalogueError, match="unknown key"):
+        load_catalogue(tmp_path)
+
+
+def test_the_project_catalogue_loads_with_the_fault_tolerance_document():
+    catalogue = load_catalogue()
+    ft = [s for s in catalogue.values() if s.document == "redhat-amq-6.2-fault-tolerant-messaging.md"]
+    assert len(ft) >= 40
+    assert all(s.id.startswith("FT-") for s in ft)
