@@ -19,7 +19,8 @@ BROKERCONF_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
 cd "$BROKERCONF_ROOT"
 
 BROKERCONF_PYTHON="${BROKERCONF_PYTHON:-python3}"
-BROKERCONF_DEBIAN_BROKER_PACKAGES=(activemq libmqtt-client-java libhawtdispatch-java mosquitto rabbitmq-server postgresql)
+BROKERCONF_DEBIAN_BROKER_PACKAGES=(activemq libmqtt-client-java libhawtdispatch-java mosquitto rabbitmq-server postgresql
+    libpostgresql-jdbc-java libcommons-dbcp2-java)
 
 _bc_log() { echo "brokerconf: $*" >&2; }
 

@@ -9,7 +9,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from conformance.requirements import skip_or_fail
-from conformance.targets.activemq.process import ActiveMQProcess, activemq_available
+from conformance.targets.activemq.process import JDBC_JARS, ActiveMQProcess, JdbcStore, activemq_available
 from conformance.targets.activemq.shared_store import SharedStoreGroup
 
 CORE = "{http://activemq.apache.org/schema/core}"
@@ -35,6 +35,33 @@ def test_without_lock_settings_kahadb_keeps_its_defaults(tmp_path):
 def test_shared_directory_needs_a_persistent_broker(tmp_path):
     with pytest.raises(ValueError, match="needs persistent=True"):
         ActiveMQProcess(tmp_path, kahadb_directory=tmp_path / "shared")
+
+
+def test_jdbc_store_is_the_direct_adapter_with_a_lease_locker_and_its_data_source(tmp_path):
+    """A-MQ FT guide 3.2: the plain jdbcPersistenceAdapter (not the journaled one), the data source
+    as a bean beside the broker (Example 3.3), and the lease locker with the lock settings."""
+    store = JdbcStore("jdbc:postgresql://127.0.0.1:5999/db", "u", "p<&>", lock_keep_alive_period_ms=2000,
+                      lock_acquire_sleep_interval_ms=3000, max_allowable_diff_from_db_time_ms=500)
+    process = ActiveMQProcess(tmp_path / "a", persistent=True, jdbc=store)
+    root = ET.fromstring(process.render_config())
+    adapter = root.find(f".//{CORE}persistenceAdapter/{CORE}jdbcPersistenceAdapter")
+    assert adapter is not None and root.find(f".//{CORE}kahaDB") is None
+    assert adapter.get("dataSource") == "#brokerconf-ds" and adapter.get("lockKeepAlivePeriod") == "2000"
+    locker = adapter.find(f"{CORE}locker/{CORE}lease-database-locker")
+    assert locker.get("lockAcquireSleepInterval") == "3000" and locker.get("maxAllowableDiffFromDBTime") == "500"
+    bean = root.find("{http://www.springframework.org/schema/beans}bean")
+    properties = {p.get("name"): p.get("value") for p in bean}
+    assert bean.get("id") == "brokerconf-ds"
+    assert properties["url"] == store.jdbc_url and properties["password"] == "p<&>"
+    assert properties["driverClassName"] == "org.postgresql.Driver"
+    classpath = process._classpath()
+    assert all(jar in classpath for jar, _ in JDBC_JARS)
+
+
+def test_jdbc_store_excludes_a_kahadb_directory(tmp_path):
+    with pytest.raises(ValueError, match="JDBC store"):
+        ActiveMQProcess(tmp_path, persistent=True, kahadb_directory=tmp_path / "s",
+                        jdbc=JdbcStore("jdbc:postgresql://h/db", "u", "p"))
 
 
 def test_group_size_is_checked(tmp_path):

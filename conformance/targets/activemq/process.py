@@ -38,6 +38,7 @@ from __future__ import annotations
 import os
 import re
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 from xml.sax.saxutils import quoteattr
@@ -67,6 +68,60 @@ INSTALL_HINT = (
 )
 
 #: jars the MQTT transport needs beyond $ACTIVEMQ_HOME/lib, with their Debian package
+#: the JDBC store's jars on the broker's class path (A-MQ FT guide 3.2, Example 3.3's data source):
+#: PostgreSQL's driver and commons-dbcp2's pool (commons-pool2 comes with the activemq package)
+JDBC_JARS: tuple[tuple[str, str], ...] = (
+    ("postgresql.jar", "libpostgresql-jdbc-java"),
+    ("commons-dbcp2.jar", "libcommons-dbcp2-java"),
+    ("commons-pool2.jar", "libcommons-pool2-java"),
+)
+
+
+@dataclass(frozen=True)
+class JdbcStore:
+    """A JDBC master/slave store (guide 3.2): the plain ``jdbcPersistenceAdapter`` (the guide
+    requires the direct adapter, not the journaled one) on a PostgreSQL database, locked with
+    ActiveMQ's lease database locker. ``lock_acquire_sleep_interval_ms`` is both how often a slave
+    tries and how long a lease lasts (``LeaseDatabaseLocker``); ``lock_keep_alive_period_ms`` is
+    the master's renewal period (the adapter's; ActiveMQ's default for JDBC is 30 s)."""
+
+    jdbc_url: str
+    user: str
+    password: str
+    lock_keep_alive_period_ms: int = 30000
+    lock_acquire_sleep_interval_ms: int = 10000
+    max_allowable_diff_from_db_time_ms: int = 0
+
+    def persistence_xml(self) -> str:
+        return ("<jdbcPersistenceAdapter dataSource=\"#brokerconf-ds\" createTablesOnStartup=\"true\" "
+                f"lockKeepAlivePeriod=\"{int(self.lock_keep_alive_period_ms)}\">\n"
+                "        <locker>\n"
+                f"          <lease-database-locker lockAcquireSleepInterval=\"{int(self.lock_acquire_sleep_interval_ms)}\" "
+                f"maxAllowableDiffFromDBTime=\"{int(self.max_allowable_diff_from_db_time_ms)}\"/>\n"
+                "        </locker>\n"
+                "      </jdbcPersistenceAdapter>")
+
+    def data_source_xml(self) -> str:
+        # a bean beside <broker>, as in the guide's Example 3.3 (dbcp2: Debian ships no dbcp 1)
+        return f"""
+  <bean id="brokerconf-ds" class="org.apache.commons.dbcp2.BasicDataSource" destroy-method="close">
+    <property name="driverClassName" value="org.postgresql.Driver"/>
+    <property name="url" value={quoteattr(self.jdbc_url)}/>
+    <property name="username" value={quoteattr(self.user)}/>
+    <property name="password" value={quoteattr(self.password)}/>
+    <property name="poolPreparedStatements" value="true"/>
+  </bean>
+"""
+
+
+def missing_jdbc_jars() -> str | None:
+    """Why the JDBC store cannot run here (a missing jar and its Debian package), or None."""
+    for jar, package in JDBC_JARS:
+        if not (JAVA_SHARE / jar).is_file():
+            return f"ActiveMQ's JDBC store needs {JAVA_SHARE / jar} (Debian package {package})"
+    return None
+
+
 MQTT_JARS: tuple[tuple[str, str], ...] = (
     ("mqtt-client.jar", "libmqtt-client-java"),
     ("hawtdispatch.jar", "libhawtdispatch-java"),
@@ -203,6 +258,8 @@ appender.logfile.layout.pattern=%d | %-5p | %m | %c | %t%n
 
 #: logged by KahaDB's SharedFileLocker when the store is locked and the broker waits as a slave
 _SLAVE_LINE = "is locked by another server"
+#: logged by the JDBC store's lease database locker when it starts waiting for the lease
+_LEASE_SLAVE_LINE = "attempting to acquire exclusive lease to become the master"
 
 
 class ActiveMQAddresses:
@@ -302,6 +359,7 @@ class ActiveMQProcess(ActiveMQAddresses, ManagedProcess):
         discovery_uri: str | None = None,
         destination_interceptors_xml: str = "",
         tls: "TlsSetup | None" = None,
+        jdbc: JdbcStore | None = None,
     ) -> None:
         if not (stomp or openwire or mqtt or amqp):
             raise ValueError("enable at least one of stomp, openwire, mqtt, amqp")
@@ -330,6 +388,9 @@ class ActiveMQProcess(ActiveMQAddresses, ManagedProcess):
         self.memory_limit_bytes = None if memory_limit_bytes is None else int(memory_limit_bytes)
         self.jmx_port: int = 0
         self.ready_login = ready_login
+        if jdbc is not None and (not persistent or kahadb_directory is not None):
+            raise ValueError("a JDBC store needs persistent=True and no kahadb_directory")
+        self.jdbc = jdbc
         if kahadb_directory is not None and not persistent:
             raise ValueError("kahadb_directory needs persistent=True (a shared store is a KahaDB store)")
         for label, value in (("lock_keep_alive_period_ms", lock_keep_alive_period_ms),
@@ -438,7 +499,8 @@ class ActiveMQProcess(ActiveMQAddresses, ManagedProcess):
                           f'"{int(self.lock_acquire_sleep_interval_ms)}"/>\n        </locker>\n      ')
             kahadb = f"<kahaDB directory={quoteattr(str(self.kahadb_directory))}{keep_alive}"
             kahadb += f">{locker}</kahaDB>" if locker else "/>"
-            persistence = f"\n    <persistenceAdapter>\n      {kahadb}\n    </persistenceAdapter>"
+            adapter = self.jdbc.persistence_xml() if self.jdbc is not None else kahadb
+            persistence = f"\n    <persistenceAdapter>\n      {adapter}\n    </persistenceAdapter>"
         policy = ""
         if self.policy_entries_xml.strip():
             policy = ("\n    <destinationPolicy>\n      <policyMap>\n        <policyEntries>\n"
@@ -486,7 +548,7 @@ class ActiveMQProcess(ActiveMQAddresses, ManagedProcess):
     <transportConnectors>
       {self._connectors_xml()}
     </transportConnectors>
-  </broker>
+  </broker>{self.jdbc.data_source_xml() if self.jdbc is not None else ""}
 </beans>
 """
 
@@ -505,6 +567,8 @@ class ActiveMQProcess(ActiveMQAddresses, ManagedProcess):
             entries += [str(JAVA_SHARE / jar) for jar, _ in MQTT_JARS]
         if self.amqp:
             entries += _amqp_jars()
+        if self.jdbc is not None:
+            entries += [str(JAVA_SHARE / jar) for jar, _ in JDBC_JARS]
         return os.pathsep.join(entries)
 
     def build_command(self) -> list[str]:
@@ -599,7 +663,8 @@ class ActiveMQProcess(ActiveMQAddresses, ManagedProcess):
         """Whether this run of the broker logged that the store is locked by another broker and
         it waits as a slave (KahaDB's SharedFileLocker says so once, when it first fails); it may
         have taken the lock since: `serving` tells."""
-        return self.running and _SLAVE_LINE in self.log_tail(400)
+        line = _LEASE_SLAVE_LINE if self.jdbc is not None else _SLAVE_LINE
+        return self.running and line in self.log_tail(400)
 
     def serving(self, timeout: float = 1.0) -> bool:
         """Whether the broker accepts connections: only a master opens its transport connectors."""

@@ -1,0 +1,247 @@
+"""A lease in a database as the master/slave lock (A-MQ "Fault Tolerant Messaging" guide, 3.2:
+the brokers of a JDBC group are master or slave by a lock on a database table).
+
+A row lock held by an open transaction (ActiveMQ's older ``DefaultDatabaseLocker``) outlives a
+master that is cut off from the database but still runs, and a TCP connection to a database can
+take minutes to die. ActiveMQ's ``LeaseDatabaseLocker`` holds the lock as a lease instead, and
+this locker has its semantics (REFERENCES.md, "Lockers"):
+
+* one row (``id = 1``) names the holder and the time its lease ends, in milliseconds since the
+  epoch (ActiveMQ's ``ACTIVEMQ_LOCK`` table: ``BROKER_NAME``, ``TIME``);
+* a slave's attempt (every ``lock_acquire_sleep_interval``) takes the row only when the lease has
+  ended, setting itself holder for one lease;
+* the lease lasts ``lock_acquire_sleep_interval`` (ActiveMQ uses the same setting for both: a
+  slave polling at that interval sees an abandoned lease end within about two intervals);
+* the master renews it at each keep-alive check (``lock_keep_alive_period``, which must be shorter
+  than the lease), by updating the row where it is still the holder, so a renewal can never take
+  a lease another broker got in the meantime;
+* clocks: the times are the brokers' own clocks. When ``max_allowable_diff_from_db_time`` is above
+  zero and the database's clock differs from ours by more than that, ActiveMQ shifts its own time
+  by the difference; so do we. At 0 (ActiveMQ's default) no adjustment is made, and a broker
+  whose clock runs ahead can take a lease that has not ended (tests show it: the option exists
+  for that).
+
+One rule ActiveMQ leaves to timing, this locker makes explicit, because the harness cuts database
+links on purpose: **a master whose lease lapses stops before another broker can take over.** Every
+call to the database is bounded by the time the lease has left (less a margin for the broker to
+close its listeners): a renewal that has not answered by then counts as failed, the runner
+abandons the store, and only then can the lease end for the others. A call is abandoned by
+shutting down its socket, which wakes the thread blocked on it (libpq has no client-side query
+timeout, and a database that is paused or behind a partition never answers).
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+from typing import Any, Callable
+
+from .locker import LockerError
+
+__all__ = ["LeaseDatabaseLocker"]
+
+log = logging.getLogger("reference_broker.ha")
+
+#: what the master keeps of its lease to stop serving before it ends (close listeners, abort)
+STOP_MARGIN_S = 0.5
+TABLE = "brokerconf_lock"
+
+
+class _Timeout(Exception):
+    pass
+
+
+class LeaseDatabaseLocker:
+    """The `Locker` (reference_broker.ha.locker) of a JDBC-style group, on PostgreSQL.
+
+    ``connect(dsn)`` opens a DB-API connection in autocommit mode (psycopg by default); ``clock``
+    is this broker's clock in seconds (a seam for the clock-difference tests)."""
+
+    def __init__(self, dsn: str, *, holder: str, lease_ms: int, max_allowable_diff_from_db_time_ms: int = 0,
+                 connect: Callable[[str], Any] | None = None, clock: Callable[[], float] = time.time) -> None:
+        if lease_ms <= 0:
+            raise ValueError("the lease (lock_acquire_sleep_interval) must be > 0 ms")
+        self.dsn = dsn
+        self.holder = holder
+        self.lease_s = lease_ms / 1000
+        self.max_diff_s = max_allowable_diff_from_db_time_ms / 1000
+        self._connect = connect or _psycopg_connect
+        self._clock = clock
+        self._conn = None
+        self._offset_s = 0.0  # added to our clock when the database's differs too much
+        self._lease_end: float | None = None  # on our (offset) clock, while held
+        # True from a successful acquire until release: the table may name us even after we
+        # counted the lease lost (a renewal abandoned unanswered can still commit later)
+        self._may_be_named = False
+
+    # ------------------------------------------------------------------ Locker
+
+    @property
+    def held(self) -> bool:
+        return self._lease_end is not None
+
+    def describe(self) -> str:
+        return f"lease on the database lock table {TABLE} ({_where(self.dsn)})"
+
+    def try_acquire(self) -> bool:
+        """One attempt by a slave: take the lease if it has ended (or was never taken)."""
+        if self.held:
+            return True
+        try:
+            return self._call(self.lease_s, self._acquire)
+        except _Timeout:
+            raise LockerError(110, f"the database did not answer within {self.lease_s:.1f} s ({_where(self.dsn)})") from None
+        except Exception as exc:  # a driver error: the database cannot be reached or refused us
+            self._drop_connection()
+            raise LockerError(5, f"cannot try the {self.describe()}: {_one_line(exc)}") from None
+
+    def keep_alive(self) -> bool:
+        """The master's check: renew the lease while still its holder, within what is left of it."""
+        if self._lease_end is None:
+            return False
+        left = self._lease_end - self._now() - STOP_MARGIN_S
+        if left <= 0:
+            log.error("the lease ran out before it could be renewed")
+            self._lease_end = None
+            return False
+        try:
+            renewed = self._call(left, self._renew)
+        except _Timeout:
+            log.error("the database did not answer the lease renewal within the %.1f s the lease had left", left)
+            renewed = False
+        except Exception as exc:
+            log.error("cannot renew the lease: %s", _one_line(exc))
+            self._drop_connection()
+            renewed = False
+        if not renewed:
+            self._lease_end = None
+        return renewed
+
+    def release(self) -> None:
+        """Give the lease back (ActiveMQ: holder cleared, time 0), if we can reach the database; a
+        lease we cannot clear ends by itself. Also after a lost lease: the row is cleared only
+        where it still names us."""
+        named, self._lease_end, self._may_be_named = self._may_be_named, None, False
+        if named:
+            try:
+                self._call(self.lease_s, lambda conn: conn.execute(
+                    f"UPDATE {TABLE} SET holder = NULL, lease_end_ms = 0 WHERE id = 1 AND holder = %s", (self.holder,)))
+            except Exception as exc:  # noqa: BLE001 - releasing is best effort by design
+                log.warning("could not clear the lease (it will end by itself): %s", _one_line(exc))
+        self._drop_connection()
+
+    # ------------------------------------------------------------------ statements
+
+    def _acquire(self, conn) -> bool:
+        conn.execute(f"CREATE TABLE IF NOT EXISTS {TABLE} (id integer PRIMARY KEY, holder text, lease_end_ms bigint)")
+        conn.execute(f"INSERT INTO {TABLE} (id, holder, lease_end_ms) VALUES (1, NULL, 0) ON CONFLICT (id) DO NOTHING")
+        self._adjust_clock(conn)
+        now = self._now()
+        cursor = conn.execute(
+            f"UPDATE {TABLE} SET holder = %s, lease_end_ms = %s WHERE id = 1 AND (lease_end_ms IS NULL OR lease_end_ms < %s)",
+            (self.holder, _ms(now + self.lease_s), _ms(now)))
+        if cursor.rowcount == 1:
+            self._lease_end = now + self.lease_s
+            self._may_be_named = True
+            return True
+        return False
+
+    def _renew(self, conn) -> bool:
+        # "now" is read before the statement goes out: the lease we count on is never longer
+        # than the one the database records
+        now = self._now()
+        cursor = conn.execute(f"UPDATE {TABLE} SET lease_end_ms = %s WHERE id = 1 AND holder = %s",
+                              (_ms(now + self.lease_s), self.holder))
+        if cursor.rowcount != 1:
+            row = conn.execute(f"SELECT holder FROM {TABLE} WHERE id = 1").fetchone()
+            log.error("the lease is no longer ours: the lock table names %s", row[0] if row else "nobody")
+            return False
+        self._lease_end = now + self.lease_s
+        return True
+
+    def _adjust_clock(self, conn) -> None:
+        if self.max_diff_s <= 0:
+            return
+        db_s = float(conn.execute("SELECT extract(epoch FROM clock_timestamp())").fetchone()[0])
+        diff = db_s - self._clock()
+        if abs(diff) > self.max_diff_s:
+            if abs(diff - self._offset_s) > 0.001:
+                log.warning("the database clock differs from ours by %.3f s (allowed %.3f s): using its time",
+                            diff, self.max_diff_s)
+            self._offset_s = diff
+        else:
+            self._offset_s = 0.0
+
+    def _now(self) -> float:
+        return self._clock() + self._offset_s
+
+    # ------------------------------------------------------------------ bounded calls
+
+    def _call(self, budget_s: float, operation: Callable[[Any], Any]):
+        """``operation(connection)`` within ``budget_s`` seconds, connecting first if needed;
+        `_Timeout` when it does not finish in time (its connection is then abandoned)."""
+        result: dict = {}
+
+        def work() -> None:
+            try:
+                if self._conn is None:
+                    self._conn = self._connect(self.dsn, max(2, int(budget_s + 0.999)))
+                result["value"] = operation(self._conn)
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+                result["error"] = exc
+
+        worker = threading.Thread(target=work, name="lease-db-call", daemon=True)
+        worker.start()
+        worker.join(budget_s)
+        if worker.is_alive():
+            self._abandon_connection()
+            worker.join(1.0)
+            raise _Timeout()
+        if "error" in result:
+            raise result["error"]
+        return result["value"]
+
+    def _abandon_connection(self) -> None:
+        """Wake a thread blocked on the connection by shutting its socket down, and forget it."""
+        conn, self._conn = self._conn, None
+        if conn is None:
+            return
+        try:
+            fd = conn.pgconn.socket
+            sock = socket.socket(fileno=socket.dup(fd))
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            finally:
+                sock.close()
+        except Exception:  # noqa: BLE001 - already closed or never opened
+            pass
+
+    def _drop_connection(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:  # noqa: BLE001
+                pass
+
+
+def _psycopg_connect(dsn: str, connect_timeout_s: int):
+    import psycopg  # imported here: only brokers configured with a database lock need it
+
+    return psycopg.connect(dsn, autocommit=True, connect_timeout=connect_timeout_s)
+
+
+def _ms(seconds: float) -> int:
+    return int(seconds * 1000)
+
+
+def _where(dsn: str) -> str:
+    """The DSN without its password, for messages."""
+    return " ".join(part for part in dsn.split() if not part.startswith("password="))
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"
