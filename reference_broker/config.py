@@ -291,6 +291,32 @@ class SystemUsage(_Strict):
     memory_limit: int = Field(default=256 * 1024 * 1024, gt=0)  # bytes, across all destinations
 
 
+class ConnectionLimits(_Strict):
+    """What one client connection may hold (issue 20: a hostile client must not exhaust the
+    broker). The broker's own connections (bridges, advisories) are exempt. Past a limit the
+    client gets its protocol's error (STOMP ERROR, MQTT reason code, AMQP
+    amqp:resource-limit-exceeded) and the broker carries on; deliveries are the exception:
+    past `max_unacknowledged` the broker simply stops dispatching to that connection until it
+    acknowledges, as prefetch does."""
+
+    # Consumers of any kind: STOMP SUBSCRIBE, AMQP receiving link, MQTT subscription.
+    max_consumers: int = Field(default=1000, gt=0)
+    # Topic subscriptions among them (non-durable, durable, shared): what every publish routes by.
+    max_subscriptions: int = Field(default=1000, gt=0)
+    # Delivered, not yet acknowledged, across the connection's consumers (STOMP client acks,
+    # AMQP unsettled deliveries; MQTT's own window is mqtt_options.max_inflight_messages).
+    max_unacknowledged: int = Field(default=10_000, gt=0)
+    # Local transactions open at once (STOMP BEGIN), and what one may buffer until COMMIT. Sends
+    # in a transaction are charged to the memory limit too; a full broker refuses them rather
+    # than block, since nothing can drain a transaction but its own COMMIT.
+    max_transactions: int = Field(default=100, gt=0)
+    max_transaction_messages: int = Field(default=10_000, gt=0)
+    max_transaction_bytes: int = Field(default=16 * 1024 * 1024, gt=0)
+    # Retained messages a connection's new subscriptions may still be waiting for: a SUBSCRIBE
+    # that would go past it is refused (MQTT SUBACK 0x97 / 0x80).
+    max_pending_retained: int = Field(default=10_000, gt=0)
+
+
 def _host_port(value: str | None) -> str | None:
     if value is None:
         return None
@@ -315,6 +341,7 @@ class BrokerConfig(_Strict):
     # Open frame's `failover-server-list` as Artemis does.
     failover_peers: list[str] = Field(default_factory=list)
     system_usage: SystemUsage = Field(default_factory=SystemUsage)
+    connection_limits: ConnectionLimits = Field(default_factory=ConnectionLimits)
     security: Security = Field(default_factory=Security)
     policy_entries: list[PolicyEntry] = Field(default_factory=list)
     address_settings: list[AddressSetting] = Field(default_factory=list)

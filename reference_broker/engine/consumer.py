@@ -92,7 +92,9 @@ class Consumer:
     def has_credit(self) -> bool:
         if not self.writable or self.closed:
             return False
-        return self.ack_mode is AckMode.AUTO or len(self.in_flight) < self.prefetch
+        if self.ack_mode is AckMode.AUTO:
+            return True
+        return len(self.in_flight) < self.prefetch and self.connection.unacknowledged_room()
 
     def accepts(self, ref: MessageRef) -> bool:
         """Whether this consumer may ever receive `ref` (selector and no-local), credit aside."""
