@@ -225,6 +225,12 @@ class Broker:
             self.topics[key] = topic
         return topic
 
+    def no_room_for(self, size: int) -> bool:
+        """Whether `size` more bytes would take the broker past its memory limit (for what no
+        consumer drains: retained messages, transaction buffers, which are refused, not paused)."""
+        usage = self.system_usage
+        return usage.limit is not None and usage.used + size > usage.limit
+
     def usage_for(self, dest: DestinationName) -> MemoryUsage:
         return self.queue(dest).usage if dest.is_queue else self.topic(dest).usage
 
@@ -477,10 +483,11 @@ class Connection:
         if transaction is not None:
             self._buffer(self._transaction(transaction), dest, message)
             return True
-        if (broker.system_usage.full and message.properties and message.body
-                and message.properties.get(RETAIN_PROPERTY) is True):
+        if (message.properties and message.body and message.properties.get(RETAIN_PROPERTY) is True
+                and broker.no_room_for(message.size)):
             # A retained message is kept until replaced: nothing drains it, so waiting for room
-            # is no answer (issue 20, item 5).
+            # is no answer, and it must not fill the broker so that producers wait for ever
+            # (issue 20, item 5).
             raise ResourceLimitError(
                 f"the broker's memory limit ({broker.system_usage.limit} bytes) is reached: "
                 f"{broker.retained_usage.used} bytes of it are retained messages; no room for "
@@ -517,9 +524,9 @@ class Connection:
                 raise ResourceLimitError(
                     f"transaction {tx.tx_id!r} would hold {tx.send_bytes + size} bytes of sends, over "
                     f"{limits.max_transaction_bytes} (connection_limits.max_transaction_bytes)")
-        if broker.system_usage.full:
+        if broker.no_room_for(size):
             # Producer flow control would wait for room that only this transaction's own COMMIT
-            # or ABORT could make: refuse instead.
+            # or ABORT could make: refuse instead, before the broker is full.
             raise ResourceLimitError(
                 f"the broker's memory limit ({broker.system_usage.limit} bytes) is reached "
                 f"({broker.transaction_usage.used} bytes in open transactions): send refused in "
