@@ -236,7 +236,8 @@ class MqttConfig(_Strict):
     # Largest packet accepted (5.0 3.2.2.3.6 Maximum Packet Size); a bigger one ends the
     # connection (5.0: DISCONNECT 0x95). The protocol limit is 268,435,460 bytes.
     max_packet_size: int = Field(default=10 * 1024 * 1024, ge=64, le=268_435_460)
-    # Inbound QoS 1/2 publications a client may have unacknowledged (5.0 3.2.2.3.3).
+    # Inbound QoS 1/2 publications a client may have unacknowledged (5.0 3.2.2.3.3). It also
+    # bounds the QoS 2 packet ids a 3.1.1 client leaves awaiting PUBREL (closed past it).
     receive_maximum: int = Field(default=100, ge=1, le=65_535)
     # Outbound QoS 1/2 messages in flight to a 3.1.1 client (Mosquitto's option name); an MQTT
     # 5.0 client's own Receive Maximum is used instead.
