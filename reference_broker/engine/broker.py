@@ -390,6 +390,7 @@ class Broker:
                                 user, groups, client_id)
         if internal:
             connection.limits = None  # the broker's own connections (bridges) are not clients
+            connection.unacked_limit = float("inf")
         self.connections[connection.connection_id] = connection
         if client_id is not None:
             self._client_ids[client_id] = connection
@@ -458,6 +459,10 @@ class Connection:
         self.replays: dict[str, RetainedReplay] = {}
         # Set by a protocol adapter that must answer the SUBSCRIBE before retained messages go out.
         self.hold_retained = False
+        # Deliveries in flight or acknowledged in an open transaction, across the consumers
+        # (their in_flight and tx_held), kept as a count: checked on every dispatch.
+        self.unacked = 0
+        self.unacked_limit = self.limits.max_unacknowledged  # read on every dispatch (Consumer.has_credit)
 
     # ------------------------------------------------------------ producing
 
@@ -680,13 +685,7 @@ class Connection:
     def unacknowledged_room(self) -> bool:
         """Whether the connection may have one more delivery unacknowledged
         (connection_limits.max_unacknowledged; acks inside an open transaction still count)."""
-        limits = self.limits
-        if limits is None:
-            return True
-        total = 0
-        for consumer in self.consumers.values():
-            total += len(consumer.in_flight) + len(consumer.tx_held)
-        return total < limits.max_unacknowledged
+        return self.unacked < self.unacked_limit
 
     def remove_durable(self, durable_name: str) -> None:
         """Remove this client id's (inactive) durable subscription ``durable_name``."""
@@ -706,6 +705,8 @@ class Connection:
         broker = self.broker
         consumer.closed = True
         self.replays.pop(consumer.consumer_id, None)
+        # Its source clears (and redelivers) what it held unacknowledged.
+        self.unacked -= len(consumer.in_flight) + len(consumer.tx_held)
         source = consumer.source
         if isinstance(source, TopicSubscription):
             source.remove_consumer(consumer)
@@ -749,7 +750,9 @@ class Connection:
                 taken.append(in_flight.pop(mid))
                 if mid == message_id:
                     break
+            self.unacked -= len(taken)
             return taken
+        self.unacked -= 1
         return [in_flight.pop(message_id)]
 
     def ack(self, consumer: Consumer, message_id: str, transaction: str | None = None) -> None:
@@ -762,11 +765,12 @@ class Connection:
         if consumer.ack_mode is AckMode.AUTO:
             raise UnknownMessage(f"subscription {consumer.consumer_id!r} uses auto acknowledgement")
         tx = self._transaction(transaction) if transaction is not None else None
-        was_full = self.limits is not None and not self.unacknowledged_room()
+        was_full = self.unacked >= self.unacked_limit
         refs = self._take(consumer, message_id)
         if tx is not None:
             for ref in refs:
                 consumer.tx_held[ref.message.message_id] = ref
+            self.unacked += len(refs)  # still unacknowledged until COMMIT
             tx.outcomes.append((consumer, refs, outcome))
             consumer.source.dispatch()  # the prefetch window has room again
         else:
@@ -828,7 +832,8 @@ class Connection:
             self.broker.route(dest, message)
         for consumer, refs, outcome in tx.outcomes:
             for ref in refs:
-                consumer.tx_held.pop(ref.message.message_id, None)
+                if consumer.tx_held.pop(ref.message.message_id, None) is not None:
+                    self.unacked -= 1
             if not consumer.closed:
                 self._apply(consumer, refs, outcome)
 

@@ -94,7 +94,8 @@ class Consumer:
             return False
         if self.ack_mode is AckMode.AUTO:
             return True
-        return len(self.in_flight) < self.prefetch and self.connection.unacknowledged_room()
+        connection = self.connection  # connection_limits.max_unacknowledged, across its consumers
+        return len(self.in_flight) < self.prefetch and connection.unacked < connection.unacked_limit
 
     def accepts(self, ref: MessageRef) -> bool:
         """Whether this consumer may ever receive `ref` (selector and no-local), credit aside."""

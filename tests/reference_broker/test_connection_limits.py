@@ -24,6 +24,7 @@ from proton.utils import LinkDetached
 from conformance.waiting import poll
 from reference_broker.config import build_config
 from reference_broker.engine.broker import Broker
+from reference_broker.engine.consumer import AckMode
 from reference_broker.engine.errors import ResourceLimitError
 from reference_broker.engine.message import Message
 from reference_broker.engine.names import parse_destination
@@ -502,3 +503,42 @@ def test_connection_limit_options_are_validated():
             defaults.max_transactions, defaults.max_transaction_messages, defaults.max_transaction_bytes,
             defaults.max_pending_retained) == (1000, 1000, 10_000, 100, 10_000, 16 * 1024 * 1024, 10_000)
 
+
+
+def test_unacknowledged_count_follows_acks_transactions_and_detach():
+    """The connection's count behind max_unacknowledged stays the number of deliveries its
+    consumers hold (in flight, or acknowledged in a transaction not yet committed)."""
+    broker = engine_broker(connection_limits={"max_unacknowledged": 4})
+    producer = broker.connect()
+    conn = broker.connect()
+    got: list = []
+    queue = parse_destination("queue://count")
+    topic = parse_destination("topic://count")
+    q = conn.subscribe("q", queue, deliver=lambda c, r: got.append((c, r.message.message_id)),
+                       ack_mode=AckMode.CLIENT, prefetch=100)
+    t = conn.subscribe("t", topic, deliver=lambda c, r: got.append((c, r.message.message_id)),
+                       ack_mode=AckMode.CLIENT_INDIVIDUAL, prefetch=100)
+
+    def held() -> int:
+        return sum(len(c.in_flight) + len(c.tx_held) for c in conn.consumers.values())
+
+    for i in range(3):
+        producer.send(queue, message(producer, queue))
+        producer.send(topic, message(producer, topic))
+    assert conn.unacked == held() == 4, "max_unacknowledged: four of six delivered"
+    conn.begin("tx")
+    queue_ids = [mid for c, mid in got if c is q]
+    conn.ack(q, queue_ids[-1], "tx")  # cumulative: every queue delivery so far
+    assert conn.unacked == held() == 4, "acknowledged in an open transaction: still counted"
+    conn.abort("tx")
+    assert conn.unacked == held() == 4
+    conn.ack(q, queue_ids[-1])
+    assert conn.unacked == held() and len(got) == 6, "room again: the rest is delivered"
+    conn.begin("tx2")
+    conn.ack(t, [mid for c, mid in got if c is t][0], "tx2")
+    conn.commit("tx2")
+    assert conn.unacked == held()
+    conn.unsubscribe("t")
+    assert conn.unacked == held() == len(q.in_flight)
+    conn.close()
+    assert conn.unacked == 0
