@@ -274,6 +274,12 @@ class Broker:
         and ActiveMQ's retained-message recovery policy)."""
         topic_name = message.destination
         key = RETAINED_KEY_PREFIX + topic_name
+        if not self.retained_fits(message):
+            # Clients are refused before this (Connection.send); this is for what the broker
+            # routes itself, such as an MQTT will: delivered, but not kept past the limit.
+            log.warning("retained message on %s not kept: the memory limit (%d bytes) is reached",
+                        topic_name, self.system_usage.limit)
+            return
         previous = self.retained.pop(topic_name, None)
         if previous is not None:
             self.retained_usage.decrease(previous.size)
@@ -283,6 +289,14 @@ class Broker:
             self._keep_retained(message)
             if message.persistent:
                 self.store.add(key, message)
+
+    def retained_fits(self, message: Message) -> bool:
+        """Whether `message` can become its topic's retained message within the memory limit
+        (the retained message it replaces is released)."""
+        if not message.body:
+            return True  # clears
+        previous = self.retained.get(message.destination)
+        return not self.no_room_for(message.size - (previous.size if previous is not None else 0))
 
     def _keep_retained(self, message: Message) -> None:
         previous = self.retained.get(message.destination)
@@ -488,8 +502,8 @@ class Connection:
         if transaction is not None:
             self._buffer(self._transaction(transaction), dest, message)
             return True
-        if (message.properties and message.body and message.properties.get(RETAIN_PROPERTY) is True
-                and broker.no_room_for(message.size)):
+        if (message.properties and message.properties.get(RETAIN_PROPERTY) is True
+                and not broker.retained_fits(message)):
             # A retained message is kept until replaced: nothing drains it, so waiting for room
             # is no answer, and it must not fill the broker so that producers wait for ever
             # (issue 20, item 5).

@@ -40,6 +40,7 @@ from reference_broker.protocols.mqtt.codec import (
     ReasonCode,
     Subscribe,
     Subscription,
+    Will,
     encode,
 )
 from tests.reference_broker.amqp_fixtures import (  # noqa: F401 - fixtures are used by name
@@ -542,3 +543,21 @@ def test_unacknowledged_count_follows_acks_transactions_and_detach():
     assert conn.unacked == held() == len(q.in_flight)
     conn.close()
     assert conn.unacked == 0
+
+
+def test_a_retained_will_past_the_memory_limit_is_delivered_but_not_kept():
+    """A will is routed by the broker itself, after its connection is gone: nobody to refuse, so
+    it is delivered as usual but not kept as the retained message past the limit."""
+    env = Env(system_usage={"memory_limit": 2048})
+    pub = env.client(MQTT_311)
+    pub.connect("p")
+    pub.publish("r/0", BODY, qos=1, retain=True)
+    watcher = env.client(MQTT_311)
+    watcher.connect("w")
+    watcher.subscribe("will/#")
+    dying = env.client(MQTT_311)
+    dying.connect("d", will=Will("will/d", BODY, 0, True))
+    dying.lost()
+    assert [p.payload for p in watcher.publishes()] == [BODY], "3.1.2.5: the will is published"
+    assert "topic://will.d" not in env.broker.retained, "issue 20 item 5: not kept past the memory limit"
+    assert env.broker.system_usage.used <= 2048
