@@ -561,3 +561,40 @@ def test_a_retained_will_past_the_memory_limit_is_delivered_but_not_kept():
     assert [p.payload for p in watcher.publishes()] == [BODY], "3.1.2.5: the will is published"
     assert "topic://will.d" not in env.broker.retained, "issue 20 item 5: not kept past the memory limit"
     assert env.broker.system_usage.used <= 2048
+
+
+def _publish_retained(running, topics: list[str]) -> None:
+    """Retained messages from an MQTT client of `running` (a RunningBroker with an MQTT listener)."""
+    address = tuple(running.server.mqtt_address)
+    with socket.create_connection(address, timeout=TIMEOUT) as pub:
+        pub.sendall(encode(Connect(protocol_level=MQTT_311, client_id="retainer", clean_start=True), MQTT_311))
+        pub.sendall(b"".join(encode(Publish(t, t.encode(), 0, retain=True), MQTT_311) for t in topics))
+    assert poll(lambda: running.call(lambda: len(running.server.broker.retained)), lambda n: n == len(topics),
+                timeout=TIMEOUT) == len(topics)
+
+
+def test_stomp_max_pending_retained(broker_factory, raw_factory):
+    """STOMP topic subscribers get retained messages too (ActiveMQ's retained-message recovery)."""
+    broker = broker_factory(mqtt="127.0.0.1:0", connection_limits={"max_pending_retained": 2})
+    _publish_retained(broker, ["r/0", "r/1", "r/2"])
+    client = raw_factory(broker.address)
+    client.connect()
+    client.send_frame("SUBSCRIBE", [("id", "one"), ("destination", "/topic/r.1"), ("receipt", "s1")])
+    frames = [client.read_frame(), client.read_frame()]
+    assert sorted(f.command for f in frames) == ["MESSAGE", "RECEIPT"], frames
+    client.send_frame("SUBSCRIBE", [("id", "all"), ("destination", "/topic/r.>"), ("receipt", "s2")])
+    error = client.expect_error_and_close()
+    assert "max_pending_retained" in error.get("message"), error
+    assert_broker_works(broker.address)
+
+
+def test_amqp_max_pending_retained(amqp_broker_factory, amqp_connect):
+    broker = amqp_broker_factory(mqtt="127.0.0.1:0", connection_limits={"max_pending_retained": 2})
+    _publish_retained(broker.running, ["r/0", "r/1", "r/2"])
+    connection = amqp_connect(broker)
+    with pytest.raises(LinkDetached) as info:
+        connection.create_receiver("topic://r.>", name="all")
+    assert info.value.condition == "amqp:resource-limit-exceeded", "AMQP 1.0 2.8.15: resource-limit-exceeded"
+    assert "max_pending_retained" in str(info.value)
+    receiver = connection.create_receiver("topic://r.1", name="one")
+    assert bytes(receiver.receive(TIMEOUT).body) == b"r/1", "the connection carries on"
