@@ -696,11 +696,6 @@ class Connection:
     def pending_retained(self) -> int:
         return sum(len(r) for r in self.replays.values())
 
-    def unacknowledged_room(self) -> bool:
-        """Whether the connection may have one more delivery unacknowledged
-        (connection_limits.max_unacknowledged; acks inside an open transaction still count)."""
-        return self.unacked < self.unacked_limit
-
     def remove_durable(self, durable_name: str) -> None:
         """Remove this client id's (inactive) durable subscription ``durable_name``."""
         if not self.client_id:
