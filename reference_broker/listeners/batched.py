@@ -61,13 +61,6 @@ class BatchedSessionProtocol(asyncio.Protocol):
             self.session.set_writable(False)
         self._schedule_flush()
 
-    @property
-    def queued_bytes(self) -> int:
-        """Bytes written by the session that the peer has not taken yet (ours and asyncio's)."""
-        transport = self.transport
-        buffered = transport.get_write_buffer_size() if transport is not None else 0
-        return self._out_bytes + buffered
-
     def close(self) -> None:
         self._close_after_flush = True
         self._schedule_flush()
