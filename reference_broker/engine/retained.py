@@ -12,19 +12,27 @@ when credit comes back (writable again, an acknowledgement, AMQP link credit).
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import Mapping, Protocol
 
-from .names import TOPIC, parse_destination
+from .consumer import Consumer
+from .message import Message
+from .names import TOPIC, DestinationName, parse_destination
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .broker import Broker
-    from .consumer import Consumer
+
+class RetainedHost(Protocol):
+    """What a replay asks of its broker (`broker.Broker` implements it). Declared here so this
+    module never imports the broker module."""
+
+    @property
+    def retained(self) -> Mapping[str, Message]: ...
+
+    def topic(self, dest: DestinationName): ...
 
 
 class RetainedReplay:
     __slots__ = ("consumer", "target", "names")
 
-    def __init__(self, consumer: "Consumer", target, names: list[str]) -> None:
+    def __init__(self, consumer: Consumer, target, names: list[str]) -> None:
         self.consumer = consumer
         self.target = target  # a TopicSubscription or DurableSubscription (has add(message, topic, retained))
         self.names: deque[str] = deque(names)
@@ -42,7 +50,7 @@ class RetainedReplay:
         queue = getattr(target, "queue", None)
         return queue is None or queue.pending_count == 0
 
-    def pump(self, broker: "Broker") -> bool:
+    def pump(self, broker: RetainedHost) -> bool:
         """Hand over what the consumer can take now; True once every name was handled."""
         consumer = self.consumer
         names = self.names
