@@ -271,7 +271,8 @@ class MqttConfig(_Strict):
     # Largest packet accepted (5.0 3.2.2.3.6 Maximum Packet Size); a bigger one ends the
     # connection (5.0: DISCONNECT 0x95). The protocol limit is 268,435,460 bytes.
     max_packet_size: int = Field(default=10 * 1024 * 1024, ge=64, le=268_435_460)
-    # Inbound QoS 1/2 publications a client may have unacknowledged (5.0 3.2.2.3.3).
+    # Inbound QoS 1/2 publications a client may have unacknowledged (5.0 3.2.2.3.3). It also
+    # bounds the QoS 2 packet ids a 3.1.1 client leaves awaiting PUBREL (closed past it).
     receive_maximum: int = Field(default=100, ge=1, le=65_535)
     # Outbound QoS 1/2 messages in flight to a 3.1.1 client (Mosquitto's option name); an MQTT
     # 5.0 client's own Receive Maximum is used instead.
@@ -336,6 +337,33 @@ def is_loopback_address(address: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False  # a host name other than localhost may resolve to anything
+
+
+class ConnectionLimits(_Strict):
+    """What one client connection may hold (issue 20: a hostile client must not exhaust the
+    broker). The broker's own connections (advisories, in-process bridges) and peer bridges trusted
+    as network connections (engine/network_principal.py) are exempt. Past a limit the
+    client gets its protocol's error (STOMP ERROR, MQTT reason code, AMQP
+    amqp:resource-limit-exceeded) and the broker carries on; deliveries are the exception:
+    past `max_unacknowledged` the broker simply stops dispatching to that connection until it
+    acknowledges, as prefetch does."""
+
+    # Consumers of any kind: STOMP SUBSCRIBE, AMQP receiving link, MQTT subscription.
+    max_consumers: int = Field(default=1000, gt=0)
+    # Topic subscriptions among them (non-durable, durable, shared): what every publish routes by.
+    max_subscriptions: int = Field(default=1000, gt=0)
+    # Delivered, not yet acknowledged, across the connection's consumers (STOMP client acks,
+    # AMQP unsettled deliveries; MQTT's own window is mqtt_options.max_inflight_messages).
+    max_unacknowledged: int = Field(default=10_000, gt=0)
+    # Local transactions open at once (STOMP BEGIN), and what one may buffer until COMMIT. Sends
+    # in a transaction are charged to the memory limit too; a full broker refuses them rather
+    # than block, since nothing can drain a transaction but its own COMMIT.
+    max_transactions: int = Field(default=100, gt=0)
+    max_transaction_messages: int = Field(default=10_000, gt=0)
+    max_transaction_bytes: int = Field(default=16 * 1024 * 1024, gt=0)
+    # Retained messages a connection's new subscriptions may still be waiting for: a SUBSCRIBE
+    # that would go past it is refused (MQTT SUBACK 0x97 / 0x80).
+    max_pending_retained: int = Field(default=10_000, gt=0)
 
 
 def _host_port(value: str | None) -> str | None:
@@ -407,6 +435,7 @@ class BrokerConfig(_Strict):
     # Open frame's `failover-server-list` as Artemis does.
     failover_peers: list[str] = Field(default_factory=list)
     system_usage: SystemUsage = Field(default_factory=SystemUsage)
+    connection_limits: ConnectionLimits = Field(default_factory=ConnectionLimits)
     security: Security = Field(default_factory=Security)
     policy_entries: list[PolicyEntry] = Field(default_factory=list)
     address_settings: list[AddressSetting] = Field(default_factory=list)

@@ -38,6 +38,7 @@ from .network_principal import is_in_process_bridge
 from .names import QUEUE, TOPIC, DestinationName, parse_destination
 from .policy import Policies
 from .queue import Queue
+from .retained import RetainedReplay
 from .selector import SelectorError, parse_selector
 from .temporary import TemporaryDestinations
 from .topic import DurableSubscription, SharedSubscription, Topic, TopicSubscription
@@ -88,6 +89,13 @@ class Broker:
         self.clock = clock
         self.policies = Policies(self.config)
         self.system_usage = MemoryUsage("system", self.config.system_usage.memory_limit)
+        # Memory that no consumer drains, charged to the broker-wide limit like pending messages
+        # (issue 20, items 4 and 5): retained messages (until replaced or cleared) and sends
+        # buffered in open transactions (until COMMIT or ABORT). A full broker refuses more of
+        # either instead of blocking the producer: blocking would wait for a drain that only
+        # the blocked client itself could cause.
+        self.retained_usage = MemoryUsage("retained", None, self.system_usage)
+        self.transaction_usage = MemoryUsage("transactions", None, self.system_usage)
         self.queues: dict[str, Queue] = {}
         self.topics: dict[str, Topic] = {}
         self.subscriptions: list[TopicSubscription | DurableSubscription] = []
@@ -146,7 +154,7 @@ class Broker:
         for key, messages in state.messages.items():
             if key.startswith(RETAINED_KEY_PREFIX):
                 for message in messages:
-                    self.retained[message.destination] = message
+                    self._keep_retained(message)
                 continue
             if key in self.durable:
                 queue = self.durable[key].queue
@@ -246,6 +254,12 @@ class Broker:
             self.topics[key] = topic
         return topic
 
+    def no_room_for(self, size: int) -> bool:
+        """Whether `size` more bytes would take the broker past its memory limit (for what no
+        consumer drains: retained messages, transaction buffers, which are refused, not paused)."""
+        usage = self.system_usage
+        return usage.limit is not None and usage.used + size > usage.limit
+
     def usage_for(self, dest: DestinationName) -> MemoryUsage:
         return self.queue(dest).usage if dest.is_queue else self.topic(dest).usage
 
@@ -289,17 +303,44 @@ class Broker:
         and ActiveMQ's retained-message recovery policy)."""
         topic_name = message.destination
         key = RETAINED_KEY_PREFIX + topic_name
+        if not self.retained_fits(message):
+            # Clients are refused before this (Connection.send); this is for what the broker
+            # routes itself, such as an MQTT will: delivered, but not kept past the limit.
+            log.warning("retained message on %s not kept: the memory limit (%d bytes) is reached",
+                        topic_name, self.system_usage.limit)
+            return
         previous = self.retained.pop(topic_name, None)
-        if previous is not None and previous.persistent:
-            self.store.remove(key, previous.message_id)
+        if previous is not None:
+            self.retained_usage.decrease(previous.size)
+            if previous.persistent:
+                self.store.remove(key, previous.message_id)
         if message.body:
-            self.retained[topic_name] = message
+            self._keep_retained(message)
             if message.persistent:
                 self.store.add(key, message)
 
+    def retained_fits(self, message: Message) -> bool:
+        """Whether `message` can become its topic's retained message within the memory limit
+        (the retained message it replaces is released)."""
+        if not message.body:
+            return True  # clears
+        previous = self.retained.get(message.destination)
+        return not self.no_room_for(message.size - (previous.size if previous is not None else 0))
+
+    def _keep_retained(self, message: Message) -> None:
+        previous = self.retained.get(message.destination)
+        if previous is not None:
+            self.retained_usage.decrease(previous.size)
+        self.retained[message.destination] = message
+        self.retained_usage.increase(message.size)
+
     def retained_for(self, pattern: DestinationName) -> list[Message]:
         """Retained messages of every topic `pattern` (wildcards allowed) matches."""
-        return [m for name, m in self.retained.items() if wildcard_matches(pattern.name, name.partition("://")[2])]
+        return [self.retained[name] for name in self.retained_names_for(pattern)]
+
+    def retained_names_for(self, pattern: DestinationName) -> list[str]:
+        """Canonical names of the topics with a retained message that `pattern` matches."""
+        return [name for name in self.retained if wildcard_matches(pattern.name, name.partition("://")[2])]
 
     def dead_letter(self, source: Queue, ref: MessageRef, cause: str) -> None:
         original = ref.message
@@ -409,6 +450,11 @@ class Broker:
                                 user, groups, client_id)
         connection.internal = internal
         connection.network = network
+        if internal or network:
+            # the broker's own connections and trusted peer bridges (engine/network_principal.py)
+            # are not clients: a bridge carries demand its peer's own clients are limited for
+            connection.limits = None
+            connection.unacked_limit = float("inf")
         self.connections[connection.connection_id] = connection
         if client_id is not None:
             self._client_ids[client_id] = connection
@@ -427,7 +473,8 @@ class Broker:
             "uptime_s": round(self.clock() - self.started_at, 3),
             "connections": len(self.connections),
             "memory": {"used": self.system_usage.used, "limit": self.system_usage.limit,
-                       "high_water": self.system_usage.high_water},
+                       "high_water": self.system_usage.high_water,
+                       "retained": self.retained_usage.used, "transactions": self.transaction_usage.used},
             "store": self.store.stats(),
             "queues": [q.stats() for q in self.queues.values()],
             "topics": [
@@ -451,6 +498,7 @@ class Transaction:
     def __init__(self, tx_id: str) -> None:
         self.tx_id = tx_id
         self.sends: list[tuple[DestinationName, Message]] = []
+        self.send_bytes = 0  # charged to the broker's transaction_usage until COMMIT / ABORT
         # (consumer, refs, "ack" | "nack") in the order the client issued them
         self.outcomes: list[tuple[Consumer, list[MessageRef], str]] = []
 
@@ -475,6 +523,15 @@ class Connection:
         self.internal = False
         # Trusted as a peer broker's network bridge (Broker.connect; engine/network_principal.py).
         self.network = False
+        self.limits = broker.config.connection_limits  # None: the broker's own connection
+        # Retained messages new subscriptions still wait for, by consumer id (engine/retained.py).
+        self.replays: dict[str, RetainedReplay] = {}
+        # Set by a protocol adapter that must answer the SUBSCRIBE before retained messages go out.
+        self.hold_retained = False
+        # Deliveries in flight or acknowledged in an open transaction, across the consumers
+        # (their in_flight and tx_held), kept as a count: checked on every dispatch.
+        self.unacked = 0
+        self.unacked_limit = self.limits.max_unacknowledged  # read on every dispatch (Consumer.has_credit)
 
     # ------------------------------------------------------------ producing
 
@@ -501,8 +558,17 @@ class Connection:
         if not message.timestamp:
             message.timestamp = broker.now_ms()
         if transaction is not None:
-            self._transaction(transaction).sends.append((dest, message))
+            self._buffer(self._transaction(transaction), dest, message)
             return True
+        if (message.properties and message.properties.get(RETAIN_PROPERTY) is True
+                and not broker.retained_fits(message)):
+            # A retained message is kept until replaced: nothing drains it, so waiting for room
+            # is no answer, and it must not fill the broker so that producers wait for ever
+            # (issue 20, item 5).
+            raise ResourceLimitError(
+                f"the broker's memory limit ({broker.system_usage.limit} bytes) is reached: "
+                f"{broker.retained_usage.used} bytes of it are retained messages; no room for "
+                f"another retained message on {dest.canonical}")
         target = broker.queue(dest) if dest.is_queue else broker.topic(dest)
         usage = target.usage
         if usage.full:
@@ -520,6 +586,31 @@ class Connection:
             # full answers the *next* send with ResourceLimitError instead.
             return not policy.producer_flow_control or policy.send_fail_if_no_space
         return True
+
+    def _buffer(self, tx: "Transaction", dest: DestinationName, message: Message) -> None:
+        """Keep a transacted send until COMMIT, charged to the memory limit (issue 20, item 4)."""
+        broker = self.broker
+        size = message.size
+        limits = self.limits
+        if limits is not None:
+            if len(tx.sends) >= limits.max_transaction_messages:
+                raise ResourceLimitError(
+                    f"transaction {tx.tx_id!r} already holds {len(tx.sends)} sends "
+                    f"(connection_limits.max_transaction_messages)")
+            if tx.send_bytes + size > limits.max_transaction_bytes:
+                raise ResourceLimitError(
+                    f"transaction {tx.tx_id!r} would hold {tx.send_bytes + size} bytes of sends, over "
+                    f"{limits.max_transaction_bytes} (connection_limits.max_transaction_bytes)")
+        if broker.no_room_for(size):
+            # Producer flow control would wait for room that only this transaction's own COMMIT
+            # or ABORT could make: refuse instead, before the broker is full.
+            raise ResourceLimitError(
+                f"the broker's memory limit ({broker.system_usage.limit} bytes) is reached "
+                f"({broker.transaction_usage.used} bytes in open transactions): send refused in "
+                f"transaction {tx.tx_id!r}")
+        tx.sends.append((dest, message))
+        tx.send_bytes += size
+        broker.transaction_usage.increase(size)
 
     def wait_for_space(self, dest: DestinationName, callback: Callable[[], None]) -> None:
         self.broker.usage_for(dest).wait_for_space(callback)
@@ -557,6 +648,11 @@ class Connection:
             raise InvalidSelectorError(str(exc)) from None  # str(exc) starts "invalid selector"
         if dest.is_queue and has_wildcards(dest.name):
             raise UnknownSubscription(f"cannot consume from a wildcard queue {dest.canonical}")
+        self._check_consumer_limits(dest)
+        retained_names: list[str] = []
+        if receive_retained and dest.is_topic and shared_name is None:
+            retained_names = broker.retained_names_for(dest)
+            self._check_pending_retained(len(retained_names))
         consumer = Consumer(
             self, consumer_id, next(self._consumer_numbers), dest, deliver=deliver, ack_mode=ack_mode,
             prefetch=prefetch, selector=compiled, priority=priority, exclusive=exclusive,
@@ -607,25 +703,71 @@ class Connection:
             consumer.no_local = False
             self.consumers[consumer_id] = consumer
             durable.queue.add_consumer(consumer)
-            if receive_retained:
-                self._replay_retained(durable, dest)
+            self._start_replay(consumer, durable, retained_names)
         else:
             policy = broker.policies.policy_for(dest)
             subscription = TopicSubscription(broker, consumer, policy)
             self.consumers[consumer_id] = consumer
             broker.subscriptions.append(subscription)
             broker._subscriptions_changed()
-            if receive_retained:
-                self._replay_retained(subscription, dest)
+            self._start_replay(consumer, subscription, retained_names)
         if broker.consumer_listeners:
             broker.consumer_event("add", consumer)
+        self.pump_retained()
         return consumer
 
-    def _replay_retained(self, subscription, pattern: DestinationName) -> None:
-        broker = self.broker
-        for message in broker.retained_for(pattern):
-            topic = broker.topic(parse_destination(message.destination, TOPIC))
-            subscription.add(message, topic, retained=True)
+    def _check_consumer_limits(self, dest: DestinationName) -> None:
+        limits = self.limits
+        if limits is None:
+            return
+        if len(self.consumers) >= limits.max_consumers:
+            raise ResourceLimitError(
+                f"this connection already has {len(self.consumers)} consumers "
+                f"(connection_limits.max_consumers)")
+        if dest.is_topic:
+            topics = sum(1 for c in self.consumers.values() if c.destination.is_topic)
+            if topics >= limits.max_subscriptions:
+                raise ResourceLimitError(
+                    f"this connection already has {topics} topic subscriptions "
+                    f"(connection_limits.max_subscriptions)")
+
+    def _check_pending_retained(self, more: int, replacing: str | None = None) -> None:
+        limits = self.limits
+        if limits is None or not more:
+            return
+        waiting = sum(len(r) for cid, r in self.replays.items() if cid != replacing)
+        if waiting + more > limits.max_pending_retained:
+            raise ResourceLimitError(
+                f"the subscription matches {more} retained messages and {waiting} are still waiting "
+                f"for this connection's other subscriptions: over "
+                f"{limits.max_pending_retained} (connection_limits.max_pending_retained)")
+
+    def _start_replay(self, consumer: Consumer, target, names: list[str]) -> None:
+        if names:
+            self.replays[consumer.consumer_id] = RetainedReplay(consumer, target, names)
+
+    def replay_retained(self, consumer_id: str, target) -> None:
+        """Send the retained messages matching subscription `consumer_id` again, paced (an MQTT
+        re-SUBSCRIBE of the same filter, 3.8.4). Raises ResourceLimitError past
+        max_pending_retained."""
+        consumer = self.consumer(consumer_id)
+        names = self.broker.retained_names_for(consumer.destination)
+        self._check_pending_retained(len(names), replacing=consumer_id)
+        self.replays.pop(consumer_id, None)
+        self._start_replay(consumer, target, names)
+        self.pump_retained()
+
+    def pump_retained(self) -> None:
+        """Hand waiting retained messages to the consumers that can take them now."""
+        if not self.replays or self.hold_retained:
+            return
+        for consumer_id, replay in list(self.replays.items()):
+            if replay.pump(self.broker) and self.replays.get(consumer_id) is replay:
+                del self.replays[consumer_id]
+
+    @property
+    def pending_retained(self) -> int:
+        return sum(len(r) for r in self.replays.values())
 
     def remove_durable(self, durable_name: str) -> None:
         """Remove this client id's (inactive) durable subscription ``durable_name``."""
@@ -644,6 +786,9 @@ class Connection:
     def _detach(self, consumer: Consumer) -> None:
         broker = self.broker
         consumer.closed = True
+        self.replays.pop(consumer.consumer_id, None)
+        # Its source clears (and redelivers) what it held unacknowledged.
+        self.unacked -= len(consumer.in_flight) + len(consumer.tx_held)
         source = consumer.source
         if isinstance(source, TopicSubscription):
             source.remove_consumer(consumer)
@@ -687,7 +832,9 @@ class Connection:
                 taken.append(in_flight.pop(mid))
                 if mid == message_id:
                     break
+            self.unacked -= len(taken)
             return taken
+        self.unacked -= 1
         return [in_flight.pop(message_id)]
 
     def ack(self, consumer: Consumer, message_id: str, transaction: str | None = None) -> None:
@@ -700,14 +847,22 @@ class Connection:
         if consumer.ack_mode is AckMode.AUTO:
             raise UnknownMessage(f"subscription {consumer.consumer_id!r} uses auto acknowledgement")
         tx = self._transaction(transaction) if transaction is not None else None
+        was_full = self.unacked >= self.unacked_limit
         refs = self._take(consumer, message_id)
         if tx is not None:
             for ref in refs:
                 consumer.tx_held[ref.message.message_id] = ref
+            self.unacked += len(refs)  # still unacknowledged until COMMIT
             tx.outcomes.append((consumer, refs, outcome))
             consumer.source.dispatch()  # the prefetch window has room again
-            return
-        self._apply(consumer, refs, outcome)
+        else:
+            self._apply(consumer, refs, outcome)
+        if was_full:
+            # The connection-wide window has room again: the other consumers may be waiting.
+            for other in list(self.consumers.values()):
+                if other is not consumer and other.source is not None and not other.closed:
+                    other.source.dispatch()
+        self.pump_retained()
 
     @staticmethod
     def _apply(consumer: Consumer, refs: list[MessageRef], outcome: str) -> None:
@@ -724,6 +879,7 @@ class Connection:
             for consumer in list(self.consumers.values()):
                 if consumer.source is not None and not consumer.closed:
                     consumer.source.dispatch()
+            self.pump_retained()
 
     # ------------------------------------------------------------ transactions
 
@@ -736,17 +892,30 @@ class Connection:
     def begin(self, tx_id: str) -> None:
         if tx_id in self.transactions:
             raise TransactionError(f"transaction {tx_id!r} is already active")
+        limits = self.limits
+        if limits is not None and len(self.transactions) >= limits.max_transactions:
+            raise ResourceLimitError(
+                f"{len(self.transactions)} transactions are already open on this connection "
+                f"(connection_limits.max_transactions)")
         self.transactions[tx_id] = Transaction(tx_id)
+
+    def _release_sends(self, tx: "Transaction") -> None:
+        if tx.send_bytes:
+            self.broker.transaction_usage.decrease(tx.send_bytes)
+            tx.send_bytes = 0
 
     def commit(self, tx_id: str) -> None:
         tx = self.transactions.pop(tx_id, None)
         if tx is None:
             raise TransactionError(f"transaction {tx_id!r} was not begun on this connection")
+        # The sends now become pending messages, charged to their destinations instead.
+        self._release_sends(tx)
         for dest, message in tx.sends:
             self.broker.route(dest, message)
         for consumer, refs, outcome in tx.outcomes:
             for ref in refs:
-                consumer.tx_held.pop(ref.message.message_id, None)
+                if consumer.tx_held.pop(ref.message.message_id, None) is not None:
+                    self.unacked -= 1
             if not consumer.closed:
                 self._apply(consumer, refs, outcome)
 
@@ -754,6 +923,7 @@ class Connection:
         tx = self.transactions.pop(tx_id, None)
         if tx is None:
             raise TransactionError(f"transaction {tx_id!r} was not begun on this connection")
+        self._release_sends(tx)
         # Sends are discarded. Acks are undone: the messages are unacknowledged again on their
         # consumer (the client may ack them again; closing redelivers them).
         restored: dict[Consumer, dict[str, MessageRef]] = {}
@@ -781,5 +951,6 @@ class Connection:
         for consumer in list(self.consumers.values()):
             self._detach(consumer)
         self.consumers.clear()
+        self.replays.clear()
         self.broker.temporary.release(self)
         self.broker._forget(self)

@@ -96,7 +96,10 @@ class Consumer:
     def has_credit(self) -> bool:
         if not self.writable or self.closed:
             return False
-        return self.ack_mode is AckMode.AUTO or len(self.in_flight) < self.prefetch
+        if self.ack_mode is AckMode.AUTO:
+            return True
+        connection = self.connection  # connection_limits.max_unacknowledged, across its consumers
+        return len(self.in_flight) < self.prefetch and connection.unacked < connection.unacked_limit
 
     def accepts(self, ref: MessageRef) -> bool:
         """Whether this consumer may ever receive `ref` (selector and no-local), credit aside."""

@@ -355,6 +355,7 @@ class Queue:
         else:
             ref.consumer = consumer
             consumer.in_flight[message.message_id] = ref
+            consumer.connection.unacked += 1  # connection_limits.max_unacknowledged
             consumer.deliver(consumer, ref)
 
     # ---------------------------------------------------------------- outcomes

@@ -126,6 +126,7 @@ class TopicSubscription:
         else:
             ref.consumer = consumer
             consumer.in_flight[ref.message.message_id] = ref
+            consumer.connection.unacked += 1  # connection_limits.max_unacknowledged
             consumer.deliver(consumer, ref)
 
     def dispatch(self) -> None:

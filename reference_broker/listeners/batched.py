@@ -36,6 +36,10 @@ class BatchedSessionProtocol(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.session = None
         self._out: list[bytes] = []
+        self._out_bytes = 0
+        # Dispatch paused by us (not by asyncio's pause_writing) because one turn of the loop
+        # produced more than WRITE_BUFFER_HIGH for this connection (see `write`).
+        self._held_back = False
         self._flush_scheduled = False
         self._close_after_flush = False
         self._loop = asyncio.get_event_loop()
@@ -47,6 +51,14 @@ class BatchedSessionProtocol(asyncio.Protocol):
 
     def write(self, data: bytes) -> None:
         self._out.append(data)
+        self._out_bytes += len(data)
+        if self._out_bytes > WRITE_BUFFER_HIGH and not self._held_back and self.session is not None:
+            # asyncio's pause_writing only comes after the batch is handed to the transport: a
+            # burst inside one turn (retained messages for a new subscription, a topic fan-out)
+            # would otherwise all be buffered here at once, whatever the peer reads (issue 20,
+            # item 5). Stop dispatching now; `flush` resumes once the transport can take more.
+            self._held_back = True
+            self.session.set_writable(False)
         self._schedule_flush()
 
     def close(self) -> None:
@@ -74,10 +86,27 @@ class BatchedSessionProtocol(asyncio.Protocol):
         if self._out:
             self.broker.flush()  # group commit before any acknowledgement leaves
             out, self._out = self._out, []
+            self._out_bytes = 0
             if not transport.is_closing():
                 transport.write(out[0] if len(out) == 1 else b"".join(out))
         if self._close_after_flush and not transport.is_closing():
             transport.close()
+            return
+        if self._held_back and not transport.is_closing() and transport.get_write_buffer_size() <= WRITE_BUFFER_HIGH:
+            # The transport took the batch without pausing us: dispatch again on the next turn
+            # (not now, so other connections get the loop in between). Above the mark asyncio
+            # has called pause_writing and its resume_writing ends the hold instead.
+            self._loop.call_soon(self._end_hold)
+
+    def _end_hold(self) -> None:
+        if not self._held_back:
+            return
+        self._held_back = False
+        transport = self.transport
+        if transport is None or transport.is_closing() or self.session is None:
+            return
+        if transport.get_write_buffer_size() <= WRITE_BUFFER_HIGH:
+            self.session.set_writable(True)
 
     # ---- asyncio.Protocol
 
@@ -107,6 +136,7 @@ class BatchedSessionProtocol(asyncio.Protocol):
         self.session.set_writable(False)
 
     def resume_writing(self) -> None:
+        self._held_back = False
         self.session.set_writable(True)
         if self._out:
             self.flush()
@@ -119,6 +149,7 @@ class BatchedSessionProtocol(asyncio.Protocol):
         self._release_session()
         self.transport = None
         self._out.clear()
+        self._out_bytes = 0
 
     def _release_session(self) -> None:
         if self.session is None:

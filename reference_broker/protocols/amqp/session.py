@@ -715,6 +715,8 @@ class AmqpSession:
         consumer = out.consumer
         if consumer is not None and consumer.writable and consumer.source is not None:
             consumer.source.dispatch()
+            if self.conn is not None:
+                self.conn.pump_retained()  # retained messages a new subscription waits for
         link = out.link
         if link.drain_mode and link.credit > 0:
             link.drained()  # nothing more to send now: hand the rest of the credit back

@@ -664,9 +664,12 @@ class MqttSession:
                 # 4.3.3: until PUBREL the id names the same message: acknowledge, never re-route.
                 self._write_packet(Pubrec(p.packet_id))
                 return False
-            if self.v5 and len(state.inbound_qos2) >= o.receive_maximum:
+            if len(state.inbound_qos2) >= o.receive_maximum:
+                # 5.0 3.3.4: past the Receive Maximum it announced, the server disconnects with
+                # 0x93. 3.1.1 has no such announcement, yet the ids awaiting PUBREL are session
+                # state the broker keeps: the same bound applies, and the connection is closed.
                 raise MqttError(f"more than receive maximum {o.receive_maximum} QoS 2 messages "
-                                "unacknowledged", ReasonCode.RECEIVE_MAXIMUM_EXCEEDED)  # 5.0 3.3.4
+                                "unacknowledged", ReasonCode.RECEIVE_MAXIMUM_EXCEEDED)
         props = p.properties
         dest = topic_destination(topic)
         conn = self.connection
@@ -784,14 +787,20 @@ class MqttSession:
         # Retained messages of new subscriptions are written after the SUBACK (the spec allows
         # either order, 3.8.4; clients find this one easier).
         self._deferred = []
+        conn = self.connection
+        conn.hold_retained = True  # released below, after the SUBACK
         try:
             ids = p.properties.subscription_identifiers
             codes = [self._subscribe_one(s, ids[0] if ids else None) for s in p.subscriptions]
         finally:
             deferred, self._deferred = self._deferred, None
+            conn.hold_retained = False
         self._write_packet(Suback(p.packet_id, codes))
         for data in deferred:
             self._write(data)
+        # Retained messages go out as the transport takes them (engine/retained.py), not all
+        # at once: a `#` subscriber that never reads must not hold every one of them.
+        conn.pump_retained()
 
     def _subscribe_one(self, s: Subscription, subscription_identifier: int | None) -> int:
         v5 = self.v5
@@ -823,9 +832,13 @@ class MqttSession:
         if existing is not None and existing.engine_key == sub.engine_key:
             # 3.8.4: same filter: replace the options, keep the flow; retained messages again
             # unless Retain Handling says otherwise (5.0 3.3.1.3).
-            state.subscriptions[s.topic_filter] = sub
             if s.retain_handling == 0 and group is None:
-                self._replay_retained(sub)
+                try:
+                    self._replay_retained(sub)
+                except ResourceLimitError as exc:
+                    log.info("MQTT %r: SUBSCRIBE %r refused: %s", self.client_id, s.topic_filter, exc)
+                    return ReasonCode.QUOTA_EXCEEDED if v5 else failure
+            state.subscriptions[s.topic_filter] = sub
             return qos
         if existing is not None:
             self._detach(existing, remove_durable=True)
@@ -840,6 +853,11 @@ class MqttSession:
             del state.subscriptions[s.topic_filter]
             log.info("MQTT %r: SUBSCRIBE %r refused: %s", self.client_id, s.topic_filter, exc)
             return ReasonCode.NOT_AUTHORIZED if v5 else failure
+        except ResourceLimitError as exc:
+            # connection_limits (subscriptions, consumers, pending retained): 5.0 Quota exceeded.
+            del state.subscriptions[s.topic_filter]
+            log.info("MQTT %r: SUBSCRIBE %r refused: %s", self.client_id, s.topic_filter, exc)
+            return ReasonCode.QUOTA_EXCEEDED if v5 else failure
         except EngineError as exc:
             del state.subscriptions[s.topic_filter]
             log.info("MQTT %r: SUBSCRIBE %r refused: %s", self.client_id, s.topic_filter, exc)
@@ -891,9 +909,7 @@ class MqttSession:
             target = consumer.source
         if target is None:
             return
-        for message in broker.retained_for(sub.destination):
-            topic = broker.topic(parse_destination(message.destination, TOPIC))
-            target.add(message, topic, retained=True)
+        self.connection.replay_retained(sub.topic_filter, target)
 
     def _on_unsubscribe(self, p: Unsubscribe) -> None:
         state = self.state
