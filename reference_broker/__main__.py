@@ -37,7 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tls-ca-file", metavar="PEM", help="CAs that sign accepted client certificates")
     parser.add_argument("--tls-require-client-cert", action="store_true",
                         help="refuse TLS clients without a certificate signed by --tls-ca-file")
-    parser.add_argument("--data", metavar="DIR", help="data directory; enables the journal store")
+    parser.add_argument("--data", metavar="DIR", help="data directory; enables the journal store (unless the config names a database store)")
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
 
 
@@ -57,7 +57,8 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
     _tls_overrides(args, overrides)
     if args.data:
         overrides["data"] = args.data
-        overrides["store"]["kind"] = "journal"
+        if overrides["store"]["kind"] == "memory":  # a database store keeps its database
+            overrides["store"]["kind"] = "journal"
     return build_config(overrides)
 
 

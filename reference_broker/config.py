@@ -199,23 +199,40 @@ class SharedFileLockerConfig(_Strict):
     """ActiveMQ's ``<shared-file-locker>`` (A-MQ "Fault Tolerant Messaging" guide, 3.1, Example
     3.1): the write lock on the store directory's ``lock`` file (reference_broker/ha/locker.py).
     ``lock_acquire_sleep_interval``: how often (ms) a slave tries the lock again; ActiveMQ's
-    default is 10 s (AbstractLocker.DEFAULT_LOCK_ACQUIRE_SLEEP_INTERVAL). A lease-database locker
-    (the guide's 3.2) is another ``kind``."""
+    default is 10 s (AbstractLocker.DEFAULT_LOCK_ACQUIRE_SLEEP_INTERVAL)."""
 
     kind: Literal["shared_file"] = "shared_file"
     lock_acquire_sleep_interval: int = Field(default=10_000, gt=0)
 
 
+class LeaseDatabaseLockerConfig(_Strict):
+    """ActiveMQ's ``<lease-database-locker>`` (guide 3.2; reference_broker/ha/lease.py): a lease in
+    the store's database. ``lock_acquire_sleep_interval`` is both how often a slave tries and how
+    long a lease lasts, as in ActiveMQ; the master renews it every ``lock_keep_alive_period``,
+    which must therefore be shorter. ``max_allowable_diff_from_db_time`` (ms; ActiveMQ's
+    maxAllowableDiffFromDBTime, default 0 = trust our clock): past that difference from the
+    database's clock, the broker measures leases by the database's time."""
+
+    kind: Literal["lease_database"] = "lease_database"
+    lock_acquire_sleep_interval: int = Field(default=10_000, gt=0)
+    max_allowable_diff_from_db_time: int = Field(default=0, ge=0)
+
+
 class StoreConfig(_Strict):
-    kind: Literal["memory", "journal"] = "memory"
+    kind: Literal["memory", "journal", "database"] = "memory"
     directory: str | None = None  # defaults to <data>/journal
+    # kind = "database" (guide 3.2, JDBC master/slave; store/database.py): a libpq connection
+    # string for PostgreSQL, e.g. "host=127.0.0.1 port=5432 user=u password=p dbname=broker"
+    dsn: str | None = None
     # Master/slave on a shared journal directory (guide 3.1, "File locking requirements"): the
     # master re-checks its lock and the lock file every lock_keep_alive_period ms and gives up
     # being master when either is gone; a slave that gets the lock waits one period before
     # serving. 0 turns the check off, ActiveMQ's default (LockableServiceSupport.lockKeepAlivePeriod).
     # Only the journal store is shared; the memory store takes no lock.
     lock_keep_alive_period: int = Field(default=0, ge=0)
-    locker: SharedFileLockerConfig = Field(default_factory=SharedFileLockerConfig)
+    # the journal's default is the shared-file locker, the database's the lease (see _pick_locker)
+    locker: Annotated[Union[SharedFileLockerConfig, LeaseDatabaseLockerConfig], Field(discriminator="kind")] = \
+        Field(default_factory=SharedFileLockerConfig)
     sync: Literal["always", "interval", "never"] = "always"
     sync_interval_ms: int = Field(default=1000, gt=0)
     segment_size: int = Field(default=32 * 1024 * 1024, gt=4096)
@@ -225,6 +242,34 @@ class StoreConfig(_Strict):
     # lost confirmed messages) stops start-up with an error naming the file; true deletes it
     # instead, with an error in the log, and starts without what it held.
     discard_damaged: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _pick_locker(cls, data):
+        # A database store is locked by a lease in that database unless told otherwise.
+        if isinstance(data, dict) and data.get("kind") == "database":
+            locker = data.get("locker")
+            if locker is None:
+                data = {**data, "locker": {"kind": "lease_database"}}
+            elif isinstance(locker, dict) and "kind" not in locker:
+                data = {**data, "locker": {**locker, "kind": "lease_database"}}
+        return data
+
+    @model_validator(mode="after")
+    def _check_database(self) -> "StoreConfig":
+        if self.kind == "database":
+            if not self.dsn:
+                raise ValueError("store.kind = 'database' needs store.dsn (a PostgreSQL connection string)")
+            if self.locker.kind != "lease_database":
+                raise ValueError("a database store is locked by a lease: store.locker.kind must be 'lease_database'")
+        elif self.locker.kind == "lease_database":
+            raise ValueError("store.locker.kind = 'lease_database' needs store.kind = 'database'")
+        if self.locker.kind == "lease_database" and not 0 < self.lock_keep_alive_period < self.locker.lock_acquire_sleep_interval:
+            raise ValueError(
+                f"store.lock_keep_alive_period ({self.lock_keep_alive_period} ms) must be above 0 and below the lease, "
+                f"store.locker.lock_acquire_sleep_interval ({self.locker.lock_acquire_sleep_interval} ms): "
+                "the master renews its lease at the keep-alive period")
+        return self
 
 
 class StompConfig(_Strict):

@@ -36,6 +36,12 @@ def open_store(config: BrokerConfig, *, lock: bool = True) -> MessageStore:
     (the master/slave runner's locker), so the journal takes no lock of its own."""
     if config.store.kind == "memory":
         return MemoryStore()
+    if config.store.kind == "database":
+        from .store.database import DatabaseStore  # psycopg only where a database is configured
+
+        # a flush that waits on the database holds the event loop: bound it well inside the lease,
+        # so a master cut off from its database fails its sends before the lease passes on
+        return DatabaseStore(config.store.dsn, call_timeout_s=config.store.locker.lock_acquire_sleep_interval / 2000)
 
     return JournalStore(
         store_directory(config),

@@ -25,19 +25,17 @@ One rule ActiveMQ leaves to timing, this locker makes explicit, because the harn
 links on purpose: **a master whose lease lapses stops before another broker can take over.** Every
 call to the database is bounded by the time the lease has left (less a margin for the broker to
 close its listeners): a renewal that has not answered by then counts as failed, the runner
-abandons the store, and only then can the lease end for the others. A call is abandoned by
-shutting down its socket, which wakes the thread blocked on it (libpq has no client-side query
-timeout, and a database that is paused or behind a partition never answers).
+abandons the store, and only then can the lease end for the others. (store/bounded_db.py: libpq has no
+client-side query timeout, and a database that is paused or behind a partition never answers).
 """
 
 from __future__ import annotations
 
 import logging
-import socket
-import threading
 import time
 from typing import Any, Callable
 
+from ..store.bounded_db import BoundedConnection, DatabaseTimeout, dsn_without_password
 from .locker import LockerError
 
 __all__ = ["LeaseDatabaseLocker"]
@@ -47,10 +45,6 @@ log = logging.getLogger("reference_broker.ha")
 #: what the master keeps of its lease to stop serving before it ends (close listeners, abort)
 STOP_MARGIN_S = 0.5
 TABLE = "brokerconf_lock"
-
-
-class _Timeout(Exception):
-    pass
 
 
 class LeaseDatabaseLocker:
@@ -67,9 +61,8 @@ class LeaseDatabaseLocker:
         self.holder = holder
         self.lease_s = lease_ms / 1000
         self.max_diff_s = max_allowable_diff_from_db_time_ms / 1000
-        self._connect = connect or _psycopg_connect
+        self._db = BoundedConnection(dsn, connect)
         self._clock = clock
-        self._conn = None
         self._offset_s = 0.0  # added to our clock when the database's differs too much
         self._lease_end: float | None = None  # on our (offset) clock, while held
         # True from a successful acquire until release: the table may name us even after we
@@ -83,18 +76,18 @@ class LeaseDatabaseLocker:
         return self._lease_end is not None
 
     def describe(self) -> str:
-        return f"lease on the database lock table {TABLE} ({_where(self.dsn)})"
+        return f"lease on the database lock table {TABLE} ({dsn_without_password(self.dsn)})"
 
     def try_acquire(self) -> bool:
         """One attempt by a slave: take the lease if it has ended (or was never taken)."""
         if self.held:
             return True
         try:
-            return self._call(self.lease_s, self._acquire)
-        except _Timeout:
-            raise LockerError(110, f"the database did not answer within {self.lease_s:.1f} s ({_where(self.dsn)})") from None
+            return self._db.call(self.lease_s, self._acquire)
+        except DatabaseTimeout as exc:
+            raise LockerError(110, str(exc)) from None
         except Exception as exc:  # a driver error: the database cannot be reached or refused us
-            self._drop_connection()
+            self._db.close()
             raise LockerError(5, f"cannot try the {self.describe()}: {_one_line(exc)}") from None
 
     def keep_alive(self) -> bool:
@@ -107,13 +100,13 @@ class LeaseDatabaseLocker:
             self._lease_end = None
             return False
         try:
-            renewed = self._call(left, self._renew)
-        except _Timeout:
+            renewed = self._db.call(left, self._renew)
+        except DatabaseTimeout:
             log.error("the database did not answer the lease renewal within the %.1f s the lease had left", left)
             renewed = False
         except Exception as exc:
             log.error("cannot renew the lease: %s", _one_line(exc))
-            self._drop_connection()
+            self._db.close()
             renewed = False
         if not renewed:
             self._lease_end = None
@@ -126,11 +119,11 @@ class LeaseDatabaseLocker:
         named, self._lease_end, self._may_be_named = self._may_be_named, None, False
         if named:
             try:
-                self._call(self.lease_s, lambda conn: conn.execute(
+                self._db.call(self.lease_s, lambda conn: conn.execute(
                     f"UPDATE {TABLE} SET holder = NULL, lease_end_ms = 0 WHERE id = 1 AND holder = %s", (self.holder,)))
             except Exception as exc:  # noqa: BLE001 - releasing is best effort by design
                 log.warning("could not clear the lease (it will end by itself): %s", _one_line(exc))
-        self._drop_connection()
+        self._db.close()
 
     # ------------------------------------------------------------------ statements
 
@@ -177,69 +170,9 @@ class LeaseDatabaseLocker:
     def _now(self) -> float:
         return self._clock() + self._offset_s
 
-    # ------------------------------------------------------------------ bounded calls
-
-    def _call(self, budget_s: float, operation: Callable[[Any], Any]):
-        """``operation(connection)`` within ``budget_s`` seconds, connecting first if needed;
-        `_Timeout` when it does not finish in time (its connection is then abandoned)."""
-        result: dict = {}
-
-        def work() -> None:
-            try:
-                if self._conn is None:
-                    self._conn = self._connect(self.dsn, max(2, int(budget_s + 0.999)))
-                result["value"] = operation(self._conn)
-            except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
-                result["error"] = exc
-
-        worker = threading.Thread(target=work, name="lease-db-call", daemon=True)
-        worker.start()
-        worker.join(budget_s)
-        if worker.is_alive():
-            self._abandon_connection()
-            worker.join(1.0)
-            raise _Timeout()
-        if "error" in result:
-            raise result["error"]
-        return result["value"]
-
-    def _abandon_connection(self) -> None:
-        """Wake a thread blocked on the connection by shutting its socket down, and forget it."""
-        conn, self._conn = self._conn, None
-        if conn is None:
-            return
-        try:
-            fd = conn.pgconn.socket
-            sock = socket.socket(fileno=socket.dup(fd))
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            finally:
-                sock.close()
-        except Exception:  # noqa: BLE001 - already closed or never opened
-            pass
-
-    def _drop_connection(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            try:
-                conn.close()
-            except Exception:  # noqa: BLE001
-                pass
-
-
-def _psycopg_connect(dsn: str, connect_timeout_s: int):
-    import psycopg  # imported here: only brokers configured with a database lock need it
-
-    return psycopg.connect(dsn, autocommit=True, connect_timeout=connect_timeout_s)
-
 
 def _ms(seconds: float) -> int:
     return int(seconds * 1000)
-
-
-def _where(dsn: str) -> str:
-    """The DSN without its password, for messages."""
-    return " ".join(part for part in dsn.split() if not part.startswith("password="))
 
 
 def _one_line(exc: BaseException) -> str:

@@ -43,8 +43,15 @@ log = logging.getLogger("reference_broker.ha")
 
 
 def make_locker(config: BrokerConfig) -> Locker | None:
-    """The locker guarding ``config``'s store: the shared-file locker on the journal's directory;
-    None for the memory store, which nothing else can open."""
+    """The locker guarding ``config``'s store: the shared-file locker on the journal's directory,
+    the lease in the database of a database store; None for the memory store, which nothing else
+    can open."""
+    if config.store.kind == "database":
+        from .lease import LeaseDatabaseLocker
+
+        locker = config.store.locker
+        return LeaseDatabaseLocker(config.store.dsn, holder=config.name, lease_ms=locker.lock_acquire_sleep_interval,
+                                   max_allowable_diff_from_db_time_ms=locker.max_allowable_diff_from_db_time)
     if config.store.kind != "journal":
         return None
     return SharedFileLocker(store_directory(config), holder=f"broker {config.name!r}")
