@@ -43,6 +43,8 @@ __all__ = ["Bridge", "BridgeFilterPolicy", "BridgeRoute", "Cluster", "CompositeD
 TOPOLOGY_CAPABILITIES: dict[str, str] = {
     "topology.network": "launches 2 to 4 brokers joined by network bridges (ActiveMQ network connectors)",
     "topology.shared-store": "launches 2 or more brokers on one shared store, one master at a time",
+    "topology.jdbc-store": "launches 2 or more brokers on one database (a private PostgreSQL server), the lease "
+                           "holder master",
     # Networks the model does not describe yet; the target hands out rigs for them
     # (``discovery_pair(workdir, group)``, ``masterslave_rig(workdir, reconnect)``).
     "topology.discovery": "two brokers that find each other by multicast discovery (connectors list no peer)",
@@ -212,9 +214,11 @@ BridgeRoute = Callable[[Bridge, str, int], tuple[str, int]]
 @dataclass(frozen=True)
 class SharedStore:
     """A store every node of the topology opens; whichever holds its lock is master, the others
-    wait as slaves (A-MQ fault-tolerant messaging guide, 3.1). ``kind``: ``file`` (a shared
-    directory; later ``jdbc``). The lock timings are the guide's ``lockKeepAlivePeriod`` and the
-    locker's ``lockAcquireSleepInterval``. A launched shared-store cluster also has ``store`` (where
+    wait as slaves (A-MQ fault-tolerant messaging guide, chapter 3). ``kind``: ``file`` (a shared
+    directory, 3.1) or ``jdbc`` (one database, 3.2: the launcher starts a private PostgreSQL server
+    for the group, `cluster.database`, stopped with it; the lock is a lease in it). The lock timings
+    are the guide's ``lockKeepAlivePeriod`` and the locker's ``lockAcquireSleepInterval``; for a
+    lease the latter is also how long a lease lasts, so the keep-alive (the renewal) must be shorter. A launched shared-store cluster also has ``store`` (where
     the store is) and ``lock_file`` (the file whose lock makes a node master, None when the harness
     cannot reach it, e.g. inside a container volume), ``master()`` and ``wait_for_master(timeout)``."""
 
@@ -223,10 +227,13 @@ class SharedStore:
     lock_acquire_sleep_interval_ms: int = 1000
 
     def __post_init__(self) -> None:
-        if self.kind not in ("file",):
-            raise ValueError(f"shared store kind must be 'file', not {self.kind!r}")
+        if self.kind not in ("file", "jdbc"):
+            raise ValueError(f"shared store kind must be 'file' or 'jdbc', not {self.kind!r}")
         if self.lock_keep_alive_period_ms < 0 or self.lock_acquire_sleep_interval_ms <= 0:
             raise ValueError("lock_keep_alive_period_ms must be >= 0 and lock_acquire_sleep_interval_ms > 0")
+        if self.kind == "jdbc" and not 0 < self.lock_keep_alive_period_ms < self.lock_acquire_sleep_interval_ms:
+            raise ValueError("a jdbc store's lease is renewed every lock_keep_alive_period_ms: it must be above 0 and "
+                             "below lock_acquire_sleep_interval_ms (the lease)")
 
 
 #: links a topology may route through the fault proxy
@@ -273,9 +280,10 @@ class Topology:
 
     @property
     def kind(self) -> str:
-        """``single``, ``shared-store`` or ``network`` (what the nodes share or are joined by)."""
+        """``single``, ``shared-store``, ``jdbc-store`` or ``network`` (what the nodes share or are
+        joined by)."""
         if self.shared_store is not None:
-            return "shared-store"
+            return "jdbc-store" if self.shared_store.kind == "jdbc" else "shared-store"
         if len(self.nodes) > 1:
             return "network"
         return "single"

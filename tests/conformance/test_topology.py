@@ -121,3 +121,16 @@ def test_reference_shared_store_group_has_the_one_interface(tmp_path):
     finally:
         cluster.stop()
     assert not any(node.running for node in cluster.nodes.values())
+
+
+def test_a_jdbc_store_is_its_own_topology_kind_with_the_lease_inside_the_keep_alive():
+    from conformance.topology import SharedStore, Topology, capability_of
+
+    lease = SharedStore(kind="jdbc", lock_keep_alive_period_ms=500, lock_acquire_sleep_interval_ms=2000)
+    topology = Topology(("A", "B"), shared_store=lease)
+    assert topology.kind == "jdbc-store" and capability_of(topology) == "topology.jdbc-store"
+    for keep_alive in (0, 2000, 3000):
+        with pytest.raises(ValueError, match="renewed every lock_keep_alive_period_ms"):
+            SharedStore(kind="jdbc", lock_keep_alive_period_ms=keep_alive, lock_acquire_sleep_interval_ms=2000)
+    with pytest.raises(ValueError, match="'file' or 'jdbc'"):
+        SharedStore(kind="nfs")

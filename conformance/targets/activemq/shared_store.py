@@ -22,9 +22,10 @@ from pathlib import Path
 
 from conformance.topology import SharedStore, Topology
 
-from conformance.targets.activemq.process import ActiveMQProcess
+from conformance.targets.activemq.process import ActiveMQProcess, JdbcStore
 from conformance.targets.activemq.network import NetworkNode
 from conformance.targets.runtime.node import NodeRestarts
+from conformance.targets.runtime.postgres import PostgresServer
 
 #: node names, in start order: A is started first and becomes the first master
 NODE_NAMES = "ABCDEFGH"
@@ -55,28 +56,45 @@ class SharedStoreGroup(NodeRestarts):
 
     def __init__(self, workdir: Path, *, nodes: int = 2, lock_keep_alive_period_ms: int = 2000,
                  lock_acquire_sleep_interval_ms: int = 1000, stomp: bool = True, mqtt: bool = False,
-                 amqp: bool = False, jvm_heap_mb: int = 384, broker_name: str = "shared-store") -> None:
+                 amqp: bool = False, jvm_heap_mb: int = 384, broker_name: str = "shared-store",
+                 jdbc: bool = False) -> None:
         if not 2 <= nodes <= len(NODE_NAMES):
             raise ValueError(f"a shared-store group has 2 to {len(NODE_NAMES)} nodes, not {nodes}")
         self.workdir = Path(workdir).absolute()
-        self.store = self.workdir / "shared-kahadb"
-        #: KahaDB's lock file (its SharedFileLocker locks <directory>/lock)
-        self.lock_file: Path | None = self.store / "lock"
+        self.store = self.workdir / ("database" if jdbc else "shared-kahadb")
+        #: KahaDB's lock file (its SharedFileLocker locks <directory>/lock); a JDBC group has none
+        self.lock_file: Path | None = None if jdbc else self.store / "lock"
+        #: guide 3.2: the group's private PostgreSQL server, started with the group (`start`)
+        self.database: PostgresServer | None = PostgresServer(self.store) if jdbc else None
         self.lock_keep_alive_period_ms = lock_keep_alive_period_ms
         self.lock_acquire_sleep_interval_ms = lock_acquire_sleep_interval_ms
         self.topology = Topology(tuple(NODE_NAMES[:nodes]), shared_store=SharedStore(
-            lock_keep_alive_period_ms=lock_keep_alive_period_ms,
+            kind="jdbc" if jdbc else "file", lock_keep_alive_period_ms=lock_keep_alive_period_ms,
             lock_acquire_sleep_interval_ms=lock_acquire_sleep_interval_ms))
-        self.nodes: dict[str, SharedStoreNode] = {name: SharedStoreNode(name, ActiveMQProcess(
-                self.workdir / f"node-{name}", name=f"{broker_name}-{name}", stomp=stomp, mqtt=mqtt, amqp=amqp,
-                openwire=True, persistent=True, kahadb_directory=self.store, jvm_heap_mb=jvm_heap_mb,
-                lock_keep_alive_period_ms=lock_keep_alive_period_ms,
-                lock_acquire_sleep_interval_ms=lock_acquire_sleep_interval_ms))
-            for name in NODE_NAMES[:nodes]}
+        self._node_options = dict(stomp=stomp, mqtt=mqtt, amqp=amqp, jvm_heap_mb=jvm_heap_mb,
+                                  broker_name=broker_name)
+        self.nodes: dict[str, SharedStoreNode] = {}
+        if not jdbc:  # a JDBC group's nodes need the database's address: made in `start`
+            self._make_nodes(kahadb_directory=self.store, lock_keep_alive_period_ms=lock_keep_alive_period_ms,
+                             lock_acquire_sleep_interval_ms=lock_acquire_sleep_interval_ms)
+
+    def _make_nodes(self, **store) -> None:
+        o = self._node_options
+        self.nodes = {name: SharedStoreNode(name, ActiveMQProcess(
+            self.workdir / f"node-{name}", name=f"{o['broker_name']}-{name}", stomp=o["stomp"], mqtt=o["mqtt"],
+            amqp=o["amqp"], openwire=True, persistent=True, jvm_heap_mb=o["jvm_heap_mb"], **store))
+            for name in self.topology.nodes}
 
     def start(self, timeout: float = 90) -> None:
         deadline = time.monotonic() + timeout
         try:
+            if self.database is not None and not self.database.running:
+                self.database.start()
+                store = self.topology.shared_store
+                self._make_nodes(jdbc=JdbcStore(
+                    self.database.jdbc_url, self.database.credentials.user, self.database.credentials.password,
+                    lock_keep_alive_period_ms=store.lock_keep_alive_period_ms,
+                    lock_acquire_sleep_interval_ms=store.lock_acquire_sleep_interval_ms))
             first, *others = self.nodes.values()
             first.process.start(timeout=timeout)  # alone on the store: it must become master
             for node in others:
@@ -136,6 +154,11 @@ class SharedStoreGroup(NodeRestarts):
                 node.stop()
             except Exception as exc:  # noqa: BLE001 - stop the others whatever happens
                 errors.append(f"{node.name}: {exc}")
+        if self.database is not None:
+            try:
+                self.database.stop()
+            except Exception as exc:  # noqa: BLE001
+                errors.append(f"database: {exc}")
         if errors:
             raise RuntimeError(f"could not stop every node of {self.store}: {errors}")
 

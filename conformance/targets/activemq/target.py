@@ -50,6 +50,7 @@ from conformance.targets.activemq.process import (
     activemq_amqp_available,
     activemq_available,
     activemq_mqtt_available,
+    missing_jdbc_jars,
 )
 from conformance.targets.activemq.policy import ACTIVEMQ_DEAD_LETTER_QUEUE, ActiveMQConfig, UnsupportedPolicy, render
 from conformance.targets.activemq.mbeans import _split_destination, destination_pattern, subscription_pattern
@@ -62,6 +63,7 @@ from conformance.targets.activemq.container_network import SharedVolumePair
 from conformance.targets.activemq.network import ActiveMQNetwork
 from conformance.targets.activemq.rigs import DiscoveryPair
 from conformance.targets.activemq.rigs import MasterSlaveRig
+from conformance.targets.runtime import postgres
 from conformance.targets.runtime.node import launch_single
 from conformance.targets.runtime.launch_choice import choose_launch
 from conformance.targets.runtime.evidence import ProcessEvidence
@@ -332,7 +334,8 @@ class ActiveMQTarget:
     def capability_requirements(self) -> dict[str, str]:
         """Capabilities that a BROKERCONF_REQUIRE name stands for (the plugin fails instead of
         skipping when such a one is required and missing); the image never has AMQP."""
-        return {} if self.launch_mode == "container" else {"protocol.amqp": "activemq-amqp"}
+        return {} if self.launch_mode == "container" else {"protocol.amqp": "activemq-amqp",
+                                                           "topology.jdbc-store": "postgresql"}
 
     def capabilities(self) -> frozenset[str]:
         caps = {"protocol.stomp", *_FEATURES}
@@ -345,12 +348,24 @@ class ActiveMQTarget:
             caps.add("protocol.amqp")
         if self.launch_mode == "process":
             caps.add("tls")  # +ssl connectors from the run's keystore (the image's launcher has none)
+            if self._jdbc_available()[0]:
+                caps.add("topology.jdbc-store")  # JDBC master/slave on a private PostgreSQL (guide 3.2)
         return frozenset(caps)
+
+    def _jdbc_available(self) -> tuple[bool, str]:
+        if self.launch_mode == "container":
+            return False, "JDBC master/slave groups are launched as local JVMs (activemq:process)"
+        missing = missing_jdbc_jars()
+        if missing:
+            return False, missing
+        return postgres.availability()
 
     def why_missing(self, capability: str) -> str | None:
         """Why this target lacks ``capability`` (shown in the not-applicable reason)."""
         if capability == "protocol.amqp":
             return self._amqp_available()[1] or None
+        if capability == "topology.jdbc-store":
+            return self._jdbc_available()[1] or None
         if capability == "tls" and self.launch_mode == "container":
             return "only the local process launcher (activemq:process) opens +ssl connectors with the run's keystore"
         if capability == "protocol.mqtt":
@@ -424,11 +439,12 @@ class ActiveMQTarget:
 
     def launch_shared_store(self, scenario: Scenario, workdir: Path, *, nodes: int = 2,
                             lock_keep_alive_period_ms: int = 2000,
-                            lock_acquire_sleep_interval_ms: int = 1000) -> SharedStoreGroup:
+                            lock_acquire_sleep_interval_ms: int = 1000, jdbc: bool = False) -> SharedStoreGroup:
         """A started shared-store master/slave group: node A master, the others slaves.
         Destination policies are not applied to the group.
 
-        Process mode: local JVMs on one KahaDB directory (`activemq.shared_store.SharedStoreGroup`).
+        Process mode: local JVMs on one KahaDB directory (`activemq.shared_store.SharedStoreGroup`),
+        or with ``jdbc`` on one PostgreSQL database (a private server the group stops with itself).
         Container mode: one container per node, the KahaDB directory on a named Docker volume
         mounted into each (`activemq.container_network.SharedVolumePair`); same node interface,
         so the chaos harness kills and restarts either the same way."""
@@ -450,8 +466,12 @@ class ActiveMQTarget:
             group = SharedVolumePair(Path(workdir) / "activemq-shared-volume", image=self.image,
                                      jvm_heap_mb=min(self.jvm_heap_mb, 256), **options)
         else:
-            group = SharedStoreGroup(Path(workdir) / "activemq-shared-store", jvm_heap_mb=min(self.jvm_heap_mb, 384),
-                                     **options)
+            if jdbc:
+                ok, reason = self._jdbc_available()
+                if not ok:
+                    raise TargetUnavailable(reason)
+            group = SharedStoreGroup(Path(workdir) / ("activemq-jdbc-store" if jdbc else "activemq-shared-store"),
+                                     jvm_heap_mb=min(self.jvm_heap_mb, 384), jdbc=jdbc, **options)
         try:
             # containers: the engine creates the volume, network and containers on top of the JVMs' start-up
             group.start(timeout=self.start_timeout + (60 if self.launch_mode == "container" else 30))
@@ -467,11 +487,12 @@ class ActiveMQTarget:
         check_supported(self, topology)
         if topology.kind == "single":
             return launch_single(self, topology, scenario, workdir, faultable=True)
-        if topology.kind == "shared-store":
+        if topology.kind in ("shared-store", "jdbc-store"):
             store = topology.shared_store
             return self.launch_shared_store(scenario, workdir, nodes=len(topology.nodes),
                                             lock_keep_alive_period_ms=store.lock_keep_alive_period_ms,
-                                            lock_acquire_sleep_interval_ms=store.lock_acquire_sleep_interval_ms)
+                                            lock_acquire_sleep_interval_ms=store.lock_acquire_sleep_interval_ms,
+                                            jdbc=store.kind == "jdbc")
         ok, reason = self.availability()
         if not ok:
             raise TargetUnavailable(reason)

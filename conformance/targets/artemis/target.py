@@ -309,6 +309,9 @@ class ArtemisTarget:
         if capability == "exclusive_consumers":
             return ("ActiveMQ Classic's per-consumer exclusive flag; Artemis has exclusive queues (a queue setting), "
                     "not exclusive consumers")
+        if capability == "topology.jdbc-store":
+            return ("Artemis's JDBC shared store (database-store with a lease lock) is not launched by this "
+                    "folder yet; only the file shared store is (artemis/shared_store.py)")
         if capability == "topology.network":
             return "ActiveMQ Classic network connectors; Artemis forms clusters instead (another document)"
         if self.launch_mode == "container" and capability == "tls":

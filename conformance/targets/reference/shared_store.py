@@ -13,6 +13,7 @@ from typing import Callable
 
 from conformance.targets.reference.process import ReferenceBrokerProcess
 from conformance.targets.runtime.node import ProcessNode
+from conformance.targets.runtime.postgres import PostgresServer
 from conformance.targets.runtime.process import free_ports
 from conformance.targets.runtime.shared_group import SharedStoreCluster, node_names
 from conformance.topology import Topology
@@ -28,15 +29,34 @@ def launch_shared_store(topology: Topology, node_config: Callable[[str], dict], 
     from the target); ``protocols``: the listeners each node opens."""
     store = topology.shared_store
     names = node_names(len(topology.nodes), topology.nodes)
-    workdir = Path(workdir).absolute() / "reference-shared-store"
+    workdir = Path(workdir).absolute() / ("reference-jdbc-store" if store.kind == "jdbc" else "reference-shared-store")
     shared = workdir / "shared-journal"
+    database = None
+    if store.kind == "jdbc":  # guide 3.2: one database, a lease in it (reference_broker/ha/lease.py)
+        database = PostgresServer(workdir / "database").start()
+        store_config = {"kind": "database", "dsn": database.dsn,
+                        "lock_keep_alive_period": store.lock_keep_alive_period_ms,
+                        "locker": {"kind": "lease_database",
+                                   "lock_acquire_sleep_interval": store.lock_acquire_sleep_interval_ms}}
+    else:
+        store_config = {"kind": "journal", "directory": str(shared),
+                        "lock_keep_alive_period": store.lock_keep_alive_period_ms,
+                        "locker": {"kind": "shared_file",
+                                   "lock_acquire_sleep_interval": store.lock_acquire_sleep_interval_ms}}
+    try:
+        return _start_group(topology, names, node_config, store_config, protocols, workdir, shared, database, timeout)
+    except BaseException:
+        if database is not None:
+            database.stop()  # (a group that started stops it with its nodes)
+        raise
+
+
+def _start_group(topology, names, node_config, store_config, protocols, workdir, shared, database,
+                 timeout) -> SharedStoreCluster:
     nodes: dict[str, ProcessNode] = {}
     for name in names:
         config = node_config(f"{topology.prefix}-{name}")
-        config["store"] = {**config.get("store", {}), "kind": "journal", "directory": str(shared),
-                           "lock_keep_alive_period": store.lock_keep_alive_period_ms,
-                           "locker": {"kind": "shared_file",
-                                      "lock_acquire_sleep_interval": store.lock_acquire_sleep_interval_ms}}
+        config["store"] = {**config.get("store", {}), **store_config}
         node_dir = workdir / f"node-{name}"
         node_dir.mkdir(parents=True, exist_ok=True)
         config_file = node_dir / "broker.json"
@@ -48,6 +68,10 @@ def launch_shared_store(topology: Topology, node_config: Callable[[str], dict], 
         process.mqtt_port = mqtt if process.mqtt else None
         process.amqp_port = amqp if process.amqp else None
         nodes[name] = ProcessNode(name, process, wait_for="lock")
-    group = SharedStoreCluster(topology, nodes, shared, label="reference", lock_file=shared / LOCK_FILE_NAME)
-    group.start(timeout=timeout)
+    if database is not None:
+        group = SharedStoreCluster(topology, nodes, workdir / "database", label="reference (database)",
+                                   database=database)
+    else:
+        group = SharedStoreCluster(topology, nodes, shared, label="reference", lock_file=shared / LOCK_FILE_NAME)
+    group.start(timeout=timeout)  # stops every node (and the database) if the group does not form
     return group

@@ -28,6 +28,7 @@ from conformance.targets.reference.rigs import MasterSlaveRig
 from conformance.targets.reference.shared_store import launch_shared_store
 from conformance.targets.runtime.loop_thread import LoopThread
 from conformance.targets.tls_setup import TlsSetup, prepare as prepare_tls
+from conformance.targets.runtime import postgres
 from conformance.targets.runtime.node import launch_single
 from conformance.topology import check_supported
 from reference_broker.config import ConfigError, PolicyEntry, build_config
@@ -308,8 +309,8 @@ class ProcessReference:
 class ReferenceTarget:
     name = "reference"
     kind = "reference"
-    #: no capability depends on an extra install (`Target.capability_requirements`)
-    capability_requirements: dict[str, str] = {}
+    #: groups on one database need a PostgreSQL server (`Target.capability_requirements`)
+    capability_requirements: dict[str, str] = {"topology.jdbc-store": "postgresql"}
 
     def __init__(self, name: str = "reference", launch: str = "in-process") -> None:
         if launch not in ("in-process", "process"):
@@ -321,11 +322,16 @@ class ReferenceTarget:
         return True, ""
 
     def capabilities(self) -> frozenset[str]:
-        return CAPABILITIES | ({"process.kill"} if self.launch_mode == "process" else frozenset())
+        extra = {"process.kill"} if self.launch_mode == "process" else set()
+        if postgres.availability()[0]:
+            extra.add("topology.jdbc-store")  # a master/slave group on one database (guide 3.2)
+        return CAPABILITIES | extra
 
     def why_missing(self, capability: str) -> str | None:
         if capability == "process.kill" and self.launch_mode == "in-process":
             return "the in-process reference broker cannot be killed: use the reference:process target"
+        if capability == "topology.jdbc-store":
+            return postgres.availability()[1] or None
         return None
 
     def launch(self, scenario: Scenario, workdir: Path):
@@ -358,7 +364,7 @@ class ReferenceTarget:
         check_supported(self, topology)
         if topology.kind == "single":
             return launch_single(self, topology, scenario, workdir, faultable=self.launch_mode == "process")
-        if topology.kind == "shared-store":
+        if topology.kind in ("shared-store", "jdbc-store"):
             try:
                 return launch_shared_store(topology, lambda name: scenario_config(scenario, name=name),
                                            scenario.protocols, workdir)

@@ -17,6 +17,7 @@ could not enter; the server's log is copied into the caller's work directory for
 
 from __future__ import annotations
 
+import functools
 import os
 import pwd
 import shutil
@@ -56,11 +57,18 @@ def find_bindir() -> Path:
                                f"looked in {DEBIAN_BIN_GLOB} and on PATH)")
 
 
+@functools.lru_cache(maxsize=None)
 def availability() -> tuple[bool, str]:
+    """Whether a private server can run here (binaries, the user to run them as, the Python
+    driver), and why not; asked once per process."""
     try:
         find_bindir()
     except PostgresNotInstalled as e:
         return False, str(e)
+    try:
+        import psycopg  # noqa: F401 - the reference broker's store and the tests talk through it
+    except ImportError:
+        return False, "the Python driver psycopg is not installed (pip install 'psycopg[binary]')"
     if os.geteuid() == 0:
         try:
             pwd.getpwnam(SYSTEM_USER)
@@ -141,7 +149,7 @@ class PostgresServer:
 
     def stop(self, timeout: float = 30.0) -> None:
         """Fast shutdown (SIGINT: abort transactions, disconnect clients, checkpoint), then the
-        directory goes; the log is kept in the work directory."""
+        directory goes; the log is kept in the work directory. Idempotent."""
         self._halt(signal.SIGINT, timeout)
         self._remove()
 

@@ -38,13 +38,15 @@ class SharedStoreCluster(NodeRestarts):
     host = "127.0.0.1"
 
     def __init__(self, topology: Topology, nodes: dict[str, ProcessNode], store: Path, *, label: str,
-                 lock_file: Path | None = None) -> None:
+                 lock_file: Path | None = None, database: Any = None) -> None:
         self.topology = topology
         self.nodes = nodes
         self.store = Path(store)
         self.label = label
         #: the file whose lock makes a node master, when the harness can reach it (lock-loss tests)
         self.lock_file = Path(lock_file) if lock_file is not None else None
+        #: a jdbc store's database server (runtime/postgres.py PostgresServer), stopped after the nodes
+        self.database = database
 
     def start(self, timeout: float = 120) -> None:
         deadline = time.monotonic() + timeout
@@ -106,6 +108,11 @@ class SharedStoreCluster(NodeRestarts):
                 node.stop()
             except Exception as exc:  # noqa: BLE001 - stop the others whatever happens
                 errors.append(f"{node.name}: {exc}")
+        if self.database is not None:
+            try:
+                self.database.stop()
+            except Exception as exc:  # noqa: BLE001
+                errors.append(f"database: {exc}")
         if errors:
             raise SharedStoreError(f"could not stop every node of {self.store}: {errors}")
 
