@@ -165,6 +165,9 @@ class ArtemisConfig:
     #: on one set of data directories (``data_directory``, shared by the pair); None: no HA policy
     ha_policy: str | None = None
     data_directory: str = "data"
+    #: the JDBC shared store (Artemis "Persistence", "JDBC Persistence"; HA "Shared Store" on a
+    #: database): messages, bindings and the node manager's lock in PostgreSQL tables
+    database: "ArtemisDatabase | None" = None
 
     @property
     def anonymous(self) -> bool:
@@ -205,7 +208,7 @@ class ArtemisConfig:
       <bindings-directory>{escape(self.data_directory)}/bindings</bindings-directory>
       <journal-directory>{escape(self.data_directory)}/journal</journal-directory>
       <large-messages-directory>{escape(self.data_directory)}/large-messages</large-messages-directory>
-{self.ha_policy_xml()}      <!-- a busy shared machine must not make the broker halt itself (its default policy) -->
+{self.ha_policy_xml()}{self.database.store_xml() if self.database is not None else ""}      <!-- a busy shared machine must not make the broker halt itself (its default policy) -->
       <critical-analyzer>false</critical-analyzer>
       <max-disk-usage>100</max-disk-usage>
       <security-enabled>true</security-enabled>
@@ -268,9 +271,34 @@ class ArtemisConfig:
         return f"{ROLE} = {','.join(u for u, _ in (self.admin, *self.users))}\n"
 
 
+@dataclass(frozen=True)
+class ArtemisDatabase:
+    """A ``<database-store>`` on PostgreSQL. ``lock_renew_period_ms`` / ``lock_expiration_ms``:
+    Artemis's jdbc-lock-renew-period (default 2000) and jdbc-lock-expiration (default 20000), the
+    lease the live renews and a backup waits out: the topology's keep-alive and lease."""
+
+    jdbc_url: str
+    user: str
+    password: str
+    lock_renew_period_ms: int = 2000
+    lock_expiration_ms: int = 20000
+
+    def store_xml(self) -> str:
+        rows = [("jdbc-driver-class-name", "org.postgresql.Driver"), ("jdbc-connection-url", self.jdbc_url),
+                ("jdbc-user", self.user), ("jdbc-password", self.password),
+                ("bindings-table-name", "BINDINGS"), ("message-table-name", "MESSAGES"),
+                ("large-message-table-name", "LARGE_MESSAGES"), ("page-store-table-name", "PAGE_STORE"),
+                ("node-manager-store-table-name", "NODE_MANAGER_STORE"),
+                ("jdbc-lock-renew-period", str(int(self.lock_renew_period_ms))),
+                ("jdbc-lock-expiration", str(int(self.lock_expiration_ms)))]
+        inner = "".join(f"\n            <{tag}>{escape(value)}</{tag}>" for tag, value in rows)
+        return f"      <store>\n         <database-store>{inner}\n         </database-store>\n      </store>\n"
+
+
 def render(scenario: Scenario, *, name: str, host: str, ports: dict[str, int],
            admin: tuple[str, str], tls_keystore: str | None = None, tls_password: str | None = None,
-           ha_policy: str | None = None, data_directory: str = "data") -> ArtemisConfig:
+           ha_policy: str | None = None, data_directory: str = "data",
+           database: ArtemisDatabase | None = None) -> ArtemisConfig:
     """The instance configuration for ``scenario``; raises `UnsupportedArtemisPolicy` naming what
     Artemis cannot express, before anything starts."""
     if scenario.memory_limit is not None:
@@ -279,7 +307,7 @@ def render(scenario: Scenario, *, name: str, host: str, ports: dict[str, int],
             "Artemis setting of the same meaning (global-max-size pages or blocks addresses instead)")
     config = ArtemisConfig(name=name, host=host, ports=dict(ports), users=tuple(scenario.users), admin=admin,
                            policies=tuple(scenario.policies), tls_keystore=tls_keystore, tls_password=tls_password,
-                           ha_policy=ha_policy, data_directory=data_directory)
+                           ha_policy=ha_policy, data_directory=data_directory, database=database)
     if any(listener.endswith("_ssl") for listener in ports) and not tls_keystore:
         raise UnsupportedArtemisPolicy(f"scenario {scenario.name!r}: TLS acceptors need a keystore")
     names = [u for u, _ in config.users]

@@ -28,6 +28,7 @@ from __future__ import annotations
 import base64
 import json
 import secrets
+import shutil
 import subprocess
 import time
 import urllib.error
@@ -37,9 +38,10 @@ from pathlib import Path
 from conformance.scenario import Scenario
 
 from conformance.targets.runtime.probes import stomp_handshake
-from conformance.targets.artemis.config import ArtemisConfig, render
+from conformance.targets.artemis.config import ArtemisConfig, ArtemisDatabase, render
 from conformance.targets.artemis.dist import home, installed
 from conformance.targets.runtime.managed import ManagedProcess
+from conformance.targets.runtime.postgres import JDBC_DRIVER_JAR
 from conformance.targets.runtime.process import free_ports
 from conformance.targets.tls_setup import prepare as prepare_tls
 
@@ -78,13 +80,16 @@ class ArtemisProcess(ManagedProcess):
 
     def __init__(self, workdir: Path, scenario: Scenario, *, name: str = "brokerconf-artemis",
                  jvm_heap_mb: int = 384, artemis_home: Path | None = None, ha_policy: str | None = None,
-                 shared_data: Path | None = None) -> None:
+                 shared_data: Path | None = None, database: ArtemisDatabase | None = None) -> None:
         """``ha_policy`` ("primary" / "backup") with ``shared_data``: one node of a shared-store
-        pair (`artemis.shared_store`), its journal, bindings, paging and large messages there."""
-        if (ha_policy is None) != (shared_data is None):
-            raise ValueError("ha_policy and shared_data go together (a shared-store node needs both)")
+        pair (`artemis.shared_store`), its journal, bindings, paging and large messages there; or
+        with ``database``: the pair's store (and its lock) in PostgreSQL tables instead, the driver
+        jar put in the instance's lib directory."""
+        if (ha_policy is None) != (shared_data is None and database is None):
+            raise ValueError("ha_policy goes with shared_data or database (a shared-store node needs a store)")
         self.ha_policy = ha_policy
         self.shared_data = Path(shared_data).absolute() if shared_data is not None else None
+        self.database = database
         self.workdir = Path(workdir).absolute()
         self.scenario = scenario
         self.name = name
@@ -125,7 +130,8 @@ class ArtemisProcess(ManagedProcess):
                                            "tls_password": self.tls.pki.password}
         self.config = render(self.scenario, name=self.name, host=self.host, ports=self.ports, admin=self.admin,
                              ha_policy=self.ha_policy,
-                             data_directory=str(self.shared_data) if self.shared_data else "data", **tls)
+                             data_directory=str(self.shared_data) if self.shared_data else "data",
+                             database=self.database, **tls)
         command = [str(self.artemis_home / "bin" / "artemis"), "create", str(self.instance), "--silent",
                    "--force", "--user", self.admin[0], "--password", self.admin[1],
                    "--allow-anonymous" if self.config.anonymous else "--require-login",
@@ -138,6 +144,9 @@ class ArtemisProcess(ManagedProcess):
             shown = [a if a != self.admin[1] else "***" for a in command]
             raise ArtemisStartError(f"`{' '.join(shown)}` failed (exit {result.returncode}):\n"
                                     + "\n".join((result.stdout or "").splitlines()[-20:]))
+        if self.database is not None:
+            # Artemis puts <instance>/lib on its class path ("Persistence", JDBC: the driver jar there)
+            shutil.copy(JDBC_DRIVER_JAR, self.instance / "lib" / "postgresql.jar")
         self._write_config()
         self._created = True
 

@@ -15,8 +15,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from conformance.scenario import Scenario
+from conformance.targets.artemis.config import ArtemisDatabase
 from conformance.targets.artemis.process import ArtemisProcess
 from conformance.targets.runtime.node import ProcessNode
+from conformance.targets.runtime.postgres import PostgresServer
 from conformance.targets.runtime.shared_group import SharedStoreCluster, node_names
 from conformance.topology import Topology
 
@@ -36,6 +38,10 @@ def launch_shared_store(topology: Topology, scenario: Scenario, workdir: Path, *
                         timeout: float = 240) -> SharedStoreCluster:
     """Start the group: node A primary and serving, the others backups waiting for its lock."""
     names = node_names(len(topology.nodes), topology.nodes)
+    store = topology.shared_store
+    if store.kind == "jdbc":
+        return _launch_jdbc(topology, scenario, Path(workdir).absolute() / "artemis-jdbc-store", names,
+                            jvm_heap_mb=jvm_heap_mb, timeout=timeout)
     workdir = Path(workdir).absolute() / "artemis-shared-store"
     shared = workdir / "shared-data"
     nodes = {}
@@ -49,4 +55,30 @@ def launch_shared_store(topology: Topology, scenario: Scenario, workdir: Path, *
     group = ArtemisSharedStoreCluster(topology, nodes, shared, label="artemis",
                                       lock_file=shared / "journal" / "server.lock")
     group.start(timeout=timeout)
+    return group
+
+
+def _launch_jdbc(topology: Topology, scenario: Scenario, workdir: Path, names, *, jvm_heap_mb: int,
+                 timeout: float) -> SharedStoreCluster:
+    """The JDBC shared store: the pair's store and its lease lock (JdbcNodeManager) in a private
+    PostgreSQL server; the topology's keep-alive is the lease's renew period and its acquire
+    interval the lease's expiration (Artemis has no separate polling setting)."""
+    store = topology.shared_store
+    database = PostgresServer(workdir / "database").start()
+    try:
+        settings = ArtemisDatabase(database.jdbc_url, database.credentials.user, database.credentials.password,
+                                   lock_renew_period_ms=store.lock_keep_alive_period_ms,
+                                   lock_expiration_ms=store.lock_acquire_sleep_interval_ms)
+        nodes = {}
+        for index, name in enumerate(names):
+            process = ArtemisProcess(workdir / f"node-{name}", scenario, name=f"{topology.prefix}-{name}",
+                                     jvm_heap_mb=jvm_heap_mb, ha_policy="primary" if index == 0 else "backup",
+                                     database=settings)
+            nodes[name] = ProcessNode(name, process, wait_for="lock")
+        group = SharedStoreCluster(topology, nodes, workdir / "database", label="artemis (database)",
+                                   database=database)
+    except BaseException:
+        database.stop()
+        raise
+    group.start(timeout=timeout)  # stops the nodes and the database if the pair does not form
     return group

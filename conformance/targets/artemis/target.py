@@ -42,6 +42,7 @@ from conformance.targets.artemis.config import DEAD_LETTER_ADDRESS, UnsupportedA
 from conformance.targets.artemis.dist import ARTEMIS_IMAGE, installed
 from conformance.targets.base import DestinationCounters, SubscriptionCounters, TargetUnavailable
 from conformance.targets.runtime.docker_env import DockerUnavailable, image_available
+from conformance.targets.runtime import postgres
 from conformance.targets.runtime.node import launch_single
 from conformance.topology import check_supported
 from conformance.targets.runtime.launch_choice import choose_launch
@@ -248,9 +249,9 @@ class ArtemisTarget:
     tests (defaults: `artemis_dist.installed`, docker_env's image check, which never pulls)."""
 
     kind = "artemis"
-    #: no capability depends on an extra install (`Target.capability_requirements`); the whole
-    #: target needs `requirement`
-    capability_requirements: dict[str, str] = {}
+    #: a JDBC shared store needs PostgreSQL (`Target.capability_requirements`); the whole target
+    #: needs `requirement`
+    capability_requirements: dict[str, str] = {"topology.jdbc-store": "postgresql"}
 
     def __init__(self, name: str = "artemis", *, launch: str = "auto", image: str | None = None,
                  image_check=None, process_check: Callable[[], tuple[bool, str]] | None = None,
@@ -299,7 +300,17 @@ class ArtemisTarget:
         return ok, reason
 
     def capabilities(self) -> frozenset[str]:
-        return PROCESS_CAPABILITIES if self.launch_mode == "process" else CONTAINER_CAPABILITIES
+        if self.launch_mode != "process":
+            return CONTAINER_CAPABILITIES
+        return PROCESS_CAPABILITIES | ({"topology.jdbc-store"} if self._jdbc_available()[0] else frozenset())
+
+    def _jdbc_available(self) -> tuple[bool, str]:
+        """A JDBC shared-store pair (local JVMs): a private PostgreSQL server and its driver jar."""
+        if self.launch_mode == "container":
+            return False, "JDBC shared-store pairs are launched as local JVMs (artemis:process)"
+        if not postgres.JDBC_DRIVER_JAR.is_file():
+            return False, f"the PostgreSQL JDBC driver {postgres.JDBC_DRIVER_JAR} is missing (Debian package libpostgresql-jdbc-java)"
+        return postgres.availability()
 
     def why_missing(self, capability: str) -> str | None:
         if capability == "counters.subscription":
@@ -310,8 +321,7 @@ class ArtemisTarget:
             return ("ActiveMQ Classic's per-consumer exclusive flag; Artemis has exclusive queues (a queue setting), "
                     "not exclusive consumers")
         if capability == "topology.jdbc-store":
-            return ("Artemis's JDBC shared store (database-store with a lease lock) is not launched by this "
-                    "folder yet; only the file shared store is (artemis/shared_store.py)")
+            return self._jdbc_available()[1] or None
         if capability == "topology.network":
             return "ActiveMQ Classic network connectors; Artemis forms clusters instead (another document)"
         if self.launch_mode == "container" and capability == "tls":
@@ -326,7 +336,7 @@ class ArtemisTarget:
         """One broker, or a shared-store primary/backup group of local JVMs
         (`artemis.shared_store`); clusters of Artemis brokers are a later capability."""
 
-        if topology.kind == "shared-store":
+        if topology.kind in ("shared-store", "jdbc-store"):
             check_supported(self, topology)
             from conformance.targets.artemis.shared_store import launch_shared_store
 

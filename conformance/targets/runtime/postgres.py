@@ -33,6 +33,8 @@ from .process import free_ports, stop_group
 #: Debian installs each major version's server binaries here (postgresql-common's layout)
 DEBIAN_BIN_GLOB = "/usr/lib/postgresql/*/bin"
 SYSTEM_USER = "postgres"
+#: Debian's PostgreSQL JDBC driver (libpostgresql-jdbc-java), what the JVM brokers connect with
+JDBC_DRIVER_JAR = Path("/usr/share/java/postgresql.jar")
 
 
 class PostgresNotInstalled(RuntimeError):
