@@ -167,3 +167,44 @@ def test_database_pair_slave_takes_over_after_kill_with_every_receipted_message(
     finally:
         for broker in (a, b):
             broker.stop()
+
+
+def test_master_cut_from_its_database_stops_serving_before_the_slave_takes_over(clean, tmp_path):
+    """Issue 18 (guide 3.2 with a lease): the master's database link goes silent (a black hole in
+    the fault proxy: connections stay open, nothing answers). Its lease renewals go unanswered, so
+    it must stop serving before its lease ends -- and only after that may the slave, whose own
+    link is fine, take the lease and serve. Never two masters at once."""
+    from chaos.proxy import FaultProxyServer
+    from chaos.proxy.client import ToxiproxyClient
+    from conformance.targets.runtime.probes import tcp_accepts
+
+    proxy_server = FaultProxyServer().start()
+    try:
+        api = ToxiproxyClient(proxy_server.api_url)
+        link = api.create_proxy("pg-A", f"127.0.0.1:{clean.port}")
+        proxied_port = int(link["listen"].rsplit(":", 1)[1])
+        a = start(tmp_path, "A", clean.dsn.replace(f"port={clean.port}", f"port={proxied_port}"))
+        b = start(tmp_path, "B", clean.dsn, wait_for="lock")
+        try:
+            assert b.role == "slave"
+            for stream in ("upstream", "downstream"):
+                api.add_toxic("pg-A", "timeout", stream=stream, name=f"blackhole-{stream}", attributes={"timeout": 0})
+            cut = time.monotonic()
+            a_stopped = b_serving = None
+            while time.monotonic() - cut < 30 and (a_stopped is None or b_serving is None):
+                now = time.monotonic() - cut
+                if a_stopped is None and not tcp_accepts(a.stomp_port, 0.2):
+                    a_stopped = now
+                if b_serving is None and b.stomp_port and tcp_accepts(b.stomp_port, 0.2):
+                    b_serving = now
+                time.sleep(0.02)
+            print(f"after the cut: A stopped serving at {a_stopped} s, B served at {b_serving} s")
+            assert a_stopped is not None, f"the cut-off master never stopped serving:\n{a.log_tail()}"
+            assert b_serving is not None, f"the slave never took over:\n{b.log_tail()}"
+            assert a_stopped < b_serving, (f"split brain: B served at {b_serving:.2f} s while A still served until "
+                                           f"{a_stopped:.2f} s\nA:\n{a.log_tail()}\nB:\n{b.log_tail()}")
+        finally:
+            for broker in (a, b):
+                broker.stop()
+    finally:
+        proxy_server.stop()
