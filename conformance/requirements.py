@@ -35,6 +35,7 @@ KNOWN: dict[str, str] = {
     "docker": "a running Docker engine with the project's images (docker/build-images.sh)",
     "netns": "iproute2 network namespaces (root)",
     "postgresql": "a PostgreSQL server (Debian package postgresql)",
+    "atheris": "the atheris fuzzer (PyPI, in the test extra; fuzz/)",
 }
 
 ENV = "BROKERCONF_REQUIRE"

@@ -8,7 +8,18 @@ from __future__ import annotations
 import pytest
 
 from reference_broker.config import ConfigError, load_config
+from proton import ulong
+
 from reference_broker.protocols.amqp.convert import ConversionError, decode_message
+from reference_broker.protocols.amqp.sasl import SASL_HEADER, SASL_INIT, SaslServer, SaslState
+
+
+def _sasl_init(response) -> bytes:
+    return SASL_HEADER + SaslServer._encode(SASL_INIT, ["PLAIN", response])
+
+
+def _accept_all(login, passcode):
+    return None
 
 
 def test_amqp_section_with_a_list_as_descriptor_is_a_decode_error():
@@ -35,3 +46,21 @@ def test_config_path_that_is_a_directory_is_a_config_error(tmp_path):
     # Same family as the non-UTF-8 file (not from the fuzzer, which writes files): IsADirectoryError escaped.
     with pytest.raises(ConfigError, match="cannot read the configuration file"):
         load_config(tmp_path)
+
+
+def test_sasl_init_with_a_string_as_initial_response_is_refused():
+    # The fuzzer's input: sasl-init whose initial-response is an AMQP string, not binary
+    # (AMQP 1.0 5.3.3.2 types it binary). bytes(str) raised TypeError out of the SASL layer.
+    server = SaslServer(["PLAIN"], _accept_all)
+    server.feed(_sasl_init("\x00user\x00secret"))
+    assert server.state is SaslState.FAILED, server.state
+    assert "initial-response must be binary" in server.error
+
+
+def test_sasl_init_with_a_huge_number_as_initial_response_allocates_nothing():
+    # Same spot, worse input: bytes(int) makes that many zero bytes, so an initial-response of
+    # ulong 2**40 asked for a terabyte (MemoryError; a few GB would be allocated for real).
+    server = SaslServer(["PLAIN"], _accept_all)
+    server.feed(_sasl_init(ulong(2**40)))
+    assert server.state is SaslState.FAILED, server.state
+    assert "initial-response must be binary" in server.error
