@@ -59,7 +59,12 @@ def main(argv: list[str] | None = None) -> int:
         for name in sorted(TARGETS):
             print(f"{name:10} {TARGETS[name].__doc__.strip().splitlines()[0]}")
         return 0
-    import atheris  # imported here so --list and the usage errors work without it
+    try:
+        import atheris  # imported here so --list and the usage errors work without it
+    except ImportError:
+        print("python -m fuzz: atheris is not installed (it is in the test extra: "
+              "pip install -e '.[test]')", file=sys.stderr)
+        return 1
 
     work = args.work or ROOT / ".tools" / "fuzz" / args.target
     work.mkdir(parents=True, exist_ok=True)

@@ -21,9 +21,29 @@ TARGETS = ["stomp", "mqtt", "amqp", "selector", "config"]
 SECONDS = int(os.environ.get("BROKERCONF_FUZZ_SECONDS", "8"))
 DONE = re.compile(r"#(\d+)\s+DONE\s+cov: (\d+) ft: (\d+)")
 
-pytestmark = pytest.mark.slow
 
 
+@pytest.mark.parametrize(("argv", "named"), [(["nosuch"], "target"), (["stomp", "--seconds", "0"], "--seconds"),
+                                              (["stomp", "--runs", "x"], "--runs"), ([], "target")])
+def test_bad_arguments_are_usage_errors_naming_the_option(argv, named, capsys):
+    from fuzz.__main__ import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    assert named in capsys.readouterr().err
+
+
+def test_every_target_has_a_seed_corpus():
+    from fuzz.__main__ import CORPUS
+    from fuzz.targets import TARGETS as REGISTERED
+
+    assert sorted(REGISTERED) == sorted(TARGETS)
+    for target in TARGETS:
+        assert len(list((CORPUS / target).iterdir())) >= 5, f"fuzz/corpus/{target} has too few seeds"
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("target", TARGETS)
 def test_fuzz_target_runs_without_crash_or_hang(target, tmp_path, record_property):
     try:
