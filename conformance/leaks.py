@@ -29,6 +29,7 @@ SIGTERM). Nothing is killed or removed here: the point is to fail the run and na
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -117,16 +118,28 @@ class StartedRegistry:
 
         def __init__(popen: subprocess.Popen, args: Any, *rest: Any, **kwargs: Any) -> None:
             original(popen, args, *rest, **kwargs)
-            registry.started_process(popen.pid, args)
+            own_group = bool(kwargs.get("start_new_session")) or kwargs.get("process_group") == 0
+            registry.started_process(popen.pid, args, own_group)
         return __init__
 
-    def started_process(self, pid: int, args: Any) -> None:
+    def started_process(self, pid: int, args: Any, own_group: bool = False) -> None:
         stat = _stat(pid)
-        argv = [str(a) for a in args] if isinstance(args, (list, tuple)) else [str(args)]
+        if isinstance(args, (list, tuple)):
+            argv = [os.fsdecode(a) if isinstance(a, (bytes, os.PathLike)) else str(a) for a in args]
+        else:
+            try:
+                argv = shlex.split(os.fsdecode(args) if isinstance(args, (bytes, os.PathLike)) else str(args))
+            except ValueError:
+                argv = [str(args)]
         where = _caller(self.roots)
+        command = " ".join(argv)[:200]
         if stat is not None:
             # Popen returns once the child has exec'd, so a setsid() it asked for has happened.
-            self.processes.append(StartedProcess(pid, stat[3], stat[1] == pid, " ".join(argv)[:200], where))
+            self.processes.append(StartedProcess(pid, stat[3], own_group or stat[1] == pid, command, where))
+        elif own_group:
+            # Already gone (a launcher script that exits at once): its group may live on. Start
+            # time unknown, so any process in that group counts.
+            self.processes.append(StartedProcess(pid, 0, True, command, where))
         self._record_command(argv, where)
         # A mount made by a helper process (a FUSE client, sshfs) names its mount point on the
         # command line; remembered so a new mount there counts as this session's.
@@ -165,11 +178,14 @@ class StartedRegistry:
 
         def create(collection: Any, *args: Any, **kwargs: Any) -> Any:
             made = original(collection, *args, **kwargs)
-            image = str(args[0] if args else kwargs.get("image", ""))
-            if kind == "container" and _REAPER_IMAGE in image:
-                return made
-            name = kwargs.get("name") or (args[0] if kind != "container" and args else "")
-            registry.docker.append((kind, made.id, f"{image or name}".strip() + f" ({_caller(registry.roots)})"))
+            first = str(args[0]) if args else ""
+            if kind == "container":
+                what = first or str(kwargs.get("image", ""))  # create(image, command=None, **kwargs)
+                if _REAPER_IMAGE in what:
+                    return made
+            else:
+                what = first or str(kwargs.get("name", ""))   # create(name, **kwargs)
+            registry.docker.append((kind, made.id, f"{what} ({_caller(registry.roots)})"))
             return made
         return create
 
