@@ -1,5 +1,5 @@
 """Model-based test of MQTT session state (hypothesis.stateful), like the queue model in
-test_engine_model.py: a small model says which PUBLISHes each client must see, and the real
+test_engine_model.py (and the engine's wildcard routing in test_topic_model.py): a small model says which PUBLISHes each client must see, and the real
 `MqttSession`s (sans-IO, over the harness of test_mqtt_session.py) are compared with it after
 every step.
 
