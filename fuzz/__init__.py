@@ -2,7 +2,8 @@
 
 Each target (fuzz/targets.py) takes one input from libFuzzer and runs it through one parser:
 the STOMP codec, the MQTT codec, the AMQP layer the broker decodes itself (the SASL exchange and
-the transfer payload sections), the selector parser and evaluator, and the configuration loader.
+the transfer payload sections), the selector parser and evaluator, and the configuration loader;
+and whole STOMP and MQTT sessions on an in-process engine (where no exception may escape).
 The parser's own error type for bad input (StompProtocolError, MqttProtocolError, SaslError /
 ConversionError, SelectorError, ConfigError) is the expected answer; any other exception, an
 assertion of a target's round-trip property, or one input running past the time-out is a finding.

@@ -130,9 +130,48 @@ password = "p"
     }
 
 
+def stomp_session() -> dict[str, bytes]:
+    connect = serialize_frame("CONNECT", [("accept-version", "1.0,1.1,1.2"), ("host", "h")], b"",
+                              content_length=False)
+    frames = [
+        serialize_frame("SUBSCRIBE", [("id", "1"), ("destination", "/queue/a"), ("ack", "client")], b"", content_length=False),
+        serialize_frame("SEND", [("destination", "/queue/a"), ("receipt", "r1"), ("p", "7")], b"hello"),
+        serialize_frame("SUBSCRIBE", [("id", "2"), ("destination", "/topic/t.>"), ("selector", "p > 3")], b"", content_length=False),
+        serialize_frame("BEGIN", [("transaction", "tx")], b"", content_length=False),
+        serialize_frame("SEND", [("destination", "/topic/t.x"), ("transaction", "tx"), ("p", "5")], b"in tx"),
+        serialize_frame("COMMIT", [("transaction", "tx")], b"", content_length=False),
+        serialize_frame("ACK", [("id", "x")], b"", content_length=False),
+        serialize_frame("UNSUBSCRIBE", [("id", "1")], b"", content_length=False),
+        serialize_frame("DISCONNECT", [("receipt", "bye")], b"", content_length=False),
+    ]
+    return {
+        "session": bytes([0]) + connect + b"".join(frames),
+        "session-chunked": bytes([9]) + connect + b"".join(frames),
+        "no-connect": bytes([0]) + b"".join(frames[:2]),
+        "temp-queue": bytes([0]) + connect + serialize_frame(
+            "SEND", [("destination", "/temp-queue/r"), ("reply-to", "/temp-queue/r")], b"q"),
+    }
+
+
+def mqtt_session() -> dict[str, bytes]:
+    out = {}
+    for level in (MQTT_311, MQTT_5):
+        props = Properties(session_expiry_interval=60) if level == MQTT_5 else Properties()
+        connect = encode(Connect(protocol_level=level, clean_start=level == MQTT_5, keep_alive=0, client_id=f"c{level}",
+                                 will=Will("w/t", b"bye", 1, False), properties=props), level)
+        packets = b"".join(encode(p, level) for p in (
+            Subscribe(1, [Subscription("a/#", 2), Subscription("$share/g/b", 1)]),
+            Publish("a/b", b"one", 1, packet_id=2), Publish("a/c", b"two", 2, packet_id=3), Pubrel(3),
+            Publish("r/x", b"kept", 0, retain=True), Puback(1), Pubrec(2), Unsubscribe(4, ["a/#"]),
+            Pingreq(), Disconnect()))
+        out[f"session-{level}"] = bytes([0]) + connect + packets
+        out[f"session-{level}-chunked"] = bytes([7]) + connect + packets
+    return out
+
+
 def main() -> None:
     for target, make in (("stomp", stomp), ("mqtt", mqtt), ("amqp", amqp), ("selector", selector),
-                         ("config", config)):
+                         ("config", config), ("stomp-session", stomp_session), ("mqtt-session", mqtt_session)):
         folder = CORPUS / target
         folder.mkdir(parents=True, exist_ok=True)
         for name, data in make().items():

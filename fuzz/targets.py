@@ -197,6 +197,75 @@ def config(work: Path) -> OneInput:
     return one
 
 
+class _Transport:
+    """The listener's side of a session (`SessionTransport`), keeping nothing."""
+
+    closed = False
+
+    def write(self, data: bytes) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+
+def _session_target(make_session) -> OneInput:
+    """Bytes into a session's `data_received` (in chunks) and then `connection_lost`, as the
+    listener does; nothing may escape but what the listener expects (nothing at all)."""
+
+    def one(data: bytes) -> None:
+        if not data:
+            return
+        control, data = data[0], data[1:]
+        transport = _Transport()
+        session = make_session(transport)
+        try:
+            for piece in _chunks(data, control):
+                if transport.closed:
+                    break
+                session.data_received(piece)
+        finally:
+            session.connection_lost()
+
+    return one
+
+
+def _engine():
+    from reference_broker.config import build_config
+    from reference_broker.engine.broker import Broker
+
+    # One engine for the whole run (a broker per input would cost more than the input); kept
+    # MQTT sessions and retained messages pile up in it, which a fuzzing run's length allows.
+    config = build_config({"stomp": None})
+    return config, Broker(config, clock=lambda: 1_700_000_000.0)
+
+
+def mqtt_session(work: Path) -> OneInput:
+    """MQTT bytes into an MqttSession on an in-process engine (CONNECT first, as a client sends)."""
+    from reference_broker.protocols.mqtt.session import MqttSession, MqttSessionRegistry
+
+    config, broker = _engine()
+    registry = MqttSessionRegistry(broker, config.mqtt_options, clock=lambda: 1000.0)
+    return _session_target(lambda transport: MqttSession(broker, transport, registry, clock=lambda: 1000.0))
+
+
+def stomp_session(work: Path) -> OneInput:
+    """STOMP bytes into a StompSession on an in-process engine (small frame limits)."""
+    from reference_broker.config import StompConfig
+    from reference_broker.protocols.stomp.session import StompSession
+
+    config, broker = _engine()
+    options = StompConfig(max_frame_size=4096, max_header_block=1024, max_headers=30, max_header_length=512)
+    return _session_target(lambda transport: StompSession(broker, transport, options, clock=lambda: 1000.0))
+
+
 TARGETS: dict[str, Callable[[Path], OneInput]] = {
     "stomp": stomp, "mqtt": mqtt, "amqp": amqp, "selector": selector, "config": config,
+    "stomp-session": stomp_session, "mqtt-session": mqtt_session,
 }
