@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     args, extra = parse_args(sys.argv[1:] if argv is None else argv)
     if args.list:
         for name in sorted(TARGETS):
-            print(f"{name:10} {TARGETS[name].__doc__.strip().splitlines()[0]}")
+            print(f"{name:14} {TARGETS[name].__doc__.strip().splitlines()[0]}")
         return 0
     try:
         import atheris  # imported here so --list and the usage errors work without it

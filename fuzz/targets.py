@@ -16,7 +16,6 @@ What counts as a finding, per target:
 from __future__ import annotations
 
 import itertools
-import os
 from pathlib import Path
 from typing import Callable
 
