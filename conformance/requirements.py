@@ -36,6 +36,7 @@ KNOWN: dict[str, str] = {
     "netns": "iproute2 network namespaces (root)",
     "postgresql": "a PostgreSQL server (Debian package postgresql)",
     "fuse": "FUSE mounts: /dev/fuse, fusermount3 (Debian package fuse3) and mfusepy (the shared store, issue 18)",
+    "atheris": "the atheris fuzzer (PyPI, in the test extra; fuzz/)",
 }
 
 ENV = "BROKERCONF_REQUIRE"

@@ -628,6 +628,10 @@ def load_config(path: str | Path) -> BrokerConfig:
         data = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
     except FileNotFoundError:
         raise ConfigError(f"configuration file not found: {path}") from None
+    except UnicodeDecodeError as exc:  # TOML and JSON files are UTF-8 (TOML 1.0 "Spec"; RFC 8259 8.1)
+        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason})") from None
+    except OSError as exc:  # a directory, no permission: the same clear refusal, not a traceback
+        raise ConfigError(f"{path}: cannot read the configuration file: {exc.strerror}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
     except json.JSONDecodeError as exc:

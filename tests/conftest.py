@@ -14,12 +14,19 @@ from pathlib import Path
 
 import pytest
 
-from conformance import xdist_groups
+from conformance import leak_plugin, xdist_groups
 
 TESTS = Path(__file__).resolve().parent
 
 #: session fixtures whose tests share one worker, and the group they share
 ONE_WORKER = {"_spark_lifetime": "spark", "fresh_queue_run": "spark", "fresh_topic_run": "spark"}
+
+
+def pytest_configure(config):
+    # Issue 20: the run fails if a test left a process, namespace, mount, container or temporary
+    # directory behind (conformance/leak_plugin.py); registered here so `-p` is not needed.
+    if not config.pluginmanager.is_registered(leak_plugin):
+        config.pluginmanager.register(leak_plugin, "brokerconf-leak-check")
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the marks (conformance/xdist_groups.py)

@@ -234,7 +234,9 @@ def decode_message(payload: bytes) -> AmqpMessage:
         descriptor = section.descriptor
         if isinstance(descriptor, str):
             descriptor = _SECTION_NAMES.get(str(descriptor))
-        if descriptor not in _SECTIONS or consumed <= 0:
+        # The descriptor may be any AMQP value (a list, a map: unhashable); only a ulong code
+        # or a section's symbol names a section (found by fuzzing, tests/reference_broker/test_fuzz_findings.py).
+        if not isinstance(descriptor, int) or descriptor not in _SECTIONS or consumed <= 0:
             raise ConversionError(f"byte {offset} does not start a message section (AMQP 1.0 3.2)")
         offset += consumed
         value = section.value

@@ -192,7 +192,13 @@ class SaslServer:
         if descriptor != SASL_INIT:
             raise SaslError(f"expected sasl-init, got performative 0x{descriptor:x}")
         mechanism = str(fields[0]) if fields and fields[0] is not None else ""
-        response = bytes(fields[1]) if len(fields) > 1 and fields[1] is not None else b""
+        raw = fields[1] if len(fields) > 1 else None
+        # AMQP 1.0 5.3.3.2: initial-response is binary. Anything else is refused before bytes()
+        # sees it: bytes(str) raises TypeError and bytes(n) allocates n zero bytes (found by
+        # fuzzing, tests/reference_broker/test_fuzz_findings.py).
+        if raw is not None and not isinstance(raw, (bytes, memoryview)):
+            raise SaslError(f"sasl-init initial-response must be binary, got {type(raw).__name__}")
+        response = bytes(raw) if raw is not None else b""
         self.mechanism = mechanism
         if mechanism not in self.mechanisms:
             self._outcome(AUTH, f"mechanism {mechanism!r} is not offered (offered: {' '.join(self.mechanisms)})")
