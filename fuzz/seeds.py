@@ -100,7 +100,12 @@ def selector() -> dict[str, bytes]:
         "deep": "(" * 30 + "a=1" + ")" * 30,
     }
     values = b"\0".join([b"5", b"x", b"aaab", b"4", b"y", b"true"])
-    return {name: text.encode() + b"\0" + values for name, text in texts.items()}
+    seeds = {name: text.encode() + b"\0" + values for name, text in texts.items()}
+    # issue 20's attacks, kept as regression inputs: the backtracking LIKE against 100 a's in
+    # every property, and a 5000-digit literal
+    seeds["attack-like"] = b"p LIKE '%a%a%a%a%a%a%a%a%a%a%a%a%b'" + b"\0\0\0" + b"a" * 100
+    seeds["attack-big-number"] = b"a = " + b"9" * 5000 + b"\0" + values
+    return seeds
 
 
 def config() -> dict[str, bytes]:
