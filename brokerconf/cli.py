@@ -218,6 +218,10 @@ MAIN_JOB_EXPERIMENTS = (
     ("slow-topic-subscriber.toml", None, None),
     ("network-bridge-partition.toml", None, None),
     ("activemq-shared-store-failover.toml", None, "activemq"),
+    # the same master/slave experiment through the topology contract (issue 18): the reference
+    # broker's shared journal and Artemis's shared-store pair
+    ("activemq-shared-store-failover.toml", "reference", None),
+    ("activemq-shared-store-failover.toml", "artemis:process", "artemis"),
     ("slow-topic-subscriber.toml", "activemq", "activemq"),
     ("network-bridge-partition.toml", "activemq:process", "activemq"),
     # Apache Artemis as a local JVM (issue 16): killed under persistent load, journal kept
