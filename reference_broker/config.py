@@ -246,13 +246,15 @@ class StoreConfig(_Strict):
     @model_validator(mode="before")
     @classmethod
     def _pick_locker(cls, data):
-        # A database store is locked by a lease in that database unless told otherwise.
-        if isinstance(data, dict) and data.get("kind") == "database":
+        # A locker without a kind is the store's own: a lease in a database store's database, the
+        # shared-file lock otherwise (what a [store.locker] table meant before leases existed).
+        if isinstance(data, dict):
+            default = "lease_database" if data.get("kind") == "database" else "shared_file"
             locker = data.get("locker")
-            if locker is None:
-                data = {**data, "locker": {"kind": "lease_database"}}
+            if locker is None and default == "lease_database":
+                data = {**data, "locker": {"kind": default}}
             elif isinstance(locker, dict) and "kind" not in locker:
-                data = {**data, "locker": {**locker, "kind": "lease_database"}}
+                data = {**data, "locker": {**locker, "kind": default}}
         return data
 
     @model_validator(mode="after")

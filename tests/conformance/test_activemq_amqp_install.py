@@ -204,7 +204,7 @@ def test_the_process_target_offers_amqp_only_with_the_transport(monkeypatch, tra
     target = activemq_target.ActiveMQTarget(launch="process", process_check=lambda: (True, ""))
     assert ("protocol.amqp" in target.capabilities()) is transport[0]
     assert target.why_missing("protocol.amqp") == (transport[1] or None)
-    assert target.capability_requirements == {"protocol.amqp": "activemq-amqp"}
+    assert target.capability_requirements["protocol.amqp"] == "activemq-amqp"
 
 
 def test_the_container_target_never_offers_amqp(monkeypatch):
