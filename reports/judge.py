@@ -18,6 +18,7 @@ from pathlib import Path
 from chaos.history import is_harness, read_history
 from reports.checkers.failover_downtime import failover_downtime
 from reports.checkers.redelivery import check_no_redelivery_after_ack
+from reports.checkers.split_brain import check_split_brain
 from reports.checkers.topic_fanout import check_topic_fanout
 from reports.checkers.topic_fanout import pair_discards as pair_broker_discards
 from reports.checkers.total_queue import check_total_queue
@@ -81,6 +82,8 @@ def judge_events(events: list[dict], *, record: RunRecord | None = None) -> dict
         checks["no_redelivery_after_ack"] = check_no_redelivery_after_ack(ops).to_json()
     if checkers["failover_downtime"] and any(kind in OUTAGE_FAULTS for kind in record.nemesis_kinds):
         checks["failover_downtime"] = failover_downtime(ops, max_downtime_s=checkers["max_downtime_s"]).to_json()
+    if checkers["split_brain"]:
+        checks["split_brain"] = check_split_brain(ops).to_json()
     end = record.run_end or {}
     if end.get("nemesis_errors"):
         checks["nemesis_schedule"] = {"valid": UNKNOWN, "errors": end["nemesis_errors"],
