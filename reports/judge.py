@@ -177,6 +177,13 @@ def summary_lines(verdict: dict) -> list[str]:
                 never = f"; {fault['reason']}" if fault["reason"] else f"; never recovered: {sorted(fault['never_recovered'])}"
             lines.append(f"failover downtime after {fault['f']}" + (f" of node {fault['node']}" if fault["node"] else "")
                          + f": {measured}{never}")
+    split_brain = checks.get("split_brain")
+    if split_brain:
+        served = ", ".join(split_brain["stats"].get("nodes") or []) or "no node named"
+        lines.append(f"split brain: {split_brain['valid']} (served by {served}; "
+                     f"handovers: {split_brain['stats'].get('handovers', 0)})"
+                     + (f" - {split_brain['reason']}" if split_brain["reason"] else ""))
+        lines += [f"  {detail}" for detail in split_brain["stats"].get("anomalies", [])[:5]]
     transport = stats.get("transport_events")
     if transport:
         per = "; ".join(f"{worker} " + ", ".join(f"{kind} {n}" for kind, n in kinds.items())
