@@ -17,7 +17,7 @@ from reports.checkers.redelivery import check_no_redelivery_after_ack
 from reports.checkers.total_queue import check_total_queue
 from reports.render import chaos_report
 from reports.render.chaos_report import (ReportError, Window, fault_windows, latency_series, render_chaos_report,
-                                         throughput_series, timeline_lanes)
+                                         served_lanes, throughput_series, timeline_lanes)
 from reports.render.comparison_report import ComparisonError, render_comparison_report
 from reports.render.svg import Band, Plot, Scale, bar_chart, fmt
 from tests.reports.histories import MS, H, msg
@@ -349,3 +349,19 @@ def test_comparison_missing_cell_and_bad_input(tmp_path):
     assert '<td class="c" style="background:#fafafa;color:#9e9e9e">-</td>' in page  # reference never ran groups
     with pytest.raises(ComparisonError, match="specs"):
         render_comparison_report({"runs": []}, [], tmp_path / "d.html")
+
+
+def test_served_lanes_merge_neighbouring_columns_per_node():
+    served = [("A", t) for t in (0, 10, 20)] + [("B", 60), ("B", 70), ("A", 95)]
+    assert served_lanes(served, 100, columns=10) == [("A", [(0, 30), (90, 100)]), ("B", [(60, 80)])]
+
+
+def test_timeline_shows_which_node_served_each_operation(tmp_path):
+    """Issue 18: a master/slave run's page has a "served by" lane per node."""
+    h = H("served-run")
+    h.send(0, "a", node="A").receive(1, "a", node="A")
+    h.kill(at=10)
+    h.send(0, "b", seq=1, node="B").receive(1, "b", seq=1, node="B").drain(2, [])
+    page = page_of(write_run(tmp_path, h))
+    assert ">served by A</text>" in page and ">served by B</text>" in page
+    assert page.count('<title>node B accepted operations</title>') >= 1
