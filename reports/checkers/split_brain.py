@@ -24,8 +24,11 @@ operation completing before another was invoked, proves which came first; REFERE
   completed. An A operation invoked earlier but answered later is in flight across the switch
   (A may simply have answered late: the old master finishing what it had) and is no evidence.
   One invoked after B's first completion and accepted by A proves that A accepted work while B
-  already did: split brain, reported as the window from B's first acceptance to A's last one in
-  that epoch, with the two operations that prove it.
+  already did: split brain, reported as the window from B's first acceptance to the completion
+  of the latest-invoked such A operation, with the two operations that prove it. Only a send or
+  a drain can be that A operation: a receive may return a message the node dispatched before
+  the receive was invoked (the client's prefetch buffer), so its invoke bounds nothing. Any
+  accepted operation's completion shows that its node served by then (B's side).
 Verdict: ``false`` with the windows when any epoch has such an overlap; ``unknown`` when no
 accepted operation names its node (a history from before issue 18), or when some do not and
 nothing was found among the others; ``true`` when two or more nodes served and every switch was
@@ -59,8 +62,8 @@ ACCEPTING = ("send", "receive", "drain")
 
 def facts(c: Columns) -> dict:
     """Per (epoch, node): how many accepted operations, the first completion (time, op index,
-    its invoke time), the last invoke (time, op index, its completion time) and the last
-    completion (time, op index); how many accepted operations name no node; the epochs' starts."""
+    its invoke time), the last invoke of a send or drain (time, op index, its completion time;
+    None without one) and the last completion (time, op index); how many accepted operations name no node; the epochs' starts."""
     out = {"accepted": 0, "unnamed": 0, "tenures": [], "epochs": [int(t) for t in c.fault_from.tolist()]}
     d = c.done
     if not len(d):
@@ -78,16 +81,21 @@ def facts(c: Columns) -> dict:
     epoch = np.searchsorted(c.fault_from, d.invoke_time[at], "right") - 1
     n_nodes = c.node.n_values
     key = (epoch + 1) * n_nodes + node[at]
+    # a receive may hand over a message the node dispatched before it was invoked (the client's
+    # prefetch buffer): its invoke bounds nothing, so it never shows a node serving *after* a time
+    bounded = d.f[at] != c.f.code("receive")
     for k in np.unique(key).tolist():
         rows = at[key == k]
         first = rows[np.lexsort((d.index[rows], d.time[rows]))[0]]
-        last_invoke = rows[np.lexsort((d.invoke_index[rows], d.invoke_time[rows]))[-1]]
         last = rows[np.lexsort((d.index[rows], d.time[rows]))[-1]]
-        out["tenures"].append({
-            "epoch": int(k // n_nodes) - 1, "node": c.node.value(k % n_nodes), "n": int(len(rows)),
-            "first": [int(d.time[first]), int(d.index[first]), int(d.invoke_time[first])],
-            "last_invoke": [int(d.invoke_time[last_invoke]), int(d.index[last_invoke]), int(d.time[last_invoke])],
-            "last": [int(d.time[last]), int(d.index[last])]})
+        tenure = {"epoch": int(k // n_nodes) - 1, "node": c.node.value(k % n_nodes), "n": int(len(rows)),
+                  "first": [int(d.time[first]), int(d.index[first]), int(d.invoke_time[first])],
+                  "last_invoke": None, "last": [int(d.time[last]), int(d.index[last])]}
+        since = at[(key == k) & bounded]
+        if len(since):
+            li = since[np.lexsort((d.invoke_index[since], d.invoke_time[since]))[-1]]
+            tenure["last_invoke"] = [int(d.invoke_time[li]), int(d.index[li]), int(d.time[li])]
+        out["tenures"].append(tenure)
     out["tenures"].sort(key=lambda t: (t["epoch"], t["node"]))
     return out
 
@@ -101,12 +109,14 @@ def combine(parts: list[dict]) -> dict:
             k = (t["epoch"], t["node"])
             m = merged.get(k)
             if m is None:
-                merged[k] = {**t, "first": list(t["first"]), "last_invoke": list(t["last_invoke"]),
-                             "last": list(t["last"])}
+                merged[k] = {**t, "first": list(t["first"]), "last": list(t["last"]),
+                             "last_invoke": None if t["last_invoke"] is None else list(t["last_invoke"])}
                 continue
             m["n"] += t["n"]
             m["first"] = min(m["first"], list(t["first"]), key=lambda x: (x[0], x[1]))
-            m["last_invoke"] = max(m["last_invoke"], list(t["last_invoke"]), key=lambda x: (x[0], x[1]))
+            if t["last_invoke"] is not None and (m["last_invoke"] is None or
+                                                 (t["last_invoke"][0], t["last_invoke"][1]) > (m["last_invoke"][0], m["last_invoke"][1])):
+                m["last_invoke"] = list(t["last_invoke"])
             m["last"] = max(m["last"], list(t["last"]))
     epochs = max((p["epochs"] for p in parts), key=len, default=[])
     return {"accepted": sum(p["accepted"] for p in parts), "unnamed": sum(p["unnamed"] for p in parts),
@@ -144,9 +154,9 @@ def overlaps(facts_: dict) -> list[dict]:
     for epoch, tenures in in_serving_order(facts_):
         for i, earlier in enumerate(tenures):
             for later in tenures[i + 1:]:
-                if earlier["last_invoke"][0] > later["first"][0]:
+                if earlier["last_invoke"] is not None and earlier["last_invoke"][0] > later["first"][0]:
                     found.append({"epoch": epoch, "nodes": [earlier["node"], later["node"]],
-                                  "start": later["first"][0], "end": max(earlier["last"][0], later["first"][0]),
+                                  "start": later["first"][0], "end": max(earlier["last_invoke"][2], later["first"][0]),
                                   "ops": [later["first"][1], earlier["last_invoke"][1]],
                                   "evidence_invoked": earlier["last_invoke"][0]})
     return found

@@ -257,3 +257,16 @@ def test_split_brain_old_master_accepting_after_the_takeover_is_invalid():
     r = judged(h)["split_brain"]
     assert r.valid is False and [w["nodes"] for w in r.stats["windows"]] == [["A", "B"]]
     assert r.stats["windows"][0]["ops"] == [5, 7]  # B's first acceptance, A's later one
+
+
+def test_split_brain_old_master_delivery_from_the_prefetch_buffer_is_no_evidence():
+    """A receive invoked after B's first acceptance may return a message A dispatched earlier (the
+    client's prefetch buffer): it proves A served at some time before, not after."""
+    from .test_checkers import _served
+    h = H("prefetched_from_old_master")
+    _served(h, 0, "send", msg("a"), "A", at=100, done=101)
+    _served(h, 0, "send", msg("b", seq=1), "A", at=102, done=103).kill(at=1000)
+    _served(h, 0, "send", msg("c", seq=2), "B", at=1500, done=1510)
+    _served(h, 1, "receive", msg("b", seq=1, consumer=0), "A", at=1600, done=1601)
+    r = judged(h)["split_brain"]
+    assert r.valid is True and r.stats["windows"] == [], r.stats
