@@ -34,6 +34,9 @@ accepted operation names its node (a history from before issue 18), or when some
 nothing was found among the others; ``true`` when two or more nodes served and every switch was
 clean. One node serving everything (or nothing accepted) leaves nothing to judge: not
 applicable, unless the experiment asked for this check and the history names no node at all.
+The check is a master/slave topology's promise (a network of brokers serves on every node at
+once), so a run counts it only when its experiment asks for it (``[checkers] split_brain``);
+`brokerconf analyze` shows it for every other run as not applicable, with what it found.
 
 Facts decompose by any split of the clients (SPLIT_KEY ``client``: an operation's invoke and
 completion stay together, the nemesis steps go to every part): per (epoch, node) the first
@@ -170,8 +173,19 @@ def _epoch_name(epoch: int, starts: list[int]) -> str:
 
 def judge(key: RunKey, facts_: dict, *, split_brain: bool = False) -> tuple[CheckResult, list[dict]]:
     """One run's result and its anomaly rows. ``split_brain``: the experiment asked for this
-    check (its [checkers] setting): then a history that names no node is ``unknown``, not
-    "nothing to judge"."""
+    check (its [checkers] setting, the analysis's option). Only then does the result count in
+    the run's verdict: a network of brokers serves on every node at once by design, so the
+    check is the promise of a master/slave topology, not of every run `brokerconf analyze`
+    reads; unasked, the result is shown as not applicable, with what it found."""
+    result, rows = _judged(key, facts_, split_brain)
+    if not split_brain:
+        result.applicable = False
+        result.reason = ("not asked for by the experiment ([checkers] split_brain)"
+                         + (f"; found: {result.reason}" if result.reason else ""))
+    return result, rows
+
+
+def _judged(key: RunKey, facts_: dict, split_brain: bool) -> tuple[CheckResult, list[dict]]:
     found = overlaps(facts_)
     nodes = sorted({t["node"] for t in facts_["tenures"]})
     windows = [{"nodes": w["nodes"], "start": w["start"], "end": w["end"], "ops": w["ops"],
