@@ -329,3 +329,22 @@ def test_throughput_split_into_normal_and_fault(analysed):
     assert stats["fault_s"] == pytest.approx(3.001)
     assert stats["normal_s"] == pytest.approx(4.901 - 3.001)
     assert stats["by_f"]["send"]["ok_fault"] == 1 and stats["by_f"]["send"]["ok_normal"] == 1
+
+
+def test_split_brain_is_judged_when_the_history_asks_for_it(spark, tmp_path, engine):
+    """Issue 18: analyze takes the experiment's own [checkers] split_brain from the history's
+    harness record; the overlap then makes the run's verdict false."""
+    h = LITERALS["split_brain_both_nodes_accept"]
+    record = {"index": -1, "time": 0, "process": "harness", "type": "info", "f": "experiment", "run": h.run,
+              "target": h.target, "node": None, "value": {"format": 1, "experiment": {
+                  "name": "sb", "workload": {"kind": "queue", "destination": "queue://q"}, "nemesis": [{"kind": "kill"}],
+                  "checkers": {"split_brain": True}}}}
+    asked = H(h.run)
+    asked.lines = [record] + [{**e, "index": e["index"]} for e in h.lines]
+    for i, e in enumerate(asked.lines):
+        e["index"] = i
+    path = asked.write(tmp_path / "asked")
+    [result] = analyze(spark, path, checkers=["split_brain"], engine=engine).results
+    assert (result.valid, result.applicable) == (False, True), result
+    unasked = analyze(spark, h.write(tmp_path / "unasked"), checkers=["split_brain"], engine=engine).results
+    assert [(r.valid, r.applicable) for r in unasked] == [(False, False)]
