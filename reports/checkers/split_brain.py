@@ -66,7 +66,8 @@ ACCEPTING = ("send", "receive", "drain")
 def facts(c: Columns) -> dict:
     """Per (epoch, node): how many accepted operations, the first completion (time, op index,
     its invoke time), the last invoke of a send or drain (time, op index, its completion time;
-    None without one) and the last completion (time, op index); how many accepted operations name no node; the epochs' starts."""
+    None without one) and the last completion (time, op index); how many accepted operations
+    name no node; the epochs' starts."""
     out = {"accepted": 0, "unnamed": 0, "tenures": [], "epochs": [int(t) for t in c.fault_from.tolist()]}
     d = c.done
     if not len(d):
@@ -117,9 +118,9 @@ def combine(parts: list[dict]) -> dict:
                 continue
             m["n"] += t["n"]
             m["first"] = min(m["first"], list(t["first"]), key=lambda x: (x[0], x[1]))
-            if t["last_invoke"] is not None and (m["last_invoke"] is None or
-                                                 (t["last_invoke"][0], t["last_invoke"][1]) > (m["last_invoke"][0], m["last_invoke"][1])):
-                m["last_invoke"] = list(t["last_invoke"])
+            mine, theirs = m["last_invoke"], t["last_invoke"]
+            if theirs is not None and (mine is None or (theirs[0], theirs[1]) > (mine[0], mine[1])):
+                m["last_invoke"] = list(theirs)
             m["last"] = max(m["last"], list(t["last"]))
     epochs = max((p["epochs"] for p in parts), key=len, default=[])
     return {"accepted": sum(p["accepted"] for p in parts), "unnamed": sum(p["unnamed"] for p in parts),
@@ -194,7 +195,8 @@ def _judged(key: RunKey, facts_: dict, split_brain: bool) -> tuple[CheckResult, 
              "handovers": handovers(facts_), "windows": windows}
     rows = [anomaly(key, NAME, KIND, None, w["ops"],
                     f"nodes {w['nodes'][0]} and {w['nodes'][1]} both accepted operations from "
-                    f"{w['start'] / SECOND:.3f} s to {w['end'] / SECOND:.3f} s ({_epoch_name(w['epoch'], facts_['epochs'])}): "
+                    f"{w['start'] / SECOND:.3f} s to {w['end'] / SECOND:.3f} s "
+                    f"({_epoch_name(w['epoch'], facts_['epochs'])}): "
                     f"{w['nodes'][1]} had accepted op {w['ops'][0]} by {w['start'] / SECOND:.3f} s, and "
                     f"{w['nodes'][0]} then accepted op {w['ops'][1]}, invoked at {w['evidence_invoked'] / SECOND:.3f} s")
             for w in found]
