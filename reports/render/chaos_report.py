@@ -416,6 +416,13 @@ def _checks_html(verdict: dict) -> str:
             detail = (f"{s.get('faults', 0)} faults, {s.get('measured', 0)} measurements, max "
                       f"{fmt(s['max_ms']) if s.get('max_ms') is not None else 'n/a'} ms, never recovered "
                       f"{s.get('never_recovered', 0)}" + (f" - {detail}" if detail else ""))
+        elif name == "split_brain":
+            s = check.get("stats") or {}
+            windows = "; ".join(f"{' and '.join(w['nodes'])} {w['start'] / NS_PER_S:.3f} s - {w['end'] / NS_PER_S:.3f} s "
+                                f"(ops {', '.join(map(str, w['ops']))})" for w in (s.get("windows") or [])[:20])
+            detail = (f"served by {', '.join(s.get('nodes') or []) or 'no node named'}, {s.get('handovers', 0)} "
+                      f"handovers" + (f"; overlapping windows: {windows}" if windows else "")
+                      + (f" - {detail}" if detail else ""))
         rows.append(f"<tr><td><code>{_e(name)}</code></td><td>{_valid_html(check.get('valid'))}</td>"
                     f"<td>{_e(detail)}</td></tr>")
     if not rows:

@@ -362,6 +362,16 @@ def test_timeline_shows_which_node_served_each_operation(tmp_path):
     h.send(0, "a", node="A").receive(1, "a", node="A")
     h.kill(at=10)
     h.send(0, "b", seq=1, node="B").receive(1, "b", seq=1, node="B").drain(2, [])
-    page = page_of(write_run(tmp_path, h))
+    from reports.checkers.split_brain import check_split_brain
+    page = page_of(write_run(tmp_path, h, split_brain=check_split_brain(h.lines).to_json()))
     assert ">served by A</text>" in page and ">served by B</text>" in page
+    assert "served by A, B, 1 handovers - nodes A, B served in turn; every switch was clean" in page
     assert page.count('<title>node B accepted operations</title>') >= 1
+
+
+def test_split_brain_windows_are_listed_in_the_checks_table(tmp_path):
+    from reports.checkers.split_brain import check_split_brain
+    from tests.reports.test_checkers import LITERALS
+    h = LITERALS["split_brain_both_nodes_accept"]
+    page = page_of(write_run(tmp_path, h, split_brain=check_split_brain(h.lines).to_json()))
+    assert "overlapping windows: A and B 1.510 s - 1.601 s (ops 7, 9)" in page
