@@ -286,10 +286,24 @@ def _proxied(exp: Experiment, topology: RunningTopology, proxy, group: str) -> t
     return names, addresses
 
 
-def _make_workload(exp: Experiment, history: History, make_client, make_slow_client, make_producer_client=None):
+def node_names(names, *address_lists: list[tuple[str, int]]) -> dict[str, str]:
+    """Client address ``host:port`` -> node name, for the history's ``node`` of each operation
+    (chaos/workloads/base.py NodeNames): each list holds one address per node, in the order of
+    ``names`` (the brokers' own, or the fault proxy's in front of each)."""
+    out: dict[str, str] = {}
+    for addresses in address_lists:
+        if len(addresses) != len(names):
+            raise ValueError(f"{len(addresses)} addresses for {len(names)} nodes {list(names)}")
+        for name, (host, port) in zip(names, addresses):
+            out[f"{host}:{port}"] = name
+    return out
+
+
+def _make_workload(exp: Experiment, history: History, make_client, make_slow_client, make_producer_client=None,
+                   names: dict[str, str] | None = None):
     w = exp.workload
     common = dict(destination=w.destination, producers=w.producers, rate=w.rate, persistent=w.persistent,
-                  ack=w.ack, prefetch=w.prefetch)
+                  ack=w.ack, prefetch=w.prefetch, node_names=names)
     if make_producer_client is not None:  # network topology: producers on one broker, consumers on another
         common["make_producer_client"] = make_producer_client
     if w.kind == "topic":
@@ -301,7 +315,9 @@ def _make_workload(exp: Experiment, history: History, make_client, make_slow_cli
 
 
 def _run(exp: Experiment, topology: RunningTopology, run_id: str, history_path: Path, progress, proxy) -> ExperimentResult:
-    history = History(history_path, run=run_id, target=exp.target.name, node="A")
+    # No default node: the workloads name the node that served each completion (issue 18), the
+    # nemeses the node they fault; a line that names none says nothing about a node.
+    history = History(history_path, run=run_id, target=exp.target.name, node=None)
     # The settings the checkers apply (duplicates allowed, downtime bound, which checks) travel in
     # the history: chaos/history.py, harness records.
     history.harness(HARNESS_EXPERIMENT, {"format": HARNESS_FORMAT, "experiment": exp.model_dump(mode="json")})
@@ -323,6 +339,7 @@ def _run_with_history(exp: Experiment, topology: RunningTopology, run_id: str, h
     addresses = {"all": direct, "slow": direct}
     for group in sorted(groups):
         proxies[group], addresses[group] = _proxied(exp, topology, proxy, group)
+    names = node_names(topology.names, *{tuple(a): a for a in addresses.values()}.values())
     if topology.kind == "network":
         # Consumers (and the drain) on the consumer node, producers on the producer node: the
         # messages must cross the bridges to be consumed.
@@ -330,10 +347,10 @@ def _run_with_history(exp: Experiment, topology: RunningTopology, run_id: str, h
                                           transport_log)
         workload = _make_workload(exp, history, consumer_client, consumer_client,
                                   _client_factory(exp, [topology.address_of(exp.topology.producer_node, exp.target.protocol)],
-                                                  transport_log))
+                                                  transport_log), names)
     else:
         workload = _make_workload(exp, history, _client_factory(exp, addresses["all"], transport_log),
-                                  _client_factory(exp, addresses["slow"], transport_log))
+                                  _client_factory(exp, addresses["slow"], transport_log), names=names)
     nemeses = []
     for n in exp.nemesis:
         if n.link == "bridges":

@@ -59,6 +59,7 @@
     topic_fanout = true             # topic workloads; slow subscribers' gaps must equal the broker's discards
     failover_downtime = true        # per fault, each client's time to its first successful operation
     max_downtime_s = 30             # optional bound: a longer downtime makes the verdict false
+    split_brain = false             # two nodes accepting sends/deliveries at once (master/slave topologies)
 
 A bad file is refused before anything starts, naming the offending key (with a did-you-mean).
 """
@@ -214,6 +215,7 @@ class CheckersSection(_Strict):
     topic_fanout: bool = True
     failover_downtime: bool = True
     max_downtime_s: float | None = Field(default=None, gt=0)
+    split_brain: bool = False
 
 
 class Experiment(_Strict):

@@ -186,30 +186,35 @@ class History:
             self._pending[process] = op
             return op
 
-    def _complete(self, op: Op, type: str, value: Any, error: str | None, extra: dict) -> dict:
+    def _complete(self, op: Op, type: str, value: Any, error: str | None, extra: dict,
+                  node: str | None = None) -> dict:
         with self._lock:
             if op.completed is not None or self._pending.get(op.process) is not op:
                 raise HistoryError(f"operation {op.f!r} of process {op.process} (index {op.index}) was "
                                    f"already completed ({op.completed or 'by another handle'}); "
                                    "complete each invoke exactly once")
-            event = self._write(op.process, type, op.f, value, error, op.node, extra)
+            event = self._write(op.process, type, op.f, value, error, node if node is not None else op.node, extra)
             op.completed = type
             del self._pending[op.process]
             if type == "info":
                 self._retired.add(op.process)
             return event
 
-    def ok(self, op: Op, value: Any = None, **extra: Any) -> dict:
+    # ``node`` on a completion: the node that served the operation, when the caller knows it
+    # (the workloads: the endpoint their client is connected to, by name; the split-brain
+    # checker reads it, reports/checkers/split_brain.py); else the invoke's node.
+
+    def ok(self, op: Op, value: Any = None, *, node: str | None = None, **extra: Any) -> dict:
         """It took effect. ``value`` defaults to the invoked value."""
-        return self._complete(op, "ok", op.value if value is None else value, None, extra)
+        return self._complete(op, "ok", op.value if value is None else value, None, extra, node)
 
-    def fail(self, op: Op, error: str, value: Any = None, **extra: Any) -> dict:
+    def fail(self, op: Op, error: str, value: Any = None, *, node: str | None = None, **extra: Any) -> dict:
         """It certainly did not take effect."""
-        return self._complete(op, "fail", op.value if value is None else value, str(error), extra)
+        return self._complete(op, "fail", op.value if value is None else value, str(error), extra, node)
 
-    def info(self, op: Op, error: str, value: Any = None, **extra: Any) -> dict:
+    def info(self, op: Op, error: str, value: Any = None, *, node: str | None = None, **extra: Any) -> dict:
         """The outcome is unknown; the process retires."""
-        return self._complete(op, "info", op.value if value is None else value, str(error), extra)
+        return self._complete(op, "info", op.value if value is None else value, str(error), extra, node)
 
     def retired(self, process: int | str) -> bool:
         with self._lock:

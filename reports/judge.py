@@ -18,6 +18,7 @@ from pathlib import Path
 from chaos.history import is_harness, read_history
 from reports.checkers.failover_downtime import failover_downtime
 from reports.checkers.redelivery import check_no_redelivery_after_ack
+from reports.checkers.split_brain import check_split_brain
 from reports.checkers.topic_fanout import check_topic_fanout
 from reports.checkers.topic_fanout import pair_discards as pair_broker_discards
 from reports.checkers.total_queue import check_total_queue
@@ -81,6 +82,8 @@ def judge_events(events: list[dict], *, record: RunRecord | None = None) -> dict
         checks["no_redelivery_after_ack"] = check_no_redelivery_after_ack(ops).to_json()
     if checkers["failover_downtime"] and any(kind in OUTAGE_FAULTS for kind in record.nemesis_kinds):
         checks["failover_downtime"] = failover_downtime(ops, max_downtime_s=checkers["max_downtime_s"]).to_json()
+    if checkers["split_brain"]:
+        checks["split_brain"] = check_split_brain(ops).to_json()
     end = record.run_end or {}
     if end.get("nemesis_errors"):
         checks["nemesis_schedule"] = {"valid": UNKNOWN, "errors": end["nemesis_errors"],
@@ -174,6 +177,13 @@ def summary_lines(verdict: dict) -> list[str]:
                 never = f"; {fault['reason']}" if fault["reason"] else f"; never recovered: {sorted(fault['never_recovered'])}"
             lines.append(f"failover downtime after {fault['f']}" + (f" of node {fault['node']}" if fault["node"] else "")
                          + f": {measured}{never}")
+    split_brain = checks.get("split_brain")
+    if split_brain:
+        served = ", ".join(split_brain["stats"].get("nodes") or []) or "no node named"
+        lines.append(f"split brain: {split_brain['valid']} (served by {served}; "
+                     f"handovers: {split_brain['stats'].get('handovers', 0)})"
+                     + (f" - {split_brain['reason']}" if split_brain["reason"] else ""))
+        lines += [f"  {detail}" for detail in split_brain["stats"].get("anomalies", [])[:5]]
     transport = stats.get("transport_events")
     if transport:
         per = "; ".join(f"{worker} " + ", ".join(f"{kind} {n}" for kind, n in kinds.items())

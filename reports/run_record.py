@@ -20,7 +20,7 @@ from chaos.history import HARNESS, HARNESS_BROKER_COUNTERS, HARNESS_EXPERIMENT, 
 
 #: CheckersSection's defaults (chaos/experiment_file.py): what an old history is judged with
 DEFAULT_CHECKERS = {"total_queue": True, "duplicates_allowed": False, "topic_fanout": True,
-                    "failover_downtime": True, "max_downtime_s": None}
+                    "failover_downtime": True, "max_downtime_s": None, "split_brain": False}
 #: the nemesis kinds that take a client's broker away, after which failover downtime is measured
 OUTAGE_FAULTS = ("kill", "stop", "pause", "partition")
 
@@ -59,7 +59,7 @@ class RunRecord:
     @property
     def checker_options(self) -> dict:
         return {"duplicates_allowed": self.checkers["duplicates_allowed"],
-                "max_downtime_s": self.checkers["max_downtime_s"]}
+                "max_downtime_s": self.checkers["max_downtime_s"], "split_brain": self.checkers["split_brain"]}
 
     @property
     def destination(self) -> str | None:

@@ -94,3 +94,38 @@ def close_quietly(client: Client | None) -> None:
             client.close()
         except Exception:  # noqa: BLE001 - the connection may be gone already; nothing to save
             pass
+
+
+def endpoint_of(client: Client | None) -> str | None:
+    """``host:port`` of the broker ``client`` is connected to now: a failover client's current
+    endpoint (``client.uri``), else a plain client's own address; None when it does not say."""
+    if client is None:
+        return None
+    uri = getattr(client, "uri", None)
+    if uri is not None:
+        return f"{uri.host}:{uri.port}"
+    address = getattr(client, "address", None)
+    if isinstance(address, tuple) and len(address) == 2:
+        return f"{address[0]}:{address[1]}"
+    return None
+
+
+class NodeNames:
+    """Which node served an operation, for the history's ``node`` field (issue 18: the
+    split-brain checker needs it): the node's name when the experiment gave the map of client
+    addresses to node names, else the ``host:port`` the client is connected to, else None.
+
+    Read when the operation completes: a failover client that reconnected while the operation
+    was in flight names the broker that answered, not the one it was sent to first."""
+
+    def __init__(self, names: dict[str, str] | None = None) -> None:
+        self.names = dict(names or {})
+
+    def __call__(self, client: Client | None) -> str | None:
+        try:
+            endpoint = endpoint_of(client)
+        except Exception:  # noqa: BLE001 - naming the node must never stop the workload
+            return None
+        if endpoint is None:
+            return None
+        return self.names.get(endpoint, endpoint)

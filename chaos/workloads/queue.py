@@ -25,7 +25,7 @@ from typing import Sequence
 from chaos.history import History, message_value
 from conformance.clients import AckMode, Client, Subscription
 
-from .base import (ID, PRODUCER, SEQ, ClientFactory, Pacer, ProcessIds, close_quietly, outcome_of,
+from .base import (ID, PRODUCER, SEQ, ClientFactory, NodeNames, Pacer, ProcessIds, close_quietly, outcome_of,
                    received_value)
 
 
@@ -49,7 +49,8 @@ class QueueWorkload:
                  producers: int = 2, consumers: int = 2, rate: float | None = 50.0,
                  groups: Sequence[str] = (), persistent: bool = True, ack: AckMode = "client-individual",
                  prefetch: int | None = None, receive_timeout: float = 0.5, reconnect_delay: float = 0.2,
-                 join_timeout: float = 30.0, make_producer_client: ClientFactory | None = None) -> None:
+                 join_timeout: float = 30.0, make_producer_client: ClientFactory | None = None,
+                 node_names: dict[str, str] | None = None) -> None:
         if ack == "client":
             raise ValueError("ack='client' is cumulative and would hide which message an ack covers: "
                              "use 'client-individual' (or 'auto')")
@@ -69,6 +70,10 @@ class QueueWorkload:
         self.receive_timeout = receive_timeout
         self.reconnect_delay = reconnect_delay
         self.join_timeout = join_timeout
+        # Every completion of send / receive / ack / drain names the node that served it
+        # (``node``: the node's name from ``node_names``, client address -> name, else the
+        # address; chaos/workloads/base.py NodeNames).
+        self.node_of = NodeNames(node_names)
         self.ids = ProcessIds()
         self._stop_producers = threading.Event()
         self._stop_consumers = threading.Event()
@@ -172,15 +177,16 @@ class QueueWorkload:
                                 {ID: message_id, PRODUCER: producer, SEQ: seq},
                                 persistent=self.persistent, group_id=group)
                 except Exception as exc:  # noqa: BLE001 - every error is an outcome to record
+                    node = self.node_of(client)
                     if outcome_of(exc) == "fail":
-                        self.history.fail(op, str(exc))
+                        self.history.fail(op, str(exc), node=node)
                     else:
-                        self.history.info(op, str(exc))
+                        self.history.info(op, str(exc), node=node)
                         process = self.ids.take()  # the old one may still have the send in flight
                     close_quietly(client)
                     client = None
                 else:
-                    self.history.ok(op)
+                    self.history.ok(op, node=self.node_of(client))
                     self.sent_ok += 1
                 seq += 1  # never reused: an id names one attempt
         finally:
@@ -207,19 +213,20 @@ class QueueWorkload:
                 except Exception as exc:  # noqa: BLE001 - connection lost while waiting
                     # With client acks, anything dispatched and not acked is redelivered: nothing was
                     # consumed. With auto ack a message may have been lost in flight: unknown.
+                    node = self.node_of(client)
                     if self.ack == "auto":
-                        self.history.info(op, str(exc))
+                        self.history.info(op, str(exc), node=node)
                         process = self.ids.take()
                     else:
-                        self.history.fail(op, str(exc))
+                        self.history.fail(op, str(exc), node=node)
                     close_quietly(client)
                     client = sub = None
                     continue
                 if message is None:
-                    self.history.fail(op, f"nothing arrived within {self.receive_timeout}s")
+                    self.history.fail(op, f"nothing arrived within {self.receive_timeout}s", node=self.node_of(client))
                     continue
                 value = self._received(message, consumer)
-                self.history.ok(op, value)
+                self.history.ok(op, value, node=self.node_of(client))
                 if self.ack == "auto":
                     self.received_ok += 1
                     continue
@@ -227,23 +234,25 @@ class QueueWorkload:
                 try:
                     sub.ack(message)
                 except Exception as exc:  # noqa: BLE001
+                    node = self.node_of(client)
                     if outcome_of(exc) == "fail":
-                        self.history.fail(op, str(exc))
+                        self.history.fail(op, str(exc), node=node)
                     else:
-                        self.history.info(op, str(exc))
+                        self.history.info(op, str(exc), node=node)
                         process = self.ids.take()
                     close_quietly(client)
                     client = sub = None
                 else:
+                    node = self.node_of(client)
                     if sub.ack_confirmed:
-                        self.history.ok(op)
+                        self.history.ok(op, node=node)
                     else:
                         # Sent, never answered (AMQP settles on send): a broker crash may still
                         # redeliver the message, so the checkers must not take this ack as
                         # confirmed. The ack itself is done (nothing of it is left in flight),
                         # so the process goes on: marking it `info` would retire the process
                         # and with it, for the checkers, the subscription.
-                        self.history.ok(op, {**value, "confirmed": False})
+                        self.history.ok(op, {**value, "confirmed": False}, node=node)
                     self.received_ok += 1
         finally:
             self._finish_consumer(consumer, process, client, sub)
@@ -292,12 +301,14 @@ class QueueWorkload:
                     sub.ack(message)  # acked before counted: in the value means consumed
                     got.append(self._received(message, -1))
             except Exception as exc:  # noqa: BLE001
-                self.history.info(op, f"drain cut off after {len(got)} messages: {exc}", value=got)
+                self.history.info(op, f"drain cut off after {len(got)} messages: {exc}", value=got,
+                                  node=self.node_of(client))
                 drained += got
                 continue
             finally:
+                node = self.node_of(client)  # before the close: a failover client forgets its endpoint
                 close_quietly(client)
-            self.history.ok(op, got)
+            self.history.ok(op, got, node=node)
             return drained + got
         raise DrainIncomplete(f"drain of {self.destination} did not complete in {attempts} attempts: see the "
                               "history's 'drain' and 'connect' entries; is the broker up?", drained)

@@ -111,9 +111,10 @@ class TopicFanoutWorkload(QueueWorkload):
                             sub.ack(message)
                         got.append(self._received(message, consumer))
                 except Exception as exc:  # noqa: BLE001
-                    self.history.info(op, f"drain cut off after {len(got)} messages: {exc}", value=got)
+                    self.history.info(op, f"drain cut off after {len(got)} messages: {exc}", value=got,
+                                      node=self.node_of(client))
                 else:
-                    self.history.ok(op, got)
+                    self.history.ok(op, got, node=self.node_of(client))
                 drained += got
             if before_close is not None:
                 before_close()

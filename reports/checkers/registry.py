@@ -10,15 +10,16 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
-from . import failover_downtime, fifo, groups, performance, total_queue
+from . import failover_downtime, fifo, groups, performance, split_brain, total_queue
 from .history import THREADS, Columns
 from .result import CheckResult, RunKey
 
 #: in the order `brokerconf analyze` runs them (topic fan-out and slow consumer: see engine.py)
 NAMES = (total_queue.NAME, fifo.NAME, groups.NAME, failover_downtime.NAME, performance.LATENCY,
-         performance.THROUGHPUT)
+         performance.THROUGHPUT, split_brain.NAME)
 #: the options each checker takes, with their defaults
-OPTIONS = {total_queue.NAME: {"duplicates_allowed": False}, failover_downtime.NAME: {"max_downtime_s": None}}
+OPTIONS = {total_queue.NAME: {"duplicates_allowed": False}, failover_downtime.NAME: {"max_downtime_s": None},
+           split_brain.NAME: {"split_brain": False}}
 
 _FACTS = {
     total_queue.NAME: total_queue.facts,
@@ -27,6 +28,7 @@ _FACTS = {
     failover_downtime.NAME: failover_downtime.facts,
     performance.LATENCY: performance.latency_facts,
     performance.THROUGHPUT: performance.throughput_facts,
+    split_brain.NAME: split_brain.facts,
 }
 
 
@@ -57,7 +59,7 @@ def judge(name: str, key: RunKey, facts: dict, **options) -> tuple[CheckResult, 
         table = [(*key, r["client"], r["fault_start"], r["next_fault_start"], r["downtime"], r["first_ok_index"],
                   r["ops"], r["retired"]) for r in facts[name]["rows"]] if facts[name]["windows"] else []
         return result, rows, table
-    module = {total_queue.NAME: total_queue, fifo.NAME: fifo, groups.NAME: groups}[name]
+    module = {total_queue.NAME: total_queue, fifo.NAME: fifo, groups.NAME: groups, split_brain.NAME: split_brain}[name]
     result, rows = module.judge(key, facts[name], **options)
     return result, rows, []
 

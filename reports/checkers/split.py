@@ -9,7 +9,7 @@ module):
                 deliveries) is kept as sets and counts that merge;
 * ``group``     groups: a group's deliveries stay together; the ops that release a group (a
                 close, a reconnect, an in-doubt op, a rebalance, a drain, a fault) go to every part;
-* ``client``    failover_downtime, latency, throughput: every row of a client's processes stays
+* ``client``    failover_downtime, latency, throughput, split_brain: every row of a client's processes stays
                 together (an op's invoke and completion are its process's consecutive lines);
                 the client of a process comes from `failover_downtime.worker_claims`, merged over
                 the pieces before any row is assigned.
@@ -34,7 +34,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from . import failover_downtime, fifo, groups, performance, total_queue
+from . import failover_downtime, fifo, groups, performance, split_brain, total_queue
 from .history import NEMESIS, Columns, Rows
 
 FAMILIES = ("id", "producer", "group", "client")
@@ -43,9 +43,9 @@ CHECKERS_OF = {
     total_queue.SPLIT_KEY: (total_queue.NAME,),
     fifo.SPLIT_KEY: (fifo.NAME,),
     groups.SPLIT_KEY: (groups.NAME,),
-    failover_downtime.SPLIT_KEY: (failover_downtime.NAME, performance.LATENCY, performance.THROUGHPUT),
+    failover_downtime.SPLIT_KEY: (failover_downtime.NAME, performance.LATENCY, performance.THROUGHPUT, split_brain.NAME),
 }
-assert set(CHECKERS_OF) == set(FAMILIES) and performance.SPLIT_KEY == failover_downtime.SPLIT_KEY
+assert set(CHECKERS_OF) == set(FAMILIES) and performance.SPLIT_KEY == failover_downtime.SPLIT_KEY == split_brain.SPLIT_KEY
 
 
 # ---------------------------------------------------------------------- per piece (a chunk of a run)
@@ -171,7 +171,7 @@ def part_facts(c: Columns, family: str) -> dict:
             out[name] = performance.throughput_facts(c)
         else:
             out[name] = {total_queue.NAME: total_queue.facts, fifo.NAME: fifo.facts, groups.NAME: groups.facts,
-                         failover_downtime.NAME: failover_downtime.facts}[name](c)
+                         failover_downtime.NAME: failover_downtime.facts, split_brain.NAME: split_brain.facts}[name](c)
     return out
 
 
@@ -180,7 +180,7 @@ def combine(family_parts: dict[str, list[dict]], run_span: dict) -> dict:
     combiners = {total_queue.NAME: total_queue.combine, fifo.NAME: fifo.combine, groups.NAME: groups.combine,
                  failover_downtime.NAME: failover_downtime.combine,
                  performance.LATENCY: lambda ps: performance.combine_latency(ps),
-                 performance.THROUGHPUT: performance.combine_throughput}
+                 performance.THROUGHPUT: performance.combine_throughput, split_brain.NAME: split_brain.combine}
     out = {}
     for family, names in CHECKERS_OF.items():
         for name in names:

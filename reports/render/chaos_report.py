@@ -2,7 +2,8 @@
 
 The page shows the verdict and every check (from ``verdict.json``, written by
 `reports.judge.judge_run`), the anomalous messages with their operations and the fault
-window each fell in, a timeline of operations per process, latency percentiles and throughput over
+window each fell in, a timeline of operations per process (above them, when the history names
+the node that served each operation, one "served by" lane per node: issue 18), latency percentiles and throughput over
 time, failover downtime per fault and client, topic fan-out per subscriber, and the failover
 clients' transport events (``transport.jsonl``, chaos/transport_log.py) when the run has them. Fault windows
 (the ``fault_window`` entries of the nemesis's heal events, DESIGN.md "History format") are shaded
@@ -41,6 +42,9 @@ MAX_TRANSPORT_EVENTS = 300  # listed on the page; transport.jsonl keeps them all
 MAX_LANES = 48
 TIMELINE_COLUMNS = 600  # lanes are drawn at this horizontal resolution, whatever the history's size
 LATENCY_FS = ("send", "receive", "ack")
+#: operations whose ok completion shows a node serving (the timeline's "served by" lanes)
+SERVED_FS = ("send", "receive", "ack", "drain")
+MAX_NODE_LANES = 8
 OUTCOME_COLOURS = {"ok": "#43a047", "fail": "#fb8c00", "info": "#d32f2f", "open": "#9e9e9e"}
 # Worse outcomes win a timeline column: an info in a column full of oks must stay visible.
 _OUTCOME_RANK = {"ok": 1, "fail": 2, "info": 3, "open": 4}
@@ -83,6 +87,9 @@ class RunData:
     nemesis: list[dict] = field(default_factory=list)
     message_ops: dict[str, list[dict]] = field(default_factory=dict)  # anomalous id -> its events
     indexed: dict[int, dict] = field(default_factory=dict)  # wanted op index -> event
+    #: (node, completion_ns) of every ok send / receive / ack / drain that names the node that
+    #: served it (chaos/workloads/base.py NodeNames; issue 18): the timeline's "served by" lanes
+    served: list[tuple[str, int]] = field(default_factory=list)
     t_end: int = 0
     events: int = 0
 
@@ -121,6 +128,8 @@ def read_run(history_path: Path, wanted_ids: set[str] = frozenset(), wanted_inde
             pending[process] = event
         else:
             invoke = pending.pop(process, None)
+            if event["type"] == "ok" and event["f"] in SERVED_FS and event.get("node") is not None:
+                data.served.append((str(event["node"]), time))
             if invoke is not None and invoke["f"] == event["f"]:
                 data.ops.append((process, event["f"], invoke["time"], time, event["type"]))
             else:  # a completion without its invoke (a cut history): a point in time
@@ -247,6 +256,28 @@ def timeline_lanes(ops: list[tuple], t_end: int, columns: int = TIMELINE_COLUMNS
             c += 1
         main_f = ", ".join(f for f, _ in fs[process].most_common(2) if f not in ("connect", "subscribe")) or "connect"
         lanes.append((process, f"p{process} {main_f}", intervals))
+    return lanes
+
+
+def served_lanes(served: list[tuple[str, int]], t_end: int, columns: int = TIMELINE_COLUMNS) -> list[tuple]:
+    """Per node: (node, [(start_ns, end_ns), ...]): the columns (at ``columns`` resolution) in
+    which the node completed an accepted operation, neighbours merged. Two nodes' lanes marked in
+    one column is what the split-brain checker looks into (reports/checkers/split_brain.py; a
+    column is coarse: the checker's verdict, not the picture, decides)."""
+    span = max(t_end, 1)
+    width = span / columns
+    marks: dict[str, set[int]] = defaultdict(set)
+    for node, t in served:
+        marks[node].add(min(int(t / width), columns))
+    lanes = []
+    for node in sorted(marks):
+        cols, intervals = sorted(marks[node]), []
+        for c in cols:
+            if intervals and intervals[-1][1] == c:
+                intervals[-1][1] = c + 1
+            else:
+                intervals.append([c, c + 1])
+        lanes.append((node, [(int(a * width), int(b * width)) for a, b in intervals]))
     return lanes
 
 
@@ -385,6 +416,13 @@ def _checks_html(verdict: dict) -> str:
             detail = (f"{s.get('faults', 0)} faults, {s.get('measured', 0)} measurements, max "
                       f"{fmt(s['max_ms']) if s.get('max_ms') is not None else 'n/a'} ms, never recovered "
                       f"{s.get('never_recovered', 0)}" + (f" - {detail}" if detail else ""))
+        elif name == "split_brain":
+            s = check.get("stats") or {}
+            windows = "; ".join(f"{' and '.join(w['nodes'])} {w['start'] / NS_PER_S:.3f} s - {w['end'] / NS_PER_S:.3f} s "
+                                f"(ops {', '.join(map(str, w['ops']))})" for w in (s.get("windows") or [])[:20])
+            detail = (f"served by {', '.join(s.get('nodes') or []) or 'no node named'}, {s.get('handovers', 0)} "
+                      f"handovers" + (f"; overlapping windows: {windows}" if windows else "")
+                      + (f" - {detail}" if detail else ""))
         rows.append(f"<tr><td><code>{_e(name)}</code></td><td>{_valid_html(check.get('valid'))}</td>"
                     f"<td>{_e(detail)}</td></tr>")
     if not rows:
@@ -461,13 +499,23 @@ def _timeline_svg(data: RunData, windows: list[Window], anomaly_times: list[tupl
     lanes = timeline_lanes(data.ops, data.t_end)
     hidden = len(lanes) - MAX_LANES
     lanes = lanes[:MAX_LANES]
-    rows = len(lanes) + (1 if anomaly_times else 0)
+    nodes = served_lanes(data.served, data.t_end)[:MAX_NODE_LANES]
+    # one "served by" lane per node above the processes, when the history names the nodes
+    node_rows = len(nodes) + (1 if nodes else 0)  # and a blank lane between
+    rows = len(lanes) + (1 if anomaly_times else 0) + node_rows
     lane_px = 14
     bands = _bands(windows)
     plot = Plot.make((0, data.t_end / NS_PER_S), (0, max(rows, 1)), height=rows * lane_px + 48,
                      margin=(8, 16, 40, 110), bands=bands)
-    for row, (_, label, intervals) in enumerate(lanes):
+    for row, (node, intervals) in enumerate(nodes):
         y = rows - row
+        colour = PALETTE[row % len(PALETTE)]
+        plot.text(plot.left - 4, plot.y(y - 0.5) + 3, f"served by {node}", anchor="end", pixel=True, colour=colour)
+        for start, end in intervals:
+            plot.rect(start / NS_PER_S, end / NS_PER_S, y - 0.85, y - 0.15, colour,
+                      title=f"node {node} accepted operations", min_width=1.5)
+    for row, (_, label, intervals) in enumerate(lanes):
+        y = rows - node_rows - row
         plot.text(plot.left - 4, plot.y(y - 0.5) + 3, label, anchor="end", pixel=True)
         for start, end, outcome in intervals:
             plot.rect(start / NS_PER_S, end / NS_PER_S, y - 0.85, y - 0.15, OUTCOME_COLOURS[outcome])

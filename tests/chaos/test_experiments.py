@@ -86,6 +86,10 @@ def test_experiment_1_reference_kill_restart(request, tmp_path):
     lines = [json.loads(line) for line in (tmp_path / "transport.jsonl").read_text().splitlines()]
     assert lines and all(0 < e["time"] and e["worker"] in transport for e in lines), lines[:20]
     assert any(line.startswith("failover transport events") for line in verdict["summary"])
+    # one broker: every accepted operation names node A (issue 18; the experiment's address map)
+    served = {e["node"] for e in map(json.loads, (tmp_path / "history.jsonl").read_text().splitlines())
+              if e["type"] == "ok" and e["f"] in ("send", "receive", "ack")}
+    assert served == {"A"}, served
 
 
 @pytest.mark.slow
@@ -99,6 +103,11 @@ def test_experiment_2_activemq_shared_store_failover(request, tmp_path):
     # new master (no one left in never_recovered).
     assert kills and kills[0]["node"] == "A"
     assert all(f["downtime_ms"] and not f["never_recovered"] for f in kills), "\n".join(verdict["summary"])
+    # Issue 18: every accepted operation names the broker that served it, and the failover moved
+    # the clients from A to B with one master at a time.
+    split = verdict["checks"]["split_brain"]
+    assert split["valid"] is True and split["stats"]["unnamed"] == 0, "\n".join(verdict["summary"])
+    assert split["stats"]["nodes"] == ["A", "B"] and split["stats"]["handovers"] >= 1, split["stats"]
 
 
 @pytest.mark.slow

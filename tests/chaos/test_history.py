@@ -162,3 +162,13 @@ def test_odd_values_are_recorded_not_raised(tmp_path):
     events = read_history(tmp_path / "h.jsonl")
     assert events[0]["value"] == {"body": "b'\\x00raw'"}
     assert events[1]["error"] == "reset by peer"
+
+
+def test_a_completion_may_name_the_node_that_served_it(tmp_path):
+    """Issue 18: the node of a completion overrides the invoke's (and the history's default)."""
+    with History(tmp_path / "h.jsonl", run="r", target="t", node="A") as h:
+        sent = h.ok(h.invoke(0, "send", {"id": "m"}), node="B")
+        failed = h.fail(h.invoke(0, "send", {"id": "n"}), "refused")
+        unknown = h.info(h.invoke(0, "send", {"id": "o"}), "timeout", node="C")
+    assert (sent["node"], failed["node"], unknown["node"]) == ("B", "A", "C")
+    assert [e["node"] for e in read_history(tmp_path / "h.jsonl")] == ["A", "B", "A", "A", "A", "C"]

@@ -233,3 +233,48 @@ def test_pause_under_load_gives_info_sends_and_loses_no_acknowledged_message(tmp
     assert set(seen) <= sent_ok | in_doubt, "unexpected messages"
     windows = [w for e in events if e["process"] == "nemesis" for w in e["value"].get("fault_window", [])]
     assert [w["fault"] for w in windows] == ["paused"]
+
+
+def test_every_completion_names_the_node_that_served_it(broker, tmp_path):
+    """Issue 18: send / receive / ack / drain completions carry ``node``, the node's name when the
+    workload has the address -> node map."""
+    port = broker.ports["stomp"]
+    with History(tmp_path / "h.jsonl", run="n1", target="reference") as h:
+        workload = QueueWorkload(h, factory(broker), destination="queue://w.node", producers=1, consumers=1,
+                                 rate=100, receive_timeout=0.2, node_names={f"127.0.0.1:{port}": "B"})
+        workload.start()
+        while workload.received_ok < 10 and not workload.errors:
+            workload._stop_producers.wait(0.05)
+        workload.stop()
+        workload.drain(quiet=0.3)
+    events = read_history(h.path)
+    assert workload.errors == []
+    served = [e for e in events if e["f"] in ("send", "receive", "ack", "drain") and e["type"] != "invoke"]
+    assert {e["f"] for e in served} == {"send", "receive", "ack", "drain"}
+    assert {e["node"] for e in served} == {"B"}, "a completion without the serving node's name"
+    # invokes and connects say nothing about a node (no default node on this history)
+    assert {e["node"] for e in events if e["type"] == "invoke"} == {None}
+
+
+def test_a_failover_client_is_named_by_its_current_endpoint_without_a_map(broker, tmp_path):
+    from conformance.clients import connect_failover
+    port = broker.ports["stomp"]
+    uri = f"failover:(tcp://127.0.0.1:{port})?maxReconnectAttempts=0"
+    with History(tmp_path / "h.jsonl", run="n2", target="reference") as h:
+        workload = QueueWorkload(h, lambda: connect_failover(uri, "stomp"), destination="queue://w.node2",
+                                 producers=1, consumers=0, rate=200)
+        workload.start()
+        while workload.sent_ok < 5 and not workload.errors:
+            workload._stop_producers.wait(0.05)
+        workload.stop()
+    events = read_history(h.path)
+    sends = [e for e in events if e["f"] == "send" and e["type"] == "ok"]
+    assert sends and {e["node"] for e in sends} == {f"127.0.0.1:{port}"}
+
+
+def test_node_names_maps_each_list_of_addresses_onto_the_nodes_in_order():
+    from chaos.experiment import node_names
+    assert node_names(("A", "B"), [("h", 1), ("h", 2)], [("p", 7), ("p", 8)]) == {
+        "h:1": "A", "h:2": "B", "p:7": "A", "p:8": "B"}
+    with pytest.raises(ValueError, match="1 addresses for 2 nodes"):
+        node_names(("A", "B"), [("h", 1)])

@@ -174,3 +174,109 @@ def test_worker_whose_process_retired_in_the_fault_is_measured_through_its_succe
     [fault] = r.stats["faults"]
     assert r.valid is True and fault["per_client_ms"] == {"producer-0": 1300.0} and fault["retired"] == []
     assert failover_downtime(h.lines).faults[0].downtime_ms == {"producer-0": 1300.0}
+
+
+# ---------------------------------------------------------------------- split brain (issue 18)
+
+
+def _split_brain(run: str, split_brain: bool = True):
+    from .test_checkers import LITERALS
+    return judged(LITERALS[run], split_brain=split_brain)["split_brain"]
+
+
+def test_split_brain_both_nodes_accept_is_invalid_with_the_window():
+    r = _split_brain("split_brain_both_nodes_accept")
+    assert r.valid is False and r.applicable
+    (window,) = r.stats["windows"]
+    # B accepted op 7 at 1510 ms; A then accepted op 9, invoked at 1600 ms, completed 1601 ms
+    assert window["nodes"] == ["A", "B"] and window["ops"] == [7, 9]
+    assert (window["start"], window["end"]) == (1510 * MS, 1601 * MS)
+    assert window["epoch"] == "after the fault at 1.000 s"
+
+
+def test_split_brain_clean_handover_is_valid():
+    r = _split_brain("split_brain_clean_handover")
+    assert (r.valid, r.applicable, r.stats["nodes"], r.stats["windows"]) == (True, True, ["A", "B"], [])
+
+
+def test_split_brain_old_master_answering_late_is_no_evidence():
+    """A's send was invoked before B's first acceptance: A may simply have answered late."""
+    r = _split_brain("split_brain_old_master_answers_late")
+    assert r.valid is True and r.stats["windows"] == []
+
+
+def test_split_brain_failback_after_a_second_fault_is_valid():
+    r = _split_brain("split_brain_failback_after_second_fault")
+    assert r.valid is True and r.stats["handovers"] == 2 and r.stats["nodes"] == ["A", "B"]
+
+
+def test_split_brain_interleaved_masters_without_a_fault_is_invalid():
+    r = _split_brain("split_brain_without_a_fault")
+    assert r.valid is False
+    assert [w["nodes"] for w in r.stats["windows"]] == [["A", "B"]]
+    assert r.stats["windows"][0]["epoch"] == "before any fault"
+
+
+def test_split_brain_without_node_names_is_unknown_when_asked_for():
+    asked = _split_brain("split_brain_nodes_unknown")
+    assert (asked.valid, asked.applicable) == ("unknown", True) and "names the node" in asked.reason
+    # analyze runs every checker: a run that did not ask for it and names no node is left out
+    assert _split_brain("split_brain_nodes_unknown", split_brain=False).applicable is False
+
+
+def test_split_brain_not_asked_for_is_shown_but_left_out_of_the_verdict():
+    """A network of brokers serves on every node at once: only an experiment that promises one
+    master at a time ([checkers] split_brain) is judged by it."""
+    r = _split_brain("split_brain_both_nodes_accept", split_brain=False)
+    assert (r.valid, r.applicable) == (False, False)
+    assert r.reason.startswith("not asked for by the experiment ([checkers] split_brain); found: 1 overlapping")
+
+
+def test_split_brain_one_node_serving_everything_kept_the_promise():
+    h = H("one_node").send(0, "a").receive(1, "a", consumer=0).drain(2, [])
+    r = judged(h, split_brain=True)["split_brain"]
+    assert (r.valid, r.applicable, r.reason) == (True, True, "node A served every accepted operation")
+    assert judged(h)["split_brain"].applicable is False  # not asked for: nothing to show
+
+
+def test_split_brain_some_unnamed_operations_make_a_clean_run_unknown():
+    h = H("partly_named").send(0, "a", node="A").send(0, "b", seq=1, node="B")
+    h.op(0, "invoke", "send", msg("c", seq=2), node=None)
+    h.op(0, "ok", "send", msg("c", seq=2), node=None)
+    r = judged(h, split_brain=True)["split_brain"]
+    assert r.valid == "unknown" and r.reason.startswith("1 of 3 accepted operations name no node")
+
+
+def test_split_brain_events_and_columns_agree():
+    from reports.checkers.split_brain import check_split_brain
+    from .test_checkers import LITERALS
+    h = LITERALS["split_brain_both_nodes_accept"]
+    events = check_split_brain(h.lines)
+    assert events.valid is False and events.stats["windows"] == _split_brain(h.run).stats["windows"]
+    assert events.stats["anomalies"][0].startswith("nodes A and B both accepted operations from 1.510 s to 1.601 s")
+
+
+def test_split_brain_old_master_accepting_after_the_takeover_is_invalid():
+    """The killed master's node A served before the fault; B accepted first after it, then A
+    confirmed a send invoked after that: A is still a master (the brief's case, issue 18)."""
+    from .test_checkers import _served
+    h = H("old_master_still_serving")
+    _served(h, 0, "send", msg("a"), "A", at=100, done=101).kill(at=1000)
+    _served(h, 0, "send", msg("b", seq=1), "B", at=1500, done=1510)
+    _served(h, 0, "send", msg("c", seq=2), "A", at=1600, done=1601)
+    r = judged(h, split_brain=True)["split_brain"]
+    assert r.valid is False and [w["nodes"] for w in r.stats["windows"]] == [["A", "B"]]
+    assert r.stats["windows"][0]["ops"] == [5, 7]  # B's first acceptance, A's later one
+
+
+def test_split_brain_old_master_delivery_from_the_prefetch_buffer_is_no_evidence():
+    """A receive invoked after B's first acceptance may return a message A dispatched earlier (the
+    client's prefetch buffer): it proves A served at some time before, not after."""
+    from .test_checkers import _served
+    h = H("prefetched_from_old_master")
+    _served(h, 0, "send", msg("a"), "A", at=100, done=101)
+    _served(h, 0, "send", msg("b", seq=1), "A", at=102, done=103).kill(at=1000)
+    _served(h, 0, "send", msg("c", seq=2), "B", at=1500, done=1510)
+    _served(h, 1, "receive", msg("b", seq=1, consumer=0), "A", at=1600, done=1601)
+    r = judged(h, split_brain=True)["split_brain"]
+    assert r.valid is True and r.stats["windows"] == [], r.stats

@@ -61,6 +61,8 @@ def _literals() -> dict[str, H]:
         # ---------------------------------------------------------------- downtime, latency
         _downtime(),
         _invoked_while_injecting(),
+        # ---------------------------------------------------------------- split brain (issue 18)
+        *_split_brain(),
     ]
     return {h.run: h for h in hs}
 
@@ -101,6 +103,50 @@ def _invoked_while_injecting() -> H:
     h.restart(at=3000, killed_at=1000)
     h.now = 4000 * MS
     return h.drain(1, [a, b, d])
+
+
+def _served(h: H, process, f: str, value, node, *, at: float, done: float) -> H:
+    """One operation served by ``node``, invoked at ``at`` ms and completed ``ok`` at ``done`` ms."""
+    h.op(process, "invoke", f, None if f == "receive" else value, at=at, node=None)
+    h.op(process, "ok", f, value, at=done, node=node)
+    return h
+
+
+def _split_brain() -> list[H]:
+    """Master/slave pairs: A serves until it is killed at 1000 ms, then B."""
+    def before_kill(run: str) -> H:
+        h = H(run)
+        _served(h, 0, "send", msg("a"), "A", at=100, done=101)
+        return _served(h, 1, "receive", msg("a", consumer=0), "A", at=102, done=103).kill(at=1000)
+
+    # both nodes accept: B took over, and A still confirms a send invoked after B's first one
+    both = before_kill("split_brain_both_nodes_accept")
+    _served(both, 0, "send", msg("b", seq=1), "B", at=1500, done=1510)
+    _served(both, 0, "send", msg("c", seq=2), "A", at=1600, done=1601)
+    _served(both, 1, "receive", msg("b", seq=1, consumer=0), "B", at=1700, done=1701)
+    # a clean handover: A's last acceptance before B's first
+    clean = before_kill("split_brain_clean_handover")
+    _served(clean, 0, "send", msg("b", seq=1), "B", at=1500, done=1510)
+    _served(clean, 1, "receive", msg("b", seq=1, consumer=0), "B", at=1520, done=1521)
+    # the old master answers a send invoked before B's first acceptance after it: in flight, late
+    late = before_kill("split_brain_old_master_answers_late")
+    late.op(2, "invoke", "send", msg("x", producer=2), at=990, node=None)
+    _served(late, 0, "send", msg("b", seq=1), "B", at=1500, done=1510)
+    late.op(2, "ok", "send", msg("x", producer=2), at=1700, node="A")
+    # A killed, B serves, B killed, A (restarted as slave) serves again: two clean handovers
+    back = before_kill("split_brain_failback_after_second_fault")
+    _served(back, 0, "send", msg("b", seq=1), "B", at=1500, done=1510)
+    back.restart(at=2000, killed_at=1000).kill(at=3000)
+    _served(back, 0, "send", msg("c", seq=2), "A", at=3500, done=3510)
+    # a second master without any fault: A, B, A interleaved
+    nofault = H("split_brain_without_a_fault")
+    for i, node in enumerate("ABA"):
+        _served(nofault, 0, "send", msg(f"n{i}", seq=i), node, at=100 + 10 * i, done=105 + 10 * i)
+    # a history from before issue 18: no completion names its node
+    unnamed = H("split_brain_nodes_unknown")
+    _served(unnamed, 0, "send", msg("u"), None, at=100, done=101)
+    _served(unnamed, 0, "send", msg("v", seq=1), None, at=200, done=201)
+    return [both, clean, late, back, nofault, unnamed]
 
 
 LITERALS = _literals()
@@ -283,3 +329,22 @@ def test_throughput_split_into_normal_and_fault(analysed):
     assert stats["fault_s"] == pytest.approx(3.001)
     assert stats["normal_s"] == pytest.approx(4.901 - 3.001)
     assert stats["by_f"]["send"]["ok_fault"] == 1 and stats["by_f"]["send"]["ok_normal"] == 1
+
+
+def test_split_brain_is_judged_when_the_history_asks_for_it(spark, tmp_path, engine):
+    """Issue 18: analyze takes the experiment's own [checkers] split_brain from the history's
+    harness record; the overlap then makes the run's verdict false."""
+    h = LITERALS["split_brain_both_nodes_accept"]
+    record = {"index": -1, "time": 0, "process": "harness", "type": "info", "f": "experiment", "run": h.run,
+              "target": h.target, "node": None, "value": {"format": 1, "experiment": {
+                  "name": "sb", "workload": {"kind": "queue", "destination": "queue://q"}, "nemesis": [{"kind": "kill"}],
+                  "checkers": {"split_brain": True}}}}
+    asked = H(h.run)
+    asked.lines = [record] + [{**e, "index": e["index"]} for e in h.lines]
+    for i, e in enumerate(asked.lines):
+        e["index"] = i
+    path = asked.write(tmp_path / "asked")
+    [result] = analyze(spark, path, checkers=["split_brain"], engine=engine).results
+    assert (result.valid, result.applicable) == (False, True), result
+    unasked = analyze(spark, h.write(tmp_path / "unasked"), checkers=["split_brain"], engine=engine).results
+    assert [(r.valid, r.applicable) for r in unasked] == [(False, False)]

@@ -110,11 +110,15 @@ def test_the_literals_plant_every_kind_of_anomaly():
         facts = facts_from_table(flat_table(h.lines))
         for checker in ("total_queue", "fifo", "groups"):
             found |= {(checker, f["kind"]) for f in facts[checker]["found"]}
+        if name.startswith("split_brain"):
+            from reports.checkers.split_brain import overlaps
+            found |= {("split_brain", "split-brain") for _ in overlaps(facts["split_brain"])}
         if name == "failover_downtime":
             rows = facts["failover_downtime"]["rows"]
             assert [r["client"] for r in rows if r["downtime"] is not None] == ["consumer-0", "producer-0"]
     assert found == {("total_queue", "lost"), ("total_queue", "unexpected"), ("total_queue", "duplicated"),
-                     ("total_queue", "recovered"), ("fifo", "reordered"), ("groups", "reordered"), ("groups", "stolen")}
+                     ("total_queue", "recovered"), ("fifo", "reordered"), ("groups", "reordered"), ("groups", "stolen"),
+                     ("split_brain", "split-brain")}
 
 
 def test_rows_without_operations_are_refused_with_the_reason():

@@ -232,3 +232,41 @@ def queue_ops_n(h: History, n: int) -> None:
     m = {"id": f"m{n}", "producer": 0, "seq": n, "destination": "queue://q"}
     op = h.invoke(0, "send", m)
     h.ok(op)
+
+
+# ---------------------------------------------------------------------- split brain (issue 18)
+
+
+def split_brain_ops(*, overlap: bool):
+    def ops(h: History) -> None:
+        for i, node in enumerate(("A", "B", "A") if overlap else ("A", "B", "B")):
+            m = {"id": f"m{i}", "producer": 0, "seq": i, "destination": "queue://q"}
+            h.ok(h.invoke(0, "send", m), node=node)
+        h.ok(h.invoke(1, "drain"), [{"id": f"m{i}", "producer": 0, "seq": i, "destination": "queue://q"}
+                                    for i in range(3)], node="B")
+    return ops
+
+
+def test_split_brain_reaches_the_verdict_when_the_experiment_asks_for_it(tmp_path):
+    asked = experiment(split_brain=True)
+    bad = judge_history(write(tmp_path, "sb", end=run_end(), settings=asked, ops=split_brain_ops(overlap=True)))
+    assert bad["checks"]["split_brain"]["valid"] is False and bad["valid"] is False, bad["summary"]
+    assert bad["checks"]["split_brain"]["stats"]["windows"][0]["nodes"] == ["A", "B"]
+    assert any(line.startswith("split brain: False (served by A, B; handovers: 1)") for line in bad["summary"])
+    assert any(line.startswith("  nodes A and B both accepted operations") for line in bad["summary"])
+    good = judge_history(write(tmp_path, "clean", end=run_end(), settings=asked, ops=split_brain_ops(overlap=False)))
+    assert good["checks"]["split_brain"]["valid"] is True and good["valid"] is True, good["summary"]
+    # a history whose operations name no node cannot show one master at a time
+    unnamed = judge_history(write(tmp_path, "unnamed", end=run_end(), settings=asked))
+    assert unnamed["checks"]["split_brain"]["valid"] == UNKNOWN and unnamed["valid"] == UNKNOWN
+    # not asked for: not judged
+    off = judge_history(write(tmp_path, "off", end=run_end(), ops=split_brain_ops(overlap=True)))
+    assert "split_brain" not in off["checks"]
+
+
+def test_the_shared_store_experiments_ask_for_split_brain():
+    from chaos.experiment_file import load_experiment
+    files = sorted(Path(__file__).resolve().parents[2].glob("chaos/experiments/*shared-store*.toml"))
+    assert files, "no shared-store experiment found"
+    for path in files:
+        assert load_experiment(path).checkers.split_brain is True, path.name

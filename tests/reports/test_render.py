@@ -17,7 +17,7 @@ from reports.checkers.redelivery import check_no_redelivery_after_ack
 from reports.checkers.total_queue import check_total_queue
 from reports.render import chaos_report
 from reports.render.chaos_report import (ReportError, Window, fault_windows, latency_series, render_chaos_report,
-                                         throughput_series, timeline_lanes)
+                                         served_lanes, throughput_series, timeline_lanes)
 from reports.render.comparison_report import ComparisonError, render_comparison_report
 from reports.render.svg import Band, Plot, Scale, bar_chart, fmt
 from tests.reports.histories import MS, H, msg
@@ -349,3 +349,29 @@ def test_comparison_missing_cell_and_bad_input(tmp_path):
     assert '<td class="c" style="background:#fafafa;color:#9e9e9e">-</td>' in page  # reference never ran groups
     with pytest.raises(ComparisonError, match="specs"):
         render_comparison_report({"runs": []}, [], tmp_path / "d.html")
+
+
+def test_served_lanes_merge_neighbouring_columns_per_node():
+    served = [("A", t) for t in (0, 10, 20)] + [("B", 60), ("B", 70), ("A", 95)]
+    assert served_lanes(served, 100, columns=10) == [("A", [(0, 30), (90, 100)]), ("B", [(60, 80)])]
+
+
+def test_timeline_shows_which_node_served_each_operation(tmp_path):
+    """Issue 18: a master/slave run's page has a "served by" lane per node."""
+    h = H("served-run")
+    h.send(0, "a", node="A").receive(1, "a", node="A")
+    h.kill(at=10)
+    h.send(0, "b", seq=1, node="B").receive(1, "b", seq=1, node="B").drain(2, [])
+    from reports.checkers.split_brain import check_split_brain
+    page = page_of(write_run(tmp_path, h, split_brain=check_split_brain(h.lines).to_json()))
+    assert ">served by A</text>" in page and ">served by B</text>" in page
+    assert "served by A, B, 1 handovers - nodes A, B served in turn; every switch was clean" in page
+    assert page.count('<title>node B accepted operations</title>') >= 1
+
+
+def test_split_brain_windows_are_listed_in_the_checks_table(tmp_path):
+    from reports.checkers.split_brain import check_split_brain
+    from tests.reports.test_checkers import LITERALS
+    h = LITERALS["split_brain_both_nodes_accept"]
+    page = page_of(write_run(tmp_path, h, split_brain=check_split_brain(h.lines).to_json()))
+    assert "overlapping windows: A and B 1.510 s - 1.601 s (ops 7, 9)" in page
