@@ -98,8 +98,36 @@ def _stop_locked() -> None:
     _state.update(session=None, master=None, tmp=None)
     if session is not None:
         session.stop()
+        _stop_gateway()
     if tmp is not None:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _stop_gateway() -> None:
+    """End the JVM pyspark launched (spark-submit): SparkSession.stop() stops the context but
+    leaves that process until the interpreter exits, which outlives a test session (the leak
+    check names it) and holds its memory. The JVM exits when its stdin closes (pyspark's
+    PythonGatewayServer watches it); a later get_session launches a new one."""
+    from pyspark import SparkContext
+
+    gateway = SparkContext._gateway
+    if gateway is None:
+        return
+    SparkContext._gateway = None
+    SparkContext._jvm = None
+    proc = getattr(gateway, "proc", None)
+    try:
+        gateway.shutdown()
+    except Exception:  # noqa: BLE001 - a gateway already gone
+        pass
+    if proc is not None:
+        try:
+            if proc.stdin is not None:
+                proc.stdin.close()
+            proc.wait(timeout=30)
+        except Exception:  # noqa: BLE001 - stuck: end it by its own handle
+            proc.kill()
+            proc.wait(timeout=10)
 
 
 def _start(master: str, shuffle_partitions: int | None, app_name: str):
