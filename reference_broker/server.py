@@ -14,6 +14,7 @@ from .listeners.amqp import AmqpProtocol
 from .listeners.http import serve_http
 from .listeners.mqtt import MqttProtocol
 from .listeners.stomp import StompProtocol
+from .loop_lag import LoopLag
 from .store.base import MessageStore, SyncPolicy
 from .protocols.mqtt.session import MqttSessionRegistry
 from .store.memory import MemoryStore
@@ -55,6 +56,8 @@ class BrokerServer:
         self._connections: set[StompProtocol | AmqpProtocol] = set()
         self._servers: list[asyncio.AbstractServer] = []
         self._tick_task: asyncio.Task | None = None
+        self.loop_lag = LoopLag()
+        self._lag_task: asyncio.Task | None = None
         self.stomp_address: tuple[str, int] | None = None
         self.amqp_address: tuple[str, int] | None = None
         self.mqtt_address: tuple[str, int] | None = None
@@ -101,12 +104,13 @@ class BrokerServer:
         if cfg.http:
             host, port = _split(cfg.http)
             try:
-                server = await serve_http(self.broker, host, port)
+                server = await serve_http(self.broker, host, port, loop_lag=self.loop_lag)
             except OSError as exc:
                 raise OSError(exc.errno, f"cannot listen for HTTP on {cfg.http} (option 'http'): {exc.strerror}") from None
             self._servers.append(server)
             self.http_address = server.sockets[0].getsockname()[:2]
         self._tick_task = asyncio.create_task(self._housekeeping())
+        self._lag_task = asyncio.create_task(self.loop_lag.run())
 
     def _tick_period(self) -> float:
         """Timer period: TICK_SECONDS, or less when the configured heart-beats are short, so the
@@ -134,6 +138,8 @@ class BrokerServer:
     async def stop(self) -> None:
         if self._tick_task is not None:
             self._tick_task.cancel()
+        if self._lag_task is not None:
+            self._lag_task.cancel()
         self.mqtt_sessions.close()  # connections closed by the shutdown publish no wills
         for server in self._servers:
             server.close()

@@ -2,7 +2,9 @@
 enqueued / dequeued / dispatched / in-flight, per-subscription `discarded` and `matched` from
 ActiveMQ "Slow Consumer Handling", "Monitoring the Status of Slow Consumers").
 
-Endpoints: GET /stats (everything), /queues, /topics, /subscriptions, /health.
+Endpoints: GET /stats (everything), /queues, /topics, /subscriptions, /health. `/health` is
+cheap (it does not list destinations): the connection count and the event loop's lag
+(loop_lag.py), for watching a broker under load.
 """
 
 from __future__ import annotations
@@ -12,13 +14,14 @@ import json
 import logging
 
 from ..engine.broker import Broker
+from ..loop_lag import LoopLag
 
 log = logging.getLogger("reference_broker.listeners.http")
 
 _MAX_REQUEST = 16 * 1024
 
 
-async def serve_http(broker: Broker, host: str, port: int) -> asyncio.AbstractServer:
+async def serve_http(broker: Broker, host: str, port: int, loop_lag: LoopLag | None = None) -> asyncio.AbstractServer:
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=10)
@@ -33,7 +36,7 @@ async def serve_http(broker: Broker, host: str, port: int) -> asyncio.AbstractSe
             if method != "GET":
                 status, payload = 405, {"error": f"{method} not allowed: the statistics are read-only"}
             else:
-                status, payload = _route(broker, target)
+                status, payload = _route(broker, target, loop_lag)
         body = json.dumps(payload, indent=2, default=str).encode()
         reason = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed"}[status]
         writer.write(
@@ -49,12 +52,17 @@ async def serve_http(broker: Broker, host: str, port: int) -> asyncio.AbstractSe
     return await asyncio.start_server(handle, host, port, limit=_MAX_REQUEST)
 
 
-def _route(broker: Broker, target: str) -> tuple[int, dict]:
+def _route(broker: Broker, target: str, loop_lag: LoopLag | None = None) -> tuple[int, dict]:
+    if target == "/health":
+        health = {"status": "ok", "broker": broker.config.name, "connections": len(broker.connections)}
+        if loop_lag is not None:
+            health["loop"] = loop_lag.snapshot()
+        return 200, health
     stats = broker.stats()
+    if loop_lag is not None:
+        stats["loop"] = loop_lag.snapshot()
     if target in ("/", "/stats"):
         return 200, stats
-    if target == "/health":
-        return 200, {"status": "ok", "broker": stats["broker"]}
     key = target.strip("/")
     if key in ("queues", "topics", "subscriptions"):
         return 200, {key: stats[key]}
