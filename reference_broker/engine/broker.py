@@ -35,7 +35,7 @@ from .message import RETAIN_PROPERTY, Message, MessageRef
 from .names import QUEUE, TOPIC, DestinationName, parse_destination
 from .policy import Policies
 from .queue import Queue
-from .routing import SubscriptionTrie
+from .routing import IndexedQueues, SubscriptionTrie
 from .selector import SelectorError, parse_selector
 from .temporary import TemporaryDestinations
 from .topic import DurableSubscription, SharedSubscription, Topic, TopicSubscription
@@ -78,7 +78,8 @@ class Broker:
         self.clock = clock
         self.policies = Policies(self.config)
         self.system_usage = MemoryUsage("system", self.config.system_usage.memory_limit)
-        self.queues: dict[str, Queue] = {}
+        # by canonical name, with a trie of the names (virtual topics look their queues up by pattern)
+        self.queues: IndexedQueues = IndexedQueues()
         self.topics: dict[str, Topic] = {}
         # Topic subscriptions (non-durable, durable, shared) by pattern: routing a publish walks
         # only the branches its name can take (engine/routing.py), whatever else is subscribed.

@@ -134,3 +134,132 @@ class SubscriptionTrie(Generic[T]):
     def __iter__(self) -> Iterator[T]:
         """Every item, in the order they were added."""
         return (item for _, _, item in self._where.values())
+
+
+# --------------------------------------------------------------------------- names by pattern
+
+
+class _NameNode:
+    __slots__ = ("children", "sequence")
+
+    def __init__(self) -> None:
+        self.children: dict[str, _NameNode] = {}
+        self.sequence: int | None = None  # set when a name ends here
+
+
+class NameIndex:
+    """The reverse question: which of a set of names (no wildcards meant) does a pattern match?
+    A virtual topic asks it of the broker's queues for every message (its consumer queues
+    ``Consumer.*.VirtualTopic.X``); a trie of the names answers by walking the pattern's
+    branches, so queues under other names cost nothing. Agrees with `wildcard.matches`, and
+    answers in the order the names were added."""
+
+    def __init__(self) -> None:
+        self._root = _NameNode()
+        self._sequence = itertools.count()
+        self.nodes_visited = 0
+
+    def add(self, name: str) -> None:
+        node = self._root
+        for element in name.split("."):
+            node = node.children.setdefault(element, _NameNode())
+        if node.sequence is None:
+            node.sequence = next(self._sequence)
+
+    def discard(self, name: str) -> None:
+        path: list[tuple[_NameNode, str]] = []
+        node = self._root
+        for element in name.split("."):
+            child = node.children.get(element)
+            if child is None:
+                return
+            path.append((node, element))
+            node = child
+        node.sequence = None
+        for parent, element in reversed(path):
+            child = parent.children[element]
+            if child.children or child.sequence is not None:
+                break
+            del parent.children[element]
+
+    def matching(self, pattern: str) -> list[str]:
+        found: list[tuple[int, str]] = []
+        elements = pattern.split(".")
+        last = len(elements)
+        stack: list[tuple[_NameNode, int, tuple[str, ...]]] = [(self._root, 0, ())]
+        visited = 0
+        while stack:
+            node, depth, path = stack.pop()
+            visited += 1
+            if depth == last:
+                if node.sequence is not None:
+                    found.append((node.sequence, ".".join(path)))
+                continue
+            element = elements[depth]
+            if element in _REST:  # everything below, this node included
+                self._collect(node, path, found)
+                continue
+            if element == "*":
+                stack.extend((child, depth + 1, path + (key,)) for key, child in node.children.items()
+                             if key not in _REST)
+            else:
+                child = node.children.get(element)
+                if child is not None:
+                    stack.append((child, depth + 1, path + (element,)))
+        self.nodes_visited += visited
+        found.sort()
+        return [name for _, name in found]
+
+    def _collect(self, node: _NameNode, path: tuple[str, ...], found: list[tuple[int, str]]) -> None:
+        stack = [(node, path)]
+        while stack:
+            node, path = stack.pop()
+            self.nodes_visited += 1
+            if node.sequence is not None:
+                found.append((node.sequence, ".".join(path)))
+            stack.extend((child, path + (key,)) for key, child in node.children.items())
+
+
+class IndexedQueues(dict):
+    """The broker's queues by canonical name (``queue://NAME``), keeping `names`, a NameIndex of
+    their plain names, in step with every insertion and removal."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.names = NameIndex()
+
+    @staticmethod
+    def _plain(key: str) -> str:
+        return key.partition("://")[2]
+
+    def __setitem__(self, key: str, value) -> None:
+        if key not in self:
+            self.names.add(self._plain(key))
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key: str) -> None:
+        super().__delitem__(key)
+        self.names.discard(self._plain(key))
+
+    def pop(self, key: str, *default):
+        if key in self:
+            self.names.discard(self._plain(key))
+        return super().pop(key, *default)
+
+    def popitem(self):
+        key, value = super().popitem()
+        self.names.discard(self._plain(key))
+        return key, value
+
+    def clear(self) -> None:
+        super().clear()
+        self.names = NameIndex()
+
+    def setdefault(self, key: str, default=None):
+        if key not in self:
+            self[key] = default
+        return self[key]
+
+    def update(self, *args, **kwargs) -> None:
+        for key, value in dict(*args, **kwargs).items():
+            self[key] = value

@@ -14,9 +14,11 @@ from hypothesis import strategies as st
 
 from reference_broker.engine import broker as broker_module
 from reference_broker.engine import topic as topic_module
+from reference_broker.engine import virtual as virtual_module
 from reference_broker.engine import wildcard
 from reference_broker.engine.consumer import AckMode
-from reference_broker.engine.routing import SubscriptionTrie
+from reference_broker.engine.names import parse_destination
+from reference_broker.engine.routing import IndexedQueues, SubscriptionTrie
 from reference_broker.engine.wildcard import WildcardMap, matches
 
 from .test_engine_support import Client, make_broker
@@ -166,3 +168,51 @@ def test_wildcard_map_lookup_cache_is_bounded():
         assert wmap.lookup(f"Z.{i}") == "any"
     assert len(wmap._cache) <= wildcard.LOOKUP_CACHE_SIZE, "ENG-ROUTE-3: lookup cache bounded"
     assert wmap.lookup("A.B.0") == "ab" and wmap.lookup("A.C") == "a"
+
+
+@settings(max_examples=300, deadline=None)
+@given(names=st.lists(_NAME, max_size=12), patterns=st.lists(_PATTERN, min_size=1, max_size=6),
+       removed=st.sets(st.integers(min_value=0, max_value=11)))
+def test_name_index_agrees_with_the_wildcard_matcher(names, patterns, removed):
+    """ENG-ROUTE-1: the queue-name index virtual topics use finds exactly the names
+    `wildcard.matches` accepts, in the order they were added, after removals too."""
+    queues = IndexedQueues()
+    for name in names:
+        queues[f"queue://{name}"] = object()
+    for i in sorted(removed):
+        if i < len(names):
+            queues.pop(f"queue://{names[i]}", None)
+    kept = [key.partition("://")[2] for key in queues]
+    for pattern in patterns:
+        expected = [n for n in kept if matches(pattern, n)]
+        assert queues.names.matching(pattern) == expected, f"ENG-ROUTE-1: {pattern!r} against {kept}"
+
+
+def test_virtual_topic_copies_do_not_scan_unrelated_queues(monkeypatch):
+    """ENG-ROUTE-2: with 10k unrelated queues, a message to a virtual topic finds its consumer
+    queues without looking at the others (ActiveMQ virtual topics: Consumer.*.VirtualTopic.X);
+    the old lookup matched the pattern against every queue name for every message."""
+    matcher_calls = 0
+
+    def counting_matches(pattern: str, name: str) -> bool:
+        nonlocal matcher_calls
+        matcher_calls += 1
+        return matches(pattern, name)
+
+    monkeypatch.setattr(virtual_module, "matches", counting_matches)
+    broker = make_broker()
+    client = Client(broker)
+    for i in range(10_000):
+        broker.queue(parse_destination(f"queue://OTHER.{i}"))
+    client.subscribe("a", "queue://Consumer.A.VirtualTopic.ORDERS", ack_mode=AckMode.AUTO)
+    client.subscribe("b", "queue://Consumer.B.VirtualTopic.ORDERS", ack_mode=AckMode.AUTO)
+    for i in range(100):
+        client.send("topic://VirtualTopic.ORDERS", f"o{i}")
+    assert client.got("a") == client.got("b") == [f"o{i}" for i in range(100)], "ENG-ROUTE-1: each consumer queue got a copy"
+    assert matcher_calls / 100 <= 2, f"ENG-ROUTE-2: {matcher_calls / 100} pattern matches per message with 10k other queues"
+    index = broker.queues.names
+    before = index.nodes_visited
+    for i in range(100, 200):
+        client.send("topic://VirtualTopic.ORDERS", f"o{i}")
+    per_message = (index.nodes_visited - before) / 100
+    assert per_message <= 10, f"ENG-ROUTE-2: {per_message} queue-name nodes visited per message with 10k other queues"
