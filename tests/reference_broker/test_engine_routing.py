@@ -16,6 +16,7 @@ from reference_broker.engine import broker as broker_module
 from reference_broker.engine import topic as topic_module
 from reference_broker.engine import virtual as virtual_module
 from reference_broker.engine import wildcard
+from reference_broker.engine.audit import NetworkAudit
 from reference_broker.engine.consumer import AckMode
 from reference_broker.engine.names import parse_destination
 from reference_broker.engine.routing import IndexedQueues, SubscriptionTrie
@@ -216,3 +217,36 @@ def test_virtual_topic_copies_do_not_scan_unrelated_queues(monkeypatch):
         client.send("topic://VirtualTopic.ORDERS", f"o{i}")
     per_message = (index.nodes_visited - before) / 100
     assert per_message <= 10, f"ENG-ROUTE-2: {per_message} queue-name nodes visited per message with 10k other queues"
+
+
+def test_a_wildcard_stomp_subscriber_on_many_names_keeps_a_bounded_frame_cache():
+    """ENG-ROUTE-3: a STOMP session caches the start of its MESSAGE frames per (subscription,
+    destination); a `>` subscriber sees a new destination with every message, so the cache must
+    stay within MESSAGE_PREFIX_CACHE_SIZE and the frames must stay right."""
+    from reference_broker.protocols.stomp import session as stomp_session
+
+    from .test_stomp_fuzz import new_session, server_frames
+
+    broker = make_broker()
+    session, transport = new_session(broker)
+    session.data_received(b"CONNECT\naccept-version:1.2\nhost:x\n\n\0"
+                          b"SUBSCRIBE\nid:all\ndestination:/topic/>\nack:auto\n\n\0")
+    producer = Client(broker)
+    names = 3 * stomp_session.MESSAGE_PREFIX_CACHE_SIZE
+    for i in range(names):
+        producer.send(f"topic://MANY.{i}")
+    assert len(session._message_prefixes) <= stomp_session.MESSAGE_PREFIX_CACHE_SIZE, "ENG-ROUTE-3: frame cache bounded"
+    messages = [f for f in server_frames(bytes(transport.data)) if f.command == "MESSAGE"]
+    assert [f.get("destination") for f in messages] == [f"/topic/MANY.{i}" for i in range(names)], "ENG-ROUTE-1"
+
+
+def test_network_audit_forgets_the_least_recently_used_destination():
+    """ENG-ROUTE-3: the duplicate audit of network messages keeps ids for a bounded number of
+    destinations (the property is a header any client can set, on ever new names), and still
+    catches a resend on a destination it remembers."""
+    audit = NetworkAudit(depth=4, destinations=3)
+    for i in range(10):
+        assert not audit.is_duplicate(f"topic://A.{i}", "origin-1|")
+    assert len(audit._seen) == 3, "ENG-ROUTE-3: audited destinations bounded"
+    assert audit.is_duplicate("topic://A.9", "origin-1|"), "a resend on a remembered destination is caught"
+    assert not audit.is_duplicate("topic://A.0", "origin-1|"), "a forgotten destination starts afresh"
