@@ -57,13 +57,13 @@ def broker_name_of(connection_id: str) -> str:
     """The broker part of a `connection_id` (broker names may contain dashes)."""
     return connection_id.rsplit("-", 2)[0]
 
+# Store keys of retained messages: "retained://topic://NAME" (persistent ones survive restarts).
+RETAINED_KEY_PREFIX = "retained://"
+
 #: how many topics with nothing pending a broker remembers (Broker.idle_topic_limit)
 IDLE_TOPIC_LIMIT = 10_000
 # how many busy topics _forget_idle_topics passes over per call before giving up
 _IDLE_SCAN = 64
-
-# Store keys of retained messages: "retained://topic://NAME" (persistent ones survive restarts).
-RETAINED_KEY_PREFIX = "retained://"
 
 
 class Broker:
