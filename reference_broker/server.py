@@ -57,6 +57,7 @@ class BrokerServer:
         self._servers: list[asyncio.AbstractServer] = []
         self._tick_task: asyncio.Task | None = None
         self.loop_lag = LoopLag()
+        self.broker.loop_lag = self.loop_lag  # shown by /health
         self._lag_task: asyncio.Task | None = None
         self.stomp_address: tuple[str, int] | None = None
         self.amqp_address: tuple[str, int] | None = None
@@ -104,7 +105,7 @@ class BrokerServer:
         if cfg.http:
             host, port = _split(cfg.http)
             try:
-                server = await serve_http(self.broker, host, port, loop_lag=self.loop_lag)
+                server = await serve_http(self.broker, host, port)
             except OSError as exc:
                 raise OSError(exc.errno, f"cannot listen for HTTP on {cfg.http} (option 'http'): {exc.strerror}") from None
             self._servers.append(server)

@@ -92,6 +92,8 @@ class Broker:
         # beyond it the least recently published one is forgotten, so publishing to ever new
         # names cannot grow the broker (see _forget_idle_topics).
         self.idle_topic_limit = IDLE_TOPIC_LIMIT
+        # The event-loop lag gauge of the server running this broker (reference_broker/loop_lag.py).
+        self.loop_lag = None
         self.connections: dict[str, Connection] = {}
         self._client_ids: dict[str, Connection] = {}
         self._connection_numbers = itertools.count(1)
@@ -399,6 +401,13 @@ class Broker:
             del self._client_ids[connection.client_id]
 
     # ------------------------------------------------------------ statistics
+
+    def gauges(self) -> dict:
+        """What the HTTP /health shows besides "ok": cheap to compute, whatever the broker holds."""
+        gauges: dict = {"connections": len(self.connections)}
+        if self.loop_lag is not None:
+            gauges["loop"] = self.loop_lag.snapshot()
+        return gauges
 
     def stats(self) -> dict:
         return {

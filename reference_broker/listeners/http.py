@@ -2,9 +2,7 @@
 enqueued / dequeued / dispatched / in-flight, per-subscription `discarded` and `matched` from
 ActiveMQ "Slow Consumer Handling", "Monitoring the Status of Slow Consumers").
 
-Endpoints: GET /stats (everything), /queues, /topics, /subscriptions, /health. `/health` is
-cheap (it does not list destinations): the connection count and the event loop's lag
-(loop_lag.py), for watching a broker under load.
+Endpoints: GET /stats (everything), /queues, /topics, /subscriptions, /health.
 """
 
 from __future__ import annotations
@@ -14,14 +12,13 @@ import json
 import logging
 
 from ..engine.broker import Broker
-from ..loop_lag import LoopLag
 
 log = logging.getLogger("reference_broker.listeners.http")
 
 _MAX_REQUEST = 16 * 1024
 
 
-async def serve_http(broker: Broker, host: str, port: int, loop_lag: LoopLag | None = None) -> asyncio.AbstractServer:
+async def serve_http(broker: Broker, host: str, port: int) -> asyncio.AbstractServer:
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=10)
@@ -36,7 +33,7 @@ async def serve_http(broker: Broker, host: str, port: int, loop_lag: LoopLag | N
             if method != "GET":
                 status, payload = 405, {"error": f"{method} not allowed: the statistics are read-only"}
             else:
-                status, payload = _route(broker, target, loop_lag)
+                status, payload = _route(broker, target)
         body = json.dumps(payload, indent=2, default=str).encode()
         reason = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed"}[status]
         writer.write(
@@ -52,15 +49,10 @@ async def serve_http(broker: Broker, host: str, port: int, loop_lag: LoopLag | N
     return await asyncio.start_server(handle, host, port, limit=_MAX_REQUEST)
 
 
-def _route(broker: Broker, target: str, loop_lag: LoopLag | None = None) -> tuple[int, dict]:
-    if target == "/health":
-        health = {"status": "ok", "broker": broker.config.name, "connections": len(broker.connections)}
-        if loop_lag is not None:
-            health["loop"] = loop_lag.snapshot()
-        return 200, health
+def _route(broker: Broker, target: str) -> tuple[int, dict]:
+    if target == "/health":  # cheap, no destination lists: for watching a broker under load
+        return 200, {"status": "ok", "broker": broker.config.name, **broker.gauges()}
     stats = broker.stats()
-    if loop_lag is not None:
-        stats["loop"] = loop_lag.snapshot()
     if target in ("/", "/stats"):
         return 200, stats
     key = target.strip("/")

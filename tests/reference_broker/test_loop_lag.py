@@ -35,3 +35,23 @@ def test_a_blocked_loop_shows_as_lag():
     snap = asyncio.run(scenario())
     assert snap["samples"] >= 3
     assert snap["lag_max_ms"] >= 250, snap
+
+
+def test_health_shows_the_running_brokers_loop_lag():
+    """/health carries the gauge of the broker's own loop (what `brokerconf bench soak` reads)."""
+    import json
+    import urllib.request
+
+    from conformance.targets.reference.process import ReferenceBrokerProcess
+    from conformance.waiting import poll
+
+    with ReferenceBrokerProcess(http=True) as broker:
+        def health() -> dict:
+            with urllib.request.urlopen(f"http://127.0.0.1:{broker.http_port}/health", timeout=5) as response:
+                return json.loads(response.read())
+
+        answer = poll(health, lambda h: h["loop"]["samples"] >= 3, timeout=10)
+        assert answer["loop"]["samples"] >= 3, f"the loop-lag task is not probing: {answer}"
+        assert answer["status"] == "ok" and answer["connections"] == 0
+        assert set(answer["loop"]) >= {"lag_ms", "lag_max_recent_ms", "lag_max_ms", "samples"}
+        assert answer["loop"]["lag_ms"] >= 0
