@@ -371,9 +371,14 @@ def _non_negative_float(text: str) -> float:
 
 def cmd_bench_soak(args: argparse.Namespace) -> int:
     from conformance.bench.soak import format_summary, run_soak, write_json
+    from conformance.bench.soak_clients import OPTIONAL_WORKERS
 
     warmup = args.warmup if args.warmup is not None else args.duration / 3
     problems = []
+    without = frozenset(name.strip() for name in (args.without or "").split(",") if name.strip())
+    unknown = sorted(without - OPTIONAL_WORKERS.keys())
+    if unknown:
+        problems.append(f"--without: unknown client(s) {', '.join(unknown)} (known: {', '.join(OPTIONAL_WORKERS)})")
     if warmup >= args.duration:
         problems.append(f"--warmup ({warmup:g} s) must be shorter than --duration ({args.duration:g} s)")
     if args.sample_every > args.report_every:
@@ -386,7 +391,8 @@ def cmd_bench_soak(args: argparse.Namespace) -> int:
             print(f"brokerconf bench soak: {problem}", file=sys.stderr)
         return 2
     result = run_soak(duration=args.duration, report_every=args.report_every, sample_every=args.sample_every,
-                      warmup=warmup, rate=args.rate, max_slope=args.max_slope, progress=_progress)
+                      warmup=warmup, rate=args.rate, max_slope=args.max_slope, without=without,
+                      progress=_progress)
     print()
     print(format_summary(result))
     if args.json:
@@ -576,6 +582,10 @@ def build_parser() -> argparse.ArgumentParser:
                            "act at a fifth of it)")
     soak.add_argument("--max-slope", type=_non_negative_float, default=0.5, metavar="MB_PER_MIN",
                       help="the verdict fails when RSS grows faster than this after warm-up (default 0.5 MB/min)")
+    soak.add_argument("--without", metavar="NAMES",
+                      help="leave these clients out, comma-separated: fresh (new topic names), stuck (never-reading "
+                           "consumers), churn, garbage, tx (the never-committed transaction); to see which one a "
+                           "memory trend comes from")
     soak.add_argument("--json", metavar="FILE", help="also write the samples and the summary as JSON")
     soak.set_defaults(func=cmd_bench_soak)
     proxy_bench = bench_sub.add_parser("proxy", help="latency the fault proxy adds (p50/p99) and its loopback throughput, "

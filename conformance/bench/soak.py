@@ -67,6 +67,7 @@ class SoakResult:
     broker_exit: int | None = None  # set when the broker died during the soak
     health_errors: int = 0
     error: str | None = None
+    without: list[str] = field(default_factory=list)  # clients left out (--without)
 
     @property
     def passed(self) -> bool:
@@ -133,8 +134,9 @@ def _row(samples: list[Sample], before: dict[str, int], now: dict[str, int], sec
 
 
 def run_soak(*, duration: float, report_every: float, sample_every: float, warmup: float, rate: float,
-             max_slope: float, progress: Callable[[str], None] = print) -> SoakResult:
-    result = SoakResult(duration, warmup, max_slope)
+             max_slope: float, without: frozenset[str] = frozenset(),
+             progress: Callable[[str], None] = print) -> SoakResult:
+    result = SoakResult(duration, warmup, max_slope, without=sorted(without))
     with tempfile.TemporaryDirectory(prefix="brokerconf-soak-") as tmp:
         config = Path(tmp) / "broker.toml"
         config.write_text(BROKER_CONFIG)
@@ -148,9 +150,10 @@ def run_soak(*, duration: float, report_every: float, sample_every: float, warmu
             ports = Ports(broker.stomp_port, broker.mqtt_port, broker.amqp_port)
             progress(f"soak: reference broker pid {broker.pid} (stomp {ports.stomp}, mqtt {ports.mqtt}, "
                      f"amqp {ports.amqp}, http {broker.http_port}); {duration:.0f} s of load, "
-                     f"{rate:g} msg/s per producer, warm-up {warmup:.0f} s")
+                     f"{rate:g} msg/s per producer, warm-up {warmup:.0f} s"
+                     + (f", without {', '.join(sorted(without))}" if without else ""))
             counters = Counters()
-            threads = start_workers(ports, counters, stop, rate)
+            threads = start_workers(ports, counters, stop, rate, without)
             progress("  ".join(_COLUMNS))
             started = time.monotonic()
             period_samples: list[Sample] = []
@@ -220,6 +223,8 @@ def format_summary(result: SoakResult) -> str:
     lines.append(f"load: {sent:,} messages sent (stomp {counts.get('stomp.sent', 0):,}, mqtt {counts.get('mqtt.sent', 0):,}, "
                  f"amqp {counts.get('amqp.sent', 0):,}, to fresh topic names {counts.get('fresh.sent', 0):,}), "
                  f"{received:,} received")
+    if result.without:
+        lines.append(f"left out (--without): {', '.join(result.without)}")
     lines.append(f"misbehaving: {counts.get('churn.connections', 0):,} churned connections, "
                  f"{counts.get('garbage.sent', 0):,} garbage connections, {counts.get('tx.sent', 0):,} sends in "
                  f"{counts.get('tx.begun', 0):,} never-committed transactions, "

@@ -313,8 +313,20 @@ def never_committed_transaction(ports: Ports, counters: Counters, stop: threadin
     _retrying("tx", counters, stop, body)
 
 
-def start_workers(ports: Ports, counters: Counters, stop: threading.Event, rate: float) -> list[threading.Thread]:
-    """Every worker, as daemon threads: `rate` is each producer's messages per second."""
+#: the clients a soak may leave out (`--without`), by the name the option takes
+OPTIONAL_WORKERS = {
+    "fresh": fresh_names_publisher,
+    "stuck": never_reading_consumers,
+    "churn": connection_churn,
+    "garbage": garbage_sender,
+    "tx": never_committed_transaction,
+}
+
+
+def start_workers(ports: Ports, counters: Counters, stop: threading.Event, rate: float,
+                  without: frozenset[str] = frozenset()) -> list[threading.Thread]:
+    """Every worker but those named in `without` (OPTIONAL_WORKERS), as daemon threads: `rate`
+    is each producer's messages per second."""
     misbehaving_rate = max(1.0, rate / 5)
     plan: list[tuple[Callable, tuple]] = [
         (stomp_consumer, ()), (mqtt_consumer, ()), (amqp_consumer, ()),
@@ -327,8 +339,11 @@ def start_workers(ports: Ports, counters: Counters, stop: threading.Event, rate:
         (garbage_sender, (misbehaving_rate,)),
         (never_committed_transaction, (misbehaving_rate,)),
     ]
+    left_out = {OPTIONAL_WORKERS[name] for name in without}
     threads = []
     for worker, extra in plan:
+        if worker in left_out:
+            continue
         thread = threading.Thread(target=worker, args=(ports, counters, stop, *extra), name=f"soak-{worker.__name__}",
                                   daemon=True)
         thread.start()

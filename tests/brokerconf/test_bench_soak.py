@@ -43,6 +43,7 @@ def test_memory_trend_leaves_out_the_warm_up_and_reads_mb_per_minute():
     (["--duration", "10", "--warmup", "20"], "--warmup (20 s) must be shorter than --duration (10 s)"),
     (["--duration", "5", "--report-every", "10"], "--report-every (10 s) must not exceed --duration (5 s)"),
     (["--duration", "10", "--report-every", "2", "--sample-every", "3"], "--sample-every (3 s) must not exceed"),
+    (["--without", "tx,gremlins"], "--without: unknown client(s) gremlins (known: fresh, stuck, churn, garbage, tx)"),
 ])
 def test_bad_soak_option_is_a_usage_error_naming_it(args, named):
     proc = _brokerconf("bench", "soak", *args)
