@@ -6,6 +6,8 @@ and benchmarks are read, not asserted."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 
@@ -15,8 +17,16 @@ from conformance.bench.soak import MB, Sample, least_squares_slope, memory_trend
 
 
 def _brokerconf(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "brokerconf.cli", *args], capture_output=True, text=True,
-                          timeout=timeout)
+    """The command in its own process group: if it hangs, its broker goes with it (by group id)."""
+    proc = subprocess.Popen([sys.executable, "-m", "brokerconf.cli", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        stdout, stderr = proc.communicate()
+        pytest.fail(f"brokerconf {' '.join(args)} did not finish in {timeout} s:\n{stdout}\n{stderr}")
+    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
 
 
 def test_least_squares_slope_of_a_line_and_of_noise():
