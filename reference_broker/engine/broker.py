@@ -62,6 +62,8 @@ RETAINED_KEY_PREFIX = "retained://"
 
 #: how many topics with nothing pending a broker remembers (Broker.idle_topic_limit)
 IDLE_TOPIC_LIMIT = 10_000
+#: how many empty queues without consumers a broker remembers (Broker.idle_queue_limit)
+IDLE_QUEUE_LIMIT = 10_000
 # how many busy topics _forget_idle_topics passes over per call before giving up
 _IDLE_SCAN = 64
 
@@ -92,6 +94,7 @@ class Broker:
         # beyond it the least recently published one is forgotten, so publishing to ever new
         # names cannot grow the broker (see _forget_idle_topics).
         self.idle_topic_limit = IDLE_TOPIC_LIMIT
+        self.idle_queue_limit = IDLE_QUEUE_LIMIT  # the same for queues (_forget_idle_queues)
         # The event-loop lag gauge of the server running this broker (reference_broker/loop_lag.py).
         self.loop_lag = None
         self.connections: dict[str, Connection] = {}
@@ -222,10 +225,33 @@ class Broker:
             policy = self.policies.policy_for(dest)
             usage = MemoryUsage(key, policy.memory_limit, self.system_usage)
             queue = Queue(self, DestinationName(QUEUE, dest.name), key, policy, self.policies.groups_for(dest), usage)
+            if len(self.queues) >= self.idle_queue_limit:
+                self._forget_idle_queues()
             self.queues[key] = queue
             for listener in list(self.queue_listeners):
                 listener(key)
+        else:
+            self.queues.move_to_end(key)  # the order is the order of last use
         return queue
+
+    def _forget_idle_queues(self) -> None:
+        """Forget the least recently used queues that hold nothing and have nobody on them: no
+        message, no consumer, no producer waiting for space. Never a temporary queue (its
+        connection owns it) nor a virtual destination's target queue (a virtual topic copies
+        only to queues that exist, and keeps messages there for consumers that are away). Like
+        _forget_idle_topics, looks at a bounded number of the oldest queues per call."""
+        excess = len(self.queues) - self.idle_queue_limit + 1
+        idle: list[str] = []
+        for looked, (key, queue) in enumerate(self.queues.items()):
+            if len(idle) >= excess or looked >= excess + _IDLE_SCAN:
+                break
+            usage = queue.usage
+            if (queue.consumers or queue.pending_count or usage.used or usage._waiters
+                    or self.temporary.is_temporary(key) or self.virtual.sources_for(queue.name)):
+                continue
+            idle.append(key)
+        for key in idle:
+            del self.queues[key]
 
     def topic(self, dest: DestinationName) -> Topic:
         key = dest.canonical

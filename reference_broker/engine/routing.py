@@ -20,6 +20,7 @@ Nothing here is cached per name: a name that was published once leaves nothing b
 from __future__ import annotations
 
 import itertools
+from collections import OrderedDict
 from typing import Generic, Iterator, TypeVar
 
 T = TypeVar("T")
@@ -220,9 +221,10 @@ class NameIndex:
             stack.extend((child, path + (key,)) for key, child in node.children.items())
 
 
-class IndexedQueues(dict):
+class IndexedQueues(OrderedDict):
     """The broker's queues by canonical name (``queue://NAME``), keeping `names`, a NameIndex of
-    their plain names, in step with every insertion and removal."""
+    their plain names, in step with every insertion and removal (`move_to_end` changes only the
+    order)."""
 
     def __init__(self) -> None:
         super().__init__()

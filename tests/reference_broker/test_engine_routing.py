@@ -250,3 +250,40 @@ def test_network_audit_forgets_the_least_recently_used_destination():
     assert len(audit._seen) == 3, "ENG-ROUTE-3: audited destinations bounded"
     assert audit.is_duplicate("topic://A.9", "origin-1|"), "a resend on a remembered destination is caught"
     assert not audit.is_duplicate("topic://A.0", "origin-1|"), "a forgotten destination starts afresh"
+
+
+def test_queues_used_once_under_ever_new_names_do_not_accumulate(monkeypatch):
+    """ENG-ROUTE-3: a client sending to (and draining) ever new queue names leaves a bounded
+    number of empty queues behind, and the queue-name index shrinks with them."""
+    monkeypatch.setattr(broker_module, "IDLE_QUEUE_LIMIT", 100, raising=False)
+    broker = make_broker()
+    client = Client(broker)
+    for i in range(2000):
+        client.send(f"queue://ONCE.{i}", f"m{i}")
+        client.subscribe(f"c{i}", f"queue://ONCE.{i}", ack_mode=AckMode.AUTO)
+        client.conn.unsubscribe(f"c{i}")
+    assert client.got() == [f"m{i}" for i in range(2000)], "ENG-ROUTE-1: every queue delivered its message"
+    assert len(broker.queues) <= 100, f"ENG-ROUTE-3: {len(broker.queues)} empty queues kept after 2000 names"
+    assert broker.queues.names.matching(">") == [k.partition("://")[2] for k in broker.queues], (
+        "ENG-ROUTE-3: the name index holds exactly the queues kept")
+
+
+def test_queues_holding_messages_or_feeding_a_virtual_topic_are_kept(monkeypatch):
+    """ENG-ROUTE-3: only empty queues without consumers are forgotten: one holding a message is
+    kept, and so is a virtual topic's consumer queue whose consumer is away (it must go on
+    receiving copies, ActiveMQ "Virtual Destinations")."""
+    monkeypatch.setattr(broker_module, "IDLE_QUEUE_LIMIT", 50, raising=False)
+    broker = make_broker()
+    client = Client(broker)
+    client.subscribe("vt", "queue://Consumer.A.VirtualTopic.ORDERS", ack_mode=AckMode.AUTO)
+    client.conn.unsubscribe("vt")  # the consumer goes away; its queue stays, empty
+    client.send("queue://HOLDS", "kept")
+    for i in range(500):
+        broker.queue(parse_destination(f"queue://EMPTY.{i}"))
+    assert len(broker.queues) <= 50, "ENG-ROUTE-3: empty queues beyond the limit are forgotten"
+    assert "queue://HOLDS" in broker.queues and broker.queues["queue://HOLDS"].pending_count == 1, (
+        "ENG-ROUTE-3: a queue holding a message was forgotten")
+    assert "queue://Consumer.A.VirtualTopic.ORDERS" in broker.queues, (
+        "ENG-ROUTE-3: a virtual topic's consumer queue was forgotten while its consumer was away")
+    client.send("topic://VirtualTopic.ORDERS", "while-away")
+    assert broker.queues["queue://Consumer.A.VirtualTopic.ORDERS"].pending_count == 1, "ENG-ROUTE-1"
