@@ -11,6 +11,8 @@
   brokerconf targets ...    list targets (and why one cannot run here); install their packages
   brokerconf broker ...     run the reference broker (same flags as `python -m reference_broker`)
   brokerconf bench stomp    STOMP throughput and peak RSS, reference vs ActiveMQ, side by side
+  brokerconf bench soak     the reference broker under mixed load and misbehaving clients: RSS and
+                            loop lag over time, the memory trend after warm-up, a verdict
 
 An unknown target name is a usage error (exit 2, with a did-you-mean) and nothing runs. A target
 named on the command line that cannot run here fails the command with the reason (exit 1)
@@ -350,6 +352,59 @@ def cmd_proxy(args: argparse.Namespace) -> int:
     return proxy_main(["--host", args.host, "--port", str(args.port)])
 
 
+def _positive_float(text: str) -> float:
+    """An argparse type: a number above 0 (argparse names the option and exits 2 otherwise)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
+    return value
+
+
+def cmd_bench_soak(args: argparse.Namespace) -> int:
+    from conformance.bench.soak import format_summary, run_soak, write_json
+    from conformance.bench.soak_clients import OPTIONAL_WORKERS
+
+    warmup = args.warmup if args.warmup is not None else args.duration / 3
+    problems = []
+    without = frozenset(name.strip() for name in (args.without or "").split(",") if name.strip())
+    unknown = sorted(without - OPTIONAL_WORKERS.keys())
+    if unknown:
+        problems.append(f"--without: unknown client(s) {', '.join(unknown)} (known: {', '.join(OPTIONAL_WORKERS)})")
+    if warmup >= args.duration:
+        problems.append(f"--warmup ({warmup:g} s) must be shorter than --duration ({args.duration:g} s)")
+    if args.sample_every > args.report_every:
+        problems.append(f"--sample-every ({args.sample_every:g} s) must not exceed --report-every "
+                        f"({args.report_every:g} s)")
+    if args.report_every > args.duration:
+        problems.append(f"--report-every ({args.report_every:g} s) must not exceed --duration ({args.duration:g} s)")
+    if problems:
+        for problem in problems:
+            print(f"brokerconf bench soak: {problem}", file=sys.stderr)
+        return 2
+    result = run_soak(duration=args.duration, report_every=args.report_every, sample_every=args.sample_every,
+                      warmup=warmup, rate=args.rate, max_slope=args.max_slope, without=without,
+                      progress=_progress)
+    print()
+    print(format_summary(result))
+    if args.json:
+        write_json(result, Path(args.json))
+        print(f"results written to {args.json}")
+    return 0 if result.passed else 1
+
+
 def cmd_bench_proxy(args: argparse.Namespace) -> int:
     from chaos.proxy.bench import format as format_bench
     from chaos.proxy.bench import run_proxy_bench
@@ -516,6 +571,27 @@ def build_parser() -> argparse.ArgumentParser:
     amqp.add_argument("--warmup-messages", type=positive_int, default=20_000)
     amqp.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     amqp.set_defaults(func=cmd_bench_amqp)
+    soak = bench_sub.add_parser("soak", help="the reference broker under mixed STOMP/MQTT/AMQP load with misbehaving "
+                                             "clients: RSS and event-loop lag over time, memory trend after warm-up")
+    soak.add_argument("--duration", type=_positive_float, default=600.0, metavar="S",
+                      help="seconds of load (default 600)")
+    soak.add_argument("--report-every", type=_positive_float, default=30.0, metavar="S",
+                      help="seconds between table rows (default 30)")
+    soak.add_argument("--sample-every", type=_positive_float, default=1.0, metavar="S",
+                      help="seconds between RSS / loop-lag samples (default 1)")
+    soak.add_argument("--warmup", type=_non_negative_float, default=None, metavar="S",
+                      help="seconds left out of the memory trend (default: a third of --duration)")
+    soak.add_argument("--rate", type=_positive_float, default=50.0, metavar="N",
+                      help="messages per second of each well-behaved producer (default 50; misbehaving clients "
+                           "act at a fifth of it)")
+    soak.add_argument("--max-slope", type=_non_negative_float, default=0.5, metavar="MB_PER_MIN",
+                      help="the verdict fails when RSS grows faster than this after warm-up (default 0.5 MB/min)")
+    soak.add_argument("--without", metavar="NAMES",
+                      help="leave these clients out, comma-separated: fresh (new topic names), stuck (never-reading "
+                           "consumers), churn, garbage, tx (the never-committed transaction); to see which one a "
+                           "memory trend comes from")
+    soak.add_argument("--json", metavar="FILE", help="also write the samples and the summary as JSON")
+    soak.set_defaults(func=cmd_bench_soak)
     proxy_bench = bench_sub.add_parser("proxy", help="latency the fault proxy adds (p50/p99) and its loopback throughput, "
                                                      "ours beside the real toxiproxy-server")
     proxy_bench.add_argument("--round-trips", type=positive_int, default=5000, help="per round and column (default 5000)")

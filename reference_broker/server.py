@@ -15,6 +15,7 @@ from .listeners.amqp import AmqpProtocol
 from .listeners.http import serve_http
 from .listeners.mqtt import MqttProtocol
 from .listeners.stomp import StompProtocol
+from .loop_lag import LoopLag
 from .store.base import MessageStore, SyncPolicy
 from .protocols.mqtt.session import MqttSessionRegistry
 from .tls import READY_NAMES, TLS_LISTENERS, server_contexts
@@ -71,6 +72,9 @@ class BrokerServer:
         self._connections: set[StompProtocol | AmqpProtocol] = set()
         self._servers: list[asyncio.AbstractServer] = []
         self._tick_task: asyncio.Task | None = None
+        self.loop_lag = LoopLag()
+        self.broker.loop_lag = self.loop_lag  # shown by /health
+        self._lag_task: asyncio.Task | None = None
         self.stomp_address: tuple[str, int] | None = None
         self.amqp_address: tuple[str, int] | None = None
         self.mqtt_address: tuple[str, int] | None = None
@@ -127,6 +131,7 @@ class BrokerServer:
             self.http_address = server.sockets[0].getsockname()[:2]
         await self._start_tls_listeners()
         self._tick_task = asyncio.create_task(self._housekeeping())
+        self._lag_task = asyncio.create_task(self.loop_lag.run())
 
     def _protocol_factory(self, protocol: str):
         cfg = self.config
@@ -184,6 +189,8 @@ class BrokerServer:
     async def stop(self) -> None:
         if self._tick_task is not None:
             self._tick_task.cancel()
+        if self._lag_task is not None:
+            self._lag_task.cancel()
         self.mqtt_sessions.close()  # connections closed by the shutdown publish no wills
         if self.stomp_address is not None:
             unregister_stomp_port(self.stomp_address[1])

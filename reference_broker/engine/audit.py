@@ -38,17 +38,27 @@ def audit_key(properties: dict) -> str | None:
 #: ids remembered per destination (ActiveMQ's default maxAuditDepth is 2048 per producer; a bridge
 #: is one producer per destination here, so the same order of magnitude)
 AUDIT_DEPTH = 2048
+#: destinations audited at once; the least recently used one is forgotten beyond it (the
+#: property is only a header: a client can put it on messages to ever new names)
+AUDIT_DESTINATIONS = 10_000
 
 
 class NetworkAudit:
-    def __init__(self, depth: int = AUDIT_DEPTH) -> None:
+    def __init__(self, depth: int = AUDIT_DEPTH, destinations: int = AUDIT_DESTINATIONS) -> None:
         self.depth = depth
-        self._seen: dict[str, OrderedDict[str, None]] = {}
+        self.destinations = destinations
+        self._seen: OrderedDict[str, OrderedDict[str, None]] = OrderedDict()
         self.duplicates = 0  # dropped so far (tests and logs)
 
     def is_duplicate(self, destination: str, origin_id: str) -> bool:
         """Record ``origin_id`` for ``destination``; True when it was already there."""
-        seen = self._seen.setdefault(destination, OrderedDict())
+        seen = self._seen.get(destination)
+        if seen is None:
+            seen = self._seen[destination] = OrderedDict()
+            if len(self._seen) > self.destinations:
+                self._seen.popitem(last=False)
+        else:
+            self._seen.move_to_end(destination)
         if origin_id in seen:
             seen.move_to_end(origin_id)
             self.duplicates += 1

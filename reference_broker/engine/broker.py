@@ -39,6 +39,7 @@ from .names import QUEUE, TOPIC, DestinationName, parse_destination
 from .policy import Policies
 from .queue import Queue
 from .retained import RetainedReplay
+from .routing import IndexedQueues, SubscriptionTrie
 from .selector import SelectorError, parse_selector
 from .temporary import TemporaryDestinations
 from .topic import DurableSubscription, SharedSubscription, Topic, TopicSubscription
@@ -76,6 +77,13 @@ def _refuse_wildcard_send(dest: DestinationName) -> None:
 # Store keys of retained messages: "retained://topic://NAME" (persistent ones survive restarts).
 RETAINED_KEY_PREFIX = "retained://"
 
+#: how many topics with nothing pending a broker remembers (Broker.idle_topic_limit)
+IDLE_TOPIC_LIMIT = 10_000
+#: how many empty queues without consumers a broker remembers (Broker.idle_queue_limit)
+IDLE_QUEUE_LIMIT = 10_000
+# how many busy topics _forget_idle_topics passes over per call before giving up
+_IDLE_SCAN = 64
+
 
 class Broker:
     def __init__(
@@ -96,14 +104,23 @@ class Broker:
         # the blocked client itself could cause.
         self.retained_usage = MemoryUsage("retained", None, self.system_usage)
         self.transaction_usage = MemoryUsage("transactions", None, self.system_usage)
-        self.queues: dict[str, Queue] = {}
+        # by canonical name, with a trie of the names (virtual topics look their queues up by pattern)
+        self.queues: IndexedQueues = IndexedQueues()
         self.topics: dict[str, Topic] = {}
-        self.subscriptions: list[TopicSubscription | DurableSubscription] = []
+        # Topic subscriptions (non-durable, durable, shared) by pattern: routing a publish walks
+        # only the branches its name can take (engine/routing.py), whatever else is subscribed.
+        self._routing: SubscriptionTrie[TopicSubscription | DurableSubscription | SharedSubscription] = SubscriptionTrie()
         self.durable: dict[str, DurableSubscription] = {}
         self.shared: dict[str, SharedSubscription] = {}
         # The retained message of each topic (canonical name), see RETAIN_PROPERTY.
         self.retained: dict[str, Message] = {}
-        self._route_cache: dict[str, list] = {}
+        # At most this many topics with nothing pending are remembered (with their statistics);
+        # beyond it the least recently published one is forgotten, so publishing to ever new
+        # names cannot grow the broker (see _forget_idle_topics).
+        self.idle_topic_limit = IDLE_TOPIC_LIMIT
+        self.idle_queue_limit = IDLE_QUEUE_LIMIT  # the same for queues (_forget_idle_queues)
+        # The event-loop lag gauge of the server running this broker (reference_broker/loop_lag.py).
+        self.loop_lag = None
         self.connections: dict[str, Connection] = {}
         self._client_ids: dict[str, Connection] = {}
         self._connection_numbers = itertools.count(1)
@@ -131,6 +148,11 @@ class Broker:
         self.virtual = VirtualDestinations(self.config)
         # Temporary queues/topics of connections (engine/temporary.py).
         self.temporary = TemporaryDestinations(self)
+
+    @property
+    def subscriptions(self) -> list[TopicSubscription | DurableSubscription | SharedSubscription]:
+        """Every topic subscription, oldest first."""
+        return list(self._routing)
 
     def consumer_event(self, event: str, consumer: Consumer) -> None:
         for listener in list(self.consumer_listeners):
@@ -240,18 +262,44 @@ class Broker:
             policy = self.policies.policy_for(dest)
             usage = MemoryUsage(key, policy.memory_limit, self.system_usage)
             queue = Queue(self, DestinationName(QUEUE, dest.name), key, policy, self.policies.groups_for(dest), usage)
+            if len(self.queues) >= self.idle_queue_limit:
+                self._forget_idle_queues()
             self.queues[key] = queue
             for listener in list(self.queue_listeners):
                 listener(key)
+        else:
+            self.queues.move_to_end(key)  # the order is the order of last use
         return queue
+
+    def _forget_idle_queues(self) -> None:
+        """Forget the least recently used queues that hold nothing and have nobody on them: no
+        message, no consumer, no producer waiting for space. Never a temporary queue (its
+        connection owns it) nor a virtual destination's target queue (a virtual topic copies
+        only to queues that exist, and keeps messages there for consumers that are away). Like
+        _forget_idle_topics, looks at a bounded number of the oldest queues per call."""
+        excess = len(self.queues) - self.idle_queue_limit + 1
+        idle: list[str] = []
+        for looked, (key, queue) in enumerate(self.queues.items()):
+            if len(idle) >= excess or looked >= excess + _IDLE_SCAN:
+                break
+            usage = queue.usage
+            if (queue.consumers or queue.pending_count or usage.used or usage._waiters
+                    or self.temporary.is_temporary(key) or self.virtual.sources_for(queue.name)):
+                continue
+            idle.append(key)
+        for key in idle:
+            del self.queues[key]
 
     def topic(self, dest: DestinationName) -> Topic:
         key = dest.canonical
-        topic = self.topics.get(key)
+        topics = self.topics
+        topic = topics.pop(key, None)
         if topic is None:
             policy = self.policies.policy_for(dest)
             topic = Topic(DestinationName(TOPIC, dest.name), policy, MemoryUsage(key, policy.memory_limit, self.system_usage))
-            self.topics[key] = topic
+            if len(topics) >= self.idle_topic_limit:
+                self._forget_idle_topics()
+        topics[key] = topic  # the dict's order is the order of last use
         return topic
 
     def no_room_for(self, size: int) -> bool:
@@ -259,19 +307,29 @@ class Broker:
         consumer drains: retained messages, transaction buffers, which are refused, not paused)."""
         usage = self.system_usage
         return usage.limit is not None and usage.used + size > usage.limit
+    def _forget_idle_topics(self) -> None:
+        """Forget the least recently used topics that hold nothing: no message of theirs waits in
+        a subscription (their memory usage is zero) and no producer waits for their space. Only
+        their counters go; a later publish starts a fresh topic. ActiveMQ's gcInactiveDestinations
+        and Artemis' auto-delete-addresses drop unused destinations in the same spirit. Looks at
+        a bounded number of the oldest topics per call, so a broker full of busy topics does not
+        pay a full scan for every new name."""
+        excess = len(self.topics) - self.idle_topic_limit + 1
+        idle: list[str] = []
+        for looked, (key, topic) in enumerate(self.topics.items()):
+            if len(idle) >= excess or looked >= excess + _IDLE_SCAN:
+                break
+            usage = topic.usage
+            if usage.used == 0 and not usage._waiters:
+                idle.append(key)
+        for key in idle:
+            del self.topics[key]
 
     def usage_for(self, dest: DestinationName) -> MemoryUsage:
         return self.queue(dest).usage if dest.is_queue else self.topic(dest).usage
 
     def _routes(self, topic_name: str) -> list:
-        routes = self._route_cache.get(topic_name)
-        if routes is None:
-            routes = [s for s in self.subscriptions if s.matches_topic(topic_name)]
-            self._route_cache[topic_name] = routes
-        return routes
-
-    def _subscriptions_changed(self) -> None:
-        self._route_cache.clear()
+        return self._routing.match(topic_name)
 
     def route(self, dest: DestinationName, message: Message) -> None:
         """Deliver an accepted message to its destination."""
@@ -377,8 +435,7 @@ class Broker:
         durable = DurableSubscription(key, client_id, name, pattern, selector, no_local, queue)
         self.own_durable(durable, user)
         self.durable[key] = durable
-        self.subscriptions.append(durable)
-        self._subscriptions_changed()
+        self._routing.add(pattern.name, durable)
         if persist:
             self.store.add_durable_subscription(key, durable.metadata())
         return durable
@@ -400,16 +457,14 @@ class Broker:
                           usage, stored=False)
             shared = SharedSubscription(key, group, pattern, queue)
             self.shared[key] = shared
-            self.subscriptions.append(shared)
-            self._subscriptions_changed()
+            self._routing.add(pattern.name, shared)
         return shared
 
     def _drop_shared_if_unused(self, shared: SharedSubscription) -> None:
         if shared.queue.consumers or self.shared.get(shared.key) is not shared:
             return
         del self.shared[shared.key]
-        self.subscriptions.remove(shared)
-        self._subscriptions_changed()
+        self._routing.remove(shared)
         # Whatever it still held had no consumer left to go to: count it, don't hide it.
         shared.queue.purge()
 
@@ -419,8 +474,7 @@ class Broker:
             raise UnknownSubscription(f"no durable subscription {key!r}")
         if durable.active is not None:
             raise TransactionError(f"durable subscription {durable.name!r} is still active")
-        self.subscriptions.remove(durable)
-        self._subscriptions_changed()
+        self._routing.remove(durable)
         self.store.remove_durable_subscription(key)
 
     # ------------------------------------------------------------ connections
@@ -466,6 +520,13 @@ class Broker:
             del self._client_ids[connection.client_id]
 
     # ------------------------------------------------------------ statistics
+
+    def gauges(self) -> dict:
+        """What the HTTP /health shows besides "ok": cheap to compute, whatever the broker holds."""
+        gauges: dict = {"connections": len(self.connections)}
+        if self.loop_lag is not None:
+            gauges["loop"] = self.loop_lag.snapshot()
+        return gauges
 
     def stats(self) -> dict:
         return {
@@ -708,8 +769,7 @@ class Connection:
             policy = broker.policies.policy_for(dest)
             subscription = TopicSubscription(broker, consumer, policy)
             self.consumers[consumer_id] = consumer
-            broker.subscriptions.append(subscription)
-            broker._subscriptions_changed()
+            broker._routing.add(dest.name, subscription)
             self._start_replay(consumer, subscription, retained_names)
         if broker.consumer_listeners:
             broker.consumer_event("add", consumer)
@@ -792,8 +852,7 @@ class Connection:
         source = consumer.source
         if isinstance(source, TopicSubscription):
             source.remove_consumer(consumer)
-            broker.subscriptions.remove(source)
-            broker._subscriptions_changed()
+            broker._routing.remove(source)
         elif source is not None:
             source.remove_consumer(consumer)
             shared = broker.shared.get(source.store_key)

@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Iterable
 
 from ..config import BrokerConfig
 from .message import Message
 from .names import QUEUE, TOPIC, DestinationName, parse_destination
+from .routing import NameIndex
 from .wildcard import has_wildcards, matches
 
 log = logging.getLogger("reference_broker.engine")
@@ -53,10 +53,11 @@ class VirtualDestinations:
 
     # ------------------------------------------------------------ sending
 
-    def forward(self, dest: DestinationName, existing_queues: Iterable[str]) -> tuple[bool, list[DestinationName]]:
+    def forward(self, dest: DestinationName, existing_queues: NameIndex) -> tuple[bool, list[DestinationName]]:
         """Where a message sent to ``dest`` goes besides (or instead of) ``dest`` itself:
-        ``(deliver_to_dest, copies)``. ``existing_queues``: canonical names of the broker's queues
-        (a virtual topic copies only to consumer queues that exist)."""
+        ``(deliver_to_dest, copies)``. ``existing_queues``: the plain names of the broker's queues
+        (a virtual topic copies only to consumer queues that exist), looked up by pattern so the
+        broker's other queues cost nothing."""
         composite = self.composites.get((dest.kind, dest.name))
         if composite is not None:
             return (not composite.forward_only,
@@ -65,14 +66,13 @@ class VirtualDestinations:
         if dest.is_topic:
             for vt in self._virtual_topics_of(dest.name):
                 pattern = vt.prefix + dest.name
-                copies += [DestinationName(QUEUE, q.partition("://")[2]) for q in existing_queues
-                           if q.startswith("queue://") and matches(pattern, q.partition("://")[2])]
+                copies += [DestinationName(QUEUE, name) for name in existing_queues.matching(pattern)]
         return True, copies
 
     def route_copies(self, broker, dest: DestinationName, message: Message) -> bool:
         """Route the copies of ``message`` (sent to ``dest``) through ``broker``; returns whether
         ``dest`` itself should still get the message."""
-        deliver, copies = self.forward(dest, broker.queues)
+        deliver, copies = self.forward(dest, broker.queues.names)
         if not copies:
             return deliver
         if self._depth >= MAX_DEPTH:

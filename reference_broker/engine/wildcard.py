@@ -4,6 +4,7 @@ both spellings are accepted in configuration."""
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from functools import lru_cache
 from typing import Generic, Iterable, TypeVar
 
@@ -43,22 +44,35 @@ def specificity(pattern: str) -> tuple[int, int, int]:
     return (0 if ">" in pat else 1, -sum(p == "*" for p in pat), len(pat))
 
 
+#: names whose answer a WildcardMap remembers (least recently used forgotten first): lookups
+#: come with every destination a client names, so an unbounded cache would grow with every
+#: distinct name published.
+LOOKUP_CACHE_SIZE = 4096
+
+
 class WildcardMap(Generic[T]):
-    """Entries keyed by wildcard pattern; `lookup` returns the most specific match, cached."""
+    """Entries keyed by wildcard pattern; `lookup` returns the most specific match, cached for
+    the LOOKUP_CACHE_SIZE most recently asked names."""
 
     def __init__(self, entries: Iterable[tuple[str, T]] = ()) -> None:
         self._entries = sorted(entries, key=lambda e: specificity(e[0]), reverse=True)
-        self._cache: dict[str, T | None] = {}
+        self._cache: OrderedDict[str, T | None] = OrderedDict()
 
     def lookup_all(self, name: str) -> list[T]:
         """Every entry matching `name`, least specific first (for settings that merge)."""
         return [value for pattern, value in reversed(self._entries) if matches(pattern, name)]
 
     def lookup(self, name: str) -> T | None:
+        cache = self._cache
         try:
-            return self._cache[name]
+            found = cache[name]
         except KeyError:
             pass
+        else:
+            cache.move_to_end(name)
+            return found
         found = next((value for pattern, value in self._entries if matches(pattern, name)), None)
-        self._cache[name] = found
+        cache[name] = found
+        if len(cache) > LOOKUP_CACHE_SIZE:
+            cache.popitem(last=False)
         return found

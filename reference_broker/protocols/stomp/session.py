@@ -67,6 +67,10 @@ class FrameError(Exception):
         self.headers = headers or []  # extra ERROR headers, e.g. `version` after a failed negotiation
 
 
+#: (subscription, destination) pairs whose MESSAGE frame start a session remembers
+MESSAGE_PREFIX_CACHE_SIZE = 1024
+
+
 @lru_cache(maxsize=4096)
 def stomp_destination(name: str) -> DestinationName:
     """`/queue/X`, `/topic/X` (ActiveMQ's STOMP names) or `queue://X`, `topic://X`."""
@@ -617,6 +621,9 @@ class StompSession:
             if version != "1.0":
                 dest = escape_header(dest, version)
             prefix = f"MESSAGE\nsubscription:{sub}\ndestination:{dest}\n".encode()
+            if len(self._message_prefixes) >= MESSAGE_PREFIX_CACHE_SIZE:
+                # a wildcard subscriber sees ever new destinations: start over, stay small
+                self._message_prefixes.clear()
             self._message_prefixes[prefix_key] = prefix
         extra = ""
         if consumer.ack_mode is not AckMode.AUTO and version == "1.2":
