@@ -7,7 +7,12 @@ listeners (a master opens them, a slave keeps them closed: A-MQ fault-tolerant m
 3.1) from the fault on, every ``poll_s``:
 
 - ``detection_s``: from the fault until the faulted master stopped serving (None: it never did
-  while watched, i.e. it went on serving without its lock);
+  while watched, i.e. it went on serving without its lock). "Serving" is the node handle's own
+  probe (`serving()`): the reference broker's is a STOMP handshake within 1 s, so a master whose
+  event loop is stuck in a write to the cut mount counts as not serving (its clients get nothing
+  either); ActiveMQ's and Artemis's is a TCP accept, which the kernel answers for a JVM stuck in
+  I/O, so for them only a closed listener counts. ``back_s``: when the faulted master served again
+  after that (a stall, not a demotion), None if it did not while watched;
 - ``takeover_s``: from the fault until another node served (None: none did, the NFSv3 shape);
 - ``overlap_s``: how long two or more nodes served at once (two masters on one store), and
   ``timeline``: each change of the set of serving nodes, (seconds since the fault, nodes).
@@ -66,7 +71,8 @@ class LockLossFault:
             if self.fault != "expire":
                 self._faulted.append(host)
             record: dict[str, Any] = {"node": host, "fault": self.fault, "detection_s": None, "takeover_s": None,
-                                      "overlap_s": 0.0, "timeline": [], "healed_at_s": None}
+                                      "overlap_s": 0.0, "back_s": None, "timeline": [],
+                                      "healed_at_s": None}
             self.results.append(record)
             self._stop = threading.Event()
             self._started = time.monotonic()
@@ -96,6 +102,8 @@ class LockLossFault:
                 last = serving
             if record["detection_s"] is None and host not in serving:
                 record["detection_s"] = at
+            elif record["detection_s"] is not None and record["back_s"] is None and host in serving:
+                record["back_s"] = at
             if record["takeover_s"] is None and any(n != host for n in serving):
                 record["takeover_s"] = at
             if len(serving) > 1:
