@@ -30,7 +30,7 @@ pytestmark = [pytest.mark.slow, missing_mark("fuse", fuse_unavailable())]
 
 EXPERIMENTS = Path(__file__).resolve().parents[2] / "chaos" / "experiments"
 #: soft,timeo=10,retrans=2: EIO 1 + 2 + 3 = 6 s after a cut; a 5 s lease; one 16 s cut
-SHORT = ["duration_s=24", "recovery_s=6", "topology.nfs_mount_options=\"soft,timeo=10,retrans=2,lookupcache=none,sync\"",
+SHORT = ["duration_s=27", "recovery_s=6", "topology.nfs_mount_options=\"soft,timeo=10,retrans=2,lookupcache=none,sync\"",
          "topology.nfs_lease_s=5.0", "nemesis.0.every_s=4", "nemesis.0.down_s=16", "workload.rate=10"]
 CASES = [("reference-nfs-lock-loss.toml", None, None), ("activemq-nfs-lock-loss.toml", "activemq", "activemq:process"),
          ("artemis-nfs-lock-loss.toml", "artemis", "artemis:process")]
