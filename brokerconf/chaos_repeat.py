@@ -3,7 +3,8 @@ the median and the spread (min..max) of what each run measured (issue 18, sectio
 is the median of at least five runs ... with the spread"):
 
 - lock-loss faults (run_stats.lock_loss, chaos/lockloss_fault.py): detection (fault -> the master
-  stopped serving), takeover (fault -> another node served), overlap (two nodes serving); a fault
+  stopped answering), its listener closed, takeover (fault -> another node answered), the time two
+  nodes answered and two nodes listened at once; a fault
   whose end never came while watched counts as "never" and is shown as such, not dropped;
 - the total_queue checker: messages lost and duplicated; and the verdict.
 """
@@ -14,7 +15,7 @@ import statistics
 
 __all__ = ["figures", "render_table"]
 
-COLUMNS = ("detection_s", "takeover_s", "overlap_s", "lost", "duplicated")
+COLUMNS = ("detection_s", "closed_s", "takeover_s", "overlap_s", "open_overlap_s", "lost", "duplicated")
 
 
 def figures(verdict: dict) -> dict:
@@ -26,9 +27,9 @@ def figures(verdict: dict) -> dict:
            "lost": len(total["lost"]) if "lost" in total else None,
            "duplicated": len(total["duplicated"]) if "duplicated" in total else None}
     first = faults[0] if faults else {}
-    for key in ("detection_s", "takeover_s", "overlap_s"):
+    for key in ("detection_s", "closed_s", "takeover_s", "overlap_s", "open_overlap_s"):
         row[key] = first.get(key) if faults else None
-        row[f"{key}_never"] = bool(faults) and key != "overlap_s" and first.get(key) is None
+        row[f"{key}_never"] = bool(faults) and "overlap" not in key and first.get(key) is None
     return row
 
 
@@ -45,7 +46,8 @@ def _cell(rows: list[dict], key: str) -> str:
 
 def render_table(results: dict[str, list[dict]]) -> str:
     """``label -> [figures of each run]`` as a fixed-width table: median [min..max] per column."""
-    header = ("experiment", "runs", "valid", "detection s", "takeover s", "two masters s", "lost", "duplicated")
+    header = ("experiment", "runs", "valid", "detection s", "listener closed s", "takeover s", "two serving s",
+              "two listening s", "lost", "duplicated")
     lines = [header]
     for label, rows in results.items():
         valid = f"{sum(1 for r in rows if r['valid'] is True)}/{len(rows)}"

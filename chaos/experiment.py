@@ -168,7 +168,8 @@ def _lock_loss_fault(n: NemesisSection, topology: RunningTopology, history: Hist
         raise ExperimentError("a lock-loss nemesis needs the store on the simulated NFS ([topology] store = \"nfs\")")
     params = ({"latency": n.latency_ms, "jitter": n.jitter_ms} if n.fault == "latency"
               else {"timeout": n.timeout_ms} if n.fault == "reset" else {})
-    return LockLossFault(nemesis, topology.serving_nodes, fault=n.fault, node=n.node, params=params)
+    return LockLossFault(nemesis, topology.answering_nodes, listening_nodes=topology.listening_nodes, fault=n.fault,
+                         node=n.node, params=params)
 
 
 class _Progress:

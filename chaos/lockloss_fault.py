@@ -7,15 +7,17 @@ listeners (a master opens them, a slave keeps them closed: A-MQ fault-tolerant m
 3.1) from the fault on, every ``poll_s``:
 
 - ``detection_s``: from the fault until the faulted master stopped serving (None: it never did
-  while watched, i.e. it went on serving without its lock). "Serving" is the node handle's own
-  probe (`serving()`): the reference broker's is a STOMP handshake within 1 s, so a master whose
-  event loop is stuck in a write to the cut mount counts as not serving (its clients get nothing
-  either); ActiveMQ's and Artemis's is a TCP accept, which the kernel answers for a JVM stuck in
-  I/O, so for them only a closed listener counts. ``back_s``: when the faulted master served again
-  after that (a stall, not a demotion), None if it did not while watched;
+  while watched, i.e. it went on serving without its lock). "Serving" is answering a STOMP
+  CONNECT within 1 s (`RunningTopology.answering_nodes`, the same for every broker): a master stuck
+  in a write to the cut mount does not serve, its clients get nothing either. ``back_s``: when the
+  faulted master served again after that (a stall, not a demotion), None if it did not;
+- ``closed_s``: from the fault until the faulted master's listener refused TCP connections (a
+  master that gave up mastership closes its connectors; a JVM stuck in I/O still has the kernel
+  accept for it), None if it did not while watched;
 - ``takeover_s``: from the fault until another node served (None: none did, the NFSv3 shape);
-- ``overlap_s``: how long two or more nodes served at once (two masters on one store), and
-  ``timeline``: each change of the set of serving nodes, (seconds since the fault, nodes).
+- ``overlap_s``: how long two or more nodes served at once (two masters on one store);
+  ``open_overlap_s``: how long two or more had their listeners open; ``timeline``: each change,
+  (seconds since the fault, serving nodes, listening nodes).
 
 The watch ends when both ends were seen and ``settle_s`` passed, when the next fault of this
 entry starts, or at teardown. Each fault's figures go to ``results`` (the run-end record).
@@ -33,11 +35,13 @@ from chaos.nemesis.base import NemesisError
 class LockLossFault:
     name = "lock-loss"
 
-    def __init__(self, nemesis, serving_nodes: Callable[[], list[str]], *, fault: str = "partition",
+    def __init__(self, nemesis, serving_nodes: Callable[[], list[str]], *,
+                 listening_nodes: Callable[[], list[str]] | None = None, fault: str = "partition",
                  node: str = "master", params: dict | None = None, master_timeout: float = 60.0,
                  poll_s: float = 0.1, settle_s: float = 3.0) -> None:
         self.nemesis = nemesis
         self.serving_nodes = serving_nodes
+        self.listening_nodes = listening_nodes or serving_nodes
         self.fault, self.node = fault, node
         self.params = dict(params or {})
         self.master_timeout, self.poll_s, self.settle_s = master_timeout, poll_s, settle_s
@@ -71,7 +75,8 @@ class LockLossFault:
             if self.fault != "expire":
                 self._faulted.append(host)
             record: dict[str, Any] = {"node": host, "fault": self.fault, "detection_s": None, "takeover_s": None,
-                                      "overlap_s": 0.0, "back_s": None, "timeline": [],
+                                      "overlap_s": 0.0, "back_s": None, "closed_s": None,
+                                      "open_overlap_s": 0.0, "timeline": [],
                                       "healed_at_s": None}
             self.results.append(record)
             self._stop = threading.Event()
@@ -89,35 +94,41 @@ class LockLossFault:
         raise NemesisError(f"lock-loss: unknown step {f!r}")
 
     def _watch_group(self, record: dict, started: float, stop: threading.Event) -> None:
-        host, last, both_since, done_at = record["node"], None, None, None
+        host, last, done_at = record["node"], None, None
+        since = {"overlap_s": None, "open_overlap_s": None}
         while not stop.is_set():
             now = time.monotonic()
             try:
-                serving = sorted(self.serving_nodes())
+                serving, listening = sorted(self.serving_nodes()), sorted(self.listening_nodes())
             except Exception:  # noqa: BLE001 - a probe that failed is no observation
-                serving = last or []
+                stop.wait(self.poll_s)
+                continue
             at = round(now - started, 3)
-            if serving != last:
-                record["timeline"].append([at, serving])
-                last = serving
+            if (serving, listening) != last:
+                record["timeline"].append([at, serving, listening])
+                last = (serving, listening)
             if record["detection_s"] is None and host not in serving:
                 record["detection_s"] = at
             elif record["detection_s"] is not None and record["back_s"] is None and host in serving:
                 record["back_s"] = at
+            if record["closed_s"] is None and host not in listening:
+                record["closed_s"] = at
             if record["takeover_s"] is None and any(n != host for n in serving):
                 record["takeover_s"] = at
-            if len(serving) > 1:
-                both_since = both_since if both_since is not None else now
-            elif both_since is not None:
-                record["overlap_s"] = round(record["overlap_s"] + now - both_since, 3)
-                both_since = None
-            if done_at is None and record["detection_s"] is not None and record["takeover_s"] is not None:
+            for key, nodes in (("overlap_s", serving), ("open_overlap_s", listening)):
+                if len(nodes) > 1:
+                    since[key] = since[key] if since[key] is not None else now
+                elif since[key] is not None:
+                    record[key] = round(record[key] + now - since[key], 3)
+                    since[key] = None
+            if done_at is None and None not in (record["detection_s"], record["takeover_s"], record["closed_s"]):
                 done_at = now
             if done_at is not None and now - done_at >= self.settle_s:
                 break
             stop.wait(self.poll_s)
-        if both_since is not None:
-            record["overlap_s"] = round(record["overlap_s"] + time.monotonic() - both_since, 3)
+        for key, began in since.items():
+            if began is not None:
+                record[key] = round(record[key] + time.monotonic() - began, 3)
 
     def _end_watch(self) -> None:
         self._stop.set()

@@ -23,6 +23,7 @@ from chaos.experiment_file import Experiment, ExperimentError
 from chaos.proxy import start_fault_proxy
 from chaos.proxy.client import ToxiproxyClient, split_address
 from conformance.scenario import Scenario
+from conformance.targets.runtime.probes import stomp_handshake, tcp_accepts
 from conformance.targets.base import TargetUnavailable, why_missing
 from conformance.topology import (Bridge, Cluster, NetworkConnectorOptions, NfsOptions, SharedStore, Topology,
                                   TopologyUnsupported, capability_of)
@@ -113,9 +114,29 @@ class RunningTopology:
                                links=store.rig.links, node="store")
 
     def serving_nodes(self) -> list[str]:
-        """Every node whose listeners accept clients now, asked node by node: two masters show as
-        two (a lock lost under a master that goes on serving), where `master` would raise."""
+        """Every node whose listeners accept clients now, asked node by node through the node
+        handle's own probe: two masters show as two (a lock lost under a master that goes on
+        serving), where `master` would raise."""
         return [name for name, node in self.nodes.items() if node.running and node.serving()]
+
+    def listening_nodes(self) -> list[str]:
+        """Every node whose STOMP listener accepts a TCP connection now (the kernel accepts for a
+        process stuck in I/O): a master that has not closed its connectors."""
+        return [name for name, node in self.nodes.items() if node.running and tcp_accepts(self._stomp_port(node), 1.0)]
+
+    def answering_nodes(self) -> list[str]:
+        """Every node that answers a STOMP CONNECT within 1 s now: a master that really serves,
+        the same question for every broker."""
+        return [name for name, node in self.nodes.items()
+                if node.running and stomp_handshake(self._stomp_port(node), 1.0)[0]]
+
+    @staticmethod
+    def _stomp_port(node) -> int:
+        try:
+            return node.address("stomp")[1]
+        except (KeyError, ValueError):
+            raise ExperimentError("the lock-loss watch asks each node's STOMP listener: the topology has none") \
+                from None
 
     def held(self, node: str, destination: str) -> int:
         """Messages node ``node`` still holds for ``destination``."""

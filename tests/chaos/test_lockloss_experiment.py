@@ -131,17 +131,19 @@ class ScriptedGroup:
 
 def test_fault_timing_of_a_master_that_serves_on_after_the_takeover():
     group = ScriptedGroup([(0.3, ["A"]), (0.6, ["A", "B"]), (float("inf"), ["B"])])
+    # A's listener stays open longer than A answers (a JVM stuck in I/O): closed at 0.9 s
+    listening = ScriptedGroup([(0.3, ["A"]), (0.9, ["A", "B"]), (float("inf"), ["B"])])
     nemesis = ScriptedNemesis()
-    fault = LockLossFault(nemesis, group, fault="partition", poll_s=0.02, settle_s=0.1)
+    fault = LockLossFault(nemesis, group, listening_nodes=listening, fault="partition", poll_s=0.02, settle_s=0.1)
     fault.setup()
     original = nemesis.invoke
 
     def cut(f, **params):
-        group.cut_at = time.monotonic()
+        group.cut_at = listening.cut_at = time.monotonic()
         return original(f, **params)
     nemesis.invoke = cut
     fault.invoke("lock-loss")
-    time.sleep(1.0)
+    time.sleep(1.3)
     fault.invoke("heal")
     fault.teardown()
     (record,) = fault.results
@@ -149,8 +151,11 @@ def test_fault_timing_of_a_master_that_serves_on_after_the_takeover():
     assert nemesis.calls[2] == ("heal", {"host": "A"})
     assert 0.25 <= record["takeover_s"] <= 0.45, record
     assert 0.55 <= record["detection_s"] <= 0.75, record
+    assert 0.85 <= record["closed_s"] <= 1.05, record
     assert 0.2 <= record["overlap_s"] <= 0.4, record
-    assert [serving for _, serving in record["timeline"]] == [["A"], ["A", "B"], ["B"]]
+    assert 0.5 <= record["open_overlap_s"] <= 0.7, record
+    assert [serving for _, serving, _ in record["timeline"]] == [["A"], ["A", "B"], ["B"], ["B"]]
+    assert record["back_s"] is None
 
 
 def test_fault_timing_when_no_slave_takes_over():
