@@ -310,28 +310,46 @@ def cmd_suite(args: argparse.Namespace) -> int:
 
 def cmd_chaos_run(args: argparse.Namespace) -> int:
     from brokerconf.chaos_job import run_and_judge, summary
+    from brokerconf.chaos_repeat import figures, render_table
     from chaos.experiment_file import ExperimentError, load_experiment, with_overrides
 
     if args.target is not None:
         status = _check_targets([args.target], "chaos run", "--target", must_run=False)
         if status:
             return status
+    files = args.file if isinstance(args.file, list) else [args.file]
     try:
-        exp = with_overrides(load_experiment(args.file), duration_s=args.duration, target=args.target)
-        # the experiment needs its broker: one that cannot run here fails (1), with the reason
-        status = _check_targets([exp.target.name], "chaos run", "[target] name" if args.target is None
-                                else "--target")
-        if status:
-            return status
-        out_dir = Path(args.out) / datetime.now(timezone.utc).strftime(f"chaos-{exp.name}-%Y%m%dT%H%M%SZ")
-        verdict = run_and_judge(exp, out_dir, progress=_progress)
+        experiments = [with_overrides(load_experiment(path), duration_s=args.duration, target=args.target,
+                                      settings=args.set or ()) for path in files]
     except ExperimentError as exc:
         print(f"brokerconf chaos run: {exc}", file=sys.stderr)
         return 2
-    print(summary(verdict))
-    print(f"history: {(out_dir / 'history.jsonl').resolve()}\nverdict: {(out_dir / 'verdict.json').resolve()}\n"
-          f"report: {Path(verdict['report']).resolve()}")
-    return 0 if verdict["valid"] is True else 1
+    status, table = 0, {}
+    for exp in experiments:
+        # the experiment needs its broker: one that cannot run here fails (1), with the reason
+        bad = _check_targets([exp.target.name], "chaos run", "[target] name" if args.target is None else "--target")
+        if bad:
+            return bad
+        label = f"{exp.name} on {exp.target.name}"
+        for run in range(args.repeat):
+            stamp = datetime.now(timezone.utc).strftime(f"chaos-{exp.name}-%Y%m%dT%H%M%SZ")
+            out_dir = Path(args.out) / (stamp if args.repeat == 1 else f"{stamp}-run{run + 1}")
+            if args.repeat > 1:
+                _progress(f"\n{label}: run {run + 1} of {args.repeat}")
+            try:
+                verdict = run_and_judge(exp, out_dir, progress=_progress)
+            except ExperimentError as exc:
+                print(f"brokerconf chaos run: {exc}", file=sys.stderr)
+                return 2
+            print(summary(verdict))
+            print(f"history: {(out_dir / 'history.jsonl').resolve()}\nverdict: {(out_dir / 'verdict.json').resolve()}\n"
+                  f"report: {Path(verdict['report']).resolve()}")
+            table.setdefault(label, []).append(figures(verdict))
+            status = status or (0 if verdict["valid"] is True else 1)
+    if args.repeat > 1 or len(experiments) > 1:
+        print("\nmedian [min..max] over the runs (lock-loss: the first fault of each run; never: not seen "
+              "while watched)\n" + render_table(table))
+    return status
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
@@ -498,10 +516,15 @@ def build_parser() -> argparse.ArgumentParser:
     chaos = sub.add_parser("chaos", help="chaos experiments")
     chaos_sub = chaos.add_subparsers(dest="chaos_command", required=True, metavar="ACTION")
     chaos_run = chaos_sub.add_parser("run", help="run an experiment file (TOML); writes the history and the verdict")
-    chaos_run.add_argument("file", help="experiment file, e.g. chaos/experiments/reference-kill-restart.toml")
+    chaos_run.add_argument("file", nargs="+", help="experiment file(s), e.g. chaos/experiments/reference-kill-restart.toml")
     chaos_run.add_argument("--duration", type=float, metavar="S", help="override the file's duration_s")
     chaos_run.add_argument("--target", metavar="NAME", help="override the file's [target] name (brokerconf targets list)")
     chaos_run.add_argument("--out", default="reports/out", help="directory for the run (default: reports/out)")
+    chaos_run.add_argument("--repeat", type=positive_int, default=1, metavar="N",
+                           help="run each file N times and print the median and spread of the figures side by side")
+    chaos_run.add_argument("--set", action="append", metavar="KEY=VALUE",
+                           help="override one setting of the file(s), e.g. topology.lock_keep_alive_period_ms=0 or "
+                                "topology.nfs_version=3 (repeatable)")
     chaos_run.set_defaults(func=cmd_chaos_run)
 
     analyze = sub.add_parser("analyze", help="histories -> verdicts on Spark (local or --master spark://...); "

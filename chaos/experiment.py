@@ -21,6 +21,7 @@ from typing import Callable
 
 from chaos.experiment_file import PROCESS_FAULTS, PROXY_FAULTS, Experiment, ExperimentError, NemesisSection
 from chaos.history import HARNESS_BROKER_COUNTERS, HARNESS_EXPERIMENT, HARNESS_FORMAT, HARNESS_RUN_END, History
+from chaos.lockloss_fault import LockLossFault
 from chaos.nemesis.base import NemesisError
 from chaos.nemesis.master import CurrentMasterNemesis
 from chaos.nemesis.process import ProcessNemesis
@@ -36,7 +37,7 @@ from conformance.clients import connect, connect_failover
 
 #: each fault and the step that ends it
 FAULT_AND_HEAL = {"kill": "start", "pause": "resume", "stop": "start", "partition": "heal",
-                  "latency": "heal", "bandwidth": "heal", "reset_peer": "heal"}
+                  "latency": "heal", "bandwidth": "heal", "reset_peer": "heal", "lock-loss": "heal"}
 
 
 @dataclass
@@ -65,6 +66,9 @@ class ExperimentResult:
     #: failover clients: worker -> {transport event kind: count}, from ``transport.jsonl`` beside
     #: the history (chaos/transport_log.py); None when the clients do not fail over
     transport_events: dict[str, dict[str, int]] | None = None
+    #: lock-loss faults: per fault, the node, detection_s / takeover_s / overlap_s and the timeline
+    #: of serving nodes (chaos/lockloss_fault.py); None without a lock-loss nemesis
+    lock_loss: list[dict] | None = None
 
 
 def _client_factory(exp: Experiment, addresses: list[tuple[str, int]],
@@ -156,6 +160,16 @@ class _ProxyGroupFault:
 
     def teardown(self) -> None:
         self.nemesis.teardown()
+
+
+def _lock_loss_fault(n: NemesisSection, topology: RunningTopology, history: History) -> LockLossFault:
+    nemesis = topology.lock_nemesis(history)
+    if nemesis is None:
+        raise ExperimentError("a lock-loss nemesis needs the store on the simulated NFS ([topology] store = \"nfs\")")
+    params = ({"latency": n.latency_ms, "jitter": n.jitter_ms} if n.fault == "latency"
+              else {"timeout": n.timeout_ms} if n.fault == "reset" else {})
+    return LockLossFault(nemesis, topology.answering_nodes, listening_nodes=topology.listening_nodes, fault=n.fault,
+                         node=n.node, params=params)
 
 
 class _Progress:
@@ -353,7 +367,9 @@ def _run_with_history(exp: Experiment, topology: RunningTopology, run_id: str, h
                                   _client_factory(exp, addresses["slow"], transport_log), names=names)
     nemeses = []
     for n in exp.nemesis:
-        if n.link == "bridges":
+        if n.kind == "lock-loss":
+            nemeses.append(_lock_loss_fault(n, topology, history))
+        elif n.link == "bridges":
             nemeses.append(_ProxyGroupFault(topology.proxy.api_url, topology.bridge_proxies, history))
         elif n.kind in PROXY_FAULTS:
             nemeses.append(_ProxyGroupFault(proxy.api_url, proxies[n.clients], history))
@@ -433,7 +449,9 @@ def _run_with_history(exp: Experiment, topology: RunningTopology, run_id: str, h
                               slow_subscribers=list(range(exp.workload.slow_subscribers)),
                               nemesis_errors=nemesis_errors, workload_errors=list(workload.errors) + drain_errors,
                               bridge_establishments=topology.bridge_establishments(),
-                              transport_events=transport_log.summary() if transport_log is not None else None)
+                              transport_events=transport_log.summary() if transport_log is not None else None,
+                              lock_loss=[r for n in nemeses if isinstance(n, LockLossFault) for r in n.results]
+                              if any(isinstance(n, LockLossFault) for n in nemeses) else None)
     history.harness(HARNESS_RUN_END, run_end_record(result))
     history.close()
     return result

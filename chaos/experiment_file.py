@@ -16,6 +16,11 @@
     nodes = 2                       # shared-store only
     lock_keep_alive_period_ms = 2000
     lock_acquire_sleep_interval_ms = 1000
+    store = "local"                 # shared-store: "local" directory, or "nfs": the simulated NFS
+                                    # (chaos/sharedstore), each node through its own mount and proxy
+    nfs_mount_options = "soft,timeo=20,retrans=2,lookupcache=none,sync"
+    nfs_version = 4                 # 4: leases (a lapsed client's locks released); 3: locks never expire
+    nfs_lease_s = 10.0              # the store server's NFSv4 lease
     # kind = "network": `nodes` brokers joined by network connectors (ActiveMQ "Networks of
     # Brokers"), each bridge's link through the fault proxy; clients reach the brokers directly
     bridges = ["A->B"]              # "X->Y" (one-way) or "X<->Y" (duplex)
@@ -45,7 +50,9 @@
     [[nemesis]]
     kind = "kill"                   # kill | pause | stop (each followed by a restart / resume) |
                                     # partition (clients cut off through the fault proxy, then healed) |
-                                    # latency | bandwidth | reset_peer (a toxic on the fault proxy, then removed)
+                                    # latency | bandwidth | reset_peer (a toxic on the fault proxy, then removed) |
+                                    # lock-loss (store = "nfs": a fault of one node's storage link, then healed)
+    fault = "partition"             # lock-loss: partition | latency | reset | expire (of the node's NFS lease)
     every_s = 5                     # seconds of quiet before each fault (the first after N s, the next N s after a heal)
     down_s = 1                      # how long the fault lasts
     node = "master"                 # process faults: a node name (A, B, ...) or "master" (whoever serves then)
@@ -100,6 +107,12 @@ class TopologySection(_Strict):
     nodes: int = Field(default=2, ge=2, le=8)
     lock_keep_alive_period_ms: int = Field(default=2000, ge=0)
     lock_acquire_sleep_interval_ms: int = Field(default=1000, gt=0)
+    # shared-store: where the store lives; "nfs" puts it on the simulated NFS (chaos/sharedstore,
+    # issue 18 section 4) with these mount options (nfs(5); the A-MQ guide's 3.1 list by default)
+    store: Literal["local", "nfs"] = "local"
+    nfs_mount_options: str = "soft,timeo=20,retrans=2,lookupcache=none,sync"
+    nfs_version: Literal[3, 4] = 4
+    nfs_lease_s: float = Field(default=10.0, gt=0)
     bridges: list[str] = Field(default_factory=lambda: ["A->B"])
     initial_reconnect_delay_ms: int = Field(default=1000, ge=0)
     max_reconnect_delay_ms: int = Field(default=30000, ge=0)
@@ -110,6 +123,19 @@ class TopologySection(_Strict):
     @property
     def node_names(self) -> list[str]:
         return ["A"] if self.kind == "single" else list("ABCDEFGH"[:self.nodes])
+
+    @model_validator(mode="after")
+    def _nfs_fits(self) -> "TopologySection":
+        if self.store == "nfs":
+            if self.kind != "shared-store":
+                raise ValueError(f"store = \"nfs\" needs kind = \"shared-store\", not {self.kind!r}")
+            from chaos.sharedstore.mountopts import MountOptions, MountOptionError
+
+            try:
+                MountOptions.parse(self.nfs_mount_options)
+            except MountOptionError as exc:
+                raise ValueError(f"nfs_mount_options: {exc}") from None
+        return self
 
     def bridge_ends(self) -> list[tuple[str, str, bool]]:
         """``bridges`` as (source, target, duplex)."""
@@ -194,7 +220,10 @@ class NemesisSection(_Strict):
     # kill | pause | stop act on a broker's process; partition cuts clients off through the fault
     # proxy (both ways, or one stream: upstream = client -> broker); latency | bandwidth |
     # reset_peer add that Toxiproxy toxic to the proxy for down_s seconds.
-    kind: Literal["kill", "pause", "stop", "partition", "latency", "bandwidth", "reset_peer"]
+    kind: Literal["kill", "pause", "stop", "partition", "latency", "bandwidth", "reset_peer", "lock-loss"]
+    # lock-loss (a shared store on the simulated NFS): what happens to `node`'s storage link
+    # (chaos/nemesis/lock.py): cut, slowed (latency_ms, jitter_ms), reset, or its lease expired
+    fault: Literal["partition", "latency", "reset", "expire"] = "partition"
     every_s: float = Field(gt=0)
     down_s: float = Field(default=1.0, ge=0)
     direction: Literal["both", "upstream", "downstream"] = "both"
@@ -269,6 +298,13 @@ class Experiment(_Strict):
     def _nemeses_fit_topology(self) -> "Experiment":
         nodes = self.topology.node_names
         for index, nemesis in enumerate(self.nemesis):
+            if nemesis.kind == "lock-loss":
+                if self.topology.kind != "shared-store" or self.topology.store != "nfs":
+                    raise ValueError(f"nemesis[{index}]: a lock-loss fault needs a shared store on the simulated "
+                                     f"NFS ([topology] kind = \"shared-store\", store = \"nfs\")")
+                if nemesis.node not in nodes + ["master"]:
+                    raise ValueError(f"nemesis[{index}].node {nemesis.node!r} is not a node of this shared-store "
+                                     f"topology (one of {nodes + ['master']})")
             if nemesis.kind in PROCESS_FAULTS:
                 allowed = nodes + (["master"] if self.topology.kind == "shared-store" else [])
                 if nemesis.node not in allowed:
@@ -333,9 +369,38 @@ def load_experiment(path: str | Path) -> Experiment:
         raise ExperimentError(f"{path}: {_explain(exc)}") from None
 
 
-def with_overrides(exp: Experiment, *, duration_s: float | None = None, target: str | None = None) -> Experiment:
-    """``exp`` with the command line's overrides (``--duration``, ``--target``), checked again."""
+def apply_setting(data: dict, setting: str) -> None:
+    """One ``--set SECTION.KEY=VALUE`` (VALUE in TOML: 0, 3, "text", true) into ``data``, the
+    experiment as a dict: a top-level key (``duration_s=20``) or a key of a table
+    (``topology.nfs_version=3``); ``nemesis.N.KEY`` sets one [[nemesis]] entry's key."""
+    path, sep, value = setting.partition("=")
+    if not sep or not path.strip():
+        raise ExperimentError(f"--set {setting!r}: give KEY=VALUE, e.g. topology.lock_keep_alive_period_ms=0")
+    try:
+        parsed = tomllib.loads(f"v = {value.strip()}")["v"]
+    except tomllib.TOMLDecodeError:
+        parsed = value.strip()  # a bare word: a string
+    keys = path.strip().split(".")
+    node = data
+    for key in keys[:-1]:
+        if isinstance(node, list):
+            if not key.isdigit() or int(key) >= len(node):
+                raise ExperimentError(f"--set {setting!r}: {key!r} is not an entry (0..{len(node) - 1})")
+            node = node[int(key)]
+        elif isinstance(node, dict) and isinstance(node.get(key), (dict, list)):
+            node = node[key]
+        else:
+            raise ExperimentError(f"--set {setting!r}: {key!r} is not a table of the experiment")
+    node[keys[-1]] = parsed
+
+
+def with_overrides(exp: Experiment, *, duration_s: float | None = None, target: str | None = None,
+                   settings: list[str] | tuple[str, ...] = ()) -> Experiment:
+    """``exp`` with the command line's overrides (``--duration``, ``--target``, ``--set``), checked
+    again (an unknown key is refused by name, as in the file)."""
     data = exp.model_dump()
+    for setting in settings:
+        apply_setting(data, setting)
     if duration_s is not None:
         data["duration_s"] = duration_s
     if target is not None:

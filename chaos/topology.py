@@ -23,8 +23,9 @@ from chaos.experiment_file import Experiment, ExperimentError
 from chaos.proxy import start_fault_proxy
 from chaos.proxy.client import ToxiproxyClient, split_address
 from conformance.scenario import Scenario
+from conformance.targets.runtime.probes import stomp_handshake, tcp_accepts
 from conformance.targets.base import TargetUnavailable, why_missing
-from conformance.topology import (Bridge, Cluster, NetworkConnectorOptions, SharedStore, Topology,
+from conformance.topology import (Bridge, Cluster, NetworkConnectorOptions, NfsOptions, SharedStore, Topology,
                                   TopologyUnsupported, capability_of)
 
 
@@ -101,6 +102,42 @@ class RunningTopology:
             raise RuntimeError(f"more than one master: {serving}")
         return serving[0] if serving else None
 
+    def lock_nemesis(self, history=None):
+        """A `LockLossNemesis` recording into ``history`` over the nodes' storage links of a store
+        on the simulated NFS (host names are the node names); None for any other store."""
+        from chaos.nemesis.lock import LockLossNemesis
+
+        store = getattr(self.cluster, "rig", None)
+        if store is None:
+            return None
+        return LockLossNemesis(history, proxy_api=store.proxy.api_url, store=store.rig.server.address,
+                               links=store.rig.links, node="store")
+
+    def serving_nodes(self) -> list[str]:
+        """Every node whose listeners accept clients now, asked node by node through the node
+        handle's own probe: two masters show as two (a lock lost under a master that goes on
+        serving), where `master` would raise."""
+        return [name for name, node in self.nodes.items() if node.running and node.serving()]
+
+    def listening_nodes(self) -> list[str]:
+        """Every node whose STOMP listener accepts a TCP connection now (the kernel accepts for a
+        process stuck in I/O): a master that has not closed its connectors."""
+        return [name for name, node in self.nodes.items() if node.running and tcp_accepts(self._stomp_port(node), 1.0)]
+
+    def answering_nodes(self) -> list[str]:
+        """Every node that answers a STOMP CONNECT within 1 s now: a master that really serves,
+        the same question for every broker."""
+        return [name for name, node in self.nodes.items()
+                if node.running and stomp_handshake(self._stomp_port(node), 1.0)[0]]
+
+    @staticmethod
+    def _stomp_port(node) -> int:
+        try:
+            return node.address("stomp")[1]
+        except (KeyError, ValueError):
+            raise ExperimentError("the lock-loss watch asks each node's STOMP listener: the topology has none") \
+                from None
+
     def held(self, node: str, destination: str) -> int:
         """Messages node ``node`` still holds for ``destination``."""
         return self.cluster[node].queue_size(destination)
@@ -124,9 +161,11 @@ def topology_of(exp: Experiment) -> Topology:
     topo = exp.topology
     names = tuple(topo.node_names)
     if topo.kind == "shared-store":
+        nfs = (NfsOptions(mount_options=topo.nfs_mount_options, version=topo.nfs_version, lease_s=topo.nfs_lease_s)
+               if topo.store == "nfs" else None)
         return Topology(names, shared_store=SharedStore(
             lock_keep_alive_period_ms=topo.lock_keep_alive_period_ms,
-            lock_acquire_sleep_interval_ms=topo.lock_acquire_sleep_interval_ms))
+            lock_acquire_sleep_interval_ms=topo.lock_acquire_sleep_interval_ms, nfs=nfs))
     if topo.kind == "network":
         options = dict(initial_reconnect_delay=topo.initial_reconnect_delay_ms,
                        max_reconnect_delay=topo.max_reconnect_delay_ms,

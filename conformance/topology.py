@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from conformance.scenario import Scenario
 
 __all__ = ["Bridge", "BridgeFilterPolicy", "BridgeRoute", "Cluster", "CompositeDestination", "Node",
-           "NetworkConnectorOptions", "PEER_LIST_SCHEMES", "SharedStore", "TOPOLOGY_CAPABILITIES", "Topology",
+           "NetworkConnectorOptions", "NfsOptions", "PEER_LIST_SCHEMES", "SharedStore", "TOPOLOGY_CAPABILITIES", "Topology",
            "NodeError", "TopologyUnsupported", "capability_of", "check_destination", "check_duplex_names", "static_uri",
            "with_connector_renamed"]
 
@@ -212,6 +212,32 @@ BridgeRoute = Callable[[Bridge, str, int], tuple[str, int]]
 
 
 @dataclass(frozen=True)
+class NfsOptions:
+    """Put a ``file`` shared store on the simulated NFS (chaos/sharedstore): one store server, one
+    FUSE mount per node whose link to the server runs through its own fault-proxy proxy, so the
+    lock-loss nemesis can cut, slow or reset one node's storage link. ``mount_options``: the
+    mount's options (chaos/sharedstore/mountopts.py; the A-MQ guide's 3.1 list is
+    ``soft,timeo=20,retrans=2,lookupcache=none,sync``); ``version``: 4 (a client lease renewed by
+    traffic, locks of a lapsed lease released) or 3 (locks never expire: the guide's negative);
+    ``lease_s``: the server's NFSv4 lease."""
+
+    mount_options: str = "soft,timeo=20,retrans=2,lookupcache=none,sync"
+    version: int = 4
+    lease_s: float = 10.0
+
+    def __post_init__(self) -> None:
+        if self.version not in (3, 4):
+            raise ValueError(f"nfs version must be 3 or 4, not {self.version!r}")
+        if not self.lease_s > 0:
+            raise ValueError(f"nfs lease_s must be above 0, not {self.lease_s!r}")
+        from chaos.sharedstore.mountopts import MountOptions
+
+        vers = MountOptions.parse(self.mount_options).vers  # a bad option is refused here, by name
+        if f"vers={vers}" in self.mount_options.replace("nfsvers", "vers") and vers != self.version:
+            raise ValueError(f"nfs mount_options say vers={vers} but version is {self.version}: give one")
+
+
+@dataclass(frozen=True)
 class SharedStore:
     """A store every node of the topology opens; whichever holds its lock is master, the others
     wait as slaves (A-MQ fault-tolerant messaging guide, chapter 3). ``kind``: ``file`` (a shared
@@ -225,10 +251,16 @@ class SharedStore:
     kind: str = "file"
     lock_keep_alive_period_ms: int = 2000
     lock_acquire_sleep_interval_ms: int = 1000
+    #: a ``file`` store on the simulated NFS (`NfsOptions`); the cluster then has ``rig`` (a
+    #: chaos.sharedstore.SharedStoreRig, stopped with the cluster) whose ``nemesis`` faults one
+    #: node's storage link; None: a local directory
+    nfs: NfsOptions | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in ("file", "jdbc"):
             raise ValueError(f"shared store kind must be 'file' or 'jdbc', not {self.kind!r}")
+        if self.nfs is not None and self.kind != "file":
+            raise ValueError("nfs applies to a kind 'file' shared store, not 'jdbc'")
         if self.lock_keep_alive_period_ms < 0 or self.lock_acquire_sleep_interval_ms <= 0:
             raise ValueError("lock_keep_alive_period_ms must be >= 0 and lock_acquire_sleep_interval_ms > 0")
         if self.kind == "jdbc" and not 0 < self.lock_keep_alive_period_ms < self.lock_acquire_sleep_interval_ms:

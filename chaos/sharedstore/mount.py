@@ -139,6 +139,14 @@ class StoreOperations(mfusepy.Operations):
 
     def rename(self, old, new):
         self._call("rename", old=old, new=new)
+        # Files opened through this mount follow their file (an NFS file handle survives a
+        # rename): a journal that writes a segment as NAME.tmp and renames it to NAME while it
+        # keeps writing through the same descriptor must reach NAME, not ENOENT. A rename made
+        # by another host is not seen here (the path-keyed model's known limit, __init__.py).
+        with self._lock:
+            for fh, (path, generation) in list(self._handles.items()):
+                if path == old or path.startswith(old.rstrip("/") + "/"):
+                    self._handles[fh] = (new + path[len(old):], generation)
         return 0
 
     def truncate(self, path, length, fh=None):

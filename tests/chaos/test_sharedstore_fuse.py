@@ -339,3 +339,21 @@ def test_an_idle_host_keeps_its_lock_through_the_heartbeat(make_store):
         "an idle host lost its lock: the heartbeat did not renew its lease"
     assert store.server.state()["expiries"] == []
     assert holder.do("write") == "ok"
+
+
+def test_an_open_file_follows_its_rename_through_the_same_mount(make_store):
+    """A journal writes a new segment as NAME.tmp, renames it NAME and keeps writing through the
+    same descriptor (reference_broker/store/journal.py): as over NFS, whose file handles survive a
+    rename, the later writes reach NAME, and the other host reads them there."""
+    store, _ = make_store()
+    a, b = Path(store.path("A")), Path(store.path("B"))
+    fd = os.open(a / "seg.tmp", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.write(fd, b"head-")
+        os.rename(a / "seg.tmp", a / "seg")
+        os.write(fd, b"tail")
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    assert (b / "seg").read_bytes() == b"head-tail"
+    assert not (b / "seg.tmp").exists()

@@ -12,7 +12,8 @@ describes, and this launcher sets up on one machine:
 * a restarted former master rejoins as a slave ("Reintroducing a failed node").
 
 Each node keeps its own ports across restarts, so the failover URL stays valid. The store lives
-on the local file system here (a shared file system is what the later lock-loss work fakes).
+on the local file system, or with ``nfs`` on the simulated NFS store (runtime/nfs_store.py): each
+JVM opens the KahaDB directory through its own FUSE mount, its storage link through its own proxy.
 """
 
 from __future__ import annotations
@@ -20,11 +21,12 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from conformance.topology import SharedStore, Topology
+from conformance.topology import NfsOptions, SharedStore, Topology
 
 from conformance.targets.activemq.process import ActiveMQProcess, JdbcStore
 from conformance.targets.activemq.network import NetworkNode
 from conformance.targets.runtime.node import NodeRestarts
+from conformance.targets.runtime.nfs_store import NfsStore
 from conformance.targets.runtime.postgres import PostgresServer
 
 #: node names, in start order: A is started first and becomes the first master
@@ -57,7 +59,7 @@ class SharedStoreGroup(NodeRestarts):
     def __init__(self, workdir: Path, *, nodes: int = 2, lock_keep_alive_period_ms: int = 2000,
                  lock_acquire_sleep_interval_ms: int = 1000, stomp: bool = True, mqtt: bool = False,
                  amqp: bool = False, jvm_heap_mb: int = 384, broker_name: str = "shared-store",
-                 jdbc: bool = False) -> None:
+                 jdbc: bool = False, nfs: NfsOptions | None = None) -> None:
         if not 2 <= nodes <= len(NODE_NAMES):
             raise ValueError(f"a shared-store group has 2 to {len(NODE_NAMES)} nodes, not {nodes}")
         self.workdir = Path(workdir).absolute()
@@ -70,19 +72,23 @@ class SharedStoreGroup(NodeRestarts):
         self.lock_acquire_sleep_interval_ms = lock_acquire_sleep_interval_ms
         self.topology = Topology(tuple(NODE_NAMES[:nodes]), shared_store=SharedStore(
             kind="jdbc" if jdbc else "file", lock_keep_alive_period_ms=lock_keep_alive_period_ms,
-            lock_acquire_sleep_interval_ms=lock_acquire_sleep_interval_ms))
+            lock_acquire_sleep_interval_ms=lock_acquire_sleep_interval_ms, nfs=nfs))
+        #: the store on the simulated NFS (runtime/nfs_store.py), made in `start`, closed by `stop`
+        self.rig: NfsStore | None = None
         self._node_options = dict(stomp=stomp, mqtt=mqtt, amqp=amqp, jvm_heap_mb=jvm_heap_mb,
                                   broker_name=broker_name)
         self.nodes: dict[str, SharedStoreNode] = {}
-        if not jdbc:  # a JDBC group's nodes need the database's address: made in `start`
+        if not jdbc and nfs is None:  # a JDBC or NFS group's nodes need the store's address: made in `start`
             self._make_nodes(kahadb_directory=self.store, lock_keep_alive_period_ms=lock_keep_alive_period_ms,
                              lock_acquire_sleep_interval_ms=lock_acquire_sleep_interval_ms)
 
-    def _make_nodes(self, **store) -> None:
+    def _make_nodes(self, kahadb_of=None, **store) -> None:
+        """``kahadb_of``: node -> its KahaDB directory (each node's own mount of an NFS store)."""
         o = self._node_options
+        per_node = {name: ({"kahadb_directory": kahadb_of[name]} if kahadb_of else {}) for name in self.topology.nodes}
         self.nodes = {name: SharedStoreNode(name, ActiveMQProcess(
             self.workdir / f"node-{name}", name=f"{o['broker_name']}-{name}", stomp=o["stomp"], mqtt=o["mqtt"],
-            amqp=o["amqp"], openwire=True, persistent=True, jvm_heap_mb=o["jvm_heap_mb"], **store))
+            amqp=o["amqp"], openwire=True, persistent=True, jvm_heap_mb=o["jvm_heap_mb"], **store, **per_node[name]))
             for name in self.topology.nodes}
 
     def start(self, timeout: float = 90) -> None:
@@ -95,6 +101,14 @@ class SharedStoreGroup(NodeRestarts):
                     self.database.jdbc_url, self.database.credentials.user, self.database.credentials.password,
                     lock_keep_alive_period_ms=store.lock_keep_alive_period_ms,
                     lock_acquire_sleep_interval_ms=store.lock_acquire_sleep_interval_ms))
+            store = self.topology.shared_store
+            if store.nfs is not None and self.rig is None:
+                self.rig = NfsStore(self.workdir, self.topology.nodes, store.nfs, subdir="shared-kahadb")
+                kahadb_of = {name: self.rig.path(name) for name in self.topology.nodes}
+                self.store = kahadb_of[self.topology.nodes[0]]
+                self.lock_file = self.store / "lock"
+                self._make_nodes(kahadb_of, lock_keep_alive_period_ms=store.lock_keep_alive_period_ms,
+                                 lock_acquire_sleep_interval_ms=store.lock_acquire_sleep_interval_ms)
             first, *others = self.nodes.values()
             first.process.start(timeout=timeout)  # alone on the store: it must become master
             for node in others:
@@ -149,6 +163,11 @@ class SharedStoreGroup(NodeRestarts):
 
     def stop(self) -> None:
         errors = []
+        if self.rig is not None and self.rig.nemesis is not None:
+            try:  # heal first: a broker blocked on a cut storage link cannot stop cleanly
+                self.rig.nemesis.teardown()
+            except Exception as exc:  # noqa: BLE001
+                errors.append(f"nfs store heal: {exc}")
         for node in self.nodes.values():
             try:
                 node.stop()
@@ -159,6 +178,12 @@ class SharedStoreGroup(NodeRestarts):
                 self.database.stop()
             except Exception as exc:  # noqa: BLE001
                 errors.append(f"database: {exc}")
+        if self.rig is not None:
+            try:
+                self.rig.close()
+            except Exception as exc:  # noqa: BLE001
+                errors.append(f"nfs store: {exc}")
+            self.rig = None
         if errors:
             raise RuntimeError(f"could not stop every node of {self.store}: {errors}")
 

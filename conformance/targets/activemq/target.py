@@ -439,7 +439,8 @@ class ActiveMQTarget:
 
     def launch_shared_store(self, scenario: Scenario, workdir: Path, *, nodes: int = 2,
                             lock_keep_alive_period_ms: int = 2000,
-                            lock_acquire_sleep_interval_ms: int = 1000, jdbc: bool = False) -> SharedStoreGroup:
+                            lock_acquire_sleep_interval_ms: int = 1000, jdbc: bool = False,
+                            nfs=None) -> SharedStoreGroup:
         """A started shared-store master/slave group: node A master, the others slaves.
         Destination policies are not applied to the group.
 
@@ -462,6 +463,9 @@ class ActiveMQTarget:
         if "amqp" in scenario.protocols and "protocol.amqp" in self.capabilities():
             options["amqp"] = True  # process mode only: the image has no AMQP transport
         if self.launch_mode == "container":
+            if nfs is not None:
+                raise TargetUnavailable("the simulated NFS store is mounted on this machine: launch ActiveMQ as "
+                                        "local JVMs (activemq:process) to put a shared store on it")
             # 256 MB heap per JVM: two containers plus the workload share the machine's memory
             group = SharedVolumePair(Path(workdir) / "activemq-shared-volume", image=self.image,
                                      jvm_heap_mb=min(self.jvm_heap_mb, 256), **options)
@@ -471,7 +475,7 @@ class ActiveMQTarget:
                 if not ok:
                     raise TargetUnavailable(reason)
             group = SharedStoreGroup(Path(workdir) / ("activemq-jdbc-store" if jdbc else "activemq-shared-store"),
-                                     jvm_heap_mb=min(self.jvm_heap_mb, 384), jdbc=jdbc, **options)
+                                     jvm_heap_mb=min(self.jvm_heap_mb, 384), jdbc=jdbc, nfs=nfs, **options)
         try:
             # containers: the engine creates the volume, network and containers on top of the JVMs' start-up
             group.start(timeout=self.start_timeout + (60 if self.launch_mode == "container" else 30))
@@ -492,7 +496,7 @@ class ActiveMQTarget:
             return self.launch_shared_store(scenario, workdir, nodes=len(topology.nodes),
                                             lock_keep_alive_period_ms=store.lock_keep_alive_period_ms,
                                             lock_acquire_sleep_interval_ms=store.lock_acquire_sleep_interval_ms,
-                                            jdbc=store.kind == "jdbc")
+                                            jdbc=store.kind == "jdbc", nfs=store.nfs)
         ok, reason = self.availability()
         if not ok:
             raise TargetUnavailable(reason)

@@ -7,7 +7,9 @@ written into the launcher's own broker.xml (artemis/config.py, `ArtemisConfig.ha
 Artemis's file lock lives in the journal directory (``server.lock``; FileLockNodeManager) and
 is a Java ``FileChannel`` lock, so the reference broker's and ActiveMQ's locks meet it on the same
 kind of record lock. Its polling and re-check periods are fixed in Artemis (no setting): the
-topology's lock timings are not rendered, and the group's configuration says so.
+topology's lock timings are not rendered, and the group's configuration says so. With the
+topology's ``nfs`` the data directories live on the simulated NFS store, each JVM through its own
+FUSE mount (runtime/nfs_store.py), so one node's storage link can be cut.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 from conformance.scenario import Scenario
 from conformance.targets.artemis.config import ArtemisDatabase
 from conformance.targets.artemis.process import ArtemisProcess
+from conformance.targets.runtime.nfs_store import NfsStore
 from conformance.targets.runtime.node import ProcessNode
 from conformance.targets.runtime.postgres import PostgresServer
 from conformance.targets.runtime.shared_group import SharedStoreCluster, node_names
@@ -43,18 +46,29 @@ def launch_shared_store(topology: Topology, scenario: Scenario, workdir: Path, *
         return _launch_jdbc(topology, scenario, Path(workdir).absolute() / "artemis-jdbc-store", names,
                             jvm_heap_mb=jvm_heap_mb, timeout=timeout)
     workdir = Path(workdir).absolute() / "artemis-shared-store"
-    shared = workdir / "shared-data"
-    nodes = {}
-    for index, name in enumerate(names):
-        process = ArtemisProcess(workdir / f"node-{name}", scenario, name=f"{topology.prefix}-{name}",
-                                 jvm_heap_mb=jvm_heap_mb, ha_policy="primary" if index == 0 else "backup",
-                                 shared_data=shared)
-        nodes[name] = ProcessNode(name, process, wait_for="lock")
-    # FileLockNodeManager's lock file: server.lock in the journal directory (node-manager-lock-directory
-    # defaults to it)
-    group = ArtemisSharedStoreCluster(topology, nodes, shared, label="artemis",
-                                      lock_file=shared / "journal" / "server.lock")
-    group.start(timeout=timeout)
+    store = topology.shared_store
+    rig = None
+    data_of = {name: workdir / "shared-data" for name in names}
+    if store.nfs is not None:  # each JVM opens the data directories through its own mount (runtime/nfs_store.py)
+        rig = NfsStore(workdir, names, store.nfs, subdir="shared-data")
+        data_of = {name: rig.path(name) for name in names}
+    shared = data_of[names[0]]
+    try:
+        nodes = {}
+        for index, name in enumerate(names):
+            process = ArtemisProcess(workdir / f"node-{name}", scenario, name=f"{topology.prefix}-{name}",
+                                     jvm_heap_mb=jvm_heap_mb, ha_policy="primary" if index == 0 else "backup",
+                                     shared_data=data_of[name])
+            nodes[name] = ProcessNode(name, process, wait_for="lock")
+        # FileLockNodeManager's lock file: server.lock in the journal directory (node-manager-lock-directory
+        # defaults to it)
+        group = ArtemisSharedStoreCluster(topology, nodes, shared, label="artemis" + (" (nfs)" if rig else ""),
+                                          lock_file=shared / "journal" / "server.lock", rig=rig)
+    except BaseException:
+        if rig is not None:
+            rig.close()
+        raise
+    group.start(timeout=timeout)  # stops the nodes and closes the nfs store if the group does not form
     return group
 
 

@@ -13,6 +13,7 @@ from typing import Callable
 
 from conformance.targets.reference.process import ReferenceBrokerProcess
 from conformance.targets.runtime.node import ProcessNode
+from conformance.targets.runtime.nfs_store import NfsStore
 from conformance.targets.runtime.postgres import PostgresServer
 from conformance.targets.runtime.process import free_ports
 from conformance.targets.runtime.shared_group import SharedStoreCluster, node_names
@@ -31,7 +32,12 @@ def launch_shared_store(topology: Topology, node_config: Callable[[str], dict], 
     names = node_names(len(topology.nodes), topology.nodes)
     workdir = Path(workdir).absolute() / ("reference-jdbc-store" if store.kind == "jdbc" else "reference-shared-store")
     shared = workdir / "shared-journal"
-    database = None
+    database = rig = None
+    journal_of = {name: shared for name in names}
+    if store.nfs is not None:  # each node opens the journal through its own mount (runtime/nfs_store.py)
+        rig = NfsStore(workdir, names, store.nfs, subdir="shared-journal")
+        journal_of = {name: rig.path(name) for name in names}
+        shared = journal_of[names[0]]
     if store.kind == "jdbc":  # guide 3.2: one database, a lease in it (reference_broker/ha/lease.py)
         database = PostgresServer(workdir / "database").start()
         store_config = {"kind": "database", "dsn": database.dsn,
@@ -44,19 +50,24 @@ def launch_shared_store(topology: Topology, node_config: Callable[[str], dict], 
                         "locker": {"kind": "shared_file",
                                    "lock_acquire_sleep_interval": store.lock_acquire_sleep_interval_ms}}
     try:
-        return _start_group(topology, names, node_config, store_config, protocols, workdir, shared, database, timeout)
+        return _start_group(topology, names, node_config, store_config, protocols, workdir, shared, database, timeout,
+                            journal_of, rig)
     except BaseException:
         if database is not None:
             database.stop()  # (a group that started stops it with its nodes)
+        if rig is not None:
+            rig.close()
         raise
 
 
 def _start_group(topology, names, node_config, store_config, protocols, workdir, shared, database,
-                 timeout) -> SharedStoreCluster:
+                 timeout, journal_of, rig) -> SharedStoreCluster:
     nodes: dict[str, ProcessNode] = {}
     for name in names:
         config = node_config(f"{topology.prefix}-{name}")
         config["store"] = {**config.get("store", {}), **store_config}
+        if store_config["kind"] == "journal":
+            config["store"]["directory"] = str(journal_of[name])
         node_dir = workdir / f"node-{name}"
         node_dir.mkdir(parents=True, exist_ok=True)
         config_file = node_dir / "broker.json"
@@ -72,6 +83,7 @@ def _start_group(topology, names, node_config, store_config, protocols, workdir,
         group = SharedStoreCluster(topology, nodes, workdir / "database", label="reference (database)",
                                    database=database)
     else:
-        group = SharedStoreCluster(topology, nodes, shared, label="reference", lock_file=shared / LOCK_FILE_NAME)
-    group.start(timeout=timeout)  # stops every node (and the database) if the group does not form
+        group = SharedStoreCluster(topology, nodes, shared, label="reference" + (" (nfs)" if rig else ""),
+                                   lock_file=shared / LOCK_FILE_NAME, rig=rig)
+    group.start(timeout=timeout)  # stops every node (the database, the nfs store) if the group does not form
     return group

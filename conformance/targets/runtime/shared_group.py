@@ -38,7 +38,7 @@ class SharedStoreCluster(NodeRestarts):
     host = "127.0.0.1"
 
     def __init__(self, topology: Topology, nodes: dict[str, ProcessNode], store: Path, *, label: str,
-                 lock_file: Path | None = None, database: Any = None) -> None:
+                 lock_file: Path | None = None, database: Any = None, rig: Any = None) -> None:
         self.topology = topology
         self.nodes = nodes
         self.store = Path(store)
@@ -47,6 +47,8 @@ class SharedStoreCluster(NodeRestarts):
         self.lock_file = Path(lock_file) if lock_file is not None else None
         #: a jdbc store's database server (runtime/postgres.py PostgresServer), stopped after the nodes
         self.database = database
+        #: a store on the simulated NFS (runtime/nfs_store.py NfsStore), closed after the nodes
+        self.rig = rig
 
     def start(self, timeout: float = 120) -> None:
         deadline = time.monotonic() + timeout
@@ -103,6 +105,11 @@ class SharedStoreCluster(NodeRestarts):
 
     def stop(self) -> None:
         errors = []
+        if self.rig is not None and self.rig.nemesis is not None:
+            try:  # heal first: a node blocked on a cut storage link cannot stop cleanly
+                self.rig.nemesis.teardown()
+            except Exception as exc:  # noqa: BLE001
+                errors.append(f"nfs store heal: {exc}")
         for node in self.nodes.values():
             try:
                 node.stop()
@@ -113,6 +120,11 @@ class SharedStoreCluster(NodeRestarts):
                 self.database.stop()
             except Exception as exc:  # noqa: BLE001
                 errors.append(f"database: {exc}")
+        if self.rig is not None:
+            try:
+                self.rig.close()
+            except Exception as exc:  # noqa: BLE001
+                errors.append(f"nfs store: {exc}")
         if errors:
             raise SharedStoreError(f"could not stop every node of {self.store}: {errors}")
 

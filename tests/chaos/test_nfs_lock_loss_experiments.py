@@ -1,0 +1,90 @@
+"""Short versions of the lock-loss experiments (chaos/experiments/*-nfs-lock-loss.toml; issue 18,
+section 5), run end to end as `brokerconf chaos run` runs them: a shared-store pair on the
+simulated NFS, persistent queue load with failover clients, the master's storage link cut and
+healed, the history judged. Shortened by overrides only (a shorter soft-mount timeout and lease,
+one shorter fault), so the files' own shape is what runs.
+
+Checked (A-MQ fault-tolerant messaging guide, 3.1; IDs in conformance/spec/fault_tolerance.toml):
+the master stops serving once its lock check fails (FT-SHARED-2), the slave takes over (FT-SHARED-3),
+no acknowledged persistent message is lost (FT-SHARED-9); with NFSv3 the slave never takes over
+(FT-SHARED-7). How long each took, and whether two nodes served at once, is measured and printed,
+not asserted (speed is the benchmark's business: `brokerconf chaos run ... --repeat 5`). Every
+process the run started (brokers, mounts, store server, proxies) is gone after it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from brokerconf.chaos_job import run_and_judge
+from chaos.experiment_file import load_experiment, with_overrides
+from chaos.sharedstore.harness import fuse_unavailable
+from conformance.requirements import missing_mark, skip_or_fail
+from conformance.targets.registry import resolve
+
+pytestmark = [pytest.mark.slow, missing_mark("fuse", fuse_unavailable())]
+
+EXPERIMENTS = Path(__file__).resolve().parents[2] / "chaos" / "experiments"
+#: soft,timeo=10,retrans=2: EIO 1 + 2 + 3 = 6 s after a cut; a 5 s lease; one 16 s cut
+SHORT = ["duration_s=27", "recovery_s=6", "topology.nfs_mount_options=\"soft,timeo=10,retrans=2,lookupcache=none,sync\"",
+         "topology.nfs_lease_s=5.0", "nemesis.0.every_s=4", "nemesis.0.down_s=16", "workload.rate=10"]
+CASES = [("reference-nfs-lock-loss.toml", None, None), ("activemq-nfs-lock-loss.toml", "activemq", "activemq:process"),
+         ("artemis-nfs-lock-loss.toml", "artemis", "artemis:process")]
+
+
+def child_pids() -> set[int]:
+    """Live processes whose parent is this test process (brokers, mounts, the store, proxies)."""
+    mine = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            fields = stat.rsplit(")", 1)[1].split()
+            if int(fields[1]) == os.getpid() and fields[0] != "Z":
+                mine.add(int(entry))
+    return mine
+
+
+def run_short(tmp_path, file_name: str, requirement: str | None, target: str | None, extra=()) -> dict:
+    if requirement is not None:
+        ok, reason = resolve(target).availability()
+        if not ok:
+            skip_or_fail(requirement, reason)
+    exp = with_overrides(load_experiment(EXPERIMENTS / file_name), settings=[*SHORT, *extra])
+    before = child_pids()
+    verdict = run_and_judge(exp, tmp_path / "run", progress=lambda line: None)
+    left = child_pids() - before
+    assert not left, f"processes left behind by the experiment: {sorted(left)}"
+    assert not [line for line in Path("/proc/mounts").read_text().splitlines() if str(tmp_path) in line]
+    stats = verdict["run_stats"]
+    print(f"{exp.name}: lock_loss {json.dumps(stats['lock_loss'])}; total_queue lost "
+          f"{len(verdict['checks']['total_queue']['lost'])} duplicated "
+          f"{len(verdict['checks']['total_queue']['duplicated'])}")
+    assert stats["nemesis_errors"] == [], stats["nemesis_errors"]
+    assert len(stats["lock_loss"]) == 1, f"one lock-loss fault was scheduled: {stats['lock_loss']}"
+    return verdict
+
+
+@pytest.mark.parametrize("file_name, requirement, target", CASES, ids=["reference", "activemq", "artemis"])
+def test_master_loses_its_nfs_lock_and_the_slave_takes_over(tmp_path, file_name, requirement, target):
+    verdict = run_short(tmp_path, file_name, requirement, target)
+    (fault,) = verdict["run_stats"]["lock_loss"]
+    assert fault["detection_s"] is not None, \
+        f"FT-SHARED-2 the master whose storage link was cut went on serving: {fault['timeline']}"
+    assert fault["takeover_s"] is not None, \
+        f"FT-SHARED-3 no slave served after the master's lease ran out: {fault['timeline']}"
+    total = verdict["checks"]["total_queue"]
+    assert total["lost"] == [], f"FT-SHARED-9 acknowledged persistent messages lost: {total['lost'][:10]}"
+
+
+def test_nfsv3_slave_never_takes_over(tmp_path):
+    verdict = run_short(tmp_path, "reference-nfs-lock-loss.toml", None, None, extra=["topology.nfs_version=3"])
+    (fault,) = verdict["run_stats"]["lock_loss"]
+    assert fault["takeover_s"] is None, \
+        f"FT-SHARED-7 a slave served although NFSv3 never releases the cut master's lock: {fault['timeline']}"
