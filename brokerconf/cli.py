@@ -219,6 +219,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 LOCK_LOSS_SHORT = ("recovery_s=6", 'topology.nfs_mount_options="soft,timeo=10,retrans=2,lookupcache=none,sync"',
                    "topology.nfs_lease_s=5.0", "nemesis.0.every_s=3", "nemesis.0.down_s=11")
 
+#: the shortest chaos stage a master/slave experiment gets: the shared-store failover kills its
+#: master after 8 s, a shortened lock-loss run cuts at 3 s for 11 s; either then needs its recovery
+MASTER_SLAVE_MIN_DURATION_S = 20.0
+
 MAIN_JOB_EXPERIMENTS = (
     ("reference-kill-restart.toml", None, None),
     ("slow-topic-subscriber.toml", None, None),
@@ -253,7 +257,10 @@ def _run_chaos_stage(args: argparse.Namespace, targets: list[str], out_dir: Path
     verdicts = []
     for file_name, target, needs, *settings in MAIN_JOB_EXPERIMENTS:
         path = Path(chaos.__file__).resolve().parent / "experiments" / file_name
-        exp = with_overrides(load_experiment(path), duration_s=args.chaos_duration, target=target,
+        # master/slave runs need their one fault and its recovery in the run (MASTER_SLAVE_MIN_DURATION_S)
+        minimum = MASTER_SLAVE_MIN_DURATION_S if ("shared-store" in file_name or settings) else 0.0
+        duration = max(args.chaos_duration, minimum)
+        exp = with_overrides(load_experiment(path), duration_s=duration, target=target,
                              settings=settings[0] if settings else ())
         label = f"{exp.name} on {exp.target.name}"
         if exp.topology.store == "nfs" and (why := fuse_unavailable()):

@@ -683,6 +683,12 @@ class FailoverClient:
         with self._cond:
             return self._lost is None and self._inner is not None and not self._closed
 
+    @property
+    def backup_uri(self) -> BrokerURI | None:
+        """The endpoint of the second connection held ready (``backup=true``), if one is open."""
+        backup = self._backup
+        return backup[0] if backup is not None else None
+
     def close(self) -> None:
         with self._cond:
             if self._closed:

@@ -221,3 +221,69 @@ def test_discovery_with_the_static_agent_finds_the_live_broker_of_its_list(fresh
         assert got is not None and got.body == b"m", f"FT-DISCOVERY-4: the discovered connection does not work: {got}"
     finally:
         client.close()
+
+
+def _both_down(pair) -> None:
+    pair.a.kill()
+    pair.b.kill()
+
+
+@pytest.mark.spec("FT-FAILOVER-16")
+def test_priority_uris_are_preferred_over_the_list_order(fresh_pair):
+    pair, queue = fresh_pair, _queue()
+    second = "stomp://{}:{}".format(*pair.b.address("stomp"))
+    client = connect_failover(pair.uri(f"&priorityBackup=true&priorityURIs={second}"), "stomp", timeout=5.0)
+    try:
+        assert client.uri.port == pair.port(pair.b), \
+            f"FT-FAILOVER-16: priorityURIs names the second broker, so the client should start there; it is on {client.uri}"
+        sub = client.subscribe(queue)
+        client.send(queue, b"m")
+        got = sub.receive(RECEIVE)
+        assert got is not None and got.body == b"m", f"FT-FAILOVER-16: the preferred broker's connection does not work: {got}"
+    finally:
+        client.close()
+
+
+@pytest.mark.spec("FT-FAILOVER-9")
+def test_backup_holds_a_second_connection_to_the_other_broker(fresh_pair):
+    pair, queue, events = fresh_pair, _queue(), []
+    client = connect_failover(pair.uri("&backup=true"), "stomp", listener=events.append, timeout=5.0)
+    try:
+        backup = poll(lambda: client.backup_uri, lambda uri: uri is not None, timeout=30)
+        assert backup is not None and backup.port == pair.port(pair.b), \
+            f"FT-FAILOVER-9: with backup=true a second connection to the other broker should be held; got {backup}"
+        sub = client.subscribe(queue)
+        pair.a.kill()
+        assert poll(lambda: _interrupted(events), timeout=30, interval=0.05), f"never interrupted: {events}"
+        client.send(queue, b"after")
+        assert client.uri.port == pair.port(pair.b), f"FT-FAILOVER-9: not on the backup broker: {client.uri}"
+        got = sub.receive(RECEIVE)
+        assert got is not None and got.body == b"after", f"FT-FAILOVER-9: the backup connection does not work: {got}"
+    finally:
+        client.close()
+
+
+@pytest.mark.spec("FT-FAILOVER-7")
+def test_startup_max_reconnect_attempts_zero_gives_up_at_once_when_no_broker_is_up(fresh_pair):
+    _both_down(fresh_pair)
+    with pytest.raises(FailoverExhausted, match="startupMaxReconnectAttempts=0"):
+        connect_failover(fresh_pair.uri("&startupMaxReconnectAttempts=0"), "stomp", timeout=5.0)
+
+
+@pytest.mark.spec("FT-FAILOVER-10", "FT-FAILOVER-14")
+def test_timeout_bounds_an_operation_and_warnings_come_every_n_attempts(fresh_pair):
+    pair, queue, events = fresh_pair, _queue(), []
+    client = connect_failover(pair.uri("&timeout=1500&warnAfterReconnectAttempts=2"), "stomp",
+                              listener=events.append, timeout=5.0)
+    try:
+        _both_down(pair)
+        assert poll(lambda: _interrupted(events), timeout=30, interval=0.05), f"never interrupted: {events}"
+        with pytest.raises(Exception) as refused:
+            client.send(queue, b"nowhere")
+        assert "timeout" in str(refused.value).lower(), \
+            f"FT-FAILOVER-10: with both brokers down a send should fail once timeout=1500 ms passes: {refused.value!r}"
+        warned = poll(lambda: [e.attempts for e in events if e.kind == "warning"], lambda w: len(w) >= 2, timeout=30)
+        assert warned and all(n % 2 == 0 for n in warned), \
+            f"FT-FAILOVER-14: a warning after every 2 failed attempts was expected; got {warned}"
+    finally:
+        client.close()

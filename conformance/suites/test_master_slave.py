@@ -86,7 +86,7 @@ def test_only_the_master_opens_its_listeners(group):
     assert not closed(a), "FT-SHARED-1: the master's STOMP port refuses connections"
 
 
-@pytest.mark.spec("FT-SHARED-9")
+@pytest.mark.spec("FT-SHARED-9", "FT-MS-1")
 def test_killed_master_the_slave_takes_over_with_every_receipted_message(group):
     destination = queue()
     client = connect_failover(failover_uri(group), "stomp", timeout=10.0)
