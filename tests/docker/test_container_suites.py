@@ -43,9 +43,11 @@ pytestmark = [pytest.mark.container, pytest.mark.slow, pytest.mark.timeout(1800)
 
 ROOT = Path(__file__).resolve().parents[2]
 SUITES = ROOT / "conformance" / "suites"
-#: the network-of-brokers suites (test_networks.py, test_network_*.py) start brokers of their own
-#: as local JVMs; networks across containers are covered elsewhere (see above)
-NOT_HERE_PREFIX = "test_network"
+#: suites that start groups of brokers of their own as local JVMs: the network-of-brokers suites
+#: (test_networks.py, test_network_*.py; networks across containers are covered elsewhere, see
+#: above), and the master/slave and failover-pair suites (issue 18: shared stores, databases and
+#: killable pairs, run on the process targets by the main test run)
+NOT_HERE_PREFIX = ("test_network", "test_master_slave", "test_jdbc_master_slave", "test_failover_pairs")
 DEVIATIONS = ROOT / "conformance" / "known_deviations"
 #: the target that runs Artemis in a container (plain "artemis" before the registry named launch modes)
 ARTEMIS_CONTAINER = "artemis:container" if "artemis:container" in BUILTIN else "artemis"
