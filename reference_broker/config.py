@@ -266,11 +266,14 @@ class StoreConfig(_Strict):
                 raise ValueError("a database store is locked by a lease: store.locker.kind must be 'lease_database'")
         elif self.locker.kind == "lease_database":
             raise ValueError("store.locker.kind = 'lease_database' needs store.kind = 'database'")
-        if self.locker.kind == "lease_database" and not 0 < self.lock_keep_alive_period < self.locker.lock_acquire_sleep_interval:
+        # the master renews at the keep-alive period and stops serving 500 ms before its lease ends
+        # (ha/lease.py STOP_MARGIN_S), so a renewal must come before that
+        if self.locker.kind == "lease_database" and \
+                not 0 < self.lock_keep_alive_period <= self.locker.lock_acquire_sleep_interval - 500:
             raise ValueError(
                 f"store.lock_keep_alive_period ({self.lock_keep_alive_period} ms) must be above 0 and below the lease, "
-                f"store.locker.lock_acquire_sleep_interval ({self.locker.lock_acquire_sleep_interval} ms): "
-                "the master renews its lease at the keep-alive period")
+                f"store.locker.lock_acquire_sleep_interval ({self.locker.lock_acquire_sleep_interval} ms), by at least "
+                "500 ms: the master renews its lease at the keep-alive period and stops 500 ms before it ends")
         return self
 
 

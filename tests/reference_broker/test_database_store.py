@@ -208,3 +208,13 @@ def test_master_cut_from_its_database_stops_serving_before_the_slave_takes_over(
                 broker.stop()
     finally:
         proxy_server.stop()
+
+
+def test_keep_alive_must_leave_the_stop_margin_inside_the_lease():
+    """A renewal 1800 ms into a 2000 ms lease would come after the master's 500 ms stop margin
+    began: every renewal would find the lease already given up."""
+    with pytest.raises(ConfigError, match="by at least 500 ms"):
+        build_config({"store": {"kind": "database", "dsn": "host=h", "lock_keep_alive_period": 1800,
+                                "locker": {"lock_acquire_sleep_interval": 2000}}})
+    build_config({"store": {"kind": "database", "dsn": "host=h", "lock_keep_alive_period": 1500,
+                            "locker": {"lock_acquire_sleep_interval": 2000}}})
