@@ -161,9 +161,11 @@ class SharedStoreGroup(NodeRestarts):
     def log_tail(self, lines: int = 80) -> str:
         return "\n".join(f"--- node {node.name} ---\n{node.log_tail(lines)}" for node in self.nodes.values())
 
+    # getattr: the container pair (container_network.SharedVolumePair) shares this stop() but has
+    # neither an NFS rig nor a database of its own
     def stop(self) -> None:
         errors = []
-        if self.rig is not None and self.rig.nemesis is not None:
+        if getattr(self, "rig", None) is not None and self.rig.nemesis is not None:
             try:  # heal first: a broker blocked on a cut storage link cannot stop cleanly
                 self.rig.nemesis.teardown()
             except Exception as exc:  # noqa: BLE001
@@ -173,12 +175,12 @@ class SharedStoreGroup(NodeRestarts):
                 node.stop()
             except Exception as exc:  # noqa: BLE001 - stop the others whatever happens
                 errors.append(f"{node.name}: {exc}")
-        if self.database is not None:
+        if getattr(self, "database", None) is not None:
             try:
                 self.database.stop()
             except Exception as exc:  # noqa: BLE001
                 errors.append(f"database: {exc}")
-        if self.rig is not None:
+        if getattr(self, "rig", None) is not None:
             try:
                 self.rig.close()
             except Exception as exc:  # noqa: BLE001
