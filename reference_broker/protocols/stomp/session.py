@@ -536,6 +536,8 @@ class StompSession:
     def _write_receipt(self, receipt: str) -> None:
         # Sent in the same flush as the store's group commit, so a receipt for a persistent
         # send means the message is in the journal (see listeners/stomp.py).
+        if self.version == "1.0":  # no header escapes in 1.0: see _error
+            receipt = receipt.replace("\r", " ").replace("\n", " ")
         self._write(serialize_frame("RECEIPT", [("receipt-id", receipt)], b"", self.version, content_length=False))
 
     def _write(self, data: bytes) -> None:
