@@ -441,3 +441,20 @@ def broker_process_factory():
     yield factory
     for proc in started:
         proc.stop()
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory):
+    """A private PostgreSQL server for the module (conformance/targets/runtime/postgres.py): the
+    database store and lease tests."""
+    from conformance.requirements import skip_or_fail
+    from conformance.targets.runtime import postgres
+
+    ok, reason = postgres.availability()
+    if not ok:
+        skip_or_fail("postgresql", reason)
+    server = postgres.PostgresServer(tmp_path_factory.mktemp("pg"))
+    try:
+        yield server.start()
+    finally:
+        server.stop()

@@ -4,16 +4,12 @@ PostgreSQL server (A-MQ FT guide 3.2; reference_broker/store/database.py, ha/lea
 from __future__ import annotations
 
 import json
-import signal
 import time
 
-import psutil
 import pytest
 
 from conformance.clients import connect
-from conformance.requirements import skip_or_fail
 from conformance.targets.reference.process import ReferenceBrokerProcess
-from conformance.targets.runtime import postgres
 from conformance.waiting import poll
 from reference_broker.config import ConfigError, build_config
 from reference_broker.engine.message import Message
@@ -22,18 +18,6 @@ from reference_broker.store.database import DatabaseStore
 
 psycopg = pytest.importorskip("psycopg")
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def db(tmp_path_factory):
-    ok, reason = postgres.availability()
-    if not ok:
-        skip_or_fail("postgresql", reason)
-    server = postgres.PostgresServer(tmp_path_factory.mktemp("pg"))
-    try:
-        yield server.start()
-    finally:
-        server.stop()
 
 
 @pytest.fixture
@@ -98,24 +82,16 @@ def test_a_flush_the_database_does_not_answer_fails_in_time_and_the_store_stays_
     store.add("queue://Q", message("m"))
     store.flush()
     store.add("queue://Q", message("n"))
-    paused = _server_processes(clean)
-    for process in paused:
-        process.send_signal(signal.SIGSTOP)
+    clean.pause()
     try:
         started = time.monotonic()
         with pytest.raises(StoreError, match="did not answer within 1.0 s"):
             store.flush()
         assert time.monotonic() - started < 3.0
     finally:
-        for process in paused:
-            process.send_signal(signal.SIGCONT)
+        clean.resume()
     with pytest.raises(StoreError, match="failed earlier"):
         store.add("queue://Q", message("o"))
-
-
-def _server_processes(db) -> list:
-    master = psutil.Process(db.pid)
-    return [master, *master.children(recursive=True)]
 
 
 def test_config_needs_a_dsn_and_a_keep_alive_inside_the_lease():

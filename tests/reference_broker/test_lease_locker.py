@@ -3,14 +3,10 @@ ActiveMQ LeaseDatabaseLocker semantics, and a master that stops before its lease
 
 from __future__ import annotations
 
-import signal
 import time
 
-import psutil
 import pytest
 
-from conformance.requirements import skip_or_fail
-from conformance.targets.runtime import postgres
 from reference_broker.ha.lease import STOP_MARGIN_S, LeaseDatabaseLocker
 from reference_broker.ha.locker import Locker, LockerError
 
@@ -18,18 +14,6 @@ pytest.importorskip("psycopg")
 pytestmark = pytest.mark.slow
 
 LEASE_MS = 1500
-
-
-@pytest.fixture(scope="module")
-def db(tmp_path_factory):
-    ok, reason = postgres.availability()
-    if not ok:
-        skip_or_fail("postgresql", reason)
-    server = postgres.PostgresServer(tmp_path_factory.mktemp("pg"))
-    try:
-        yield server.start()
-    finally:
-        server.stop()
 
 
 @pytest.fixture
@@ -84,27 +68,17 @@ def test_keep_alive_fails_before_the_lease_ends_when_the_database_does_not_answe
     assert a.try_acquire()
     renewed_at = time.time()
     assert a.keep_alive()
-    paused = _server_processes(db)
-    for process in paused:
-        process.send_signal(signal.SIGSTOP)
+    db.pause()
     try:
         started = time.time()
         assert not a.keep_alive(), "a renewal nobody answered must count as failed"
         gave_up = time.time()
     finally:
-        for process in paused:
-            process.send_signal(signal.SIGCONT)
+        db.resume()
     # the renewal before the pause gave a lease to renewed_at + 3 s: we gave up before its end
     assert gave_up < renewed_at + 3.0 - STOP_MARGIN_S + 0.25, (
         f"gave up {gave_up - renewed_at:.2f} s after the last renewal, the lease ends at 3.0 s")
     assert gave_up - started > 1.0, "it should have waited for an answer while the lease allowed"
-
-
-def _server_processes(db) -> list:
-    """The postmaster and its backends: each backend leads a process group of its own
-    (PostgreSQL's children call setsid), so the postmaster's group alone does not reach them."""
-    master = psutil.Process(db.pid)
-    return [master, *master.children(recursive=True)]
 
 
 def test_unreachable_database_is_a_locker_error_for_a_slave(db, lockers):

@@ -161,6 +161,25 @@ class PostgresServer:
             os.killpg(self._proc.pid, signal.SIGKILL)
             self._proc.wait(timeout=10)
 
+    def pause(self) -> None:
+        """SIGSTOP the server and its backends: connections stay open and nothing answers (what a
+        database behind a black hole looks like). Each backend leads a process group of its own
+        (PostgreSQL's children call setsid), so the postmaster's group alone does not reach them."""
+        for process in self._processes():
+            process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        for process in self._processes():
+            process.send_signal(signal.SIGCONT)
+
+    def _processes(self) -> list:
+        import psutil
+
+        if self.pid is None:
+            return []
+        master = psutil.Process(self.pid)
+        return [master, *master.children(recursive=True)]
+
     def log_tail(self, lines: int = 40) -> str:
         if self.root is None or not self.log_file.exists():
             return ""
