@@ -13,15 +13,12 @@ the deadlines only bound the waiting.
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
-from conformance.clients.failover import connect_failover
 from conformance.plugin import NOT_APPLICABLE, STATE
 from conformance.scenario import Scenario
 from conformance.suites.network_support import network_workdir, parametrize_by_target
-from conformance.suites.test_master_slave import closed, failover_uri, queue
+from conformance.suites.test_master_slave import closed, kill_master_and_check_every_receipted_message
 from conformance.targets.base import why_missing
 from conformance.topology import SharedStore, Topology
 
@@ -29,7 +26,6 @@ CAPABILITY = "topology.jdbc-store"
 #: a 2 s lease renewed every 500 ms: short enough that a takeover after kill -9 waits little
 LEASE = SharedStore(kind="jdbc", lock_keep_alive_period_ms=500, lock_acquire_sleep_interval_ms=2000)
 TAKEOVER = 120.0
-MESSAGES = 40
 
 pytestmark = [pytest.mark.slow, pytest.mark.requires(CAPABILITY)]
 
@@ -64,30 +60,7 @@ def test_only_the_lease_holder_opens_its_listeners(group):
 
 @pytest.mark.spec("FT-JDBC-2")
 def test_killed_master_the_slave_takes_over_with_every_receipted_message(group):
-    destination = queue()
-    client = connect_failover(failover_uri(group), "stomp", timeout=10.0)
-    try:
-        sent = [f"m{i}" for i in range(MESSAGES)]
-        for body in sent:
-            client.send(destination, body, persistent=True)
-        group["A"].kill()
-        assert group.wait_for_master(TAKEOVER) is group["B"], \
-            f"FT-JDBC-2: the slave did not take over within {TAKEOVER} s of the master's kill -9\n{group.log_tail(40)}"
-        subscription = client.subscribe(destination, ack="client-individual")
-        received = []
-        deadline = time.monotonic() + 30
-        while len(received) < len(sent) and time.monotonic() < deadline:
-            message = subscription.receive(timeout=2.0)
-            if message is not None:
-                received.append(message.body.decode() if isinstance(message.body, bytes) else message.body)
-                subscription.ack(message)
-        lost = sorted(set(sent) - set(received), key=lambda b: int(b[1:]))
-        assert not lost, (f"FT-JDBC-2: {len(lost)} of {len(sent)} receipted persistent messages missing on the new "
-                          f"master: {lost[:10]}\n{group.log_tail(40)}")
-        assert sorted(received, key=lambda b: int(b[1:])) == sent, \
-            f"FT-JDBC-2: messages came back duplicated or unexpected: {received}"
-    finally:
-        client.close()
+    kill_master_and_check_every_receipted_message(group, "FT-JDBC-2")
 
 
 @pytest.mark.spec("FT-JDBC-4")
