@@ -280,6 +280,9 @@ class SharedVolumePair(SharedStoreGroup):
         self.volume_name = f"brokerconf-{broker_name}-kahadb-{uuid.uuid4().hex[:8]}"
         self.store = self.volume_name  # what error messages name: the volume, not a host path
         self.lock_file = None  # inside the volume: not a host path the harness can remove
+        # the Docker volume is the store: no database server and no simulated NFS mount to start or stop
+        self.database = None
+        self.rig = None
         self.lock_keep_alive_period_ms = lock_keep_alive_period_ms
         self.lock_acquire_sleep_interval_ms = lock_acquire_sleep_interval_ms
         self.broker_name = broker_name

@@ -165,7 +165,7 @@ class SharedStoreGroup(NodeRestarts):
     # neither an NFS rig nor a database of its own
     def stop(self) -> None:
         errors = []
-        if getattr(self, "rig", None) is not None and self.rig.nemesis is not None:
+        if self.rig is not None and self.rig.nemesis is not None:
             try:  # heal first: a broker blocked on a cut storage link cannot stop cleanly
                 self.rig.nemesis.teardown()
             except Exception as exc:  # noqa: BLE001
@@ -175,12 +175,12 @@ class SharedStoreGroup(NodeRestarts):
                 node.stop()
             except Exception as exc:  # noqa: BLE001 - stop the others whatever happens
                 errors.append(f"{node.name}: {exc}")
-        if getattr(self, "database", None) is not None:
+        if self.database is not None:
             try:
                 self.database.stop()
             except Exception as exc:  # noqa: BLE001
                 errors.append(f"database: {exc}")
-        if getattr(self, "rig", None) is not None:
+        if self.rig is not None:
             try:
                 self.rig.close()
             except Exception as exc:  # noqa: BLE001
