@@ -34,7 +34,8 @@ from reference_broker.cluster.network_config import check_destination as _check_
 if TYPE_CHECKING:
     from conformance.scenario import Scenario
 
-__all__ = ["Bridge", "BridgeFilterPolicy", "BridgeRoute", "Cluster", "CompositeDestination", "Node",
+__all__ = ["Bridge", "BridgeFilterPolicy", "BridgeRoute", "Cluster", "ClusterConnection", "GroupingHandlers",
+           "LOAD_BALANCING_MODES", "CompositeDestination", "Node",
            "NetworkConnectorOptions", "NfsOptions", "PEER_LIST_SCHEMES", "SharedStore", "TOPOLOGY_CAPABILITIES", "Topology",
            "NodeError", "TopologyUnsupported", "capability_of", "check_destination", "check_duplex_names", "static_uri",
            "with_connector_renamed"]
@@ -45,6 +46,7 @@ TOPOLOGY_CAPABILITIES: dict[str, str] = {
     "topology.shared-store": "launches 2 or more brokers on one shared store, one master at a time",
     "topology.jdbc-store": "launches 2 or more brokers on one database (a private PostgreSQL server), the lease "
                            "holder master",
+    "topology.cluster": "launches 2 to 4 brokers joined by Artemis-style cluster connections (`ClusterConnection`)",
     # Networks the model does not describe yet; the target hands out rigs for them
     # (``discovery_pair(workdir, group)``, ``masterslave_rig(workdir, reconnect)``).
     "topology.discovery": "two brokers that find each other by multicast discovery (connectors list no peer)",
@@ -268,8 +270,115 @@ class SharedStore:
                              "below lock_acquire_sleep_interval_ms (the lease)")
 
 
-#: links a topology may route through the fault proxy
-PROXIED_LINKS = ("bridges",)
+#: artemis-clusters.md, "Configuring Cluster Connections", ``message-load-balancing``; the fourth
+#: (Artemis 2.x) also redistributes but never does initial distribution
+LOAD_BALANCING_MODES = ("OFF", "STRICT", "ON_DEMAND", "OFF_WITH_REDISTRIBUTION")
+
+
+@dataclass(frozen=True)
+class GroupingHandlers:
+    """Clustered message grouping (artemis-message-grouping.md, "Clustered Grouping"): node
+    ``local`` has the LOCAL grouping handler that decides each group's route, every other node a
+    REMOTE one that asks it. ``timeout_ms``: how long a handler waits for a decision before the
+    send fails; ``group_timeout_ms`` (-1: never) and ``reaper_period_ms``: when an unused group's
+    route is forgotten (the remote nodes get half the LOCAL node's group timeout, as the chapter's
+    best practices advise). ``address``: the cluster connection address the handlers serve."""
+
+    local: str
+    timeout_ms: int = 5000
+    group_timeout_ms: int = -1
+    reaper_period_ms: int = 30000
+    address: str = ""
+
+    def __post_init__(self) -> None:
+        if self.timeout_ms <= 0:
+            raise ValueError(f"grouping timeout_ms must be above 0, not {self.timeout_ms!r}")
+        if self.group_timeout_ms < -1 or self.group_timeout_ms == 0:
+            raise ValueError(f"grouping group_timeout_ms is -1 (never) or above 0, not {self.group_timeout_ms!r}")
+        if self.reaper_period_ms <= 0:
+            raise ValueError(f"grouping reaper_period_ms must be above 0, not {self.reaper_period_ms!r}")
+
+
+@dataclass(frozen=True)
+class ClusterConnection:
+    """The cluster connection every node of an Artemis-style cluster declares (artemis-clusters.md,
+    "Configuring Cluster Connections"; defaults are the chapter's). ``address``: comma-separated
+    address prefixes, ``!prefix`` excludes and wins, no wildcards, "" matches every address.
+    ``connections``: ``(source, target)`` pairs, each a static connector ``source`` lists (with
+    ``allow-direct-connections-only``: "Specifying Members of a Cluster Explicitly", e.g. a chain
+    A->B->C); None: symmetric, every node lists every other. ``discovery``: ``static`` (the
+    connector lists above) or ``udp`` (broadcast and discovery groups on a multicast address the
+    launcher picks; ``broadcast_period_ms``, ``refresh_timeout_ms``). ``redistribution_delay_ms``
+    is the address setting of "Message Redistribution" (-1: never, the default; 0: at once).
+    ``scale_down``: a node shut down gracefully sends its messages to another node of its
+    ``scale_down_groups`` group (node -> group name; a node not in the dict has no group name).
+    ``grouping``: clustered grouping handlers, or None."""
+
+    address: str = ""
+    message_load_balancing: str = "ON_DEMAND"
+    max_hops: int = 1
+    connections: tuple[tuple[str, str], ...] | None = None
+    discovery: str = "static"
+    retry_interval_ms: int = 500
+    retry_interval_multiplier: float = 1.0
+    max_retry_interval_ms: int = 2000
+    initial_connect_attempts: int = -1
+    reconnect_attempts: int = -1
+    use_duplicate_detection: bool = True
+    check_period_ms: int = 30000
+    connection_ttl_ms: int = 60000
+    broadcast_period_ms: int = 2000
+    refresh_timeout_ms: int = 10000
+    redistribution_delay_ms: int = -1
+    scale_down: bool = False
+    scale_down_groups: dict[str, str] = field(default_factory=dict, hash=False, compare=False)
+    grouping: GroupingHandlers | None = None
+
+    def __post_init__(self) -> None:
+        if self.message_load_balancing not in LOAD_BALANCING_MODES:
+            raise ValueError(f"message_load_balancing must be one of {LOAD_BALANCING_MODES}, not "
+                             f"{self.message_load_balancing!r}")
+        if self.max_hops < 0:
+            raise ValueError(f"max_hops must be 0 or more, not {self.max_hops!r}")
+        if self.discovery not in ("static", "udp"):
+            raise ValueError(f"discovery must be 'static' or 'udp', not {self.discovery!r}")
+        if self.discovery == "udp" and self.connections is not None:
+            raise ValueError("connections list static connectors: give them with discovery 'static', not 'udp'")
+        if self.redistribution_delay_ms < -1:
+            raise ValueError(f"redistribution_delay_ms is -1 (never), 0 or more, not {self.redistribution_delay_ms!r}")
+        if self.retry_interval_ms <= 0 or self.max_retry_interval_ms <= 0 or self.retry_interval_multiplier < 1:
+            raise ValueError("retry_interval_ms and max_retry_interval_ms must be above 0 and "
+                             "retry_interval_multiplier at least 1")
+        for name in ("initial_connect_attempts", "reconnect_attempts"):
+            if getattr(self, name) < -1:
+                raise ValueError(f"{name} is -1 (retry for ever) or 0 or more, not {getattr(self, name)!r}")
+        for part in (p.strip() for p in self.address.split(",") if p.strip()):
+            if any(c in part for c in "*#>"):
+                raise ValueError(f"cluster connection address {part!r}: address matching takes prefixes, "
+                                 "not wildcards (artemis-clusters.md, Configuring Cluster Connections)")
+
+    def links(self, nodes: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+        """Every ``(source, target)`` static connector: the explicit ``connections`` or, for a
+        symmetric cluster, every ordered pair of distinct nodes."""
+        if self.connections is not None:
+            return tuple(self.connections)
+        return tuple((a, b) for a in nodes for b in nodes if a != b)
+
+    def matches(self, address: str) -> bool:
+        """Whether this cluster connection applies to ``address``: it begins with one included
+        prefix (or none is given) and with no ``!`` excluded one; exclusion wins."""
+        parts = [p.strip() for p in self.address.split(",") if p.strip()]
+        excluded = [p[1:] for p in parts if p.startswith("!")]
+        included = [p for p in parts if not p.startswith("!")]
+        if any(address.startswith(prefix) for prefix in excluded):
+            return False
+        return not included or any(address.startswith(prefix) for prefix in included)
+
+
+#: links a topology may route through the fault proxy: ``bridges`` (network connectors) or
+#: ``cluster`` (cluster connections: the launcher calls ``bridge_route(Bridge(source, target), peer
+#: host, peer port)`` for each of `ClusterConnection.links` and dials the address it returns)
+PROXIED_LINKS = ("bridges", "cluster")
 
 
 @dataclass(frozen=True)
@@ -293,14 +402,27 @@ class Topology:
     users: dict[str, tuple[tuple[str, str], ...]] = field(default_factory=dict, hash=False, compare=False)
     persistent: bool = False
     prefix: str = "nob"
+    #: Artemis-style cluster connections joining the nodes (`ClusterConnection`), or None
+    cluster: ClusterConnection | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "nodes", tuple(self.nodes))
         object.__setattr__(self, "bridges", tuple(self.bridges))
         if not self.nodes or len(set(self.nodes)) != len(self.nodes):
             raise ValueError(f"a topology has one or more distinct nodes, not {self.nodes!r}")
-        if self.bridges and self.shared_store is not None:
-            raise ValueError("a topology has bridges or a shared store, not both (yet)")
+        if sum(x is not None and x != () for x in (self.bridges, self.shared_store, self.cluster)) > 1:
+            raise ValueError("a topology has bridges, a shared store or a cluster connection, one of them (yet)")
+        if self.cluster is not None:
+            if len(self.nodes) < 2:
+                raise ValueError("a cluster has two or more nodes")
+            named = [end for link in (self.cluster.connections or ()) for end in link]
+            named += list(self.cluster.scale_down_groups)
+            named += [self.cluster.grouping.local] if self.cluster.grouping else []
+            unknown = sorted({n for n in named if n not in self.nodes})
+            if unknown:
+                raise ValueError(f"the cluster connection names {unknown}, not among the nodes {self.nodes}")
+            if any(a == b for a, b in (self.cluster.connections or ())):
+                raise ValueError("a cluster connection joins two different nodes")
         for bridge in self.bridges:
             for end in (bridge.source, bridge.target):
                 if end not in self.nodes:
@@ -312,8 +434,10 @@ class Topology:
 
     @property
     def kind(self) -> str:
-        """``single``, ``shared-store``, ``jdbc-store`` or ``network`` (what the nodes share or are
-        joined by)."""
+        """``single``, ``shared-store``, ``jdbc-store``, ``cluster`` or ``network`` (what the nodes
+        share or are joined by)."""
+        if self.cluster is not None:
+            return "cluster"
         if self.shared_store is not None:
             return "jdbc-store" if self.shared_store.kind == "jdbc" else "shared-store"
         if len(self.nodes) > 1:

@@ -41,7 +41,7 @@ def test_kind_and_capability_follow_the_model():
     ({"nodes": ("A", "A")}, "distinct nodes"),
     ({"nodes": ("A", "B"), "bridges": (Bridge("A", "C"),)}, "names 'C'"),
     ({"nodes": ("A", "B"), "proxied": ("clients",)}, "proxied links"),
-    ({"nodes": ("A", "B"), "bridges": (Bridge("A", "B"),), "shared_store": SharedStore()}, "not both"),
+    ({"nodes": ("A", "B"), "bridges": (Bridge("A", "B"),), "shared_store": SharedStore()}, "one of them"),
 ])
 def test_bad_topologies_are_refused_with_the_reason(kwargs, message):
     with pytest.raises(ValueError, match=message):
@@ -134,3 +134,68 @@ def test_a_jdbc_store_is_its_own_topology_kind_with_the_lease_inside_the_keep_al
             SharedStore(kind="jdbc", lock_keep_alive_period_ms=keep_alive, lock_acquire_sleep_interval_ms=2000)
     with pytest.raises(ValueError, match="'file' or 'jdbc'"):
         SharedStore(kind="nfs")
+
+
+# ------------------------------------------------------------------ Artemis-style cluster connections
+
+from conformance.topology import ClusterConnection, GroupingHandlers  # noqa: E402
+
+
+def test_a_cluster_topology_is_its_own_kind_and_capability():
+    topology = Topology(("A", "B", "C"), cluster=ClusterConnection())
+    assert (topology.kind, topology.capability) == ("cluster", "topology.cluster")
+    # symmetric by default: every node lists every other one
+    assert set(topology.cluster.links(topology.nodes)) == {
+        (a, b) for a in "ABC" for b in "ABC" if a != b}
+
+
+def test_a_chain_lists_only_its_explicit_connections():
+    chain = ClusterConnection(connections=(("A", "B"), ("B", "C")), max_hops=2)
+    assert chain.links(("A", "B", "C")) == (("A", "B"), ("B", "C"))
+
+
+@pytest.mark.parametrize("spec, address, applies", [
+    ("", "anything", True),
+    ("eu", "eu.news", True),
+    ("eu", "us.news", False),
+    ("!eu", "eu.news", False),
+    ("!eu", "us.news", True),
+    ("eu.uk,eu.de", "eu.de.x", True),
+    ("eu.uk,eu.de", "eu.fr", False),
+    ("eu,!eu.uk", "eu.fr", True),
+    ("eu,!eu.uk", "eu.uk.london", False),  # exclusion wins over inclusion
+])
+def test_cluster_connection_address_prefixes_and_exclusions(spec, address, applies):
+    assert ClusterConnection(address=spec).matches(address) is applies
+
+
+@pytest.mark.parametrize("kwargs, reason", [
+    ({"message_load_balancing": "SOMETIMES"}, "message_load_balancing"),
+    ({"address": "eu.*"}, "not wildcards"),
+    ({"max_hops": -1}, "max_hops"),
+    ({"redistribution_delay_ms": -2}, "redistribution_delay_ms"),
+    ({"discovery": "jgroups"}, "discovery"),
+    ({"discovery": "udp", "connections": (("A", "B"),)}, "static"),
+    ({"reconnect_attempts": -5}, "reconnect_attempts"),
+])
+def test_bad_cluster_connections_are_refused_by_option(kwargs, reason):
+    with pytest.raises(ValueError, match=reason):
+        ClusterConnection(**kwargs)
+
+
+@pytest.mark.parametrize("cluster, reason", [
+    (ClusterConnection(connections=(("A", "Z"),)), "names"),
+    (ClusterConnection(connections=(("A", "A"),)), "two different nodes"),
+    (ClusterConnection(grouping=GroupingHandlers(local="Q")), "names"),
+    (ClusterConnection(scale_down_groups={"X": "g"}), "names"),
+])
+def test_cluster_connections_name_only_the_topologys_nodes(cluster, reason):
+    with pytest.raises(ValueError, match=reason):
+        Topology(("A", "B"), cluster=cluster)
+
+
+def test_a_cluster_needs_two_nodes_and_no_bridges():
+    with pytest.raises(ValueError, match="two or more"):
+        Topology(("A",), cluster=ClusterConnection())
+    with pytest.raises(ValueError, match="one of them"):
+        Topology(("A", "B"), bridges=(Bridge("A", "B"),), cluster=ClusterConnection())
