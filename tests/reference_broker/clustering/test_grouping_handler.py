@@ -602,3 +602,45 @@ def test_handlers_satisfy_the_shared_interface():
         for name in ("route", "touch", "forget_node", "close"):
             assert callable(getattr(handler, name)), name
     assert (a.kind, b.kind) == ("LOCAL", "REMOTE")
+
+
+# --------------------------------------------------------------------------- LOCAL restarts
+
+
+def test_local_bindings_persist_and_restore():
+    """GRP-CLUSTER-5 (AMG §Clustered Grouping): a backup configured with the same LOCAL handler
+    takes over the decisions; here the decisions are carried over by bindings() / restore()."""
+    old = local_handler("A", timeout_ms=1000, group_timeout_ms=-1, reaper_period_ms=1000)
+    old.decide(ADDR, "g1", "B")
+    old.decide("payments", "g2", "C")
+    backup = local_handler("A2", timeout_ms=1000, group_timeout_ms=-1, reaper_period_ms=1000, max_groups=2)
+    backup.restore(old.bindings())
+    assert backup.decide(ADDR, "g1", "C") == ("B", False), "GRP-CLUSTER-5: the backup keeps the decisions"
+    assert backup.route_of("payments", "g2") == "C"
+    with pytest.raises(GroupingCapacityExceeded, match="max_groups=2"):
+        backup.restore([(ADDR, "g3", "B")])
+    with pytest.raises(ValueError, match="binding"):
+        backup.restore([(ADDR, "", "B")])
+
+
+def test_remote_drops_its_cache_when_the_local_handler_changes():
+    """A REMOTE node whose LOCAL handler was replaced (restart without restore) must not keep
+    routing by the old decisions once it has talked to the new one."""
+
+    async def go():
+        old = local_handler("A", timeout_ms=1000, group_timeout_ms=-1, reaper_period_ms=1000)
+        link = Link(old)
+        b = remote_handler("B", link, timeout_ms=1000, group_timeout_ms=-1, reaper_period_ms=1000)
+        assert await b.route(ADDR, "g1", "B") == "B"
+        assert await b.route(ADDR, "g2", "B") == "B"
+        link.local = local_handler("A", timeout_ms=1000, group_timeout_ms=-1, reaper_period_ms=1000)
+        link.local.decide(ADDR, "g2", "C")  # the new LOCAL pinned g2 elsewhere
+        assert await b.route(ADDR, "g3", "B") == "B"
+        assert b.cached_route(ADDR, "g3") == "B", "the new LOCAL's answer is cached"
+        assert b.cached_route(ADDR, "g2") is None and b.cached_route(ADDR, "g1") is None
+        assert await b.route(ADDR, "g2", "B") == "C", "GRP-CLUSTER-3: B follows the new LOCAL's route"
+        b.forget_all()
+        assert len(b) == 0
+        await close_all(old, link.local, b)
+
+    asyncio.run(go())
