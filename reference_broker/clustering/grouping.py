@@ -28,7 +28,16 @@ when it reaps a group. This link has no push, so a REMOTE handler trusts a cache
 chapter's best practice: remote timeout at most half the LOCAL's), and confirms it again (one round
 trip, proposing the cached route) before using it past that. The LOCAL cannot reap a route within
 its group timeout of the confirmation, so a REMOTE never routes by a route the LOCAL has dropped.
-With group_timeout_ms -1 on both sides a cached route is kept until ``forget_node``.
+With group_timeout_ms -1 on both sides a cached route is kept until ``forget_node``. Stricter than
+Artemis on purpose: with group timeouts on and the LOCAL node unreachable, a REMOTE send whose
+route needs re-confirming fails with GroupingTimeout instead of going by the stale route
+(GRP-CLUSTER-5: no decisions without the LOCAL node).
+
+Keys are (address, group_id); Artemis keys a group by group id and queue name, so a node with
+several queues on one address should pass the queue name as ``address``. ``forget_node`` is for
+a queue that went away (Artemis drops the routes on the binding's removal); a node that merely
+stops and comes back with its durable queue keeps its groups (Artemis's ClusteredGroupingTest,
+"pinned node goes down" cases).
 
 LOCAL restarts. Artemis journals its group bindings; this LOCAL handler keeps them in memory, and
 ``bindings()`` / ``restore()`` let its node persist and reload them (or a backup take them over,
