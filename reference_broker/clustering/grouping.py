@@ -96,6 +96,11 @@ class GroupingCapacityExceeded(GroupingError):
     """The handler already remembers max_groups groups and cannot take a new one."""
 
 
+class _LocalUnavailable(Exception):
+    """The LOCAL node answered that its handler is closed (shutting down or restarting): treated
+    like a broken link, retried within timeout_ms."""
+
+
 class GroupingHandler(Protocol):
     node: str
 
@@ -224,6 +229,8 @@ class LocalGroupingHandler:
         the LOCAL first is the one every node gets. Raises GroupingCapacityExceeded, GroupingError."""
         if self._closed:
             raise GroupingError(f"LOCAL grouping handler on {self.node} is closed")
+        if not isinstance(group_id, str) or not group_id or not isinstance(proposal, str) or not proposal:
+            raise ValueError(f"grouping needs a non-empty group_id and proposal, not {group_id!r}, {proposal!r}")
         self._reaper.ensure_started()
         key = (address, group_id)
         now = self._clock()
@@ -441,7 +448,11 @@ class RemoteGroupingHandler:
             error = pending.exception() if not pending.cancelled() else asyncio.CancelledError()
             if error is None:
                 answer = pending.result()
-                route, local_group_timeout_ms = self._parse(answer, key)
+                try:
+                    route, local_group_timeout_ms = self._parse(answer, key)
+                except _LocalUnavailable as unavailable:
+                    error = unavailable
+            if error is None:
                 cacheable = self._forgotten_at.get(route, -1) <= generation and self._forget_all_at <= generation
                 if self._check_epoch(answer.get("epoch")):
                     # Decided by the new LOCAL handler: the one entry the dropped cache may keep.
@@ -464,6 +475,8 @@ class RemoteGroupingHandler:
             detail = answer.get("detail", "")
             if answer["error"] == "capacity":
                 raise GroupingCapacityExceeded(detail)
+            if answer["error"] == "closed":
+                raise _LocalUnavailable(detail)
             raise GroupingError(f"the LOCAL grouping handler refused group {key[1]!r}: {answer['error']}: {detail}")
         route = answer.get("route")
         if not isinstance(route, str) or not route:

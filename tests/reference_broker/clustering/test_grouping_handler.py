@@ -569,6 +569,24 @@ def test_remote_fails_the_send_on_a_refusal_or_nonsense_answer():
     asyncio.run(go())
 
 
+def test_a_closed_local_handler_is_waited_for_like_a_broken_link():
+    """GRP-CLUSTER-5: a LOCAL handler that is shutting down makes no decisions: the REMOTE keeps
+    asking within its timeout (a restarted LOCAL may answer), then fails the send."""
+
+    async def go():
+        old = local_handler("A", timeout_ms=1000, group_timeout_ms=-1, reaper_period_ms=1000)
+        await old.close()
+        link = Link(old)
+        b = remote_handler("B", link, timeout_ms=SHORT_MS, group_timeout_ms=-1, reaper_period_ms=1000)
+        with pytest.raises(GroupingTimeout):
+            await b.route(ADDR, "g", "B")
+        link.local = local_handler("A", timeout_ms=1000, group_timeout_ms=-1, reaper_period_ms=1000)
+        assert await b.route(ADDR, "g", "B") == "B", "the restarted LOCAL decides"
+        await close_all(link.local, b)
+
+    asyncio.run(go())
+
+
 def test_closed_handlers_fail_sends_and_release_waiters():
     async def go():
         gate = asyncio.Event()
