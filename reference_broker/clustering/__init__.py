@@ -1,0 +1,1 @@
+"""Artemis-style clusters of reference brokers (artemis-clusters.md)."""
