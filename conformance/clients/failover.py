@@ -19,6 +19,10 @@ where the guide is silent, ActiveMQ Classic's ``FailoverTransport`` ("ActiveMQ")
   keeps probing them and switches back as soon as one answers.
 - ``timeout`` (ms) bounds how long an operation waits for a reconnect; ActiveMQ treats 0 like -1,
   we follow the table (0 = do not wait).
+- ``updateURIsURL`` (A-MQ FT Table 2.1): before each connect pass the client reads the file's
+  comma-separated URIs and adds those it does not know to its list (ActiveMQ's doReconnect reads
+  it on every reconnect and merges it the way broker-sent updates are merged); a file that cannot
+  be read is noted in the exchange log and the pass goes on with the list it has.
 - ``trackMessages`` replays sends whose receipt was cut off by the failure, up to
   ``maxCacheSize`` bytes in flight; without it (or past the cache) such a send raises `InDoubt`,
   because it may or may not have reached the broker (QPID-5975: replaying can duplicate).
@@ -40,7 +44,7 @@ from dataclasses import dataclass, field
 
 from .direct import connect as connect_inner
 from .base import AckMode, Client, ClientError, ConnectFailed, ExchangeLog, NotSent, Received
-from .failover_uri import BrokerURI, FailoverOptions, FailoverURI, parse_failover_uri
+from .failover_uri import BrokerURI, FailoverOptions, FailoverURI, parse_failover_uri, read_update_uris
 
 log = logging.getLogger(__name__)
 
@@ -174,6 +178,12 @@ class UriOrder:
 
     def is_priority(self, uri: BrokerURI | None) -> bool:
         return uri is not None and any(uri.same_endpoint(p) for p in self.priority)
+
+    def add(self, uris) -> list[BrokerURI]:
+        """Add the endpoints of ``uris`` not in the list yet (updateURIsURL); those added."""
+        added = [u for u in uris if not any(u.same_endpoint(known) for known in self.uris)]
+        self.uris.extend(added)
+        return added
 
     def connect_list(self, failed: BrokerURI | None = None) -> list[BrokerURI]:
         order = [u for u in self.uris if failed is None or not u.same_endpoint(failed)]
@@ -358,6 +368,7 @@ class FailoverClient:
             backup = self._take_backup()
             if backup is not None:
                 return backup
+            self._read_update_uris()
             for uri in self.order.connect_list(failed):
                 if self._closed:
                     return None
@@ -367,6 +378,18 @@ class FailoverClient:
                     self.exchange.note(f"-- connect {uri} (attempt {number}) failed: {exc}")
             return None
         return attempt
+
+    def _read_update_uris(self) -> None:
+        url = self.options.update_uris_url
+        if not url:
+            return
+        try:
+            added = self.order.add(read_update_uris(url))
+        except (OSError, ValueError) as exc:
+            self.exchange.note(f"-- updateURIsURL {url} not read: {exc}")
+            return
+        if added:
+            self.exchange.note(f"-- updateURIsURL {url} added {', '.join(map(str, added))}")
 
     def _connect_first(self) -> None:
         try:

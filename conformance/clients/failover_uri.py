@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 from urllib.parse import unquote
 
 #: inner URI schemes -> protocol (None = "the protocol the client was asked to speak").
@@ -169,6 +170,8 @@ def _convert(wire: str, value: str) -> object:
             parse_broker_uri(uri)  # fail early on a bad priority URI
         return uris
     if attr == "update_uris_url":
+        if value:
+            update_uris_path(value)  # fail early on a URL this client cannot read
         return value or None
     if kind == "bool":
         return _bool(wire, value)
@@ -180,6 +183,23 @@ def _convert(wire: str, value: str) -> object:
     if attr in ("max_reconnect_attempts", "startup_max_reconnect_attempts") and number < -1:
         raise ValueError(f"option {wire}={value!r}: use -1 for unlimited, 0 or more for a limit")
     return number
+
+
+def update_uris_path(url: str) -> str:
+    """The local file an ``updateURIsURL`` names (``file:///path`` or a plain path). Our clients
+    read only local files: a URL of another scheme would send traffic off this machine."""
+    scheme, sep, rest = url.partition(":")
+    if not sep or len(scheme) <= 1:  # a plain path (or a Windows drive letter)
+        return url
+    if scheme.lower() != "file":
+        raise ValueError(f"option updateURIsURL={url!r}: only file: URLs (or a plain path) are supported")
+    return unquote(rest[2:] if rest.startswith("//") else rest)
+
+
+def read_update_uris(url: str) -> tuple["BrokerURI", ...]:
+    """The comma-separated URIs of the ``updateURIsURL`` file (A-MQ FT Table 2.1 updateURIsURL)."""
+    text = Path(update_uris_path(url)).read_text()
+    return tuple(parse_broker_uri(u.strip()) for u in split_top_level(text.replace("\n", ",")) if u.strip())
 
 
 def split_top_level(text: str, sep: str = ",") -> list[str]:
