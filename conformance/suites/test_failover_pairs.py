@@ -20,6 +20,7 @@ comes first is known (FT-FAILOVER-8).
 from __future__ import annotations
 
 import socket
+import threading
 import time
 import uuid
 
@@ -27,7 +28,7 @@ import pytest
 
 from chaos.proxy import ToxiproxyClient, start_fault_proxy
 from conformance.clients import connect
-from conformance.clients.failover import FailoverExhausted, connect_failover
+from conformance.clients.failover import FailoverExhausted, InDoubt, connect_failover
 from conformance.plugin import STATE
 from conformance.scenario import Scenario
 from conformance.suites.network_support import network_workdir, parametrize_by_target
@@ -501,3 +502,53 @@ def test_update_uris_url_lets_the_client_reach_a_broker_missing_from_its_uri(fre
         assert got is not None and got.body == b"m", f"FT-FAILOVER-12: that connection does not work: {got}"
     finally:
         client.close()
+
+
+@pytest.mark.spec("FT-FAILOVER-11")
+@pytest.mark.parametrize("options, replayed", [
+    ("&trackMessages=true", True),
+    ("", False),                                      # trackMessages is false by default
+    ("&trackMessages=true&maxCacheSize=16", False),   # the 64-byte send does not fit the cache
+], ids=["tracked", "default-untracked", "over-max-cache-size"])
+def test_track_messages_replays_a_send_cut_off_before_its_receipt(fresh_pair, gate, fault_proxy, options, replayed):
+    pair, queue, body = fresh_pair, _queue(), b"x" * 64
+    second = "stomp://{}:{}".format(*pair.b.address("stomp"))
+    # a long inner timeout: the send must wait for its receipt until the gate closes, not give up
+    client = connect_failover(f"failover:({gate.uri},{second})?randomize=false&{FAST}{options}", "stomp", timeout=30.0)
+    watcher = connect(*pair.a.address("stomp"), "stomp", timeout=10.0)
+    outcome: dict = {}
+
+    def send() -> None:
+        try:
+            client.send(queue, body, persistent=True)
+            outcome["sent"] = True
+        except Exception as exc:  # noqa: BLE001 - the outcome is what the test asserts on
+            outcome["error"] = exc
+
+    try:
+        seen_on_a = watcher.subscribe(queue)
+        # broker A's answers (the RECEIPT) stop at the gate; the SEND itself goes through
+        fault_proxy.add_toxic(gate.name, "timeout", stream="downstream", attributes={"timeout": 0})
+        sender = threading.Thread(target=send, name="ft-failover-11-send", daemon=True)
+        sender.start()
+        arrived = seen_on_a.receive(RECEIVE)
+        assert arrived is not None and arrived.body == body, \
+            f"FT-FAILOVER-11: the SEND never reached broker A through the gate (nothing to cut off): {arrived}"
+        gate.close()  # the connection breaks with the send's receipt outstanding
+        sender.join(60)
+        assert not sender.is_alive(), "FT-FAILOVER-11: the send neither returned nor failed after the connection broke"
+        if replayed:
+            assert outcome.get("sent"), (f"FT-FAILOVER-11: with {options} the cut-off send should be replayed on the "
+                                         f"broker the client reconnects to; it raised {outcome.get('error')!r}")
+            assert client.uri.port == pair.port(pair.b), f"FT-FAILOVER-11: not on broker B: {client.uri}"
+            got = client.subscribe(queue).receive(RECEIVE)
+            assert got is not None and got.body == body, \
+                f"FT-FAILOVER-11: the replayed message is not on broker B: {got}"
+        else:
+            error = outcome.get("error")
+            assert isinstance(error, InDoubt), (f"FT-FAILOVER-11: with {options or 'the defaults'} a send cut off "
+                                                f"before its receipt must not be replayed but reported in doubt; got "
+                                                f"{outcome}")
+    finally:
+        client.close()
+        watcher.close()

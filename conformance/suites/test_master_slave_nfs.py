@@ -104,11 +104,38 @@ def test_the_slave_polls_for_the_lock_at_its_acquire_interval(nfs_group):
                            f"lockAcquireSleepInterval = {interval_ms} ms: gaps {gaps} s")
 
 
+@pytest.mark.spec("FT-SHARED-4")
+def test_a_slave_that_gets_the_lock_waits_a_keep_alive_period_before_serving(nfs_group):
+    keep_alive_ms = 3000
+    group = nfs_group(SharedStore(lock_keep_alive_period_ms=keep_alive_ms, lock_acquire_sleep_interval_ms=500,
+                                  nfs=NfsOptions(mount_options=QUICK_MOUNT, lease_s=30.0)))
+    assert group.master() is group["A"], f"FT-SHARED-4: node A is not the master\n{group.log_tail(30)}"
+    killed = time.monotonic()
+    group["A"].kill()  # its mount stays up and gives the lock back at once, as a clean NFS unlock
+    assert poll(lambda: closed(group["A"]), bool, timeout=TAKEOVER, interval=0.05), "A still listens after kill -9"
+    opened = poll(lambda: not closed(group["B"]), bool, timeout=TAKEOVER, interval=0.05)
+    serving = time.monotonic()
+    assert opened, f"FT-SHARED-4: the slave never took over after the master's kill\n{group.log_tail(40)}"
+    # the store server's clock is time.monotonic, the same clock as this process's
+    grants = [at for client, _, _, at in store_state(group)["granted_locks"] if client == "B" and at >= killed]
+    assert grants, f"FT-SHARED-4: B serves but the store never granted it a lock: {store_state(group)}"
+    waited = serving - min(grants)
+    print(f"FT-SHARED-4: B served {waited:.2f} s after the store granted it the lock (keep-alive {keep_alive_ms} ms)")
+    assert waited >= keep_alive_ms / 1000.0, \
+        f"FT-SHARED-4: B served {waited:.2f} s after getting the lock, before one lockKeepAlivePeriod ({keep_alive_ms} ms)"
+
+
 def _cut_and_kill_the_master(group) -> float:
     """Cut A's storage link, then kill -9 A (a master that dies without giving its lock back, as
     a crashed NFS client); returns the moment of the kill."""
     group.rig.nemesis.invoke("partition", host="A")
-    group["A"].kill()
+    a = group["A"]
+    a.kill()
+    # A JVM stuck in a file operation on the cut mount dies only once the soft mount gives up
+    # (its listening socket stays open until then): wait for it to be gone, so that whoever serves
+    # afterwards is the slave alone
+    gone = poll(lambda: not a.running and closed(a), bool, timeout=TAKEOVER, interval=0.1)
+    assert gone, f"the killed master A still runs or listens {TAKEOVER} s after kill -9\n{a.log_tail(30)}"
     return time.monotonic()
 
 
