@@ -44,7 +44,8 @@ from dataclasses import dataclass, field
 
 from .direct import connect as connect_inner
 from .base import AckMode, Client, ClientError, ConnectFailed, ExchangeLog, NotSent, Received
-from .failover_uri import BrokerURI, FailoverOptions, FailoverURI, parse_failover_uri, read_update_uris
+from .failover_uri import (BrokerURI, FailoverOptions, FailoverURI, parse_broker_uri, parse_failover_uri,
+                           read_update_uris)
 
 log = logging.getLogger(__name__)
 
@@ -369,6 +370,7 @@ class FailoverClient:
             if backup is not None:
                 return backup
             self._read_update_uris()
+            self._hear_announcements()
             for uri in self.order.connect_list(failed):
                 if self._closed:
                     return None
@@ -378,6 +380,28 @@ class FailoverClient:
                     self.exchange.note(f"-- connect {uri} (attempt {number}) failed: {exc}")
             return None
         return attempt
+
+    def _hear_announcements(self) -> None:
+        """A multicast agent (A-MQ FT 2.2.2.4): add the services announced in its group. Listens for
+        three of ActiveMQ's 500 ms announcement intervals, so every live broker is heard."""
+        if not self.failover.agent:
+            return
+        from .multicast_agent import listen
+
+        try:
+            heard = listen(self.failover.agent, 1.5)
+        except OSError as exc:
+            self.exchange.note(f"-- discovery {self.failover.agent}: cannot listen: {exc}")
+            return
+        uris = []
+        for service in heard:
+            try:
+                uris.append(parse_broker_uri(service, list(self.failover.nested)))
+            except ValueError as exc:
+                self.exchange.note(f"-- discovery {self.failover.agent}: announced {service!r} unusable: {exc}")
+        added = self.order.add(uris)
+        if added:
+            self.exchange.note(f"-- discovery {self.failover.agent} heard {', '.join(map(str, added))}")
 
     def _read_update_uris(self) -> None:
         url = self.options.update_uris_url
@@ -396,7 +420,9 @@ class FailoverClient:
             uri, inner = self.schedule.run(self._one_pass(None), startup=True, sleep=self._sleep,
                                            cancelled=lambda: self._closed, on_warning=self._warn)
         except FailoverExhausted as exc:
-            raise FailoverExhausted(f"could not connect to any of {', '.join(map(str, self.failover.uris))}: {exc}") from None
+            listed = ", ".join(map(str, self.order.uris)) or "no broker"
+            where = f" (heard in {self.failover.agent})" if self.failover.agent else ""
+            raise FailoverExhausted(f"could not connect to any of {listed}{where}: {exc}") from None
         self._install(uri, inner)
         self._emit("resumed", uri, "connected")
 

@@ -1,21 +1,34 @@
-"""The broker side of client failover, against the A-MQ "Fault Tolerant Messaging" guide, 2.1.2
-"Broker-side configuration" (../shared/spec/redhat-amq-6.2-fault-tolerant-messaging.md; catalogue
-fault_tolerance.toml): a listening endpoint is never given a failover URI (FT-DYNAMIC-5).
+"""The broker side of client failover and discovery, against the A-MQ "Fault Tolerant Messaging"
+guide, 2.1.2 "Broker-side configuration" and 2.2.2.4 "Multicast Discovery Agent"
+(../shared/spec/redhat-amq-6.2-fault-tolerant-messaging.md; catalogue fault_tolerance.toml): a
+listening endpoint is never given a failover URI (FT-DYNAMIC-5); only a listener with a
+discoveryUri is announced, in its group (FT-DISCOVERY-5); a multicast discovery client uses the
+brokers of its group and only those (FT-DISCOVERY-6). Multicast stays on loopback with TTL 0
+(reference_broker/cluster/discovery.py), in a group of the test's own.
 
 Generated only for targets whose listeners this module knows how to configure by hand: the
-reference broker (its --stomp flag and its configuration file's ``stomp`` key). ActiveMQ's
-transportConnector is not rendered from a test's choice of URI here, so on ActiveMQ the statement
-stays "not checked" rather than being reported not applicable.
+reference broker (its --stomp flag and its configuration file's ``stomp`` and ``discovery_uri``
+keys). ActiveMQ's transportConnectors are not rendered from a test's choice here (and it announces
+its OpenWire connector, which our clients do not speak), so on ActiveMQ these statements stay "not
+checked" rather than being reported not applicable.
 """
 
 from __future__ import annotations
 
+import os
+import signal
+import socket
 import subprocess
 import sys
+import uuid
 
 import pytest
 
+from conformance.clients.failover import connect_failover
+from conformance.clients.multicast_agent import listen
 from conformance.plugin import STATE
+from conformance.targets.runtime.probes import tcp_accepts
+from conformance.waiting import poll
 
 FAILOVER_LISTENER = "failover:(stomp://127.0.0.1:61613,stomp://127.0.0.1:61614)"
 
@@ -51,3 +64,103 @@ def test_a_listener_given_a_failover_uri_is_refused(target_name, where, tmp_path
                                   f"a usage error (exit 2); exit {done.returncode}\n{done.stderr[-2000:]}")
     assert "stomp" in done.stderr and "HOST:PORT" in done.stderr, \
         f"FT-DYNAMIC-5: the refusal should name the stomp listener and what it takes: {done.stderr[-2000:]}"
+
+
+# --------------------------------------------------------------------------- multicast discovery
+
+
+class AnnouncingBroker:
+    """A reference broker process with one STOMP listener and, when ``group`` is given, that
+    listener announced in the multicast group (``discovery_uri``, loopback only, TTL 0)."""
+
+    def __init__(self, workdir, name: str, group: str | None) -> None:
+        self.port = free_port()
+        config = workdir / f"{name}.toml"
+        lines = [f'name = "{name}"', f'stomp = "127.0.0.1:{self.port}"']
+        if group is not None:
+            lines.append(f'discovery_uri = "multicast://default?group={group}"')
+        config.write_text("\n".join(lines) + "\n")
+        self.log = open(workdir / f"{name}.log", "w")
+        self.process = subprocess.Popen([sys.executable, "-m", "reference_broker", "--config", str(config)],
+                                        cwd=workdir, stdout=self.log, stderr=subprocess.STDOUT,
+                                        stdin=subprocess.DEVNULL, start_new_session=True)
+        if not poll(lambda: tcp_accepts(self.port, 1.0) or self.process.poll() is not None, bool, timeout=60):
+            self.stop()
+            raise RuntimeError(f"reference broker {name} did not open 127.0.0.1:{self.port}")
+        if self.process.poll() is not None:
+            self.stop()
+            raise RuntimeError(f"reference broker {name} exited: {(workdir / f'{name}.log').read_text()[-2000:]}")
+
+    @property
+    def service(self) -> str:
+        return f"stomp://127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait(10)
+        self.log.close()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture
+def brokers(tmp_path):
+    started = []
+
+    def start(name: str, group: str | None) -> AnnouncingBroker:
+        broker = AnnouncingBroker(tmp_path, name, group)
+        started.append(broker)
+        return broker
+
+    yield start
+    for broker in started:
+        broker.stop()
+
+
+def _group() -> str:
+    return f"brokerconf-{uuid.uuid4().hex[:10]}"  # this test's own group, never "default"
+
+
+@pytest.mark.spec("FT-DISCOVERY-5")
+def test_only_a_listener_with_a_discovery_uri_is_announced_in_its_group(target_name, brokers):
+    group = _group()
+    announced = brokers("announced", group)
+    silent = brokers("silent", None)
+    heard = poll(lambda: listen(f"multicast://default?group={group}", 1.5), lambda h: announced.service in h,
+                 timeout=30, interval=0.1)
+    assert heard and announced.service in heard, \
+        f"FT-DISCOVERY-5: the broker whose listener has discoveryUri in group {group} was not heard there: {heard}"
+    assert not any(f":{silent.port}" in service for service in heard), \
+        f"FT-DISCOVERY-5: the broker without a discoveryUri was announced: {heard}"
+    assert heard == [announced.service], f"FT-DISCOVERY-5: the group holds more than the one announced listener: {heard}"
+
+
+@pytest.mark.spec("FT-DISCOVERY-6")
+def test_a_multicast_discovery_client_uses_only_the_brokers_of_its_group(target_name, brokers):
+    group, other = _group(), _group()
+    member = brokers("member", group)
+    stranger = brokers("stranger", other)
+    queue = f"queue://ftdisc6.{uuid.uuid4().hex[:8]}"
+    client = connect_failover(f"discovery:(multicast://default?group={group})?initialReconnectDelay=100", "stomp",
+                              timeout=5.0)
+    try:
+        listed = [u.port for u in client.order.uris]
+        assert client.uri.port == member.port, \
+            f"FT-DISCOVERY-6: the client should connect to the broker announcing in {group}; it is on {client.uri}"
+        assert stranger.port not in listed, \
+            f"FT-DISCOVERY-6: the broker of another group ({other}) got into the client's list: {listed}"
+        sub = client.subscribe(queue)
+        client.send(queue, b"m")
+        got = sub.receive(10.0)
+        assert got is not None and got.body == b"m", f"FT-DISCOVERY-6: the discovered connection does not work: {got}"
+    finally:
+        client.close()

@@ -131,7 +131,8 @@ def test_discovery_injects_other_options_into_each_endpoint():
     ("failover:(tcp://a:1", "unbalanced"),
     ("failover:()", "lists no broker"),
     ("failover:(tcp://a:1)x", "options start with '?'"),
-    ("discovery:(multicast://default)", "not supported"),
+    ("discovery:(zeroconf://default)", "not supported"),
+    ("discovery:(multicast://localhost)", "not 'default' nor an IPv4 multicast address"),
     ("failover:(tcp://a:1)?updateURIsURL=http://example.invalid/uris.txt", "updateURIsURL.*only file: URLs"),
     ("http://a:1", "not a failover URI"),
 ])
@@ -606,3 +607,9 @@ def test_an_unreadable_update_uris_file_is_noted_and_the_list_kept(network, make
     client = make_client(f"&updateURIsURL={tmp_path / 'missing.txt'}")
     assert client.uri.port == 1
     assert any("updateURIsURL" in line and "not read" in line for line in client.exchange), list(client.exchange)
+
+
+def test_discovery_multicast_agent_form():
+    parsed = parse_failover_uri("discovery:(multicast://default?group=g1)?initialReconnectDelay=5&connectionTimeout=300")
+    assert parsed.form == "discovery" and parsed.agent == "multicast://default?group=g1" and parsed.uris == ()
+    assert parsed.options.initial_reconnect_delay == 5 and parsed.nested == (("connectionTimeout", "300"),)
