@@ -127,7 +127,7 @@ def test_a_slave_that_gets_the_lock_waits_a_keep_alive_period_before_serving(nfs
 
 def _cut_and_kill_the_master(group) -> float:
     """Cut A's storage link, then kill -9 A (a master that dies without giving its lock back, as
-    a crashed NFS client); returns the moment of the kill."""
+    a crashed NFS client); returns the moment A was seen gone."""
     group.rig.nemesis.invoke("partition", host="A")
     a = group["A"]
     a.kill()
@@ -163,12 +163,12 @@ def test_nfsv4_releases_a_crashed_master_s_lock_after_its_lease_and_the_slave_ta
     group = nfs_group(SharedStore(lock_keep_alive_period_ms=1000, lock_acquire_sleep_interval_ms=500,
                                   nfs=NfsOptions(mount_options=QUICK_MOUNT, version=4, lease_s=LEASE_S)))
     assert group.master() is group["A"], f"FT-SHARED-10: node A is not the master\n{group.log_tail(30)}"
-    killed = _cut_and_kill_the_master(group)
+    killed = _cut_and_kill_the_master(group)  # the moment A was gone
     # watched closely, so the moment B opens its listener is known to within a poll
     poll(lambda: not closed(group["B"]), bool, timeout=TAKEOVER, interval=0.05)
     took = time.monotonic() - killed
     master = group.wait_for_master(10.0)
-    print(f"FT-SHARED-10: B served {took:.1f} s after the cut master's kill (lease {LEASE_S} s)")
+    print(f"FT-SHARED-10: B served {took:.1f} s after the killed, cut-off master was gone (lease {LEASE_S} s)")
     assert master is group["B"], (f"FT-SHARED-10: the slave did not take over within {TAKEOVER} s of the crashed "
                                   f"master's lease ({LEASE_S} s)\n{group.log_tail(40)}")
     expiries = [at for client, _, at in store_state(group)["expiries"] if client == "A"]
