@@ -395,8 +395,11 @@ class FailoverClient:
             return
         uris = []
         for service in heard:
+            # the query of an announced URI holds the connector's own, broker-side options (ActiveMQ
+            # announces e.g. stomp://h:p?transport.closeAsync=false): a client takes its address
+            address = service.split("?", 1)[0]
             try:
-                uris.append(parse_broker_uri(service, list(self.failover.nested)))
+                uris.append(parse_broker_uri(address, list(self.failover.nested)))
             except ValueError as exc:
                 self.exchange.note(f"-- discovery {self.failover.agent}: announced {service!r} unusable: {exc}")
         added = self.order.add(uris)

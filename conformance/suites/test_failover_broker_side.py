@@ -33,10 +33,16 @@ from conformance.waiting import poll
 FAILOVER_LISTENER = "failover:(stomp://127.0.0.1:61613,stomp://127.0.0.1:61614)"
 
 
+#: the target kinds each test knows how to set up (by test name); a test is generated for those only
+KINDS = {"test_activemq_announces_only_the_connector_with_a_discovery_uri": ("activemq",),
+         "test_a_multicast_discovery_client_uses_only_the_activemq_brokers_of_its_group": ("activemq",)}
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "target_name" in metafunc.fixturenames:
         state = metafunc.config.stash[STATE]
-        names = [n for n in dict.fromkeys(state.target_names) if state.targets[n].kind == "reference"]
+        kinds = KINDS.get(metafunc.definition.originalname, ("reference",))
+        names = [n for n in dict.fromkeys(state.target_names) if state.targets[n].kind in kinds]
         metafunc.parametrize("target_name", names, ids=names)
 
 
@@ -157,6 +163,76 @@ def test_a_multicast_discovery_client_uses_only_the_brokers_of_its_group(target_
         assert client.uri.port == member.port, \
             f"FT-DISCOVERY-6: the client should connect to the broker announcing in {group}; it is on {client.uri}"
         assert stranger.port not in listed, \
+            f"FT-DISCOVERY-6: the broker of another group ({other}) got into the client's list: {listed}"
+        sub = client.subscribe(queue)
+        client.send(queue, b"m")
+        got = sub.receive(10.0)
+        assert got is not None and got.body == b"m", f"FT-DISCOVERY-6: the discovered connection does not work: {got}"
+    finally:
+        client.close()
+
+
+
+# --------------------------------------------------------------------------- the same on ActiveMQ
+
+
+@pytest.fixture
+def activemq_brokers(target_name, request, tmp_path):
+    """``start(name, group, openwire=True)``: a started ActiveMQ broker (a local JVM) whose first
+    connector (OpenWire, or STOMP without OpenWire) announces in ``group``, on loopback."""
+    from conformance.requirements import skip_or_fail
+    from conformance.targets.activemq.process import ActiveMQProcess
+    from reference_broker.cluster.discovery import activemq_loopback_uri
+
+    target = request.config.stash[STATE].targets[target_name]
+    ok, reason = target.availability()
+    if not ok:
+        skip_or_fail("activemq", reason)
+    started = []
+
+    def start(name: str, group: str, openwire: bool = True) -> ActiveMQProcess:
+        process = ActiveMQProcess(tmp_path / name, name=f"ftdisc-{name}", jvm_heap_mb=256, memory_limit_mb=96,
+                                  openwire=openwire, discovery_uri=activemq_loopback_uri(group))
+        started.append(process)
+        process.start(timeout=180)
+        return process
+
+    yield start
+    for process in started:
+        process.stop()
+
+
+def _ports(services: list[str]) -> list[int]:
+    return [int(s.split("?", 1)[0].rsplit(":", 1)[1]) for s in services]
+
+
+@pytest.mark.spec("FT-DISCOVERY-5")
+def test_activemq_announces_only_the_connector_with_a_discovery_uri(target_name, activemq_brokers):
+    group = _group()
+    broker = activemq_brokers("announced", group)  # discoveryUri on its OpenWire connector only
+    heard = poll(lambda: listen(f"multicast://default?group={group}", 1.5), lambda h: bool(h), timeout=60,
+                 interval=0.1)
+    assert heard, f"FT-DISCOVERY-5: nothing was announced in group {group}\n{broker.log_tail(30)}"
+    assert _ports(heard) == [broker.openwire_port], \
+        (f"FT-DISCOVERY-5: only the OpenWire connector (port {broker.openwire_port}) has a discoveryUri, so only it "
+         f"should be announced; heard {heard} (its STOMP connector is port {broker.stomp_port})")
+
+
+@pytest.mark.spec("FT-DISCOVERY-6")
+def test_a_multicast_discovery_client_uses_only_the_activemq_brokers_of_its_group(target_name, activemq_brokers):
+    group, other = _group(), _group()
+    # without OpenWire the STOMP connector carries the discoveryUri, so the brokers announce what
+    # our (STOMP) client speaks
+    member = activemq_brokers("member", group, openwire=False)
+    stranger = activemq_brokers("stranger", other, openwire=False)
+    queue = f"queue://ftdisc6.{uuid.uuid4().hex[:8]}"
+    client = connect_failover(f"discovery:(multicast://default?group={group})?initialReconnectDelay=100", "stomp",
+                              timeout=10.0)
+    try:
+        listed = [u.port for u in client.order.uris]
+        assert client.uri.port == member.stomp_port, \
+            f"FT-DISCOVERY-6: the client should connect to the broker announcing in {group}; it is on {client.uri}"
+        assert stranger.stomp_port not in listed, \
             f"FT-DISCOVERY-6: the broker of another group ({other}) got into the client's list: {listed}"
         sub = client.subscribe(queue)
         client.send(queue, b"m")

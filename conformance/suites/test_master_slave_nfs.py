@@ -153,9 +153,13 @@ def test_nfsv3_the_slave_never_gets_the_lock_of_a_crashed_master(nfs_group):
     assert not served, f"FT-SHARED-7: on NFSv3 the slave B opened its listeners after the master crashed\n" \
                        f"{group.log_tail(40)}"
     assert group["B"].running, f"FT-SHARED-7: the slave exited instead of waiting\n{group['B'].log_tail(30)}"
-    holders = [lock["client"] for lock in store_state(group)["locks"]]
-    assert "A" in holders and "B" not in holders, \
-        f"FT-SHARED-7: the store's lock table should still give A's lock to A: {holders}"
+    # a slave may hold locks of its own (Artemis's backup holds its backup lock, another byte of
+    # serverlock.1): what matters is that none of the regions A held went to B
+    locks = store_state(group)["locks"]
+    held_by = {client: {(lock["path"], lock["start"]) for lock in locks if lock["client"] == client}
+               for client in ("A", "B")}
+    assert held_by["A"] and not held_by["A"] & held_by["B"], \
+        f"FT-SHARED-7: the store's lock table should still give A's lock to A alone: {locks}"
 
 
 @pytest.mark.spec("FT-SHARED-10")
