@@ -8,9 +8,9 @@ brokers of its group and only those (FT-DISCOVERY-6). Multicast stays on loopbac
 
 Generated only for targets whose listeners this module knows how to configure by hand: the
 reference broker (its --stomp flag and its configuration file's ``stomp`` and ``discovery_uri``
-keys). ActiveMQ's transportConnectors are not rendered from a test's choice here (and it announces
-its OpenWire connector, which our clients do not speak), so on ActiveMQ these statements stay "not
-checked" rather than being reported not applicable.
+keys) and ActiveMQ as a local JVM (its activemq.xml, rendered by conformance/targets/activemq/process.py);
+a test is generated only for the kinds it knows (`KINDS`), so a statement it cannot set up on
+another kind stays "not checked" there rather than being reported not applicable.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ FAILOVER_LISTENER = "failover:(stomp://127.0.0.1:61613,stomp://127.0.0.1:61614)"
 
 #: the target kinds each test knows how to set up (by test name); a test is generated for those only
 KINDS = {"test_activemq_announces_only_the_connector_with_a_discovery_uri": ("activemq",),
+         "test_activemq_refuses_a_transport_connector_with_a_failover_uri": ("activemq",),
          "test_a_multicast_discovery_client_uses_only_the_activemq_brokers_of_its_group": ("activemq",)}
 
 
@@ -240,3 +241,32 @@ def test_a_multicast_discovery_client_uses_only_the_activemq_brokers_of_its_grou
         assert got is not None and got.body == b"m", f"FT-DISCOVERY-6: the discovered connection does not work: {got}"
     finally:
         client.close()
+
+
+@pytest.mark.spec("FT-DYNAMIC-5")
+def test_activemq_refuses_a_transport_connector_with_a_failover_uri(target_name, request, tmp_path):
+    from conformance.requirements import skip_or_fail
+    from conformance.targets.activemq.process import ActiveMQProcess, ActiveMQStartError
+
+    target = request.config.stash[STATE].targets[target_name]
+    ok, reason = target.availability()
+    if not ok:
+        skip_or_fail("activemq", reason)
+
+    class WithFailoverConnector(ActiveMQProcess):
+        def _connectors_xml(self) -> str:
+            # first, so the broker meets it before opening anything else
+            return (f'<transportConnector name="fo" uri="failover:(tcp://127.0.0.1:{free_port()})"/>\n      '
+                    + super()._connectors_xml())
+
+    broker = WithFailoverConnector(tmp_path / "fo", name="ftdyn5", jvm_heap_mb=256, memory_limit_mb=96)
+    try:
+        with pytest.raises(ActiveMQStartError) as refused:
+            broker.start(timeout=180)
+        log = broker.log_tail(200)
+    finally:
+        broker.stop()
+    # ActiveMQ 5.17: TransportFactory.bind refuses it, "java.io.IOException: Invalid server URI: failover:(...)"
+    assert "invalid server uri: failover:" in (str(refused.value) + log).lower(), \
+        (f"FT-DYNAMIC-5: ActiveMQ did not start with a failover: transport connector, but its log does not say that "
+         f"connector was the reason:\n{str(refused.value)[-1500:]}\n{log[-1500:]}")
