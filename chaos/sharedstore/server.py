@@ -18,6 +18,7 @@ import os
 import signal
 import sys
 import time
+from collections import deque
 
 from . import wire
 from .leases import UNLOCK, ExpiredSession, LeaseTable, NoLease
@@ -30,6 +31,13 @@ class StoreServer:
     def __init__(self, root: str, lease: float | None, clock=time.monotonic) -> None:
         self.root = os.path.realpath(root)
         self.table = LeaseTable(lease=lease, clock=clock)
+        self.clock = clock
+        #: the last refused lock requests (client, path, start, server clock): what an NFS
+        #: server's lock log shows of a slave polling for the master's lock (A-MQ FT 3.1,
+        #: lockAcquireSleepInterval); bounded, a poll every few ms would otherwise grow it for ever
+        self.refused_locks: deque[tuple[str, str, int, float]] = deque(maxlen=2000)
+        #: the last granted lock requests, the same way (when a slave got the lock: A-MQ FT 3.1)
+        self.granted_locks: deque[tuple[str, str, int, float]] = deque(maxlen=2000)
 
     # ------------------------------------------------------------------ paths
 
@@ -78,6 +86,8 @@ class StoreServer:
                        "owner": l.owner[1], "kind": l.kind, "start": l.start, "end": l.end}
                       for l in self.table.locks],
             "expiries": [list(e) for e in self.table.expiries],
+            "refused_locks": [list(r) for r in self.refused_locks],
+            "granted_locks": [list(g) for g in self.granted_locks],
         }
 
     # ------------------------------------------------------------------ data ops (path based, like NFS file handles)
@@ -165,7 +175,10 @@ class StoreServer:
         blocker = self.table.set_lock(req["path"], (sid, int(req["owner"])), req["kind"], int(req["start"]),
                                       req.get("end"), int(req.get("pid", 0)))
         if blocker is None:
+            if req["kind"] != UNLOCK:
+                self.granted_locks.append((self.table.sessions[sid].client, req["path"], int(req["start"]), self.clock()))
             return {}, b""
+        self.refused_locks.append((self.table.sessions[sid].client, req["path"], int(req["start"]), self.clock()))
         return {"errno": errno.EAGAIN, "error": f"locked by another host ({blocker.kind} {blocker.start}..{blocker.end})"}, b""
 
     def op_getlk(self, sid, req, data):

@@ -19,6 +19,10 @@ where the guide is silent, ActiveMQ Classic's ``FailoverTransport`` ("ActiveMQ")
   keeps probing them and switches back as soon as one answers.
 - ``timeout`` (ms) bounds how long an operation waits for a reconnect; ActiveMQ treats 0 like -1,
   we follow the table (0 = do not wait).
+- ``updateURIsURL`` (A-MQ FT Table 2.1): before each connect pass the client reads the file's
+  comma-separated URIs and adds those it does not know to its list (ActiveMQ's doReconnect reads
+  it on every reconnect and merges it the way broker-sent updates are merged); a file that cannot
+  be read is noted in the exchange log and the pass goes on with the list it has.
 - ``trackMessages`` replays sends whose receipt was cut off by the failure, up to
   ``maxCacheSize`` bytes in flight; without it (or past the cache) such a send raises `InDoubt`,
   because it may or may not have reached the broker (QPID-5975: replaying can duplicate).
@@ -40,7 +44,8 @@ from dataclasses import dataclass, field
 
 from .direct import connect as connect_inner
 from .base import AckMode, Client, ClientError, ConnectFailed, ExchangeLog, NotSent, Received
-from .failover_uri import BrokerURI, FailoverOptions, FailoverURI, parse_failover_uri
+from .failover_uri import (BrokerURI, FailoverOptions, FailoverURI, parse_broker_uri, parse_failover_uri,
+                           read_update_uris)
 
 log = logging.getLogger(__name__)
 
@@ -174,6 +179,12 @@ class UriOrder:
 
     def is_priority(self, uri: BrokerURI | None) -> bool:
         return uri is not None and any(uri.same_endpoint(p) for p in self.priority)
+
+    def add(self, uris) -> list[BrokerURI]:
+        """Add the endpoints of ``uris`` not in the list yet (updateURIsURL); those added."""
+        added = [u for u in uris if not any(u.same_endpoint(known) for known in self.uris)]
+        self.uris.extend(added)
+        return added
 
     def connect_list(self, failed: BrokerURI | None = None) -> list[BrokerURI]:
         order = [u for u in self.uris if failed is None or not u.same_endpoint(failed)]
@@ -358,6 +369,8 @@ class FailoverClient:
             backup = self._take_backup()
             if backup is not None:
                 return backup
+            self._read_update_uris()
+            self._hear_announcements()
             for uri in self.order.connect_list(failed):
                 if self._closed:
                     return None
@@ -368,12 +381,51 @@ class FailoverClient:
             return None
         return attempt
 
+    def _hear_announcements(self) -> None:
+        """A multicast agent (A-MQ FT 2.2.2.4): add the services announced in its group. Listens for
+        three of ActiveMQ's 500 ms announcement intervals, so every live broker is heard."""
+        if not self.failover.agent:
+            return
+        from .multicast_agent import listen
+
+        try:
+            heard = listen(self.failover.agent, 1.5)
+        except OSError as exc:
+            self.exchange.note(f"-- discovery {self.failover.agent}: cannot listen: {exc}")
+            return
+        uris = []
+        for service in heard:
+            # the query of an announced URI holds the connector's own, broker-side options (ActiveMQ
+            # announces e.g. stomp://h:p?transport.closeAsync=false): a client takes its address
+            address = service.split("?", 1)[0]
+            try:
+                uris.append(parse_broker_uri(address, list(self.failover.nested)))
+            except ValueError as exc:
+                self.exchange.note(f"-- discovery {self.failover.agent}: announced {service!r} unusable: {exc}")
+        added = self.order.add(uris)
+        if added:
+            self.exchange.note(f"-- discovery {self.failover.agent} heard {', '.join(map(str, added))}")
+
+    def _read_update_uris(self) -> None:
+        url = self.options.update_uris_url
+        if not url:
+            return
+        try:
+            added = self.order.add(read_update_uris(url))
+        except (OSError, ValueError) as exc:
+            self.exchange.note(f"-- updateURIsURL {url} not read: {exc}")
+            return
+        if added:
+            self.exchange.note(f"-- updateURIsURL {url} added {', '.join(map(str, added))}")
+
     def _connect_first(self) -> None:
         try:
             uri, inner = self.schedule.run(self._one_pass(None), startup=True, sleep=self._sleep,
                                            cancelled=lambda: self._closed, on_warning=self._warn)
         except FailoverExhausted as exc:
-            raise FailoverExhausted(f"could not connect to any of {', '.join(map(str, self.failover.uris))}: {exc}") from None
+            listed = ", ".join(map(str, self.order.uris)) or "no broker"
+            where = f" (heard in {self.failover.agent})" if self.failover.agent else ""
+            raise FailoverExhausted(f"could not connect to any of {listed}{where}: {exc}") from None
         self._install(uri, inner)
         self._emit("resumed", uri, "connected")
 

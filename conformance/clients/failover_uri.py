@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 from urllib.parse import unquote
 
 #: inner URI schemes -> protocol (None = "the protocol the client was asked to speak").
@@ -126,6 +127,7 @@ class FailoverURI:
     options: FailoverOptions = field(default_factory=FailoverOptions)
     nested: tuple[tuple[str, str], ...] = ()  # nested.* options, already applied to `uris`
     form: str = "failover"                    # failover | discovery
+    agent: str | None = None                  # a multicast:// agent: uris come from its announcements
 
     def priority_uris(self) -> tuple[BrokerURI, ...]:
         if self.options.priority_uris:
@@ -169,6 +171,8 @@ def _convert(wire: str, value: str) -> object:
             parse_broker_uri(uri)  # fail early on a bad priority URI
         return uris
     if attr == "update_uris_url":
+        if value:
+            update_uris_path(value)  # fail early on a URL this client cannot read
         return value or None
     if kind == "bool":
         return _bool(wire, value)
@@ -180,6 +184,23 @@ def _convert(wire: str, value: str) -> object:
     if attr in ("max_reconnect_attempts", "startup_max_reconnect_attempts") and number < -1:
         raise ValueError(f"option {wire}={value!r}: use -1 for unlimited, 0 or more for a limit")
     return number
+
+
+def update_uris_path(url: str) -> str:
+    """The local file an ``updateURIsURL`` names (``file:///path`` or a plain path). Our clients
+    read only local files: a URL of another scheme would send traffic off this machine."""
+    scheme, sep, rest = url.partition(":")
+    if not sep or len(scheme) <= 1:  # a plain path (or a Windows drive letter)
+        return url
+    if scheme.lower() != "file":
+        raise ValueError(f"option updateURIsURL={url!r}: only file: URLs (or a plain path) are supported")
+    return unquote(rest[2:] if rest.startswith("//") else rest)
+
+
+def read_update_uris(url: str) -> tuple["BrokerURI", ...]:
+    """The comma-separated URIs of the ``updateURIsURL`` file (A-MQ FT Table 2.1 updateURIsURL)."""
+    text = Path(update_uris_path(url)).read_text()
+    return tuple(parse_broker_uri(u.strip()) for u in split_top_level(text.replace("\n", ",")) if u.strip())
 
 
 def split_top_level(text: str, sep: str = ",") -> list[str]:
@@ -300,19 +321,28 @@ def _parse_failover(body: str) -> FailoverURI:
 def _parse_discovery(body: str) -> FailoverURI:
     agent, query = _unwrap(body)
     kind, sep, rest = agent.partition("://")
+    if kind == "multicast" and sep:
+        # A-MQ FT 2.2.2.4: the list is whatever the brokers announce in the group
+        # (conformance/clients/multicast_agent.py), heard before each connect pass
+        from .multicast_agent import DiscoveryUriError, check_agent_uri
+
+        try:
+            check_agent_uri(agent)
+        except DiscoveryUriError as exc:
+            raise ValueError(str(exc)) from None
+        own, injected = _split_discovery_query(query)
+        options, nested = _options(own, context="the discovery URI")
+        nested += [(k[len("nested."):] if k.startswith("nested.") else k, v) for k, v in injected]
+        return FailoverURI(uris=(), options=options, nested=tuple(nested), form="discovery", agent=agent)
     if kind != "static" or not sep:
-        # A-MQ FT 2.2.2: multicast, zeroconf and fabric agents need brokers that advertise
-        # themselves; only the static agent (2.2.2.3) works from a client alone.
-        raise ValueError(f"discovery agent {agent!r} is not supported: use discovery:(static://(URI,...)); "
-                         "multicast/zeroconf/fabric agents need a discovery service")
+        # A-MQ FT 2.2.2: zeroconf and fabric agents need a registry or a library we do not have;
+        # the static (2.2.2.3) and multicast (2.2.2.4) agents work from a client alone.
+        raise ValueError(f"discovery agent {agent!r} is not supported: use discovery:(static://(URI,...)) or "
+                         "discovery:(multicast://default?group=NAME); zeroconf/fabric agents need a discovery service")
     inner, inner_query = _unwrap(rest)
     if inner_query:
         raise ValueError(f"options belong after the discovery URI, not after static://(...): {agent!r}")
-    own, injected = [], []
-    for key, value in parse_query(query):
-        (own if key in DISCOVERY_OPTIONS else injected).append((key, value))
-    # Table 2.3: maxReconnectAttempts 0 = unlimited (the failover table's -1).
-    own = [(k, "-1" if k == "maxReconnectAttempts" and v == "0" else v) for k, v in own]
+    own, injected = _split_discovery_query(query)
     options, nested = _options(own, context="the discovery URI")
     nested += [(k[len("nested."):] if k.startswith("nested.") else k, v) for k, v in injected]
     items = [u for u in split_top_level(inner) if u]
@@ -320,3 +350,13 @@ def _parse_discovery(body: str) -> FailoverURI:
         raise ValueError("the static discovery agent lists no broker: write static://(stomp://HOST:PORT,...)")
     uris = tuple(parse_broker_uri(u, nested) for u in items)
     return FailoverURI(uris=uris, options=options, nested=tuple(nested), form="discovery")
+
+
+def _split_discovery_query(query: str) -> tuple[list, list]:
+    """The discovery URI's own options (Table 2.3) and those for every discovered endpoint."""
+    own, injected = [], []
+    for key, value in parse_query(query):
+        (own if key in DISCOVERY_OPTIONS else injected).append((key, value))
+    # Table 2.3: maxReconnectAttempts 0 = unlimited (the failover table's -1).
+    own = [(k, "-1" if k == "maxReconnectAttempts" and v == "0" else v) for k, v in own]
+    return own, injected

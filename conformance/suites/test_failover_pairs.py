@@ -5,7 +5,9 @@ conformance/spec/fault_tolerance.toml, FT-FAILOVER-*).
 The failover options are the client's (ActiveMQ's failover transport; ours is
 conformance/clients/failover.py, whose option arithmetic tests/conformance/test_failover.py checks
 without brokers). What only real brokers show is here: that a failover client really moves
-between two brokers of the target when one dies, and comes back where the guide says it should.
+between two brokers of the target when one dies, and comes back where the guide says it should;
+and, through a gate of the fault proxy in front of a broker (see "through a gate" below), that the
+reconnect waits follow the delay options and that endpoint options reach every broker.
 Each target runs two independent brokers it can kill and restart (``process.kill``); a reference
 target that runs in-process gets two reference broker processes instead, since a broker in the
 test's own process cannot die.
@@ -17,11 +19,16 @@ comes first is known (FT-FAILOVER-8).
 
 from __future__ import annotations
 
+import socket
+import threading
+import time
 import uuid
 
 import pytest
 
-from conformance.clients.failover import FailoverExhausted, connect_failover
+from chaos.proxy import ToxiproxyClient, start_fault_proxy
+from conformance.clients import connect
+from conformance.clients.failover import FailoverExhausted, InDoubt, connect_failover
 from conformance.plugin import STATE
 from conformance.scenario import Scenario
 from conformance.suites.network_support import network_workdir, parametrize_by_target
@@ -287,3 +294,261 @@ def test_timeout_bounds_an_operation_and_warnings_come_every_n_attempts(fresh_pa
             f"FT-FAILOVER-14: a warning after every 2 failed attempts was expected; got {warned}"
     finally:
         client.close()
+
+
+# --------------------------------------------------------------------------- through a gate
+#
+# The option arithmetic of Table 2.1 (how long the client waits between reconnect attempts) and
+# the options set on every endpoint are checked against the target's broker A behind a *gate*: an
+# endpoint of the fault proxy (loopback) that the test closes and opens. Closed, its port refuses
+# connections as a dead broker's does, so the client's reconnect attempts can be watched without
+# restarting a JVM; opened again, the client must reach broker A through it and work. Only lower
+# bounds and order relations derived from the options are asserted, never how fast anything was.
+
+
+class Gate:
+    """A fault-proxy endpoint on a fixed loopback port in front of ``upstream``."""
+
+    def __init__(self, api: ToxiproxyClient, upstream: tuple[str, int]) -> None:
+        self.api, self.name = api, f"gate-{uuid.uuid4().hex[:8]}"
+        self.port = free_port()
+        api.create_proxy(self.name, "{}:{}".format(*upstream), f"127.0.0.1:{self.port}")
+
+    @property
+    def uri(self) -> str:
+        return f"stomp://127.0.0.1:{self.port}"
+
+    def close(self) -> None:
+        """Stop listening and drop every connection through the gate."""
+        self.api.disable(self.name)
+
+    def open(self) -> None:
+        self.api.enable(self.name)
+
+    def remove(self) -> None:
+        self.api.delete_proxy(self.name)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def fault_proxy():
+    proxy = start_fault_proxy()
+    try:
+        yield ToxiproxyClient(proxy.api_url)
+    finally:
+        proxy.stop()
+
+
+@pytest.fixture
+def gate(fresh_pair, fault_proxy):
+    opened = Gate(fault_proxy, fresh_pair.a.address("stomp"))
+    try:
+        yield opened
+    finally:
+        opened.remove()
+
+
+class AttemptLog:
+    """The failover client's connect attempts (monotonic time, port, options) and the waits it
+    asked for between them (ms), recorded by wrapping its connect and sleep functions; the waits
+    are really slept."""
+
+    def __init__(self) -> None:
+        self.connects: list[tuple[float, int, dict]] = []
+        self.sleeps: list[float] = []
+        self.opened: list[tuple[int, dict, object]] = []  # (port, options, client) of those that succeeded
+
+    def connect(self, host, port, protocol, **options):
+        self.connects.append((time.monotonic(), port, dict(options)))
+        client = connect(host, port, protocol, **options)
+        self.opened.append((port, dict(options), client))
+        return client
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(round(seconds * 1000.0, 3))
+        time.sleep(seconds)
+
+    def attempts_after(self, moment: float, port: int) -> list[float]:
+        return [t for t, p, _ in self.connects if t > moment and p == port]
+
+
+def _lost_at(events) -> float:
+    return next(e.time for e in events if e.kind == "interrupted")
+
+
+def _watch_reconnects(gate, uri: str, expected_waits: list[float], spec: str):
+    """Connect through the gate, close it, let the client make len(expected_waits) reconnect
+    attempts against the closed port, open it again; returns (log, time the loss was noticed)
+    once the client works through the gate again."""
+    log, events, queue = AttemptLog(), [], _queue()
+    client = connect_failover(uri, "stomp", listener=events.append, connect=log.connect, sleep=log.sleep,
+                              timeout=5.0)
+    try:
+        sub = client.subscribe(queue)
+        gate.close()
+        assert poll(lambda: _interrupted(events), timeout=30, interval=0.01), \
+            f"{spec}: the client never noticed that the gate closed: {events}"
+        lost = _lost_at(events)
+        assert poll(lambda: len(log.attempts_after(lost, gate.port)), lambda n: n >= len(expected_waits),
+                    timeout=60 + sum(expected_waits) / 1000.0, interval=0.01), \
+            f"{spec}: fewer than {len(expected_waits)} reconnect attempts: sleeps {log.sleeps}, events {events}"
+        gate.open()
+        assert poll(lambda: [e.kind for e in events].count("resumed") >= 2, timeout=60, interval=0.05), \
+            f"{spec}: the client did not reconnect once the gate opened again: {events}"
+        client.send(queue, b"after")
+        got = sub.receive(RECEIVE)
+        assert got is not None and got.body == b"after", f"{spec}: the reconnected client does not work: {got}"
+    finally:
+        client.close()
+    return log, lost
+
+
+@pytest.mark.spec("FT-FAILOVER-4", "FT-FAILOVER-5")
+@pytest.mark.parametrize("options, waits", [
+    # the defaults: 10 ms first, doubled each time (maxReconnectDelay 30 s is far away)
+    ("", [10, 20, 40, 80, 160]),
+    ("&initialReconnectDelay=100&backOffMultiplier=3&maxReconnectDelay=1000", [100, 300, 900, 1000, 1000]),
+    ("&initialReconnectDelay=150&useExponentialBackOff=false", [150, 150, 150, 150]),
+], ids=["defaults", "multiplier-3-capped-at-1000", "no-back-off"])
+def test_reconnect_waits_follow_the_delay_options(gate, options, waits):
+    uri = f"failover:({gate.uri})?randomize=false{options}"
+    log, lost = _watch_reconnects(gate, uri, waits, "FT-FAILOVER-5")
+    assert log.sleeps[:len(waits)] == waits, \
+        f"FT-FAILOVER-5: with {options or 'the default options'} the waits before reconnect attempts should be " \
+        f"{waits} ms; the client waited {log.sleeps[:len(waits)]}"
+    attempts = log.attempts_after(lost, gate.port)
+    assert attempts[0] - lost >= waits[0] / 1000.0, \
+        f"FT-FAILOVER-4: the first reconnect attempt came {1000 * (attempts[0] - lost):.1f} ms after the loss, " \
+        f"before initialReconnectDelay = {waits[0]} ms"
+    gaps = [round(1000 * (b - a), 1) for a, b in zip(attempts, attempts[1:])]
+    short = [(n + 2, gap, wait) for n, (gap, wait) in enumerate(zip(gaps, waits[1:])) if gap < wait]
+    assert not short, f"FT-FAILOVER-5: reconnect attempts (number, ms since the previous one, required wait) " \
+                      f"came before their wait: {short}"
+
+
+@pytest.mark.spec("FT-DISCOVERY-2")
+def test_discovery_max_reconnect_attempts_zero_retries_without_limit_with_failover_s_delays(gate):
+    # Table 2.3: the failover delays' defaults, but maxReconnectAttempts=0 means no limit (for
+    # failover 0 means "never fail over": test_max_reconnect_attempts_zero_never_fails_over...)
+    waits = [10, 20, 40, 80, 160, 320]
+    log, lost = _watch_reconnects(gate, f"discovery:(static://({gate.uri}))?maxReconnectAttempts=0", waits,
+                                  "FT-DISCOVERY-2")
+    assert log.sleeps[:len(waits)] == waits, \
+        f"FT-DISCOVERY-2: the discovery client's default waits should be {waits} ms; it waited {log.sleeps}"
+    attempts = log.attempts_after(lost, gate.port)
+    assert len(attempts) > len(waits), \
+        f"FT-DISCOVERY-2: maxReconnectAttempts=0 should not limit the attempts; only {len(attempts)} were made"
+
+
+def _negotiated_heartbeats(client) -> tuple[int, int]:
+    # stomp.py keeps the heart-beat it computed from the broker's CONNECTED frame on the connection
+    # (HeartbeatListener.on_connected): (0, 0) unless both sides asked for heart-beats
+    return tuple(client._conn.heartbeats)
+
+
+@pytest.mark.spec("FT-FAILOVER-13", "FT-DISCOVERY-3")
+@pytest.mark.parametrize("form", ["failover-nested", "discovery"])
+def test_an_option_for_the_endpoints_reaches_every_broker_of_the_list(fresh_pair, gate, fault_proxy, form):
+    pair, queue, events, log = fresh_pair, _queue(), [], AttemptLog()
+    # B behind a gate too: the discovery form has no randomize option (Table 2.3), so the client
+    # may start on either broker; closing the gate of the one it is on moves it to the other
+    gate_b = Gate(fault_proxy, pair.b.address("stomp"))
+    gates = {gate.port: gate, gate_b.port: gate_b}
+    spec, uri = (("FT-FAILOVER-13", f"failover:({gate.uri},{gate_b.uri})?randomize=false&{FAST}"
+                  "&nested.wireFormat.maxInactivityDuration=4000") if form == "failover-nested" else
+                 ("FT-DISCOVERY-3", f"discovery:(static://({gate.uri},{gate_b.uri}))?{FAST}"
+                  "&wireFormat.maxInactivityDuration=4000"))
+    try:
+        client = connect_failover(uri, "stomp", listener=events.append, connect=log.connect, timeout=5.0)
+        try:
+            gates[client.uri.port].close()  # the client moves to the other broker: both get a connection
+            assert poll(lambda: [e.kind for e in events].count("resumed") >= 2, timeout=60, interval=0.05), \
+                f"{spec}: the client did not move to the second broker: {events}"
+            client.send(queue, b"m")
+            ports = {port: (options.get("heartbeats"), _negotiated_heartbeats(c)) for port, options, c in log.opened}
+        finally:
+            client.close()
+    finally:
+        gate_b.remove()
+    assert set(ports) == set(gates), f"{spec}: the client did not connect to both brokers: {ports}"
+    for port, (asked, negotiated) in ports.items():
+        assert asked == (4000, 4000), \
+            f"{spec}: the connection to port {port} did not carry the inactivity option (STOMP heart-beat {asked})"
+        # STOMP 1.2 Heart-beating: each side's period is the larger of the two asked for, and 0
+        # unless both asked; so a non-zero result means the option went out and the broker took it
+        assert negotiated != (0, 0), \
+            f"{spec}: the broker on port {port} did not take the heart-beat the option asked for: {negotiated}"
+
+
+@pytest.mark.spec("FT-FAILOVER-12")
+def test_update_uris_url_lets_the_client_reach_a_broker_missing_from_its_uri(fresh_pair, gate, tmp_path):
+    pair, queue = fresh_pair, _queue()
+    listed = tmp_path / "more-brokers.txt"
+    listed.write_text("stomp://{}:{}\n".format(*pair.b.address("stomp")))
+    gate.close()  # the only broker the URI names is down
+    client = connect_failover(f"failover:({gate.uri})?randomize=false&{FAST}&updateURIsURL=file://{listed}",
+                              "stomp", timeout=5.0)
+    try:
+        assert client.uri.port == pair.port(pair.b), \
+            f"FT-FAILOVER-12: the broker listed in the updateURIsURL file should be used; the client is on {client.uri}"
+        sub = client.subscribe(queue)
+        client.send(queue, b"m")
+        got = sub.receive(RECEIVE)
+        assert got is not None and got.body == b"m", f"FT-FAILOVER-12: that connection does not work: {got}"
+    finally:
+        client.close()
+
+
+@pytest.mark.spec("FT-FAILOVER-11")
+@pytest.mark.parametrize("options, replayed", [
+    ("&trackMessages=true", True),
+    ("", False),                                      # trackMessages is false by default
+    ("&trackMessages=true&maxCacheSize=16", False),   # the 64-byte send does not fit the cache
+], ids=["tracked", "default-untracked", "over-max-cache-size"])
+def test_track_messages_replays_a_send_cut_off_before_its_receipt(fresh_pair, gate, fault_proxy, options, replayed):
+    pair, queue, body = fresh_pair, _queue(), b"x" * 64
+    second = "stomp://{}:{}".format(*pair.b.address("stomp"))
+    # a long inner timeout: the send must wait for its receipt until the gate closes, not give up
+    client = connect_failover(f"failover:({gate.uri},{second})?randomize=false&{FAST}{options}", "stomp", timeout=30.0)
+    watcher = connect(*pair.a.address("stomp"), "stomp", timeout=10.0)
+    outcome: dict = {}
+
+    def send() -> None:
+        try:
+            client.send(queue, body, persistent=True)
+            outcome["sent"] = True
+        except Exception as exc:  # noqa: BLE001 - the outcome is what the test asserts on
+            outcome["error"] = exc
+
+    try:
+        seen_on_a = watcher.subscribe(queue)
+        # broker A's answers (the RECEIPT) stop at the gate; the SEND itself goes through
+        fault_proxy.add_toxic(gate.name, "timeout", stream="downstream", attributes={"timeout": 0})
+        sender = threading.Thread(target=send, name="ft-failover-11-send", daemon=True)
+        sender.start()
+        arrived = seen_on_a.receive(RECEIVE)
+        assert arrived is not None and arrived.body == body, \
+            f"FT-FAILOVER-11: the SEND never reached broker A through the gate (nothing to cut off): {arrived}"
+        gate.close()  # the connection breaks with the send's receipt outstanding
+        sender.join(60)
+        assert not sender.is_alive(), "FT-FAILOVER-11: the send neither returned nor failed after the connection broke"
+        if replayed:
+            assert outcome.get("sent"), (f"FT-FAILOVER-11: with {options} the cut-off send should be replayed on the "
+                                         f"broker the client reconnects to; it raised {outcome.get('error')!r}")
+            assert client.uri.port == pair.port(pair.b), f"FT-FAILOVER-11: not on broker B: {client.uri}"
+            got = client.subscribe(queue).receive(RECEIVE)
+            assert got is not None and got.body == body, \
+                f"FT-FAILOVER-11: the replayed message is not on broker B: {got}"
+        else:
+            error = outcome.get("error")
+            assert isinstance(error, InDoubt), (f"FT-FAILOVER-11: with {options or 'the defaults'} a send cut off "
+                                                f"before its receipt must not be replayed but reported in doubt; got "
+                                                f"{outcome}")
+    finally:
+        client.close()
+        watcher.close()

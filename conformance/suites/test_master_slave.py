@@ -122,8 +122,10 @@ def test_killed_master_the_slave_takes_over_with_every_receipted_message(group):
     kill_master_and_check_every_receipted_message(group, "FT-SHARED-9")
 
 
-@pytest.mark.spec("FT-SHARED-6")
+@pytest.mark.spec("FT-SHARED-6", "FT-SHARED-12")
 def test_a_restarted_master_rejoins_as_a_slave(group):
+    # FT-SHARED-12 too: A is restarted with the very configuration it was master with, and comes
+    # back a slave, because only the order in which the nodes reached the lock decides the roles
     a, b = group["A"], group["B"]
     a.kill()
     assert group.wait_for_master(TAKEOVER) is b, f"FT-SHARED-6: B never took over\n{group.log_tail(40)}"
@@ -132,6 +134,8 @@ def test_a_restarted_master_rejoins_as_a_slave(group):
     assert a.process.waiting_for_lock(), f"FT-SHARED-6: the restarted former master does not wait for the lock\n{a.log_tail(30)}"
     assert closed(a), f"FT-SHARED-6: the restarted former master opened its listeners while B is master\n{a.log_tail(30)}"
     assert group.master() is b, "FT-SHARED-6: B stopped being master when A came back"
+    assert a.process.waiting_for_lock() and closed(a), \
+        "FT-SHARED-12: node A, unchanged since it was master, should now be the slave: roles follow the lock alone"
 
 
 def delete_lock_file_under_the_master(group):

@@ -131,7 +131,9 @@ def test_discovery_injects_other_options_into_each_endpoint():
     ("failover:(tcp://a:1", "unbalanced"),
     ("failover:()", "lists no broker"),
     ("failover:(tcp://a:1)x", "options start with '?'"),
-    ("discovery:(multicast://default)", "not supported"),
+    ("discovery:(zeroconf://default)", "not supported"),
+    ("discovery:(multicast://localhost)", "not 'default' nor an IPv4 multicast address"),
+    ("failover:(tcp://a:1)?updateURIsURL=http://example.invalid/uris.txt", "updateURIsURL.*only file: URLs"),
     ("http://a:1", "not a failover URI"),
 ])
 def test_bad_uris_are_refused_with_a_useful_message(uri, message):
@@ -585,3 +587,29 @@ def test_warnings_are_reported_as_events(network):
 def test_inner_uri_of_another_protocol_is_refused(network):
     with pytest.raises(ValueError, match="speaks mqtt"):
         FailoverClient("failover:(mqtt://h:1)", "stomp", connect=network.connect)
+
+
+def test_update_uris_url_adds_the_file_s_uris_to_the_list(network, make_client, tmp_path):
+    # A-MQ FT Table 2.1 updateURIsURL: a file of comma-separated URIs the client may reconnect to
+    listed = tmp_path / "uris.txt"
+    listed.write_text("stomp://h:3, stomp://h:1\n")
+    network.brokers[3] = FakeBroker(3)
+    network.brokers[1].up = network.brokers[2].up = False
+    client = FailoverClient(f"failover:(stomp://h:1,stomp://h:2)?randomize=false&updateURIsURL=file://{listed}",
+                            "stomp", connect=network.connect, monitor_interval=0.005)
+    try:
+        assert client.uri.port == 3 and network.connects == [1, 2, 3]
+    finally:
+        client.close()
+
+
+def test_an_unreadable_update_uris_file_is_noted_and_the_list_kept(network, make_client, tmp_path):
+    client = make_client(f"&updateURIsURL={tmp_path / 'missing.txt'}")
+    assert client.uri.port == 1
+    assert any("updateURIsURL" in line and "not read" in line for line in client.exchange), list(client.exchange)
+
+
+def test_discovery_multicast_agent_form():
+    parsed = parse_failover_uri("discovery:(multicast://default?group=g1)?initialReconnectDelay=5&connectionTimeout=300")
+    assert parsed.form == "discovery" and parsed.agent == "multicast://default?group=g1" and parsed.uris == ()
+    assert parsed.options.initial_reconnect_delay == 5 and parsed.nested == (("connectionTimeout", "300"),)

@@ -1,0 +1,272 @@
+"""The broker side of client failover and discovery, against the A-MQ "Fault Tolerant Messaging"
+guide, 2.1.2 "Broker-side configuration" and 2.2.2.4 "Multicast Discovery Agent"
+(../shared/spec/redhat-amq-6.2-fault-tolerant-messaging.md; catalogue fault_tolerance.toml): a
+listening endpoint is never given a failover URI (FT-DYNAMIC-5); only a listener with a
+discoveryUri is announced, in its group (FT-DISCOVERY-5); a multicast discovery client uses the
+brokers of its group and only those (FT-DISCOVERY-6). Multicast stays on loopback with TTL 0
+(reference_broker/cluster/discovery.py), in a group of the test's own.
+
+Generated only for targets whose listeners this module knows how to configure by hand: the
+reference broker (its --stomp flag and its configuration file's ``stomp`` and ``discovery_uri``
+keys) and ActiveMQ as a local JVM (its activemq.xml, rendered by conformance/targets/activemq/process.py);
+a test is generated only for the kinds it knows (`KINDS`), so a statement it cannot set up on
+another kind stays "not checked" there rather than being reported not applicable.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+from conformance.clients.failover import connect_failover
+from conformance.clients.multicast_agent import listen
+from conformance.plugin import STATE
+from conformance.targets.runtime.probes import tcp_accepts
+from conformance.waiting import poll
+
+FAILOVER_LISTENER = "failover:(stomp://127.0.0.1:61613,stomp://127.0.0.1:61614)"
+
+
+#: the target kinds each test knows how to set up (by test name); a test is generated for those only
+KINDS = {"test_activemq_announces_only_the_connector_with_a_discovery_uri": ("activemq",),
+         "test_activemq_refuses_a_transport_connector_with_a_failover_uri": ("activemq",),
+         "test_a_multicast_discovery_client_uses_only_the_activemq_brokers_of_its_group": ("activemq",)}
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "target_name" in metafunc.fixturenames:
+        state = metafunc.config.stash[STATE]
+        kinds = KINDS.get(metafunc.definition.originalname, ("reference",))
+        names = [n for n in dict.fromkeys(state.target_names) if state.targets[n].kind in kinds]
+        metafunc.parametrize("target_name", names, ids=names)
+
+
+def _start(args: list[str], cwd) -> subprocess.CompletedProcess:
+    # a broker that accepted the listener would serve for ever: the timeout bounds that case, and
+    # its process is killed by subprocess.run when it fires
+    return subprocess.run([sys.executable, "-m", "reference_broker", "--name", "ftdyn5", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+
+
+@pytest.mark.spec("FT-DYNAMIC-5")
+@pytest.mark.parametrize("where", ["flag", "config-file"])
+def test_a_listener_given_a_failover_uri_is_refused(target_name, where, tmp_path):
+    if where == "flag":
+        args = ["--stomp", FAILOVER_LISTENER]
+    else:
+        config = tmp_path / "broker.toml"
+        config.write_text(f'stomp = "{FAILOVER_LISTENER}"\n')
+        args = ["--config", str(config)]
+    try:
+        done = _start(args, tmp_path)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"FT-DYNAMIC-5: the broker started with a failover: URI as its STOMP listener ({where})")
+    assert done.returncode == 2, (f"FT-DYNAMIC-5: a failover: URI as the STOMP listener ({where}) should be refused as "
+                                  f"a usage error (exit 2); exit {done.returncode}\n{done.stderr[-2000:]}")
+    assert "stomp" in done.stderr and "HOST:PORT" in done.stderr, \
+        f"FT-DYNAMIC-5: the refusal should name the stomp listener and what it takes: {done.stderr[-2000:]}"
+
+
+# --------------------------------------------------------------------------- multicast discovery
+
+
+class AnnouncingBroker:
+    """A reference broker process with one STOMP listener and, when ``group`` is given, that
+    listener announced in the multicast group (``discovery_uri``, loopback only, TTL 0)."""
+
+    def __init__(self, workdir, name: str, group: str | None) -> None:
+        self.port = free_port()
+        config = workdir / f"{name}.toml"
+        lines = [f'name = "{name}"', f'stomp = "127.0.0.1:{self.port}"']
+        if group is not None:
+            lines.append(f'discovery_uri = "multicast://default?group={group}"')
+        config.write_text("\n".join(lines) + "\n")
+        self.log = open(workdir / f"{name}.log", "w")
+        self.process = subprocess.Popen([sys.executable, "-m", "reference_broker", "--config", str(config)],
+                                        cwd=workdir, stdout=self.log, stderr=subprocess.STDOUT,
+                                        stdin=subprocess.DEVNULL, start_new_session=True)
+        if not poll(lambda: tcp_accepts(self.port, 1.0) or self.process.poll() is not None, bool, timeout=60):
+            self.stop()
+            raise RuntimeError(f"reference broker {name} did not open 127.0.0.1:{self.port}")
+        if self.process.poll() is not None:
+            self.stop()
+            raise RuntimeError(f"reference broker {name} exited: {(workdir / f'{name}.log').read_text()[-2000:]}")
+
+    @property
+    def service(self) -> str:
+        return f"stomp://127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait(10)
+        self.log.close()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture
+def brokers(tmp_path):
+    started = []
+
+    def start(name: str, group: str | None) -> AnnouncingBroker:
+        broker = AnnouncingBroker(tmp_path, name, group)
+        started.append(broker)
+        return broker
+
+    yield start
+    for broker in started:
+        broker.stop()
+
+
+def _group() -> str:
+    return f"brokerconf-{uuid.uuid4().hex[:10]}"  # this test's own group, never "default"
+
+
+@pytest.mark.spec("FT-DISCOVERY-5")
+def test_only_a_listener_with_a_discovery_uri_is_announced_in_its_group(target_name, brokers):
+    group = _group()
+    announced = brokers("announced", group)
+    silent = brokers("silent", None)
+    heard = poll(lambda: listen(f"multicast://default?group={group}", 1.5), lambda h: announced.service in h,
+                 timeout=30, interval=0.1)
+    assert heard and announced.service in heard, \
+        f"FT-DISCOVERY-5: the broker whose listener has discoveryUri in group {group} was not heard there: {heard}"
+    assert not any(f":{silent.port}" in service for service in heard), \
+        f"FT-DISCOVERY-5: the broker without a discoveryUri was announced: {heard}"
+    assert heard == [announced.service], f"FT-DISCOVERY-5: the group holds more than the one announced listener: {heard}"
+
+
+@pytest.mark.spec("FT-DISCOVERY-6")
+def test_a_multicast_discovery_client_uses_only_the_brokers_of_its_group(target_name, brokers):
+    group, other = _group(), _group()
+    member = brokers("member", group)
+    stranger = brokers("stranger", other)
+    queue = f"queue://ftdisc6.{uuid.uuid4().hex[:8]}"
+    client = connect_failover(f"discovery:(multicast://default?group={group})?initialReconnectDelay=100", "stomp",
+                              timeout=5.0)
+    try:
+        listed = [u.port for u in client.order.uris]
+        assert client.uri.port == member.port, \
+            f"FT-DISCOVERY-6: the client should connect to the broker announcing in {group}; it is on {client.uri}"
+        assert stranger.port not in listed, \
+            f"FT-DISCOVERY-6: the broker of another group ({other}) got into the client's list: {listed}"
+        sub = client.subscribe(queue)
+        client.send(queue, b"m")
+        got = sub.receive(10.0)
+        assert got is not None and got.body == b"m", f"FT-DISCOVERY-6: the discovered connection does not work: {got}"
+    finally:
+        client.close()
+
+
+
+# --------------------------------------------------------------------------- the same on ActiveMQ
+
+
+@pytest.fixture
+def activemq_brokers(target_name, request, tmp_path):
+    """``start(name, group, openwire=True)``: a started ActiveMQ broker (a local JVM) whose first
+    connector (OpenWire, or STOMP without OpenWire) announces in ``group``, on loopback."""
+    from conformance.requirements import skip_or_fail
+    from conformance.targets.activemq.process import ActiveMQProcess
+    from reference_broker.cluster.discovery import activemq_loopback_uri
+
+    target = request.config.stash[STATE].targets[target_name]
+    ok, reason = target.availability()
+    if not ok:
+        skip_or_fail("activemq", reason)
+    started = []
+
+    def start(name: str, group: str, openwire: bool = True) -> ActiveMQProcess:
+        process = ActiveMQProcess(tmp_path / name, name=f"ftdisc-{name}", jvm_heap_mb=256, memory_limit_mb=96,
+                                  openwire=openwire, discovery_uri=activemq_loopback_uri(group))
+        started.append(process)
+        process.start(timeout=180)
+        return process
+
+    yield start
+    for process in started:
+        process.stop()
+
+
+def _ports(services: list[str]) -> list[int]:
+    return [int(s.split("?", 1)[0].rsplit(":", 1)[1]) for s in services]
+
+
+@pytest.mark.spec("FT-DISCOVERY-5")
+def test_activemq_announces_only_the_connector_with_a_discovery_uri(target_name, activemq_brokers):
+    group = _group()
+    broker = activemq_brokers("announced", group)  # discoveryUri on its OpenWire connector only
+    heard = poll(lambda: listen(f"multicast://default?group={group}", 1.5), lambda h: bool(h), timeout=60,
+                 interval=0.1)
+    assert heard, f"FT-DISCOVERY-5: nothing was announced in group {group}\n{broker.log_tail(30)}"
+    assert _ports(heard) == [broker.openwire_port], \
+        (f"FT-DISCOVERY-5: only the OpenWire connector (port {broker.openwire_port}) has a discoveryUri, so only it "
+         f"should be announced; heard {heard} (its STOMP connector is port {broker.stomp_port})")
+
+
+@pytest.mark.spec("FT-DISCOVERY-6")
+def test_a_multicast_discovery_client_uses_only_the_activemq_brokers_of_its_group(target_name, activemq_brokers):
+    group, other = _group(), _group()
+    # without OpenWire the STOMP connector carries the discoveryUri, so the brokers announce what
+    # our (STOMP) client speaks
+    member = activemq_brokers("member", group, openwire=False)
+    stranger = activemq_brokers("stranger", other, openwire=False)
+    queue = f"queue://ftdisc6.{uuid.uuid4().hex[:8]}"
+    client = connect_failover(f"discovery:(multicast://default?group={group})?initialReconnectDelay=100", "stomp",
+                              timeout=10.0)
+    try:
+        listed = [u.port for u in client.order.uris]
+        assert client.uri.port == member.stomp_port, \
+            f"FT-DISCOVERY-6: the client should connect to the broker announcing in {group}; it is on {client.uri}"
+        assert stranger.stomp_port not in listed, \
+            f"FT-DISCOVERY-6: the broker of another group ({other}) got into the client's list: {listed}"
+        sub = client.subscribe(queue)
+        client.send(queue, b"m")
+        got = sub.receive(10.0)
+        assert got is not None and got.body == b"m", f"FT-DISCOVERY-6: the discovered connection does not work: {got}"
+    finally:
+        client.close()
+
+
+@pytest.mark.spec("FT-DYNAMIC-5")
+def test_activemq_refuses_a_transport_connector_with_a_failover_uri(target_name, request, tmp_path):
+    from conformance.requirements import skip_or_fail
+    from conformance.targets.activemq.process import ActiveMQProcess, ActiveMQStartError
+
+    target = request.config.stash[STATE].targets[target_name]
+    ok, reason = target.availability()
+    if not ok:
+        skip_or_fail("activemq", reason)
+
+    class WithFailoverConnector(ActiveMQProcess):
+        def _connectors_xml(self) -> str:
+            # first, so the broker meets it before opening anything else
+            return (f'<transportConnector name="fo" uri="failover:(tcp://127.0.0.1:{free_port()})"/>\n      '
+                    + super()._connectors_xml())
+
+    broker = WithFailoverConnector(tmp_path / "fo", name="ftdyn5", jvm_heap_mb=256, memory_limit_mb=96)
+    try:
+        with pytest.raises(ActiveMQStartError) as refused:
+            broker.start(timeout=180)
+        log = broker.log_tail(200)
+    finally:
+        broker.stop()
+    # ActiveMQ 5.17: TransportFactory.bind refuses it, "java.io.IOException: Invalid server URI: failover:(...)"
+    assert "invalid server uri: failover:" in (str(refused.value) + log).lower(), \
+        (f"FT-DYNAMIC-5: ActiveMQ did not start with a failover: transport connector, but its log does not say that "
+         f"connector was the reason:\n{str(refused.value)[-1500:]}\n{log[-1500:]}")

@@ -1,0 +1,203 @@
+"""Shared-file master/slave groups on the simulated NFS store, against the A-MQ "Fault Tolerant
+Messaging" guide, 3.1 "File locking requirements" and "Recommended NFSv4 client mount options"
+(../shared/spec/redhat-amq-6.2-fault-tolerant-messaging.md; catalogue fault_tolerance.toml,
+FT-SHARED-*), on every target whose groups can sit on it (``topology.shared-store`` with
+``SharedStore(nfs=...)``: the reference broker, ActiveMQ Classic and Artemis as local processes).
+
+The store (chaos/sharedstore) is one server holding the data and the lock table; each node mounts
+it through FUSE over its own fault-proxy link, so the lock-loss nemesis can cut one node's storage
+link as an NFS outage would. The server's lock log (its refused lock requests, as an NFS server's
+lock log shows them) is where a slave's polling is seen. Only lower bounds and order relations
+derived from the settings are asserted; how long a detection or a takeover took is printed.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from conformance.plugin import NOT_APPLICABLE, STATE
+from conformance.scenario import Scenario
+from conformance.suites.network_support import network_workdir, parametrize_by_target
+from conformance.suites.test_master_slave import closed
+from conformance.targets.base import why_missing
+from conformance.topology import NfsOptions, SharedStore, Topology
+from conformance.waiting import poll
+
+CAPABILITY = "topology.shared-store"
+TAKEOVER = 120.0  # bound on a slave taking over (a JVM opening its store and acceptors)
+LEASE_S = 4.0     # the simulated NFSv4 server's lease: short, so a lapsed lease is seen soon
+#: a soft mount that gives up after 1 + 2 = 3 s (timeo=10, retrans=1): a cut node's I/O fails
+#: soon, as with the guide's options but shorter (the guide's own are FT-SHARED-8's)
+QUICK_MOUNT = "soft,timeo=10,retrans=1,lookupcache=none,sync"
+
+pytestmark = [pytest.mark.slow, pytest.mark.requires(CAPABILITY)]
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    parametrize_by_target(metafunc, scope=None)
+
+
+@pytest.fixture
+def nfs_group(request, target_name, tmp_path_factory):
+    """``nfs_group(store)``: a started two-node group (A master, B slave) of ``target_name`` on the
+    simulated NFS, stopped (with its store, mounts and proxies) after the test."""
+    target = request.config.stash[STATE].targets.get(target_name)
+    if target is None or CAPABILITY not in target.capabilities():
+        why = why_missing(target, CAPABILITY) if target is not None else "unknown target"
+        pytest.skip(f"{NOT_APPLICABLE}{target_name} lacks {CAPABILITY}" + (f" ({why})" if why else ""))
+    from chaos.sharedstore.harness import fuse_unavailable
+    from conformance.requirements import skip_or_fail
+
+    if why := fuse_unavailable():
+        skip_or_fail("fuse", why)
+    started = []
+
+    def launch(store: SharedStore):
+        workdir = network_workdir(tmp_path_factory, f"msnfs-{request.node.name}")
+        cluster = target.launch_topology(Topology(("A", "B"), shared_store=store, prefix="msnfs"),
+                                         Scenario(name="master-slave-nfs", protocols=("stomp",)), workdir)
+        started.append(cluster)
+        if cluster.rig is None:
+            pytest.fail(f"{target_name}: a group with SharedStore(nfs=...) came up without the simulated NFS store")
+        return cluster
+
+    try:
+        yield launch
+    finally:
+        for cluster in started:
+            cluster.stop()
+
+
+def store_state(cluster) -> dict:
+    return cluster.rig.rig.server.state()
+
+
+@pytest.mark.spec("FT-SHARED-3")
+def test_the_slave_polls_for_the_lock_at_its_acquire_interval(nfs_group):
+    interval_ms = 1500
+    group = nfs_group(SharedStore(lock_keep_alive_period_ms=1000, lock_acquire_sleep_interval_ms=interval_ms,
+                                  nfs=NfsOptions(mount_options=QUICK_MOUNT, lease_s=30.0)))
+    assert group.master() is group["A"], f"FT-SHARED-3: node A is not the master\n{group.log_tail(30)}"
+    window = 20 * interval_ms / 1000.0
+
+    def tries_by_b():
+        by_region: dict[tuple[str, int], list[float]] = {}
+        for client, path, start, at in store_state(group)["refused_locks"]:
+            if client == "B":
+                by_region.setdefault((path, start), []).append(at)
+        return by_region
+
+    # the slave's polls are its refused requests for the lock A holds; several in a row are needed
+    polled = poll(tries_by_b, lambda regions: any(len(t) >= 4 for t in regions.values()), timeout=window, interval=0.5)
+    assert polled and any(len(t) >= 4 for t in polled.values()), \
+        f"FT-SHARED-3: the slave B did not keep asking for the master's lock (refused requests {polled})\n" \
+        f"{group.log_tail(30)}"
+    assert closed(group["B"]), "FT-SHARED-3: the slave opened its listeners while A holds the lock"
+    # Each poll comes at least one interval after the last (the server timestamps a request when it
+    # arrives; 0.2 s for the transit of the earlier request, which can only shorten a gap seen there).
+    for region, times in polled.items():
+        gaps = [round(b - a, 3) for a, b in zip(times, times[1:])]
+        short = [g for g in gaps if g < interval_ms / 1000.0 - 0.2]
+        assert not short, (f"FT-SHARED-3: the slave retried the lock on {region} sooner than "
+                           f"lockAcquireSleepInterval = {interval_ms} ms: gaps {gaps} s")
+
+
+@pytest.mark.spec("FT-SHARED-4")
+def test_a_slave_that_gets_the_lock_waits_a_keep_alive_period_before_serving(nfs_group):
+    keep_alive_ms = 3000
+    group = nfs_group(SharedStore(lock_keep_alive_period_ms=keep_alive_ms, lock_acquire_sleep_interval_ms=500,
+                                  nfs=NfsOptions(mount_options=QUICK_MOUNT, lease_s=30.0)))
+    assert group.master() is group["A"], f"FT-SHARED-4: node A is not the master\n{group.log_tail(30)}"
+    killed = time.monotonic()
+    group["A"].kill()  # its mount stays up and gives the lock back at once, as a clean NFS unlock
+    assert poll(lambda: closed(group["A"]), bool, timeout=TAKEOVER, interval=0.05), "A still listens after kill -9"
+    opened = poll(lambda: not closed(group["B"]), bool, timeout=TAKEOVER, interval=0.05)
+    serving = time.monotonic()
+    assert opened, f"FT-SHARED-4: the slave never took over after the master's kill\n{group.log_tail(40)}"
+    # the store server's clock is time.monotonic, the same clock as this process's
+    grants = [at for client, _, _, at in store_state(group)["granted_locks"] if client == "B" and at >= killed]
+    assert grants, f"FT-SHARED-4: B serves but the store never granted it a lock: {store_state(group)}"
+    waited = serving - min(grants)
+    print(f"FT-SHARED-4: B served {waited:.2f} s after the store granted it the lock (keep-alive {keep_alive_ms} ms)")
+    assert waited >= keep_alive_ms / 1000.0, \
+        f"FT-SHARED-4: B served {waited:.2f} s after getting the lock, before one lockKeepAlivePeriod ({keep_alive_ms} ms)"
+
+
+def _cut_and_kill_the_master(group) -> float:
+    """Cut A's storage link, then kill -9 A (a master that dies without giving its lock back, as
+    a crashed NFS client); returns the moment A was seen gone."""
+    group.rig.nemesis.invoke("partition", host="A")
+    a = group["A"]
+    a.kill()
+    # A JVM stuck in a file operation on the cut mount dies only once the soft mount gives up
+    # (its listening socket stays open until then): wait for it to be gone, so that whoever serves
+    # afterwards is the slave alone
+    gone = poll(lambda: not a.running and closed(a), bool, timeout=TAKEOVER, interval=0.1)
+    assert gone, f"the killed master A still runs or listens {TAKEOVER} s after kill -9\n{a.log_tail(30)}"
+    return time.monotonic()
+
+
+@pytest.mark.spec("FT-SHARED-7")
+def test_nfsv3_the_slave_never_gets_the_lock_of_a_crashed_master(nfs_group):
+    group = nfs_group(SharedStore(lock_keep_alive_period_ms=1000, lock_acquire_sleep_interval_ms=500,
+                                  nfs=NfsOptions(mount_options=QUICK_MOUNT.replace("sync", "sync,vers=3"), version=3,
+                                                 lease_s=LEASE_S)))
+    assert group.master() is group["A"], f"FT-SHARED-7: node A is not the master\n{group.log_tail(30)}"
+    _cut_and_kill_the_master(group)
+    # NFSv4 would release A's lock one lease after the cut (FT-SHARED-10 sees the slave take over
+    # then); NFSv3 has no lease: five leases and more must go by with the slave still waiting
+    watched = 5 * LEASE_S + 5.0
+    served = poll(lambda: not closed(group["B"]), bool, timeout=watched, interval=0.5)
+    assert not served, f"FT-SHARED-7: on NFSv3 the slave B opened its listeners after the master crashed\n" \
+                       f"{group.log_tail(40)}"
+    assert group["B"].running, f"FT-SHARED-7: the slave exited instead of waiting\n{group['B'].log_tail(30)}"
+    # a slave may hold locks of its own (Artemis's backup holds its backup lock, another byte of
+    # serverlock.1): what matters is that none of the regions A held went to B
+    locks = store_state(group)["locks"]
+    held_by = {client: {(lock["path"], lock["start"]) for lock in locks if lock["client"] == client}
+               for client in ("A", "B")}
+    assert held_by["A"] and not held_by["A"] & held_by["B"], \
+        f"FT-SHARED-7: the store's lock table should still give A's lock to A alone: {locks}"
+
+
+@pytest.mark.spec("FT-SHARED-10")
+def test_nfsv4_releases_a_crashed_master_s_lock_after_its_lease_and_the_slave_takes_over(nfs_group):
+    group = nfs_group(SharedStore(lock_keep_alive_period_ms=1000, lock_acquire_sleep_interval_ms=500,
+                                  nfs=NfsOptions(mount_options=QUICK_MOUNT, version=4, lease_s=LEASE_S)))
+    assert group.master() is group["A"], f"FT-SHARED-10: node A is not the master\n{group.log_tail(30)}"
+    killed = _cut_and_kill_the_master(group)  # the moment A was gone
+    # watched closely, so the moment B opens its listener is known to within a poll
+    poll(lambda: not closed(group["B"]), bool, timeout=TAKEOVER, interval=0.05)
+    took = time.monotonic() - killed
+    master = group.wait_for_master(10.0)
+    print(f"FT-SHARED-10: B served {took:.1f} s after the killed, cut-off master was gone (lease {LEASE_S} s)")
+    assert master is group["B"], (f"FT-SHARED-10: the slave did not take over within {TAKEOVER} s of the crashed "
+                                  f"master's lease ({LEASE_S} s)\n{group.log_tail(40)}")
+    expiries = [at for client, _, at in store_state(group)["expiries"] if client == "A"]
+    assert expiries, "FT-SHARED-10: the store never expired A's lease, so how did B get the lock?"
+    # the store server's clock is time.monotonic too (one clock for every process of the machine):
+    # B may only serve once A's lease, renewed by A's last request before the cut, has run out
+    assert killed + took >= min(expiries), \
+        f"FT-SHARED-10: B served {min(expiries) - killed - took:.2f} s before the store expired A's lease"
+
+
+@pytest.mark.spec("FT-SHARED-8")
+def test_with_the_guide_s_mount_options_a_master_that_loses_its_store_stops(nfs_group):
+    from chaos.sharedstore.mountopts import MountOptions
+
+    options = "soft,timeo=20,retrans=2,lookupcache=none,sync"
+    group = nfs_group(SharedStore(lock_keep_alive_period_ms=2000, lock_acquire_sleep_interval_ms=1000,
+                                  nfs=NfsOptions(mount_options=options, version=4, lease_s=30.0)))
+    a = group["A"]
+    assert group.master() is a, f"FT-SHARED-8: node A is not the master\n{group.log_tail(30)}"
+    model = MountOptions.parse(options).soft_failure_after()
+    group.rig.nemesis.invoke("partition", host="A")
+    cut = time.monotonic()
+    stopped = poll(lambda: closed(a) or not a.running, bool, timeout=TAKEOVER, interval=0.5)
+    took = time.monotonic() - cut
+    print(f"FT-SHARED-8: master A stopped serving {took:.1f} s after its storage link was cut "
+          f"(mount model: I/O fails after {model:.1f} s; the guide: about 12 s)")
+    assert stopped, (f"FT-SHARED-8: the master went on serving {TAKEOVER} s after its store became unreachable "
+                     f"with the guide's mount options {options}\n{a.log_tail(40)}")
