@@ -67,6 +67,8 @@
     failover_downtime = true        # per fault, each client's time to its first successful operation
     max_downtime_s = 30             # optional bound: a longer downtime makes the verdict false
     split_brain = false             # two nodes accepting sends/deliveries at once (master/slave topologies)
+    redistribution = false          # cluster: none lost or delivered twice; ON_DEMAND: only to nodes with consumers
+    group_pinning = false           # cluster: a group's messages delivered by one node (moved only by a fault)
 
 A bad file is refused before anything starts, naming the offending key (with a did-you-mean).
 """
@@ -245,6 +247,11 @@ class CheckersSection(_Strict):
     failover_downtime: bool = True
     max_downtime_s: float | None = Field(default=None, gt=0)
     split_brain: bool = False
+    # cluster topologies (issue 19): no confirmed message lost or delivered twice, and under
+    # ON_DEMAND none carried to a node without consumers (reports/checkers/redistribution.py);
+    # every message of a group delivered by the one node it is pinned to (group_pinning.py)
+    redistribution: bool = False
+    group_pinning: bool = False
 
 
 class Experiment(_Strict):

@@ -12,7 +12,7 @@ from reports.pipeline.analyze import analyze
 from reports.checkers import failover_downtime as downtime
 from reports.pipeline.session import LOCAL, get_session
 
-from .histories import MS, H, msg
+from .histories import MS, H, Q, msg
 
 G = "queue://grouped"
 
@@ -63,6 +63,8 @@ def _literals() -> dict[str, H]:
         _invoked_while_injecting(),
         # ---------------------------------------------------------------- split brain (issue 18)
         *_split_brain(),
+        # ---------------------------------------------------------------- clusters (issue 19)
+        *_cluster(),
     ]
     return {h.run: h for h in hs}
 
@@ -147,6 +149,79 @@ def _split_brain() -> list[H]:
     _served(unnamed, 0, "send", msg("u"), None, at=100, done=101)
     _served(unnamed, 0, "send", msg("v", seq=1), None, at=200, done=201)
     return [both, clean, late, back, nofault, unnamed]
+
+
+def _cluster() -> list[H]:
+    """Artemis-style clusters of nodes A, B, C: producers send to A, consumers open and close on B
+    and C (churn), the final drain reads each node. Redistribution and group pinning."""
+    def drains(h: H, process: int, on: dict[str, list[dict]] | None = None) -> H:
+        for n, node in enumerate("ABC"):
+            h.call(process + n, "drain", None, result=(on or {}).get(node, []), node=node)
+        return h
+
+    def consumer(h: H, process: int, node: str, ids: list[str], *, close: bool = True, **m) -> H:
+        h.call(process, "subscribe", {"destination": Q}, node=node)
+        for i in ids:
+            h.receive(process, i, consumer=process, node=node, **m)
+            h.call(process, "ack", msg(i), node=node)
+        return h.call(process, "close", None, node=node) if close else h
+
+    # churn: a consumer on B takes a, closes; one on C takes b and c; c is taken again, flagged
+    # redelivered, after C's consumer closed without acknowledging it (at-least-once)
+    clean = H("redistribution_clean_churn")
+    for i, m in enumerate("abc"):
+        clean.send(0, m, seq=i)
+    consumer(clean, 1, "B", ["a"])
+    consumer(clean, 2, "C", ["b"], close=False)
+    clean.receive(2, "c", seq=2, consumer=2, node="C").call(2, "close", None, node="C")
+    consumer(clean, 3, "B", ["c"], seq=2, redelivered=True)
+    drains(clean, 10)
+    # a acknowledged on B, then delivered again on C as a fresh message (ARTEMIS-4527's shape)
+    dup = H("redistribution_duplicate_after_redistribution").send(0, "a")
+    consumer(dup, 1, "B", ["a"])
+    consumer(dup, 2, "C", ["a"])
+    drains(dup, 10)
+    # b confirmed, never delivered anywhere
+    lost = H("redistribution_lost_in_churn").send(0, "a").send(0, "b", seq=1)
+    consumer(lost, 1, "B", ["a"])
+    drains(lost, 10)
+    # ON_DEMAND: B's only consumer closed at 0.2 s; b, sent to A at 5 s, is drained at B
+    stranded = H("redistribution_forwarded_to_node_without_consumer")
+    stranded.call(1, "subscribe", {"destination": Q}, node="B", at=100, done=101)
+    stranded.call(1, "close", None, node="B", at=200, done=201)
+    stranded.call(0, "send", msg("b"), node="A", at=5000, done=5001)
+    stranded.now = 9000 * MS
+    drains(stranded, 10, {"B": [msg("b")]})
+    # the same drain while B's consumer was open when b was sent: redistribution's doing, fine
+    served = H("redistribution_forwarded_to_node_with_consumer")
+    served.call(1, "subscribe", {"destination": Q}, node="B", at=100, done=101)
+    served.call(0, "send", msg("b"), node="A", at=5000, done=5001)
+    served.call(1, "close", None, node="B", at=6000, done=6001)
+    served.now = 9000 * MS
+    drains(served, 10, {"B": [msg("b")]})
+    # ---------------------------------------------------------------- clustered grouping
+    def grouped(run: str) -> H:
+        h = H(run)
+        for i in range(3):
+            h.send(0, f"g{i}", seq=i, dest=G, group="g")
+        return h
+
+    pinned = grouped("group_pinned_to_one_node")
+    consumer(pinned, 1, "B", ["g0", "g1"], dest=G, group="g")
+    drains(pinned, 10, {"B": [msg("g2", seq=2, dest=G, group="g")]})
+    # B's consumer closed, yet the group's next message came from C: routed elsewhere
+    moved = grouped("group_moved_after_consumer_closed")
+    consumer(moved, 1, "B", ["g0"], dest=G, group="g")
+    consumer(moved, 2, "C", ["g1"], seq=1, dest=G, group="g")
+    drains(moved, 10, {"C": [msg("g2", seq=2, dest=G, group="g")]})
+    # B killed: its queue gone, the group is routed anew to C
+    killed = grouped("group_moved_after_node_killed")
+    consumer(killed, 1, "B", ["g0"], close=False, dest=G, group="g")
+    killed.op("nemesis", "info", "kill", {"nemesis": "process", "phase": "start"}, node="B")
+    killed.op("nemesis", "info", "kill", {"nemesis": "process", "phase": "end", "fault": "down"}, node="B")
+    consumer(killed, 2, "C", ["g1"], seq=1, dest=G, group="g")
+    drains(killed, 10, {"C": [msg("g2", seq=2, dest=G, group="g")]})
+    return [clean, dup, lost, stranded, served, pinned, moved, killed]
 
 
 LITERALS = _literals()
