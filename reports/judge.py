@@ -88,7 +88,8 @@ def judge_events(events: list[dict], *, record: RunRecord | None = None) -> dict
         checks["split_brain"] = check_split_brain(ops).to_json()
     if checkers["redistribution"]:
         checks["redistribution"] = check_redistribution(
-            ops, load_balancing=record.checker_options["load_balancing"]).to_json()
+            ops, load_balancing=record.checker_options["load_balancing"],
+            redistribution_delay_ms=record.checker_options["redistribution_delay_ms"]).to_json()
     if checkers["group_pinning"]:
         checks["group_pinning"] = check_group_pinning(ops).to_json()
     end = record.run_end or {}

@@ -62,7 +62,7 @@ class RunRecord:
         return {"duplicates_allowed": self.checkers["duplicates_allowed"],
                 "max_downtime_s": self.checkers["max_downtime_s"], "split_brain": self.checkers["split_brain"],
                 "redistribution": self.checkers["redistribution"], "group_pinning": self.checkers["group_pinning"],
-                "load_balancing": self.load_balancing}
+                "load_balancing": self.load_balancing, "redistribution_delay_ms": self.redistribution_delay_ms}
 
     @property
     def load_balancing(self) -> str | None:
@@ -70,6 +70,12 @@ class RunRecord:
         redistribution checker's ON_DEMAND rule needs it (reports/checkers/redistribution.py)."""
         topology = (self.experiment or {}).get("topology") or {}
         return topology.get("message_load_balancing") if topology.get("kind") == "cluster" else None
+
+    @property
+    def redistribution_delay_ms(self) -> int | None:
+        """The cluster's redistribution delay (-1: never), else None."""
+        topology = (self.experiment or {}).get("topology") or {}
+        return topology.get("redistribution_delay_ms") if topology.get("kind") == "cluster" else None
 
     @property
     def destination(self) -> str | None:

@@ -24,7 +24,9 @@ From a history (each completion names the node that served it, chaos/history.py 
   only drains (run after every consumer closed) can show it. A consumer on N is open from its
   first ``subscribe``/``receive``/``ack``/``close`` op naming N to its last one, extended by
   `NOTIFICATION_GRACE_NS`: a node learns that a remote consumer closed by a cluster notification,
-  and a send routed by a view a moment old is no evidence.
+  and a send routed by a view a moment old is no evidence. The final drain is itself a consumer
+  on its node: with redistribution on, messages drained after its demand could have drawn them
+  are no evidence either (`without_consumer`).
 
 Facts split two ways (reports/checkers/split.py): the per-message facts by message ``id`` (this
 module's `facts`), the consumers' open intervals by client (`consumer_facts`, registered as
@@ -125,7 +127,10 @@ def _at(c: Columns, node_code) -> str:
 
 def consumer_facts(c: Columns) -> dict:
     """Each consumer's open interval per node: [node, process, first op time, last op time] of the
-    ops of `CONSUMER_FS` (drains left out: they run after every consumer closed)."""
+    ops of `CONSUMER_FS` (drains left out: they run after every consumer closed); when the first
+    drain was invoked (None: no drain)."""
+    drains = c.time[c.is_op & c.client & c.f.eq("drain") & c.type.eq("invoke")]
+    first_drain = int(drains.min()) if len(drains) else None
     rows = np.flatnonzero(c.is_op & c.client & c.f.isin(CONSUMER_FS) & (c.node.codes >= 0))
     out = []
     if len(rows):
@@ -134,7 +139,7 @@ def consumer_facts(c: Columns) -> dict:
         for k in np.unique(key).tolist():
             t = c.time[rows[key == k]]
             out.append([c.node.value(k % width), c.process.value(k // width), int(t.min()), int(t.max())])
-    return {"consumers": sorted(out)}
+    return {"consumers": sorted(out), "first_drain": first_drain}
 
 
 def combine(parts: list[dict]) -> dict:
@@ -149,18 +154,29 @@ def combine(parts: list[dict]) -> dict:
 
 def combine_consumers(parts: list[dict]) -> dict:
     """Split by client, a process lies in one part: the intervals side by side."""
-    return {"consumers": sorted(x for p in parts for x in p["consumers"])}
+    drains = [p["first_drain"] for p in parts if p["first_drain"] is not None]
+    return {"consumers": sorted(x for p in parts for x in p["consumers"]), "first_drain": min(drains) if drains else None}
 
 
-def without_consumer(facts_: dict, consumers: dict) -> list[dict]:
+def without_consumer(facts_: dict, consumers: dict, redistribution_delay_ms: int | None = None) -> list[dict]:
     """The ``no-consumer-node`` findings: remote drains whose node had no consumer open (with the
-    grace) at any time from the send's invoke to the drain."""
+    grace) at any time from the send's invoke to the drain, and that the drains' own demand does
+    not explain: with redistribution on (a delay of 0 or more; None: unknown, taken as 0), once
+    the first drain's consumer opened, another node's consumerless queue may move its messages
+    to it after the delay ("Message Redistribution"), so a message drained from then on may have
+    come that way. The cluster workload opens every node's drain before reading any (within the
+    delay: a node with its own drain consumer redistributes nothing)."""
+    delay = -1 if redistribution_delay_ms == -1 else max(0, redistribution_delay_ms or 0)
+    first_drain = consumers.get("first_drain")
+    drawn_from = None if delay < 0 or first_drain is None else first_drain + delay * 1_000_000
     open_on: dict[str, list[tuple[int, int]]] = {}
     for node, _process, start, end in consumers["consumers"]:
         open_on.setdefault(node, []).append((start, end + NOTIFICATION_GRACE_NS))
     found = []
     for message_id, node, sent_node, sent_at, drained_at, send_index, drain_index in facts_["remote_drained"]:
         if any(start <= drained_at and end >= sent_at for start, end in open_on.get(node, ())):
+            continue
+        if drawn_from is not None and drained_at >= drawn_from:
             continue
         found.append({"kind": "no-consumer-node", "id": message_id, "ops": [send_index, drain_index],
                       "detail": f"sent to node {sent_node}, drained at node {node}, which had no consumer open "
@@ -169,23 +185,30 @@ def without_consumer(facts_: dict, consumers: dict) -> list[dict]:
 
 
 def judge(key: RunKey, facts_: dict, consumers: dict | None = None, *, redistribution: bool = False,
-          load_balancing: str | None = None) -> tuple[CheckResult, list[dict]]:
+          load_balancing: str | None = None, redistribution_delay_ms: int | None = None
+          ) -> tuple[CheckResult, list[dict]]:
     """One run's result. ``redistribution``: the experiment asked for this check ([checkers]
     redistribution); unasked, the result is shown as not applicable with what it found (a queue
     on one broker is total_queue's business). ``load_balancing``: the cluster's
-    message_load_balancing (the node check runs for ON_DEMAND only)."""
+    message_load_balancing (the node check runs for ON_DEMAND only); ``redistribution_delay_ms``:
+    its address setting (-1: never; `without_consumer` says why it matters)."""
     found = list(facts_["found"])
     on_demand = load_balancing == "ON_DEMAND"
     if on_demand:
-        found = in_canonical_order(found + without_consumer(facts_, consumers or {"consumers": []}))
+        found = in_canonical_order(found + without_consumer(facts_, consumers or {"consumers": []},
+                                                            redistribution_delay_ms))
     rows = [anomaly(key, NAME, f["kind"], f["id"], f["ops"], f["detail"]) for f in found]
     counts = count_kinds(rows)
     totals, drained = facts_["totals"], facts_["drained"]
     stats = {**(totals or {"enqueued": 0, "delivered": 0, "messages": 0}), **{k: counts.get(k, 0) for k in KINDS},
              "drained": drained, "unnamed": facts_["unnamed"], "load_balancing": load_balancing,
-             "remote_drained": len(facts_["remote_drained"])}
+             "remote_drained": len(facts_["remote_drained"]),
+             "redistribution_delay_ms": redistribution_delay_ms}
     result = _judged(key, facts_, counts, stats, on_demand)
     if not redistribution:
+        # shown, not counted: a run that did not ask lists no anomaly rows of this checker (a lost
+        # message is total_queue's row there; a group moving between networked brokers breaks nothing)
+        rows = []
         result.applicable = False
         result.reason = "not asked for by the experiment ([checkers] redistribution)" + (
             f"; found: {result.reason}" if result.reason else "")
@@ -207,11 +230,12 @@ def _judged(key: RunKey, facts_: dict, counts: dict, stats: dict, on_demand: boo
     return CheckResult(NAME, *key, VALID, stats=stats)
 
 
-def check_redistribution(history, *, redistribution: bool = True, load_balancing: str | None = None) -> CheckResult:
+def check_redistribution(history, *, redistribution: bool = True, load_balancing: str | None = None,
+                         redistribution_delay_ms: int | None = None) -> CheckResult:
     """The result for one run's events (`brokerconf chaos run`, tests): the same facts and judge as
     the Spark pipeline's; the anomaly details are in ``stats["anomalies"]``."""
     c = history if isinstance(history, Columns) else Columns.of_events(history)
     result, rows = judge(("", ""), facts(c), consumer_facts(c), redistribution=redistribution,
-                         load_balancing=load_balancing)
+                         load_balancing=load_balancing, redistribution_delay_ms=redistribution_delay_ms)
     result.stats["anomalies"] = [r["detail"] for r in rows]
     return result

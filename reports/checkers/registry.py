@@ -20,7 +20,8 @@ NAMES = (total_queue.NAME, fifo.NAME, groups.NAME, failover_downtime.NAME, perfo
 #: the options each checker takes, with their defaults
 OPTIONS = {total_queue.NAME: {"duplicates_allowed": False}, failover_downtime.NAME: {"max_downtime_s": None},
            split_brain.NAME: {"split_brain": False},
-           redistribution.NAME: {"redistribution": False, "load_balancing": None},
+           redistribution.NAME: {"redistribution": False, "load_balancing": None,
+                                 "redistribution_delay_ms": None},
            group_pinning.NAME: {"group_pinning": False}}
 
 _FACTS = {

@@ -423,3 +423,40 @@ def test_split_brain_is_judged_when_the_history_asks_for_it(spark, tmp_path, eng
     assert (result.valid, result.applicable) == (False, True), result
     unasked = analyze(spark, h.write(tmp_path / "unasked"), checkers=["split_brain"], engine=engine).results
     assert [(r.valid, r.applicable) for r in unasked] == [(False, False)]
+
+
+def _asked(h: H, checkers: dict, topology: dict | None = None) -> H:
+    """``h`` with the harness record of an experiment asking for ``checkers``."""
+    record = {"index": 0, "time": 0, "process": "harness", "type": "info", "f": "experiment", "run": h.run,
+              "target": h.target, "node": None, "value": {"format": 1, "experiment": {
+                  "name": h.run, "workload": {"kind": "queue", "destination": "queue://q"}, "nemesis": [],
+                  "topology": topology or {"kind": "single"}, "checkers": checkers}}}
+    asked = H(h.run)
+    asked.lines = [record] + [{**e, "index": i + 1} for i, e in enumerate(h.lines)]
+    return asked
+
+
+def test_cluster_checkers_are_judged_when_the_history_asks_for_them(spark, tmp_path, engine):
+    """Issue 19: analyze takes [checkers] redistribution / group_pinning and the cluster's
+    message_load_balancing from the history's harness record."""
+    cluster = {"kind": "cluster", "message_load_balancing": "ON_DEMAND", "redistribution_delay_ms": -1}
+    stranded = _asked(LITERALS["redistribution_forwarded_to_node_without_consumer"], {"redistribution": True}, cluster)
+    [result] = analyze(spark, stranded.write(tmp_path / "stranded"), checkers=["redistribution"], engine=engine).results
+    assert (result.valid, result.applicable, result.reason) == (False, True, "1 no-consumer-node"), result
+    strict = _asked(LITERALS["redistribution_forwarded_to_node_without_consumer"], {"redistribution": True},
+                    {**cluster, "message_load_balancing": "STRICT"})
+    [result] = analyze(spark, strict.write(tmp_path / "strict"), checkers=["redistribution"], engine=engine).results
+    assert (result.valid, result.applicable) == (True, True), result
+    moved = _asked(LITERALS["group_moved_after_consumer_closed"], {"group_pinning": True}, cluster)
+    [result] = analyze(spark, moved.write(tmp_path / "moved"), checkers=["group_pinning"], engine=engine).results
+    assert (result.valid, result.applicable, result.reason) == (False, True, "1 moved"), result
+
+
+def test_cluster_checkers_unasked_are_shown_without_anomaly_rows(analysed):
+    """A run whose experiment did not ask (these literals carry no harness record) lists no rows
+    of the cluster checkers; their results say what they found, not applicable."""
+    for run in ("redistribution_duplicate_after_redistribution", "group_moved_after_consumer_closed"):
+        assert not [a for a in analysed[run]["anomalies"] if a["checker"] in ("redistribution", "group_pinning")]
+    result = check(analysed, "redistribution_lost_in_churn", "redistribution")
+    assert result["applicable"] is False and result["reason"].endswith("found: 1 lost")
+    assert anomalies(analysed, "redistribution_lost_in_churn", "total_queue") == [("lost", "b")]

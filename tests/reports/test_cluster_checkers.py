@@ -14,7 +14,7 @@ from reports.checkers.registry import check_all
 from .histories import MS, H, Q, msg
 from .test_checkers import LITERALS
 
-ASKED = {"redistribution": True, "load_balancing": "ON_DEMAND", "group_pinning": True}
+ASKED = {"redistribution": True, "load_balancing": "ON_DEMAND", "redistribution_delay_ms": -1, "group_pinning": True}
 
 
 def judged(run: str, **options) -> dict:
@@ -68,6 +68,16 @@ def test_on_demand_forbids_a_message_reaching_a_node_that_had_no_consumer():
                   load_balancing="STRICT")["redistribution"].valid is True
 
 
+def test_with_redistribution_on_only_drains_before_the_delay_are_evidence():
+    """The drains start at 9 s; a node's consumerless queue may move messages to a drain's node
+    once the delay has passed after the first drain opened ("Message Redistribution")."""
+    run = "redistribution_forwarded_to_node_without_consumer"
+    assert judged(run, redistribution_delay_ms=2000)["redistribution"].reason == "1 no-consumer-node"
+    assert judged(run, redistribution_delay_ms=0)["redistribution"].valid is True
+    # a delay the history does not say counts as 0: no finding the settings cannot back
+    assert judged(run, redistribution_delay_ms=None)["redistribution"].valid is True
+
+
 def test_on_demand_allows_a_node_whose_consumer_was_open_after_the_send():
     r = judged("redistribution_forwarded_to_node_with_consumer")["redistribution"]
     assert r.valid is True and r.stats["remote_drained"] == 1, r.reason
@@ -84,8 +94,10 @@ def test_a_consumer_closed_within_the_notification_grace_still_counts():
         h.call(10, "drain", None, result=[msg("b")], node="B")
         return h.call(11, "drain", None, result=[], node="A")
 
-    assert check_redistribution(history(NOTIFICATION_GRACE_NS // 2).lines, load_balancing="ON_DEMAND").valid is True
-    assert check_redistribution(history(2 * NOTIFICATION_GRACE_NS).lines, load_balancing="ON_DEMAND").valid is False
+    assert check_redistribution(history(NOTIFICATION_GRACE_NS // 2).lines, load_balancing="ON_DEMAND",
+                                redistribution_delay_ms=-1).valid is True
+    assert check_redistribution(history(2 * NOTIFICATION_GRACE_NS).lines, load_balancing="ON_DEMAND",
+                                redistribution_delay_ms=-1).valid is False
 
 
 def test_redistribution_not_asked_for_is_shown_but_left_out_of_the_verdict():

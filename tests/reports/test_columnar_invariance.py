@@ -117,7 +117,7 @@ def test_the_literals_plant_every_kind_of_anomaly():
             from reports.checkers.redistribution import without_consumer
             found |= {("redistribution", f["kind"]) for f in facts["redistribution"]["found"]}
             found |= {("redistribution", f["kind"])
-                      for f in without_consumer(facts["redistribution"], facts["redistribution_consumers"])}
+                      for f in without_consumer(facts["redistribution"], facts["redistribution_consumers"], -1)}
         found |= {("group_pinning", f["kind"]) for f in facts["group_pinning"]["found"]}
         if name == "failover_downtime":
             rows = facts["failover_downtime"]["rows"]
