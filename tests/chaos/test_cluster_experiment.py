@@ -180,3 +180,22 @@ def test_redistribution_experiment_runs_through_the_launch_on_a_fake_cluster(tmp
     assert check["stats"]["enqueued"] > 50 and check["stats"]["drained"] is True
     closes = [e for e in events if e["f"] == "close" and e["type"] == "ok"]
     assert {e["node"] for e in closes} == {"B", "C"}
+
+
+def test_the_main_jobs_chaos_stage_lists_a_cluster_experiment_its_target_cannot_launch(tmp_path, monkeypatch):
+    """brokerconf run's chaos stage: a cluster experiment on a target without topology.cluster is
+    an entry "not applicable" with the reason, which does not fail the run (the stage runs
+    nothing for it)."""
+    import argparse
+
+    from brokerconf import cli
+    from conformance.targets import registry
+
+    lacking = FakeClusterTarget(capabilities=("process.kill", "protocol.stomp"))
+    monkeypatch.setattr(registry, "resolve", lambda name: lacking)
+    monkeypatch.setattr(cli, "MAIN_JOB_EXPERIMENTS", (("reference-cluster-redistribution.toml", None, None),))
+    [entry] = cli._run_chaos_stage(argparse.Namespace(chaos_duration=5), ["reference"], tmp_path)
+    assert (entry["experiment"], entry["valid"], entry["applicable"]) == (
+        "reference-cluster-redistribution", "not applicable", False)
+    assert entry["error"].startswith("not applicable: target reference:process lacks topology.cluster")
+    assert not list(tmp_path.iterdir())  # nothing ran
