@@ -12,11 +12,15 @@ From a history (each completion names the node that served it, chaos/history.py 
 * ``lost``: a send completed ``ok`` and no ``receive`` or ``drain`` ever delivered the message.
   Without a completed drain a message may still be queued somewhere: the verdict is then
   ``unknown`` rather than false (as total_queue.py says why).
-* ``duplicated``: a delivery of a message that was delivered before, unless the broker flagged
-  it ``redelivered`` (a message given back after a consumer closed without acknowledging it is
-  redelivered, at-least-once; JMS 1.1, 3.4.7: the flag says "may have been delivered before").
-  Whether a flagged redelivery came after a confirmed ack is no_redelivery_after_ack's question
-  (reports/checkers/redelivery.py): the columnar rows do not keep an ack's ``confirmed``.
+* ``duplicated``: a message consumed twice, or delivered again after it was consumed. Consumed:
+  an ``ack`` completed ``ok`` (or a drain took it: drains acknowledge before they record). A
+  message delivered again before anyone consumed it is redelivered (at-least-once: a consumer
+  closed or its node died before its ack), flagged or not: Artemis documents that the
+  redelivered flag may be lost across a crash (``persist-delivery-count-before-delivery``
+  false by default), and redelivery.py judges what follows a confirmed ack the same way. What
+  ARTEMIS-4527 and ARTEMIS-4312 reported, one message acknowledged by consumers on two nodes,
+  is found whatever the order of the two deliveries. The columnar rows do not keep an ack's
+  ``confirmed: false`` (AMQP settling on send): every ``ok`` ack counts as consumed.
 * ``no-consumer-node`` (only when the cluster's ``message_load_balancing`` is ON_DEMAND): a
   message delivered at node N, sent to another node S, while no consumer was open on N at any
   time from the send's invoke to that delivery. ON_DEMAND routing and redistribution both need a
@@ -36,9 +40,8 @@ module's `facts`), the consumers' open intervals by client (`consumer_facts`, re
 from __future__ import annotations
 
 import numpy as np
-import pyarrow.compute as pc
 
-from .history import SECOND, Columns, in_canonical_order
+from .history import SECOND, Columns, in_canonical_order, ops_by_id
 from .result import INVALID, UNKNOWN, VALID, CheckResult, RunKey, anomaly, count_kinds, describe_counts
 
 NAME = "redistribution"
@@ -54,13 +57,6 @@ KINDS = ("lost", "duplicated", "no-consumer-node")
 NOTIFICATION_GRACE_NS = 1 * SECOND
 #: the consumer ops that show a consumer open on the node they name
 CONSUMER_FS = ("subscribe", "receive", "ack", "close")
-
-
-def _redelivered(c: Columns, rows: np.ndarray) -> np.ndarray:
-    if not len(rows):
-        return np.zeros(0, dtype=bool)
-    col = pc.fill_null(c.column("redelivered").take(c.original(rows)), False)
-    return np.asarray(col.to_numpy(zero_copy_only=False), dtype=bool)
 
 
 def facts(c: Columns) -> dict:
@@ -88,28 +84,29 @@ def facts(c: Columns) -> dict:
     codes = c.id.codes[d]
     count = np.bincount(codes, minlength=bins)
     out["totals"] = {"enqueued": int(enqueued.sum()), "delivered": int(len(d)),
-                     "messages": int(((count > 0) | enqueued).sum())}
+                     "messages": int(((count > 0) | enqueued).sum()), "redelivered": int((count[count > 1] - 1).sum())}
     out["unnamed"] = int((c.node.codes[d] < 0).sum())
     found = []
     for b in np.flatnonzero(enqueued & (count == 0)):
         found.append({"kind": "lost", "id": c.id.value(b), "ops": [int(send_index[b])],
                       "detail": "confirmed send never delivered" + _at(c, send_node[b])})
-    # a delivery after the id's first that the broker did not flag as a redelivery
-    if len(d):
-        by = np.argsort(codes, kind="stable")
-        sorted_codes = codes[by]
-        later = np.zeros(len(d), dtype=bool)
-        later[by[1:]] = sorted_codes[1:] == sorted_codes[:-1]
-        dup = np.flatnonzero(later & ~_redelivered(c, d))
-        starts = np.ones(len(d), dtype=bool)
-        starts[1:] = sorted_codes[1:] != sorted_codes[:-1]
-        first_of = np.full(bins, -1, dtype=np.int64)
-        first_of[sorted_codes[starts]] = by[starts]
-        for i in dup:
-            b, first = int(codes[i]), int(first_of[codes[i]])
-            found.append({"kind": "duplicated", "id": c.id.value(b), "ops": [int(c.index[d[first]]), int(c.index[d[i]])],
-                          "detail": f"delivered again{_at(c, c.node.codes[d[i]])} without the redelivered flag "
-                                    f"(first delivered{_at(c, c.node.codes[d[first]])} by op {int(c.index[d[first]])})"})
+    # consumed: an ack that completed ok, or a drain (it acks before it records); a message
+    # consumed twice, or delivered after it was consumed, is a duplicate
+    ack_ok = np.flatnonzero(c.queue & c.f.eq("ack") & c.type.eq("ok") & (c.id.codes >= 0))
+    drained_rows = d[c.f.eq("drain")[d]]
+    consumed = np.concatenate([ack_ok, drained_rows])
+    n_consumed = np.bincount(c.id.codes[consumed], minlength=bins)
+    first_consumed = np.full(bins, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(first_consumed, c.id.codes[consumed], consumed)  # row positions: (index, pos) order
+    after = np.bincount(codes[d > first_consumed[codes]], minlength=bins)
+    duplicated = np.flatnonzero((n_consumed > 1) | (after > 0))
+    if len(duplicated):
+        ops_of = ops_by_id(c, c.queue & (delivered | c.f.eq("ack")), duplicated.tolist())
+        for b in duplicated:
+            found.append({"kind": "duplicated", "id": c.id.value(b), "ops": ops_of.get(int(b), []),
+                          "detail": f"consumed {int(n_consumed[b])} times, delivered {int(count[b])} times "
+                                    f"({int(after[b])} after it was first consumed"
+                                    f"{_at(c, c.node.codes[first_consumed[b]])})"})
     out["found"] = in_canonical_order(found)
     # drained at a named node other than the confirming one: ON_DEMAND candidates
     drains = d[c.f.eq("drain")[d] & (c.node.codes[d] >= 0)]
@@ -145,7 +142,8 @@ def consumer_facts(c: Columns) -> dict:
 def combine(parts: list[dict]) -> dict:
     """The facts of a run from its parts split by message id: every id lies in one part."""
     totals = [p["totals"] for p in parts if p["totals"] is not None]
-    return {"totals": {k: sum(t[k] for t in totals) for k in ("enqueued", "delivered", "messages")} if totals else None,
+    return {"totals": {k: sum(t[k] for t in totals) for k in ("enqueued", "delivered", "messages", "redelivered")}
+            if totals else None,
             "drained": any(p["drained"] for p in parts),
             "found": in_canonical_order([f for p in parts for f in p["found"]]),
             "remote_drained": sorted(r for p in parts for r in p["remote_drained"]),
@@ -200,7 +198,7 @@ def judge(key: RunKey, facts_: dict, consumers: dict | None = None, *, redistrib
     rows = [anomaly(key, NAME, f["kind"], f["id"], f["ops"], f["detail"]) for f in found]
     counts = count_kinds(rows)
     totals, drained = facts_["totals"], facts_["drained"]
-    stats = {**(totals or {"enqueued": 0, "delivered": 0, "messages": 0}), **{k: counts.get(k, 0) for k in KINDS},
+    stats = {**(totals or {"enqueued": 0, "delivered": 0, "messages": 0, "redelivered": 0}), **{k: counts.get(k, 0) for k in KINDS},
              "drained": drained, "unnamed": facts_["unnamed"], "load_balancing": load_balancing,
              "remote_drained": len(facts_["remote_drained"]),
              "redistribution_delay_ms": redistribution_delay_ms}
