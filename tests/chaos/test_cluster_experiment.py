@@ -120,6 +120,13 @@ class FakeCluster:
     def __getitem__(self, name):
         return self.nodes[name]
 
+    formed = True  # what wait_formed answers
+    waited: list = []
+
+    def wait_formed(self, timeout):
+        FakeCluster.waited.append(timeout)
+        return FakeCluster.formed
+
     def addresses(self, protocol):
         return [self.nodes[n].address(protocol) for n in self.topology.nodes]
 
@@ -164,7 +171,9 @@ def test_redistribution_experiment_runs_through_the_launch_on_a_fake_cluster(tmp
         proxies.update({p["name"]: p for p in ToxiproxyClient(self.proxy.api_url).proxies().values()})
         real_stop(self)
     monkeypatch.setattr(experiment_module.RunningTopology, "stop", stop_and_look)
+    FakeCluster.waited = []
     result = run_experiment(exp, tmp_path / "run", progress=lambda *_: None)
+    assert FakeCluster.waited, "the workload started before the cluster formed"
     [topology] = target.launched
     assert topology.kind == "cluster" and topology.cluster.redistribution_delay_ms == 2000
     # every cluster link dials the fault proxy in front of its peer; the partition cut them all
@@ -199,3 +208,27 @@ def test_the_main_jobs_chaos_stage_lists_a_cluster_experiment_its_target_cannot_
         "reference-cluster-redistribution", "not applicable", False)
     assert entry["error"].startswith("not applicable: target reference:process lacks topology.cluster")
     assert not list(tmp_path.iterdir())  # nothing ran
+
+
+def test_a_cluster_that_does_not_form_stops_the_experiment_with_the_reason(tmp_path, monkeypatch):
+    from chaos.topology import launch_topology
+
+    class NeverForms(FakeCluster):
+        def __init__(self, topology, scenario, workdir):  # nothing to start
+            self.topology, self.singles, self.nodes, self.stopped = topology, {}, {}, False
+
+        def wait_formed(self, timeout):
+            return False
+
+        def stop(self):
+            self.stopped = True
+
+    target = FakeClusterTarget()
+    launched = []
+    monkeypatch.setattr(target, "launch_topology",
+                        lambda topology, scenario, workdir, bridge_route=None: launched.append(
+                            NeverForms(topology, scenario, workdir)) or launched[-1])
+    exp = with_overrides(load_experiment(EXPERIMENTS / FILES[2]), target="fake-cluster")
+    with pytest.raises(ExperimentError, match="the cluster did not form within 90 s"):
+        launch_topology(exp, target, tmp_path)
+    assert launched[0].stopped
