@@ -152,16 +152,15 @@ class ClusterWorkload(QueueWorkload):
             for entry in list(live):
                 node, _client, sub, _op, got = entry
                 try:
-                    message = sub.receive(poll)
-                    if message is None:
-                        continue
-                    sub.ack(message)  # acked before counted: in the value means consumed
+                    # each node read until it has nothing within ``poll``, then the next: a
+                    # node's backlog never waits on the others' empty polls
+                    while (message := sub.receive(poll)) is not None:
+                        sub.ack(message)  # acked before counted: in the value means consumed
+                        got.append(self._received(message, -1))
+                        last = time.monotonic()
                 except Exception as exc:  # noqa: BLE001
                     result[node] = f"{type(exc).__name__}: {exc}"
                     live.remove(entry)
-                    continue
-                got.append(self._received(message, -1))
-                last = time.monotonic()
         for node, *_ in live:
             result[node] = True
         return result
