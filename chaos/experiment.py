@@ -30,6 +30,7 @@ from chaos.proxy import start_fault_proxy
 from chaos.proxy.client import ToxiproxyClient, split_address
 from chaos.topology import RunningTopology, launch_topology
 from chaos.transport_log import TransportLog, worker_of_thread
+from chaos.workloads.cluster import ClusterWorkload, GroupedClusterWorkload
 from chaos.workloads.queue import DrainIncomplete, GroupedQueueWorkload, QueueWorkload
 from chaos.workloads.topic import TopicFanoutWorkload
 from conformance.targets.registry import UnknownTarget, resolve
@@ -328,6 +329,18 @@ def _make_workload(exp: Experiment, history: History, make_client, make_slow_cli
     return QueueWorkload(history, make_client, consumers=w.consumers, **common)
 
 
+def _cluster_workload(exp: Experiment, history: History, make_clients: dict, names: dict[str, str]) -> ClusterWorkload:
+    w = exp.workload
+    options = dict(producer_node=exp.topology.producer_node, consumer_nodes=exp.topology.consumer_nodes or None,
+                   lifetime_s=tuple(w.consumer_lifetime_s) if w.consumer_lifetime_s else None,
+                   pause_s=w.consumer_pause_s, seed=exp.seed, destination=w.destination, producers=w.producers,
+                   consumers=w.consumers, rate=w.rate, persistent=w.persistent, ack=w.ack, prefetch=w.prefetch,
+                   node_names=names)
+    if w.kind == "grouped":
+        return GroupedClusterWorkload(history, make_clients, groups=w.groups, **options)
+    return ClusterWorkload(history, make_clients, **options)
+
+
 def _run(exp: Experiment, topology: RunningTopology, run_id: str, history_path: Path, progress, proxy) -> ExperimentResult:
     # No default node: the workloads name the node that served each completion (issue 18), the
     # nemeses the node they fault; a line that names none says nothing about a node.
@@ -354,7 +367,12 @@ def _run_with_history(exp: Experiment, topology: RunningTopology, run_id: str, h
     for group in sorted(groups):
         proxies[group], addresses[group] = _proxied(exp, topology, proxy, group)
     names = node_names(topology.names, *{tuple(a): a for a in addresses.values()}.values())
-    if topology.kind == "network":
+    if topology.kind == "cluster":
+        # Producers on the producer node, consumers spread over the consumer nodes, the drain on
+        # every node (chaos/workloads/cluster.py)
+        workload = _cluster_workload(exp, history, {node: _client_factory(
+            exp, [topology.address_of(node, exp.target.protocol)], transport_log) for node in topology.names}, names)
+    elif topology.kind == "network":
         # Consumers (and the drain) on the consumer node, producers on the producer node: the
         # messages must cross the bridges to be consumed.
         consumer_client = _client_factory(exp, [topology.address_of(exp.topology.consumer_node, exp.target.protocol)],
@@ -369,7 +387,7 @@ def _run_with_history(exp: Experiment, topology: RunningTopology, run_id: str, h
     for n in exp.nemesis:
         if n.kind == "lock-loss":
             nemeses.append(_lock_loss_fault(n, topology, history))
-        elif n.link == "bridges":
+        elif n.link in ("bridges", "cluster"):
             nemeses.append(_ProxyGroupFault(topology.proxy.api_url, topology.bridge_proxies, history))
         elif n.kind in PROXY_FAULTS:
             nemeses.append(_ProxyGroupFault(proxy.api_url, proxies[n.clients], history))

@@ -30,6 +30,18 @@
     producer_node = "A"             # network: producers connect here ...
     consumer_node = "B"             # ... consumers and the final drain there
 
+    # kind = "cluster": `nodes` brokers (2 to 4) joined by Artemis-style cluster connections
+    # (artemis-clusters.md), options as the chapter names them, with its defaults
+    message_load_balancing = "ON_DEMAND"   # OFF | STRICT | ON_DEMAND | OFF_WITH_REDISTRIBUTION
+    max_hops = 1
+    redistribution_delay_ms = -1    # -1: never; 0: at once; N ms after a queue's last consumer closed
+    retry_interval_ms = 500
+    max_retry_interval_ms = 2000
+    reconnect_attempts = -1
+    grouping_local = "A"            # clustered grouping: the LOCAL handler's node (others REMOTE)
+    grouping_timeout_ms = 5000
+    consumer_nodes = ["B", "C"]     # cluster: consumers connect here (producers: producer_node)
+
     [[policy]]                      # destination policies of the broker (conformance.scenario)
     pattern = "topic://chaos.slow.>"
     pending_message_limit = 10
@@ -46,6 +58,8 @@
     groups = ["g0", "g1"]           # grouped
     ack = "client-individual"       # or auto
     prefetch = 10                   # consumer prefetch (omit: the client's default)
+    consumer_lifetime_s = [1.0, 3.0]    # cluster: consumer churn, each open this long, then closed ...
+    consumer_pause_s = 0.5              # ... this long
 
     [[nemesis]]
     kind = "kill"                   # kill | pause | stop (each followed by a restart / resume) |
@@ -57,7 +71,7 @@
     down_s = 1                      # how long the fault lasts
     node = "master"                 # process faults: a node name (A, B, ...) or "master" (whoever serves then)
     clients = "all"                 # proxy faults: "all" clients, or only the "slow" subscribers
-    link = "clients"                # proxy faults: cut the "clients" or (network topology) the "bridges"
+    link = "clients"                # proxy faults: cut the "clients", (network) the "bridges", (cluster) the "cluster" links
     latency_ms = 100                # latency (with jitter_ms); bandwidth: rate_kbps; reset_peer: timeout_ms
 
     [checkers]
@@ -67,6 +81,8 @@
     failover_downtime = true        # per fault, each client's time to its first successful operation
     max_downtime_s = 30             # optional bound: a longer downtime makes the verdict false
     split_brain = false             # two nodes accepting sends/deliveries at once (master/slave topologies)
+    redistribution = false          # cluster: none lost or delivered twice; ON_DEMAND: only to nodes with consumers
+    group_pinning = false           # cluster: a group's messages delivered by one node (moved only by a fault)
 
 A bad file is refused before anything starts, naming the offending key (with a did-you-mean).
 """
@@ -103,7 +119,9 @@ class TopologySection(_Strict):
     # (A-MQ fault-tolerant messaging guide, 3.1); the lock settings are that section's.
     # network: `nodes` brokers (2 to 4) joined by `bridges` (ActiveMQ "Networks of Brokers"); the
     # reconnect options are the "Static discovery" table's, with its defaults.
-    kind: Literal["single", "shared-store", "network"] = "single"
+    # cluster: `nodes` brokers (2 to 4) joined by Artemis-style cluster connections
+    # (artemis-clusters.md; conformance.topology.ClusterConnection, the chapter's defaults)
+    kind: Literal["single", "shared-store", "network", "cluster"] = "single"
     nodes: int = Field(default=2, ge=2, le=8)
     lock_keep_alive_period_ms: int = Field(default=2000, ge=0)
     lock_acquire_sleep_interval_ms: int = Field(default=1000, gt=0)
@@ -119,6 +137,19 @@ class TopologySection(_Strict):
     use_exponential_back_off: bool = True
     producer_node: str = "A"
     consumer_node: str = "B"
+    # cluster: the cluster connection's options (names as the chapter's, snake_case) ...
+    message_load_balancing: Literal["OFF", "STRICT", "ON_DEMAND", "OFF_WITH_REDISTRIBUTION"] = "ON_DEMAND"
+    max_hops: int = Field(default=1, ge=0)
+    redistribution_delay_ms: int = Field(default=-1, ge=-1)
+    retry_interval_ms: int = Field(default=500, gt=0)
+    max_retry_interval_ms: int = Field(default=2000, gt=0)
+    reconnect_attempts: int = Field(default=-1, ge=-1)
+    # ... clustered grouping: the node with the LOCAL handler (None: no grouping handlers)
+    grouping_local: str | None = None
+    grouping_timeout_ms: int = Field(default=5000, gt=0)
+    # ... and where the workload's consumers connect (producers: producer_node); empty: every
+    # node but the producer's
+    consumer_nodes: list[str] = Field(default_factory=list)
 
     @property
     def node_names(self) -> list[str]:
@@ -135,6 +166,20 @@ class TopologySection(_Strict):
                 MountOptions.parse(self.nfs_mount_options)
             except MountOptionError as exc:
                 raise ValueError(f"nfs_mount_options: {exc}") from None
+        return self
+
+    @model_validator(mode="after")
+    def _cluster_fits(self) -> "TopologySection":
+        if self.kind != "cluster":
+            return self
+        if self.nodes > 4:
+            raise ValueError(f"a cluster topology has 2 to 4 brokers, not {self.nodes}")
+        nodes = self.node_names
+        for label, named in (("producer_node", [self.producer_node]), ("consumer_nodes", self.consumer_nodes),
+                             ("grouping_local", [self.grouping_local] if self.grouping_local else [])):
+            unknown = [n for n in named if n not in nodes]
+            if unknown:
+                raise ValueError(f"{label} {unknown} names no node of this cluster ({nodes})")
         return self
 
     def bridge_ends(self) -> list[tuple[str, str, bool]]:
@@ -199,6 +244,10 @@ class WorkloadSection(_Strict):
     groups: list[str] = Field(default_factory=lambda: ["g0", "g1", "g2"], min_length=1)
     ack: Literal["client-individual", "auto"] = "client-individual"
     prefetch: int | None = Field(default=None, ge=1)
+    # cluster topologies: consumer churn, each consumer open for [min, max] seconds (drawn per
+    # opening) then closed for pause_s (chaos/workloads/cluster.py); omit for consumers that stay
+    consumer_lifetime_s: list[float] | None = Field(default=None, min_length=2, max_length=2)
+    consumer_pause_s: float = Field(default=0.5, ge=0)
 
     @model_validator(mode="after")
     def _destination_fits_kind(self) -> "WorkloadSection":
@@ -209,6 +258,9 @@ class WorkloadSection(_Strict):
             raise ValueError(f"slow_subscribers ({self.slow_subscribers}) exceeds subscribers ({self.subscribers})")
         if self.slow_subscribers and self.kind != "topic":
             raise ValueError("slow_subscribers applies to topic workloads only")
+        if self.consumer_lifetime_s is not None and not 0 < self.consumer_lifetime_s[0] <= self.consumer_lifetime_s[1]:
+            raise ValueError(f"consumer_lifetime_s is [min, max] seconds with 0 < min <= max, not "
+                             f"{self.consumer_lifetime_s}")
         return self
 
 
@@ -230,8 +282,9 @@ class NemesisSection(_Strict):
     node: str = "A"
     clients: Literal["all", "slow"] = "all"
     # clients: the proxies clients connect through; bridges: those in front of every bridge's
-    # peer (network topology), so the brokers lose each other and keep their clients
-    link: Literal["clients", "bridges"] = "clients"
+    # peer (network topology), so the brokers lose each other and keep their clients; cluster:
+    # those in front of every cluster connection's peer (cluster topology), likewise
+    link: Literal["clients", "bridges", "cluster"] = "clients"
     latency_ms: int = Field(default=100, ge=0)
     jitter_ms: int = Field(default=0, ge=0)
     rate_kbps: int = Field(default=64, ge=0)
@@ -245,6 +298,11 @@ class CheckersSection(_Strict):
     failover_downtime: bool = True
     max_downtime_s: float | None = Field(default=None, gt=0)
     split_brain: bool = False
+    # cluster topologies (issue 19): no confirmed message lost or delivered twice, and under
+    # ON_DEMAND none carried to a node without consumers (reports/checkers/redistribution.py);
+    # every message of a group delivered by the one node it is pinned to (group_pinning.py)
+    redistribution: bool = False
+    group_pinning: bool = False
 
 
 class Experiment(_Strict):
@@ -295,6 +353,26 @@ class Experiment(_Strict):
         return self
 
     @model_validator(mode="after")
+    def _cluster_fits_workload(self) -> "Experiment":
+        if self.topology.kind != "cluster":
+            if self.workload.consumer_lifetime_s is not None:
+                raise ValueError("[workload] consumer_lifetime_s (consumer churn) needs a cluster topology "
+                                 "([topology] kind = \"cluster\")")
+            if self.checkers.redistribution or self.checkers.group_pinning:
+                raise ValueError("[checkers] redistribution and group_pinning judge cluster topologies: set "
+                                 "[topology] kind = \"cluster\" or turn them off")
+            return self
+        if self.workload.kind == "topic":
+            raise ValueError("a cluster topology runs queue or grouped workloads (the cluster checkers judge "
+                             "queues): set [workload] kind")
+        if self.policy:
+            raise ValueError("[[policy]] is not supported with a cluster topology (its launchers take no "
+                             "destination policies): remove the [[policy]] entries")
+        if self.topology.grouping_local and self.workload.kind != "grouped":
+            raise ValueError("[topology] grouping_local sets up clustered grouping: use [workload] kind = \"grouped\"")
+        return self
+
+    @model_validator(mode="after")
     def _nemeses_fit_topology(self) -> "Experiment":
         nodes = self.topology.node_names
         for index, nemesis in enumerate(self.nemesis):
@@ -310,6 +388,16 @@ class Experiment(_Strict):
                 if nemesis.node not in allowed:
                     raise ValueError(f"nemesis[{index}].node {nemesis.node!r} is not a node of this "
                                      f"{self.topology.kind} topology (one of {allowed})")
+            if self.topology.kind == "cluster" and nemesis.kind in PROXY_FAULTS and nemesis.link != "cluster":
+                raise ValueError(f"nemesis[{index}]: a cluster topology's proxy faults cut its cluster links (set "
+                                 "link = \"cluster\"); its clients are not proxied")
+            if nemesis.link == "cluster":
+                if self.topology.kind != "cluster":
+                    raise ValueError(f"nemesis[{index}].link = \"cluster\" needs a cluster topology ([topology] "
+                                     f"kind = \"cluster\"), not {self.topology.kind!r}")
+                if nemesis.kind not in PROXY_FAULTS:
+                    raise ValueError(f"nemesis[{index}].link = \"cluster\" applies to proxy faults "
+                                     f"{PROXY_FAULTS}, not {nemesis.kind!r}")
             if self.topology.kind == "network" and nemesis.link != "bridges":
                 raise ValueError(f"nemesis[{index}]: a network topology's faults cut its bridges (set link = "
                                  f"\"bridges\" with a proxy fault {PROXY_FAULTS}); its brokers' processes and "

@@ -13,6 +13,11 @@ lives in their folders under conformance/targets/.
   Each bridge dials a fault proxy in front of its peer (`BridgeProxies`), so a
   ``link = "bridges"`` nemesis cuts the brokers apart while every client keeps its own
   connection; producers and consumers each connect to their own node.
+* ``cluster``: ``nodes`` brokers joined by Artemis-style cluster connections (a symmetric
+  cluster, `ClusterConnection` with the experiment's options; ``topology.cluster``). When a
+  nemesis cuts the ``cluster`` links, each link dials a fault proxy in front of its peer (the
+  launcher calls ``bridge_route(Bridge(source, target), host, port)`` per link, `BridgeProxies`);
+  producers connect to ``producer_node``, consumers to ``consumer_nodes``, the drain to each node.
 """
 
 from __future__ import annotations
@@ -25,8 +30,8 @@ from chaos.proxy.client import ToxiproxyClient, split_address
 from conformance.scenario import Scenario
 from conformance.targets.runtime.probes import stomp_handshake, tcp_accepts
 from conformance.targets.base import TargetUnavailable, why_missing
-from conformance.topology import (Bridge, Cluster, NetworkConnectorOptions, NfsOptions, SharedStore, Topology,
-                                  TopologyUnsupported, capability_of)
+from conformance.topology import (Bridge, Cluster, ClusterConnection, GroupingHandlers, NetworkConnectorOptions,
+                                  NfsOptions, SharedStore, Topology, TopologyUnsupported, capability_of)
 
 
 class BridgeProxies:
@@ -75,7 +80,8 @@ class RunningTopology:
 
     @property
     def bridge_proxies(self) -> list[str]:
-        """The proxies a ``link = "bridges"`` fault acts on: one per bridge."""
+        """The proxies a ``link = "bridges"`` (or, on a cluster, ``"cluster"``) fault acts on: one
+        per bridge or cluster link."""
         return list(self.routes.names.values()) if self.routes is not None else []
 
     def bridge_establishments(self) -> int | None:
@@ -94,8 +100,8 @@ class RunningTopology:
 
     def master(self) -> str | None:
         """The node serving clients now when only one does (a shared store's master); None while
-        no node does, and for a network, where every broker serves its own clients."""
-        if self.kind == "network":
+        no node does, and for a network or a cluster, where every broker serves its own clients."""
+        if self.kind in ("network", "cluster"):
             return None
         serving = self.cluster.serving()
         if len(serving) > 1:
@@ -173,6 +179,18 @@ def topology_of(exp: Experiment) -> Topology:
         bridges = tuple(Bridge(source, target_node, NetworkConnectorOptions(duplex=duplex, **options))
                         for source, target_node, duplex in topo.bridge_ends())
         return Topology(names, bridges, proxied=("bridges",), prefix="chaos")
+    if topo.kind == "cluster":
+        grouping = (GroupingHandlers(local=topo.grouping_local, timeout_ms=topo.grouping_timeout_ms)
+                    if topo.grouping_local else None)
+        cluster = ClusterConnection(message_load_balancing=topo.message_load_balancing, max_hops=topo.max_hops,
+                                    redistribution_delay_ms=topo.redistribution_delay_ms,
+                                    retry_interval_ms=topo.retry_interval_ms,
+                                    max_retry_interval_ms=topo.max_retry_interval_ms,
+                                    reconnect_attempts=topo.reconnect_attempts, grouping=grouping)
+        # the cluster links run through the fault proxy only when a fault cuts them
+        proxied = ("cluster",) if any(n.link == "cluster" for n in exp.nemesis) else ()
+        # persistent: a killed node keeps the messages routed or redistributed to it (its journal)
+        return Topology(names, cluster=cluster, proxied=proxied, prefix="chaos", persistent=True)
     return Topology(names)
 
 
@@ -190,7 +208,7 @@ def launch_topology(exp: Experiment, target, workdir: Path) -> RunningTopology:
         raise ExperimentError("[[policy]] is not supported with a network topology (its launchers take no "
                               "destination policies): remove the [[policy]] entries")
     proxy = routes = None
-    if "bridges" in topology.proxied:
+    if "bridges" in topology.proxied or "cluster" in topology.proxied:
         proxy = start_fault_proxy()
         routes = BridgeProxies(proxy.api_url)
     try:
@@ -203,6 +221,9 @@ def launch_topology(exp: Experiment, target, workdir: Path) -> RunningTopology:
     except Exception as exc:
         if proxy is not None:
             proxy.stop()
+        if topology.cluster is not None:
+            raise ExperimentError(f"target {exp.target.name} could not start the {len(topology.nodes)}-node cluster: "
+                                  f"{exc}") from None
         if not topology.bridges:
             raise
         raise ExperimentError(f"target {exp.target.name} could not start the network {exp.topology.bridges}: "
@@ -211,4 +232,31 @@ def launch_topology(exp: Experiment, target, workdir: Path) -> RunningTopology:
         if proxy is not None:
             proxy.stop()
         raise
-    return RunningTopology(cluster, proxy, routes)
+    running = RunningTopology(cluster, proxy, routes)
+    if topology.cluster is not None:
+        _wait_formed(running, exp)
+    return running
+
+
+#: how long a cluster gets to form every link before the workload starts (JVMs on a loaded
+#: 2-core machine; the reference brokers form in about a second)
+CLUSTER_FORMATION_TIMEOUT_S = 90.0
+
+
+def _wait_formed(running: RunningTopology, exp: Experiment) -> None:
+    """Start the workload on a formed cluster (every link of ``ClusterConnection.links`` up): a
+    node that does not know its peers' consumers yet keeps every message local, and the run
+    would not exercise routing or redistribution at all. The launchers offer ``wait_formed``
+    (the topology contract, conformance/topology.py); one that does not is trusted as started."""
+    wait = getattr(running.cluster, "wait_formed", None)
+    if wait is None:
+        return
+    try:
+        formed = wait(CLUSTER_FORMATION_TIMEOUT_S)
+    except Exception as exc:  # noqa: BLE001 - a launcher's own timeout or node error: the reason
+        running.stop()
+        raise ExperimentError(f"target {exp.target.name}: the cluster did not form: {exc}") from None
+    if formed is False:
+        running.stop()
+        raise ExperimentError(f"target {exp.target.name}: the cluster did not form within "
+                              f"{CLUSTER_FORMATION_TIMEOUT_S:.0f} s (not every cluster link came up); see the broker logs")

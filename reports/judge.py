@@ -18,6 +18,8 @@ from pathlib import Path
 from chaos.history import is_harness, read_history
 from reports.checkers.failover_downtime import failover_downtime
 from reports.checkers.redelivery import check_no_redelivery_after_ack
+from reports.checkers.group_pinning import check_group_pinning
+from reports.checkers.redistribution import check_redistribution
 from reports.checkers.split_brain import check_split_brain
 from reports.checkers.topic_fanout import check_topic_fanout
 from reports.checkers.topic_fanout import pair_discards as pair_broker_discards
@@ -84,6 +86,12 @@ def judge_events(events: list[dict], *, record: RunRecord | None = None) -> dict
         checks["failover_downtime"] = failover_downtime(ops, max_downtime_s=checkers["max_downtime_s"]).to_json()
     if checkers["split_brain"]:
         checks["split_brain"] = check_split_brain(ops).to_json()
+    if checkers["redistribution"]:
+        checks["redistribution"] = check_redistribution(
+            ops, load_balancing=record.checker_options["load_balancing"],
+            redistribution_delay_ms=record.checker_options["redistribution_delay_ms"]).to_json()
+    if checkers["group_pinning"]:
+        checks["group_pinning"] = check_group_pinning(ops).to_json()
     end = record.run_end or {}
     if end.get("nemesis_errors"):
         checks["nemesis_schedule"] = {"valid": UNKNOWN, "errors": end["nemesis_errors"],
@@ -184,6 +192,14 @@ def summary_lines(verdict: dict) -> list[str]:
                      f"handovers: {split_brain['stats'].get('handovers', 0)})"
                      + (f" - {split_brain['reason']}" if split_brain["reason"] else ""))
         lines += [f"  {detail}" for detail in split_brain["stats"].get("anomalies", [])[:5]]
+    for name in ("redistribution", "group_pinning"):
+        check = checks.get(name)
+        if check:
+            counts = ", ".join(f"{k} {v}" for k, v in check["stats"].items() if isinstance(v, (int, str)) and v != ""
+                               and not isinstance(v, bool))
+            lines.append(f"{name.replace('_', ' ')}: {check['valid']} ({counts})"
+                         + (f" - {check['reason']}" if check["reason"] else ""))
+            lines += [f"  {detail}" for detail in check["stats"].get("anomalies", [])[:5]]
     transport = stats.get("transport_events")
     if transport:
         per = "; ".join(f"{worker} " + ", ".join(f"{kind} {n}" for kind, n in kinds.items())

@@ -20,7 +20,8 @@ from chaos.history import HARNESS, HARNESS_BROKER_COUNTERS, HARNESS_EXPERIMENT, 
 
 #: CheckersSection's defaults (chaos/experiment_file.py): what an old history is judged with
 DEFAULT_CHECKERS = {"total_queue": True, "duplicates_allowed": False, "topic_fanout": True,
-                    "failover_downtime": True, "max_downtime_s": None, "split_brain": False}
+                    "failover_downtime": True, "max_downtime_s": None, "split_brain": False,
+                    "redistribution": False, "group_pinning": False}
 #: the nemesis kinds that take a client's broker away, after which failover downtime is measured
 OUTAGE_FAULTS = ("kill", "stop", "pause", "partition")
 
@@ -59,7 +60,22 @@ class RunRecord:
     @property
     def checker_options(self) -> dict:
         return {"duplicates_allowed": self.checkers["duplicates_allowed"],
-                "max_downtime_s": self.checkers["max_downtime_s"], "split_brain": self.checkers["split_brain"]}
+                "max_downtime_s": self.checkers["max_downtime_s"], "split_brain": self.checkers["split_brain"],
+                "redistribution": self.checkers["redistribution"], "group_pinning": self.checkers["group_pinning"],
+                "load_balancing": self.load_balancing, "redistribution_delay_ms": self.redistribution_delay_ms}
+
+    @property
+    def load_balancing(self) -> str | None:
+        """The cluster's message_load_balancing (a [topology] kind = "cluster"), else None: the
+        redistribution checker's ON_DEMAND rule needs it (reports/checkers/redistribution.py)."""
+        topology = (self.experiment or {}).get("topology") or {}
+        return topology.get("message_load_balancing") if topology.get("kind") == "cluster" else None
+
+    @property
+    def redistribution_delay_ms(self) -> int | None:
+        """The cluster's redistribution delay (-1: never), else None."""
+        topology = (self.experiment or {}).get("topology") or {}
+        return topology.get("redistribution_delay_ms") if topology.get("kind") == "cluster" else None
 
     @property
     def destination(self) -> str | None:

@@ -207,55 +207,61 @@ class QueueWorkload:
                     client, sub = self._open_consumer(process)
                     if sub is None:
                         return
-                op = self.history.invoke(process, "receive", None)
-                try:
-                    message = sub.receive(self.receive_timeout)
-                except Exception as exc:  # noqa: BLE001 - connection lost while waiting
-                    # With client acks, anything dispatched and not acked is redelivered: nothing was
-                    # consumed. With auto ack a message may have been lost in flight: unknown.
-                    node = self.node_of(client)
-                    if self.ack == "auto":
-                        self.history.info(op, str(exc), node=node)
-                        process = self.ids.take()
-                    else:
-                        self.history.fail(op, str(exc), node=node)
-                    close_quietly(client)
+                process, still_open = self._receive_once(process, client, sub, consumer)
+                if not still_open:
                     client = sub = None
-                    continue
-                if message is None:
-                    self.history.fail(op, f"nothing arrived within {self.receive_timeout}s", node=self.node_of(client))
-                    continue
-                value = self._received(message, consumer)
-                self.history.ok(op, value, node=self.node_of(client))
-                if self.ack == "auto":
-                    self.received_ok += 1
-                    continue
-                op = self.history.invoke(process, "ack", value)
-                try:
-                    sub.ack(message)
-                except Exception as exc:  # noqa: BLE001
-                    node = self.node_of(client)
-                    if outcome_of(exc) == "fail":
-                        self.history.fail(op, str(exc), node=node)
-                    else:
-                        self.history.info(op, str(exc), node=node)
-                        process = self.ids.take()
-                    close_quietly(client)
-                    client = sub = None
-                else:
-                    node = self.node_of(client)
-                    if sub.ack_confirmed:
-                        self.history.ok(op, node=node)
-                    else:
-                        # Sent, never answered (AMQP settles on send): a broker crash may still
-                        # redeliver the message, so the checkers must not take this ack as
-                        # confirmed. The ack itself is done (nothing of it is left in flight),
-                        # so the process goes on: marking it `info` would retire the process
-                        # and with it, for the checkers, the subscription.
-                        self.history.ok(op, {**value, "confirmed": False}, node=node)
-                    self.received_ok += 1
         finally:
             self._finish_consumer(consumer, process, client, sub)
+
+    def _receive_once(self, process: int, client: Client, sub: Subscription, consumer: int) -> tuple[int, bool]:
+        """One ``receive`` (and its ``ack``) on an open subscription: (the process to go on with,
+        whether the subscription is still open). A broken one is closed here."""
+        op = self.history.invoke(process, "receive", None)
+        try:
+            message = sub.receive(self.receive_timeout)
+        except Exception as exc:  # noqa: BLE001 - connection lost while waiting
+            # With client acks, anything dispatched and not acked is redelivered: nothing was
+            # consumed. With auto ack a message may have been lost in flight: unknown.
+            node = self.node_of(client)
+            if self.ack == "auto":
+                self.history.info(op, str(exc), node=node)
+                process = self.ids.take()
+            else:
+                self.history.fail(op, str(exc), node=node)
+            close_quietly(client)
+            return process, False
+        if message is None:
+            self.history.fail(op, f"nothing arrived within {self.receive_timeout}s", node=self.node_of(client))
+            return process, True
+        value = self._received(message, consumer)
+        self.history.ok(op, value, node=self.node_of(client))
+        if self.ack == "auto":
+            self.received_ok += 1
+            return process, True
+        op = self.history.invoke(process, "ack", value)
+        try:
+            sub.ack(message)
+        except Exception as exc:  # noqa: BLE001
+            node = self.node_of(client)
+            if outcome_of(exc) == "fail":
+                self.history.fail(op, str(exc), node=node)
+            else:
+                self.history.info(op, str(exc), node=node)
+                process = self.ids.take()
+            close_quietly(client)
+            return process, False
+        node = self.node_of(client)
+        if sub.ack_confirmed:
+            self.history.ok(op, node=node)
+        else:
+            # Sent, never answered (AMQP settles on send): a broker crash may still
+            # redeliver the message, so the checkers must not take this ack as
+            # confirmed. The ack itself is done (nothing of it is left in flight),
+            # so the process goes on: marking it `info` would retire the process
+            # and with it, for the checkers, the subscription.
+            self.history.ok(op, {**value, "confirmed": False}, node=node)
+        self.received_ok += 1
+        return process, True
 
     def _open_consumer(self, process: int) -> tuple[Client | None, Subscription | None]:
         while True:

@@ -10,16 +10,19 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
-from . import failover_downtime, fifo, groups, performance, split_brain, total_queue
+from . import failover_downtime, fifo, group_pinning, groups, performance, redistribution, split_brain, total_queue
 from .history import THREADS, Columns
 from .result import CheckResult, RunKey
 
 #: in the order `brokerconf analyze` runs them (topic fan-out and slow consumer: see engine.py)
 NAMES = (total_queue.NAME, fifo.NAME, groups.NAME, failover_downtime.NAME, performance.LATENCY,
-         performance.THROUGHPUT, split_brain.NAME)
+         performance.THROUGHPUT, split_brain.NAME, redistribution.NAME, group_pinning.NAME)
 #: the options each checker takes, with their defaults
 OPTIONS = {total_queue.NAME: {"duplicates_allowed": False}, failover_downtime.NAME: {"max_downtime_s": None},
-           split_brain.NAME: {"split_brain": False}}
+           split_brain.NAME: {"split_brain": False},
+           redistribution.NAME: {"redistribution": False, "load_balancing": None,
+                                 "redistribution_delay_ms": None},
+           group_pinning.NAME: {"group_pinning": False}}
 
 _FACTS = {
     total_queue.NAME: total_queue.facts,
@@ -29,6 +32,10 @@ _FACTS = {
     performance.LATENCY: performance.latency_facts,
     performance.THROUGHPUT: performance.throughput_facts,
     split_brain.NAME: split_brain.facts,
+    redistribution.NAME: redistribution.facts,
+    # facts only (no result of its own): the consumers' open intervals redistribution judges with
+    redistribution.CONSUMERS: redistribution.consumer_facts,
+    group_pinning.NAME: group_pinning.facts,
 }
 
 
@@ -59,7 +66,10 @@ def judge(name: str, key: RunKey, facts: dict, **options) -> tuple[CheckResult, 
         table = [(*key, r["client"], r["fault_start"], r["next_fault_start"], r["downtime"], r["first_ok_index"],
                   r["ops"], r["retired"]) for r in facts[name]["rows"]] if facts[name]["windows"] else []
         return result, rows, table
-    module = {total_queue.NAME: total_queue, fifo.NAME: fifo, groups.NAME: groups, split_brain.NAME: split_brain}[name]
+    if name == redistribution.NAME:
+        result, rows = redistribution.judge(key, facts[name], facts[redistribution.CONSUMERS], **options)
+        return result, rows, []
+    module = {group_pinning.NAME: group_pinning, total_queue.NAME: total_queue, fifo.NAME: fifo, groups.NAME: groups, split_brain.NAME: split_brain}[name]
     result, rows = module.judge(key, facts[name], **options)
     return result, rows, []
 

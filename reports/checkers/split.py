@@ -4,12 +4,12 @@ A run's flat rows come in pieces (chunks of its history file, files of its Parqu
 task can hold). Each checker declares the key its facts decompose by (``SPLIT_KEY`` in its
 module):
 
-* ``id``        total_queue: every count and finding is per message id;
+* ``id``        total_queue, redistribution: every count and finding is per message id;
 * ``producer``  fifo: order is per (queue, producer); a queue's scope (its nodes, consumers,
                 deliveries) is kept as sets and counts that merge;
-* ``group``     groups: a group's deliveries stay together; the ops that release a group (a
+* ``group``     groups, group_pinning: a group's deliveries stay together; the ops that release a group (a
                 close, a reconnect, an in-doubt op, a rebalance, a drain, a fault) go to every part;
-* ``client``    failover_downtime, latency, throughput, split_brain: every row of a client's processes stays
+* ``client``    failover_downtime, latency, throughput, split_brain, redistribution's consumers: every row of a client's processes stays
                 together (an op's invoke and completion are its process's consecutive lines);
                 the client of a process comes from `failover_downtime.worker_claims`, merged over
                 the pieces before any row is assigned.
@@ -34,18 +34,20 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from . import failover_downtime, fifo, groups, performance, split_brain, total_queue
+from . import failover_downtime, fifo, group_pinning, groups, performance, redistribution, split_brain, total_queue
 from .history import NEMESIS, Columns, Rows
 
 FAMILIES = ("id", "producer", "group", "client")
 #: checkers by the key that splits them
 CHECKERS_OF = {
-    total_queue.SPLIT_KEY: (total_queue.NAME,),
+    total_queue.SPLIT_KEY: (total_queue.NAME, redistribution.NAME),
     fifo.SPLIT_KEY: (fifo.NAME,),
-    groups.SPLIT_KEY: (groups.NAME,),
-    failover_downtime.SPLIT_KEY: (failover_downtime.NAME, performance.LATENCY, performance.THROUGHPUT, split_brain.NAME),
+    groups.SPLIT_KEY: (groups.NAME, group_pinning.NAME),
+    failover_downtime.SPLIT_KEY: (failover_downtime.NAME, performance.LATENCY, performance.THROUGHPUT, split_brain.NAME,
+                                  redistribution.CONSUMERS),
 }
 assert set(CHECKERS_OF) == set(FAMILIES) and performance.SPLIT_KEY == failover_downtime.SPLIT_KEY == split_brain.SPLIT_KEY
+assert (redistribution.SPLIT_KEY, redistribution.CONSUMERS_SPLIT_KEY, group_pinning.SPLIT_KEY) == ("id", "client", "group")
 
 
 # ---------------------------------------------------------------------- per piece (a chunk of a run)
@@ -171,7 +173,9 @@ def part_facts(c: Columns, family: str) -> dict:
             out[name] = performance.throughput_facts(c)
         else:
             out[name] = {total_queue.NAME: total_queue.facts, fifo.NAME: fifo.facts, groups.NAME: groups.facts,
-                         failover_downtime.NAME: failover_downtime.facts, split_brain.NAME: split_brain.facts}[name](c)
+                         failover_downtime.NAME: failover_downtime.facts, split_brain.NAME: split_brain.facts,
+                         redistribution.NAME: redistribution.facts, redistribution.CONSUMERS: redistribution.consumer_facts,
+                         group_pinning.NAME: group_pinning.facts}[name](c)
     return out
 
 
@@ -180,7 +184,9 @@ def combine(family_parts: dict[str, list[dict]], run_span: dict) -> dict:
     combiners = {total_queue.NAME: total_queue.combine, fifo.NAME: fifo.combine, groups.NAME: groups.combine,
                  failover_downtime.NAME: failover_downtime.combine,
                  performance.LATENCY: lambda ps: performance.combine_latency(ps),
-                 performance.THROUGHPUT: performance.combine_throughput, split_brain.NAME: split_brain.combine}
+                 performance.THROUGHPUT: performance.combine_throughput, split_brain.NAME: split_brain.combine,
+                 redistribution.NAME: redistribution.combine, redistribution.CONSUMERS: redistribution.combine_consumers,
+                 group_pinning.NAME: group_pinning.combine}
     out = {}
     for family, names in CHECKERS_OF.items():
         for name in names:

@@ -423,6 +423,15 @@ def _checks_html(verdict: dict) -> str:
             detail = (f"served by {', '.join(s.get('nodes') or []) or 'no node named'}, {s.get('handovers', 0)} "
                       f"handovers" + (f"; overlapping windows: {windows}" if windows else "")
                       + (f" - {detail}" if detail else ""))
+        elif name in ("redistribution", "group_pinning"):
+            s = check.get("stats") or {}
+            found = "; ".join(s.get("anomalies") or [])
+            counts = (f"{s.get('enqueued', 0)} confirmed, {s.get('delivered', 0)} delivered, lost {s.get('lost', 0)}, "
+                      f"duplicated {s.get('duplicated', 0)}, to a node without consumers {s.get('no-consumer-node', 0)}"
+                      if name == "redistribution" else
+                      f"{s.get('groups', 0)} groups over nodes {', '.join(s.get('nodes') or []) or 'none named'}, "
+                      f"{s.get('moves', 0)} moves, unexplained {s.get('moved', 0)}")
+            detail = counts + (f" - {detail}" if detail else "") + (f"; {found}" if found else "")
         rows.append(f"<tr><td><code>{_e(name)}</code></td><td>{_valid_html(check.get('valid'))}</td>"
                     f"<td>{_e(detail)}</td></tr>")
     if not rows:

@@ -12,7 +12,7 @@ from reports.pipeline.analyze import analyze
 from reports.checkers import failover_downtime as downtime
 from reports.pipeline.session import LOCAL, get_session
 
-from .histories import MS, H, msg
+from .histories import MS, H, Q, msg
 
 G = "queue://grouped"
 
@@ -63,6 +63,8 @@ def _literals() -> dict[str, H]:
         _invoked_while_injecting(),
         # ---------------------------------------------------------------- split brain (issue 18)
         *_split_brain(),
+        # ---------------------------------------------------------------- clusters (issue 19)
+        *_cluster(),
     ]
     return {h.run: h for h in hs}
 
@@ -147,6 +149,79 @@ def _split_brain() -> list[H]:
     _served(unnamed, 0, "send", msg("u"), None, at=100, done=101)
     _served(unnamed, 0, "send", msg("v", seq=1), None, at=200, done=201)
     return [both, clean, late, back, nofault, unnamed]
+
+
+def _cluster() -> list[H]:
+    """Artemis-style clusters of nodes A, B, C: producers send to A, consumers open and close on B
+    and C (churn), the final drain reads each node. Redistribution and group pinning."""
+    def drains(h: H, process: int, on: dict[str, list[dict]] | None = None) -> H:
+        for n, node in enumerate("ABC"):
+            h.call(process + n, "drain", None, result=(on or {}).get(node, []), node=node)
+        return h
+
+    def consumer(h: H, process: int, node: str, ids: list[str], *, close: bool = True, **m) -> H:
+        h.call(process, "subscribe", {"destination": Q}, node=node)
+        for i in ids:
+            h.receive(process, i, consumer=process, node=node, **m)
+            h.call(process, "ack", msg(i), node=node)
+        return h.call(process, "close", None, node=node) if close else h
+
+    # churn: a consumer on B takes a, closes; one on C takes b and c; c is taken again, flagged
+    # redelivered, after C's consumer closed without acknowledging it (at-least-once)
+    clean = H("redistribution_clean_churn")
+    for i, m in enumerate("abc"):
+        clean.send(0, m, seq=i)
+    consumer(clean, 1, "B", ["a"])
+    consumer(clean, 2, "C", ["b"], close=False)
+    clean.receive(2, "c", seq=2, consumer=2, node="C").call(2, "close", None, node="C")
+    consumer(clean, 3, "B", ["c"], seq=2, redelivered=True)
+    drains(clean, 10)
+    # a acknowledged on B, then delivered again on C as a fresh message (ARTEMIS-4527's shape)
+    dup = H("redistribution_duplicate_after_redistribution").send(0, "a")
+    consumer(dup, 1, "B", ["a"])
+    consumer(dup, 2, "C", ["a"])
+    drains(dup, 10)
+    # b confirmed, never delivered anywhere
+    lost = H("redistribution_lost_in_churn").send(0, "a").send(0, "b", seq=1)
+    consumer(lost, 1, "B", ["a"])
+    drains(lost, 10)
+    # ON_DEMAND: B's only consumer closed at 0.2 s; b, sent to A at 5 s, is drained at B
+    stranded = H("redistribution_forwarded_to_node_without_consumer")
+    stranded.call(1, "subscribe", {"destination": Q}, node="B", at=100, done=101)
+    stranded.call(1, "close", None, node="B", at=200, done=201)
+    stranded.call(0, "send", msg("b"), node="A", at=5000, done=5001)
+    stranded.now = 9000 * MS
+    drains(stranded, 10, {"B": [msg("b")]})
+    # the same drain while B's consumer was open when b was sent: redistribution's doing, fine
+    served = H("redistribution_forwarded_to_node_with_consumer")
+    served.call(1, "subscribe", {"destination": Q}, node="B", at=100, done=101)
+    served.call(0, "send", msg("b"), node="A", at=5000, done=5001)
+    served.call(1, "close", None, node="B", at=6000, done=6001)
+    served.now = 9000 * MS
+    drains(served, 10, {"B": [msg("b")]})
+    # ---------------------------------------------------------------- clustered grouping
+    def grouped(run: str) -> H:
+        h = H(run)
+        for i in range(3):
+            h.send(0, f"g{i}", seq=i, dest=G, group="g")
+        return h
+
+    pinned = grouped("group_pinned_to_one_node")
+    consumer(pinned, 1, "B", ["g0", "g1"], dest=G, group="g")
+    drains(pinned, 10, {"B": [msg("g2", seq=2, dest=G, group="g")]})
+    # B's consumer closed, yet the group's next message came from C: routed elsewhere
+    moved = grouped("group_moved_after_consumer_closed")
+    consumer(moved, 1, "B", ["g0"], dest=G, group="g")
+    consumer(moved, 2, "C", ["g1"], seq=1, dest=G, group="g")
+    drains(moved, 10, {"C": [msg("g2", seq=2, dest=G, group="g")]})
+    # B killed: its queue gone, the group is routed anew to C
+    killed = grouped("group_moved_after_node_killed")
+    consumer(killed, 1, "B", ["g0"], close=False, dest=G, group="g")
+    killed.op("nemesis", "info", "kill", {"nemesis": "process", "phase": "start"}, node="B")
+    killed.op("nemesis", "info", "kill", {"nemesis": "process", "phase": "end", "fault": "down"}, node="B")
+    consumer(killed, 2, "C", ["g1"], seq=1, dest=G, group="g")
+    drains(killed, 10, {"C": [msg("g2", seq=2, dest=G, group="g")]})
+    return [clean, dup, lost, stranded, served, pinned, moved, killed]
 
 
 LITERALS = _literals()
@@ -348,3 +423,40 @@ def test_split_brain_is_judged_when_the_history_asks_for_it(spark, tmp_path, eng
     assert (result.valid, result.applicable) == (False, True), result
     unasked = analyze(spark, h.write(tmp_path / "unasked"), checkers=["split_brain"], engine=engine).results
     assert [(r.valid, r.applicable) for r in unasked] == [(False, False)]
+
+
+def _asked(h: H, checkers: dict, topology: dict | None = None) -> H:
+    """``h`` with the harness record of an experiment asking for ``checkers``."""
+    record = {"index": 0, "time": 0, "process": "harness", "type": "info", "f": "experiment", "run": h.run,
+              "target": h.target, "node": None, "value": {"format": 1, "experiment": {
+                  "name": h.run, "workload": {"kind": "queue", "destination": "queue://q"}, "nemesis": [],
+                  "topology": topology or {"kind": "single"}, "checkers": checkers}}}
+    asked = H(h.run)
+    asked.lines = [record] + [{**e, "index": i + 1} for i, e in enumerate(h.lines)]
+    return asked
+
+
+def test_cluster_checkers_are_judged_when_the_history_asks_for_them(spark, tmp_path, engine):
+    """Issue 19: analyze takes [checkers] redistribution / group_pinning and the cluster's
+    message_load_balancing from the history's harness record."""
+    cluster = {"kind": "cluster", "message_load_balancing": "ON_DEMAND", "redistribution_delay_ms": -1}
+    stranded = _asked(LITERALS["redistribution_forwarded_to_node_without_consumer"], {"redistribution": True}, cluster)
+    [result] = analyze(spark, stranded.write(tmp_path / "stranded"), checkers=["redistribution"], engine=engine).results
+    assert (result.valid, result.applicable, result.reason) == (False, True, "1 no-consumer-node"), result
+    strict = _asked(LITERALS["redistribution_forwarded_to_node_without_consumer"], {"redistribution": True},
+                    {**cluster, "message_load_balancing": "STRICT"})
+    [result] = analyze(spark, strict.write(tmp_path / "strict"), checkers=["redistribution"], engine=engine).results
+    assert (result.valid, result.applicable) == (True, True), result
+    moved = _asked(LITERALS["group_moved_after_consumer_closed"], {"group_pinning": True}, cluster)
+    [result] = analyze(spark, moved.write(tmp_path / "moved"), checkers=["group_pinning"], engine=engine).results
+    assert (result.valid, result.applicable, result.reason) == (False, True, "1 moved"), result
+
+
+def test_cluster_checkers_unasked_are_shown_without_anomaly_rows(analysed):
+    """A run whose experiment did not ask (these literals carry no harness record) lists no rows
+    of the cluster checkers; their results say what they found, not applicable."""
+    for run in ("redistribution_duplicate_after_redistribution", "group_moved_after_consumer_closed"):
+        assert not [a for a in analysed[run]["anomalies"] if a["checker"] in ("redistribution", "group_pinning")]
+    result = check(analysed, "redistribution_lost_in_churn", "redistribution")
+    assert result["applicable"] is False and result["reason"].endswith("found: 1 lost")
+    assert anomalies(analysed, "redistribution_lost_in_churn", "total_queue") == [("lost", "b")]

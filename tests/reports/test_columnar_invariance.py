@@ -113,12 +113,19 @@ def test_the_literals_plant_every_kind_of_anomaly():
         if name.startswith("split_brain"):
             from reports.checkers.split_brain import overlaps
             found |= {("split_brain", "split-brain") for _ in overlaps(facts["split_brain"])}
+        if name.startswith("redistribution"):
+            from reports.checkers.redistribution import without_consumer
+            found |= {("redistribution", f["kind"]) for f in facts["redistribution"]["found"]}
+            found |= {("redistribution", f["kind"])
+                      for f in without_consumer(facts["redistribution"], facts["redistribution_consumers"], -1)}
+        found |= {("group_pinning", f["kind"]) for f in facts["group_pinning"]["found"]}
         if name == "failover_downtime":
             rows = facts["failover_downtime"]["rows"]
             assert [r["client"] for r in rows if r["downtime"] is not None] == ["consumer-0", "producer-0"]
     assert found == {("total_queue", "lost"), ("total_queue", "unexpected"), ("total_queue", "duplicated"),
                      ("total_queue", "recovered"), ("fifo", "reordered"), ("groups", "reordered"), ("groups", "stolen"),
-                     ("split_brain", "split-brain")}
+                     ("split_brain", "split-brain"), ("redistribution", "lost"), ("redistribution", "duplicated"),
+                     ("redistribution", "no-consumer-node"), ("group_pinning", "moved")}
 
 
 def test_rows_without_operations_are_refused_with_the_reason():

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -270,3 +271,43 @@ def test_the_shared_store_experiments_ask_for_split_brain():
     assert files, "no shared-store experiment found"
     for path in files:
         assert load_experiment(path).checkers.split_brain is True, path.name
+
+
+# ---------------------------------------------------------------------- clusters (issue 19)
+
+
+def cluster_ops(*, stranded: bool):
+    """A sent to node A; B's only consumer closed long before; the drain finds it at B
+    (``stranded``) or at A."""
+    def ops(h: History) -> None:
+        m = {"id": "m1", "producer": 0, "seq": 0, "destination": "queue://q"}
+        h.ok(h.invoke(1, "subscribe", {"destination": "queue://q", "node": "B"}), node="B")
+        h.ok(h.invoke(1, "close", {"destination": "queue://q", "node": "B"}), node="B")
+        time.sleep(0.002)  # the history's clock: the close and the send are apart
+        h.ok(h.invoke(0, "send", m), node="A")
+        for i, node in enumerate("AB"):
+            h.ok(h.invoke(2 + i, "drain", {"node": node}), [m] if (node == "B") == stranded else [], node=node)
+    return ops
+
+
+def test_cluster_checkers_reach_the_verdict_with_the_clusters_load_balancing(tmp_path, monkeypatch):
+    from reports.checkers import redistribution
+
+    monkeypatch.setattr(redistribution, "NOTIFICATION_GRACE_NS", 1_000)  # the literal's clock runs in ms
+    asked = experiment(redistribution=True, group_pinning=True)
+    asked["experiment"]["topology"] = {"kind": "cluster", "message_load_balancing": "ON_DEMAND",
+                                       "redistribution_delay_ms": -1}
+    bad = judge_history(write(tmp_path, "stranded", end=run_end(), settings=asked, ops=cluster_ops(stranded=True)))
+    assert bad["checks"]["redistribution"]["valid"] is False and bad["valid"] is False, bad["summary"]
+    assert any(line.startswith("redistribution: False") for line in bad["summary"]), bad["summary"]
+    assert any("drained at node B, which had no consumer open" in line for line in bad["summary"])
+    good = judge_history(write(tmp_path, "home", end=run_end(), settings=asked, ops=cluster_ops(stranded=False)))
+    assert good["checks"]["redistribution"]["valid"] is True, good["summary"]
+    # no grouped message: group pinning has nothing to judge, and says so
+    assert good["checks"]["group_pinning"]["valid"] == UNKNOWN and good["valid"] == UNKNOWN
+    strict = {**asked, "experiment": {**asked["experiment"], "topology": {
+        "kind": "cluster", "message_load_balancing": "STRICT", "redistribution_delay_ms": -1}}}
+    assert judge_history(write(tmp_path, "strict", end=run_end(), settings=strict, ops=cluster_ops(stranded=True))
+                         )["checks"]["redistribution"]["valid"] is True
+    off = judge_history(write(tmp_path, "off", end=run_end(), ops=cluster_ops(stranded=True)))
+    assert "redistribution" not in off["checks"] and "group_pinning" not in off["checks"]
