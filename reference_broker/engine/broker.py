@@ -148,6 +148,10 @@ class Broker:
         self.virtual = VirtualDestinations(self.config)
         # Temporary queues/topics of connections (engine/temporary.py).
         self.temporary = TemporaryDestinations(self)
+        # Artemis-style clustering (reference_broker/clustering): called as router(queue, message)
+        # for each message routed to a queue; True means the cluster took it (forwarded it to
+        # another node, or holds it for a grouping decision), so it is not enqueued here.
+        self.queue_router: Callable[[Queue, Message], bool] | None = None
 
     @property
     def subscriptions(self) -> list[TopicSubscription | DurableSubscription | SharedSubscription]:
@@ -345,6 +349,9 @@ class Broker:
         if not self.virtual.route_copies(self, target.name, message):
             return  # a forward-only composite destination: only its forward_to list gets it
         if isinstance(target, Queue):
+            router = self.queue_router
+            if router is not None and router(target, message):
+                return
             target.enqueue(message)
             return
         topic = target
