@@ -100,7 +100,8 @@ class ClusterService:
         if cc.discovery is not None:
             from .udp_discovery import UdpDiscovery
 
-            self.discovery = UdpDiscovery(cc.discovery, self.me, self.acceptor_address, self._discovered)
+            self.discovery = UdpDiscovery(cc.discovery, self.me, self.acceptor_address, self._discovered,
+                                          self._lost)
             await self.discovery.start()
 
     def add_connector(self, host: str, port: int) -> Connector:
@@ -116,6 +117,16 @@ class ClusterService:
             return
         log.info("cluster node %s discovered %s at %s:%d", self.me, node, host, port)
         self.add_connector(host, port)
+
+    def _lost(self, node: str) -> None:
+        """The discovery group stopped hearing ``node``: no more links to it (it may come back)."""
+        for connector in [c for c in self.connectors if c.peer == node]:
+            self.connectors.remove(connector)
+            self._spawn(connector.stop())
+            for frame in list(connector.pending.values()):  # never acknowledged: kept here
+                self._enqueue_locally(frame["queue"], wire.message_from_wire(frame["message"]))
+        self.table.drop(node)
+        self._bindings_changed()
 
     async def stop(self, *, scale_down: bool | None = None) -> None:
         """Leave the cluster. ``scale_down`` (default: the configuration's): a graceful stop that
