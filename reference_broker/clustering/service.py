@@ -35,6 +35,16 @@ log = logging.getLogger("reference_broker.clustering")
 _SCALE_DOWN_TIMEOUT = 10.0
 
 
+def _grouping_failures() -> tuple[type[BaseException], ...]:
+    """What a grouping handler raises when a grouped send must fail (grouping.py's errors)."""
+    try:
+        from . import grouping
+    except ImportError:
+        return (TimeoutError,)
+    return tuple(getattr(grouping, name) for name in ("GroupingError", "GroupingTimeout")
+                 if hasattr(grouping, name)) + (TimeoutError,)
+
+
 def _split(address: str) -> tuple[str, int]:
     host, _, port = address.rpartition(":")
     return host.strip("[]"), int(port)
@@ -195,6 +205,11 @@ class ClusterService:
                 del self.inbound[link.peer]
 
     async def _serve_outbound(self, link: Link) -> None:
+        settings = self.cc.grouping_handler
+        if (self.grouping is not None and settings.type == "REMOTE" and link.peer == settings.local_node
+                and link.connector.connections > 1 and hasattr(self.grouping, "forget_all")):
+            # the LOCAL node may have restarted meanwhile: its routes are asked for again (grouping.py)
+            self.grouping.forget_all()
         try:
             await link.serve(self._on_frame)
         finally:
@@ -205,6 +220,8 @@ class ClusterService:
         """The node is down for good: what it never acknowledged stays here."""
         if connector.peer is not None:
             self.table.drop(connector.peer)
+            if self.grouping is not None:
+                self.grouping.forget_node(connector.peer)  # considered down for good
         for frame in pending:
             self._enqueue_locally(frame["queue"], wire.message_from_wire(frame["message"]))
         self._bindings_changed()
@@ -381,15 +398,13 @@ class ClusterService:
         """Clustered grouping (artemis-message-grouping.md, "Clustered Grouping"): the handler
         decides the group's node; the balancer's choice is only the proposal. Messages of one
         group are routed one after the other, so their order holds."""
-        from .grouping import GroupingTimeout  # present when self.grouping is
-
         name = queue.name.name
         lock = self._group_locks.setdefault(message.group_id, asyncio.Lock())
         async with lock:
             proposal = self._choose(queue, message)
             try:
                 node = await self.grouping.route(name, message.group_id, proposal)
-            except GroupingTimeout as exc:
+            except _grouping_failures() as exc:
                 # The client's send has been confirmed already (the engine routes synchronously),
                 # so the failure is logged and counted, and the message kept nowhere.
                 self.grouping_failures += 1

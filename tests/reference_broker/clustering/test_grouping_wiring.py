@@ -1,0 +1,111 @@
+"""How a node's cluster service uses a clustered grouping handler (the interface of
+reference_broker/clustering/grouping.py, written separately): the handler's decision, not the
+load balancer, says which node gets a group's messages; a REMOTE handler reaches the LOCAL one
+through the cluster link's RPC (`ClusterService.request`), which hands requests of kind
+"grouping" to the LOCAL handler's ``handle``; a failed decision fails the grouped message.
+
+The handlers here are test doubles with that interface, so the wiring is checked on its own."""
+
+from __future__ import annotations
+
+import asyncio
+
+from conformance.waiting import poll, settle
+
+from .helpers import NodeClient, launch, wait_remote_consumers
+
+
+class FirstProposalWins:
+    """A LOCAL handler double: the first proposal of a group wins."""
+
+    def __init__(self) -> None:
+        self.routes: dict[tuple[str, str], str] = {}
+        self.touched = 0
+
+    def handle(self, message: dict) -> dict:
+        key = (message["address"], message["group_id"])
+        route = self.routes.setdefault(key, message["proposal"])
+        return {"kind": "grouping", "route": route}
+
+    async def route(self, address, group_id, proposal):
+        return self.handle({"address": address, "group_id": group_id, "proposal": proposal})["route"]
+
+    def touch(self, address, group_id):
+        self.touched += 1
+
+    def forget_node(self, node):
+        pass
+
+    async def close(self):
+        pass
+
+
+class AsksTheLocalNode(FirstProposalWins):
+    """A REMOTE handler double: every decision is the LOCAL node's answer over the link."""
+
+    def __init__(self, request, timeout: float = 1.0) -> None:
+        super().__init__()
+        self.request, self.timeout = request, timeout
+
+    async def route(self, address, group_id, proposal):
+        try:
+            answer = await asyncio.wait_for(self.request({"kind": "grouping", "op": "propose", "address": address,
+                                                          "group_id": group_id, "proposal": proposal}), self.timeout)
+        except (asyncio.TimeoutError, ConnectionError) as exc:
+            raise TimeoutError(f"no decision: {exc}") from None
+        return answer["route"]
+
+
+def _install(cluster, local="A"):
+    def install(service):
+        if service.me == local:
+            service.grouping = FirstProposalWins()
+        else:
+            service.grouping = AsksTheLocalNode(lambda m: service.request(local, m))
+    for node in cluster.nodes.values():
+        node.cluster_call(install)
+
+
+def test_a_group_stays_on_the_node_the_local_handler_chose():
+    cluster = launch(("A", "B"))
+    try:
+        _install(cluster)
+        a, b = NodeClient(cluster["A"]), NodeClient(cluster["B"])
+        on_a, on_b = a.subscribe("orders"), b.subscribe("orders")
+        wait_remote_consumers(cluster["A"], "orders", "B", 1)
+        wait_remote_consumers(cluster["B"], "orders", "A", 1)
+        for i in range(6):  # ungrouped round robin would split them; a group must not be split
+            b.send("orders", f"g{i}", group="G1")
+        for i in range(6):
+            a.send("orders", f"h{i}", group="G1")
+        poll(lambda: len(a.bodies(on_a)) + len(b.bodies(on_b)), lambda n: n == 12, timeout=5)
+        everything = a.bodies(on_a) + b.bodies(on_b)
+        assert sorted(everything) == sorted([f"g{i}" for i in range(6)] + [f"h{i}" for i in range(6)])
+        assert a.bodies(on_a) == [] or b.bodies(on_b) == [], \
+            f"group G1 was split across nodes: A {a.bodies(on_a)}, B {b.bodies(on_b)}"
+        holder = a.bodies(on_a) or b.bodies(on_b)
+        assert [x for x in holder if x.startswith("g")] == [f"g{i}" for i in range(6)], "order within the group"
+        local = cluster["A"].cluster_call(lambda s: s.grouping.routes)
+        assert list(local) == [("orders", "G1")], "the REMOTE node's first message asked the LOCAL one"
+    finally:
+        cluster.stop()
+
+
+def test_no_decision_fails_the_grouped_message():
+    cluster = launch(("A", "B"))
+    try:
+        _install(cluster)
+        a, b = NodeClient(cluster["A"]), NodeClient(cluster["B"])
+        on_a = a.subscribe("orders")
+
+        def no_local_handler(service):
+            service.grouping = None  # A answers requests with an error: B gets no decision
+        cluster["A"].cluster_call(no_local_handler)
+        b.send("orders", "lost", group="G2")
+        failures = poll(lambda: cluster["B"].cluster_call(lambda s: s.grouping_failures), lambda n: n == 1, timeout=5)
+        assert failures == 1
+        b.send("orders", "plain")  # ungrouped messages are not affected
+        settle()
+        assert "lost" not in a.bodies(on_a) and cluster["B"].queue_size("queue://orders") + len(a.bodies(on_a)) == 1
+    finally:
+        cluster.stop()
