@@ -524,6 +524,10 @@ class ClusterConnectionConfig(_Strict):
     initial_connect_attempts: int = Field(default=-1, ge=-1)
     reconnect_attempts: int = Field(default=-1, ge=-1)
     use_duplicate_detection: bool = True
+    # every check_period ms each end of a link sends a ping; a link that heard nothing for
+    # connection_ttl ms is closed (and, from the dialing end, reconnected as retry_interval says)
+    check_period: int = Field(default=30000, gt=0)
+    connection_ttl: int = Field(default=60000, gt=0)
     cluster_user: str = DEFAULT_CLUSTER_USER
     cluster_password: str = DEFAULT_CLUSTER_PASSWORD
     scale_down: bool = False

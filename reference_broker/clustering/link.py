@@ -5,7 +5,8 @@ The dialing node (`Connector`, one per static connector or discovered node) open
 Credentials"); the accepting node answers ``welcome`` (with its node name and scale-down group)
 or ``refused`` and closes. Afterwards both ends may send any frame: ``bindings`` (accepting ->
 dialing), ``forward`` / ``ack`` (a message handed on, acknowledged once the receiver has it),
-``request`` / ``response`` (an RPC, e.g. for the clustered grouping handlers).
+``request`` / ``response`` (an RPC, e.g. for the clustered grouping handlers), ``ping`` (every
+check_period; a link silent for connection_ttl is closed: a frozen peer keeps its socket open).
 
 The dialer keeps every forward until its ack; after a reconnect it sends the unacknowledged ones
 again, with the same duplicate id, so the receiver can drop what it already has
@@ -45,6 +46,7 @@ class Link:
         self._rids = itertools.count(1)
         self._calls: dict[int, asyncio.Future] = {}
         self.closed = asyncio.get_running_loop().create_future()
+        self.last_heard = asyncio.get_running_loop().time()  # anything read, pings included
 
     @property
     def is_open(self) -> bool:
@@ -87,6 +89,7 @@ class Link:
                 data = await self.reader.read(65536)
                 if not data:
                     break
+                self.last_heard = asyncio.get_running_loop().time()
                 for frame in reader.feed(data):
                     if frame["kind"] == "response":
                         self.answered(frame)

@@ -105,6 +105,7 @@ class ClusterService:
         broker.consumer_listeners.append(self._consumer_event)
         broker.queue_listeners.append(self._queue_created)
         self._make_grouping_handler()
+        self._spawn(self._keep_alive())
         for connector in cc.static_connectors:
             self.add_connector(*_split(connector))
         if cc.discovery is not None:
@@ -226,6 +227,22 @@ class ClusterService:
             self._enqueue_locally(frame["queue"], wire.message_from_wire(frame["message"]))
         self._bindings_changed()
 
+    async def _keep_alive(self) -> None:
+        """artemis-clusters.md, check-period and connection-ttl: ping every link every check_period;
+        close one that heard nothing for connection_ttl (the dialing end then reconnects)."""
+        loop = asyncio.get_running_loop()
+        ttl = self.cc.connection_ttl / 1000
+        while True:
+            await asyncio.sleep(self.cc.check_period / 1000)
+            links = [c.link for c in self.connectors if c.up] + [l for l in self.inbound.values() if l.is_open]
+            for link in links:
+                if loop.time() - link.last_heard > ttl:
+                    log.warning("cluster node %s: nothing from %s for %d ms (connection_ttl): link closed", self.me,
+                                link.peer, self.cc.connection_ttl)
+                    link.close()
+                else:
+                    link.send({"kind": "ping"})
+
     def links_up(self) -> int:
         """Outbound links established now."""
         return sum(1 for c in self.connectors if c.up)
@@ -266,6 +283,8 @@ class ClusterService:
             waiter = self._waiters.pop(frame["id"], None)
             if waiter is not None and not waiter.done():
                 waiter.set_result(None)
+        elif kind == "ping":
+            pass  # Link.last_heard is all it is for
         elif kind == "request":
             self._spawn(self._answer(link, frame))
         else:

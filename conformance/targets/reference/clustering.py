@@ -50,6 +50,7 @@ def cluster_connection_config(cluster: ClusterConnection, node: str, *, user: st
         "max_retry_interval": max(cluster.max_retry_interval_ms, cluster.retry_interval_ms),
         "initial_connect_attempts": cluster.initial_connect_attempts,
         "reconnect_attempts": cluster.reconnect_attempts, "use_duplicate_detection": cluster.use_duplicate_detection,
+        "check_period": cluster.check_period_ms, "connection_ttl": cluster.connection_ttl_ms,
         "cluster_user": user, "cluster_password": password, "scale_down": cluster.scale_down,
         "scale_down_group_name": cluster.scale_down_groups.get(node),
     }

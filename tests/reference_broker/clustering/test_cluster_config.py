@@ -16,6 +16,7 @@ def test_the_chapters_defaults():
     assert (cc.address, cc.message_load_balancing, cc.max_hops) == ("", "ON_DEMAND", 1)
     assert (cc.retry_interval, cc.retry_interval_multiplier, cc.max_retry_interval) == (500, 1.0, 2000)
     assert (cc.initial_connect_attempts, cc.reconnect_attempts, cc.use_duplicate_detection) == (-1, -1, True)
+    assert (cc.check_period, cc.connection_ttl) == (30000, 60000)
     assert (cc.scale_down, cc.scale_down_group_name, cc.grouping_handler, cc.discovery) == (False, None, None, None)
     discovery = build_config({"cluster_connection": {"discovery": {}}}).cluster_connection.discovery
     assert (discovery.broadcast_period, discovery.refresh_timeout) == (2000, 10000)
@@ -39,6 +40,7 @@ def test_the_chapters_defaults():
     ({"grouping_handler": {"type": "SOMEWHERE"}}, "cluster_connection.grouping_handler.type"),
     ({"grouping_handler": {"type": "REMOTE"}}, "local_node"),
     ({"grouping_handler": {"type": "LOCAL", "group_timeout": 0}}, "cluster_connection.grouping_handler.group_timeout"),
+    ({"connection_ttl": 0}, "cluster_connection.connection_ttl"),
     ({"max_hop": 2}, "did you mean 'max_hops'"),
 ])
 def test_bad_values_are_refused_naming_the_option(section, named):

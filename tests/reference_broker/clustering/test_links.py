@@ -108,3 +108,19 @@ def test_duplicate_detection_across_a_link_reset(detect):
             assert size_b() > 3, "without duplicate detection the resend is delivered again (the chapter's reason)"
     finally:
         cluster.stop()
+
+
+def test_a_frozen_node_is_cut_after_connection_ttl_and_rejoins():
+    cluster = launch(("A", "B"), check_period_ms=100, connection_ttl_ms=500, retry_interval_ms=100,
+                     max_retry_interval_ms=100)
+    try:
+        cluster["B"].pause()  # its socket stays open; it answers nothing
+        try:
+            up = poll(lambda: cluster["A"].links_up(), lambda peers: "B" not in peers, timeout=5)
+            assert "B" not in up, "A kept its link to a node silent for longer than connection_ttl"
+        finally:
+            cluster["B"].resume()
+        cluster.wait_formed(10)
+        assert cluster.bridge_establishments() >= 3, "A's link to B came back after B thawed"
+    finally:
+        cluster.stop()
