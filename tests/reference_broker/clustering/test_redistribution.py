@@ -137,3 +137,31 @@ def test_redistribution_ignores_the_target_consumers_selector(pair):
     poll(lambda: cluster["B"].queue_size("queue://orders"), lambda n: n == 1, timeout=5)
     assert cluster["A"].queue_size("queue://orders") == 0 and cluster["B"].queue_size("queue://orders") == 1
     assert b.bodies(on_b) == [], "moved to B although B's consumer's selector does not match it"
+
+
+def test_moves_once_a_remote_consumer_appears_later(pair):
+    cluster, a, b = pair(redistribution_delay_ms=0)
+    hold = strand_on_a(cluster, a, b)
+    a.unsubscribe(hold)  # no consumer anywhere: nothing to move to yet
+    settle(0.5)
+    assert cluster["A"].queue_size("queue://orders") == 3
+    on_b = b.subscribe("orders")
+    got = poll(lambda: b.bodies(on_b), lambda x: len(x) == 3, timeout=5)
+    assert got == ["m0", "m1", "m2"], f"B's new consumer should get the stranded messages, got {got}"
+
+
+def test_back_and_forth_without_duplicates(pair):
+    cluster, a, b = pair(redistribution_delay_ms=0)
+    hold = strand_on_a(cluster, a, b, count=5)
+    on_b = b.subscribe("orders")
+    cluster["B"].call(lambda: b.connection.consumers[on_b].__setattr__("writable", False))  # B holds them too
+    wait_remote_consumers(cluster["A"], "orders", "B", 1)
+    a.unsubscribe(hold)
+    assert poll(lambda: cluster["B"].queue_size("queue://orders"), lambda n: n == 5, timeout=5) == 5
+    back = a.subscribe("orders")
+    wait_remote_consumers(cluster["B"], "orders", "A", 1)
+    b.unsubscribe(on_b)  # now B has no consumer: they go back to A
+    got = poll(lambda: a.bodies(back), lambda x: len(x) == 5, timeout=5)
+    settle()
+    assert sorted(a.bodies(back)) == [f"m{i}" for i in range(5)], f"back on A, each once: {a.bodies(back)}"
+    assert cluster["B"].queue_size("queue://orders") == 0 and len(got) == 5
