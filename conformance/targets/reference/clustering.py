@@ -199,6 +199,11 @@ class ReferenceCluster:
             for name in self.topology.nodes:
                 extra = {"cluster_connection": cluster_connection_config(
                     cluster, name, user=self._user, password=self._password, udp_port=udp_port)}
+                if self.topology.persistent:
+                    # nodes keep their messages across stop_broker / start_broker (and a kill)
+                    if self.workdir is None:
+                        raise ValueError("a persistent cluster topology needs a workdir for the nodes' journals")
+                    extra["store"] = {"kind": "journal", "directory": str(Path(self.workdir) / "stores" / name)}
                 if cluster.redistribution_delay_ms != -1:
                     extra["address_settings"] = [{"match": "#", "redistribution_delay": cluster.redistribution_delay_ms}]
                 node = ReferenceClusterNode(name, f"{self.topology.prefix}-{name}", extra)

@@ -92,3 +92,27 @@ def test_proxied_cluster_links_dial_the_route(tmp_path):
         cluster.stop()
         for relay in relays.values():
             relay.close()
+
+
+def test_a_persistent_cluster_keeps_messages_across_a_restart(tmp_path):
+    from conformance.targets.reference.clustering import ReferenceCluster
+    from reference_broker.engine.message import Message
+    from reference_broker.engine.names import QUEUE, DestinationName
+
+    topology = Topology(("A", "B"), cluster=ClusterConnection(message_load_balancing="OFF"), persistent=True,
+                        prefix="persist")
+    cluster = ReferenceCluster(topology, tmp_path)
+    cluster.start(timeout=15)
+    try:
+        node = cluster["B"]
+
+        def send():
+            connection = node.server.broker.connect()
+            connection.send(DestinationName(QUEUE, "orders"), Message(connection.new_message_id(), "queue://orders",
+                                                                      b"kept", persistent=True))
+            node.server.broker.flush()
+        node.call(send)
+        cluster.restart("B", timeout=15)
+        assert cluster["B"].queue_size("queue://orders") == 1
+    finally:
+        cluster.stop()
