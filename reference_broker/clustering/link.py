@@ -37,8 +37,11 @@ class Link:
     """An open cluster connection, either end. ``peer``: the other node's name."""
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: str,
-                 peer_group: str | None = None) -> None:
+                 peer_group: str | None = None, opening: "Opening | None" = None) -> None:
         self.reader = reader
+        # what came in with the hello / welcome: the frames after it, and the reader's partial frame
+        self._frames = opening.reader if opening is not None else wire.FrameReader()
+        self._early = list(opening.rest) if opening is not None else []
         self.writer = writer
         self.peer = peer
         self.peer_group = peer_group
@@ -83,8 +86,11 @@ class Link:
 
     async def serve(self, on_frame: Callable[["Link", dict], None]) -> None:
         """Read frames until the connection ends, handing each to ``on_frame``."""
-        reader = wire.FrameReader()
+        reader = self._frames
         try:
+            early, self._early = self._early, []
+            for frame in early:
+                on_frame(self, frame)
             while True:
                 data = await self.reader.read(65536)
                 if not data:
@@ -110,8 +116,15 @@ class Link:
                 future.set_exception(ConnectionError(f"cluster link to {self.peer} closed"))
 
 
-async def read_one(reader: asyncio.StreamReader, timeout: float) -> dict:
-    """The first frame of a new connection (hello / welcome)."""
+class Opening:
+    """The first frame of a new connection (hello / welcome), the frames read with it, and the
+    frame reader holding any partial frame after them (the link goes on reading with it)."""
+
+    def __init__(self, first: dict, rest: list[dict], reader: wire.FrameReader) -> None:
+        self.first, self.rest, self.reader = first, rest, reader
+
+
+async def read_opening(reader: asyncio.StreamReader, timeout: float) -> Opening:
     frames = wire.FrameReader()
     async with asyncio.timeout(timeout):
         while True:
@@ -120,7 +133,7 @@ async def read_one(reader: asyncio.StreamReader, timeout: float) -> dict:
                 raise LinkRefused("the peer closed the connection before answering")
             got = frames.feed(data)
             if got:
-                return got[0]
+                return Opening(got[0], got[1:], frames)
 
 
 class Connector:
@@ -172,15 +185,16 @@ class Connector:
         reader, writer = await asyncio.wait_for(asyncio.open_connection(self.host, self.port), _HELLO_TIMEOUT)
         try:
             writer.write(wire.encode(self.hello))
-            answer = await read_one(reader, _HELLO_TIMEOUT)
+            opening = await read_opening(reader, _HELLO_TIMEOUT)
         except BaseException:
             writer.close()
             raise
+        answer = opening.first
         if answer.get("kind") != "welcome":
             writer.close()
             raise LinkRefused(f"node at {self.host}:{self.port} refused the cluster link: "
                               f"{answer.get('reason', answer)}")
-        link = Link(reader, writer, str(answer["node"]), answer.get("group"))
+        link = Link(reader, writer, str(answer["node"]), answer.get("group"), opening)
         link.connector = self
         return link
 

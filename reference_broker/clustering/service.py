@@ -11,6 +11,7 @@ pending messages the same way.
 from __future__ import annotations
 
 import asyncio
+import hmac
 import inspect
 import itertools
 import logging
@@ -26,7 +27,7 @@ from . import wire
 from .balancer import LoadBalancer
 from .bindings import BindingTable, RemoteQueue
 from .duplicates import DuplicateCache
-from .link import Connector, Link, LinkRefused, read_one
+from .link import Connector, Link, LinkRefused, read_opening
 from .redistribution import Redistributor
 from .retry import RetryPolicy
 
@@ -179,21 +180,23 @@ class ClusterService:
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            hello = await read_one(reader, 5.0)
+            opening = await read_opening(reader, 5.0)
         except (LinkRefused, TimeoutError, wire.FrameError, ConnectionError):
             writer.close()
             return
+        hello = opening.first
         if hello.get("kind") != "hello" or "node" not in hello:
             writer.close()
             return
-        if (hello.get("user"), hello.get("password")) != (self.cc.cluster_user, self.cc.cluster_password):
+        if not (hmac.compare_digest(str(hello.get("user", "")).encode(), self.cc.cluster_user.encode())
+                and hmac.compare_digest(str(hello.get("password", "")).encode(), self.cc.cluster_password.encode())):
             log.warning("cluster node %s refused a link from %s: wrong cluster user or password", self.me,
                         hello.get("node"))
             writer.write(wire.encode({"kind": "refused", "reason": "wrong cluster user or password"}))
             writer.close()
             return
         writer.write(wire.encode({"kind": "welcome", "node": self.me, "group": self.cc.scale_down_group_name}))
-        link = Link(reader, writer, str(hello["node"]), hello.get("group"))
+        link = Link(reader, writer, str(hello["node"]), hello.get("group"), opening)
         previous = self.inbound.get(link.peer)
         if previous is not None:
             previous.close()

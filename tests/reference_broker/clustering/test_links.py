@@ -124,3 +124,30 @@ def test_a_frozen_node_is_cut_after_connection_ttl_and_rejoins():
         assert cluster.bridge_establishments() >= 3, "A's link to B came back after B thawed"
     finally:
         cluster.stop()
+
+
+def test_bindings_sent_with_the_welcome_are_not_lost():
+    """The accepting node sends its bindings right after the welcome; the dialer may read both in
+    one chunk, and must not drop the second (nothing else would tell it until a binding changes)."""
+    import asyncio
+
+    from reference_broker.clustering.link import read_opening
+
+    async def scenario():
+        async def accept(reader, writer):
+            writer.write(wire.encode({"kind": "welcome", "node": "B"}) + wire.encode({"kind": "bindings", "entries": []})
+                         + wire.encode({"kind": "ping"})[:3])
+            await writer.drain()
+            await asyncio.sleep(0.2)
+            writer.write(wire.encode({"kind": "ping"})[3:])
+            await writer.drain()
+            writer.close()
+        server = await asyncio.start_server(accept, "127.0.0.1", 0)
+        reader, writer = await asyncio.open_connection(*server.sockets[0].getsockname()[:2])
+        opening = await read_opening(reader, 2.0)
+        rest = opening.reader.feed(await reader.read(100))
+        writer.close()
+        server.close()
+        return opening.first["kind"], [f["kind"] for f in opening.rest], [f["kind"] for f in rest]
+
+    assert asyncio.run(scenario()) == ("welcome", ["bindings"], ["ping"])
