@@ -46,6 +46,7 @@ class Link:
         self.peer = peer
         self.peer_group = peer_group
         self.connector: "Connector | None" = None  # set on the dialing end
+        self.acks: list[str] = []  # forwards received in this read, acknowledged after the flush
         self._rids = itertools.count(1)
         self._calls: dict[int, asyncio.Future] = {}
         self.closed = asyncio.get_running_loop().create_future()
@@ -84,13 +85,17 @@ class Link:
         else:
             future.set_result(frame.get("body") or {})
 
-    async def serve(self, on_frame: Callable[["Link", dict], None]) -> None:
-        """Read frames until the connection ends, handing each to ``on_frame``."""
+    async def serve(self, on_frame: Callable[["Link", dict], None],
+                    on_batch: Callable[["Link"], None] | None = None) -> None:
+        """Read frames until the connection ends, handing each to ``on_frame``; ``on_batch``
+        after each read's frames (group commit: one flush and one ack frame per read)."""
         reader = self._frames
         try:
             early, self._early = self._early, []
             for frame in early:
                 on_frame(self, frame)
+            if early and on_batch is not None:
+                on_batch(self)
             while True:
                 data = await self.reader.read(65536)
                 if not data:
@@ -101,6 +106,8 @@ class Link:
                         self.answered(frame)
                     else:
                         on_frame(self, frame)
+                if on_batch is not None:
+                    on_batch(self)
         except (ConnectionError, wire.FrameError) as exc:
             log.info("cluster link to %s ended: %s", self.peer, exc)
         finally:

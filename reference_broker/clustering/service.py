@@ -82,6 +82,7 @@ class ClusterService:
         self._tasks: set[asyncio.Task] = set()
         self._announce_pending = False
         self._waiters: dict[str, asyncio.Future] = {}
+        self._poke: set[str] = set()  # queues that received forwards in this read
         self.discovery = None
         self.stopped = False
 
@@ -203,7 +204,7 @@ class ClusterService:
         self.inbound[link.peer] = link
         link.send(self._bindings_frame(link.peer))
         try:
-            await link.serve(self._on_frame)
+            await link.serve(self._on_frame, self._end_of_read)
         finally:
             if self.inbound.get(link.peer) is link:
                 del self.inbound[link.peer]
@@ -215,7 +216,7 @@ class ClusterService:
             # the LOCAL node may have restarted meanwhile: its routes are asked for again (grouping.py)
             self.grouping.forget_all()
         try:
-            await link.serve(self._on_frame)
+            await link.serve(self._on_frame, self._end_of_read)
         finally:
             self.table.drop(link.peer)
             self._bindings_changed()
@@ -280,12 +281,13 @@ class ClusterService:
                 self._bindings_changed()
         elif kind == "forward":
             self._received(link, frame)
-        elif kind == "ack":
-            if link.connector is not None:
-                link.connector.acknowledged(frame["id"])
-            waiter = self._waiters.pop(frame["id"], None)
-            if waiter is not None and not waiter.done():
-                waiter.set_result(None)
+        elif kind == "acks":
+            for duplicate_id in frame.get("ids", ()):
+                if link.connector is not None:
+                    link.connector.acknowledged(duplicate_id)
+                waiter = self._waiters.pop(duplicate_id, None)
+                if waiter is not None and not waiter.done():
+                    waiter.set_result(None)
         elif kind == "ping":
             pass  # Link.last_heard is all it is for
         elif kind == "request":
@@ -312,7 +314,7 @@ class ClusterService:
             self.duplicates_received += 1
             if frame.get("dedupe", True):
                 log.info("cluster node %s dropped a duplicate forward %s from %s", self.me, duplicate_id, link.peer)
-                link.send({"kind": "ack", "id": duplicate_id})
+                link.acks.append(duplicate_id)
                 return
         target = frame.get("target", self.me)
         queue = frame["queue"]
@@ -321,14 +323,24 @@ class ClusterService:
             connector = self._connector_to(hop) if hop is not None else None
             if connector is not None:
                 connector.forward({**frame, "from": self.me})
-                link.send({"kind": "ack", "id": duplicate_id})
+                link.acks.append(duplicate_id)
                 return
             log.warning("cluster node %s has no route to %s any more: %s stays here", self.me, target,
                         message.message_id)
         self._enqueue_locally(queue, message)
-        self.broker.flush()  # the source forgets it on the ack: be durable first
-        link.send({"kind": "ack", "id": duplicate_id})
-        self.redistributor.poke(queue)
+        link.acks.append(duplicate_id)
+        self._poke.add(queue)
+
+    def _end_of_read(self, link: Link) -> None:
+        """After a read's frames: make what they brought durable, then acknowledge it all at once
+        (the source forgets a forward on its ack)."""
+        if link.acks:
+            self.broker.flush()
+            acks, link.acks = link.acks, []
+            link.send({"kind": "acks", "ids": acks})
+        poke, self._poke = self._poke, set()
+        for queue in poke:
+            self.redistributor.poke(queue)
 
     def _enqueue_locally(self, queue: str, message: Message) -> None:
         self.broker.queue(DestinationName(QUEUE, queue)).enqueue(message)
