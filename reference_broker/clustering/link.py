@@ -47,6 +47,7 @@ class Link:
         self.peer_group = peer_group
         self.connector: "Connector | None" = None  # set on the dialing end
         self.acks: list[str] = []  # forwards received in this read, acknowledged after the flush
+        self._out: list[bytes] = []  # frames waiting for the end of this turn of the loop
         self._rids = itertools.count(1)
         self._calls: dict[int, asyncio.Future] = {}
         self.closed = asyncio.get_running_loop().create_future()
@@ -57,10 +58,18 @@ class Link:
         return not self.closed.done() and not self.writer.is_closing()
 
     def send(self, frame: dict) -> bool:
+        """Queue ``frame``; the frames sent in one turn of the loop go out in one write."""
         if not self.is_open:
             return False
-        self.writer.write(wire.encode(frame))
+        self._out.append(wire.encode(frame))
+        if len(self._out) == 1:
+            asyncio.get_running_loop().call_soon(self._write_out)
         return True
+
+    def _write_out(self) -> None:
+        out, self._out = self._out, []
+        if out and not self.writer.is_closing():
+            self.writer.write(b"".join(out))
 
     async def request(self, body: dict) -> dict:
         """Send ``body`` as a request and return the peer's answer; ConnectionError when the link
@@ -114,6 +123,7 @@ class Link:
             self.close()
 
     def close(self) -> None:
+        self._write_out()
         if not self.writer.is_closing():
             self.writer.close()
         if not self.closed.done():
