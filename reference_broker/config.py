@@ -499,6 +499,16 @@ class GroupingHandlerConfig(_Strict):
         return value
 
 
+def address_matches(prefixes: str, address: str) -> bool:
+    """artemis-clusters.md, the cluster connection's ``address``: ``address`` begins with one of
+    the comma-separated prefixes (or none is given) and with no ``!`` excluded one; exclusion wins."""
+    parts = [p.strip() for p in prefixes.split(",") if p.strip()]
+    if any(address.startswith(p[1:]) for p in parts if p.startswith("!")):
+        return False
+    included = [p for p in parts if not p.startswith("!")]
+    return not included or any(address.startswith(p) for p in included)
+
+
 #: artemis-clusters.md, "Cluster User Credentials": the shipped defaults, which must be changed
 DEFAULT_CLUSTER_USER = "ACTIVEMQ.CLUSTER.ADMIN.USER"
 DEFAULT_CLUSTER_PASSWORD = "CHANGE ME!!"
@@ -565,13 +575,8 @@ class ClusterConnectionConfig(_Strict):
         return self
 
     def matches(self, address: str) -> bool:
-        """Whether this cluster connection applies to ``address``: it begins with an included
-        prefix (or none is given) and with no ``!`` excluded one; exclusion wins."""
-        parts = [p.strip() for p in self.address.split(",") if p.strip()]
-        if any(address.startswith(p[1:]) for p in parts if p.startswith("!")):
-            return False
-        included = [p for p in parts if not p.startswith("!")]
-        return not included or any(address.startswith(p) for p in included)
+        """Whether this cluster connection applies to ``address`` (`address_matches`)."""
+        return address_matches(self.address, address)
 
 
 class TlsListenerConfig(_Strict):

@@ -17,7 +17,7 @@ import itertools
 import logging
 import secrets
 
-from ..config import DEFAULT_CLUSTER_PASSWORD, BrokerConfig, ClusterConnectionConfig
+from ..config import DEFAULT_CLUSTER_PASSWORD, BrokerConfig, ClusterConnectionConfig, address_matches
 from ..engine.broker import Broker
 from ..engine.consumer import Consumer
 from ..engine.message import Message
@@ -410,7 +410,9 @@ class ClusterService:
         if not self._in_scope(queue):
             return False
         name = queue.name.name
-        if self.grouping is not None and message.group_id is not None:
+        settings = self.cc.grouping_handler
+        if (self.grouping is not None and message.group_id is not None
+                and address_matches(settings.address if settings is not None else "", name)):
             self._spawn(self._route_grouped(queue, message))
             return True
         node = self._choose(queue, message)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 
+from conformance.topology import GroupingHandlers
 from conformance.waiting import poll, settle
 
 from .helpers import NodeClient, launch, wait_remote_consumers
@@ -107,5 +108,22 @@ def test_no_decision_fails_the_grouped_message():
         b.send("orders", "plain")  # ungrouped messages are not affected
         settle()
         assert "lost" not in a.bodies(on_a) and cluster["B"].queue_size("queue://orders") + len(a.bodies(on_a)) == 1
+    finally:
+        cluster.stop()
+
+
+def test_grouping_applies_to_the_handlers_address_only():
+    cluster = launch(("A", "B"), grouping=GroupingHandlers(local="A", address="grouped."))
+    try:
+        _install(cluster)
+        a, b = NodeClient(cluster["A"]), NodeClient(cluster["B"])
+        on_a, on_b = a.subscribe("plain"), b.subscribe("plain")
+        wait_remote_consumers(cluster["A"], "plain", "B", 1)
+        for i in range(4):
+            a.send("plain", f"p{i}", group="G")
+        poll(lambda: len(a.bodies(on_a)) + len(b.bodies(on_b)), lambda n: n == 4, timeout=5)
+        assert len(a.bodies(on_a)) == 2 and len(b.bodies(on_b)) == 2, \
+            "outside the grouping handler's address a grouped message is balanced like any other"
+        assert cluster["A"].cluster_call(lambda s: s.grouping.routes) == {}
     finally:
         cluster.stop()
