@@ -30,6 +30,7 @@ from .duplicates import DuplicateCache
 from .link import Connector, Link, LinkRefused, read_opening
 from .redistribution import Redistributor
 from .retry import RetryPolicy
+from .store_forward import SF_PREFIX, StoreAndForward
 
 log = logging.getLogger("reference_broker.clustering")
 
@@ -83,6 +84,8 @@ class ClusterService:
         self._announce_pending = False
         self._waiters: dict[str, asyncio.Future] = {}
         self._poke: set[str] = set()  # queues that received forwards in this read
+        self.store_forward = StoreAndForward(broker)
+        self._recovered: dict[str, list[dict]] = {}  # next hop -> forwards of a previous run
         self.discovery = None
         self.stopped = False
 
@@ -100,6 +103,7 @@ class ClusterService:
             raise OSError(exc.errno, f"cannot listen for the cluster on {cc.acceptor} (option "
                                      f"'cluster_connection.acceptor'): {exc.strerror}") from None
         self.acceptor_address = self._server.sockets[0].getsockname()[:2]
+        self._recovered = self.store_forward.recover()
         for name in cc.queues:
             self.broker.queue(DestinationName(QUEUE, name))
         broker = self.broker
@@ -136,8 +140,7 @@ class ClusterService:
         for connector in [c for c in self.connectors if c.peer == node]:
             self.connectors.remove(connector)
             self._spawn(connector.stop())
-            for frame in list(connector.pending.values()):  # never acknowledged: kept here
-                self._enqueue_locally(frame["queue"], wire.message_from_wire(frame["message"]))
+            self._keep_here(list(connector.pending.values()))  # never acknowledged
         self.table.drop(node)
         self._bindings_changed()
 
@@ -215,6 +218,8 @@ class ClusterService:
                 and link.connector.connections > 1 and hasattr(self.grouping, "forget_all")):
             # the LOCAL node may have restarted meanwhile: its routes are asked for again (grouping.py)
             self.grouping.forget_all()
+        for frame in self._recovered.pop(link.peer, []):  # a previous run's, same duplicate ids
+            link.connector.forward(frame)
         try:
             await link.serve(self._on_frame, self._end_of_read)
         finally:
@@ -227,9 +232,14 @@ class ClusterService:
             self.table.drop(connector.peer)
             if self.grouping is not None:
                 self.grouping.forget_node(connector.peer)  # considered down for good
-        for frame in pending:
-            self._enqueue_locally(frame["queue"], wire.message_from_wire(frame["message"]))
+        self._keep_here(pending)
         self._bindings_changed()
+
+    def _keep_here(self, frames: list[dict]) -> None:
+        """Forwards no node will acknowledge: back into this node's queues."""
+        for frame in frames:
+            self._enqueue_locally(frame["queue"], wire.message_from_wire(frame["message"]))
+            self.store_forward.done(frame["id"])
 
     async def _keep_alive(self) -> None:
         """artemis-clusters.md, check-period and connection-ttl: ping every link every check_period;
@@ -285,6 +295,7 @@ class ClusterService:
             for duplicate_id in frame.get("ids", ()):
                 if link.connector is not None:
                     link.connector.acknowledged(duplicate_id)
+                    self.store_forward.done(duplicate_id)
                 waiter = self._waiters.pop(duplicate_id, None)
                 if waiter is not None and not waiter.done():
                     waiter.set_result(None)
@@ -322,7 +333,9 @@ class ClusterService:
             hop = self.table.next_hop(target)
             connector = self._connector_to(hop) if hop is not None else None
             if connector is not None:
-                connector.forward({**frame, "from": self.me})
+                onward = {**frame, "from": self.me}
+                self.store_forward.keep(connector.peer, onward, message)
+                connector.forward(onward)
                 link.acks.append(duplicate_id)
                 return
             log.warning("cluster node %s has no route to %s any more: %s stays here", self.me, target,
@@ -354,6 +367,7 @@ class ClusterService:
         frame = {"kind": "forward", "id": f"{self.me}-{self._incarnation}-{next(self._ids)}", "target": node,
                  "queue": queue, "why": why, "dedupe": self.cc.use_duplicate_detection,
                  "message": wire.message_to_wire(message)}
+        self.store_forward.keep(connector.peer, frame, message)
         connector.forward(frame)
         return True
 
@@ -361,6 +375,8 @@ class ClusterService:
 
     def _in_scope(self, queue: Queue | str) -> bool:
         name = queue if isinstance(queue, str) else queue.name.name
+        if name.startswith(SF_PREFIX):
+            return False
         if not isinstance(queue, str) and self.broker.temporary.is_temporary(queue.name.canonical):
             return False
         return self.cc.matches(name)

@@ -151,3 +151,47 @@ def test_bindings_sent_with_the_welcome_are_not_lost():
         return opening.first["kind"], [f["kind"] for f in opening.rest], [f["kind"] for f in rest]
 
     assert asyncio.run(scenario()) == ("welcome", ["bindings"], ["ping"])
+
+
+def test_unacknowledged_persistent_forwards_survive_a_restart_of_the_source(tmp_path):
+    """Forwards B never acknowledged (B frozen) are kept in A's store; A killed and started again
+    resends them with the same duplicate ids: B gets each message once."""
+    from conformance.targets.reference.clustering import ReferenceCluster
+    from conformance.topology import ClusterConnection, Topology
+    from reference_broker.engine.names import QUEUE, DestinationName
+
+    cluster = ReferenceCluster(Topology(("A", "B"), cluster=ClusterConnection(retry_interval_ms=100,
+                                                                              max_retry_interval_ms=100),
+                                        persistent=True, prefix="sf"), tmp_path)
+    cluster.start(timeout=15)
+    try:
+        b = NodeClient(cluster["B"])
+        held = b.subscribe("orders")
+        cluster["B"].call(lambda: b.connection.consumers[held].__setattr__("writable", False))
+        wait_remote_consumers(cluster["A"], "orders", "B", 1)
+        cluster["B"].pause()
+        a_node = cluster["A"]
+
+        def send():
+            connection = a_node.server.broker.connect()
+            for i in range(3):
+                connection.send(DestinationName(QUEUE, "orders"),
+                                Message(connection.new_message_id(), "queue://orders", f"p{i}".encode(), persistent=True))
+        a_node.call(send)
+        pending = a_node.cluster_call(lambda s: sum(len(c.pending) for c in s.connectors))
+        assert pending == 3, f"A should hold 3 unacknowledged forwards, holds {pending}"
+        a_node.kill()
+        cluster["B"].resume()
+        a_node.start()
+        cluster.wait_formed(10)
+        got = poll(lambda: cluster["B"].queue_size("queue://orders"), lambda n: n == 3, timeout=5)
+        settle()
+        assert cluster["B"].queue_size("queue://orders") == 3, f"B holds {got}: each forward once"
+        # B had read the first sends from its socket on thawing; A, restarted, resent all 3 from its
+        # store with the same duplicate ids, and B dropped them
+        resent = cluster["B"].cluster_call(lambda s: s.duplicates_received)
+        assert resent == 3, f"A's restart should resend its 3 stored forwards (B saw {resent} again)"
+        assert a_node.cluster_call(lambda s: (sum(len(c.pending) for c in s.connectors), dict(s.store_forward.stored))) \
+            == (0, {}), "acknowledged now: nothing left to resend"
+    finally:
+        cluster.stop()
