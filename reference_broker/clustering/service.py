@@ -329,7 +329,7 @@ class ClusterService:
                 return
         target = frame.get("target", self.me)
         queue = frame["queue"]
-        if target != self.me and frame.get("why") == "route":
+        if target != self.me and frame.get("why") in ("route", "redistribute"):
             hop = self.table.next_hop(target)
             connector = self._connector_to(hop) if hop is not None else None
             if connector is not None:

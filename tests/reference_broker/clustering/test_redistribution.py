@@ -165,3 +165,24 @@ def test_back_and_forth_without_duplicates(pair):
     settle()
     assert sorted(a.bodies(back)) == [f"m{i}" for i in range(5)], f"back on A, each once: {a.bodies(back)}"
     assert cluster["B"].queue_size("queue://orders") == 0 and len(got) == 5
+
+
+def test_redistribution_reaches_the_end_of_a_chain():
+    from conformance.targets.reference.clustering import ReferenceCluster
+    from conformance.topology import ClusterConnection, Topology
+
+    topology = Topology(("A", "B", "C"), cluster=ClusterConnection(max_hops=2, connections=(("A", "B"), ("B", "C")),
+                                                                   redistribution_delay_ms=0), prefix="rchain")
+    cluster = ReferenceCluster(topology)
+    cluster.start(timeout=15)
+    try:
+        a, c = NodeClient(cluster["A"]), NodeClient(cluster["C"])
+        hold = strand_on_a(cluster, a, None)
+        on_c = c.subscribe("orders")
+        wait_remote_consumers(cluster["A"], "orders", "C", 1)
+        a.unsubscribe(hold)
+        got = poll(lambda: c.bodies(on_c), lambda x: len(x) == 3, timeout=5)
+        assert got == ["m0", "m1", "m2"], f"A's messages should move through B to C's consumer, C got {got}"
+        assert cluster["B"].queue_size("queue://orders") == 0
+    finally:
+        cluster.stop()
