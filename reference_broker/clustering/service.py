@@ -20,6 +20,7 @@ import secrets
 from ..config import DEFAULT_CLUSTER_PASSWORD, BrokerConfig, ClusterConnectionConfig, address_matches
 from ..engine.broker import Broker
 from ..engine.consumer import Consumer
+from ..engine.errors import RoutingFailed
 from ..engine.message import Message
 from ..engine.names import QUEUE, DestinationName
 from ..engine.queue import Queue
@@ -429,7 +430,10 @@ class ClusterService:
         settings = self.cc.grouping_handler
         if (self.grouping is not None and message.group_id is not None
                 and address_matches(settings.address if settings is not None else "", name)):
-            self._spawn(self._route_grouped(queue, message))
+            # the sender's protocol adapter confirms the send once routed, or fails it
+            task = self._spawn(self._route_grouped(queue, message))
+            task.add_done_callback(lambda t: t.cancelled() or t.exception())  # logged already
+            self.broker.deferred_route = task
             return True
         node = self._choose(queue, message)
         if node != self.me and self._forward(node, name, message, "route"):
@@ -457,12 +461,13 @@ class ClusterService:
             try:
                 node = await self.grouping.route(name, message.group_id, proposal)
             except _grouping_failures() as exc:
-                # The client's send has been confirmed already (the engine routes synchronously),
-                # so the failure is logged and counted, and the message kept nowhere.
+                # the send fails (artemis-message-grouping.md, "Clustered Grouping"): a STOMP
+                # sender gets an ERROR instead of its receipt; other protocols only see it logged
                 self.grouping_failures += 1
                 log.error("cluster node %s: no grouping decision for group %s of %s (%s); message %s not "
                           "delivered", self.me, message.group_id, name, exc, message.message_id)
-                return
+                raise RoutingFailed(f"message group {message.group_id!r} on {name}: no decision from the "
+                                    f"grouping handler in time ({exc}); the send failed") from None
             self.grouping.touch(name, message.group_id)
             if node == self.me or not self._forward(node, name, message, "route"):
                 if node != self.me:

@@ -127,3 +127,30 @@ def test_grouping_applies_to_the_handlers_address_only():
         assert cluster["A"].cluster_call(lambda s: s.grouping.routes) == {}
     finally:
         cluster.stop()
+
+
+def test_a_stomp_send_waits_for_the_decision_and_fails_without_one():
+    """The receipt of a grouped STOMP send comes once the message is routed; without a decision
+    the sender gets an ERROR instead (the send fails), not a receipt for a message kept nowhere."""
+    import pytest
+
+    from conformance.clients.base import ClientError
+    from conformance.clients.stomp_client import StompClient
+
+    cluster = launch(("A", "B"))
+    try:
+        _install(cluster)
+        b = NodeClient(cluster["B"])
+        on_b = b.subscribe("orders")
+        with StompClient(*cluster["B"].address("stomp")) as producer:
+            producer.send("queue://orders", "first", group_id="G1")  # decided: a receipt
+        assert poll(lambda: b.bodies(on_b), lambda x: x == ["first"], timeout=5) == ["first"]
+
+        def no_local_handler(service):
+            service.grouping = None
+        cluster["A"].cluster_call(no_local_handler)
+        with StompClient(*cluster["B"].address("stomp")) as producer:
+            with pytest.raises(ClientError, match="no decision from the grouping handler"):
+                producer.send("queue://orders", "undecided", group_id="G2")
+    finally:
+        cluster.stop()
