@@ -58,3 +58,13 @@ def test_without_the_local_node_a_remote_grouped_send_fails(cluster):
     failures = poll(lambda: cluster["B"].cluster_call(lambda s: s.grouping_failures), lambda n: n == 1, timeout=5)
     assert failures == 1, "no LOCAL handler reachable: the REMOTE handler's timeout must fail the grouped message"
     assert cluster["B"].queue_size("queue://orders") == 0
+
+
+def test_without_the_local_node_a_stomp_sender_gets_an_error(cluster):
+    from conformance.clients.base import ClientError
+    from conformance.clients.stomp_client import StompClient
+
+    cluster["A"].kill()
+    with StompClient(*cluster["C"].address("stomp")) as producer:
+        with pytest.raises(ClientError, match="no decision from the grouping handler"):
+            producer.send("queue://orders", "grouped", group_id="G10")
