@@ -121,8 +121,8 @@ class ReferenceClusterNode(ReferenceNode):
 
     def links_up(self) -> set[str]:
         """The nodes this one's outbound cluster links reach now."""
-        if self.cluster is None or not self.running:
-            return set()
+        if self.cluster is None or not self.running or self._loop.paused:
+            return set()  # a frozen node answers nothing (as a SIGSTOPped one)
         return self.call(lambda: {c.peer for c in self.cluster.connectors if c.up})
 
     def cluster_call(self, fn):
@@ -263,7 +263,8 @@ class ReferenceCluster:
     def bridge_establishments(self) -> int:
         """Cluster links established so far, each reconnect counting once."""
         return sum(node.cluster_call(lambda c: sum(k.connections for k in c.connectors))
-                   for node in self.nodes.values() if node.cluster is not None and node.running)
+                   for node in self.nodes.values()
+                   if node.cluster is not None and node.running and not node._loop.paused)
 
     def subscription_discards(self, destination: str) -> list[int] | None:
         return None

@@ -116,3 +116,22 @@ def test_a_persistent_cluster_keeps_messages_across_a_restart(tmp_path):
         assert cluster["B"].queue_size("queue://orders") == 1
     finally:
         cluster.stop()
+
+
+def test_a_paused_node_reports_no_links_instead_of_hanging():
+    from conformance.targets.reference.clustering import ClusterFormationError, ReferenceCluster
+
+    cluster = ReferenceCluster(Topology(("A", "B"), cluster=ClusterConnection(), prefix="paused"))
+    cluster.start(timeout=15)
+    try:
+        cluster["B"].pause()
+        try:
+            assert ("B", "A") in cluster.missing_links() and not cluster["B"].serving()
+            import pytest
+            with pytest.raises(ClusterFormationError):
+                cluster.wait_formed(0.5)
+        finally:
+            cluster["B"].resume()
+        cluster.wait_formed(10)
+    finally:
+        cluster.stop()
