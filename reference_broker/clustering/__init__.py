@@ -9,5 +9,7 @@ Modules, one job each: `wire` (frames and messages on the link), `retry` (reconn
 `duplicates` (the duplicate-id cache of a receiving node), `bindings` (who has which queue and
 consumers, with hop counts), `balancer` (initial distribution of one message), `link` (one TCP
 cluster link: hello with the cluster credentials, forwards acknowledged by the target, an RPC),
-`redistribution`, `udp_discovery`, and `service` (wires them into a running broker).
+`store_forward` (persistent forwards kept until acknowledged, resent after a restart),
+`redistribution`, `udp_discovery`, and `service` (wires them into a running broker). The
+clustered grouping handlers are `grouping` (its own module; the service calls it).
 """
