@@ -77,7 +77,7 @@ class ClusterService:
         self.grouping = None  # the clustered grouping handler (grouping.py), when configured
         self.grouping_failures = 0
         self.duplicates_received = 0  # forwards that came again (counted even without detection)
-        self._group_locks: dict[str, asyncio.Lock] = {}
+        self._group_locks: dict[str, tuple[asyncio.Lock, int]] = {}  # group -> (lock, sends using it)
         self._ids = itertools.count(1)
         self._incarnation = secrets.token_hex(4)
         self._server: asyncio.AbstractServer | None = None
@@ -454,26 +454,38 @@ class ClusterService:
         """Clustered grouping (artemis-message-grouping.md, "Clustered Grouping"): the handler
         decides the group's node; the balancer's choice is only the proposal. Messages of one
         group are routed one after the other, so their order holds."""
+        group = message.group_id
+        lock, users = self._group_locks.get(group, (asyncio.Lock(), 0))
+        self._group_locks[group] = (lock, users + 1)
+        try:
+            async with lock:
+                await self._route_one_grouped(queue, message)
+        finally:
+            lock, users = self._group_locks[group]
+            if users == 1:
+                del self._group_locks[group]  # group ids come from clients: keep none idle
+            else:
+                self._group_locks[group] = (lock, users - 1)
+
+    async def _route_one_grouped(self, queue: Queue, message: Message) -> None:
         name = queue.name.name
-        lock = self._group_locks.setdefault(message.group_id, asyncio.Lock())
-        async with lock:
-            proposal = self._choose(queue, message)
-            try:
-                node = await self.grouping.route(name, message.group_id, proposal)
-            except _grouping_failures() as exc:
-                # the send fails (artemis-message-grouping.md, "Clustered Grouping"): a STOMP
-                # sender gets an ERROR instead of its receipt; other protocols only see it logged
-                self.grouping_failures += 1
-                log.error("cluster node %s: no grouping decision for group %s of %s (%s); message %s not "
-                          "delivered", self.me, message.group_id, name, exc, message.message_id)
-                raise RoutingFailed(f"message group {message.group_id!r} on {name}: no decision from the "
-                                    f"grouping handler in time ({exc}); the send failed") from None
-            self.grouping.touch(name, message.group_id)
-            if node == self.me or not self._forward(node, name, message, "route"):
-                if node != self.me:
-                    log.warning("cluster node %s: group %s is pinned to %s, which no link reaches; kept here",
-                                self.me, message.group_id, node)
-                queue.enqueue(message)
+        proposal = self._choose(queue, message)
+        try:
+            node = await self.grouping.route(name, message.group_id, proposal)
+        except _grouping_failures() as exc:
+            # the send fails (artemis-message-grouping.md, "Clustered Grouping"): a STOMP
+            # sender gets an ERROR instead of its receipt; other protocols only see it logged
+            self.grouping_failures += 1
+            log.error("cluster node %s: no grouping decision for group %s of %s (%s); message %s not "
+                      "delivered", self.me, message.group_id, name, exc, message.message_id)
+            raise RoutingFailed(f"message group {message.group_id!r} on {name}: no decision from the "
+                                f"grouping handler in time ({exc}); the send failed") from None
+        self.grouping.touch(name, message.group_id)
+        if node == self.me or not self._forward(node, name, message, "route"):
+            if node != self.me:
+                log.warning("cluster node %s: group %s is pinned to %s, which no link reaches; kept here",
+                            self.me, message.group_id, node)
+            queue.enqueue(message)
 
     def _make_grouping_handler(self) -> None:
         settings = self.cc.grouping_handler

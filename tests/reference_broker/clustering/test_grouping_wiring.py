@@ -154,3 +154,17 @@ def test_a_stomp_send_waits_for_the_decision_and_fails_without_one():
                 producer.send("queue://orders", "undecided", group_id="G2")
     finally:
         cluster.stop()
+
+
+def test_no_per_group_state_left_after_routing():
+    cluster = launch(("A", "B"))
+    try:
+        _install(cluster)
+        b = NodeClient(cluster["B"])
+        on_b = b.subscribe("orders")
+        for i in range(50):
+            b.send("orders", f"m{i}", group=f"G{i}")
+        poll(lambda: len(b.bodies(on_b)), lambda n: n == 50, timeout=5)
+        assert cluster["B"].cluster_call(lambda s: len(s._group_locks)) == 0, "a lock per group id was kept"
+    finally:
+        cluster.stop()
