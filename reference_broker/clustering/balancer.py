@@ -11,17 +11,25 @@ A node without a queue of that name never gets it.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Iterable
 
 from ..engine.message import Message
 from .bindings import RemoteQueue
 
 
+#: queues whose round-robin position is kept (the engine's idle-queue limit)
+TURNS_REMEMBERED = 10_000
+
+
 class LoadBalancer:
     def __init__(self, me: str, mode: str) -> None:
         self.me = me
         self.mode = mode
-        self._turn: dict[str, int] = {}
+        # each queue's round-robin position, for the most recently used queues only (queue names
+        # come from clients); a forgotten queue starts again at the first node
+        self._turn: OrderedDict[str, int] = OrderedDict()
+        self.remembered = TURNS_REMEMBERED
 
     def candidates(self, message: Message, local_matches: bool, remotes: Iterable[RemoteQueue]) -> list[str]:
         """The nodes this message may go to, in a fixed order (node names sorted)."""
@@ -40,6 +48,8 @@ class LoadBalancer:
         nodes = self.candidates(message, local_matches, remotes)
         if len(nodes) == 1:
             return nodes[0]
-        turn = self._turn.get(queue, 0)
+        turn = self._turn.pop(queue, 0)
         self._turn[queue] = turn + 1
+        if len(self._turn) > self.remembered:
+            self._turn.popitem(last=False)
         return nodes[turn % len(nodes)]

@@ -516,7 +516,10 @@ class ClusterService:
         """Move the pending messages of queue ``name`` to nodes whose queue has consumers
         (round robin, filters ignored); returns how many moved."""
         queue = self.broker.queues.get(f"queue://{name}")
-        if queue is None or queue.consumers or not queue.pending_count:
+        if queue is None:
+            self.redistributor.active.discard(name)  # forgotten (idle): nothing to move
+            return 0
+        if queue.consumers or not queue.pending_count:
             return 0
         targets = sorted(node for node, (_, entry) in self.table.remote_queues(name).items() if entry.consumers)
         targets = [t for t in targets if self._connector_to(self.table.next_hop(t) or t) is not None]
