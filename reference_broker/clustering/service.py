@@ -31,7 +31,7 @@ from .duplicates import DuplicateCache
 from .link import Connector, Link, LinkRefused, read_opening
 from .redistribution import Redistributor
 from .retry import RetryPolicy
-from .store_forward import SF_PREFIX, StoreAndForward
+from .store_forward import INTERNAL_PREFIX, PersistentIds, StoreAndForward
 
 log = logging.getLogger("reference_broker.clustering")
 
@@ -64,7 +64,8 @@ class ClusterService:
         self.me = cc.node_name or self.config.name
         self.table = BindingTable(self.me, cc.max_hops)
         self.balancer = LoadBalancer(self.me, cc.message_load_balancing)
-        self.duplicates = DuplicateCache()
+        self.persistent_ids = PersistentIds(broker)
+        self.duplicates = DuplicateCache(on_forget=self.persistent_ids.forget)
         self.retry = RetryPolicy(cc.retry_interval, cc.retry_interval_multiplier, cc.max_retry_interval,
                                  cc.initial_connect_attempts, cc.reconnect_attempts)
         self.redistributor = Redistributor(
@@ -105,6 +106,8 @@ class ClusterService:
                                      f"'cluster_connection.acceptor'): {exc.strerror}") from None
         self.acceptor_address = self._server.sockets[0].getsockname()[:2]
         self._recovered = self.store_forward.recover()
+        for duplicate_id in self.persistent_ids.recover():
+            self.duplicates.seen(duplicate_id)
         for name in cc.queues:
             self.broker.queue(DestinationName(QUEUE, name))
         broker = self.broker
@@ -328,6 +331,8 @@ class ClusterService:
                 log.info("cluster node %s dropped a duplicate forward %s from %s", self.me, duplicate_id, link.peer)
                 link.acks.append(duplicate_id)
                 return
+        elif message.persistent and frame.get("dedupe", True):
+            self.persistent_ids.keep(duplicate_id)  # written in the same flush as the message
         target = frame.get("target", self.me)
         queue = frame["queue"]
         if target != self.me and frame.get("why") in ("route", "redistribute"):
@@ -376,8 +381,8 @@ class ClusterService:
 
     def _in_scope(self, queue: Queue | str) -> bool:
         name = queue if isinstance(queue, str) else queue.name.name
-        if name.startswith(SF_PREFIX):
-            return False
+        if name.startswith(INTERNAL_PREFIX):
+            return False  # the node's own store-and-forward and duplicate-id keys
         if not isinstance(queue, str) and self.broker.temporary.is_temporary(queue.name.canonical):
             return False
         return self.cc.matches(name)

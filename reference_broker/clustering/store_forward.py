@@ -1,4 +1,4 @@
-"""Durable store-and-forward of a node's forwards (Artemis keeps what a cluster bridge has not had
+"""Durable store-and-forward of a node's forwards, and of the duplicate ids it received (Artemis keeps what a cluster bridge has not had
 acknowledged in a store-and-forward queue per target node, so a restart resends it with the same
 duplicate ids; artemis-clusters.md, use-duplicate-detection).
 
@@ -19,7 +19,10 @@ from ..engine.names import QUEUE, DestinationName
 from . import wire
 
 #: the queue-name prefix of store-and-forward queues (never clustered, never announced)
-SF_PREFIX = "$cluster.sf."
+INTERNAL_PREFIX = "$cluster."
+SF_PREFIX = INTERNAL_PREFIX + "sf."
+#: where a receiving node keeps the duplicate ids of the persistent forwards it took
+IDS_KEY = DestinationName(QUEUE, INTERNAL_PREFIX + "ids").canonical
 _FIELDS = ("target", "queue", "why", "dedupe")
 _PROPERTY = "_cluster.forward."
 
@@ -70,3 +73,32 @@ class StoreAndForward:
                 found.setdefault(hop, []).append(frame)
             del self.broker.queues[key]
         return found
+
+
+class PersistentIds:
+    """The duplicate ids of persistent forwards a node received, in the store under `IDS_KEY`
+    (one empty stored message per id), so they outlive a crash of the node."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.kept: set[str] = set()
+
+    def keep(self, duplicate_id: str) -> None:
+        self.kept.add(duplicate_id)
+        self.broker.store.add(IDS_KEY, Message(duplicate_id, IDS_KEY, b"", persistent=True))
+
+    def forget(self, duplicate_id: str) -> None:
+        if duplicate_id in self.kept:
+            self.kept.discard(duplicate_id)
+            self.broker.store.remove(IDS_KEY, duplicate_id)
+
+    def recover(self) -> list[str]:
+        """The ids a previous run kept, oldest first (kept in the store)."""
+        queue = self.broker.queues.get(IDS_KEY)
+        if queue is None:
+            return []
+        ids = [ref.message.message_id for ref in queue.take_pending()]
+        del self.broker.queues[IDS_KEY]
+        for duplicate_id in ids:
+            self.keep(duplicate_id)
+        return ids

@@ -195,3 +195,55 @@ def test_unacknowledged_persistent_forwards_survive_a_restart_of_the_source(tmp_
             == (0, {}), "acknowledged now: nothing left to resend"
     finally:
         cluster.stop()
+
+
+def test_a_target_that_crashed_and_recovered_still_drops_resent_forwards(tmp_path):
+    """artemis-clusters.md, use-duplicate-detection: the target crashes after taking forwards
+    whose acks never reached the source; when it is back the source resends them and the target,
+    with its duplicate ids kept in its store, drops them."""
+    from conformance.targets.reference.clustering import ReferenceCluster
+    from conformance.topology import ClusterConnection, Topology
+    from reference_broker.engine.names import QUEUE, DestinationName
+
+    cluster = ReferenceCluster(Topology(("A", "B"), cluster=ClusterConnection(retry_interval_ms=100,
+                                                                              max_retry_interval_ms=100),
+                                        persistent=True, prefix="ids"), tmp_path)
+    cluster.start(timeout=15)
+    try:
+        b = NodeClient(cluster["B"])
+        held = b.subscribe("orders")
+        cluster["B"].call(lambda: b.connection.consumers[held].__setattr__("writable", False))
+        wait_remote_consumers(cluster["A"], "orders", "B", 1)
+        a_node = cluster["A"]
+
+        def lose_acks(service):
+            connector = next(c for c in service.connectors if c.peer == "B")
+            connector.acknowledged = lambda duplicate_id: None
+        a_node.cluster_call(lose_acks)
+
+        def send():
+            connection = a_node.server.broker.connect()
+            for i in range(3):
+                connection.send(DestinationName(QUEUE, "orders"),
+                                Message(connection.new_message_id(), "queue://orders", f"p{i}".encode(), persistent=True))
+        a_node.call(send)
+        assert poll(lambda: cluster["B"].queue_size("queue://orders"), lambda n: n == 3, timeout=5) == 3
+        cluster["B"].kill()
+        cluster["B"].start()
+        cluster.wait_formed(10)  # A's link comes back and resends its 3 unacknowledged forwards
+        resent = poll(lambda: cluster["B"].cluster_call(lambda s: s.duplicates_received), lambda n: n == 3, timeout=5)
+        settle()
+        assert resent == 3, f"A should have resent its 3 forwards, B saw {resent}"
+        assert cluster["B"].queue_size("queue://orders") == 3, \
+            f"B kept its duplicate ids across the crash: 3 messages, not {cluster['B'].queue_size('queue://orders')}"
+    finally:
+        cluster.stop()
+
+
+def test_duplicate_ids_pushed_out_of_the_cache_leave_the_store():
+    from reference_broker.clustering.duplicates import DuplicateCache
+
+    forgotten = []
+    cache = DuplicateCache(size=2, on_forget=forgotten.append)
+    assert [cache.seen(i) for i in ("a", "b", "a", "c")] == [False, False, True, False]
+    assert forgotten == ["a"] and cache.seen("a") is False
