@@ -132,11 +132,23 @@ async def _serve(config: BrokerConfig) -> int:
         if config.network_connectors or config.advisory_support:
             network = NetworkService(server.broker, config, stomp_address=server.stomp_address)
             await network.start()
+        cluster = None
+        if config.cluster_connection is not None:  # Artemis-style clustering (reference_broker/clustering)
+            from .clustering.service import ClusterService
+
+            cluster = ClusterService(server.broker, config)
+            await cluster.start()
+            clusters[server] = cluster
 
         async def shutdown(graceful: bool) -> None:
+            if cluster is not None:
+                # scale-down (when configured) on a graceful stop only (artemis-clusters.md, "Scaling Down")
+                await cluster.stop(scale_down=None if graceful else False)
             if network is not None:
                 await network.stop()
         return shutdown
+
+    clusters: dict = {}
 
     def on_master(server: BrokerServer) -> None:
         parts = []
@@ -148,6 +160,8 @@ async def _serve(config: BrokerConfig) -> int:
             parts.append("http=%s:%d" % runner.http_address)
         for option, bound in server.tls_addresses.items():
             parts.append("%s=%s:%d" % (READY_NAMES[option], *bound))
+        if server in clusters:
+            parts.append("cluster=%s:%d" % clusters[server].acceptor_address)
         print(f"reference broker {config.name!r} ready: {' '.join(parts)}", file=sys.stderr, flush=True)
 
     def on_slave() -> None:

@@ -141,6 +141,10 @@ class AddressSetting(_Strict):
     default_group_rebalance: bool = False
     default_group_buckets: int = Field(default=-1, ge=-1)  # -1 every group, 0 grouping off
     default_group_first_key: str | None = None
+    # artemis-clusters.md, "Message Redistribution": ms after the last consumer of a queue closed
+    # before its messages move to a node of the cluster whose queue has consumers; 0 at once,
+    # -1 never (the default). Read by reference_broker/clustering/redistribution.py.
+    redistribution_delay: int = Field(default=-1, ge=-1)
 
 
 # --- Security
@@ -439,6 +443,142 @@ def _readable_file(value: str | None) -> str | None:
     return value
 
 
+# --- Artemis clustering (artemis-clusters.md; reference_broker/clustering)
+
+#: artemis-clusters.md, "Configuring Cluster Connections", message-load-balancing (the fourth is
+#: Artemis 2.x's: no initial distribution, but redistribution)
+MESSAGE_LOAD_BALANCING = ("OFF", "STRICT", "ON_DEMAND", "OFF_WITH_REDISTRIBUTION")
+
+
+class ClusterDiscoveryConfig(_Strict):
+    """A broadcast group and a discovery group on one UDP group address (artemis-clusters.md,
+    "Broadcast Groups" and "Discovery Groups"): the node announces its cluster acceptor every
+    ``broadcast_period`` ms; a node not heard for ``refresh_timeout`` ms is dropped."""
+
+    group_address: str = "231.7.7.7"
+    group_port: int = Field(default=9876, gt=0, le=65535)
+    broadcast_period: int = Field(default=2000, gt=0)
+    refresh_timeout: int = Field(default=10000, gt=0)
+
+    @field_validator("group_address")
+    @classmethod
+    def _is_ip(cls, value: str) -> str:
+        try:
+            ipaddress.ip_address(value)
+        except ValueError:
+            raise ValueError(f"group_address must be an IP address (a multicast group or a loopback "
+                             f"address), not {value!r}") from None
+        return value
+
+
+class GroupingHandlerConfig(_Strict):
+    """artemis-message-grouping.md, "Clustered Grouping": this node's handler, LOCAL (decides each
+    group's route) or REMOTE (asks the LOCAL node); ``timeout`` ms for a decision before the send
+    fails; ``group_timeout`` ms unused before a group's route is forgotten (-1: never), checked
+    every ``reaper_period`` ms. ``address``: the cluster connection address it serves."""
+
+    type: Literal["LOCAL", "REMOTE"]
+    timeout: int = Field(default=5000, gt=0)
+    group_timeout: int = Field(default=-1, ge=-1)
+    reaper_period: int = Field(default=30000, gt=0)
+    address: str = ""
+    # the node with the LOCAL handler, which a REMOTE one asks (its cluster node name)
+    local_node: str | None = None
+
+    @model_validator(mode="after")
+    def _remote_asks_someone(self) -> "GroupingHandlerConfig":
+        if self.type == "REMOTE" and not self.local_node:
+            raise ValueError("a REMOTE grouping_handler needs local_node: the node whose LOCAL handler it asks")
+        return self
+
+    @field_validator("group_timeout")
+    @classmethod
+    def _not_zero(cls, value: int) -> int:
+        if value == 0:
+            raise ValueError("group_timeout is -1 (never) or above 0 ms")
+        return value
+
+
+def address_matches(prefixes: str, address: str) -> bool:
+    """artemis-clusters.md, the cluster connection's ``address``: ``address`` begins with one of
+    the comma-separated prefixes (or none is given) and with no ``!`` excluded one; exclusion wins."""
+    parts = [p.strip() for p in prefixes.split(",") if p.strip()]
+    if any(address.startswith(p[1:]) for p in parts if p.startswith("!")):
+        return False
+    included = [p for p in parts if not p.startswith("!")]
+    return not included or any(address.startswith(p) for p in included)
+
+
+#: artemis-clusters.md, "Cluster User Credentials": the shipped defaults, which must be changed
+DEFAULT_CLUSTER_USER = "ACTIVEMQ.CLUSTER.ADMIN.USER"
+DEFAULT_CLUSTER_PASSWORD = "CHANGE ME!!"
+
+
+class ClusterConnectionConfig(_Strict):
+    """One Artemis-style cluster connection (artemis-clusters.md, "Configuring Cluster
+    Connections"; the options in snake_case with the chapter's defaults). ``acceptor``: HOST:PORT of
+    this node's cluster link listener (port 0 picks one); ``node_name``: its name in the cluster
+    (default: the broker name); ``static_connectors``: HOST:PORT of the nodes it connects to (with
+    ``discovery`` too, both are used)."""
+
+    acceptor: str = "127.0.0.1:0"
+    node_name: str | None = None
+    address: str = ""
+    message_load_balancing: Literal["OFF", "STRICT", "ON_DEMAND", "OFF_WITH_REDISTRIBUTION"] = "ON_DEMAND"
+    max_hops: int = Field(default=1, ge=0)
+    static_connectors: list[str] = Field(default_factory=list)
+    discovery: ClusterDiscoveryConfig | None = None
+    retry_interval: int = Field(default=500, gt=0)
+    retry_interval_multiplier: float = Field(default=1.0, ge=1.0)
+    max_retry_interval: int = Field(default=2000, gt=0)
+    initial_connect_attempts: int = Field(default=-1, ge=-1)
+    reconnect_attempts: int = Field(default=-1, ge=-1)
+    use_duplicate_detection: bool = True
+    # every check_period ms each end of a link sends a ping; a link that heard nothing for
+    # connection_ttl ms is closed (and, from the dialing end, reconnected as retry_interval says)
+    check_period: int = Field(default=30000, gt=0)
+    connection_ttl: int = Field(default=60000, gt=0)
+    cluster_user: str = DEFAULT_CLUSTER_USER
+    cluster_password: str = DEFAULT_CLUSTER_PASSWORD
+    scale_down: bool = False
+    scale_down_group_name: str | None = None
+    grouping_handler: GroupingHandlerConfig | None = None
+    # queues (plain names) this node creates at start, as broker.xml declares anycast queues: a
+    # node gets forwards only for queues it has (artemis-clusters.md, message-load-balancing)
+    queues: list[str] = Field(default_factory=list)
+
+    _check_acceptor = field_validator("acceptor")(_host_port)
+
+    @field_validator("static_connectors")
+    @classmethod
+    def _connectors(cls, connectors: list[str]) -> list[str]:
+        for connector in connectors:
+            host, sep, port = connector.rpartition(":")
+            if not sep or not host or not port.isdigit() or not 0 < int(port) <= 65535:
+                raise ValueError(f"a static connector is HOST:PORT of a node's cluster acceptor, not {connector!r}")
+        return connectors
+
+    @field_validator("address")
+    @classmethod
+    def _prefixes(cls, value: str) -> str:
+        for part in (p.strip() for p in value.split(",") if p.strip()):
+            if any(c in part for c in "*#>"):
+                raise ValueError(f"address {part!r}: a cluster connection matches address prefixes, not "
+                                 "wildcards (artemis-clusters.md, Configuring Cluster Connections)")
+        return value
+
+    @model_validator(mode="after")
+    def _retry(self) -> "ClusterConnectionConfig":
+        if self.max_retry_interval < self.retry_interval:
+            raise ValueError(f"max_retry_interval ({self.max_retry_interval} ms) is below retry_interval "
+                             f"({self.retry_interval} ms)")
+        return self
+
+    def matches(self, address: str) -> bool:
+        """Whether this cluster connection applies to ``address`` (`address_matches`)."""
+        return address_matches(self.address, address)
+
+
 class TlsListenerConfig(_Strict):
     """A TLS listener beside the plain one (`stomp_ssl`, `mqtt_ssl`, `amqp_ssl`, `https`), on its own
     port as ActiveMQ's ``stomp+ssl://`` / ``mqtt+ssl://`` / ``amqp+ssl://`` connectors are. Files are
@@ -515,6 +655,8 @@ class BrokerConfig(_Strict):
     composite_destinations: list[CompositeDestinationConfig] = Field(default_factory=list)
     use_virtual_dest_subs: bool = False
     use_virtual_dest_subs_on_creation: bool = False
+    # artemis-clusters.md: an Artemis-style cluster connection (reference_broker/clustering), or None
+    cluster_connection: ClusterConnectionConfig | None = None
 
     _check_stomp = field_validator("stomp", "amqp", "mqtt", "http")(_host_port)
 

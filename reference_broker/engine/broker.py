@@ -148,6 +148,14 @@ class Broker:
         self.virtual = VirtualDestinations(self.config)
         # Temporary queues/topics of connections (engine/temporary.py).
         self.temporary = TemporaryDestinations(self)
+        # Artemis-style clustering (reference_broker/clustering): called as router(queue, message)
+        # for each message routed to a queue; True means the cluster took it (forwarded it to
+        # another node, or holds it for a grouping decision), so it is not enqueued here.
+        self.queue_router: Callable[[Queue, Message], bool] | None = None
+        # Set by a queue_router that decides later (a clustered grouping decision): an asyncio
+        # future, done once the message is routed, failed with RoutingFailed when it cannot be.
+        # Connection.send hands it to the sending connection (Connection.deferred_send).
+        self.deferred_route = None
 
     @property
     def subscriptions(self) -> list[TopicSubscription | DurableSubscription | SharedSubscription]:
@@ -345,6 +353,9 @@ class Broker:
         if not self.virtual.route_copies(self, target.name, message):
             return  # a forward-only composite destination: only its forward_to list gets it
         if isinstance(target, Queue):
+            router = self.queue_router
+            if router is not None and router(target, message):
+                return
             target.enqueue(message)
             return
         topic = target
@@ -584,6 +595,9 @@ class Connection:
         self.internal = False
         # Trusted as a peer broker's network bridge (Broker.connect; engine/network_principal.py).
         self.network = False
+        # The last send's routing when the broker decides it later (Broker.deferred_route): the
+        # protocol adapter takes it (take_deferred_send) to confirm or fail that send when done.
+        self.deferred_send = None
         self.limits = broker.config.connection_limits  # None: the broker's own connection
         # Retained messages new subscriptions still wait for, by consumer id (engine/retained.py).
         self.replays: dict[str, RetainedReplay] = {}
@@ -641,12 +655,20 @@ class Connection:
                     "while full (send_fail_if_no_space)"
                 )
         broker.route_to(target, message)
+        if broker.deferred_route is not None:
+            # the protocol adapter confirms (or fails) this send once it is routed
+            self.deferred_send, broker.deferred_route = broker.deferred_route, None
         if usage.full:
             policy = broker.policies.policy_for(dest)
             # Pause only when the policy blocks producers; a policy that refuses sends while
             # full answers the *next* send with ResourceLimitError instead.
             return not policy.producer_flow_control or policy.send_fail_if_no_space
         return True
+
+    def take_deferred_send(self):
+        """The future of the last send's routing if the broker decides it later (else None)."""
+        deferred, self.deferred_send = self.deferred_send, None
+        return deferred
 
     def _buffer(self, tx: "Transaction", dest: DestinationName, message: Message) -> None:
         """Keep a transacted send until COMMIT, charged to the memory limit (issue 20, item 4)."""

@@ -40,3 +40,8 @@ class UnknownMessage(EngineError):
 
 class TransactionError(EngineError):
     pass
+
+
+class RoutingFailed(EngineError):
+    """The broker could not route an accepted send (an Artemis-style cluster's grouping handler
+    gave no decision in time: reference_broker/clustering); the send fails."""

@@ -74,6 +74,15 @@ class Policies:
             return self._queue_entries.lookup(dest.name) or self._default_queue
         return self._topic_entries.lookup(dest.name) or self._default_topic
 
+    def redistribution_delay_for(self, dest: DestinationName) -> int:
+        """The ``redistribution_delay`` address setting of ``dest`` (ms; -1 never): the most
+        specific matching setting that sets it (reference_broker/clustering)."""
+        delay = -1
+        for setting in self._address_settings.lookup_all(dest.name):
+            if "redistribution_delay" in setting.model_fields_set:
+                delay = setting.redistribution_delay
+        return delay
+
     def groups_for(self, dest: DestinationName) -> GroupSettings:
         # Artemis merges every matching address-setting: a more specific match overrides only
         # the options it sets itself, the rest come from broader matches, then the defaults.

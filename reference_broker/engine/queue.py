@@ -443,6 +443,20 @@ class Queue:
                 count += 1
         return count
 
+    def take_pending(self) -> list[MessageRef]:
+        """Remove every pending message, in arrival order, for another node of an Artemis-style
+        cluster to have (reference_broker/clustering: redistribution, scale-down). Counted as
+        dequeued here and removed from the store; the caller hands them on."""
+        taken = sorted((ref for dq in self._levels for ref in dq), key=lambda r: r.sequence)
+        for dq in self._levels:
+            dq.clear()
+        for ref in taken:
+            self._unpend(ref)
+            self.dequeued += 1
+            if ref.message.persistent and self.stored:
+                self.broker.store.remove(self.store_key, ref.message.message_id)
+        return taken
+
     def pending_refs(self) -> list[MessageRef]:
         return [ref for dq in reversed(self._levels) for ref in dq]
 

@@ -45,7 +45,7 @@ CAPABILITIES = frozenset({
     "slow_consumer.pending_limit", "slow_consumer.eviction", "memory.limits",
     "durable_subscriptions", "transactions", "selectors", "exclusive_consumers", "consumer_priority",
     "message_priority", "nack", "dead_letter", "expiry", "topology.network", "topology.discovery", "topology.masterslave-connector",
-    "topology.shared-store",
+    "topology.shared-store", "topology.cluster",
     "stomp.group_header", "tls",
 })
 
@@ -370,6 +370,16 @@ class ReferenceTarget:
                                            scenario.protocols, workdir)
             except ReferenceStartError as exc:
                 raise TargetUnavailable(f"reference shared-store group did not start: {exc}") from None
+        if topology.kind == "cluster":
+            # Artemis-style cluster connections (reference_broker/clustering)
+            from conformance.targets.reference.clustering import ClusterFormationError, ReferenceCluster
+
+            cluster = ReferenceCluster(topology, workdir, bridge_route=bridge_route)
+            try:
+                cluster.start()
+            except ClusterFormationError as exc:
+                raise TargetUnavailable(f"reference cluster did not form: {exc}") from None
+            return cluster
         network = ReferenceNetwork(workdir, topology.nodes, topology.bridges, prefix=topology.prefix,
                                    policies=topology.policies, bridge_route=bridge_route,
                                    broker_attributes=topology.broker_attributes, composites=topology.composites,

@@ -255,6 +255,12 @@ class StompSession:
         message = self._message_from(frame, headers, dest, conn)
         can_continue = conn.send(dest, message, headers.get("transaction"))
         receipt = headers.get("receipt")
+        deferred = conn.take_deferred_send()
+        if deferred is not None:
+            # routed later (a clustered grouping decision): the receipt, or the ERROR, waits for
+            # it, and so do the frames after this one
+            self._await_routing(deferred, frame, receipt)
+            return True
         if receipt is not None:
             self._write_receipt(receipt)
         if not can_continue:
@@ -579,6 +585,22 @@ class StompSession:
         self._release()
 
     # ------------------------------------------------------------ flow control
+
+    def _await_routing(self, deferred, frame: Frame, receipt: str | None) -> None:
+        self._paused = True
+        self.transport.pause_reading()
+
+        def routed(future) -> None:
+            if self.closing:
+                return
+            failure = None if future.cancelled() else future.exception()
+            if future.cancelled() or failure is not None:
+                self._error(str(failure) if failure is not None else "the send was not routed", "", frame)
+                return
+            if receipt is not None:
+                self._write_receipt(receipt)
+            self._resume()
+        deferred.add_done_callback(routed)
 
     def _pause(self, dest: DestinationName) -> None:
         """Producer flow control: stop reading until the destination has room."""

@@ -1,0 +1,137 @@
+"""The reference target launches kind "cluster" topologies as a `Cluster` of `Node`s (the
+contract of conformance/topology.py): wait_formed, stop_broker / start_broker on the same ports,
+and cluster links through ``bridge_route`` when ``"cluster"`` is in ``topology.proxied``."""
+
+from __future__ import annotations
+
+import asyncio
+
+from conformance.scenario import Scenario
+from conformance.targets.reference.target import ReferenceTarget
+from conformance.targets.runtime.loop_thread import LoopThread
+from conformance.topology import Cluster, ClusterConnection, Node, Topology
+from conformance.waiting import poll
+
+from .helpers import NodeClient, wait_remote_consumers
+
+
+class Relay:
+    """A loopback TCP relay in front of one address (what the fault proxy does), counting
+    the connections it relayed."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.target = (host, port)
+        self.connections = 0
+        self.loop = LoopThread("relay")
+        self.server = self.loop.run(asyncio.start_server(self._relay, "127.0.0.1", 0))
+        self.address = self.server.sockets[0].getsockname()[:2]
+
+    async def _relay(self, reader, writer):
+        self.connections += 1
+        up_reader, up_writer = await asyncio.open_connection(*self.target)
+
+        async def pipe(src, dst):
+            try:
+                while data := await src.read(65536):
+                    dst.write(data)
+                    await dst.drain()
+            except ConnectionError:
+                pass
+            finally:
+                dst.close()
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+    def close(self) -> None:
+        self.server.close()
+        self.loop.stop(5)
+
+
+def test_launch_topology_gives_a_cluster_that_survives_a_restart(tmp_path):
+    target = ReferenceTarget()
+    assert "topology.cluster" in target.capabilities()
+    topology = Topology(("A", "B"), cluster=ClusterConnection(), prefix="launch")
+    cluster = target.launch_topology(topology, Scenario(name="clu", protocols=("stomp",)), tmp_path)
+    try:
+        assert isinstance(cluster, Cluster) and all(isinstance(n, Node) for n in cluster.nodes.values())
+        assert cluster.serving() == ["A", "B"] and cluster.bridge_establishments() == 2
+        ports = cluster["B"].address("stomp"), cluster["B"].address("amqp")
+        cluster.stop_broker("B")
+        assert cluster.serving() == ["A"] and not cluster["B"].running
+        cluster.start_broker("B", timeout=15)
+        assert (cluster["B"].address("stomp"), cluster["B"].address("amqp")) == ports, "same ports after a restart"
+        cluster.wait_formed(10)
+        a, b = NodeClient(cluster["A"]), NodeClient(cluster["B"])
+        on_b = b.subscribe("orders")
+        wait_remote_consumers(cluster["A"], "orders", "B", 1)
+        a.send("orders", "after-restart")
+        assert poll(lambda: b.bodies(on_b), lambda x: x == ["after-restart"], timeout=5) == ["after-restart"]
+        assert cluster.bridge_establishments() == 3, "A's link to B reconnected once"
+    finally:
+        cluster.stop()
+
+
+def test_proxied_cluster_links_dial_the_route(tmp_path):
+    relays: dict[tuple[str, str], Relay] = {}
+
+    def route(bridge, host, port):
+        relays[(bridge.source, bridge.target)] = relay = Relay(host, port)
+        return relay.address
+
+    topology = Topology(("A", "B"), cluster=ClusterConnection(), proxied=("cluster",), prefix="proxied")
+    cluster = ReferenceTarget().launch_topology(topology, Scenario(name="clu", protocols=("stomp",)), tmp_path,
+                                                bridge_route=route)
+    try:
+        assert set(relays) == {("A", "B"), ("B", "A")}
+        assert all(r.connections == 1 for r in relays.values()), "each link dialed its route"
+        a, b = NodeClient(cluster["A"]), NodeClient(cluster["B"])
+        on_b = b.subscribe("orders")
+        wait_remote_consumers(cluster["A"], "orders", "B", 1)
+        a.send("orders", "via-relay")
+        assert poll(lambda: b.bodies(on_b), lambda x: x == ["via-relay"], timeout=5) == ["via-relay"]
+    finally:
+        cluster.stop()
+        for relay in relays.values():
+            relay.close()
+
+
+def test_a_persistent_cluster_keeps_messages_across_a_restart(tmp_path):
+    from conformance.targets.reference.clustering import ReferenceCluster
+    from reference_broker.engine.message import Message
+    from reference_broker.engine.names import QUEUE, DestinationName
+
+    topology = Topology(("A", "B"), cluster=ClusterConnection(message_load_balancing="OFF"), persistent=True,
+                        prefix="persist")
+    cluster = ReferenceCluster(topology, tmp_path)
+    cluster.start(timeout=15)
+    try:
+        node = cluster["B"]
+
+        def send():
+            connection = node.server.broker.connect()
+            connection.send(DestinationName(QUEUE, "orders"), Message(connection.new_message_id(), "queue://orders",
+                                                                      b"kept", persistent=True))
+            node.server.broker.flush()
+        node.call(send)
+        cluster.restart("B", timeout=15)
+        assert cluster["B"].queue_size("queue://orders") == 1
+    finally:
+        cluster.stop()
+
+
+def test_a_paused_node_reports_no_links_instead_of_hanging():
+    from conformance.targets.reference.clustering import ClusterFormationError, ReferenceCluster
+
+    cluster = ReferenceCluster(Topology(("A", "B"), cluster=ClusterConnection(), prefix="paused"))
+    cluster.start(timeout=15)
+    try:
+        cluster["B"].pause()
+        try:
+            assert ("B", "A") in cluster.missing_links() and not cluster["B"].serving()
+            import pytest
+            with pytest.raises(ClusterFormationError):
+                cluster.wait_formed(0.5)
+        finally:
+            cluster["B"].resume()
+        cluster.wait_formed(10)
+    finally:
+        cluster.stop()
