@@ -122,6 +122,20 @@ without writing anything more: a master that lost its lock must not touch the sh
 Errors while writing or syncing (``ENOSPC``, ``EIO``) leave the store unusable: the
 operation raises `JournalIOError` and so does every later one (a failed fsync cannot be
 retried safely). Not thread-safe.
+
+Stalled file system
+-------------------
+With ``io_timeout_s`` set (config ``store.io_timeout_ms``) every flush's writes, syncs and
+compaction, the sync in ``close()``, and recovery run on one worker thread with that deadline
+(store/bounded_io.py), while the caller waits. A journal on NFS whose server is cut off blocks
+in the kernel instead of failing (a soft mount for ``timeo`` x ``retrans``, a hard one until the
+link heals); on the event loop that wait would stop the whole broker (issue 18). Past the
+deadline the operation raises `JournalStallError` (a `JournalIOError`) and the store is failed
+as after a write error: nothing of the batch is confirmed, every later call raises, the worker
+issues no further system call once the stuck one returns, and the files are closed only after it
+has returned. ``on_failure(exc)`` is called once when the store becomes unusable this way or by a
+write error, so the broker can stop serving. None (the default for direct use) keeps the I/O on
+the caller's thread.
 """
 
 from __future__ import annotations
@@ -140,12 +154,14 @@ from typing import Callable
 
 from reference_broker.engine.message import Message
 from reference_broker.store.base import RecoveredState, StoreError, SyncPolicy
+from reference_broker.store.bounded_io import BoundedIO, IOStalled
 
 __all__ = [
     "JournalCorruptError",
     "JournalDamagedError",
     "JournalIOError",
     "JournalLockedError",
+    "JournalStallError",
     "JournalStore",
 ]
 
@@ -183,6 +199,11 @@ class JournalLockedError(StoreError):
 
 class JournalIOError(StoreError):
     """Writing or syncing the journal failed; the store is no longer usable."""
+
+
+class JournalStallError(JournalIOError):
+    """A journal write, sync or read did not return within ``io_timeout_s`` (the file system
+    stopped answering); the store is no longer usable."""
 
 
 # --- on-disk format -------------------------------------------------------------------------
@@ -391,6 +412,8 @@ class JournalStore:
         clock: Callable[[], float] = time.monotonic,
         discard_damaged: bool = False,
         lock: bool = True,
+        io_timeout_s: float | None = None,
+        on_failure: Callable[[BaseException], None] | None = None,
     ) -> None:
         if segment_size <= 0:
             raise ValueError("segment_size must be positive")
@@ -406,6 +429,11 @@ class JournalStore:
         self.discard_damaged = discard_damaged
         self._clock = clock
         self._interval = sync_interval_ms / 1000.0
+        # See "Stalled file system": None runs the file I/O on the caller's thread, unbounded.
+        self._io = BoundedIO(io_timeout_s, name="journal-io") if io_timeout_s is not None else None
+        #: called (on the caller's thread) once, when the store becomes unusable; the broker
+        #: stops serving then (reference_broker/server.py)
+        self.on_failure = on_failure
 
         # live index
         self._live: dict[str, dict[str, _Entry]] = {}
@@ -526,11 +554,16 @@ class JournalStore:
             return
         if self._pend_bytes:
             self._check()
-            self._write_batch()
-            self._maybe_compact()
+            self._bounded(self._flush_batch, "journal write")
         elif (self._unsynced and self.sync is SyncPolicy.INTERVAL and not self._closed
               and self._failed is None and self._clock() - self._last_sync >= self._interval):
-            self._sync()
+            self._bounded(self._sync, "journal sync")
+
+    def _flush_batch(self) -> None:
+        self._write_batch()
+        if self._io is not None:
+            self._io.checkpoint()
+        self._maybe_compact()
 
     def recover(self) -> RecoveredState:
         self._check()
@@ -549,13 +582,10 @@ class JournalStore:
             if self._failed is None and self._recovered:
                 self.flush()
                 if self._unsynced and self.sync is not SyncPolicy.NEVER:
-                    self._sync()
+                    self._bounded(self._sync, "journal sync")
         finally:
             self._closed = True
-            if self._fd is not None:
-                os.close(self._fd)
-                self._fd = None
-            self._release_lock()
+            self._close_files()
 
     def abandon(self) -> None:
         """Close the files without flushing or syncing, and drop every later write: what was not
@@ -570,10 +600,46 @@ class JournalStore:
         self._pend_bytes = 0
         self._pend_records = 0
         self._closed = True
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-        self._release_lock()
+        self._close_files()
+
+    def _close_files(self) -> None:
+        fd, self._fd = self._fd, None
+        lock_fd, self._lock_fd = self._lock_fd, None
+
+        def close() -> None:
+            if fd is not None:
+                os.close(fd)
+            if lock_fd is not None:
+                fcntl.flock(lock_fd, fcntl.LOCK_UN)
+                os.close(lock_fd)
+
+        if self._io is None:
+            close()
+        else:  # a stuck call may still be using fd: close it only once that call returned
+            self._io.after_stall(close)
+            self._io.close()
+
+    def _bounded(self, operation: Callable[[], object], what: str):
+        """``operation()`` within the I/O deadline (see "Stalled file system"); past it, or on
+        an earlier stall, the store is failed (`JournalStallError`)."""
+        try:
+            if self._io is None:
+                return operation()
+            return self._io.call(operation, what)
+        except IOStalled as exc:
+            self._failed = exc
+            error = JournalStallError(f"journal {self.directory}: {exc}")
+            self._report_failure(error)
+            raise error from exc
+        except JournalIOError as exc:
+            self._report_failure(exc)
+            raise
+
+    def _report_failure(self, exc: BaseException) -> None:
+        callback, self.on_failure = self.on_failure, None  # once
+        if callback is not None:
+            log.error("%s: the store is unusable", exc)
+            callback(exc)
 
     def _release_lock(self) -> None:
         if self._lock_fd is not None:
@@ -603,7 +669,7 @@ class JournalStore:
         """Flush, then rewrite the live state into a fresh BASE segment now."""
         self.flush()
         self._check()
-        self._compact()
+        self._bounded(self._compact, "journal compaction")
 
     def __enter__(self) -> JournalStore:
         return self
@@ -672,7 +738,7 @@ class JournalStore:
             raise JournalIOError(
                 f"journal {self.directory} failed earlier and is unusable: {self._failed}")
         if not self._recovered:
-            self._recover()
+            self._bounded(self._recover, "journal recovery")
 
     def _cache_key(self, store_key: str) -> bytes:
         key = self._key_cache.get(store_key)
@@ -728,6 +794,8 @@ class JournalStore:
         self._pend_records = 0
         self._pend_new = False
         self._unsynced = True
+        if self._io is not None:
+            self._io.checkpoint()  # the caller gave up on this batch: no sync after the deadline
         if self.sync is SyncPolicy.ALWAYS or (
                 self.sync is SyncPolicy.INTERVAL
                 and self._clock() - self._last_sync >= self._interval):
