@@ -561,8 +561,7 @@ class JournalStore:
 
     def _flush_batch(self) -> None:
         self._write_batch()
-        if self._io is not None:
-            self._io.checkpoint()
+        self._still_wanted()
         self._maybe_compact()
 
     def recover(self) -> RecoveredState:
@@ -634,6 +633,12 @@ class JournalStore:
         except JournalIOError as exc:
             self._report_failure(exc)
             raise
+
+    def _still_wanted(self) -> None:
+        """Between two system calls on the worker: stop if the caller gave up waiting (the
+        store is failed and its files may be abandoned under us)."""
+        if self._io is not None:
+            self._io.checkpoint()
 
     def _report_failure(self, exc: BaseException) -> None:
         callback, self.on_failure = self.on_failure, None  # once
@@ -780,6 +785,7 @@ class JournalStore:
             if self._pend_new:
                 self._open_new_segment(self._pend_seg)
             _write_all(self._fd, data)
+            self._still_wanted()  # after a stall: no sync, no rename
             self._writes += 1
             if self._pend_new:
                 data_synced = self._name_new_segment(self._pend_seg)
@@ -794,8 +800,6 @@ class JournalStore:
         self._pend_records = 0
         self._pend_new = False
         self._unsynced = True
-        if self._io is not None:
-            self._io.checkpoint()  # the caller gave up on this batch: no sync after the deadline
         if self.sync is SyncPolicy.ALWAYS or (
                 self.sync is SyncPolicy.INTERVAL
                 and self._clock() - self._last_sync >= self._interval):
@@ -807,6 +811,7 @@ class JournalStore:
         if self._fd is not None:
             if self._unsynced and self.sync is not SyncPolicy.NEVER:
                 _fdatasync(self._fd)  # don't leave unsynced data behind in an old segment
+                self._still_wanted()
                 self._syncs += 1
             os.close(self._fd)
             self._fd = None
@@ -839,6 +844,7 @@ class JournalStore:
         try:
             if not data_synced:
                 _fdatasync(self._fd)
+                self._still_wanted()
             if self._dir_dirty:
                 _fsync_dir(self.directory)
                 self._dir_dirty = False
