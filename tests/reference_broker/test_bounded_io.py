@@ -5,6 +5,8 @@ or network is needed. Waits are on events and conditions; no assertion is about 
 from __future__ import annotations
 
 import os
+import socket
+import time
 import threading
 
 import pytest
@@ -214,3 +216,52 @@ def test_io_timeout_option_default_and_bad_value_named():
     assert build_config({"store": {"io_timeout_ms": 250}}).store.io_timeout_ms == 250
     with pytest.raises(ConfigError, match=r"invalid value for 'store\.io_timeout_ms': .*at least 100"):
         build_config({"store": {"io_timeout_ms": 50}})
+
+
+# --------------------------------------------------------------------------- a broker on a stalling journal
+
+
+def test_broker_whose_journal_stalls_stops_serving_without_receipting_the_stalled_send(
+        tmp_path, monkeypatch, broker_factory, raw_factory, caplog):
+    """In-process counterpart of tests/reference_broker/test_journal_nfs_stall.py: the persistent
+    send whose write stalls gets no RECEIPT, its connection and the listener are closed, and what
+    was receipted before is in the journal."""
+    f = BlockingFile()
+    real_write_all = journal_module._write_all
+
+    def write_all(fd, data):
+        f.write(data)
+        real_write_all(fd, data)
+
+    monkeypatch.setattr(journal_module, "_write_all", write_all)
+    directory = tmp_path / "journal"
+    running = broker_factory(store={"kind": "journal", "directory": str(directory), "io_timeout_ms": 300})
+    client = raw_factory(running.address)
+    assert client.connect().command == "CONNECTED"
+    client.send_frame("SEND", {"destination": "/queue/orders", "persistent": "true", "receipt": "r1"}, b"one")
+    assert client.expect("RECEIPT").get("receipt-id") == "r1"
+
+    f.block()
+    try:
+        client.send_frame("SEND", {"destination": "/queue/orders", "persistent": "true", "receipt": "r2"}, b"two")
+        frames = client.wait_closed(timeout=30)
+        assert not [fr for fr in frames if fr.command == "RECEIPT"], f"a stalled write was receipted: {frames}"
+        deadline = time.monotonic() + 30
+        refused = False
+        while not refused and time.monotonic() < deadline:
+            try:
+                socket.create_connection(running.address, timeout=2).close()
+                time.sleep(0.05)
+            except ConnectionRefusedError:
+                refused = True
+        assert refused, "the broker whose store failed still accepts connections"
+        assert "its message store failed" in caplog.text
+    finally:
+        f.release()
+    running.stop()
+    recovered = JournalStore(directory, lock=False)
+    try:
+        bodies = [m.body for m in recovered.recover().messages.get("queue://orders", [])]
+    finally:
+        recovered.close()
+    assert bodies[:1] == [b"one"], f"the receipted message must be in the journal: {bodies}"
