@@ -126,7 +126,8 @@ retried safely). Not thread-safe.
 Stalled file system
 -------------------
 With ``io_timeout_s`` set (config ``store.io_timeout_ms``) every flush's writes, syncs and
-compaction, the sync in ``close()``, and recovery run on one worker thread with that deadline
+compaction, the sync in ``close()``, and each file system call of recovery (the replay itself
+stays on the caller's thread, unbounded) run on one worker thread with that deadline
 (store/bounded_io.py), while the caller waits. A journal on NFS whose server is cut off blocks
 in the kernel instead of failing (a soft mount for ``timeo`` x ``retrans``, a hard one until the
 link heals); on the event loop that wait would stop the whole broker (issue 18). Past the
@@ -377,6 +378,11 @@ def _fsync_dir(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _read_head(path: Path) -> bytes:
+    with open(path, "rb") as f:
+        return f.read(_SEG_HEADER_SIZE)
 
 
 def _write_all(fd: int, data) -> None:
@@ -743,7 +749,9 @@ class JournalStore:
             raise JournalIOError(
                 f"journal {self.directory} failed earlier and is unusable: {self._failed}")
         if not self._recovered:
-            self._bounded(self._recover, "journal recovery")
+            # replayed on the caller's thread: only its file system calls are bounded, so a long
+            # journal on a working disk is not cut short by the I/O deadline
+            self._recover()
 
     def _cache_key(self, store_key: str) -> bytes:
         key = self._key_cache.get(store_key)
@@ -973,11 +981,13 @@ class JournalStore:
         directory = self.directory
         numbers: list[int] = []
         temps: list[Path] = []
-        for entry in os.scandir(directory):
-            if m := _SEGMENT_NAME.match(entry.name):
+        entries = self._bounded(lambda: [(e.name, e.path) for e in os.scandir(directory)],
+                                "journal recovery: list the directory")
+        for name, entry_path in entries:
+            if m := _SEGMENT_NAME.match(name):
                 numbers.append(int(m.group(1)))
-            elif _TMP_NAME.match(entry.name):
-                temps.append(Path(entry.path))
+            elif _TMP_NAME.match(name):
+                temps.append(Path(entry_path))
         numbers.sort()
 
         # Walk back from the newest segment to the newest BASE segment.
@@ -987,8 +997,7 @@ class JournalStore:
         for i in range(len(numbers) - 1, -1, -1):
             number = numbers[i]
             path = directory / segment_name(number)
-            with open(path, "rb") as f:
-                head = f.read(_SEG_HEADER_SIZE)
+            head = self._bounded(lambda: _read_head(path), "journal recovery: read a segment header")
             flags, reason = _parse_segment_header(head, number)
             if flags is None:
                 if i == len(numbers) - 1:
@@ -1000,7 +1009,7 @@ class JournalStore:
                     # file first, so a crash could leave it empty; we cannot tell that apart
                     # from a truncated one and refuse both, as for a corrupt record, unless the
                     # operator says to discard it (store.discard_damaged).
-                    data = path.read_bytes()
+                    data = self._bounded(path.read_bytes, "journal recovery: read a segment")
                     nxt = _find_valid_frame(data, number, 0, len(data))
                     if nxt is None and self.discard_damaged:
                         damaged_segment = (number, len(data), reason)
@@ -1027,14 +1036,23 @@ class JournalStore:
         truncate: tuple[Path, int, int, str] | None = None
         for i, number in enumerate(chain):
             path = directory / segment_name(number)
-            data = path.read_bytes()
+            data = self._bounded(path.read_bytes, "journal recovery: read a segment")
             end, torn = self._replay(path, number, data, last=(i == len(chain) - 1))
             if torn is not None:
                 truncate = (path, end, len(data) - end, torn)
             self._segment_sizes[number] = end
             self._journal_bytes += end
 
-        # Repair: only now that the whole journal has been read successfully.
+        self._bounded(lambda: self._repair_and_open(temps, damaged_segment, obsolete, truncate, chain),
+                      "journal recovery: repair and open")
+        self._recovered = True
+        log.debug("journal %s: recovered %d messages in %d store keys, %d subscriptions "
+                  "from %d segments", directory, self._nmessages, len(self._live),
+                  len(self._subs), len(chain))
+
+    def _repair_and_open(self, temps, damaged_segment, obsolete, truncate, chain) -> None:
+        """Recovery's writes, only now that the whole journal has been read successfully."""
+        directory = self.directory
         for tmp in temps:
             log.warning("journal %s: deleting unfinished segment or compaction output %s "
                         "(a crash before it was named: nothing in it was confirmed)", directory,
@@ -1069,10 +1087,6 @@ class JournalStore:
             self._cur_size = self._segment_sizes[self._segno]
             self._fd = os.open(directory / segment_name(self._segno),
                                os.O_WRONLY | os.O_APPEND | getattr(os, "O_CLOEXEC", 0))
-        self._recovered = True
-        log.debug("journal %s: recovered %d messages in %d store keys, %d subscriptions "
-                  "from %d segments", directory, self._nmessages, len(self._live),
-                  len(self._subs), len(chain))
 
     def _replay(self, path: Path, number: int, data: bytes, last: bool) -> tuple[int, str | None]:
         """Apply segment `number`'s records; (end of the valid records, torn-tail reason)."""

@@ -265,3 +265,46 @@ def test_broker_whose_journal_stalls_stops_serving_without_receipting_the_stalle
     finally:
         recovered.close()
     assert bodies[:1] == [b"one"], f"the receipted message must be in the journal: {bodies}"
+
+
+def test_recovery_read_that_stalls_fails_the_store(tmp_path, monkeypatch):
+    directory = tmp_path / "journal"
+    with JournalStore(directory) as store:
+        store.add("queue://orders", message(1))
+        store.flush()
+    f = BlockingFile()
+    real_read_head = journal_module._read_head
+    monkeypatch.setattr(journal_module, "_read_head", lambda path: (f.write(b""), real_read_head(path))[1])
+    f.block()
+    store = JournalStore(directory, io_timeout_s=TIMEOUT_S, lock=False)
+    try:
+        with pytest.raises(JournalStallError, match="journal recovery: read a segment header did not return"):
+            store.recover()
+        with pytest.raises(JournalIOError, match="failed earlier"):
+            store.recover()
+    finally:
+        f.release()
+        store.abandon()
+
+
+def test_a_long_replay_is_not_cut_short_by_the_deadline(tmp_path, monkeypatch):
+    """Only file system calls are bounded: a replay slower than the deadline (a big journal, a slow
+    CPU) still recovers."""
+    directory = tmp_path / "journal"
+    with JournalStore(directory) as store:
+        for i in range(5):
+            store.add("queue://orders", message(i))
+        store.flush()
+    slow = threading.Event()
+    real_apply = JournalStore._apply
+
+    def slow_apply(self, *args):
+        slow.wait(TIMEOUT_S / 2)  # five records: more than twice the deadline in all
+        return real_apply(self, *args)
+
+    monkeypatch.setattr(JournalStore, "_apply", slow_apply)
+    store = JournalStore(directory, io_timeout_s=TIMEOUT_S, lock=False)
+    try:
+        assert [m.message_id for m in store.recover().messages["queue://orders"]] == [f"m{i}" for i in range(5)]
+    finally:
+        store.close()
