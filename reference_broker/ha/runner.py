@@ -35,6 +35,7 @@ from typing import Awaitable, Callable
 from ..config import BrokerConfig
 from ..listeners.http import serve_http
 from ..server import BrokerServer, _split, open_store, store_directory
+from ..store.journal import JournalStallError
 from .locker import Locker, LockerError, SharedFileLocker
 
 __all__ = ["MasterSlaveRunner", "make_locker"]
@@ -127,8 +128,18 @@ class MasterSlaveRunner:
         while not stop.is_set():
             if self.locker is not None and not await self._become_master(stop):
                 return
+            store = None
             try:
-                server = BrokerServer(self._server_config, store=open_store(self.config, lock=self.locker is None))
+                store = open_store(self.config, lock=self.locker is None)
+                server = BrokerServer(self._server_config, store=store)
+            except JournalStallError as exc:
+                # The shared file system stopped answering while the new master read the store:
+                # not a broken store, so wait as a slave again instead of exiting.
+                log.error("could not recover the store (%s): giving the lock back, waiting as a slave again", exc)
+                if store is not None:
+                    store.abandon()
+                await self._release_bounded()
+                continue
             except BaseException:
                 self._release()  # a store that cannot be opened: give the lock back, say why
                 raise
