@@ -17,9 +17,11 @@ stuck call returns (closing its descriptors: closing them now could let their nu
 under the still-running call) is queued behind it with `after_stall`. The store that owns the
 executor then counts itself failed; nothing it was writing is confirmed to anyone.
 
-One worker for all operations keeps them in the caller's order, and the thread is started once:
-the fast path costs a queue hand-off and an event wait (a few tens of microseconds), measured by
-``brokerconf bench stomp --persistent``.
+One worker for all operations keeps them in the caller's order, and the thread is started once.
+The fast path pays two queue hand-offs per flush: 30-50 us here, measured by
+benchmarks/journal_io_bench.py (one message per flush, the worst case); the broker flushes once
+per network read batch, so per message it is lost in the noise of ``brokerconf bench stomp
+--persistent`` (broker CPU per message unchanged).
 """
 
 from __future__ import annotations
@@ -47,8 +49,9 @@ class BoundedIO:
         self.stalled: str | None = None
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
-        self._done = threading.Event()  # calls never overlap (the caller waits), so one will do
-        self._result: list = []
+        # outcomes, one per call (calls never overlap: the caller waits). Two SimpleQueues: the
+        # hand-off both ways stays in C (an Event's wait allocates a lock per call in Python)
+        self._results: queue.SimpleQueue = queue.SimpleQueue()
         self._closed = False
 
     def call(self, operation: Callable[[], Any], what: str) -> Any:
@@ -62,12 +65,13 @@ class BoundedIO:
         if self._thread is None:
             self._thread = threading.Thread(target=self._work, name=self.name, daemon=True)
             self._thread.start()
-        self._done.clear()
         self._jobs.put(operation)
-        if not self._done.wait(self.timeout_s):
+        try:
+            ok, value = self._results.get(timeout=self.timeout_s)
+        except queue.Empty:
             self.stalled = what
-            raise IOStalled(f"{what} did not return within {self.timeout_s:g} s: the file system is not answering")
-        ok, value = self._result.pop()
+            raise IOStalled(f"{what} did not return within {self.timeout_s:g} s: the file system is not answering") \
+                from None
         if ok:
             return value
         raise value
@@ -106,5 +110,4 @@ class BoundedIO:
             except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
                 outcome = (False, exc)
             if self.stalled is None:
-                self._result.append(outcome)
-                self._done.set()
+                self._results.put(outcome)
