@@ -16,7 +16,7 @@ from .listeners.http import serve_http
 from .listeners.mqtt import MqttProtocol
 from .listeners.stomp import StompProtocol
 from .loop_lag import LoopLag
-from .store.base import MessageStore, SyncPolicy
+from .store.base import MessageStore, StoreError, SyncPolicy
 from .protocols.mqtt.session import MqttSessionRegistry
 from .tls import READY_NAMES, TLS_LISTENERS, server_contexts
 from .store.memory import MemoryStore
@@ -191,7 +191,10 @@ class BrokerServer:
             if now - last_expiry >= period:
                 last_expiry = now
                 self.broker.tick()
-            self.broker.flush()
+            try:
+                self.broker.flush()
+            except StoreError:
+                return  # the store failed: the server is stopping (_on_store_failure logged why)
 
     async def stop(self) -> None:
         if self._tick_task is not None:
