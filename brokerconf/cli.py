@@ -53,9 +53,10 @@ def cmd_bench_stomp(args: argparse.Namespace) -> int:
     if targets is None:
         return 2
     results = run_stomp_bench(messages=args.messages, body_size=args.body_size, repeats=args.repeats,
-                              targets=targets, warmup_messages=args.warmup_messages, progress=_progress)
+                              targets=targets, warmup_messages=args.warmup_messages, progress=_progress,
+                              persistent=args.persistent)
     print()
-    print(format_table(results, args.messages, args.body_size))
+    print(format_table(results, args.messages, args.body_size, persistent=args.persistent))
     if args.json:
         write_json(results, Path(args.json))
         print(f"results written to {args.json}")
@@ -630,6 +631,8 @@ def build_parser() -> argparse.ArgumentParser:
     stomp.add_argument("--warmup-messages", type=positive_int, default=100_000,
                        help="messages in the discarded first run per target (JIT warm-up)")
     stomp.add_argument("--targets", default="reference,activemq")
+    stomp.add_argument("--persistent", action="store_true",
+                       help="persistent sends; the reference broker on its journal store (sync always)")
     stomp.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     stomp.set_defaults(func=cmd_bench_stomp)
 

@@ -246,6 +246,15 @@ class StoreConfig(_Strict):
     # lost confirmed messages) stops start-up with an error naming the file; true deletes it
     # instead, with an error in the log, and starts without what it held.
     discard_damaged: bool = False
+    # The longest a journal write, sync or read may take (ms; store/bounded_io.py). Past it the
+    # store is failed and the broker stops serving (closes its listeners and client connections)
+    # instead of hanging its event loop on a file system that stopped answering: an NFS mount cut
+    # from its server blocks in the kernel (soft: timeo x retrans, 12 s with the A-MQ guide's
+    # options; hard: until the link heals). 5000: a healthy local fsync takes milliseconds and a
+    # busy disk's rarely a second, so 5 s does not fail a slow but working disk, and it is well
+    # inside the time before a slave can take over (an NFSv4 lease: 90 s by default on Linux),
+    # so the stalled master stops before another broker serves the store.
+    io_timeout_ms: int = 5000
 
     @model_validator(mode="before")
     @classmethod
@@ -260,6 +269,14 @@ class StoreConfig(_Strict):
             elif isinstance(locker, dict) and "kind" not in locker:
                 data = {**data, "locker": {**locker, "kind": default}}
         return data
+
+    @field_validator("io_timeout_ms")
+    @classmethod
+    def _check_io_timeout(cls, value: int) -> int:
+        if value < 100:
+            raise ValueError(f"store.io_timeout_ms must be at least 100 (ms), not {value}: a journal write "
+                             "that may not take a tenth of a second would fail a working disk")
+        return value
 
     @model_validator(mode="after")
     def _check_database(self) -> "StoreConfig":

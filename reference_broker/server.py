@@ -16,7 +16,7 @@ from .listeners.http import serve_http
 from .listeners.mqtt import MqttProtocol
 from .listeners.stomp import StompProtocol
 from .loop_lag import LoopLag
-from .store.base import MessageStore, SyncPolicy
+from .store.base import MessageStore, StoreError, SyncPolicy
 from .protocols.mqtt.session import MqttSessionRegistry
 from .tls import READY_NAMES, TLS_LISTENERS, server_contexts
 from .store.memory import MemoryStore
@@ -52,6 +52,7 @@ def open_store(config: BrokerConfig, *, lock: bool = True) -> MessageStore:
         compact_ratio=config.store.compact_ratio,
         discard_damaged=config.store.discard_damaged,
         lock=lock,
+        io_timeout_s=config.store.io_timeout_ms / 1000,
     )
 
 
@@ -69,6 +70,12 @@ class BrokerServer:
         self.store = store if store is not None else open_store(config)
         self.broker = Broker(config, self.store)
         self.broker.recover()
+        #: set when the store became unusable (a write failed or stalled): the server has stopped
+        #: serving by then, and the master/slave runner gives up mastership (ha/runner.py)
+        self.store_failed = asyncio.Event()
+        self._aborted = False
+        if hasattr(self.store, "on_failure"):
+            self.store.on_failure = self._on_store_failure
         self._connections: set[StompProtocol | AmqpProtocol] = set()
         self._servers: list[asyncio.AbstractServer] = []
         self._tick_task: asyncio.Task | None = None
@@ -184,7 +191,10 @@ class BrokerServer:
             if now - last_expiry >= period:
                 last_expiry = now
                 self.broker.tick()
-            self.broker.flush()
+            try:
+                self.broker.flush()
+            except StoreError:
+                return  # the store failed: the server is stopping (_on_store_failure logged why)
 
     async def stop(self) -> None:
         if self._tick_task is not None:
@@ -204,11 +214,30 @@ class BrokerServer:
         self.broker.close()
         log.info("broker %r stopped", self.config.name)
 
-    async def abort(self) -> None:
+    def _on_store_failure(self, exc: BaseException) -> None:
+        """The store failed in the middle of serving (called from inside a flush, on the loop):
+        stop serving at once, as a master that lost its lock does. Nothing the failed write held
+        was confirmed (receipts leave only after a flush returns), and clients of a master/slave
+        group fail over to the master that takes the store over."""
+        log.error("broker %r: the message store failed (%s): closing the listeners and every client connection",
+                  self.config.name, exc)
+        self.store_failed.set()
+        self._abort_now(f"its message store failed: {exc}")
+
+    async def abort(self, reason: str = "it no longer holds the store's lock") -> None:
         """Stop serving at once without writing to the store again: a master that lost the
-        store's lock (reference_broker/ha/runner.py). The store is abandoned first, so nothing
-        the closing connections trigger reaches the shared files; then listeners and client
-        connections are closed (clients see the connection drop and fail over)."""
+        store's lock (reference_broker/ha/runner.py), or whose store failed. The store is abandoned
+        first, so nothing the closing connections trigger reaches the shared files; then listeners
+        and client connections are closed (clients see the connection drop and fail over).
+        Idempotent."""
+        self._abort_now(reason)
+        for server in self._servers:
+            await server.wait_closed()
+
+    def _abort_now(self, reason: str) -> None:
+        if self._aborted:
+            return
+        self._aborted = True
         if self._tick_task is not None:
             self._tick_task.cancel()
         abandon = getattr(self.store, "abandon", None)
@@ -220,6 +249,4 @@ class BrokerServer:
         for connection in list(self._connections):
             if connection.transport is not None:
                 connection.transport.abort()
-        for server in self._servers:
-            await server.wait_closed()
-        log.warning("broker %r stopped serving: it no longer holds the store's lock", self.config.name)
+        log.warning("broker %r stopped serving: %s", self.config.name, reason)

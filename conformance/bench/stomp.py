@@ -39,7 +39,8 @@ class TargetBench:
 
 
 def _bench_target(name: str, launcher, *, messages: int, body_size: int, repeats: int,
-                  destination: str, progress: Callable[[str], None], warmup_messages: int) -> TargetBench:
+                  destination: str, progress: Callable[[str], None], warmup_messages: int,
+                  persistent: bool = False) -> TargetBench:
     result = TargetBench(name)
     try:
         progress(f"starting {name}...")
@@ -49,14 +50,14 @@ def _bench_target(name: str, launcher, *, messages: int, body_size: int, repeats
         # measures its JIT compiler warming up.
         progress(f"{name}: warm-up run ({warmup_messages:,} messages, not counted)")
         warm = run_stomp_load(host, port, target=name, messages=warmup_messages, body_size=body_size,
-                              destination=destination)
+                              destination=destination, persistent=persistent)
         if warm.error:
             raise RuntimeError(f"warm-up run failed: {warm.error}")
         broker_process = psutil.Process(launcher.pid)
         for attempt in range(1, repeats + 1):
             before = broker_process.cpu_times()
             run = run_stomp_load(host, port, target=name, messages=messages, body_size=body_size,
-                                 destination=destination, warmup=RUN_WARMUP)
+                                 destination=destination, warmup=RUN_WARMUP, persistent=persistent)
             after = broker_process.cpu_times()
             if run.error:
                 result.error = run.error
@@ -81,12 +82,16 @@ def _bench_target(name: str, launcher, *, messages: int, body_size: int, repeats
 
 def run_stomp_bench(*, messages: int = 200_000, body_size: int = 256, repeats: int = 3,
                     targets: tuple[str, ...] = ("reference", "activemq"), destination: str = "/queue/bench",
-                    warmup_messages: int = 100_000, progress: Callable[[str], None] = print) -> list[TargetBench]:
+                    warmup_messages: int = 100_000, progress: Callable[[str], None] = print,
+                    persistent: bool = False) -> list[TargetBench]:
+    """``persistent``: persistent sends, and the reference broker on its journal store (``--data``,
+    default sync ``always``: one fdatasync per network read batch) in a temporary directory."""
     results = []
     with tempfile.TemporaryDirectory(prefix="brokerconf-bench-") as tmp:
         for name in targets:
             if name == "reference":
-                launcher = ReferenceBrokerProcess(name="bench", http=False, log_level="WARNING")
+                launcher = ReferenceBrokerProcess(name="bench", http=False, log_level="WARNING",
+                                                  data_dir=Path(tmp) / "reference-data" if persistent else None)
             elif name == "activemq":
                 ok, reason = activemq_available()
                 if not ok:
@@ -98,13 +103,14 @@ def run_stomp_bench(*, messages: int = 200_000, body_size: int = 256, repeats: i
                 raise ValueError(f"unknown bench target {name!r}: use reference or activemq")
             results.append(_bench_target(name, launcher, messages=messages, body_size=body_size,
                                          repeats=repeats, destination=destination, progress=progress,
-                                         warmup_messages=warmup_messages))
+                                         warmup_messages=warmup_messages, persistent=persistent))
     return results
 
 
-def format_table(results: list[TargetBench], messages: int, body_size: int) -> str:
+def format_table(results: list[TargetBench], messages: int, body_size: int, persistent: bool = False) -> str:
+    kind = "persistent (reference: journal store, sync always)" if persistent else "non-persistent"
     lines = [
-        f"STOMP end-to-end, 1 producer -> 1 consumer, {messages:,} x {body_size}-byte non-persistent messages, auto-ack",
+        f"STOMP end-to-end, 1 producer -> 1 consumer, {messages:,} x {body_size}-byte {kind} messages, auto-ack",
         f"{'target':<12} {'median msg/s':>14} {'runs (msg/s)':<36} {'peak RSS':>10} {'broker CPU/msg':>15}",
     ]
     for r in results:

@@ -85,11 +85,11 @@ def _connect_frame(login: str | None, passcode: str | None) -> bytes:
     return ("\n".join(lines) + "\n\n\x00").encode()
 
 
-def encode_send_frame(destination: str, body_size: int) -> bytes:
-    """One complete non-persistent SEND frame with a ``b"x" * body_size`` body."""
+def encode_send_frame(destination: str, body_size: int, persistent: bool = False) -> bytes:
+    """One complete SEND frame (non-persistent unless ``persistent``) with a ``b"x" * body_size`` body."""
     _check_header_value("destination", destination)
     head = (f"SEND\ndestination:{destination}\ncontent-length:{body_size}\n"
-            f"persistent:false\n\n").encode()
+            f"persistent:{'true' if persistent else 'false'}\n\n").encode()
     return head + b"x" * body_size + b"\x00"
 
 
@@ -214,7 +214,7 @@ def _check_producer_socket(sock: socket.socket) -> None:
 
 
 def _producer(cfg: dict) -> None:
-    frame = encode_send_frame(cfg["destination"], int(cfg["body_size"]))
+    frame = encode_send_frame(cfg["destination"], int(cfg["body_size"]), bool(cfg.get("persistent")))
     per_batch = max(1, _BATCH_BYTES // len(frame))
     batch = frame * per_batch
     sock, _ = _stomp_connect(cfg["host"], cfg["port"], cfg["login"], cfg["passcode"], min(float(cfg["timeout"]), 30.0))
@@ -350,6 +350,7 @@ def run_stomp_load(
     login: str | None = None,
     passcode: str | None = None,
     timeout: float = 120,
+    persistent: bool = False,
 ) -> StompBenchResult:
     """Measure end-to-end msgs/s from one producer to one consumer through a STOMP endpoint.
 
@@ -360,7 +361,7 @@ def run_stomp_load(
         raise ValueError("messages must be > 0, warmup and body_size >= 0")
     cfg = dict(host=host, port=int(port), destination=destination, body_size=int(body_size),
                warmup=int(warmup), messages=int(messages), login=login, passcode=passcode,
-               timeout=float(timeout))
+               timeout=float(timeout), persistent=bool(persistent))
     consumer = _Worker("consumer", cfg)
     producer = _Worker("producer", cfg)
     workers = {consumer.fd: consumer, producer.fd: producer}

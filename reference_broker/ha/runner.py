@@ -35,6 +35,7 @@ from typing import Awaitable, Callable
 from ..config import BrokerConfig
 from ..listeners.http import serve_http
 from ..server import BrokerServer, _split, open_store, store_directory
+from ..store.journal import JournalStallError
 from .locker import Locker, LockerError, SharedFileLocker
 
 __all__ = ["MasterSlaveRunner", "make_locker"]
@@ -127,8 +128,18 @@ class MasterSlaveRunner:
         while not stop.is_set():
             if self.locker is not None and not await self._become_master(stop):
                 return
+            store = None
             try:
-                server = BrokerServer(self._server_config, store=open_store(self.config, lock=self.locker is None))
+                store = open_store(self.config, lock=self.locker is None)
+                server = BrokerServer(self._server_config, store=store)
+            except JournalStallError as exc:
+                # The shared file system stopped answering while the new master read the store:
+                # not a broken store, so wait as a slave again instead of exiting.
+                log.error("could not recover the store (%s): giving the lock back, waiting as a slave again", exc)
+                if store is not None:
+                    store.abandon()
+                await self._release_bounded()
+                continue
             except BaseException:
                 self._release()  # a store that cannot be opened: give the lock back, say why
                 raise
@@ -144,13 +155,13 @@ class MasterSlaveRunner:
             self.server, self.role = server, "master"
             self.masterships += 1
             self.on_master(server)
-            lost = await self._master(stop)
+            lost = await self._master(stop, server)
             self.server = None
             if shutdown is not None:
                 await shutdown(not lost)
             if lost:
                 await server.abort()
-                self._release()
+                await self._release_bounded()
                 continue  # back to waiting as a slave
             await server.stop()
             self._release()
@@ -191,21 +202,68 @@ class MasterSlaveRunner:
             if await self._wait(stop, self.acquire_sleep_s):
                 return False
 
-    async def _master(self, stop: asyncio.Event) -> bool:
-        """Serve until ``stop`` (False) or until the keep-alive check fails (True: lock lost)."""
-        if self.locker is None or self.keep_alive_s == 0:
-            await stop.wait()
-            return False
-        while not await self._wait(stop, self.keep_alive_s):
-            if not await asyncio.to_thread(self.locker.keep_alive):
-                log.error("no longer able to keep the %s: giving up being master", self.locker.describe())
-                self.role = "slave"
-                return True
+    async def _master(self, stop: asyncio.Event, server: BrokerServer) -> bool:
+        """Serve until ``stop`` (False), or until the keep-alive check fails or the store fails
+        (True: give mastership up). A keep-alive check that does not answer within the store's
+        I/O deadline (``store.io_timeout_ms``: the shared file system stopped answering) counts as
+        failed: waiting for it would leave a master serving whose lock may be gone."""
+        wake = asyncio.Event()  # stop, or the store failed (the server has stopped serving then)
+        watchers = [asyncio.create_task(_relay(event, wake)) for event in (stop, server.store_failed)]
+        try:
+            if self.locker is None or self.keep_alive_s == 0:
+                await wake.wait()
+            else:
+                while not await self._wait(wake, self.keep_alive_s):
+                    if not await self._keep_alive_bounded():
+                        log.error("no longer able to keep the %s: giving up being master", self.locker.describe())
+                        self.role = "slave"
+                        return True
+        finally:
+            for watcher in watchers:
+                watcher.cancel()
+        if server.store_failed.is_set() and not stop.is_set():
+            log.error("the message store failed: giving up being master of the %s",
+                      self.locker.describe() if self.locker is not None else "store")
+            self.role = "slave"
+            return True
         return False
+
+    @property
+    def io_timeout_s(self) -> float:
+        return self.config.store.io_timeout_ms / 1000
+
+    async def _keep_alive_bounded(self) -> bool:
+        if self.config.store.kind != "journal":  # the database lease bounds its own calls (ha/lease.py)
+            return await asyncio.to_thread(self.locker.keep_alive)
+        try:
+            return await asyncio.wait_for(asyncio.to_thread(self.locker.keep_alive), self.io_timeout_s)
+        except asyncio.TimeoutError:
+            log.error("the check of the %s did not answer within store.io_timeout_ms (%d ms)",
+                      self.locker.describe(), self.config.store.io_timeout_ms)
+            return False
+
+    async def _release_bounded(self) -> None:
+        """Give the lock up without waiting longer than the I/O deadline on a file system that
+        stopped answering (the release goes on in its thread; the lock ends with the lease)."""
+        if self.locker is None:
+            return
+        if self.config.store.kind != "journal":
+            self._release()
+            return
+        try:
+            await asyncio.wait_for(asyncio.to_thread(self.locker.release), self.io_timeout_s)
+        except asyncio.TimeoutError:
+            log.error("releasing the %s did not answer within store.io_timeout_ms (%d ms)",
+                      self.locker.describe(), self.config.store.io_timeout_ms)
 
     def _release(self) -> None:
         if self.locker is not None:
             self.locker.release()
+
+
+async def _relay(source: asyncio.Event, target: asyncio.Event) -> None:
+    await source.wait()
+    target.set()
 
 
 async def _wait_or_stop(stop: asyncio.Event, seconds: float) -> bool:

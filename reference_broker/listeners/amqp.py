@@ -14,6 +14,7 @@ import time
 
 from ..config import AmqpConfig
 from ..engine.broker import Broker
+from ..store.base import StoreError
 from ..protocols.amqp.session import AmqpSession
 
 log = logging.getLogger("reference_broker.listeners.amqp")
@@ -50,7 +51,13 @@ class AmqpProtocol(asyncio.Protocol):
             transport.abort()
             return
         if out:
-            self.broker.flush()  # group commit before any disposition leaves
+            try:
+                self.broker.flush()  # group commit before any disposition leaves
+            except StoreError:
+                # nothing of this batch is confirmed: drop it with the connection (the server has
+                # logged the failure and is closing every connection: server.py _on_store_failure)
+                transport.abort()
+                return
             if not transport.is_closing():
                 transport.write(out)
         if session.finished and not transport.is_closing():

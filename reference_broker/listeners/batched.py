@@ -15,6 +15,7 @@ import logging
 import socket
 
 from ..engine.broker import Broker
+from ..store.base import StoreError
 
 log = logging.getLogger("reference_broker.listeners")
 
@@ -84,7 +85,15 @@ class BatchedSessionProtocol(asyncio.Protocol):
         if transport is None:
             return
         if self._out:
-            self.broker.flush()  # group commit before any acknowledgement leaves
+            try:
+                self.broker.flush()  # group commit before any acknowledgement leaves
+            except StoreError:
+                # Nothing of this batch is confirmed: drop it with the connection. The server has
+                # logged the failure and is closing every connection (server.py _on_store_failure).
+                self._out = []
+                self._out_bytes = 0
+                transport.abort()
+                return
             out, self._out = self._out, []
             self._out_bytes = 0
             if not transport.is_closing():

@@ -122,6 +122,21 @@ without writing anything more: a master that lost its lock must not touch the sh
 Errors while writing or syncing (``ENOSPC``, ``EIO``) leave the store unusable: the
 operation raises `JournalIOError` and so does every later one (a failed fsync cannot be
 retried safely). Not thread-safe.
+
+Stalled file system
+-------------------
+With ``io_timeout_s`` set (config ``store.io_timeout_ms``) every flush's writes, syncs and
+compaction, the sync in ``close()``, and each file system call of recovery (the replay itself
+stays on the caller's thread, unbounded) run on one worker thread with that deadline
+(store/bounded_io.py), while the caller waits. A journal on NFS whose server is cut off blocks
+in the kernel instead of failing (a soft mount for ``timeo`` x ``retrans``, a hard one until the
+link heals); on the event loop that wait would stop the whole broker (issue 18). Past the
+deadline the operation raises `JournalStallError` (a `JournalIOError`) and the store is failed
+as after a write error: nothing of the batch is confirmed, every later call raises, the worker
+issues no further system call once the stuck one returns, and the files are closed only after it
+has returned. ``on_failure(exc)`` is called once when the store becomes unusable this way or by a
+write error, so the broker can stop serving. None (the default for direct use) keeps the I/O on
+the caller's thread.
 """
 
 from __future__ import annotations
@@ -140,12 +155,14 @@ from typing import Callable
 
 from reference_broker.engine.message import Message
 from reference_broker.store.base import RecoveredState, StoreError, SyncPolicy
+from reference_broker.store.bounded_io import BoundedIO, IOStalled
 
 __all__ = [
     "JournalCorruptError",
     "JournalDamagedError",
     "JournalIOError",
     "JournalLockedError",
+    "JournalStallError",
     "JournalStore",
 ]
 
@@ -183,6 +200,11 @@ class JournalLockedError(StoreError):
 
 class JournalIOError(StoreError):
     """Writing or syncing the journal failed; the store is no longer usable."""
+
+
+class JournalStallError(JournalIOError):
+    """A journal write, sync or read did not return within ``io_timeout_s`` (the file system
+    stopped answering); the store is no longer usable."""
 
 
 # --- on-disk format -------------------------------------------------------------------------
@@ -358,6 +380,11 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
+def _read_head(path: Path) -> bytes:
+    with open(path, "rb") as f:
+        return f.read(_SEG_HEADER_SIZE)
+
+
 def _write_all(fd: int, data) -> None:
     written = os.write(fd, data)
     if written < len(data):  # short writes only happen on signals / nearly full disks
@@ -391,6 +418,8 @@ class JournalStore:
         clock: Callable[[], float] = time.monotonic,
         discard_damaged: bool = False,
         lock: bool = True,
+        io_timeout_s: float | None = None,
+        on_failure: Callable[[BaseException], None] | None = None,
     ) -> None:
         if segment_size <= 0:
             raise ValueError("segment_size must be positive")
@@ -406,6 +435,11 @@ class JournalStore:
         self.discard_damaged = discard_damaged
         self._clock = clock
         self._interval = sync_interval_ms / 1000.0
+        # See "Stalled file system": None runs the file I/O on the caller's thread, unbounded.
+        self._io = BoundedIO(io_timeout_s, name="journal-io") if io_timeout_s is not None else None
+        #: called (on the caller's thread) once, when the store becomes unusable; the broker
+        #: stops serving then (reference_broker/server.py)
+        self.on_failure = on_failure
 
         # live index
         self._live: dict[str, dict[str, _Entry]] = {}
@@ -526,11 +560,15 @@ class JournalStore:
             return
         if self._pend_bytes:
             self._check()
-            self._write_batch()
-            self._maybe_compact()
+            self._bounded(self._flush_batch, "journal write")
         elif (self._unsynced and self.sync is SyncPolicy.INTERVAL and not self._closed
               and self._failed is None and self._clock() - self._last_sync >= self._interval):
-            self._sync()
+            self._bounded(self._sync, "journal sync")
+
+    def _flush_batch(self) -> None:
+        self._write_batch()
+        self._still_wanted()
+        self._maybe_compact()
 
     def recover(self) -> RecoveredState:
         self._check()
@@ -549,13 +587,10 @@ class JournalStore:
             if self._failed is None and self._recovered:
                 self.flush()
                 if self._unsynced and self.sync is not SyncPolicy.NEVER:
-                    self._sync()
+                    self._bounded(self._sync, "journal sync")
         finally:
             self._closed = True
-            if self._fd is not None:
-                os.close(self._fd)
-                self._fd = None
-            self._release_lock()
+            self._close_files()
 
     def abandon(self) -> None:
         """Close the files without flushing or syncing, and drop every later write: what was not
@@ -570,10 +605,52 @@ class JournalStore:
         self._pend_bytes = 0
         self._pend_records = 0
         self._closed = True
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-        self._release_lock()
+        self._close_files()
+
+    def _close_files(self) -> None:
+        fd, self._fd = self._fd, None
+        lock_fd, self._lock_fd = self._lock_fd, None
+
+        def close() -> None:
+            if fd is not None:
+                os.close(fd)
+            if lock_fd is not None:
+                fcntl.flock(lock_fd, fcntl.LOCK_UN)
+                os.close(lock_fd)
+
+        if self._io is None:
+            close()
+        else:  # a stuck call may still be using fd: close it only once that call returned
+            self._io.after_stall(close)
+            self._io.close()
+
+    def _bounded(self, operation: Callable[[], object], what: str):
+        """``operation()`` within the I/O deadline (see "Stalled file system"); past it, or on
+        an earlier stall, the store is failed (`JournalStallError`)."""
+        try:
+            if self._io is None:
+                return operation()
+            return self._io.call(operation, what)
+        except IOStalled as exc:
+            self._failed = exc
+            error = JournalStallError(f"journal {self.directory}: {exc}")
+            self._report_failure(error)
+            raise error from exc
+        except JournalIOError as exc:
+            self._report_failure(exc)
+            raise
+
+    def _still_wanted(self) -> None:
+        """Between two system calls on the worker: stop if the caller gave up waiting (the
+        store is failed and its files may be abandoned under us)."""
+        if self._io is not None:
+            self._io.checkpoint()
+
+    def _report_failure(self, exc: BaseException) -> None:
+        callback, self.on_failure = self.on_failure, None  # once
+        if callback is not None:
+            log.error("%s: the store is unusable", exc)
+            callback(exc)
 
     def _release_lock(self) -> None:
         if self._lock_fd is not None:
@@ -603,7 +680,7 @@ class JournalStore:
         """Flush, then rewrite the live state into a fresh BASE segment now."""
         self.flush()
         self._check()
-        self._compact()
+        self._bounded(self._compact, "journal compaction")
 
     def __enter__(self) -> JournalStore:
         return self
@@ -672,6 +749,8 @@ class JournalStore:
             raise JournalIOError(
                 f"journal {self.directory} failed earlier and is unusable: {self._failed}")
         if not self._recovered:
+            # replayed on the caller's thread: only its file system calls are bounded, so a long
+            # journal on a working disk is not cut short by the I/O deadline
             self._recover()
 
     def _cache_key(self, store_key: str) -> bytes:
@@ -714,6 +793,7 @@ class JournalStore:
             if self._pend_new:
                 self._open_new_segment(self._pend_seg)
             _write_all(self._fd, data)
+            self._still_wanted()  # after a stall: no sync, no rename
             self._writes += 1
             if self._pend_new:
                 data_synced = self._name_new_segment(self._pend_seg)
@@ -739,6 +819,7 @@ class JournalStore:
         if self._fd is not None:
             if self._unsynced and self.sync is not SyncPolicy.NEVER:
                 _fdatasync(self._fd)  # don't leave unsynced data behind in an old segment
+                self._still_wanted()
                 self._syncs += 1
             os.close(self._fd)
             self._fd = None
@@ -771,6 +852,7 @@ class JournalStore:
         try:
             if not data_synced:
                 _fdatasync(self._fd)
+                self._still_wanted()
             if self._dir_dirty:
                 _fsync_dir(self.directory)
                 self._dir_dirty = False
@@ -899,11 +981,13 @@ class JournalStore:
         directory = self.directory
         numbers: list[int] = []
         temps: list[Path] = []
-        for entry in os.scandir(directory):
-            if m := _SEGMENT_NAME.match(entry.name):
+        entries = self._bounded(lambda: [(e.name, e.path) for e in os.scandir(directory)],
+                                "journal recovery: list the directory")
+        for name, entry_path in entries:
+            if m := _SEGMENT_NAME.match(name):
                 numbers.append(int(m.group(1)))
-            elif _TMP_NAME.match(entry.name):
-                temps.append(Path(entry.path))
+            elif _TMP_NAME.match(name):
+                temps.append(Path(entry_path))
         numbers.sort()
 
         # Walk back from the newest segment to the newest BASE segment.
@@ -913,8 +997,7 @@ class JournalStore:
         for i in range(len(numbers) - 1, -1, -1):
             number = numbers[i]
             path = directory / segment_name(number)
-            with open(path, "rb") as f:
-                head = f.read(_SEG_HEADER_SIZE)
+            head = self._bounded(lambda: _read_head(path), "journal recovery: read a segment header")
             flags, reason = _parse_segment_header(head, number)
             if flags is None:
                 if i == len(numbers) - 1:
@@ -926,7 +1009,7 @@ class JournalStore:
                     # file first, so a crash could leave it empty; we cannot tell that apart
                     # from a truncated one and refuse both, as for a corrupt record, unless the
                     # operator says to discard it (store.discard_damaged).
-                    data = path.read_bytes()
+                    data = self._bounded(path.read_bytes, "journal recovery: read a segment")
                     nxt = _find_valid_frame(data, number, 0, len(data))
                     if nxt is None and self.discard_damaged:
                         damaged_segment = (number, len(data), reason)
@@ -953,14 +1036,23 @@ class JournalStore:
         truncate: tuple[Path, int, int, str] | None = None
         for i, number in enumerate(chain):
             path = directory / segment_name(number)
-            data = path.read_bytes()
+            data = self._bounded(path.read_bytes, "journal recovery: read a segment")
             end, torn = self._replay(path, number, data, last=(i == len(chain) - 1))
             if torn is not None:
                 truncate = (path, end, len(data) - end, torn)
             self._segment_sizes[number] = end
             self._journal_bytes += end
 
-        # Repair: only now that the whole journal has been read successfully.
+        self._bounded(lambda: self._repair_and_open(temps, damaged_segment, obsolete, truncate, chain),
+                      "journal recovery: repair and open")
+        self._recovered = True
+        log.debug("journal %s: recovered %d messages in %d store keys, %d subscriptions "
+                  "from %d segments", directory, self._nmessages, len(self._live),
+                  len(self._subs), len(chain))
+
+    def _repair_and_open(self, temps, damaged_segment, obsolete, truncate, chain) -> None:
+        """Recovery's writes, only now that the whole journal has been read successfully."""
+        directory = self.directory
         for tmp in temps:
             log.warning("journal %s: deleting unfinished segment or compaction output %s "
                         "(a crash before it was named: nothing in it was confirmed)", directory,
@@ -995,10 +1087,6 @@ class JournalStore:
             self._cur_size = self._segment_sizes[self._segno]
             self._fd = os.open(directory / segment_name(self._segno),
                                os.O_WRONLY | os.O_APPEND | getattr(os, "O_CLOEXEC", 0))
-        self._recovered = True
-        log.debug("journal %s: recovered %d messages in %d store keys, %d subscriptions "
-                  "from %d segments", directory, self._nmessages, len(self._live),
-                  len(self._subs), len(chain))
 
     def _replay(self, path: Path, number: int, data: bytes, last: bool) -> tuple[int, str | None]:
         """Apply segment `number`'s records; (end of the valid records, torn-tail reason)."""
