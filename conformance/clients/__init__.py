@@ -18,12 +18,14 @@ from .base import (
 )
 from .direct import PROTOCOLS, connect
 from .failover import FailoverClient, InDoubt, connect_failover
+from .load_balancing import BalancedConnections, load_balancing_policy
 from .tls import ClientTls
 
 __all__ = [
     "GROUP_ID", "GROUP_SEQ", "PROTOCOLS", "AckMode", "Client", "ClientError", "ConnectFailed",
     "ExchangeLog", "Received", "Subscription", "Unsupported", "connect", "split_destination",
-    "FailoverClient", "InDoubt", "connect_failover", "ClientTls",
+    "FailoverClient", "InDoubt", "connect_failover", "ClientTls", "BalancedConnections",
+    "load_balancing_policy",
 ]
 
 
