@@ -34,6 +34,13 @@ connected now); formed when, for every link ``(source, target)``, ``target``'s n
 ``source``'s connected nodes. Management rather than the log's AMQ221027 "bridge is connected"
 lines: the log keeps lines of links that have gone down since, the MBean does not.
 
+UDP discovery on loopback (measured here, Linux, no route or interface flag changed): with
+``local-bind-address`` 127.0.0.1 the broadcast socket is bound to lo's address, and the kernel
+sends a multicast datagram without an explicit interface out of the device owning its source
+address, so the packets stay on lo (an AF_PACKET count during a two-node formation: 50 packets to
+the group on lo, 0 on eth0) and the cluster forms (about 20 s with broadcast-period 500 ms).
+Each launch picks a random group and port (`UdpGroup.fresh`) so concurrent clusters stay apart.
+
 ``"cluster"`` in ``topology.proxied``: a link's static connector dials ``bridge_route(Bridge(source,
 target), host, port)``. Artemis then bridges to the connector the target announces (its
 ``connector-ref``), not to the static one, so the target announces its proxy: each node may be
@@ -77,6 +84,14 @@ class UdpGroup:
     group_address: str = "231.7.7.7"
     group_port: int = 9876
     local_bind_address: str = "127.0.0.1"
+
+    @classmethod
+    def fresh(cls) -> "UdpGroup":
+        """A random group and port, so clusters started at once on this machine (other suites,
+        other users) do not discover each other."""
+        rng = secrets.SystemRandom()
+        return cls(f"231.{rng.randrange(1, 255)}.{rng.randrange(1, 255)}.{rng.randrange(1, 255)}",
+                   rng.randrange(20000, 30000))
 
 
 def _connector(name: str, host: str, port: int) -> str:
@@ -392,7 +407,7 @@ def launch_cluster(topology: Topology, scenario: Scenario, workdir: Path, *, bri
     if not 2 <= len(topology.nodes) <= 4:
         raise TopologyUnsupported(f"an Artemis cluster here has 2 to 4 nodes, not {len(topology.nodes)}")
     if cc.discovery == "udp" and udp is None:
-        udp = UdpGroup()
+        udp = UdpGroup.fresh()
     workdir = Path(workdir).absolute() / "artemis-cluster"
     credentials = ("brokerconf-cluster", secrets.token_hex(12))
     state: dict[str, object] = {}
