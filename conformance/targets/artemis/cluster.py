@@ -270,7 +270,6 @@ class ArtemisCluster:
         self.workdir = workdir
         #: link -> the proxy address its connector dials ({} when no link is proxied)
         self.proxied = proxied
-        self._node_ids: dict[str, str] = {}
 
     # ------------------------------------------------------------ lifecycle
     def start(self, timeout: float = 240) -> None:
@@ -286,9 +285,9 @@ class ArtemisCluster:
             raise
 
     def _node_id(self, name: str) -> str:
-        if name not in self._node_ids:  # the id is kept in the journal: stable across restarts
-            self._node_ids[name] = self.nodes[name].process.node_id()
-        return self._node_ids[name]
+        # read each time rather than cached: a node id is kept in the journal, but a restarted
+        # node whose journal was moved away (scale-down, a wiped instance) may come back with another
+        return self.nodes[name].process.node_id()
 
     def missing_links(self) -> list[tuple[str, str]]:
         """The links of ``.links()`` whose cluster bridge is not connected now."""
