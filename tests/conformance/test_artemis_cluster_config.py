@@ -69,13 +69,14 @@ def test_defaults_are_the_chapters():
     assert text(core, "c:cluster-password") not in ("", "CHANGE ME!!")
 
 
-def test_explicit_chain_lists_only_its_next_node_and_the_end_has_no_cluster_connection():
+def test_explicit_chain_lists_only_its_next_node_and_the_end_lists_itself():
     top = Topology(("A", "B", "C"), cluster=ClusterConnection(connections=(("A", "B"), ("B", "C")), max_hops=2))
     a, c = core_of(top, "A"), core_of(top, "C")
     static = a.find("c:cluster-connections/c:cluster-connection/c:static-connectors", NS)
     assert static.get("allow-direct-connections-only") == "true"
     assert [r.text for r in static.findall("c:connector-ref", NS)] == ["link-A-B"]
-    assert c.find("c:cluster-connections", NS) is None
+    end = c.find("c:cluster-connections/c:cluster-connection/c:static-connectors", NS)
+    assert [r.text for r in end.findall("c:connector-ref", NS)] == ["node-C"]  # dials nobody else
     assert text(c, "c:cluster-user") == CREDS[0]  # the bridges reaching C log in with it
 
 

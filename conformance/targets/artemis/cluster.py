@@ -16,8 +16,8 @@ What each node's broker.xml gets besides a single broker's (artemis/config.py), 
   connection-ttl) and ``<static-connectors>`` (``allow-direct-connections-only`` when the
   topology lists its connections explicitly, "Specifying Members of a Cluster Explicitly"), or a
   ``<broadcast-group>`` + ``<discovery-group>`` on a loopback multicast group for discovery "udp";
-  a node that dials nobody (the end of a chain) has no cluster connection: it is a member through
-  the bridges that reach it (the XSD needs one connector-ref at least in static-connectors);
+  a node that dials nobody (the end of a chain) lists its own connector (the XSD needs one
+  connector-ref at least; Artemis skips itself), else it announces nothing and no bridge to it forms;
 * the ``redistribution-delay`` of every address (ArtemisConfig.redistribution_delay_ms);
 * ``<ha-policy><primary-only><scale-down>`` (2.40's name for the chapter's ``live-only``, which
   the 2.40 XSD marks deprecated for removal) with the node's ``group-name`` and connectors to the
@@ -153,29 +153,33 @@ def cluster_xml(topology: Topology, node: str, *, host: str, core_ports: dict[st
                   f"            <group-port>{udp.group_port}</group-port>",
                   f"            <refresh-timeout>{cc.refresh_timeout_ms}</refresh-timeout>",
                   "         </discovery-group>", "      </discovery-groups>"]
-    if cc.discovery == "udp" or targets:
-        lines += ["      <cluster-connections>", f"         <cluster-connection name=\"{CLUSTER_NAME}\">",
-                  f"            <address>{escape(cc.address)}</address>",
-                  f"            <connector-ref>node-{escape(node)}</connector-ref>",
-                  f"            <check-period>{cc.check_period_ms}</check-period>",
-                  f"            <connection-ttl>{cc.connection_ttl_ms}</connection-ttl>",
-                  f"            <retry-interval>{cc.retry_interval_ms}</retry-interval>",
-                  f"            <retry-interval-multiplier>{_number(cc.retry_interval_multiplier)}"
-                  "</retry-interval-multiplier>",
-                  f"            <max-retry-interval>{cc.max_retry_interval_ms}</max-retry-interval>",
-                  f"            <initial-connect-attempts>{cc.initial_connect_attempts}</initial-connect-attempts>",
-                  f"            <reconnect-attempts>{cc.reconnect_attempts}</reconnect-attempts>",
-                  f"            <use-duplicate-detection>{_bool(cc.use_duplicate_detection)}</use-duplicate-detection>",
-                  f"            <message-load-balancing>{cc.message_load_balancing}</message-load-balancing>",
-                  f"            <max-hops>{cc.max_hops}</max-hops>"]
-        if cc.discovery == "udp":
-            lines.append("            <discovery-group-ref discovery-group-name=\"dg\"/>")
-        else:
-            direct = f" allow-direct-connections-only=\"{_bool(cc.connections is not None)}\""
-            lines.append(f"            <static-connectors{direct}>")
-            lines += [f"               <connector-ref>link-{escape(node)}-{escape(t)}</connector-ref>" for t in targets]
-            lines.append("            </static-connectors>")
-        lines += ["         </cluster-connection>", "      </cluster-connections>"]
+    lines += ["      <cluster-connections>", f"         <cluster-connection name=\"{CLUSTER_NAME}\">",
+              f"            <address>{escape(cc.address)}</address>",
+              f"            <connector-ref>node-{escape(node)}</connector-ref>",
+              f"            <check-period>{cc.check_period_ms}</check-period>",
+              f"            <connection-ttl>{cc.connection_ttl_ms}</connection-ttl>",
+              f"            <retry-interval>{cc.retry_interval_ms}</retry-interval>",
+              f"            <retry-interval-multiplier>{_number(cc.retry_interval_multiplier)}"
+              "</retry-interval-multiplier>",
+              f"            <max-retry-interval>{cc.max_retry_interval_ms}</max-retry-interval>",
+              f"            <initial-connect-attempts>{cc.initial_connect_attempts}</initial-connect-attempts>",
+              f"            <reconnect-attempts>{cc.reconnect_attempts}</reconnect-attempts>",
+              f"            <use-duplicate-detection>{_bool(cc.use_duplicate_detection)}</use-duplicate-detection>",
+              f"            <message-load-balancing>{cc.message_load_balancing}</message-load-balancing>",
+              f"            <max-hops>{cc.max_hops}</max-hops>"]
+    if cc.discovery == "udp":
+        lines.append("            <discovery-group-ref discovery-group-name=\"dg\"/>")
+    else:
+        direct = f" allow-direct-connections-only=\"{_bool(cc.connections is not None)}\""
+        lines.append(f"            <static-connectors{direct}>")
+        lines += [f"               <connector-ref>link-{escape(node)}-{escape(t)}</connector-ref>" for t in targets]
+        if not targets:
+            # a node that dials nobody (a chain's end) still needs its cluster connection, or it
+            # announces nothing and the bridges reaching it never form; the XSD asks one
+            # connector-ref at least: its own, which Artemis skips (it is this node)
+            lines.append(f"               <connector-ref>node-{escape(node)}</connector-ref>")
+        lines.append("            </static-connectors>")
+    lines += ["         </cluster-connection>", "      </cluster-connections>"]
     if cc.scale_down:
         group = cc.scale_down_groups.get(node)
         inner = [f"<group-name>{escape(group)}</group-name>"] if group is not None else []
