@@ -149,3 +149,28 @@ def test_grouped_sends_work_again_once_the_local_node_is_back(cluster):
             got_a = clients.on(cluster["A"]).subscribe(destination, ack="auto").receive(timeout=10)
     assert got is not None or got_a is not None, \
         f"GRP-CLUSTER-5: with the LOCAL node back a grouped send to B was accepted but never delivered"
+
+
+@pytest.mark.spec("GRP-CLUSTER-6")
+def test_a_pinned_group_keeps_going_to_its_queue_after_its_consumers_left(cluster):
+    destination = queue("grp")
+    group = group_ids()[0]
+    with StompClients() as clients:
+        consumers = {n: clients.on(cluster[n]).subscribe(destination, ack="auto") for n in ("A", "B")}
+        settle()
+        clients.on(cluster["B"]).send(destination, "first", group_id=group)
+        first = {n: bodies for n, bodies in ((n, [m.text for m in s.drain(quiet=3.0)]) for n, s in consumers.items())}
+        pinned = [n for n, got in first.items() if got == ["first"]]
+        assert len(pinned) == 1 and sum(map(len, first.values())) == 1, \
+            f"setup: the group's first message should reach exactly one consumer: {first}"
+        pinned_node, other = pinned[0], "A" if pinned[0] == "B" else "B"
+        consumers.pop(pinned_node).close()
+        settle()
+        producer = clients.on(cluster[other])
+        for i in range(3):
+            producer.send(destination, f"later-{i}", group_id=group)
+        elsewhere = [m.text for m in consumers[other].drain(quiet=3.0)]
+        held = cluster[pinned_node].queue_size(destination)
+    assert elsewhere == [], (f"GRP-CLUSTER-6: the group is pinned to {pinned_node}'s queue, which lost its consumer, yet "
+                             f"{other}'s consumer got {elsewhere}")
+    assert held == 3, f"GRP-CLUSTER-6: {pinned_node}'s queue should keep the group's 3 later messages, holds {held}"
