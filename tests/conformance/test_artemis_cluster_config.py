@@ -162,3 +162,45 @@ def test_two_node_cluster_forms_and_forwards_on_demand(tmp_path):
             consumer.close()
     finally:
         cluster.stop()
+
+
+@pytest.mark.slow
+def test_proxied_cluster_links_run_through_the_fault_proxy(tmp_path):
+    """Each bridge's connection ends at its proxy (the remote address the cluster-connection MBean
+    reports), and messages still cross."""
+    from chaos.proxy import start_fault_proxy
+    from chaos.topology import BridgeProxies
+    from conformance.clients import connect
+    from conformance.requirements import skip_or_fail
+    from conformance.targets.artemis.cluster import launch_cluster
+    from conformance.targets.artemis.dist import installed
+
+    ok, reason = installed()
+    if not ok:
+        skip_or_fail("artemis", reason)
+    proxy = start_fault_proxy()
+    try:
+        route = BridgeProxies(proxy.api_url)
+        cluster = launch_cluster(Topology(("A", "B"), cluster=ClusterConnection(), proxied=("cluster",), prefix="px"),
+                                 Scenario(name="cluster-proxied", protocols=("stomp",)), tmp_path, bridge_route=route)
+        try:
+            assert set(cluster.proxied) == {("A", "B"), ("B", "A")}
+            for source, target in cluster.proxied:
+                remote = list(cluster[source].process.connected_nodes().values())
+                assert [r.rsplit(":", 1)[1] for r in remote] == [str(cluster.proxied[(source, target)][1])], \
+                    f"{source}->{target} bridge is connected to {remote}, not to its proxy {cluster.proxied[(source, target)]}"
+            consumer = connect(*cluster["B"].address("stomp"), "stomp")
+            producer = connect(*cluster["A"].address("stomp"), "stomp")
+            try:
+                sub = consumer.subscribe("queue://px.fwd", ack="auto")
+                time.sleep(2)  # the consumer's notification crossing to A
+                producer.send("queue://px.fwd", "through the proxy")
+                message = sub.receive(timeout=20)
+                assert message is not None and message.text == "through the proxy", cluster.log_tail(30)
+            finally:
+                producer.close()
+                consumer.close()
+        finally:
+            cluster.stop()
+    finally:
+        proxy.stop()
