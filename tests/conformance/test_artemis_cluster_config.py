@@ -14,6 +14,7 @@ import pytest
 from conformance.scenario import Scenario
 from conformance.targets.artemis.cluster import CLUSTER_NAME, UdpGroup, _proxy_plan, cluster_xml
 from conformance.targets.artemis.config import render
+from conformance.targets.artemis.target import ArtemisTarget
 from conformance.topology import ClusterConnection, GroupingHandlers, Topology, TopologyUnsupported
 
 NS = {"c": "urn:activemq:core"}
@@ -144,8 +145,9 @@ def test_two_node_cluster_forms_and_forwards_on_demand(tmp_path):
     ok, reason = installed()
     if not ok:
         skip_or_fail("artemis", reason)
-    cluster = launch_cluster(Topology(("A", "B"), cluster=ClusterConnection(), prefix="cfg"),
-                             Scenario(name="cluster-smoke", protocols=("stomp",)), tmp_path)
+    scenario = Scenario(name="cluster-smoke", protocols=("stomp",))
+    cluster = launch_cluster(Topology(("A", "B"), cluster=ClusterConnection(), prefix="cfg"), scenario, tmp_path,
+                             counters=lambda process: ArtemisTarget("artemis")._counters_handle(process, scenario))
     try:
         assert cluster.missing_links() == []
         consumer = connect(*cluster["B"].address("stomp"), "stomp")
@@ -181,8 +183,10 @@ def test_proxied_cluster_links_run_through_the_fault_proxy(tmp_path):
     proxy = start_fault_proxy()
     try:
         route = BridgeProxies(proxy.api_url)
+        scenario = Scenario(name="cluster-proxied", protocols=("stomp",))
         cluster = launch_cluster(Topology(("A", "B"), cluster=ClusterConnection(), proxied=("cluster",), prefix="px"),
-                                 Scenario(name="cluster-proxied", protocols=("stomp",)), tmp_path, bridge_route=route)
+                                 scenario, tmp_path, bridge_route=route,
+                                 counters=lambda process: ArtemisTarget("artemis")._counters_handle(process, scenario))
         try:
             assert set(cluster.proxied) == {("A", "B"), ("B", "A")}
             for source, target in cluster.proxied:

@@ -55,7 +55,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 from xml.sax.saxutils import escape, quoteattr
 
 from conformance.scenario import Scenario
@@ -401,9 +401,12 @@ def _proxy_plan(topology: Topology, host: str, core_ports: dict[str, int],
     return dial, announce
 
 
-def launch_cluster(topology: Topology, scenario: Scenario, workdir: Path, *, bridge_route=None,
-                   jvm_heap_mb: int = 256, timeout: float = 240, udp: UdpGroup | None = None) -> ArtemisCluster:
-    """Start ``topology``'s nodes as an Artemis cluster and wait until every link is connected."""
+def launch_cluster(topology: Topology, scenario: Scenario, workdir: Path, *,
+                   counters: Callable[[ArtemisProcess], Any], bridge_route=None, jvm_heap_mb: int = 256,
+                   timeout: float = 240, udp: UdpGroup | None = None) -> ArtemisCluster:
+    """Start ``topology``'s nodes as an Artemis cluster and wait until every link is connected.
+    ``counters``: the broker handle of a node's process (host, ports, ``destination_counters``),
+    artemis/target.py's ArtemisProcessHandle, passed in (target.py imports this module)."""
     cc = topology.cluster
     if cc is None:
         raise ValueError("launch_cluster needs a topology with a cluster connection")
@@ -428,30 +431,8 @@ def launch_cluster(topology: Topology, scenario: Scenario, workdir: Path, *, bri
         ports = ports[process.port_count():]
     state["core"] = {name: p.ports["core"] for name, p in processes.items()}
     state["dial"], state["announce"] = _proxy_plan(topology, ArtemisProcess.host, state["core"], bridge_route)
-    nodes = {name: ArtemisClusterNode(name, process, _CountersHandle(process)) for name, process in processes.items()}
+    nodes = {name: ArtemisClusterNode(name, process, counters(process)) for name, process in processes.items()}
     cluster = ArtemisCluster(topology, nodes, workdir, state["dial"])
     cluster.start(timeout=timeout)
     return cluster
 
-
-class _CountersHandle:
-    """What `ProcessNode` reads counters from: the process's host, ports and queue counters
-    (artemis/target.py's ArtemisProcessHandle, made when asked so the ports are final)."""
-
-    def __init__(self, process: ArtemisClusterProcess) -> None:
-        self.process = process
-
-    @property
-    def host(self) -> str:
-        return self.process.host
-
-    @property
-    def ports(self) -> dict[str, int]:
-        return {p: self.process.ports[p] for p in ("stomp", "mqtt", "amqp") if p in self.process.ports}
-
-    def destination_counters(self, destination: str):
-        from conformance.targets.artemis.target import ArtemisProcessHandle  # target imports this module
-
-        handle = ArtemisProcessHandle(target="artemis", process=self.process, scenario=self.process.scenario,
-                                      capabilities=frozenset())
-        return handle.destination_counters(destination)

@@ -348,6 +348,7 @@ class ArtemisTarget:
 
             try:
                 return launch_cluster(topology, scenario, workdir, bridge_route=bridge_route,
+                                      counters=lambda process: self._counters_handle(process, scenario),
                                       jvm_heap_mb=min(self.jvm_heap_mb, 256), timeout=max(self.start_timeout, 240))
             except UnsupportedArtemisPolicy as e:
                 raise TargetUnavailable(f"Apache Artemis cannot run scenario {scenario.name!r}: {e}") from e
@@ -367,6 +368,12 @@ class ArtemisTarget:
             except (artemis_process.ArtemisNotInstalled, artemis_process.ArtemisStartError) as e:
                 raise TargetUnavailable(f"Apache Artemis shared-store group did not start: {e}") from e
         return launch_single(self, topology, scenario, workdir, faultable=True)
+
+    def _counters_handle(self, process, scenario: Scenario) -> "ArtemisProcessHandle":
+        """The handle a cluster node reads its queue counters through (Jolokia on its process)."""
+        capabilities = frozenset(c for c in PROCESS_CAPABILITIES
+                                 if not (c.startswith("protocol.") and c.split(".", 1)[1] not in process.ports))
+        return ArtemisProcessHandle(target=self.name, process=process, scenario=scenario, capabilities=capabilities)
 
     def launch(self, scenario: Scenario, workdir: Path):
         ok, reason = self.availability()
