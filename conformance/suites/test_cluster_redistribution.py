@@ -99,11 +99,13 @@ def test_redistribution_ignores_filters_a_non_matching_local_consumer_keeps_the_
         remote = clients.on(cluster["B"]).subscribe(destination, ack="auto", selector="myProperty = 10")
         settle()
         got_remote, got_local = bodies(remote.drain(quiet=5.0)), bodies(local.drain(quiet=0.5))
-        held = cluster["A"].queue_size(destination)
+        held = {n: cluster[n].queue_size(destination) for n in ("A", "B")}
     assert got_remote == [] and got_local == [], (
         f"CLU-REDIST-5: redistribution does not follow filters: with a consumer on A the message stays on A, yet "
         f"B's myProperty=10 consumer got {got_remote} and A's myProperty=5 consumer got {got_local}")
-    assert held == 1, f"CLU-REDIST-5: the message should still be on A, A holds {held}"
+    # Seen once in two full runs on artemis (not in four direct repetitions): A held 0 and nobody had
+    # the message; the counts of both nodes are in the message for the next time
+    assert held == {"A": 1, "B": 0}, f"CLU-REDIST-5: the message should still be on A, the queues hold {held}"
 
 
 @pytest.mark.spec("CLU-REDIST-6", "CLU-REDIST-1")
