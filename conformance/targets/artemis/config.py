@@ -24,7 +24,8 @@ users                           ``artemis-users.properties`` / ``-roles.properti
 Always set, for every address (``#``): dead letters go to the ``DLQ`` address and expired
 messages to ``ExpiryQueue`` (both pre-created anycast queues, as ``artemis create`` writes them),
 ``redelivery-delay`` 0, queues and addresses auto-created and never auto-deleted (so counters of a
-drained queue stay readable), ``redistribution-delay`` 0 (only matters in a cluster).
+drained queue stay readable), ``redistribution-delay`` 0 (only matters in a cluster; a cluster
+member gets its topology's value and its cluster elements from artemis/cluster.py).
 
 Destination names. The acceptors carry the prefixes that turn the harness's canonical names into
 Artemis routing types ("Address Model", "Using Prefixes to Determine Routing Type"): STOMP
@@ -168,6 +169,13 @@ class ArtemisConfig:
     #: the JDBC shared store (Artemis "Persistence", "JDBC Persistence"; HA "Shared Store" on a
     #: database): messages, bindings and the node manager's lock in PostgreSQL tables
     database: "ArtemisDatabase | None" = None
+    #: the ``redistribution-delay`` of every address (ms; -1 never): matters in a cluster only
+    #: ("Message Redistribution"); the cluster launcher gives the topology's value
+    redistribution_delay_ms: int = 0
+    #: ``<core>`` elements a cluster member adds (connectors, cluster credentials, broadcast and
+    #: discovery groups, cluster connection, grouping handler, scale-down ha-policy): rendered by
+    #: artemis/cluster.py, "" for a broker alone
+    cluster_xml: str = ""
 
     @property
     def anonymous(self) -> bool:
@@ -208,7 +216,7 @@ class ArtemisConfig:
       <bindings-directory>{escape(self.data_directory)}/bindings</bindings-directory>
       <journal-directory>{escape(self.data_directory)}/journal</journal-directory>
       <large-messages-directory>{escape(self.data_directory)}/large-messages</large-messages-directory>
-{self.ha_policy_xml()}{self.database.store_xml() if self.database is not None else ""}      <!-- a busy shared machine must not make the broker halt itself (its default policy) -->
+{self.ha_policy_xml()}{self.database.store_xml() if self.database is not None else ""}{self.cluster_xml}      <!-- a busy shared machine must not make the broker halt itself (its default policy) -->
       <critical-analyzer>false</critical-analyzer>
       <max-disk-usage>100</max-disk-usage>
       <security-enabled>true</security-enabled>
@@ -226,7 +234,7 @@ class ArtemisConfig:
             <dead-letter-address>{DEAD_LETTER_ADDRESS}</dead-letter-address>
             <expiry-address>{EXPIRY_ADDRESS}</expiry-address>
             <redelivery-delay>0</redelivery-delay>
-            <redistribution-delay>0</redistribution-delay>
+            <redistribution-delay>{int(self.redistribution_delay_ms)}</redistribution-delay>
             <auto-create-queues>true</auto-create-queues>
             <auto-create-addresses>true</auto-create-addresses>
             <auto-delete-queues>false</auto-delete-queues>

@@ -21,6 +21,8 @@ named) and by what the launcher configures:
   ``consumer_priority`` ("Consumer Priority", over AMQP), ``process.kill``.
 * ``topology.shared-store``: a primary and backups on one data directory ("High Availability and
   Failover", "Shared Store"; artemis/shared_store.py), local JVMs only.
+* ``topology.cluster``: 2 to 4 local JVMs joined by cluster connections ("Clusters";
+  artemis/cluster.py), local JVMs only.
 
 Not offered: ``counters.subscription`` (Classic's per-subscriber matched / discarded counters),
 ``slow_consumer.*`` and ``memory.limits`` (Classic policies, refused by artemis_config),
@@ -64,7 +66,8 @@ CONTAINER_CAPABILITIES = frozenset({
 #: the local JVM adds broker-side counters read over Jolokia on loopback, shared-store HA pairs of
 #: local JVMs on one data directory (artemis/shared_store.py), and tls: a TLS acceptor per protocol
 #: with the run's keystore (Scenario(tls=True); the container has none)
-PROCESS_CAPABILITIES = CONTAINER_CAPABILITIES | frozenset({"counters.destination", "topology.shared-store", "tls"})
+PROCESS_CAPABILITIES = CONTAINER_CAPABILITIES | frozenset({"counters.destination", "topology.shared-store", "tls",
+                                                          "topology.cluster"})
 
 #: ActiveMQ's STOMP subscribe extensions that Artemis reads differently or not at all (Artemis
 #: user manual, STOMP chapter, "Flow Control": ``activemq.prefetchSize`` is accepted for backwards
@@ -326,6 +329,9 @@ class ArtemisTarget:
             return "ActiveMQ Classic network connectors; Artemis forms clusters instead (another document)"
         if self.launch_mode == "container" and capability == "tls":
             return "only the local process launcher (artemis:process) opens TLS acceptors with the run's keystore"
+        if self.launch_mode == "container" and capability == "topology.cluster":
+            return ("Artemis clusters are launched as local JVMs (artemis/cluster.py); the container launcher forms "
+                    "none yet")
         if self.launch_mode == "container" and capability == "topology.shared-store":
             return "shared-store pairs are launched as local JVMs (artemis/shared_store.py), not as containers"
         if self.launch_mode == "container" and capability in PROCESS_CAPABILITIES:
@@ -333,8 +339,22 @@ class ArtemisTarget:
         return None
 
     def launch_topology(self, topology, scenario: Scenario, workdir: Path, *, bridge_route=None):
-        """One broker, or a shared-store primary/backup group of local JVMs
-        (`artemis.shared_store`); clusters of Artemis brokers are a later capability."""
+        """One broker, a shared-store primary/backup group of local JVMs (`artemis.shared_store`),
+        or a cluster of local JVMs joined by cluster connections (`artemis.cluster`)."""
+
+        if topology.kind == "cluster":
+            check_supported(self, topology)
+            from conformance.targets.artemis.cluster import launch_cluster
+
+            try:
+                return launch_cluster(topology, scenario, workdir, bridge_route=bridge_route,
+                                      counters=lambda process: self._counters_handle(process, scenario),
+                                      jvm_heap_mb=min(self.jvm_heap_mb, 256), timeout=max(self.start_timeout, 240))
+            except UnsupportedArtemisPolicy as e:
+                raise TargetUnavailable(f"Apache Artemis cannot run scenario {scenario.name!r}: {e}") from e
+            except (artemis_process.ArtemisNotInstalled, artemis_process.ArtemisStartError) as e:
+                raise TargetUnavailable(f"Apache Artemis cluster did not start: {e}") from e
+            # a cluster whose JVMs run but whose links never connect (ClusterFormationError) is an error
 
         if topology.kind in ("shared-store", "jdbc-store"):
             check_supported(self, topology)
@@ -348,6 +368,12 @@ class ArtemisTarget:
             except (artemis_process.ArtemisNotInstalled, artemis_process.ArtemisStartError) as e:
                 raise TargetUnavailable(f"Apache Artemis shared-store group did not start: {e}") from e
         return launch_single(self, topology, scenario, workdir, faultable=True)
+
+    def _counters_handle(self, process, scenario: Scenario) -> "ArtemisProcessHandle":
+        """The handle a cluster node reads its queue counters through (Jolokia on its process)."""
+        capabilities = frozenset(c for c in PROCESS_CAPABILITIES
+                                 if not (c.startswith("protocol.") and c.split(".", 1)[1] not in process.ports))
+        return ArtemisProcessHandle(target=self.name, process=process, scenario=scenario, capabilities=capabilities)
 
     def launch(self, scenario: Scenario, workdir: Path):
         ok, reason = self.availability()

@@ -1,0 +1,176 @@
+"""Clustered message grouping (artemis-message-grouping.md, "Clustered Grouping" and its best
+practices; catalogue groups.toml GRP-CLUSTER-*), on every target with ``topology.cluster``.
+Scenarios after Artemis's ClusteredGroupingTest (LOCAL handler on one node, REMOTE on the others;
+the pinned-node-goes-down cases; names only, no code).
+
+One two-node cluster: A has the LOCAL grouping handler, B a REMOTE one, handler timeout
+`TIMEOUT_MS`. Groups are sent over STOMP with the JMSXGroupID property, alternately to A and B.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+
+from conformance.clients import connect
+from conformance.clients.base import ClientError
+from conformance.suites.cluster_support import (FORMATION, ClusterPool, StompClients, cluster_suite_marks, declare,
+                                                drain, parametrize_by_target, queue, settle)
+from conformance.topology import ClusterConnection, GroupingHandlers, Topology
+
+pytestmark = cluster_suite_marks()
+
+TIMEOUT_MS = 3000
+GROUPING = Topology(("A", "B"), cluster=ClusterConnection(grouping=GroupingHandlers(local="A", timeout_ms=TIMEOUT_MS)),
+                    prefix="grouping")
+#: how long a grouped send may wait for the broker's answer: Artemis's REMOTE handler asks the
+#: LOCAL one up to ten times, each waiting the handler timeout (AMQ222209 "after 10 retries")
+SEND_BOUND = 12 * TIMEOUT_MS / 1000 + 20
+GROUPS = 4
+PER_GROUP = 6
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    parametrize_by_target(metafunc)
+
+
+@pytest.fixture(scope="module")
+def clusters(request, target_name, tmp_path_factory):
+    pool = ClusterPool(request, tmp_path_factory, target_name)
+    try:
+        yield pool
+    finally:
+        pool.stop()
+
+
+@pytest.fixture
+def cluster(clusters):
+    cluster = clusters.get(GROUPING)
+    for name in ("A", "B"):
+        if not cluster[name].running:
+            cluster.start_broker(name, timeout=FORMATION)
+    yield cluster
+    for name in ("A", "B"):
+        if not cluster[name].running:
+            cluster.start_broker(name, timeout=FORMATION)
+
+
+def group_ids() -> list[str]:
+    return [f"g{i}-{uuid.uuid4().hex[:6]}" for i in range(GROUPS)]
+
+
+@pytest.mark.spec("GRP-CLUSTER-1", "GRP-CLUSTER-3", "GRP-CLUSTER-4")
+def test_a_group_sent_to_both_nodes_is_pinned_to_one_consumer(cluster):
+    """Two consumers on each node; every group is sent alternately through A and B. Each group
+    must reach one node (GRP-CLUSTER-3) and there one consumer (GRP-CLUSTER-4), each message
+    once, and the messages sent through one node in the order sent (two producers on two nodes
+    have no common order: a message sent to B may cross the cluster link after a later one sent to A)."""
+    destination = queue("grp")
+    groups = group_ids()
+    with StompClients() as clients:
+        consumers = {f"{n}{i}": clients.on(cluster[n]).subscribe(destination, ack="auto")
+                     for n in ("A", "B") for i in (1, 2)}
+        settle()
+        producers = {n: clients.on(cluster[n]) for n in ("A", "B")}
+        for seq in range(PER_GROUP):
+            for index, group in enumerate(groups):
+                node = "A" if (seq + index) % 2 == 0 else "B"
+                producers[node].send(destination, f"{group}:{node}:{seq}", group_id=group)
+        got = {name: drain(s, quiet=3.0) for name, s in consumers.items()}
+    where: dict[str, set[str]] = {}
+    seqs: dict[str, list[int]] = {}
+    by_sender: dict[tuple[str, str], list[int]] = {}
+    for consumer, messages in got.items():
+        for message in messages:
+            group, sender, seq = message.text.split(":")
+            where.setdefault(group, set()).add(consumer)
+            seqs.setdefault(group, []).append(int(seq))
+            by_sender.setdefault((group, sender), []).append(int(seq))
+    nodes = {g: sorted({c[0] for c in cs}) for g, cs in where.items()}
+    split = {g: n for g, n in nodes.items() if len(n) > 1}
+    assert not split, (f"GRP-CLUSTER-3: groups sent through both nodes were not pinned to one node's queue: {split}"
+                       f"\n{cluster.log_tail(20)}")
+    missing = {g: sorted(set(range(PER_GROUP)) - set(seqs.get(g, []))) for g in groups
+               if sorted(seqs.get(g, [])) != list(range(PER_GROUP))}
+    assert not missing, f"GRP-CLUSTER-3: grouped messages lost or duplicated (group: missing): {missing}"
+    spread = {g: sorted(cs) for g, cs in where.items() if len(cs) > 1}
+    assert not spread, f"GRP-CLUSTER-4: a group reached more than one consumer of its queue: {spread}"
+    disordered = {k: s for k, s in by_sender.items() if s != sorted(s)}
+    assert not disordered, f"GRP-CLUSTER-4: messages of a group sent through one node arrived out of order: {disordered}"
+
+
+@pytest.mark.spec("GRP-CLUSTER-5", "GRP-CLUSTER-2")
+def test_a_new_group_sent_to_a_remote_node_fails_while_the_local_node_is_down(cluster):
+    """The producer waits up to `SEND_BOUND` s for the broker's answer (Artemis's REMOTE handler
+    retries its proposal, see known_deviations/artemis_clusters.toml), so a receipt timeout of the
+    client's own is never taken for a refusal: only the broker's ERROR counts."""
+    destination = queue("grp")
+    group = group_ids()[0]
+    with StompClients() as clients:
+        declare(clients, cluster["A"], destination)
+        consumer = clients.on(cluster["B"]).subscribe(destination, ack="auto")
+        cluster["A"].kill()
+        producer = connect(*cluster["B"].address("stomp"), "stomp", timeout=SEND_BOUND)
+        clients.made.append(producer)
+        producer.send(destination, "ungrouped")  # control: B itself accepts and routes plain messages
+        control = consumer.receive(timeout=20)
+        assert control is not None and control.text == "ungrouped", \
+            "setup: B did not deliver an ungrouped message to its own consumer while A was down"
+        started = time.monotonic()
+        try:
+            producer.send(destination, "orphan", group_id=group)
+            outcome = "accepted"
+        except ClientError as exc:
+            outcome = f"refused ({exc})"
+        elapsed = time.monotonic() - started
+        delivered = [m.text for m in consumer.drain(quiet=3.0)]
+    assert outcome.startswith("refused") and "no RECEIPT within" not in outcome, (
+        f"GRP-CLUSTER-5: with the LOCAL grouping handler's node down, a grouped send to a REMOTE node should fail; it "
+        f"was {outcome} after {elapsed:.0f} s (handler timeout {TIMEOUT_MS} ms); delivered to B's consumer: "
+        f"{delivered}")
+    assert delivered == [], f"GRP-CLUSTER-5: the refused grouped message was delivered anyway: {delivered}"
+
+
+@pytest.mark.spec("GRP-CLUSTER-5")
+def test_grouped_sends_work_again_once_the_local_node_is_back(cluster):
+    destination = queue("grp")
+    group = group_ids()[0]
+    with StompClients() as clients:
+        cluster["A"].kill()
+        cluster.start_broker("A", timeout=FORMATION)
+        consumer = clients.on(cluster["B"]).subscribe(destination, ack="auto")
+        settle()
+        clients.on(cluster["B"]).send(destination, "back", group_id=group)
+        got = consumer.receive(timeout=20)
+        got_a = None
+        if got is None:  # routed to A's queue (a consumer subscribed there finds it)
+            got_a = clients.on(cluster["A"]).subscribe(destination, ack="auto").receive(timeout=10)
+    assert got is not None or got_a is not None, \
+        f"GRP-CLUSTER-5: with the LOCAL node back a grouped send to B was accepted but never delivered"
+
+
+@pytest.mark.spec("GRP-CLUSTER-6")
+def test_a_pinned_group_keeps_going_to_its_queue_after_its_consumers_left(cluster):
+    destination = queue("grp")
+    group = group_ids()[0]
+    with StompClients() as clients:
+        consumers = {n: clients.on(cluster[n]).subscribe(destination, ack="auto") for n in ("A", "B")}
+        settle()
+        clients.on(cluster["B"]).send(destination, "first", group_id=group)
+        first = {n: bodies for n, bodies in ((n, [m.text for m in s.drain(quiet=3.0)]) for n, s in consumers.items())}
+        pinned = [n for n, got in first.items() if got == ["first"]]
+        assert len(pinned) == 1 and sum(map(len, first.values())) == 1, \
+            f"setup: the group's first message should reach exactly one consumer: {first}"
+        pinned_node, other = pinned[0], "A" if pinned[0] == "B" else "B"
+        consumers.pop(pinned_node).close()
+        settle()
+        producer = clients.on(cluster[other])
+        for i in range(3):
+            producer.send(destination, f"later-{i}", group_id=group)
+        elsewhere = [m.text for m in consumers[other].drain(quiet=3.0)]
+        held = cluster[pinned_node].queue_size(destination)
+    assert elsewhere == [], (f"GRP-CLUSTER-6: the group is pinned to {pinned_node}'s queue, which lost its consumer, yet "
+                             f"{other}'s consumer got {elsewhere}")
+    assert held == 3, f"GRP-CLUSTER-6: {pinned_node}'s queue should keep the group's 3 later messages, holds {held}"

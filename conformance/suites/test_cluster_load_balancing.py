@@ -1,0 +1,154 @@
+"""Server-side message load balancing in an Artemis-style cluster (artemis-clusters.md,
+"Server-Side Message Load Balancing" and "Configuring Cluster Connections": message-load-balancing
+OFF / STRICT / ON_DEMAND, selectors under ON_DEMAND, the ``address`` prefix list with ``!``
+exclusions), on every target with ``topology.cluster``.
+
+Three clusters, one at a time, each started once for the module: ON_DEMAND (three nodes, cluster
+address ``clu.,!clu.ex.``: so the address tests need no cluster of their own), STRICT (three
+nodes) and OFF (two nodes). Every test uses its own queue; a queue exists on a node once a client
+subscribed there (`declare`). Messages are sent to node A over STOMP, each confirmed by a receipt.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from conformance.suites.cluster_support import (ClusterPool, StompClients, bodies, cluster_suite_marks, declare,
+                                                drain, parametrize_by_target, queue, settle)
+from conformance.topology import ClusterConnection, Topology
+
+pytestmark = cluster_suite_marks()
+
+ON_DEMAND = Topology(("A", "B", "C"), cluster=ClusterConnection(address="clu.,!clu.ex."), prefix="lbod")
+STRICT = Topology(("A", "B", "C"), cluster=ClusterConnection(message_load_balancing="STRICT"), prefix="lbstrict")
+OFF = Topology(("A", "B"), cluster=ClusterConnection(message_load_balancing="OFF"), prefix="lboff")
+MESSAGES = 12
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    parametrize_by_target(metafunc)
+
+
+@pytest.fixture(scope="module")
+def clusters(request, target_name, tmp_path_factory):
+    pool = ClusterPool(request, tmp_path_factory, target_name)
+    try:
+        yield pool
+    finally:
+        pool.stop()
+
+
+def send(clients: StompClients, node, destination: str, count: int, **properties) -> list[str]:
+    producer = clients.on(node)
+    sent = [f"m{i}" for i in range(count)]
+    for body in sent:
+        producer.send(destination, body, properties or None)
+    return sent
+
+
+@pytest.mark.spec("CLU-LB-1", "CLU-LB-2")
+def test_on_demand_round_robins_over_nodes_with_consumers_and_skips_one_without(clusters):
+    cluster = clusters.get(ON_DEMAND)
+    destination = queue()
+    with StompClients() as clients:
+        declare(clients, cluster["C"], destination)  # C has the queue, no consumer
+        on_a = clients.on(cluster["A"]).subscribe(destination, ack="auto")
+        on_b = clients.on(cluster["B"]).subscribe(destination, ack="auto")
+        settle()
+        sent = send(clients, cluster["A"], destination, MESSAGES)
+        got_a, got_b = bodies(drain(on_a)), bodies(drain(on_b))
+        on_c = cluster["C"].queue_size(destination)
+        assert on_c == 0, (f"CLU-LB-2: under ON_DEMAND node C, whose queue has no consumer, got {on_c} of "
+                           f"{MESSAGES} messages sent to A")
+        assert sorted(got_a + got_b, key=lambda b: int(b[1:])) == sent, \
+            f"CLU-LB-1: A's and B's consumers got {got_a} and {got_b}, not each message once\n{cluster.log_tail(20)}"
+        assert abs(len(got_a) - len(got_b)) <= 1, (f"CLU-LB-1: ON_DEMAND did not round-robin between A and B (both with "
+                                                   f"consumers): A got {len(got_a)}, B got {len(got_b)}")
+
+
+@pytest.mark.spec("CLU-LB-3")
+def test_on_demand_forwards_only_where_a_selector_matches(clusters):
+    cluster = clusters.get(ON_DEMAND)
+    destination = queue()
+    with StompClients() as clients:
+        declare(clients, cluster["A"], destination)
+        reds = clients.on(cluster["B"]).subscribe(destination, ack="auto", selector="color = 'red'")
+        blues = clients.on(cluster["C"]).subscribe(destination, ack="auto", selector="color = 'blue'")
+        settle()
+        producer = clients.on(cluster["A"])
+        for i in range(MESSAGES):
+            producer.send(destination, f"{'red' if i % 2 else 'blue'}-{i}", {"color": "red" if i % 2 else "blue"})
+        got_red, got_blue = bodies(drain(reds)), bodies(drain(blues))
+        left_on_a = cluster["A"].queue_size(destination)
+    wrong = [b for b in got_red if not b.startswith("red")] + [b for b in got_blue if not b.startswith("blue")]
+    assert not wrong, f"CLU-LB-3: consumers got messages their selector does not match: {wrong}"
+    assert got_red and got_blue, (f"CLU-LB-3: ON_DEMAND did not forward to the node whose consumer's selector matches "
+                                  f"(B red: {got_red}, C blue: {got_blue}, left on A: {left_on_a})")
+    assert len(got_red) + len(got_blue) + left_on_a == MESSAGES, \
+        f"CLU-LB-3: {MESSAGES} sent, B got {len(got_red)}, C got {len(got_blue)}, A holds {left_on_a}"
+
+
+@pytest.mark.spec("CLU-ADDR-1")
+def test_an_address_outside_the_cluster_prefix_is_not_forwarded(clusters):
+    cluster = clusters.get(ON_DEMAND)
+    destination = queue("other")
+    with StompClients() as clients:
+        declare(clients, cluster["A"], destination)
+        remote = clients.on(cluster["B"]).subscribe(destination, ack="auto")
+        settle()
+        send(clients, cluster["A"], destination, MESSAGES)
+        got = bodies(drain(remote))
+        assert got == [], f"CLU-ADDR-1: address {destination} does not begin with 'clu.' yet B got {got}"
+        assert cluster["A"].queue_size(destination) == MESSAGES, \
+            f"CLU-ADDR-1: A should hold all {MESSAGES} messages of the unclustered address"
+
+
+@pytest.mark.spec("CLU-ADDR-1", "CLU-ADDR-2")
+def test_an_included_prefix_is_forwarded_and_an_excluded_one_is_not(clusters):
+    cluster = clusters.get(ON_DEMAND)
+    included, excluded = queue("clu"), queue("clu.ex")
+    with StompClients() as clients:
+        for destination in (included, excluded):
+            declare(clients, cluster["A"], destination)
+        remote_in = clients.on(cluster["B"]).subscribe(included, ack="auto")
+        remote_ex = clients.on(cluster["B"]).subscribe(excluded, ack="auto")
+        settle()
+        send(clients, cluster["A"], included, MESSAGES)
+        send(clients, cluster["A"], excluded, MESSAGES)
+        got_in, got_ex = bodies(drain(remote_in)), bodies(drain(remote_ex))
+    assert got_in, f"CLU-ADDR-1: {included} begins with the cluster prefix 'clu.' yet B's consumer got none of it"
+    assert got_ex == [], (f"CLU-ADDR-2: {excluded} begins with 'clu.' and with the excluded 'clu.ex.': exclusion "
+                          f"wins, yet B got {got_ex}")
+
+
+@pytest.mark.spec("CLU-LB-4")
+def test_strict_round_robins_to_a_node_without_consumers(clusters):
+    cluster = clusters.get(STRICT)
+    destination = queue()
+    with StompClients() as clients:
+        declare(clients, cluster["C"], destination)
+        on_a = clients.on(cluster["A"]).subscribe(destination, ack="auto")
+        on_b = clients.on(cluster["B"]).subscribe(destination, ack="auto")
+        settle()
+        send(clients, cluster["A"], destination, MESSAGES)
+        got_a, got_b = drain(on_a), drain(on_b)
+        on_c = cluster["C"].queue_size(destination)
+    assert on_c == MESSAGES // 3, (f"CLU-LB-4: under STRICT each of three nodes' queues gets every third message, "
+                                   f"consumers or not: C (no consumer) holds {on_c}, A's consumer got {len(got_a)}, "
+                                   f"B's {len(got_b)} of {MESSAGES}")
+    assert len(got_a) + len(got_b) + on_c == MESSAGES
+
+
+@pytest.mark.spec("CLU-LB-5")
+def test_off_never_forwards(clusters):
+    cluster = clusters.get(OFF)
+    destination = queue()
+    with StompClients() as clients:
+        declare(clients, cluster["A"], destination)
+        remote = clients.on(cluster["B"]).subscribe(destination, ack="auto")
+        settle()
+        send(clients, cluster["A"], destination, MESSAGES)
+        got = bodies(drain(remote))
+        held = cluster["A"].queue_size(destination)
+    assert got == [], f"CLU-LB-5: with message-load-balancing OFF, B's consumer got {got} sent to A"
+    assert held == MESSAGES, f"CLU-LB-5: A should keep all {MESSAGES} messages, holds {held}"

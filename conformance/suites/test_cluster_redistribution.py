@@ -1,0 +1,179 @@
+"""Message redistribution in an Artemis-style cluster (artemis-clusters.md, "Message
+Redistribution" and "Redistribution and filters (selectors)"), on every target with
+``topology.cluster``. Scenarios after Artemis's MessageRedistributionTest (consumer closed with
+messages left, back and forth between nodes; names only, no code).
+
+Three two-node ON_DEMAND clusters, one at a time: redistribution-delay 0, a short delay
+(`DELAY_MS`) and -1 (the default: never). The common shape (`strand_on_a`): a consumer on A takes
+every message sent to A (B's queue has no consumer then, so ON_DEMAND keeps them on A) without
+acknowledging, a consumer subscribes on B, and A's consumer closes: the messages are back on A's
+queue, which has no consumer left.
+
+Time bounds: "not before the delay" is checked by a lower bound measured from before A's
+consumer closes (a slow machine only makes the broker later, never earlier); arrivals are waited
+for with generous bounds, never asserted as fast.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from conformance.suites.cluster_support import (ClusterPool, StompClients, bodies, cluster_suite_marks, declare,
+                                                drain, parametrize_by_target, queue, settle)
+from conformance.topology import ClusterConnection, Topology
+
+pytestmark = cluster_suite_marks()
+
+DELAY_MS = 6000
+AT_ONCE = Topology(("A", "B"), cluster=ClusterConnection(redistribution_delay_ms=0), prefix="rd0")
+DELAYED = Topology(("A", "B"), cluster=ClusterConnection(redistribution_delay_ms=DELAY_MS), prefix="rdn")
+NEVER = Topology(("A", "B"), cluster=ClusterConnection(), prefix="rdnever")  # -1, the chapter's default
+MESSAGES = 10
+ARRIVAL = 40.0  # bound on redistributed messages arriving (seconds)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    parametrize_by_target(metafunc)
+
+
+@pytest.fixture(scope="module")
+def clusters(request, target_name, tmp_path_factory):
+    pool = ClusterPool(request, tmp_path_factory, target_name)
+    try:
+        yield pool
+    finally:
+        pool.stop()
+
+
+def strand_on_a(clients: StompClients, cluster, destination: str):
+    """Send MESSAGES to A, held unacknowledged by a consumer on A; subscribe on B. Returns (A's
+    subscription, B's subscription, the bodies sent); closing A's leaves them on A's queue."""
+    declare(clients, cluster["B"], destination)
+    holder = clients.on(cluster["A"]).subscribe(destination, ack="client-individual")
+    settle()
+    producer = clients.on(cluster["A"])
+    sent = [f"m{i}" for i in range(MESSAGES)]
+    for body in sent:
+        producer.send(destination, body)
+    held = holder.receive_n(MESSAGES, timeout=20)
+    assert sorted(bodies(held), key=lambda b: int(b[1:])) == sent, \
+        f"setup: A's consumer should get every message sent to A (B has no consumer yet), got {bodies(held)}"
+    waiting = clients.on(cluster["B"]).subscribe(destination, ack="client-individual")
+    settle()
+    return holder, waiting, sent
+
+
+def receive_all(subscription, count: int, timeout: float = ARRIVAL) -> list:
+    got = subscription.receive_n(count, timeout=timeout)
+    got += subscription.drain(quiet=1.0)  # anything beyond count (a duplicate) shows up too
+    for message in got:
+        subscription.ack(message)
+    return got
+
+
+@pytest.mark.spec("CLU-REDIST-1")
+def test_delay_zero_moves_messages_once_the_last_consumer_closes(clusters):
+    cluster = clusters.get(AT_ONCE)
+    destination = queue()
+    with StompClients() as clients:
+        holder, waiting, sent = strand_on_a(clients, cluster, destination)
+        holder.close()
+        got = bodies(receive_all(waiting, MESSAGES))
+    assert sorted(got, key=lambda b: int(b[1:])) == sent, (
+        f"CLU-REDIST-1: with redistribution-delay 0 the {MESSAGES} messages left on A when its last consumer closed "
+        f"should reach B's consumer once each; B got {got}\n{cluster.log_tail(20)}")
+
+
+@pytest.mark.spec("CLU-REDIST-5")
+def test_redistribution_ignores_filters_a_non_matching_local_consumer_keeps_the_message(clusters):
+    """The chapter's myProperty example: a message with myProperty=10 on A, a consumer on A
+    selecting myProperty=5 and one on B selecting myProperty=10: it stays on A."""
+    cluster = clusters.get(AT_ONCE)
+    destination = queue()
+    with StompClients() as clients:
+        declare(clients, cluster["B"], destination)
+        clients.on(cluster["A"]).send(destination, "ten", {"myProperty": 10})
+        local = clients.on(cluster["A"]).subscribe(destination, ack="auto", selector="myProperty = 5")
+        remote = clients.on(cluster["B"]).subscribe(destination, ack="auto", selector="myProperty = 10")
+        settle()
+        got_remote, got_local = bodies(remote.drain(quiet=5.0)), bodies(local.drain(quiet=0.5))
+        held = {n: cluster[n].queue_size(destination) for n in ("A", "B")}
+    assert got_remote == [] and got_local == [], (
+        f"CLU-REDIST-5: redistribution does not follow filters: with a consumer on A the message stays on A, yet "
+        f"B's myProperty=10 consumer got {got_remote} and A's myProperty=5 consumer got {got_local}")
+    # Seen once in two full runs on artemis (not in four direct repetitions): A held 0 and nobody had
+    # the message; the counts of both nodes are in the message for the next time
+    assert held == {"A": 1, "B": 0}, f"CLU-REDIST-5: the message should still be on A, the queues hold {held}"
+
+
+@pytest.mark.spec("CLU-REDIST-6", "CLU-REDIST-1")
+def test_messages_moved_back_and_forth_are_never_duplicated(clusters):
+    cluster = clusters.get(AT_ONCE)
+    destination = queue()
+    with StompClients() as clients:
+        holder, waiting, sent = strand_on_a(clients, cluster, destination)
+        holder.close()  # -> B
+        for round_, node in enumerate(("A", "B", "A"), start=1):
+            got = waiting.receive_n(MESSAGES, timeout=ARRIVAL) + waiting.drain(quiet=1.0)
+            assert sorted(bodies(got), key=lambda b: int(b[1:])) == sent, (
+                f"CLU-REDIST-6: move {round_}: the consumer got {bodies(got)}, not each of the {MESSAGES} messages once"
+                f"\n{cluster.log_tail(20)}")
+            nxt = clients.on(cluster[node]).subscribe(destination, ack="client-individual")
+            settle()
+            waiting.close()  # unacknowledged: back on its queue, redistributed to `node`
+            waiting = nxt
+        final = receive_all(waiting, MESSAGES)
+        left = {n: cluster[n].queue_size(destination) for n in ("A", "B")}
+    assert sorted(bodies(final), key=lambda b: int(b[1:])) == sent, \
+        f"CLU-REDIST-6: after four moves the last consumer got {bodies(final)}, not each message once"
+    assert left == {"A": 0, "B": 0}, f"CLU-REDIST-6: messages left behind after every one was acknowledged: {left}"
+
+
+@pytest.mark.spec("CLU-REDIST-2")
+def test_a_redistribution_delay_is_waited_before_messages_move(clusters):
+    cluster = clusters.get(DELAYED)
+    destination = queue()
+    with StompClients() as clients:
+        holder, waiting, sent = strand_on_a(clients, cluster, destination)
+        closed_at = time.monotonic()
+        holder.close()
+        early = waiting.receive(timeout=max(0.0, DELAY_MS / 2000 - (time.monotonic() - closed_at)))
+        assert early is None, (f"CLU-REDIST-2: a message reached B within {DELAY_MS / 2000:.1f} s of A's last consumer "
+                               f"closing, before the {DELAY_MS} ms redistribution delay")
+        got = bodies(receive_all(waiting, MESSAGES))
+    assert sorted(got, key=lambda b: int(b[1:])) == sent, \
+        f"CLU-REDIST-2: after the {DELAY_MS} ms delay B's consumer should get each message once, got {got}"
+
+
+@pytest.mark.spec("CLU-REDIST-3")
+def test_a_consumer_returning_within_the_delay_cancels_redistribution(clusters):
+    cluster = clusters.get(DELAYED)
+    destination = queue()
+    with StompClients() as clients:
+        holder, waiting, sent = strand_on_a(clients, cluster, destination)
+        closed_at = time.monotonic()
+        holder.close()
+        back = clients.on(cluster["A"]).subscribe(destination, ack="client-individual")
+        assert time.monotonic() - closed_at < DELAY_MS / 1000, \
+            "setup: the returning consumer subscribed after the delay had run out (machine too slow to check this)"
+        got_back = receive_all(back, MESSAGES, timeout=20)
+        got_remote = bodies(waiting.drain(quiet=DELAY_MS / 1000 + 3))
+    assert got_remote == [], (f"CLU-REDIST-3: a consumer came back on A within the {DELAY_MS} ms delay, yet B got "
+                              f"{got_remote}")
+    assert sorted(bodies(got_back), key=lambda b: int(b[1:])) == sent, \
+        f"CLU-REDIST-3: the returning consumer on A should get every message, got {bodies(got_back)}"
+
+
+@pytest.mark.spec("CLU-REDIST-4")
+def test_delay_minus_one_never_redistributes(clusters):
+    cluster = clusters.get(NEVER)
+    destination = queue()
+    with StompClients() as clients:
+        holder, waiting, sent = strand_on_a(clients, cluster, destination)
+        holder.close()
+        got = bodies(waiting.drain(quiet=8.0))
+        held = cluster["A"].queue_size(destination)
+    assert got == [], f"CLU-REDIST-4: with redistribution-delay -1 (the default) B's consumer got {got}"
+    assert held == MESSAGES, f"CLU-REDIST-4: A should keep its {MESSAGES} messages, holds {held}"

@@ -1,0 +1,93 @@
+"""Scale-down (artemis-clusters.md, "Scaling Down"), on every target with ``topology.cluster``:
+a node stopped gracefully sends its messages to another node of its scale-down group, where they
+go to the back of the queue in their order; a crash sends nothing.
+
+One two-node cluster (ON_DEMAND, no redistribution, both nodes in scale-down group ``g``), A
+brought back after each test. Messages are sent with no consumer anywhere, so each stays on the
+node it was sent to.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from conformance.suites.cluster_support import (FORMATION, ClusterPool, StompClients, bodies, cluster_suite_marks,
+                                                declare, parametrize_by_target, queue)
+from conformance.topology import ClusterConnection, Topology
+
+pytestmark = cluster_suite_marks()
+
+SCALE_DOWN = Topology(("A", "B"), cluster=ClusterConnection(scale_down=True, scale_down_groups={"A": "g", "B": "g"}),
+                      prefix="scaledown")
+MESSAGES = 5
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    parametrize_by_target(metafunc)
+
+
+@pytest.fixture(scope="module")
+def clusters(request, target_name, tmp_path_factory):
+    pool = ClusterPool(request, tmp_path_factory, target_name)
+    try:
+        yield pool
+    finally:
+        pool.stop()
+
+
+@pytest.fixture
+def cluster(clusters):
+    """The cluster with both nodes running (A restarted if the previous test left it down)."""
+    cluster = clusters.get(SCALE_DOWN)
+    if not cluster["A"].running:
+        cluster.start_broker("A", timeout=FORMATION)
+    yield cluster
+    if not cluster["A"].running:
+        cluster.start_broker("A", timeout=FORMATION)
+
+
+def fill(clients: StompClients, cluster, destination: str) -> tuple[list[str], list[str]]:
+    """MESSAGES on B's queue (b0..) and MESSAGES on A's (a0..), no consumer anywhere."""
+    for node in ("A", "B"):
+        declare(clients, cluster[node], destination)
+    on_b = [f"b{i}" for i in range(MESSAGES)]
+    on_a = [f"a{i}" for i in range(MESSAGES)]
+    for node, sent in (("B", on_b), ("A", on_a)):
+        producer = clients.on(cluster[node])
+        for body in sent:
+            producer.send(destination, body)
+    held = {n: cluster[n].queue_size(destination) for n in ("A", "B")}
+    assert held == {"A": MESSAGES, "B": MESSAGES}, f"setup: each node should hold its own {MESSAGES} messages: {held}"
+    return on_a, on_b
+
+
+@pytest.mark.spec("CLU-SCALE-1", "CLU-SCALE-2")
+def test_a_graceful_stop_moves_the_messages_to_the_back_of_the_other_nodes_queue(cluster):
+    destination = queue()
+    with StompClients() as clients:
+        on_a, on_b = fill(clients, cluster, destination)
+        cluster.stop_broker("A")
+        consumer = clients.on(cluster["B"]).subscribe(destination, ack="client-individual")
+        got = consumer.receive_n(2 * MESSAGES, timeout=30) + consumer.drain(quiet=1.0)
+        for message in got:
+            consumer.ack(message)
+    got_bodies = bodies(got)
+    assert sorted(got_bodies) == sorted(on_a + on_b), (
+        f"CLU-SCALE-1: after A's graceful stop with scale-down, B should hand out its own and A's messages once each; "
+        f"got {got_bodies}\n{cluster.log_tail(30)}")
+    assert got_bodies == on_b + on_a, (f"CLU-SCALE-2: A's messages should come after B's own, in their order "
+                                       f"(appended to the back of B's queue): got {got_bodies}")
+
+
+@pytest.mark.spec("CLU-SCALE-3")
+def test_a_killed_node_does_not_scale_down(cluster):
+    destination = queue()
+    with StompClients() as clients:
+        on_a, on_b = fill(clients, cluster, destination)
+        cluster["A"].kill()
+        consumer = clients.on(cluster["B"]).subscribe(destination, ack="client-individual")
+        got = consumer.receive_n(MESSAGES, timeout=20) + consumer.drain(quiet=5.0)
+        for message in got:
+            consumer.ack(message)
+    assert bodies(got) == on_b, (f"CLU-SCALE-3: after A was killed (no graceful shutdown) B should have only its own "
+                                 f"messages {on_b}, got {bodies(got)}")

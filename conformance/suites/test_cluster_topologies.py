@@ -1,0 +1,87 @@
+"""Cluster topologies (artemis-clusters.md, "Chain cluster", ``max-hops`` under "Configuring
+Cluster Connections", "Specifying Members of a Cluster Explicitly") and discovery by UDP
+("Broadcast Groups", "Discovery Groups"), on every target with ``topology.cluster``.
+
+The chain: three nodes, A's only cluster connection goes to B and B's to C (explicit members,
+direct connections only), consumers only on C, messages sent to A. With ``max-hops`` 2 C's
+consumers are known two hops away at A, so A forwards to B, which forwards to C; with 1 (the
+default) A knows only B, whose queue has no consumer, and keeps the messages.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from conformance.suites.cluster_support import (ClusterPool, StompClients, bodies, cluster_suite_marks, declare,
+                                                drain, parametrize_by_target, queue, settle)
+from conformance.topology import ClusterConnection, Topology
+
+pytestmark = cluster_suite_marks()
+
+CHAIN = (("A", "B"), ("B", "C"))
+TWO_HOPS = Topology(("A", "B", "C"), cluster=ClusterConnection(connections=CHAIN, max_hops=2), prefix="hops2")
+ONE_HOP = Topology(("A", "B", "C"), cluster=ClusterConnection(connections=CHAIN, max_hops=1), prefix="hops1")
+UDP = Topology(("A", "B"), cluster=ClusterConnection(discovery="udp", broadcast_period_ms=500,
+                                                     refresh_timeout_ms=5000), prefix="udp")
+MESSAGES = 10
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    parametrize_by_target(metafunc)
+
+
+@pytest.fixture(scope="module")
+def clusters(request, target_name, tmp_path_factory):
+    pool = ClusterPool(request, tmp_path_factory, target_name)
+    try:
+        yield pool
+    finally:
+        pool.stop()
+
+
+def send_to_a_consume_on_c(cluster) -> tuple[list[str], dict[str, int]]:
+    destination = queue()
+    with StompClients() as clients:
+        declare(clients, cluster["A"], destination)
+        declare(clients, cluster["B"], destination)
+        consumer = clients.on(cluster["C"]).subscribe(destination, ack="auto")
+        settle()
+        producer = clients.on(cluster["A"])
+        for i in range(MESSAGES):
+            producer.send(destination, f"m{i}")
+        got = bodies(drain(consumer, quiet=3.0))
+        held = {n: cluster[n].queue_size(destination) for n in ("A", "B")}
+    return got, held
+
+
+@pytest.mark.spec("CLU-HOPS-1")
+def test_chain_with_two_hops_reaches_consumers_on_the_far_node(clusters):
+    cluster = clusters.get(TWO_HOPS)
+    got, held = send_to_a_consume_on_c(cluster)
+    assert got, (f"CLU-HOPS-1: chain A->B->C with max-hops 2: C's consumer got none of the {MESSAGES} messages sent to "
+                 f"A (A holds {held['A']}, B {held['B']})\n{cluster.log_tail(20)}")
+    assert len(got) + held["A"] + held["B"] == MESSAGES and len(set(got)) == len(got), \
+        f"CLU-HOPS-1: {MESSAGES} sent, C got {got}, A holds {held['A']}, B {held['B']}"
+
+
+@pytest.mark.spec("CLU-HOPS-2")
+def test_chain_with_one_hop_does_not_see_the_far_node(clusters):
+    cluster = clusters.get(ONE_HOP)
+    got, held = send_to_a_consume_on_c(cluster)
+    assert got == [], (f"CLU-HOPS-2: chain A->B->C with max-hops 1: A knows only B (no consumer there), yet C's "
+                       f"consumer got {got}")
+    assert held["A"] == MESSAGES, f"CLU-HOPS-2: A should keep all {MESSAGES} messages, holds {held}"
+
+
+@pytest.mark.spec("CLU-DISC-1")
+def test_udp_discovery_forms_the_cluster_and_forwards(clusters):
+    cluster = clusters.get(UDP)  # formed: every link up (wait_formed), found through the discovery group
+    destination = queue()
+    with StompClients() as clients:
+        declare(clients, cluster["A"], destination)
+        consumer = clients.on(cluster["B"]).subscribe(destination, ack="auto")
+        settle()
+        clients.on(cluster["A"]).send(destination, "found")
+        got = consumer.receive(timeout=20)
+    assert got is not None and got.text == "found", \
+        f"CLU-DISC-1: nodes that found each other by UDP discovery did not forward A -> B\n{cluster.log_tail(20)}"

@@ -1,0 +1,438 @@
+"""An Artemis cluster: 2 to 4 local JVMs joined by cluster connections, launched from
+``Topology(nodes, cluster=ClusterConnection(...))`` (conformance/topology.py) and handed out as a
+`Cluster` of `Node`s (artemis-clusters.md; artemis-message-grouping.md, "Clustered Grouping").
+
+What each node's broker.xml gets besides a single broker's (artemis/config.py), rendered by
+`cluster_xml`:
+
+* ``<connectors>``: the node's own core acceptor (its ``connector-ref``, what it announces to the
+  others) and one connector per static peer it dials (``.links(nodes)``: every other node for a
+  symmetric cluster, the explicit ``connections`` otherwise);
+* ``<cluster-user>`` / ``<cluster-password>``: a generated pair, never Artemis's default (chapter,
+  "Cluster User Credentials": the default lets anyone in and is warned about at every start);
+* ``<cluster-connection>`` with every `ClusterConnection` option (address, message-load-balancing,
+  max-hops, retry-interval, retry-interval-multiplier, max-retry-interval,
+  initial-connect-attempts, reconnect-attempts, use-duplicate-detection, check-period,
+  connection-ttl) and ``<static-connectors>`` (``allow-direct-connections-only`` when the
+  topology lists its connections explicitly, "Specifying Members of a Cluster Explicitly"), or a
+  ``<broadcast-group>`` + ``<discovery-group>`` on a loopback multicast group for discovery "udp";
+  a node that dials nobody (the end of a chain) lists its own connector (the XSD needs one
+  connector-ref at least; Artemis skips itself), else it announces nothing and no bridge to it forms;
+* the ``redistribution-delay`` of every address (ArtemisConfig.redistribution_delay_ms);
+* ``<ha-policy><primary-only><scale-down>`` (2.40's name for the chapter's ``live-only``, which
+  the 2.40 XSD marks deprecated for removal) with the node's ``group-name`` and connectors to the
+  nodes of its group, when ``scale_down``;
+* ``<grouping-handler>`` LOCAL on ``grouping.local``, REMOTE on the others; a REMOTE node's
+  ``group-timeout`` is half the LOCAL one ("Clustered Grouping Best Practices").
+
+Queues: every address is auto-created (config.py), so a queue exists on a node once a client sent
+to or subscribed on it there; the suites create a node's queue by subscribing once.
+
+Formation (`ArtemisCluster.wait_formed`): read over Jolokia, per node, the broker's ``NodeID`` and
+the cluster connection MBean's ``Nodes`` (node id -> remote address of each cluster bridge that is
+connected now); formed when, for every link ``(source, target)``, ``target``'s node id is among
+``source``'s connected nodes. Management rather than the log's AMQ221027 "bridge is connected"
+lines: the log keeps lines of links that have gone down since, the MBean does not.
+
+UDP discovery on loopback (measured here, Linux, no route or interface flag changed): with
+``local-bind-address`` 127.0.0.1 the broadcast socket is bound to lo's address, and the kernel
+sends a multicast datagram without an explicit interface out of the device owning its source
+address, so the packets stay on lo (an AF_PACKET count during a two-node formation: 50 packets to
+the group on lo, 0 on eth0) and the cluster forms (about 20 s with broadcast-period 500 ms).
+Each launch picks a random group and port (`UdpGroup.fresh`) so concurrent clusters stay apart.
+
+``"cluster"`` in ``topology.proxied``: a link's static connector dials ``bridge_route(Bridge(source,
+target), host, port)``. Artemis then bridges to the connector the target announces (its
+``connector-ref``), not to the static one, so the target announces its proxy: each node may be
+the target of one link only (a two-node cluster, or a chain).
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Callable
+from xml.sax.saxutils import escape, quoteattr
+
+from conformance.scenario import Scenario
+from conformance.targets.artemis.process import ArtemisProcess, JolokiaError, _object_name_value
+from conformance.targets.runtime.node import ProcessNode
+from conformance.targets.runtime.process import free_ports
+from conformance.topology import Bridge, ClusterConnection, Topology, TopologyUnsupported
+
+__all__ = ["CLUSTER_NAME", "ArtemisCluster", "ClusterFormationError", "UdpGroup", "cluster_xml", "launch_cluster"]
+
+#: the cluster connection's name on every node (the MBean `wait_formed` reads)
+CLUSTER_NAME = "brokerconf-cluster"
+#: the grouping handler's name (any name: one handler per node)
+GROUPING_NAME = "brokerconf-grouping"
+
+
+class ClusterFormationError(RuntimeError):
+    """The cluster's links did not all come up in time (the message names the missing ones)."""
+
+
+@dataclass(frozen=True)
+class UdpGroup:
+    """The multicast group of discovery "udp": broadcast and discovery groups bound to
+    ``local_bind_address`` (loopback: traffic stays on the machine)."""
+
+    group_address: str = "231.7.7.7"
+    group_port: int = 9876
+    local_bind_address: str = "127.0.0.1"
+
+    @classmethod
+    def fresh(cls) -> "UdpGroup":
+        """A random group and port, so clusters started at once on this machine (other suites,
+        other users) do not discover each other."""
+        rng = secrets.SystemRandom()
+        return cls(f"231.{rng.randrange(1, 255)}.{rng.randrange(1, 255)}.{rng.randrange(1, 255)}",
+                   rng.randrange(20000, 30000))
+
+
+def _connector(name: str, host: str, port: int) -> str:
+    return f"         <connector name={quoteattr(name)}>tcp://{escape(host)}:{int(port)}</connector>"
+
+
+def _bool(value: bool) -> str:
+    return "true" if value else "false"
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else str(value)
+
+
+def cluster_xml(topology: Topology, node: str, *, host: str, core_ports: dict[str, int],
+                dial: dict[tuple[str, str], tuple[str, int]] | None = None, announce: tuple[str, int] | None = None,
+                credentials: tuple[str, str], udp: UdpGroup | None = None) -> str:
+    """The ``<core>`` elements node ``node`` adds for ``topology.cluster``. ``core_ports``: every
+    node's core acceptor port; ``dial``: (source, target) -> the address a link's static connector
+    dials (default: the target's own core port); ``announce``: the address this node announces
+    (default its own core acceptor; a proxy in front of it when its one incoming link is proxied);
+    ``credentials``: the cluster user and password."""
+    cc: ClusterConnection = topology.cluster
+    if cc is None:
+        raise ValueError("cluster_xml needs a topology with a cluster connection")
+    if node not in topology.nodes:
+        raise ValueError(f"node {node!r} is not one of {topology.nodes}")
+    dial = dial or {}
+    own_host, own_port = announce or (host, core_ports[node])
+    targets = [t for s, t in cc.links(topology.nodes) if s == node]
+    lines = ["      <!-- cluster member (conformance/targets/artemis/cluster.py) -->", "      <connectors>",
+             _connector(f"node-{node}", own_host, own_port)]
+    for target in targets:
+        peer_host, peer_port = dial.get((node, target), (host, core_ports[target]))
+        lines.append(_connector(f"link-{node}-{target}", peer_host, peer_port))
+    scale_peers = []
+    if cc.scale_down:
+        group = cc.scale_down_groups.get(node)
+        scale_peers = [n for n in topology.nodes if n != node and cc.scale_down_groups.get(n) == group]
+        for peer in scale_peers:
+            lines.append(_connector(f"scale-down-{peer}", host, core_ports[peer]))
+    lines.append("      </connectors>")
+    user, password = credentials
+    lines += [f"      <cluster-user>{escape(user)}</cluster-user>",
+              f"      <cluster-password>{escape(password)}</cluster-password>"]
+    if cc.discovery == "udp":
+        if udp is None:
+            raise ValueError("discovery 'udp' needs the multicast group (UdpGroup)")
+        lines += ["      <broadcast-groups>", f"         <broadcast-group name=\"bg-{escape(node)}\">",
+                  f"            <local-bind-address>{escape(udp.local_bind_address)}</local-bind-address>",
+                  f"            <group-address>{escape(udp.group_address)}</group-address>",
+                  f"            <group-port>{udp.group_port}</group-port>",
+                  f"            <broadcast-period>{cc.broadcast_period_ms}</broadcast-period>",
+                  f"            <connector-ref>node-{escape(node)}</connector-ref>",
+                  "         </broadcast-group>", "      </broadcast-groups>",
+                  "      <discovery-groups>", "         <discovery-group name=\"dg\">",
+                  f"            <local-bind-address>{escape(udp.local_bind_address)}</local-bind-address>",
+                  f"            <group-address>{escape(udp.group_address)}</group-address>",
+                  f"            <group-port>{udp.group_port}</group-port>",
+                  f"            <refresh-timeout>{cc.refresh_timeout_ms}</refresh-timeout>",
+                  "         </discovery-group>", "      </discovery-groups>"]
+    lines += ["      <cluster-connections>", f"         <cluster-connection name=\"{CLUSTER_NAME}\">",
+              f"            <address>{escape(cc.address)}</address>",
+              f"            <connector-ref>node-{escape(node)}</connector-ref>",
+              f"            <check-period>{cc.check_period_ms}</check-period>",
+              f"            <connection-ttl>{cc.connection_ttl_ms}</connection-ttl>",
+              f"            <retry-interval>{cc.retry_interval_ms}</retry-interval>",
+              f"            <retry-interval-multiplier>{_number(cc.retry_interval_multiplier)}"
+              "</retry-interval-multiplier>",
+              f"            <max-retry-interval>{cc.max_retry_interval_ms}</max-retry-interval>",
+              f"            <initial-connect-attempts>{cc.initial_connect_attempts}</initial-connect-attempts>",
+              f"            <reconnect-attempts>{cc.reconnect_attempts}</reconnect-attempts>",
+              f"            <use-duplicate-detection>{_bool(cc.use_duplicate_detection)}</use-duplicate-detection>",
+              f"            <message-load-balancing>{cc.message_load_balancing}</message-load-balancing>",
+              f"            <max-hops>{cc.max_hops}</max-hops>"]
+    if cc.discovery == "udp":
+        lines.append("            <discovery-group-ref discovery-group-name=\"dg\"/>")
+    else:
+        direct = f" allow-direct-connections-only=\"{_bool(cc.connections is not None)}\""
+        lines.append(f"            <static-connectors{direct}>")
+        lines += [f"               <connector-ref>link-{escape(node)}-{escape(t)}</connector-ref>" for t in targets]
+        if not targets:
+            # a node that dials nobody (a chain's end) still needs its cluster connection, or it
+            # announces nothing and the bridges reaching it never form; the XSD asks one
+            # connector-ref at least: its own, which Artemis skips (it is this node)
+            lines.append(f"               <connector-ref>node-{escape(node)}</connector-ref>")
+        lines.append("            </static-connectors>")
+    lines += ["         </cluster-connection>", "      </cluster-connections>"]
+    if cc.scale_down:
+        group = cc.scale_down_groups.get(node)
+        inner = [f"<group-name>{escape(group)}</group-name>"] if group is not None else []
+        if scale_peers:
+            inner.append("<connectors>" + "".join(f"<connector-ref>scale-down-{escape(p)}</connector-ref>"
+                                                  for p in scale_peers) + "</connectors>")
+        lines.append("      <ha-policy><primary-only><scale-down><enabled>true</enabled>" + "".join(inner)
+                     + "</scale-down></primary-only></ha-policy>")
+    if cc.grouping is not None:
+        grouping = cc.grouping
+        local = grouping.local == node
+        group_timeout = grouping.group_timeout_ms
+        if not local and group_timeout > 0:
+            group_timeout = max(1, group_timeout // 2)  # "Clustered Grouping Best Practices": half the LOCAL one
+        lines += [f"      <grouping-handler name=\"{GROUPING_NAME}\">",
+                  f"         <type>{'LOCAL' if local else 'REMOTE'}</type>",
+                  f"         <address>{escape(grouping.address)}</address>",
+                  f"         <timeout>{grouping.timeout_ms}</timeout>",
+                  f"         <group-timeout>{group_timeout}</group-timeout>",
+                  f"         <reaper-period>{grouping.reaper_period_ms}</reaper-period>",
+                  "      </grouping-handler>"]
+    return "\n".join(lines) + "\n"
+
+
+class ArtemisClusterProcess(ArtemisProcess):
+    """An `ArtemisProcess` whose ports are chosen by the launcher (every node must know every
+    other's core port before any broker.xml is written) and whose broker.xml carries the cluster
+    elements."""
+
+    def __init__(self, *args, cluster_xml_of: Callable[[], str], redistribution_delay_ms: int, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._cluster_xml_of = cluster_xml_of
+        self._redistribution_delay_ms = redistribution_delay_ms
+        self._preassigned: tuple[dict[str, int], int] | None = None
+
+    def assign_ports(self, ports: list[int]) -> None:
+        self._preassigned = (dict(zip(self.listeners, ports)), ports[len(self.listeners)])
+        self.ports, self.http_port = dict(self._preassigned[0]), self._preassigned[1]
+
+    def port_count(self) -> int:
+        return len(self.listeners) + 1
+
+    def _pick_ports(self) -> None:
+        if self._preassigned is None:
+            super()._pick_ports()
+            return
+        self.ports, self.http_port = dict(self._preassigned[0]), self._preassigned[1]
+
+    def _write_config(self) -> None:
+        self.config = replace(self.config, cluster_xml=self._cluster_xml_of(),
+                              redistribution_delay_ms=self._redistribution_delay_ms)
+        super()._write_config()
+
+    # ----------------------------------------------------------------- management
+    def node_id(self) -> str:
+        return str(self.jolokia({"type": "read", "mbean": f"org.apache.activemq.artemis:broker="
+                                 f"{_object_name_value(self.name)}", "attribute": "NodeID"}))
+
+    def connected_nodes(self) -> dict[str, str]:
+        """Node id -> remote address of each cluster bridge connected now ({} without a cluster
+        connection)."""
+        mbean = (f"org.apache.activemq.artemis:broker={_object_name_value(self.name)},component=cluster-connections,"
+                 f"name={_object_name_value(CLUSTER_NAME)}")
+        try:
+            value = self.jolokia({"type": "read", "mbean": mbean, "attribute": "Nodes"}, timeout=5.0)
+        except JolokiaError as exc:
+            if "InstanceNotFound" in str(exc):
+                return {}
+            raise
+        return dict(value or {})
+
+
+class ArtemisClusterNode(ProcessNode):
+    """A cluster member: `ProcessNode` with the queue's own message count (MessageCount) as its
+    size, since redistribution and scale-down move messages out of a queue without a consumer
+    acknowledging them (added - acknowledged would overcount)."""
+
+    def queue_size(self, destination: str) -> int:
+        counters = self._counters(destination)
+        return int(counters.raw["MessageCount"]) if counters else 0
+
+
+class ArtemisCluster:
+    """A launched Artemis cluster (implements `conformance.topology.Cluster`)."""
+
+    host = "127.0.0.1"
+
+    def __init__(self, topology: Topology, nodes: dict[str, ArtemisClusterNode], workdir: Path,
+                 proxied: dict[tuple[str, str], tuple[str, int]]) -> None:
+        self.topology = topology
+        self.nodes = nodes
+        self.workdir = workdir
+        #: link -> the proxy address its connector dials ({} when no link is proxied)
+        self.proxied = proxied
+
+    # ------------------------------------------------------------ lifecycle
+    def start(self, timeout: float = 240) -> None:
+        deadline = time.monotonic() + timeout
+        try:
+            # the JVMs start side by side: the machine is slow, and each waits for its own STOMP CONNECTED
+            with ThreadPoolExecutor(max_workers=len(self.nodes)) as pool:
+                for future in [pool.submit(node.start, timeout) for node in self.nodes.values()]:
+                    future.result()
+            self.wait_formed(max(10.0, deadline - time.monotonic()))
+        except BaseException:
+            self.stop()
+            raise
+
+    def _node_id(self, name: str) -> str:
+        # read each time rather than cached: a node id is kept in the journal, but a restarted
+        # node whose journal was moved away (scale-down, a wiped instance) may come back with another
+        return self.nodes[name].process.node_id()
+
+    def missing_links(self) -> list[tuple[str, str]]:
+        """The links of ``.links()`` whose cluster bridge is not connected now."""
+        missing = []
+        connected: dict[str, dict[str, str]] = {}
+        for source, target in self.topology.cluster.links(self.topology.nodes):
+            if not (self.nodes[source].running and self.nodes[target].running):
+                missing.append((source, target))
+                continue
+            try:
+                if source not in connected:
+                    connected[source] = self.nodes[source].process.connected_nodes()
+                if self._node_id(target) not in connected[source]:
+                    missing.append((source, target))
+            except JolokiaError:
+                missing.append((source, target))
+        return missing
+
+    def wait_formed(self, timeout: float = 120) -> None:
+        """Return once every link of ``topology.cluster.links()`` has its cluster bridge connected
+        (read over Jolokia, see the module's docstring); ClusterFormationError naming the missing
+        links otherwise."""
+        deadline = time.monotonic() + timeout
+        while True:
+            missing = self.missing_links()
+            if not missing:
+                return
+            if time.monotonic() >= deadline:
+                raise ClusterFormationError(
+                    f"Artemis cluster links not connected after {timeout:.0f} s: "
+                    f"{', '.join(f'{s}->{t}' for s, t in missing)}\n{self.log_tail(30)}")
+            time.sleep(0.3)
+
+    def __getitem__(self, name: str) -> ArtemisClusterNode:
+        return self.nodes[name]
+
+    def addresses(self, protocol: str) -> list[tuple[str, int]]:
+        return [node.address(protocol) for node in self.nodes.values()]
+
+    def serving(self) -> list[str]:
+        return [name for name, node in self.nodes.items() if node.running and node.serving()]
+
+    def bridge_establishments(self) -> int:
+        """AMQ221027 ("Bridge ... is connected") lines in every node's log: each cluster bridge
+        connection counts once."""
+        return sum(len(re.findall(r"AMQ221027", node.process.log_tail(100000))) for node in self.nodes.values())
+
+    def subscription_discards(self, destination: str) -> list[int] | None:
+        return None
+
+    def rename_connector(self, source: str, old: str, new: str) -> None:
+        raise ValueError("an Artemis cluster has cluster connections, not network connectors to rename")
+
+    def stop_broker(self, name: str) -> None:
+        """Stop node ``name`` gracefully (SIGTERM: Artemis's shutdown hook stops the server, which
+        is what triggers scale-down)."""
+        self.nodes[name].stop()
+
+    def start_broker(self, name: str, timeout: float = 90) -> None:
+        self.nodes[name].start(timeout=timeout)
+        self.wait_formed(timeout)
+
+    def restart(self, name: str, timeout: float = 90) -> None:
+        self.stop_broker(name)
+        self.start_broker(name, timeout)
+
+    def config_text(self) -> str:
+        return "\n".join(f"--- node {name} ---\n{node.process.render_config()}" for name, node in self.nodes.items())
+
+    def log_tail(self, lines: int = 40) -> str:
+        return "\n".join(f"--- node {name} ---\n{node.log_tail(lines)}" for name, node in self.nodes.items())
+
+    def stop(self) -> None:
+        errors = []
+        for node in self.nodes.values():
+            try:
+                node.stop()
+            except Exception as exc:  # noqa: BLE001 - stop the others whatever happens
+                errors.append(f"{node.name}: {exc}")
+        if errors:
+            raise RuntimeError(f"could not stop every Artemis cluster node: {errors}")
+
+    def __repr__(self) -> str:
+        return f"<ArtemisCluster {list(self.nodes)} {self.topology.cluster.message_load_balancing}>"
+
+
+def _proxy_plan(topology: Topology, host: str, core_ports: dict[str, int],
+                bridge_route) -> tuple[dict[tuple[str, str], tuple[str, int]], dict[str, tuple[str, int]]]:
+    """(link -> address its connector dials, node -> address it announces) for ``"cluster"`` in
+    ``topology.proxied``; ({}, {}) otherwise."""
+    if "cluster" not in topology.proxied:
+        return {}, {}
+    if bridge_route is None:
+        raise ValueError("topology.proxied has 'cluster': launch_topology needs a bridge_route")
+    links = topology.cluster.links(topology.nodes)
+    incoming: dict[str, list[str]] = {}
+    for source, target in links:
+        incoming.setdefault(target, []).append(source)
+    crowded = {t: s for t, s in incoming.items() if len(s) > 1}
+    if crowded:
+        raise TopologyUnsupported(
+            "an Artemis cluster bridge dials the connector its target announces, one per node, so each node can "
+            f"sit behind one proxied link only; these nodes are the target of several: {crowded} (use two nodes or "
+            "a chain)")
+    dial = {(s, t): tuple(bridge_route(Bridge(s, t), host, core_ports[t])) for s, t in links}
+    announce = {t: dial[(s, t)] for s, t in links}
+    return dial, announce
+
+
+def launch_cluster(topology: Topology, scenario: Scenario, workdir: Path, *,
+                   counters: Callable[[ArtemisProcess], Any], bridge_route=None, jvm_heap_mb: int = 256,
+                   timeout: float = 240, udp: UdpGroup | None = None) -> ArtemisCluster:
+    """Start ``topology``'s nodes as an Artemis cluster and wait until every link is connected.
+    ``counters``: the broker handle of a node's process (host, ports, ``destination_counters``),
+    artemis/target.py's ArtemisProcessHandle, passed in (target.py imports this module)."""
+    cc = topology.cluster
+    if cc is None:
+        raise ValueError("launch_cluster needs a topology with a cluster connection")
+    if not 2 <= len(topology.nodes) <= 4:
+        raise TopologyUnsupported(f"an Artemis cluster here has 2 to 4 nodes, not {len(topology.nodes)}")
+    if cc.discovery == "udp" and udp is None:
+        udp = UdpGroup.fresh()
+    workdir = Path(workdir).absolute() / "artemis-cluster"
+    credentials = ("brokerconf-cluster", secrets.token_hex(12))
+    state: dict[str, object] = {}
+    processes: dict[str, ArtemisClusterProcess] = {}
+    for name in topology.nodes:
+        processes[name] = ArtemisClusterProcess(
+            workdir / f"node-{name}", scenario, name=f"{topology.prefix}-{name}", jvm_heap_mb=jvm_heap_mb,
+            cluster_xml_of=lambda name=name: cluster_xml(
+                topology, name, host=ArtemisProcess.host, core_ports=state["core"], dial=state["dial"],
+                announce=state["announce"].get(name), credentials=credentials, udp=udp),
+            redistribution_delay_ms=cc.redistribution_delay_ms)
+    ports = free_ports(sum(p.port_count() for p in processes.values()))
+    for process in processes.values():
+        process.assign_ports(ports[:process.port_count()])
+        ports = ports[process.port_count():]
+    state["core"] = {name: p.ports["core"] for name, p in processes.items()}
+    state["dial"], state["announce"] = _proxy_plan(topology, ArtemisProcess.host, state["core"], bridge_route)
+    nodes = {name: ArtemisClusterNode(name, process, counters(process)) for name, process in processes.items()}
+    cluster = ArtemisCluster(topology, nodes, workdir, state["dial"])
+    cluster.start(timeout=timeout)
+    return cluster
+

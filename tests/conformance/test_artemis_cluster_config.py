@@ -1,0 +1,210 @@
+"""The broker.xml of an Artemis cluster member (conformance/targets/artemis/cluster.py), rendered
+without a JVM: every ClusterConnection option lands in its element, links become static
+connectors, udp discovery becomes broadcast + discovery groups, scale-down and grouping handlers
+as the chapters say. One slow test starts a real two-node cluster."""
+
+from __future__ import annotations
+
+import time
+import xml.etree.ElementTree as ET
+from dataclasses import replace
+
+import pytest
+
+from conformance.scenario import Scenario
+from conformance.targets.artemis.cluster import CLUSTER_NAME, UdpGroup, _proxy_plan, cluster_xml
+from conformance.targets.artemis.config import render
+from conformance.targets.artemis.target import ArtemisTarget
+from conformance.topology import ClusterConnection, GroupingHandlers, Topology, TopologyUnsupported
+
+NS = {"c": "urn:activemq:core"}
+PORTS = {"A": 1001, "B": 1002, "C": 1003}
+CREDS = ("cluster-u", "s3cret")
+
+
+def core_of(topology: Topology, node: str, **kwargs) -> ET.Element:
+    """The <core> element of node's whole broker.xml (config.py + the cluster fragment)."""
+    fragment = cluster_xml(topology, node, host="127.0.0.1", core_ports=PORTS, credentials=CREDS, **kwargs)
+    config = render(Scenario(name="x", protocols=("stomp",)), name=f"n-{node}", host="127.0.0.1",
+                    ports={"core": PORTS[node], "stomp": 2000}, admin=("adm", "pw"))
+    xml = replace(config, cluster_xml=fragment,
+                  redistribution_delay_ms=topology.cluster.redistribution_delay_ms).broker_xml()
+    return ET.fromstring(xml).find("c:core", NS)
+
+
+def text(core: ET.Element, path: str) -> str | None:
+    found = core.find(path, NS)
+    return None if found is None else (found.text or "")
+
+
+def test_every_cluster_connection_option_is_rendered():
+    cc = ClusterConnection(address="clu,!clu.ex", message_load_balancing="STRICT", max_hops=2, retry_interval_ms=111,
+                           retry_interval_multiplier=1.5, max_retry_interval_ms=2222, initial_connect_attempts=3,
+                           reconnect_attempts=4, use_duplicate_detection=False, check_period_ms=5555,
+                           connection_ttl_ms=6666, redistribution_delay_ms=250)
+    core = core_of(Topology(("A", "B", "C"), cluster=cc), "A")
+    conn = core.find(f"c:cluster-connections/c:cluster-connection[@name='{CLUSTER_NAME}']", NS)
+    expected = {"address": "clu,!clu.ex", "message-load-balancing": "STRICT", "max-hops": "2", "retry-interval": "111",
+                "retry-interval-multiplier": "1.5", "max-retry-interval": "2222", "initial-connect-attempts": "3",
+                "reconnect-attempts": "4", "use-duplicate-detection": "false", "check-period": "5555",
+                "connection-ttl": "6666", "connector-ref": "node-A"}
+    assert {k: text(conn, f"c:{k}") for k in expected} == expected
+    static = conn.find("c:static-connectors", NS)
+    assert static.get("allow-direct-connections-only") == "false"  # symmetric: every other node
+    assert [r.text for r in static.findall("c:connector-ref", NS)] == ["link-A-B", "link-A-C"]
+    connectors = {c.get("name"): c.text for c in core.findall("c:connectors/c:connector", NS)}
+    assert connectors == {"node-A": "tcp://127.0.0.1:1001", "link-A-B": "tcp://127.0.0.1:1002",
+                          "link-A-C": "tcp://127.0.0.1:1003"}
+    assert text(core, "c:address-settings/c:address-setting[@match='#']/c:redistribution-delay") == "250"
+    assert (text(core, "c:cluster-user"), text(core, "c:cluster-password")) == CREDS
+    assert core.find("c:ha-policy", NS) is None and core.find("c:grouping-handler", NS) is None
+
+
+def test_defaults_are_the_chapters():
+    core = core_of(Topology(("A", "B"), cluster=ClusterConnection()), "B")
+    conn = core.find("c:cluster-connections/c:cluster-connection", NS)
+    assert text(conn, "c:message-load-balancing") == "ON_DEMAND" and text(conn, "c:max-hops") == "1"
+    assert text(conn, "c:retry-interval") == "500" and text(conn, "c:max-retry-interval") == "2000"
+    assert text(conn, "c:use-duplicate-detection") == "true" and text(conn, "c:address") == ""
+    assert text(core, "c:address-settings/c:address-setting[@match='#']/c:redistribution-delay") == "-1"
+    assert text(core, "c:cluster-password") not in ("", "CHANGE ME!!")
+
+
+def test_explicit_chain_lists_only_its_next_node_and_the_end_lists_itself():
+    top = Topology(("A", "B", "C"), cluster=ClusterConnection(connections=(("A", "B"), ("B", "C")), max_hops=2))
+    a, c = core_of(top, "A"), core_of(top, "C")
+    static = a.find("c:cluster-connections/c:cluster-connection/c:static-connectors", NS)
+    assert static.get("allow-direct-connections-only") == "true"
+    assert [r.text for r in static.findall("c:connector-ref", NS)] == ["link-A-B"]
+    end = c.find("c:cluster-connections/c:cluster-connection/c:static-connectors", NS)
+    assert [r.text for r in end.findall("c:connector-ref", NS)] == ["node-C"]  # dials nobody else
+    assert text(c, "c:cluster-user") == CREDS[0]  # the bridges reaching C log in with it
+
+
+def test_udp_discovery_renders_broadcast_and_discovery_groups():
+    top = Topology(("A", "B"), cluster=ClusterConnection(discovery="udp", broadcast_period_ms=700,
+                                                         refresh_timeout_ms=8000))
+    core = core_of(top, "A", udp=UdpGroup("231.1.2.3", 9999))
+    bg = core.find("c:broadcast-groups/c:broadcast-group", NS)
+    dg = core.find("c:discovery-groups/c:discovery-group", NS)
+    assert (text(bg, "c:group-address"), text(bg, "c:group-port"), text(bg, "c:broadcast-period"),
+            text(bg, "c:connector-ref"), text(bg, "c:local-bind-address")) == \
+        ("231.1.2.3", "9999", "700", "node-A", "127.0.0.1")
+    assert (text(dg, "c:group-address"), text(dg, "c:refresh-timeout")) == ("231.1.2.3", "8000")
+    conn = core.find("c:cluster-connections/c:cluster-connection", NS)
+    assert conn.find("c:discovery-group-ref", NS).get("discovery-group-name") == dg.get("name")
+    assert conn.find("c:static-connectors", NS) is None
+    with pytest.raises(ValueError, match="UdpGroup"):
+        cluster_xml(top, "A", host="h", core_ports=PORTS, credentials=CREDS)
+
+
+def test_scale_down_goes_to_the_nodes_of_the_same_group():
+    cc = ClusterConnection(scale_down=True, scale_down_groups={"A": "g1", "B": "g1", "C": "g2"})
+    core = core_of(Topology(("A", "B", "C"), cluster=cc), "A")
+    sd = core.find("c:ha-policy/c:primary-only/c:scale-down", NS)
+    assert text(sd, "c:enabled") == "true" and text(sd, "c:group-name") == "g1"
+    assert [r.text for r in sd.findall("c:connectors/c:connector-ref", NS)] == ["scale-down-B"]
+
+
+def test_grouping_local_on_one_node_remote_with_half_the_group_timeout_elsewhere():
+    grouping = GroupingHandlers(local="A", timeout_ms=3000, group_timeout_ms=10000, reaper_period_ms=1000, address="grp")
+    top = Topology(("A", "B"), cluster=ClusterConnection(grouping=grouping))
+    a, b = (core_of(top, n).find("c:grouping-handler", NS) for n in "AB")
+    assert (text(a, "c:type"), text(a, "c:group-timeout"), text(a, "c:timeout")) == ("LOCAL", "10000", "3000")
+    assert (text(b, "c:type"), text(b, "c:group-timeout"), text(b, "c:reaper-period"), text(b, "c:address")) == \
+        ("REMOTE", "5000", "1000", "grp")
+    never = Topology(("A", "B"), cluster=ClusterConnection(grouping=GroupingHandlers(local="A")))
+    assert text(core_of(never, "B").find("c:grouping-handler", NS), "c:group-timeout") == "-1"
+
+
+def test_proxied_links_dial_the_route_and_nodes_announce_their_proxy():
+    top = Topology(("A", "B"), cluster=ClusterConnection(), proxied=("cluster",))
+    routes = []
+
+    def route(bridge, host, port):
+        routes.append((bridge.source, bridge.target, port))
+        return ("127.0.0.1", 40000 + port)
+
+    dial, announce = _proxy_plan(top, "127.0.0.1", PORTS, route)
+    assert sorted(routes) == [("A", "B", 1002), ("B", "A", 1001)]
+    assert dial[("A", "B")] == ("127.0.0.1", 41002) and announce["B"] == ("127.0.0.1", 41002)
+    core = core_of(top, "A", dial=dial, announce=announce["A"])
+    connectors = {c.get("name"): c.text for c in core.findall("c:connectors/c:connector", NS)}
+    assert connectors == {"node-A": "tcp://127.0.0.1:41001", "link-A-B": "tcp://127.0.0.1:41002"}
+    with pytest.raises(TopologyUnsupported, match="several"):
+        _proxy_plan(Topology(("A", "B", "C"), cluster=ClusterConnection(), proxied=("cluster",)), "h", PORTS, route)
+
+
+@pytest.mark.slow
+def test_two_node_cluster_forms_and_forwards_on_demand(tmp_path):
+    from conformance.clients import connect
+    from conformance.requirements import skip_or_fail
+    from conformance.targets.artemis.cluster import launch_cluster
+    from conformance.targets.artemis.dist import installed
+
+    ok, reason = installed()
+    if not ok:
+        skip_or_fail("artemis", reason)
+    scenario = Scenario(name="cluster-smoke", protocols=("stomp",))
+    cluster = launch_cluster(Topology(("A", "B"), cluster=ClusterConnection(), prefix="cfg"), scenario, tmp_path,
+                             counters=lambda process: ArtemisTarget("artemis")._counters_handle(process, scenario))
+    try:
+        assert cluster.missing_links() == []
+        consumer = connect(*cluster["B"].address("stomp"), "stomp")
+        producer = connect(*cluster["A"].address("stomp"), "stomp")
+        try:
+            sub = consumer.subscribe("queue://smoke.fwd", ack="auto")
+            assert cluster["B"].wait_for_consumers("queue://smoke.fwd", 1) == 1
+            time.sleep(2)  # the consumer's notification crossing to A (no readable counter: see suites)
+            producer.send("queue://smoke.fwd", "hello")
+            message = sub.receive(timeout=20)
+            assert message is not None and message.body == b"hello", cluster.log_tail(30)
+        finally:
+            producer.close()
+            consumer.close()
+    finally:
+        cluster.stop()
+
+
+@pytest.mark.slow
+def test_proxied_cluster_links_run_through_the_fault_proxy(tmp_path):
+    """Each bridge's connection ends at its proxy (the remote address the cluster-connection MBean
+    reports), and messages still cross."""
+    from chaos.proxy import start_fault_proxy
+    from chaos.topology import BridgeProxies
+    from conformance.clients import connect
+    from conformance.requirements import skip_or_fail
+    from conformance.targets.artemis.cluster import launch_cluster
+    from conformance.targets.artemis.dist import installed
+
+    ok, reason = installed()
+    if not ok:
+        skip_or_fail("artemis", reason)
+    proxy = start_fault_proxy()
+    try:
+        route = BridgeProxies(proxy.api_url)
+        scenario = Scenario(name="cluster-proxied", protocols=("stomp",))
+        cluster = launch_cluster(Topology(("A", "B"), cluster=ClusterConnection(), proxied=("cluster",), prefix="px"),
+                                 scenario, tmp_path, bridge_route=route,
+                                 counters=lambda process: ArtemisTarget("artemis")._counters_handle(process, scenario))
+        try:
+            assert set(cluster.proxied) == {("A", "B"), ("B", "A")}
+            for source, target in cluster.proxied:
+                remote = list(cluster[source].process.connected_nodes().values())
+                assert [r.rsplit(":", 1)[1] for r in remote] == [str(cluster.proxied[(source, target)][1])], \
+                    f"{source}->{target} bridge is connected to {remote}, not to its proxy {cluster.proxied[(source, target)]}"
+            consumer = connect(*cluster["B"].address("stomp"), "stomp")
+            producer = connect(*cluster["A"].address("stomp"), "stomp")
+            try:
+                sub = consumer.subscribe("queue://px.fwd", ack="auto")
+                time.sleep(2)  # the consumer's notification crossing to A
+                producer.send("queue://px.fwd", "through the proxy")
+                message = sub.receive(timeout=20)
+                assert message is not None and message.text == "through the proxy", cluster.log_tail(30)
+            finally:
+                producer.close()
+                consumer.close()
+        finally:
+            cluster.stop()
+    finally:
+        proxy.stop()
