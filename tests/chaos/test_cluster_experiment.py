@@ -35,11 +35,14 @@ FILES = ("reference-cluster-redistribution.toml", "artemis-cluster-redistributio
 def test_cluster_experiments_describe_a_symmetric_cluster_with_the_chapters_options(name):
     exp = load_experiment(EXPERIMENTS / name)
     topology = topology_of(exp)
-    assert (topology.kind, topology.capability, topology.nodes) == ("cluster", "topology.cluster", ("A", "B", "C"))
+    # Artemis bridges dial the address a node announces, so the fault proxy fronts one link per
+    # node (conformance/targets/artemis/cluster.py): its runs have two nodes, the reference's three
+    nodes = ("A", "B") if name.startswith("artemis") else ("A", "B", "C")
+    assert (topology.kind, topology.capability, topology.nodes) == ("cluster", "topology.cluster", nodes)
     assert topology.proxied == ("cluster",) and topology.persistent
     cluster = topology.cluster
     assert cluster.message_load_balancing == "ON_DEMAND" and cluster.connections is None
-    assert len(cluster.links(topology.nodes)) == 6
+    assert len(cluster.links(topology.nodes)) == len(nodes) * (len(nodes) - 1)
     assert exp.checkers.redistribution and 20 <= exp.duration_s <= 30
     kinds = {(n.kind, n.link) for n in exp.nemesis}
     assert ("kill", "clients") in kinds and ("partition", "cluster") in kinds
