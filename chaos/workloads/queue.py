@@ -25,7 +25,7 @@ from typing import Sequence
 from chaos.history import History, message_value
 from conformance.clients import AckMode, Client, Subscription
 
-from .base import (ID, PRODUCER, SEQ, ClientFactory, NodeNames, Pacer, ProcessIds, close_quietly, outcome_of,
+from .base import (GROUP, ID, PRODUCER, SEQ, ClientFactory, NodeNames, Pacer, ProcessIds, close_quietly, outcome_of,
                    received_value)
 
 
@@ -173,9 +173,11 @@ class QueueWorkload:
                 value = message_value(message_id, producer, seq, self.destination, group)
                 op = self.history.invoke(process, "send", value)
                 try:
-                    client.send(self.destination, message_id,
-                                {ID: message_id, PRODUCER: producer, SEQ: seq},
-                                persistent=self.persistent, group_id=group)
+                    properties = {ID: message_id, PRODUCER: producer, SEQ: seq}
+                    if group is not None:
+                        properties[GROUP] = group
+                    client.send(self.destination, message_id, properties, persistent=self.persistent,
+                                group_id=group)
                 except Exception as exc:  # noqa: BLE001 - every error is an outcome to record
                     node = self.node_of(client)
                     if outcome_of(exc) == "fail":
