@@ -116,6 +116,21 @@ def test_a_drain_cut_between_pieces_keeps_its_order_in_each_part():
     assert [(f["message_id"], f["ops"]) for f in whole["fifo"]["found"]] == [("m6", [1, 1])]
 
 
+def test_a_delivery_without_an_id_is_judged_alike_whole_and_split():
+    """Deliveries without an id of two producers (of two groups) that split puts in different
+    parts: when one of them stood for all null ids, the whole run judged the first only and each
+    part its own first, so a part found an inversion (seq 1 after 5) the whole run did not. Now
+    neither judges an id-less delivery: nothing tells its first delivery from a redelivery."""
+    a, b = _producers_in_different_parts(2)
+    h = H("null-ids").receive(1, "x", producer=b, seq=5, consumer=0)
+    h.drain(2, [msg(None, producer=a, seq=1), msg(None, producer=b, seq=1)])
+    h.receive(1, "y", seq=5, consumer=0, dest="queue://g", group="g2")
+    h.drain(2, [msg(None, seq=1, dest="queue://g", group="g1"), msg(None, seq=1, dest="queue://g", group="g2")])
+    whole = assert_split_gives_whole(flat_table(h.lines), ks=(2, 3, 5))
+    assert whole["fifo"]["scope"]["queue://q"] == "" and whole["fifo"]["found"] == []
+    assert whole["groups"]["found"] == [] and whole["groups"]["sizes"]["n"] == 3
+
+
 def test_an_unknown_split_key_is_refused():
     table = flat_table(H("x").send(0, "a").lines)
     with pytest.raises(ValueError, match="unknown split key 'message'"):
