@@ -340,9 +340,13 @@ def ops_by_id(r: Rows, rows: np.ndarray, codes: list[int]) -> dict[int, list[int
 
 
 def first_deliveries(r: Rows, rows: np.ndarray) -> np.ndarray:
-    """Of ``rows`` (positions in (index, pos) order), each id's first; one row for all null ids,
-    like Spark's window partition over a null key. Arrow numbers values in order of first
-    appearance, so a row is an id's first exactly where its number exceeds all the earlier ones."""
+    """Of ``rows`` (positions in (index, pos) order), each id's first; a row without an id is
+    none: nothing tells its first delivery from a redelivery. (Once one row stood for all null
+    ids, as a Spark window over a null key: which one depended on the rows of every producer or
+    group, so a run split by producer or group (split.py) kept one per part, and judged them.)
+    Arrow numbers values in order of first appearance, so a row is an id's first exactly where
+    its number exceeds all the earlier ones."""
+    rows = rows[r.id.codes[rows] >= 0]
     if not len(rows):
         return rows
     seen = pc.dictionary_encode(pa.array(r.id.codes[rows])).indices.to_numpy().astype(np.int64)

@@ -24,6 +24,9 @@ together (`combine`). `facts_split` does all of it in one process, for tests: fo
 
 An op whose messages fall into several parts (a drain's list) keeps, in each part, the messages
 of that part, renumbered 0.. in their order (`renumbered`): the part sees an op carrying those.
+The renumbering happens where a part's rows are gathered from every piece (`gathered`), never per
+piece: a piece may end inside an op's rows (a row slice, a Parquet file), and two pieces each
+renumbering their share from 0 would give the part colliding places that misorder the op's list.
 """
 
 from __future__ import annotations
@@ -77,9 +80,10 @@ def merge_spans(pieces: list[dict]) -> dict:
 def parts(table: pa.Table, family: str, k: int, clients: dict[str, str] | None = None,
           rows_: Rows | None = None) -> dict[int, pa.Table]:
     """A piece of one run's flat rows as the rows of each part (only the parts that get rows) for
-    the checkers split by ``family``; ``clients``: process -> client name (`client_names` of the
-    run's merged `worker_claims`), for the ``client`` family; ``rows_``: `Rows` of ``table``
-    when the caller has them (one encoding serves every family)."""
+    the checkers split by ``family``, with their places (``pos``) as in the run: `gathered` puts
+    a part's rows from every piece together; ``clients``: process -> client name (`client_names`
+    of the run's merged `worker_claims`), for the ``client`` family; ``rows_``: `Rows` of
+    ``table`` when the caller has them (one encoding serves every family)."""
     if not table.num_rows:
         return {}
     r = rows_ if rows_ is not None else Rows(table)
@@ -91,7 +95,7 @@ def parts(table: pa.Table, family: str, k: int, clients: dict[str, str] | None =
         if len(shared):
             rows = np.union1d(rows, shared)
         if len(rows):
-            out[p] = renumbered(table.take(pa.array(r.original(rows))))
+            out[p] = table.take(pa.array(r.original(rows)))
     return out
 
 
@@ -135,6 +139,12 @@ def _hashed(text, k: int) -> np.ndarray:
 def _hash_ints(values: np.ndarray, k: int) -> np.ndarray:
     uniq, inverse = np.unique(values, return_inverse=True)
     return np.array([_hash(f"#{v}", k) for v in uniq.tolist()], dtype=np.int64)[inverse]
+
+
+def gathered(tables: list[pa.Table]) -> pa.Table:
+    """A part's rows from every piece (`parts` of each) as the table its facts are computed on:
+    each op's messages renumbered 0.. over all of them, in their places in the run."""
+    return renumbered(pa.concat_tables(tables))
 
 
 def renumbered(table: pa.Table) -> pa.Table:
@@ -214,6 +224,6 @@ def facts_split(table: pa.Table, k: int, pieces: int = 1) -> dict:
         for t, r in zip(chunks, rows):
             for p, rows_ in parts(t, family, k, clients, r).items():
                 by_part.setdefault(p, []).append(rows_)
-        family_parts[family] = [part_facts(Columns(pa.concat_tables(ts).unify_dictionaries(), bounds), family)
+        family_parts[family] = [part_facts(Columns(gathered(ts).unify_dictionaries(), bounds), family)
                                 for _, ts in sorted(by_part.items())]
     return combine(family_parts, run_span)

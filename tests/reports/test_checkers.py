@@ -42,6 +42,10 @@ def _literals() -> dict[str, H]:
         .receive(1, "s1", seq=1, consumer=0).receive(2, "s0", consumer=1).drain(3, []),
         H("fifo_network_of_brokers").send(0, "s0", node="A").send(0, "s1", seq=1, node="A")
         .receive(1, "s1", seq=1, consumer=0, node="B").receive(1, "s0", consumer=0, node="B").drain(2, []),
+        # a drain longer than the rows before it: the split test's pieces cut inside its list (a
+        # piece renumbering its share alone once made the in-order list look reordered)
+        H("fifo_long_drain_in_order").send(0, "s0")
+        .drain(1, [msg("s0"), msg("s1", seq=1), msg("s2", seq=2), msg("s3", seq=3)]),
         # ---------------------------------------------------------------- groups
         H("group_stolen_while_owner_alive").send(0, "g0", dest=G, group="g").send(0, "g1", seq=1, dest=G, group="g")
         .receive(1, "g0", dest=G, group="g", consumer=0).receive(2, "g1", seq=1, dest=G, group="g", consumer=1)
@@ -316,6 +320,12 @@ def test_fifo_not_judged_with_competing_consumers(analysed):
     result = check(analysed, "fifo_competing_consumers", "fifo")
     assert result["applicable"] is False and "2 consumers" in result["reason"]
     assert analysed["fifo_competing_consumers"]["valid"] is True
+
+
+def test_fifo_long_drain_in_order(analysed):
+    result = check(analysed, "fifo_long_drain_in_order", "fifo")
+    assert result["applicable"] and result["valid"] is True
+    assert anomalies(analysed, "fifo_long_drain_in_order", "fifo") == []
 
 
 def test_fifo_not_judged_across_network_of_brokers(analysed):
