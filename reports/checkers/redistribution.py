@@ -66,7 +66,10 @@ def facts(c: Columns) -> dict:
     out = {"totals": None, "drained": c.drained, "found": [], "remote_drained": [], "unnamed": 0}
     send = c.queue & c.f.eq("send")
     delivered = c.delivered
-    if not (send | delivered).any():
+    ack = c.queue & c.f.eq("ack")
+    # acks alone still count: a message acked twice is a duplicate even when its send and
+    # deliveries are not in these rows (a part of a run split by id may hold only its acks)
+    if not (send | delivered | ack).any():
         return out
     bins = c.id.n_values + 1
     send_ok = np.flatnonzero(send & c.type.eq("ok") & (c.id.codes >= 0))
@@ -92,7 +95,7 @@ def facts(c: Columns) -> dict:
                       "detail": "confirmed send never delivered" + _at(c, send_node[b])})
     # consumed: an ack that completed ok, or a drain (it acks before it records); a message
     # consumed twice, or delivered after it was consumed, is a duplicate
-    ack_ok = np.flatnonzero(c.queue & c.f.eq("ack") & c.type.eq("ok") & (c.id.codes >= 0))
+    ack_ok = np.flatnonzero(ack & c.type.eq("ok") & (c.id.codes >= 0))
     drained_rows = d[c.f.eq("drain")[d]]
     consumed = np.concatenate([ack_ok, drained_rows])
     n_consumed = np.bincount(c.id.codes[consumed], minlength=bins)

@@ -55,6 +55,15 @@ def test_a_message_consumed_on_two_nodes_is_a_duplicate_whatever_the_order():
     assert r.stats["anomalies"] == ["consumed 2 times, delivered 2 times (0 after it was first consumed at node B)"]
 
 
+def test_a_message_acked_twice_is_a_duplicate_even_in_rows_holding_only_its_acks():
+    """A run split by message id may hand one part nothing but a message's acks; the part must
+    still find the duplicate the whole run finds (a hypothesis example of tests/reports/test_split.py
+    once lost it: the checker returned early on rows without sends or deliveries)."""
+    h = H("acks_only").call(1, "ack", msg("a"), node="A").call(1, "ack", msg("a"), node="A")
+    r = check_redistribution(h.lines)
+    assert r.valid is False and r.stats["duplicated"] == 1, r.reason
+
+
 def test_a_flagged_delivery_after_the_message_was_consumed_is_a_duplicate():
     h = H("flagged_after_ack").send(0, "a")
     h.receive(1, "a", consumer=1, node="B").call(1, "ack", msg("a"), node="B")
