@@ -1,0 +1,105 @@
+"""Scale-down group names (artemis-clusters.md, "Scaling Down": scale-down-group-name and the
+warning below it), on every target with ``topology.cluster``.
+
+One three-node symmetric cluster with scale-down: A and C in group ``g1``, B alone in ``g2``
+(ON_DEMAND, no redistribution). Messages are sent with no consumer anywhere, so each stays on
+the node it was sent to; a stopped node is started again after each test.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from conformance.suites.cluster_support import (FORMATION, ClusterPool, StompClients, bodies, cluster_suite_marks,
+                                                declare, parametrize_by_target, queue)
+from conformance.topology import ClusterConnection, Topology
+
+pytestmark = cluster_suite_marks()
+
+NODES = ("A", "B", "C")
+GROUPS = Topology(NODES, cluster=ClusterConnection(scale_down=True,
+                                                   scale_down_groups={"A": "g1", "B": "g2", "C": "g1"}),
+                  prefix="sdgroups")
+MESSAGES = 5
+WATCH = 5.0  # seconds a consumer is watched for messages that must not come
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    parametrize_by_target(metafunc)
+
+
+@pytest.fixture(scope="module")
+def clusters(request, target_name, tmp_path_factory):
+    pool = ClusterPool(request, tmp_path_factory, target_name)
+    try:
+        yield pool
+    finally:
+        pool.stop()
+
+
+@pytest.fixture
+def cluster(clusters):
+    """The cluster with every node running (a node a previous test stopped is started again)."""
+    cluster = clusters.get(GROUPS)
+    for name in NODES:
+        if not cluster[name].running:
+            cluster.start_broker(name, timeout=FORMATION)
+    yield cluster
+    for name in NODES:
+        if not cluster[name].running:
+            cluster.start_broker(name, timeout=FORMATION)
+
+
+def fill(clients: StompClients, cluster, destination: str, node: str) -> list[str]:
+    """The queue on every node, MESSAGES on ``node``'s only, no consumer anywhere."""
+    for name in NODES:
+        declare(clients, cluster[name], destination)
+    sent = [f"{node.lower()}{i}" for i in range(MESSAGES)]
+    producer = clients.on(cluster[node])
+    for body in sent:
+        producer.send(destination, body)
+    held = {n: cluster[n].queue_size(destination) for n in NODES}
+    assert held == {n: (MESSAGES if n == node else 0) for n in NODES}, \
+        f"setup: only {node} should hold the {MESSAGES} messages: {held}"
+    return sent
+
+
+def collect(clients: StompClients, cluster, destination: str, nodes, expect: int) -> dict[str, list[str]]:
+    got = {}
+    for name in nodes:
+        consumer = clients.on(cluster[name]).subscribe(destination, ack="client-individual")
+        messages = (consumer.receive_n(expect, timeout=30) if expect else []) + consumer.drain(quiet=WATCH)
+        for message in messages:
+            consumer.ack(message)
+        consumer.close()
+        got[name] = bodies(messages)
+    return got
+
+
+@pytest.mark.spec("CLU-SCALE-4")
+def test_scale_down_goes_only_to_a_node_of_the_same_group(cluster):
+    destination = queue()
+    with StompClients() as clients:
+        sent = fill(clients, cluster, destination, "A")
+        cluster.stop_broker("A")
+        got = collect(clients, cluster, destination, ("C",), MESSAGES)
+        got.update(collect(clients, cluster, destination, ("B",), 0))
+    assert got["B"] == [], (f"CLU-SCALE-4: A (group g1) scaled down to B (group g2): B got {got['B']}"
+                            f"\n{cluster.log_tail(30)}")
+    assert got["C"] == sent, (f"CLU-SCALE-4: A's {MESSAGES} messages should have gone to C, the other node of group g1, "
+                              f"in order; C got {got['C']}\n{cluster.log_tail(30)}")
+
+
+@pytest.mark.spec("CLU-SCALE-5")
+def test_the_last_node_of_a_group_has_nowhere_to_scale_down_to(cluster):
+    """B is all of group g2: its graceful stop sends its messages to no node of g1. (Whether B's
+    journal still has them when B starts again is not what the chapter states, so not checked.)"""
+    destination = queue()
+    with StompClients() as clients:
+        fill(clients, cluster, destination, "B")
+        cluster.stop_broker("B")
+        got = collect(clients, cluster, destination, ("A", "C"), 0)
+        held = {n: cluster[n].queue_size(destination) for n in ("A", "C")}
+    assert got == {"A": [], "C": []} and held == {"A": 0, "C": 0}, (
+        f"CLU-SCALE-5: B, the only node of group g2, stopped gracefully: its messages have no node of its group to go "
+        f"to, yet A got {got['A']} and C {got['C']} (queues hold {held})\n{cluster.log_tail(30)}")
