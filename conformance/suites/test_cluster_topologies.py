@@ -54,7 +54,7 @@ def send_to_a_consume_on_c(cluster) -> tuple[list[str], dict[str, int]]:
     return got, held
 
 
-@pytest.mark.spec("CLU-HOPS-1")
+@pytest.mark.spec("CLU-HOPS-1", "CLU-CHAIN-1")
 def test_chain_with_two_hops_reaches_consumers_on_the_far_node(clusters):
     cluster = clusters.get(TWO_HOPS)
     got, held = send_to_a_consume_on_c(cluster)
@@ -73,7 +73,7 @@ def test_chain_with_one_hop_does_not_see_the_far_node(clusters):
     assert held["A"] == MESSAGES, f"CLU-HOPS-2: A should keep all {MESSAGES} messages, holds {held}"
 
 
-@pytest.mark.spec("CLU-DISC-1")
+@pytest.mark.spec("CLU-DISC-1", "CLU-DISC-5")
 def test_udp_discovery_forms_the_cluster_and_forwards(clusters):
     cluster = clusters.get(UDP)  # formed: every link up (wait_formed), found through the discovery group
     destination = queue()
