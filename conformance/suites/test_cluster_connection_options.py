@@ -7,6 +7,9 @@ Three clusters, one at a time, each started once for the module:
 
 * DEFAULTS: two nodes, every option at its default (ON_DEMAND, reconnect-attempts -1). A node
   stopped and started again is reconnected to (retrying without limit) and forwarded to again.
+  Then B is started with cluster credentials A does not accept (it never joins), and twice with
+  the broker's shipped defaults (it warns at each start): `use_cluster_credentials`, a launcher
+  hook of both targets.
 * GIVE_UP: two nodes, STRICT, ``reconnect_attempts`` 1 with 200 ms between attempts. After B
   crashes A's one reconnect attempt fails, B is taken as down for good and A keeps every message
   it gets. The wait before sending (`GIVE_UP_WAIT`) is a lower bound far above the attempts'
@@ -21,7 +24,9 @@ once a client subscribed there (`declare`).
 
 from __future__ import annotations
 
+import re
 import time
+import uuid
 
 import pytest
 
@@ -42,6 +47,12 @@ MEMBERS = Topology(("A", "B", "C"), cluster=ClusterConnection(
 MESSAGES = 12
 #: seconds after B's crash before A is expected to have given B up (one attempt, 200 ms apart)
 GIVE_UP_WAIT = 15.0
+#: seconds a node whose credentials are rejected is watched for a link coming up all the same
+JOIN_WAIT = 20.0
+#: the warning about the shipped cluster credentials: Artemis's AMQ222007 ("... running with the
+#: default cluster admin user and default password ..."), the reference's "uses the default
+#: cluster password"
+DEFAULT_CREDENTIALS_WARNING = re.compile(r"default cluster (admin user|password)", re.IGNORECASE)
 #: seconds a stopped node stays down while the others retry (several default retry intervals)
 DOWN_FOR = 5.0
 
@@ -121,6 +132,46 @@ def test_a_node_back_after_a_stop_is_reconnected_and_forwarded_to(clusters):
                  f"{cluster.log_tail(20)}")
     assert len(got) + left == len(sent) and len(set(got)) == len(got), \
         f"CLU-CC-RETRY-1: {len(sent)} sent to A, B got {got}, A holds {left}"
+
+
+@pytest.mark.spec("CLU-CRED-1")
+def test_a_node_with_credentials_the_others_reject_does_not_join(clusters):
+    cluster = clusters.get(DEFAULTS)
+    destination = queue()
+    cluster.stop_broker("B")
+    cluster.use_cluster_credentials("B", ("brokerconf-intruder", "wrong-" + uuid.uuid4().hex))
+    cluster["B"].start(timeout=FORMATION)  # serving; not start_broker, which waits for the links
+    # a bound of many retry intervals (500 ms by default) for a link to come up if it is accepted
+    missing = set(poll(cluster.missing_links, lambda m: not {("A", "B"), ("B", "A")} & set(m),
+                       timeout=JOIN_WAIT, interval=0.5))
+    assert {("A", "B"), ("B", "A")} <= missing, (
+        f"CLU-CRED-1: B's cluster user and password differ from A's, yet a link between them came up within "
+        f"{JOIN_WAIT:.0f} s (links still missing: {sorted(missing)})\n{cluster.log_tail(20)}")
+    with StompClients() as clients:
+        declare(clients, cluster["A"], destination)
+        consumer = clients.on(cluster["B"]).subscribe(destination, ack="auto")
+        settle()
+        send(clients, cluster["A"], destination, MESSAGES)
+        got = bodies(drain(consumer))
+        kept = held(cluster, destination, ("A",), MESSAGES)["A"]
+    assert got == [] and kept == MESSAGES, (
+        f"CLU-CRED-1: B, not accepted into the cluster, got {got} of the messages sent to A (A kept {kept})")
+
+
+@pytest.mark.spec("CLU-CRED-2")
+def test_a_node_left_with_the_default_credentials_warns_at_every_start(clusters):
+    cluster = clusters.get(DEFAULTS)
+    cluster.stop_broker("B")
+    cluster.use_cluster_credentials("B", None)  # the broker's shipped cluster user and password
+    for start in (1, 2):
+        before = len(DEFAULT_CREDENTIALS_WARNING.findall(cluster.log_tail(100000)))
+        cluster["B"].start(timeout=FORMATION)
+        warnings = poll(lambda: len(DEFAULT_CREDENTIALS_WARNING.findall(cluster.log_tail(100000))),
+                        lambda n: n > before, timeout=30, interval=0.5)
+        assert warnings > before, (f"CLU-CRED-2: B started ({start} of 2) with the shipped default cluster "
+                                   f"credentials and logged no warning about them\n{cluster.log_tail(30)}")
+        if start == 1:
+            cluster.stop_broker("B")
 
 
 # ----------------------------------------------------------------------------- reconnect attempts run out
