@@ -18,6 +18,11 @@ Three clusters, one at a time, each started once for the module:
 * MEMBERS: three nodes, STRICT, explicit members A<->B<->C (static connectors with
   allow-direct-connections-only): A never connects to C although it learns of C through B.
 
+* PINGED: two nodes, check-period 500 ms, connection-ttl 2 s. B frozen (SIGSTOP, or the
+  reference's frozen loop) keeps its TCP connections open, so only the missing pings can make A
+  give the link up; once B resumes the link is established again (`bridge_establishments`
+  grows: a link that never failed is never established twice).
+
 Messages are sent over STOMP with receipts; every test uses its own queue, which exists on a node
 once a client subscribed there (`declare`).
 """
@@ -44,6 +49,7 @@ GIVE_UP = Topology(("A", "B"), cluster=ClusterConnection(message_load_balancing=
 MEMBERS = Topology(("A", "B", "C"), cluster=ClusterConnection(
     message_load_balancing="STRICT", connections=(("A", "B"), ("B", "A"), ("B", "C"), ("C", "B"))),
     prefix="ccmembers")
+PINGED = Topology(("A", "B"), cluster=ClusterConnection(check_period_ms=500, connection_ttl_ms=2000), prefix="ccping")
 MESSAGES = 12
 #: seconds after B's crash before A is expected to have given B up (one attempt, 200 ms apart)
 GIVE_UP_WAIT = 15.0
@@ -53,6 +59,8 @@ JOIN_WAIT = 20.0
 #: default cluster admin user and default password ..."), the reference's "uses the default
 #: cluster password"
 DEFAULT_CREDENTIALS_WARNING = re.compile(r"default cluster (admin user|password)", re.IGNORECASE)
+#: seconds a node stays paused: far above PINGED's connection-ttl (2 s) plus a check period (0.5 s)
+PAUSED_FOR = 12.0
 #: seconds a stopped node stays down while the others retry (several default retry intervals)
 DOWN_FOR = 5.0
 
@@ -230,3 +238,30 @@ def test_strict_forwards_nothing_to_a_node_without_the_queue(clusters):
     assert sizes["C"] == 0, f"CLU-LB-6: C has no queue {destination}, yet under STRICT B routed to it: {sizes}"
     assert sizes["A"] > 0 and sizes["A"] + sizes["B"] == MESSAGES, \
         f"CLU-LB-6: under STRICT B should split its {MESSAGES} messages between its queue and A's: {sizes}"
+
+
+# ----------------------------------------------------------------------------- pings and connection-ttl
+
+@pytest.mark.spec("CLU-CC-PING-1")
+def test_a_paused_nodes_link_is_given_up_after_the_ttl_and_formed_again(clusters):
+    cluster = clusters.get(PINGED)
+    before = cluster.bridge_establishments()
+    cluster["B"].pause()
+    try:
+        time.sleep(PAUSED_FOR)  # no event to poll while B is frozen: a lower bound far above the ttl
+    finally:
+        cluster["B"].resume()
+    after = poll(cluster.bridge_establishments, lambda n: n > before, timeout=FORMATION, interval=0.5)
+    assert after > before, (
+        f"CLU-CC-PING-1: B was frozen {PAUSED_FOR:.0f} s with connection-ttl 2 s and check-period 0.5 s, so its "
+        f"silent link should have been given up and established again after it resumed; cluster link "
+        f"establishments stayed at {before}\n{cluster.log_tail(20)}")
+    cluster.wait_formed(FORMATION)
+    destination = queue()
+    with StompClients() as clients:
+        declare(clients, cluster["A"], destination)
+        consumer = clients.on(cluster["B"]).subscribe(destination, ack="auto")
+        settle()
+        send(clients, cluster["A"], destination, MESSAGES)
+        got = bodies(drain(consumer))
+    assert got, f"CLU-CC-PING-1: after the link was formed again A forwarded none of {MESSAGES} messages to B's consumer"
