@@ -207,6 +207,19 @@ def test_a_node_whose_reconnect_attempts_ran_out_gets_no_more_messages(clusters)
         f"(before the crash A kept {split['A']} and B got {split['B']})\n{cluster.log_tail(20)}")
 
 
+@pytest.mark.spec("CLU-CC-RETRY-4")
+def test_a_node_given_up_is_not_connected_to_again_when_it_returns(clusters):
+    cluster = clusters.get(GIVE_UP)
+    if cluster["B"].running:  # run alone: crash B and let A's one reconnect attempt run out
+        cluster["B"].kill()
+        time.sleep(GIVE_UP_WAIT)
+    cluster["B"].start(timeout=FORMATION)  # serving again; not start_broker, which waits for every link
+    missing = set(poll(cluster.missing_links, lambda m: ("A", "B") not in m, timeout=JOIN_WAIT, interval=0.5))
+    assert ("A", "B") in missing, (
+        f"CLU-CC-RETRY-4: A's reconnect-attempts to B (1) ran out, so B is down for good for A, yet A's cluster "
+        f"connection to B came up again once B returned\n{cluster.log_tail(20)}")
+
+
 # ----------------------------------------------------------------------------- explicit members, STRICT
 
 @pytest.mark.spec("CLU-MEMBERS-1")

@@ -354,6 +354,11 @@ class ArtemisCluster:
         (the elements left out). For the "Cluster User Credentials" checks: a node the others do
         not accept, a node left with the defaults."""
         self.credentials_of[name] = credentials
+        process = self.nodes[name].process
+        if getattr(process, "_created", False):
+            # broker.xml is written when the instance is created; Artemis reads the cluster
+            # credentials only at start, so rewrite it now for the next start
+            process._write_config()
 
     def stop_broker(self, name: str) -> None:
         """Stop node ``name`` gracefully (SIGTERM: Artemis's shutdown hook stops the server, which
