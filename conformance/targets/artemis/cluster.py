@@ -134,9 +134,10 @@ def cluster_xml(topology: Topology, node: str, *, host: str, core_ports: dict[st
         for peer in scale_peers:
             lines.append(_connector(f"scale-down-{peer}", host, core_ports[peer]))
     lines.append("      </connectors>")
-    user, password = credentials
-    lines += [f"      <cluster-user>{escape(user)}</cluster-user>",
-              f"      <cluster-password>{escape(password)}</cluster-password>"]
+    if credentials is not None:  # None: left out, so Artemis runs with its shipped defaults
+        user, password = credentials
+        lines += [f"      <cluster-user>{escape(user)}</cluster-user>",
+                  f"      <cluster-password>{escape(password)}</cluster-password>"]
     if cc.discovery == "udp":
         if udp is None:
             raise ValueError("discovery 'udp' needs the multicast group (UdpGroup)")
@@ -274,6 +275,8 @@ class ArtemisCluster:
         self.workdir = workdir
         #: link -> the proxy address its connector dials ({} when no link is proxied)
         self.proxied = proxied
+        #: node -> the (user, password) it uses instead of the generated pair (None: the defaults)
+        self.credentials_of: dict[str, tuple[str, str] | None] = {}
 
     # ------------------------------------------------------------ lifecycle
     def start(self, timeout: float = 240) -> None:
@@ -344,6 +347,18 @@ class ArtemisCluster:
 
     def rename_connector(self, source: str, old: str, new: str) -> None:
         raise ValueError("an Artemis cluster has cluster connections, not network connectors to rename")
+
+    def use_cluster_credentials(self, name: str, credentials: tuple[str, str] | None) -> None:
+        """From its next start node ``name`` authenticates its cluster links with ``credentials``
+        (user, password) instead of the cluster's generated pair; None: Artemis's shipped defaults
+        (the elements left out). For the "Cluster User Credentials" checks: a node the others do
+        not accept, a node left with the defaults."""
+        self.credentials_of[name] = credentials
+        process = self.nodes[name].process
+        if getattr(process, "_created", False):
+            # broker.xml is written when the instance is created; Artemis reads the cluster
+            # credentials only at start, so rewrite it now for the next start
+            process._write_config()
 
     def stop_broker(self, name: str) -> None:
         """Stop node ``name`` gracefully (SIGTERM: Artemis's shutdown hook stops the server, which
@@ -416,14 +431,15 @@ def launch_cluster(topology: Topology, scenario: Scenario, workdir: Path, *,
         udp = UdpGroup.fresh()
     workdir = Path(workdir).absolute() / "artemis-cluster"
     credentials = ("brokerconf-cluster", secrets.token_hex(12))
-    state: dict[str, object] = {}
+    state: dict[str, object] = {"credentials": {}}
     processes: dict[str, ArtemisClusterProcess] = {}
     for name in topology.nodes:
         processes[name] = ArtemisClusterProcess(
             workdir / f"node-{name}", scenario, name=f"{topology.prefix}-{name}", jvm_heap_mb=jvm_heap_mb,
             cluster_xml_of=lambda name=name: cluster_xml(
                 topology, name, host=ArtemisProcess.host, core_ports=state["core"], dial=state["dial"],
-                announce=state["announce"].get(name), credentials=credentials, udp=udp),
+                announce=state["announce"].get(name), udp=udp,
+                credentials=state["credentials"][name] if name in state["credentials"] else credentials),
             redistribution_delay_ms=cc.redistribution_delay_ms)
     ports = free_ports(sum(p.port_count() for p in processes.values()))
     for process in processes.values():
@@ -433,6 +449,7 @@ def launch_cluster(topology: Topology, scenario: Scenario, workdir: Path, *,
     state["dial"], state["announce"] = _proxy_plan(topology, ArtemisProcess.host, state["core"], bridge_route)
     nodes = {name: ArtemisClusterNode(name, process, counters(process)) for name, process in processes.items()}
     cluster = ArtemisCluster(topology, nodes, workdir, state["dial"])
+    cluster.credentials_of = state["credentials"]
     cluster.start(timeout=timeout)
     return cluster
 

@@ -269,6 +269,17 @@ class ReferenceCluster:
     def subscription_discards(self, destination: str) -> list[int] | None:
         return None
 
+    def use_cluster_credentials(self, name: str, credentials: tuple[str, str] | None) -> None:
+        """From its next start node ``name`` authenticates its cluster links with ``credentials``
+        (user, password) instead of the cluster's generated pair; None: the broker's shipped
+        defaults (config.py's DEFAULT_CLUSTER_USER / _PASSWORD)."""
+        cc = self.nodes[name].config_data["cluster_connection"]
+        if credentials is None:
+            cc.pop("cluster_user", None)
+            cc.pop("cluster_password", None)
+        else:
+            cc["cluster_user"], cc["cluster_password"] = credentials
+
     def stop_broker(self, name: str) -> None:
         """A graceful stop of node ``name``: what triggers scale-down."""
         self.nodes[name].stop()

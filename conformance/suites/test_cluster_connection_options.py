@@ -1,0 +1,294 @@
+"""Cluster-connection options (artemis-clusters.md, "Configuring Cluster Connections":
+message-load-balancing and its default, STRICT and nodes without the queue, retry-interval and
+reconnect-attempts; "Specifying Members of a Cluster Explicitly"), on every target with
+``topology.cluster``.
+
+Three clusters, one at a time, each started once for the module:
+
+* DEFAULTS: two nodes, every option at its default (ON_DEMAND, reconnect-attempts -1). A node
+  stopped and started again is reconnected to (retrying without limit) and forwarded to again.
+  Then B is started with cluster credentials A does not accept (it never joins), and twice with
+  the broker's shipped defaults (it warns at each start): `use_cluster_credentials`, a launcher
+  hook of both targets.
+* GIVE_UP: two nodes, STRICT, ``reconnect_attempts`` 1 with 200 ms between attempts. After B
+  crashes A's one reconnect attempt fails, B is taken as down for good and A keeps every message
+  it gets. The wait before sending (`GIVE_UP_WAIT`) is a lower bound far above the attempts'
+  200 ms: a slow machine can only make the test fail in vain, never pass a broker that keeps
+  routing to a node it gave up.
+* MEMBERS: three nodes, STRICT, explicit members A<->B<->C (static connectors with
+  allow-direct-connections-only): A never connects to C although it learns of C through B.
+
+* PINGED: two nodes, check-period 500 ms, connection-ttl 2 s. B frozen (SIGSTOP, or the
+  reference's frozen loop) keeps its TCP connections open, so only the missing pings can make A
+  give the link up; once B resumes the link is established again (`bridge_establishments`
+  grows: a link that never failed is never established twice).
+
+Messages are sent over STOMP with receipts; every test uses its own queue, which exists on a node
+once a client subscribed there (`declare`).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+
+import pytest
+
+from conformance.suites.cluster_support import (FORMATION, ClusterPool, StompClients, bodies, cluster_suite_marks,
+                                                declare, drain, parametrize_by_target, queue, settle)
+from conformance.topology import ClusterConnection, Topology
+from conformance.waiting import poll, wait_stable
+
+pytestmark = cluster_suite_marks()
+
+DEFAULTS = Topology(("A", "B"), cluster=ClusterConnection(), prefix="ccdefault")
+GIVE_UP = Topology(("A", "B"), cluster=ClusterConnection(message_load_balancing="STRICT", reconnect_attempts=1,
+                                                         retry_interval_ms=200, max_retry_interval_ms=200),
+                   prefix="ccgiveup")
+MEMBERS = Topology(("A", "B", "C"), cluster=ClusterConnection(
+    message_load_balancing="STRICT", connections=(("A", "B"), ("B", "A"), ("B", "C"), ("C", "B"))),
+    prefix="ccmembers")
+PINGED = Topology(("A", "B"), cluster=ClusterConnection(check_period_ms=500, connection_ttl_ms=2000), prefix="ccping")
+MESSAGES = 12
+#: seconds after B's crash before A is expected to have given B up (one attempt, 200 ms apart)
+GIVE_UP_WAIT = 15.0
+#: seconds a node whose credentials are rejected is watched for a link coming up all the same
+JOIN_WAIT = 20.0
+#: the warning about the shipped cluster credentials: Artemis's AMQ222007 ("... running with the
+#: default cluster admin user and default password ..."), the reference's "uses the default
+#: cluster password"
+DEFAULT_CREDENTIALS_WARNING = re.compile(r"default cluster (admin user|password)", re.IGNORECASE)
+#: seconds a node stays paused: far above PINGED's connection-ttl (2 s) plus a check period (0.5 s)
+PAUSED_FOR = 12.0
+#: seconds a stopped node stays down while the others retry (several default retry intervals)
+DOWN_FOR = 5.0
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    parametrize_by_target(metafunc)
+
+
+@pytest.fixture(scope="module")
+def clusters(request, target_name, tmp_path_factory):
+    pool = ClusterPool(request, tmp_path_factory, target_name)
+    try:
+        yield pool
+    finally:
+        pool.stop()
+
+
+def send(clients: StompClients, node, destination: str, count: int, tag: str = "m") -> list[str]:
+    producer = clients.on(node)
+    sent = [f"{tag}{i}" for i in range(count)]
+    for body in sent:
+        producer.send(destination, body)
+    return sent
+
+
+def held(cluster, destination: str, nodes: tuple[str, ...], total: int) -> dict[str, int]:
+    """Each node's queue size once ``total`` messages are held between them (forwarded ones may
+    still be on a cluster link when the producer's receipts came back) and no count has moved for
+    two seconds (room for a stray forward), or the last reading after a generous bound."""
+    def read() -> dict[str, int]:
+        return {n: cluster[n].queue_size(destination) for n in nodes}
+    poll(read, lambda sizes: sum(sizes.values()) >= total, timeout=60, interval=0.3)
+    return wait_stable(read, quiet=2.0, timeout=60, interval=0.3)
+
+
+def lines_after(log: str, last: list[str]) -> str:
+    """The part of ``log`` after the line ``last`` (a one-line list; []: the log was empty, all
+    of it). A launcher keeps a bounded tail of its log, so counting matches in it could miss a new
+    one; ``last`` gone from the tail gives "" (a false failure, never a warning seen twice)."""
+    lines = log.splitlines()
+    if not last:
+        return log
+    if last[0] not in lines:
+        return ""
+    return "\n".join(lines[len(lines) - lines[::-1].index(last[0]):])
+
+
+# ----------------------------------------------------------------------------- defaults
+
+@pytest.mark.spec("CLU-MLB-1")
+def test_default_load_balancing_is_on_demand(clusters):
+    cluster = clusters.get(DEFAULTS)
+    destination = queue()
+    with StompClients() as clients:
+        for node in ("A", "B"):
+            declare(clients, cluster[node], destination)
+        settle()
+        send(clients, cluster["A"], destination, MESSAGES, "idle")
+        sizes = held(cluster, destination, ("A", "B"), MESSAGES)
+        assert sizes == {"A": MESSAGES, "B": 0}, (
+            f"CLU-MLB-1: with message-load-balancing left at its default (ON_DEMAND) A must not forward to B's "
+            f"queue while it has no consumer (STRICT would): A holds {sizes['A']}, B {sizes['B']} of {MESSAGES}")
+        consumer = clients.on(cluster["B"]).subscribe(destination, ack="auto")
+        settle()
+        send(clients, cluster["A"], destination, MESSAGES, "busy")
+        got = [b for b in bodies(drain(consumer)) if b.startswith("busy")]
+    assert got, (f"CLU-MLB-1: with the default ON_DEMAND A must forward to B once B's queue has a consumer (OFF "
+                 f"would not); B's consumer got none of {MESSAGES}\n{cluster.log_tail(20)}")
+
+
+@pytest.mark.spec("CLU-CC-RETRY-1", "CLU-CC-RETRY-4")
+def test_a_node_back_after_a_stop_is_reconnected_and_forwarded_to(clusters):
+    cluster = clusters.get(DEFAULTS)
+    destination = queue()
+    cluster.stop_broker("B")
+    try:
+        time.sleep(DOWN_FOR)  # A retries meanwhile: reconnect-attempts -1 (default) never gives up
+    finally:
+        cluster.start_broker("B", timeout=FORMATION)  # waits for every link, A->B included
+    with StompClients() as clients:
+        declare(clients, cluster["A"], destination)
+        consumer = clients.on(cluster["B"]).subscribe(destination, ack="auto")
+        settle()
+        sent = send(clients, cluster["A"], destination, MESSAGES)
+        got = bodies(drain(consumer))
+        left = cluster["A"].queue_size(destination)
+    assert got, (f"CLU-CC-RETRY-1: B was down {DOWN_FOR:.0f} s and came back; A (reconnect-attempts -1) should have "
+                 f"reconnected and forward to B's consumer, which got none of {MESSAGES} (A holds {left})\n"
+                 f"{cluster.log_tail(20)}")
+    assert len(got) + left == len(sent) and len(set(got)) == len(got), \
+        f"CLU-CC-RETRY-1: {len(sent)} sent to A, B got {got}, A holds {left}"
+
+
+@pytest.mark.spec("CLU-CRED-1")
+def test_a_node_with_credentials_the_others_reject_does_not_join(clusters):
+    cluster = clusters.get(DEFAULTS)
+    destination = queue()
+    cluster.stop_broker("B")
+    cluster.use_cluster_credentials("B", ("brokerconf-intruder", "wrong-" + uuid.uuid4().hex))
+    cluster["B"].start(timeout=FORMATION)  # serving; not start_broker, which waits for the links
+    # a bound of many retry intervals (500 ms by default) for a link to come up if it is accepted
+    missing = set(poll(cluster.missing_links, lambda m: not {("A", "B"), ("B", "A")} & set(m),
+                       timeout=JOIN_WAIT, interval=0.5))
+    with StompClients() as clients:
+        declare(clients, cluster["A"], destination)
+        consumer = clients.on(cluster["B"]).subscribe(destination, ack="auto")
+        settle()
+        send(clients, cluster["A"], destination, MESSAGES)
+        got = bodies(drain(consumer))
+        kept = held(cluster, destination, ("A",), MESSAGES)["A"]
+    assert got == [] and kept == MESSAGES, (
+        f"CLU-CRED-1: B's cluster user and password differ from A's, so B should not join, yet B's consumer got "
+        f"{len(got)} of {MESSAGES} messages sent to A (A kept {kept}; links not up: {sorted(missing)})\n"
+        f"{cluster.log_tail(20)}")
+    assert {("A", "B"), ("B", "A")} <= missing, (
+        f"CLU-CRED-1: B's cluster user and password differ from A's, yet a link between them came up within "
+        f"{JOIN_WAIT:.0f} s (links still missing: {sorted(missing)})\n{cluster.log_tail(20)}")
+
+
+@pytest.mark.spec("CLU-CRED-2")
+def test_a_node_left_with_the_default_credentials_warns_at_every_start(clusters):
+    cluster = clusters.get(DEFAULTS)
+    cluster.stop_broker("B")
+    cluster.use_cluster_credentials("B", None)  # the broker's shipped cluster user and password
+    for start in (1, 2):
+        last = cluster.log_tail(1).strip().splitlines()[-1:]  # where this start's lines begin
+        cluster["B"].start(timeout=FORMATION)
+        warnings = poll(lambda: DEFAULT_CREDENTIALS_WARNING.findall(lines_after(cluster.log_tail(100000), last)),
+                        timeout=30, interval=0.5)
+        assert warnings, (f"CLU-CRED-2: B started ({start} of 2) with the shipped default cluster "
+                          f"credentials and logged no warning about them\n{cluster.log_tail(30)}")
+        if start == 1:
+            cluster.stop_broker("B")
+
+
+# ----------------------------------------------------------------------------- reconnect attempts run out
+
+@pytest.mark.spec("CLU-CC-RETRY-4")
+def test_a_node_whose_reconnect_attempts_ran_out_gets_no_more_messages(clusters):
+    cluster = clusters.get(GIVE_UP)
+    before, after = queue(), queue()
+    with StompClients() as clients:
+        for node in ("A", "B"):
+            declare(clients, cluster[node], before)
+            declare(clients, cluster[node], after)
+        settle()
+        send(clients, cluster["A"], before, MESSAGES)
+        split = held(cluster, before, ("A", "B"), MESSAGES)
+    assert split["B"] > 0, f"setup: under STRICT A should forward to B's queue before B goes down: {split}"
+    cluster["B"].kill()
+    time.sleep(GIVE_UP_WAIT)
+    with StompClients() as clients:
+        send(clients, cluster["A"], after, MESSAGES)
+        kept = held(cluster, after, ("A",), MESSAGES)["A"]
+    assert kept == MESSAGES, (
+        f"CLU-CC-RETRY-4: B crashed and A's reconnect-attempts (1, 200 ms apart) ran out {GIVE_UP_WAIT:.0f} s ago, "
+        f"so B is down for good and A should route nothing to it; A's own queue got {kept} of {MESSAGES} "
+        f"(before the crash A kept {split['A']} and B got {split['B']})\n{cluster.log_tail(20)}")
+
+
+@pytest.mark.spec("CLU-CC-RETRY-4")
+def test_a_node_given_up_is_not_connected_to_again_when_it_returns(clusters):
+    cluster = clusters.get(GIVE_UP)
+    if cluster["B"].running:  # run alone: crash B and let A's one reconnect attempt run out
+        cluster["B"].kill()
+        time.sleep(GIVE_UP_WAIT)
+    cluster["B"].start(timeout=FORMATION)  # serving again; not start_broker, which waits for every link
+    missing = set(poll(cluster.missing_links, lambda m: ("A", "B") not in m, timeout=JOIN_WAIT, interval=0.5))
+    assert ("A", "B") in missing, (
+        f"CLU-CC-RETRY-4: A's reconnect-attempts to B (1) ran out, so B is down for good for A, yet A's cluster "
+        f"connection to B came up again once B returned\n{cluster.log_tail(20)}")
+
+
+# ----------------------------------------------------------------------------- explicit members, STRICT
+
+@pytest.mark.spec("CLU-MEMBERS-1")
+def test_explicit_members_connect_only_to_the_nodes_they_list(clusters):
+    cluster = clusters.get(MEMBERS)
+    destination = queue()
+    with StompClients() as clients:
+        for node in ("A", "B", "C"):
+            declare(clients, cluster[node], destination)
+        settle()
+        send(clients, cluster["A"], destination, MESSAGES)
+        sizes = held(cluster, destination, ("A", "B", "C"), MESSAGES)
+    assert sizes["C"] == 0, (f"CLU-MEMBERS-1: A lists only B (allow-direct-connections-only), so under STRICT it "
+                             f"must not connect to C, which it learns of through B, nor route to it: {sizes}")
+    assert sizes["B"] > 0 and sizes["A"] + sizes["B"] == MESSAGES, \
+        f"CLU-MEMBERS-1: under STRICT A should split its {MESSAGES} messages with its member B: {sizes}"
+
+
+@pytest.mark.spec("CLU-LB-6")
+def test_strict_forwards_nothing_to_a_node_without_the_queue(clusters):
+    cluster = clusters.get(MEMBERS)  # B is connected to both A and C
+    destination = queue()
+    with StompClients() as clients:
+        for node in ("A", "B"):
+            declare(clients, cluster[node], destination)  # C never has the queue
+        settle()
+        send(clients, cluster["B"], destination, MESSAGES)
+        sizes = held(cluster, destination, ("A", "B", "C"), MESSAGES)
+    assert sizes["C"] == 0, f"CLU-LB-6: C has no queue {destination}, yet under STRICT B routed to it: {sizes}"
+    assert sizes["A"] > 0 and sizes["A"] + sizes["B"] == MESSAGES, \
+        f"CLU-LB-6: under STRICT B should split its {MESSAGES} messages between its queue and A's: {sizes}"
+
+
+# ----------------------------------------------------------------------------- pings and connection-ttl
+
+@pytest.mark.spec("CLU-CC-PING-1")
+def test_a_paused_nodes_link_is_given_up_after_the_ttl_and_formed_again(clusters):
+    cluster = clusters.get(PINGED)
+    before = cluster.bridge_establishments()
+    cluster["B"].pause()
+    try:
+        time.sleep(PAUSED_FOR)  # no event to poll while B is frozen: a lower bound far above the ttl
+    finally:
+        cluster["B"].resume()
+    after = poll(cluster.bridge_establishments, lambda n: n > before, timeout=FORMATION, interval=0.5)
+    assert after > before, (
+        f"CLU-CC-PING-1: B was frozen {PAUSED_FOR:.0f} s with connection-ttl 2 s and check-period 0.5 s, so its "
+        f"silent link should have been given up and established again after it resumed; cluster link "
+        f"establishments stayed at {before}\n{cluster.log_tail(20)}")
+    cluster.wait_formed(FORMATION)
+    destination = queue()
+    with StompClients() as clients:
+        declare(clients, cluster["A"], destination)
+        consumer = clients.on(cluster["B"]).subscribe(destination, ack="auto")
+        settle()
+        send(clients, cluster["A"], destination, MESSAGES)
+        got = bodies(drain(consumer))
+    assert got, f"CLU-CC-PING-1: after the link was formed again A forwarded none of {MESSAGES} messages to B's consumer"
