@@ -35,11 +35,12 @@ def test_bad_number_is_named():
 
 
 @pytest.mark.slow
-# the suites, then three 10 s experiments with their drains and pages, then the Spark stage (a
-# JVM start and the analysis: about a minute here)
-@pytest.mark.timeout(900)
+# the suites (the cluster suites alone take about 7 minutes on the reference broker), then seven
+# short experiments with their drains and pages, then the Spark stage (a JVM start and the
+# analysis: about a minute here). The bound only stops a hung run; it is not a speed target.
+@pytest.mark.timeout(2400)
 def test_main_job_against_reference_writes_report(tmp_path):
-    proc = _brokerconf("run", "--targets", "reference", "--out", str(tmp_path), "--chaos-duration", "10", timeout=900)
+    proc = _brokerconf("run", "--targets", "reference", "--out", str(tmp_path), "--chaos-duration", "10", timeout=2400)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     (run_dir,) = list(tmp_path.iterdir())
     results = json.loads((run_dir / "results.json").read_text())
