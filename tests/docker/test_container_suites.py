@@ -206,7 +206,15 @@ def test_artemis_container_suites_pass_with_launch_recorded(artemis_suite_run):
 
 def test_artemis_known_deviations_xfail_in_containers(artemis_suite_run):
     _, matrix = artemis_suite_run
+    container = outcomes(matrix, ARTEMIS_CONTAINER)
     expected = known_deviation_specs("artemis", suite_files())
-    got = {spec for spec, outcome in outcomes(matrix, ARTEMIS_CONTAINER).items() if outcome == "known deviation"}
-    assert got == expected, (f"known deviations recorded for artemis: {sorted(expected)}; the container run "
-                             f"shows {sorted(got)} (a deviation that passes now fails its strict xfail)")
+    # The container launcher forms no clusters (topology.cluster is local JVMs only, with that
+    # reason), so the cluster deviations are not applicable there; a deviation that passes would
+    # show "failed" (its strict xfail), never "not applicable", so this hides none
+    elsewhere = {spec for spec in expected if container.get(spec) == "not applicable"}
+    assert all(spec.startswith(("CLU-", "GRP-CLUSTER-")) for spec in elsewhere), (
+        f"only cluster deviations may be not applicable in a container: {sorted(elsewhere)}")
+    got = {spec for spec, outcome in container.items() if outcome == "known deviation"}
+    assert got == expected - elsewhere, (
+        f"known deviations recorded for artemis: {sorted(expected)} ({sorted(elsewhere)} not applicable in a "
+        f"container); the container run shows {sorted(got)} (a deviation that passes now fails its strict xfail)")
