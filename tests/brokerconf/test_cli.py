@@ -2,6 +2,7 @@
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -10,8 +11,18 @@ import pytest
 
 
 def _brokerconf(*args: str, timeout: float = 120, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "brokerconf.cli", *args], capture_output=True, text=True, timeout=timeout,
-                          env=None if env is None else {**os.environ, **env})
+    """Run the CLI in a session of its own: past ``timeout`` the whole process group is killed, so
+    brokers it started (e.g. the main job's master/slave processes) do not outlive the test."""
+    process = subprocess.Popen([sys.executable, "-m", "brokerconf.cli", *args], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, start_new_session=True,
+                               env=None if env is None else {**os.environ, **env})
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
+        raise
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
 
 
 #: ActiveMQ in a container with the engine's socket pointed at nothing (docker_env reads
