@@ -99,3 +99,23 @@ def drain(subscription, quiet: float = 2.0, ack: bool = True) -> list:
 
 def bodies(messages) -> list[str]:
     return [m.text for m in messages]
+
+
+@pytest.fixture(scope="module")
+def clusters(request, target_name, tmp_path_factory):
+    """One `ClusterPool` per suite module (each module imports this fixture): one cluster at a
+    time, stopped when the module ends."""
+    pool = ClusterPool(request, tmp_path_factory, target_name)
+    try:
+        yield pool
+    finally:
+        pool.stop()
+
+
+def send_numbered(clients: StompClients, node, destination: str, count: int, tag: str = "m") -> list[str]:
+    """Send ``count`` messages ``<tag>0`` .. to ``destination`` on ``node``; their bodies, in order."""
+    producer = clients.on(node)
+    sent = [f"{tag}{i}" for i in range(count)]
+    for body in sent:
+        producer.send(destination, body)
+    return sent

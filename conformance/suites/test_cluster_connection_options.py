@@ -35,8 +35,9 @@ import uuid
 
 import pytest
 
-from conformance.suites.cluster_support import (FORMATION, ClusterPool, StompClients, bodies, cluster_suite_marks,
-                                                declare, drain, parametrize_by_target, queue, settle)
+from conformance.suites.cluster_support import (  # noqa: F401 - clusters: the module fixture
+    FORMATION, StompClients, bodies, cluster_suite_marks, clusters, declare, drain, parametrize_by_target,
+    queue, send_numbered, settle)
 from conformance.topology import ClusterConnection, Topology
 from conformance.waiting import poll, wait_stable
 
@@ -67,23 +68,6 @@ DOWN_FOR = 5.0
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     parametrize_by_target(metafunc)
-
-
-@pytest.fixture(scope="module")
-def clusters(request, target_name, tmp_path_factory):
-    pool = ClusterPool(request, tmp_path_factory, target_name)
-    try:
-        yield pool
-    finally:
-        pool.stop()
-
-
-def send(clients: StompClients, node, destination: str, count: int, tag: str = "m") -> list[str]:
-    producer = clients.on(node)
-    sent = [f"{tag}{i}" for i in range(count)]
-    for body in sent:
-        producer.send(destination, body)
-    return sent
 
 
 def held(cluster, destination: str, nodes: tuple[str, ...], total: int) -> dict[str, int]:
@@ -118,14 +102,14 @@ def test_default_load_balancing_is_on_demand(clusters):
         for node in ("A", "B"):
             declare(clients, cluster[node], destination)
         settle()
-        send(clients, cluster["A"], destination, MESSAGES, "idle")
+        send_numbered(clients, cluster["A"], destination, MESSAGES, "idle")
         sizes = held(cluster, destination, ("A", "B"), MESSAGES)
         assert sizes == {"A": MESSAGES, "B": 0}, (
             f"CLU-MLB-1: with message-load-balancing left at its default (ON_DEMAND) A must not forward to B's "
             f"queue while it has no consumer (STRICT would): A holds {sizes['A']}, B {sizes['B']} of {MESSAGES}")
         consumer = clients.on(cluster["B"]).subscribe(destination, ack="auto")
         settle()
-        send(clients, cluster["A"], destination, MESSAGES, "busy")
+        send_numbered(clients, cluster["A"], destination, MESSAGES, "busy")
         got = [b for b in bodies(drain(consumer)) if b.startswith("busy")]
     assert got, (f"CLU-MLB-1: with the default ON_DEMAND A must forward to B once B's queue has a consumer (OFF "
                  f"would not); B's consumer got none of {MESSAGES}\n{cluster.log_tail(20)}")
@@ -144,7 +128,7 @@ def test_a_node_back_after_a_stop_is_reconnected_and_forwarded_to(clusters):
         declare(clients, cluster["A"], destination)
         consumer = clients.on(cluster["B"]).subscribe(destination, ack="auto")
         settle()
-        sent = send(clients, cluster["A"], destination, MESSAGES)
+        sent = send_numbered(clients, cluster["A"], destination, MESSAGES)
         got = bodies(drain(consumer))
         left = cluster["A"].queue_size(destination)
     assert got, (f"CLU-CC-RETRY-1: B was down {DOWN_FOR:.0f} s and came back; A (reconnect-attempts -1) should have "
@@ -168,7 +152,7 @@ def test_a_node_with_credentials_the_others_reject_does_not_join(clusters):
         declare(clients, cluster["A"], destination)
         consumer = clients.on(cluster["B"]).subscribe(destination, ack="auto")
         settle()
-        send(clients, cluster["A"], destination, MESSAGES)
+        send_numbered(clients, cluster["A"], destination, MESSAGES)
         got = bodies(drain(consumer))
         kept = held(cluster, destination, ("A",), MESSAGES)["A"]
     assert got == [] and kept == MESSAGES, (
@@ -207,13 +191,13 @@ def test_a_node_whose_reconnect_attempts_ran_out_gets_no_more_messages(clusters)
             declare(clients, cluster[node], before)
             declare(clients, cluster[node], after)
         settle()
-        send(clients, cluster["A"], before, MESSAGES)
+        send_numbered(clients, cluster["A"], before, MESSAGES)
         split = held(cluster, before, ("A", "B"), MESSAGES)
     assert split["B"] > 0, f"setup: under STRICT A should forward to B's queue before B goes down: {split}"
     cluster["B"].kill()
     time.sleep(GIVE_UP_WAIT)
     with StompClients() as clients:
-        send(clients, cluster["A"], after, MESSAGES)
+        send_numbered(clients, cluster["A"], after, MESSAGES)
         kept = held(cluster, after, ("A",), MESSAGES)["A"]
     assert kept == MESSAGES, (
         f"CLU-CC-RETRY-4: B crashed and A's reconnect-attempts (1, 200 ms apart) ran out {GIVE_UP_WAIT:.0f} s ago, "
@@ -244,7 +228,7 @@ def test_explicit_members_connect_only_to_the_nodes_they_list(clusters):
         for node in ("A", "B", "C"):
             declare(clients, cluster[node], destination)
         settle()
-        send(clients, cluster["A"], destination, MESSAGES)
+        send_numbered(clients, cluster["A"], destination, MESSAGES)
         sizes = held(cluster, destination, ("A", "B", "C"), MESSAGES)
     assert sizes["C"] == 0, (f"CLU-MEMBERS-1: A lists only B (allow-direct-connections-only), so under STRICT it "
                              f"must not connect to C, which it learns of through B, nor route to it: {sizes}")
@@ -260,7 +244,7 @@ def test_strict_forwards_nothing_to_a_node_without_the_queue(clusters):
         for node in ("A", "B"):
             declare(clients, cluster[node], destination)  # C never has the queue
         settle()
-        send(clients, cluster["B"], destination, MESSAGES)
+        send_numbered(clients, cluster["B"], destination, MESSAGES)
         sizes = held(cluster, destination, ("A", "B", "C"), MESSAGES)
     assert sizes["C"] == 0, f"CLU-LB-6: C has no queue {destination}, yet under STRICT B routed to it: {sizes}"
     assert sizes["A"] > 0 and sizes["A"] + sizes["B"] == MESSAGES, \
@@ -289,6 +273,6 @@ def test_a_paused_nodes_link_is_given_up_after_the_ttl_and_formed_again(clusters
         declare(clients, cluster["A"], destination)
         consumer = clients.on(cluster["B"]).subscribe(destination, ack="auto")
         settle()
-        send(clients, cluster["A"], destination, MESSAGES)
+        send_numbered(clients, cluster["A"], destination, MESSAGES)
         got = bodies(drain(consumer))
     assert got, f"CLU-CC-PING-1: after the link was formed again A forwarded none of {MESSAGES} messages to B's consumer"

@@ -20,7 +20,8 @@ import time
 
 import pytest
 
-from conformance.suites.cluster_support import ClusterPool, cluster_suite_marks, parametrize_by_target
+from conformance.suites.cluster_support import (  # noqa: F401 - clusters: the module fixture
+    cluster_suite_marks, clusters, parametrize_by_target)
 from conformance.topology import ClusterConnection, Topology
 
 pytestmark = cluster_suite_marks()
@@ -33,15 +34,6 @@ WINDOW = 12.0  # seconds of listening
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     parametrize_by_target(metafunc)
-
-
-@pytest.fixture(scope="module")
-def clusters(request, target_name, tmp_path_factory):
-    pool = ClusterPool(request, tmp_path_factory, target_name)
-    try:
-        yield pool
-    finally:
-        pool.stop()
 
 
 def multicast_endpoint(config_text: str) -> tuple[str, int]:

@@ -16,8 +16,9 @@ import pytest
 
 from conformance.clients import connect
 from conformance.clients.base import ClientError
-from conformance.suites.cluster_support import (FORMATION, ClusterPool, StompClients, cluster_suite_marks, declare,
-                                                drain, parametrize_by_target, queue, settle)
+from conformance.suites.cluster_support import (  # noqa: F401 - clusters: the module fixture
+    FORMATION, StompClients, cluster_suite_marks, clusters, declare, drain, parametrize_by_target, queue,
+    settle)
 from conformance.topology import ClusterConnection, GroupingHandlers, Topology
 
 pytestmark = cluster_suite_marks()
@@ -34,15 +35,6 @@ PER_GROUP = 6
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     parametrize_by_target(metafunc)
-
-
-@pytest.fixture(scope="module")
-def clusters(request, target_name, tmp_path_factory):
-    pool = ClusterPool(request, tmp_path_factory, target_name)
-    try:
-        yield pool
-    finally:
-        pool.stop()
 
 
 @pytest.fixture

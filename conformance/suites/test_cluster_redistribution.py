@@ -20,8 +20,8 @@ import time
 
 import pytest
 
-from conformance.suites.cluster_support import (ClusterPool, StompClients, bodies, cluster_suite_marks, declare,
-                                                drain, parametrize_by_target, queue, settle)
+from conformance.suites.cluster_support import (  # noqa: F401 - clusters: the module fixture
+    StompClients, bodies, cluster_suite_marks, clusters, declare, drain, parametrize_by_target, queue, settle)
 from conformance.topology import ClusterConnection, Topology
 
 pytestmark = cluster_suite_marks()
@@ -36,15 +36,6 @@ ARRIVAL = 40.0  # bound on redistributed messages arriving (seconds)
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     parametrize_by_target(metafunc)
-
-
-@pytest.fixture(scope="module")
-def clusters(request, target_name, tmp_path_factory):
-    pool = ClusterPool(request, tmp_path_factory, target_name)
-    try:
-        yield pool
-    finally:
-        pool.stop()
 
 
 def strand_on_a(clients: StompClients, cluster, destination: str):

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.suites.cluster_support import (ClusterPool, StompClients, bodies, cluster_suite_marks, declare,
-                                                parametrize_by_target, queue, settle)
+from conformance.suites.cluster_support import (  # noqa: F401 - clusters: the module fixture
+    StompClients, bodies, cluster_suite_marks, clusters, declare, parametrize_by_target, queue, settle)
 from conformance.topology import ClusterConnection, Topology
 
 pytestmark = cluster_suite_marks()
@@ -28,15 +28,6 @@ WATCH = 8.0  # seconds B's consumer is watched for messages that must not come
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     parametrize_by_target(metafunc)
-
-
-@pytest.fixture(scope="module")
-def clusters(request, target_name, tmp_path_factory):
-    pool = ClusterPool(request, tmp_path_factory, target_name)
-    try:
-        yield pool
-    finally:
-        pool.stop()
 
 
 def leave_on_a(cluster, mode: str) -> None:

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.suites.cluster_support import (FORMATION, ClusterPool, StompClients, bodies, cluster_suite_marks,
-                                                declare, parametrize_by_target, queue)
+from conformance.suites.cluster_support import (  # noqa: F401 - clusters: the module fixture
+    FORMATION, StompClients, bodies, cluster_suite_marks, clusters, declare, parametrize_by_target, queue)
 from conformance.topology import ClusterConnection, Topology
 
 pytestmark = cluster_suite_marks()
@@ -26,15 +26,6 @@ WATCH = 5.0  # seconds a consumer is watched for messages that must not come
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     parametrize_by_target(metafunc)
-
-
-@pytest.fixture(scope="module")
-def clusters(request, target_name, tmp_path_factory):
-    pool = ClusterPool(request, tmp_path_factory, target_name)
-    try:
-        yield pool
-    finally:
-        pool.stop()
 
 
 @pytest.fixture

@@ -14,8 +14,9 @@ from itertools import permutations
 
 import pytest
 
-from conformance.suites.cluster_support import (ClusterPool, StompClients, bodies, cluster_suite_marks, declare,
-                                                drain, parametrize_by_target, queue, settle)
+from conformance.suites.cluster_support import (  # noqa: F401 - clusters: the module fixture
+    StompClients, bodies, cluster_suite_marks, clusters, declare, drain, parametrize_by_target, queue,
+    send_numbered, settle)
 from conformance.topology import ClusterConnection, Topology
 
 pytestmark = cluster_suite_marks()
@@ -28,23 +29,6 @@ MESSAGES = 6
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     parametrize_by_target(metafunc)
-
-
-@pytest.fixture(scope="module")
-def clusters(request, target_name, tmp_path_factory):
-    pool = ClusterPool(request, tmp_path_factory, target_name)
-    try:
-        yield pool
-    finally:
-        pool.stop()
-
-
-def send(clients: StompClients, node, destination: str, count: int, tag: str = "m") -> list[str]:
-    producer = clients.on(node)
-    sent = [f"{tag}{i}" for i in range(count)]
-    for body in sent:
-        producer.send(destination, body)
-    return sent
 
 
 @pytest.mark.spec("CLU-SYM-1")
@@ -61,7 +45,7 @@ def test_every_node_reaches_a_consumer_on_every_other_node_in_one_hop(clusters):
                     declare(clients, cluster[node], destination)
             consumer = clients.on(cluster[target]).subscribe(destination, ack="auto")
             settle()
-            sent = send(clients, cluster[source], destination, MESSAGES, tag=f"{source}{target}-")
+            sent = send_numbered(clients, cluster[source], destination, MESSAGES, tag=f"{source}{target}-")
             got = bodies(drain(consumer))
             held = {n: cluster[n].queue_size(destination) for n in NODES if n != target}
             consumer.close()
@@ -85,7 +69,7 @@ def test_an_address_list_serves_every_listed_prefix_and_no_other(clusters):
             subscriptions[prefix] = clients.on(cluster["B"]).subscribe(destination, ack="auto")
         settle()
         for destination in destinations.values():
-            send(clients, cluster["A"], destination, MESSAGES)
+            send_numbered(clients, cluster["A"], destination, MESSAGES)
         for prefix, subscription in subscriptions.items():
             got[prefix] = bodies(drain(subscription))
         held_c = cluster["A"].queue_size(destinations["clsc"])
