@@ -35,13 +35,17 @@ class StompLink(asyncio.Protocol):
         """Connect and log in; returns the link and the CONNECTED frame."""
         loop = asyncio.get_running_loop()
         link = cls(on_frame)
-        await asyncio.wait_for(loop.create_connection(lambda: link, host, port), timeout)
+        # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a cancel that lands as
+        # the connect completes, and the bridge's retry loop would outlive its stop.
+        async with asyncio.timeout(timeout):
+            await loop.create_connection(lambda: link, host, port)
         headers = [("accept-version", VERSION), ("host", host), ("heart-beat", "0,0")]
         if login is not None:
             headers += [("login", login), ("passcode", passcode or "")]
         link.write("CONNECT", headers)
         try:
-            connected = await asyncio.wait_for(asyncio.shield(link.connected), timeout)
+            async with asyncio.timeout(timeout):
+                connected = await asyncio.shield(link.connected)
         except BaseException:
             link.close()
             raise

@@ -170,6 +170,7 @@ class Connector:
         self.pending: dict[str, dict] = {}  # duplicate id -> forward frame, until acknowledged
         self.connections = 0  # links established so far (each reconnect counts)
         self.given_up = False
+        self._stopping = False
         self._task: asyncio.Task | None = None
 
     @property
@@ -180,14 +181,15 @@ class Connector:
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def stop(self) -> None:
+        self._stopping = True  # ends the dial loop even if a cancel is lost at an await
+        if self.link is not None:
+            self.link.close()  # first: a served link returns to the loop, which sees _stopping
         if self._task is not None:
             self._task.cancel()
             try:
                 await self._task
             except (asyncio.CancelledError, Exception):  # noqa: BLE001 - stopping
                 pass
-        if self.link is not None:
-            self.link.close()
 
     def forward(self, frame: dict) -> None:
         """Send a forward now if the link is up; keep it until acknowledged either way."""
@@ -199,7 +201,11 @@ class Connector:
         self.pending.pop(duplicate_id, None)
 
     async def _dial(self) -> Link:
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(self.host, self.port), _HELLO_TIMEOUT)
+        # asyncio.timeout, not wait_for: on Python 3.11 wait_for returns the connection instead of
+        # raising when a cancel (stop) lands just as the connect completes, and this loop went on
+        # dialing forever under a stop that waited for it (seen in CI).
+        async with asyncio.timeout(_HELLO_TIMEOUT):
+            reader, writer = await asyncio.open_connection(self.host, self.port)
         try:
             writer.write(wire.encode(self.hello))
             opening = await read_opening(reader, _HELLO_TIMEOUT)
@@ -217,7 +223,7 @@ class Connector:
 
     async def _run(self) -> None:
         failures = 0
-        while True:
+        while not self._stopping:
             try:
                 link = await self._dial()
             except (OSError, LinkRefused, TimeoutError, wire.FrameError) as exc:

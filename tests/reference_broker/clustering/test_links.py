@@ -247,3 +247,48 @@ def test_duplicate_ids_pushed_out_of_the_cache_leave_the_store():
     cache = DuplicateCache(size=2, on_forget=forgotten.append)
     assert [cache.seen(i) for i in ("a", "b", "a", "c")] == [False, False, True, False]
     assert forgotten == ["a"] and cache.seen("a") is False
+
+
+def test_connector_stop_ends_its_dial_loop_even_when_a_cancel_is_lost():
+    """CI once hung 30 s stopping a node whose links were being refused: on Python 3.11,
+    ``asyncio.wait_for`` returns the connection instead of raising when the cancel lands as the
+    connect completes, so the dial loop never saw the stop. Here every dial swallows its cancel,
+    the worst case: the stop must still end the loop."""
+    import asyncio
+
+    from reference_broker.clustering.link import Connector, LinkRefused
+
+    async def scenario() -> bool:
+        dials = 0
+        swallow = True
+
+        async def dial_that_swallows_cancel():
+            nonlocal dials
+            dials += 1
+            try:
+                await asyncio.sleep(0.01)
+            except asyncio.CancelledError:
+                if not swallow:
+                    raise
+                # the lost cancel
+            raise LinkRefused("refused")
+
+        async def never_serves(link):  # pragma: no cover - no link ever comes up
+            raise AssertionError("no link expected")
+
+        connector = Connector("127.0.0.1", 1, {"kind": "hello", "node": "A"}, RetryPolicy(retry_interval=1),
+                              on_link=never_serves, on_give_up=lambda c, pending: None)
+        connector._dial = dial_that_swallows_cancel
+        connector.start()
+        await asyncio.sleep(0.05)
+        stopping = asyncio.ensure_future(connector.stop())
+        done, _ = await asyncio.wait({stopping}, timeout=3)  # no cancel of our own: it would end it
+        swallow = False
+        while not connector._task.done():  # on failure, clean up: cancels land from now on
+            connector._task.cancel()
+            await asyncio.sleep(0.02)
+        await asyncio.gather(stopping, return_exceptions=True)
+        assert dials >= 1
+        return bool(done)
+
+    assert asyncio.run(scenario()), "the connector's stop did not end its dial loop within 3 s"
