@@ -24,7 +24,9 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
+import signal
 import sys
+import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -683,9 +685,32 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _stop_on_termination() -> dict:
+    """SIGTERM / SIGHUP (a CI job's timeout, a closed terminal) end the run as Ctrl-C does: by an
+    exception, so every ``finally`` and context manager stops what the run started (brokers,
+    FUSE mounts, the store server, proxies). Python's default for SIGTERM exits at once and left
+    two Artemis JVMs and both NFS mounts behind (seen when ``timeout`` ended a chaos run). A second
+    signal while cleaning up is left to the default: exit now. Returns the handlers it replaced."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}  # signal handlers can only be set from the main thread (main() called by a test)
+
+    def terminated(signum, frame):  # noqa: ARG001 - the signal module's signature
+        for name in ("SIGTERM", "SIGHUP"):
+            signal.signal(getattr(signal, name), signal.SIG_DFL)
+        print(f"brokerconf: {signal.Signals(signum).name} received; stopping what this run started", file=sys.stderr)
+        raise SystemExit(128 + signum)
+
+    return {number: signal.signal(number, terminated) for number in (signal.SIGTERM, signal.SIGHUP)}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    previous = _stop_on_termination()
+    try:
+        return args.func(args)
+    finally:
+        for number, handler in previous.items():  # as they were (main() called inside another program)
+            signal.signal(number, handler)
 
 
 if __name__ == "__main__":

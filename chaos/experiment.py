@@ -72,15 +72,30 @@ class ExperimentResult:
     lock_loss: list[dict] | None = None
 
 
+#: start-up attempts of a drain's failover client when the experiment's options set none: with
+#: failover's defaults retrying for ever, a run in which no broker came back (e.g. both nodes of a
+#: shared-store pair stopped after their leases expired) would drain for ever instead of ending
+#: with "drain incomplete". At the reconnect delay's usual cap (1-30 s) this is minutes.
+DRAIN_STARTUP_ATTEMPTS = 60
+
+
+def _bounded_startup(options: str) -> str:
+    """``options`` with startupMaxReconnectAttempts set, unless the experiment set it itself."""
+    if "startupmaxreconnectattempts=" in options.lower():
+        return options
+    return "&".join(filter(None, (options, f"startupMaxReconnectAttempts={DRAIN_STARTUP_ATTEMPTS}")))
+
+
 def _client_factory(exp: Experiment, addresses: list[tuple[str, int]],
-                    transport_log: TransportLog | None = None) -> Callable:
+                    transport_log: TransportLog | None = None, *, for_drain: bool = False) -> Callable:
     protocol = exp.target.protocol
     # Workload messages carry their id, producer and sequence as properties: MQTT 5 user
     # properties (3.1.1 has none).
     options = {"mqtt_version": 5} if protocol == "mqtt" else {}
     if exp.target.failover:
         uris = ",".join(f"tcp://{host}:{port}" for host, port in addresses)
-        uri = f"failover:({uris})?{exp.target.failover_options}"
+        query = _bounded_startup(exp.target.failover_options) if for_drain else exp.target.failover_options
+        uri = f"failover:({uris})?{query}"
         if transport_log is None:
             return lambda: connect_failover(uri, protocol, **options)
 
@@ -455,6 +470,9 @@ def _run_with_history(exp: Experiment, topology: RunningTopology, run_id: str, h
     elif topology.kind == "network":
         drained, drain_errors = _drain_network(exp, topology, workload, progress)
     else:
+        if exp.target.failover and topology.kind != "cluster":
+            # the drain's new clients give up if no broker answers (DRAIN_STARTUP_ATTEMPTS)
+            workload.make_client = _client_factory(exp, addresses["all"], transport_log, for_drain=True)
         try:
             drained = workload.drain(quiet=exp.drain_quiet_s)
         except DrainIncomplete as exc:

@@ -191,3 +191,24 @@ def test_repeat_table_shows_median_spread_and_never():
     assert "2.0 [1.0..3.0]" in table          # detection: median of three
     assert "12.5 [12.0..13.0] never 1/3" in table  # takeover: one run never saw it
     assert table.splitlines()[1].split()[4] == "3/3"  # valid runs
+
+
+def test_drain_clients_give_up_when_no_broker_came_back(monkeypatch):
+    """Both Artemis nodes stopped after their NFS leases were expired one after the other
+    (AMQ222010 on each): the drain's failover client retried for ever and the run never ended. A
+    drain's clients now get startupMaxReconnectAttempts unless the experiment chose its own."""
+    from chaos.experiment import DRAIN_STARTUP_ATTEMPTS, _bounded_startup, _client_factory
+    from conformance.clients.failover import FailoverExhausted
+    from conformance.targets.runtime.process import free_ports
+
+    assert _bounded_startup("timeout=1") == f"timeout=1&startupMaxReconnectAttempts={DRAIN_STARTUP_ATTEMPTS}"
+    assert _bounded_startup("") == f"startupMaxReconnectAttempts={DRAIN_STARTUP_ATTEMPTS}"
+    assert _bounded_startup("startupMaxReconnectAttempts=3") == "startupMaxReconnectAttempts=3", "the file's own wins"
+
+    monkeypatch.setattr("chaos.experiment.DRAIN_STARTUP_ATTEMPTS", 3)  # a pass to a closed port takes ~0.2 s
+    exp = load_experiment(EXPERIMENTS / "artemis-nfs-lock-loss.toml")
+    fast = exp.target.model_copy(update={"failover_options": "initialReconnectDelay=5&maxReconnectDelay=5"})
+    exp = exp.model_copy(update={"target": fast})
+    (dead,) = free_ports(1)  # nothing listens there
+    with pytest.raises(FailoverExhausted, match="startupMaxReconnectAttempts=3"):
+        _client_factory(exp, [("127.0.0.1", dead)], for_drain=True)()

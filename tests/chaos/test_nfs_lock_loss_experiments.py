@@ -111,3 +111,30 @@ def test_activemq_has_one_master_when_its_nfs_lock_is_lost(tmp_path):
     assert fault["overlap_s"] == 0, (f"FT-SHARED-1: two masters served at once for {fault['overlap_s']:.1f} s: the "
                                      f"slave from {fault['takeover_s']:.1f} s, the old master until "
                                      f"{fault['detection_s']:.1f} s after its storage link was cut: {fault['timeline']}")
+
+
+EXPIRY_CASES = [("reference-nfs-lease-expiry.toml", None, None),
+                ("activemq-nfs-lease-expiry.toml", "activemq", "activemq:process"),
+                ("artemis-nfs-lease-expiry.toml", "artemis", "artemis:process")]
+
+
+@pytest.mark.parametrize("file_name, requirement, target", EXPIRY_CASES, ids=["reference", "activemq", "artemis"])
+def test_master_whose_lease_expired_stops_before_another_serves(tmp_path, file_name, requirement, target):
+    """The ARTEMIS-4143 shape (chaos/experiments/*-nfs-lease-expiry.toml): the store server ends
+    the master's NFSv4 lease while its link stays up. The old master must stop serving (its lock is
+    gone: FT-SHARED-2) and never serve alongside the node that takes the lock next (FT-SHARED-1);
+    a node serves again (the slave, or the old master having taken the free lock back first) and
+    no acknowledged persistent message is lost (FT-SHARED-9)."""
+    verdict = run_short(tmp_path, file_name, requirement, target,
+                        extra=["duration_s=16", "nemesis.0.fault=\"expire\"", "nemesis.0.every_s=6",
+                              "nemesis.0.down_s=1"])
+    (fault,) = verdict["run_stats"]["lock_loss"]
+    assert fault["detection_s"] is not None, \
+        f"FT-SHARED-2 the master whose lease expired went on serving: {fault['timeline']}"
+    assert fault["overlap_s"] == 0, (f"FT-SHARED-1 two masters served at once for {fault['overlap_s']:.1f} s after "
+                                     f"the master's lease expired: {fault['timeline']}")
+    assert fault["takeover_s"] is not None or fault["back_s"] is not None, \
+        f"FT-SHARED-3 no node served again after the master's lease expired: {fault['timeline']}"
+    total = verdict["checks"]["total_queue"]
+    assert total["lost"] == [], f"FT-SHARED-9 acknowledged persistent messages lost: {total['lost'][:10]}"
+    assert total["unexpected"] == [], f"messages delivered that no send could have put there: {total['unexpected']}"

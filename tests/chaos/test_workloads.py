@@ -170,6 +170,21 @@ def test_outcome_classification():
     assert outcome_of(ClientError("SEND x: not connected (closed)")) == "fail"
     assert outcome_of(ClientError("SEND x: no RECEIPT within 5s; the outcome is unknown")) == "info"
     assert outcome_of(ClientError("SEND x: connection lost before the receipt: reset")) == "info"
+
+
+def test_outcome_in_doubt_even_when_the_text_quotes_a_refusal():
+    """Both seen in one Artemis lease-expiry run, each send's message later delivered by the
+    backup: the total_queue checker called them "unexpected" while they were in doubt."""
+    from conformance.clients.failover import InDoubt
+
+    in_doubt = InDoubt("SEND to queue://q: connection lost before the broker confirmed it (SEND ...: the broker "
+                       "answered ERROR: Error sending reply); not replayed (trackMessages=false), so it may or may "
+                       "not have arrived", operation="send", destination="queue://q")
+    assert outcome_of(in_doubt) == "info"
+    sync_failed = ClientError("SEND queue://q: the broker answered ERROR: Error sending reply: class "
+                              "java.io.IOException during checkSync on .../activemq-data-1.amq: Input/output error")
+    assert outcome_of(sync_failed) == "info", "a failed journal sync does not prove the message was not written"
+    assert outcome_of(ClientError("SEND x: the broker answered ERROR: not authorized")) == "fail"
     assert outcome_of(TimeoutError()) == "info"
 
 
