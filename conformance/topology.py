@@ -309,7 +309,9 @@ class ClusterConnection:
     A->B->C); None: symmetric, every node lists every other. ``discovery``: ``static`` (the
     connector lists above) or ``udp`` (broadcast and discovery groups on a multicast address the
     launcher picks; ``broadcast_period_ms``, ``refresh_timeout_ms``). ``redistribution_delay_ms``
-    is the address setting of "Message Redistribution" (-1: never, the default; 0: at once).
+    is the address setting of "Message Redistribution" (-1: never, the default; 0: at once) for
+    every address; ``redistribution_delays`` adds ``(match, delay_ms)`` address settings on top of
+    it, ``match`` an address or an Artemis wildcard expression (the most specific match wins).
     ``scale_down``: a node shut down gracefully sends its messages to another node of its
     ``scale_down_groups`` group (node -> group name; a node not in the dict has no group name).
     ``grouping``: clustered grouping handlers, or None."""
@@ -330,6 +332,7 @@ class ClusterConnection:
     broadcast_period_ms: int = 2000
     refresh_timeout_ms: int = 10000
     redistribution_delay_ms: int = -1
+    redistribution_delays: tuple[tuple[str, int], ...] = ()
     scale_down: bool = False
     scale_down_groups: dict[str, str] = field(default_factory=dict, hash=False, compare=False)
     grouping: GroupingHandlers | None = None
@@ -346,6 +349,12 @@ class ClusterConnection:
             raise ValueError("connections list static connectors: give them with discovery 'static', not 'udp'")
         if self.redistribution_delay_ms < -1:
             raise ValueError(f"redistribution_delay_ms is -1 (never), 0 or more, not {self.redistribution_delay_ms!r}")
+        for match, delay in self.redistribution_delays:
+            if not isinstance(match, str) or not match.strip() or "://" in match:
+                raise ValueError(f"redistribution_delays: {match!r} is not an address match (an address or a "
+                                 "wildcard expression, without queue://)")
+            if isinstance(delay, bool) or not isinstance(delay, int) or delay < -1:
+                raise ValueError(f"redistribution_delays[{match!r}] is -1 (never), 0 or more, not {delay!r}")
         if self.retry_interval_ms <= 0 or self.max_retry_interval_ms <= 0 or self.retry_interval_multiplier < 1:
             raise ValueError("retry_interval_ms and max_retry_interval_ms must be above 0 and "
                              "retry_interval_multiplier at least 1")

@@ -29,7 +29,11 @@ pytestmark = cluster_suite_marks()
 DELAY_MS = 6000
 AT_ONCE = Topology(("A", "B"), cluster=ClusterConnection(redistribution_delay_ms=0), prefix="rd0")
 DELAYED = Topology(("A", "B"), cluster=ClusterConnection(redistribution_delay_ms=DELAY_MS), prefix="rdn")
-NEVER = Topology(("A", "B"), cluster=ClusterConnection(), prefix="rdnever")  # -1, the chapter's default
+#: -1, the chapter's default, for every address but those under NOW_PREFIX, whose address setting
+#: says 0 (CLU-REDIST-9; one cluster for both saves an Artemis cluster start)
+NOW_PREFIX = "rdaddr.now"
+NEVER = Topology(("A", "B"), cluster=ClusterConnection(redistribution_delays=((f"{NOW_PREFIX}.#", 0),)),
+                 prefix="rdnever")
 MESSAGES = 10
 ARRIVAL = 40.0  # bound on redistributed messages arriving (seconds)
 
@@ -171,3 +175,25 @@ def test_delay_minus_one_never_redistributes(clusters):
         held = cluster["A"].queue_size(destination)
     assert got == [], f"CLU-REDIST-4: with redistribution-delay -1 (the default) B's consumer got {got}"
     assert held == MESSAGES, f"CLU-REDIST-4: A should keep its {MESSAGES} messages, holds {held}"
+
+
+@pytest.mark.spec("CLU-REDIST-9")
+def test_redistribution_delay_is_an_address_setting_of_the_matching_addresses(clusters):
+    """Two queues stranded on A alike; only the one whose address the ``rdaddr.now.#`` setting
+    (delay 0) matches moves to B, the other keeps the default -1."""
+    cluster = clusters.get(NEVER)
+    matched, unmatched = queue(NOW_PREFIX), queue("rdaddr.later")
+    with StompClients() as clients:
+        stranded = {d: strand_on_a(clients, cluster, d) for d in (matched, unmatched)}
+        for holder, _, _ in stranded.values():
+            holder.close()
+        _, waiting, sent = stranded[matched]
+        moved = bodies(receive_all(waiting, MESSAGES))
+        stayed_remote = bodies(stranded[unmatched][1].drain(quiet=5.0))
+        held = cluster["A"].queue_size(unmatched)
+    assert sorted(moved, key=lambda b: int(b[1:])) == sent, (
+        f"CLU-REDIST-9: {matched} is under the address setting {NOW_PREFIX}.# with redistribution-delay 0: its "
+        f"messages left on A should reach B's consumer once each; B got {moved}\n{cluster.log_tail(20)}")
+    assert stayed_remote == [] and held == MESSAGES, (
+        f"CLU-REDIST-9: {unmatched} matches no such setting (delay -1): B's consumer got {stayed_remote}, A holds "
+        f"{held} of {MESSAGES}")

@@ -27,8 +27,8 @@ def core_of(topology: Topology, node: str, **kwargs) -> ET.Element:
     fragment = cluster_xml(topology, node, host="127.0.0.1", core_ports=PORTS, credentials=CREDS, **kwargs)
     config = render(Scenario(name="x", protocols=("stomp",)), name=f"n-{node}", host="127.0.0.1",
                     ports={"core": PORTS[node], "stomp": 2000}, admin=("adm", "pw"))
-    xml = replace(config, cluster_xml=fragment,
-                  redistribution_delay_ms=topology.cluster.redistribution_delay_ms).broker_xml()
+    xml = replace(config, cluster_xml=fragment, redistribution_delay_ms=topology.cluster.redistribution_delay_ms,
+                  redistribution_delays=topology.cluster.redistribution_delays).broker_xml()
     return ET.fromstring(xml).find("c:core", NS)
 
 
@@ -208,3 +208,11 @@ def test_proxied_cluster_links_run_through_the_fault_proxy(tmp_path):
             cluster.stop()
     finally:
         proxy.stop()
+
+
+def test_per_address_redistribution_delays_are_address_settings():
+    """CLU-REDIST-9: a delay of its own for the addresses a match covers, over the # default."""
+    core = core_of(Topology(("A", "B"), cluster=ClusterConnection(redistribution_delays=(("now.#", 0), ("x.y", 7)))), "A")
+    assert text(core, "c:address-settings/c:address-setting[@match='now.#']/c:redistribution-delay") == "0"
+    assert text(core, "c:address-settings/c:address-setting[@match='x.y']/c:redistribution-delay") == "7"
+    assert text(core, "c:address-settings/c:address-setting[@match='#']/c:redistribution-delay") == "-1"

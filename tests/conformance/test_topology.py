@@ -177,6 +177,9 @@ def test_cluster_connection_address_prefixes_and_exclusions(spec, address, appli
     ({"discovery": "jgroups"}, "discovery"),
     ({"discovery": "udp", "connections": (("A", "B"),)}, "static"),
     ({"reconnect_attempts": -5}, "reconnect_attempts"),
+    ({"redistribution_delays": (("a.#", -3),)}, "redistribution_delays"),
+    ({"redistribution_delays": (("queue://a", 0),)}, "not an address match"),
+    ({"redistribution_delays": (("", 0),)}, "not an address match"),
 ])
 def test_bad_cluster_connections_are_refused_by_option(kwargs, reason):
     with pytest.raises(ValueError, match=reason):

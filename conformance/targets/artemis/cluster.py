@@ -210,10 +210,12 @@ class ArtemisClusterProcess(ArtemisProcess):
     other's core port before any broker.xml is written) and whose broker.xml carries the cluster
     elements."""
 
-    def __init__(self, *args, cluster_xml_of: Callable[[], str], redistribution_delay_ms: int, **kwargs) -> None:
+    def __init__(self, *args, cluster_xml_of: Callable[[], str], redistribution_delay_ms: int,
+                 redistribution_delays: tuple[tuple[str, int], ...] = (), **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._cluster_xml_of = cluster_xml_of
         self._redistribution_delay_ms = redistribution_delay_ms
+        self._redistribution_delays = redistribution_delays
         self._preassigned: tuple[dict[str, int], int] | None = None
 
     def assign_ports(self, ports: list[int]) -> None:
@@ -231,7 +233,8 @@ class ArtemisClusterProcess(ArtemisProcess):
 
     def _write_config(self) -> None:
         self.config = replace(self.config, cluster_xml=self._cluster_xml_of(),
-                              redistribution_delay_ms=self._redistribution_delay_ms)
+                              redistribution_delay_ms=self._redistribution_delay_ms,
+                              redistribution_delays=self._redistribution_delays)
         super()._write_config()
 
     # ----------------------------------------------------------------- management
@@ -440,7 +443,7 @@ def launch_cluster(topology: Topology, scenario: Scenario, workdir: Path, *,
                 topology, name, host=ArtemisProcess.host, core_ports=state["core"], dial=state["dial"],
                 announce=state["announce"].get(name), udp=udp,
                 credentials=state["credentials"][name] if name in state["credentials"] else credentials),
-            redistribution_delay_ms=cc.redistribution_delay_ms)
+            redistribution_delay_ms=cc.redistribution_delay_ms, redistribution_delays=cc.redistribution_delays)
     ports = free_ports(sum(p.port_count() for p in processes.values()))
     for process in processes.values():
         process.assign_ports(ports[:process.port_count()])

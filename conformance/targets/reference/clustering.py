@@ -204,8 +204,11 @@ class ReferenceCluster:
                     if self.workdir is None:
                         raise ValueError("a persistent cluster topology needs a workdir for the nodes' journals")
                     extra["store"] = {"kind": "journal", "directory": str(Path(self.workdir) / "stores" / name)}
-                if cluster.redistribution_delay_ms != -1:
-                    extra["address_settings"] = [{"match": "#", "redistribution_delay": cluster.redistribution_delay_ms}]
+                settings = [{"match": match, "redistribution_delay": delay} for match, delay in
+                            ((("#", cluster.redistribution_delay_ms),) if cluster.redistribution_delay_ms != -1 else ())
+                            + cluster.redistribution_delays]
+                if settings:
+                    extra["address_settings"] = settings
                 node = ReferenceClusterNode(name, f"{self.topology.prefix}-{name}", extra)
                 node.logs = self._logs
                 self.nodes[name] = node
