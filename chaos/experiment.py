@@ -406,7 +406,8 @@ def _cluster_workload(exp: Experiment, history: History, make_clients: dict, nam
     w = exp.workload
     options = dict(producer_node=exp.topology.producer_node, consumer_nodes=exp.topology.consumer_nodes or None,
                    lifetime_s=tuple(w.consumer_lifetime_s) if w.consumer_lifetime_s else None,
-                   pause_s=w.consumer_pause_s, seed=exp.seed, destination=w.destination, producers=w.producers,
+                   pause_s=w.consumer_pause_s, producers_after_consumers_s=w.producers_after_consumers_s,
+                   seed=exp.seed, destination=w.destination, producers=w.producers,
                    consumers=w.consumers, rate=w.rate, persistent=w.persistent, ack=w.ack, prefetch=w.prefetch,
                    node_names=names)
     if w.kind == "grouped":

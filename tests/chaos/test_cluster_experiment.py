@@ -66,6 +66,7 @@ def test_every_cluster_experiment_is_in_the_main_job_on_its_broker():
     ('[topology]\nkind = "cluster"\n[[nemesis]]\nkind = "partition"\nevery_s = 1', 'set link = "cluster"'),
     ('[[nemesis]]\nkind = "partition"\nlink = "cluster"\nevery_s = 1', "needs a cluster topology"),
     ('[workload]\nconsumer_lifetime_s = [1.0, 2.0]', "consumer churn"),
+    ('[workload]\nproducers_after_consumers_s = 1.0', "producers_after_consumers_s needs a cluster"),
     ('[checkers]\ngroup_pinning = true', "judge cluster topologies"),
     ('[topology]\nkind = "cluster"\ngrouping_local = "A"', 'kind = "grouped"'),
 ])
