@@ -244,8 +244,8 @@ def test_a_group_pinned_to_a_node_behind_a_cut_link_waits_in_the_store_and_forwa
         route = BridgeProxies(proxy.api_url)
         scenario = Scenario(name="cluster-sf", protocols=("stomp",))
         grouping = GroupingHandlers(local="A", timeout_ms=5000)
-        cluster = launch_cluster(Topology(("A", "B"), cluster=ClusterConnection(grouping=grouping), proxied=("cluster",),
-                                          prefix="sf"), scenario, tmp_path, bridge_route=route,
+        topology = Topology(("A", "B"), cluster=ClusterConnection(grouping=grouping), proxied=("cluster",), prefix="sf")
+        cluster = launch_cluster(topology, scenario, tmp_path, bridge_route=route,
                                  counters=lambda process: ArtemisTarget("artemis")._counters_handle(process, scenario))
         try:
             destination = "queue://sf.held"
@@ -267,7 +267,8 @@ def test_a_group_pinned_to_a_node_behind_a_cut_link_waits_in_the_store_and_forwa
                     producer.send(destination, f"m{i}", group_id="g")
                 counts = a.process.store_and_forward_counts()
                 assert list(counts) and all(name.startswith(f"{SF_QUEUE_PREFIX}{CLUSTER_NAME}.") for name in counts)
-                assert until(a.forwarding_count, 3, 10) == 3, (a.process.store_and_forward_counts(), cluster.log_tail(20))
+                assert until(a.forwarding_count, 3, 10) == 3, (a.process.store_and_forward_counts(),
+                                                                cluster.log_tail(20))
                 assert (a.queue_size(destination), b.queue_size(destination)) == (0, on_b)
                 ToxiproxyClient(proxy.api_url).enable(route.names[("A", "B", "bridge")])
                 assert until(a.forwarding_count, 0, 60) == 0, cluster.log_tail(30)
