@@ -281,9 +281,12 @@ def _drain_network(exp: Experiment, topology: RunningTopology, workload, progres
 #: CLU-CC-CALL-1): a cluster bridge whose connection attempt gets no answer (its peer killed
 #: behind the fault proxy, then the link cut) waits this long before it retries. Measured on
 #: artemis-clustered-grouping (group pinned to B, B killed, link cut and healed): A's bridge
-#: logged its last failed attempt, then nothing for 30.0 s, then reconnected, while 540 messages
-#: waited in A's store-and-forward queue; with call-timeout 5000 the same gap was 5.5 s.
+#: logged a failed attempt, then nothing for 30.0 s, then reconnected, while 540 messages waited
+#: in A's store-and-forward queue; with call-timeout 5000 the same gap was 5.5 s. One run had two
+#: such waits in a row (61 s from B's kill to the bridge reconnecting), so the drain allows two.
 CLUSTER_CALL_TIMEOUT_S = 30.0
+#: how many call-timeouts the cluster drain waits out (see above)
+CLUSTER_CALL_TIMEOUTS = 2
 
 
 def _cluster_held(topology: RunningTopology, destination: str) -> dict[str, dict]:
@@ -312,11 +315,13 @@ def _drain_cluster(exp: Experiment, topology: RunningTopology, workload: Cluster
     reads it, and would look lost (artemis-clustered-grouping lost 361 of 750 that way before this
     existed; 30 s later they were all in B's queue). So after each drain round every node is asked
     (the ``cluster-held`` harness record keeps the answers); while messages are on their way the
-    next round waits for them to land, up to ``wait_s`` (default: Artemis's call-timeout and two
-    retry intervals, plus 10 s). What is still held then is reported: the run cannot be valid."""
+    next round waits for them to land, up to ``wait_s`` (default: two of Artemis's call-timeouts
+    and two retry intervals, plus 10 s). What is still held then is reported: the run cannot be
+    valid."""
     destination = exp.workload.destination
     if wait_s is None:
-        wait_s = CLUSTER_CALL_TIMEOUT_S + 2 * exp.topology.max_retry_interval_ms / 1000 + 10.0
+        wait_s = (CLUSTER_CALL_TIMEOUTS * CLUSTER_CALL_TIMEOUT_S + 2 * exp.topology.max_retry_interval_ms / 1000
+                  + 10.0)
     deadline = time.monotonic() + wait_s
     drained: list[dict] = []
     rounds = 0
