@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Callable
 
 from chaos.experiment_file import PROCESS_FAULTS, PROXY_FAULTS, Experiment, ExperimentError, NemesisSection
-from chaos.history import HARNESS_BROKER_COUNTERS, HARNESS_EXPERIMENT, HARNESS_FORMAT, HARNESS_RUN_END, History
+from chaos.history import (HARNESS_BROKER_COUNTERS, HARNESS_CLUSTER_HELD, HARNESS_EXPERIMENT, HARNESS_FORMAT,
+                           HARNESS_RUN_END, History)
 from chaos.lockloss_fault import LockLossFault
 from chaos.nemesis.base import NemesisError
 from chaos.nemesis.master import CurrentMasterNemesis
@@ -291,6 +292,83 @@ def _drain_network(exp: Experiment, topology: RunningTopology, workload, progres
         progress(f"  brokers {held} still hold messages of {destination}: draining again")
 
 
+#: Artemis's call-timeout, its default (artemis-clusters.md, "Configuring Cluster Connections";
+#: CLU-CC-CALL-1): a cluster bridge whose connection attempt gets no answer (its peer killed
+#: behind the fault proxy, then the link cut) waits this long before it retries. Measured on
+#: artemis-clustered-grouping (group pinned to B, B killed, link cut and healed): A's bridge
+#: logged a failed attempt, then nothing for 30.0 s, then reconnected, while 540 messages waited
+#: in A's store-and-forward queue; with call-timeout 5000 the same gap was 5.5 s. One run had two
+#: such waits in a row (61 s from B's kill to the bridge reconnecting), so the drain allows two.
+CLUSTER_CALL_TIMEOUT_S = 30.0
+#: how many call-timeouts the cluster drain waits out (see above)
+CLUSTER_CALL_TIMEOUTS = 2
+
+
+def _cluster_held(topology: RunningTopology, destination: str) -> dict[str, dict]:
+    """Node -> what it still holds: ``queue`` (messages of ``destination``) and ``forwarding``
+    (messages on their way to another node; None when the launcher cannot tell), or ``error``."""
+    held: dict[str, dict] = {}
+    for node in topology.names:
+        try:
+            held[node] = {"queue": topology.held(node, destination), "forwarding": topology.forwarding(node)}
+        except Exception as exc:  # noqa: BLE001 - recorded: a node not asked may hold anything
+            held[node] = {"error": f"{type(exc).__name__}: {exc}"}
+    return held
+
+
+def _still_held(held: dict[str, dict]) -> dict[str, dict]:
+    return {n: h for n, h in held.items() if "error" in h or h["queue"] or h["forwarding"]}
+
+
+def _drain_cluster(exp: Experiment, topology: RunningTopology, workload: ClusterWorkload, history: History,
+                   progress, *, wait_s: float | None = None, poll_s: float = 0.5) -> tuple[list[dict], list[str]]:
+    """Drain every node until no node holds anything for the destination, in its queue or on its
+    way to another node.
+
+    A quiet drain is not enough on a cluster: a message routed to a node whose cluster bridge is
+    still reconnecting waits in the sending node's store-and-forward queue, where no consumer
+    reads it, and would look lost (artemis-clustered-grouping lost 361 of 750 that way before this
+    existed; 30 s later they were all in B's queue). So after each drain round every node is asked
+    (the ``cluster-held`` harness record keeps the answers); while messages are on their way the
+    next round waits for them to land, up to ``wait_s`` (default: two of Artemis's call-timeouts
+    and two retry intervals, plus 10 s). What is still held then is reported: the run cannot be
+    valid."""
+    destination = exp.workload.destination
+    if wait_s is None:
+        wait_s = (CLUSTER_CALL_TIMEOUTS * CLUSTER_CALL_TIMEOUT_S + 2 * exp.topology.max_retry_interval_ms / 1000
+                  + 10.0)
+    deadline = time.monotonic() + wait_s
+    drained: list[dict] = []
+    rounds = 0
+    while True:
+        try:
+            drained += workload.drain(quiet=exp.drain_quiet_s)
+        except DrainIncomplete as exc:
+            return drained + exc.drained, [str(exc)]
+        rounds += 1
+        held = _cluster_held(topology, destination)
+        history.harness(HARNESS_CLUSTER_HELD, {"destination": destination, "held": held, "round": rounds})
+        waiting = _still_held(held)
+        if not waiting:
+            return drained, []
+        # messages on their way: wait until they have landed in a queue a drain can read
+        if any(h.get("forwarding") for h in waiting.values()):
+            progress(f"  cluster nodes still forward messages of {destination}: {waiting}; waiting for them to land")
+        while any(h.get("forwarding") for h in waiting.values()) and time.monotonic() < deadline:
+            time.sleep(poll_s)
+            held = _cluster_held(topology, destination)
+            waiting = _still_held(held)
+        if time.monotonic() >= deadline:
+            if waiting:
+                history.harness(HARNESS_CLUSTER_HELD, {"destination": destination, "held": held, "round": rounds})
+                message = (f"after the drain ({rounds} rounds, {wait_s:.0f} s) cluster nodes still hold messages of "
+                           f"{destination}: {waiting} (queue: in the node's queue; forwarding: in its store-and-"
+                           "forward queues towards another node); see the cluster-held records and the broker logs")
+                progress(f"  {message}")
+                return drained, [message]
+        progress(f"  cluster nodes hold messages of {destination}: {waiting}: draining again")
+
+
 def _proxy_groups(exp: Experiment) -> set[str]:
     """Which client groups connect through the fault proxy: "all" when a proxy fault acts on every
     client, "slow" when the workload has slow subscribers."""
@@ -348,7 +426,8 @@ def _cluster_workload(exp: Experiment, history: History, make_clients: dict, nam
     w = exp.workload
     options = dict(producer_node=exp.topology.producer_node, consumer_nodes=exp.topology.consumer_nodes or None,
                    lifetime_s=tuple(w.consumer_lifetime_s) if w.consumer_lifetime_s else None,
-                   pause_s=w.consumer_pause_s, seed=exp.seed, destination=w.destination, producers=w.producers,
+                   pause_s=w.consumer_pause_s, producers_after_consumers_s=w.producers_after_consumers_s,
+                   seed=exp.seed, destination=w.destination, producers=w.producers,
                    consumers=w.consumers, rate=w.rate, persistent=w.persistent, ack=w.ack, prefetch=w.prefetch,
                    node_names=names)
     if w.kind == "grouped":
@@ -469,6 +548,8 @@ def _run_with_history(exp: Experiment, topology: RunningTopology, run_id: str, h
         drained = workload.drain(quiet=exp.drain_quiet_s, before_close=read_broker_counters)
     elif topology.kind == "network":
         drained, drain_errors = _drain_network(exp, topology, workload, progress)
+    elif topology.kind == "cluster":
+        drained, drain_errors = _drain_cluster(exp, topology, workload, history, progress)
     else:
         if exp.target.failover and topology.kind != "cluster":
             # the drain's new clients give up if no broker answers (DRAIN_STARTUP_ATTEMPTS)

@@ -60,6 +60,7 @@
     prefetch = 10                   # consumer prefetch (omit: the client's default)
     consumer_lifetime_s = [1.0, 3.0]    # cluster: consumer churn, each open this long, then closed ...
     consumer_pause_s = 0.5              # ... this long
+    producers_after_consumers_s = 2.0   # cluster: producers start once every consumer subscribed, + this
 
     [[nemesis]]
     kind = "kill"                   # kill | pause | stop (each followed by a restart / resume) |
@@ -248,6 +249,10 @@ class WorkloadSection(_Strict):
     # opening) then closed for pause_s (chaos/workloads/cluster.py); omit for consumers that stay
     consumer_lifetime_s: list[float] | None = Field(default=None, min_length=2, max_length=2)
     consumer_pause_s: float = Field(default=0.5, ge=0)
+    # cluster topologies: producers start once every consumer has subscribed, plus this many
+    # seconds (their demand crossing the cluster), so each group's first message sees every
+    # node's consumers (chaos/workloads/cluster.py); omit to start everyone at once
+    producers_after_consumers_s: float | None = Field(default=None, ge=0)
 
     @model_validator(mode="after")
     def _destination_fits_kind(self) -> "WorkloadSection":
@@ -357,6 +362,9 @@ class Experiment(_Strict):
         if self.topology.kind != "cluster":
             if self.workload.consumer_lifetime_s is not None:
                 raise ValueError("[workload] consumer_lifetime_s (consumer churn) needs a cluster topology "
+                                 "([topology] kind = \"cluster\")")
+            if self.workload.producers_after_consumers_s is not None:
+                raise ValueError("[workload] producers_after_consumers_s needs a cluster topology "
                                  "([topology] kind = \"cluster\")")
             if self.checkers.redistribution or self.checkers.group_pinning:
                 raise ValueError("[checkers] redistribution and group_pinning judge cluster topologies: set "

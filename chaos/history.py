@@ -21,6 +21,11 @@ invoked or completed, and a checker of operations skips them. Each ``f`` is one 
   ``{"destination": "topic://...", "subscription_discards": [3, 0] | null, "error": "..."?}``,
   the broker's discarded counter of every subscription on the destination (null: not readable
   on this target);
+* ``cluster-held`` (after each round of a cluster's drain): ``{"destination": "queue://...",
+  "held": {"A": {"queue": 0, "forwarding": 540}, "B": {...}}, "round": 1}``, what each node still
+  held then: messages of the destination's queue, and messages on their way to another node
+  (``forwarding``: an Artemis store-and-forward queue; null when the launcher cannot tell; a node
+  that could not be asked has ``"error"`` instead);
 * ``run-end`` (the last line): the run's outcome as the harness saw it, ``{"seconds",
   "sent_ok", "received_ok", "drained", "faults", "topology", "slow_subscribers": [0, ...],
   "nemesis_errors": [...], "workload_errors": [...], "bridge_establishments",
@@ -51,6 +56,8 @@ NEMESIS = "nemesis"
 HARNESS = "harness"
 #: the harness records (module docstring), and the format of their values
 HARNESS_EXPERIMENT, HARNESS_BROKER_COUNTERS, HARNESS_RUN_END = "experiment", "broker-counters", "run-end"
+HARNESS_CLUSTER_HELD = "cluster-held"
+HARNESS_RECORDS = (HARNESS_EXPERIMENT, HARNESS_BROKER_COUNTERS, HARNESS_CLUSTER_HELD, HARNESS_RUN_END)
 HARNESS_FORMAT = 1
 REQUIRED_FIELDS = ("index", "time", "process", "type", "f")
 
@@ -238,9 +245,8 @@ class History:
 
     def harness(self, f: str, value: Any) -> dict:
         """A harness record (module docstring): an ``info`` line of ``process: "harness"``."""
-        if f not in (HARNESS_EXPERIMENT, HARNESS_BROKER_COUNTERS, HARNESS_RUN_END):
-            raise ValueError(f"harness record {f!r} is not one of {HARNESS_EXPERIMENT}, {HARNESS_BROKER_COUNTERS}, "
-                             f"{HARNESS_RUN_END}")
+        if f not in HARNESS_RECORDS:
+            raise ValueError(f"harness record {f!r} is not one of {', '.join(HARNESS_RECORDS)}")
         return self.append(HARNESS, "info", f, value)
 
 

@@ -148,6 +148,13 @@ class RunningTopology:
         """Messages node ``node`` still holds for ``destination``."""
         return self.cluster[node].queue_size(destination)
 
+    def forwarding(self, node: str) -> int | None:
+        """Messages node ``node`` holds on their way to another node of a cluster (an Artemis
+        store-and-forward queue, a reference link's unacknowledged forwards); None when its
+        launcher cannot tell (a node without ``forwarding_count``)."""
+        count = getattr(self.cluster[node], "forwarding_count", None)
+        return None if count is None else count()
+
     def subscription_discards(self, destination: str) -> list[int] | None:
         return self.cluster.subscription_discards(destination)
 

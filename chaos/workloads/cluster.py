@@ -11,6 +11,11 @@ reports/checkers/redistribution.py and group_pinning.py read it).
 * grouped sends: the same with ``JMSXGroupID`` on every message (the groups round robin), for
   clustered grouping ("Clustered Grouping": each group pinned to one node's queue). Churn is
   optional there (``lifetime_s=None``: consumers stay open).
+* ``producers_after_consumers_s``: producers start once every consumer has subscribed, and that
+  many seconds more (the consumers' demand crossing the cluster), so the first message of each
+  group sees every node's consumers and its route may go to any of them (GRP-CLUSTER-3); None:
+  everyone starts at once, and a group sent before a consumer's demand is known stays on the
+  nodes seen so far. Bounded: producers start anyway after ``CONSUMERS_WAIT_S``.
 * the drain reads every node: it opens one drain consumer per node (each its own process) before
   reading any, then reads them all until ``quiet`` seconds pass with nothing new on any of them.
   Opening them all first matters: a node whose queue has its own drain consumer redistributes
@@ -21,6 +26,7 @@ reports/checkers/redistribution.py and group_pinning.py read it).
 from __future__ import annotations
 
 import random
+import threading
 import time
 from typing import Sequence
 
@@ -29,6 +35,11 @@ from conformance.clients import Client, Subscription
 
 from .base import ClientFactory, close_quietly
 from .queue import DrainIncomplete, QueueWorkload
+
+
+#: how long producers wait for every consumer to subscribe (``producers_after_consumers_s``)
+#: before they start anyway: a consumer whose node is down would otherwise hold the run back
+CONSUMERS_WAIT_S = 30.0
 
 
 class ClusterWorkload(QueueWorkload):
@@ -42,7 +53,8 @@ class ClusterWorkload(QueueWorkload):
 
     def __init__(self, history: History, make_clients: dict[str, ClientFactory], *, producer_node: str,
                  consumer_nodes: Sequence[str] | None = None, lifetime_s: tuple[float, float] | None = (1.0, 3.0),
-                 pause_s: float = 0.5, seed: int = 0, **options) -> None:
+                 pause_s: float = 0.5, seed: int = 0, producers_after_consumers_s: float | None = None,
+                 **options) -> None:
         if not make_clients:
             raise ValueError("a cluster workload needs a client factory per node")
         unknown = [n for n in (producer_node, *(consumer_nodes or ())) if n not in make_clients]
@@ -57,11 +69,33 @@ class ClusterWorkload(QueueWorkload):
         self.lifetime_s = lifetime_s
         self.pause_s = pause_s
         self.seed = seed
+        if producers_after_consumers_s is not None and producers_after_consumers_s < 0:
+            raise ValueError(f"producers_after_consumers_s is 0 or more seconds, not {producers_after_consumers_s!r}")
+        self.producers_after_consumers_s = producers_after_consumers_s
+        self._subscribed: set[int] = set()
+        self._all_subscribed = threading.Event()
         super().__init__(history, make_clients[producer_node], make_producer_client=make_clients[producer_node],
                          **options)
 
     def node_of_consumer(self, consumer: int) -> str:
         return self.consumer_nodes[consumer % len(self.consumer_nodes)]
+
+    # ------------------------------------------------------------------ producers
+
+    def _produce(self, producer: int) -> None:
+        if self.producers_after_consumers_s is not None:
+            stop = self._stop_producers
+            deadline = time.monotonic() + CONSUMERS_WAIT_S
+            while not self._all_subscribed.wait(0.1) and not stop.is_set() and time.monotonic() < deadline:
+                pass
+            if stop.wait(self.producers_after_consumers_s):
+                return
+        super()._produce(producer)
+
+    def _mark_subscribed(self, consumer: int) -> None:
+        self._subscribed.add(consumer)  # set.add is atomic under the GIL
+        if len(self._subscribed) >= self.consumers:
+            self._all_subscribed.set()
 
     # ------------------------------------------------------------------ churning consumers
 
@@ -78,6 +112,7 @@ class ClusterWorkload(QueueWorkload):
             if sub is None:
                 stop.wait(self.reconnect_delay)
                 continue
+            self._mark_subscribed(consumer)
             until = None if self.lifetime_s is None else time.monotonic() + rng.uniform(*self.lifetime_s)
             still_open = True
             while still_open and not stop.is_set() and (until is None or time.monotonic() < until):

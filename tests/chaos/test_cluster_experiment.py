@@ -48,6 +48,8 @@ def test_cluster_experiments_describe_a_symmetric_cluster_with_the_chapters_opti
     assert ("kill", "clients") in kinds and ("partition", "cluster") in kinds
     if "grouping" in name:
         assert cluster.grouping.local == "A" and cluster.redistribution_delay_ms == -1 and exp.checkers.group_pinning
+        # every consumer's demand known before a group's first message, so groups spread over nodes
+        assert exp.workload.producers_after_consumers_s == 2.0
     else:
         assert cluster.grouping is None and cluster.redistribution_delay_ms == 2000
         assert exp.workload.consumer_lifetime_s == [1.0, 3.0]
@@ -66,6 +68,7 @@ def test_every_cluster_experiment_is_in_the_main_job_on_its_broker():
     ('[topology]\nkind = "cluster"\n[[nemesis]]\nkind = "partition"\nevery_s = 1', 'set link = "cluster"'),
     ('[[nemesis]]\nkind = "partition"\nlink = "cluster"\nevery_s = 1', "needs a cluster topology"),
     ('[workload]\nconsumer_lifetime_s = [1.0, 2.0]', "consumer churn"),
+    ('[workload]\nproducers_after_consumers_s = 1.0', "producers_after_consumers_s needs a cluster"),
     ('[checkers]\ngroup_pinning = true', "judge cluster topologies"),
     ('[topology]\nkind = "cluster"\ngrouping_local = "A"', 'kind = "grouped"'),
 ])

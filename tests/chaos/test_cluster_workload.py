@@ -92,9 +92,28 @@ def test_grouped_sends_are_pinned_to_the_node_that_received_them(brokers, tmp_pa
     assert result.valid is True and result.stats["nodes"] == ["A"], result.reason
 
 
+def test_producers_after_consumers_send_nothing_before_every_consumer_subscribed(brokers, tmp_path):
+    # artemis-clustered-grouping: a group's route is proposed at its first message, so that
+    # message must see every node's consumers for the groups to spread over the nodes
+    with History(tmp_path / "history.jsonl", run="after", target="reference", node=None) as history:
+        workload = GroupedClusterWorkload(history, clients(brokers), producer_node="A", consumer_nodes=("B", "C"),
+                                          consumers=2, producers=1, rate=40, lifetime_s=None,
+                                          producers_after_consumers_s=0.3, destination="queue://chaos.after",
+                                          node_names=names(brokers))
+        run(workload, 1.5)
+    events = read_history(tmp_path / "history.jsonl")
+    assert_well_formed(events)
+    subscribed = [e["time"] for e in events if e["f"] == "subscribe" and e["type"] == "ok"]
+    sends = [e["time"] for e in events if e["f"] == "send" and e["type"] == "invoke"]
+    assert len(subscribed) == 2 and sends
+    assert min(sends) - max(subscribed) >= 0.3e9, (min(sends), max(subscribed))
+
+
 def test_a_bad_cluster_workload_is_refused_by_name(tmp_path):
     with History(tmp_path / "h.jsonl", run="bad", target="t", node=None) as history:
         with pytest.raises(ValueError, match=r"nodes \['Z'\]"):
             ClusterWorkload(history, {"A": None, "B": None}, producer_node="Z")
         with pytest.raises(ValueError, match="lifetime_s"):
             ClusterWorkload(history, {"A": None, "B": None}, producer_node="A", lifetime_s=(2.0, 1.0))
+        with pytest.raises(ValueError, match="producers_after_consumers_s"):
+            ClusterWorkload(history, {"A": None, "B": None}, producer_node="A", producers_after_consumers_s=-1)

@@ -70,6 +70,9 @@ __all__ = ["CLUSTER_NAME", "ArtemisCluster", "ClusterFormationError", "UdpGroup"
 CLUSTER_NAME = "brokerconf-cluster"
 #: the grouping handler's name (any name: one handler per node)
 GROUPING_NAME = "brokerconf-grouping"
+#: the name prefix of a cluster connection's store-and-forward queues (Artemis 2.40:
+#: ``$.artemis.internal.sf.<cluster-connection>.<target node id>``, one per peer)
+SF_QUEUE_PREFIX = "$.artemis.internal.sf."
 
 
 class ClusterFormationError(RuntimeError):
@@ -255,6 +258,18 @@ class ArtemisClusterProcess(ArtemisProcess):
             raise
         return dict(value or {})
 
+    def store_and_forward_counts(self) -> dict[str, int]:
+        """Store-and-forward queue name -> MessageCount, for each queue this node's cluster
+        connection keeps towards another node (``$.artemis.internal.sf.<cluster>.<node id>``): what
+        was routed to that node and not yet handed over by the cluster bridge ("Architecture" of
+        the chapter: each cluster connection forwards through such a queue per peer)."""
+        pattern = (f"org.apache.activemq.artemis:broker={_object_name_value(self.name)},component=addresses,"
+                   "address=*,subcomponent=queues,routing-type=*,queue=*")
+        value = self.jolokia({"type": "read", "mbean": pattern, "attribute": ["Name", "MessageCount"]}, timeout=5.0)
+        prefix = f"{SF_QUEUE_PREFIX}{CLUSTER_NAME}."
+        return {attrs["Name"]: int(attrs["MessageCount"]) for attrs in (value or {}).values()
+                if isinstance(attrs, dict) and str(attrs.get("Name", "")).startswith(prefix)}
+
 
 class ArtemisClusterNode(ProcessNode):
     """A cluster member: `ProcessNode` with the queue's own message count (MessageCount) as its
@@ -264,6 +279,11 @@ class ArtemisClusterNode(ProcessNode):
     def queue_size(self, destination: str) -> int:
         counters = self._counters(destination)
         return int(counters.raw["MessageCount"]) if counters else 0
+
+    def forwarding_count(self) -> int:
+        """Messages this node holds for other nodes: the sum of its store-and-forward queues (every
+        address; a message waits there while the cluster bridge to its node is down)."""
+        return sum(self.process.store_and_forward_counts().values())
 
 
 class ArtemisCluster:

@@ -125,6 +125,13 @@ class ReferenceClusterNode(ReferenceNode):
             return set()  # a frozen node answers nothing (as a SIGSTOPped one)
         return self.call(lambda: {c.peer for c in self.cluster.connectors if c.up})
 
+    def forwarding_count(self) -> int:
+        """Messages this node holds for other nodes: forwards its cluster links have not had
+        acknowledged yet (kept and resent while a link is down; reference_broker/clustering/link.py)."""
+        if self.cluster is None or not self.running:
+            return 0
+        return self.call(lambda: sum(len(c.pending) for c in self.cluster.connectors))
+
     def cluster_call(self, fn):
         """Run ``fn(cluster_service)`` on the node's loop."""
         return self.call(lambda: fn(self.cluster))

@@ -178,7 +178,7 @@ def test_unacknowledged_persistent_forwards_survive_a_restart_of_the_source(tmp_
                 connection.send(DestinationName(QUEUE, "orders"),
                                 Message(connection.new_message_id(), "queue://orders", f"p{i}".encode(), persistent=True))
         a_node.call(send)
-        pending = a_node.cluster_call(lambda s: sum(len(c.pending) for c in s.connectors))
+        pending = a_node.forwarding_count()  # what the chaos drain of a cluster waits for
         assert pending == 3, f"A should hold 3 unacknowledged forwards, holds {pending}"
         a_node.kill()
         cluster["B"].resume()
