@@ -33,7 +33,10 @@ _REFUSED = ("answered ERROR", "refused it", "settled it as", "not connected", "c
 # journal already, with only the sync failing. Seen on Artemis 2.40 when its NFS lease expired:
 # ERROR "Error sending reply: ... IOException during checkSync ...: Input/output error" for a SEND
 # whose message the backup then delivered (chaos/experiments/artemis-nfs-lease-expiry.toml).
-_STORAGE_FAILURE = ("IOException", "Input/output error", "I/O error")
+# ActiveMQ 5.17 in the same spot answers "SuppressReplyException: ShutdownBrokerInitiated" (its
+# DefaultIOExceptionHandler stopping the broker over the journal's IOException, which the ERROR
+# frame's first line does not name), and its slave then delivered that message too.
+_STORAGE_FAILURE = ("IOException", "Input/output error", "I/O error", "ShutdownBrokerInitiated")
 
 
 def outcome_of(exc: BaseException) -> str:

@@ -19,7 +19,8 @@ from conformance.topology import ClusterConnection, Topology
 
 pytestmark = cluster_suite_marks()
 
-ON_DEMAND = Topology(("A", "B", "C"), cluster=ClusterConnection(address="clu.,!clu.ex."), prefix="lbod")
+#: "wild.*" is a literal prefix (CLU-ADDR-4): it covers no address this suite sends to
+ON_DEMAND = Topology(("A", "B", "C"), cluster=ClusterConnection(address="clu.,!clu.ex.,wild.*"), prefix="lbod")
 STRICT = Topology(("A", "B", "C"), cluster=ClusterConnection(message_load_balancing="STRICT"), prefix="lbstrict")
 OFF = Topology(("A", "B"), cluster=ClusterConnection(message_load_balancing="OFF"), prefix="lboff")
 MESSAGES = 12
@@ -110,6 +111,24 @@ def test_an_included_prefix_is_forwarded_and_an_excluded_one_is_not(clusters):
     assert got_in, f"CLU-ADDR-1: {included} begins with the cluster prefix 'clu.' yet B's consumer got none of it"
     assert got_ex == [], (f"CLU-ADDR-2: {excluded} begins with 'clu.' and with the excluded 'clu.ex.': exclusion "
                           f"wins, yet B got {got_ex}")
+
+
+@pytest.mark.spec("CLU-ADDR-4")
+def test_a_wildcard_in_the_cluster_address_is_not_a_wildcard(clusters):
+    """The prefix "wild.*" would cover "wild.<name>" as a wildcard (one word after "wild."); as the
+    prefix the chapter says it is, it covers no such address, so nothing is forwarded."""
+    cluster = clusters.get(ON_DEMAND)
+    destination = queue("wild")
+    with StompClients() as clients:
+        declare(clients, cluster["A"], destination)
+        remote = clients.on(cluster["B"]).subscribe(destination, ack="auto")
+        settle()
+        send(clients, cluster["A"], destination, MESSAGES)
+        got = bodies(drain(remote))
+        held = cluster["A"].queue_size(destination)
+    assert got == [], (f"CLU-ADDR-4: the cluster address 'wild.*' is a prefix, not a wildcard, so {destination} is "
+                       f"not clustered; yet B's consumer got {got}")
+    assert held == MESSAGES, f"CLU-ADDR-4: A should hold all {MESSAGES} messages of the unclustered address, holds {held}"
 
 
 @pytest.mark.spec("CLU-LB-4")

@@ -98,6 +98,9 @@ class ClusterService:
         if cc.cluster_password == DEFAULT_CLUSTER_PASSWORD:
             # artemis-clusters.md, "Cluster User Credentials": the defaults must be changed
             log.warning("cluster node %s uses the default cluster password: change cluster_password", self.me)
+        for prefix in cc.literal_wildcards():
+            log.warning("cluster node %s: address prefix %r is matched literally (a cluster connection's address "
+                        "takes prefixes, not wildcards)", self.me, prefix)
         host, port = _split(cc.acceptor)
         try:
             self._server = await asyncio.start_server(self._accept, host, port, reuse_address=True)

@@ -184,6 +184,9 @@ def test_outcome_in_doubt_even_when_the_text_quotes_a_refusal():
     sync_failed = ClientError("SEND queue://q: the broker answered ERROR: Error sending reply: class "
                               "java.io.IOException during checkSync on .../activemq-data-1.amq: Input/output error")
     assert outcome_of(sync_failed) == "info", "a failed journal sync does not prove the message was not written"
+    shutting_down = ClientError("SEND queue://q: the broker answered ERROR: org.apache.activemq.broker."
+                                "SuppressReplyException: ShutdownBrokerInitiated: java.util.concurrent.ExecutionException")
+    assert outcome_of(shutting_down) == "info", "ActiveMQ stopping over a journal IOException: the send is in doubt"
     assert outcome_of(ClientError("SEND x: the broker answered ERROR: not authorized")) == "fail"
     assert outcome_of(TimeoutError()) == "info"
 

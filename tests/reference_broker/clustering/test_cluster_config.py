@@ -28,7 +28,6 @@ def test_the_chapters_defaults():
 @pytest.mark.parametrize("section, named", [
     ({"message_load_balancing": "SOMETIMES"}, "cluster_connection.message_load_balancing"),
     ({"max_hops": -1}, "cluster_connection.max_hops"),
-    ({"address": "eu.#"}, "cluster_connection.address"),
     ({"static_connectors": ["nohost"]}, "cluster_connection.static_connectors"),
     ({"retry_interval": 0}, "cluster_connection.retry_interval"),
     ({"retry_interval_multiplier": 0.5}, "cluster_connection.retry_interval_multiplier"),
@@ -53,6 +52,13 @@ def test_address_prefix_matching_with_exclusions_winning():
     assert cc.matches("eu.de") and cc.matches("europe") and not cc.matches("eu.uk.london") and not cc.matches("us")
     assert build_config({"cluster_connection": {}}).cluster_connection.matches("anything")
     assert build_config({"cluster_connection": {"address": "!eu"}}).cluster_connection.matches("us")
+
+
+def test_wildcard_characters_in_the_address_are_literal():
+    """CLU-ADDR-4: prefixes only; "eu.#" covers "eu.#.x", not "eu.fr", and is named at start."""
+    cc = build_config({"cluster_connection": {"address": "eu.#,!us.*"}}).cluster_connection
+    assert not cc.matches("eu.fr") and cc.matches("eu.#.x")
+    assert cc.literal_wildcards() == ["eu.#", "us.*"]
 
 
 def test_redistribution_delay_address_setting():
