@@ -551,7 +551,7 @@ def _run_with_history(exp: Experiment, topology: RunningTopology, run_id: str, h
     elif topology.kind == "cluster":
         drained, drain_errors = _drain_cluster(exp, topology, workload, history, progress)
     else:
-        if exp.target.failover and topology.kind != "cluster":
+        if exp.target.failover:
             # the drain's new clients give up if no broker answers (DRAIN_STARTUP_ATTEMPTS)
             workload.make_client = _client_factory(exp, addresses["all"], transport_log, for_drain=True)
         try:
