@@ -92,9 +92,15 @@ class LinkFaults:
 
 
 class AttemptRecorder:
-    """A loopback listener standing in for a node that is down: it accepts each connection, notes
-    when (``time.monotonic()``), and closes it at once, so every connection attempt of a cluster
-    link that reaches it fails and is recorded. A context manager (the listener thread stops)."""
+    """A loopback listener standing in for a node that is down: it notes when each connection
+    arrives (``time.monotonic()``) and closes it once the client has sent its first bytes and
+    `HOLD` s more, so every connection attempt of a cluster link that reaches it fails and is
+    recorded. Not closed at once: an Artemis bridge whose connection closes before it waits for
+    the answer to its first packet misses the close and blocks for its 30 s call timeout (seen
+    here, AMQ222186 ... AMQ219014), which would end the attempts. A context manager."""
+
+    #: seconds a connection is kept after its first bytes (the client is then waiting for an answer)
+    HOLD = 0.05
 
     def __init__(self) -> None:
         self.times: list[float] = []
@@ -113,7 +119,16 @@ class AttemptRecorder:
             except OSError:
                 return
             self.times.append(time.monotonic())
-            conn.close()
+            threading.Thread(target=self._refuse, args=(conn,), daemon=True).start()
+
+    def _refuse(self, conn: socket.socket) -> None:
+        with conn:
+            conn.settimeout(2.0)
+            try:
+                conn.recv(65536)
+            except OSError:
+                pass
+            time.sleep(self.HOLD)
 
     def gaps(self) -> list[float]:
         """Seconds between consecutive recorded attempts."""
