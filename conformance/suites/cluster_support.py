@@ -32,8 +32,9 @@ from conformance.suites.network_support import OneNetworkAtATime, StompClients, 
 from conformance.targets.base import why_missing
 from conformance.topology import Topology
 
-__all__ = ["CAPABILITY", "SETTLE", "FORMATION", "AttemptRecorder", "ClusterPool", "LinkFaults", "StompClients", "cluster_suite_marks", "declare",
-           "drain", "parametrize_by_target", "queue", "settle", "bodies"]
+__all__ = ["CAPABILITY", "SETTLE", "FORMATION", "AttemptRecorder", "ClusterPool", "LinkFaults", "StompClients",
+           "cluster_suite_marks", "declare", "drain", "parametrize_by_target", "queue", "settle", "bodies",
+           "stream_across_a_fault", "wait_quiet_sizes"]
 
 CAPABILITY = "topology.cluster"
 #: seconds for a subscription's notification to reach the other nodes (see the module docstring)
@@ -273,7 +274,8 @@ def stream_across_a_fault(cluster, links: LinkFaults, topology: Topology, destin
     got: dict[str, list[str]] = {}
     with StompClients() as clients:
         for node in ("A", "B"):
-            got[node] = bodies(drain(clients.on(cluster[node]).subscribe(destination, ack="auto"))) if sizes[node] else []
+            consumer = clients.on(cluster[node]).subscribe(destination, ack="auto") if sizes[node] else None
+            got[node] = bodies(drain(consumer)) if consumer is not None else []
     return sent, got
 
 
