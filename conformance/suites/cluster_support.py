@@ -17,8 +17,12 @@ test wait in vain (a false failure), never pass a broker that does not forward.
 from __future__ import annotations
 
 import re
+import socket
+import threading
 import time
 import uuid
+from contextlib import contextmanager
+from typing import Iterator
 
 import pytest
 
@@ -28,8 +32,9 @@ from conformance.suites.network_support import OneNetworkAtATime, StompClients, 
 from conformance.targets.base import why_missing
 from conformance.topology import Topology
 
-__all__ = ["CAPABILITY", "SETTLE", "FORMATION", "ClusterPool", "StompClients", "cluster_suite_marks", "declare",
-           "drain", "parametrize_by_target", "queue", "settle", "bodies"]
+__all__ = ["CAPABILITY", "SETTLE", "FORMATION", "AttemptRecorder", "ClusterPool", "LinkFaults", "StompClients",
+           "cluster_suite_marks", "declare", "drain", "parametrize_by_target", "queue", "settle", "bodies",
+           "stream_across_a_fault", "wait_quiet_sizes"]
 
 CAPABILITY = "topology.cluster"
 #: seconds for a subscription's notification to reach the other nodes (see the module docstring)
@@ -42,8 +47,109 @@ def cluster_suite_marks() -> list:
     return [pytest.mark.slow, pytest.mark.requires(CAPABILITY)]
 
 
+class LinkFaults:
+    """The fault proxy in front of a cluster's links (``"cluster"`` in ``topology.proxied``): the
+    launcher dials, for each link ``(source, target)``, the proxy `chaos.topology.BridgeProxies`
+    creates in front of ``target``; `proxy` names it, `nemesis` (a `ProxyNemesis`) cuts and heals
+    it while every client keeps its own connection to its node."""
+
+    def __init__(self) -> None:
+        from chaos.nemesis.proxy import ProxyNemesis
+        from chaos.proxy import start_fault_proxy
+
+        self.server = start_fault_proxy()
+        self.nemesis = ProxyNemesis(self.server.api_url)
+        self.routes: dict = {}
+
+    def route(self, topology: Topology):
+        """The launcher's ``bridge_route`` for ``topology`` (its proxies named after its prefix)."""
+        from chaos.topology import BridgeProxies
+
+        return self.routes.setdefault(topology, BridgeProxies(self.server.api_url, prefix=f"clu-{topology.prefix}"))
+
+    def proxy(self, topology: Topology, source: str, target: str) -> str:
+        """The proxy ``source``'s link to ``target`` dials."""
+        return self.routes[topology].name_of(source, target)
+
+    @contextmanager
+    def diverted(self, topology: Topology, source: str, target: str, address: tuple[str, int]) -> Iterator[None]:
+        """While in the block, ``source``'s link to ``target`` reaches ``address`` instead of
+        ``target`` (the proxy's upstream moved there, which drops the link's connection); moved
+        back to ``target`` afterwards."""
+        route = self.routes[topology]
+        name = self.proxy(topology, source, target)
+        upstream = route.client.proxy(name)["upstream"]  # the node, as BridgeProxies set it
+        route.client.update_proxy(name, upstream=f"{address[0]}:{address[1]}")
+        try:
+            yield
+        finally:
+            route.client.update_proxy(name, upstream=upstream)
+
+    def stop(self) -> None:
+        try:
+            self.nemesis.teardown()  # heals whatever a failed test left cut
+        finally:
+            self.server.stop()
+
+
+class AttemptRecorder:
+    """A loopback listener standing in for a node that is down: it notes when each connection
+    arrives (``time.monotonic()``) and closes it once the client has sent its first bytes and
+    `HOLD` s more, so every connection attempt of a cluster link that reaches it fails and is
+    recorded. Not closed at once: an Artemis bridge whose connection closes before it waits for
+    the answer to its first packet misses the close and blocks for its 30 s call timeout (seen
+    here, AMQ222186 ... AMQ219014), which would end the attempts. A context manager."""
+
+    #: seconds a connection is kept after its first bytes (the client is then waiting for an answer)
+    HOLD = 0.05
+
+    def __init__(self) -> None:
+        self.times: list[float] = []
+        self._sock = socket.create_server(("127.0.0.1", 0))
+        self._sock.settimeout(0.2)
+        self.address: tuple[str, int] = self._sock.getsockname()[:2]
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name="attempt-recorder", daemon=True)
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._sock.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            self.times.append(time.monotonic())
+            threading.Thread(target=self._refuse, args=(conn,), daemon=True).start()
+
+    def _refuse(self, conn: socket.socket) -> None:
+        with conn:
+            conn.settimeout(2.0)
+            try:
+                conn.recv(65536)
+            except OSError:
+                pass
+            time.sleep(self.HOLD)
+
+    def gaps(self) -> list[float]:
+        """Seconds between consecutive recorded attempts."""
+        times = list(self.times)
+        return [b - a for a, b in zip(times, times[1:])]
+
+    def __enter__(self) -> "AttemptRecorder":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self._sock.close()
+
+
 class ClusterPool:
-    """The module's clusters, keyed by topology: one runs at a time (the machine has two cores)."""
+    """The module's clusters, keyed by topology: one runs at a time (the machine has two cores).
+    A topology with ``"cluster"`` in ``proxied`` runs its links through `links` (`LinkFaults`,
+    started on first use, stopped with the pool)."""
 
     def __init__(self, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
                  target_name: str) -> None:
@@ -54,13 +160,20 @@ class ClusterPool:
         self.target_name = target_name
         self.tmp_path_factory = tmp_path_factory
         self.pool = OneNetworkAtATime()
+        self.links: LinkFaults | None = None
 
     def get(self, topology: Topology):
         """The running cluster for ``topology`` (started on first use, every link up)."""
         def start():
             workdir = self.tmp_path_factory.mktemp(re.sub(r"[^A-Za-z0-9_.-]", "_", f"clu-{topology.prefix}"))
+            route = None
+            if "cluster" in topology.proxied:
+                if self.links is None:
+                    self.links = LinkFaults()
+                route = self.links.route(topology)
             cluster = self.target.launch_topology(topology, Scenario(name=f"cluster-{topology.prefix}",
-                                                                     protocols=("stomp",)), workdir)
+                                                                     protocols=("stomp",)), workdir,
+                                                  bridge_route=route)
             wait_formed = getattr(cluster, "wait_formed", None)
             if wait_formed is not None:
                 wait_formed(FORMATION)
@@ -68,7 +181,11 @@ class ClusterPool:
         return self.pool.get(topology, start)
 
     def stop(self) -> None:
-        self.pool.stop()
+        try:
+            self.pool.stop()
+        finally:
+            if self.links is not None:
+                self.links.stop()
 
 
 def queue(prefix: str = "clu") -> str:
@@ -119,3 +236,56 @@ def send_numbered(clients: StompClients, node, destination: str, count: int, tag
     for body in sent:
         producer.send(destination, body)
     return sent
+
+
+def stream_across_a_fault(cluster, links: LinkFaults, topology: Topology, destination: str, *, per_phase: int,
+                          crash_target: bool, cut_for: float) -> tuple[list[str], dict[str, list[str]]]:
+    """A->B under STRICT with B's queue and A's own (declared before): ``per_phase`` messages sent
+    to A before, during and after a fault of the A->B link, each confirmed by a receipt. The fault
+    holds what B sends back over the link (its acknowledgements of A's forwards, its pings) for
+    ``cut_for`` s, so B takes in the forwards A sends meanwhile while A never hears that it did: A
+    gives the silent link up (connection-ttl), dials again, and once the fault is healed sends every
+    unacknowledged forward again, with the duplicate ids they had (artemis-clusters.md,
+    use-duplicate-detection). ``crash_target``: B is also killed while the fault holds and started
+    again, so it must recognise the resent copies after a crash and a recovery (its journal).
+
+    Returns (the bodies A confirmed, in order; the bodies a consumer on each node then got)."""
+    proxy = links.proxy(topology, "A", "B")
+    sent: list[str] = []
+    with StompClients() as clients:
+        producer = clients.on(cluster["A"])
+        sent += send_numbered(clients, cluster["A"], destination, per_phase, "before")
+        links.nemesis.invoke("partition", proxy=proxy, direction="downstream")  # B -> A: the acknowledgements
+        try:
+            for i in range(per_phase):
+                producer.send(destination, f"cut{i}")
+                sent.append(f"cut{i}")
+            time.sleep(cut_for)  # no event to poll: A gives the link up and retries meanwhile
+            if crash_target:
+                cluster["B"].kill()
+        finally:
+            links.nemesis.invoke("heal", proxy=proxy)
+        if crash_target:
+            cluster.start_broker("B", timeout=FORMATION)
+        else:
+            cluster.wait_formed(FORMATION)
+        sent += send_numbered(clients, cluster["A"], destination, per_phase, "after")
+    sizes = wait_quiet_sizes(cluster, destination, ("A", "B"), len(sent))
+    got: dict[str, list[str]] = {}
+    with StompClients() as clients:
+        for node in ("A", "B"):
+            consumer = clients.on(cluster[node]).subscribe(destination, ack="auto") if sizes[node] else None
+            got[node] = bodies(drain(consumer)) if consumer is not None else []
+    return sent, got
+
+
+def wait_quiet_sizes(cluster, destination: str, nodes: tuple[str, ...], total: int) -> dict[str, int]:
+    """Each node's queue size once ``total`` messages are held between them (forwarded ones may
+    still be on a cluster link when the producer's receipts came back) and no count has moved for
+    two seconds (room for a stray resend), or the last reading after a generous bound."""
+    from conformance.waiting import poll, wait_stable
+
+    def read() -> dict[str, int]:
+        return {n: cluster[n].queue_size(destination) for n in nodes}
+    poll(read, lambda sizes: sum(sizes.values()) >= total, timeout=60, interval=0.3)
+    return wait_stable(read, quiet=2.0, timeout=60, interval=0.3)

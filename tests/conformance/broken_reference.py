@@ -16,6 +16,13 @@ environment variable ``BROKERCONF_BREAK`` (comma-separated):
   subscription, as if it were cumulative (breaks ACK-NACK-1).
 * ``discards_not_counted``: slow-subscriber evictions still happen but the ``discarded`` counter
   stays at zero (breaks the counter statements of the slow-consumer document).
+* ``cluster_duplicates_kept``: a cluster node enqueues every forward it gets, a resent copy too,
+  as if use_duplicate_detection were false on the sender (breaks CLU-CC-DUP-1).
+* ``cluster_initial_attempts_unbounded``: a cluster link never gives up before it first came up,
+  whatever initial_connect_attempts says (breaks CLU-CC-RETRY-3).
+* ``cluster_retry_not_multiplied`` / ``cluster_retry_uncapped``: the wait between a cluster link's
+  attempts ignores retry_interval_multiplier (stays at retry_interval) / max_retry_interval
+  (grows without bound) (both break CLU-CC-RETRY-2).
 
 The faults are patched into the engine classes at configure time, in this test process only
 (the suites' ``reference`` target runs the broker in-process).
@@ -26,7 +33,8 @@ from __future__ import annotations
 import os
 
 FAULTS = ("groups_not_pinned", "minus_one_buckets_as_two", "buckets_ignored", "duplex_reverse_unfiltered",
-          "nack_acks_earlier", "discards_not_counted")
+          "nack_acks_earlier", "discards_not_counted", "cluster_duplicates_kept", "cluster_initial_attempts_unbounded",
+          "cluster_retry_not_multiplied", "cluster_retry_uncapped")
 
 
 def _groups_not_pinned() -> None:
@@ -98,6 +106,34 @@ def _discards_not_counted() -> None:
             # the fault: evicted messages are not added to self.discarded
 
     TopicSubscription._enforce_limit = enforce_limit_without_counting
+
+
+def _cluster_duplicates_kept() -> None:
+    from reference_broker.clustering.service import ClusterService
+
+    right = ClusterService._received
+    ClusterService._received = lambda self, link, frame: right(self, link, {**frame, "dedupe": False})
+
+
+def _cluster_initial_attempts_unbounded() -> None:
+    from reference_broker.clustering.retry import RetryPolicy
+
+    right = RetryPolicy.gives_up
+    RetryPolicy.gives_up = lambda self, attempts, *, ever_connected: (
+        right(self, attempts, ever_connected=ever_connected) if ever_connected else False)
+
+
+def _cluster_retry_not_multiplied() -> None:
+    from reference_broker.clustering.retry import RetryPolicy
+
+    RetryPolicy.delay = lambda self, failures: min(self.retry_interval, self.max_retry_interval) / 1000
+
+
+def _cluster_retry_uncapped() -> None:
+    from reference_broker.clustering.retry import RetryPolicy
+
+    RetryPolicy.delay = lambda self, failures: (
+        self.retry_interval * self.retry_interval_multiplier ** max(0, failures - 1) / 1000)
 
 
 def pytest_configure(config) -> None:

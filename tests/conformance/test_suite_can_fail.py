@@ -96,3 +96,27 @@ def test_uncounted_discards_fail_the_counter_rules(tmp_path):
     assert "SLOW-STATS-1" in failed, result
     # eviction itself still works, so the eviction-order rules keep passing
     assert result["SLOW-EVICT-1"] == "passed", result
+
+
+@pytest.mark.slow
+def test_cluster_link_faults_fail_their_rules(tmp_path):
+    """A node that keeps resent forwards, a link that never gives up its initial attempts, waits
+    that grow without bound: each fails its rule in test_cluster_link_faults.py."""
+    matrix = run_suite(tmp_path, "test_cluster_link_faults.py",
+                       "cluster_duplicates_kept,cluster_initial_attempts_unbounded,cluster_retry_uncapped")
+    result = outcomes(matrix)
+    for spec in ("CLU-CC-DUP-1", "CLU-CC-RETRY-3", "CLU-CC-RETRY-2"):
+        assert result[spec] == "failed", result
+        assert spec in matrix["matrix"]["reference"][spec]["reason"], matrix["matrix"]["reference"][spec]
+    assert "twice" in matrix["matrix"]["reference"]["CLU-CC-DUP-1"]["reason"]
+
+
+@pytest.mark.slow
+def test_waits_not_multiplied_fail_the_spacing_rule_only(tmp_path):
+    matrix = run_suite(tmp_path, "test_cluster_link_faults.py", "cluster_retry_not_multiplied")
+    result = outcomes(matrix)
+    assert result["CLU-CC-RETRY-2"] == "failed", result
+    # the message is cut short in the matrix: its opening names the multiplier the gaps ignored
+    assert "retry-interval-multiplier 2" in matrix["matrix"]["reference"]["CLU-CC-RETRY-2"]["reason"], \
+        matrix["matrix"]["reference"]["CLU-CC-RETRY-2"]
+    assert result["CLU-CC-DUP-1"] == "passed" and result["CLU-CC-RETRY-3"] == "passed", result

@@ -1,0 +1,177 @@
+"""Cluster links that fail (artemis-clusters.md, "Configuring Cluster Connections":
+use-duplicate-detection, initial-connect-attempts, retry-interval-multiplier and
+max-retry-interval), on every target with ``topology.cluster``.
+
+Every cluster here runs its links through the fault proxy (``"cluster"`` in ``proxied``,
+`cluster_support.LinkFaults`): A's link to B dials a proxy in front of B, so the link alone can be
+cut while the clients keep their connections to their nodes.
+
+* DUP: two nodes, STRICT (A forwards to B's queue whatever its consumers), persistent, check-period
+  0.5 s and connection-ttl 2 s. `stream_across_a_fault` holds B's answers on the A->B link while A
+  keeps forwarding: B takes the forwards in, A never hears so, gives the link up and sends them
+  again once it is back. Each receipted body must then be found exactly once on A and B together,
+  after a link fault alone and after B was also killed and started again (its journal keeps the
+  messages and the duplicate ids).
+* INITIAL: two nodes, STRICT, initial-connect-attempts 2, 200 ms apart. A is started again while
+  its link to B is cut (the proxy closed: every attempt refused); once its two attempts are used
+  up B is down for good for A: A does not connect to B when the link is healed and keeps every
+  message sent to it although B has the queue. The waits are lower bounds far above the attempts'
+  400 ms: a slow machine can only make the test fail in vain.
+* SPACED: two nodes, retry-interval 250 ms, multiplier 2, max-retry-interval 1 s. A's link to B is
+  moved to an `AttemptRecorder` (a listener of the test's own that fails every attempt) and B is
+  killed; the recorder notes when each of A's reconnect attempts arrives. The gaps must grow by
+  the multiplier and stop growing at the maximum. B is started again afterwards.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+
+import pytest
+
+from conformance.suites.cluster_support import (  # noqa: F401 - clusters: the module fixture
+    FORMATION, AttemptRecorder, StompClients, cluster_suite_marks, clusters, declare, parametrize_by_target, queue,
+    send_numbered, settle, stream_across_a_fault, wait_quiet_sizes)
+from conformance.waiting import poll
+from conformance.topology import ClusterConnection, Topology
+
+pytestmark = cluster_suite_marks()
+
+DUP = Topology(("A", "B"), cluster=ClusterConnection(message_load_balancing="STRICT", check_period_ms=500,
+                                                     connection_ttl_ms=2000),
+               proxied=("cluster",), persistent=True, prefix="ccdup")
+INITIAL = Topology(("A", "B"), cluster=ClusterConnection(message_load_balancing="STRICT", initial_connect_attempts=2,
+                                                         retry_interval_ms=200, max_retry_interval_ms=200),
+                   proxied=("cluster",), prefix="ccinit")
+SPACED = Topology(("A", "B"), cluster=ClusterConnection(retry_interval_ms=250, retry_interval_multiplier=2.0,
+                                                        max_retry_interval_ms=1000),
+                  proxied=("cluster",), prefix="ccspaced")
+#: messages sent to A before, during and after the fault (a third of them, on average, cross to B in each phase)
+PER_PHASE = 60
+#: seconds B's answers are held: connection-ttl (2 s) several times over, so A gives the link up and retries
+CUT_FOR = 8.0
+MESSAGES = 12
+#: seconds A runs with its link to B cut before it is healed (2 attempts 200 ms apart fit many times over)
+GIVE_UP_WAIT = 15.0
+#: seconds the healed link is watched for coming up all the same
+JOIN_WAIT = 20.0
+#: seconds A's reconnect attempts are recorded: 250, 500, 1000 ms and then 1000 ms gaps, about ten attempts
+RECORD_FOR = 10.0
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    parametrize_by_target(metafunc)
+
+
+def check_once_each(sent: list[str], got: dict[str, list[str]], what: str) -> None:
+    counts = Counter(got["A"] + got["B"])
+    twice = sorted(body for body, n in counts.items() if n > 1)
+    missing = sorted(set(sent) - set(counts))
+    stray = sorted(set(counts) - set(sent))
+    crossed = [b for b in got["B"] if b.startswith("cut")]
+    assert crossed, (f"setup: under STRICT A should have forwarded some of the messages sent during the fault to B; "
+                     f"B's queue had {len(got['B'])}, none of them from the fault")
+    assert not twice and not missing and not stray, (
+        f"CLU-CC-DUP-1: {what}, A sent the forwards B had taken in again; with use-duplicate-detection (default "
+        f"true) B must drop the copies, so each of the {len(sent)} receipted messages is found once on A and B "
+        f"together: twice: {twice[:20]} ({len(twice)}), missing: {missing[:20]} ({len(missing)}), unexpected: "
+        f"{stray[:20]}; A held {len(got['A'])}, B {len(got['B'])}")
+
+
+@pytest.mark.spec("CLU-CC-DUP-1")
+def test_forwards_sent_again_after_a_link_fault_are_delivered_once(clusters):
+    cluster = clusters.get(DUP)
+    destination = queue()
+    with StompClients() as clients:
+        for node in ("A", "B"):
+            declare(clients, cluster[node], destination)
+    settle()
+    sent, got = stream_across_a_fault(cluster, clusters.links, DUP, destination, per_phase=PER_PHASE,
+                                      crash_target=False, cut_for=CUT_FOR)
+    check_once_each(sent, got, f"B's answers on the A->B link were held for {CUT_FOR:.0f} s")
+
+
+@pytest.mark.spec("CLU-CC-DUP-1")
+def test_forwards_sent_again_to_a_target_that_crashed_and_recovered_are_delivered_once(clusters):
+    cluster = clusters.get(DUP)
+    destination = queue()
+    with StompClients() as clients:
+        for node in ("A", "B"):
+            declare(clients, cluster[node], destination)
+    settle()
+    sent, got = stream_across_a_fault(cluster, clusters.links, DUP, destination, per_phase=PER_PHASE,
+                                      crash_target=True, cut_for=CUT_FOR)
+    check_once_each(sent, got, f"B's answers on the A->B link were held for {CUT_FOR:.0f} s, then B was killed "
+                               f"and started again")
+
+
+# ----------------------------------------------------------------------------- initial-connect-attempts
+
+@pytest.mark.spec("CLU-CC-RETRY-3")
+def test_a_node_not_reached_in_the_initial_attempts_gets_no_messages(clusters):
+    cluster = clusters.get(INITIAL)
+    links = clusters.links
+    proxy = links.proxy(INITIAL, "A", "B")
+    destination = queue()
+    cluster.stop_broker("A")
+    links.nemesis.invoke("partition", proxy=proxy, direction="both")  # the proxy stops listening: refused
+    try:
+        cluster["A"].start(timeout=FORMATION)  # serving; not start_broker, which waits for every link
+        time.sleep(GIVE_UP_WAIT)  # no event to poll: A's two initial attempts fail meanwhile
+    finally:
+        links.nemesis.invoke("heal", proxy=proxy)
+    missing = set(poll(cluster.missing_links, lambda m: ("A", "B") not in m, timeout=JOIN_WAIT, interval=0.5))
+    with StompClients() as clients:
+        for node in ("A", "B"):
+            declare(clients, cluster[node], destination)
+        settle()
+        send_numbered(clients, cluster["A"], destination, MESSAGES)
+    sizes = wait_quiet_sizes(cluster, destination, ("A", "B"), MESSAGES)
+    assert sizes == {"A": MESSAGES, "B": 0}, (
+        f"CLU-CC-RETRY-3: A started while B was unreachable and used up its initial-connect-attempts (2, 200 ms "
+        f"apart), so B is down for good for A, which should route nothing to B's queue even under STRICT once B is "
+        f"reachable again; A holds {sizes['A']}, B {sizes['B']} of {MESSAGES}\n{cluster.log_tail(20)}")
+    assert ("A", "B") in missing, (
+        f"CLU-CC-RETRY-3: A used up its initial-connect-attempts to B, yet its link to B came up once the link was "
+        f"healed\n{cluster.log_tail(20)}")
+
+
+# ----------------------------------------------------------------------------- retry-interval-multiplier, max
+
+@pytest.mark.spec("CLU-CC-RETRY-2")
+def test_reconnect_attempts_are_spaced_by_the_multiplier_up_to_the_maximum(clusters):
+    cluster = clusters.get(SPACED)
+    cc = SPACED.cluster
+    with AttemptRecorder() as recorder:
+        try:
+            with clusters.links.diverted(SPACED, "A", "B", recorder.address):
+                # B "is being rebooted" (the chapter's case): with B itself alive its link to A
+                # keeps telling A that B is up, and Artemis's bridge then stopped retrying after
+                # one or two attempts in some runs; with B down it retries steadily
+                cluster["B"].kill()
+                time.sleep(RECORD_FOR)  # no event to poll: A's attempts arrive meanwhile
+        finally:
+            cluster.start_broker("B", timeout=FORMATION)
+        gaps = recorder.gaps()
+    shown = [round(g * 1000) for g in gaps]
+    # what the chapter gives: the n-th wait is retry-interval x multiplier^n, capped at max-retry-interval
+    expected = [min(cc.retry_interval_ms * cc.retry_interval_multiplier ** n, cc.max_retry_interval_ms)
+                for n in range(len(gaps))]
+    assert len(gaps) >= 5, (f"setup: A should have tried to reach B again and again in {RECORD_FOR:.0f} s; "
+                            f"{len(gaps) + 1 if recorder.times else 0} attempts recorded (gaps {shown} ms)\n"
+                            f"{cluster.log_tail(20)}")
+    # A lower bound (80 % of each wait) only a broker that waits less can miss; a loaded machine
+    # only lengthens the gaps
+    short = [(n, got, want) for n, (got, want) in enumerate(zip(shown, expected)) if got < 0.8 * want]
+    assert not short, (
+        f"CLU-CC-RETRY-2: with retry-interval {cc.retry_interval_ms} ms and retry-interval-multiplier "
+        f"{cc.retry_interval_multiplier:g} the waits between A's reconnect attempts should grow to "
+        f"{[round(w) for w in expected]} ms; gaps {shown} ms (too short: (n, got, expected) {short})")
+    # The cap: once reached, an uncapped broker's waits would go on doubling (2 s, 4 s, 8 s); the
+    # median of the capped gaps must stay under twice the maximum (a lenient bound: only seconds of
+    # scheduling delay on every single attempt could break it)
+    capped = sorted(shown[n] for n, want in enumerate(expected) if want >= cc.max_retry_interval_ms)
+    assert capped and capped[len(capped) // 2] < 2 * cc.max_retry_interval_ms, (
+        f"CLU-CC-RETRY-2: max-retry-interval {cc.max_retry_interval_ms} ms caps the wait between reconnect "
+        f"attempts, yet the gaps kept growing: {shown} ms")
