@@ -307,7 +307,10 @@ class ClusterConnection:
     a prefix is a literal character (wildcards do not apply here: CLU-ADDR-4).
     ``connections``: ``(source, target)`` pairs, each a static connector ``source`` lists (with
     ``allow-direct-connections-only``: "Specifying Members of a Cluster Explicitly", e.g. a chain
-    A->B->C); None: symmetric, every node lists every other. ``discovery``: ``static`` (the
+    A->B->C); None: symmetric, every node lists every other. ``direct_connections_only`` (with
+    ``connections``; Artemis's allow-direct-connections-only): False lets a node also connect to
+    the members it learns of through the nodes it listed ("Discovery using static Connectors",
+    CLU-STATIC-1). ``discovery``: ``static`` (the
     connector lists above) or ``udp`` (broadcast and discovery groups on a multicast address the
     launcher picks; ``broadcast_period_ms``, ``refresh_timeout_ms``). ``redistribution_delay_ms``
     is the address setting of "Message Redistribution" (-1: never, the default; 0: at once) for
@@ -321,6 +324,7 @@ class ClusterConnection:
     message_load_balancing: str = "ON_DEMAND"
     max_hops: int = 1
     connections: tuple[tuple[str, str], ...] | None = None
+    direct_connections_only: bool = True
     discovery: str = "static"
     retry_interval_ms: int = 500
     retry_interval_multiplier: float = 1.0
@@ -346,6 +350,9 @@ class ClusterConnection:
             raise ValueError(f"max_hops must be 0 or more, not {self.max_hops!r}")
         if self.discovery not in ("static", "udp"):
             raise ValueError(f"discovery must be 'static' or 'udp', not {self.discovery!r}")
+        if not self.direct_connections_only and self.connections is None:
+            raise ValueError("direct_connections_only=False needs explicit connections (a symmetric cluster lists "
+                             "every node already)")
         if self.discovery == "udp" and self.connections is not None:
             raise ValueError("connections list static connectors: give them with discovery 'static', not 'udp'")
         if self.redistribution_delay_ms < -1:

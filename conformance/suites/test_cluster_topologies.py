@@ -10,6 +10,8 @@ default) A knows only B, whose queue has no consumer, and keeps the messages.
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from conformance.suites.cluster_support import (  # noqa: F401 - clusters: the module fixture
@@ -21,6 +23,10 @@ pytestmark = cluster_suite_marks()
 CHAIN = (("A", "B"), ("B", "C"))
 TWO_HOPS = Topology(("A", "B", "C"), cluster=ClusterConnection(connections=CHAIN, max_hops=2), prefix="hops2")
 ONE_HOP = Topology(("A", "B", "C"), cluster=ClusterConnection(connections=CHAIN, max_hops=1), prefix="hops1")
+#: the one-hop chain, but each node may also connect to the members it learns of (CLU-STATIC-1)
+LEARNING = Topology(("A", "B", "C"), cluster=ClusterConnection(connections=CHAIN, direct_connections_only=False),
+                    prefix="learn")
+LEARN_WAIT = 60.0  # seconds for A to learn C through B and connect to it (a bound, not a speed check)
 UDP = Topology(("A", "B"), cluster=ClusterConnection(discovery="udp", broadcast_period_ms=500,
                                                      refresh_timeout_ms=5000), prefix="udp")
 MESSAGES = 10
@@ -62,6 +68,36 @@ def test_chain_with_one_hop_does_not_see_the_far_node(clusters):
     assert got == [], (f"CLU-HOPS-2: chain A->B->C with max-hops 1: A knows only B (no consumer there), yet C's "
                        f"consumer got {got}")
     assert held["A"] == MESSAGES, f"CLU-HOPS-2: A should keep all {MESSAGES} messages, holds {held}"
+
+
+@pytest.mark.spec("CLU-STATIC-1")
+def test_a_node_connects_to_the_members_it_learns_through_the_one_it_listed(clusters):
+    """A lists only B and B only C, max-hops 1; without direct-connections-only A learns C through
+    B and connects to it, so C's consumer is one hop from A (CLU-HOPS-2 shows the same chain with
+    direct connections only keeping A's messages). A probe queue is sent to until the first probe
+    arrives (A learning C takes a while); then the checked queue."""
+    cluster = clusters.get(LEARNING)
+    probe, destination = queue("learn.probe"), queue()
+    with StompClients() as clients:
+        for node in ("A", "B"):
+            declare(clients, cluster[node], probe)
+            declare(clients, cluster[node], destination)
+        watcher = clients.on(cluster["C"]).subscribe(probe, ack="auto")
+        consumer = clients.on(cluster["C"]).subscribe(destination, ack="auto")
+        producer = clients.on(cluster["A"])
+        deadline, learnt = time.monotonic() + LEARN_WAIT, None
+        while learnt is None and time.monotonic() < deadline:
+            producer.send(probe, "probe")
+            learnt = watcher.receive(timeout=2.0)
+        assert learnt is not None, (f"CLU-STATIC-1: within {LEARN_WAIT:.0f} s A never reached C's consumer: A lists "
+                                    f"only B and did not connect to C, which it can learn of through B\n"
+                                    f"{cluster.log_tail(20)}")
+        sent = [f"m{i}" for i in range(MESSAGES)]
+        for body in sent:
+            producer.send(destination, body)
+        got = bodies(drain(consumer, quiet=3.0))
+    assert sorted(got, key=lambda b: int(b[1:])) == sent, \
+        f"CLU-STATIC-1: C's consumer should get every message sent to A once A connected to C; got {got}"
 
 
 @pytest.mark.spec("CLU-DISC-1", "CLU-DISC-5")

@@ -287,3 +287,14 @@ def test_a_group_pinned_to_a_node_behind_a_cut_link_waits_in_the_store_and_forwa
             cluster.stop()
     finally:
         proxy.stop()
+
+
+def test_members_learnt_through_a_listed_node_when_not_direct_only():
+    """CLU-STATIC-1: explicit members without allow-direct-connections-only."""
+    chain = (("A", "B"), ("B", "C"))
+    learning = core_of(Topology(("A", "B", "C"), cluster=ClusterConnection(connections=chain,
+                                                                           direct_connections_only=False)), "A")
+    direct = core_of(Topology(("A", "B", "C"), cluster=ClusterConnection(connections=chain)), "A")
+    path = "c:cluster-connections/c:cluster-connection/c:static-connectors"
+    assert learning.find(path, NS).get("allow-direct-connections-only") == "false"
+    assert direct.find(path, NS).get("allow-direct-connections-only") == "true"

@@ -179,6 +179,7 @@ def test_cluster_connection_address_prefixes_and_exclusions(spec, address, appli
     ({"discovery": "udp", "connections": (("A", "B"),)}, "static"),
     ({"reconnect_attempts": -5}, "reconnect_attempts"),
     ({"redistribution_delays": (("a.#", -3),)}, "redistribution_delays"),
+    ({"direct_connections_only": False}, "needs explicit connections"),
     ({"redistribution_delays": (("queue://a", 0),)}, "not an address match"),
     ({"redistribution_delays": (("", 0),)}, "not an address match"),
 ])

@@ -174,7 +174,7 @@ def cluster_xml(topology: Topology, node: str, *, host: str, core_ports: dict[st
     if cc.discovery == "udp":
         lines.append("            <discovery-group-ref discovery-group-name=\"dg\"/>")
     else:
-        direct = f" allow-direct-connections-only=\"{_bool(cc.connections is not None)}\""
+        direct = f" allow-direct-connections-only=\"{_bool(cc.connections is not None and cc.direct_connections_only)}\""
         lines.append(f"            <static-connectors{direct}>")
         lines += [f"               <connector-ref>link-{escape(node)}-{escape(t)}</connector-ref>" for t in targets]
         if not targets:

@@ -22,7 +22,7 @@ import secrets
 import time
 from pathlib import Path
 
-from conformance.topology import Bridge, BridgeRoute, ClusterConnection, Topology
+from conformance.topology import Bridge, BridgeRoute, ClusterConnection, Topology, TopologyUnsupported
 from conformance.targets.reference.network import ReferenceNode, _Logs
 from reference_broker.clustering.service import ClusterService
 from reference_broker.config import build_config
@@ -324,6 +324,10 @@ class ReferenceCluster:
 
 def launch_cluster(topology: Topology, workdir: Path | None = None, *, bridge_route: BridgeRoute | None = None,
                    timeout: float = 30) -> ReferenceCluster:
+    if topology.cluster is not None and not topology.cluster.direct_connections_only:
+        # CLU-STATIC-1 applies to Artemis only: our nodes announce no cluster topology to learn from
+        raise TopologyUnsupported("the reference broker's cluster nodes connect only to the nodes they list "
+                                  "(no members learnt through another node: direct_connections_only=False)")
     cluster = ReferenceCluster(topology, workdir, bridge_route=bridge_route)
     cluster.start(timeout)
     return cluster

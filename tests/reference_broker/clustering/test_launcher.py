@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from conformance.scenario import Scenario
 from conformance.targets.reference.target import ReferenceTarget
 from conformance.targets.runtime.loop_thread import LoopThread
-from conformance.topology import Cluster, ClusterConnection, Node, Topology
+from conformance.topology import Cluster, ClusterConnection, Node, Topology, TopologyUnsupported
 from conformance.waiting import poll
 
 from .helpers import NodeClient, wait_remote_consumers
@@ -135,3 +137,13 @@ def test_a_paused_node_reports_no_links_instead_of_hanging():
         cluster.wait_formed(10)
     finally:
         cluster.stop()
+
+
+def test_members_learnt_through_another_node_are_refused_by_name():
+    """CLU-STATIC-1 is Artemis's alone: the reference launcher says so instead of forming a
+    cluster that silently connects only to the listed nodes."""
+    from conformance.targets.reference.clustering import launch_cluster
+
+    topology = Topology(("A", "B"), cluster=ClusterConnection(connections=(("A", "B"),), direct_connections_only=False))
+    with pytest.raises(TopologyUnsupported, match="direct_connections_only=False"):
+        launch_cluster(topology)
