@@ -27,6 +27,9 @@ ONE_HOP = Topology(("A", "B", "C"), cluster=ClusterConnection(connections=CHAIN,
 LEARNING = Topology(("A", "B", "C"), cluster=ClusterConnection(connections=CHAIN, direct_connections_only=False),
                     prefix="learn")
 LEARN_WAIT = 60.0  # seconds for A to learn C through B and connect to it (a bound, not a speed check)
+#: formed normally, then B's data replaced by a copy of A's (CLU-NODEID-1; Artemis only)
+COPIED = Topology(("A", "B"), cluster=ClusterConnection(), prefix="nodeid")
+COPIED_WATCH = 20.0  # seconds the copied pair is given to (not) form before messages are sent
 UDP = Topology(("A", "B"), cluster=ClusterConnection(discovery="udp", broadcast_period_ms=500,
                                                      refresh_timeout_ms=5000), prefix="udp")
 MESSAGES = 10
@@ -98,6 +101,31 @@ def test_a_node_connects_to_the_members_it_learns_through_the_one_it_listed(clus
         got = bodies(drain(consumer, quiet=3.0))
     assert sorted(got, key=lambda b: int(b[1:])) == sent, \
         f"CLU-STATIC-1: C's consumer should get every message sent to A once A connected to C; got {got}"
+
+
+@pytest.mark.spec("CLU-NODEID-1")
+def test_nodes_sharing_copied_data_do_not_form_a_cluster(clusters):
+    """The chapter's warning: configuration may be copied between nodes, data may not. A and B
+    formed a cluster (the fixture waits for it); then B's data directory becomes a copy of A's, so
+    both carry A's node id. Messages sent to A while B has the only consumer must then stay on A:
+    what the formed cluster would have forwarded at once (CLU-LB-1) it no longer can."""
+    cluster = clusters.get(COPIED)
+    cluster.copy_node_data("A", "B")  # an Artemis launcher hook: the statement is Artemis's
+    time.sleep(COPIED_WATCH)  # time the pair would need to form, were it able to
+    destination = queue()
+    with StompClients() as clients:
+        declare(clients, cluster["A"], destination)
+        consumer = clients.on(cluster["B"]).subscribe(destination, ack="auto")
+        settle()
+        producer = clients.on(cluster["A"])
+        for i in range(MESSAGES):
+            producer.send(destination, f"m{i}")
+        got = bodies(drain(consumer, quiet=5.0))
+        held = cluster["A"].queue_size(destination)
+    assert got == [] and held == MESSAGES, (
+        f"CLU-NODEID-1: B runs on a copy of A's data (the same node id), so the two should not form a working "
+        f"cluster; yet B's consumer got {got} of the {MESSAGES} messages sent to A (A holds {held})\n"
+        f"{cluster.log_tail(20)}")
 
 
 @pytest.mark.spec("CLU-DISC-1", "CLU-DISC-5")

@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import re
 import secrets
+import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -395,6 +396,19 @@ class ArtemisCluster:
     def restart(self, name: str, timeout: float = 90) -> None:
         self.stop_broker(name)
         self.start_broker(name, timeout)
+
+    def copy_node_data(self, source: str, target: str, timeout: float = 90) -> None:
+        """Artemis only (CLU-NODEID-1: data directories must not be copied between nodes): stop
+        both, replace ``target``'s data directory (journal with the node id in its server.lock,
+        bindings, paging, large messages) by a copy of ``source``'s, and start both again without
+        waiting for the cluster to form (it is not expected to)."""
+        for name in (target, source):
+            self.nodes[name].stop()
+        data = {name: self.nodes[name].process.instance / "data" for name in (source, target)}
+        shutil.rmtree(data[target], ignore_errors=True)
+        shutil.copytree(data[source], data[target])
+        for name in (source, target):
+            self.nodes[name].start(timeout=timeout)
 
     def config_text(self) -> str:
         return "\n".join(f"--- node {name} ---\n{node.process.render_config()}" for name, node in self.nodes.items())
