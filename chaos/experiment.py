@@ -182,7 +182,8 @@ class _ProxyGroupFault:
 def _lock_loss_fault(n: NemesisSection, topology: RunningTopology, history: History) -> LockLossFault:
     nemesis = topology.lock_nemesis(history)
     if nemesis is None:
-        raise ExperimentError("a lock-loss nemesis needs the store on the simulated NFS ([topology] store = \"nfs\")")
+        raise ExperimentError("a lock-loss nemesis needs the store on the simulated NFS or in a database behind the "
+                              "fault proxy ([topology] store = \"nfs\" or \"jdbc\")")
     params = ({"latency": n.latency_ms, "jitter": n.jitter_ms} if n.fault == "latency"
               else {"timeout": n.timeout_ms} if n.fault == "reset" else {})
     return LockLossFault(nemesis, topology.answering_nodes, listening_nodes=topology.listening_nodes, fault=n.fault,

@@ -17,7 +17,10 @@
     lock_keep_alive_period_ms = 2000
     lock_acquire_sleep_interval_ms = 1000
     store = "local"                 # shared-store: "local" directory, or "nfs": the simulated NFS
-                                    # (chaos/sharedstore), each node through its own mount and proxy
+                                    # (chaos/sharedstore), each node through its own mount and proxy,
+                                    # or "jdbc": one PostgreSQL database (guide 3.2, a lease in it),
+                                    # each node's database link through its own proxy; the lease lasts
+                                    # lock_acquire_sleep_interval_ms, renewed every lock_keep_alive_period_ms
     nfs_mount_options = "soft,timeo=20,retrans=2,lookupcache=none,sync"
     nfs_version = 4                 # 4: leases (a lapsed client's locks released); 3: locks never expire
     nfs_lease_s = 10.0              # the store server's NFSv4 lease
@@ -66,8 +69,9 @@
     kind = "kill"                   # kill | pause | stop (each followed by a restart / resume) |
                                     # partition (clients cut off through the fault proxy, then healed) |
                                     # latency | bandwidth | reset_peer (a toxic on the fault proxy, then removed) |
-                                    # lock-loss (store = "nfs": a fault of one node's storage link, then healed)
-    fault = "partition"             # lock-loss: partition | latency | reset | expire (of the node's NFS lease)
+                                    # lock-loss (store = "nfs" or "jdbc": a fault of one node's storage or
+                                    # database link, then healed)
+    fault = "partition"             # lock-loss: partition | latency | reset | expire (of the node's NFS lease; nfs only)
     every_s = 5                     # seconds of quiet before each fault (the first after N s, the next N s after a heal)
     down_s = 1                      # how long the fault lasts
     node = "master"                 # process faults: a node name (A, B, ...) or "master" (whoever serves then)
@@ -127,8 +131,11 @@ class TopologySection(_Strict):
     lock_keep_alive_period_ms: int = Field(default=2000, ge=0)
     lock_acquire_sleep_interval_ms: int = Field(default=1000, gt=0)
     # shared-store: where the store lives; "nfs" puts it on the simulated NFS (chaos/sharedstore,
-    # issue 18 section 4) with these mount options (nfs(5); the A-MQ guide's 3.1 list by default)
-    store: Literal["local", "nfs"] = "local"
+    # issue 18 section 4) with these mount options (nfs(5); the A-MQ guide's 3.1 list by default);
+    # "jdbc" in one PostgreSQL database (guide 3.2), each node's link to it through its own proxy
+    # of the fault proxy (conformance/targets/runtime/database_links.py), the lock a lease lasting
+    # lock_acquire_sleep_interval_ms and renewed every lock_keep_alive_period_ms
+    store: Literal["local", "nfs", "jdbc"] = "local"
     nfs_mount_options: str = "soft,timeo=20,retrans=2,lookupcache=none,sync"
     nfs_version: Literal[3, 4] = 4
     nfs_lease_s: float = Field(default=10.0, gt=0)
@@ -157,7 +164,16 @@ class TopologySection(_Strict):
         return ["A"] if self.kind == "single" else list("ABCDEFGH"[:self.nodes])
 
     @model_validator(mode="after")
-    def _nfs_fits(self) -> "TopologySection":
+    def _store_fits(self) -> "TopologySection":
+        if self.store == "jdbc":
+            if self.kind != "shared-store":
+                raise ValueError(f"store = \"jdbc\" needs kind = \"shared-store\", not {self.kind!r}")
+            # a lease renewed less often than it lasts lapses under a healthy master (SharedStore's rule)
+            if not 0 < self.lock_keep_alive_period_ms < self.lock_acquire_sleep_interval_ms:
+                raise ValueError(f"store = \"jdbc\": the lease lasts lock_acquire_sleep_interval_ms "
+                                 f"({self.lock_acquire_sleep_interval_ms}) and is renewed every "
+                                 f"lock_keep_alive_period_ms ({self.lock_keep_alive_period_ms}), which must be above "
+                                 "0 and below it")
         if self.store == "nfs":
             if self.kind != "shared-store":
                 raise ValueError(f"store = \"nfs\" needs kind = \"shared-store\", not {self.kind!r}")
@@ -385,9 +401,14 @@ class Experiment(_Strict):
         nodes = self.topology.node_names
         for index, nemesis in enumerate(self.nemesis):
             if nemesis.kind == "lock-loss":
-                if self.topology.kind != "shared-store" or self.topology.store != "nfs":
+                if self.topology.kind != "shared-store" or self.topology.store not in ("nfs", "jdbc"):
                     raise ValueError(f"nemesis[{index}]: a lock-loss fault needs a shared store on the simulated "
-                                     f"NFS ([topology] kind = \"shared-store\", store = \"nfs\")")
+                                     f"NFS or in a database ([topology] kind = \"shared-store\", store = \"nfs\" "
+                                     f"or \"jdbc\")")
+                if nemesis.fault == "expire" and self.topology.store != "nfs":
+                    raise ValueError(f"nemesis[{index}].fault = \"expire\" ends a host's lease on the simulated NFS "
+                                     f"store; a {self.topology.store} store has none to end: use partition, "
+                                     "latency or reset")
                 if nemesis.node not in nodes + ["master"]:
                     raise ValueError(f"nemesis[{index}].node {nemesis.node!r} is not a node of this shared-store "
                                      f"topology (one of {nodes + ['master']})")

@@ -9,6 +9,8 @@ lives in their folders under conformance/targets/.
 * ``single``: one broker, node ``A``.
 * ``shared-store``: ``nodes`` brokers on one store, one master at a time (A-MQ fault-tolerant
   messaging guide, 3.1). Clients list every node in their failover URL (the guide's Example 3.2).
+  ``store = "jdbc"``: the store is one database (3.2; ``topology.jdbc-store``), each node's link
+  to it through its own fault proxy, so a lock-loss fault cuts one node's database link.
 * ``network``: ``nodes`` brokers joined by network connectors (ActiveMQ "Networks of Brokers").
   Each bridge dials a fault proxy in front of its peer (`BridgeProxies`), so a
   ``link = "bridges"`` nemesis cuts the brokers apart while every client keeps its own
@@ -109,15 +111,14 @@ class RunningTopology:
         return serving[0] if serving else None
 
     def lock_nemesis(self, history=None):
-        """A `LockLossNemesis` recording into ``history`` over the nodes' storage links of a store
-        on the simulated NFS (host names are the node names); None for any other store."""
-        from chaos.nemesis.lock import LockLossNemesis
-
+        """A `LockLossNemesis` recording into ``history`` over the nodes' links to their store (host
+        names are the node names): the storage links of a store on the simulated NFS, or the
+        database links of a JDBC store behind the fault proxy (the cluster's ``rig``); None for
+        any other store."""
         store = getattr(self.cluster, "rig", None)
         if store is None:
             return None
-        return LockLossNemesis(history, proxy_api=store.proxy.api_url, store=store.rig.server.address,
-                               links=store.rig.links, node="store")
+        return store.lock_nemesis(history)
 
     def serving_nodes(self) -> list[str]:
         """Every node whose listeners accept clients now, asked node by node through the node
@@ -176,9 +177,11 @@ def topology_of(exp: Experiment) -> Topology:
     if topo.kind == "shared-store":
         nfs = (NfsOptions(mount_options=topo.nfs_mount_options, version=topo.nfs_version, lease_s=topo.nfs_lease_s)
                if topo.store == "nfs" else None)
+        # a jdbc store's database links always run through the fault proxy: a lock-loss fault cuts one
+        jdbc = topo.store == "jdbc"
         return Topology(names, shared_store=SharedStore(
-            lock_keep_alive_period_ms=topo.lock_keep_alive_period_ms,
-            lock_acquire_sleep_interval_ms=topo.lock_acquire_sleep_interval_ms, nfs=nfs))
+            kind="jdbc" if jdbc else "file", lock_keep_alive_period_ms=topo.lock_keep_alive_period_ms,
+            lock_acquire_sleep_interval_ms=topo.lock_acquire_sleep_interval_ms, nfs=nfs, proxied_database=jdbc))
     if topo.kind == "network":
         options = dict(initial_reconnect_delay=topo.initial_reconnect_delay_ms,
                        max_reconnect_delay=topo.max_reconnect_delay_ms,

@@ -257,12 +257,20 @@ class SharedStore:
     #: chaos.sharedstore.SharedStoreRig, stopped with the cluster) whose ``nemesis`` faults one
     #: node's storage link; None: a local directory
     nfs: NfsOptions | None = None
+    #: a ``jdbc`` store whose every node reaches the database through its OWN proxy of a fault
+    #: proxy the group starts (runtime/database_links.py): the cluster then has ``rig`` (a
+    #: `DatabaseLinks`, closed with the cluster) whose ``nemesis`` cuts, slows or resets one
+    #: node's database link, as the nfs ``rig`` does for a storage link; False: straight to it
+    proxied_database: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in ("file", "jdbc"):
             raise ValueError(f"shared store kind must be 'file' or 'jdbc', not {self.kind!r}")
         if self.nfs is not None and self.kind != "file":
             raise ValueError("nfs applies to a kind 'file' shared store, not 'jdbc'")
+        if self.proxied_database and self.kind != "jdbc":
+            raise ValueError(f"proxied_database applies to a kind 'jdbc' shared store (a database to proxy), "
+                             f"not {self.kind!r}")
         if self.lock_keep_alive_period_ms < 0 or self.lock_acquire_sleep_interval_ms <= 0:
             raise ValueError("lock_keep_alive_period_ms must be >= 0 and lock_acquire_sleep_interval_ms > 0")
         if self.kind == "jdbc" and not 0 < self.lock_keep_alive_period_ms < self.lock_acquire_sleep_interval_ms:

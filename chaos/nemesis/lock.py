@@ -2,7 +2,9 @@
 
 The hosts reach the store server (chaos/sharedstore) each through its own Toxiproxy proxy, so a
 fault of one host's proxy is a fault of that host's storage link and of nothing else, as a cut
-NFS link would be. Steps (``host`` names a host of ``links``):
+NFS link would be. A JDBC group's brokers reach their database the same way, each through its
+own proxy (conformance/targets/runtime/database_links.py), so the same steps cut, slow or reset
+one broker's database link. Steps (``host`` names a host of ``links``):
 
 - ``partition(host)``: the host's proxy disabled (refuses and drops connections): its requests go
   unanswered, the soft/hard retry schedule runs, and its lease runs out on the server;
@@ -12,6 +14,7 @@ NFS link would be. Steps (``host`` names a host of ``links``):
 - ``expire(host)``: the server ends the host's lease now and releases its locks (NFSv4's lease
   expiry without waiting for it; the store refuses it in NFSv3 mode, which has no leases). An
   instant event, not a fault with a window: nothing to heal, the host recovers with a new session;
+  only the simulated NFS store has it (a database behind the proxies keeps its own lease rows);
 - ``heal(host=None)``: undo one host's faults, or all.
 
 Recorded like every nemesis (base.py); teardown heals whatever is still active.
@@ -34,10 +37,12 @@ STREAMS = ("upstream", "downstream")
 class LockLossNemesis(RecordedNemesis):
     name = "lock-loss"
 
-    def __init__(self, history: History | None, *, proxy_api: str, store: str, links: dict[str, str],
+    def __init__(self, history: History | None, *, proxy_api: str, store: str | None, links: dict[str, str],
                  node: str | None = None, timeout: float = 5.0) -> None:
         """``proxy_api``: the Toxiproxy API URL; ``store``: the store server's own address
-        (HOST:PORT, for ``expire``); ``links``: host name -> the name of its proxy to the store."""
+        (HOST:PORT, for ``expire``), None for a store with no lease table of ours to expire (a
+        database behind the proxies: runtime/database_links.py); ``links``: host name -> the name
+        of its proxy to the store."""
         super().__init__(history, node=node)
         if not links:
             raise ValueError("lock-loss nemesis: links must name at least one host's proxy")
@@ -82,6 +87,9 @@ class LockLossNemesis(RecordedNemesis):
             return {"healed": keys}
         if f == "expire":
             host, _ = self._proxy(params, f)
+            if self.store is None:
+                raise NemesisError(f"lock-loss expire({host}): this store has no lease server of ours to expire a "
+                                   "host's lease at (a database link: partition, latency or reset it)")
             try:
                 reply = control(self.store, {"op": "expire", "client": host}, timeout=self.timeout)
             except (OSError, RuntimeError) as exc:

@@ -14,6 +14,8 @@ describes, and this launcher sets up on one machine:
 Each node keeps its own ports across restarts, so the failover URL stays valid. The store lives
 on the local file system, or with ``nfs`` on the simulated NFS store (runtime/nfs_store.py): each
 JVM opens the KahaDB directory through its own FUSE mount, its storage link through its own proxy.
+A JDBC group (guide 3.2) with ``proxied_database`` has each JVM dial the database through its own
+proxy (runtime/database_links.py), so one broker's database link can be cut.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from conformance.topology import NfsOptions, SharedStore, Topology
 
 from conformance.targets.activemq.process import ActiveMQProcess, JdbcStore
 from conformance.targets.activemq.network import NetworkNode
+from conformance.targets.runtime.database_links import DatabaseLinks
 from conformance.targets.runtime.node import NodeRestarts
 from conformance.targets.runtime.nfs_store import NfsStore
 from conformance.targets.runtime.postgres import PostgresServer
@@ -59,7 +62,7 @@ class SharedStoreGroup(NodeRestarts):
     def __init__(self, workdir: Path, *, nodes: int = 2, lock_keep_alive_period_ms: int = 2000,
                  lock_acquire_sleep_interval_ms: int = 1000, stomp: bool = True, mqtt: bool = False,
                  amqp: bool = False, jvm_heap_mb: int = 384, broker_name: str = "shared-store",
-                 jdbc: bool = False, nfs: NfsOptions | None = None) -> None:
+                 jdbc: bool = False, nfs: NfsOptions | None = None, proxied_database: bool = False) -> None:
         if not 2 <= nodes <= len(NODE_NAMES):
             raise ValueError(f"a shared-store group has 2 to {len(NODE_NAMES)} nodes, not {nodes}")
         self.workdir = Path(workdir).absolute()
@@ -72,9 +75,11 @@ class SharedStoreGroup(NodeRestarts):
         self.lock_acquire_sleep_interval_ms = lock_acquire_sleep_interval_ms
         self.topology = Topology(tuple(NODE_NAMES[:nodes]), shared_store=SharedStore(
             kind="jdbc" if jdbc else "file", lock_keep_alive_period_ms=lock_keep_alive_period_ms,
-            lock_acquire_sleep_interval_ms=lock_acquire_sleep_interval_ms, nfs=nfs))
-        #: the store on the simulated NFS (runtime/nfs_store.py), made in `start`, closed by `stop`
-        self.rig: NfsStore | None = None
+            lock_acquire_sleep_interval_ms=lock_acquire_sleep_interval_ms, nfs=nfs,
+            proxied_database=proxied_database))
+        #: the store on the simulated NFS (runtime/nfs_store.py), or a JDBC store's database links
+        #: through the fault proxy (runtime/database_links.py); made in `start`, closed by `stop`
+        self.rig: NfsStore | DatabaseLinks | None = None
         self._node_options = dict(stomp=stomp, mqtt=mqtt, amqp=amqp, jvm_heap_mb=jvm_heap_mb,
                                   broker_name=broker_name)
         self.nodes: dict[str, SharedStoreNode] = {}
@@ -82,10 +87,12 @@ class SharedStoreGroup(NodeRestarts):
             self._make_nodes(kahadb_directory=self.store, lock_keep_alive_period_ms=lock_keep_alive_period_ms,
                              lock_acquire_sleep_interval_ms=lock_acquire_sleep_interval_ms)
 
-    def _make_nodes(self, kahadb_of=None, **store) -> None:
-        """``kahadb_of``: node -> its KahaDB directory (each node's own mount of an NFS store)."""
+    def _make_nodes(self, kahadb_of=None, jdbc_of=None, **store) -> None:
+        """``kahadb_of``: node -> its KahaDB directory (each node's own mount of an NFS store);
+        ``jdbc_of``: node -> its `JdbcStore` (each node's own link to the database)."""
         o = self._node_options
-        per_node = {name: ({"kahadb_directory": kahadb_of[name]} if kahadb_of else {}) for name in self.topology.nodes}
+        per_node = {name: ({"kahadb_directory": kahadb_of[name]} if kahadb_of else
+                           {"jdbc": jdbc_of[name]} if jdbc_of else {}) for name in self.topology.nodes}
         self.nodes = {name: SharedStoreNode(name, ActiveMQProcess(
             self.workdir / f"node-{name}", name=f"{o['broker_name']}-{name}", stomp=o["stomp"], mqtt=o["mqtt"],
             amqp=o["amqp"], openwire=True, persistent=True, jvm_heap_mb=o["jvm_heap_mb"], **store, **per_node[name]))
@@ -97,10 +104,15 @@ class SharedStoreGroup(NodeRestarts):
             if self.database is not None and not self.database.running:
                 self.database.start()
                 store = self.topology.shared_store
-                self._make_nodes(jdbc=JdbcStore(
-                    self.database.jdbc_url, self.database.credentials.user, self.database.credentials.password,
+                if store.proxied_database and self.rig is None:  # each JVM through its own proxy
+                    self.rig = DatabaseLinks(self.database, self.topology.nodes)
+                credentials = self.database.credentials
+                self._make_nodes(jdbc_of={name: JdbcStore(
+                    self.rig.jdbc_url(name) if store.proxied_database else self.database.jdbc_url,
+                    credentials.user, credentials.password,
                     lock_keep_alive_period_ms=store.lock_keep_alive_period_ms,
-                    lock_acquire_sleep_interval_ms=store.lock_acquire_sleep_interval_ms))
+                    lock_acquire_sleep_interval_ms=store.lock_acquire_sleep_interval_ms)
+                    for name in self.topology.nodes})
             store = self.topology.shared_store
             if store.nfs is not None and self.rig is None:
                 self.rig = NfsStore(self.workdir, self.topology.nodes, store.nfs, subdir="shared-kahadb")

@@ -440,7 +440,7 @@ class ActiveMQTarget:
     def launch_shared_store(self, scenario: Scenario, workdir: Path, *, nodes: int = 2,
                             lock_keep_alive_period_ms: int = 2000,
                             lock_acquire_sleep_interval_ms: int = 1000, jdbc: bool = False,
-                            nfs=None) -> SharedStoreGroup:
+                            nfs=None, proxied_database: bool = False) -> SharedStoreGroup:
         """A started shared-store master/slave group: node A master, the others slaves.
         Destination policies are not applied to the group.
 
@@ -475,7 +475,8 @@ class ActiveMQTarget:
                 if not ok:
                     raise TargetUnavailable(reason)
             group = SharedStoreGroup(Path(workdir) / ("activemq-jdbc-store" if jdbc else "activemq-shared-store"),
-                                     jvm_heap_mb=min(self.jvm_heap_mb, 384), jdbc=jdbc, nfs=nfs, **options)
+                                     jvm_heap_mb=min(self.jvm_heap_mb, 384), jdbc=jdbc, nfs=nfs,
+                                     proxied_database=proxied_database, **options)
         try:
             # containers: the engine creates the volume, network and containers on top of the JVMs' start-up
             group.start(timeout=self.start_timeout + (60 if self.launch_mode == "container" else 30))
@@ -496,7 +497,8 @@ class ActiveMQTarget:
             return self.launch_shared_store(scenario, workdir, nodes=len(topology.nodes),
                                             lock_keep_alive_period_ms=store.lock_keep_alive_period_ms,
                                             lock_acquire_sleep_interval_ms=store.lock_acquire_sleep_interval_ms,
-                                            jdbc=store.kind == "jdbc", nfs=store.nfs)
+                                            jdbc=store.kind == "jdbc", nfs=store.nfs,
+                                            proxied_database=store.proxied_database)
         ok, reason = self.availability()
         if not ok:
             raise TargetUnavailable(reason)

@@ -297,6 +297,15 @@ class ArtemisDatabase:
     lock_renew_period_ms: int = 2000
     lock_expiration_ms: int = 20000
 
+    @property
+    def network_timeout_ms(self) -> int:
+        """Artemis's jdbc-network-timeout (default 20000): how long a JDBC call may wait on the
+        network. Artemis recommends it no longer than jdbc-lock-expiration with a shared store, and
+        warns at start when it is not (JdbcNodeManager: "jdbc-network-timeout isn't properly
+        configured"): a renewal stuck on a slow link for longer than the lease would let a primary
+        serve on after its backup took over. So it is the lease here."""
+        return int(self.lock_expiration_ms)
+
     def store_xml(self) -> str:
         rows = [("jdbc-driver-class-name", "org.postgresql.Driver"), ("jdbc-connection-url", self.jdbc_url),
                 ("jdbc-user", self.user), ("jdbc-password", self.password),
@@ -304,7 +313,8 @@ class ArtemisDatabase:
                 ("large-message-table-name", "LARGE_MESSAGES"), ("page-store-table-name", "PAGE_STORE"),
                 ("node-manager-store-table-name", "NODE_MANAGER_STORE"),
                 ("jdbc-lock-renew-period", str(int(self.lock_renew_period_ms))),
-                ("jdbc-lock-expiration", str(int(self.lock_expiration_ms)))]
+                ("jdbc-lock-expiration", str(int(self.lock_expiration_ms))),
+                ("jdbc-network-timeout", str(self.network_timeout_ms))]
         inner = "".join(f"\n            <{tag}>{escape(value)}</{tag}>" for tag, value in rows)
         return f"      <store>\n         <database-store>{inner}\n         </database-store>\n      </store>\n"
 

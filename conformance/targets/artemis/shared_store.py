@@ -19,6 +19,7 @@ from pathlib import Path
 from conformance.scenario import Scenario
 from conformance.targets.artemis.config import ArtemisDatabase
 from conformance.targets.artemis.process import ArtemisProcess
+from conformance.targets.runtime.database_links import DatabaseLinks
 from conformance.targets.runtime.nfs_store import NfsStore
 from conformance.targets.runtime.node import ProcessNode
 from conformance.targets.runtime.postgres import PostgresServer
@@ -76,23 +77,31 @@ def _launch_jdbc(topology: Topology, scenario: Scenario, workdir: Path, names, *
                  timeout: float) -> SharedStoreCluster:
     """The JDBC shared store: the pair's store and its lease lock (JdbcNodeManager) in a private
     PostgreSQL server; the topology's keep-alive is the lease's renew period and its acquire
-    interval the lease's expiration (Artemis has no separate polling setting)."""
+    interval the lease's expiration (Artemis has no separate polling setting). With the topology's
+    ``proxied_database`` each node's link to the database runs through its own fault proxy."""
     store = topology.shared_store
     database = PostgresServer(workdir / "database").start()
+    links = None
     try:
-        settings = ArtemisDatabase(database.jdbc_url, database.credentials.user, database.credentials.password,
-                                   lock_renew_period_ms=store.lock_keep_alive_period_ms,
-                                   lock_expiration_ms=store.lock_acquire_sleep_interval_ms)
+        # with proxied_database each JVM dials the database through its own proxy (runtime/database_links.py)
+        links = DatabaseLinks(database, names) if store.proxied_database else None
         nodes = {}
         for index, name in enumerate(names):
+            settings = ArtemisDatabase(links.jdbc_url(name) if links else database.jdbc_url,
+                                       database.credentials.user, database.credentials.password,
+                                       lock_renew_period_ms=store.lock_keep_alive_period_ms,
+                                       lock_expiration_ms=store.lock_acquire_sleep_interval_ms)
             process = ArtemisProcess(workdir / f"node-{name}", scenario, name=f"{topology.prefix}-{name}",
                                      jvm_heap_mb=jvm_heap_mb, ha_policy="primary" if index == 0 else "backup",
                                      database=settings)
             nodes[name] = ProcessNode(name, process, wait_for="lock")
-        group = SharedStoreCluster(topology, nodes, workdir / "database", label="artemis (database)",
-                                   database=database)
+        group = SharedStoreCluster(topology, nodes, workdir / "database",
+                                   label="artemis (database" + (", proxied)" if links else ")"), database=database,
+                                   rig=links)
     except BaseException:
         database.stop()
+        if links is not None:
+            links.close()
         raise
     group.start(timeout=timeout)  # stops the nodes and the database if the pair does not form
     return group

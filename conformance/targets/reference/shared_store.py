@@ -2,7 +2,9 @@
 processes on one journal directory, each with the topology's lock settings
 (``[store] lock_keep_alive_period``, ``[store.locker] lock_acquire_sleep_interval``;
 reference_broker/ha). Processes, not in-process brokers, so the harness can kill -9 the master.
-Ports are fixed before the first start (a slave prints none until it serves) and kept."""
+Ports are fixed before the first start (a slave prints none until it serves) and kept. A jdbc
+store with ``proxied_database`` has each node dial the database through its own proxy
+(runtime/database_links.py), so one node's database link can be cut."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from pathlib import Path
 from typing import Callable
 
 from conformance.targets.reference.process import ReferenceBrokerProcess
+from conformance.targets.runtime.database_links import DatabaseLinks
 from conformance.targets.runtime.node import ProcessNode
 from conformance.targets.runtime.nfs_store import NfsStore
 from conformance.targets.runtime.postgres import PostgresServer
@@ -38,12 +41,20 @@ def launch_shared_store(topology: Topology, node_config: Callable[[str], dict], 
         rig = NfsStore(workdir, names, store.nfs, subdir="shared-journal")
         journal_of = {name: rig.path(name) for name in names}
         shared = journal_of[names[0]]
+    dsn_of: dict[str, str] = {}
     if store.kind == "jdbc":  # guide 3.2: one database, a lease in it (reference_broker/ha/lease.py)
         database = PostgresServer(workdir / "database").start()
         store_config = {"kind": "database", "dsn": database.dsn,
                         "lock_keep_alive_period": store.lock_keep_alive_period_ms,
                         "locker": {"kind": "lease_database",
                                    "lock_acquire_sleep_interval": store.lock_acquire_sleep_interval_ms}}
+        if store.proxied_database:  # each node dials the database through its own proxy
+            try:
+                rig = DatabaseLinks(database, names)
+            except BaseException:
+                database.stop()
+                raise
+            dsn_of = {name: rig.dsn(name) for name in names}
     else:
         store_config = {"kind": "journal", "directory": str(shared),
                         "lock_keep_alive_period": store.lock_keep_alive_period_ms,
@@ -51,7 +62,7 @@ def launch_shared_store(topology: Topology, node_config: Callable[[str], dict], 
                                    "lock_acquire_sleep_interval": store.lock_acquire_sleep_interval_ms}}
     try:
         return _start_group(topology, names, node_config, store_config, protocols, workdir, shared, database, timeout,
-                            journal_of, rig)
+                            journal_of, rig, dsn_of)
     except BaseException:
         if database is not None:
             database.stop()  # (a group that started stops it with its nodes)
@@ -61,13 +72,15 @@ def launch_shared_store(topology: Topology, node_config: Callable[[str], dict], 
 
 
 def _start_group(topology, names, node_config, store_config, protocols, workdir, shared, database,
-                 timeout, journal_of, rig) -> SharedStoreCluster:
+                 timeout, journal_of, rig, dsn_of) -> SharedStoreCluster:
     nodes: dict[str, ProcessNode] = {}
     for name in names:
         config = node_config(f"{topology.prefix}-{name}")
         config["store"] = {**config.get("store", {}), **store_config}
         if store_config["kind"] == "journal":
             config["store"]["directory"] = str(journal_of[name])
+        elif name in dsn_of:
+            config["store"]["dsn"] = dsn_of[name]
         node_dir = workdir / f"node-{name}"
         node_dir.mkdir(parents=True, exist_ok=True)
         config_file = node_dir / "broker.json"
@@ -80,8 +93,9 @@ def _start_group(topology, names, node_config, store_config, protocols, workdir,
         process.amqp_port = amqp if process.amqp else None
         nodes[name] = ProcessNode(name, process, wait_for="lock")
     if database is not None:
-        group = SharedStoreCluster(topology, nodes, workdir / "database", label="reference (database)",
-                                   database=database)
+        group = SharedStoreCluster(topology, nodes, workdir / "database",
+                                   label="reference (database" + (", proxied)" if rig else ")"), database=database,
+                                   rig=rig)
     else:
         group = SharedStoreCluster(topology, nodes, shared, label="reference" + (" (nfs)" if rig else ""),
                                    lock_file=shared / LOCK_FILE_NAME, rig=rig)

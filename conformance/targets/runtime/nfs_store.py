@@ -50,6 +50,14 @@ class NfsStore:
         """The rig's `LockLossNemesis` (host names = node names)."""
         return self.rig.nemesis
 
+    def lock_nemesis(self, history=None):
+        """A `LockLossNemesis` recording into ``history`` over the nodes' storage links (an
+        experiment's own, beside the rig's, which only heals at close)."""
+        from chaos.nemesis.lock import LockLossNemesis
+
+        return LockLossNemesis(history, proxy_api=self.proxy.api_url, store=self.rig.server.address,
+                               links=self.rig.links, node="store")
+
     def path(self, host: str) -> Path:
         return Path(self.rig.path(host)) / self.subdir
 

@@ -47,7 +47,10 @@ class SharedStoreCluster(NodeRestarts):
         self.lock_file = Path(lock_file) if lock_file is not None else None
         #: a jdbc store's database server (runtime/postgres.py PostgresServer), stopped after the nodes
         self.database = database
-        #: a store on the simulated NFS (runtime/nfs_store.py NfsStore), closed after the nodes
+        #: what faults one node's link to the store, closed after the nodes (and the database): a
+        #: store on the simulated NFS (runtime/nfs_store.py NfsStore) or a jdbc store's database
+        #: links through the fault proxy (runtime/database_links.py DatabaseLinks); its ``nemesis``
+        #: is healed before the nodes stop
         self.rig = rig
 
     def start(self, timeout: float = 120) -> None:
