@@ -262,8 +262,16 @@ class SharedStore:
     #: `DatabaseLinks`, closed with the cluster) whose ``nemesis`` cuts, slows or resets one
     #: node's database link, as the nfs ``rig`` does for a storage link; False: straight to it
     proxied_database: bool = False
+    #: a ``jdbc`` store's adapter: ``direct`` (the guide's, 3.2) or ``journaled`` (ActiveMQ's
+    #: journal in front of the database, each broker's journal in its own data directory: the
+    #: adapter the guide rules out for a shared database, FT-JDBC-3; ActiveMQ only)
+    jdbc_adapter: str = "direct"
 
     def __post_init__(self) -> None:
+        if self.jdbc_adapter not in ("direct", "journaled"):
+            raise ValueError(f"jdbc_adapter must be 'direct' or 'journaled', not {self.jdbc_adapter!r}")
+        if self.jdbc_adapter != "direct" and self.kind != "jdbc":
+            raise ValueError(f"jdbc_adapter applies to a kind 'jdbc' shared store, not {self.kind!r}")
         if self.kind not in ("file", "jdbc"):
             raise ValueError(f"shared store kind must be 'file' or 'jdbc', not {self.kind!r}")
         if self.nfs is not None and self.kind != "file":

@@ -20,7 +20,7 @@ cd "$BROKERCONF_ROOT"
 
 BROKERCONF_PYTHON="${BROKERCONF_PYTHON:-python3}"
 BROKERCONF_DEBIAN_BROKER_PACKAGES=(activemq libmqtt-client-java libhawtdispatch-java mosquitto rabbitmq-server postgresql
-    libpostgresql-jdbc-java libcommons-dbcp2-java)
+    libpostgresql-jdbc-java libcommons-dbcp2-java libactivemq-activeio-java)
 
 _bc_log() { echo "brokerconf: $*" >&2; }
 

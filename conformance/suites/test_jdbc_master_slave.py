@@ -13,12 +13,16 @@ the deadlines only bound the waiting.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
+from conformance.clients.failover import connect_failover
 from conformance.plugin import NOT_APPLICABLE, STATE
 from conformance.scenario import Scenario
-from conformance.suites.network_support import network_workdir, parametrize_by_target
-from conformance.suites.test_master_slave import closed, kill_master_and_check_every_receipted_message
+from conformance.suites.network_support import network_workdir, parametrize_by_target, queue
+from conformance.suites.test_master_slave import (MESSAGES, closed, failover_uri,
+                                                  kill_master_and_check_every_receipted_message)
 from conformance.targets.base import why_missing
 from conformance.topology import SharedStore, Topology
 
@@ -34,16 +38,31 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     parametrize_by_target(metafunc, scope=None)
 
 
-@pytest.fixture
-def group(request, target_name, tmp_path_factory):
+def launch_group(request, target_name, tmp_path_factory, store: SharedStore):
     """A started two-node group of ``target_name`` on one database (A master, B slave)."""
     target = request.config.stash[STATE].targets.get(target_name)
     if target is None or CAPABILITY not in target.capabilities():
         why = why_missing(target, CAPABILITY) if target is not None else "unknown target"
         pytest.skip(f"{NOT_APPLICABLE}{target_name} lacks {CAPABILITY}" + (f" ({why})" if why else ""))
     workdir = network_workdir(tmp_path_factory, f"jdbc-{request.node.name}")
-    cluster = target.launch_topology(Topology(("A", "B"), shared_store=LEASE, prefix="jdbc"),
-                                     Scenario(name="jdbc-master-slave", protocols=("stomp",)), workdir)
+    return target.launch_topology(Topology(("A", "B"), shared_store=store, prefix="jdbc"),
+                                  Scenario(name="jdbc-master-slave", protocols=("stomp",)), workdir)
+
+
+@pytest.fixture
+def group(request, target_name, tmp_path_factory):
+    cluster = launch_group(request, target_name, tmp_path_factory, LEASE)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def journaled_group(request, target_name, tmp_path_factory):
+    """The same pair on ActiveMQ's journaled JDBC adapter (FT-JDBC-3): each broker's journal in
+    its own data directory, checkpointed into the shared database."""
+    cluster = launch_group(request, target_name, tmp_path_factory, replace(LEASE, jdbc_adapter="journaled"))
     try:
         yield cluster
     finally:
@@ -73,3 +92,33 @@ def test_a_restarted_master_rejoins_as_a_slave(group):
         f"FT-JDBC-4: the restarted former master does not wait for the lease\n{a.log_tail(30)}"
     assert closed(a), f"FT-JDBC-4: the restarted former master opened its listeners while B is master"
     assert group.master() is b, "FT-JDBC-4: B stopped being master when A came back"
+
+
+@pytest.mark.spec("FT-JDBC-3")
+def test_the_journaled_adapter_keeps_receipted_messages_in_the_dead_masters_own_journal(journaled_group):
+    """Why the guide wants the direct adapter: with the journaled one a receipted message sits in
+    the master's local journal until a checkpoint copies it into the database, so a slave taking
+    over after a kill -9 cannot see it. The same sends and kill as FT-JDBC-2, where the direct
+    adapter hands every message over."""
+    group = journaled_group
+    destination = queue("jdbc.journaled")
+    client = connect_failover(failover_uri(group), "stomp", timeout=10.0)
+    try:
+        sent = [f"m{i}" for i in range(MESSAGES)]
+        for body in sent:
+            client.send(destination, body, persistent=True)  # each confirmed by the broker's receipt
+        group["A"].kill()
+        assert group.wait_for_master(TAKEOVER) is group["B"], \
+            f"setup: the slave did not take over after the master's kill -9\n{group.log_tail(40)}"
+        subscription = client.subscribe(destination, ack="client-individual")
+        received = []
+        while (message := subscription.receive(timeout=5.0)) is not None:
+            received.append(message.text)
+            subscription.ack(message)
+    finally:
+        client.close()
+    missing = sorted(set(sent) - set(received), key=lambda b: int(b[1:]))
+    assert missing, (f"FT-JDBC-3: with the journaled JDBC adapter the new master handed back all {len(sent)} "
+                     f"receipted messages, as if the old master's journal were not its own\n{group.log_tail(40)}")
+    print(f"FT-JDBC-3: the new master lacks {len(missing)} of {len(sent)} receipted messages "
+          f"(received {len(received)})")

@@ -58,6 +58,18 @@ def test_jdbc_store_is_the_direct_adapter_with_a_lease_locker_and_its_data_sourc
     assert all(jar in classpath for jar, _ in JDBC_JARS)
 
 
+def test_journaled_jdbc_store_is_a_persistence_factory_with_a_local_journal(tmp_path):
+    """FT-JDBC-3's negative: the journaled adapter, each broker's journal in its own directory."""
+    store = JdbcStore("jdbc:postgresql://h/db", "u", "p", journal_directory=str(tmp_path / "journal"))
+    process = ActiveMQProcess(tmp_path / "a", persistent=True, jdbc=store)
+    root = ET.fromstring(process.render_config())
+    factory = root.find(f".//{CORE}persistenceFactory/{CORE}journalPersistenceAdapterFactory")
+    assert factory is not None and root.find(f".//{CORE}persistenceAdapter") is None
+    assert factory.get("dataSource") == "#brokerconf-ds" and factory.get("useDatabaseLock") == "true"
+    assert factory.get("dataDirectory") == str(tmp_path / "journal")
+    assert "activeio-core.jar" in process._classpath()
+
+
 def test_jdbc_store_excludes_a_kahadb_directory(tmp_path):
     with pytest.raises(ValueError, match="JDBC store"):
         ActiveMQProcess(tmp_path, persistent=True, kahadb_directory=tmp_path / "s",

@@ -204,3 +204,13 @@ def test_a_cluster_needs_two_nodes_and_no_bridges():
         Topology(("A",), cluster=ClusterConnection())
     with pytest.raises(ValueError, match="one of them"):
         Topology(("A", "B"), bridges=(Bridge("A", "B"),), cluster=ClusterConnection())
+
+
+@pytest.mark.parametrize("kwargs, reason", [
+    ({"kind": "jdbc", "jdbc_adapter": "fast", "lock_keep_alive_period_ms": 500, "lock_acquire_sleep_interval_ms": 2000},
+     "jdbc_adapter must be"),
+    ({"kind": "file", "jdbc_adapter": "journaled"}, "jdbc_adapter applies to a kind 'jdbc'"),
+])
+def test_bad_jdbc_adapters_are_refused_by_option(kwargs, reason):
+    with pytest.raises(ValueError, match=reason):
+        SharedStore(**kwargs)

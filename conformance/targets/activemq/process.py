@@ -76,6 +76,9 @@ JDBC_JARS: tuple[tuple[str, str], ...] = (
     ("commons-pool2.jar", "libcommons-pool2-java"),
 )
 
+#: the journaled JDBC adapter's journal (activeio), which Debian ships beside ActiveMQ's own jars
+JOURNALED_JDBC_JARS: tuple[tuple[str, str], ...] = (("activeio-core.jar", "libactivemq-activeio-java"),)
+
 
 @dataclass(frozen=True)
 class JdbcStore:
@@ -91,6 +94,15 @@ class JdbcStore:
     lock_keep_alive_period_ms: int = 30000
     lock_acquire_sleep_interval_ms: int = 10000
     max_allowable_diff_from_db_time_ms: int = 0
+    #: the journaled adapter instead (FT-JDBC-3: the guide rules it out for a shared database):
+    #: ActiveMQ's journal in this directory, local to the broker, checkpointed into the database
+    journal_directory: str | None = None
+
+    def persistence_factory_xml(self) -> str:
+        """The journaled adapter (``journalPersistenceAdapterFactory``, a ``<persistenceFactory>``,
+        not a ``<persistenceAdapter>``), locking with the JDBC adapter's database lock."""
+        return ("<journalPersistenceAdapterFactory dataSource=\"#brokerconf-ds\" useDatabaseLock=\"true\" "
+                f"createTablesOnStartup=\"true\" journalLogFiles=\"5\" dataDirectory={quoteattr(str(self.journal_directory))}/>")
 
     def persistence_xml(self) -> str:
         return ("<jdbcPersistenceAdapter dataSource=\"#brokerconf-ds\" createTablesOnStartup=\"true\" "
@@ -260,6 +272,8 @@ appender.logfile.layout.pattern=%d | %-5p | %m | %c | %t%n
 _SLAVE_LINE = "is locked by another server"
 #: logged by the JDBC store's lease database locker when it starts waiting for the lease
 _LEASE_SLAVE_LINE = "attempting to acquire exclusive lease to become the master"
+#: logged by the JDBC store's default (blocking) database locker, which the journaled adapter uses
+_DATABASE_LOCK_SLAVE_LINE = "Attempting to acquire the exclusive lock to become the Master broker"
 
 
 class ActiveMQAddresses:
@@ -499,8 +513,12 @@ class ActiveMQProcess(ActiveMQAddresses, ManagedProcess):
                           f'"{int(self.lock_acquire_sleep_interval_ms)}"/>\n        </locker>\n      ')
             kahadb = f"<kahaDB directory={quoteattr(str(self.kahadb_directory))}{keep_alive}"
             kahadb += f">{locker}</kahaDB>" if locker else "/>"
-            adapter = self.jdbc.persistence_xml() if self.jdbc is not None else kahadb
-            persistence = f"\n    <persistenceAdapter>\n      {adapter}\n    </persistenceAdapter>"
+            if self.jdbc is not None and self.jdbc.journal_directory is not None:
+                persistence = (f"\n    <persistenceFactory>\n      {self.jdbc.persistence_factory_xml()}\n"
+                               "    </persistenceFactory>")
+            else:
+                adapter = self.jdbc.persistence_xml() if self.jdbc is not None else kahadb
+                persistence = f"\n    <persistenceAdapter>\n      {adapter}\n    </persistenceAdapter>"
         policy = ""
         if self.policy_entries_xml.strip():
             policy = ("\n    <destinationPolicy>\n      <policyMap>\n        <policyEntries>\n"
@@ -569,6 +587,8 @@ class ActiveMQProcess(ActiveMQAddresses, ManagedProcess):
             entries += _amqp_jars()
         if self.jdbc is not None:
             entries += [str(JAVA_SHARE / jar) for jar, _ in JDBC_JARS]
+            if self.jdbc.journal_directory is not None:
+                entries += [str(JAVA_SHARE / jar) for jar, _ in JOURNALED_JDBC_JARS]
         return os.pathsep.join(entries)
 
     def build_command(self) -> list[str]:
@@ -663,7 +683,8 @@ class ActiveMQProcess(ActiveMQAddresses, ManagedProcess):
         """Whether this run of the broker logged that the store is locked by another broker and
         it waits as a slave (KahaDB's SharedFileLocker says so once, when it first fails); it may
         have taken the lock since: `serving` tells."""
-        line = _LEASE_SLAVE_LINE if self.jdbc is not None else _SLAVE_LINE
+        line = (_SLAVE_LINE if self.jdbc is None else
+                _DATABASE_LOCK_SLAVE_LINE if self.jdbc.journal_directory is not None else _LEASE_SLAVE_LINE)
         return self.running and line in self.log_tail(400)
 
     def serving(self, timeout: float = 1.0) -> bool:

@@ -62,7 +62,8 @@ class SharedStoreGroup(NodeRestarts):
     def __init__(self, workdir: Path, *, nodes: int = 2, lock_keep_alive_period_ms: int = 2000,
                  lock_acquire_sleep_interval_ms: int = 1000, stomp: bool = True, mqtt: bool = False,
                  amqp: bool = False, jvm_heap_mb: int = 384, broker_name: str = "shared-store",
-                 jdbc: bool = False, nfs: NfsOptions | None = None, proxied_database: bool = False) -> None:
+                 jdbc: bool = False, nfs: NfsOptions | None = None, proxied_database: bool = False,
+                 jdbc_adapter: str = "direct") -> None:
         if not 2 <= nodes <= len(NODE_NAMES):
             raise ValueError(f"a shared-store group has 2 to {len(NODE_NAMES)} nodes, not {nodes}")
         self.workdir = Path(workdir).absolute()
@@ -76,7 +77,7 @@ class SharedStoreGroup(NodeRestarts):
         self.topology = Topology(tuple(NODE_NAMES[:nodes]), shared_store=SharedStore(
             kind="jdbc" if jdbc else "file", lock_keep_alive_period_ms=lock_keep_alive_period_ms,
             lock_acquire_sleep_interval_ms=lock_acquire_sleep_interval_ms, nfs=nfs,
-            proxied_database=proxied_database))
+            proxied_database=proxied_database, jdbc_adapter=jdbc_adapter))
         #: the store on the simulated NFS (runtime/nfs_store.py), or a JDBC store's database links
         #: through the fault proxy (runtime/database_links.py); made in `start`, closed by `stop`
         self.rig: NfsStore | DatabaseLinks | None = None
@@ -111,7 +112,9 @@ class SharedStoreGroup(NodeRestarts):
                     self.rig.jdbc_url(name) if store.proxied_database else self.database.jdbc_url,
                     credentials.user, credentials.password,
                     lock_keep_alive_period_ms=store.lock_keep_alive_period_ms,
-                    lock_acquire_sleep_interval_ms=store.lock_acquire_sleep_interval_ms)
+                    lock_acquire_sleep_interval_ms=store.lock_acquire_sleep_interval_ms,
+                    journal_directory=(str(self.workdir / f"node-{name}" / "journal")
+                                       if store.jdbc_adapter == "journaled" else None))
                     for name in self.topology.nodes})
             store = self.topology.shared_store
             if store.nfs is not None and self.rig is None:

@@ -440,7 +440,7 @@ class ActiveMQTarget:
     def launch_shared_store(self, scenario: Scenario, workdir: Path, *, nodes: int = 2,
                             lock_keep_alive_period_ms: int = 2000,
                             lock_acquire_sleep_interval_ms: int = 1000, jdbc: bool = False,
-                            nfs=None, proxied_database: bool = False) -> SharedStoreGroup:
+                            nfs=None, proxied_database: bool = False, jdbc_adapter: str = "direct") -> SharedStoreGroup:
         """A started shared-store master/slave group: node A master, the others slaves.
         Destination policies are not applied to the group.
 
@@ -463,6 +463,8 @@ class ActiveMQTarget:
         if "amqp" in scenario.protocols and "protocol.amqp" in self.capabilities():
             options["amqp"] = True  # process mode only: the image has no AMQP transport
         if self.launch_mode == "container":
+            if jdbc or jdbc_adapter != "direct":
+                raise TargetUnavailable("JDBC groups are launched as local JVMs (activemq:process), not as containers")
             if nfs is not None:
                 raise TargetUnavailable("the simulated NFS store is mounted on this machine: launch ActiveMQ as "
                                         "local JVMs (activemq:process) to put a shared store on it")
@@ -476,7 +478,7 @@ class ActiveMQTarget:
                     raise TargetUnavailable(reason)
             group = SharedStoreGroup(Path(workdir) / ("activemq-jdbc-store" if jdbc else "activemq-shared-store"),
                                      jvm_heap_mb=min(self.jvm_heap_mb, 384), jdbc=jdbc, nfs=nfs,
-                                     proxied_database=proxied_database, **options)
+                                     proxied_database=proxied_database, jdbc_adapter=jdbc_adapter, **options)
         try:
             # containers: the engine creates the volume, network and containers on top of the JVMs' start-up
             group.start(timeout=self.start_timeout + (60 if self.launch_mode == "container" else 30))
@@ -498,7 +500,7 @@ class ActiveMQTarget:
                                             lock_keep_alive_period_ms=store.lock_keep_alive_period_ms,
                                             lock_acquire_sleep_interval_ms=store.lock_acquire_sleep_interval_ms,
                                             jdbc=store.kind == "jdbc", nfs=store.nfs,
-                                            proxied_database=store.proxied_database)
+                                            proxied_database=store.proxied_database, jdbc_adapter=store.jdbc_adapter)
         ok, reason = self.availability()
         if not ok:
             raise TargetUnavailable(reason)

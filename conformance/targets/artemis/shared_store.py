@@ -24,7 +24,7 @@ from conformance.targets.runtime.nfs_store import NfsStore
 from conformance.targets.runtime.node import ProcessNode
 from conformance.targets.runtime.postgres import PostgresServer
 from conformance.targets.runtime.shared_group import SharedStoreCluster, node_names
-from conformance.topology import Topology
+from conformance.topology import Topology, TopologyUnsupported
 
 __all__ = ["launch_shared_store"]
 
@@ -41,6 +41,9 @@ class ArtemisSharedStoreCluster(SharedStoreCluster):
 def launch_shared_store(topology: Topology, scenario: Scenario, workdir: Path, *, jvm_heap_mb: int = 256,
                         timeout: float = 240) -> SharedStoreCluster:
     """Start the group: node A primary and serving, the others backups waiting for its lock."""
+    if topology.shared_store.jdbc_adapter != "direct":
+        raise TopologyUnsupported(f"jdbc_adapter={topology.shared_store.jdbc_adapter!r}: Artemis's database store "
+                                  "has no journaled variant (ActiveMQ's journaled JDBC adapter only)")
     names = node_names(len(topology.nodes), topology.nodes)
     store = topology.shared_store
     if store.kind == "jdbc":

@@ -20,7 +20,7 @@ from conformance.targets.runtime.nfs_store import NfsStore
 from conformance.targets.runtime.postgres import PostgresServer
 from conformance.targets.runtime.process import free_ports
 from conformance.targets.runtime.shared_group import SharedStoreCluster, node_names
-from conformance.topology import Topology
+from conformance.topology import Topology, TopologyUnsupported
 from reference_broker.ha.locker import LOCK_FILE_NAME
 
 __all__ = ["launch_shared_store"]
@@ -31,6 +31,10 @@ def launch_shared_store(topology: Topology, node_config: Callable[[str], dict], 
     """Start the group: the first node master, the others slaves (`SharedStoreCluster.start`).
     ``node_config(broker_name)``: a node's configuration before its store settings (the scenario's,
     from the target); ``protocols``: the listeners each node opens."""
+    if topology.shared_store.jdbc_adapter != "direct":
+        raise TopologyUnsupported(f"jdbc_adapter={topology.shared_store.jdbc_adapter!r}: the reference broker's "
+                                  "database store has no journal in front of it (ActiveMQ's journaled JDBC adapter "
+                                  "only)")
     store = topology.shared_store
     names = node_names(len(topology.nodes), topology.nodes)
     workdir = Path(workdir).absolute() / ("reference-jdbc-store" if store.kind == "jdbc" else "reference-shared-store")
