@@ -18,9 +18,11 @@ ActiveMQ Classic's KahaDB master/slave."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -178,12 +180,16 @@ def test_shared_store_failover_experiment_in_containers(tmp_path):
     assert _volumes(prefix) - before == set(), "the experiment left its KahaDB volume behind"
 
 
-def _artemis_containers() -> set[str]:
+def _artemis_containers(workdir_under: Path) -> set[str]:
+    """Artemis containers whose launcher's workdir lies under ``workdir_under``: this test's own,
+    not those another pytest-xdist worker's test started meanwhile (CI once counted two of those
+    as left behind by this run; none was there after the run)."""
     from conformance.targets.artemis.container import LABEL  # noqa: PLC0415 - needs the docker SDK
 
     client = docker_client()
     try:
-        return {c.id for c in client.containers.list(all=True, filters={"label": f"{LABEL}=artemis_container"})}
+        return {c.id for c in client.containers.list(all=True, filters={"label": f"{LABEL}=artemis_container"})
+                if c.labels.get("org.brokerconf.workdir", "").startswith(str(workdir_under))}
     finally:
         client.close()
 
@@ -195,12 +201,30 @@ def test_kill_restart_experiment_on_artemis_container(tmp_path):
     ok, reason = image_available(ARTEMIS_IMAGE)
     if not ok:  # build it with docker/build-images.sh
         skip_or_fail("docker", reason)
-    before = _artemis_containers()
+    # the run's temporary directory (its broker workdir) under tmp_path: its containers are told
+    # apart from other tests' by their workdir label
+    runtime = tmp_path / "tmp"
+    runtime.mkdir()
     out = tmp_path / "out"
-    result = subprocess.run(
+    run = subprocess.Popen(
         [str(Path(sys.executable).with_name("brokerconf")), "chaos", "run", str(KILL_RESTART),
          "--target", ARTEMIS_CONTAINER, "--duration", "20", "--out", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
+        env={**os.environ, "TMPDIR": str(runtime)}, start_new_session=True)
+    seen: set[str] = set()
+    try:
+        stdout, stderr = "", ""
+        deadline = time.monotonic() + 560
+        while run.poll() is None and time.monotonic() < deadline:
+            seen |= _artemis_containers(runtime)  # what the run's own containers look like
+            time.sleep(1.0)
+        stdout, stderr = run.communicate(timeout=max(1.0, deadline - time.monotonic()))
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+            run.communicate()
+    result = subprocess.CompletedProcess(run.args, run.returncode, stdout, stderr)
+    assert seen, "setup: no container of this run was ever seen under its workdir label: the leak check would be blind"
     verdicts = sorted(out.glob("*/verdict.json"))
     assert verdicts, f"no verdict (exit {result.returncode}):\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
     verdict = json.loads(verdicts[-1].read_text())
@@ -211,4 +235,4 @@ def test_kill_restart_experiment_on_artemis_container(tmp_path):
     assert verdict["checks"]["total_queue"]["lost"] == [], context
     kills = [f for f in verdict["checks"]["failover_downtime"]["faults"] if f["f"] == "kill"]
     assert kills and all(f["downtime_ms"] for f in kills), verdict["checks"]["failover_downtime"]
-    assert _artemis_containers() - before == set(), "the experiment left its Artemis container behind"
+    assert _artemis_containers(runtime) == set(), "the experiment left its Artemis container behind"
