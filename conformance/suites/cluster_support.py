@@ -31,6 +31,7 @@ from conformance.scenario import Scenario
 from conformance.suites.network_support import OneNetworkAtATime, StompClients, parametrize_by_target
 from conformance.targets.base import why_missing
 from conformance.topology import Topology
+from conformance.waiting import poll, wait_stable
 
 __all__ = ["CAPABILITY", "SETTLE", "FORMATION", "AttemptRecorder", "ClusterPool", "LinkFaults", "StompClients",
            "cluster_suite_marks", "declare", "drain", "parametrize_by_target", "queue", "settle", "bodies",
@@ -283,8 +284,6 @@ def wait_quiet_sizes(cluster, destination: str, nodes: tuple[str, ...], total: i
     """Each node's queue size once ``total`` messages are held between them (forwarded ones may
     still be on a cluster link when the producer's receipts came back) and no count has moved for
     two seconds (room for a stray resend), or the last reading after a generous bound."""
-    from conformance.waiting import poll, wait_stable
-
     def read() -> dict[str, int]:
         return {n: cluster[n].queue_size(destination) for n in nodes}
     poll(read, lambda sizes: sum(sizes.values()) >= total, timeout=60, interval=0.3)

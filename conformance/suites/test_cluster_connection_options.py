@@ -37,9 +37,9 @@ import pytest
 
 from conformance.suites.cluster_support import (  # noqa: F401 - clusters: the module fixture
     FORMATION, StompClients, bodies, cluster_suite_marks, clusters, declare, drain, parametrize_by_target,
-    queue, send_numbered, settle)
+    queue, send_numbered, settle, wait_quiet_sizes)
 from conformance.topology import ClusterConnection, Topology
-from conformance.waiting import poll, wait_stable
+from conformance.waiting import poll
 
 pytestmark = cluster_suite_marks()
 
@@ -70,16 +70,6 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     parametrize_by_target(metafunc)
 
 
-def held(cluster, destination: str, nodes: tuple[str, ...], total: int) -> dict[str, int]:
-    """Each node's queue size once ``total`` messages are held between them (forwarded ones may
-    still be on a cluster link when the producer's receipts came back) and no count has moved for
-    two seconds (room for a stray forward), or the last reading after a generous bound."""
-    def read() -> dict[str, int]:
-        return {n: cluster[n].queue_size(destination) for n in nodes}
-    poll(read, lambda sizes: sum(sizes.values()) >= total, timeout=60, interval=0.3)
-    return wait_stable(read, quiet=2.0, timeout=60, interval=0.3)
-
-
 def lines_after(log: str, last: list[str]) -> str:
     """The part of ``log`` after the line ``last`` (a one-line list; []: the log was empty, all
     of it). A launcher keeps a bounded tail of its log, so counting matches in it could miss a new
@@ -103,7 +93,7 @@ def test_default_load_balancing_is_on_demand(clusters):
             declare(clients, cluster[node], destination)
         settle()
         send_numbered(clients, cluster["A"], destination, MESSAGES, "idle")
-        sizes = held(cluster, destination, ("A", "B"), MESSAGES)
+        sizes = wait_quiet_sizes(cluster, destination, ("A", "B"), MESSAGES)
         assert sizes == {"A": MESSAGES, "B": 0}, (
             f"CLU-MLB-1: with message-load-balancing left at its default (ON_DEMAND) A must not forward to B's "
             f"queue while it has no consumer (STRICT would): A holds {sizes['A']}, B {sizes['B']} of {MESSAGES}")
@@ -154,7 +144,7 @@ def test_a_node_with_credentials_the_others_reject_does_not_join(clusters):
         settle()
         send_numbered(clients, cluster["A"], destination, MESSAGES)
         got = bodies(drain(consumer))
-        kept = held(cluster, destination, ("A",), MESSAGES)["A"]
+        kept = wait_quiet_sizes(cluster, destination, ("A",), MESSAGES)["A"]
     assert got == [] and kept == MESSAGES, (
         f"CLU-CRED-1: B's cluster user and password differ from A's, so B should not join, yet B's consumer got "
         f"{len(got)} of {MESSAGES} messages sent to A (A kept {kept}; links not up: {sorted(missing)})\n"
@@ -192,13 +182,13 @@ def test_a_node_whose_reconnect_attempts_ran_out_gets_no_more_messages(clusters)
             declare(clients, cluster[node], after)
         settle()
         send_numbered(clients, cluster["A"], before, MESSAGES)
-        split = held(cluster, before, ("A", "B"), MESSAGES)
+        split = wait_quiet_sizes(cluster, before, ("A", "B"), MESSAGES)
     assert split["B"] > 0, f"setup: under STRICT A should forward to B's queue before B goes down: {split}"
     cluster["B"].kill()
     time.sleep(GIVE_UP_WAIT)
     with StompClients() as clients:
         send_numbered(clients, cluster["A"], after, MESSAGES)
-        kept = held(cluster, after, ("A",), MESSAGES)["A"]
+        kept = wait_quiet_sizes(cluster, after, ("A",), MESSAGES)["A"]
     assert kept == MESSAGES, (
         f"CLU-CC-RETRY-4: B crashed and A's reconnect-attempts (1, 200 ms apart) ran out {GIVE_UP_WAIT:.0f} s ago, "
         f"so B is down for good and A should route nothing to it; A's own queue got {kept} of {MESSAGES} "
@@ -229,7 +219,7 @@ def test_explicit_members_connect_only_to_the_nodes_they_list(clusters):
             declare(clients, cluster[node], destination)
         settle()
         send_numbered(clients, cluster["A"], destination, MESSAGES)
-        sizes = held(cluster, destination, ("A", "B", "C"), MESSAGES)
+        sizes = wait_quiet_sizes(cluster, destination, ("A", "B", "C"), MESSAGES)
     assert sizes["C"] == 0, (f"CLU-MEMBERS-1: A lists only B (allow-direct-connections-only), so under STRICT it "
                              f"must not connect to C, which it learns of through B, nor route to it: {sizes}")
     assert sizes["B"] > 0 and sizes["A"] + sizes["B"] == MESSAGES, \
@@ -245,7 +235,7 @@ def test_strict_forwards_nothing_to_a_node_without_the_queue(clusters):
             declare(clients, cluster[node], destination)  # C never has the queue
         settle()
         send_numbered(clients, cluster["B"], destination, MESSAGES)
-        sizes = held(cluster, destination, ("A", "B", "C"), MESSAGES)
+        sizes = wait_quiet_sizes(cluster, destination, ("A", "B", "C"), MESSAGES)
     assert sizes["C"] == 0, f"CLU-LB-6: C has no queue {destination}, yet under STRICT B routed to it: {sizes}"
     assert sizes["A"] > 0 and sizes["A"] + sizes["B"] == MESSAGES, \
         f"CLU-LB-6: under STRICT B should split its {MESSAGES} messages between its queue and A's: {sizes}"

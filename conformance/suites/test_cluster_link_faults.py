@@ -79,8 +79,8 @@ def check_once_each(sent: list[str], got: dict[str, list[str]], what: str) -> No
         f"{stray[:20]}; A held {len(got['A'])}, B {len(got['B'])}")
 
 
-@pytest.mark.spec("CLU-CC-DUP-1")
-def test_forwards_sent_again_after_a_link_fault_are_delivered_once(clusters):
+def stream_and_check_once_each(clusters, *, crash_target: bool, what: str) -> None:
+    """A fresh queue on A and B (no consumer), the stream across the fault, each body once."""
     cluster = clusters.get(DUP)
     destination = queue()
     with StompClients() as clients:
@@ -88,22 +88,21 @@ def test_forwards_sent_again_after_a_link_fault_are_delivered_once(clusters):
             declare(clients, cluster[node], destination)
     settle()
     sent, got = stream_across_a_fault(cluster, clusters.links, DUP, destination, per_phase=PER_PHASE,
-                                      crash_target=False, cut_for=CUT_FOR)
-    check_once_each(sent, got, f"B's answers on the A->B link were held for {CUT_FOR:.0f} s")
+                                      crash_target=crash_target, cut_for=CUT_FOR)
+    check_once_each(sent, got, what)
+
+
+@pytest.mark.spec("CLU-CC-DUP-1")
+def test_forwards_sent_again_after_a_link_fault_are_delivered_once(clusters):
+    stream_and_check_once_each(clusters, crash_target=False,
+                               what=f"B's answers on the A->B link were held for {CUT_FOR:.0f} s")
 
 
 @pytest.mark.spec("CLU-CC-DUP-1")
 def test_forwards_sent_again_to_a_target_that_crashed_and_recovered_are_delivered_once(clusters):
-    cluster = clusters.get(DUP)
-    destination = queue()
-    with StompClients() as clients:
-        for node in ("A", "B"):
-            declare(clients, cluster[node], destination)
-    settle()
-    sent, got = stream_across_a_fault(cluster, clusters.links, DUP, destination, per_phase=PER_PHASE,
-                                      crash_target=True, cut_for=CUT_FOR)
-    check_once_each(sent, got, f"B's answers on the A->B link were held for {CUT_FOR:.0f} s, then B was killed "
-                               f"and started again")
+    stream_and_check_once_each(clusters, crash_target=True,
+                               what=f"B's answers on the A->B link were held for {CUT_FOR:.0f} s, then B was "
+                                    "killed and started again")
 
 
 # ----------------------------------------------------------------------------- initial-connect-attempts

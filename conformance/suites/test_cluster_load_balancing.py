@@ -80,19 +80,24 @@ def test_on_demand_forwards_only_where_a_selector_matches(clusters):
         f"CLU-LB-3: {MESSAGES} sent, B got {len(got_red)}, C got {len(got_blue)}, A holds {left_on_a}"
 
 
-@pytest.mark.spec("CLU-ADDR-1")
-def test_an_address_outside_the_cluster_prefix_is_not_forwarded(clusters):
-    cluster = clusters.get(ON_DEMAND)
-    destination = queue("other")
+def sent_to_a_with_a_consumer_on_b(cluster, destination: str) -> tuple[list[str], int]:
+    """MESSAGES sent to A while B has the only consumer: what B's consumer got, and what A holds."""
     with StompClients() as clients:
         declare(clients, cluster["A"], destination)
         remote = clients.on(cluster["B"]).subscribe(destination, ack="auto")
         settle()
         send(clients, cluster["A"], destination, MESSAGES)
         got = bodies(drain(remote))
-        assert got == [], f"CLU-ADDR-1: address {destination} does not begin with 'clu.' yet B got {got}"
-        assert cluster["A"].queue_size(destination) == MESSAGES, \
-            f"CLU-ADDR-1: A should hold all {MESSAGES} messages of the unclustered address"
+        return got, cluster["A"].queue_size(destination)
+
+
+@pytest.mark.spec("CLU-ADDR-1")
+def test_an_address_outside_the_cluster_prefix_is_not_forwarded(clusters):
+    destination = queue("other")
+    got, held = sent_to_a_with_a_consumer_on_b(clusters.get(ON_DEMAND), destination)
+    assert got == [], f"CLU-ADDR-1: address {destination} does not begin with 'clu.' yet B got {got}"
+    assert held == MESSAGES, \
+        f"CLU-ADDR-1: A should hold all {MESSAGES} messages of the unclustered address, holds {held}"
 
 
 @pytest.mark.spec("CLU-ADDR-1", "CLU-ADDR-2")
@@ -117,15 +122,8 @@ def test_an_included_prefix_is_forwarded_and_an_excluded_one_is_not(clusters):
 def test_a_wildcard_in_the_cluster_address_is_not_a_wildcard(clusters):
     """The prefix "wild.*" would cover "wild.<name>" as a wildcard (one word after "wild."); as the
     prefix the chapter says it is, it covers no such address, so nothing is forwarded."""
-    cluster = clusters.get(ON_DEMAND)
     destination = queue("wild")
-    with StompClients() as clients:
-        declare(clients, cluster["A"], destination)
-        remote = clients.on(cluster["B"]).subscribe(destination, ack="auto")
-        settle()
-        send(clients, cluster["A"], destination, MESSAGES)
-        got = bodies(drain(remote))
-        held = cluster["A"].queue_size(destination)
+    got, held = sent_to_a_with_a_consumer_on_b(clusters.get(ON_DEMAND), destination)
     assert got == [], (f"CLU-ADDR-4: the cluster address 'wild.*' is a prefix, not a wildcard, so {destination} is "
                        f"not clustered; yet B's consumer got {got}")
     assert held == MESSAGES, f"CLU-ADDR-4: A should hold all {MESSAGES} messages of the unclustered address, holds {held}"

@@ -211,9 +211,10 @@ class ReferenceCluster:
                     if self.workdir is None:
                         raise ValueError("a persistent cluster topology needs a workdir for the nodes' journals")
                     extra["store"] = {"kind": "journal", "directory": str(Path(self.workdir) / "stores" / name)}
-                settings = [{"match": match, "redistribution_delay": delay} for match, delay in
-                            ((("#", cluster.redistribution_delay_ms),) if cluster.redistribution_delay_ms != -1 else ())
-                            + cluster.redistribution_delays]
+                settings = [{"match": match, "redistribution_delay": delay}
+                            for match, delay in cluster.redistribution_delays]
+                if cluster.redistribution_delay_ms != -1:  # -1 is the broker's own default: no setting
+                    settings.insert(0, {"match": "#", "redistribution_delay": cluster.redistribution_delay_ms})
                 if settings:
                     extra["address_settings"] = settings
                 node = ReferenceClusterNode(name, f"{self.topology.prefix}-{name}", extra)
