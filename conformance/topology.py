@@ -22,6 +22,7 @@ into its connector URI.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Protocol, runtime_checkable
@@ -34,7 +35,8 @@ from reference_broker.cluster.network_config import check_destination as _check_
 if TYPE_CHECKING:
     from conformance.scenario import Scenario
 
-__all__ = ["Bridge", "BridgeFilterPolicy", "BridgeRoute", "Cluster", "ClusterConnection", "GroupingHandlers",
+__all__ = ["Bridge", "BridgeFilterPolicy", "BridgeRoute", "Cluster", "ClusterConnection", "ExtraClusterConnection",
+           "GroupingHandlers",
            "LOAD_BALANCING_MODES", "CompositeDestination", "Node",
            "NetworkConnectorOptions", "NfsOptions", "PEER_LIST_SCHEMES", "SharedStore", "TOPOLOGY_CAPABILITIES", "Topology",
            "NodeError", "TopologyUnsupported", "capability_of", "check_destination", "check_duplex_names", "static_uri",
@@ -316,6 +318,40 @@ class GroupingHandlers:
 
 
 @dataclass(frozen=True)
+class ExtraClusterConnection:
+    """A further cluster connection some nodes declare besides the topology's main one
+    (artemis-clusters.md, "Configuring Cluster Connections": a server may declare several, with
+    different ``address`` values, and so belong to several clusters; CLU-ADDR-5). ``name``: its
+    name on every node that declares it (what ``ClusterConnection.scale_down_cluster_name`` picks,
+    CLU-SCALE-6); ``connections``: its ``(source, target)`` static connectors (explicit members,
+    direct connections only), so only the nodes they name declare it; ``address`` and
+    ``message_load_balancing`` as in `ClusterConnection`. The timing options are the main
+    connection's. Artemis only: a reference node has one cluster connection."""
+
+    name: str
+    address: str
+    connections: tuple[tuple[str, str], ...]
+    message_load_balancing: str = "ON_DEMAND"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "connections", tuple(tuple(link) for link in self.connections))
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", self.name or ""):
+            raise ValueError(f"an extra cluster connection's name is letters, digits, '_', '.', '-', not {self.name!r}")
+        if not self.connections:
+            raise ValueError(f"extra cluster connection {self.name!r} needs one (source, target) connection at least")
+        if any(len(link) != 2 or link[0] == link[1] for link in self.connections):
+            raise ValueError(f"extra cluster connection {self.name!r}: each connection joins two different nodes, "
+                             f"not {self.connections!r}")
+        if self.message_load_balancing not in LOAD_BALANCING_MODES:
+            raise ValueError(f"extra cluster connection {self.name!r}: message_load_balancing must be one of "
+                             f"{LOAD_BALANCING_MODES}, not {self.message_load_balancing!r}")
+
+    def members(self) -> tuple[str, ...]:
+        """The nodes that declare this cluster connection (every node its connections name)."""
+        return tuple(dict.fromkeys(end for link in self.connections for end in link))
+
+
+@dataclass(frozen=True)
 class ClusterConnection:
     """The cluster connection every node of an Artemis-style cluster declares (artemis-clusters.md,
     "Configuring Cluster Connections"; defaults are the chapter's). ``address``: comma-separated
@@ -334,6 +370,9 @@ class ClusterConnection:
     it, ``match`` an address or an Artemis wildcard expression (the most specific match wins).
     ``scale_down``: a node shut down gracefully sends its messages to another node of its
     ``scale_down_groups`` group (node -> group name; a node not in the dict has no group name).
+    ``scale_down_cluster_name``: the chapter's ``scale-down-clustername``, the name of the
+    `ExtraClusterConnection` used for scaling down (None: not given). ``extra_connections``:
+    further cluster connections of some nodes (`ExtraClusterConnection`; Artemis only).
     ``grouping``: clustered grouping handlers, or None."""
 
     address: str = ""
@@ -356,9 +395,22 @@ class ClusterConnection:
     redistribution_delays: tuple[tuple[str, int], ...] = ()
     scale_down: bool = False
     scale_down_groups: dict[str, str] = field(default_factory=dict, hash=False, compare=False)
+    scale_down_cluster_name: str | None = None
     grouping: GroupingHandlers | None = None
+    extra_connections: tuple[ExtraClusterConnection, ...] = ()
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "extra_connections", tuple(self.extra_connections))
+        names = [extra.name for extra in self.extra_connections]
+        if len(set(names)) != len(names):
+            raise ValueError(f"extra cluster connections need distinct names, not {names}")
+        if self.scale_down_cluster_name is not None:
+            if not self.scale_down:
+                raise ValueError("scale_down_cluster_name names the cluster connection used for scaling down: "
+                                 "it needs scale_down=True")
+            if self.scale_down_cluster_name not in names:
+                raise ValueError(f"scale_down_cluster_name {self.scale_down_cluster_name!r} is not one of the "
+                                 f"extra cluster connections {names}")
         if self.message_load_balancing not in LOAD_BALANCING_MODES:
             raise ValueError(f"message_load_balancing must be one of {LOAD_BALANCING_MODES}, not "
                              f"{self.message_load_balancing!r}")
@@ -449,6 +501,7 @@ class Topology:
             named = [end for link in (self.cluster.connections or ()) for end in link]
             named += list(self.cluster.scale_down_groups)
             named += [self.cluster.grouping.local] if self.cluster.grouping else []
+            named += [end for extra in self.cluster.extra_connections for end in extra.members()]
             unknown = sorted({n for n in named if n not in self.nodes})
             if unknown:
                 raise ValueError(f"the cluster connection names {unknown}, not among the nodes {self.nodes}")

@@ -15,7 +15,8 @@ from conformance.scenario import Scenario
 from conformance.targets.artemis.cluster import CLUSTER_NAME, UdpGroup, _proxy_plan, cluster_xml
 from conformance.targets.artemis.config import render
 from conformance.targets.artemis.target import ArtemisTarget
-from conformance.topology import ClusterConnection, GroupingHandlers, Topology, TopologyUnsupported
+from conformance.topology import (ClusterConnection, ExtraClusterConnection, GroupingHandlers, Topology,
+                                 TopologyUnsupported)
 
 NS = {"c": "urn:activemq:core"}
 PORTS = {"A": 1001, "B": 1002, "C": 1003}
@@ -104,6 +105,59 @@ def test_scale_down_goes_to_the_nodes_of_the_same_group():
     sd = core.find("c:ha-policy/c:primary-only/c:scale-down", NS)
     assert text(sd, "c:enabled") == "true" and text(sd, "c:group-name") == "g1"
     assert [r.text for r in sd.findall("c:connectors/c:connector-ref", NS)] == ["scale-down-B"]
+
+
+def test_an_extra_cluster_connection_is_declared_by_its_members_only():
+    extra = ExtraClusterConnection("west", "west", (("A", "C"), ("C", "A")), message_load_balancing="STRICT")
+    topology = Topology(("A", "B", "C"), cluster=ClusterConnection(address="east", connections=(("A", "B"), ("B", "A")),
+                                                                    extra_connections=(extra,)))
+    core_a = core_of(topology, "A")
+    by_name = {cc.get("name"): cc for cc in core_a.findall("c:cluster-connections/c:cluster-connection", NS)}
+    assert list(by_name) == [CLUSTER_NAME, "west"]
+    assert text(by_name["west"], "c:address") == "west" and text(by_name[CLUSTER_NAME], "c:address") == "east"
+    assert text(by_name["west"], "c:message-load-balancing") == "STRICT"
+    assert text(by_name["west"], "c:connector-ref") == "node-A"
+    assert [r.text for r in by_name["west"].findall("c:static-connectors/c:connector-ref", NS)] == ["extra-west-A-C"]
+    connectors = {c.get("name"): c.text for c in core_a.findall("c:connectors/c:connector", NS)}
+    assert connectors["extra-west-A-C"] == f"tcp://127.0.0.1:{PORTS['C']}"
+    core_b = core_of(topology, "B")
+    assert [cc.get("name") for cc in core_b.findall("c:cluster-connections/c:cluster-connection", NS)] == [CLUSTER_NAME]
+
+
+def test_scale_down_cluster_name_is_rendered_instead_of_connectors():
+    cc = ClusterConnection(connections=(("A", "B"), ("B", "A")), scale_down=True, scale_down_cluster_name="to-c",
+                           extra_connections=(ExtraClusterConnection("to-c", "", (("A", "C"), ("C", "A"))),))
+    sd = core_of(Topology(("A", "B", "C"), cluster=cc), "A").find("c:ha-policy/c:primary-only/c:scale-down", NS)
+    assert text(sd, "c:scale-down-clustername") == "to-c" and sd.find("c:connectors", NS) is None
+
+
+@pytest.mark.parametrize("kwargs, complaint", [
+    ({"scale_down_cluster_name": "to-c"}, "needs scale_down=True"),
+    ({"scale_down": True, "scale_down_cluster_name": "nowhere"}, "not one of the extra cluster connections"),
+    ({"extra_connections": (ExtraClusterConnection("x", "", (("A", "B"),)), ExtraClusterConnection("x", "", (("A", "C"),)))},
+     "distinct names"),
+])
+def test_bad_extra_cluster_connection_options_are_refused_by_name(kwargs, complaint):
+    kwargs.setdefault("extra_connections", (ExtraClusterConnection("to-c", "", (("A", "C"),)),))
+    with pytest.raises(ValueError, match=complaint):
+        ClusterConnection(**kwargs)
+
+
+def test_an_extra_cluster_connection_must_name_known_nodes_and_two_ends():
+    with pytest.raises(ValueError, match="not among the nodes"):
+        Topology(("A", "B"), cluster=ClusterConnection(extra_connections=(ExtraClusterConnection("x", "", (("A", "Z"),)),)))
+    with pytest.raises(ValueError, match="two different nodes"):
+        ExtraClusterConnection("x", "", (("A", "A"),))
+    with pytest.raises(ValueError, match="name"):
+        ExtraClusterConnection("bad name", "", (("A", "B"),))
+
+
+def test_the_reference_cluster_launcher_refuses_extra_cluster_connections(tmp_path):
+    from conformance.targets.reference.clustering import launch_cluster
+    topology = Topology(("A", "B"), cluster=ClusterConnection(
+        extra_connections=(ExtraClusterConnection("x", "", (("A", "B"),)),)))
+    with pytest.raises(TopologyUnsupported, match="extra_connections"):
+        launch_cluster(topology, tmp_path)
 
 
 def test_grouping_local_on_one_node_remote_with_half_the_group_timeout_elsewhere():

@@ -63,7 +63,7 @@ from conformance.scenario import Scenario
 from conformance.targets.artemis.process import ArtemisProcess, JolokiaError, _object_name_value
 from conformance.targets.runtime.node import ProcessNode
 from conformance.targets.runtime.process import free_ports
-from conformance.topology import Bridge, ClusterConnection, Topology, TopologyUnsupported
+from conformance.topology import Bridge, ClusterConnection, ExtraClusterConnection, Topology, TopologyUnsupported
 
 __all__ = ["CLUSTER_NAME", "ArtemisCluster", "ClusterFormationError", "UdpGroup", "cluster_xml", "launch_cluster"]
 
@@ -131,8 +131,12 @@ def cluster_xml(topology: Topology, node: str, *, host: str, core_ports: dict[st
     for target in targets:
         peer_host, peer_port = dial.get((node, target), (host, core_ports[target]))
         lines.append(_connector(f"link-{node}-{target}", peer_host, peer_port))
+    extras = [extra for extra in cc.extra_connections if node in extra.members()]
+    for extra in extras:
+        for target in (t for s, t in extra.connections if s == node):
+            lines.append(_connector(f"extra-{extra.name}-{node}-{target}", host, core_ports[target]))
     scale_peers = []
-    if cc.scale_down:
+    if cc.scale_down and cc.scale_down_cluster_name is None:
         group = cc.scale_down_groups.get(node)
         scale_peers = [n for n in topology.nodes if n != node and cc.scale_down_groups.get(n) == group]
         for peer in scale_peers:
@@ -184,10 +188,17 @@ def cluster_xml(topology: Topology, node: str, *, host: str, core_ports: dict[st
             # connector-ref at least: its own, which Artemis skips (it is this node)
             lines.append(f"               <connector-ref>node-{escape(node)}</connector-ref>")
         lines.append("            </static-connectors>")
-    lines += ["         </cluster-connection>", "      </cluster-connections>"]
+    lines.append("         </cluster-connection>")
+    for extra in extras:
+        lines += _extra_cluster_connection_xml(cc, extra, node)
+    lines.append("      </cluster-connections>")
     if cc.scale_down:
         group = cc.scale_down_groups.get(node)
         inner = [f"<group-name>{escape(group)}</group-name>"] if group is not None else []
+        if cc.scale_down_cluster_name is not None:
+            # the chapter's element name ("Scaling Down"); the 2.40 XSD's scaleDownType has no
+            # such element (nor any cluster-name), see the CLU-SCALE-6 known deviation
+            inner.append(f"<scale-down-clustername>{escape(cc.scale_down_cluster_name)}</scale-down-clustername>")
         if scale_peers:
             inner.append("<connectors>" + "".join(f"<connector-ref>scale-down-{escape(p)}</connector-ref>"
                                                   for p in scale_peers) + "</connectors>")
@@ -207,6 +218,32 @@ def cluster_xml(topology: Topology, node: str, *, host: str, core_ports: dict[st
                   f"         <reaper-period>{grouping.reaper_period_ms}</reaper-period>",
                   "      </grouping-handler>"]
     return "\n".join(lines) + "\n"
+
+
+def _extra_cluster_connection_xml(cc: ClusterConnection, extra: ExtraClusterConnection, node: str) -> list[str]:
+    """The ``<cluster-connection>`` of `ExtraClusterConnection` ``extra`` on ``node``: its own name,
+    address, load balancing and static members; the timing options are the main connection's."""
+    targets = [t for s, t in extra.connections if s == node]
+    lines = [f"         <cluster-connection name=\"{escape(extra.name)}\">",
+             f"            <address>{escape(extra.address)}</address>",
+             f"            <connector-ref>node-{escape(node)}</connector-ref>",
+             f"            <check-period>{cc.check_period_ms}</check-period>",
+             f"            <connection-ttl>{cc.connection_ttl_ms}</connection-ttl>",
+             f"            <retry-interval>{cc.retry_interval_ms}</retry-interval>",
+             f"            <retry-interval-multiplier>{_number(cc.retry_interval_multiplier)}</retry-interval-multiplier>",
+             f"            <max-retry-interval>{cc.max_retry_interval_ms}</max-retry-interval>",
+             f"            <initial-connect-attempts>{cc.initial_connect_attempts}</initial-connect-attempts>",
+             f"            <reconnect-attempts>{cc.reconnect_attempts}</reconnect-attempts>",
+             f"            <use-duplicate-detection>{_bool(cc.use_duplicate_detection)}</use-duplicate-detection>",
+             f"            <message-load-balancing>{extra.message_load_balancing}</message-load-balancing>",
+             "            <max-hops>1</max-hops>",
+             "            <static-connectors allow-direct-connections-only=\"true\">"]
+    lines += [f"               <connector-ref>extra-{escape(extra.name)}-{escape(node)}-{escape(t)}</connector-ref>"
+              for t in targets]
+    if not targets:  # a member that dials nobody still declares it, to announce itself (see cluster_xml)
+        lines.append(f"               <connector-ref>node-{escape(node)}</connector-ref>")
+    lines += ["            </static-connectors>", "         </cluster-connection>"]
+    return lines
 
 
 class ArtemisClusterProcess(ArtemisProcess):
@@ -246,11 +283,11 @@ class ArtemisClusterProcess(ArtemisProcess):
         return str(self.jolokia({"type": "read", "mbean": f"org.apache.activemq.artemis:broker="
                                  f"{_object_name_value(self.name)}", "attribute": "NodeID"}))
 
-    def connected_nodes(self) -> dict[str, str]:
-        """Node id -> remote address of each cluster bridge connected now ({} without a cluster
-        connection)."""
+    def connected_nodes(self, cluster_name: str = CLUSTER_NAME) -> dict[str, str]:
+        """Node id -> remote address of each bridge of cluster connection ``cluster_name`` connected
+        now ({} without that cluster connection)."""
         mbean = (f"org.apache.activemq.artemis:broker={_object_name_value(self.name)},component=cluster-connections,"
-                 f"name={_object_name_value(CLUSTER_NAME)}")
+                 f"name={_object_name_value(cluster_name)}")
         try:
             value = self.jolokia({"type": "read", "mbean": mbean, "attribute": "Nodes"}, timeout=5.0)
         except JolokiaError as exc:
@@ -321,17 +358,21 @@ class ArtemisCluster:
         return self.nodes[name].process.node_id()
 
     def missing_links(self) -> list[tuple[str, str]]:
-        """The links of ``.links()`` whose cluster bridge is not connected now."""
+        """The links of ``.links()`` and of the extra cluster connections whose cluster bridge is
+        not connected now."""
+        cc = self.topology.cluster
         missing = []
-        connected: dict[str, dict[str, str]] = {}
-        for source, target in self.topology.cluster.links(self.topology.nodes):
+        connected: dict[tuple[str, str], dict[str, str]] = {}
+        links = [(CLUSTER_NAME, link) for link in cc.links(self.topology.nodes)]
+        links += [(extra.name, link) for extra in cc.extra_connections for link in extra.connections]
+        for name, (source, target) in links:
             if not (self.nodes[source].running and self.nodes[target].running):
                 missing.append((source, target))
                 continue
             try:
-                if source not in connected:
-                    connected[source] = self.nodes[source].process.connected_nodes()
-                if self._node_id(target) not in connected[source]:
+                if (name, source) not in connected:
+                    connected[(name, source)] = self.nodes[source].process.connected_nodes(name)
+                if self._node_id(target) not in connected[(name, source)]:
                     missing.append((source, target))
             except JolokiaError:
                 missing.append((source, target))
@@ -490,3 +531,21 @@ def launch_cluster(topology: Topology, scenario: Scenario, workdir: Path, *,
     cluster.start(timeout=timeout)
     return cluster
 
+
+
+def start_configured_node(workdir: Path, fragment_of: Callable[[dict[str, int]], str], *, free: int = 0,
+                          timeout: float = 120) -> tuple[ArtemisClusterProcess, list[int]]:
+    """One Artemis JVM whose broker.xml carries ``fragment_of(ports)`` where the cluster elements go
+    (``ports``: its own, "core" among them), for checks of how Artemis takes a cluster
+    configuration the topology model would never render (a cluster connection without
+    connector-ref, a broadcast group without group address: CLU-CC-1, CLU-DISC-3). ``free``:
+    that many further free ports, returned with the started process. ArtemisStartError when it
+    does not start (the message carries the log's key lines)."""
+    process = ArtemisClusterProcess(Path(workdir).absolute() / "node", Scenario(name="cluster-config",
+                                                                               protocols=("stomp",)),
+                                    name="brokerconf-cfg", jvm_heap_mb=256,
+                                    cluster_xml_of=lambda: fragment_of(process.ports), redistribution_delay_ms=-1)
+    ports = free_ports(process.port_count() + free)
+    process.assign_ports(ports[:process.port_count()])
+    process.start(timeout=timeout)
+    return process, ports[process.port_count():]

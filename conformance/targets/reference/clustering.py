@@ -329,6 +329,10 @@ def launch_cluster(topology: Topology, workdir: Path | None = None, *, bridge_ro
         # CLU-STATIC-1 applies to Artemis only: our nodes announce no cluster topology to learn from
         raise TopologyUnsupported("the reference broker's cluster nodes connect only to the nodes they list "
                                   "(no members learnt through another node: direct_connections_only=False)")
+    if topology.cluster is not None and topology.cluster.extra_connections:
+        # CLU-ADDR-5 and CLU-SCALE-6 apply to Artemis only (catalogue notes)
+        raise TopologyUnsupported("a reference cluster node has one cluster connection: extra_connections "
+                                  f"{[extra.name for extra in topology.cluster.extra_connections]} cannot be launched")
     cluster = ReferenceCluster(topology, workdir, bridge_route=bridge_route)
     cluster.start(timeout)
     return cluster
