@@ -25,11 +25,14 @@ import psutil
 import pytest
 
 from conformance.plugin import NOT_APPLICABLE, STATE
+from conformance.suites.cluster_support import cluster_suite_marks
 from conformance.suites.network_support import parametrize_by_target
 from conformance.targets.runtime.process import free_ports
 from conformance.waiting import poll
 
-#: a multicast group of the administratively scoped range, picked per check run only by port
+pytestmark = cluster_suite_marks()  # JVM starts: slow; on the targets that form clusters
+
+#: a multicast group of the administratively scoped range (the port is picked per test)
 GROUP_ADDRESS = "231.7.7.7"
 BROADCAST_PERIOD_MS = 500
 
