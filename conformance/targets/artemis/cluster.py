@@ -244,6 +244,20 @@ class ClusterManagement:
             raise
         return dict(value or {})
 
+    def bridged_nodes(self) -> set[str]:
+        """Node ids whose store-and-forward queue here has a consumer now: the cluster bridge to
+        that node, which consumes the queue while it is connected and leaves it while it retries
+        (measured on 2.40 in containers, tests/docker/test_artemis_container_cluster.py: after an
+        iptables cut the queue's ConsumerCount fell from 1 to 0 once connection-ttl ran out and came
+        back within seconds of the heal, while ``Nodes`` kept listing the cut peer throughout)."""
+        pattern = (f"org.apache.activemq.artemis:broker={_object_name_value(self.name)},component=addresses,"
+                   "address=*,subcomponent=queues,routing-type=*,queue=*")
+        value = self.jolokia({"type": "read", "mbean": pattern, "attribute": ["Name", "ConsumerCount"]}, timeout=5.0)
+        prefix = f"{SF_QUEUE_PREFIX}{CLUSTER_NAME}."
+        return {str(attrs["Name"])[len(prefix):] for attrs in (value or {}).values()
+                if isinstance(attrs, dict) and str(attrs.get("Name", "")).startswith(prefix)
+                and int(attrs.get("ConsumerCount") or 0) > 0}
+
     def store_and_forward_counts(self) -> dict[str, int]:
         """Store-and-forward queue name -> MessageCount, for each queue this node's cluster
         connection keeps towards another node (``$.artemis.internal.sf.<cluster>.<node id>``): what
