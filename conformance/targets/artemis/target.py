@@ -337,8 +337,11 @@ class ArtemisTarget:
             return "only the local process launcher (artemis:process) opens TLS acceptors with the run's keystore"
         if self.launch_mode == "container" and capability == "topology.shared-store":
             return "shared-store pairs are launched as local JVMs (artemis/shared_store.py), not as containers"
+        if self.launch_mode == "container" and capability in self.capabilities():
+            return None
         if self.launch_mode == "container" and capability in PROCESS_CAPABILITIES:
-            return "the Artemis container launcher reads no broker counters (no Jolokia client for the container)"
+            return ("a single Artemis container reads no broker counters (only the nodes of a container cluster read "
+                    "theirs, over their published Jolokia)")
         return None
 
     def launch_topology(self, topology, scenario: Scenario, workdir: Path, *, bridge_route=None):
