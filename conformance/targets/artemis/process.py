@@ -20,7 +20,8 @@ Start-up (REFERENCES.md, "Artemis from its binary distribution"):
 
 Counters come from Artemis's management MBeans through Jolokia on the loopback web server
 (``POST /console/jolokia/`` with basic auth and an ``Origin`` header, which Jolokia's CORS policy
-in ``etc/jolokia-access.xml`` checks): see `ArtemisProcess.queue_attributes`.
+in ``etc/jolokia-access.xml`` checks): see `jolokia_call` and `QueueManagement.queue_attributes`
+(both also used for the containers of a cluster, artemis/container_cluster.py).
 """
 
 from __future__ import annotations
@@ -46,7 +47,8 @@ from conformance.targets.runtime.postgres import JDBC_DRIVER_JAR
 from conformance.targets.runtime.process import free_ports
 from conformance.targets.tls_setup import prepare as prepare_tls
 
-__all__ = ["ArtemisProcess", "QueueManagement", "jolokia_call", "ArtemisStartError", "ArtemisNotInstalled", "JolokiaError", "LISTENERS"]
+__all__ = ["ArtemisProcess", "ArtemisStartError", "ArtemisNotInstalled", "JolokiaError", "LISTENERS", "QueueManagement",
+           "jolokia_call"]
 
 #: listeners every instance opens besides the scenario's protocols: core (Artemis's own tools)
 LISTENERS = ("core", "stomp", "mqtt", "amqp")
