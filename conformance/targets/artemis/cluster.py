@@ -32,7 +32,11 @@ Formation (`ArtemisCluster.wait_formed`): read over Jolokia, per node, the broke
 the cluster connection MBean's ``Nodes`` (node id -> remote address of each cluster bridge that is
 connected now); formed when, for every link ``(source, target)``, ``target``'s node id is among
 ``source``'s connected nodes. Management rather than the log's AMQ221027 "bridge is connected"
-lines: the log keeps lines of links that have gone down since, the MBean does not.
+lines: the log keeps lines of links that have gone down since, the MBean does not. Not always:
+after a cut that sends no reset (iptables DROP between containers) 2.40 keeps the peer in
+``Nodes`` while its bridge retries; the container cluster also asks that the bridge consume its
+store-and-forward queue (`ClusterManagement.bridged_nodes`, artemis/container_cluster.py). The
+local JVMs' links are cut through the fault proxy, which closes connections.
 
 UDP discovery on loopback (measured here, Linux, no route or interface flag changed): with
 ``local-bind-address`` 127.0.0.1 the broadcast socket is bound to lo's address, and the kernel
