@@ -7,11 +7,13 @@ not form are refused by name before anything starts; the target wires ``topology
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
+from dataclasses import replace
 
 import pytest
 
 from conformance.scenario import Scenario
 from conformance.targets.artemis.cluster import cluster_xml
+from conformance.targets.artemis.config import render
 from conformance.targets.artemis.container_cluster import (ArtemisClusterContainer, check_container_topology,
                                                            launch_container_cluster)
 from conformance.targets.artemis.target import CONTAINER_CLUSTER_CAPABILITIES, ArtemisTarget
@@ -39,12 +41,8 @@ def test_cluster_xml_takes_a_connector_address_per_node():
 
 
 def _node(tmp_path, topology: Topology, scenario: Scenario) -> ArtemisClusterContainer:
-    from conformance.targets.artemis.config import render  # noqa: PLC0415
-
     def config_of():
         base = render(scenario, name="p-A", host="0.0.0.0", ports={"core": 61616, "stomp": 61613}, admin=("adm", "pw"))
-        from dataclasses import replace  # noqa: PLC0415
-
         return replace(base, cluster_xml=cluster_xml(topology, "A", addresses={n: (n, 61616) for n in topology.nodes},
                                                      credentials=CREDS),
                        redistribution_delay_ms=topology.cluster.redistribution_delay_ms)
