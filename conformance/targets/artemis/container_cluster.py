@@ -37,8 +37,11 @@ with the cluster's workdir, so tests count what is left).
 Not offered in containers, said by name (`TopologyUnsupported`): discovery ``udp`` (the local
 launcher binds the multicast group to loopback; across containers it would need the group routed
 over the Docker bridge, not tried here) and ``"cluster"`` in ``topology.proxied`` (links through
-the fault proxy: in containers the container nemesis cuts the real links instead);
-``copy_node_data`` (CLU-NODEID-1 copies data directories between instances on the host).
+the fault proxy: in containers the container nemesis cuts the real links instead).
+
+``copy_node_data`` (CLU-NODEID-1) reads the source's data directory as a tar through the engine
+and stages it in the target's mounted configuration directory; the target's start script swaps it
+in for its own data directory once.
 """
 
 from __future__ import annotations
@@ -72,14 +75,23 @@ WORKDIR_LABEL = "org.brokerconf.workdir"
 #: a node name is a network alias (a DNS label on the Docker network)
 _ALIAS = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
 
+#: the instance directory inside the image (docker/artemis/Dockerfile)
+INSTANCE = "/var/lib/artemis-instance"
+
 _START_SCRIPT = f"""#!/bin/sh
 # brokerconf: let the image's entrypoint create the instance (first start only), lower the heap
 # artemis create asks for, put this node's broker.xml, users and roles in place (every start: a
 # changed cluster user applies at the next start), then run the broker
 # (conformance/targets/artemis/container_cluster.py).
 set -e
-cd /var/lib/artemis-instance
+cd {INSTANCE}
 /docker-run.sh version
+# a data directory staged by copy_node_data (CLU-NODEID-1), unpacked once (its token kept)
+if [ -f {_MOUNT}/data.token ] && [ "$(cat {_MOUNT}/data.token)" != "$(cat data.token 2>/dev/null)" ]; then
+  rm -rf data
+  tar -xf {_MOUNT}/data.tar
+  cp {_MOUNT}/data.token data.token
+fi
 heap="$(cat {_MOUNT}/heap-mb)"
 sed -i -e "s/-Xms[0-9]*[mMgG]/-Xms64M/" -e "s/-Xmx[0-9]*[mMgG]/-Xmx${{heap}}M/" etc/artemis.profile
 for f in broker.xml artemis-users.properties artemis-roles.properties; do
@@ -149,6 +161,18 @@ class ArtemisClusterContainer(ClusterManagement, QueueManagement, ArtemisContain
 
     def config_text(self) -> str:
         return f"# {self.image}, broker.xml of node {self.alias} ({self.name})\n{self.render_config()}"
+
+    def data_archive(self) -> bytes:
+        """A tar of the instance's data directory (journal with the node id, bindings, paging, large
+        messages), read through the engine; the container may be stopped."""
+        stream, _ = self._wrapped().get_archive(f"{INSTANCE}/data")
+        return b"".join(stream)
+
+    def stage_data(self, archive: bytes) -> None:
+        """Replace the instance's data directory by ``archive`` (a `data_archive`) at the next start
+        (the start script unpacks it once)."""
+        (self.conf_dir / "data.tar").write_bytes(archive)
+        (self.conf_dir / "data.token").write_text(uuid.uuid4().hex, encoding="utf-8")
 
     def join(self, network: Any) -> None:
         """Join ``network`` at the first start (the cluster's; never removed by this launcher)."""
@@ -253,8 +277,15 @@ class ArtemisContainerCluster(ArtemisCluster):
         return missing
 
     def copy_node_data(self, source: str, target: str, timeout: float = 90) -> None:
-        raise TopologyUnsupported("copying a node's data directory (CLU-NODEID-1) is done on local JVMs "
-                                  "(artemis:process): a container keeps its instance inside")
+        """`ArtemisCluster.copy_node_data` in containers (CLU-NODEID-1): stop both, stage a copy of
+        ``source``'s data directory for ``target`` (read through the engine, unpacked by the start
+        script in place of ``target``'s own), start both again without waiting for the cluster to
+        form (it is not expected to)."""
+        for name in (target, source):
+            self.nodes[name].stop()
+        self.containers[target].stage_data(self.containers[source].data_archive())
+        for name in (source, target):
+            self.nodes[name].start(timeout=timeout)
 
     def stop(self) -> None:
         """Remove every container (its log saved under its workdir first) and the network."""
