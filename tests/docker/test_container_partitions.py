@@ -9,9 +9,9 @@
   the slave takes the store's lock and serves the persistent messages the master had accepted
   (A-MQ fault-tolerant messaging guide, 3.1 "Shared File System Master/Slave").
 
-Artemis (issue 16): the harness launches no Artemis cluster, so no Artemis message flow crosses
-containers; what applies is the nemesis itself on the Artemis image (iptables with NET_ADMIN, as
-root): two brokerconf/artemis containers on one network, cut apart and healed.
+Artemis (issue 16): the nemesis itself on the Artemis image (iptables with NET_ADMIN, as root):
+two brokerconf/artemis containers on one network, cut apart and healed. An Artemis cluster's
+message flow across a cut link (issue 19) is tests/docker/test_artemis_container_cluster.py.
 
 Every test skips (or fails where BROKERCONF_REQUIRE names docker) with docker_env's reason where
 the engine or the image is not usable."""

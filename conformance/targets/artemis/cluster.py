@@ -32,7 +32,11 @@ Formation (`ArtemisCluster.wait_formed`): read over Jolokia, per node, the broke
 the cluster connection MBean's ``Nodes`` (node id -> remote address of each cluster bridge that is
 connected now); formed when, for every link ``(source, target)``, ``target``'s node id is among
 ``source``'s connected nodes. Management rather than the log's AMQ221027 "bridge is connected"
-lines: the log keeps lines of links that have gone down since, the MBean does not.
+lines: the log keeps lines of links that have gone down since, the MBean does not. Not always:
+after a cut that sends no reset (iptables DROP between containers) 2.40 keeps the peer in
+``Nodes`` while its bridge retries; the container cluster also asks that the bridge consume its
+store-and-forward queue (`ClusterManagement.bridged_nodes`, artemis/container_cluster.py). The
+local JVMs' links are cut through the fault proxy, which closes connections.
 
 UDP discovery on loopback (measured here, Linux, no route or interface flag changed): with
 ``local-bind-address`` 127.0.0.1 the broadcast socket is bound to lo's address, and the kernel
@@ -65,7 +69,7 @@ from conformance.targets.runtime.node import ProcessNode
 from conformance.targets.runtime.process import free_ports
 from conformance.topology import Bridge, ClusterConnection, ExtraClusterConnection, Topology, TopologyUnsupported
 
-__all__ = ["CLUSTER_NAME", "ArtemisCluster", "ClusterFormationError", "UdpGroup", "cluster_xml", "launch_cluster"]
+__all__ = ["CLUSTER_NAME", "ArtemisCluster", "ClusterManagement", "ClusterFormationError", "UdpGroup", "cluster_xml", "launch_cluster"]
 
 #: the cluster connection's name on every node (the MBean `wait_formed` reads)
 CLUSTER_NAME = "brokerconf-cluster"
@@ -110,37 +114,47 @@ def _number(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else str(value)
 
 
-def cluster_xml(topology: Topology, node: str, *, host: str, core_ports: dict[str, int],
+def cluster_xml(topology: Topology, node: str, *, host: str | None = None, core_ports: dict[str, int] | None = None,
+                addresses: dict[str, tuple[str, int]] | None = None,
                 dial: dict[tuple[str, str], tuple[str, int]] | None = None, announce: tuple[str, int] | None = None,
                 credentials: tuple[str, str], udp: UdpGroup | None = None) -> str:
-    """The ``<core>`` elements node ``node`` adds for ``topology.cluster``. ``core_ports``: every
-    node's core acceptor port; ``dial``: (source, target) -> the address a link's static connector
-    dials (default: the target's own core port); ``announce``: the address this node announces
-    (default its own core acceptor; a proxy in front of it when its one incoming link is proxied);
+    """The ``<core>`` elements node ``node`` adds for ``topology.cluster``. Where each node's core
+    acceptor is reached: ``host`` with ``core_ports`` (every node's port on one host: local JVMs),
+    or ``addresses`` (node -> (host, port): containers, each its network alias and 61616); one of
+    the two. ``dial``: (source, target) -> the address a link's static connector dials (default:
+    the target's own core acceptor); ``announce``: the address this node announces (default its
+    own core acceptor; a proxy in front of it when its one incoming link is proxied);
     ``credentials``: the cluster user and password."""
     cc: ClusterConnection = topology.cluster
     if cc is None:
         raise ValueError("cluster_xml needs a topology with a cluster connection")
     if node not in topology.nodes:
         raise ValueError(f"node {node!r} is not one of {topology.nodes}")
+    if (addresses is None) == (host is None or core_ports is None):
+        raise ValueError("cluster_xml needs either host and core_ports or addresses (node -> (host, port))")
+    if addresses is None:
+        addresses = {name: (host, port) for name, port in core_ports.items()}
+    missing = [n for n in topology.nodes if n not in addresses]
+    if missing:
+        raise ValueError(f"cluster_xml: no core address for node(s) {missing}")
     dial = dial or {}
-    own_host, own_port = announce or (host, core_ports[node])
+    own_host, own_port = announce or addresses[node]
     targets = [t for s, t in cc.links(topology.nodes) if s == node]
     lines = ["      <!-- cluster member (conformance/targets/artemis/cluster.py) -->", "      <connectors>",
              _connector(f"node-{node}", own_host, own_port)]
     for target in targets:
-        peer_host, peer_port = dial.get((node, target), (host, core_ports[target]))
+        peer_host, peer_port = dial.get((node, target), addresses[target])
         lines.append(_connector(f"link-{node}-{target}", peer_host, peer_port))
     extras = [extra for extra in cc.extra_connections if node in extra.members()]
     for extra in extras:
         for target in (t for s, t in extra.connections if s == node):
-            lines.append(_connector(f"extra-{extra.name}-{node}-{target}", host, core_ports[target]))
+            lines.append(_connector(f"extra-{extra.name}-{node}-{target}", *addresses[target]))
     scale_peers = []
     if cc.scale_down and cc.scale_down_cluster_name is None:
         group = cc.scale_down_groups.get(node)
         scale_peers = [n for n in topology.nodes if n != node and cc.scale_down_groups.get(n) == group]
         for peer in scale_peers:
-            lines.append(_connector(f"scale-down-{peer}", host, core_ports[peer]))
+            lines.append(_connector(f"scale-down-{peer}", *addresses[peer]))
     lines.append("      </connectors>")
     if credentials is not None:  # None: left out, so Artemis runs with its shipped defaults
         user, password = credentials
@@ -246,7 +260,59 @@ def _extra_cluster_connection_xml(cc: ClusterConnection, extra: ExtraClusterConn
     return lines
 
 
-class ArtemisClusterProcess(ArtemisProcess):
+class ClusterManagement:
+    """What the cluster reads of one member over Jolokia (``self.jolokia(request, timeout)``, broker
+    ``self.name``): its node id, the nodes its cluster connection is connected to now, its
+    store-and-forward queues. Shared by the local JVM (`ArtemisClusterProcess`) and the container
+    (artemis/container_cluster.py)."""
+
+    name: str
+
+    def node_id(self) -> str:
+        return str(self.jolokia({"type": "read", "mbean": f"org.apache.activemq.artemis:broker="
+                                 f"{_object_name_value(self.name)}", "attribute": "NodeID"}))
+
+    def connected_nodes(self, cluster_name: str = CLUSTER_NAME) -> dict[str, str]:
+        """Node id -> remote address of each bridge of cluster connection ``cluster_name`` connected
+        now ({} without that cluster connection)."""
+        mbean = (f"org.apache.activemq.artemis:broker={_object_name_value(self.name)},component=cluster-connections,"
+                 f"name={_object_name_value(cluster_name)}")
+        try:
+            value = self.jolokia({"type": "read", "mbean": mbean, "attribute": "Nodes"}, timeout=5.0)
+        except JolokiaError as exc:
+            if "InstanceNotFound" in str(exc):
+                return {}
+            raise
+        return dict(value or {})
+
+    def bridged_nodes(self) -> set[str]:
+        """Node ids whose store-and-forward queue here has a consumer now: the cluster bridge to
+        that node, which consumes the queue while it is connected and leaves it while it retries
+        (measured on 2.40 in containers, tests/docker/test_artemis_container_cluster.py: after an
+        iptables cut the queue's ConsumerCount fell from 1 to 0 once connection-ttl ran out and came
+        back within seconds of the heal, while ``Nodes`` kept listing the cut peer throughout)."""
+        pattern = (f"org.apache.activemq.artemis:broker={_object_name_value(self.name)},component=addresses,"
+                   "address=*,subcomponent=queues,routing-type=*,queue=*")
+        value = self.jolokia({"type": "read", "mbean": pattern, "attribute": ["Name", "ConsumerCount"]}, timeout=5.0)
+        prefix = f"{SF_QUEUE_PREFIX}{CLUSTER_NAME}."
+        return {str(attrs["Name"])[len(prefix):] for attrs in (value or {}).values()
+                if isinstance(attrs, dict) and str(attrs.get("Name", "")).startswith(prefix)
+                and int(attrs.get("ConsumerCount") or 0) > 0}
+
+    def store_and_forward_counts(self) -> dict[str, int]:
+        """Store-and-forward queue name -> MessageCount, for each queue this node's cluster
+        connection keeps towards another node (``$.artemis.internal.sf.<cluster>.<node id>``): what
+        was routed to that node and not yet handed over by the cluster bridge ("Architecture" of
+        the chapter: each cluster connection forwards through such a queue per peer)."""
+        pattern = (f"org.apache.activemq.artemis:broker={_object_name_value(self.name)},component=addresses,"
+                   "address=*,subcomponent=queues,routing-type=*,queue=*")
+        value = self.jolokia({"type": "read", "mbean": pattern, "attribute": ["Name", "MessageCount"]}, timeout=5.0)
+        prefix = f"{SF_QUEUE_PREFIX}{CLUSTER_NAME}."
+        return {attrs["Name"]: int(attrs["MessageCount"]) for attrs in (value or {}).values()
+                if isinstance(attrs, dict) and str(attrs.get("Name", "")).startswith(prefix)}
+
+
+class ArtemisClusterProcess(ClusterManagement, ArtemisProcess):
     """An `ArtemisProcess` whose ports are chosen by the launcher (every node must know every
     other's core port before any broker.xml is written) and whose broker.xml carries the cluster
     elements."""
@@ -277,36 +343,6 @@ class ArtemisClusterProcess(ArtemisProcess):
                               redistribution_delay_ms=self._redistribution_delay_ms,
                               redistribution_delays=self._redistribution_delays)
         super()._write_config()
-
-    # ----------------------------------------------------------------- management
-    def node_id(self) -> str:
-        return str(self.jolokia({"type": "read", "mbean": f"org.apache.activemq.artemis:broker="
-                                 f"{_object_name_value(self.name)}", "attribute": "NodeID"}))
-
-    def connected_nodes(self, cluster_name: str = CLUSTER_NAME) -> dict[str, str]:
-        """Node id -> remote address of each bridge of cluster connection ``cluster_name`` connected
-        now ({} without that cluster connection)."""
-        mbean = (f"org.apache.activemq.artemis:broker={_object_name_value(self.name)},component=cluster-connections,"
-                 f"name={_object_name_value(cluster_name)}")
-        try:
-            value = self.jolokia({"type": "read", "mbean": mbean, "attribute": "Nodes"}, timeout=5.0)
-        except JolokiaError as exc:
-            if "InstanceNotFound" in str(exc):
-                return {}
-            raise
-        return dict(value or {})
-
-    def store_and_forward_counts(self) -> dict[str, int]:
-        """Store-and-forward queue name -> MessageCount, for each queue this node's cluster
-        connection keeps towards another node (``$.artemis.internal.sf.<cluster>.<node id>``): what
-        was routed to that node and not yet handed over by the cluster bridge ("Architecture" of
-        the chapter: each cluster connection forwards through such a queue per peer)."""
-        pattern = (f"org.apache.activemq.artemis:broker={_object_name_value(self.name)},component=addresses,"
-                   "address=*,subcomponent=queues,routing-type=*,queue=*")
-        value = self.jolokia({"type": "read", "mbean": pattern, "attribute": ["Name", "MessageCount"]}, timeout=5.0)
-        prefix = f"{SF_QUEUE_PREFIX}{CLUSTER_NAME}."
-        return {attrs["Name"]: int(attrs["MessageCount"]) for attrs in (value or {}).values()
-                if isinstance(attrs, dict) and str(attrs.get("Name", "")).startswith(prefix)}
 
 
 class ArtemisClusterNode(ProcessNode):

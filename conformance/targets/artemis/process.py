@@ -20,7 +20,8 @@ Start-up (REFERENCES.md, "Artemis from its binary distribution"):
 
 Counters come from Artemis's management MBeans through Jolokia on the loopback web server
 (``POST /console/jolokia/`` with basic auth and an ``Origin`` header, which Jolokia's CORS policy
-in ``etc/jolokia-access.xml`` checks): see `ArtemisProcess.queue_attributes`.
+in ``etc/jolokia-access.xml`` checks): see `jolokia_call` and `QueueManagement.queue_attributes`
+(both also used for the containers of a cluster, artemis/container_cluster.py).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Callable
 
 from conformance.scenario import Scenario
 
@@ -45,7 +47,8 @@ from conformance.targets.runtime.postgres import JDBC_DRIVER_JAR
 from conformance.targets.runtime.process import free_ports
 from conformance.targets.tls_setup import prepare as prepare_tls
 
-__all__ = ["ArtemisProcess", "ArtemisStartError", "ArtemisNotInstalled", "JolokiaError", "LISTENERS"]
+__all__ = ["ArtemisProcess", "ArtemisStartError", "ArtemisNotInstalled", "JolokiaError", "LISTENERS", "QueueManagement",
+           "jolokia_call"]
 
 #: listeners every instance opens besides the scenario's protocols: core (Artemis's own tools)
 LISTENERS = ("core", "stomp", "mqtt", "amqp")
@@ -70,7 +73,53 @@ def _object_name_value(value: str) -> str:
     return f'"{escaped}"'
 
 
-class ArtemisProcess(ManagedProcess):
+def jolokia_call(host: str, port: int, credentials: tuple[str, str], request: dict, *, timeout: float = 10.0,
+                 alive: Callable[[], bool] = lambda: True) -> dict:
+    """One Jolokia request (POST, JSON) to the web server on ``host:port`` with basic auth
+    ``credentials``; the response's ``value``. Retries while the web server is still coming up (it
+    starts after the acceptors) and ``alive()`` says the broker runs. Shared by the local JVM and the
+    containers of a cluster (artemis/container_cluster.py: the console port published on loopback)."""
+    url = f"http://{host}:{port}/console/jolokia/"
+    auth = base64.b64encode(f"{credentials[0]}:{credentials[1]}".encode()).decode()
+    headers = {"Content-Type": "application/json", "Authorization": f"Basic {auth}", "Origin": f"http://{host}"}
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            req = urllib.request.Request(url, data=json.dumps(request).encode(), headers=headers, method="POST")
+            with urllib.request.urlopen(req, timeout=max(1.0, deadline - time.monotonic())) as response:
+                body = json.loads(response.read().decode("utf-8"))
+            break
+        except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
+            status = getattr(exc, "code", None)
+            if status not in (None, 404, 503) or time.monotonic() >= deadline or not alive():
+                raise JolokiaError(f"Jolokia {url} ({request.get('type')} {request.get('mbean')}): {exc}") from exc
+            time.sleep(0.3)
+    if body.get("status") != 200:
+        raise JolokiaError(f"Jolokia {request.get('type')} {request.get('mbean')}: status {body.get('status')}: "
+                           f"{body.get('error_type', '')} {body.get('error', '')}".strip())
+    return body["value"]
+
+
+class QueueManagement:
+    """Queue MBeans read through ``self.jolokia(request, timeout)`` of a broker named ``self.name``
+    (its ``<name>`` in broker.xml, part of every MBean name)."""
+
+    name: str
+
+    def queue_mbean(self, address: str, queue: str, routing: str) -> str:
+        return (f"org.apache.activemq.artemis:broker={_object_name_value(self.name)},component=addresses,"
+                f"address={_object_name_value(address)},subcomponent=queues,routing-type={_object_name_value(routing)},"
+                f"queue={_object_name_value(queue)}")
+
+    def queue_attributes(self, address: str, routing: str, attributes: tuple[str, ...]) -> dict[str, dict]:
+        """ObjectName -> attributes of every queue of ``address`` with ``routing`` (anycast: the
+        queue named like the address; multicast: one queue per subscription)."""
+        pattern = self.queue_mbean(address, "*", routing).replace('queue="\\*"', "queue=*")
+        value = self.jolokia({"type": "read", "mbean": pattern, "attribute": list(attributes)})
+        return value
+
+
+class ArtemisProcess(QueueManagement, ManagedProcess):
     """One Artemis broker instance under ``workdir`` (created on the first `start`)."""
 
     host = "127.0.0.1"
@@ -216,40 +265,9 @@ class ArtemisProcess(ManagedProcess):
 
     # ----------------------------------------------------------------- management over Jolokia
     def jolokia(self, request: dict, timeout: float = 10.0) -> dict:
-        """One Jolokia request (POST, JSON); the response's ``value``. Retries while the web
-        server is still coming up (it starts after the acceptors)."""
-        url = f"http://{self.host}:{self.http_port}/console/jolokia/"
-        auth = base64.b64encode(f"{self.admin[0]}:{self.admin[1]}".encode()).decode()
-        headers = {"Content-Type": "application/json", "Authorization": f"Basic {auth}",
-                   "Origin": f"http://{self.host}"}
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                req = urllib.request.Request(url, data=json.dumps(request).encode(), headers=headers, method="POST")
-                with urllib.request.urlopen(req, timeout=max(1.0, deadline - time.monotonic())) as response:
-                    body = json.loads(response.read().decode("utf-8"))
-                break
-            except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
-                status = getattr(exc, "code", None)
-                if status not in (None, 404, 503) or time.monotonic() >= deadline or not self.running:
-                    raise JolokiaError(f"Jolokia {url} ({request.get('type')} {request.get('mbean')}): {exc}") from exc
-                time.sleep(0.3)
-        if body.get("status") != 200:
-            raise JolokiaError(f"Jolokia {request.get('type')} {request.get('mbean')}: status {body.get('status')}: "
-                               f"{body.get('error_type', '')} {body.get('error', '')}".strip())
-        return body["value"]
-
-    def queue_mbean(self, address: str, queue: str, routing: str) -> str:
-        return (f"org.apache.activemq.artemis:broker={_object_name_value(self.name)},component=addresses,"
-                f"address={_object_name_value(address)},subcomponent=queues,routing-type={_object_name_value(routing)},"
-                f"queue={_object_name_value(queue)}")
-
-    def queue_attributes(self, address: str, routing: str, attributes: tuple[str, ...]) -> dict[str, dict]:
-        """ObjectName -> attributes of every queue of ``address`` with ``routing`` (anycast: the
-        queue named like the address; multicast: one queue per subscription)."""
-        pattern = self.queue_mbean(address, "*", routing).replace('queue="\\*"', "queue=*")
-        value = self.jolokia({"type": "read", "mbean": pattern, "attribute": list(attributes)})
-        return value
+        """One Jolokia request on this instance's loopback web server (`jolokia_call`)."""
+        return jolokia_call(self.host, self.http_port, self.admin, request, timeout=timeout,
+                            alive=lambda: self.running)
 
     def __repr__(self) -> str:
         state = f"pid={self.pid}" if self.running else "stopped"

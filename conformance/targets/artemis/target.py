@@ -22,7 +22,9 @@ named) and by what the launcher configures:
 * ``topology.shared-store``: a primary and backups on one data directory ("High Availability and
   Failover", "Shared Store"; artemis/shared_store.py), local JVMs only.
 * ``topology.cluster``: 2 to 4 local JVMs joined by cluster connections ("Clusters";
-  artemis/cluster.py), local JVMs only.
+  artemis/cluster.py); on ``artemis:container`` 2 to 4 containers on a network of their own
+  (artemis/container_cluster.py: static connectors only, no links through the fault proxy: the
+  container partition nemesis cuts the real links).
 
 Not offered: ``counters.subscription`` (Classic's per-subscriber matched / discarded counters),
 ``slow_consumer.*`` and ``memory.limits`` (Classic policies, refused by artemis_config),
@@ -62,6 +64,10 @@ CONTAINER_CAPABILITIES = frozenset({
     "groups.reassign_on_close", "groups.first_key", "groups.rebalance", "groups.buckets", "process.kill",
     "message_priority", "nack", "dead_letter", "expiry", "transactions", "selectors", "durable_subscriptions",
     "consumer_priority"})
+
+#: a container cluster's node (artemis/container_cluster.py) reads its queue counters over the
+#: Jolokia of its published console port, as the local JVM does
+CONTAINER_CLUSTER_CAPABILITIES = CONTAINER_CAPABILITIES | frozenset({"counters.destination", "topology.cluster"})
 
 #: the local JVM adds broker-side counters read over Jolokia on loopback, shared-store HA pairs of
 #: local JVMs on one data directory (artemis/shared_store.py), and tls: a TLS acceptor per protocol
@@ -304,7 +310,7 @@ class ArtemisTarget:
 
     def capabilities(self) -> frozenset[str]:
         if self.launch_mode != "process":
-            return CONTAINER_CAPABILITIES
+            return CONTAINER_CAPABILITIES | {"topology.cluster"}
         return PROCESS_CAPABILITIES | ({"topology.jdbc-store"} if self._jdbc_available()[0] else frozenset())
 
     def _jdbc_available(self) -> tuple[bool, str]:
@@ -329,19 +335,23 @@ class ArtemisTarget:
             return "ActiveMQ Classic network connectors; Artemis forms clusters instead (another document)"
         if self.launch_mode == "container" and capability == "tls":
             return "only the local process launcher (artemis:process) opens TLS acceptors with the run's keystore"
-        if self.launch_mode == "container" and capability == "topology.cluster":
-            return ("Artemis clusters are launched as local JVMs (artemis/cluster.py); the container launcher forms "
-                    "none yet")
         if self.launch_mode == "container" and capability == "topology.shared-store":
             return "shared-store pairs are launched as local JVMs (artemis/shared_store.py), not as containers"
+        if self.launch_mode == "container" and capability in self.capabilities():
+            return None
         if self.launch_mode == "container" and capability in PROCESS_CAPABILITIES:
-            return "the Artemis container launcher reads no broker counters (no Jolokia client for the container)"
+            return ("a single Artemis container reads no broker counters (only the nodes of a container cluster read "
+                    "theirs, over their published Jolokia)")
         return None
 
     def launch_topology(self, topology, scenario: Scenario, workdir: Path, *, bridge_route=None):
         """One broker, a shared-store primary/backup group of local JVMs (`artemis.shared_store`),
-        or a cluster of local JVMs joined by cluster connections (`artemis.cluster`)."""
+        or a cluster joined by cluster connections: local JVMs (`artemis.cluster`) or containers
+        (`artemis.container_cluster`, launch mode "container")."""
 
+        if topology.kind == "cluster" and self.launch_mode == "container":
+            check_supported(self, topology)
+            return self._launch_container_cluster(topology, scenario, workdir)
         if topology.kind == "cluster":
             check_supported(self, topology)
             from conformance.targets.artemis.cluster import launch_cluster
@@ -369,9 +379,29 @@ class ArtemisTarget:
                 raise TargetUnavailable(f"Apache Artemis shared-store group did not start: {e}") from e
         return launch_single(self, topology, scenario, workdir, faultable=True)
 
-    def _counters_handle(self, process, scenario: Scenario) -> "ArtemisProcessHandle":
+    def _launch_container_cluster(self, topology, scenario: Scenario, workdir: Path):
+        """Containers on a network of their own joined by cluster connections
+        (`artemis.container_cluster`); each node's counters over its published Jolokia."""
+        from conformance.targets.artemis.container_cluster import launch_container_cluster
+
+        if scenario.tls:
+            raise TargetUnavailable(f"Apache Artemis (container) cannot run scenario {scenario.name!r} over TLS: "
+                                    "only the local process launcher opens TLS acceptors")
+        try:
+            return launch_container_cluster(
+                topology, scenario, workdir, image=self.image, jvm_heap_mb=min(self.jvm_heap_mb, 256),
+                timeout=max(self.start_timeout, 240),
+                counters=lambda container: self._counters_handle(container, scenario, CONTAINER_CLUSTER_CAPABILITIES))
+        except UnsupportedArtemisPolicy as e:
+            raise TargetUnavailable(f"Apache Artemis cannot run scenario {scenario.name!r}: {e}") from e
+        except (artemis_container.ArtemisStartError, DockerUnavailable) as e:
+            raise TargetUnavailable(f"Apache Artemis container cluster did not start: {e}") from e
+        # containers that run but whose links never connect (ClusterFormationError) are an error
+
+    def _counters_handle(self, process, scenario: Scenario,
+                         offered: frozenset[str] = PROCESS_CAPABILITIES) -> "ArtemisProcessHandle":
         """The handle a cluster node reads its queue counters through (Jolokia on its process)."""
-        capabilities = frozenset(c for c in PROCESS_CAPABILITIES
+        capabilities = frozenset(c for c in offered
                                  if not (c.startswith("protocol.") and c.split(".", 1)[1] not in process.ports))
         return ArtemisProcessHandle(target=self.name, process=process, scenario=scenario, capabilities=capabilities)
 
