@@ -20,7 +20,10 @@ cut while the clients keep their connections to their nodes.
 * SPACED: two nodes, retry-interval 250 ms, multiplier 2, max-retry-interval 1 s. A's link to B is
   moved to an `AttemptRecorder` (a listener of the test's own that fails every attempt) and B is
   killed; the recorder notes when each of A's reconnect attempts arrives. The gaps must grow by
-  the multiplier and stop growing at the maximum. B is started again afterwards.
+  the multiplier and stop growing at the maximum. B is started again afterwards. The recorder
+  drops each connection only once its opening request is complete, and counts only the link's
+  own attempts: why both matter on Artemis (a 30 s stall, another connection to the same
+  address) is in conformance/suites/attempt_recorder.py.
 """
 
 from __future__ import annotations
@@ -152,14 +155,17 @@ def test_reconnect_attempts_are_spaced_by_the_multiplier_up_to_the_maximum(clust
                 time.sleep(RECORD_FOR)  # no event to poll: A's attempts arrive meanwhile
         finally:
             cluster.start_broker("B", timeout=FORMATION)
-        gaps = recorder.gaps()
+    # read once the recorder is closed: every connection it took is then noted with its opening
+    gaps = recorder.gaps()
     shown = [round(g * 1000) for g in gaps]
     # what the chapter gives: the n-th wait is retry-interval x multiplier^n, capped at max-retry-interval
     expected = [min(cc.retry_interval_ms * cc.retry_interval_multiplier ** n, cc.max_retry_interval_ms)
                 for n in range(len(gaps))]
+    # Only the link's own attempts count (`attempt_recorder.LINK_OPENINGS`): an Artemis node's
+    # cluster controller reconnects its topology connection to the same proxy too
     assert len(gaps) >= 5, (f"setup: A should have tried to reach B again and again in {RECORD_FOR:.0f} s; "
-                            f"{len(gaps) + 1 if recorder.times else 0} attempts recorded (gaps {shown} ms)\n"
-                            f"{cluster.log_tail(20)}")
+                            f"{len(recorder.link_attempts())} attempts of the link recorded (gaps {shown} ms; "
+                            f"every connection: {recorder.describe()})\n{cluster.log_tail(20)}")
     # A lower bound (80 % of each wait) only a broker that waits less can miss; a loaded machine
     # only lengthens the gaps
     short = [(n, got, want) for n, (got, want) in enumerate(zip(shown, expected)) if got < 0.8 * want]
