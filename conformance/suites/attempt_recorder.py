@@ -3,29 +3,33 @@ link dialing it (`AttemptRecorder`); used by CLU-CC-RETRY-2 (test_cluster_link_f
 
 Not a suite (no ``test_`` prefix).
 
-When each connection is closed matters. The link dials the fault proxy, which accepts at once and
-then reaches the recorder (Toxiproxy does the same): so every attempt is a connection that opens
-and is then dropped, never a refused connect. An Artemis 2.40.0 cluster bridge misses a drop that
-lands while it is still setting its connection up, and then blocks for its call-timeout (30 s)
-before it tries again: seen here with jstack (the bridge thread parked in
-``ChannelImpl.sendBlocking`` under ``BridgeImpl$ConnectRunnable`` -> ``createSession``) and in the
-log (AMQ222186 ``unable to authorise cluster control: AMQ219016``, then no AMQ224091 retry line
-for 30 s). Reading the 2.40.0 sources: a blocking call waits on a channel that a failure wakes only
-if the channel existed when the failure was handled (``RemotingConnectionImpl.fail`` / ``destroy``
-walk the existing channels; ``ChannelImpl.sendBlocking`` resets its response before it writes),
-and a bridge that has just connected opens its cluster channel (``ClusterControl.authorize``) and
-then channel 1 (``createSession``) one after the other. The first attempts after a JVM start take
-the cold path, where the 7-byte handshake goes out some 60 ms before the first request (measured
-here); the old recorder closed 50 ms after the first bytes, so it dropped those attempts mid-set-up
-and the bridge went quiet after two to four attempts.
+Every attempt reaches it through the fault proxy, which accepts first and then dials the recorder
+(as Toxiproxy does), so an attempt is a connection that opens and is dropped, never a refused
+connect. What was found on Artemis 2.40.0 (issue 19), and what the recorder does about it:
 
-So the recorder closes a connection only once the client's opening request has fully arrived (the
-client then waits for the answer, which a drop does wake) and `HOLD` seconds more, and it notes
-what that request was: an Artemis bridge opens with CLUSTER_CONNECT (its cluster-user handshake),
-a reference cluster link with its ``hello`` frame. Other connections are noted but are not link
-attempts: Artemis's cluster controller keeps its own topology connection to the same address,
-and when that connection is dropped it reconnects with CHECK_FOR_FAILOVER (and then waits its own
-call-timeout: the failure is queued behind the blocked call on the factory's ordered executor).
+* The link's own attempts are told apart by their opening request (`opening_of`): an Artemis
+  cluster bridge opens a new connection with CLUSTER_CONNECT (``ClusterControl.authorize``, its
+  cluster-user handshake), a reference cluster link with its ``hello`` frame. Artemis's cluster
+  controller keeps a topology connection of its own to the same address (``ClusterController``
+  locator, configured with the cluster connection's reconnect-attempts -1) and reconnects it with
+  CHECK_FOR_FAILOVER. That call then always waits its full call-timeout (30 s): the drop's
+  failure event is queued on the factory's ordered close executor behind the very reconnect that
+  waits (jstack: ``failoverOrReconnect`` -> ``getConnection`` -> ``checkForFailover`` parked in
+  ``ChannelImpl.sendBlocking``; the recorder saw these connections 30.2 s apart). The old recorder
+  counted them among the link's attempts (the 12 ms gap in the issue).
+* An Artemis bridge whose connection is dropped while it is still setting it up can miss the drop
+  and wait its call-timeout before the next attempt: jstack showed the bridge thread parked in
+  ``ChannelImpl.sendBlocking`` under ``BridgeImpl$ConnectRunnable.run`` ->
+  ``ClientSessionFactoryImpl.createSession``, and node A's log has ``AMQ222186: unable to authorise
+  cluster control: AMQ219016`` at 08:21:41,704 and the next ``AMQ224091`` (retrying) at
+  08:22:11,706. In the 2.40.0 sources a failure wakes only the blocking calls on channels that
+  exist when it is handled (``RemotingConnectionImpl.fail`` / ``destroy`` walk them), and the
+  bridge opens channel 1 for ``createSession`` after ``authorize`` returned. It is a race: the old
+  recorder, which dropped 50 ms after the first bytes (on the first attempts of a fresh JVM the
+  7-byte handshake goes out some 60 ms before the request), hit it in most runs of the whole file;
+  this recorder drops only once the opening request has fully arrived (the client then waits for
+  the answer) and `HOLD` s more, which made 38 attempts in a row in 40 s without a stall, but the
+  first attempt after the link broke still stalled in 2 of 6 runs of the whole file.
 """
 
 from __future__ import annotations
