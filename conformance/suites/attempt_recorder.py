@@ -22,14 +22,17 @@ connect. What was found on Artemis 2.40.0 (issue 19), and what the recorder does
   ``ChannelImpl.sendBlocking`` under ``BridgeImpl$ConnectRunnable.run`` ->
   ``ClientSessionFactoryImpl.createSession``, and node A's log has ``AMQ222186: unable to authorise
   cluster control: AMQ219016`` at 08:21:41,704 and the next ``AMQ224091`` (retrying) at
-  08:22:11,706. In the 2.40.0 sources a failure wakes only the blocking calls on channels that
-  exist when it is handled (``RemotingConnectionImpl.fail`` / ``destroy`` walk them), and the
-  bridge opens channel 1 for ``createSession`` after ``authorize`` returned. It is a race: the old
-  recorder, which dropped 50 ms after the first bytes (on the first attempts of a fresh JVM the
-  7-byte handshake goes out some 60 ms before the request), hit it in most runs of the whole file;
-  this recorder drops only once the opening request has fully arrived (the client then waits for
-  the answer) and `HOLD` s more, which made 38 attempts in a row in 40 s without a stall, but the
-  first attempt after the link broke still stalled in 2 of 6 runs of the whole file.
+  08:22:11,706. In the 2.40.0 sources: the drop makes ``failoverOrReconnect`` destroy the
+  connection (closing the channels it has, which wakes ``authorize``) and only then clear the
+  factory's ``connection``; a bridge thread that passes ``connect()``'s null check in between goes
+  on to ``createSession``, whose channel 1 is created after the destroy, so nothing ever wakes it.
+  A race: the old recorder, dropping 50 ms after the first bytes, hit it in most runs of the whole
+  file; dropping once the CLUSTER_CONNECT request had arrived still hit it in 3 of 6.
+
+So the recorder answers a bridge's CLUSTER_CONNECT (authorized, as ClusterConnectReplyMessage
+encodes it) and drops the connection only once the bridge asks for a session: the bridge is then
+blocked in that call on a channel the destroy closes, and fails at once (one AMQ224091 per attempt
+in node A's log, no AMQ222186). Every other opening is dropped `HOLD` s after it is complete.
 """
 
 from __future__ import annotations
@@ -49,6 +52,11 @@ CORE_HANDSHAKE = b"ARTEMIS"
 CORE_PING = 10
 CORE_PACKETS = {125: "CLUSTER_CONNECT", -4: "CHECK_FOR_FAILOVER", 30: "CREATESESSION", -18: "CREATESESSION_V2",
                 111: "NODE_ANNOUNCE", 112: "SUBSCRIBE_TOPOLOGY", 113: "SUBSCRIBE_TOPOLOGY_V2"}
+#: the session requests a bridge sends once its cluster handshake was answered
+CORE_SESSION_REQUESTS = frozenset({30, -18})
+#: CLUSTER_CONNECT_REPLY (type 126) on the cluster channel (3), authorized: a length of 10 (type,
+#: channel, one boolean), as ClusterConnectReplyMessage.encodeRest writes it
+CORE_CLUSTER_CONNECT_REPLY = struct.pack(">ibq?", 10, 126, 3, True)
 #: the openings of a cluster link's own attempts: an Artemis cluster bridge (ClusterControl.authorize
 #: on a new connection) and a reference broker's cluster link (reference_broker/clustering/wire.py)
 LINK_OPENINGS = frozenset({"core CLUSTER_CONNECT", "cluster hello"})
@@ -56,19 +64,30 @@ LINK_OPENINGS = frozenset({"core CLUSTER_CONNECT", "cluster hello"})
 _LENGTH = struct.Struct(">i")
 
 
-def _core_opening(data: bytes) -> str | None:
-    """Core frames after the handshake: a 4-byte length (of what follows), a type byte, ..."""
+def _core_frames(data: bytes) -> list[tuple[int, int]]:
+    """The complete Core frames after the handshake, as (type, channel): each frame is a 4-byte
+    length (of what follows), a type byte and an 8-byte channel id, then its body
+    (PacketImpl.encodeHeader). A malformed length ends the list with type None."""
+    frames = []
     offset = len(CORE_HANDSHAKE)
-    while len(data) - offset >= _LENGTH.size + 1:
+    while len(data) - offset >= _LENGTH.size + 9:
         (length,) = _LENGTH.unpack_from(data, offset)
-        if length < 1:
-            return "core (malformed frame)"
+        if length < 9:
+            frames.append((None, None))
+            break
         if len(data) - offset < _LENGTH.size + length:
-            return None  # the frame is still arriving
-        kind = struct.unpack_from(">b", data, offset + _LENGTH.size)[0]
+            break  # the frame is still arriving
+        frames.append(struct.unpack_from(">bq", data, offset + _LENGTH.size))
+        offset += _LENGTH.size + length
+    return frames
+
+
+def _core_opening(data: bytes) -> str | None:
+    for kind, _channel in _core_frames(data):
+        if kind is None:
+            return "core (malformed frame)"
         if kind != CORE_PING:
             return f"core {CORE_PACKETS.get(kind, f'packet {kind}')}"
-        offset += _LENGTH.size + length
     return None
 
 
@@ -115,8 +134,8 @@ class AttemptRecorder:
     """A loopback listener that fails every connection attempt and notes each (`attempts`; the
     link's own in `link_attempts`, their spacing in `gaps`). A context manager."""
 
-    #: seconds a connection stays open once its opening request is complete (the client is then
-    #: blocked waiting for the answer; the drop wakes it)
+    #: seconds a connection stays open once its opening request (a bridge's: its session request)
+    #: is complete: the client is then blocked waiting for the answer, which the drop wakes
     HOLD = 0.05
     #: seconds to wait for a complete opening request before dropping the connection all the same
     OPENING_WAIT = 5.0
@@ -146,9 +165,10 @@ class AttemptRecorder:
     def _fail(self, conn: socket.socket, accepted: float) -> None:
         data = b""
         opening = None
+        answered = False
         deadline = accepted + self.OPENING_WAIT
         with conn:
-            while opening is None and not self._stop.is_set():
+            while not self._stop.is_set():
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
@@ -162,7 +182,20 @@ class AttemptRecorder:
                 if not chunk:
                     break  # the client gave up first
                 data += chunk
-                opening = opening_of(data)
+                if opening is None:
+                    opening = opening_of(data)
+                    if opening == "core CLUSTER_CONNECT":
+                        # answered, so the bridge goes on to ask for a session and is blocked in that
+                        # call when the drop comes (see the module docstring)
+                        try:
+                            conn.sendall(CORE_CLUSTER_CONNECT_REPLY)
+                        except OSError:
+                            break
+                        answered = True
+                    elif opening is not None:
+                        break
+                if answered and any(kind in CORE_SESSION_REQUESTS for kind, _ in _core_frames(data)):
+                    break
             if opening is not None:
                 time.sleep(self.HOLD)
         self.attempts.append(Attempt(accepted, opening or "none"))
