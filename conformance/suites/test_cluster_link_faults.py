@@ -13,10 +13,10 @@ cut while the clients keep their connections to their nodes.
   after a link fault alone and after B was also killed and started again (its journal keeps the
   messages and the duplicate ids).
 * INITIAL: two nodes, STRICT, initial-connect-attempts 2, 200 ms apart. A is started again while
-  its link to B is cut (the proxy closed: every attempt refused); once its two attempts are used
-  up B is down for good for A: A does not connect to B when the link is healed and keeps every
-  message sent to it although B has the queue. The waits are lower bounds far above the attempts'
-  400 ms: a slow machine can only make the test fail in vain.
+  its link to B and B's to A are cut (the proxies closed: every attempt refused); once its two
+  attempts are used up B is down for good for A: A does not connect to B when the links are
+  healed and keeps every message sent to it although B has the queue. The waits are lower bounds
+  far above the attempts' 400 ms: a slow machine can only make the test fail in vain.
 * SPACED: two nodes, retry-interval 250 ms, multiplier 2, max-retry-interval 1 s. A's link to B is
   moved to an `AttemptRecorder` (a listener of the test's own that fails every attempt) and B is
   killed; the recorder notes when each of A's reconnect attempts arrives. The gaps must grow by
@@ -114,15 +114,21 @@ def test_forwards_sent_again_to_a_target_that_crashed_and_recovered_are_delivere
 def test_a_node_not_reached_in_the_initial_attempts_gets_no_messages(clusters):
     cluster = clusters.get(INITIAL)
     links = clusters.links
-    proxy = links.proxy(INITIAL, "A", "B")
+    # Both links cut, B's to A too: with B's link alive, B reaches A as soon as A is back and
+    # announces itself, and whether that happened during the cut decided the outcome on Artemis
+    # (A's bridge to B then used up its initial attempts, AMQ222101; issue 19's runs, see the
+    # CLU-CC-RETRY-3 deviation). Unreachable here means unreachable both ways until the heal.
+    proxies = [links.proxy(INITIAL, "A", "B"), links.proxy(INITIAL, "B", "A")]
     destination = queue()
     cluster.stop_broker("A")
-    links.nemesis.invoke("partition", proxy=proxy, direction="both")  # the proxy stops listening: refused
+    for proxy in proxies:
+        links.nemesis.invoke("partition", proxy=proxy, direction="both")  # the proxy stops listening: refused
     try:
         cluster["A"].start(timeout=FORMATION)  # serving; not start_broker, which waits for every link
         time.sleep(GIVE_UP_WAIT)  # no event to poll: A's two initial attempts fail meanwhile
     finally:
-        links.nemesis.invoke("heal", proxy=proxy)
+        for proxy in proxies:
+            links.nemesis.invoke("heal", proxy=proxy)
     missing = set(poll(cluster.missing_links, lambda m: ("A", "B") not in m, timeout=JOIN_WAIT, interval=0.5))
     with StompClients() as clients:
         for node in ("A", "B"):
