@@ -17,8 +17,6 @@ test wait in vain (a false failure), never pass a broker that does not forward.
 from __future__ import annotations
 
 import re
-import socket
-import threading
 import time
 import uuid
 from contextlib import contextmanager
@@ -28,6 +26,7 @@ import pytest
 
 from conformance.plugin import NOT_APPLICABLE, STATE
 from conformance.scenario import Scenario
+from conformance.suites.attempt_recorder import AttemptRecorder
 from conformance.suites.network_support import OneNetworkAtATime, StompClients, parametrize_by_target
 from conformance.targets.base import why_missing
 from conformance.topology import Topology, TopologyUnsupported
@@ -91,60 +90,6 @@ class LinkFaults:
             self.nemesis.teardown()  # heals whatever a failed test left cut
         finally:
             self.server.stop()
-
-
-class AttemptRecorder:
-    """A loopback listener standing in for a node that is down: it notes when each connection
-    arrives (``time.monotonic()``) and closes it once the client has sent its first bytes and
-    `HOLD` s more, so every connection attempt of a cluster link that reaches it fails and is
-    recorded. Not closed at once: an Artemis bridge whose connection closes before it waits for
-    the answer to its first packet misses the close and blocks for its 30 s call timeout (seen
-    here, AMQ222186 ... AMQ219014), which would end the attempts. A context manager."""
-
-    #: seconds a connection is kept after its first bytes (the client is then waiting for an answer)
-    HOLD = 0.05
-
-    def __init__(self) -> None:
-        self.times: list[float] = []
-        self._sock = socket.create_server(("127.0.0.1", 0))
-        self._sock.settimeout(0.2)
-        self.address: tuple[str, int] = self._sock.getsockname()[:2]
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._serve, name="attempt-recorder", daemon=True)
-
-    def _serve(self) -> None:
-        while not self._stop.is_set():
-            try:
-                conn, _ = self._sock.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            self.times.append(time.monotonic())
-            threading.Thread(target=self._refuse, args=(conn,), daemon=True).start()
-
-    def _refuse(self, conn: socket.socket) -> None:
-        with conn:
-            conn.settimeout(2.0)
-            try:
-                conn.recv(65536)
-            except OSError:
-                pass
-            time.sleep(self.HOLD)
-
-    def gaps(self) -> list[float]:
-        """Seconds between consecutive recorded attempts."""
-        times = list(self.times)
-        return [b - a for a, b in zip(times, times[1:])]
-
-    def __enter__(self) -> "AttemptRecorder":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join(5)
-        self._sock.close()
 
 
 class ClusterPool:
