@@ -176,20 +176,8 @@ def cluster_xml(topology: Topology, node: str, *, host: str | None = None, core_
                   f"            <group-port>{udp.group_port}</group-port>",
                   f"            <refresh-timeout>{cc.refresh_timeout_ms}</refresh-timeout>",
                   "         </discovery-group>", "      </discovery-groups>"]
-    lines += ["      <cluster-connections>", f"         <cluster-connection name=\"{CLUSTER_NAME}\">",
-              f"            <address>{escape(cc.address)}</address>",
-              f"            <connector-ref>node-{escape(node)}</connector-ref>",
-              f"            <check-period>{cc.check_period_ms}</check-period>",
-              f"            <connection-ttl>{cc.connection_ttl_ms}</connection-ttl>",
-              f"            <retry-interval>{cc.retry_interval_ms}</retry-interval>",
-              f"            <retry-interval-multiplier>{_number(cc.retry_interval_multiplier)}"
-              "</retry-interval-multiplier>",
-              f"            <max-retry-interval>{cc.max_retry_interval_ms}</max-retry-interval>",
-              f"            <initial-connect-attempts>{cc.initial_connect_attempts}</initial-connect-attempts>",
-              f"            <reconnect-attempts>{cc.reconnect_attempts}</reconnect-attempts>",
-              f"            <use-duplicate-detection>{_bool(cc.use_duplicate_detection)}</use-duplicate-detection>",
-              f"            <message-load-balancing>{cc.message_load_balancing}</message-load-balancing>",
-              f"            <max-hops>{cc.max_hops}</max-hops>"]
+    lines += ["      <cluster-connections>"]
+    lines += _cluster_connection_head(cc, CLUSTER_NAME, cc.address, node, cc.message_load_balancing, cc.max_hops)
     if cc.discovery == "udp":
         lines.append("            <discovery-group-ref discovery-group-name=\"dg\"/>")
     else:
@@ -234,24 +222,32 @@ def cluster_xml(topology: Topology, node: str, *, host: str | None = None, core_
     return "\n".join(lines) + "\n"
 
 
+def _cluster_connection_head(cc: ClusterConnection, name: str, address: str, node: str, load_balancing: str,
+                             max_hops: int) -> list[str]:
+    """A ``<cluster-connection>``'s opening and options up to its members: ``name``, ``address``,
+    this node's connector-ref, load balancing and max hops as given, the timing, retry and
+    duplicate-detection options from ``cc`` (shared by the main and the extra connections)."""
+    return [f"         <cluster-connection name=\"{escape(name)}\">",
+            f"            <address>{escape(address)}</address>",
+            f"            <connector-ref>node-{escape(node)}</connector-ref>",
+            f"            <check-period>{cc.check_period_ms}</check-period>",
+            f"            <connection-ttl>{cc.connection_ttl_ms}</connection-ttl>",
+            f"            <retry-interval>{cc.retry_interval_ms}</retry-interval>",
+            f"            <retry-interval-multiplier>{_number(cc.retry_interval_multiplier)}</retry-interval-multiplier>",
+            f"            <max-retry-interval>{cc.max_retry_interval_ms}</max-retry-interval>",
+            f"            <initial-connect-attempts>{cc.initial_connect_attempts}</initial-connect-attempts>",
+            f"            <reconnect-attempts>{cc.reconnect_attempts}</reconnect-attempts>",
+            f"            <use-duplicate-detection>{_bool(cc.use_duplicate_detection)}</use-duplicate-detection>",
+            f"            <message-load-balancing>{load_balancing}</message-load-balancing>",
+            f"            <max-hops>{max_hops}</max-hops>"]
+
+
 def _extra_cluster_connection_xml(cc: ClusterConnection, extra: ExtraClusterConnection, node: str) -> list[str]:
     """The ``<cluster-connection>`` of `ExtraClusterConnection` ``extra`` on ``node``: its own name,
     address, load balancing and static members; the timing options are the main connection's."""
     targets = [t for s, t in extra.connections if s == node]
-    lines = [f"         <cluster-connection name=\"{escape(extra.name)}\">",
-             f"            <address>{escape(extra.address)}</address>",
-             f"            <connector-ref>node-{escape(node)}</connector-ref>",
-             f"            <check-period>{cc.check_period_ms}</check-period>",
-             f"            <connection-ttl>{cc.connection_ttl_ms}</connection-ttl>",
-             f"            <retry-interval>{cc.retry_interval_ms}</retry-interval>",
-             f"            <retry-interval-multiplier>{_number(cc.retry_interval_multiplier)}</retry-interval-multiplier>",
-             f"            <max-retry-interval>{cc.max_retry_interval_ms}</max-retry-interval>",
-             f"            <initial-connect-attempts>{cc.initial_connect_attempts}</initial-connect-attempts>",
-             f"            <reconnect-attempts>{cc.reconnect_attempts}</reconnect-attempts>",
-             f"            <use-duplicate-detection>{_bool(cc.use_duplicate_detection)}</use-duplicate-detection>",
-             f"            <message-load-balancing>{extra.message_load_balancing}</message-load-balancing>",
-             "            <max-hops>1</max-hops>",
-             "            <static-connectors allow-direct-connections-only=\"true\">"]
+    lines = _cluster_connection_head(cc, extra.name, extra.address, node, extra.message_load_balancing, max_hops=1)
+    lines.append("            <static-connectors allow-direct-connections-only=\"true\">")
     lines += [f"               <connector-ref>extra-{escape(extra.name)}-{escape(node)}-{escape(t)}</connector-ref>"
               for t in targets]
     if not targets:  # a member that dials nobody still declares it, to announce itself (see cluster_xml)
