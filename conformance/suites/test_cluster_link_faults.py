@@ -85,6 +85,8 @@ def check_once_each(sent: list[str], got: dict[str, list[str]], what: str) -> No
 def stream_and_check_once_each(clusters, *, crash_target: bool, what: str) -> None:
     """A fresh queue on A and B (no consumer), the stream across the fault, each body once."""
     cluster = clusters.get(DUP)
+    # the module's previous fault may have left A's bridge still retrying: start on a working link
+    cluster.wait_formed(FORMATION)
     destination = queue()
     with StompClients() as clients:
         for node in ("A", "B"):

@@ -208,6 +208,8 @@ def check_one_master(verdict: dict, fault: dict) -> None:
 
 #: a link slowed past the lease instead of cut: no error reaches the master, only silence
 SLOW_LINK = ("nemesis.0.fault=latency", "nemesis.0.latency_ms=20000")
+#: faults the Artemis slow-link check runs at most (each a short experiment of its own)
+SLOW_LINK_RUNS = 2
 
 
 @pytest.mark.slow
@@ -257,10 +259,15 @@ def test_activemq_has_one_master_when_its_database_link_is_cut(tmp_path):
                           "seconds after the backup went live")
 def test_artemis_has_one_master_when_its_database_link_is_slow(tmp_path):
     """FT-JDBC-1 under a slow database link (Artemis's lease renewal waits on it instead of failing).
-    Only an AssertionError is the recorded deviation: a run that never got to a takeover raises
-    something else and fails the test."""
-    verdict = run_short(tmp_path, "artemis-jdbc-lock-loss.toml", "artemis:process", SLOW_LINK)
-    (fault,) = verdict["run_stats"]["lock_loss"]
-    if fault["takeover_s"] is None:
-        raise RuntimeError(f"the run never got to a takeover: nothing to judge: {fault['timeline']}")
-    check_one_master(verdict, fault)
+    The rule holds only if it holds at every fault, so the fault is run up to ``SLOW_LINK_RUNS``
+    times and the first run with two masters is the outcome: in one CI run of six the primary
+    failed its store write at once (closed 2.4 s after the fault, before the backup went live),
+    which a single run cannot tell from a broker that keeps the rule. Only an AssertionError is the
+    recorded deviation: a run that never got to a takeover raises something else and fails the test."""
+    for run in range(SLOW_LINK_RUNS):
+        (tmp_path / f"fault-{run}").mkdir()
+        verdict = run_short(tmp_path / f"fault-{run}", "artemis-jdbc-lock-loss.toml", "artemis:process", SLOW_LINK)
+        (fault,) = verdict["run_stats"]["lock_loss"]
+        if fault["takeover_s"] is None:
+            raise RuntimeError(f"the run never got to a takeover: nothing to judge: {fault['timeline']}")
+        check_one_master(verdict, fault)

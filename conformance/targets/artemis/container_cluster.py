@@ -256,26 +256,6 @@ class ArtemisContainerCluster(ArtemisCluster):
             self.stop()
             raise
 
-    def missing_links(self) -> list[tuple[str, str]]:
-        """`ArtemisCluster.missing_links`, and also every link whose cluster bridge does not consume
-        its store-and-forward queue now (`ClusterManagement.bridged_nodes`): after a cut that
-        leaves no TCP reset, as an iptables partition, Artemis 2.40 keeps the cut peer in the
-        cluster connection's ``Nodes`` while its bridge retries, so ``Nodes`` alone would call a cut
-        link connected."""
-        missing = super().missing_links()
-        bridged: dict[str, set[str]] = {}
-        for source, target in self.topology.cluster.links(self.topology.nodes):
-            if (source, target) in missing:
-                continue
-            try:
-                if source not in bridged:
-                    bridged[source] = self.nodes[source].process.bridged_nodes()
-                if self._node_id(target) not in bridged[source]:
-                    missing.append((source, target))
-            except JolokiaError:
-                missing.append((source, target))
-        return missing
-
     def copy_node_data(self, source: str, target: str, timeout: float = 90) -> None:
         """`ArtemisCluster.copy_node_data` in containers (CLU-NODEID-1): stop both, stage a copy of
         ``source``'s data directory for ``target`` (read through the engine, unpacked by the start
