@@ -30,13 +30,13 @@ to or subscribed on it there; the suites create a node's queue by subscribing on
 
 Formation (`ArtemisCluster.wait_formed`): read over Jolokia, per node, the broker's ``NodeID`` and
 the cluster connection MBean's ``Nodes`` (node id -> remote address of each cluster bridge that is
-connected now); formed when, for every link ``(source, target)``, ``target``'s node id is among
-``source``'s connected nodes. Management rather than the log's AMQ221027 "bridge is connected"
-lines: the log keeps lines of links that have gone down since, the MBean does not. Not always:
-after a cut that sends no reset (iptables DROP between containers) 2.40 keeps the peer in
-``Nodes`` while its bridge retries; the container cluster also asks that the bridge consume its
-store-and-forward queue (`ClusterManagement.bridged_nodes`, artemis/container_cluster.py). The
-local JVMs' links are cut through the fault proxy, which closes connections.
+connected now) and which store-and-forward queues have a consumer; formed when, for every link
+``(source, target)`` (of the main and the extra cluster connections), ``target``'s node id is among
+``source``'s connected nodes and the bridge to it consumes its store-and-forward queue.
+Management rather than the log's AMQ221027 "bridge is connected" lines: the log keeps lines of
+links that have gone down since. ``Nodes`` alone is not enough either: after a cut that sends no
+reset (iptables DROP between containers; a link whose answers the fault proxy held) 2.40 keeps the
+peer in ``Nodes`` while its bridge retries (`ClusterManagement.bridged_nodes`).
 
 UDP discovery on loopback (measured here, Linux, no route or interface flag changed): with
 ``local-bind-address`` 127.0.0.1 the broadcast socket is bound to lo's address, and the kernel
@@ -281,31 +281,33 @@ class ClusterManagement:
             raise
         return dict(value or {})
 
-    def bridged_nodes(self) -> set[str]:
-        """Node ids whose store-and-forward queue here has a consumer now: the cluster bridge to
-        that node, which consumes the queue while it is connected and leaves it while it retries
-        (measured on 2.40 in containers, tests/docker/test_artemis_container_cluster.py: after an
-        iptables cut the queue's ConsumerCount fell from 1 to 0 once connection-ttl ran out and came
-        back within seconds of the heal, while ``Nodes`` kept listing the cut peer throughout)."""
+    def _store_and_forward_queues(self, attribute: str, cluster_name: str = CLUSTER_NAME) -> dict[str, int]:
+        """Store-and-forward queue name -> ``attribute`` (a count), for each queue cluster connection
+        ``cluster_name`` keeps here towards another node (``$.artemis.internal.sf.<cluster>.<node id>``)."""
         pattern = (f"org.apache.activemq.artemis:broker={_object_name_value(self.name)},component=addresses,"
                    "address=*,subcomponent=queues,routing-type=*,queue=*")
-        value = self.jolokia({"type": "read", "mbean": pattern, "attribute": ["Name", "ConsumerCount"]}, timeout=5.0)
-        prefix = f"{SF_QUEUE_PREFIX}{CLUSTER_NAME}."
-        return {str(attrs["Name"])[len(prefix):] for attrs in (value or {}).values()
-                if isinstance(attrs, dict) and str(attrs.get("Name", "")).startswith(prefix)
-                and int(attrs.get("ConsumerCount") or 0) > 0}
+        value = self.jolokia({"type": "read", "mbean": pattern, "attribute": ["Name", attribute]}, timeout=5.0)
+        prefix = f"{SF_QUEUE_PREFIX}{cluster_name}."
+        return {str(attrs["Name"]): int(attrs.get(attribute) or 0) for attrs in (value or {}).values()
+                if isinstance(attrs, dict) and str(attrs.get("Name", "")).startswith(prefix)}
+
+    def bridged_nodes(self, cluster_name: str = CLUSTER_NAME) -> set[str]:
+        """Node ids whose store-and-forward queue of ``cluster_name`` here has a consumer now: the
+        cluster bridge to that node, which consumes the queue while it is connected and leaves it
+        while it retries (measured on 2.40 in containers, tests/docker/test_artemis_container_cluster.py:
+        after an iptables cut the queue's ConsumerCount fell from 1 to 0 once connection-ttl ran out
+        and came back within seconds of the heal, while ``Nodes`` kept listing the cut peer throughout)."""
+        prefix = f"{SF_QUEUE_PREFIX}{cluster_name}."
+        return {name[len(prefix):] for name, consumers in self._store_and_forward_queues("ConsumerCount",
+                                                                                          cluster_name).items()
+                if consumers > 0}
 
     def store_and_forward_counts(self) -> dict[str, int]:
         """Store-and-forward queue name -> MessageCount, for each queue this node's cluster
-        connection keeps towards another node (``$.artemis.internal.sf.<cluster>.<node id>``): what
-        was routed to that node and not yet handed over by the cluster bridge ("Architecture" of
-        the chapter: each cluster connection forwards through such a queue per peer)."""
-        pattern = (f"org.apache.activemq.artemis:broker={_object_name_value(self.name)},component=addresses,"
-                   "address=*,subcomponent=queues,routing-type=*,queue=*")
-        value = self.jolokia({"type": "read", "mbean": pattern, "attribute": ["Name", "MessageCount"]}, timeout=5.0)
-        prefix = f"{SF_QUEUE_PREFIX}{CLUSTER_NAME}."
-        return {attrs["Name"]: int(attrs["MessageCount"]) for attrs in (value or {}).values()
-                if isinstance(attrs, dict) and str(attrs.get("Name", "")).startswith(prefix)}
+        connection keeps towards another node: what was routed to that node and not yet handed over
+        by the cluster bridge ("Architecture" of the chapter: each cluster connection forwards
+        through such a queue per peer)."""
+        return self._store_and_forward_queues("MessageCount")
 
 
 class ArtemisClusterProcess(ClusterManagement, ArtemisProcess):
@@ -391,16 +393,15 @@ class ArtemisCluster:
 
     def missing_links(self) -> list[tuple[str, str]]:
         """The links of ``.links()`` and of the extra cluster connections whose cluster bridge is
-        not connected now: the target is not in the cluster connection's ``Nodes``, or (links of
-        the main connection) the bridge does not consume its store-and-forward queue
-        (`ClusterManagement.bridged_nodes`). ``Nodes`` alone is not enough on 2.40: after a cut
+        not connected now: the target is not in the cluster connection's ``Nodes``, or the bridge
+        does not consume its store-and-forward queue (`ClusterManagement.bridged_nodes`). ``Nodes`` alone is not enough on 2.40: after a cut
         without a TCP reset (an iptables partition; a link whose answers the fault proxy held) it
         keeps listing the peer while the bridge retries, and a suite starting then would find
         messages stranded on the source."""
         cc = self.topology.cluster
         missing = []
         connected: dict[tuple[str, str], dict[str, str]] = {}
-        bridged: dict[str, set[str]] = {}
+        bridged: dict[tuple[str, str], set[str]] = {}
         links = [(CLUSTER_NAME, link) for link in cc.links(self.topology.nodes)]
         links += [(extra.name, link) for extra in cc.extra_connections for link in extra.connections]
         for name, (source, target) in links:
@@ -411,14 +412,11 @@ class ArtemisCluster:
             try:
                 if (name, source) not in connected:
                     connected[(name, source)] = process.connected_nodes(name)
+                if (name, source) not in bridged:
+                    bridged[(name, source)] = process.bridged_nodes(name)
                 target_id = self._node_id(target)
-                if target_id not in connected[(name, source)]:
+                if target_id not in connected[(name, source)] or target_id not in bridged[(name, source)]:
                     missing.append((source, target))
-                elif name == CLUSTER_NAME:
-                    if source not in bridged:
-                        bridged[source] = process.bridged_nodes()
-                    if target_id not in bridged[source]:
-                        missing.append((source, target))
             except JolokiaError:
                 missing.append((source, target))
         return missing
