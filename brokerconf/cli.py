@@ -24,18 +24,26 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
+import os
 import signal
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
+from brokerconf import chaos_stage
 from reports.pipeline.cli_args import positive_int
 
 
 #: `brokerconf run` without --targets: ActiveMQ is reported not applicable where it cannot run
 DEFAULT_RUN_TARGETS = "reference,activemq,artemis"
+#: the main job's pytest-xdist workers: the suites wait on JVM starts, brokers' timers and
+#: deliveries far more than they compute; measured on the 2-core machine (README, "Time")
+DEFAULT_WORKERS = 4
+#: the main job's chaos experiments running at once
+CHAOS_PARALLEL = chaos_stage.PARALLEL
 
 
 def _progress(message: str) -> None:
@@ -149,7 +157,8 @@ def cmd_bench_amqp(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """The main job: the conformance suites against the reference broker and every real broker
-    named (those not installed are reported not applicable), ending in one report."""
+    named (those not installed are reported not applicable), short chaos experiments, the Spark
+    stage, ending in one report. Each stage's wall time is printed at the end and kept in the report."""
     import subprocess
 
     from reports.render.run_report import write_run_report
@@ -166,21 +175,34 @@ def cmd_run(args: argparse.Namespace) -> int:
     out_dir = Path(args.out) / run_id
     out_dir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    _progress(f"brokerconf run {run_id}: conformance suites against {', '.join(targets)}")
-    status = subprocess.run(_suite_command(targets, out_dir, allow_unavailable=allow_unavailable),
-                            stdin=subprocess.DEVNULL).returncode
+    stages = StageClock(setup_seconds=_setup_seconds())
+    _progress(f"brokerconf run {run_id}: conformance suites against {', '.join(targets)} "
+              f"on {args.workers} worker{'s' if args.workers > 1 else ''}")
+    with stages.timed("conformance suites"):
+        status = subprocess.run(_suite_command(targets, out_dir, allow_unavailable=allow_unavailable,
+                                               workers=args.workers, suites=args.suite),
+                                stdin=subprocess.DEVNULL).returncode
     matrix_path = out_dir / "matrix.json"
     if not matrix_path.exists():
         print(f"brokerconf run: the suites exited with {status} before writing the matrix", file=sys.stderr)
         return status or 1
     matrix = json.loads(matrix_path.read_text())
-    verdicts = _run_chaos_stage(args, targets, out_dir)
+    timing = _read_json(out_dir / "timing.json")
+    with stages.timed("chaos experiments"):
+        runs, verdicts = chaos_stage.plan(args.chaos_duration, targets, out_dir, _progress)
+        if runs:
+            _progress(f"\nchaos: {len(runs)} experiments, {min(args.chaos_parallel, len(runs))} at a time")
+        verdicts += chaos_stage.run_all(runs, parallel=args.chaos_parallel, progress=_progress)
     # The Spark stage: the pipeline judges the same histories, and compares the targets.
     from reports.pipeline.main_job import run_spark_stage, stage_failed
 
-    spark = run_spark_stage(out_dir, progress=_progress)
+    with stages.timed("Spark analysis"):
+        spark = run_spark_stage(out_dir, progress=_progress)
+    times = {"stages": stages.to_json(), "targets": (timing or {}).get("targets", {}),
+             "modules": (timing or {}).get("modules", {}), "workers": args.workers,
+             "chaos_parallel": args.chaos_parallel}
     html_path = write_run_report(out_dir, run_id, matrix, seconds=time.monotonic() - started, chaos=verdicts,
-                                 spark=spark)
+                                 spark=spark, times=times)
     print()
     from conformance.matrix import summary_line
     from reports.judge import summary
@@ -193,6 +215,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"Spark ({spark['engine']} engine, {spark['master']}): "
               + (f"did not finish: {spark['error']}" if spark["error"] else
                  "; ".join(f"{v['run']} [{v['target']}] valid = {v['valid']}" for v in spark["verdicts"])))
+    print()
+    for line in format_times(times):
+        print(line)
     print(f"report: {html_path.resolve()}\nmatrix: {matrix_path.resolve()}\njunit: {(out_dir / 'junit.xml').resolve()}")
     if status not in (0, 1):  # interrupted, internal or usage error: the run itself broke
         return status
@@ -206,122 +231,72 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 1 if reference_failed or chaos_failed else 0
 
 
-#: the main job's chaos stage: (experiment file, target override, real broker it needs or None).
-#: Experiment 1 always; with ActiveMQ Classic among the targets and installed, experiment 2 and
-#: experiment 4 on ActiveMQ as well, so the report compares the two slow-subscriber accountings.
-#: Experiments 1 (kill under persistent load, journal kept) and 3 (clients partitioned through the
-#: fault proxy) on Artemis too when it is among the targets and installed.
-#: The bridge partition (issue 7) on both: about 25 s on the reference broker, 30 s on ActiveMQ,
-#: whose networks run as local JVMs only (chaos/topology.py), hence `activemq:process`: where
-#: ActiveMQ exists only as a container image that entry is skipped with the reason.
-#: With Artemis among the targets and its distribution installed (issue 16), the two experiments
-#: whose claims Artemis documents: one Artemis killed under persistent load with its journal, and
-#: experiment 3 (clients partitioned through the fault proxy); both on the local JVM, which the
-#: harness can kill and restart. About 35-40 s and 25-30 s of wall time at 20 s each (JVM start,
-#: restarts and the drain included).
-#: overrides (`chaos run --set`) that fit a lock-loss experiment into a short chaos stage
-LOCK_LOSS_SHORT = ("recovery_s=6", 'topology.nfs_mount_options="soft,timeo=10,retrans=2,lookupcache=none,sync"',
-                   "topology.nfs_lease_s=5.0", "nemesis.0.every_s=3", "nemesis.0.down_s=11")
-
-#: the shortest chaos stage a master/slave experiment gets: the shared-store failover kills its
-#: master after 8 s, a shortened lock-loss run cuts at 3 s for 11 s; either then needs its recovery
-MASTER_SLAVE_MIN_DURATION_S = 20.0
-
-MAIN_JOB_EXPERIMENTS = (
-    ("reference-kill-restart.toml", None, None),
-    ("slow-topic-subscriber.toml", None, None),
-    ("network-bridge-partition.toml", None, None),
-    ("activemq-shared-store-failover.toml", None, "activemq"),
-    # the same master/slave experiment through the topology contract (issue 18): the reference
-    # broker's shared journal and Artemis's shared-store pair
-    ("activemq-shared-store-failover.toml", "reference", None),
-    ("activemq-shared-store-failover.toml", "artemis:process", "artemis"),
-    ("slow-topic-subscriber.toml", "activemq", "activemq"),
-    ("network-bridge-partition.toml", "activemq:process", "activemq"),
-    # Apache Artemis as a local JVM (issue 16): killed under persistent load, journal kept
-    ("artemis-kill-restart.toml", "artemis:process", "artemis"),
-    ("client-partition.toml", "artemis:process", "artemis"),
-    # lock loss on the simulated NFS store, one per broker (issue 18): shortened so one cut and its
-    # recovery fit the main job's chaos duration (a 6 s soft-mount timeout, a 5 s lease)
-    ("reference-nfs-lock-loss.toml", None, None, LOCK_LOSS_SHORT),
-    ("activemq-nfs-lock-loss.toml", "activemq:process", "activemq", LOCK_LOSS_SHORT),
-    ("artemis-nfs-lock-loss.toml", "artemis:process", "artemis", LOCK_LOSS_SHORT),
-    # Artemis-style clusters (issue 19): redistribution under consumer churn, a node killed and the
-    # cluster links cut; clustered grouping across nodes. A target that cannot launch a cluster
-    # (no topology.cluster) reports these not applicable, with the reason (`_cluster_not_applicable`).
-    ("reference-cluster-redistribution.toml", None, None),
-    ("reference-clustered-grouping.toml", None, None),
-    ("artemis-cluster-redistribution.toml", "artemis:process", "artemis"),
-    ("artemis-clustered-grouping.toml", "artemis:process", "artemis"),
-)
-
-#: the shortest chaos stage a cluster experiment gets: its node kill (at 6-7 s, 3 s down) and its
-#: link cut (at 9-10 s, 2 s) with their recovery
-CLUSTER_MIN_DURATION_S = 20.0
-
-
-def _cluster_not_applicable(exp, target) -> dict | None:
-    """The main job's entry for a cluster experiment whose target cannot launch a cluster (it lacks
-    ``topology.cluster``): not applicable, with the reason; None when it can (or no cluster)."""
-    from chaos.topology import topology_of
-    from conformance.targets.base import why_missing
-    from conformance.topology import capability_of
-
-    needed = capability_of(topology_of(exp))
-    if needed != "topology.cluster" or needed in target.capabilities():
+def _read_json(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
         return None
-    why = why_missing(target, needed)
-    return {"experiment": exp.name, "target": exp.target.name, "valid": "not applicable", "applicable": False,
-            "error": f"not applicable: target {exp.target.name} lacks {needed}, it cannot launch a "
-                     f"{len(exp.topology.node_names)}-node cluster" + (f" ({why})" if why else "")}
 
 
-def _run_chaos_stage(args: argparse.Namespace, targets: list[str], out_dir: Path) -> list[dict]:
-    import chaos
-    from brokerconf.chaos_job import run_and_judge
-    from chaos.sharedstore.harness import fuse_unavailable
-    from chaos.experiment_file import ExperimentError, load_experiment, with_overrides
-    from conformance.targets.registry import resolve
+def _setup_seconds() -> float | None:
+    """The set-up's wall time, when scripts/main.sh measured it (BROKERCONF_SETUP_SECONDS)."""
+    text = os.environ.get("BROKERCONF_SETUP_SECONDS", "")
+    try:
+        return float(text) if text else None
+    except ValueError:
+        return None
 
-    if args.chaos_duration <= 0:
-        return []
-    verdicts = []
-    for file_name, target, needs, *settings in MAIN_JOB_EXPERIMENTS:
-        path = Path(chaos.__file__).resolve().parent / "experiments" / file_name
-        # master/slave runs need their one fault and its recovery in the run (MASTER_SLAVE_MIN_DURATION_S)
-        minimum = MASTER_SLAVE_MIN_DURATION_S if ("shared-store" in file_name or settings) else 0.0
-        if "cluster" in file_name:
-            minimum = CLUSTER_MIN_DURATION_S
-        duration = max(args.chaos_duration, minimum)
-        exp = with_overrides(load_experiment(path), duration_s=duration, target=target,
-                             settings=settings[0] if settings else ())
-        label = f"{exp.name} on {exp.target.name}"
-        if exp.topology.store == "nfs" and (why := fuse_unavailable()):
-            _progress(f"\nchaos: {label} skipped: {why}")
-            continue
-        if needs is not None:
-            available, why = resolve(target or needs).availability()
-            if needs not in targets or not available:
-                _progress(f"\nchaos: {label} skipped: " + (why if needs in targets else f"{needs} not in --targets"))
-                continue
-        if (skipped := _cluster_not_applicable(exp, resolve(exp.target.name))) is not None:
-            _progress(f"\nchaos: {label}: {skipped['error']}")
-            verdicts.append(skipped)
-            continue
-        _progress(f"\nchaos: {label} for {exp.duration_s:.0f} s ({path.name})")
+
+class StageClock:
+    """Each stage's wall time, in the order they ran (the set-up's, measured by scripts/main.sh
+    before this process started, first)."""
+
+    def __init__(self, setup_seconds: float | None = None) -> None:
+        self.stages: list[tuple[str, float]] = []
+        if setup_seconds is not None:
+            self.stages.append(("set-up (scripts/bootstrap.sh)", setup_seconds))
+
+    @contextmanager
+    def timed(self, name: str):
+        began = time.monotonic()
         try:
-            verdicts.append(run_and_judge(exp, out_dir / f"chaos-{exp.name}-{exp.target.name.replace(':', '-')}",
-                                          progress=_progress))
-        except ExperimentError as exc:
-            verdicts.append({"experiment": exp.name, "target": exp.target.name, "valid": "unknown", "error": str(exc)})
-    return verdicts
+            yield
+        finally:
+            self.stages.append((name, time.monotonic() - began))
+
+    def to_json(self) -> list[dict]:
+        return [{"stage": name, "seconds": round(seconds, 1)} for name, seconds in self.stages]
+
+
+def _minutes(seconds: float) -> str:
+    return f"{int(seconds // 60)} m {seconds % 60:04.1f} s"
+
+
+def format_times(times: dict) -> list[str]:
+    """The end-of-run lines: each stage's wall time and their total, then each target's (targets
+    overlap on the workers: its wall time runs from its first test's start to its last's end; its
+    test time is the sum of its tests' times)."""
+    lines = ["wall time by stage:"]
+    total = 0.0
+    for entry in times["stages"]:
+        total += entry["seconds"]
+        lines.append(f"  {entry['stage']:<32} {_minutes(entry['seconds'])}")
+    lines.append(f"  {'total':<32} {_minutes(total)}")
+    if times.get("targets"):
+        lines.append(f"conformance suites by target ({times.get('workers', 1)} workers):")
+        for target, span in times["targets"].items():
+            lines.append(f"  {target:<32} wall {_minutes(span['wall_seconds'])}, tests {_minutes(span['test_seconds'])}")
+    return lines
 
 
 def _suite_command(targets: list[str], out_dir: Path, *, targets_file: str | None = None,
                    suites: list[str] | None = None, extra: list[str] | None = None,
-                   allow_unavailable: bool = False) -> list[str]:
+                   allow_unavailable: bool = False, workers: int = 1) -> list[str]:
     """The pytest command line `brokerconf suite` runs (a subprocess: each run gets a fresh
-    interpreter, so in-process brokers and their native libraries never leak between runs)."""
+    interpreter, so in-process brokers and their native libraries never leak between runs).
+    With ``workers`` > 1, on that many pytest-xdist workers: each suite module's tests of one
+    target stay on one worker (its broker starts once), and the modules go out longest first by
+    their recorded cost (conformance/schedule.py)."""
     import conformance
 
     suites_dir = Path(conformance.__file__).resolve().parent / "suites"
@@ -329,7 +304,9 @@ def _suite_command(targets: list[str], out_dir: Path, *, targets_file: str | Non
                "-p", "no:cacheprovider", "-o", "addopts=", "-rfExs", "--timeout=300",
                f"--rootdir={suites_dir.parent.parent}",
                f"--junitxml={out_dir / 'junit.xml'}", f"--alluredir={out_dir / 'allure-results'}",
-               f"--conformance-matrix={out_dir / 'matrix.json'}"]
+               f"--conformance-matrix={out_dir / 'matrix.json'}", f"--timing-report={out_dir / 'timing.json'}"]
+    if workers > 1:
+        command += ["-n", str(workers), "--dist", "loadgroup", "--no-loadscope-reorder"]
     for target in targets:
         command += ["--target", target]
     if targets_file:
@@ -353,7 +330,7 @@ def cmd_suite(args: argparse.Namespace) -> int:
     out_dir = Path(args.out) / run_id
     out_dir.mkdir(parents=True, exist_ok=True)
     command = _suite_command(targets, out_dir, targets_file=args.targets_file, suites=args.suite,
-                             extra=args.pytest_args, allow_unavailable=args.allow_unavailable)
+                             extra=args.pytest_args, allow_unavailable=args.allow_unavailable, workers=args.workers)
     _progress(f"running: {' '.join(command)}")
     status = subprocess.run(command, stdin=subprocess.DEVNULL).returncode
     matrix = out_dir / "matrix.json"
@@ -382,6 +359,9 @@ def cmd_chaos_run(args: argparse.Namespace) -> int:
     except ExperimentError as exc:
         print(f"brokerconf chaos run: {exc}", file=sys.stderr)
         return 2
+    if args.run_dir is not None and (len(experiments) > 1 or args.repeat > 1):
+        print("brokerconf chaos run: --run-dir takes one experiment file and no --repeat", file=sys.stderr)
+        return 2
     status, table = 0, {}
     for exp in experiments:
         # the experiment needs its broker: one that cannot run here fails (1), with the reason
@@ -391,7 +371,8 @@ def cmd_chaos_run(args: argparse.Namespace) -> int:
         label = f"{exp.name} on {exp.target.name}"
         for run in range(args.repeat):
             stamp = datetime.now(timezone.utc).strftime(f"chaos-{exp.name}-%Y%m%dT%H%M%SZ")
-            out_dir = Path(args.out) / (stamp if args.repeat == 1 else f"{stamp}-run{run + 1}")
+            out_dir = Path(args.run_dir) if args.run_dir is not None else \
+                Path(args.out) / (stamp if args.repeat == 1 else f"{stamp}-run{run + 1}")
             if args.repeat > 1:
                 _progress(f"\n{label}: run {run + 1} of {args.repeat}")
             try:
@@ -555,6 +536,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--out", default="reports/out", help="directory for reports (default: reports/out)")
     run.add_argument("--chaos-duration", type=float, default=20.0, metavar="S",
                      help="seconds each chaos experiment of the stage runs (experiments 1 and 4 on the reference broker; 2 and 4 on ActiveMQ when installed); 0 skips the stage (default 20)")
+    run.add_argument("--workers", type=positive_int, default=DEFAULT_WORKERS, metavar="N",
+                     help=f"pytest-xdist workers for the suites (default {DEFAULT_WORKERS}; 1: one process)")
+    run.add_argument("--chaos-parallel", type=positive_int, default=CHAOS_PARALLEL, metavar="N",
+                     help=f"chaos experiments running at once (default {CHAOS_PARALLEL})")
+    run.add_argument("--suite", action="append", metavar="PATH",
+                     help="a suite file or directory (repeatable; default: all of conformance/suites)")
     run.set_defaults(func=cmd_run)
 
     suite = sub.add_parser("suite", help="run the conformance suites against targets; writes JUnit XML, Allure "
@@ -568,6 +555,8 @@ def build_parser() -> argparse.ArgumentParser:
     suite.add_argument("--suite", action="append", metavar="PATH",
                        help="a suite file or directory (repeatable; default: all of conformance/suites)")
     suite.add_argument("--out", default="reports/out", help="directory for reports (default: reports/out)")
+    suite.add_argument("--workers", type=positive_int, default=1, metavar="N",
+                       help="pytest-xdist workers (default 1: one process)")
     suite.add_argument("pytest_args", nargs="*", help="extra pytest arguments after --, e.g. -- -k groups")
     suite.set_defaults(func=cmd_suite)
 
@@ -578,6 +567,9 @@ def build_parser() -> argparse.ArgumentParser:
     chaos_run.add_argument("--duration", type=float, metavar="S", help="override the file's duration_s")
     chaos_run.add_argument("--target", metavar="NAME", help="override the file's [target] name (brokerconf targets list)")
     chaos_run.add_argument("--out", default="reports/out", help="directory for the run (default: reports/out)")
+    chaos_run.add_argument("--run-dir", metavar="DIR",
+                           help="write the run into exactly DIR instead of a new directory under --out (one file, "
+                                "no --repeat; the main job's chaos stage uses it)")
     chaos_run.add_argument("--repeat", type=positive_int, default=1, metavar="N",
                            help="run each file N times and print the median and spread of the figures side by side")
     chaos_run.add_argument("--set", action="append", metavar="KEY=VALUE",

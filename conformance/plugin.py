@@ -38,7 +38,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance import requirements, xdist_groups
+from conformance import requirements, schedule, xdist_groups
 from conformance.clients.base import Unsupported
 from conformance.matrix import ConformanceResults, TestRecord
 from conformance.scenario import DEFAULT_SCENARIO, PROTOCOLS, Scenario
@@ -56,7 +56,7 @@ DEVIATIONS = pytest.StashKey[list]()
 #: a suite test's node ID as collected: pytest-xdist's loadgroup appends "@<group>" to it on the
 #: workers, and the matrix keeps the ID a serial run records
 NODEID = pytest.StashKey[str]()
-#: the test's index in the (final) collection, to list the matrix's records in collection order
+#: the test's index in the collection (before any ordering by cost), to list the matrix's records in that order
 ORDER = pytest.StashKey[int]()
 #: the name of the report's user property that carries the plugin's record from a worker
 RECORD_PROPERTY = "brokerconf_record"
@@ -123,6 +123,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="directory of catalogue TOML files (default: conformance/spec)")
     group.addoption("--known-deviations", dest="brokerconf_known_deviations", metavar="DIR",
                     help="directory of known-deviation TOML files (default: conformance/known_deviations)")
+    schedule.add_options(group)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -146,6 +147,7 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(str(exc)) from None
     config.pluginmanager.register(MatrixRecorder(config), "brokerconf-matrix-recorder")
     xdist_groups.register(config)
+    schedule.register(config)
 
 
 def unavailable_named_targets(state: PluginState) -> list[str]:
@@ -215,7 +217,10 @@ def xdist_group_name(item: pytest.Item, target_name: str) -> str:
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
     state = _state(config)
-    for item in items:
+    for n, item in enumerate(items):
+        # the matrix lists records in the collection's order, taken here: a parallel run orders
+        # its items by cost afterwards (conformance/schedule.py), which must not reorder the matrix
+        item.stash[ORDER] = n
         if "target_name" not in _params(item):
             continue
         item.stash[NODEID] = item.nodeid
@@ -245,11 +250,6 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
             item.add_marker(pytest.mark.xfail(raises=AssertionError, strict=True,
                                               reason=f"known deviation {deviation.spec} on {deviation.target}: "
                                                      f"{deviation.summary}"))
-
-
-def pytest_collection_finish(session: pytest.Session) -> None:
-    for n, item in enumerate(session.items):
-        item.stash[ORDER] = n
 
 
 def _params(item: pytest.Item) -> dict:

@@ -5,8 +5,10 @@
 #
 # BROKERCONF_TEST_WORKERS=N (N > 1) runs the tests on N pytest-xdist workers
 # (-n N --dist loadgroup: each conformance suite module's tests of one target, and a module's
-# tests that share a module-scoped fixture, stay on one worker; see conformance/xdist_groups.py).
+# tests that share a module-scoped fixture, stay on one worker; see conformance/xdist_groups.py),
+# the costliest groups first by their recorded cost (--no-loadscope-reorder; conformance/schedule.py).
 # Unset, empty or 1: one process, as before.
+# Every run ends with its 30 slowest tests (--durations=30), so growth is visible.
 set -euo pipefail
 workers="${BROKERCONF_TEST_WORKERS:-1}"
 if ! [[ "$workers" =~ ^[1-9][0-9]*$ ]]; then
@@ -17,6 +19,6 @@ fi
 source "$(dirname "${BASH_SOURCE[0]}")/bootstrap.sh"
 parallel=()
 if [ "$workers" -gt 1 ]; then
-    parallel=(-n "$workers" --dist loadgroup)
+    parallel=(-n "$workers" --dist loadgroup --no-loadscope-reorder)
 fi
-exec .venv/bin/python -m pytest "${parallel[@]}" "$@"
+exec .venv/bin/python -m pytest "${parallel[@]}" --durations=30 "$@"

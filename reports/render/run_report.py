@@ -75,17 +75,45 @@ def _spark_html(stage: dict | None) -> str:
     return head + table
 
 
+def _times_html(times: dict | None) -> str:
+    """Where the run's time went: each stage's wall time, then each target's in the suites (targets
+    run side by side on the workers, so their wall times overlap) and the costliest modules."""
+    if not times:
+        return ""
+    e = html.escape
+    stages = "".join(f"<tr><td>{e(s['stage'])}</td><td>{s['seconds']:.0f} s</td></tr>" for s in times["stages"])
+    total = sum(s["seconds"] for s in times["stages"])
+    out = ("<h2>Time</h2><table><tr><th>stage</th><th>wall time</th></tr>" + stages
+           + f"<tr><td><b>total</b></td><td><b>{total:.0f} s</b></td></tr></table>")
+    if times.get("targets"):
+        rows = "".join(f"<tr><td>{e(t)}</td><td>{span['wall_seconds']:.0f} s</td><td>{span['test_seconds']:.0f} s</td></tr>"
+                       for t, span in times["targets"].items())
+        out += (f"<p>Conformance suites on {times.get('workers', 1)} workers, chaos experiments "
+                f"{times.get('chaos_parallel', 1)} at a time. A target's wall time runs from its first test's start "
+                "to its last's end; its test time sums its tests' own times.</p><table><tr><th>target</th>"
+                "<th>wall time</th><th>test time</th></tr>" + rows + "</table>")
+    modules = times.get("modules") or {}
+    if modules:
+        costly = sorted(modules.items(), key=lambda item: -sum(item[1].values()))[:15]
+        targets = sorted({t for _, per in costly for t in per})
+        rows = "".join(f"<tr><td><code>{e(m)}</code></td>" + "".join(
+            f"<td>{per[t]:.0f} s</td>" if t in per else "<td>-</td>" for t in targets) + "</tr>" for m, per in costly)
+        out += ("<h3>Costliest suite modules (test time)</h3><table><tr><th>module</th>"
+                + "".join(f"<th>{e(t)}</th>" for t in targets) + "</tr>" + rows + "</table>")
+    return out
+
+
 def write_run_report(out_dir: Path, run_id: str, matrix: dict, seconds: float, chaos: list[dict] | None = None,
-                     spark: dict | None = None) -> Path:
+                     spark: dict | None = None, times: dict | None = None) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     write_matrix_report(out_dir, matrix)
     summary = {"run_id": run_id, "seconds": round(seconds, 1), "targets": matrix["targets"],
-               "summary": matrix["summary"], "chaos": chaos or [], "spark": spark,
+               "summary": matrix["summary"], "chaos": chaos or [], "spark": spark, "times": times,
                "artefacts": {"matrix": "matrix.json", "junit": "junit.xml", "allure_results": "allure-results/"}}
     (out_dir / "results.json").write_text(json.dumps(summary, indent=2))
     artefacts = ('<p>Run took {:.0f} s. Artefacts: <a href="matrix.json">matrix.json</a> · '
                  '<a href="junit.xml">junit.xml</a> · allure-results/ (<code>allure serve allure-results</code>)</p>'
-                 ).format(seconds) + _chaos_html(chaos or [], out_dir) + _spark_html(spark)
+                 ).format(seconds) + _times_html(times) + _chaos_html(chaos or [], out_dir) + _spark_html(spark)
     index = out_dir / "index.html"
     index.write_text(render_matrix(matrix, title=f"brokerconf run {run_id}", preamble=artefacts))
     return index

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import chaos.experiment as experiment_module
-from brokerconf.cli import MAIN_JOB_EXPERIMENTS, _cluster_not_applicable
+from brokerconf.chaos_stage import MAIN_JOB_EXPERIMENTS, cluster_not_applicable
 from chaos.experiment import run_experiment
 from chaos.experiment_file import ExperimentError, load_experiment, with_overrides
 from chaos.history import read_history
@@ -155,12 +155,12 @@ class FakeCluster:
 
 def test_a_target_without_topology_cluster_is_not_applicable_with_the_reason():
     exp = load_experiment(EXPERIMENTS / FILES[0])
-    entry = _cluster_not_applicable(exp, FakeClusterTarget(capabilities=("process.kill",)))
+    entry = cluster_not_applicable(exp, FakeClusterTarget(capabilities=("process.kill",)))
     assert entry["applicable"] is False and entry["valid"] == "not applicable"
     assert "lacks topology.cluster" in entry["error"] and "a fake without it" in entry["error"]
-    assert _cluster_not_applicable(exp, FakeClusterTarget()) is None
+    assert cluster_not_applicable(exp, FakeClusterTarget()) is None
     plain = load_experiment(EXPERIMENTS / "reference-kill-restart.toml")
-    assert _cluster_not_applicable(plain, FakeClusterTarget(capabilities=())) is None
+    assert cluster_not_applicable(plain, FakeClusterTarget(capabilities=())) is None
 
 
 @pytest.mark.slow
@@ -201,15 +201,14 @@ def test_the_main_jobs_chaos_stage_lists_a_cluster_experiment_its_target_cannot_
     """brokerconf run's chaos stage: a cluster experiment on a target without topology.cluster is
     an entry "not applicable" with the reason, which does not fail the run (the stage runs
     nothing for it)."""
-    import argparse
-
-    from brokerconf import cli
+    from brokerconf import chaos_stage
     from conformance.targets import registry
 
     lacking = FakeClusterTarget(capabilities=("process.kill", "protocol.stomp"))
     monkeypatch.setattr(registry, "resolve", lambda name: lacking)
-    monkeypatch.setattr(cli, "MAIN_JOB_EXPERIMENTS", (("reference-cluster-redistribution.toml", None, None),))
-    [entry] = cli._run_chaos_stage(argparse.Namespace(chaos_duration=5), ["reference"], tmp_path)
+    monkeypatch.setattr(chaos_stage, "MAIN_JOB_EXPERIMENTS", (("reference-cluster-redistribution.toml", None, None),))
+    runs, [entry] = chaos_stage.plan(5, ["reference"], tmp_path, progress=lambda line: None)
+    assert runs == []
     assert (entry["experiment"], entry["valid"], entry["applicable"]) == (
         "reference-cluster-redistribution", "not applicable", False)
     assert entry["error"].startswith("not applicable: target reference:process lacks topology.cluster")

@@ -1,0 +1,164 @@
+"""Spreading a parallel run by cost, and telling where its time went.
+
+Under pytest-xdist's ``--dist loadgroup`` the controller hands out *work units* (an ``xdist_group``,
+or a single ungrouped test) in the order the collection first names them. pytest-xdist's own
+reordering (on by default) sorts them by their number of tests, which says little here: a module
+of four cluster tests costs minutes, a codec module of two hundred costs seconds. So the scheduled
+runs (``brokerconf run``, ``scripts/test.sh`` with workers) pass ``--no-loadscope-reorder`` and
+this plugin orders the collection by each unit's *recorded* cost, longest first (the classic
+longest-processing-time rule: the long units start at once, the short ones fill the gaps at the
+end). The costs come from earlier runs (`COSTS_FILE`, refreshed with ``scripts/record_costs.py``);
+a unit never recorded counts as cheap and runs among the last.
+
+It also keeps the timing of a run (``--timing-report FILE``, written by the controller or a serial
+run): each unit's summed test time, each target's wall time (first test start to last test end:
+targets overlap on parallel workers) and its summed test time, and each module's per target. The
+main job prints them and puts them in its report; ``scripts/record_costs.py`` turns them into the
+next run's `COSTS_FILE`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+#: the recorded cost (seconds of test time) of each work unit, from earlier parallel runs
+COSTS_FILE = Path(__file__).resolve().parent / "unit_costs.json"
+#: a unit's cost when it was never recorded (a new test): cheap, so it fills the tail of the run
+UNRECORDED = 0.0
+#: a suite test's group is "<module>(<target>)" (conformance/plugin.py's xdist_group_name)
+_SUITE_GROUP = re.compile(r"^(?P<module>[^()]+\.py)\((?P<target>[^()]+)\)$")
+
+
+def load_costs(path: Path = COSTS_FILE) -> dict[str, float]:
+    """Unit -> seconds; {} when the file is missing (a fresh checkout may have none yet)."""
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as exc:
+        raise pytest.UsageError(f"{path}: not a readable cost file ({exc}); refresh it with scripts/record_costs.py")
+    return {str(unit): float(seconds) for unit, seconds in data.get("units", {}).items()}
+
+
+def unit_of_nodeid(nodeid: str) -> str:
+    """The work unit of a node ID as pytest-xdist's loadgroup reads it: the text after the last
+    "@" when no "]" follows it (the group), else the node ID itself (xdist/scheduler/loadgroup.py)."""
+    at = nodeid.rfind("@")
+    return nodeid[at + 1:] if at > nodeid.rfind("]") else nodeid
+
+
+def unit_of_item(item: pytest.Item) -> str:
+    """The work unit ``item`` will be scheduled in: its xdist_group (several marks join with "_",
+    as pytest-xdist joins them), else its own node ID."""
+    names = sorted({str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+                    for mark in item.iter_markers("xdist_group")})
+    return "_".join(names) if names else item.nodeid.split("@", 1)[0]
+
+
+def order_by_cost(items: list[pytest.Item], costs: dict[str, float]) -> None:
+    """Sort ``items`` in place: the units in falling recorded cost, each unit's tests together and
+    in their collected order (a stable sort on the unit's cost, then on where the unit first
+    appeared, so units of equal cost keep the collection's order and the result is the same on
+    every worker: pytest-xdist aborts a run whose workers collected different orders)."""
+    first_seen: dict[str, int] = {}
+    units = []
+    for index, item in enumerate(items):
+        unit = unit_of_item(item)
+        first_seen.setdefault(unit, index)
+        units.append(unit)
+    keyed = sorted(zip(items, units), key=lambda pair: (-costs.get(pair[1], UNRECORDED), first_seen[pair[1]]))
+    items[:] = [item for item, _ in keyed]
+
+
+def suite_target_and_module(unit: str) -> tuple[str, str] | None:
+    """(target, module) of a conformance suite's unit "<module>(<target>)"; None for other units."""
+    match = _SUITE_GROUP.match(unit)
+    return (match["target"], match["module"]) if match else None
+
+
+class RunTiming:
+    """Collects each finished test phase's time, by unit, target and module (in the process that
+    sees every report: the controller under pytest-xdist, the only process otherwise)."""
+
+    def __init__(self) -> None:
+        self.started = time.time()
+        self.units: dict[str, float] = {}
+        self.targets: dict[str, dict] = {}
+        self.modules: dict[str, dict[str, float]] = {}
+
+    def add(self, report: pytest.TestReport) -> None:
+        unit = unit_of_nodeid(report.nodeid)
+        self.units[unit] = self.units.get(unit, 0.0) + report.duration
+        where = suite_target_and_module(unit)
+        if where is None:
+            return
+        target, module = where
+        span = self.targets.setdefault(target, {"first_start": report.start, "last_stop": report.stop,
+                                                "test_seconds": 0.0})
+        span["first_start"] = min(span["first_start"], report.start)
+        span["last_stop"] = max(span["last_stop"], report.stop)
+        span["test_seconds"] += report.duration
+        per_target = self.modules.setdefault(module, {})
+        per_target[target] = per_target.get(target, 0.0) + report.duration
+
+    def to_json(self) -> dict:
+        return {
+            "wall_seconds": round(time.time() - self.started, 1),
+            "units": {unit: round(seconds, 2) for unit, seconds in sorted(self.units.items())},
+            "targets": {target: {"wall_seconds": round(span["last_stop"] - span["first_start"], 1),
+                                 "test_seconds": round(span["test_seconds"], 1)}
+                        for target, span in sorted(self.targets.items())},
+            "modules": {module: {t: round(s, 1) for t, s in sorted(per.items())}
+                        for module, per in sorted(self.modules.items())},
+        }
+
+
+class CostScheduling:
+    """The pytest side: orders a worker's collection by cost (``--no-loadscope-reorder`` runs only,
+    where nothing else reorders the units), and writes ``--timing-report``."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.timing = RunTiming()
+
+    @pytest.hookimpl(trylast=True)  # after every hook that adds xdist_group marks
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        if _by_cost(self.config):
+            order_by_cost(items, load_costs())
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if not hasattr(self.config, "workerinput"):  # a worker's reports reach the controller too
+            self.timing.add(report)
+
+    def pytest_sessionfinish(self) -> None:
+        path = self.config.getoption("brokerconf_timing_report", None)
+        if path and not hasattr(self.config, "workerinput"):
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            Path(path).write_text(json.dumps(self.timing.to_json(), indent=2))
+
+
+def _by_cost(config: pytest.Config) -> bool:
+    """Only a parallel loadgroup run that turned pytest-xdist's own reordering off is ordered by
+    cost: a serial run keeps the file order people read, and with the reordering on, pytest-xdist
+    would sort the units again by their number of tests."""
+    option = config.option
+    # a worker sees ``loadgroup`` (remote.py sets it from the controller's --dist, and dist to "no")
+    loadgroup = getattr(option, "loadgroup", False) or getattr(option, "dist", "no") == "loadgroup"
+    return loadgroup and getattr(option, "loadscopereorder", True) is False
+
+
+def add_options(group) -> None:
+    """The plugin's option group gets ``--timing-report``."""
+    group.addoption("--timing-report", dest="brokerconf_timing_report", metavar="FILE",
+                    help="write the run's timing as JSON to FILE: each work unit's test time, each target's wall "
+                         "and test time, each module's per target (conformance/schedule.py)")
+
+
+def register(config: pytest.Config) -> None:
+    if not config.pluginmanager.has_plugin("brokerconf-cost-scheduling"):
+        config.pluginmanager.register(CostScheduling(config), "brokerconf-cost-scheduling")

@@ -1,0 +1,107 @@
+"""Ordering a parallel run by recorded cost, and the run's timing (conformance/schedule.py)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conformance import schedule
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+class FakeItem:
+    def __init__(self, nodeid: str, group: str | None = None) -> None:
+        self.nodeid = nodeid
+        self.group = group
+
+    def iter_markers(self, name):
+        if name == "xdist_group" and self.group:
+            yield pytest.mark.xdist_group(self.group).mark
+
+
+def test_units_go_out_costliest_first_each_units_tests_together_in_their_order():
+    items = [FakeItem("a.py::t1", "a.py(reference)"), FakeItem("b.py::t1"), FakeItem("a.py::t2", "a.py(reference)"),
+             FakeItem("c.py::t1", "c.py(artemis)"), FakeItem("c.py::t2", "c.py(artemis)"), FakeItem("d.py::t1")]
+    costs = {"c.py(artemis)": 90.0, "a.py(reference)": 12.0, "d.py::t1": 30.0}
+    schedule.order_by_cost(items, costs)
+    assert [i.nodeid for i in items] == ["c.py::t1", "c.py::t2", "d.py::t1", "a.py::t1", "a.py::t2", "b.py::t1"]
+
+
+def test_unrecorded_units_keep_the_collection_order_after_the_recorded_ones():
+    items = [FakeItem(f"m.py::t{n}") for n in range(5)]
+    schedule.order_by_cost(items, {"m.py::t3": 2.0})
+    assert [i.nodeid for i in items] == ["m.py::t3", "m.py::t0", "m.py::t1", "m.py::t2", "m.py::t4"]
+
+
+@pytest.mark.parametrize("nodeid, unit", [
+    ("conformance/suites/test_groups.py::test_x[reference-stomp]@conformance/suites/test_groups.py(reference)",
+     "conformance/suites/test_groups.py(reference)"),
+    ("tests/x.py::test_a[p@q]", "tests/x.py::test_a[p@q]"),  # an "@" inside the parameters is no group
+    ("tests/x.py::test_a", "tests/x.py::test_a"),
+])
+def test_the_unit_of_a_node_id_is_read_as_pytest_xdist_reads_it(nodeid, unit):
+    assert schedule.unit_of_nodeid(nodeid) == unit
+
+
+class FakeReport:
+    def __init__(self, nodeid, start, stop):
+        self.nodeid, self.start, self.stop, self.duration = nodeid, start, stop, stop - start
+
+
+def test_timing_sums_units_and_spans_targets_across_workers():
+    timing = schedule.RunTiming()
+    group = "@conformance/suites/test_groups.py({})"
+    timing.add(FakeReport("conformance/suites/test_groups.py::a" + group.format("artemis"), 100.0, 103.0))
+    timing.add(FakeReport("conformance/suites/test_groups.py::b" + group.format("artemis"), 110.0, 111.0))
+    timing.add(FakeReport("conformance/suites/test_groups.py::a" + group.format("reference"), 101.0, 101.5))
+    timing.add(FakeReport("tests/test_x.py::test_y", 100.0, 100.25))
+    out = timing.to_json()
+    assert out["units"] == {"conformance/suites/test_groups.py(artemis)": 4.0,
+                            "conformance/suites/test_groups.py(reference)": 0.5, "tests/test_x.py::test_y": 0.25}
+    assert out["targets"]["artemis"] == {"wall_seconds": 11.0, "test_seconds": 4.0}
+    assert out["modules"] == {"conformance/suites/test_groups.py": {"artemis": 4.0, "reference": 0.5}}
+
+
+def test_the_recorded_cost_file_is_readable_and_names_units():
+    costs = schedule.load_costs()
+    assert costs, f"{schedule.COSTS_FILE} should hold the costs recorded by scripts/record_costs.py"
+    assert all(seconds >= 1.0 for seconds in costs.values())
+
+
+def test_record_costs_keeps_each_units_largest_cost(tmp_path):
+    (tmp_path / "one.json").write_text(json.dumps({"units": {"a": 5.0, "b": 0.2, "c": 3.0}}))
+    (tmp_path / "two.json").write_text(json.dumps({"units": {"a": 7.0, "c": 1.0}}))
+    out = tmp_path / "costs.json"
+    subprocess.run([sys.executable, str(REPO / "scripts/record_costs.py"), str(tmp_path / "one.json"),
+                    str(tmp_path / "two.json"), "--out", str(out)], check=True, capture_output=True)
+    assert json.loads(out.read_text())["units"] == {"a": 7.0, "c": 3.0}
+    assert schedule.load_costs(out) == {"a": 7.0, "c": 3.0}
+
+
+def test_a_broken_cost_file_is_a_usage_error_naming_it(tmp_path):
+    bad = tmp_path / "costs.json"
+    bad.write_text("{not json")
+    with pytest.raises(pytest.UsageError, match="costs.json"):
+        schedule.load_costs(bad)
+
+
+def _matrix(outcome: str, test_outcome: str) -> dict:
+    return {"matrix": {"artemis": {"CLU-MLB-1": {"outcome": outcome, "reason": "", "tests": [
+        {"nodeid": "conformance/suites/x.py::t[artemis]", "outcome": test_outcome, "seconds": 1.0}]}}}}
+
+
+def test_matrix_diff_is_silent_for_equal_matrices_and_names_each_changed_cell(tmp_path):
+    one, two, three = (tmp_path / f"{n}.json" for n in ("one", "two", "three"))
+    one.write_text(json.dumps(_matrix("passed", "passed")))
+    two.write_text(json.dumps(_matrix("passed", "passed")))
+    three.write_text(json.dumps(_matrix("failed", "failed")))
+    script = str(REPO / "scripts/matrix_diff.py")
+    same = subprocess.run([sys.executable, script, str(one), str(two)], capture_output=True, text=True)
+    assert (same.returncode, same.stdout) == (0, "")
+    changed = subprocess.run([sys.executable, script, str(one), str(three)], capture_output=True, text=True)
+    assert changed.returncode == 1
+    assert "artemis CLU-MLB-1: passed -> failed" in changed.stdout
+    assert "x.py::t[artemis]: passed -> failed" in changed.stdout
