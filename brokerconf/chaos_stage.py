@@ -160,11 +160,18 @@ def _verdict_of(run: PlannedRun, status: int, output: list[str]) -> dict:
     """The run's verdict.json; without one (the run broke before judging), an ``unknown`` entry
     carrying the run's exit status and its last lines."""
     try:
-        return json.loads((run.run_dir / "verdict.json").read_text())
+        verdict = json.loads((run.run_dir / "verdict.json").read_text())
     except (OSError, ValueError):
+        verdict = None
+    if verdict is None:
         tail = "\n".join(output[-15:])
         return {"experiment": run.name, "target": run.target_name, "valid": "unknown",
                 "error": f"the run exited with {status} without a verdict:\n{tail}"}
+    # the run's page (reports/render/chaos_report.py), which verdict.json itself does not name
+    page = run.run_dir / "report.html"
+    if page.is_file():
+        verdict["report"] = str(page)
+    return verdict
 
 
 def run_all(runs: list[PlannedRun], *, parallel: int = PARALLEL,
