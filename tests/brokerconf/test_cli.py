@@ -51,7 +51,9 @@ def test_bad_number_is_named():
 # analysis: about a minute here). The bound only stops a hung run; it is not a speed target.
 @pytest.mark.timeout(2400)
 def test_main_job_against_reference_writes_report(tmp_path):
-    proc = _brokerconf("run", "--targets", "reference", "--out", str(tmp_path), "--chaos-duration", "10", timeout=2400)
+    # two suite workers: this test itself runs on one of the test run's workers
+    proc = _brokerconf("run", "--targets", "reference", "--out", str(tmp_path), "--chaos-duration", "10",
+                       "--workers", "2", timeout=2400)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     (run_dir,) = list(tmp_path.iterdir())
     results = json.loads((run_dir / "results.json").read_text())
@@ -325,3 +327,10 @@ def test_sigterm_stops_what_the_run_started(tmp_path):
     assert not left, f"processes the run started outlived its SIGTERM: {left}\n{output[-2000:]}"
     assert process.returncode == 128 + signal.SIGTERM, (process.returncode, output[-2000:])
     assert "SIGTERM received; stopping what this run started" in output
+
+
+def test_run_dir_takes_one_experiment_and_no_repeat(tmp_path):
+    experiment = REPO / "chaos/experiments/reference-kill-restart.toml"
+    proc = _brokerconf("chaos", "run", str(experiment), "--run-dir", str(tmp_path / "r"), "--repeat", "2")
+    assert proc.returncode == 2 and "--run-dir takes one experiment file and no --repeat" in proc.stderr
+    assert not (tmp_path / "r").exists()
