@@ -142,7 +142,9 @@ def suite_run(tmp_path_factory):
 def run_suites(targets: list[str], out: Path, suites: list[Path] | None = None) -> tuple[subprocess.CompletedProcess, dict]:
     """`brokerconf suite` over ``suites`` (default suite_files()) against ``targets``: its result
     and its matrix."""
-    command = [str(Path(sys.executable).with_name("brokerconf")), "suite", "--out", str(out)]
+    # two workers: the run waits on container starts far more than it computes (each module's
+    # tests of one target stay on one worker, so each container starts once)
+    command = [str(Path(sys.executable).with_name("brokerconf")), "suite", "--out", str(out), "--workers", "2"]
     for target in targets:
         command += ["--target", target]
     for path in suites if suites is not None else suite_files():
