@@ -152,6 +152,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     named (those not installed are reported not applicable), ending in one report."""
     import subprocess
 
+    from brokerconf import children
     from reports.render.run_report import write_run_report
 
     # The default targets report ActiveMQ not applicable where it is not installed; targets the
@@ -167,8 +168,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     _progress(f"brokerconf run {run_id}: conformance suites against {', '.join(targets)}")
-    status = subprocess.run(_suite_command(targets, out_dir, allow_unavailable=allow_unavailable),
-                            stdin=subprocess.DEVNULL).returncode
+    # a signal is passed on to pytest, which stops its brokers before this command ends (brokerconf/children.py)
+    status = children.run(_suite_command(targets, out_dir, allow_unavailable=allow_unavailable),
+                          stdin=subprocess.DEVNULL)
     matrix_path = out_dir / "matrix.json"
     if not matrix_path.exists():
         print(f"brokerconf run: the suites exited with {status} before writing the matrix", file=sys.stderr)
@@ -342,6 +344,7 @@ def _suite_command(targets: list[str], out_dir: Path, *, targets_file: str | Non
 def cmd_suite(args: argparse.Namespace) -> int:
     import subprocess
 
+    from brokerconf import children
     from reports.render.matrix_report import write_matrix_report
 
     targets = args.target or ["reference"]
@@ -355,7 +358,8 @@ def cmd_suite(args: argparse.Namespace) -> int:
     command = _suite_command(targets, out_dir, targets_file=args.targets_file, suites=args.suite,
                              extra=args.pytest_args, allow_unavailable=args.allow_unavailable)
     _progress(f"running: {' '.join(command)}")
-    status = subprocess.run(command, stdin=subprocess.DEVNULL).returncode
+    # a signal is passed on to pytest, which stops its brokers before this command ends (brokerconf/children.py)
+    status = children.run(command, stdin=subprocess.DEVNULL)
     matrix = out_dir / "matrix.json"
     if not matrix.exists():
         print(f"brokerconf suite: pytest exited with {status} before writing the matrix", file=sys.stderr)

@@ -38,7 +38,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance import requirements, xdist_groups
+from conformance import requirements, signals, xdist_groups
 from conformance.clients.base import Unsupported
 from conformance.matrix import ConformanceResults, TestRecord
 from conformance.scenario import DEFAULT_SCENARIO, PROTOCOLS, Scenario
@@ -146,6 +146,8 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(str(exc)) from None
     config.pluginmanager.register(MatrixRecorder(config), "brokerconf-matrix-recorder")
     xdist_groups.register(config)
+    # SIGTERM / SIGHUP end the session like Ctrl-C, so the fixtures stop their brokers (conformance/signals.py)
+    signals.register(config)
 
 
 def unavailable_named_targets(state: PluginState) -> list[str]:
