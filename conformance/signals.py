@@ -84,6 +84,13 @@ class SignalPlugin:
                      f"({', '.join(map(str, workers))}) and waiting for them to tear down")
                 for pid in workers:
                     _signal(pid, signum)
+                # A worker that ends interrupted counts as crashed, and xdist would start a
+                # replacement (DSession.worker_errordown): a new interpreter collecting the suites
+                # while the run is stopping. No restarts from here on (a private attribute of
+                # pytest-xdist 3.x; without it xdist's own behaviour stays).
+                dsession = self.config.pluginmanager.getplugin("dsession")
+                if hasattr(dsession, "_max_worker_restart"):
+                    dsession._max_worker_restart = 0
                 return
         if self.hold or self.finishing:
             _say(f"pytest: {name} received; stopping once this setup or teardown has finished")

@@ -56,7 +56,7 @@ def listening(proc: psutil.Process) -> bool:
 def broker_listening(marker: str) -> Ready:
     """Ready once a descendant whose command line contains ``marker`` listens on a port."""
     def ready(root: psutil.Process, tree: list[psutil.Process]) -> bool:
-        return any(marker in _cmdline(p) and listening(p) for p in tree)
+        return any(marker in command_line(p) and listening(p) for p in tree)
     return ready
 
 
@@ -66,8 +66,10 @@ def itself_listening(root: psutil.Process, tree: list[psutil.Process]) -> bool: 
 
 
 def interrupt(command: list[str], signum: int, ready: Ready, *, cwd: Path = REPO, log: Path,
-              env: dict[str, str] | None = None) -> Interrupted:
-    """Run ``command``, wait for ``ready``, send ``signum`` to it, wait for it to end; see the module doc."""
+              env: dict[str, str] | None = None, to_group: bool = False) -> Interrupted:
+    """Run ``command``, wait for ``ready``, send ``signum`` to it, wait for it to end; see the module doc.
+    ``to_group``: to its whole process group instead, as a terminal's Ctrl-C or ``timeout`` does
+    (what is in sessions of its own, the brokers, is not in it)."""
     with open(log, "wb") as out:
         process = subprocess.Popen(command, cwd=str(cwd), stdin=subprocess.DEVNULL, stdout=out,
                                    stderr=subprocess.STDOUT, start_new_session=True,
@@ -88,8 +90,11 @@ def interrupt(command: list[str], signum: int, ready: Ready, *, cwd: Path = REPO
                                      f"{log.read_text(errors='replace')[-4000:]}")
             time.sleep(0.2)
         tree = _tree(root)  # again: what started beside the broker meanwhile
-        before = [f"{p.pid} {_cmdline(p)[:160]}" for p in tree]
-        process.send_signal(signum)
+        before = [f"{p.pid} {command_line(p)[:160]}" for p in tree]
+        if to_group:
+            os.killpg(process.pid, signum)  # its own session, made above
+        else:
+            process.send_signal(signum)
         try:
             process.wait(STOP_BOUND_S)
         except subprocess.TimeoutExpired:
@@ -107,7 +112,7 @@ def interrupt(command: list[str], signum: int, ready: Ready, *, cwd: Path = REPO
                 pass
         psutil.wait_procs(left, timeout=30)
     return Interrupted(process.returncode, log.read_text(errors="replace"), before,
-                       [f"{p.pid} {_cmdline(p)[:160]}" for p in left])
+                       [f"{p.pid} {command_line(p)[:160]}" for p in left])
 
 
 def _tree(root: psutil.Process) -> list[psutil.Process]:
@@ -128,7 +133,7 @@ def _alive(procs: list[psutil.Process]) -> list[psutil.Process]:
     return alive
 
 
-def _cmdline(proc: psutil.Process) -> str:
+def command_line(proc: psutil.Process) -> str:
     try:
         return " ".join(proc.cmdline())
     except psutil.Error:
