@@ -25,6 +25,12 @@ The protocol, for one child or several (parallel chaos experiments):
 
 Handlers can only be set from the main thread: elsewhere `Children` forwards nothing and starts
 its children in the caller's process group, where the terminal's signals reach them as before.
+
+A backstop for when this process is killed outright (SIGKILL, the OOM killer) and can pass nothing
+on: a child started from the main thread gets SIGTERM when its parent dies (Linux
+``PR_SET_PDEATHSIG``, set by a small trampoline that then execs the command, so the PID is the
+command's). The kernel sends it when the *thread* that forked the child exits, not the process;
+the main thread is the one thread that lives as long as the process, hence main thread only.
 """
 
 from __future__ import annotations
@@ -40,6 +46,18 @@ from typing import Any, Iterable, Sequence
 
 #: signals passed on to the children
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+#: sets PR_SET_PDEATHSIG (1, prctl(2)) then execs the command: argv = signal, expected parent PID,
+#: command... If the parent died before the prctl (the kernel would never send it), the signal
+#: is sent at once. -E -S: nothing from the environment or site-packages in the trampoline itself;
+#: the command gets the environment unchanged.
+_PDEATHSIG_TRAMPOLINE = (
+    "import ctypes, os, sys\n"
+    "sig, parent = int(sys.argv[1]), int(sys.argv[2])\n"
+    "if ctypes.CDLL(None, use_errno=True).prctl(1, sig, 0, 0, 0) == 0 and os.getppid() != parent:\n"
+    "    os.kill(os.getpid(), sig)\n"
+    "os.execvp(sys.argv[3], sys.argv[3:])\n"
+)
 
 #: seconds the children get for their cleanup after the signal before they are SIGKILLed. A suite
 #: module's teardown may stop several JVM brokers one after another, each allowed 20 s
@@ -123,11 +141,18 @@ class Children:
 
     def start(self, args: Sequence[str], **popen_kwargs: Any) -> subprocess.Popen:
         """``subprocess.Popen(args, **popen_kwargs)`` in a process group of its own (unless the
-        caller chose ``start_new_session`` or ``process_group``), tracked until it is reaped."""
+        caller chose ``start_new_session`` or ``process_group``), tracked until it is reaped. From
+        the main thread (an argument list, no ``shell`` or ``executable``), through the
+        PR_SET_PDEATHSIG trampoline (module doc)."""
         if self.signum is not None:
             raise SignalReceived(self.signum)
         if self._forwarding and "start_new_session" not in popen_kwargs:
             popen_kwargs.setdefault("process_group", 0)
+        if (sys.platform.startswith("linux") and threading.current_thread() is threading.main_thread()
+                and not isinstance(args, (str, bytes)) and not popen_kwargs.get("shell")
+                and "executable" not in popen_kwargs):
+            args = [sys.executable, "-E", "-S", "-c", _PDEATHSIG_TRAMPOLINE, str(int(signal.SIGTERM)),
+                    str(os.getpid()), *map(os.fspath, args)]
         proc = subprocess.Popen(args, **popen_kwargs)
         with self._lock:
             self._procs.append(proc)

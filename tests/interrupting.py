@@ -66,10 +66,12 @@ def itself_listening(root: psutil.Process, tree: list[psutil.Process]) -> bool: 
 
 
 def interrupt(command: list[str], signum: int, ready: Ready, *, cwd: Path = REPO, log: Path,
-              env: dict[str, str] | None = None, to_group: bool = False) -> Interrupted:
+              env: dict[str, str] | None = None, to_group: bool = False, settle: bool = False) -> Interrupted:
     """Run ``command``, wait for ``ready``, send ``signum`` to it, wait for it to end; see the module doc.
     ``to_group``: to its whole process group instead, as a terminal's Ctrl-C or ``timeout`` does
-    (what is in sessions of its own, the brokers, is not in it)."""
+    (what is in sessions of its own, the brokers, is not in it). ``settle``: after the command
+    exited, wait for the remembered processes to end before looking (the command was SIGKILLed
+    and its children stop on their own)."""
     with open(log, "wb") as out:
         process = subprocess.Popen(command, cwd=str(cwd), stdin=subprocess.DEVNULL, stdout=out,
                                    stderr=subprocess.STDOUT, start_new_session=True,
@@ -104,6 +106,9 @@ def interrupt(command: list[str], signum: int, ready: Ready, *, cwd: Path = REPO
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)  # its own session, made above: nothing else is in it
             process.wait()
+        if settle:
+            # the command is gone; what it left is winding down on its own (bounded, not timed)
+            psutil.wait_procs(_alive(tree), timeout=STOP_BOUND_S)
         left = _alive(tree)
         for proc in left:
             try:

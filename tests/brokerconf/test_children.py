@@ -160,6 +160,28 @@ def test_leaving_the_block_early_stops_the_children(tmp_path):
     assert "RuntimeError: boom" in stderr and process.returncode == 1
 
 
+def test_a_child_gets_sigterm_when_the_parent_is_killed(tmp_path):
+    """The backstop: SIGKILL leaves the parent no chance to pass anything on; the kernel sends the
+    child SIGTERM (PR_SET_PDEATHSIG, set for children started from the main thread)."""
+    process = _parent(tmp_path, "a")
+    try:
+        _await(tmp_path / "a.ready", process)
+        process.kill()
+        process.wait()  # not communicate(): the child holds the parent's output pipes open
+        child = psutil.Process(int((tmp_path / "a.pid").read_text()))
+        bound = time.monotonic() + 60
+        while not (tmp_path / "a.got").exists():
+            assert child.is_running() and time.monotonic() < bound, "the child got no signal"
+            time.sleep(0.05)
+        (tmp_path / "release").write_text("")
+        child.wait(60)
+    finally:
+        _reap_children(tmp_path)
+        process.stdout.close()
+        process.stderr.close()
+    assert (tmp_path / "a.done").read_text() == "SIGTERM"
+
+
 def test_run_returns_the_exit_status_without_a_signal():
     from brokerconf import children
 

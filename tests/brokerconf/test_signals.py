@@ -54,6 +54,19 @@ def test_suite_stops_its_activemq_jvm(tmp_path):
 
 
 @pytest.mark.slow
+def test_suite_killed_outright_still_stops_its_broker(tmp_path):
+    """SIGKILL (the OOM killer, a runner giving up) leaves `brokerconf` no chance to pass anything
+    on: pytest gets SIGTERM from the kernel when its parent dies (PR_SET_PDEATHSIG,
+    brokerconf/children.py) and tears down as for any SIGTERM."""
+    result = interrupt(brokerconf("suite", "--target", "reference:process", "--suite", SUITE,
+                                  "--out", str(tmp_path / "out")),
+                       signal.SIGKILL, broker_listening("reference_broker"), log=tmp_path / "output.log",
+                       settle=True)
+    assert not result.left, result.describe()
+    assert "Terminated: SIGTERM received" in result.output, result.describe()
+
+
+@pytest.mark.slow
 def test_run_stops_the_suites_broker(tmp_path):
     """The main job's suite stage: the same path as `suite` (chaos stage off). Its first suites
     are the cluster suites, whose nodes may listen inside pytest itself: ready once anything in
