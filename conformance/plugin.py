@@ -24,8 +24,11 @@ It turns a suite written once into checks per target and per documented rule:
   test's matrix record and hands it to the controller on the report (``user_properties``); the
   controller records it, writes the matrix and prints the summary, the same as a serial run.
 
+* SIGTERM and SIGHUP end the session like Ctrl-C (conformance/signals.py), so an interrupted run
+  tears its fixtures down and stops its brokers, on pytest-xdist workers too.
+
 Tests that do not use the ``broker`` fixture are untouched, so the plugin is inert in other
-projects' suites.
+projects' suites (apart from the signal handling above).
 """
 
 from __future__ import annotations
