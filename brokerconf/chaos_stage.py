@@ -15,6 +15,7 @@ is kept as ``console.log`` in its run directory.
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import threading
 import time
@@ -177,8 +178,10 @@ def _verdict_of(run: PlannedRun, status: int, output: list[str]) -> dict:
 def run_all(runs: list[PlannedRun], *, parallel: int = PARALLEL,
             progress: Callable[[str], None] = print) -> list[dict]:
     """Run ``runs``, ``parallel`` at a time, in their order; returns their verdicts in that order.
-    Interrupted (SIGTERM / SIGINT / SIGHUP in this process), every run still going is stopped by
-    its handle and waited for, so each stops the brokers it started."""
+    Interrupted (SIGTERM / SIGINT / SIGHUP in this process), the signal is passed on to every run
+    still going and each is waited for, so each stops the brokers it started (brokerconf/children.py)."""
+    from brokerconf.children import Children
+
     if parallel < 1:
         raise ValueError(f"parallel must be at least 1, not {parallel}")
     verdicts: dict[int, dict] = {}
@@ -194,7 +197,7 @@ def run_all(runs: list[PlannedRun], *, parallel: int = PARALLEL,
                     with lock:
                         progress(f"[{run.label}] {line}")
 
-    with _Children() as children:
+    with Children(name="brokerconf run: chaos stage") as children:
         pending = list(enumerate(runs))
         active: dict[int, tuple] = {}
         while pending or active:
@@ -203,11 +206,13 @@ def run_all(runs: list[PlannedRun], *, parallel: int = PARALLEL,
                 run.run_dir.mkdir(parents=True, exist_ok=True)
                 with lock:
                     progress(f"chaos: {run.label} for {run.duration_s:.0f} s ({run.path.name}) started")
-                child = children.start(run.command())
+                child = children.start(run.command(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                       stderr=subprocess.STDOUT, text=True)
                 output: list[str] = []
                 reader = threading.Thread(target=pump, args=(index, run, child.stdout, output), daemon=True)
                 reader.start()
                 active[index] = (run, child, reader, output, time.monotonic())
+            children.wait_any([child for _, child, *_rest in active.values()])
             finished = [index for index, (_, child, *_rest) in active.items() if child.poll() is not None]
             for index in finished:
                 run, child, reader, output, began = active.pop(index)
@@ -216,44 +221,5 @@ def run_all(runs: list[PlannedRun], *, parallel: int = PARALLEL,
                 with lock:
                     progress(f"chaos: {run.label} finished in {time.monotonic() - began:.0f} s: "
                              f"valid = {verdicts[index].get('valid')}")
-            if not finished:
-                time.sleep(0.2)
     return [verdicts[index] for index in range(len(runs))]
 
-
-class _Children:
-    """The stage's run processes (each in a session of its own, so a terminal's Ctrl-C reaches
-    only this process, which decides): on leaving the block early (an exception, SIGTERM turned
-    into SystemExit by the CLI), each still running gets SIGTERM by its PID, which makes its
-    ``brokerconf chaos run`` stop what it started; after a grace period, SIGKILL by PID."""
-
-    GRACE_S = 60.0
-
-    def __init__(self) -> None:
-        import subprocess
-
-        self._subprocess = subprocess
-        self.started: list = []
-
-    def start(self, command: list[str]):
-        child = self._subprocess.Popen(command, stdin=self._subprocess.DEVNULL, stdout=self._subprocess.PIPE,
-                                       stderr=self._subprocess.STDOUT, text=True, start_new_session=True)
-        self.started.append(child)
-        return child
-
-    def __enter__(self) -> "_Children":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        import signal
-
-        running = [c for c in self.started if c.poll() is None]
-        for child in running:
-            child.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + self.GRACE_S
-        for child in running:
-            try:
-                child.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except self._subprocess.TimeoutExpired:
-                child.kill()
-                child.wait()

@@ -161,6 +161,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     stage, ending in one report. Each stage's wall time is printed at the end and kept in the report."""
     import subprocess
 
+    from brokerconf import children
     from reports.render.run_report import write_run_report
 
     # The default targets report ActiveMQ not applicable where it is not installed; targets the
@@ -179,9 +180,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     _progress(f"brokerconf run {run_id}: conformance suites against {', '.join(targets)} "
               f"on {args.workers} worker{'s' if args.workers > 1 else ''}")
     with stages.timed("conformance suites"):
-        status = subprocess.run(_suite_command(targets, out_dir, allow_unavailable=allow_unavailable,
-                                               workers=args.workers, suites=args.suite),
-                                stdin=subprocess.DEVNULL).returncode
+        # a signal is passed on to pytest, which stops its brokers before this command ends (brokerconf/children.py)
+        status = children.run(_suite_command(targets, out_dir, allow_unavailable=allow_unavailable,
+                                             workers=args.workers, suites=args.suite), stdin=subprocess.DEVNULL)
     matrix_path = out_dir / "matrix.json"
     if not matrix_path.exists():
         print(f"brokerconf run: the suites exited with {status} before writing the matrix", file=sys.stderr)
@@ -319,6 +320,7 @@ def _suite_command(targets: list[str], out_dir: Path, *, targets_file: str | Non
 def cmd_suite(args: argparse.Namespace) -> int:
     import subprocess
 
+    from brokerconf import children
     from reports.render.matrix_report import write_matrix_report
 
     targets = args.target or ["reference"]
@@ -332,7 +334,8 @@ def cmd_suite(args: argparse.Namespace) -> int:
     command = _suite_command(targets, out_dir, targets_file=args.targets_file, suites=args.suite,
                              extra=args.pytest_args, allow_unavailable=args.allow_unavailable, workers=args.workers)
     _progress(f"running: {' '.join(command)}")
-    status = subprocess.run(command, stdin=subprocess.DEVNULL).returncode
+    # a signal is passed on to pytest, which stops its brokers before this command ends (brokerconf/children.py)
+    status = children.run(command, stdin=subprocess.DEVNULL)
     matrix = out_dir / "matrix.json"
     if not matrix.exists():
         print(f"brokerconf suite: pytest exited with {status} before writing the matrix", file=sys.stderr)

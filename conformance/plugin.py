@@ -24,8 +24,11 @@ It turns a suite written once into checks per target and per documented rule:
   test's matrix record and hands it to the controller on the report (``user_properties``); the
   controller records it, writes the matrix and prints the summary, the same as a serial run.
 
+* SIGTERM and SIGHUP end the session like Ctrl-C (conformance/signals.py), so an interrupted run
+  tears its fixtures down and stops its brokers, on pytest-xdist workers too.
+
 Tests that do not use the ``broker`` fixture are untouched, so the plugin is inert in other
-projects' suites.
+projects' suites (apart from the signal handling above).
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance import requirements, schedule, xdist_groups
+from conformance import requirements, schedule, signals, xdist_groups
 from conformance.clients.base import Unsupported
 from conformance.matrix import ConformanceResults, TestRecord
 from conformance.scenario import DEFAULT_SCENARIO, PROTOCOLS, Scenario
@@ -148,6 +151,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(MatrixRecorder(config), "brokerconf-matrix-recorder")
     xdist_groups.register(config)
     schedule.register(config)
+    # SIGTERM / SIGHUP end the session like Ctrl-C, so the fixtures stop their brokers (conformance/signals.py)
+    signals.register(config)
 
 
 def unavailable_named_targets(state: PluginState) -> list[str]:

@@ -115,14 +115,16 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _serve(config: BrokerConfig) -> int:
-    """Run the broker until SIGTERM / SIGINT: as master or slave of its journal's directory
+    """Run the broker until SIGTERM / SIGINT / SIGHUP: as master or slave of its journal's directory
     (reference_broker/ha/runner.py), or at once with the memory store. Launchers wait for the
     ``ready:`` line (and read the bound ports from it when port 0 was given), or for the
     ``slave:`` line of a broker waiting for the store's lock."""
     log = logging.getLogger("reference_broker")
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    # SIGHUP too (a closed terminal): Python's default would end the process without closing the
+    # listeners and the journal (`brokerconf broker` runs this in the foreground)
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         loop.add_signal_handler(sig, stop.set)
 
     async def serve(server: BrokerServer):

@@ -1,0 +1,50 @@
+"""conformance/signals.py: plain ``pytest`` on the suites stops its brokers on SIGTERM, SIGINT and
+SIGHUP, serially and on pytest-xdist workers (``scripts/test.sh`` runs ``-n N --dist loadgroup``).
+
+Python's default for SIGTERM and SIGHUP ends pytest at once, without its fixtures' teardown.
+Under xdist a signal sent to the controller's PID does not reach the workers at all; before this
+plugin the controller died and left both workers and their brokers running. The tests send the
+signal once a broker listens (tests/interrupting.py) and check no process of the run's tree is
+left; a terminal's Ctrl-C (SIGINT to the whole foreground group) reaches the workers twice, from
+the terminal and from the controller, and the second copy must not cut their teardown short."""
+
+from __future__ import annotations
+
+import signal
+import sys
+
+import pytest
+
+from tests.interrupting import broker_listening, command_line, interrupt, listening
+
+SUITES = ["conformance/suites/test_core_topics.py", "conformance/suites/test_core_queues.py"]
+
+
+def _pytest(*args: str) -> list[str]:
+    return [sys.executable, "-m", "pytest", *args, "-p", "no:cacheprovider", "-o", "addopts=",
+            "--target", "reference:process"]
+
+
+def _both_brokers(root, tree) -> bool:
+    """One broker per worker: each suite module's tests form one xdist group."""
+    return sum(1 for p in tree if "reference_broker" in command_line(p) and listening(p)) >= 2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name)
+def test_serial_pytest_tears_down_on_the_signal(tmp_path, signum):
+    result = interrupt(_pytest(SUITES[0]), signum, broker_listening("reference_broker"), log=tmp_path / "output.log")
+    assert not result.left, result.describe()
+    assert result.returncode == pytest.ExitCode.INTERRUPTED, result.describe()
+    assert f"Terminated: {signum.name} received" in result.output, result.describe()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum, to_group", [(signal.SIGTERM, False), (signal.SIGINT, True)],
+                         ids=["SIGTERM-to-controller", "SIGINT-to-group"])
+def test_xdist_workers_tear_down_on_the_signal(tmp_path, signum, to_group):
+    result = interrupt(_pytest(*SUITES, "-n", "2", "--dist", "loadgroup"), signum, _both_brokers,
+                       log=tmp_path / "output.log", to_group=to_group)
+    assert not result.left, result.describe()
+    assert result.returncode == pytest.ExitCode.INTERRUPTED, result.describe()
+    assert "passing it on to the pytest-xdist workers" in result.output, result.describe()
