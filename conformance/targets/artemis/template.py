@@ -11,7 +11,8 @@ what                              where
 the instance directory            bin/artemis (ARTEMIS_INSTANCE_ETC), etc/artemis.profile and
                                   etc/artemis-utility.profile (ARTEMIS_INSTANCE, _DATA_DIR, _ETC_DIR,
                                   _OOME_DUMP, _INSTANCE_URI, _INSTANCE_ETC_URI), etc/bootstrap.xml
-                                  (the broker.xml URL)
+                                  (the broker.xml URL); resolved, except in file: URIs, which
+                                  keep it as given
 ``--http-port``                   etc/bootstrap.xml (the web server's binding)
 ``--java-options``                etc/artemis.profile (appended to JAVA_ARGS)
 ``--password``                    etc/artemis-users.properties (a salted PBKDF2 hash)
@@ -185,23 +186,30 @@ def template_for(home: Path, options: CreateOptions, *, cache: Path = TEMPLATES_
     """The template directory for ``options``' shape (``template.json`` and ``instance/``),
     made with one ``create`` when there is none yet. Safe when several processes ask at once."""
     name = f"{Path(home).resolve().name}-{_template_key(home, options)}"
-    final = Path(cache) / name
+    # canonical: `create` writes some paths resolved and some as given (`instantiate`), so the
+    # template's are one string
+    cache = Path(cache).resolve()
+    final = cache / name
     if (final / "template.json").is_file():
         return final
-    Path(cache).mkdir(parents=True, exist_ok=True)
-    with _Lock(Path(cache) / f"{name}.lock", timeout):
+    cache.mkdir(parents=True, exist_ok=True)
+    with _Lock(cache / f"{name}.lock", timeout):
         if (final / "template.json").is_file():  # made by another process while this one waited
             return final
         # only a lock holder stages, so a staging directory found now is a crashed creator's
-        for stale in Path(cache).glob(f".{name}.*"):
+        for stale in cache.glob(f".{name}.*"):
             shutil.rmtree(stale, ignore_errors=True)
-        staging = Path(cache) / f".{name}.{os.getpid()}.{secrets.token_hex(4)}"
+        staging = cache / f".{name}.{os.getpid()}.{secrets.token_hex(4)}"
         staging.mkdir()
         try:
             instance = staging / "instance"
             # a throwaway password: every copy gets its own hash (`instantiate`)
             log = run_create(home, instance, options, timeout=timeout, password=secrets.token_hex(12),
                              http_port=_TEMPLATE_HTTP_PORT, java_options=_TEMPLATE_JAVA_OPTIONS)
+            profile = (instance / "etc" / "artemis.profile").read_text(encoding="utf-8")
+            if f"ARTEMIS_INSTANCE='{instance}'" not in profile:
+                raise ArtemisCreateError(f"`create` did not write ARTEMIS_INSTANCE='{instance}' into "
+                                         f"{instance}/etc/artemis.profile: update artemis/template.py's rules")
             meta = {"created_at": str(instance), "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                     "artemis_home": str(Path(home).resolve()), "java": _java(), "shape": options.shape(),
                     "http_port": _TEMPLATE_HTTP_PORT, "java_options": _TEMPLATE_JAVA_OPTIONS, "create_log": log}
@@ -231,7 +239,12 @@ def instantiate(template: Path, instance: Path, options: CreateOptions) -> None:
     """Copy ``template``'s instance to ``instance`` and rewrite what ``create`` would have written
     differently for ``options`` there (the table in the module docstring)."""
     meta = json.loads((template / "template.json").read_text(encoding="utf-8"))
-    made_at, instance = meta["created_at"], Path(instance)
+    made_at, instance = meta["created_at"], Path(instance).absolute()
+    # `create` writes the instance path resolved (java's canonical path: ARTEMIS_INSTANCE, _ETC_DIR,
+    # bin/artemis...) except in file: URIs, which keep the path as given (ARTEMIS_INSTANCE_URI,
+    # bootstrap.xml's broker.xml URL); the template was made at a path that is both
+    given, canonical = str(instance), os.path.realpath(instance)
+    path_pattern = re.compile(r"(file:)?" + re.escape(made_at))
     # like `create --force`: files are overwritten, anything else already there stays
     shutil.copytree(template / "instance", instance, symlinks=True, dirs_exist_ok=True)
     for folder in ("bin", "etc"):
@@ -242,7 +255,7 @@ def instantiate(template: Path, instance: Path, options: CreateOptions) -> None:
                 text = path.read_text(encoding="utf-8")
             except UnicodeDecodeError:
                 continue  # no binary file carries the instance path
-            new = text.replace(made_at, str(instance))
+            new = path_pattern.sub(lambda m: f"file:{given}" if m.group(1) else canonical, text)
             if path.name == "bootstrap.xml":
                 new = _replace_once(new, f"//{options.http_host}:{meta['http_port']}\"",
                                     f"//{options.http_host}:{options.http_port}\"", path)
@@ -261,7 +274,7 @@ def _unusable(instance: Path, cache: Path, options: CreateOptions) -> str | None
     """Why templates cannot stand in for ``create`` here, or None."""
     if os.environ.get("BROKERCONF_ARTEMIS_TEMPLATES", "1") == "0":
         return "BROKERCONF_ARTEMIS_TEMPLATES=0"
-    for path in (instance, cache):
+    for path in (instance, Path(os.path.realpath(instance)), cache, Path(os.path.realpath(cache))):
         if not _PLAIN_PATH.fullmatch(str(path)):
             return f"{path} has characters `create` would quote or URI-encode"
     if any(c in options.java_options for c in "\"'\\$`"):
