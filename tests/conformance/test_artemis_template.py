@@ -226,3 +226,12 @@ def test_a_template_that_no_longer_matches_the_rules_is_an_error(tmp_path, fake_
     bootstrap.write_text(bootstrap.read_text().replace("127.0.0.1:1\"", "127.0.0.1:2\""))
     with pytest.raises(artemis_template.ArtemisCreateError, match="update artemis/template.py"):
         artemis_template.instantiate(template, tmp_path / "z" / "instance", _options())
+
+
+def test_a_damaged_template_falls_back_to_create(tmp_path, fake_home):
+    cache = tmp_path / "t"
+    template = template_for(fake_home, _options(), cache=cache, timeout=30)
+    (template / "instance" / "etc" / "bootstrap.xml").unlink()
+    log = create_instance(fake_home, tmp_path / "z" / "instance", _options(), timeout=30, cache=cache)
+    assert "run directly" in log and "could not be used" in log and _runs(fake_home) == 2
+    assert '127.0.0.1:18765"' in (tmp_path / "z" / "instance" / "etc" / "bootstrap.xml").read_text()
