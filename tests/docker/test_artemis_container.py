@@ -210,7 +210,7 @@ def test_environment_ports_and_labels(engine, tmp_path):
     tc = FakeTC.made[-1]
     assert tc.image == ARTEMIS_IMAGE
     assert tc.env == {"ARTEMIS_USER": "alice", "ARTEMIS_PASSWORD": "pw", "ANONYMOUS_LOGIN": "false",
-                      "EXTRA_ARGS": "--http-host 0.0.0.0 --relax-jolokia"}
+                      "EXTRA_ARGS": "--http-host 0.0.0.0 --relax-jolokia", "JAVA_ARGS_APPEND": "-Xms64m -Xmx384m"}
     assert set(tc.ports) == {"61616/tcp", "61613/tcp", "1883/tcp"}  # no AMQP asked, no console
     assert {host for host, _ in tc.ports.values()} == {"127.0.0.1"}
     assert tc.network is engine["networks"][0] and tc.network_aliases == ["art"]
@@ -409,6 +409,18 @@ def test_real_mqtt_and_amqp_listeners_answer(artemis):
         s.sendall(b"AMQP\x03\x01\x00\x00")  # SASL layer header: the broker answers with its own
         assert s.recv(8)[:4] == b"AMQP"
     assert "HTTP Server started" in artemis.log_tail(500)
+
+
+@pytest.mark.container
+@pytest.mark.slow
+def test_real_jvm_heap_is_the_launchers(artemis):
+    # the profile's -Xmx2G comes first on the java command line, JAVA_ARGS_APPEND's last (the JVM
+    # takes the last): several JVMs share a small machine
+    code, out = artemis._wrapped().exec_run(["cat", "/proc/1/cmdline"])
+    assert code == 0, out
+    args = out.decode("utf-8", "replace").split("\0")
+    assert args[0].endswith("java"), args
+    assert [a for a in args if a.startswith("-Xmx")][-1] == "-Xmx384m", args
 
 
 @pytest.mark.container

@@ -13,7 +13,8 @@ What the launcher relies on (../shared/REFERENCES.md, "ActiveMQ Artemis", Images
   user, else ``artemis``/``artemis``), ``ANONYMOUS_LOGIN`` (``true`` when the scenario has no
   users, so clients connect without credentials), ``EXTRA_ARGS`` (given to ``artemis create``; the
   image's default ``--http-host 0.0.0.0 --relax-jolokia`` is kept, since the readiness line below
-  comes from that HTTP server).
+  comes from that HTTP server), ``JAVA_ARGS_APPEND`` (``-Xms64m -Xmx<jvm_heap_mb>m``: the heap
+  ``artemis create`` writes, ``-Xmx2G``, is lowered; several JVMs share a small machine).
 * The instance lives in ``/var/lib/artemis-instance`` inside the container (not kept: a restart
   after `kill` reuses the same container, so it keeps its instance and journal).
 * Readiness: the log line ``HTTP Server started`` (what testcontainers-java waits for), then a STOMP
@@ -155,7 +156,8 @@ class ArtemisContainer(ContainerLifecycle):
                  stomp: bool = True, mqtt: bool = True, amqp: bool = True,
                  users: tuple[tuple[str, str], ...] = (), policies: tuple[DestinationPolicy, ...] = (),
                  network: Any = None, network_aliases: tuple[str, ...] = (), net_admin: bool = True,
-                 extra_args: str = DEFAULT_EXTRA_ARGS, env: dict[str, str] | None = None) -> None:
+                 extra_args: str = DEFAULT_EXTRA_ARGS, env: dict[str, str] | None = None,
+                 jvm_heap_mb: int = 384) -> None:
         if not stomp:
             # readiness is a STOMP CONNECT (and the conformance clients' main protocol)
             raise ValueError("the Artemis launcher needs the STOMP listener (stomp=True): readiness is checked over it")
@@ -174,6 +176,7 @@ class ArtemisContainer(ContainerLifecycle):
         self.net_admin = net_admin
         self.extra_args = extra_args
         self.extra_env = dict(env or {})
+        self.jvm_heap_mb = int(jvm_heap_mb)
         self.conf_dir = self.workdir / "conf"
         self.log_path = self.workdir / "artemis.log"
         self.ports: dict[str, int] = {}  # listener -> published host port, kept across restarts
@@ -186,7 +189,11 @@ class ArtemisContainer(ContainerLifecycle):
         user, password = self.ready_login or ("artemis", "artemis")
         return {"ARTEMIS_USER": user, "ARTEMIS_PASSWORD": password,
                 "ANONYMOUS_LOGIN": "false" if self.users else "true",
-                "EXTRA_ARGS": self.extra_args, **self.extra_env}
+                "EXTRA_ARGS": self.extra_args,
+                # bin/artemis puts $JAVA_ARGS_APPEND last on the java command line, after the
+                # profile's -Xms512M -Xmx2G, so these win (both images run Artemis's own script);
+                # -Xms too, as the initial heap must not exceed the maximum
+                "JAVA_ARGS_APPEND": f"-Xms64m -Xmx{self.jvm_heap_mb}m", **self.extra_env}
 
     def listeners(self) -> list[str]:
         return ["core", *(p for p in ("stomp", "mqtt", "amqp") if getattr(self, p))]

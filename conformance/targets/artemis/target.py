@@ -430,7 +430,8 @@ class ArtemisTarget:
 
     def _launch_container(self, scenario: Scenario, workdir: Path) -> ArtemisContainerHandle:
         try:
-            broker = artemis_container.from_scenario(scenario, Path(workdir) / "artemis-container", image=self.image)
+            broker = artemis_container.from_scenario(scenario, Path(workdir) / "artemis-container", image=self.image,
+                                                     jvm_heap_mb=self.jvm_heap_mb)
         except UnsupportedArtemisPolicy as e:
             raise TargetUnavailable(f"Apache Artemis cannot run scenario {scenario.name!r}: {e}") from e
         try:
