@@ -209,3 +209,25 @@ def receive_until_marker(subscription: Any, marker: str, *, timeout: float = TIM
     got, _seen = receive_until_markers({0: subscription}, [marker], timeout=timeout,
                                        describe=describe or f"barrier marker {marker!r} to arrive")
     return got[0]
+
+
+def receive_until_each_marked(subscriptions: Mapping[K, Any], send: Callable[[str], None], *,
+                              limit: int, timeout: float = TIMEOUT) -> tuple[dict[K, list], dict[K, list[str]]]:
+    """Per-consumer barriers on a destination that hands each message to whichever consumer has
+    room (competing consumers, no pinning): send one marker at a time (``send(body)``, the test's
+    own producer, so each is behind the messages of interest) and wait for it, until every
+    subscription got one or ``limit`` markers were sent. Returns what `receive_until_markers`
+    does, summed over the markers; a subscription without a marker in ``seen`` had no barrier,
+    and the caller says what it does instead."""
+    got: dict[K, list] = {key: [] for key in subscriptions}
+    seen: dict[K, list[str]] = {key: [] for key in subscriptions}
+    for _ in range(limit):
+        if all(seen.values()):
+            break
+        marker = new_marker()
+        send(marker)
+        more, landed = receive_until_markers(subscriptions, [marker], timeout=timeout)
+        for key in subscriptions:
+            got[key].extend(more[key])
+            seen[key].extend(landed[key])
+    return got, seen

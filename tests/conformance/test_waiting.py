@@ -8,7 +8,7 @@ import itertools
 import pytest
 
 from conformance.waiting import (QUIET, WaitTimeout, is_marker, new_marker, poll, poll_async, receive_until_marker,
-                                receive_until_markers, settle, wait_stable, wait_until,
+                                receive_until_each_marked, receive_until_markers, settle, wait_stable, wait_until,
                                 wait_until_async)
 
 
@@ -136,3 +136,18 @@ def test_markers_are_filtered_wherever_they_land_and_acknowledged_one_by_one():
     assert a.acked == [old, first]  # client-individual: markers are settled; client mode: left alone
     assert b.acked == []
     assert is_marker(first) and not is_marker("G:1")
+
+
+def test_each_subscription_is_marked_until_the_limit():
+    subs = {"A": FakeSubscription([]), "B": FakeSubscription(["b0"])}
+    turn = iter(["A", "A", "B"])  # where the "broker" routes each marker
+
+    def send(body):
+        subs[next(turn)].queue.append(body)
+
+    got, seen = receive_until_each_marked(subs, send, limit=5, timeout=1)
+    assert [len(seen["A"]), len(seen["B"])] == [2, 1]
+    assert {k: [m.text for m in v] for k, v in got.items()} == {"A": [], "B": ["b0"]}
+    lonely = {"A": FakeSubscription([]), "B": FakeSubscription([])}
+    got, seen = receive_until_each_marked(lonely, lonely["A"].queue.append, limit=2, timeout=1)
+    assert len(seen["A"]) == 2 and seen["B"] == []  # the limit reached: B had no barrier
