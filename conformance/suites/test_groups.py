@@ -19,9 +19,12 @@ import random
 
 import pytest
 
+from typing import Iterable
+
 from conformance.clients import Received, Subscription
 from conformance.scenario import DestinationPolicy, Scenario
-from conformance.waiting import QUIET, is_marker, new_marker, poll, receive_until_marker, receive_until_markers
+from conformance.waiting import (QUIET, is_marker, new_marker, poll, receive_until_each_marked, receive_until_marker,
+                                 receive_until_markers)
 
 RECEIVE_TIMEOUT = 5.0
 FIRST_KEY = "JMSXGroupFirstForConsumer"
@@ -43,11 +46,15 @@ SCENARIO = Scenario(name="groups", policies=(
 
 
 def gather(subs: dict[str, Subscription], total: int, via: tuple | None = None, groups=(),
-           timeout: float = RECEIVE_TIMEOUT) -> dict[str, list[Received]]:
+           timeout: float = RECEIVE_TIMEOUT, *, read_again: Iterable[str] = ()) -> dict[str, list[Received]]:
     """What each subscription receives until ``total`` messages arrived overall (or the timeout),
     plus anything more still on its way - so duplicates and strays show up too: with ``via`` =
     (producer, queue) through `barrier` (markers in ``groups``); without, every consumer is
-    watched for the quiet window (the caller says why no barrier serves)."""
+    watched for the quiet window (the caller says why no barrier serves).
+
+    ``read_again`` names consumers that need neither: the caller reads their inbox again later
+    with a check of exactly what arrives there first, which sees anything that arrived meanwhile
+    (the caller says why)."""
     got: dict[str, list[Received]] = {name: [] for name in subs}
 
     def receive_round() -> int:  # the receive timeouts are the polling interval
@@ -60,14 +67,15 @@ def gather(subs: dict[str, Subscription], total: int, via: tuple | None = None, 
     poll(receive_round, lambda n: n >= total, timeout=timeout, interval=0)
     if via is None:
         for name, sub in subs.items():
-            got[name].extend(sub.drain(QUIET))
+            if name not in read_again:
+                got[name].extend(sub.drain(QUIET))
     else:
-        barrier(subs, got, *via, groups)
+        barrier(subs, got, *via, groups, read_again=read_again)
     return got
 
 
 def barrier(subs: dict[str, Subscription], got: dict[str, list[Received]], producer, queue: str,
-            groups) -> None:
+            groups, read_again: Iterable[str] = ()) -> None:
     """Add to ``got`` whatever is still on its way to each consumer, waiting for a fact where one
     exists: each consumer that received a message of one of ``groups`` is sent a marker in that
     group (the one of its last such message), by the test's producer, after all the test's
@@ -79,7 +87,7 @@ def barrier(subs: dict[str, Subscription], got: dict[str, list[Received]], produ
 
     A consumer that got no marker (it received no grouped message, so it owns no group, or its
     marker went elsewhere) has no ordered path leading to it: that one is watched for the quiet
-    window. Markers are never returned."""
+    window, unless it is in ``read_again`` (see `gather`). Markers are never returned."""
     markers = []
     for name, messages in got.items():
         last = next((group_of(m.text) for m in reversed(messages) if group_of(m.text) in groups), None)
@@ -91,7 +99,7 @@ def barrier(subs: dict[str, Subscription], got: dict[str, list[Received]], produ
                                        describe=f"barrier markers {markers} (one per consumer, in a group it owns)")
     for name, sub in subs.items():
         got[name].extend(more[name])
-        if not seen[name]:
+        if not seen[name] and name not in read_again:
             # No marker reached this consumer (it owns no group): nothing on an ordered path
             # can tell that no stray is still coming to it, so the quiet window stays for it.
             got[name].extend(m for m in sub.drain(QUIET) if not is_marker(m.text))
@@ -188,11 +196,23 @@ def test_ungrouped_messages_are_not_pinned(broker, client, dest):
     producer.send(q, "G:0", group_id="G")
     for i in range(3):
         producer.send(q, f"u:{i}")
-    # Quiet window, no barrier: both consumers are full (2 unacknowledged each), so no marker
-    # could reach either before an acknowledgement - and acknowledging is what this test avoids.
-    got = texts(gather(subs, 4))
+    unacknowledged = gather(subs, 4, read_again=subs)  # read again below, after a barrier
+    got = texts(unacknowledged)
     ungrouped = {name: [b for b in bodies if group_of(b) == "u"] for name, bodies in got.items()}
-    assert sorted(b for bodies in ungrouped.values() for b in bodies) == ["u:0", "u:1", "u:2"], (
+    # Both consumers are full (2 unacknowledged each), so no marker can reach either before an
+    # acknowledgement. What arrived without one is judged above (`ungrouped`); now everything is
+    # acknowledged and ungrouped markers go out one at a time until each consumer got one: any
+    # duplicate or stray, still queued or on its way, arrives before its consumer's marker.
+    for name, messages in unacknowledged.items():
+        for message in messages:
+            subs[name].ack(message)
+    more, seen = receive_until_each_marked(subs, lambda body: producer.send(q, body), limit=8)
+    for name, sub in subs.items():
+        got[name] += [m.text for m in more[name]]
+        if not seen[name]:  # the markers all went elsewhere: nothing ordered reaches this one
+            got[name] += nothing_more(sub)
+    everything = sorted(b for bodies in got.values() for b in bodies if group_of(b) == "u")
+    assert sorted(b for bodies in ungrouped.values() for b in bodies) == ["u:0", "u:1", "u:2"] == everything, (
         f"GRP-PIN-1: the three ungrouped messages should all be delivered (there is room for them), "
         f"each once, without any acknowledgement: {got}")
     assert all(ungrouped.values()), f"GRP-PIN-1: ungrouped messages were kept to one consumer: {got}"
@@ -250,7 +270,9 @@ def test_group_moves_to_another_consumer_when_owner_closes(broker, client, dest,
     producer = client()
     for i in range(3):
         producer.send(q, f"G:{i}", group_id="G")
-    first = gather(subs, 3, (producer, q), ["G"])
+    # Only G's owner gets a marker; the other consumer's inbox is read again by `moved` below,
+    # which expects exactly G:1..G:5 first, so anything that reached it meanwhile shows there.
+    first = gather(subs, 3, (producer, q), ["G"], read_again=subs)
     owner = owner_of(texts(first), "G", "GRP-PIN-1")
     other = "B" if owner == "A" else "A"
     assert texts(first)[owner] == ["G:0", "G:1", "G:2"], f"GRP-ORDER-1: {texts(first)}"
@@ -282,9 +304,11 @@ def _fill_owner(client, q: str, producer, third_seq: int | None):
     producer.send(q, "G:1", group_id="G")
     producer.send(q, "G:2", group_id="G")
     producer.send(q, "G:3", group_id="G", group_seq=third_seq)
-    # Quiet window, no barrier: the owner is full (3 unacknowledged) and the other consumer owns
-    # no group, so no marker can reach either without changing what the tests check.
-    got = gather(subs, 3)
+    # No marker can reach either consumer (the owner is full, the other owns no group), and none is
+    # needed here: both callers read both inboxes again with a check of exactly what comes first
+    # (G:4 on the consumer that should get it) or a quiet window, so anything that arrived
+    # meanwhile - a stray or a duplicate - shows there.
+    got = gather(subs, 3, read_again=subs)
     owner = owner_of(texts(got), "G", "GRP-PIN-1")
     assert texts(got)[owner] == ["G:1", "G:2", "G:3"], (
         f"GRP-PIN-1: the owner should get the group's first three messages, in order: {texts(got)}")
