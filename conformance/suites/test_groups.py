@@ -16,10 +16,9 @@ use says why.
 from __future__ import annotations
 
 import random
+from typing import Iterable
 
 import pytest
-
-from typing import Iterable
 
 from conformance.clients import Received, Subscription
 from conformance.scenario import DestinationPolicy, Scenario
@@ -52,9 +51,9 @@ def gather(subs: dict[str, Subscription], total: int, via: tuple | None = None, 
     (producer, queue) through `barrier` (markers in ``groups``); without, every consumer is
     watched for the quiet window (the caller says why no barrier serves).
 
-    ``read_again`` names consumers that need neither: the caller reads their inbox again later
-    with a check of exactly what arrives there first, which sees anything that arrived meanwhile
-    (the caller says why)."""
+    ``read_again`` names consumers never watched for the quiet window (a marker still serves where
+    one reaches them): the caller reads their inbox again later with a check of exactly what
+    arrives there first, which sees anything that arrived meanwhile (the caller says why)."""
     got: dict[str, list[Received]] = {name: [] for name in subs}
 
     def receive_round() -> int:  # the receive timeouts are the polling interval
