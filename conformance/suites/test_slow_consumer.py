@@ -102,18 +102,22 @@ def catch_up(subscription, held: list, producer, topic: str, expected: int, **op
 
 
 def catch_up_messages(subscription, held: list, producer, topic: str, expected: int, **options) -> list:
-    """Acknowledge what the subscriber holds, take (and acknowledge) the ``expected`` messages kept
-    for it, then publish a marker with ``producer`` on ``topic`` and take everything up to it: a
-    topic hands a subscriber its messages in publish order, so nothing published before the marker
-    is still coming after it. The marker goes out only after the expected messages were taken, so
-    that when the broker kept no more than it should the pending list is empty and the marker
-    evicts nothing; had it kept more, those are ahead of the marker and show up (the limit only
-    evicts once the pending list is full, and then the ones still kept show up). Markers are not
-    returned. ``options`` go to the marker's send (a durable test publishes it persistent)."""
+    """Acknowledge what the subscriber holds, take (and acknowledge) the messages kept for it, up to
+    a marker published with ``producer`` on ``topic``: a topic hands a subscriber its messages in
+    publish order, so nothing published before the marker is still coming after it. Returns what
+    came before the marker (markers are never returned).
+
+    When the test ``expected`` any message, the marker goes out only once the first one arrived:
+    the buffer was full of held messages, so that one came from the pending list, which is then
+    below its limit and stays there (nothing else is published), so the marker evicts nothing the
+    test looks at; any more kept than should be are ahead of it. When nothing is expected the
+    pending list should be empty, and whatever the broker kept wrongly is ahead of the marker too.
+    ``options`` go to the marker's send (a durable test publishes it persistent; the priority test
+    gives it the lowest priority, so it comes last even from a pending list ordered by priority)."""
     got = []
     if held:
         subscription.ack(held[-1])  # ack="client" is cumulative: this settles the whole buffer
-    while len(got) < expected and (message := subscription.receive(TIMEOUT)) is not None:
+    if expected and (message := subscription.receive(TIMEOUT)) is not None:
         got.append(message)
         subscription.ack(message)
     marker = new_marker()
@@ -349,7 +353,7 @@ def test_lowest_priority_evicted_first(client, dest):
     # Waiting after D: A C D (B, low, went before the older A). E: D goes (newer but low).
     # F: the newcomer itself is the lowest and goes. G: all equal, the oldest (A) goes -> C E G.
     held += slow.drain(HELD_QUIET)
-    rest = catch_up(slow, held, producer, topic, 3)
+    rest = catch_up(slow, held, producer, topic, 3, priority=0)
     assert texts(held) + rest == ["p0", "C", "E", "G"], (
         f"SLOW-EVICT-2: low-priority B, D, F should be evicted before high-priority A, and then A as "
         f"the oldest of equals, leaving C, E, G; got {texts(held) + rest}")
