@@ -15,7 +15,12 @@ import pytest
 
 from conformance.clients.base import ClientError
 from conformance.scenario import DestinationPolicy, Scenario
-from conformance.waiting import QUIET  # how long "nothing more arrives" is watched
+# "Nothing more arrives" is a barrier: a marker sent by the test's producer behind its messages
+# on the same queue (and matching the consumer's selector); a queue hands its messages out in
+# order, so once the marker is in, nothing sent before it is still on its way to that consumer.
+# The marker is sent only after the expected messages arrived, so redeliveries the broker queued
+# before them are ahead of it too. The quiet window stays where no marker can reach the consumer.
+from conformance.waiting import QUIET, new_marker, receive_until_each_marked, receive_until_marker
 
 # Message prioritisation is off by default in Classic: "How can I support priority queues" asks
 # for prioritizedMessages on the destination's policy entry, which the ActiveMQ target writes for
@@ -27,6 +32,14 @@ SCENARIO = Scenario(name="core-queues", policies=(DestinationPolicy(PRIORITY_QUE
 
 def texts(messages) -> list[str]:
     return [m.text for m in messages]
+
+
+def up_to_marker(subscription, producer, queue: str, properties: dict | None = None) -> list:
+    """What reaches ``subscription`` before a marker sent now by ``producer`` to ``queue`` (with
+    ``properties``, to match a selector); the subscription must be the one the marker goes to."""
+    marker = new_marker()
+    producer.send(queue, marker, properties, persistent=False)
+    return receive_until_marker(subscription, marker)
 
 
 @pytest.mark.spec("Q-FIFO-1")
@@ -83,8 +96,12 @@ def test_competing_consumers_each_message_exactly_once(client, dest):
     while len(got_first) + len(got_second) < len(sent) and time.monotonic() < deadline:
         got_first += texts(first.receive_n(len(sent), timeout=0.05))
         got_second += texts(second.receive_n(len(sent), timeout=0.05))
-    got_first += texts(first.drain(QUIET))
-    got_second += texts(second.drain(QUIET))
+    # Markers one at a time until each consumer got one (both have room, so they take turns);
+    # a consumer the markers missed (limit reached) is watched for the quiet window instead.
+    more, seen = receive_until_each_marked({"first": first, "second": second},
+                                           lambda body: producer.send(queue, body, persistent=False), limit=8)
+    got_first += texts(more["first"]) + ([] if seen["first"] else texts(first.drain(QUIET)))
+    got_second += texts(more["second"]) + ([] if seen["second"] else texts(second.drain(QUIET)))
     both = got_first + got_second
     duplicated = sorted({b for b in both if both.count(b) > 1})
     missing = sorted(set(sent) - set(both))
@@ -106,8 +123,11 @@ def test_exclusive_consumer_receives_everything(client, dest):
         producer.send(queue, body)
     got = exclusive.receive_n(len(sent), timeout=5)
     for message in got:
-        exclusive.ack(message)
-    leaked = texts(plain.drain(QUIET))
+        exclusive.ack(message)  # confirmed by a receipt: nothing of it can come back
+    # Per-consumer barrier for the plain consumer: with the exclusive one gone, a marker behind
+    # e5 goes to it, so anything that leaked to it (or a duplicate) arrived before the marker.
+    exclusive.close()
+    leaked = texts(up_to_marker(plain, producer, queue))
     assert texts(got) == sent and not leaked, (
         f"Q-EXCL-1: with an exclusive consumer attached, it got {texts(got)} and the other consumer {leaked}; "
         f"expected the exclusive one to get all of {sent}")
@@ -128,7 +148,7 @@ def test_exclusive_consumer_fails_over_with_its_unacked_messages(client, dest):
     owner_client.close()  # the exclusive consumer goes away without acknowledging
     producer.send(queue, "x4")
     got = plain.receive_n(5, timeout=5)
-    got += plain.drain(QUIET)
+    got += up_to_marker(plain, producer, queue)  # sent once the redeliveries came, so behind them
     for message in got:
         plain.ack(message)
     assert sorted(texts(got)) == ["x0", "x1", "x2", "x3", "x4"], (
@@ -149,8 +169,12 @@ def test_highest_priority_consumer_served_until_its_prefetch_is_full(client, des
     producer = client()
     for i in range(10):
         producer.send(queue, f"k{i}")
+    # Quiet window for the high one: its prefetch is full (5 unacknowledged), so no marker can
+    # reach it without an acknowledgement that would change what is checked.
     got_high = high.receive_n(5, timeout=5) + high.drain(QUIET)
-    got_low = low.receive_n(5, timeout=5) + low.drain(QUIET)
+    # The low one has room and the high one none, so a marker behind k9 goes to the low one.
+    got_low = low.receive_n(5, timeout=5)
+    got_low += up_to_marker(low, producer, queue)
     assert texts(got_high) == [f"k{i}" for i in range(5)] and texts(got_low) == [f"k{i}" for i in range(5, 10)], (
         f"Q-CPRIO-1: priority-10 consumer (prefetch 5) got {texts(got_high)}, priority-0 consumer got "
         f"{texts(got_low)}; expected k0-k4 to the high one until its prefetch was full, then k5-k9 to the low one")
@@ -186,7 +210,8 @@ def test_selector_delivers_exactly_the_matching_messages(client, dest):
     sent = [("red", "circle"), ("blue", "circle"), ("red", "square"), ("red", "star"), ("green", "star")]
     for i, (color, shape) in enumerate(sent):
         producer.send(queue, f"{color}-{shape}-{i}", {"color": color, "shape": shape}, persistent=False)
-    got = texts(consumer.receive_n(2, timeout=5) + consumer.drain(QUIET))
+    got = consumer.receive_n(2, timeout=5)
+    got = texts(got + up_to_marker(consumer, producer, queue, {"color": "red", "shape": "marker"}))
     assert got == ["red-circle-0", "red-star-3"], (
         f"SEL-MATCH-1: selector \"color = 'red' AND shape <> 'square'\" delivered {got}; "
         "expected exactly red-circle-0 and red-star-3")
@@ -201,10 +226,12 @@ def test_message_rejected_by_selector_stays_for_another_consumer(client, dest):
     producer = client()
     for i, color in enumerate(["red", "blue", "red", "blue"]):
         producer.send(queue, f"{color}{i}", {"color": color})
-    picked = texts(picky.receive_n(2, timeout=5) + picky.drain(QUIET))
+    picked = picky.receive_n(2, timeout=5)
+    picked = texts(picked + up_to_marker(picky, producer, queue, {"color": "red"}))
     assert picked == ["red0", "red2"], f"SEL-QUEUE-1: the red-only consumer got {picked}"
     anyone = client().subscribe(queue, ack="auto")
-    rest = texts(anyone.receive_n(2, timeout=5) + anyone.drain(QUIET))
+    rest = anyone.receive_n(2, timeout=5)
+    rest = texts(rest + up_to_marker(anyone, producer, queue, {"color": "blue"}))  # blue: not for picky
     assert rest == ["blue1", "blue3"], (
         f"SEL-QUEUE-1: messages the red-only selector skipped should wait for another consumer; "
         f"a consumer without selector then got {rest}")
@@ -220,7 +247,7 @@ def test_expired_message_not_delivered(client, dest):
     producer.send(queue, "no-expiry", persistent=False)
     time.sleep(0.6)  # well past the 200 ms time to live, no consumer meanwhile
     consumer = client().subscribe(queue, ack="auto")
-    got = texts(consumer.receive_n(1, timeout=5) + consumer.drain(QUIET))
+    got = texts(consumer.receive_n(1, timeout=5) + up_to_marker(consumer, producer, queue))
     assert got == ["no-expiry"], (
         f"EXP-1: a message with a 200 ms time to live, consumed 600 ms later, and an unexpiring one: got {got}")
 
@@ -236,7 +263,8 @@ def test_expired_persistent_message_dead_lettered(client, dest):
     # A consumer makes the broker look at the message (Classic expires on dispatch, or on its
     # periodic sweep); it must not get it.
     consumer = client().subscribe(queue, ack="auto")
-    delivered = texts(consumer.drain(QUIET))
+    # The marker queues behind the expired message: had that been delivered, it came first.
+    delivered = texts(up_to_marker(consumer, producer, queue))
     assert delivered == [], f"EXP-DLQ-1: the expired message was delivered: {delivered}"
     dlq = client().subscribe("queue://ActiveMQ.DLQ", ack="client-individual", selector=f"core_marker = '{marker}'")
     dead = dlq.receive(timeout=5)

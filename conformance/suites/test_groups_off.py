@@ -15,14 +15,21 @@ from __future__ import annotations
 import pytest
 
 from conformance.scenario import DestinationPolicy, Scenario
-from conformance.waiting import QUIET, poll
+from conformance.waiting import QUIET, is_marker, new_marker, poll, receive_until_markers
 
 SCENARIO = Scenario(name="groups-off", policies=(DestinationPolicy("queue://grp.off.>", group_buckets=0),))
 
 RECEIVE_TIMEOUT = 5.0
 
 
-def _gather(subs: dict, total: int, timeout: float = RECEIVE_TIMEOUT) -> dict[str, list[str]]:
+def _gather(subs: dict, total: int, producer, queue: str, group: str,
+            timeout: float = RECEIVE_TIMEOUT) -> dict[str, list[str]]:
+    """What each subscription receives until ``total`` messages arrived, plus anything more still
+    on its way, found with a barrier: one marker per consumer in ``group``, sent by the test's
+    producer after its messages. With grouping off the group's messages, markers included, are
+    handed out round robin in queue order (AMG "Group Buckets"), so a consumer that got a marker
+    has had everything sent before it that was going to it; one that got none (the round robin
+    broke, which the caller's assertion catches) is watched for the quiet window instead."""
     got: dict[str, list[str]] = {name: [] for name in subs}
 
     def receive_round() -> int:  # the receive timeouts are the polling interval
@@ -33,8 +40,16 @@ def _gather(subs: dict, total: int, timeout: float = RECEIVE_TIMEOUT) -> dict[st
         return sum(map(len, got.values()))
 
     poll(receive_round, lambda n: n >= total, timeout=timeout, interval=0)
+    markers = [new_marker(f"{group}:") for _ in subs]
+    for marker in markers:
+        producer.send(queue, marker, group_id=group)
+    more, seen = receive_until_markers(subs, markers, timeout=timeout)
     for name, sub in subs.items():
-        got[name].extend(m.text for m in sub.drain(QUIET))
+        got[name].extend(m.text for m in more[name])
+        if not seen[name]:
+            # No marker reached it: no ordered path tells that nothing more is coming, so the
+            # quiet window stays for this consumer.
+            got[name].extend(m.text for m in sub.drain(QUIET) if not is_marker(m.text))
     return got
 
 
@@ -48,7 +63,7 @@ def test_zero_buckets_by_address_setting_turn_grouping_off(broker, client, dest,
     producer = client()
     for i in range(6):
         producer.send(q, f"G:{i}", group_id="G")
-    got = _gather(subs, 6)
+    got = _gather(subs, 6, producer, q, "G")
     evens, odds = [f"G:{i}" for i in (0, 2, 4)], [f"G:{i}" for i in (1, 3, 5)]
     assert sorted([got["A"], got["B"]]) == sorted([evens, odds]), (
         f"GRP-BUCKETS-1: with default-group-buckets 0 group G should alternate between the consumers: {got}")

@@ -23,13 +23,14 @@ import time
 import pytest
 
 from conformance.scenario import DestinationPolicy, Scenario
-from conformance.waiting import poll
+from conformance.waiting import TIMEOUT, WaitTimeout, is_marker, new_marker, poll
 
 KIB = 1024
-#: how long a subscriber waits with nothing arriving before it concludes nothing more is coming:
-#: local brokers dispatch within milliseconds, so these are generous and keep the module quick
-HELD_QUIET = 0.4  # a stalled subscriber's prefetch buffer is complete
-TAIL_QUIET = 0.6  # a catching-up subscriber has had everything that was kept for it
+#: how long a stalled subscriber waits with nothing arriving before it concludes its prefetch
+#: buffer is complete: a quiet window, because no barrier can reach a subscriber whose buffer is
+#: full by construction, and a marker published then would join the pending messages, where the
+#: limit under test may evict one of them. (Local brokers dispatch within milliseconds.)
+HELD_QUIET = 0.4
 #: the memory test's topic memory limit: far below what its publisher sends (SLOW-FLOW-1)
 MEMORY_TEST_TOPIC_LIMIT = 256 * KIB
 
@@ -93,20 +94,44 @@ def fill_prefetch(slow, producer, topic: str, bodies, properties=None) -> list:
     return held
 
 
-def catch_up(subscription, held: list, quiet: float = TAIL_QUIET) -> list[str]:
+def catch_up(subscription, held: list, producer, topic: str, expected: int, **options) -> list[str]:
     """The stalled subscriber starts acknowledging: it acknowledges what it holds, then takes and
-    acknowledges each message as it comes until nothing more arrives; returns those bodies."""
-    return texts(catch_up_messages(subscription, held, quiet))
+    acknowledges each message as it comes until a barrier shows nothing more is coming; returns
+    those bodies (see `catch_up_messages`)."""
+    return texts(catch_up_messages(subscription, held, producer, topic, expected, **options))
 
 
-def catch_up_messages(subscription, held: list, quiet: float = TAIL_QUIET) -> list:
+def catch_up_messages(subscription, held: list, producer, topic: str, expected: int, **options) -> list:
+    """Acknowledge what the subscriber holds, take (and acknowledge) the messages kept for it, up to
+    a marker published with ``producer`` on ``topic``: a topic hands a subscriber its messages in
+    publish order, so nothing published before the marker is still coming after it. Returns what
+    came before the marker (markers are never returned).
+
+    When the test ``expected`` any message, the marker goes out only once the first one arrived:
+    the buffer was full of held messages, so that one came from the pending list, which is then
+    below its limit and stays there (nothing else is published), so the marker evicts nothing the
+    test looks at; any more kept than should be are ahead of it. When nothing is expected the
+    pending list should be empty, and whatever the broker kept wrongly is ahead of the marker too.
+    ``options`` go to the marker's send (a durable test publishes it persistent; the priority test
+    gives it the lowest priority, so it comes last even from a pending list ordered by priority)."""
     got = []
     if held:
         subscription.ack(held[-1])  # ack="client" is cumulative: this settles the whole buffer
-    while (message := subscription.receive(quiet)) is not None:
+    if expected and (message := subscription.receive(TIMEOUT)) is not None:
         got.append(message)
         subscription.ack(message)
-    return got
+    marker = new_marker()
+    producer.send(topic, marker, persistent=options.pop("persistent", False), **options)
+    while True:
+        message = subscription.receive(TIMEOUT)
+        if message is None:
+            raise WaitTimeout(f"barrier marker {marker!r} to reach the catching-up subscriber", TIMEOUT,
+                              texts(got))
+        subscription.ack(message)
+        if message.text == marker:
+            return got
+        if not is_marker(message.text):
+            got.append(message)
 
 
 def settled(read, expected, timeout: float = 3.0):
@@ -137,7 +162,7 @@ def test_constant_limit_keeps_prefetch_and_newest(client, dest):
     assert texts(held) == ["p0", "p1"], (
         f"SLOW-PREFETCH-1: a stalled subscriber with prefetch 2 should hold exactly the first two "
         f"messages, got {texts(held)}")
-    rest = catch_up(slow, held)
+    rest = catch_up(slow, held, producer, topic, 5)
     # Limit 5 above the prefetch, oldest evicted first: p2..p14 were dropped as p7..p19 came in.
     assert rest == numbered(5, start=15), (
         f"SLOW-LIMIT-1/SLOW-EVICT-1: with limit 5 the subscriber should finally get the newest five "
@@ -174,7 +199,7 @@ def test_discarded_stays_and_matched_drains_after_catching_up(broker, client, de
     before = settled(lambda: counter_pairs(broker, topic), [(3, 6)])
     assert before == [(3, 6)], f"setup (SLOW-STATS-1): expected matched=3 discarded=6 while stalled, got {before}"
 
-    got = catch_up(slow, held)
+    got = catch_up(slow, held, producer, topic, 3)
     assert got == ["p7", "p8", "p9"], f"SLOW-LIMIT-1: expected the newest three after p0, got {got}"
     after = settled(lambda: counter_pairs(broker, topic), [(0, 6)])
     assert after == [(0, 6)], (
@@ -200,11 +225,12 @@ def test_discarded_stays_and_matched_drains_after_catching_up(broker, client, de
 def test_prefetch_rate_limit(client, dest):
     topic = dest("topic", "slow.rate")
     slow = stalled(client, topic, prefetch=4)  # multiplier 2.5 x prefetch 4 = 10 kept above the prefetch
-    publish(client(), topic, numbered(30))
+    producer = client()
+    publish(producer, topic, numbered(30))
 
     held = slow.drain(HELD_QUIET)
     assert texts(held) == numbered(4), f"SLOW-PREFETCH-1: prefetch 4 should hold p0..p3, got {texts(held)}"
-    rest = catch_up(slow, held)
+    rest = catch_up(slow, held, producer, topic, 10)
     assert rest == numbered(10, start=20), (
         f"SLOW-LIMIT-2: multiplier 2.5 with prefetch 4 should keep 10 waiting messages, so the "
         f"subscriber should finally get p20..p29; got {len(rest)}: {rest}")
@@ -215,11 +241,12 @@ def test_prefetch_rate_limit(client, dest):
 def test_limit_minus_one_never_discards(client, dest):
     topic = dest("topic", "slow.unlimited")
     slow = stalled(client, topic, prefetch=2)
-    publish(client(), topic, numbered(100))
+    producer = client()
+    publish(producer, topic, numbered(100))
 
     held = slow.drain(HELD_QUIET)
     assert texts(held) == ["p0", "p1"], f"SLOW-PREFETCH-1: prefetch 2 should hold p0, p1, got {texts(held)}"
-    rest = catch_up(slow, held)
+    rest = catch_up(slow, held, producer, topic, 98)
     assert rest == numbered(98, start=2), (
         f"SLOW-LIMIT-3: limit -1 should keep every message; got {len(rest)} of 98 after the prefetch, "
         f"missing {sorted(set(numbered(98, start=2)) - set(rest), key=lambda s: int(s[1:]))[:10]}...")
@@ -249,11 +276,11 @@ def test_limit_zero_keeps_nothing_beyond_prefetch(client, dest):
 
     held += slow.drain(HELD_QUIET)
     assert texts(held) == ["p0", "p1", "p2"], f"SLOW-PREFETCH-1: prefetch 3 should hold p0..p2, got {texts(held)}"
-    rest = catch_up(slow, held)
+    rest = catch_up(slow, held, producer, topic, 0)
     assert rest == [], f"SLOW-LIMIT-4: limit 0 keeps nothing beyond the prefetch, yet after acking it got {rest}"
     # Once there is room again, new messages flow: the subscription itself is alive.
     publish(producer, topic, ["late"])
-    late = catch_up(slow, [])
+    late = catch_up(slow, [], producer, topic, 1)
     assert late == ["late"], f"SLOW-LIMIT-4: a message published after the buffer emptied should arrive, got {late}"
 
 
@@ -285,8 +312,8 @@ def test_limit_applies_only_to_the_matching_topic_region(client, dest):
 
     held_limited += limited.drain(HELD_QUIET)
     held_free += free.drain(HELD_QUIET)
-    got_limited = texts(held_limited) + catch_up(limited, held_limited)
-    got_free = texts(held_free) + catch_up(free, held_free)
+    got_limited = texts(held_limited) + catch_up(limited, held_limited, producer, limited_topic, 3)
+    got_free = texts(held_free) + catch_up(free, held_free, producer, free_topic, 7)
     assert got_limited == ["p0", "p5", "p6", "p7"], (
         f"SLOW-POLICY-1: the topic under slow.const3.> (limit 3) should keep only the newest three "
         f"after its prefetch, got {got_limited}")
@@ -305,7 +332,7 @@ def test_consumer_sets_its_own_pending_limit(client, dest, requested, kept):
     publish(producer, topic, numbered(11, start=1))
 
     held += slow.drain(HELD_QUIET)
-    rest = catch_up(slow, held)
+    rest = catch_up(slow, held, producer, topic, kept)
     assert texts(held) + rest == ["p0"] + numbered(kept, start=12 - kept), (
         f"SLOW-CONSUMER-LIMIT-1: a subscriber asking for limit {requested} (policy 5) should keep "
         f"{kept} waiting messages, so get p0 then the newest {kept}; got {texts(held) + rest}")
@@ -326,7 +353,7 @@ def test_lowest_priority_evicted_first(client, dest):
     # Waiting after D: A C D (B, low, went before the older A). E: D goes (newer but low).
     # F: the newcomer itself is the lowest and goes. G: all equal, the oldest (A) goes -> C E G.
     held += slow.drain(HELD_QUIET)
-    rest = catch_up(slow, held)
+    rest = catch_up(slow, held, producer, topic, 3, priority=0)
     assert texts(held) + rest == ["p0", "C", "E", "G"], (
         f"SLOW-EVICT-2: low-priority B, D, F should be evicted before high-priority A, and then A as "
         f"the oldest of equals, leaving C, E, G; got {texts(held) + rest}")
@@ -348,7 +375,7 @@ def test_unique_property_keeps_latest_per_value(client, dest):
     # SAP1 is prefetched. ORCL1 makes four waiting: IBM1 is superseded by IBM2 and goes, although
     # MSFT1 is older (oldest-first would drop MSFT1). IBM3 then supersedes IBM2.
     held += slow.drain(HELD_QUIET)
-    rest = catch_up(slow, held)
+    rest = catch_up(slow, held, producer, topic, 3)
     assert texts(held) + rest == ["SAP1", "MSFT1", "ORCL1", "IBM3"], (
         f"SLOW-EVICT-3: the superseded IBM prices should go and the older but unique MSFT1 stay, "
         f"leaving SAP1 (prefetched), MSFT1, ORCL1, IBM3; got {texts(held) + rest}")
@@ -374,7 +401,7 @@ def test_fast_subscriber_unaffected_by_slow_one(client, dest, protocol):
         f"slow one discards; got {len(got_fast)}: first missing "
         f"{next((b for b in numbered(50) if b not in got_fast), None)}")
     held += slow.drain(HELD_QUIET)
-    rest = catch_up(slow, held)
+    rest = catch_up(slow, held, producer, topic, 3)
     assert texts(held) + rest == ["p0", "p47", "p48", "p49"], (
         f"SLOW-LIMIT-1: the slow subscriber (prefetch 1, limit 3) should get p0 and the newest three, "
         f"got {texts(held) + rest}")
@@ -387,9 +414,10 @@ def test_durable_subscriber_keeps_everything(client, dest):
     subscriber = client("stomp")
     durable = subscriber.subscribe(topic, ack="client", prefetch=1, durable_name="slow-durable")
     try:
-        publish(client(), topic, numbered(12), persistent=True)
+        producer = client()
+        publish(producer, topic, numbered(12), persistent=True)
         held = durable.drain(HELD_QUIET)
-        rest = catch_up(durable, held)
+        rest = catch_up(durable, held, producer, topic, 12 - len(held), persistent=True)
         assert texts(held) + rest == numbered(12), (
             f"SLOW-DURABLE-1: a durable subscriber on a topic with limit 3 should get all 12 messages "
             f"once it catches up, got {texts(held) + rest}")
@@ -435,7 +463,7 @@ def test_stalled_subscriber_memory_stays_bounded(broker, client, dest):
         f"control: 95 messages waiting on a topic without a limit should use more than {bound} bytes, "
         f"the counter says {control and control.memory_usage}; the SLOW-MEM-1 bound would prove nothing")
     held = prefetched + slow.drain(HELD_QUIET)
-    rest = catch_up_messages(slow, held)
+    rest = catch_up_messages(slow, held, producer, topic, 10)
     seqs = [int(m.properties.get("seq", -1)) for m in held + rest]
     assert seqs == list(range(5)) + list(range(total - 10, total)), (
         f"SLOW-PREFETCH-1/SLOW-LIMIT-1: the stalled subscriber should end up with seq 0..4 (its "

@@ -34,7 +34,7 @@ import os
 
 FAULTS = ("groups_not_pinned", "minus_one_buckets_as_two", "buckets_ignored", "duplex_reverse_unfiltered",
           "nack_acks_earlier", "discards_not_counted", "cluster_duplicates_kept", "cluster_initial_attempts_unbounded",
-          "cluster_retry_not_multiplied", "cluster_retry_uncapped")
+          "cluster_retry_not_multiplied", "cluster_retry_uncapped", "auto_ack_copies")
 
 
 def _groups_not_pinned() -> None:
@@ -91,6 +91,26 @@ def _nack_acks_earlier() -> None:
         right(self, consumer, message_id, transaction)
 
     Connection.nack = nack_and_ack_earlier
+
+
+def _auto_ack_copies() -> None:
+    """A queue hands each auto-acknowledged message to one more consumer right behind the first
+    delivery: to the next auto-ack consumer of the queue (a stray), or to the same one again when
+    it is alone (a duplicate). The copy goes out in dispatch order, so a barrier behind the
+    messages of interest must see it, as the quiet window did."""
+    from reference_broker.engine.queue import AckMode, Queue
+
+    right = Queue._hand_over
+
+    def hand_over_and_copy(self, consumer, ref, new_group) -> None:
+        right(self, consumer, ref, new_group)
+        if consumer.ack_mode is not AckMode.AUTO:
+            return
+        others = [c for c in self.consumers if c is not consumer and c.ack_mode is AckMode.AUTO]
+        target = others[0] if others else consumer
+        target.deliver(target, ref)
+
+    Queue._hand_over = hand_over_and_copy
 
 
 def _discards_not_counted() -> None:
