@@ -4,7 +4,7 @@ A run's flat rows come in pieces (chunks of its history file, files of its Parqu
 task can hold). Each checker declares the key its facts decompose by (``SPLIT_KEY`` in its
 module):
 
-* ``id``        total_queue, redistribution: every count and finding is per message id;
+* ``id``        total_queue, no_redelivery_after_ack, redistribution: every count and finding is per message id;
 * ``producer``  fifo: order is per (queue, producer); a queue's scope (its nodes, consumers,
                 deliveries) is kept as sets and counts that merge;
 * ``group``     groups, group_pinning: a group's deliveries stay together; the ops that release a group (a
@@ -37,20 +37,22 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from . import failover_downtime, fifo, group_pinning, groups, performance, redistribution, split_brain, total_queue
+from . import (failover_downtime, fifo, group_pinning, groups, performance, redelivery, redistribution, split_brain,
+               total_queue)
 from .history import NEMESIS, Columns, Rows
 
 FAMILIES = ("id", "producer", "group", "client")
 #: checkers by the key that splits them
 CHECKERS_OF = {
-    total_queue.SPLIT_KEY: (total_queue.NAME, redistribution.NAME),
+    total_queue.SPLIT_KEY: (total_queue.NAME, redelivery.NAME, redistribution.NAME),
     fifo.SPLIT_KEY: (fifo.NAME,),
     groups.SPLIT_KEY: (groups.NAME, group_pinning.NAME),
     failover_downtime.SPLIT_KEY: (failover_downtime.NAME, performance.LATENCY, performance.THROUGHPUT, split_brain.NAME,
                                   redistribution.CONSUMERS),
 }
 assert set(CHECKERS_OF) == set(FAMILIES) and performance.SPLIT_KEY == failover_downtime.SPLIT_KEY == split_brain.SPLIT_KEY
-assert (redistribution.SPLIT_KEY, redistribution.CONSUMERS_SPLIT_KEY, group_pinning.SPLIT_KEY) == ("id", "client", "group")
+assert (redistribution.SPLIT_KEY, redistribution.CONSUMERS_SPLIT_KEY, group_pinning.SPLIT_KEY, redelivery.SPLIT_KEY) == (
+    "id", "client", "group", "id")
 
 
 # ---------------------------------------------------------------------- per piece (a chunk of a run)
@@ -182,7 +184,7 @@ def part_facts(c: Columns, family: str) -> dict:
         elif name == performance.THROUGHPUT:
             out[name] = performance.throughput_facts(c)
         else:
-            out[name] = {total_queue.NAME: total_queue.facts, fifo.NAME: fifo.facts, groups.NAME: groups.facts,
+            out[name] = {total_queue.NAME: total_queue.facts, redelivery.NAME: redelivery.facts, fifo.NAME: fifo.facts, groups.NAME: groups.facts,
                          failover_downtime.NAME: failover_downtime.facts, split_brain.NAME: split_brain.facts,
                          redistribution.NAME: redistribution.facts, redistribution.CONSUMERS: redistribution.consumer_facts,
                          group_pinning.NAME: group_pinning.facts}[name](c)
@@ -191,7 +193,7 @@ def part_facts(c: Columns, family: str) -> dict:
 
 def combine(family_parts: dict[str, list[dict]], run_span: dict) -> dict:
     """A run's facts (registry.facts_of's shape) from each family's part facts."""
-    combiners = {total_queue.NAME: total_queue.combine, fifo.NAME: fifo.combine, groups.NAME: groups.combine,
+    combiners = {total_queue.NAME: total_queue.combine, redelivery.NAME: redelivery.combine, fifo.NAME: fifo.combine, groups.NAME: groups.combine,
                  failover_downtime.NAME: failover_downtime.combine,
                  performance.LATENCY: lambda ps: performance.combine_latency(ps),
                  performance.THROUGHPUT: performance.combine_throughput, split_brain.NAME: split_brain.combine,
