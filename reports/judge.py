@@ -1,6 +1,6 @@
-"""Judge one chaos run from its history alone: which checks apply, the checker functions
-(reports/checkers/), the broker's discard counters paired with the subscribers, whether the slow
-consumers were exercised, and the merged verdict (reports/verdicts.py). What ``verdict.json``
+"""Judge one chaos run from its history alone: the checks its plan names (reports/check_plan.py,
+the Spark pipeline's plan too), computed with the checker functions (reports/checkers/, the
+Spark pipeline's), and the merged verdict (reports/verdicts.py). What ``verdict.json``
 holds (`brokerconf chaos run`, the main job) comes from here; the command line only calls it.
 
 Everything judging needs is in the history (chaos/history.py, harness records; read by

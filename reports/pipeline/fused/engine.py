@@ -3,7 +3,8 @@ run's flat Parquet), read it (the C scanner, pyarrow; fused/load.py) and compute
 checker's facts for each run in it (reports/checkers/registry.py, `facts_of`); the tasks return
 those small records and, when asked, write the flat Parquet back themselves. The driver then
 judges each run with the same reports/checkers functions `brokerconf chaos run` uses (`judge`),
-with each run's settings.
+with each run's settings, and counts in its verdict the checks `brokerconf chaos run` counts
+(reports/check_plan.py, from the run record): the others are shown as not applicable.
 
 The unit of parallelism is a history: many runs spread over the executors, and within one task
 pyarrow's reader and writer use the executor's cores. A run whose lines are in several files is
@@ -336,7 +337,10 @@ def _analyze_units(spark, kind, units, malformed, names, options, skip_malformed
         results += res
         anomalies += anom
         tables.update(tabs)
-    results += _record_checks(facts)
+    if set(CHECKS) <= set(names):
+        # a whole analysis judges the runs, as `brokerconf chaos run` does; one of some checkers
+        # only (``checkers``: tests, a look at one checker) reports those
+        results += _record_checks(facts)
     anomalies_df = LocalFrame(spark, [tuple(a[c] for c in ANOMALY_SCHEMA.fieldNames()) for a in anomalies],
                                          ANOMALY_SCHEMA)
     return histories, results, anomalies, anomalies_df, tables
