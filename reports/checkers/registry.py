@@ -49,7 +49,7 @@ def facts_of(c: Columns) -> dict:
         parts = {name: pool.submit(f, c) for name, f in _FACTS.items()}
         out = {name: part.result() for name, part in parts.items()}
     out["span"] = {"t0": c.t0, "t1": c.t1, "n": c.n_ops, "drained": c.drained, "files": c.files,
-                   "topic": c.has_topic}
+                   "topic": c.has_topic, "topic_messages": bool((c.msgs & c.topic).any())}
     return out
 
 

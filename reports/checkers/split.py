@@ -68,7 +68,8 @@ def span(r: Rows) -> dict:
     times = r.time[is_op]
     return {"t0": int(times.min()) if len(times) else None, "t1": int(times.max()) if len(times) else None,
             "n": int(is_op.sum()), "drained": bool((is_op & r.f.eq("drain") & r.type.eq("ok")).any()),
-            "files": list(r.files), "topic": topic}
+            "files": list(r.files), "topic": topic,
+            "topic_messages": bool((client & r.has_pos & topic_lut[r.destination.codes]).any())}
 
 
 def merge_spans(pieces: list[dict]) -> dict:
@@ -76,7 +77,7 @@ def merge_spans(pieces: list[dict]) -> dict:
     t1 = [p["t1"] for p in pieces if p["t1"] is not None]
     return {"t0": min(t0) if t0 else None, "t1": max(t1) if t1 else None, "n": sum(p["n"] for p in pieces),
             "drained": any(p["drained"] for p in pieces), "files": sorted({f for p in pieces for f in p["files"]}),
-            "topic": any(p["topic"] for p in pieces)}
+            "topic": any(p["topic"] for p in pieces), "topic_messages": any(p["topic_messages"] for p in pieces)}
 
 
 def parts(table: pa.Table, family: str, k: int, clients: dict[str, str] | None = None,

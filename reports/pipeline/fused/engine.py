@@ -83,8 +83,14 @@ class RunFacts:
         for key in self.runs:
             facts = self.by_key[key]
             windows = (facts.get("failover_downtime") or {}).get("windows") or []
-            out[key] = record_of_files(self.spans[key]["files"] or [], run=key[0], target=key[1],
-                                       nemesis_kinds=[w["f"] for w in windows], topic=bool(self.spans[key]["topic"]))
+            span = self.spans[key]
+            # an old history is a topic run as record_of says from its events: a message on a
+            # topic, or a subscription to one (topic_fanout's facts exist only then); a run split
+            # into parts has no topic facts, so its subscriptions count
+            topic = bool(span.get("topic_messages") or facts.get("topic_fanout") is not None
+                         or (span["topic"] and facts.get("topic_unreadable")))
+            out[key] = record_of_files(span["files"] or [], run=key[0], target=key[1],
+                                       nemesis_kinds=[w["f"] for w in windows], topic=topic)
         return out
 
     @cached_property
