@@ -1,6 +1,6 @@
-"""Judge one chaos run from its history alone: which checks apply, the checker functions
-(reports/checkers/), the broker's discard counters paired with the subscribers, whether the slow
-consumers were exercised, and the merged verdict (reports/verdicts.py). What ``verdict.json``
+"""Judge one chaos run from its history alone: the checks its plan names (reports/check_plan.py,
+the Spark pipeline's plan too), computed with the checker functions (reports/checkers/, the
+Spark pipeline's), and the merged verdict (reports/verdicts.py). What ``verdict.json``
 holds (`brokerconf chaos run`, the main job) comes from here; the command line only calls it.
 
 Everything judging needs is in the history (chaos/history.py, harness records; read by
@@ -16,96 +16,106 @@ import os
 from pathlib import Path
 
 from chaos.history import is_harness, read_history
+from reports.check_plan import (DUPLICATES_SETTING_UNKNOWN, counts, duplicates_setting_unknown, plan_checks,
+                                 record_checks)
+from reports.checkers import registry
+from reports.checkers import slow_consumer as slow_checker
+from reports.checkers import topic_fanout as topic_checker
 from reports.checkers.failover_downtime import failover_downtime
+from reports.checkers.history import Columns
 from reports.checkers.redelivery import check_no_redelivery_after_ack
-from reports.checkers.group_pinning import check_group_pinning
-from reports.checkers.redistribution import check_redistribution
-from reports.checkers.split_brain import check_split_brain
 from reports.checkers.topic_fanout import check_topic_fanout
 from reports.checkers.topic_fanout import pair_discards as pair_broker_discards
 from reports.checkers.total_queue import check_total_queue
-from reports.run_record import OUTAGE_FAULTS, RunRecord, record_of
+from reports.run_record import RunRecord, record_of
 from reports.verdicts import UNKNOWN, merge
 
 VERDICT_FILE = "verdict.json"
 
 
 def topic_checks(ops: list[dict], record: RunRecord) -> dict[str, dict]:
-    """Topic fan-out, the broker's discard counters and whether the slow consumers were exercised."""
+    """Topic fan-out (the per-subscriber report verdict.json and its page show) and the slow
+    consumer's broker counters, each judged by the same function as the Spark pipeline's
+    (reports/checkers/topic_fanout.py `judge`, slow_consumer.py `judge`), with the run record's
+    broker counters and slow subscribers."""
     slow = set(record.slow_subscribers)
-    # First pass without the broker's counters: what each subscriber lost, seen from the history.
+    key = (record.run, record.target)
+    facts = topic_checker.facts(ops)
+    shared, _ = topic_checker.judge(key, facts, broker_discards=record.broker_discards, slow=slow)
+    sc, _, _ = slow_checker.judge(key, facts, broker_discards=record.broker_discards, slow=slow)
+    # The report's shape: what each subscriber lost, with the broker's counter paired with it.
     observed = check_topic_fanout(ops, discards_allowed_for=slow)
     losses = {name: report.observed_discards for name, report in observed.subscribers.items()}
-    checks: dict[str, dict] = {}
-    if record.broker_discards is None:
-        fanout = observed
-    else:
-        paired = pair_broker_discards(losses, record.broker_discards)
-        if paired is None:
-            fanout = observed
-            checks["broker_discards"] = {
-                "valid": False, "broker": record.broker_discards, "observed": losses,
-                "reason": f"the broker reports {len(record.broker_discards)} subscriptions on "
-                          f"{record.destination or 'the destination'}, the history {len(losses)} subscribers"}
-        else:
-            # The broker accounts for every discard it made: any subscriber may lose messages as
-            # long as the broker's counter for it says exactly how many.
-            fanout = check_topic_fanout(ops, broker_discards=paired, discards_allowed_for=set(losses))
-    checks["topic_fanout"] = fanout.to_json()
-    if slow:
-        lost_by_slow = sum(losses.get(name, 0) for name in slow)
-        checks["slow_consumer_exercised"] = {
-            "valid": True if lost_by_slow else UNKNOWN, "slow_subscribers": sorted(slow),
-            "discards": lost_by_slow,
-            "reason": "" if lost_by_slow else "the slow subscribers lost nothing: the faults did not make them slow "
-                                              "enough to reach the pending-message limit, so nothing was compared"}
+    paired = None if record.broker_discards is None else pair_broker_discards(losses, record.broker_discards)
+    fanout = observed if paired is None else check_topic_fanout(ops, broker_discards=paired,
+                                                                discards_allowed_for=set(losses))
+    checks: dict[str, dict] = {"topic_fanout": {**fanout.to_json(), "valid": shared.valid, "reason": shared.reason,
+                                                "applicable": shared.applicable}}
+    lost_by_slow = sum(losses.get(name, 0) for name in slow)
+    checks["slow_consumer"] = {**sc.to_json(), "slow_subscribers": sorted(slow), "discards": lost_by_slow,
+                               "broker": record.broker_discards, "observed": losses}
     return checks
+
+
+def _columnar(name: str, key, facts: dict, options: dict) -> dict:
+    """A columnar checker's result (reports/checkers/registry.py), as the Spark pipeline judges
+    it, with its anomalies' details."""
+    result, rows, _ = registry.judge(name, key, facts, **options)
+    out = result.to_json()
+    out["stats"].setdefault("anomalies", [r["detail"] for r in rows])
+    return out
 
 
 def judge_events(events: list[dict], *, record: RunRecord | None = None) -> dict[str, dict]:
-    """Every applicable check of one run's events, by name (each with its ``valid``)."""
+    """Every check that counts in the run's verdict, by name (each with its ``valid``); which
+    checks and with which options is reports/check_plan.py's answer, the Spark pipeline's too.
+    A planned check that finds nothing to judge in the history is left out (`counts`)."""
+    return judge_planned(events, record=record)[0]
+
+
+def judge_planned(events: list[dict], *, record: RunRecord | None = None) -> tuple[dict[str, dict], dict[str, str]]:
+    """(the checks that count, by name; the checks left out, with why)."""
     record = record or record_of(events)
     ops = [e for e in events if not is_harness(e)]
-    checkers = record.checkers
+    plan = plan_checks(record)
+    left_out = dict(plan.skipped)
+    key = (record.run, record.target)
     checks: dict[str, dict] = {}
-    if record.topic:
-        if checkers["topic_fanout"]:
-            checks.update(topic_checks(ops, record))
-    elif checkers["total_queue"]:
-        total = check_total_queue(ops, duplicates_allowed=checkers["duplicates_allowed"]).to_json()
-        if not record.self_contained and total["duplicated"] and total["valid"] is False \
-                and check_total_queue(ops, duplicates_allowed=True).valid is not False:
-            # An old history does not say whether its experiment allowed duplicates, and only
-            # the duplicates made this false: the verdict turns on the missing setting.
-            total["valid"] = UNKNOWN
-            total["reason"] = ("duplicated deliveries, and the history does not say whether the experiment allowed "
-                               "them (no harness records)" + (f"; {total['reason']}" if total["reason"] else ""))
-        checks["total_queue"] = total
-        checks["no_redelivery_after_ack"] = check_no_redelivery_after_ack(ops).to_json()
-    if checkers["failover_downtime"] and any(kind in OUTAGE_FAULTS for kind in record.nemesis_kinds):
-        checks["failover_downtime"] = failover_downtime(ops, max_downtime_s=checkers["max_downtime_s"]).to_json()
-    if checkers["split_brain"]:
-        checks["split_brain"] = check_split_brain(ops).to_json()
-    if checkers["redistribution"]:
-        checks["redistribution"] = check_redistribution(
-            ops, load_balancing=record.checker_options["load_balancing"],
-            redistribution_delay_ms=record.checker_options["redistribution_delay_ms"]).to_json()
-    if checkers["group_pinning"]:
-        checks["group_pinning"] = check_group_pinning(ops).to_json()
-    end = record.run_end or {}
-    if end.get("nemesis_errors"):
-        checks["nemesis_schedule"] = {"valid": UNKNOWN, "errors": end["nemesis_errors"],
-                                      "reason": f"{len(end['nemesis_errors'])} nemesis steps failed: the faults did "
-                                                "not happen as the experiment says"}
-    if end.get("workload_errors"):
-        # A worker thread that crashed, or a final drain that never completed: the history is
-        # incomplete in a way the checkers cannot see, so the run cannot be called valid.
-        checks["workload"] = {"valid": UNKNOWN, "errors": end["workload_errors"],
-                              "reason": "; ".join(end["workload_errors"])}
-    missing = record.missing()
-    if missing:
-        checks["history_records"] = {"valid": UNKNOWN, "reason": "; ".join(missing)}
-    return checks
+    c = Columns.of_events(ops) if ops else None
+    facts = registry.facts_of(c) if c is not None else None
+    results: dict[str, dict] = {}
+    for name, options in plan.options.items():
+        if facts is None:
+            results[name] = {"valid": UNKNOWN, "applicable": False, "reason": "the history has no operation"}
+        elif name == "total_queue":
+            total = check_total_queue(c, duplicates_allowed=options["duplicates_allowed"]).to_json()
+            total["applicable"] = facts["total_queue"]["totals"] is not None
+            if duplicates_setting_unknown(record, total["valid"], check_total_queue(c, duplicates_allowed=True).valid,
+                                          bool(total["duplicated"])):
+                # An old history does not say whether its experiment allowed duplicates, and only
+                # the duplicates made this false: the verdict turns on the missing setting.
+                total["valid"] = UNKNOWN
+                total["reason"] = DUPLICATES_SETTING_UNKNOWN + (f"; {total['reason']}" if total["reason"] else "")
+            results[name] = total
+        elif name == "no_redelivery_after_ack":
+            results[name] = check_no_redelivery_after_ack(ops).to_json()
+        elif name in ("topic_fanout", "slow_consumer"):
+            if "topic_fanout" not in results:
+                results.update(topic_checks(ops, record))
+        elif name == "failover_downtime":
+            shared = _columnar(name, key, facts, options)
+            results[name] = {**failover_downtime(c, max_downtime_s=options["max_downtime_s"]).to_json(),
+                             "applicable": shared["applicable"]}
+        else:  # fifo, groups, split_brain, redistribution, group_pinning
+            results[name] = _columnar(name, key, facts, options)
+    for name in plan.options:
+        result = results[name]
+        if counts(name, result.get("applicable", True), result["valid"]):
+            checks[name] = result
+        else:
+            left_out[name] = f"nothing to judge: {result.get('reason') or 'the checker found nothing for it'}"
+    checks.update(record_checks(record))
+    return checks, left_out
 
 
 def judge_history(path: str | os.PathLike) -> dict:
@@ -114,13 +124,15 @@ def judge_history(path: str | os.PathLike) -> dict:
     path = Path(path)
     events = read_history(path)
     record = record_of(events)
-    checks = judge_events(events, record=record)
+    checks, left_out = judge_planned(events, record=record)
     verdict = {
         "experiment": record.name,
         "target": record.target,
         "run": record.run,
         "valid": merge(c["valid"] for c in checks.values()),
         "checks": checks,
+        # the checks this run was not judged by, and why (reports/check_plan.py)
+        "not_applied": left_out,
         # the settings the checks applied, from the history's experiment record
         "checker_options": record.checker_options,
         "run_stats": {**(record.run_end or {}), "broker_discards": record.broker_discards,
@@ -171,7 +183,7 @@ def summary_lines(verdict: dict) -> list[str]:
                         for name, r in sorted(fanout["subscribers"].items()))
         lines.append(f"topic fan-out: {fanout['acknowledged']} acknowledged sends; {per}"
                      + (f" - {fanout['reason']}" if fanout["reason"] else ""))
-    for name in ("broker_discards", "slow_consumer_exercised", "nemesis_schedule", "workload", "history_records"):
+    for name in ("slow_consumer", "fifo", "groups", "nemesis_schedule", "workload", "history_records"):
         if checks.get(name, {}).get("reason"):
             lines.append(f"{name.replace('_', ' ')}: {checks[name]['reason']}")
     downtime = checks.get("failover_downtime")

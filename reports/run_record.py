@@ -24,6 +24,8 @@ DEFAULT_CHECKERS = {"total_queue": True, "duplicates_allowed": False, "topic_fan
                     "redistribution": False, "group_pinning": False}
 #: the nemesis kinds that take a client's broker away, after which failover downtime is measured
 OUTAGE_FAULTS = ("kill", "stop", "pause", "partition")
+#: the other nemesis kinds an old history's nemesis lines name (they degrade, not take away)
+_OTHER_FAULTS = ("latency", "bandwidth", "reset_peer")
 
 
 @dataclass
@@ -130,7 +132,7 @@ def record_of(events: Iterable[dict], *, run: str | None = None, target: str | N
             elif f == HARNESS_RUN_END and isinstance(value, dict):
                 record.run_end = value
         elif process == NEMESIS:
-            if f in OUTAGE_FAULTS or f in ("latency", "bandwidth", "reset_peer"):
+            if f in OUTAGE_FAULTS or f in _OTHER_FAULTS:
                 kinds.append(f)
         elif isinstance(value, dict):
             if f == "subscribe" and e.get("type") == "invoke" and value.get("slow") is True:
@@ -188,8 +190,7 @@ def pipeline_record_of_file(history_file: str | None) -> dict:
     it while that is still there; {} otherwise. The drop-in for the lookup beside the file."""
     if not history_file:
         return {}
-    parsed = urlparse(history_file)
-    path = Path(unquote(parsed.path) if parsed.scheme == "file" else history_file)
+    path = history_path(history_file)
     try:
         record = read_record(path)
     except OSError:
@@ -205,6 +206,33 @@ def pipeline_record_of_file(history_file: str | None) -> dict:
         return {}
     old["_path"] = str(beside)
     return old
+
+
+def history_path(history_file: str) -> Path:
+    """A history file given as a path or a file:// URI (what the Spark loader records)."""
+    parsed = urlparse(history_file)
+    return Path(unquote(parsed.path) if parsed.scheme == "file" else history_file)
+
+
+def record_of_files(files: Iterable[str], *, run: str, target: str, nemesis_kinds: Iterable[str] = (),
+                    topic: bool = False) -> RunRecord:
+    """The run record of a run whose lines are in ``files`` (paths or file:// URIs), from the
+    first with harness records. An old history has none: its record is built as `record_of`
+    builds it from the events, from what the caller read of them (the Spark tasks read the
+    nemesis steps' faults and whether the run touched a topic: ``nemesis_kinds``, ``topic``), so
+    both judges plan its checks alike (reports/check_plan.py)."""
+    for file in files:
+        try:
+            record = read_record(history_path(file))
+        except OSError:
+            continue
+        if record.self_contained:
+            record.run, record.target = run, target
+            return record
+    record = RunRecord(run, target)
+    record.nemesis_kinds = sorted({k for k in nemesis_kinds if k in OUTAGE_FAULTS + _OTHER_FAULTS})
+    record.topic = topic
+    return record
 
 
 def harness_value(value: Any) -> Any:

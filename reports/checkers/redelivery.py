@@ -49,3 +49,65 @@ def check_no_redelivery_after_ack(history: Iterable[dict]) -> RedeliveryResult:
                 if message_id in acked:
                     offending.setdefault(message_id, []).append(op.get("index", -1))
     return RedeliveryResult(not offending, len(acked), offending)
+
+
+# ---------------------------------------------------------------------- columnar (the Spark pipeline)
+# The same check over a run's columns, so that the Spark pipeline applies it where `brokerconf
+# chaos run` does (reports/check_plan.py). The flat columns do not keep an ack's ``confirmed``
+# field, so the columns find the candidates (a delivery after an ok ack of the same id) and the
+# task reads the run's events again only when there is one (`exact`), rare by construction:
+# a run without a candidate has no redelivery after any ack, confirmed or not.
+
+NAME = "no_redelivery_after_ack"
+#: the key that splits a run for this checker (reports/checkers/split.py): every fact is per id
+SPLIT_KEY = "id"
+
+
+def facts(c) -> dict:
+    """``acknowledged``: ids with an ok ack (confirmed or not: the columns cannot tell);
+    ``offending``: id -> indexes of its ok deliveries after its first ok ack (candidates until
+    ``exact``); ``exact``: computed over the events, with the ack confirmations."""
+    import numpy as np
+
+    ok = c.msgs & c.type.eq("ok")
+    acks = np.flatnonzero(ok & c.f.eq("ack") & (c.id.codes >= 0))
+    deliveries = np.flatnonzero(ok & c.f.isin(("receive", "drain")) & (c.id.codes >= 0))
+    first_ack = np.full(c.id.n_values, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(first_ack, c.id.codes[acks], c.index[acks])
+    late = deliveries[c.index[deliveries] > first_ack[c.id.codes[deliveries]]]
+    offending: dict[str, list[int]] = {}
+    for code, index in sorted(zip(c.id.codes[late].tolist(), c.index[late].tolist())):
+        offending.setdefault(str(c.id.value(code)), []).append(int(index))
+    return {"acknowledged": int(len(np.unique(c.id.codes[acks]))), "offending": offending, "exact": not offending}
+
+
+def exact_facts(events: Iterable[dict]) -> dict:
+    """`facts` over the run's events: the acks the broker never confirmed do not count."""
+    result = check_no_redelivery_after_ack(events)
+    return {"acknowledged": result.acknowledged, "offending": result.redelivered_after_ack, "exact": True}
+
+
+def combine(parts: list[dict]) -> dict:
+    """Split by id, each id lies in one part."""
+    offending = {k: v for p in parts for k, v in p["offending"].items()}
+    return {"acknowledged": sum(p["acknowledged"] for p in parts), "offending": dict(sorted(offending.items())),
+            "exact": all(p["exact"] for p in parts)}
+
+
+def judge(key, facts_: dict):
+    """One run's result and anomaly rows."""
+    from .result import INVALID, UNKNOWN, VALID, CheckResult, anomaly
+
+    offending = facts_["offending"]
+    rows = [anomaly(key, NAME, "redelivered_after_ack", message_id, ops, "delivered again after its ack was confirmed")
+            for message_id, ops in sorted(offending.items())]
+    stats = {"acknowledged": facts_["acknowledged"], "redelivered_after_ack": len(offending)}
+    if not offending:
+        return CheckResult(NAME, *key, VALID, stats=stats), rows
+    if not facts_["exact"]:
+        # a split run: its events were not read whole, so whether those acks were confirmed
+        # (AMQP settles on send) is not known here
+        return CheckResult(NAME, *key, UNKNOWN, f"{len(offending)} message(s) delivered again after an ok ack whose "
+                           "confirmation was not read (a run split into parts)", stats=stats), rows
+    return CheckResult(NAME, *key, INVALID, f"{len(offending)} message(s) delivered again after a confirmed ack",
+                       stats=stats), rows

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
-from . import failover_downtime, fifo, group_pinning, groups, performance, redistribution, split_brain, total_queue
+from . import (failover_downtime, fifo, group_pinning, groups, performance, redelivery, redistribution, split_brain,
+               total_queue)
 from .history import THREADS, Columns
 from .result import CheckResult, RunKey
 
 #: in the order `brokerconf analyze` runs them (topic fan-out and slow consumer: see engine.py)
-NAMES = (total_queue.NAME, fifo.NAME, groups.NAME, failover_downtime.NAME, performance.LATENCY,
+NAMES = (total_queue.NAME, redelivery.NAME, fifo.NAME, groups.NAME, failover_downtime.NAME, performance.LATENCY,
          performance.THROUGHPUT, split_brain.NAME, redistribution.NAME, group_pinning.NAME)
 #: the options each checker takes, with their defaults
 OPTIONS = {total_queue.NAME: {"duplicates_allowed": False}, failover_downtime.NAME: {"max_downtime_s": None},
@@ -26,6 +27,7 @@ OPTIONS = {total_queue.NAME: {"duplicates_allowed": False}, failover_downtime.NA
 
 _FACTS = {
     total_queue.NAME: total_queue.facts,
+    redelivery.NAME: redelivery.facts,
     fifo.NAME: fifo.facts,
     groups.NAME: groups.facts,
     failover_downtime.NAME: failover_downtime.facts,
@@ -47,7 +49,7 @@ def facts_of(c: Columns) -> dict:
         parts = {name: pool.submit(f, c) for name, f in _FACTS.items()}
         out = {name: part.result() for name, part in parts.items()}
     out["span"] = {"t0": c.t0, "t1": c.t1, "n": c.n_ops, "drained": c.drained, "files": c.files,
-                   "topic": c.has_topic}
+                   "topic": c.has_topic, "topic_messages": bool((c.msgs & c.topic).any())}
     return out
 
 
@@ -69,7 +71,8 @@ def judge(name: str, key: RunKey, facts: dict, **options) -> tuple[CheckResult, 
     if name == redistribution.NAME:
         result, rows = redistribution.judge(key, facts[name], facts[redistribution.CONSUMERS], **options)
         return result, rows, []
-    module = {group_pinning.NAME: group_pinning, total_queue.NAME: total_queue, fifo.NAME: fifo, groups.NAME: groups, split_brain.NAME: split_brain}[name]
+    module = {group_pinning.NAME: group_pinning, total_queue.NAME: total_queue, redelivery.NAME: redelivery, fifo.NAME: fifo,
+              groups.NAME: groups, split_brain.NAME: split_brain}[name]
     result, rows = module.judge(key, facts[name], **options)
     return result, rows, []
 

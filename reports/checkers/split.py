@@ -4,7 +4,7 @@ A run's flat rows come in pieces (chunks of its history file, files of its Parqu
 task can hold). Each checker declares the key its facts decompose by (``SPLIT_KEY`` in its
 module):
 
-* ``id``        total_queue, redistribution: every count and finding is per message id;
+* ``id``        total_queue, no_redelivery_after_ack, redistribution: every count and finding is per message id;
 * ``producer``  fifo: order is per (queue, producer); a queue's scope (its nodes, consumers,
                 deliveries) is kept as sets and counts that merge;
 * ``group``     groups, group_pinning: a group's deliveries stay together; the ops that release a group (a
@@ -37,20 +37,22 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from . import failover_downtime, fifo, group_pinning, groups, performance, redistribution, split_brain, total_queue
+from . import (failover_downtime, fifo, group_pinning, groups, performance, redelivery, redistribution, split_brain,
+               total_queue)
 from .history import NEMESIS, Columns, Rows
 
 FAMILIES = ("id", "producer", "group", "client")
 #: checkers by the key that splits them
 CHECKERS_OF = {
-    total_queue.SPLIT_KEY: (total_queue.NAME, redistribution.NAME),
+    total_queue.SPLIT_KEY: (total_queue.NAME, redelivery.NAME, redistribution.NAME),
     fifo.SPLIT_KEY: (fifo.NAME,),
     groups.SPLIT_KEY: (groups.NAME, group_pinning.NAME),
     failover_downtime.SPLIT_KEY: (failover_downtime.NAME, performance.LATENCY, performance.THROUGHPUT, split_brain.NAME,
                                   redistribution.CONSUMERS),
 }
 assert set(CHECKERS_OF) == set(FAMILIES) and performance.SPLIT_KEY == failover_downtime.SPLIT_KEY == split_brain.SPLIT_KEY
-assert (redistribution.SPLIT_KEY, redistribution.CONSUMERS_SPLIT_KEY, group_pinning.SPLIT_KEY) == ("id", "client", "group")
+assert (redistribution.SPLIT_KEY, redistribution.CONSUMERS_SPLIT_KEY, group_pinning.SPLIT_KEY, redelivery.SPLIT_KEY) == (
+    "id", "client", "group", "id")
 
 
 # ---------------------------------------------------------------------- per piece (a chunk of a run)
@@ -66,7 +68,8 @@ def span(r: Rows) -> dict:
     times = r.time[is_op]
     return {"t0": int(times.min()) if len(times) else None, "t1": int(times.max()) if len(times) else None,
             "n": int(is_op.sum()), "drained": bool((is_op & r.f.eq("drain") & r.type.eq("ok")).any()),
-            "files": list(r.files), "topic": topic}
+            "files": list(r.files), "topic": topic,
+            "topic_messages": bool((client & r.has_pos & topic_lut[r.destination.codes]).any())}
 
 
 def merge_spans(pieces: list[dict]) -> dict:
@@ -74,7 +77,7 @@ def merge_spans(pieces: list[dict]) -> dict:
     t1 = [p["t1"] for p in pieces if p["t1"] is not None]
     return {"t0": min(t0) if t0 else None, "t1": max(t1) if t1 else None, "n": sum(p["n"] for p in pieces),
             "drained": any(p["drained"] for p in pieces), "files": sorted({f for p in pieces for f in p["files"]}),
-            "topic": any(p["topic"] for p in pieces)}
+            "topic": any(p["topic"] for p in pieces), "topic_messages": any(p["topic_messages"] for p in pieces)}
 
 
 def parts(table: pa.Table, family: str, k: int, clients: dict[str, str] | None = None,
@@ -182,7 +185,7 @@ def part_facts(c: Columns, family: str) -> dict:
         elif name == performance.THROUGHPUT:
             out[name] = performance.throughput_facts(c)
         else:
-            out[name] = {total_queue.NAME: total_queue.facts, fifo.NAME: fifo.facts, groups.NAME: groups.facts,
+            out[name] = {total_queue.NAME: total_queue.facts, redelivery.NAME: redelivery.facts, fifo.NAME: fifo.facts, groups.NAME: groups.facts,
                          failover_downtime.NAME: failover_downtime.facts, split_brain.NAME: split_brain.facts,
                          redistribution.NAME: redistribution.facts, redistribution.CONSUMERS: redistribution.consumer_facts,
                          group_pinning.NAME: group_pinning.facts}[name](c)
@@ -191,7 +194,7 @@ def part_facts(c: Columns, family: str) -> dict:
 
 def combine(family_parts: dict[str, list[dict]], run_span: dict) -> dict:
     """A run's facts (registry.facts_of's shape) from each family's part facts."""
-    combiners = {total_queue.NAME: total_queue.combine, fifo.NAME: fifo.combine, groups.NAME: groups.combine,
+    combiners = {total_queue.NAME: total_queue.combine, redelivery.NAME: redelivery.combine, fifo.NAME: fifo.combine, groups.NAME: groups.combine,
                  failover_downtime.NAME: failover_downtime.combine,
                  performance.LATENCY: lambda ps: performance.combine_latency(ps),
                  performance.THROUGHPUT: performance.combine_throughput, split_brain.NAME: split_brain.combine,

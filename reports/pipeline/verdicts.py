@@ -10,6 +10,7 @@ checker found (``valid_without_skipped_lines``) so the user can still look.
 
 from __future__ import annotations
 
+from reports.check_plan import MEASUREMENTS
 from reports.checkers.result import CheckResult
 from reports.pipeline.load import Malformed
 # The merge lives in reports/verdicts.py (one rule for every judge); re-exported for callers here.
@@ -39,7 +40,9 @@ def run_verdicts(results: list[CheckResult], skipped: dict[str, list[Malformed]]
     skipped = skipped or {}
     verdicts = []
     for (run, target), checks in sorted(by_run.items()):
-        judged = [c for c in checks if c.applicable]
+        # the measurements (latency, throughput: always true) never decide a verdict: a run with
+        # nothing else judged is unknown, as `brokerconf chaos run` says (reports/check_plan.py)
+        judged = [c for c in checks if c.applicable and c.checker not in MEASUREMENTS]
         valid = merge(c.valid for c in judged)
         if run in skipped:
             valid = UNKNOWN

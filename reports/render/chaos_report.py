@@ -434,9 +434,14 @@ def _checks_html(verdict: dict) -> str:
             detail = counts + (f" - {detail}" if detail else "") + (f"; {found}" if found else "")
         rows.append(f"<tr><td><code>{_e(name)}</code></td><td>{_valid_html(check.get('valid'))}</td>"
                     f"<td>{_e(detail)}</td></tr>")
+    # the checks this run was not judged by, and why (reports/check_plan.py: the Spark pipeline
+    # leaves out the same ones)
+    left_out = "".join(f"<li><code>{_e(name)}</code>: {_e(why)}</li>"
+                       for name, why in (verdict.get("not_applied") or {}).items())
+    left_out = f"<p class=\"note\">Not applied to this run:</p><ul class=\"note\">{left_out}</ul>" if left_out else ""
     if not rows:
-        return "<p class=\"note\">No checks in verdict.json.</p>"
-    return "<table><tr><th>check</th><th>valid</th><th>what it found</th></tr>" + "".join(rows) + "</table>"
+        return "<p class=\"note\">No checks in verdict.json.</p>" + left_out
+    return "<table><tr><th>check</th><th>valid</th><th>what it found</th></tr>" + "".join(rows) + "</table>" + left_out
 
 
 def _pipeline_html(run: dict | None, pipeline_dir: Path | None) -> str:

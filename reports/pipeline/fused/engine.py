@@ -3,7 +3,8 @@ run's flat Parquet), read it (the C scanner, pyarrow; fused/load.py) and compute
 checker's facts for each run in it (reports/checkers/registry.py, `facts_of`); the tasks return
 those small records and, when asked, write the flat Parquet back themselves. The driver then
 judges each run with the same reports/checkers functions `brokerconf chaos run` uses (`judge`),
-with each run's settings.
+with each run's settings, and counts in its verdict the checks `brokerconf chaos run` counts
+(reports/check_plan.py, from the run record): the others are shown as not applicable.
 
 The unit of parallelism is a history: many runs spread over the executors, and within one task
 pyarrow's reader and writer use the executor's cores. A run whose lines are in several files is
@@ -29,14 +30,18 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from reports.checkers import registry
+from reports.checkers import redelivery, registry
+from reports.checkers import total_queue as total_queue_checker
 from reports.checkers.history import Columns
 from reports.checkers.result import CheckResult
+from reports.verdicts import UNKNOWN
 from reports.pipeline import load as sql_load
 from reports.checkers import slow_consumer as slow_checker
 from reports.checkers import topic_fanout as topic_checker
 from reports.pipeline.anomaly_schema import ANOMALY_SCHEMA
-from reports.run_record import pipeline_record_of_file
+from reports.check_plan import (DUPLICATES_SETTING_UNKNOWN, MEASUREMENTS, counts, duplicates_setting_unknown, plan_checks,
+                                 record_checks)
+from reports.run_record import pipeline_record_of_file, record_of_files
 from reports.pipeline.load import Malformed, MalformedHistory, find_sources
 from reports.pipeline.local_frame import LocalFrame
 
@@ -70,11 +75,39 @@ class RunFacts:
                     break
         return out
 
-    def checker_option(self, key, name, given, default):
-        """The analysis's value, then the run record's (the experiment's own setting), then the default."""
+    @cached_property
+    def run_records(self) -> dict:
+        """(run, target) -> its RunRecord (reports/run_record.py), what `brokerconf chaos run`
+        plans its checks with; an old history's from the facts its task read."""
+        out = {}
+        for key in self.runs:
+            facts = self.by_key[key]
+            windows = (facts.get("failover_downtime") or {}).get("windows") or []
+            span = self.spans[key]
+            # an old history is a topic run as record_of says from its events: a message on a
+            # topic, or a subscription to one (topic_fanout's facts exist only then); a run split
+            # into parts has no topic facts, so its subscriptions count
+            topic = bool(span.get("topic_messages") or facts.get("topic_fanout") is not None
+                         or (span["topic"] and facts.get("topic_unreadable")))
+            out[key] = record_of_files(span["files"] or [], run=key[0], target=key[1],
+                                       nemesis_kinds=[w["f"] for w in windows], topic=topic)
+        return out
+
+    @cached_property
+    def plans(self) -> dict:
+        """(run, target) -> the checks that judge it and their options (reports/check_plan.py):
+        the same plan `brokerconf chaos run` judges the history with."""
+        return {key: plan_checks(record) for key, record in self.run_records.items()}
+
+    def checker_option(self, key, check, name, given, default):
+        """The analysis's value, then the run's own setting: its plan's (from the history's
+        harness records), else for an old history the verdict.json beside it, else the default."""
         if given is not None:
             return given
-        value = (self.records.get(key, {}).get("checker_options") or {}).get(name)
+        if self.run_records[key].self_contained:
+            value = self.plans[key].options.get(check, {}).get(name)
+        else:
+            value = (self.records.get(key, {}).get("checker_options") or {}).get(name)
         return default if value is None else value
 
 
@@ -144,8 +177,15 @@ def run_unit(unit: Unit, skip_malformed: bool, parquet_out: str | None) -> list[
         for run, target, rows in fused_load.runs_of(table):
             c = Columns(rows)
             facts = registry.facts_of(c)
+            events = _RunEvents(run, target, c, unit)
             facts[topic_checker.NAME], facts["topic_unreadable"] = (
-                _topic_facts(run, target, c, unit) if c.has_topic else (None, ""))
+                _topic_facts(events) if c.has_topic else (None, ""))
+            if not facts[redelivery.NAME]["exact"]:
+                # a delivery after an ok ack: whether that ack was confirmed is in its value only
+                # (reports/checkers/redelivery.py); left as candidates when the lines are gone
+                read = events.events()
+                if read is not None:
+                    facts[redelivery.NAME] = redelivery.exact_facts(read)
             out.append((run, target, "facts", json.dumps(facts, default=fused_load.json_plain)))
         timing["check_s"] = time.perf_counter() - checked
     finally:
@@ -156,29 +196,52 @@ def run_unit(unit: Unit, skip_malformed: bool, parquet_out: str | None) -> list[
     return out
 
 
-def _topic_facts(run: str, target: str, c: Columns, unit: Unit) -> tuple[dict | None, str]:
-    """topic_fanout.facts over the run's events, read again from its history lines (the window
-    logic needs the raw values); (None, why) when they cannot be read (Parquet whose run
-    directories are gone)."""
-    files = [unit.path, *unit.more] if unit.kind == "jsonl" else [sql_load._uri_path(f) for f in c.files]  # pylint: disable=protected-access
-    gone = [f for f in files if not Path(f).is_file()]
-    if gone or not files:
-        return None, (f"the topic checks read the history lines again, and {gone[0] if gone else 'its file'} is gone: "
+class _RunEvents:
+    """One run's events read again from its history lines (the topic window logic needs the raw
+    values, and so do the ack confirmations), read once on first use; None when they cannot be
+    read (Parquet whose run directories are gone), with `gone` saying why."""
+
+    def __init__(self, run: str, target: str, c: Columns, unit: Unit) -> None:
+        self.run, self.target = run, target
+        self.files = ([unit.path, *unit.more] if unit.kind == "jsonl"
+                      else [sql_load._uri_path(f) for f in c.files])  # pylint: disable=protected-access
+        self._events: list[dict] | None = None
+
+    @property
+    def gone(self) -> str:
+        missing = [f for f in self.files if not Path(f).is_file()]
+        if missing or not self.files:
+            return missing[0] if missing else "its file"
+        return ""
+
+    def events(self) -> list[dict] | None:
+        if self.gone:
+            return None
+        if self._events is None:
+            events = []
+            for f in self.files:
+                default_run = Path(f).parent.name
+                with open(f, "rb") as handle:
+                    for line in handle:
+                        try:
+                            e = json.loads(line)
+                        except ValueError:
+                            continue  # reported (or refused) by the reader already
+                        if (isinstance(e, dict) and (e.get("run") or default_run) == self.run
+                                and (e.get("target") or sql_load.UNKNOWN_TARGET) == self.target):
+                            events.append(e)
+            events.sort(key=lambda e: e.get("index", 0))
+            self._events = events
+        return self._events
+
+
+def _topic_facts(events: _RunEvents) -> tuple[dict | None, str]:
+    """topic_fanout.facts over the run's events; (None, why) when they cannot be read."""
+    read = events.events()
+    if read is None:
+        return None, (f"the topic checks read the history lines again, and {events.gone} is gone: "
                       "analyse the run directory (history.jsonl) instead of its Parquet")
-    events = []
-    for f in files:
-        default_run = Path(f).parent.name
-        with open(f, "rb") as handle:
-            for line in handle:
-                try:
-                    e = json.loads(line)
-                except ValueError:
-                    continue  # reported (or refused) by the reader already
-                if (isinstance(e, dict) and (e.get("run") or default_run) == run
-                        and (e.get("target") or sql_load.UNKNOWN_TARGET) == target):
-                    events.append(e)
-    events.sort(key=lambda e: e.get("index", 0))
-    return topic_checker.facts(events), ""
+    return topic_checker.facts(read), ""
 
 
 def _timed(timing: dict, key: str, function, *args) -> None:
@@ -280,6 +343,10 @@ def _analyze_units(spark, kind, units, malformed, names, options, skip_malformed
         results += res
         anomalies += anom
         tables.update(tabs)
+    if set(CHECKS) <= set(names):
+        # a whole analysis judges the runs, as `brokerconf chaos run` does; one of some checkers
+        # only (``checkers``: tests, a look at one checker) reports those
+        results += _record_checks(facts)
     anomalies_df = LocalFrame(spark, [tuple(a[c] for c in ANOMALY_SCHEMA.fieldNames()) for a in anomalies],
                                          ANOMALY_SCHEMA)
     return histories, results, anomalies, anomalies_df, tables
@@ -349,15 +416,63 @@ def _judged(name: str):
     def check(spark, facts: RunFacts, histories, **given):
         results, anomalies, table = [], [], []
         for key in facts.runs:
-            options = {option: facts.checker_option(key, option, given.get(option), default)
+            options = {option: facts.checker_option(key, name, option, given.get(option), default)
                        for option, default in registry.OPTIONS.get(name, {}).items()}
             result, rows, table_rows = registry.judge(name, key, facts.by_key[key], **options)
+            if name == total_queue_checker.NAME and given.get("duplicates_allowed") is None:
+                _old_duplicates(result, facts, key, options)
+            rows = _planned(result, rows, facts.plans[key])
             results.append(result)
             anomalies += rows
             table += table_rows
         tables = {TABLES[name][0]: LocalFrame(spark, table, TABLES[name][1])} if name in TABLES else {}
         return results, _sorted(anomalies), tables
     return check
+
+
+def _planned(result: CheckResult, rows: list[dict], plan) -> list[dict]:
+    """A check the run's plan leaves out (reports/check_plan.py: not asked for by the experiment,
+    or not for this kind of run) is shown as not applicable, with why, and lists no anomaly: it
+    does not count in the verdict, as in `brokerconf chaos run`. The measurements are never
+    planned and never count (run_verdicts leaves them out)."""
+    if result.checker in MEASUREMENTS:
+        return rows
+    if result.checker in plan.options:
+        if not result.applicable and counts(result.checker, result.applicable, result.valid):
+            # the experiment asked for its workload's check and the history has nothing for it:
+            # no evidence, counted as unknown (reports/check_plan.py, `counts`)
+            result.applicable = True
+        return rows
+    why = plan.skipped.get(result.checker, "not planned for this run")
+    if result.applicable or not result.reason.startswith("not asked for"):
+        result.reason = f"not applied: {why}" + (f"; found: {result.reason}" if result.reason else "")
+    result.applicable = False
+    return []
+
+
+def _old_duplicates(result: CheckResult, facts: RunFacts, key, options: dict) -> None:
+    """An old history whose setting nobody gave (no analysis option, no verdict.json beside it):
+    false only because of duplicates is unknown, as `brokerconf chaos run` says
+    (reports/check_plan.py, `duplicates_setting_unknown`)."""
+    record = facts.run_records[key]
+    if record.self_contained or (facts.records.get(key, {}).get("checker_options") or {}).get(
+            "duplicates_allowed") is not None:
+        return
+    allowed, _ = registry.judge(total_queue_checker.NAME, key, facts.by_key[key], duplicates_allowed=True)[:2]
+    if duplicates_setting_unknown(record, result.valid, allowed.valid, bool(result.stats.get("duplicated"))):
+        result.valid = UNKNOWN
+        result.reason = DUPLICATES_SETTING_UNKNOWN + (f"; {result.reason}" if result.reason else "")
+
+
+def _record_checks(facts: RunFacts) -> list[CheckResult]:
+    """What each run's harness records say against it (failed nemesis steps, crashed workers, an
+    old or cut history): the checks `brokerconf chaos run` adds from the same records."""
+    out = []
+    for key in facts.runs:
+        for name, check in record_checks(facts.run_records[key]).items():
+            out.append(CheckResult(name, *key, check["valid"], check["reason"],
+                                   stats={k: v for k, v in check.items() if k not in ("valid", "reason")}))
+    return out
 
 
 # ---------------------------------------------------------------------- topic runs: the SQL jobs
@@ -382,6 +497,7 @@ def _topic_judged(name: str):
             else:
                 result, rows, gap_rows = slow_checker.judge(key, run_facts, **options)
                 gaps += gap_rows
+            rows = _planned(result, rows, facts.plans[key])
             results.append(result)
             anomalies += rows
         tables = {slow_checker.GAPS_TABLE: LocalFrame(spark, gaps, GAPS_SCHEMA)} if name == slow_checker.NAME else {}
