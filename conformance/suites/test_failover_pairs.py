@@ -37,6 +37,9 @@ from conformance.waiting import poll
 
 pytestmark = [pytest.mark.slow]
 
+#: reconnect delays for the tests that are not about them: already far below Table 2.1's
+#: maxReconnectDelay default (30 s). The tests about the delays (FT-FAILOVER-4/5, FT-DISCOVERY-2)
+#: keep the document's defaults or their own values, since those numbers are what they check
 FAST = "initialReconnectDelay=10&maxReconnectDelay=200"
 START_TIMEOUT = 120.0  # a JVM broker (re)starting on a loaded 2-core machine
 RECEIVE = 10.0
