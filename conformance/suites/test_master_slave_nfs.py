@@ -27,10 +27,23 @@ from conformance.waiting import poll
 
 CAPABILITY = "topology.shared-store"
 TAKEOVER = 120.0  # bound on a slave taking over (a JVM opening its store and acceptors)
-LEASE_S = 4.0     # the simulated NFSv4 server's lease: short, so a lapsed lease is seen soon
+#: the simulated NFSv4 server's lease: short, so a lapsed lease is seen soon. Kept at 4 s although
+#: FT-SHARED-10 is about a lease running out, not its length: a mount renews every two thirds of a
+#: lease (chaos/sharedstore/rpc.py), so 4 s leaves a live node 1.3 s of slack on a loaded machine,
+#: and on the JVM targets the killed master takes longer than a lease to be gone anyway
+LEASE_S = 4.0
 #: a soft mount that gives up after 1 + 2 = 3 s (timeo=10, retrans=1): a cut node's I/O fails
-#: soon, as with the guide's options but shorter (the guide's own are FT-SHARED-8's)
+#: soon, as with the guide's options but shorter (the guide's own are FT-SHARED-8's). Kept: a
+#: normal request must still outlast its first 1 s try on a loaded machine, or a node's I/O fails
+#: with no fault at all
 QUICK_MOUNT = "soft,timeo=10,retrans=1,lookupcache=none,sync"
+#: How many NFSv4 leases FT-SHARED-7 watches the NFSv3 slave go on waiting after the crashed master
+#: is gone: shortened from five (25 s of watching) to two: the statement is that an NFSv3 server
+#: never frees a dead client's lock, not how long "never" was watched. Two leases still outlast
+#: several times over what the NFSv4 takeover takes with the same lease (FT-SHARED-10 prints it: 0
+#: to 2 s after the master is gone), and the test also requires the slave to have asked for the
+#: lock and been refused after the moment an NFSv4 server would have freed it.
+V3_WATCHED_LEASES = 2
 
 pytestmark = [pytest.mark.slow, pytest.mark.requires(CAPABILITY)]
 
@@ -76,7 +89,7 @@ def store_state(cluster) -> dict:
 
 @pytest.mark.spec("FT-SHARED-3")
 def test_the_slave_polls_for_the_lock_at_its_acquire_interval(nfs_group):
-    interval_ms = 1500
+    interval_ms = 1500  # kept: FT-SHARED-3 is about this interval (the gaps are checked against it)
     group = nfs_group(SharedStore(lock_keep_alive_period_ms=1000, lock_acquire_sleep_interval_ms=interval_ms,
                                   nfs=NfsOptions(mount_options=QUICK_MOUNT, lease_s=30.0)))
     assert group.master() is group["A"], f"FT-SHARED-3: node A is not the master\n{group.log_tail(30)}"
@@ -106,6 +119,8 @@ def test_the_slave_polls_for_the_lock_at_its_acquire_interval(nfs_group):
 
 @pytest.mark.spec("FT-SHARED-4")
 def test_a_slave_that_gets_the_lock_waits_a_keep_alive_period_before_serving(nfs_group):
+    # kept: FT-SHARED-4 is about this period; shorter, a slave's own start-up time would hide
+    # whether it waited for it
     keep_alive_ms = 3000
     group = nfs_group(SharedStore(lock_keep_alive_period_ms=keep_alive_ms, lock_acquire_sleep_interval_ms=500,
                                   nfs=NfsOptions(mount_options=QUICK_MOUNT, lease_s=30.0)))
@@ -145,10 +160,12 @@ def test_nfsv3_the_slave_never_gets_the_lock_of_a_crashed_master(nfs_group):
                                   nfs=NfsOptions(mount_options=QUICK_MOUNT.replace("sync", "sync,vers=3"), version=3,
                                                  lease_s=LEASE_S)))
     assert group.master() is group["A"], f"FT-SHARED-7: node A is not the master\n{group.log_tail(30)}"
-    _cut_and_kill_the_master(group)
-    # NFSv4 would release A's lock one lease after the cut (FT-SHARED-10 sees the slave take over
-    # then); NFSv3 has no lease: five leases and more must go by with the slave still waiting
-    watched = 5 * LEASE_S + 5.0
+    gone = _cut_and_kill_the_master(group)
+    # NFSv4 would release A's lock one lease after A's last request, which came before the cut
+    # (FT-SHARED-10 sees the slave take over then); NFSv3 has no lease: V3_WATCHED_LEASES leases and
+    # more must go by with the slave still waiting (+5 s: room for a slave that got the lock to
+    # open its listeners)
+    watched = V3_WATCHED_LEASES * LEASE_S + 5.0
     served = poll(lambda: not closed(group["B"]), bool, timeout=watched, interval=0.5)
     assert not served, f"FT-SHARED-7: on NFSv3 the slave B opened its listeners after the master crashed\n" \
                        f"{group.log_tail(40)}"
@@ -160,6 +177,13 @@ def test_nfsv3_the_slave_never_gets_the_lock_of_a_crashed_master(nfs_group):
                for client in ("A", "B")}
     assert held_by["A"] and not held_by["A"] & held_by["B"], \
         f"FT-SHARED-7: the store's lock table should still give A's lock to A alone: {locks}"
+    # the slave did ask for A's lock once an NFSv4 lease would long have run out, and was refused:
+    # the window above watched a slave that kept trying, not one that had stopped asking
+    late_refusals = [(path, start, at) for client, path, start, at in store_state(group)["refused_locks"]
+                     if client == "B" and (path, start) in held_by["A"] and at >= gone + LEASE_S]
+    assert late_refusals, (f"FT-SHARED-7: the slave B made no request for A's lock {held_by['A']} more than one "
+                           f"lease ({LEASE_S} s) after the master was gone, so the watch saw nothing refused: "
+                           f"{store_state(group)['refused_locks'][-10:]}")
 
 
 @pytest.mark.spec("FT-SHARED-10")
@@ -187,6 +211,7 @@ def test_nfsv4_releases_a_crashed_master_s_lock_after_its_lease_and_the_slave_ta
 def test_with_the_guide_s_mount_options_a_master_that_loses_its_store_stops(nfs_group):
     from chaos.sharedstore.mountopts import MountOptions
 
+    # the guide's own options and keep-alive, kept: FT-SHARED-8's "about 12 s" is derived from them
     options = "soft,timeo=20,retrans=2,lookupcache=none,sync"
     group = nfs_group(SharedStore(lock_keep_alive_period_ms=2000, lock_acquire_sleep_interval_ms=1000,
                                   nfs=NfsOptions(mount_options=options, version=4, lease_s=30.0)))

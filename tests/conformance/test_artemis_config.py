@@ -104,3 +104,12 @@ def test_without_ha_policy_the_broker_keeps_its_own_data_directory():
     core = _core(_render(Scenario(name="plain")))
     assert core.find("{urn:activemq:core}ha-policy") is None
     assert core.find("{urn:activemq:core}journal-directory").text == "data/journal"
+
+
+def test_journal_file_size_is_10m_unless_the_launcher_asks_for_another():
+    # the simulated NFS store's groups ask for 1M (artemis/shared_store.py NFS_JOURNAL_FILE_SIZE):
+    # each journal file is written out in full at creation, slow through the FUSE mount
+    assert _core(_render(Scenario("s"))).find("c:journal-file-size", NS).text == "10M"
+    small = render(Scenario("s"), name="b1", host="127.0.0.1", ports=PORTS, admin=("brokerconf-admin", "secret"),
+                   journal_file_size="1M")
+    assert _core(small).find("c:journal-file-size", NS).text == "1M"

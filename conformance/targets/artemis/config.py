@@ -179,6 +179,9 @@ class ArtemisConfig:
     #: discovery groups, cluster connection, grouping handler, scale-down ha-policy): rendered by
     #: artemis/cluster.py, "" for a broker alone
     cluster_xml: str = ""
+    #: ``journal-file-size``: each journal file is written out in full when created (min-files of
+    #: them at the first start), so on a slow store (the simulated NFS) it is start-up time
+    journal_file_size: str = "10M"
 
     @property
     def anonymous(self) -> bool:
@@ -216,7 +219,7 @@ class ArtemisConfig:
       <journal-datasync>{'true' if self.journal_sync else 'false'}</journal-datasync>
       <journal-min-files>2</journal-min-files>
       <journal-pool-files>10</journal-pool-files>
-      <journal-file-size>10M</journal-file-size>
+      <journal-file-size>{escape(self.journal_file_size)}</journal-file-size>
       <journal-buffer-timeout>100000</journal-buffer-timeout>
       <paging-directory>{escape(self.data_directory)}/paging</paging-directory>
       <bindings-directory>{escape(self.data_directory)}/bindings</bindings-directory>
@@ -322,7 +325,7 @@ class ArtemisDatabase:
 def render(scenario: Scenario, *, name: str, host: str, ports: dict[str, int],
            admin: tuple[str, str], tls_keystore: str | None = None, tls_password: str | None = None,
            ha_policy: str | None = None, data_directory: str = "data",
-           database: ArtemisDatabase | None = None) -> ArtemisConfig:
+           database: ArtemisDatabase | None = None, journal_file_size: str = "10M") -> ArtemisConfig:
     """The instance configuration for ``scenario``; raises `UnsupportedArtemisPolicy` naming what
     Artemis cannot express, before anything starts."""
     if scenario.memory_limit is not None:
@@ -331,7 +334,8 @@ def render(scenario: Scenario, *, name: str, host: str, ports: dict[str, int],
             "Artemis setting of the same meaning (global-max-size pages or blocks addresses instead)")
     config = ArtemisConfig(name=name, host=host, ports=dict(ports), users=tuple(scenario.users), admin=admin,
                            policies=tuple(scenario.policies), tls_keystore=tls_keystore, tls_password=tls_password,
-                           ha_policy=ha_policy, data_directory=data_directory, database=database)
+                           ha_policy=ha_policy, data_directory=data_directory, database=database,
+                           journal_file_size=journal_file_size)
     if any(listener.endswith("_ssl") for listener in ports) and not tls_keystore:
         raise UnsupportedArtemisPolicy(f"scenario {scenario.name!r}: TLS acceptors need a keystore")
     names = [u for u, _ in config.users]

@@ -139,7 +139,8 @@ class ArtemisProcess(QueueManagement, ManagedProcess):
 
     def __init__(self, workdir: Path, scenario: Scenario, *, name: str = "brokerconf-artemis",
                  jvm_heap_mb: int = 384, artemis_home: Path | None = None, ha_policy: str | None = None,
-                 shared_data: Path | None = None, database: ArtemisDatabase | None = None) -> None:
+                 shared_data: Path | None = None, database: ArtemisDatabase | None = None,
+                 journal_file_size: str = "10M") -> None:
         """``ha_policy`` ("primary" / "backup") with ``shared_data``: one node of a shared-store
         pair (`artemis.shared_store`), its journal, bindings, paging and large messages there; or
         with ``database``: the pair's store (and its lock) in PostgreSQL tables instead, the driver
@@ -149,6 +150,7 @@ class ArtemisProcess(QueueManagement, ManagedProcess):
         self.ha_policy = ha_policy
         self.shared_data = Path(shared_data).absolute() if shared_data is not None else None
         self.database = database
+        self.journal_file_size = journal_file_size
         self.workdir = Path(workdir).absolute()
         self.scenario = scenario
         self.name = name
@@ -190,7 +192,7 @@ class ArtemisProcess(QueueManagement, ManagedProcess):
         self.config = render(self.scenario, name=self.name, host=self.host, ports=self.ports, admin=self.admin,
                              ha_policy=self.ha_policy,
                              data_directory=str(self.shared_data) if self.shared_data else "data",
-                             database=self.database, **tls)
+                             database=self.database, journal_file_size=self.journal_file_size, **tls)
         options = CreateOptions(user=self.admin[0], password=self.admin[1], anonymous=self.config.anonymous,
                                 host=self.host, http_host=self.host, http_port=self.http_port,
                                 java_options=f"-Xms64m -Xmx{self.jvm_heap_mb}m")
