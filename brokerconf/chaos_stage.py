@@ -175,12 +175,29 @@ def _verdict_of(run: PlannedRun, status: int, output: list[str]) -> dict:
     return verdict
 
 
-def run_all(runs: list[PlannedRun], *, parallel: int = PARALLEL,
-            progress: Callable[[str], None] = print) -> list[dict]:
-    """Run ``runs``, ``parallel`` at a time, in their order; returns their verdicts in that order.
-    Interrupted (SIGTERM / SIGINT / SIGHUP in this process), the signal is passed on to every run
-    still going and each is waited for, so each stops the brokers it started (brokerconf/children.py)."""
+def cost_key(experiment: str, target: str) -> str:
+    """A chaos run's entry in the recorded costs (conformance/unit_costs.json)."""
+    return f"chaos:{experiment}@{target}"
+
+
+def longest_first(runs: list[PlannedRun], costs: dict[str, float]) -> list[PlannedRun]:
+    """``runs`` by their recorded wall time, longest first (a stable sort: unrecorded runs keep
+    their order, after the recorded ones), so the stage does not end waiting on one long run
+    started last (a shared-store failover on ActiveMQ took 76 s beside 25-35 s runs)."""
+    return sorted(runs, key=lambda run: -costs.get(cost_key(run.name, run.target_name), 0.0))
+
+
+def run_all(runs: list[PlannedRun], *, parallel: int = PARALLEL, progress: Callable[[str], None] = print,
+            children=None) -> list[dict]:
+    """Run ``runs``, ``parallel`` at a time, the longest recorded first; returns their verdicts in
+    the order of ``runs``, each with its ``wall_seconds``. Interrupted (SIGTERM / SIGINT / SIGHUP in
+    this process), the signal is passed on to every run still going and each is waited for, so
+    each stops the brokers it started (brokerconf/children.py; ``children``: a `Children` the caller
+    already holds, e.g. with the suites' pytest in it)."""
+    from contextlib import nullcontext
+
     from brokerconf.children import Children
+    from conformance.schedule import load_costs
 
     if parallel < 1:
         raise ValueError(f"parallel must be at least 1, not {parallel}")
@@ -197,8 +214,9 @@ def run_all(runs: list[PlannedRun], *, parallel: int = PARALLEL,
                     with lock:
                         progress(f"[{run.label}] {line}")
 
-    with Children(name="brokerconf run: chaos stage") as children:
-        pending = list(enumerate(runs))
+    order = {id(run): index for index, run in enumerate(runs)}
+    with nullcontext(children) if children is not None else Children(name="brokerconf run: chaos stage") as children:
+        pending = [(order[id(run)], run) for run in longest_first(runs, load_costs())]
         active: dict[int, tuple] = {}
         while pending or active:
             while pending and len(active) < parallel:
@@ -217,7 +235,8 @@ def run_all(runs: list[PlannedRun], *, parallel: int = PARALLEL,
             for index in finished:
                 run, child, reader, output, began = active.pop(index)
                 reader.join()
-                verdicts[index] = _verdict_of(run, child.returncode, output)
+                verdicts[index] = {**_verdict_of(run, child.returncode, output),
+                                   "wall_seconds": round(time.monotonic() - began, 1)}
                 with lock:
                     progress(f"chaos: {run.label} finished in {time.monotonic() - began:.0f} s: "
                              f"valid = {verdicts[index].get('valid')}")

@@ -28,7 +28,8 @@ KEEP_ABOVE_S = 1.0
 def merged_costs(reports: list[dict]) -> dict[str, float]:
     costs: dict[str, float] = {}
     for report in reports:
-        for unit, seconds in report.get("units", {}).items():
+        # the suites' and tests' work units, and the main job's chaos runs (brokerconf/chaos_stage.py)
+        for unit, seconds in [*report.get("units", {}).items(), *report.get("chaos", {}).items()]:
             costs[unit] = max(costs.get(unit, 0.0), float(seconds))
     return {unit: round(seconds, 1) for unit, seconds in sorted(costs.items()) if seconds >= KEEP_ABOVE_S}
 
