@@ -16,8 +16,8 @@ import pytest
 
 from conformance.clients import connect
 from conformance.clients.base import ClientError
-from conformance.suites.cluster_support import (  # noqa: F401 - clusters: the module fixture
-    FORMATION, StompClients, cluster_suite_marks, clusters, declare, drain, parametrize_by_target, queue,
+from conformance.suites.cluster_support import (  # noqa: F401 - cluster_pool, clusters: the fixtures
+    FORMATION, StompClients, cluster_suite_marks, cluster_pool, clusters, declare, drain, parametrize_by_target, queue,
     settle)
 from conformance.topology import ClusterConnection, GroupingHandlers, Topology
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.suites.cluster_support import (  # noqa: F401 - clusters: the module fixture
-    StompClients, bodies, cluster_suite_marks, clusters, declare, parametrize_by_target, queue, settle)
+from conformance.suites.cluster_support import (  # noqa: F401 - cluster_pool, clusters: the fixtures
+    StompClients, bodies, cluster_suite_marks, cluster_pool, clusters, declare, parametrize_by_target, queue, settle)
 from conformance.topology import ClusterConnection, Topology
 
 pytestmark = cluster_suite_marks()

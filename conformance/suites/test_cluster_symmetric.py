@@ -14,8 +14,8 @@ from itertools import permutations
 
 import pytest
 
-from conformance.suites.cluster_support import (  # noqa: F401 - clusters: the module fixture
-    StompClients, bodies, cluster_suite_marks, clusters, declare, drain, parametrize_by_target, queue,
+from conformance.suites.cluster_support import (  # noqa: F401 - cluster_pool, clusters: the fixtures
+    StompClients, bodies, cluster_suite_marks, cluster_pool, clusters, declare, drain, parametrize_by_target, queue,
     send_numbered, settle)
 from conformance.topology import ClusterConnection, Topology
 
