@@ -14,7 +14,8 @@ from __future__ import annotations
 import pytest
 
 from conformance.suites.cluster_support import (  # noqa: F401 - cluster_pool, clusters: the fixtures
-    StompClients, bodies, cluster_suite_marks, cluster_pool, clusters, declare, drain, parametrize_by_target, queue, settle)
+    StompClients, bodies, cluster_suite_marks, cluster_pool, clusters, declare, demand_crossed, drain,
+    parametrize_by_target, queue, settle)
 from conformance.topology import ClusterConnection, Topology
 
 pytestmark = cluster_suite_marks()
@@ -46,7 +47,7 @@ def test_on_demand_round_robins_over_nodes_with_consumers_and_skips_one_without(
         declare(clients, cluster["C"], destination)  # C has the queue, no consumer
         on_a = clients.on(cluster["A"]).subscribe(destination, ack="auto")
         on_b = clients.on(cluster["B"]).subscribe(destination, ack="auto")
-        settle()
+        demand_crossed(cluster, destination, ("A", "B"), ("A", "C"))
         sent = send(clients, cluster["A"], destination, MESSAGES)
         got_a, got_b = bodies(drain(on_a)), bodies(drain(on_b))
         on_c = cluster["C"].queue_size(destination)
@@ -66,7 +67,7 @@ def test_on_demand_forwards_only_where_a_selector_matches(clusters):
         declare(clients, cluster["A"], destination)
         reds = clients.on(cluster["B"]).subscribe(destination, ack="auto", selector="color = 'red'")
         blues = clients.on(cluster["C"]).subscribe(destination, ack="auto", selector="color = 'blue'")
-        settle()
+        demand_crossed(cluster, destination, ("A", "B"), ("A", "C"))
         producer = clients.on(cluster["A"])
         for i in range(MESSAGES):
             producer.send(destination, f"{'red' if i % 2 else 'blue'}-{i}", {"color": "red" if i % 2 else "blue"})
@@ -81,11 +82,13 @@ def test_on_demand_forwards_only_where_a_selector_matches(clusters):
 
 
 def sent_to_a_with_a_consumer_on_b(cluster, destination: str) -> tuple[list[str], int]:
-    """MESSAGES sent to A while B has the only consumer: what B's consumer got, and what A holds."""
+    """MESSAGES sent to A while B has the only consumer: what B's consumer got, and what A holds.
+    ``destination`` is outside the cluster address: the probe crosses on a clustered queue, over
+    the same link that would carry B's demand for ``destination`` were it clustered."""
     with StompClients() as clients:
         declare(clients, cluster["A"], destination)
         remote = clients.on(cluster["B"]).subscribe(destination, ack="auto")
-        settle()
+        demand_crossed(cluster, destination, ("A", "B"), probe_base=queue("clu"))
         send(clients, cluster["A"], destination, MESSAGES)
         got = bodies(drain(remote))
         return got, cluster["A"].queue_size(destination)
@@ -109,7 +112,7 @@ def test_an_included_prefix_is_forwarded_and_an_excluded_one_is_not(clusters):
             declare(clients, cluster["A"], destination)
         remote_in = clients.on(cluster["B"]).subscribe(included, ack="auto")
         remote_ex = clients.on(cluster["B"]).subscribe(excluded, ack="auto")
-        settle()
+        demand_crossed(cluster, included, ("A", "B"))  # B's demand for both, announced in that order
         send(clients, cluster["A"], included, MESSAGES)
         send(clients, cluster["A"], excluded, MESSAGES)
         got_in, got_ex = bodies(drain(remote_in)), bodies(drain(remote_ex))
@@ -137,7 +140,7 @@ def test_strict_round_robins_to_a_node_without_consumers(clusters):
         declare(clients, cluster["C"], destination)
         on_a = clients.on(cluster["A"]).subscribe(destination, ack="auto")
         on_b = clients.on(cluster["B"]).subscribe(destination, ack="auto")
-        settle()
+        demand_crossed(cluster, destination, ("A", "B"), ("A", "C"))  # STRICT: A knows both queues
         send(clients, cluster["A"], destination, MESSAGES)
         got_a, got_b = drain(on_a), drain(on_b)
         on_c = cluster["C"].queue_size(destination)
@@ -154,6 +157,8 @@ def test_off_never_forwards(clusters):
     with StompClients() as clients:
         declare(clients, cluster["A"], destination)
         remote = clients.on(cluster["B"]).subscribe(destination, ack="auto")
+        # no probe: under OFF nothing crosses the cluster, a probe neither; the room B's demand
+        # would need to reach A
         settle()
         send(clients, cluster["A"], destination, MESSAGES)
         got = bodies(drain(remote))

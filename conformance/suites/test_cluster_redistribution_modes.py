@@ -13,7 +13,8 @@ from __future__ import annotations
 import pytest
 
 from conformance.suites.cluster_support import (  # noqa: F401 - cluster_pool, clusters: the fixtures
-    StompClients, bodies, cluster_suite_marks, cluster_pool, clusters, declare, parametrize_by_target, queue, settle)
+    StompClients, bodies, cluster_suite_marks, cluster_pool, clusters, declare, demand_crossed, parametrize_by_target, queue,
+    settle)
 from conformance.topology import ClusterConnection, Topology
 
 pytestmark = cluster_suite_marks()
@@ -31,11 +32,20 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 def leave_on_a(cluster, mode: str) -> None:
+    """Under STRICT a probe shows B's demand reached A (`demand_crossed`); under OFF nothing crosses
+    the cluster, a probe neither, so the room it would need is waited (`settle`)."""
     destination = queue()
+
+    def known_at_a() -> None:
+        if mode == "OFF":
+            settle()
+        else:
+            demand_crossed(cluster, destination, ("A", "B"))
+
     with StompClients() as clients:
         declare(clients, cluster["B"], destination)
         holder = clients.on(cluster["A"]).subscribe(destination, ack="client-individual")
-        settle()
+        known_at_a()
         producer = clients.on(cluster["A"])
         sent = [f"m{i}" for i in range(MESSAGES)]
         for body in sent:
@@ -43,7 +53,7 @@ def leave_on_a(cluster, mode: str) -> None:
         held = bodies(holder.receive_n(MESSAGES, timeout=10) + holder.drain(quiet=2.0))
         assert held, f"setup: A's consumer got none of the {MESSAGES} messages sent to A under {mode}"
         waiting = clients.on(cluster["B"]).subscribe(destination, ack="client-individual")
-        settle()
+        known_at_a()
         # Under STRICT B's queue got its round-robin share at send time: B's consumer gets that now
         direct = waiting.drain(quiet=2.0)
         for message in direct:

@@ -12,7 +12,8 @@ from __future__ import annotations
 import pytest
 
 from conformance.suites.cluster_support import (  # noqa: F401 - cluster_pool, clusters: the fixtures
-    FORMATION, StompClients, bodies, cluster_suite_marks, cluster_pool, clusters, declare, parametrize_by_target, queue, settle)
+    FORMATION, StompClients, bodies, cluster_suite_marks, cluster_pool, clusters, declare, demand_crossed,
+    parametrize_by_target, queue)
 from conformance.topology import ClusterConnection, Topology
 
 pytestmark = cluster_suite_marks()
@@ -29,7 +30,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 @pytest.fixture
 def cluster(clusters):
     """The cluster with both nodes running (A restarted if the previous test left it down)."""
-    cluster = clusters.get(SCALE_DOWN)
+    cluster = clusters.get(SCALE_DOWN, disrupts=True)  # each test stops or kills A
     if not cluster["A"].running:
         cluster.start_broker("A", timeout=FORMATION)
     yield cluster
@@ -43,7 +44,7 @@ def fill(clients: StompClients, cluster, destination: str) -> tuple[list[str], l
         declare(clients, cluster[node], destination)
     # until the declaring consumers' departure has reached every node, ON_DEMAND may still send a
     # message to a node that had one: CI once saw all five in flight to another node, none counted
-    settle()
+    demand_crossed(cluster, destination, ("A", "B"), ("B", "A"))
     on_b = [f"b{i}" for i in range(MESSAGES)]
     on_a = [f"a{i}" for i in range(MESSAGES)]
     for node, sent in (("B", on_b), ("A", on_a)):

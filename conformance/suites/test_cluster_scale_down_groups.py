@@ -11,7 +11,8 @@ from __future__ import annotations
 import pytest
 
 from conformance.suites.cluster_support import (  # noqa: F401 - cluster_pool, clusters: the fixtures
-    FORMATION, StompClients, bodies, cluster_suite_marks, cluster_pool, clusters, declare, parametrize_by_target, queue, settle)
+    FORMATION, StompClients, bodies, cluster_suite_marks, cluster_pool, clusters, declare, demand_crossed,
+    parametrize_by_target, queue)
 from conformance.topology import ClusterConnection, Topology
 
 pytestmark = cluster_suite_marks()
@@ -31,7 +32,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 @pytest.fixture
 def cluster(clusters):
     """The cluster with every node running (a node a previous test stopped is started again)."""
-    cluster = clusters.get(GROUPS)
+    cluster = clusters.get(GROUPS, disrupts=True)  # each test stops a node
     for name in NODES:
         if not cluster[name].running:
             cluster.start_broker(name, timeout=FORMATION)
@@ -47,7 +48,7 @@ def fill(clients: StompClients, cluster, destination: str, node: str) -> list[st
         declare(clients, cluster[name], destination)
     # until the declaring consumers' departure has reached every node, ON_DEMAND may still send a
     # message to a node that had one: CI once saw all five in flight to another node, none counted
-    settle()
+    demand_crossed(cluster, destination, *((node, n) for n in NODES if n != node))
     sent = [f"{node.lower()}{i}" for i in range(MESSAGES)]
     producer = clients.on(cluster[node])
     for body in sent:

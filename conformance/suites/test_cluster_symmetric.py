@@ -16,7 +16,7 @@ import pytest
 
 from conformance.suites.cluster_support import (  # noqa: F401 - cluster_pool, clusters: the fixtures
     StompClients, bodies, cluster_suite_marks, cluster_pool, clusters, declare, drain, parametrize_by_target, queue,
-    send_numbered, settle)
+    demand_crossed, send_numbered)
 from conformance.topology import ClusterConnection, Topology
 
 pytestmark = cluster_suite_marks()
@@ -44,7 +44,8 @@ def test_every_node_reaches_a_consumer_on_every_other_node_in_one_hop(clusters):
                 if node != target:
                     declare(clients, cluster[node], destination)
             consumer = clients.on(cluster[target]).subscribe(destination, ack="auto")
-            settle()
+            # the source knows the target's consumer and the third node's departed one
+            demand_crossed(cluster, destination, *((source, n) for n in NODES if n != source))
             sent = send_numbered(clients, cluster[source], destination, MESSAGES, tag=f"{source}{target}-")
             got = bodies(drain(consumer))
             held = {n: cluster[n].queue_size(destination) for n in NODES if n != target}
@@ -67,7 +68,8 @@ def test_an_address_list_serves_every_listed_prefix_and_no_other(clusters):
         for prefix, destination in destinations.items():
             declare(clients, cluster["A"], destination)
             subscriptions[prefix] = clients.on(cluster["B"]).subscribe(destination, ack="auto")
-        settle()
+        # after B's last subscription (clsc's, which no prefix covers): on a clustered queue
+        demand_crossed(cluster, destinations["clsc"], ("A", "B"), probe_base=destinations["clsa"])
         for destination in destinations.values():
             send_numbered(clients, cluster["A"], destination, MESSAGES)
         for prefix, subscription in subscriptions.items():
@@ -94,7 +96,7 @@ def test_consumers_attached_before_the_send_get_it_across_nodes_by_selector(clus
         declare(clients, cluster["C"], destination)
         local = clients.on(cluster["A"]).subscribe(destination, ack="auto", selector="myProperty = '5'")
         remote = clients.on(cluster["B"]).subscribe(destination, ack="auto", selector="myProperty = '10'")
-        settle()
+        demand_crossed(cluster, destination, ("A", "B"), ("A", "C"))
         clients.on(cluster["A"]).send(destination, "ten", {"myProperty": 10})
         got_remote = remote.receive(timeout=20)
         got_local = bodies(local.drain(quiet=1.0))
@@ -124,7 +126,7 @@ def test_redistribution_leaves_a_message_where_a_non_matching_consumer_is(cluste
             f"setup: with no consumer anywhere the message should be on A, where it was sent: {before}"
         local = clients.on(cluster["A"]).subscribe(destination, ack="auto", selector="myProperty = '5'")
         remote = clients.on(cluster["B"]).subscribe(destination, ack="auto", selector="myProperty = '10'")
-        settle()
+        demand_crossed(cluster, destination, ("A", "B"))
         got_remote, got_local = bodies(remote.drain(quiet=5.0)), bodies(local.drain(quiet=0.5))
         held = {n: cluster[n].queue_size(destination) for n in NODES}
         local.close()  # now A's queue has no consumer: redistribution (delay 0) may move it to B
