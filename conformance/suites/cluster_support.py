@@ -53,6 +53,7 @@ from conformance.waiting import poll, wait_stable
 
 __all__ = ["CAPABILITY", "SETTLE", "FORMATION", "DEMAND_BOUND", "AttemptRecorder", "ClusterPool", "LinkFaults",
            "StompClients", "cluster_pool", "cluster_suite_marks", "clusters", "declare", "demand_crossed", "drain",
+           "drain_each",
            "parametrize_by_target", "queue", "settle", "bodies", "stream_across_a_fault", "wait_quiet_sizes"]
 
 CAPABILITY = "topology.cluster"
@@ -290,6 +291,23 @@ def drain(subscription, quiet: float = 2.0, ack: bool = True) -> list:
         for message in messages:
             subscription.ack(message)
     return messages
+
+
+def drain_each(subscriptions: dict, quiet: float = 2.0) -> dict:
+    """`drain` for several subscriptions at once, with one quiet window: everything each got until
+    none of them got anything for ``quiet`` s (auto-acknowledged subscriptions only). Draining them
+    one after the other waited a quiet window per subscription although their messages arrive side
+    by side (each subscription's inbox fills in the background)."""
+    got: dict = {key: [] for key in subscriptions}
+    last = time.monotonic()
+    while time.monotonic() - last < quiet:
+        for key, subscription in subscriptions.items():
+            message = subscription.receive(timeout=0.02)
+            while message is not None:
+                got[key].append(message)
+                last = time.monotonic()
+                message = subscription.receive(timeout=0)
+    return got
 
 
 def bodies(messages) -> list[str]:

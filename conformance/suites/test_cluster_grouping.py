@@ -18,7 +18,7 @@ import pytest
 from conformance.clients import connect
 from conformance.clients.base import ClientError
 from conformance.suites.cluster_support import (  # noqa: F401 - cluster_pool, clusters: the fixtures
-    FORMATION, StompClients, cluster_suite_marks, cluster_pool, clusters, declare, demand_crossed, drain,
+    FORMATION, StompClients, cluster_suite_marks, cluster_pool, clusters, declare, demand_crossed, drain, drain_each,
     parametrize_by_target, queue)
 from conformance.topology import ClusterConnection, GroupingHandlers, Topology
 
@@ -78,7 +78,7 @@ def test_a_group_sent_to_both_nodes_is_pinned_to_one_consumer(cluster):
             for index, group in enumerate(groups):
                 node = "A" if (seq + index) % 2 == 0 else "B"
                 producers[node].send(destination, f"{group}:{node}:{seq}", group_id=group)
-        got = {name: drain(s, quiet=3.0) for name, s in consumers.items()}
+        got = drain_each(consumers, quiet=3.0)
     where: dict[str, set[str]] = {}
     seqs: dict[str, list[int]] = {}
     by_sender: dict[tuple[str, str], list[int]] = {}
@@ -109,7 +109,7 @@ def test_a_pinned_group_keeps_going_to_its_queue_after_its_consumers_left(cluste
         consumers = {n: clients.on(cluster[n]).subscribe(destination, ack="auto") for n in ("A", "B")}
         demand_crossed(cluster, destination, ("A", "B"), ("B", "A"))
         clients.on(cluster["B"]).send(destination, "first", group_id=group)
-        first = {n: bodies for n, bodies in ((n, [m.text for m in s.drain(quiet=3.0)]) for n, s in consumers.items())}
+        first = {n: [m.text for m in got] for n, got in drain_each(consumers, quiet=3.0).items()}
         pinned = [n for n, got in first.items() if got == ["first"]]
         assert len(pinned) == 1 and sum(map(len, first.values())) == 1, \
             f"setup: the group's first message should reach exactly one consumer: {first}"

@@ -34,8 +34,8 @@ from collections import Counter
 import pytest
 
 from conformance.suites.cluster_support import (  # noqa: F401 - cluster_pool, clusters: the fixtures
-    FORMATION, AttemptRecorder, StompClients, cluster_suite_marks, cluster_pool, clusters, declare, parametrize_by_target, queue,
-    demand_crossed, send_numbered, settle, stream_across_a_fault, wait_quiet_sizes)
+    FORMATION, AttemptRecorder, StompClients, cluster_suite_marks, cluster_pool, clusters, declare,
+    parametrize_by_target, queue, demand_crossed, send_numbered, settle, stream_across_a_fault, wait_quiet_sizes)
 from conformance.waiting import poll
 from conformance.topology import ClusterConnection, Topology
 

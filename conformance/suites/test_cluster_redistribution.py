@@ -24,7 +24,8 @@ import time
 import pytest
 
 from conformance.suites.cluster_support import (  # noqa: F401 - cluster_pool, clusters: the fixtures
-    StompClients, bodies, cluster_suite_marks, cluster_pool, clusters, declare, demand_crossed, drain, parametrize_by_target, queue)
+    StompClients, bodies, cluster_suite_marks, cluster_pool, clusters, declare, demand_crossed, drain,
+    parametrize_by_target, queue)
 from conformance.topology import ClusterConnection, Topology
 
 pytestmark = cluster_suite_marks()

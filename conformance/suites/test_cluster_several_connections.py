@@ -21,8 +21,8 @@ from __future__ import annotations
 import pytest
 
 from conformance.suites.cluster_support import (  # noqa: F401 - cluster_pool, clusters: the fixtures
-    StompClients, bodies, cluster_suite_marks, cluster_pool, clusters, declare, drain, parametrize_by_target, queue, send_numbered,
-    demand_crossed, wait_quiet_sizes)
+    StompClients, bodies, cluster_suite_marks, cluster_pool, clusters, declare, drain_each, parametrize_by_target,
+    queue, send_numbered, demand_crossed, wait_quiet_sizes)
 from conformance.targets.base import TargetUnavailable
 from conformance.topology import ClusterConnection, ExtraClusterConnection, Topology
 from conformance.waiting import poll
@@ -62,7 +62,7 @@ def test_each_cluster_connection_balances_only_its_own_addresses(clusters):
         demand_crossed(cluster, east, ("A", "B"))
         demand_crossed(cluster, west, ("A", "C"))
         sent = {destination: send_numbered(clients, cluster["A"], destination, MESSAGES) for destination in (east, west)}
-        got = {key: bodies(drain(subscription, quiet=3.0)) for key, subscription in consumers.items()}
+        got = {key: bodies(messages) for key, messages in drain_each(consumers, quiet=3.0).items()}
         held = {destination: cluster["A"].queue_size(destination) for destination in (east, west)}
     shown = {f"{destination.split('//')[1].split('.')[0]} on {node}": len(messages)
              for (destination, node), messages in got.items()}

@@ -15,8 +15,8 @@ from itertools import permutations
 import pytest
 
 from conformance.suites.cluster_support import (  # noqa: F401 - cluster_pool, clusters: the fixtures
-    StompClients, bodies, cluster_suite_marks, cluster_pool, clusters, declare, drain, parametrize_by_target, queue,
-    demand_crossed, send_numbered)
+    StompClients, bodies, cluster_suite_marks, cluster_pool, clusters, declare, drain, drain_each,
+    parametrize_by_target, queue, demand_crossed, send_numbered)
 from conformance.topology import ClusterConnection, Topology
 
 pytestmark = cluster_suite_marks()
@@ -62,7 +62,6 @@ def test_every_node_reaches_a_consumer_on_every_other_node_in_one_hop(clusters):
 def test_an_address_list_serves_every_listed_prefix_and_no_other(clusters):
     cluster = clusters.get(SYMMETRIC)
     destinations = {prefix: queue(prefix) for prefix in ("clsa", "clsb", "clsc")}
-    got = {}
     with StompClients() as clients:
         subscriptions = {}
         for prefix, destination in destinations.items():
@@ -72,8 +71,7 @@ def test_an_address_list_serves_every_listed_prefix_and_no_other(clusters):
         demand_crossed(cluster, destinations["clsc"], ("A", "B"), probe_base=destinations["clsa"])
         for destination in destinations.values():
             send_numbered(clients, cluster["A"], destination, MESSAGES)
-        for prefix, subscription in subscriptions.items():
-            got[prefix] = bodies(drain(subscription))
+        got = {prefix: bodies(messages) for prefix, messages in drain_each(subscriptions).items()}
         held_c = cluster["A"].queue_size(destinations["clsc"])
     for prefix in ("clsa", "clsb"):
         assert sorted(got[prefix]) == sorted(f"m{i}" for i in range(MESSAGES)), (
