@@ -8,10 +8,29 @@ Not a suite (no ``test_`` prefix). Written against the `Cluster` contract only
 (Artemis JVMs, the reference broker's clusters).
 
 Demand crossing the cluster. Under ON_DEMAND a node forwards to another only once it knows that
-node's queue has consumers (a notification over the cluster link). No node counter says when that
-notification has arrived (Artemis's management lists remote bindings without their consumer
-counts), so after subscribing, `settle` waits `SETTLE` seconds. A slow machine can only make a
-test wait in vain (a false failure), never pass a broker that does not forward.
+node's queue has consumers (a notification over the cluster link); under STRICT, once it knows the
+queue exists. No node counter says when that notification has arrived: Artemis 2.40's management
+lists a remote binding (``listBindingsForAddress``, ``getRemoteQueueNames``) without its consumer
+count (``RemoteQueueBindingImpl.toManagementString`` leaves it out; read with javap from the 2.40
+jar). So `demand_crossed` proves it with a fact instead: after the test's subscriptions, a probe
+consumer subscribes on the node whose demand must be known, on a probe queue of its own whose
+address the same cluster connection covers, and probes are sent to the sending node until one
+arrives. A node learns another's bindings and consumers in the order that node announced them (one
+notification stream per link on Artemis, whole binding tables in order on the reference), so a probe
+that crossed means every announcement made before the probe consumer's (the test's consumers, the
+departure of `declare`'s) has been taken in. Where nothing can cross (load balancing OFF, a node
+that must not join) there is no such fact and `settle` still waits `SETTLE` seconds; each such
+call says why.
+
+Sharing clusters. `ClusterPool` launches a topology once per module and hands it to every test of
+the module that asks for it (tests of one topology are grouped, so each starts once and one runs at
+a time). A test that stops, kills, pauses, cuts or reconfigures a node says so
+(``clusters.get(T, disrupts=True)``): once it ran, the next test that does not disrupt gets a freshly
+launched cluster, and disruptive tests run after the quiet ones of their topology. After each test
+that did not disrupt, the `clusters` fixture checks it left nothing behind on the shared cluster
+(`ClusterPool.check_left_clean`): no consumer on the queues it made, nothing waiting to be
+forwarded. No two modules launch the same topology (each has its own prefix and options), so the
+pool is per module; a session-wide cache would never hit.
 """
 
 from __future__ import annotations
@@ -32,13 +51,23 @@ from conformance.targets.base import why_missing
 from conformance.topology import Topology, TopologyUnsupported
 from conformance.waiting import poll, wait_stable
 
-__all__ = ["CAPABILITY", "SETTLE", "FORMATION", "AttemptRecorder", "ClusterPool", "LinkFaults", "StompClients",
-           "cluster_suite_marks", "declare", "drain", "parametrize_by_target", "queue", "settle", "bodies",
-           "stream_across_a_fault", "wait_quiet_sizes"]
+__all__ = ["CAPABILITY", "SETTLE", "FORMATION", "DEMAND_BOUND", "AttemptRecorder", "ClusterPool", "LinkFaults",
+           "StompClients", "cluster_pool", "cluster_suite_marks", "clusters", "declare", "demand_crossed", "drain",
+           "drain_each",
+           "parametrize_by_target", "queue", "settle", "bodies", "stream_across_a_fault", "wait_quiet_sizes"]
 
 CAPABILITY = "topology.cluster"
-#: seconds for a subscription's notification to reach the other nodes (see the module docstring)
+#: seconds for a subscription's notification to reach the other nodes, where no probe can show it
+#: arrived (see the module docstring)
 SETTLE = 2.0
+#: bound on a probe crossing the cluster once demand is announced (generous: JVMs on a loaded
+#: two-core machine; a probe that crosses early ends the wait early)
+DEMAND_BOUND = 30.0
+#: seconds each probe is waited for before the next is sent (a probe sent before the demand was
+#: known stays on the sender's probe queue: the next one is routed with what it knows by then)
+PROBE_EVERY = 0.25
+#: bound on a test's consumers leaving its queues and the forwards draining, after the test
+LEFT_CLEAN_BOUND = 15.0
 #: bound on a cluster's links coming up (JVMs on a shared two-core machine)
 FORMATION = 120.0
 
@@ -95,7 +124,9 @@ class LinkFaults:
 class ClusterPool:
     """The module's clusters, keyed by topology: one runs at a time (the machine has two cores).
     A topology with ``"cluster"`` in ``proxied`` runs its links through `links` (`LinkFaults`,
-    started on first use, stopped with the pool)."""
+    started on first use, stopped with the pool). What the current test asked for is noted
+    (`get`) so the `clusters` fixture can check, after it, that it left the cluster clean, or
+    retire a cluster a test disrupted (see the module docstring)."""
 
     def __init__(self, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
                  target_name: str) -> None:
@@ -107,9 +138,19 @@ class ClusterPool:
         self.tmp_path_factory = tmp_path_factory
         self.pool = OneNetworkAtATime()
         self.links: LinkFaults | None = None
+        #: topologies whose running cluster a test disrupted: relaunched before a quiet test uses it
+        self.disrupted: set[Topology] = set()
+        #: what the current test used: topology -> whether it said it disrupts the cluster
+        self.used: dict[Topology, bool] = {}
 
-    def get(self, topology: Topology):
-        """The running cluster for ``topology`` (started on first use, every link up)."""
+    def get(self, topology: Topology, *, disrupts: bool = False):
+        """The running cluster for ``topology`` (started on first use, every link up). ``disrupts``:
+        the test stops, kills, pauses, cuts or reconfigures a node (it may be handed a cluster an
+        earlier disruptive test left as it was; a quiet test never is)."""
+        self.used[topology] = self.used.get(topology, False) or disrupts
+        if not disrupts and topology in self.disrupted:
+            self.retire(topology)
+
         def start():
             workdir = self.tmp_path_factory.mktemp(re.sub(r"[^A-Za-z0-9_.-]", "_", f"clu-{topology.prefix}"))
             route = None
@@ -131,6 +172,60 @@ class ClusterPool:
             return cluster
         return self.pool.get(topology, start)
 
+    def retire(self, topology: Topology) -> None:
+        """Stop ``topology``'s cluster if it runs: the next `get` launches a fresh one."""
+        self.disrupted.discard(topology)
+        cluster = self.pool.current.pop(topology, None)
+        if cluster is not None:
+            cluster.stop()
+
+    def begin_test(self) -> None:
+        self.used = {}
+        _made_queues.clear()
+
+    def end_test(self, failed: bool) -> None:
+        """After a test: a cluster it disrupted is marked so; one a quiet test used is checked
+        (`check_left_clean`) and retired when it is not clean. A test that passed and left something
+        behind fails in its teardown; one that failed, or reproduced a known deviation, may well
+        have (the broker did what the test did not expect), so its cluster is only retired."""
+        used, self.used = self.used, {}
+        for topology, disrupted in used.items():
+            if topology not in self.pool.current:
+                continue
+            if disrupted:
+                self.disrupted.add(topology)
+                continue
+            left = self.check_left_clean(self.pool.current[topology], topology.nodes, list(_made_queues))
+            if left:
+                self.retire(topology)
+                if not failed:
+                    pytest.fail(f"the test left the shared {topology.prefix} cluster unclean (it was discarded): "
+                                f"{left}", pytrace=False)
+
+    @staticmethod
+    def check_left_clean(cluster, names: tuple[str, ...], destinations: list[str]) -> list[str]:
+        """What a test left behind on ``cluster`` (nodes ``names``): a node down, consumers on the
+        queues it made, forwards still waiting on a node (read from the nodes' counters; [] when
+        clean). Closed clients leave their queues a moment after the test: polled up to
+        `LEFT_CLEAN_BOUND`."""
+
+        def read() -> list[str]:
+            found = []
+            for name in names:
+                node = cluster[name]
+                if not node.running:
+                    found.append(f"node {name} is down")
+                    continue
+                for destination in destinations:
+                    consumers = node.consumer_count(destination)
+                    if consumers:
+                        found.append(f"{consumers} consumer(s) of {destination} on {name}")
+                forwarding = getattr(node, "forwarding_count", None)
+                if forwarding is not None and forwarding():
+                    found.append(f"{forwarding()} forward(s) waiting on {name}")
+            return found
+        return poll(read, lambda found: not found, timeout=LEFT_CLEAN_BOUND, interval=0.2)
+
     def stop(self) -> None:
         try:
             self.pool.stop()
@@ -139,9 +234,15 @@ class ClusterPool:
                 self.links.stop()
 
 
+#: the queues `queue` made during the current test (checked after it by `ClusterPool.end_test`)
+_made_queues: list[str] = []
+
+
 def queue(prefix: str = "clu") -> str:
     """A fresh queue destination (``queue://<prefix>.<random>``): one per test, on every node."""
-    return f"queue://{prefix}.{uuid.uuid4().hex[:10]}"
+    destination = f"queue://{prefix}.{uuid.uuid4().hex[:10]}"
+    _made_queues.append(destination)
+    return destination
 
 
 def declare(clients: StompClients, node, destination: str) -> None:
@@ -152,8 +253,35 @@ def declare(clients: StompClients, node, destination: str) -> None:
 
 
 def settle() -> None:
-    """Wait for subscriptions to be known across the cluster (see the module docstring)."""
+    """Wait `SETTLE` s for subscriptions to be known across the cluster, where no probe can show
+    they are (`demand_crossed`; see the module docstring). Callers say why they cannot probe."""
     time.sleep(SETTLE)
+
+
+def demand_crossed(cluster, destination: str, *pairs: tuple[str, str], probe_base: str | None = None) -> None:
+    """Return once, for each ``(source, target)`` in ``pairs``, node ``source`` has taken in every
+    binding and consumer announcement ``target`` made so far (the module docstring): a probe
+    consumer on ``target``, on a queue of its own named after ``probe_base`` (default
+    ``destination``: the same cluster connection covers it), gets a probe sent to ``source``.
+    ``probe_base``: a clustered queue name, for a ``destination`` no cluster connection covers
+    (the announcements still travel the same link). Fails the test's setup after `DEMAND_BOUND`."""
+    base = probe_base or destination
+    with StompClients() as clients:
+        for source, target in pairs:
+            probe = f"{base}.probe{uuid.uuid4().hex[:6]}"
+            producer = clients.on(cluster[source])
+            watcher = clients.on(cluster[target]).subscribe(probe, ack="auto")
+            deadline = time.monotonic() + DEMAND_BOUND
+            sent = 0
+            while True:
+                producer.send(probe, f"probe{sent}")
+                sent += 1
+                if watcher.receive(timeout=PROBE_EVERY) is not None:
+                    break
+                assert time.monotonic() < deadline, (
+                    f"setup: none of {sent} probes sent to {source} on {probe} reached the consumer on {target} "
+                    f"within {DEMAND_BOUND:.0f} s: {source} never learnt {target}'s demand\n{cluster.log_tail(20)}")
+            watcher.close()
 
 
 def drain(subscription, quiet: float = 2.0, ack: bool = True) -> list:
@@ -165,19 +293,49 @@ def drain(subscription, quiet: float = 2.0, ack: bool = True) -> list:
     return messages
 
 
+def drain_each(subscriptions: dict, quiet: float = 2.0) -> dict:
+    """`drain` for several subscriptions at once, with one quiet window: everything each got until
+    none of them got anything for ``quiet`` s (auto-acknowledged subscriptions only). Draining them
+    one after the other waited a quiet window per subscription although their messages arrive side
+    by side (each subscription's inbox fills in the background)."""
+    got: dict = {key: [] for key in subscriptions}
+    last = time.monotonic()
+    while time.monotonic() - last < quiet:
+        for key, subscription in subscriptions.items():
+            message = subscription.receive(timeout=0.02)
+            while message is not None:
+                got[key].append(message)
+                last = time.monotonic()
+                message = subscription.receive(timeout=0)
+    return got
+
+
 def bodies(messages) -> list[str]:
     return [m.text for m in messages]
 
 
 @pytest.fixture(scope="module")
-def clusters(request, target_name, tmp_path_factory):
-    """One `ClusterPool` per suite module (each module imports this fixture): one cluster at a
-    time, stopped when the module ends."""
+def cluster_pool(request, target_name, tmp_path_factory):
+    """One `ClusterPool` per suite module (each module imports this fixture and `clusters`): one
+    cluster at a time, stopped when the module ends."""
     pool = ClusterPool(request, tmp_path_factory, target_name)
     try:
         yield pool
     finally:
         pool.stop()
+
+
+@pytest.fixture
+def clusters(request, cluster_pool):
+    """The module's `ClusterPool` for one test; after it, the shared clusters it used are checked
+    clean or retired (`ClusterPool.end_test`)."""
+    cluster_pool.begin_test()
+    failures = request.session.testsfailed
+    yield cluster_pool
+    # the call's report is logged before teardown: a failure counted, or a known deviation
+    # (a strict xfail, which the count leaves out), means the cluster's state is not to be judged
+    failed = request.session.testsfailed > failures or request.node.get_closest_marker("xfail") is not None
+    cluster_pool.end_test(failed)
 
 
 def send_numbered(clients: StompClients, node, destination: str, count: int, tag: str = "m") -> list[str]:

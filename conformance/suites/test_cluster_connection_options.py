@@ -24,7 +24,9 @@ Three clusters, one at a time, each started once for the module:
   grows: a link that never failed is never established twice).
 
 Messages are sent over STOMP with receipts; every test uses its own queue, which exists on a node
-once a client subscribed there (`declare`).
+once a client subscribed there (`declare`). Demand is known across the cluster once a probe
+crossed (`demand_crossed`); the tests that stop, kill, pause or reconfigure B say so
+(``disrupts=True``) and run after the quiet ones of their cluster.
 """
 
 from __future__ import annotations
@@ -35,9 +37,9 @@ import uuid
 
 import pytest
 
-from conformance.suites.cluster_support import (  # noqa: F401 - clusters: the module fixture
-    FORMATION, StompClients, bodies, cluster_suite_marks, clusters, declare, drain, parametrize_by_target,
-    queue, send_numbered, settle, wait_quiet_sizes)
+from conformance.suites.cluster_support import (  # noqa: F401 - cluster_pool, clusters: the fixtures
+    FORMATION, StompClients, bodies, cluster_suite_marks, cluster_pool, clusters, declare, drain, parametrize_by_target,
+    demand_crossed, queue, send_numbered, settle, wait_quiet_sizes)
 from conformance.topology import ClusterConnection, Topology
 from conformance.waiting import poll
 
@@ -52,18 +54,25 @@ MEMBERS = Topology(("A", "B", "C"), cluster=ClusterConnection(
     prefix="ccmembers")
 PINGED = Topology(("A", "B"), cluster=ClusterConnection(check_period_ms=500, connection_ttl_ms=2000), prefix="ccping")
 MESSAGES = 12
-#: seconds after B's crash before A is expected to have given B up (one attempt, 200 ms apart)
-GIVE_UP_WAIT = 15.0
-#: seconds a node whose credentials are rejected is watched for a link coming up all the same
-JOIN_WAIT = 20.0
+#: seconds after B's crash before A is expected to have given B up (one attempt, 200 ms apart).
+#: Shortened from 15 s: the statement is about the attempts running out, not how soon; 5 s is still
+#: 25 times the one 200 ms attempt (a lower bound: a slow machine can only fail the test in vain)
+GIVE_UP_WAIT = 5.0
+#: seconds a link that must not come up is watched for coming up all the same. Shortened from 20 s:
+#: the statement is about the link never forming; a link that is accepted forms within a retry or
+#: two (500 ms apart by default, 200 ms on GIVE_UP), so 10 s is still about 20 retry intervals
+JOIN_WAIT = 10.0
 #: the warning about the shipped cluster credentials: Artemis's AMQ222007 ("... running with the
 #: default cluster admin user and default password ..."), the reference's "uses the default
 #: cluster password"
 DEFAULT_CREDENTIALS_WARNING = re.compile(r"default cluster (admin user|password)", re.IGNORECASE)
-#: seconds a node stays paused: far above PINGED's connection-ttl (2 s) plus a check period (0.5 s)
-PAUSED_FOR = 12.0
-#: seconds a stopped node stays down while the others retry (several default retry intervals)
-DOWN_FOR = 5.0
+#: seconds a node stays paused. Shortened from 12 s: the statement is about connection-ttl (2 s,
+#: which stays) and the check period (0.5 s); 6 s is three times the ttl, a lower bound above
+#: ttl + check period (a slow machine can only make the link be given up late: a failure in vain)
+PAUSED_FOR = 6.0
+#: seconds a stopped node stays down while the others retry. Shortened from 5 s: the statement is
+#: about retrying without limit, not for how long; 2 s is still four default retry intervals (500 ms)
+DOWN_FOR = 2.0
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -91,14 +100,14 @@ def test_default_load_balancing_is_on_demand(clusters):
     with StompClients() as clients:
         for node in ("A", "B"):
             declare(clients, cluster[node], destination)
-        settle()
+        demand_crossed(cluster, destination, ("A", "B"))  # A knows B's queue lost its consumer
         send_numbered(clients, cluster["A"], destination, MESSAGES, "idle")
         sizes = wait_quiet_sizes(cluster, destination, ("A", "B"), MESSAGES)
         assert sizes == {"A": MESSAGES, "B": 0}, (
             f"CLU-MLB-1: with message-load-balancing left at its default (ON_DEMAND) A must not forward to B's "
             f"queue while it has no consumer (STRICT would): A holds {sizes['A']}, B {sizes['B']} of {MESSAGES}")
         consumer = clients.on(cluster["B"]).subscribe(destination, ack="auto")
-        settle()
+        demand_crossed(cluster, destination, ("A", "B"))
         send_numbered(clients, cluster["A"], destination, MESSAGES, "busy")
         got = [b for b in bodies(drain(consumer)) if b.startswith("busy")]
     assert got, (f"CLU-MLB-1: with the default ON_DEMAND A must forward to B once B's queue has a consumer (OFF "
@@ -107,7 +116,7 @@ def test_default_load_balancing_is_on_demand(clusters):
 
 @pytest.mark.spec("CLU-CC-RETRY-1", "CLU-CC-RETRY-4")
 def test_a_node_back_after_a_stop_is_reconnected_and_forwarded_to(clusters):
-    cluster = clusters.get(DEFAULTS)
+    cluster = clusters.get(DEFAULTS, disrupts=True)
     destination = queue()
     cluster.stop_broker("B")
     try:
@@ -117,7 +126,7 @@ def test_a_node_back_after_a_stop_is_reconnected_and_forwarded_to(clusters):
     with StompClients() as clients:
         declare(clients, cluster["A"], destination)
         consumer = clients.on(cluster["B"]).subscribe(destination, ack="auto")
-        settle()
+        demand_crossed(cluster, destination, ("A", "B"))
         sent = send_numbered(clients, cluster["A"], destination, MESSAGES)
         got = bodies(drain(consumer))
         left = cluster["A"].queue_size(destination)
@@ -130,7 +139,7 @@ def test_a_node_back_after_a_stop_is_reconnected_and_forwarded_to(clusters):
 
 @pytest.mark.spec("CLU-CRED-1")
 def test_a_node_with_credentials_the_others_reject_does_not_join(clusters):
-    cluster = clusters.get(DEFAULTS)
+    cluster = clusters.get(DEFAULTS, disrupts=True)
     destination = queue()
     cluster.stop_broker("B")
     cluster.use_cluster_credentials("B", ("brokerconf-intruder", "wrong-" + uuid.uuid4().hex))
@@ -141,6 +150,8 @@ def test_a_node_with_credentials_the_others_reject_does_not_join(clusters):
     with StompClients() as clients:
         declare(clients, cluster["A"], destination)
         consumer = clients.on(cluster["B"]).subscribe(destination, ack="auto")
+        # no probe: B's demand could only reach A over a link that must not exist, so nothing can
+        # show it arrived; the room a joined B's announcement would need
         settle()
         send_numbered(clients, cluster["A"], destination, MESSAGES)
         got = bodies(drain(consumer))
@@ -156,7 +167,7 @@ def test_a_node_with_credentials_the_others_reject_does_not_join(clusters):
 
 @pytest.mark.spec("CLU-CRED-2")
 def test_a_node_left_with_the_default_credentials_warns_at_every_start(clusters):
-    cluster = clusters.get(DEFAULTS)
+    cluster = clusters.get(DEFAULTS, disrupts=True)
     cluster.stop_broker("B")
     cluster.use_cluster_credentials("B", None)  # the broker's shipped cluster user and password
     for start in (1, 2):
@@ -174,13 +185,13 @@ def test_a_node_left_with_the_default_credentials_warns_at_every_start(clusters)
 
 @pytest.mark.spec("CLU-CC-RETRY-4")
 def test_a_node_whose_reconnect_attempts_ran_out_gets_no_more_messages(clusters):
-    cluster = clusters.get(GIVE_UP)
+    cluster = clusters.get(GIVE_UP, disrupts=True)
     before, after = queue(), queue()
     with StompClients() as clients:
         for node in ("A", "B"):
             declare(clients, cluster[node], before)
             declare(clients, cluster[node], after)
-        settle()
+        demand_crossed(cluster, before, ("A", "B"))  # STRICT: A knows B has both queues
         send_numbered(clients, cluster["A"], before, MESSAGES)
         split = wait_quiet_sizes(cluster, before, ("A", "B"), MESSAGES)
     assert split["B"] > 0, f"setup: under STRICT A should forward to B's queue before B goes down: {split}"
@@ -197,7 +208,7 @@ def test_a_node_whose_reconnect_attempts_ran_out_gets_no_more_messages(clusters)
 
 @pytest.mark.spec("CLU-CC-RETRY-4")
 def test_a_node_given_up_is_not_connected_to_again_when_it_returns(clusters):
-    cluster = clusters.get(GIVE_UP)
+    cluster = clusters.get(GIVE_UP, disrupts=True)
     if cluster["B"].running:  # run alone: crash B and let A's one reconnect attempt run out
         cluster["B"].kill()
         time.sleep(GIVE_UP_WAIT)
@@ -217,6 +228,9 @@ def test_explicit_members_connect_only_to_the_nodes_they_list(clusters):
     with StompClients() as clients:
         for node in ("A", "B", "C"):
             declare(clients, cluster[node], destination)
+        demand_crossed(cluster, destination, ("A", "B"))
+        # and no probe for C: C's queue could only be announced to A over a link that must not
+        # exist, so nothing can show it would have arrived; the room it would need
         settle()
         send_numbered(clients, cluster["A"], destination, MESSAGES)
         sizes = wait_quiet_sizes(cluster, destination, ("A", "B", "C"), MESSAGES)
@@ -233,7 +247,7 @@ def test_strict_forwards_nothing_to_a_node_without_the_queue(clusters):
     with StompClients() as clients:
         for node in ("A", "B"):
             declare(clients, cluster[node], destination)  # C never has the queue
-        settle()
+        demand_crossed(cluster, destination, ("B", "A"))  # STRICT: B knows A has the queue
         send_numbered(clients, cluster["B"], destination, MESSAGES)
         sizes = wait_quiet_sizes(cluster, destination, ("A", "B", "C"), MESSAGES)
     assert sizes["C"] == 0, f"CLU-LB-6: C has no queue {destination}, yet under STRICT B routed to it: {sizes}"
@@ -245,7 +259,7 @@ def test_strict_forwards_nothing_to_a_node_without_the_queue(clusters):
 
 @pytest.mark.spec("CLU-CC-PING-1")
 def test_a_paused_nodes_link_is_given_up_after_the_ttl_and_formed_again(clusters):
-    cluster = clusters.get(PINGED)
+    cluster = clusters.get(PINGED, disrupts=True)
     before = cluster.bridge_establishments()
     cluster["B"].pause()
     try:
@@ -262,7 +276,7 @@ def test_a_paused_nodes_link_is_given_up_after_the_ttl_and_formed_again(clusters
     with StompClients() as clients:
         declare(clients, cluster["A"], destination)
         consumer = clients.on(cluster["B"]).subscribe(destination, ack="auto")
-        settle()
+        demand_crossed(cluster, destination, ("A", "B"))
         send_numbered(clients, cluster["A"], destination, MESSAGES)
         got = bodies(drain(consumer))
     assert got, f"CLU-CC-PING-1: after the link was formed again A forwarded none of {MESSAGES} messages to B's consumer"

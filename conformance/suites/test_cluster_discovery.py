@@ -20,8 +20,8 @@ import time
 
 import pytest
 
-from conformance.suites.cluster_support import (  # noqa: F401 - clusters: the module fixture
-    cluster_suite_marks, clusters, parametrize_by_target)
+from conformance.suites.cluster_support import (  # noqa: F401 - cluster_pool, clusters: the fixtures
+    cluster_suite_marks, cluster_pool, clusters, parametrize_by_target)
 from conformance.topology import ClusterConnection, Topology
 
 pytestmark = cluster_suite_marks()

@@ -5,6 +5,7 @@ the pinned-node-goes-down cases; names only, no code).
 
 One two-node cluster: A has the LOCAL grouping handler, B a REMOTE one, handler timeout
 `TIMEOUT_MS`. Groups are sent over STOMP with the JMSXGroupID property, alternately to A and B.
+The two tests that kill A (`disrupted_cluster`) run after the others.
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ import pytest
 
 from conformance.clients import connect
 from conformance.clients.base import ClientError
-from conformance.suites.cluster_support import (  # noqa: F401 - clusters: the module fixture
-    FORMATION, StompClients, cluster_suite_marks, clusters, declare, drain, parametrize_by_target, queue,
-    settle)
+from conformance.suites.cluster_support import (  # noqa: F401 - cluster_pool, clusters: the fixtures
+    FORMATION, StompClients, cluster_suite_marks, cluster_pool, clusters, declare, demand_crossed, drain, drain_each,
+    parametrize_by_target, queue)
 from conformance.topology import ClusterConnection, GroupingHandlers, Topology
 
 pytestmark = cluster_suite_marks()
@@ -39,7 +40,14 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 @pytest.fixture
 def cluster(clusters):
-    cluster = clusters.get(GROUPING)
+    """The shared grouping cluster, for a test that leaves its nodes alone (checked clean after it)."""
+    return clusters.get(GROUPING)
+
+
+@pytest.fixture
+def disrupted_cluster(clusters):
+    """The grouping cluster for a test that kills a node: every node running before and after it."""
+    cluster = clusters.get(GROUPING, disrupts=True)
     for name in ("A", "B"):
         if not cluster[name].running:
             cluster.start_broker(name, timeout=FORMATION)
@@ -64,13 +72,13 @@ def test_a_group_sent_to_both_nodes_is_pinned_to_one_consumer(cluster):
     with StompClients() as clients:
         consumers = {f"{n}{i}": clients.on(cluster[n]).subscribe(destination, ack="auto")
                      for n in ("A", "B") for i in (1, 2)}
-        settle()
+        demand_crossed(cluster, destination, ("A", "B"), ("B", "A"))
         producers = {n: clients.on(cluster[n]) for n in ("A", "B")}
         for seq in range(PER_GROUP):
             for index, group in enumerate(groups):
                 node = "A" if (seq + index) % 2 == 0 else "B"
                 producers[node].send(destination, f"{group}:{node}:{seq}", group_id=group)
-        got = {name: drain(s, quiet=3.0) for name, s in consumers.items()}
+        got = drain_each(consumers, quiet=3.0)
     where: dict[str, set[str]] = {}
     seqs: dict[str, list[int]] = {}
     by_sender: dict[tuple[str, str], list[int]] = {}
@@ -93,11 +101,37 @@ def test_a_group_sent_to_both_nodes_is_pinned_to_one_consumer(cluster):
     assert not disordered, f"GRP-CLUSTER-4: messages of a group sent through one node arrived out of order: {disordered}"
 
 
+@pytest.mark.spec("GRP-CLUSTER-6")
+def test_a_pinned_group_keeps_going_to_its_queue_after_its_consumers_left(cluster):
+    destination = queue("grp")
+    group = group_ids()[0]
+    with StompClients() as clients:
+        consumers = {n: clients.on(cluster[n]).subscribe(destination, ack="auto") for n in ("A", "B")}
+        demand_crossed(cluster, destination, ("A", "B"), ("B", "A"))
+        clients.on(cluster["B"]).send(destination, "first", group_id=group)
+        first = {n: [m.text for m in got] for n, got in drain_each(consumers, quiet=3.0).items()}
+        pinned = [n for n, got in first.items() if got == ["first"]]
+        assert len(pinned) == 1 and sum(map(len, first.values())) == 1, \
+            f"setup: the group's first message should reach exactly one consumer: {first}"
+        pinned_node, other = pinned[0], "A" if pinned[0] == "B" else "B"
+        consumers.pop(pinned_node).close()
+        demand_crossed(cluster, destination, (other, pinned_node))  # `other` knows the consumer left
+        producer = clients.on(cluster[other])
+        for i in range(3):
+            producer.send(destination, f"later-{i}", group_id=group)
+        elsewhere = [m.text for m in consumers[other].drain(quiet=3.0)]
+        held = cluster[pinned_node].queue_size(destination)
+    assert elsewhere == [], (f"GRP-CLUSTER-6: the group is pinned to {pinned_node}'s queue, which lost its consumer, yet "
+                             f"{other}'s consumer got {elsewhere}")
+    assert held == 3, f"GRP-CLUSTER-6: {pinned_node}'s queue should keep the group's 3 later messages, holds {held}"
+
+
 @pytest.mark.spec("GRP-CLUSTER-5", "GRP-CLUSTER-2")
-def test_a_new_group_sent_to_a_remote_node_fails_while_the_local_node_is_down(cluster):
+def test_a_new_group_sent_to_a_remote_node_fails_while_the_local_node_is_down(disrupted_cluster):
     """The producer waits up to `SEND_BOUND` s for the broker's answer (Artemis's REMOTE handler
     retries its proposal, see known_deviations/artemis_clusters.toml), so a receipt timeout of the
     client's own is never taken for a refusal: only the broker's ERROR counts."""
+    cluster = disrupted_cluster
     destination = queue("grp")
     group = group_ids()[0]
     with StompClients() as clients:
@@ -126,14 +160,15 @@ def test_a_new_group_sent_to_a_remote_node_fails_while_the_local_node_is_down(cl
 
 
 @pytest.mark.spec("GRP-CLUSTER-5")
-def test_grouped_sends_work_again_once_the_local_node_is_back(cluster):
+def test_grouped_sends_work_again_once_the_local_node_is_back(disrupted_cluster):
+    cluster = disrupted_cluster
     destination = queue("grp")
     group = group_ids()[0]
     with StompClients() as clients:
         cluster["A"].kill()
         cluster.start_broker("A", timeout=FORMATION)
         consumer = clients.on(cluster["B"]).subscribe(destination, ack="auto")
-        settle()
+        demand_crossed(cluster, destination, ("A", "B"), ("B", "A"))
         clients.on(cluster["B"]).send(destination, "back", group_id=group)
         got = consumer.receive(timeout=20)
         got_a = None
@@ -141,28 +176,3 @@ def test_grouped_sends_work_again_once_the_local_node_is_back(cluster):
             got_a = clients.on(cluster["A"]).subscribe(destination, ack="auto").receive(timeout=10)
     assert got is not None or got_a is not None, \
         f"GRP-CLUSTER-5: with the LOCAL node back a grouped send to B was accepted but never delivered"
-
-
-@pytest.mark.spec("GRP-CLUSTER-6")
-def test_a_pinned_group_keeps_going_to_its_queue_after_its_consumers_left(cluster):
-    destination = queue("grp")
-    group = group_ids()[0]
-    with StompClients() as clients:
-        consumers = {n: clients.on(cluster[n]).subscribe(destination, ack="auto") for n in ("A", "B")}
-        settle()
-        clients.on(cluster["B"]).send(destination, "first", group_id=group)
-        first = {n: bodies for n, bodies in ((n, [m.text for m in s.drain(quiet=3.0)]) for n, s in consumers.items())}
-        pinned = [n for n, got in first.items() if got == ["first"]]
-        assert len(pinned) == 1 and sum(map(len, first.values())) == 1, \
-            f"setup: the group's first message should reach exactly one consumer: {first}"
-        pinned_node, other = pinned[0], "A" if pinned[0] == "B" else "B"
-        consumers.pop(pinned_node).close()
-        settle()
-        producer = clients.on(cluster[other])
-        for i in range(3):
-            producer.send(destination, f"later-{i}", group_id=group)
-        elsewhere = [m.text for m in consumers[other].drain(quiet=3.0)]
-        held = cluster[pinned_node].queue_size(destination)
-    assert elsewhere == [], (f"GRP-CLUSTER-6: the group is pinned to {pinned_node}'s queue, which lost its consumer, yet "
-                             f"{other}'s consumer got {elsewhere}")
-    assert held == 3, f"GRP-CLUSTER-6: {pinned_node}'s queue should keep the group's 3 later messages, holds {held}"

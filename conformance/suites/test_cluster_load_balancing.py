@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.suites.cluster_support import (  # noqa: F401 - clusters: the module fixture
-    StompClients, bodies, cluster_suite_marks, clusters, declare, drain, parametrize_by_target, queue, settle)
+from conformance.suites.cluster_support import (  # noqa: F401 - cluster_pool, clusters: the fixtures
+    StompClients, bodies, cluster_suite_marks, cluster_pool, clusters, declare, demand_crossed, drain, drain_each,
+    parametrize_by_target, queue, settle)
 from conformance.topology import ClusterConnection, Topology
 
 pytestmark = cluster_suite_marks()
@@ -46,9 +47,10 @@ def test_on_demand_round_robins_over_nodes_with_consumers_and_skips_one_without(
         declare(clients, cluster["C"], destination)  # C has the queue, no consumer
         on_a = clients.on(cluster["A"]).subscribe(destination, ack="auto")
         on_b = clients.on(cluster["B"]).subscribe(destination, ack="auto")
-        settle()
+        demand_crossed(cluster, destination, ("A", "B"), ("A", "C"))
         sent = send(clients, cluster["A"], destination, MESSAGES)
-        got_a, got_b = bodies(drain(on_a)), bodies(drain(on_b))
+        got = drain_each({"A": on_a, "B": on_b})
+        got_a, got_b = bodies(got["A"]), bodies(got["B"])
         on_c = cluster["C"].queue_size(destination)
         assert on_c == 0, (f"CLU-LB-2: under ON_DEMAND node C, whose queue has no consumer, got {on_c} of "
                            f"{MESSAGES} messages sent to A")
@@ -66,11 +68,12 @@ def test_on_demand_forwards_only_where_a_selector_matches(clusters):
         declare(clients, cluster["A"], destination)
         reds = clients.on(cluster["B"]).subscribe(destination, ack="auto", selector="color = 'red'")
         blues = clients.on(cluster["C"]).subscribe(destination, ack="auto", selector="color = 'blue'")
-        settle()
+        demand_crossed(cluster, destination, ("A", "B"), ("A", "C"))
         producer = clients.on(cluster["A"])
         for i in range(MESSAGES):
             producer.send(destination, f"{'red' if i % 2 else 'blue'}-{i}", {"color": "red" if i % 2 else "blue"})
-        got_red, got_blue = bodies(drain(reds)), bodies(drain(blues))
+        got = drain_each({"red": reds, "blue": blues})
+        got_red, got_blue = bodies(got["red"]), bodies(got["blue"])
         left_on_a = cluster["A"].queue_size(destination)
     wrong = [b for b in got_red if not b.startswith("red")] + [b for b in got_blue if not b.startswith("blue")]
     assert not wrong, f"CLU-LB-3: consumers got messages their selector does not match: {wrong}"
@@ -81,11 +84,13 @@ def test_on_demand_forwards_only_where_a_selector_matches(clusters):
 
 
 def sent_to_a_with_a_consumer_on_b(cluster, destination: str) -> tuple[list[str], int]:
-    """MESSAGES sent to A while B has the only consumer: what B's consumer got, and what A holds."""
+    """MESSAGES sent to A while B has the only consumer: what B's consumer got, and what A holds.
+    ``destination`` is outside the cluster address: the probe crosses on a clustered queue, over
+    the same link that would carry B's demand for ``destination`` were it clustered."""
     with StompClients() as clients:
         declare(clients, cluster["A"], destination)
         remote = clients.on(cluster["B"]).subscribe(destination, ack="auto")
-        settle()
+        demand_crossed(cluster, destination, ("A", "B"), probe_base=queue("clu"))
         send(clients, cluster["A"], destination, MESSAGES)
         got = bodies(drain(remote))
         return got, cluster["A"].queue_size(destination)
@@ -109,10 +114,11 @@ def test_an_included_prefix_is_forwarded_and_an_excluded_one_is_not(clusters):
             declare(clients, cluster["A"], destination)
         remote_in = clients.on(cluster["B"]).subscribe(included, ack="auto")
         remote_ex = clients.on(cluster["B"]).subscribe(excluded, ack="auto")
-        settle()
+        demand_crossed(cluster, included, ("A", "B"))  # B's demand for both, announced in that order
         send(clients, cluster["A"], included, MESSAGES)
         send(clients, cluster["A"], excluded, MESSAGES)
-        got_in, got_ex = bodies(drain(remote_in)), bodies(drain(remote_ex))
+        got = drain_each({"in": remote_in, "ex": remote_ex})
+        got_in, got_ex = bodies(got["in"]), bodies(got["ex"])
     assert got_in, f"CLU-ADDR-1: {included} begins with the cluster prefix 'clu.' yet B's consumer got none of it"
     assert got_ex == [], (f"CLU-ADDR-2: {excluded} begins with 'clu.' and with the excluded 'clu.ex.': exclusion "
                           f"wins, yet B got {got_ex}")
@@ -137,9 +143,10 @@ def test_strict_round_robins_to_a_node_without_consumers(clusters):
         declare(clients, cluster["C"], destination)
         on_a = clients.on(cluster["A"]).subscribe(destination, ack="auto")
         on_b = clients.on(cluster["B"]).subscribe(destination, ack="auto")
-        settle()
+        demand_crossed(cluster, destination, ("A", "B"), ("A", "C"))  # STRICT: A knows both queues
         send(clients, cluster["A"], destination, MESSAGES)
-        got_a, got_b = drain(on_a), drain(on_b)
+        got = drain_each({"A": on_a, "B": on_b})
+        got_a, got_b = got["A"], got["B"]
         on_c = cluster["C"].queue_size(destination)
     assert on_c == MESSAGES // 3, (f"CLU-LB-4: under STRICT each of three nodes' queues gets every third message, "
                                    f"consumers or not: C (no consumer) holds {on_c}, A's consumer got {len(got_a)}, "
@@ -154,6 +161,8 @@ def test_off_never_forwards(clusters):
     with StompClients() as clients:
         declare(clients, cluster["A"], destination)
         remote = clients.on(cluster["B"]).subscribe(destination, ack="auto")
+        # no probe: under OFF nothing crosses the cluster, a probe neither; the room B's demand
+        # would need to reach A
         settle()
         send(clients, cluster["A"], destination, MESSAGES)
         got = bodies(drain(remote))

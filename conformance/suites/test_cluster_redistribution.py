@@ -9,6 +9,9 @@ every message sent to A (B's queue has no consumer then, so ON_DEMAND keeps them
 acknowledging, a consumer subscribes on B, and A's consumer closes: the messages are back on A's
 queue, which has no consumer left.
 
+Demand: before A's consumer closes, a probe has crossed from A to B's consumer (`demand_crossed`),
+so A knows B's consumer is there (the module docstring of cluster_support.py); no fixed wait.
+
 Time bounds: "not before the delay" is checked by a lower bound measured from before A's
 consumer closes (a slow machine only makes the broker later, never earlier); arrivals are waited
 for with generous bounds, never asserted as fast.
@@ -20,8 +23,9 @@ import time
 
 import pytest
 
-from conformance.suites.cluster_support import (  # noqa: F401 - clusters: the module fixture
-    StompClients, bodies, cluster_suite_marks, clusters, declare, drain, parametrize_by_target, queue, settle)
+from conformance.suites.cluster_support import (  # noqa: F401 - cluster_pool, clusters: the fixtures
+    StompClients, bodies, cluster_suite_marks, cluster_pool, clusters, declare, demand_crossed, drain,
+    parametrize_by_target, queue)
 from conformance.topology import ClusterConnection, Topology
 
 pytestmark = cluster_suite_marks()
@@ -36,6 +40,12 @@ NEVER = Topology(("A", "B"), cluster=ClusterConnection(redistribution_delays=((f
                  prefix="rdnever")
 MESSAGES = 10
 ARRIVAL = 40.0  # bound on redistributed messages arriving (seconds)
+#: seconds a consumer is watched for a message redistribution must not bring (delay 0, or a queue
+#: with a local consumer). Shortened from 5 s: the statement is about the message staying, not
+#: when; a move would start once A took in B's consumer, which a probe proved before the watch
+REDIST_WATCH = 3.0
+#: seconds B's consumer is watched under delay -1 (never). Shortened from 8 s for the same reason
+NEVER_WATCH = 4.0
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -47,7 +57,7 @@ def strand_on_a(clients: StompClients, cluster, destination: str):
     subscription, B's subscription, the bodies sent); closing A's leaves them on A's queue."""
     declare(clients, cluster["B"], destination)
     holder = clients.on(cluster["A"]).subscribe(destination, ack="client-individual")
-    settle()
+    demand_crossed(cluster, destination, ("A", "B"))  # A knows B's queue has no consumer: keeps every message
     producer = clients.on(cluster["A"])
     sent = [f"m{i}" for i in range(MESSAGES)]
     for body in sent:
@@ -56,7 +66,7 @@ def strand_on_a(clients: StompClients, cluster, destination: str):
     assert sorted(bodies(held), key=lambda b: int(b[1:])) == sent, \
         f"setup: A's consumer should get every message sent to A (B has no consumer yet), got {bodies(held)}"
     waiting = clients.on(cluster["B"]).subscribe(destination, ack="client-individual")
-    settle()
+    demand_crossed(cluster, destination, ("A", "B"))  # A knows B's consumer before its own closes
     return holder, waiting, sent
 
 
@@ -95,8 +105,8 @@ def test_redistribution_ignores_filters_a_non_matching_local_consumer_keeps_the_
         clients.on(cluster["A"]).send(destination, "ten", {"myProperty": 10})
         local = clients.on(cluster["A"]).subscribe(destination, ack="auto", selector="myProperty = '5'")
         remote = clients.on(cluster["B"]).subscribe(destination, ack="auto", selector="myProperty = '10'")
-        settle()
-        got_remote, got_local = bodies(remote.drain(quiet=5.0)), bodies(local.drain(quiet=0.5))
+        demand_crossed(cluster, destination, ("A", "B"))
+        got_remote, got_local = bodies(remote.drain(quiet=REDIST_WATCH)), bodies(local.drain(quiet=0.5))
         held = {n: cluster[n].queue_size(destination) for n in ("A", "B")}
     assert got_remote == [] and got_local == [], (
         f"CLU-REDIST-5: redistribution does not follow filters: with a consumer on A the message stays on A, yet "
@@ -113,15 +123,16 @@ def test_messages_moved_back_and_forth_are_never_duplicated(clusters):
     with StompClients() as clients:
         holder, waiting, sent = strand_on_a(clients, cluster, destination)
         holder.close()  # -> B
+        held_on = "B"
         for round_, node in enumerate(("A", "B", "A"), start=1):
             got = waiting.receive_n(MESSAGES, timeout=ARRIVAL) + waiting.drain(quiet=1.0)
             assert sorted(bodies(got), key=lambda b: int(b[1:])) == sent, (
                 f"CLU-REDIST-6: move {round_}: the consumer got {bodies(got)}, not each of the {MESSAGES} messages once"
                 f"\n{cluster.log_tail(20)}")
             nxt = clients.on(cluster[node]).subscribe(destination, ack="client-individual")
-            settle()
+            demand_crossed(cluster, destination, (held_on, node))  # the holding node knows `node`'s consumer
             waiting.close()  # unacknowledged: back on its queue, redistributed to `node`
-            waiting = nxt
+            waiting, held_on = nxt, node
         final = receive_all(waiting, MESSAGES)
         left = {n: cluster[n].queue_size(destination) for n in ("A", "B")}
     assert sorted(bodies(final), key=lambda b: int(b[1:])) == sent, \
@@ -171,7 +182,7 @@ def test_delay_minus_one_never_redistributes(clusters):
     with StompClients() as clients:
         holder, waiting, sent = strand_on_a(clients, cluster, destination)
         holder.close()
-        got = bodies(waiting.drain(quiet=8.0))
+        got = bodies(waiting.drain(quiet=NEVER_WATCH))
         held = cluster["A"].queue_size(destination)
     assert got == [], f"CLU-REDIST-4: with redistribution-delay -1 (the default) B's consumer got {got}"
     assert held == MESSAGES, f"CLU-REDIST-4: A should keep its {MESSAGES} messages, holds {held}"
@@ -189,7 +200,7 @@ def test_redistribution_delay_is_an_address_setting_of_the_matching_addresses(cl
             holder.close()
         _, waiting, sent = stranded[matched]
         moved = bodies(receive_all(waiting, MESSAGES))
-        stayed_remote = bodies(stranded[unmatched][1].drain(quiet=5.0))
+        stayed_remote = bodies(stranded[unmatched][1].drain(quiet=REDIST_WATCH))
         held = cluster["A"].queue_size(unmatched)
     assert sorted(moved, key=lambda b: int(b[1:])) == sent, (
         f"CLU-REDIST-9: {matched} is under the address setting {NOW_PREFIX}.# with redistribution-delay 0: its "

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.suites.cluster_support import (  # noqa: F401 - clusters: the module fixture
-    StompClients, bodies, cluster_suite_marks, clusters, declare, drain, parametrize_by_target, queue, send_numbered,
-    settle, wait_quiet_sizes)
+from conformance.suites.cluster_support import (  # noqa: F401 - cluster_pool, clusters: the fixtures
+    StompClients, bodies, cluster_suite_marks, cluster_pool, clusters, declare, drain_each, parametrize_by_target,
+    queue, send_numbered, demand_crossed, wait_quiet_sizes)
 from conformance.targets.base import TargetUnavailable
 from conformance.topology import ClusterConnection, ExtraClusterConnection, Topology
 from conformance.waiting import poll
@@ -58,9 +58,11 @@ def test_each_cluster_connection_balances_only_its_own_addresses(clusters):
             declare(clients, cluster["A"], destination)
             for node in ("B", "C"):
                 consumers[(destination, node)] = clients.on(cluster[node]).subscribe(destination, ack="auto")
-        settle()
+        # each over the connection that covers it: A-B carries 'east', A-C 'west'
+        demand_crossed(cluster, east, ("A", "B"))
+        demand_crossed(cluster, west, ("A", "C"))
         sent = {destination: send_numbered(clients, cluster["A"], destination, MESSAGES) for destination in (east, west)}
-        got = {key: bodies(drain(subscription, quiet=3.0)) for key, subscription in consumers.items()}
+        got = {key: bodies(messages) for key, messages in drain_each(consumers, quiet=3.0).items()}
         held = {destination: cluster["A"].queue_size(destination) for destination in (east, west)}
     shown = {f"{destination.split('//')[1].split('.')[0]} on {node}": len(messages)
              for (destination, node), messages in got.items()}
@@ -76,7 +78,7 @@ def test_each_cluster_connection_balances_only_its_own_addresses(clusters):
 def test_scale_down_goes_through_the_cluster_connection_it_names(clusters):
     refused = None
     try:
-        cluster = clusters.get(SCALE_DOWN_VIA_C)
+        cluster = clusters.get(SCALE_DOWN_VIA_C, disrupts=True)  # A is stopped
     except TargetUnavailable as exc:
         if "scale-down-clustername" not in str(exc):
             raise
@@ -88,7 +90,7 @@ def test_scale_down_goes_through_the_cluster_connection_it_names(clusters):
     with StompClients() as clients:
         for node in NODES:
             declare(clients, cluster[node], destination)
-        settle()
+        demand_crossed(cluster, destination, ("A", "B"), ("A", "C"))
         send_numbered(clients, cluster["A"], destination, MESSAGES)
     before = wait_quiet_sizes(cluster, destination, NODES, MESSAGES)
     assert before == {"A": MESSAGES, "B": 0, "C": 0}, (

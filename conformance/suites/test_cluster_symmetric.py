@@ -14,9 +14,9 @@ from itertools import permutations
 
 import pytest
 
-from conformance.suites.cluster_support import (  # noqa: F401 - clusters: the module fixture
-    StompClients, bodies, cluster_suite_marks, clusters, declare, drain, parametrize_by_target, queue,
-    send_numbered, settle)
+from conformance.suites.cluster_support import (  # noqa: F401 - cluster_pool, clusters: the fixtures
+    StompClients, bodies, cluster_suite_marks, cluster_pool, clusters, declare, drain, drain_each,
+    parametrize_by_target, queue, demand_crossed, send_numbered)
 from conformance.topology import ClusterConnection, Topology
 
 pytestmark = cluster_suite_marks()
@@ -44,7 +44,8 @@ def test_every_node_reaches_a_consumer_on_every_other_node_in_one_hop(clusters):
                 if node != target:
                     declare(clients, cluster[node], destination)
             consumer = clients.on(cluster[target]).subscribe(destination, ack="auto")
-            settle()
+            # the source knows the target's consumer and the third node's departed one
+            demand_crossed(cluster, destination, *((source, n) for n in NODES if n != source))
             sent = send_numbered(clients, cluster[source], destination, MESSAGES, tag=f"{source}{target}-")
             got = bodies(drain(consumer))
             held = {n: cluster[n].queue_size(destination) for n in NODES if n != target}
@@ -61,17 +62,16 @@ def test_every_node_reaches_a_consumer_on_every_other_node_in_one_hop(clusters):
 def test_an_address_list_serves_every_listed_prefix_and_no_other(clusters):
     cluster = clusters.get(SYMMETRIC)
     destinations = {prefix: queue(prefix) for prefix in ("clsa", "clsb", "clsc")}
-    got = {}
     with StompClients() as clients:
         subscriptions = {}
         for prefix, destination in destinations.items():
             declare(clients, cluster["A"], destination)
             subscriptions[prefix] = clients.on(cluster["B"]).subscribe(destination, ack="auto")
-        settle()
+        # after B's last subscription (clsc's, which no prefix covers): on a clustered queue
+        demand_crossed(cluster, destinations["clsc"], ("A", "B"), probe_base=destinations["clsa"])
         for destination in destinations.values():
             send_numbered(clients, cluster["A"], destination, MESSAGES)
-        for prefix, subscription in subscriptions.items():
-            got[prefix] = bodies(drain(subscription))
+        got = {prefix: bodies(messages) for prefix, messages in drain_each(subscriptions).items()}
         held_c = cluster["A"].queue_size(destinations["clsc"])
     for prefix in ("clsa", "clsb"):
         assert sorted(got[prefix]) == sorted(f"m{i}" for i in range(MESSAGES)), (
@@ -94,7 +94,7 @@ def test_consumers_attached_before_the_send_get_it_across_nodes_by_selector(clus
         declare(clients, cluster["C"], destination)
         local = clients.on(cluster["A"]).subscribe(destination, ack="auto", selector="myProperty = '5'")
         remote = clients.on(cluster["B"]).subscribe(destination, ack="auto", selector="myProperty = '10'")
-        settle()
+        demand_crossed(cluster, destination, ("A", "B"), ("A", "C"))
         clients.on(cluster["A"]).send(destination, "ten", {"myProperty": 10})
         got_remote = remote.receive(timeout=20)
         got_local = bodies(local.drain(quiet=1.0))
@@ -124,7 +124,7 @@ def test_redistribution_leaves_a_message_where_a_non_matching_consumer_is(cluste
             f"setup: with no consumer anywhere the message should be on A, where it was sent: {before}"
         local = clients.on(cluster["A"]).subscribe(destination, ack="auto", selector="myProperty = '5'")
         remote = clients.on(cluster["B"]).subscribe(destination, ack="auto", selector="myProperty = '10'")
-        settle()
+        demand_crossed(cluster, destination, ("A", "B"))
         got_remote, got_local = bodies(remote.drain(quiet=5.0)), bodies(local.drain(quiet=0.5))
         held = {n: cluster[n].queue_size(destination) for n in NODES}
         local.close()  # now A's queue has no consumer: redistribution (delay 0) may move it to B
