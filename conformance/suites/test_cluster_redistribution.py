@@ -27,6 +27,7 @@ from conformance.suites.cluster_support import (  # noqa: F401 - cluster_pool, c
     StompClients, bodies, cluster_suite_marks, cluster_pool, clusters, declare, demand_crossed, drain,
     parametrize_by_target, queue)
 from conformance.topology import ClusterConnection, Topology
+from conformance.waiting import poll
 
 pytestmark = cluster_suite_marks()
 
@@ -102,7 +103,15 @@ def test_redistribution_ignores_filters_a_non_matching_local_consumer_keeps_the_
     destination = queue()
     with StompClients() as clients:
         declare(clients, cluster["B"], destination)
+        # A has taken in B's queue and its declaring consumer's coming and going before the send,
+        # so the message is routed by what A knows now (no consumer anywhere), not by a stale
+        # "B has a consumer" that would send it to B without any redistribution
+        demand_crossed(cluster, destination, ("A", "B"))
         clients.on(cluster["A"]).send(destination, "ten", {"myProperty": 10})
+        before = poll(lambda: {n: cluster[n].queue_size(destination) for n in ("A", "B")},
+                      lambda sizes: sizes == {"A": 1, "B": 0})
+        assert before == {"A": 1, "B": 0}, \
+            f"setup: with no consumer anywhere the message should be on A, where it was sent: {before}"
         local = clients.on(cluster["A"]).subscribe(destination, ack="auto", selector="myProperty = '5'")
         remote = clients.on(cluster["B"]).subscribe(destination, ack="auto", selector="myProperty = '10'")
         demand_crossed(cluster, destination, ("A", "B"))
