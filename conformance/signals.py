@@ -32,6 +32,7 @@ import os
 import signal
 import sys
 import threading
+from contextlib import contextmanager
 
 import pytest
 
@@ -110,25 +111,26 @@ class SignalPlugin:
 
     # ------------------------------------------------------------------ held phases
 
-    @pytest.hookimpl(wrapper=True, tryfirst=True)
-    def pytest_runtest_setup(self, item):  # noqa: ARG002
+    @contextmanager
+    def _held(self):
+        """A signal arriving inside is raised when the block ends (the outermost, if nested)."""
         self.hold += 1
         try:
-            return (yield)
+            yield
         finally:
             self.hold -= 1
             if not self.hold:
                 self._raise()
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
-    def pytest_runtest_teardown(self, item, nextitem):  # noqa: ARG002
-        self.hold += 1
-        try:
+    def pytest_runtest_setup(self, item):  # noqa: ARG002
+        with self._held():
             return (yield)
-        finally:
-            self.hold -= 1
-            if not self.hold:
-                self._raise()
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_runtest_teardown(self, item, nextitem):  # noqa: ARG002
+        with self._held():
+            return (yield)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self) -> None:
