@@ -45,6 +45,7 @@ from xml.sax.saxutils import quoteattr
 
 from conformance.targets.activemq.amqp import installed, jar_paths
 from conformance.targets.activemq.paths import ACTIVEMQ_HOME, JAVA_SHARE, find_java
+from conformance.targets.runtime.jvm import quick_start_options
 from conformance.targets.runtime.managed import ManagedProcess
 from conformance.targets.runtime.probes import stomp_handshake, tcp_accepts
 from conformance.targets.runtime.process import free_ports
@@ -599,6 +600,7 @@ class ActiveMQProcess(ActiveMQAddresses, ManagedProcess):
         return [
             java,
             f"-Xmx{self.jvm_heap_mb}m",
+            *quick_start_options(),
             "-Djava.awt.headless=true",
             *_JDK9_FLAGS,
             f"-Dactivemq.home={ACTIVEMQ_HOME}",

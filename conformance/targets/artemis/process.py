@@ -52,6 +52,7 @@ from conformance.targets.runtime.probes import stomp_handshake
 from conformance.targets.artemis.config import ArtemisConfig, ArtemisDatabase, render
 from conformance.targets.artemis.dist import home, installed
 from conformance.targets.artemis.template import ArtemisCreateError, CreateOptions, create_instance
+from conformance.targets.runtime.jvm import quick_start_options
 from conformance.targets.runtime.managed import ManagedProcess
 from conformance.targets.runtime.postgres import JDBC_DRIVER_JAR
 from conformance.targets.runtime.process import free_ports
@@ -195,7 +196,7 @@ class ArtemisProcess(QueueManagement, ManagedProcess):
                              database=self.database, journal_file_size=self.journal_file_size, **tls)
         options = CreateOptions(user=self.admin[0], password=self.admin[1], anonymous=self.config.anonymous,
                                 host=self.host, http_host=self.host, http_port=self.http_port,
-                                java_options=f"-Xms64m -Xmx{self.jvm_heap_mb}m")
+                                java_options=" ".join([f"-Xms64m -Xmx{self.jvm_heap_mb}m", *quick_start_options()]))
         try:
             log = create_instance(self.artemis_home, self.instance, options, timeout=timeout)
         except ArtemisCreateError as exc:
