@@ -24,16 +24,15 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
-import os
 import signal
 import sys
 import threading
 import time
-from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
 from brokerconf import chaos_stage
+from brokerconf.stage_times import StageClock, format_times, setup_seconds_from_env
 from reports.pipeline.cli_args import positive_int
 
 
@@ -173,7 +172,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     out_dir = Path(args.out) / run_id
     out_dir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    stages = StageClock(setup_seconds=_setup_seconds())
+    _progress(f"brokerconf run {run_id}: results in {out_dir}")
+    stages = StageClock(setup_seconds=setup_seconds_from_env())
     status, verdicts = _suites_and_chaos(args, targets, out_dir, allow_unavailable, stages)
     matrix_path = out_dir / "matrix.json"
     if not matrix_path.exists():
@@ -225,7 +225,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _suites_and_chaos(args: argparse.Namespace, targets: list[str], out_dir: Path, allow_unavailable: bool,
-                      stages: "StageClock") -> tuple[int, list[dict]]:
+                      stages: StageClock) -> tuple[int, list[dict]]:
     """The suites (one pytest on ``args.workers`` workers) and the chaos stage side by side: both
     spend most of their time waiting on brokers, so the experiments run while the suites do rather
     than after them. Everything is started from this (the main) thread, so a signal is passed on
@@ -260,60 +260,6 @@ def _read_json(path: Path) -> dict | None:
         return json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-
-
-def _setup_seconds() -> float | None:
-    """The set-up's wall time, when scripts/main.sh measured it (BROKERCONF_SETUP_SECONDS)."""
-    text = os.environ.get("BROKERCONF_SETUP_SECONDS", "")
-    try:
-        return float(text) if text else None
-    except ValueError:
-        return None
-
-
-class StageClock:
-    """Each stage's wall time, in the order they ran (the set-up's, measured by scripts/main.sh
-    before this process started, first)."""
-
-    def __init__(self, setup_seconds: float | None = None) -> None:
-        self.stages: list[tuple[str, float]] = []
-        self.setup = setup_seconds or 0.0
-        if setup_seconds is not None:
-            self.stages.append(("set-up (scripts/bootstrap.sh)", setup_seconds))
-
-    def add(self, name: str, seconds: float) -> None:
-        self.stages.append((name, seconds))
-
-    @contextmanager
-    def timed(self, name: str):
-        began = time.monotonic()
-        try:
-            yield
-        finally:
-            self.stages.append((name, time.monotonic() - began))
-
-    def to_json(self) -> list[dict]:
-        return [{"stage": name, "seconds": round(seconds, 1)} for name, seconds in self.stages]
-
-
-def _minutes(seconds: float) -> str:
-    return f"{int(seconds // 60)} m {seconds % 60:04.1f} s"
-
-
-def format_times(times: dict) -> list[str]:
-    """The end-of-run lines: each stage's wall time and the run's (stages that ran side by side
-    overlap, so the total is measured, not summed), then each target's (targets overlap on the
-    workers: its wall time runs from its first test's start to its last's end; its test time is
-    the sum of its tests' times)."""
-    lines = ["wall time by stage:"]
-    for entry in times["stages"]:
-        lines.append(f"  {entry['stage']:<40} {_minutes(entry['seconds'])}")
-    lines.append(f"  {'total (set-up included)':<40} {_minutes(times['total_seconds'])}")
-    if times.get("targets"):
-        lines.append(f"conformance suites by target ({times.get('workers', 1)} workers):")
-        for target, span in times["targets"].items():
-            lines.append(f"  {target:<40} wall {_minutes(span['wall_seconds'])}, tests {_minutes(span['test_seconds'])}")
-    return lines
 
 
 def _suite_command(targets: list[str], out_dir: Path, *, targets_file: str | None = None,

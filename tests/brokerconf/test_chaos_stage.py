@@ -70,3 +70,16 @@ def test_the_run_command_is_brokerconf_chaos_run_into_its_directory(tmp_path):
     assert command[command.index("--target") + 1] == "artemis:process"
     assert command[command.index("--set") + 1] == "recovery_s=6"
     assert command[command.index("--duration") + 1] == "20"
+
+
+def test_stage_times_total_is_measured_not_summed_and_each_target_is_shown():
+    from brokerconf.stage_times import StageClock, format_times
+
+    clock = StageClock(setup_seconds=30.0)
+    clock.add("conformance suites", 540.0)
+    clock.add("chaos experiments (beside the suites)", 200.0)
+    lines = format_times({"stages": clock.to_json(), "total_seconds": 600.0, "workers": 4,
+                          "targets": {"artemis": {"wall_seconds": 530.0, "test_seconds": 1050.0}}})
+    assert lines[1].split() == ["set-up", "(scripts/bootstrap.sh)", "0", "m", "30.0", "s"]
+    assert "total (set-up included)" in lines[4] and lines[4].endswith("10 m 00.0 s")  # not 12 m 50 s
+    assert "artemis" in lines[6] and "wall 8 m 50.0 s, tests 17 m 30.0 s" in lines[6]
