@@ -15,6 +15,7 @@ Two things only some brokers need, also handled here by PID:
 
 from __future__ import annotations
 
+import errno
 import os
 import subprocess
 import time
@@ -29,6 +30,9 @@ from conformance.targets.runtime.process import kill_group, peak_rss, stop_group
 #: a readiness probe: (seconds it may take) -> (ready?, what it saw)
 Probe = Callable[[float], tuple[bool, str]]
 
+
+#: tries at starting a process whose executable another thread's fresh child still holds open for writing
+_EXEC_BUSY_ATTEMPTS = 5
 
 class ManagedProcess:
     """Mixin for a launcher. The subclass sets ``label`` (how messages name it), ``start_error``
@@ -60,10 +64,21 @@ class ManagedProcess:
         ``env``: the whole environment (default: this process's)."""
         self._open_output(output, truncate)
         self._rss_peak = 0
-        self._proc = subprocess.Popen(command, cwd=str(cwd), env=env, stdin=subprocess.DEVNULL, stdout=self._out_fh,
-                                      stderr=subprocess.STDOUT,
-                                      start_new_session=True,  # own session & process group: pgid == pid
-                                      close_fds=True)
+        for attempt in range(_EXEC_BUSY_ATTEMPTS):
+            try:
+                self._proc = subprocess.Popen(command, cwd=str(cwd), env=env, stdin=subprocess.DEVNULL,
+                                              stdout=self._out_fh, stderr=subprocess.STDOUT,
+                                              start_new_session=True,  # own session & process group: pgid == pid
+                                              close_fds=True)
+                break
+            except OSError as exc:
+                # ETXTBSY: the launcher has just written the script it runs (an Artemis instance's
+                # bin/artemis), and a child another thread forked meanwhile still holds that write
+                # descriptor until its own exec (seen once in CI with cluster nodes started side by
+                # side); it is gone within moments, so try again
+                if exc.errno != errno.ETXTBSY or attempt == _EXEC_BUSY_ATTEMPTS - 1:
+                    raise
+                time.sleep(0.1 * (attempt + 1))
         self.pid = self._proc.pid
         self._finalizer = weakref.finalize(self, kill_group, self._proc)
 
