@@ -102,6 +102,9 @@ class QueueWorkload:
 
         thread = threading.Thread(target=guarded, name=f"bc-{self.kind}-{name}", daemon=True)
         self._threads.append(thread)
+        # A signal handler may raise (SIGTERM -> SystemExit, brokerconf/cli.py) while start()
+        # waits for the thread to run: stop() must then not join a thread that never started
+        # (`_join` skips it; the stop events still reach it if it does run).
         thread.start()
 
     def stop(self) -> None:
@@ -115,7 +118,12 @@ class QueueWorkload:
     def _join(self, threads) -> None:
         deadline = time.monotonic() + self.join_timeout
         for thread in threads:
-            thread.join(max(0.0, deadline - time.monotonic()))
+            if thread.ident is None:  # never started (interrupted in start(), see `_spawn`)
+                continue
+            try:
+                thread.join(max(0.0, deadline - time.monotonic()))
+            except RuntimeError:  # started but not yet running when start() was interrupted
+                continue
         stuck = [t.name for t in threads if t.is_alive()]
         if stuck:
             self.errors.append(f"threads still running after {self.join_timeout}s: {stuck}")

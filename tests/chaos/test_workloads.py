@@ -296,3 +296,21 @@ def test_node_names_maps_each_list_of_addresses_onto_the_nodes_in_order():
         "h:1": "A", "h:2": "B", "p:7": "A", "p:8": "B"}
     with pytest.raises(ValueError, match="1 addresses for 2 nodes"):
         node_names(("A", "B"), [("h", 1)])
+
+
+def test_stop_after_a_start_interrupted_by_a_signal_does_not_raise(history, monkeypatch):
+    """SIGTERM makes brokerconf raise SystemExit from its handler, which can land while
+    ``Thread.start`` waits for the new thread (seen in CI: stop() then failed with "cannot join
+    thread before it is started" and the run exited 1 instead of 143)."""
+    import threading
+
+    def interrupted_start(self):
+        raise SystemExit(143)
+
+    workload = QueueWorkload(history, lambda: None, producers=1, consumers=1, join_timeout=1.0)
+    monkeypatch.setattr(threading.Thread, "start", interrupted_start)
+    with pytest.raises(SystemExit):
+        workload.start()
+    monkeypatch.undo()
+    workload.stop()  # must not raise
+    assert not workload.errors
