@@ -13,6 +13,14 @@ One TOML file per document in this directory::
     note = "..."                                    # optional: caveats, Classic differences
     not_observable = "..."                          # optional: why no client of ours can see it
 
+    [[uncatalogued]]                                # a checkable claim of the document with no ID yet
+    section = "..."
+    summary = "..."                                 # our own words, a line
+    why = "..."                                     # why it has no ID yet
+
+The ``[[uncatalogued]]`` rows make the per-document coverage honest: a document's checkable
+statements are its catalogued statements plus these (``scripts/not_checked.py`` reports both).
+
 A test ties itself to statements with ``@pytest.mark.spec("GRP-PIN-1", ...)``; the plugin
 refuses IDs that are not catalogued, and the report shows per target how many catalogued
 statements were checked and how many passed.
@@ -64,6 +72,9 @@ def _load_file(path: Path) -> list[Statement]:
     document, title = data.get("document"), data.get("title", "")
     if not document:
         raise CatalogueError(f"{path.name}: missing top-level 'document'")
+    unknown_top = set(data) - {"document", "title", "statement", "uncatalogued"}
+    if unknown_top:
+        raise CatalogueError(f"{path.name}: unknown top-level key(s) {sorted(unknown_top)}")
     out = []
     for n, raw in enumerate(data.get("statement", []), 1):
         where = f"{path.name}: statement #{n}"
@@ -94,3 +105,31 @@ def load_catalogue(directory: Path = CATALOGUE_DIR) -> dict[str, Statement]:
                                      f"(also in {statements[statement.id].document})")
             statements[statement.id] = statement
     return statements
+
+
+@dataclass(frozen=True)
+class Uncatalogued:
+    """A checkable claim of a document that has no statement ID yet (see the module docstring)."""
+    document: str
+    section: str
+    summary: str
+    why: str
+
+
+def _load_uncatalogued(path: Path) -> list[Uncatalogued]:
+    data = tomllib.loads(path.read_text(encoding="utf-8"))
+    out = []
+    for n, raw in enumerate(data.get("uncatalogued", []), 1):
+        where = f"{path.name}: uncatalogued #{n}"
+        if set(raw) != {"section", "summary", "why"} or not all(raw.values()):
+            raise CatalogueError(f"{where}: needs exactly 'section', 'summary' and 'why', each non-empty")
+        out.append(Uncatalogued(data["document"], raw["section"], " ".join(raw["summary"].split()),
+                                " ".join(raw["why"].split())))
+    return out
+
+
+@lru_cache(maxsize=None)
+def load_uncatalogued(directory: Path = CATALOGUE_DIR) -> tuple[Uncatalogued, ...]:
+    """Every ``[[uncatalogued]]`` row of every ``*.toml`` in ``directory``, in file order."""
+    _ = load_catalogue(directory)  # the same files, validated once
+    return tuple(row for path in sorted(directory.glob("*.toml")) for row in _load_uncatalogued(path))

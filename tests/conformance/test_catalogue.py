@@ -98,3 +98,21 @@ def test_unobservable_cluster_statements_are_not_applicable_in_the_matrix():
     results.add_target("artemis", kind="artemis", launch="process", available=True)
     assert results.cell("artemis", "CLU-CC-CALL-1")["outcome"] == "not applicable"
     assert results.cell("artemis", "CLU-REDIST-FILTER-1")["outcome"] == "not checked"
+
+
+def test_uncatalogued_rows_are_loaded_and_validated(tmp_path):
+    from conformance.spec.catalogue import load_uncatalogued
+
+    (tmp_path / "doc.toml").write_text(
+        'document = "d.md"\n[[uncatalogued]]\nsection = "1"\nsummary = "a  claim"\nwhy = "later"\n')
+    rows = load_uncatalogued(tmp_path)
+    assert [(r.document, r.section, r.summary, r.why) for r in rows] == [("d.md", "1", "a claim", "later")]
+    (tmp_path / "bad.toml").write_text('document = "e.md"\n[[uncatalogued]]\nsection = "1"\nsummary = "x"\n')
+    with pytest.raises(CatalogueError, match="uncatalogued #1"):
+        load_uncatalogued.__wrapped__(tmp_path)
+
+
+def test_unknown_top_level_keys_are_refused(tmp_path):
+    (tmp_path / "doc.toml").write_text('document = "d.md"\n[[statments]]\nid = "X-1"\n')
+    with pytest.raises(CatalogueError, match="statments"):
+        load_catalogue.__wrapped__(tmp_path)
