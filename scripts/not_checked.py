@@ -1,11 +1,18 @@
 """Which catalogued statements no suite test checks, per target, without running anything.
 
     .venv/bin/python scripts/not_checked.py [--prefix FT-] [--target reference --target activemq ...]
+    .venv/bin/python scripts/not_checked.py --by-document     # a markdown table, one row per document
 
 Collects conformance/suites for the targets (as `brokerconf suite` would run them) and lists, per
 target, the statements that apply to its kind, carry no not_observable reason, and are named by
 no collected test's @pytest.mark.spec for that target: what the matrix would show "not checked"
 even if every test ran. (A run's matrix adds the tests that did not get to a verdict.)
+
+``--by-document`` prints instead, per document, how far it is catalogued and checked: its checkable
+statements (catalogued statements plus its ``[[uncatalogued]]`` rows), how many are catalogued and
+what share, and per target how many of the statements that apply to it are checked by at least one
+collected test for that target, out of those a test could check (the ones without a not_observable
+reason); the not_observable ones are counted in a column of their own.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from conformance.plugin import STATE, _marker_args  # noqa: E402
+from conformance.spec.catalogue import load_uncatalogued  # noqa: E402
 
 
 class _Collected:
@@ -43,6 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prefix", default="", help="only statements whose ID starts with this (e.g. FT-)")
     parser.add_argument("--target", action="append", dest="targets", metavar="NAME",
                         help="a target to list (repeatable; default reference, activemq, artemis)")
+    parser.add_argument("--by-document", action="store_true",
+                        help="a markdown table per document: checkable, catalogued, %% catalogued, checked per target")
     args = parser.parse_args(argv)
     targets = args.targets or ["reference", "activemq", "artemis"]
     collected = _Collected()
@@ -58,6 +68,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"not_checked: collecting the suites failed (pytest exit {status})", file=sys.stderr)
         return 2 if status == 4 else 1
     state = collected.state
+    if args.by_document:
+        print(document_table(state, targets, collected.checked, args.prefix))
+        return 0
     for target in targets:
         kind = state.targets[target].kind
         missing = [spec for spec, statement in state.catalogue.items()
@@ -65,6 +78,30 @@ def main(argv: list[str] | None = None) -> int:
                    and (target, spec) not in collected.checked]
         print(f"{target}: {len(missing)} not checked" + (": " + " ".join(missing) if missing else ""))
     return 0
+
+
+def document_table(state, targets: list[str], checked: set[tuple[str, str]], prefix: str = "") -> str:
+    """The ``--by-document`` table (markdown), one row per catalogue document, in catalogue order."""
+    statements = [s for spec, s in state.catalogue.items() if spec.startswith(prefix)]
+    uncatalogued = load_uncatalogued() if not prefix else ()
+    documents = list(dict.fromkeys([s.document for s in statements] + [u.document for u in uncatalogued]))
+    kinds = {target: state.targets[target].kind for target in targets}
+    header = ["document", "checkable", "catalogued", "% catalogued",
+              *[f"checked: {t}" for t in targets], "not observable"]
+    rows = [header, ["---"] * len(header)]
+    for document in documents:
+        mine = [s for s in statements if s.document == document]
+        open_rows = sum(1 for u in uncatalogued if u.document == document)
+        checkable = len(mine) + open_rows
+        share = f"{100 * len(mine) / checkable:.0f}%" if checkable else "-"
+        cells = []
+        for target in targets:
+            testable = [s for s in mine if s.applies(kinds[target]) and not s.not_observable]
+            done = sum(1 for s in testable if (target, s.id) in checked)
+            cells.append(f"{done}/{len(testable)}")
+        unobservable = sum(1 for s in mine if s.not_observable)
+        rows.append([document, str(checkable), str(len(mine)), share, *cells, str(unobservable)])
+    return "\n".join("| " + " | ".join(row) + " |" for row in rows)
 
 
 if __name__ == "__main__":
