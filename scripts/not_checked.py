@@ -69,7 +69,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2 if status == 4 else 1
     state = collected.state
     if args.by_document:
-        print(document_table(state, targets, collected.checked, args.prefix))
+        kinds = {target: state.targets[target].kind for target in targets}
+        print(document_table(state.catalogue, kinds, collected.checked,
+                             () if args.prefix else load_uncatalogued(), args.prefix))
         return 0
     for target in targets:
         kind = state.targets[target].kind
@@ -80,12 +82,15 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def document_table(state, targets: list[str], checked: set[tuple[str, str]], prefix: str = "") -> str:
-    """The ``--by-document`` table (markdown), one row per catalogue document, in catalogue order."""
-    statements = [s for spec, s in state.catalogue.items() if spec.startswith(prefix)]
-    uncatalogued = load_uncatalogued() if not prefix else ()
+def document_table(catalogue, kinds: dict[str, str], checked: set[tuple[str, str]], uncatalogued=(),
+                   prefix: str = "") -> str:
+    """The ``--by-document`` table (markdown), one row per catalogue document, in catalogue order.
+    ``kinds``: target name -> kind, in column order; ``checked``: (target, statement ID) pairs some
+    collected test checks; ``uncatalogued``: the documents' `Uncatalogued` rows (none with a prefix,
+    since they have no ID to match it)."""
+    statements = [s for spec, s in catalogue.items() if spec.startswith(prefix)]
     documents = list(dict.fromkeys([s.document for s in statements] + [u.document for u in uncatalogued]))
-    kinds = {target: state.targets[target].kind for target in targets}
+    targets = list(kinds)
     header = ["document", "checkable", "catalogued", "% catalogued",
               *[f"checked: {t}" for t in targets], "not observable"]
     rows = [header, ["---"] * len(header)]
