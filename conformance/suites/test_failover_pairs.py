@@ -148,7 +148,9 @@ def _interrupted(events) -> bool:
     return "interrupted" in [e.kind for e in events]
 
 
-@pytest.mark.spec("FT-FAILOVER-1", "FT-FAILOVER-2", "FT-FAILOVER-8")
+# FT-FAILOVER-17 too: the pair is two single-node topologies launched one by one (`Pair`), with no
+# network, cluster or shared store between them, so the move below needs nothing of the brokers
+@pytest.mark.spec("FT-FAILOVER-1", "FT-FAILOVER-2", "FT-FAILOVER-8", "FT-FAILOVER-17")
 def test_client_moves_to_the_second_broker_when_the_first_dies_and_keeps_working(fresh_pair):
     pair, queue, events = fresh_pair, _queue(), []
     client = connect_failover(pair.uri(), "stomp", listener=events.append, timeout=5.0)

@@ -1,7 +1,8 @@
 """Network topologies beyond a fixed static: list, against ActiveMQ Classic's "Networks of Brokers"
 page (../shared/spec/activemq-classic-networks-of-brokers.md; catalogue conformance/spec/networks.toml):
 multicast discovery (NOB-MCAST-1), masterslave: connectors (NOB-MS-1), connector credentials
-(NOB-AUTH-1) and several named duplex connectors between one pair (NOB-DUPLEX-3).
+(NOB-AUTH-1) and several named duplex connectors between one pair (NOB-DUPLEX-3); and, from the
+A-MQ fault-tolerance guide's chapter 4, one plain static: connector listing two brokers (FT-NOB-3).
 
 Targets: ActiveMQ Classic 5.17 (``conformance.targets.activemq.network``, shared-store
 master/slave from ``conformance.targets.activemq.shared_store``) and the reference broker
@@ -110,6 +111,27 @@ def test_multicast_discovery_forms_a_network(rigs, clients, tmp_path):
 
 
 # --------------------------------------------------------------------------- masterslave:
+
+
+@pytest.mark.spec("FT-NOB-3")
+def test_one_plain_static_connector_bridges_to_every_listed_broker(rigs, clients, tmp_path):
+    """A-MQ FT guide, chapter 4: the plain connector tries to connect to every broker of its list,
+    which is why a master/slave group needs masterslave: (contrast NOB-MS-1 below, which bridges to
+    the first live broker only). Both listed brokers live and independent: F must bridge to each,
+    and messages produced on F must reach a consumer on either."""
+    fan = rigs.static_fan_rig(tmp_path, FAST_RECONNECT)
+    try:
+        fan.start()
+        m, s = fan.members
+        bridged = until(lambda: len(b := fan.bridged_to()) == 2 and b, BRIDGE_TIMEOUT)
+        assert bridged, (f"FT-NOB-3: one static:(M, S) connector should bridge to both listed brokers; bridged to "
+                         f"{[n.name for n in fan.bridged_to()]}\n{fan.log_tail()}")
+        for member in (m, s):
+            sent, got = flows(clients, fan.forwarder, member, queue(f"ft.nob3.{member.name}"))
+            assert sorted(got) == sorted(sent), \
+                f"FT-NOB-3: messages sent on F should reach {member.name}'s consumer over its bridge; got {got}"
+    finally:
+        fan.stop()
 
 
 @pytest.mark.spec("NOB-MS-1", "FT-NOB-1")

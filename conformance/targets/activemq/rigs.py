@@ -3,7 +3,8 @@ network-topology suite (conformance/suites/test_network_topologies.py): two brok
 other by multicast discovery (page "Networks of Brokers", multicast example, on loopback), and a
 broker bridging to a shared-store master/slave pair through a ``masterslave:`` connector. The
 suite gets them through `ActiveMQTarget.discovery_pair` / `masterslave_rig` (capabilities
-``topology.discovery`` and ``topology.masterslave-connector``)."""
+``topology.discovery`` and ``topology.masterslave-connector``); and a broker whose one plain
+``static:`` connector lists two independent brokers (`static_fan_rig`)."""
 
 from __future__ import annotations
 
@@ -90,3 +91,44 @@ class MasterSlaveRig:
                 self.forwarder.stop()
         finally:
             self.group.stop()
+
+
+class StaticFanRig:
+    """Two independent brokers M, S and a broker F with ONE ``static:(M, S)`` connector (A-MQ FT
+    guide chapter 4: the plain connector the masterslave: scheme exists to avoid)."""
+
+    def __init__(self, workdir, reconnect: dict) -> None:
+        self.reconnect = reconnect
+        self.workdir = workdir
+        self.nodes = {name: NetworkNode(name, ActiveMQProcess(
+            workdir / name, name=f"nob-fan-{name}", jmx=True, jvm_heap_mb=256, memory_limit_mb=96))
+            for name in ("M", "S")}
+        self.forwarder = None
+
+    def start(self) -> None:
+        for node in self.nodes.values():
+            node.process.start()
+        urls = [node.process.openwire_url for node in self.nodes.values()]
+        connector = render_network_connector(urls, NetworkConnectorOptions(name="fan", **self.reconnect))
+        self.forwarder = NetworkNode("F", ActiveMQProcess(
+            self.workdir / "F", name="nob-fan-F", jmx=True, jvm_heap_mb=256, memory_limit_mb=96,
+            network_connectors_xml=connector))
+        self.forwarder.process.start()
+
+    @property
+    def members(self):
+        return list(self.nodes.values())
+
+    def bridged_to(self):
+        """The listed brokers F logged an established bridge to."""
+        established = set(self.forwarder.established_bridges())
+        return [node for node in self.members if node.process.name in established]
+
+    def log_tail(self) -> str:
+        return "\n".join(f"--- {n} ---\n{node.log_tail(30)}" for n, node in
+                         [*self.nodes.items(), ("F", self.forwarder)] if node is not None)
+
+    def stop(self) -> None:
+        for node in [self.forwarder, *self.nodes.values()]:
+            if node is not None:
+                node.stop()
