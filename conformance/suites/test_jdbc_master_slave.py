@@ -25,6 +25,7 @@ from conformance.suites.test_master_slave import (MESSAGES, closed, failover_uri
                                                   kill_master_and_check_every_receipted_message)
 from conformance.targets.base import why_missing
 from conformance.topology import SharedStore, Topology
+from conformance.waiting import poll
 
 CAPABILITY = "topology.jdbc-store"
 #: a 2 s lease renewed every 500 ms: short enough that a takeover after kill -9 waits little
@@ -55,6 +56,17 @@ def launch_group(request, target_name, tmp_path_factory, store: SharedStore):
 @pytest.fixture
 def group(request, target_name, tmp_path_factory):
     cluster = launch_group(request, target_name, tmp_path_factory, LEASE)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def proxied_group(request, target_name, tmp_path_factory):
+    """The same pair, each node reaching the database through its own fault-proxy link
+    (``cluster.rig.nemesis`` cuts one), for FT-JDBC-7."""
+    cluster = launch_group(request, target_name, tmp_path_factory, replace(LEASE, proxied_database=True))
     try:
         yield cluster
     finally:
@@ -125,3 +137,21 @@ def test_the_journaled_adapter_keeps_receipted_messages_in_the_dead_masters_own_
                      f"receipted messages, as if the old master's journal were not its own\n{group.log_tail(40)}")
     print(f"FT-JDBC-3: the new master lacks {len(missing)} of {len(sent)} receipted messages "
           f"(received {len(received)})")
+
+
+@pytest.mark.spec("FT-JDBC-7")
+def test_with_the_database_lost_to_every_node_no_broker_serves(proxied_group):
+    """The shared database is the group's single point of failure: with every node's link to it
+    cut, the master must stop serving (it cannot renew its lease) and the slave cannot take over."""
+    group = proxied_group
+    assert group.master() is group["A"], f"setup: node A is not the master\n{group.log_tail(30)}"
+    for host in ("A", "B"):
+        group.rig.nemesis.invoke("partition", host=host)
+    stopped = poll(lambda: closed(group["A"]), bool, timeout=TAKEOVER, interval=0.5)
+    assert stopped, (f"FT-JDBC-7: the master kept serving {TAKEOVER} s after the database became unreachable to "
+                     f"every node\n{group.log_tail(40)}")
+    # several leases long (the master's last lease has run out; the slave keeps trying)
+    watched = 5 * LEASE.lock_acquire_sleep_interval_ms / 1000 + 5.0
+    served = poll(lambda: [n.name for n in (group["A"], group["B"]) if n.running and not closed(n)], bool,
+                  timeout=watched, interval=0.5)
+    assert not served, f"FT-JDBC-7: {served} served while no node could reach the database\n{group.log_tail(40)}"
