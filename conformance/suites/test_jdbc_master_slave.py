@@ -245,3 +245,64 @@ def test_a_scheduled_message_stays_with_the_dead_master_when_each_broker_has_its
         group.stop()
     assert not received, (f"FT-JDBC-6: with each broker's scheduler store in its own data directory the new master "
                           f"delivered the message scheduled on the old one: {received}")
+
+
+# --------------------------------------------------------------------------- membership by tables
+
+#: the PostgreSQL schema the outsider's tables live in: the group's database, other tables
+OTHER_SCHEMA = "ftjdbc5_other"
+
+
+def create_schema(database, schema: str) -> None:
+    import psycopg
+
+    with psycopg.connect(database.dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
+
+
+def outsider_on_other_tables(group, target_kind: str, workdir):
+    """A third broker configured as the group's members are, but whose tables (messages and lock)
+    are in another schema of the same database (its connection's search path): unstarted."""
+    if target_kind == "reference":
+        import json
+
+        from conformance.targets.reference.process import ReferenceBrokerProcess
+
+        config = json.loads(group["A"].process.config_file.read_text())
+        config["name"] = f"{config['name']}-outsider"
+        # libpq applies options= as a server setting: every unqualified table name resolves there
+        config["store"]["dsn"] = f"{config['store']['dsn']} options=-csearch_path={OTHER_SCHEMA}"
+        workdir.mkdir(parents=True, exist_ok=True)
+        config_file = workdir / "broker.json"
+        config_file.write_text(json.dumps(config, indent=2))
+        return ReferenceBrokerProcess(name=config["name"], config_file=config_file, data_dir=None)
+    from conformance.targets.activemq.process import ActiveMQProcess
+
+    a = group["A"].process
+    jdbc = replace(a.jdbc, jdbc_url=f"{a.jdbc.jdbc_url}?currentSchema={OTHER_SCHEMA}")  # pgjdbc's search path
+    return ActiveMQProcess(workdir, name=f"{a.name}-outsider", openwire=True, persistent=True, jvm_heap_mb=256,
+                           jdbc=jdbc)
+
+
+@pytest.mark.spec("FT-JDBC-5")
+def test_a_broker_on_other_tables_of_the_same_database_is_not_in_the_group(group, target_name, request, tmp_path):
+    """3.2 "Configuring the brokers": membership is sharing the same tables, nothing else. A third
+    broker with the members' settings but its tables in another schema of the group's database
+    must not wait for the group's lock: it is master of its own tables at once, while A stays
+    master of the group and B its slave."""
+    kind = request.config.stash[STATE].targets[target_name].kind
+    if kind not in ("reference", "activemq"):
+        pytest.skip(f"{NOT_APPLICABLE}FT-JDBC-5 is not claimed for {kind} (roles are configured there)")
+    database = group.database
+    assert database is not None, f"setup: the JDBC group has no database handle: {group!r}"
+    create_schema(database, OTHER_SCHEMA)
+    outsider = outsider_on_other_tables(group, kind, tmp_path / "outsider")
+    try:
+        outsider.start(timeout=TAKEOVER, wait_for="lock")
+        serving = poll(lambda: outsider.serving(), bool, timeout=30.0, interval=0.5)
+        assert serving, (f"FT-JDBC-5: a broker whose tables are in another schema of the group's database waited for "
+                         f"the group's lock instead of serving on its own tables\n{outsider.log_tail(30)}")
+        assert group.master() is group["A"], f"FT-JDBC-5: the group's master changed when the outsider started"
+        assert closed(group["B"]), "FT-JDBC-5: the group's slave opened its listeners when the outsider started"
+    finally:
+        outsider.stop()
