@@ -86,6 +86,31 @@ def failover_uri(cluster) -> str:
     return f"failover:({inner})?randomize=false&initialReconnectDelay=100&maxReconnectDelay=1000"
 
 
+def stores_a_persistent_message(node, timeout: float = 5.0) -> bool:
+    """Whether ``node`` takes a persistent message now: a STOMP connection opens and a persistent
+    SEND is confirmed by the broker's receipt within ``timeout`` (a broker that keeps its listener
+    open but cannot reach its store does not count). The message goes to a queue of its own."""
+    from conformance.clients.base import ClientError, ConnectFailed
+
+    if not node.running:
+        return False
+    host, port = node.address("stomp")
+    try:
+        client = connect(host, port, "stomp", timeout=timeout)
+    except (ClientError, ConnectFailed, OSError):
+        return False
+    try:
+        client.send(f"queue://ms.probe.{uuid.uuid4().hex[:8]}", "probe", persistent=True)
+        return True
+    except (ClientError, ConnectFailed, OSError):
+        return False
+    finally:
+        try:
+            client.close()
+        except (ClientError, ConnectFailed, OSError):
+            pass
+
+
 def queue() -> str:
     return f"queue://ms.{uuid.uuid4().hex[:10]}"
 

@@ -20,7 +20,7 @@ import pytest
 from conformance.plugin import NOT_APPLICABLE, STATE
 from conformance.scenario import Scenario
 from conformance.suites.network_support import network_workdir, parametrize_by_target
-from conformance.suites.test_master_slave import closed
+from conformance.suites.test_master_slave import closed, stores_a_persistent_message
 from conformance.targets.base import why_missing
 from conformance.topology import NfsOptions, SharedStore, Topology
 from conformance.waiting import poll
@@ -215,21 +215,22 @@ def test_nfsv3_a_reboot_of_the_crashed_master_s_host_unblocks_the_group(nfs_grou
 @pytest.mark.spec("FT-SHARED-17")
 def test_with_the_store_lost_to_every_node_no_broker_serves(nfs_group):
     """The shared file system is the group's single point of failure: with every node's link to
-    the store cut, the master must stop serving (its keep-alive check fails) and the slave cannot
-    take its place, however long it polls."""
+    the store cut, no broker of the group may take a persistent message (confirmed by a receipt):
+    the master stops (its keep-alive check fails) and the slave cannot take its place, however long
+    it polls."""
     group = nfs_group(SharedStore(lock_keep_alive_period_ms=1000, lock_acquire_sleep_interval_ms=500,
                                   nfs=NfsOptions(mount_options=QUICK_MOUNT, version=4, lease_s=LEASE_S)))
     assert group.master() is group["A"], f"setup: node A is not the master\n{group.log_tail(30)}"
     for host in ("A", "B"):
         group.rig.nemesis.invoke("partition", host=host)
-    stopped = poll(lambda: closed(group["A"]), bool, timeout=TAKEOVER, interval=0.5)
-    assert stopped, (f"FT-SHARED-17: the master kept serving {TAKEOVER} s after the store became unreachable to "
-                     f"every node\n{group.log_tail(40)}")
+    stopped = poll(lambda: not stores_a_persistent_message(group["A"]), bool, timeout=TAKEOVER, interval=0.5)
+    assert stopped, (f"FT-SHARED-17: the master still took persistent messages {TAKEOVER} s after the store became "
+                     f"unreachable to every node\n{group.log_tail(40)}")
     # watched for several leases (the master's lease long run out, the slave polling all along)
     watched = 3 * LEASE_S + 5.0
-    served = poll(lambda: [n.name for n in (group["A"], group["B"]) if not closed(n)], bool, timeout=watched,
-                  interval=0.5)
-    assert not served, (f"FT-SHARED-17: {served} served while no node could reach the store\n"
+    served = poll(lambda: [n.name for n in (group["A"], group["B"]) if stores_a_persistent_message(n)], bool,
+                  timeout=watched, interval=0.5)
+    assert not served, (f"FT-SHARED-17: {served} took a persistent message while no node could reach the store\n"
                         f"{group.log_tail(40)}")
 
 
