@@ -134,6 +134,49 @@ def test_one_plain_static_connector_bridges_to_every_listed_broker(rigs, clients
         fan.stop()
 
 
+@pytest.mark.spec("FT-NOB-4")
+@pytest.mark.requires("topology.masterslave-connector")
+# four JVMs start one after the other; the bound is on waiting, nothing here is timed
+@pytest.mark.timeout(480)
+def test_host_pair_the_healthy_host_takes_over_the_failed_host_s_group(rigs, clients, tmp_path):
+    """A-MQ FT guide chapter 4: in a host pair each host runs one group's master and the other's
+    slave; when host1 (master A1, slave B2) fails, A2 on host2 takes over group A, host2 then runs
+    both masters, and the masterslave: connectors carry messages between the groups again."""
+    if not hasattr(rigs, "host_pair_rig"):
+        pytest.skip(f"{rigs.name}: no host-pair rig (shared-store groups with network connectors) for this target yet")
+    pair = rigs.host_pair_rig(tmp_path, FAST_RECONNECT)
+    try:
+        pair.start()
+        n = pair.named
+        assert pair.masters() == {"A": n["A1"], "B": n["B1"]}, f"setup: A1 and B1 should be the masters\n{pair.log_tail()}"
+        linked = until(lambda: pair.bridged(n["A1"], n["B1"]) and pair.bridged(n["B1"], n["A1"]), BRIDGE_TIMEOUT)
+        assert linked, f"setup: the two masters did not bridge to each other\n{pair.log_tail()}"
+
+        pair.fail_host("host1")  # A1 and B2 die together
+        assert pair.wait_for_master("A", FAILOVER_TIMEOUT) is n["A2"], \
+            f"FT-NOB-4: group A's slave on the healthy host did not take over\n{pair.log_tail()}"
+        assert pair.masters() == {"A": n["A2"], "B": n["B1"]}, \
+            f"FT-NOB-4: the healthy host should now run both masters (A2, B1): {pair.masters()}"
+        relinked = until(lambda: pair.bridged(n["A2"], n["B1"]) and pair.bridged(n["B1"], n["A2"]), BRIDGE_TIMEOUT)
+        assert relinked, (f"FT-NOB-4: the network between the groups did not re-form between A2 and B1 "
+                          f"\n{pair.log_tail()}")
+        for producer, consumer in ((n["A2"], n["B1"]), (n["B1"], n["A2"])):
+            destination = queue(f"ft.nob4.{producer.process.name}")
+            sub = clients(consumer).subscribe(destination)
+            sent = send(clients(producer), destination, 5, tag=f"{uuid.uuid4().hex[:4]}-")
+            got = []
+            deadline = time.monotonic() + BRIDGE_TIMEOUT  # forwarded once the consumer's demand crosses
+            while len(got) < len(sent) and time.monotonic() < deadline:
+                message = sub.receive(1.0)
+                if message is not None:
+                    got.append(message.text)
+            assert sorted(got) == sorted(sent), (f"FT-NOB-4: after the takeover messages produced on "
+                                                 f"{producer.process.name} should reach {consumer.process.name}'s "
+                                                 f"consumer; got {got}\n{pair.log_tail()}")
+    finally:
+        pair.stop()
+
+
 @pytest.mark.spec("NOB-MS-1", "FT-NOB-1")
 @pytest.mark.requires("topology.masterslave-connector")
 def test_masterslave_connector_follows_the_live_broker(rigs, clients, tmp_path):
