@@ -27,6 +27,7 @@ import uuid
 
 import pytest
 
+from conformance.plugin import STATE
 from conformance.requirements import skip_or_fail
 from conformance.suites.network_support import (FAST_RECONNECT, StompClients, demand, launch_network,
                                                 network_suite_marks, network_target, network_workdir,
@@ -42,8 +43,19 @@ USER, PASSWORD = "nobuser", "nob-secret"
 pytestmark = network_suite_marks()
 
 
+#: tests that only some target kinds can set up yet (by test name): generated for those only, so
+#: the statement stays "not checked" on the others instead of passing as a skip
+KINDS = {"test_host_pair_the_healthy_host_takes_over_the_failed_host_s_group": ("activemq",)}
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    parametrize_by_target(metafunc)
+    kinds = KINDS.get(metafunc.definition.originalname)
+    if kinds is None or "target_name" not in metafunc.fixturenames:
+        parametrize_by_target(metafunc)
+        return
+    state = metafunc.config.stash[STATE]
+    names = [n for n in dict.fromkeys(state.target_names) if state.targets[n].kind in kinds]
+    metafunc.parametrize("target_name", names, ids=names, scope="module")
 
 
 @pytest.fixture(scope="module")
@@ -142,8 +154,6 @@ def test_host_pair_the_healthy_host_takes_over_the_failed_host_s_group(rigs, cli
     """A-MQ FT guide chapter 4: in a host pair each host runs one group's master and the other's
     slave; when host1 (master A1, slave B2) fails, A2 on host2 takes over group A, host2 then runs
     both masters, and the masterslave: connectors carry messages between the groups again."""
-    if not hasattr(rigs, "host_pair_rig"):
-        pytest.skip(f"{rigs.name}: no host-pair rig (shared-store groups with network connectors) for this target yet")
     pair = rigs.host_pair_rig(tmp_path, FAST_RECONNECT)
     try:
         pair.start()
