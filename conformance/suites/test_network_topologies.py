@@ -102,7 +102,7 @@ def flows(clients, producer_node, consumer_node, destination: str, n: int = 5, c
 # --------------------------------------------------------------------------- multicast discovery
 
 
-@pytest.mark.spec("NOB-MCAST-1")
+@pytest.mark.spec("NOB-MCAST-1", "FT-DYNAMIC-9")
 @pytest.mark.requires("topology.discovery")
 def test_multicast_discovery_forms_a_network(rigs, clients, tmp_path):
     group = f"brokerconf-{uuid.uuid4().hex[:10]}"  # this run's own group, never "default"
