@@ -24,7 +24,7 @@ import uuid
 
 import pytest
 
-from conformance.clients.failover import connect_failover
+from conformance.clients.failover import CLIENT_SUBJECT, connect_failover
 from conformance.clients.multicast_agent import listen
 from conformance.plugin import STATE
 from conformance.targets.runtime.probes import tcp_accepts
@@ -152,6 +152,7 @@ def test_only_a_listener_with_a_discovery_uri_is_announced_in_its_group(target_n
 
 
 @pytest.mark.spec("FT-DISCOVERY-6")
+@pytest.mark.client_subject(CLIENT_SUBJECT)  # how our client builds its list: a client statement
 def test_a_multicast_discovery_client_uses_only_the_brokers_of_its_group(target_name, brokers):
     group, other = _group(), _group()
     member = brokers("member", group)
@@ -220,6 +221,7 @@ def test_activemq_announces_only_the_connector_with_a_discovery_uri(target_name,
 
 
 @pytest.mark.spec("FT-DISCOVERY-6")
+@pytest.mark.client_subject(CLIENT_SUBJECT)  # how our client builds its list: a client statement
 def test_a_multicast_discovery_client_uses_only_the_activemq_brokers_of_its_group(target_name, activemq_brokers):
     group, other = _group(), _group()
     # without OpenWire the STOMP connector carries the discoveryUri, so the brokers announce what
