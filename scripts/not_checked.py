@@ -6,6 +6,10 @@ Collects conformance/suites for the targets (as `brokerconf suite` would run the
 target, the statements that apply to its kind, carry no not_observable reason, and are named by
 no collected test's @pytest.mark.spec for that target: what the matrix would show "not checked"
 even if every test ran. (A run's matrix adds the tests that did not get to a verdict.)
+
+Statements about a client (catalogue ``subject = "client"``) are not a broker's: they are listed
+per client subject (the tests' @pytest.mark.client_subject), over the documents that client's
+tests check, and once more for those no test checks with any client.
 """
 
 from __future__ import annotations
@@ -21,12 +25,14 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from conformance.plugin import STATE, _marker_args  # noqa: E402
+from conformance.plugin import STATE, _marker_args, client_subject  # noqa: E402
 
 
 class _Collected:
     def __init__(self) -> None:
         self.checked: set[tuple[str, str]] = set()
+        #: (client subject, spec) of the client statements tests check with that client
+        self.client_checked: set[tuple[str, str]] = set()
         self.state = None
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
@@ -34,8 +40,12 @@ class _Collected:
         for item in session.items:
             params = getattr(getattr(item, "callspec", None), "params", {})
             if isinstance(params.get("target_name"), str):
+                broker_part = _marker_args(item, "broker_part")
                 for spec in _marker_args(item, "spec"):
-                    self.checked.add((params["target_name"], spec))
+                    if self.state.catalogue[spec].about_client and spec not in broker_part:
+                        self.client_checked.add((client_subject(item), spec))
+                    else:
+                        self.checked.add((params["target_name"], spec))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -62,8 +72,18 @@ def main(argv: list[str] | None = None) -> int:
         kind = state.targets[target].kind
         missing = [spec for spec, statement in state.catalogue.items()
                    if spec.startswith(args.prefix) and statement.applies(kind) and not statement.not_observable
-                   and (target, spec) not in collected.checked]
+                   and not statement.about_client and (target, spec) not in collected.checked]
         print(f"{target}: {len(missing)} not checked" + (": " + " ".join(missing) if missing else ""))
+    about_client = {spec: s for spec, s in state.catalogue.items()
+                    if s.about_client and spec.startswith(args.prefix) and not s.not_observable}
+    for subject in sorted({subject for subject, _ in collected.client_checked}):
+        documents = {state.catalogue[spec].document for who, spec in collected.client_checked if who == subject}
+        missing = [spec for spec, s in about_client.items()
+                   if s.document in documents and (subject, spec) not in collected.client_checked]
+        print(f"client: {subject}: {len(missing)} not checked" + (": " + " ".join(missing) if missing else ""))
+    unchecked = [spec for spec in about_client if not any(s == spec for _, s in collected.client_checked)]
+    print(f"clients: {len(unchecked)} client statements no test checks with any client"
+          + (": " + " ".join(unchecked) if unchecked else ""))
     return 0
 
 
