@@ -11,10 +11,10 @@ policy) says nothing about the broker a test ran it against. Its verdict goes to
 own per client subject, ``client: <subject>`` (the test's ``@pytest.mark.client_subject``), which
 merges the records of every target the client ran against (each record keeps its target). A
 client column covers the client statements of the documents its tests check (a Java client of
-Artemis is not measured against ActiveMQ's failover transport); the
-broker columns show it as *not a broker statement* and their summaries leave it out, unless a test
-declared that it checks the broker's part of it (``@pytest.mark.broker_part(ID)``: then that
-test's record counts for its broker, as a broker statement's would).
+Artemis is not measured against ActiveMQ's failover transport). The broker columns show a client
+statement as *not a broker statement* and their summaries leave it out, unless a test declared
+that it checks the broker's part of it (``@pytest.mark.broker_part(ID)``: then that test's record
+counts for its broker, as a broker statement's would).
 """
 
 from __future__ import annotations
