@@ -279,10 +279,11 @@ class ConformanceResults:
         return {
             "generated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "targets": {name: asdict(info) for name, info in self.targets.items()},
-            #: the client columns: which subject, and the targets its tests ran against
+            #: the client columns: which subject, and the targets its tests reached a verdict against
             "clients": {c: {"subject": c.removeprefix(CLIENT_COLUMN),
                             "targets": list(dict.fromkeys(r.target for r in self.ordered_records()
-                                                          if CLIENT_COLUMN + r.client_subject == c))}
+                                                          if CLIENT_COLUMN + r.client_subject == c
+                                                          and r.outcome in CHECKED))}
                         for c in clients},
             "catalogue": {
                 s.id: {"document": s.document, "section": s.section, "paraphrase": s.paraphrase,
@@ -309,7 +310,7 @@ def summary_line(name: str, data: dict) -> str:
     """One line per target (or client column) from a matrix JSON: what could be checked and how it went."""
     if name in data.get("clients", {}):
         s = data["summary"][name]
-        return (f"{name} (client, against {', '.join(data['clients'][name]['targets'])}): "
+        return (f"{name} (client, against {', '.join(data['clients'][name]['targets']) or 'no broker'}): "
                 f"{s['checked']}/{s['applicable']} client statements of its documents checked, {s['passed']} passed, "
                 f"{s['failed']} failed, {s['known_deviation']} known deviations, {s['not_checked']} not checked, "
                 f"{s['not_applicable']} not applicable")

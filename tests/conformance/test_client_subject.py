@@ -207,6 +207,9 @@ def test_a_client_run_against_a_broker_the_statement_is_not_documented_for_is_no
                                                    reason="TOY-FO-1 documented for reference, not activemq"))
     cell = results.cell(f"client: {OURS}", "TOY-FO-1")
     assert cell["outcome"] == "not applicable" and cell["reason"] == "documented for reference"
+    # the column does not claim it ran against a broker where its tests got no verdict
+    assert results.to_json()["clients"][f"client: {OURS}"]["targets"] == []
+    assert results.summary_lines()[2].startswith(f"client: {OURS} (client, against no broker): 0/2 ")
 
 
 def test_the_html_matrix_shows_the_client_columns(catalogue):
