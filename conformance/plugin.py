@@ -16,6 +16,11 @@ It turns a suite written once into checks per target and per documented rule:
   target kind, reported as *known deviation* only when the test fails with an AssertionError whose
   message matches the entry's ``failure`` pattern; any other failure is a failure.
 * ``--conformance-matrix FILE`` writes target x spec ID -> outcome as JSON.
+* A test tied to a statement about the client (catalogue ``subject = "client"``) names the client
+  it exercised, ``@pytest.mark.client_subject("NAME")`` (on the ``pytest.param`` of a parametrized
+  test); the matrix books its verdict under the column ``client: NAME``, not under the broker it
+  ran against. Without that marker the test is refused at collection, unless
+  ``@pytest.mark.broker_part(ID, ...)`` says it checks the broker's part of those statements.
 * A failing test carries evidence: the broker's log excerpt, its generated configuration and each
   client's exchange, as report sections (and Allure attachments when allure-pytest is active).
 * Under pytest-xdist (``-n N --dist loadgroup``) each suite module's tests of one target form one
@@ -132,6 +137,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "spec(*ids): catalogue statements (conformance/spec/*.toml) the test checks")
     config.addinivalue_line("markers", "requires(*capabilities): target capabilities the test needs")
+    config.addinivalue_line("markers", "client_subject(name): the client library a test exercised, for the client "
+                                       "statements it checks (their verdicts go to the matrix column 'client: name')")
+    config.addinivalue_line("markers", "broker_part(*ids): client statements whose broker's part the test checks "
+                                       "(their verdicts count for the broker it ran against)")
     config.addinivalue_line("markers", "protocols(*names): run the test once per protocol (stomp, mqtt, amqp)")
     config.addinivalue_line("markers", "network(key): the network a network-of-brokers suite test runs on, started by "
                                        "its `net` fixture at set-up (conformance/suites/test_networks.py)")
@@ -236,6 +245,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         unknown = [s for s in specs if s not in state.catalogue]
         if unknown:
             raise pytest.UsageError(f"{item.nodeid}: spec ID(s) {unknown} are not in the catalogue (conformance/spec/)")
+        _check_client_subject(item, specs, state.catalogue)
         missing = [c for c in _marker_args(item, "requires") if c not in CAPABILITIES]
         if missing:
             raise pytest.UsageError(f"{item.nodeid}: unknown capabilities {missing} in @pytest.mark.requires "
@@ -255,6 +265,33 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
             item.add_marker(pytest.mark.xfail(raises=AssertionError, strict=True,
                                               reason=f"known deviation {deviation.spec} on {deviation.target}: "
                                                      f"{deviation.summary}"))
+
+
+def client_subject(item: pytest.Item) -> str:
+    """The client the test exercised (its closest ``client_subject`` marker), or ""."""
+    mark = item.get_closest_marker("client_subject")
+    return mark.args[0] if mark is not None and mark.args else ""
+
+
+def _check_client_subject(item: pytest.Item, specs: list[str], catalogue: dict) -> None:
+    """A verdict on a client statement must say whose it is: refuse a test that would book it to a broker."""
+    broker_part = _marker_args(item, "broker_part")
+    stray = [s for s in broker_part if s not in specs or not catalogue[s].about_client]
+    if stray:
+        raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.broker_part{tuple(stray)} names no client statement of "
+                                f"the test's @pytest.mark.spec")
+    mark = item.get_closest_marker("client_subject")
+    if mark is not None and not (len(mark.args) == 1 and isinstance(mark.args[0], str) and mark.args[0].strip()):
+        raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.client_subject takes one name, the client exercised "
+                                f"(e.g. \"brokerconf failover (python)\"); got {mark.args!r}")
+    about_client = [s for s in specs if catalogue[s].about_client and s not in broker_part]
+    if about_client and mark is None:
+        raise pytest.UsageError(
+            f"{item.nodeid}: {', '.join(about_client)} describe the client, not the broker (subject = \"client\" in "
+            f"conformance/spec/), so the test must name the client it exercised with "
+            f"@pytest.mark.client_subject(\"<client>\") (on the pytest.param of a parametrized test); its verdict "
+            f"then goes to that client's column of the matrix, never to the broker's. A test that checks the "
+            f"broker's part of such a statement says so with @pytest.mark.broker_part(ID).")
 
 
 def _params(item: pytest.Item) -> dict:
@@ -480,6 +517,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     target_name = params["target_name"]
     record = TestRecord.from_report(item.stash.get(NODEID, item.nodeid), target_name, params.get("protocol", "stomp"),
                                     _marker_args(item, "spec"), report, NOT_APPLICABLE)
+    if record is not None:
+        record.client_subject = client_subject(item)
+        record.broker_part = _marker_args(item, "broker_part")
     # Recorded in pytest_runtest_logreport, which runs where the matrix is kept: in this process
     # in a serial run, in the controller under pytest-xdist (this hook runs in the worker). The
     # report carries the record there, with what the broker fixture learnt about the target (in

@@ -24,7 +24,7 @@ import uuid
 
 import pytest
 
-from conformance.clients.failover import connect_failover
+from conformance.clients.failover import CLIENT_SUBJECT, connect_failover
 from conformance.clients.multicast_agent import listen
 from conformance.plugin import STATE
 from conformance.targets.runtime.probes import tcp_accepts
@@ -153,6 +153,7 @@ def test_only_a_listener_with_a_discovery_uri_is_announced_in_its_group(target_n
 
 
 @pytest.mark.spec("FT-DISCOVERY-6")
+@pytest.mark.client_subject(CLIENT_SUBJECT)  # how our client builds its list: a client statement
 def test_a_multicast_discovery_client_uses_only_the_brokers_of_its_group(target_name, brokers):
     group, other = _group(), _group()
     member = brokers("member", group)
@@ -203,6 +204,7 @@ def check_moves_to_the_later_broker(client, later_port: int, stop_first) -> None
 
 
 @pytest.mark.spec("FT-DISCOVERY-9")
+@pytest.mark.client_subject(CLIENT_SUBJECT)  # how our client refreshes its list
 def test_a_discovery_client_fails_over_to_a_broker_announced_after_it_started(target_name, brokers):
     group = _group()
     first = brokers("first", group)
@@ -263,6 +265,7 @@ def test_activemq_announces_only_the_connector_with_a_discovery_uri(target_name,
 
 
 @pytest.mark.spec("FT-DISCOVERY-6")
+@pytest.mark.client_subject(CLIENT_SUBJECT)  # how our client builds its list: a client statement
 def test_a_multicast_discovery_client_uses_only_the_activemq_brokers_of_its_group(target_name, activemq_brokers):
     group, other = _group(), _group()
     # without OpenWire the STOMP connector carries the discoveryUri, so the brokers announce what
@@ -316,6 +319,7 @@ def test_activemq_refuses_a_transport_connector_with_a_failover_uri(target_name,
 
 
 @pytest.mark.spec("FT-DISCOVERY-9")
+@pytest.mark.client_subject(CLIENT_SUBJECT)  # how our client refreshes its list
 def test_a_discovery_client_fails_over_to_an_activemq_broker_announced_after_it_started(target_name, activemq_brokers):
     group = _group()
     first = activemq_brokers("first", group, openwire=False)  # the STOMP connector announces

@@ -28,14 +28,15 @@ import pytest
 
 from chaos.proxy import ToxiproxyClient, start_fault_proxy
 from conformance.clients import connect
-from conformance.clients.failover import FailoverExhausted, InDoubt, connect_failover
+from conformance.clients.failover import CLIENT_SUBJECT, FailoverExhausted, InDoubt, connect_failover
 from conformance.plugin import STATE
 from conformance.scenario import Scenario
 from conformance.suites.network_support import network_workdir, parametrize_by_target
 from conformance.topology import Topology
 from conformance.waiting import poll
 
-pytestmark = [pytest.mark.slow]
+#: every test here checks our failover client (client statements): the matrix books it under its column
+pytestmark = [pytest.mark.slow, pytest.mark.client_subject(CLIENT_SUBJECT)]
 
 #: reconnect delays for the tests that are not about them: already far below Table 2.1's
 #: maxReconnectDelay default (30 s). The tests about the delays (FT-FAILOVER-4/5, FT-DISCOVERY-2)
