@@ -33,7 +33,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.requires(CAPABILITY), missing_mark("
 SHORT = ["duration_s=27", "recovery_s=6", "topology.nfs_mount_options=\"soft,timeo=10,retrans=2,lookupcache=none,sync\"",
          "topology.nfs_lease_s=5.0", "nemesis.0.every_s=4", "nemesis.0.down_s=16", "workload.rate=10"]
 #: the target kinds each test is generated for (by test name; others: every kind with a file)
-KINDS = {"test_nfsv3_slave_never_takes_over": ("reference",),
+KINDS = {"test_nfsv3_slave_never_takes_over": ("reference", "activemq", "artemis"),
          "test_activemq_has_one_master_when_its_nfs_lock_is_lost": ("activemq",)}
 
 
