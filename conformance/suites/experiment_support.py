@@ -26,6 +26,8 @@ from conformance.plugin import NOT_APPLICABLE, STATE
 from conformance.targets.base import why_missing
 
 EXPERIMENTS = Path(__file__).resolve().parents[2] / "chaos" / "experiments"
+#: launch modes whose broker is the code the experiment's ``<kind>:process`` runs on this host
+LOCAL_LAUNCHES = ("process", "in-process")
 
 
 class HarnessFault(RuntimeError):
@@ -46,9 +48,14 @@ def parametrize_by_kind(metafunc: pytest.Metafunc, kinds: dict[str, tuple[str, .
 def experiment_target(request: pytest.FixtureRequest, target_name: str, capability: str) -> str:
     """The target the experiment runs on for the run's ``target_name``: the experiment file's own
     local-process launcher of that kind (``<kind>:process``, what the files ship and the deviations'
-    evidence was measured with). A target that cannot launch ``capability`` groups (an external
-    broker, a container launcher without it) is not applicable, with the reason."""
+    evidence was measured with). A container target, or one that cannot launch ``capability``
+    groups (an external broker), is not applicable, with the reason."""
     target = request.config.stash[STATE].targets[target_name]
+    if target.launch_mode not in LOCAL_LAUNCHES:
+        # a container target's broker is not the one the experiment would run: say so, rather
+        # than record a local process's outcome under its name
+        pytest.skip(f"{NOT_APPLICABLE}{target_name} launches {target.launch_mode} brokers; the experiment runs a "
+                    f"local-process {target.kind} pair")
     if capability not in target.capabilities():
         why = why_missing(target, capability)
         pytest.skip(f"{NOT_APPLICABLE}{target_name} lacks {capability}" + (f" ({why})" if why else ""))

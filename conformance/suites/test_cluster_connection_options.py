@@ -66,9 +66,9 @@ JOIN_WAIT = 10.0
 #: default cluster admin user and default password ..."), the reference's "uses the default
 #: cluster password"
 DEFAULT_CREDENTIALS_WARNING = re.compile(r"default cluster (admin user|password)", re.IGNORECASE)
-#: a node refusing a peer's cluster credentials: Artemis's AMQ229099 ("Unable to authenticate cluster
+#: a node refusing the cluster user ``{user}``: Artemis's AMQ229099 ("Unable to authenticate cluster
 #: user: <user>", under AMQ222186), the reference's "refused a link from ...: wrong cluster user or password"
-CREDENTIALS_REFUSED = re.compile(r"Unable to authenticate cluster user|wrong cluster user or password")
+CREDENTIALS_REFUSED = r"Unable to authenticate cluster user: {user}\b|wrong cluster user or password"
 #: a node giving a peer up once its reconnect attempts ran out: Artemis's AMQ221029 ("Stopped
 #: bridge", the cluster bridge to that node), the reference's "given up, the node is considered down"
 GIVEN_UP = re.compile(r"AMQ221029: Stopped bridge|given up, the node is considered down")
@@ -181,7 +181,8 @@ def test_a_node_with_credentials_the_others_reject_does_not_join(clusters):
     cluster.stop_broker("B")
     intruder = ("brokerconf-intruder", "wrong-" + uuid.uuid4().hex)
     cluster.use_cluster_credentials("B", intruder)
-    refused_before = log_matches(cluster, CREDENTIALS_REFUSED)
+    refusal = re.compile(CREDENTIALS_REFUSED.format(user=re.escape(intruder[0])))
+    refused_before = log_matches(cluster, refusal)
     cluster["B"].start(timeout=FORMATION)  # serving; not start_broker, which waits for the links
     # B really runs with the other pair: its configuration names it (A's does not), and a node
     # refused the pair it was offered once B was back (a cluster where B kept the shared pair would
@@ -190,7 +191,7 @@ def test_a_node_with_credentials_the_others_reject_does_not_join(clusters):
     assert all(part in mine for part in intruder) and not any(part in theirs for part in intruder), (
         f"setup: B should be configured with the cluster user and password A does not know {intruder}; "
         f"B's configuration names them: {[part in mine for part in intruder]}, A's: {[part in theirs for part in intruder]}")
-    refused = wait_log_matches(cluster, CREDENTIALS_REFUSED, refused_before)
+    refused = wait_log_matches(cluster, refusal, refused_before)
     assert refused > refused_before, (
         f"setup: once B started with other cluster credentials a node should have refused them in its log within "
         f"{LOG_WAIT:.0f} s (refusals {refused}, before B's start {refused_before})\n{cluster.log_tail(20)}")

@@ -22,7 +22,7 @@ import pytest
 from chaos.proxy import start_fault_proxy
 from chaos.sharedstore.harness import SharedStoreRig, fuse_unavailable
 from conformance.requirements import missing_mark, skip_or_fail
-from conformance.suites.experiment_support import parametrize_by_kind
+from conformance.suites.experiment_support import experiment_target, parametrize_by_kind
 from conformance.targets.activemq.process import ActiveMQProcess, activemq_available
 
 pytestmark = [pytest.mark.slow, missing_mark("fuse", fuse_unavailable())]
@@ -38,6 +38,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 @pytest.fixture
 def pair(tmp_path, request, target_name):
+    experiment_target(request, target_name, "topology.shared-store")  # a local-process ActiveMQ, or not applicable
     ok, reason = activemq_available()
     if not ok:
         skip_or_fail("activemq", reason)
