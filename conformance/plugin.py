@@ -14,7 +14,9 @@ It turns a suite written once into checks per target and per documented rule:
   operation the protocol cannot express is reported as *not applicable* with the reason.
 * Known deviations (``conformance/known_deviations/*.toml``) become strict xfails for their
   target kind, reported as *known deviation* only when the test fails with an AssertionError whose
-  message matches the entry's ``failure`` pattern; any other failure is a failure.
+  message matches the entry's ``failure`` pattern; any other failure is a failure. A test outside
+  the suites pins a known failure the same way with ``@pytest.mark.known_failure(failure=REGEX,
+  reason=TEXT)``, never with a hand-written xfail.
 * ``--conformance-matrix FILE`` writes target x spec ID -> outcome as JSON.
 * A test tied to a statement about the client (catalogue ``subject = "client"``) names the client
   it exercised, ``@pytest.mark.client_subject("NAME")`` (on the ``pytest.param`` of a parametrized
@@ -51,7 +53,7 @@ from conformance.clients.base import Unsupported
 from conformance.matrix import ConformanceResults, TestRecord
 from conformance.scenario import DEFAULT_SCENARIO, PROTOCOLS, Scenario
 from conformance.spec.catalogue import CatalogueError, load_catalogue
-from conformance.spec.deviations import DEFAULT_DEVIATIONS_DIR, DeviationError, load_deviations
+from conformance.spec.deviations import DEFAULT_DEVIATIONS_DIR, DeviationError, known_failures, load_deviations
 from conformance.targets.base import CAPABILITIES, BrokerHandle, TargetUnavailable, address, is_real_broker
 from conformance.targets.registry import UnknownTarget, load_targets_file, resolve
 from conformance.clients import connect
@@ -144,6 +146,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "protocols(*names): run the test once per protocol (stomp, mqtt, amqp)")
     config.addinivalue_line("markers", "network(key): the network a network-of-brokers suite test runs on, started by "
                                        "its `net` fixture at set-up (conformance/suites/test_networks.py)")
+    config.addinivalue_line("markers", "known_failure(failure, reason): a strict xfail that accepts only an "
+                                       "AssertionError whose message matches the regular expression `failure`")
     config.addinivalue_line("markers", "real_broker: runs against a real broker (added to suite tests on non-reference targets)")
     config.addinivalue_line("markers", "brokerconf_requirement_present: a requirement the test needs is present "
                                        "(conformance.requirements.missing_mark)")
@@ -235,6 +239,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         # the matrix lists records in the collection's order, taken here: a parallel run orders
         # its items by cost afterwards (conformance/schedule.py), which must not reorder the matrix
         item.stash[ORDER] = n
+        _add_known_failures(item)
         if "target_name" not in _params(item):
             continue
         item.stash[NODEID] = item.nodeid
@@ -258,7 +263,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         matching = [d for d in state.deviations if d.matches(target.kind, specs, item.originalname,
                                                                    _params(item).get("protocol", "stomp"))]
         if matching:
-            item.stash[DEVIATIONS] = matching
+            item.stash[DEVIATIONS] = [*item.stash.get(DEVIATIONS, []), *matching]
         for deviation in matching:
             # raises=AssertionError: another exception (a broken JMX query, a client error) fails the
             # test; the message check in pytest_runtest_makereport does the rest.
@@ -292,6 +297,21 @@ def _check_client_subject(item: pytest.Item, specs: list[str], catalogue: dict) 
             f"@pytest.mark.client_subject(\"<client>\") (on the pytest.param of a parametrized test); its verdict "
             f"then goes to that client's column of the matrix, never to the broker's. A test that checks the "
             f"broker's part of such a statement says so with @pytest.mark.broker_part(ID).")
+
+
+def _add_known_failures(item: pytest.Item) -> None:
+    """A ``known_failure`` mark: a strict xfail narrowed like a known deviation (same check in
+    pytest_runtest_makereport), for tests outside the suites (conformance/spec/deviations.py)."""
+    try:
+        known = known_failures(item.iter_markers("known_failure"), getattr(item, "originalname", item.name),
+                               item.nodeid)
+    except DeviationError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    if known:
+        item.stash[DEVIATIONS] = known
+    for failure in known:
+        item.add_marker(pytest.mark.xfail(raises=AssertionError, strict=True,
+                                          reason=f"known failure: {failure.summary}"))
 
 
 def _params(item: pytest.Item) -> dict:
