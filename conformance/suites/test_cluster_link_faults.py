@@ -68,6 +68,12 @@ JOIN_WAIT = 10.0
 #: 1000, 2000, 4000 ms) makes its fifth gap only after 7.75 s; in a shorter window it would fail the
 #: "again and again" setup check instead of the cap (tests/conformance/test_suite_can_fail.py)
 RECORD_FOR = 10.0
+#: CLU-CC-RETRY-2's tolerance on each measured gap above the documented wait: a gap runs from one
+#: attempt's opening to the next, so it also holds the attempt's own round (the proxy's accept and
+#: dial, the opening exchange, the recorder's 50 ms hold: 60-170 ms on the reference broker) and
+#: the machine's scheduling delay. Kept below 500 ms, so the second wait (500 ms) plus the slack stays
+#: under the cap (1000 ms): a broker that waits the cap from its first retry fails the first two gaps
+ATTEMPT_SLACK_MS = 450
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -179,6 +185,7 @@ def test_reconnect_attempts_are_spaced_by_the_multiplier_up_to_the_maximum(clust
     attempts = recorder.link_attempts()
     gaps = recorder.gaps()
     shown = [round(g * 1000) for g in gaps]
+    print(f"CLU-CC-RETRY-2: gaps between A's reconnect attempts {shown} ms")
     seen = f"every connection: {recorder.describe()}"
     assert attempts, (f"setup: no attempt of A's link to B reached the recorder in {RECORD_FOR:.0f} s ({seen})\n"
                       f"{cluster.log_tail(20)}")
@@ -204,10 +211,19 @@ def test_reconnect_attempts_are_spaced_by_the_multiplier_up_to_the_maximum(clust
         f"CLU-CC-RETRY-2: with retry-interval {cc.retry_interval_ms} ms and retry-interval-multiplier "
         f"{cc.retry_interval_multiplier:g} the waits between A's reconnect attempts should grow to "
         f"{[round(w) for w in expected]} ms; gaps {shown} ms (too short: (n, got, expected) {short})")
-    # The cap: once reached, an uncapped broker's waits would go on doubling (2 s, 4 s, 8 s); the
-    # median of the capped gaps must stay under twice the maximum (a lenient bound: only seconds of
-    # scheduling delay on every single attempt could break it)
+    # The growth itself: each wait below the cap is the documented one plus `ATTEMPT_SLACK_MS` (the
+    # attempt's own round and scheduling), so a broker that starts at the maximum, or skips a
+    # step of the multiplier, is too slow on the first gaps (250 + 450 and 500 + 450 < 1000)
+    growing = [(n, got, want) for n, (got, want) in enumerate(zip(shown, expected))
+               if want < cc.max_retry_interval_ms and got > want + ATTEMPT_SLACK_MS]
+    assert not growing, (
+        f"CLU-CC-RETRY-2: with retry-interval {cc.retry_interval_ms} ms and retry-interval-multiplier "
+        f"{cc.retry_interval_multiplier:g} the first waits between A's reconnect attempts should be "
+        f"{[round(w) for w in expected if w < cc.max_retry_interval_ms]} ms, then {cc.max_retry_interval_ms} ms; "
+        f"gaps {shown} ms (too long: (n, got, expected) {growing})")
+    # The cap: the capped gaps' median is the maximum plus the same slack (the median, so one
+    # attempt delayed by the machine does not decide; an uncapped broker's waits go on doubling)
     capped = sorted(shown[n] for n, want in enumerate(expected) if want >= cc.max_retry_interval_ms)
-    assert capped and capped[len(capped) // 2] < 2 * cc.max_retry_interval_ms, (
+    assert capped and capped[len(capped) // 2] <= cc.max_retry_interval_ms + ATTEMPT_SLACK_MS, (
         f"CLU-CC-RETRY-2: max-retry-interval {cc.max_retry_interval_ms} ms caps the wait between reconnect "
         f"attempts, yet the gaps kept growing: {shown} ms")
