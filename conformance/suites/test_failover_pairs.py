@@ -28,7 +28,7 @@ import pytest
 
 from chaos.proxy import ToxiproxyClient, start_fault_proxy
 from conformance.clients import connect
-from conformance.clients.failover import FailoverExhausted, InDoubt, connect_failover
+from conformance.clients.failover import FailoverExhausted, FailoverTimeout, InDoubt, connect_failover
 from conformance.plugin import STATE
 from conformance.scenario import Scenario
 from conformance.suites.network_support import network_workdir, parametrize_by_target
@@ -307,10 +307,10 @@ def test_timeout_bounds_an_operation_and_warnings_come_every_n_attempts(fresh_pa
     try:
         _both_down(pair)
         assert poll(lambda: _interrupted(events), timeout=30, interval=0.05), f"never interrupted: {events}"
-        with pytest.raises(Exception) as refused:
+        # the failover client's own error for an operation that found no broker within `timeout`
+        # (a refused connect or a lost receipt would be another error, and not this statement)
+        with pytest.raises(FailoverTimeout, match=r"no broker connection within timeout=1500 ms"):
             client.send(queue, b"nowhere")
-        assert "timeout" in str(refused.value).lower(), \
-            f"FT-FAILOVER-10: with both brokers down a send should fail once timeout=1500 ms passes: {refused.value!r}"
         warned = poll(lambda: [e.attempts for e in events if e.kind == "warning"], lambda w: len(w) >= 2, timeout=30)
         assert warned and all(n % 2 == 0 for n in warned), \
             f"FT-FAILOVER-14: a warning after every 2 failed attempts was expected; got {warned}"
@@ -436,6 +436,13 @@ def _watch_reconnects(gate, uri: str, expected_waits: list[float], spec: str):
     return log, lost
 
 
+#: FT-FAILOVER-5's tolerance above each documented wait, as the gate sees the gaps: the attempt's
+#: own connect to the closed gate (refused at once on loopback) plus the scheduling delay of a
+#: loaded machine. Under the step the cap cuts off in the capped case (900 ms to 2700 ms
+#: uncapped, against 1000 ms capped), so an uncapped or late client shows
+ATTEMPT_SLACK_MS = 500
+
+
 @pytest.mark.spec("FT-FAILOVER-4", "FT-FAILOVER-5")
 @pytest.mark.parametrize("options, waits", [
     # the defaults: 10 ms first, doubled each time (maxReconnectDelay 30 s is far away)
@@ -457,6 +464,12 @@ def test_reconnect_waits_follow_the_delay_options(gate, options, waits):
     short = [(n + 2, gap, wait) for n, (gap, wait) in enumerate(zip(gaps, waits[1:])) if gap < wait]
     assert not short, f"FT-FAILOVER-5: reconnect attempts (number, ms since the previous one, required wait) " \
                       f"came before their wait: {short}"
+    # and not much after it: the waits are what the client sleeps, the gaps what the gate sees, so
+    # this is where a wait beyond maxReconnectDelay (or an uncapped growth) shows
+    late = [(n + 2, gap, wait) for n, (gap, wait) in enumerate(zip(gaps, waits[1:])) if gap > wait + ATTEMPT_SLACK_MS]
+    assert not late, (f"FT-FAILOVER-5: with {options or 'the default options'} reconnect attempts (number, ms since "
+                      f"the previous one, documented wait) came later than their wait, capped by maxReconnectDelay, "
+                      f"allows: {late}")
 
 
 @pytest.mark.spec("FT-DISCOVERY-2")

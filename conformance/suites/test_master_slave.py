@@ -155,7 +155,7 @@ def delete_lock_file_under_the_master(group):
 
 
 @pytest.mark.spec("FT-SHARED-2")
-def test_a_master_whose_lock_file_is_deleted_stops_serving(group):
+def test_a_master_whose_lock_file_is_deleted_stops_serving_and_turns_slave(group):
     client, dropped = delete_lock_file_under_the_master(group)
     try:
         assert dropped, (f"FT-SHARED-2: the master kept serving (its client connection stayed open) for "
@@ -163,6 +163,18 @@ def test_a_master_whose_lock_file_is_deleted_stops_serving(group):
                          f"deleted\n{group.log_tail(40)}")
     finally:
         client.close()
+    # ...and turns slave rather than ending (guide 3.1, lockKeepAlivePeriod): still running, its
+    # listeners closed, saying it waits for the lock (each target's own sign, `waiting_for_lock`:
+    # the reference broker's role line, ActiveMQ's slave-mode log line once its broker restarted,
+    # Artemis's AMQ221109 / AMQ221034). Polled from the drop on: a slave may take the lock again
+    # later (FT-SHARED-5), so the sign is looked for while it lasts
+    a = group["A"]
+    slave = poll(lambda: a.process.waiting_for_lock() and closed(a), bool, timeout=TAKEOVER, interval=0.2)
+    assert slave, (f"FT-SHARED-2: the master whose lock file was deleted stopped serving but did not turn slave "
+                   f"(running: {a.running}, waiting for the lock: {a.process.waiting_for_lock()}) within "
+                   f"{TAKEOVER:.0f} s\n{a.log_tail(30)}")
+    assert group.wait_for_master(TAKEOVER) is not None, \
+        f"FT-SHARED-2: with the old master a slave, no broker became master\n{group.log_tail(40)}"
 
 
 @pytest.mark.spec("FT-SHARED-5")
