@@ -24,6 +24,8 @@ cut while the clients keep their connections to their nodes.
   drops each connection only once its opening request is complete, and counts only the link's
   own attempts: why both matter on Artemis (a 30 s stall, another connection to the same
   address) is in conformance/suites/attempt_recorder.py.
+* RETRY_DEFAULTS: two nodes, no retry option set; recorded as SPACED, the waits must be the
+  chapter's default retry-interval (500 ms) each (CLU-CC-RETRY-1).
 """
 
 from __future__ import annotations
@@ -68,6 +70,10 @@ JOIN_WAIT = 10.0
 #: 1000, 2000, 4000 ms) makes its fifth gap only after 7.75 s; in a shorter window it would fail the
 #: "again and again" setup check instead of the cap (tests/conformance/test_suite_can_fail.py)
 RECORD_FOR = 10.0
+#: CLU-CC-RETRY-1: retry-interval is 500 ms unless configured (artemis-clusters.md, "Configuring
+#: Cluster Connections"); RETRY_DEFAULTS sets no retry option, so the broker's default is what runs
+DOCUMENTED_RETRY_INTERVAL_MS = 500
+RETRY_DEFAULTS = Topology(("A", "B"), cluster=ClusterConnection(), proxied=("cluster",), prefix="ccretrydef")
 #: CLU-CC-RETRY-2's tolerance on each measured gap above the documented wait: a gap runs from one
 #: attempt's opening to the next, so it also holds the attempt's own round (the proxy's accept and
 #: dial, the opening exchange, the recorder's 50 ms hold: 60-170 ms on the reference broker) and
@@ -164,13 +170,15 @@ def test_a_node_not_reached_in_the_initial_attempts_gets_no_messages(clusters):
 
 # ----------------------------------------------------------------------------- retry-interval-multiplier, max
 
-@pytest.mark.spec("CLU-CC-RETRY-2")
-def test_reconnect_attempts_are_spaced_by_the_multiplier_up_to_the_maximum(clusters):
-    cluster = clusters.get(SPACED, disrupts=True)
-    cc = SPACED.cluster
+def record_reconnect_waits(clusters, topology: Topology):
+    """Divert A's link to B to an `AttemptRecorder`, kill B, record `RECORD_FOR` s, start B again.
+    Returns (cluster, the link's attempts, the waits in ms, when the recording ended, the
+    recorder's description). The waits as the chapter counts them: the first from the loss (the
+    diversion dropped the link's connection) to the first attempt, then one between each two."""
+    cluster = clusters.get(topology, disrupts=True)
     with AttemptRecorder() as recorder:
         try:
-            with clusters.links.diverted(SPACED, "A", "B", recorder.address):
+            with clusters.links.diverted(topology, "A", "B", recorder.address):
                 lost = time.monotonic()  # the diversion dropped the link's connection: the loss
                 # B "is being rebooted" (the chapter's case): with B itself alive its link to A
                 # keeps telling A that B is up, and Artemis's bridge then stopped retrying after
@@ -184,12 +192,16 @@ def test_reconnect_attempts_are_spaced_by_the_multiplier_up_to_the_maximum(clust
     # only the link's own attempts count (`attempt_recorder.LINK_OPENINGS`): an Artemis node's
     # cluster controller reconnects its own topology connection to the same proxy
     attempts = recorder.link_attempts()
-    # the waits as the chapter counts them: the first from the loss (the diversion dropped the
-    # link's connection) to the first attempt, then one between each two attempts
     gaps = ([attempts[0].at - lost] if attempts else []) + recorder.gaps()
-    shown = [round(g * 1000) for g in gaps]
+    return cluster, attempts, [round(g * 1000) for g in gaps], ended, f"every connection: {recorder.describe()}"
+
+
+@pytest.mark.spec("CLU-CC-RETRY-2")
+def test_reconnect_attempts_are_spaced_by_the_multiplier_up_to_the_maximum(clusters):
+    cc = SPACED.cluster
+    cluster, attempts, shown, ended, seen = record_reconnect_waits(clusters, SPACED)
+    gaps = shown
     print(f"CLU-CC-RETRY-2: from the loss to A's first reconnect attempt, then between attempts: {shown} ms")
-    seen = f"every connection: {recorder.describe()}"
     assert attempts, (f"setup: no attempt of A's link to B reached the recorder in {RECORD_FOR:.0f} s ({seen})\n"
                       f"{cluster.log_tail(20)}")
     # The link reached the recorder, so from then on a silence is the broker's: the waits are
@@ -230,3 +242,26 @@ def test_reconnect_attempts_are_spaced_by_the_multiplier_up_to_the_maximum(clust
     assert capped and capped[len(capped) // 2] <= cc.max_retry_interval_ms + ATTEMPT_SLACK_MS, (
         f"CLU-CC-RETRY-2: max-retry-interval {cc.max_retry_interval_ms} ms caps the wait between reconnect "
         f"attempts, yet the gaps kept growing: {shown} ms")
+
+
+# ----------------------------------------------------------------------------- retry-interval by default
+
+@pytest.mark.spec("CLU-CC-RETRY-1")
+def test_reconnect_attempts_are_spaced_by_the_default_retry_interval(clusters):
+    """CLU-CC-RETRY-1's number: with no retry option set, A waits retry-interval (500 ms by the
+    chapter) before each attempt; the multiplier (1) and the cap (2000 ms) keep it there. The
+    numbers are the chapter's, not the option model's: the cluster sets none of them."""
+    cluster, attempts, waits, ended, seen = record_reconnect_waits(clusters, RETRY_DEFAULTS)
+    print(f"CLU-CC-RETRY-1: from the loss to A's first reconnect attempt, then between attempts: {waits} ms")
+    assert len(attempts) >= 5, (f"setup: A should have tried to reach B again and again in {RECORD_FOR:.0f} s; "
+                                f"{len(attempts)} attempts of the link recorded (waits {waits} ms; {seen})\n"
+                                f"{cluster.log_tail(20)}")
+    # each wait at least 80 % of the interval (a loaded machine only lengthens them), and their
+    # median the interval plus the attempt's own round and scheduling (`ATTEMPT_SLACK_MS`): the
+    # median, so one attempt the machine delayed does not decide
+    short = [(n, got) for n, got in enumerate(waits) if got < 0.8 * DOCUMENTED_RETRY_INTERVAL_MS]
+    median = sorted(waits)[len(waits) // 2]
+    assert not short and median <= DOCUMENTED_RETRY_INTERVAL_MS + ATTEMPT_SLACK_MS, (
+        f"CLU-CC-RETRY-1: with retry-interval left at its default ({DOCUMENTED_RETRY_INTERVAL_MS} ms, multiplier 1) "
+        f"A should wait {DOCUMENTED_RETRY_INTERVAL_MS} ms before each reconnect attempt; waits {waits} ms (median "
+        f"{median}, too short: {short}; {seen})")
