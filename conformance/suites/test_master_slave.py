@@ -14,7 +14,8 @@ The lock file each group names (``cluster.lock_file``): ``lock`` in the referenc
 directory and in KahaDB's directory; ``journal/server.lock`` for Artemis, the file its lock monitor
 watches (FileLockNodeManager; removing ``serverlock.1``, which carries the primary's byte-range
 lock, went unnoticed here). Artemis's primary exits when it loses that file rather than waiting as a
-backup, and nobody recreates it: a known deviation on FT-SHARED-5 (known_deviations/artemis.toml).
+backup (a known deviation on FT-SHARED-2, known_deviations/fault_tolerance.toml), and nobody
+recreates it (FT-SHARED-5 is not claimed for Artemis).
 """
 
 from __future__ import annotations
