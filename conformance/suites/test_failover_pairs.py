@@ -301,9 +301,12 @@ def test_backup_holds_a_second_connection_to_the_other_broker(fresh_pair):
 
 @pytest.mark.spec("FT-FAILOVER-10", "FT-FAILOVER-14")
 def test_timeout_bounds_an_operation_and_warnings_come_every_n_attempts(fresh_pair):
-    pair, queue, events = fresh_pair, _queue(), []
+    pair, queue, events, default_events = fresh_pair, _queue(), [], []
     client = connect_failover(pair.uri("&timeout=1500&warnAfterReconnectAttempts=2"), "stomp",
                               listener=events.append, timeout=5.0)
+    # a second client with warnAfterReconnectAttempts left at its default (10 by Table 2.1); FAST's
+    # short waits make its twenty attempts take seconds
+    default_client = connect_failover(pair.uri(), "stomp", listener=default_events.append, timeout=5.0)
     try:
         _both_down(pair)
         assert poll(lambda: _interrupted(events), timeout=30, interval=0.05), f"never interrupted: {events}"
@@ -314,8 +317,14 @@ def test_timeout_bounds_an_operation_and_warnings_come_every_n_attempts(fresh_pa
         warned = poll(lambda: [e.attempts for e in events if e.kind == "warning"], lambda w: len(w) >= 2, timeout=30)
         assert warned and all(n % 2 == 0 for n in warned), \
             f"FT-FAILOVER-14: a warning after every 2 failed attempts was expected; got {warned}"
+        by_default = poll(lambda: [e.attempts for e in default_events if e.kind == "warning"],
+                          lambda w: len(w) >= 2, timeout=30)
+        assert by_default[:2] == [10, 20], (
+            f"FT-FAILOVER-14: with warnAfterReconnectAttempts at its default (10) the warnings should come after "
+            f"attempts 10 and 20; they came after {by_default}")
     finally:
         client.close()
+        default_client.close()
 
 
 @pytest.mark.spec("FT-FAILOVER-7")
