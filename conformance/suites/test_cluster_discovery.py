@@ -2,11 +2,12 @@
 target with ``topology.cluster``.
 
 Two two-node clusters with discovery by UDP: one with `PERIOD_MS` (not the 2000 ms default, so a
-node that ignored the setting would show), one with no broadcast-period (the default must show). The test joins the cluster's multicast group itself (found in
-the launched cluster's configuration text: ``group-address`` / ``group_address`` and the port
-likewise), records the announcements for `WINDOW` seconds by sender (address and content: each node
-repeats its own announcement) and asserts that every node announces and that each node's mean gap is the
-broadcast-period (`PERIOD_TOLERANCE`: a loaded machine only makes a timer late).
+node that ignored the setting would show), one with no broadcast-period (the default must show).
+The test joins the cluster's multicast group itself (found in the launched cluster's configuration
+text: ``group-address`` / ``group_address`` and the port likewise), records the announcements for
+`WINDOW` seconds by sender (address and content: each node repeats its own announcement) and
+asserts that every node announces and that each node's mean gap is the broadcast-period
+(`PERIOD_TOLERANCE`: a loaded machine only makes a timer late).
 """
 
 from __future__ import annotations

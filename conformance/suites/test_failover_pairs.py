@@ -555,13 +555,17 @@ def test_update_uris_url_lets_the_client_reach_a_broker_missing_from_its_uri(fre
 
 
 @pytest.mark.spec("FT-FAILOVER-11")
-@pytest.mark.parametrize("options, replayed", [
-    ("&trackMessages=true", True),
-    ("", False),                                      # trackMessages is false by default
-    ("&trackMessages=true&maxCacheSize=16", False),   # the 64-byte send does not fit the cache
-], ids=["tracked", "default-untracked", "over-max-cache-size"])
-def test_track_messages_replays_a_send_cut_off_before_its_receipt(fresh_pair, gate, fault_proxy, options, replayed):
-    pair, queue, body = fresh_pair, _queue(), b"x" * 64
+@pytest.mark.parametrize("options, size, replayed", [
+    ("&trackMessages=true", 64, True),
+    ("", 64, False),                                      # trackMessages is false by default
+    ("&trackMessages=true&maxCacheSize=16", 64, False),   # the 64-byte send does not fit the cache
+    # maxCacheSize's default, 131072 bytes (Table 2.1): a send of exactly that fits, one byte more does not
+    ("&trackMessages=true", 131072, True),
+    ("&trackMessages=true", 131073, False),
+], ids=["tracked", "default-untracked", "over-max-cache-size", "default-max-cache-size", "over-default-max-cache-size"])
+def test_track_messages_replays_a_send_cut_off_before_its_receipt(fresh_pair, gate, fault_proxy, options, size,
+                                                                   replayed):
+    pair, queue, body = fresh_pair, _queue(), b"x" * size
     second = "stomp://{}:{}".format(*pair.b.address("stomp"))
     # a long inner timeout: the send must wait for its receipt until the gate closes, not give up
     client = connect_failover(f"failover:({gate.uri},{second})?randomize=false&{FAST}{options}", "stomp", timeout=30.0)
@@ -588,17 +592,18 @@ def test_track_messages_replays_a_send_cut_off_before_its_receipt(fresh_pair, ga
         sender.join(60)
         assert not sender.is_alive(), "FT-FAILOVER-11: the send neither returned nor failed after the connection broke"
         if replayed:
-            assert outcome.get("sent"), (f"FT-FAILOVER-11: with {options} the cut-off send should be replayed on the "
-                                         f"broker the client reconnects to; it raised {outcome.get('error')!r}")
+            assert outcome.get("sent"), (f"FT-FAILOVER-11: with {options} the cut-off send of {size} bytes should be "
+                                         f"replayed on the broker the client reconnects to; it raised "
+                                         f"{outcome.get('error')!r}")
             assert client.uri.port == pair.port(pair.b), f"FT-FAILOVER-11: not on broker B: {client.uri}"
             got = client.subscribe(queue).receive(RECEIVE)
             assert got is not None and got.body == body, \
                 f"FT-FAILOVER-11: the replayed message is not on broker B: {got}"
         else:
             error = outcome.get("error")
-            assert isinstance(error, InDoubt), (f"FT-FAILOVER-11: with {options or 'the defaults'} a send cut off "
-                                                f"before its receipt must not be replayed but reported in doubt; got "
-                                                f"{outcome}")
+            assert isinstance(error, InDoubt), (
+                f"FT-FAILOVER-11: with {options or 'the defaults'} a send of {size} bytes cut off before its receipt "
+                f"must not be replayed but reported in doubt; got {outcome}")
     finally:
         client.close()
         watcher.close()
