@@ -246,7 +246,6 @@ def test_with_the_guide_s_mount_options_a_master_that_loses_its_store_stops(nfs_
                      f"with the guide's mount options {options}\n{a.log_tail(40)}")
     assert took <= bound, (
         f"FT-SHARED-8: the master stopped serving {took:.1f} s after its storage link was cut (at {cut_at}); with the "
-        f"guide's "
-        f"mount options {options} and lockKeepAlivePeriod 2000 it should notice and shut down within "
+        f"guide's mount options {options} and lockKeepAlivePeriod 2000 it should notice and shut down within "
         f"{GUIDE_DETECTION_S:.0f} s (bound {bound:.1f} s: + one keep-alive period, one poll, 1.5 s to close)"
         f"\n{a.log_tail(40)}")
