@@ -221,9 +221,6 @@ def test_reconnect_attempts_are_spaced_by_the_multiplier_up_to_the_maximum(clust
     # what the chapter gives: the n-th wait is retry-interval x multiplier^n, capped at max-retry-interval
     expected = [min(cc.retry_interval_ms * cc.retry_interval_multiplier ** n, cap)
                 for n in range(len(gaps))]
-    assert len(gaps) >= 5, (f"setup: A should have tried to reach B again and again in {RECORD_FOR:.0f} s; "
-                            f"{len(attempts)} attempts of the link recorded (gaps {shown} ms; {seen})\n"
-                            f"{cluster.log_tail(20)}")
     # A lower bound (80 % of each wait) only a broker that waits less can miss; a loaded machine
     # only lengthens the gaps
     short = [(n, got, want) for n, (got, want) in enumerate(zip(shown, expected)) if got < 0.8 * want]
@@ -241,6 +238,11 @@ def test_reconnect_attempts_are_spaced_by_the_multiplier_up_to_the_maximum(clust
         f"{cc.retry_interval_multiplier:g} the first waits between A's reconnect attempts should be "
         f"{[round(w) for w in expected if w < cap]} ms, then {cap} ms; "
         f"gaps {shown} ms (too long: (n, got, expected) {growing})")
+    # the cap needs several waits to judge (the waits above need only the first few, so a broker
+    # that waits too long from the start is named for that, not for making few attempts)
+    assert len(gaps) >= 5, (f"setup: A should have tried to reach B again and again in {RECORD_FOR:.0f} s; "
+                            f"{len(attempts)} attempts of the link recorded (gaps {shown} ms; {seen})\n"
+                            f"{cluster.log_tail(20)}")
     # The cap: the capped gaps' median is the maximum plus the same slack (the median, so one
     # attempt delayed by the machine does not decide; an uncapped broker's waits go on doubling)
     capped = sorted(shown[n] for n, want in enumerate(expected) if want >= cap)
