@@ -70,12 +70,13 @@ def _activemq_networks():
         # to B, so B's half must exclude it too (NOB-DUPLEX-2).
         "duplex": (("A", "B"), (Bridge("A", "B", Options(duplex=True, excluded_destinations=(DUPLEX_EXCLUDED,))),),
                    (BridgeFilterPolicy("nob.replay.>", replay_when_no_consumers=True),)),
-        # A -> B -> C with, on both hops: TTL 1 for nob.ttl1.> and TTL 2 for nob.ttl2.>; message
+        # A -> B -> C with, on both hops: TTL 1 (the default) for nob.ttl1.> and TTL 2 for nob.ttl2.>; message
         # TTL 2 with consumer TTL 1 for nob.mttl.>, message TTL 1 with consumer TTL 2 for
         # nob.cttl.>. Plus A -> B and A -> C with conduit subscriptions on for nob.sel.on.> and off
         # for nob.sel.off.> (the selector pitfall: one producing broker, two receiving ones).
         "line": (("A", "B", "C"), tuple(
-            Bridge(src, dst, Options(name=f"ttl{ttl}", network_ttl=ttl,
+            # TTL 1 by leaving networkTTL unset: NOB-TTL-1 is about its default (1 by the table)
+            Bridge(src, dst, Options(name=f"ttl{ttl}", **({} if ttl == 1 else {"network_ttl": ttl}),
                                      dynamically_included_destinations=(f"queue://nob.ttl{ttl}.>",)))
             for src, dst in (("A", "B"), ("B", "C")) for ttl in (1, 2)) + tuple(
             Bridge(src, dst, Options(name=name, message_ttl=message_ttl, consumer_ttl=consumer_ttl,

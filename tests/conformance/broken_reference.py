@@ -20,9 +20,10 @@ environment variable ``BROKERCONF_BREAK`` (comma-separated):
   as if use_duplicate_detection were false on the sender (breaks CLU-CC-DUP-1).
 * ``cluster_initial_attempts_unbounded``: a cluster link never gives up before it first came up,
   whatever initial_connect_attempts says (breaks CLU-CC-RETRY-3).
-* ``cluster_retry_not_multiplied`` / ``cluster_retry_uncapped``: the wait between a cluster link's
-  attempts ignores retry_interval_multiplier (stays at retry_interval) / max_retry_interval
-  (grows without bound) (both break CLU-CC-RETRY-2).
+* ``cluster_retry_not_multiplied`` / ``cluster_retry_uncapped`` / ``cluster_retry_starts_at_max``:
+  the wait between a cluster link's attempts ignores retry_interval_multiplier (stays at
+  retry_interval) / max_retry_interval (grows without bound) / retry_interval and the multiplier
+  (max_retry_interval from the first retry on) (all break CLU-CC-RETRY-2).
 
 The faults are patched into the engine classes at configure time, in this test process only
 (the suites' ``reference`` target runs the broker in-process).
@@ -34,7 +35,7 @@ import os
 
 FAULTS = ("groups_not_pinned", "minus_one_buckets_as_two", "buckets_ignored", "duplex_reverse_unfiltered",
           "nack_acks_earlier", "discards_not_counted", "cluster_duplicates_kept", "cluster_initial_attempts_unbounded",
-          "cluster_retry_not_multiplied", "cluster_retry_uncapped", "auto_ack_copies")
+          "cluster_retry_not_multiplied", "cluster_retry_uncapped", "cluster_retry_starts_at_max", "auto_ack_copies")
 
 
 def _groups_not_pinned() -> None:
@@ -154,6 +155,12 @@ def _cluster_retry_uncapped() -> None:
 
     RetryPolicy.delay = lambda self, failures: (
         self.retry_interval * self.retry_interval_multiplier ** max(0, failures - 1) / 1000)
+
+
+def _cluster_retry_starts_at_max() -> None:
+    from reference_broker.clustering.retry import RetryPolicy
+
+    RetryPolicy.delay = lambda self, failures: self.max_retry_interval / 1000
 
 
 def pytest_configure(config) -> None:
