@@ -136,6 +136,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "network(key): the network a network-of-brokers suite test runs on, started by "
                                        "its `net` fixture at set-up (conformance/suites/test_networks.py)")
     config.addinivalue_line("markers", "real_broker: runs against a real broker (added to suite tests on non-reference targets)")
+    # minimal registration (issue 28); the clientsubject branch adds the matrix's client columns
+    config.addinivalue_line("markers", "client_subject(name): the client library whose documented behaviour the test "
+                                       "checks, e.g. \"activemq-client 5.17.2 (openwire)\"")
     config.addinivalue_line("markers", "brokerconf_requirement_present: a requirement the test needs is present "
                                        "(conformance.requirements.missing_mark)")
     config.addinivalue_line("markers", "brokerconf_required_missing(message): a required thing is missing: the test "
