@@ -32,7 +32,7 @@ from pathlib import Path
 
 from conformance.clients.java_build import JavaBuildError, classpath, installed, pinned_clients
 
-__all__ = ["DriverError", "Event", "JavaConnection", "JavaDriver", "availability", "port_of", "subject"]
+__all__ = ["DriverError", "Event", "NoAnswer", "JavaConnection", "JavaDriver", "availability", "port_of", "subject"]
 
 REQUIREMENT = "java-clients"
 #: bound on a command's answer when the caller gives none; the library's own timeouts are shorter
@@ -48,6 +48,11 @@ class DriverError(RuntimeError):
         super().__init__(message)
         self.java_class = java_class
         self.reply = reply or {}
+
+
+class NoAnswer(DriverError):
+    """A command was still running in the client when the harness stopped waiting for it (the
+    command goes on in the driver: a blocked send may still complete later)."""
 
 
 @dataclass(frozen=True)
@@ -166,7 +171,7 @@ class JavaDriver:
             try:
                 reply = answer.get(timeout=timeout or DEFAULT_REPLY_TIMEOUT)
             except queue.Empty:
-                raise DriverError(f"{op}: no answer from the Java driver within {timeout or DEFAULT_REPLY_TIMEOUT} s") \
+                raise NoAnswer(f"{op}: no answer from the Java driver within {timeout or DEFAULT_REPLY_TIMEOUT} s") \
                     from None
         except (BrokenPipeError, OSError) as exc:
             raise DriverError(f"{op}: the Java driver process is gone ({exc}){self.log_tail()}") from None
