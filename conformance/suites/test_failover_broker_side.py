@@ -36,7 +36,8 @@ FAILOVER_LISTENER = "failover:(stomp://127.0.0.1:61613,stomp://127.0.0.1:61614)"
 #: the target kinds each test knows how to set up (by test name); a test is generated for those only
 KINDS = {"test_activemq_announces_only_the_connector_with_a_discovery_uri": ("activemq",),
          "test_activemq_refuses_a_transport_connector_with_a_failover_uri": ("activemq",),
-         "test_a_multicast_discovery_client_uses_only_the_activemq_brokers_of_its_group": ("activemq",)}
+         "test_a_multicast_discovery_client_uses_only_the_activemq_brokers_of_its_group": ("activemq",),
+         "test_the_real_multicast_discovery_clients_use_only_the_activemq_brokers_of_their_group": ("activemq",)}
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -270,3 +271,31 @@ def test_activemq_refuses_a_transport_connector_with_a_failover_uri(target_name,
     assert "invalid server uri: failover:" in (str(refused.value) + log).lower(), \
         (f"FT-DYNAMIC-5: ActiveMQ did not start with a failover: transport connector, but its log does not say that "
          f"connector was the reason:\n{str(refused.value)[-1500:]}\n{log[-1500:]}")
+
+
+@pytest.mark.spec("FT-DISCOVERY-6")
+@pytest.mark.client_subject("activemq-client 5.17.2 (openwire)")
+@pytest.mark.client_subject("activemq-client 6.3.1 (openwire)")
+def test_the_real_multicast_discovery_clients_use_only_the_activemq_brokers_of_their_group(target_name, activemq_brokers,
+                                                                                       tmp_path):
+    # the same on ActiveMQ's own clients (issue 28), each through brokerconf's Java driver; one pair
+    # of brokers for both client versions (two JVM starts instead of four)
+    from conformance.suites.java_support import ACTIVEMQ_CLIENTS, start_driver
+    from reference_broker.cluster.discovery import activemq_loopback_uri
+
+    group, other = _group(), _group()
+    member = activemq_brokers("member", group)  # the OpenWire connector announces, what these clients speak
+    stranger = activemq_brokers("stranger", other)
+    for client in ACTIVEMQ_CLIENTS:
+        queue = f"ftdisc6.{uuid.uuid4().hex[:8]}"
+        with start_driver(client, tmp_path / client) as driver:
+            conn = driver.connect(f"discovery:({activemq_loopback_uri(group)})?initialReconnectDelay=100", timeout=90)
+            try:
+                assert conn.port == member.openwire_port, \
+                    (f"FT-DISCOVERY-6: {client} should connect to the broker announcing in {group} (OpenWire port "
+                     f"{member.openwire_port}); it is on {conn.address} (the other group's broker: "
+                     f"{stranger.openwire_port})")
+                conn.send(queue, "m")
+                assert conn.receive(queue, 10.0) == "m", f"FT-DISCOVERY-6: {client}'s discovered connection does not work"
+            finally:
+                conn.close()
