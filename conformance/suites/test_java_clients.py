@@ -69,3 +69,47 @@ def test_the_real_client_connects_sends_and_receives(node, client, tmp_path):
                 driver.connect(f"tcp://127.0.0.1:{free_port()}?reconnectAttempts=0&initialConnectAttempts=1",
                                timeout=60)
         assert refused.value.java_class, f"the error should name the Java exception: {refused.value}"
+
+
+@pytest.fixture(scope="module")
+def fault_proxy():
+    from chaos.proxy import ToxiproxyClient, start_fault_proxy
+
+    proxy = start_fault_proxy()
+    try:
+        yield ToxiproxyClient(proxy.api_url)
+    finally:
+        proxy.stop()
+
+
+@pytest.mark.parametrize("client", client_params(("activemq-5", "activemq-6", "artemis")))
+def test_the_real_client_reports_its_connection_lost_and_back(node, client, fault_proxy, tmp_path):
+    # the events the failover suites rely on: ActiveMQ's TransportListener, Artemis's
+    # FailoverEventListener (reconnecting to the same server: reconnectAttempts)
+    from conformance.suites.test_failover_pairs import Gate
+    from conformance.waiting import poll
+
+    target, broker = node
+    require_applicable(target, client)
+    gate = Gate(fault_proxy, address(broker, client))
+    queue = f"jc.events.{uuid.uuid4().hex[:8]}"
+    uri = (f"failover:(tcp://127.0.0.1:{gate.port})?initialReconnectDelay=100&maxReconnectDelay=200"
+           if client.startswith("activemq") else
+           f"tcp://127.0.0.1:{gate.port}?reconnectAttempts=-1&retryInterval=100&retryIntervalMultiplier=1")
+    try:
+        with start_driver(client, tmp_path) as driver:
+            conn = driver.connect(uri, timeout=60)
+            try:
+                gate.close()
+                assert poll(lambda: conn.events("interrupted"), bool, timeout=30, interval=0.05), \
+                    f"no interruption reported: {conn.events()}{driver.log_tail()}"
+                gate.open()
+                lost = conn.events("interrupted")[0].mono
+                assert poll(lambda: [e for e in conn.events("resumed") if e.mono > lost], bool, timeout=60,
+                            interval=0.05), f"no resumption reported: {conn.events()}{driver.log_tail()}"
+                conn.send(queue, "back")
+                assert conn.receive(queue, 10.0) == "back"
+            finally:
+                conn.close()
+    finally:
+        gate.remove()
