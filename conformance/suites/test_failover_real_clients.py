@@ -418,6 +418,119 @@ def test_real_client_track_messages_replays_a_send_cut_off_before_its_receipt(ga
         watcher.close()
 
 
+class OpeningRelay:
+    """A loopback relay to ``upstream`` that records the first bytes each connection's client sends
+    (an OpenWire client opens with its WireFormatInfo). The first relay of a ``group`` to be
+    reached plays a broker that dies: it records that opening, drops the connection and stops
+    listening, so a failover client moves on to the next broker of its list; the others relay
+    both ways."""
+
+    def __init__(self, upstream: tuple[str, int], group: list) -> None:
+        import socket
+        import threading
+
+        self.upstream, self.openings, self._socks, self._group = upstream, [], [], group
+        self._server = socket.create_server(("127.0.0.1", 0))
+        self.port = self._server.getsockname()[1]
+        self._threading = threading
+        threading.Thread(target=self._accept, name=f"opening-relay-{self.port}", daemon=True).start()
+
+    def _accept(self) -> None:
+        import socket
+
+        while True:
+            try:
+                client, _ = self._server.accept()
+            except OSError:
+                return
+            first = client.recv(4096)
+            self.openings.append(first)
+            if not self._group:
+                self._group.append(self.port)  # this one dies
+                client.close()
+                self._server.close()
+                return
+            upstream = socket.create_connection(self.upstream, timeout=10)
+            upstream.settimeout(None)
+            upstream.sendall(first)
+            self._socks += [client, upstream]
+            for src, dst in ((client, upstream), (upstream, client)):
+                self._threading.Thread(target=self._pipe, args=(src, dst), daemon=True).start()
+
+    @staticmethod
+    def _pipe(src, dst) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (src, dst):
+                try:
+                    sock.close()
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self._server.close()
+        for sock in self._socks:
+            try:
+                sock.close()
+            except OSError:
+                pass
+
+
+def max_inactivity(opening: bytes) -> int | None:
+    """MaxInactivityDuration from an OpenWire WireFormatInfo: its properties are a marshalled map
+    of (UTF-8 key, type byte, value); a long (type 6) is 8 bytes big-endian."""
+    import struct
+
+    key = b"MaxInactivityDuration"
+    at = opening.find(key)
+    if at < 0 or opening[at + len(key)] != 6:
+        return None
+    return struct.unpack(">q", opening[at + len(key) + 1:at + len(key) + 9])[0]
+
+
+def check_option_reaches_every_broker(pair, driver, client, spec: str, uri_of) -> None:
+    """``uri_of(listed)`` with the two relays' addresses; the first broker reached dies (see
+    `OpeningRelay`), so the client connects to both; each opening must carry maxInactivityDuration
+    4000 (the default is 30000 ms: 4000 can only come from the option)."""
+    died: list = []
+    relays = [OpeningRelay(address(node, client), died) for node in (pair.a, pair.b)]
+    uri = uri_of(",".join(f"tcp://127.0.0.1:{relay.port}" for relay in relays))
+    queue = _queue()
+    try:
+        conn = driver.connect(uri, timeout=60)
+        try:
+            conn.send(queue, "m")
+            assert conn.receive(queue, RECEIVE) == "m", f"{spec}: the connection through the relays does not work"
+        finally:
+            conn.close()
+    finally:
+        for relay in relays:
+            relay.close()
+    seen = {relay.port: [max_inactivity(o) for o in relay.openings] for relay in relays}
+    print(f"{spec} {client} {uri}: maxInactivityDuration per broker port {seen}")
+    assert all(seen.values()), f"{spec}: {client} did not connect to every broker of the list: {seen}"
+    assert all(v == 4000 for values in seen.values() for v in values), \
+        f"{spec}: {client}'s connections did not all carry maxInactivityDuration=4000 (per broker port): {seen}"
+
+
+@pytest.mark.spec("FT-FAILOVER-13")
+@pytest.mark.parametrize("client", CLIENTS)
+def test_real_client_nested_options_reach_every_broker_of_the_list(pair, driver, client):
+    check_option_reaches_every_broker(pair, driver, client, "FT-FAILOVER-13", lambda listed: (
+        f"failover:({listed})?randomize=false&{FAST}&nested.wireFormat.maxInactivityDuration=4000"))
+
+
+@pytest.mark.spec("FT-DISCOVERY-3")
+@pytest.mark.parametrize("client", CLIENTS)
+def test_real_client_discovery_injects_an_option_it_does_not_know_into_every_endpoint(pair, driver, client):
+    check_option_reaches_every_broker(pair, driver, client, "FT-DISCOVERY-3", lambda listed: (
+        f"discovery:(static://({listed}))?{FAST}&wireFormat.maxInactivityDuration=4000"))
+
+
 # --------------------------------------------------------------------------- reconnect waits
 
 
