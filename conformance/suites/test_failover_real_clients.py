@@ -31,7 +31,7 @@ from conformance.clients.java_driver import DriverError, NoAnswer
 from conformance.plugin import NOT_APPLICABLE, STATE
 from conformance.requirements import skip_or_fail
 from conformance.suites import syn_watch
-from conformance.suites.java_support import ACTIVEMQ_CLIENTS, address, client_params, start_driver
+from conformance.suites.java_support import ACTIVEMQ_CLIENTS, address, SUBJECTS, client_params, start_driver
 from conformance.suites.network_support import network_workdir, parametrize_by_target
 from conformance.suites.test_failover_pairs import Gate, Pair, free_port
 from conformance.waiting import poll
