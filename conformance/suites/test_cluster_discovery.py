@@ -2,7 +2,8 @@
 target with ``topology.cluster``.
 
 One two-node cluster with discovery by UDP (`PERIOD_MS`, not the 2000 ms default, so a node that
-ignored the setting would show). The test joins the cluster's multicast group itself (found in
+ignored the setting would show), and one whose configuration does not mention the period (its
+default is the broker's own: issue 26). The test joins the cluster's multicast group itself (found in
 the launched cluster's configuration text: ``group-address`` / ``group_address`` and the port
 likewise), counts the announcements for `WINDOW` seconds and derives each node's period from the
 count (robust to one late datagram, unlike single intervals). The bounds are wide: a loaded
@@ -29,6 +30,8 @@ pytestmark = cluster_suite_marks()
 PERIOD_MS = 1000
 UDP = Topology(("A", "B"), cluster=ClusterConnection(discovery="udp", broadcast_period_ms=PERIOD_MS,
                                                      refresh_timeout_ms=10000), prefix="udpperiod")
+#: no period (nor refresh timeout) configured: CLU-DISC-2's "2000 unless configured"
+UDP_DEFAULT = Topology(("A", "B"), cluster=ClusterConnection(discovery="udp"), prefix="udpdefault")
 WINDOW = 12.0  # seconds of listening
 
 
@@ -64,15 +67,30 @@ def count_datagrams(group: str, port: int, seconds: float) -> int:
         sock.close()
 
 
-@pytest.mark.spec("CLU-DISC-2")
-def test_each_node_announces_itself_every_broadcast_period(clusters):
-    cluster = clusters.get(UDP)
+def announcement_period_ms(cluster, topology: Topology) -> float:
+    """Each node's broadcast period estimated over `WINDOW` seconds of listening (ms)."""
     group, port = multicast_endpoint(cluster.config_text())
     count = count_datagrams(group, port, WINDOW)
-    nodes = len(UDP.nodes)
-    assert count, (f"CLU-DISC-2: no announcement on {group}:{port} in {WINDOW:.0f} s (broadcast-period {PERIOD_MS} "
-                   f"ms, {nodes} nodes)")
-    period_ms = nodes * WINDOW * 1000 / count
+    nodes = len(topology.nodes)
+    assert count, f"CLU-DISC-2: no announcement on {group}:{port} in {WINDOW:.0f} s ({nodes} nodes)"
+    return nodes * WINDOW * 1000 / count
+
+
+@pytest.mark.spec("CLU-DISC-2")
+def test_each_node_announces_itself_every_broadcast_period(clusters):
+    period_ms = announcement_period_ms(clusters.get(UDP), UDP)
     assert 0.75 * PERIOD_MS <= period_ms <= 2.5 * PERIOD_MS, (
-        f"CLU-DISC-2: {count} announcements on {group}:{port} in {WINDOW:.0f} s from {nodes} nodes: one every "
-        f"{period_ms:.0f} ms per node, the broadcast-period is {PERIOD_MS} ms")
+        f"CLU-DISC-2: one announcement every {period_ms:.0f} ms per node over {WINDOW:.0f} s, the broadcast-period "
+        f"is {PERIOD_MS} ms")
+
+
+@pytest.mark.spec("CLU-DISC-2")
+def test_a_broadcast_period_left_unset_is_the_default(clusters):
+    """broadcast-period not in the configuration (CLUSTER_CONNECTION_DEFAULTS: 2000 ms, "Broadcast
+    Groups"): the same estimate and bounds as with a configured period."""
+    assert UDP_DEFAULT.cluster.broadcast_period_ms is None, "setup: the period must be left to the broker"
+    default_ms = UDP_DEFAULT.cluster.effective("broadcast_period_ms")
+    period_ms = announcement_period_ms(clusters.get(UDP_DEFAULT), UDP_DEFAULT)
+    assert 0.75 * default_ms <= period_ms <= 2.5 * default_ms, (
+        f"CLU-DISC-2: with broadcast-period left unset one announcement every {period_ms:.0f} ms per node over "
+        f"{WINDOW:.0f} s; the default is {default_ms} ms")

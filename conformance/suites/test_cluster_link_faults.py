@@ -50,6 +50,8 @@ INITIAL = Topology(("A", "B"), cluster=ClusterConnection(message_load_balancing=
 SPACED = Topology(("A", "B"), cluster=ClusterConnection(retry_interval_ms=250, retry_interval_multiplier=2.0,
                                                         max_retry_interval_ms=1000),
                   proxied=("cluster",), prefix="ccspaced")
+#: every option left unset: the retry defaults are the brokers' own (CLU-CC-RETRY-1, CLU-CC-RETRY-2)
+RETRY_DEFAULTS = Topology(("A", "B"), cluster=ClusterConnection(), proxied=("cluster",), prefix="ccretrydef")
 #: messages sent to A before, during and after the fault (a third of them, on average, cross to B in each phase)
 PER_PHASE = 60
 #: seconds B's answers are held: beyond connection-ttl (2 s), so A gives the link up and retries.
@@ -158,13 +160,16 @@ def test_a_node_not_reached_in_the_initial_attempts_gets_no_messages(clusters):
 
 # ----------------------------------------------------------------------------- retry-interval-multiplier, max
 
-@pytest.mark.spec("CLU-CC-RETRY-2")
-def test_reconnect_attempts_are_spaced_by_the_multiplier_up_to_the_maximum(clusters):
-    cluster = clusters.get(SPACED, disrupts=True)
-    cc = SPACED.cluster
+def record_reconnect_gaps(clusters, topology: Topology) -> tuple[list[int], str]:
+    """Kill B with A's link to it diverted to an `AttemptRecorder` for `RECORD_FOR` seconds, start
+    B again; returns the gaps between A's recorded link attempts (ms) and a description of every
+    connection the recorder took. Fails (setup) when no attempt came, or fewer than six; and
+    (CLU-CC-RETRY-2) when the link went silent for three times its effective max-retry-interval."""
+    cluster = clusters.get(topology, disrupts=True)
+    cap_ms = topology.cluster.effective("max_retry_interval_ms")
     with AttemptRecorder() as recorder:
         try:
-            with clusters.links.diverted(SPACED, "A", "B", recorder.address):
+            with clusters.links.diverted(topology, "A", "B", recorder.address):
                 # B "is being rebooted" (the chapter's case): with B itself alive its link to A
                 # keeps telling A that B is up, and Artemis's bridge then stopped retrying after
                 # one or two attempts in some runs; with B down it retries steadily
@@ -177,8 +182,7 @@ def test_reconnect_attempts_are_spaced_by_the_multiplier_up_to_the_maximum(clust
     # only the link's own attempts count (`attempt_recorder.LINK_OPENINGS`): an Artemis node's
     # cluster controller reconnects its own topology connection to the same proxy
     attempts = recorder.link_attempts()
-    gaps = recorder.gaps()
-    shown = [round(g * 1000) for g in gaps]
+    shown = [round(g * 1000) for g in recorder.gaps()]
     seen = f"every connection: {recorder.describe()}"
     assert attempts, (f"setup: no attempt of A's link to B reached the recorder in {RECORD_FOR:.0f} s ({seen})\n"
                       f"{cluster.log_tail(20)}")
@@ -187,27 +191,56 @@ def test_reconnect_attempts_are_spaced_by_the_multiplier_up_to_the_maximum(clust
     # retrying (Artemis: a bridge whose connection dropped during its set-up waits its 30 s
     # call-timeout; conformance/suites/attempt_recorder.py)
     silent = ended - attempts[-1].at
-    assert silent < 3 * cc.max_retry_interval_ms / 1000, (
-        f"CLU-CC-RETRY-2: max-retry-interval {cc.max_retry_interval_ms} ms caps the wait between reconnect "
+    assert silent < 3 * cap_ms / 1000, (
+        f"CLU-CC-RETRY-2: max-retry-interval {cap_ms} ms caps the wait between reconnect "
         f"attempts, yet after {len(attempts)} attempts (gaps {shown} ms) A's link made none for the last "
         f"{silent:.1f} s of the {RECORD_FOR:.0f} s recorded ({seen})\n{cluster.log_tail(20)}")
+    assert len(shown) >= 5, (f"setup: A should have tried to reach B again and again in {RECORD_FOR:.0f} s; "
+                             f"{len(attempts)} attempts of the link recorded (gaps {shown} ms; {seen})\n"
+                             f"{cluster.log_tail(20)}")
+    return shown, seen
+
+
+@pytest.mark.spec("CLU-CC-RETRY-2")
+def test_reconnect_attempts_are_spaced_by_the_multiplier_up_to_the_maximum(clusters):
+    cc = SPACED.cluster
+    interval, multiplier, cap = (cc.effective(name) for name in ("retry_interval_ms", "retry_interval_multiplier",
+                                                                 "max_retry_interval_ms"))
+    shown, seen = record_reconnect_gaps(clusters, SPACED)
     # what the chapter gives: the n-th wait is retry-interval x multiplier^n, capped at max-retry-interval
-    expected = [min(cc.retry_interval_ms * cc.retry_interval_multiplier ** n, cc.max_retry_interval_ms)
-                for n in range(len(gaps))]
-    assert len(gaps) >= 5, (f"setup: A should have tried to reach B again and again in {RECORD_FOR:.0f} s; "
-                            f"{len(attempts)} attempts of the link recorded (gaps {shown} ms; {seen})\n"
-                            f"{cluster.log_tail(20)}")
+    expected = [min(interval * multiplier ** n, cap) for n in range(len(shown))]
     # A lower bound (80 % of each wait) only a broker that waits less can miss; a loaded machine
     # only lengthens the gaps
     short = [(n, got, want) for n, (got, want) in enumerate(zip(shown, expected)) if got < 0.8 * want]
     assert not short, (
-        f"CLU-CC-RETRY-2: with retry-interval {cc.retry_interval_ms} ms and retry-interval-multiplier "
-        f"{cc.retry_interval_multiplier:g} the waits between A's reconnect attempts should grow to "
+        f"CLU-CC-RETRY-2: with retry-interval {interval} ms and retry-interval-multiplier "
+        f"{multiplier:g} the waits between A's reconnect attempts should grow to "
         f"{[round(w) for w in expected]} ms; gaps {shown} ms (too short: (n, got, expected) {short})")
     # The cap: once reached, an uncapped broker's waits would go on doubling (2 s, 4 s, 8 s); the
     # median of the capped gaps must stay under twice the maximum (a lenient bound: only seconds of
     # scheduling delay on every single attempt could break it)
-    capped = sorted(shown[n] for n, want in enumerate(expected) if want >= cc.max_retry_interval_ms)
-    assert capped and capped[len(capped) // 2] < 2 * cc.max_retry_interval_ms, (
-        f"CLU-CC-RETRY-2: max-retry-interval {cc.max_retry_interval_ms} ms caps the wait between reconnect "
+    capped = sorted(shown[n] for n, want in enumerate(expected) if want >= cap)
+    assert capped and capped[len(capped) // 2] < 2 * cap, (
+        f"CLU-CC-RETRY-2: max-retry-interval {cap} ms caps the wait between reconnect "
         f"attempts, yet the gaps kept growing: {shown} ms")
+
+
+@pytest.mark.spec("CLU-CC-RETRY-1", "CLU-CC-RETRY-2")
+def test_reconnect_attempts_left_at_the_defaults_wait_the_default_interval_every_time(clusters):
+    """Every retry option unset (no broker's configuration mentions them): the chapter's defaults,
+    retry-interval 500 ms and retry-interval-multiplier 1, make every wait 500 ms."""
+    cc = RETRY_DEFAULTS.cluster
+    assert cc.options_set() == (), "setup: this cluster must leave every option to the broker"
+    interval, cap = cc.effective("retry_interval_ms"), cc.effective("max_retry_interval_ms")
+    shown, seen = record_reconnect_gaps(clusters, RETRY_DEFAULTS)
+    # 80 % of the interval: only a broker that waits less can miss it (load only lengthens gaps)
+    short = [(n, got) for n, got in enumerate(shown) if got < 0.8 * interval]
+    assert not short, (f"CLU-CC-RETRY-1: with retry-interval left at its default ({interval} ms) A waited less "
+                       f"between reconnect attempts: gaps {shown} ms (too short: (n, got) {short}; {seen})")
+    # multiplier 1: the waits stay at the interval. A default above 1 would grow them to the
+    # 2000 ms cap within three attempts, so the median of ~20 gaps would sit at the cap; the bound
+    # is halfway between the interval and the cap, far above a loaded machine's lateness per attempt
+    median = sorted(shown)[len(shown) // 2]
+    assert median < (interval + cap) / 2, (
+        f"CLU-CC-RETRY-2: with retry-interval-multiplier left at its default (1) the waits should stay at "
+        f"{interval} ms, yet their median is {median} ms: gaps {shown} ms ({seen})")

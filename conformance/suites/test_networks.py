@@ -52,14 +52,18 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 def _activemq_networks():
     equal_priority = dict(decrease_network_consumer_priority=False)  # the conduit example's premise
     return {
-        # A -> B with the document's defaults, one excluded pattern and one statically included
-        # queue that the exclusion also matches.
+        # A -> B with the broker's defaults (no other option written), one excluded pattern and one
+        # statically included queue that the exclusion also matches; decreaseNetworkConsumerPriority
+        # is written out as the table's true: NOB-PRIO-1 is about the option on, and 5.17's own
+        # default is false (the table: true from 5.18)
         "default": (("A", "B"), (Bridge("A", "B", Options(
+            decrease_network_consumer_priority=True,
             excluded_destinations=("queue://nob.excluded.>",),
             statically_included_destinations=("queue://nob.excluded.always",))),)),
-        # A -> B twice: conduit subscriptions on for nob.conduit.on.>, off for nob.conduit.off.>.
+        # A -> B twice: conduit subscriptions left at the broker's default (on, NOB-CONDUIT-1) for
+        # nob.conduit.on.>, off for nob.conduit.off.>.
         "conduit": (("A", "B"), (
-            Bridge("A", "B", Options(name="conduit", conduit_subscriptions=True,
+            Bridge("A", "B", Options(name="conduit",
                                      dynamically_included_destinations=("queue://nob.conduit.on.>",),
                                      **equal_priority)),
             Bridge("A", "B", Options(name="noconduit", conduit_subscriptions=False,
@@ -70,12 +74,13 @@ def _activemq_networks():
         # to B, so B's half must exclude it too (NOB-DUPLEX-2).
         "duplex": (("A", "B"), (Bridge("A", "B", Options(duplex=True, excluded_destinations=(DUPLEX_EXCLUDED,))),),
                    (BridgeFilterPolicy("nob.replay.>", replay_when_no_consumers=True),)),
-        # A -> B -> C with, on both hops: TTL 1 for nob.ttl1.> and TTL 2 for nob.ttl2.>; message
+        # A -> B -> C with, on both hops: TTL left at the broker's default (1, NOB-TTL-1) for
+        # nob.ttl1.> and TTL 2 for nob.ttl2.>; message
         # TTL 2 with consumer TTL 1 for nob.mttl.>, message TTL 1 with consumer TTL 2 for
         # nob.cttl.>. Plus A -> B and A -> C with conduit subscriptions on for nob.sel.on.> and off
         # for nob.sel.off.> (the selector pitfall: one producing broker, two receiving ones).
         "line": (("A", "B", "C"), tuple(
-            Bridge(src, dst, Options(name=f"ttl{ttl}", network_ttl=ttl,
+            Bridge(src, dst, Options(name=f"ttl{ttl}", **({} if ttl == 1 else {"network_ttl": ttl}),
                                      dynamically_included_destinations=(f"queue://nob.ttl{ttl}.>",)))
             for src, dst in (("A", "B"), ("B", "C")) for ttl in (1, 2)) + tuple(
             Bridge(src, dst, Options(name=name, message_ttl=message_ttl, consumer_ttl=consumer_ttl,
@@ -266,7 +271,7 @@ def test_static_inclusion_ignores_exclusion(net, clients):
 @pytest.mark.spec("NOB-PRIO-1")
 @pytest.mark.network("default")
 def test_decreased_priority_prefers_local_consumers(net, clients):
-    # decreaseNetworkConsumerPriority written out as the table's true
+    # decreaseNetworkConsumerPriority written out as the table's true (network "default")
     a, b = net["A"], net["B"]
     q = queue("nob.prio")
     local = clients.on(a).subscribe(q)
