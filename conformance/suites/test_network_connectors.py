@@ -75,6 +75,8 @@ def _model():
             name=name, dynamically_included_destinations=(f"queue://nob.{name}.>",), **RECONNECT, **options))
 
     bridges = (connector("prefetch", prefetch_size=PREFETCH),
+               # prefetchSize left unset: NOB-PREFETCH-1's default (1000) is the broker's own
+               connector("defprefetch"),
                connector("sync", prefetch_size=PREFETCH, always_sync_send=True),
                connector("async", prefetch_size=PREFETCH),
                # equal priority, so the queue offers the network consumer its share (with the
@@ -162,25 +164,33 @@ def heal(nemesis, routes, connector: str) -> None:
 
 
 @pytest.mark.spec("NOB-PREFETCH-1")
-def test_network_consumer_prefetch_is_the_connectors_prefetch_size(network, clients):
+@pytest.mark.parametrize("connector", ["prefetch", "defprefetch"], ids=["set", "default"])
+def test_network_consumer_prefetch_is_the_connectors_prefetch_size(network, clients, connector):
     net, nemesis, routes = network
     a, b = net["A"], net["B"]
-    q = queue("prefetch")
+    # "prefetch": prefetch_size=PREFETCH; "defprefetch": unset, the document's default (the
+    # model's field default, "NetworkConnector Properties") is what the broker must apply itself
+    options = next(bridge.options for bridge in net.topology.bridges if bridge.options.name == connector)
+    assert (connector == "defprefetch") == ("prefetch_size" not in options.model_fields_set), "setup"
+    prefetch = options.prefetch_size
+    messages = prefetch + MESSAGES  # several times a small prefetch, a few more than the default one
+    q = queue(connector)
     clients(b).subscribe(q)
     demand(a, q, 1)
-    stall(nemesis, routes, "prefetch")
+    stall(nemesis, routes, connector)
     try:
         producer = clients(a)
-        for i in range(MESSAGES):
+        for i in range(messages):
             producer.send(q, f"p{i}")  # persistent: forwarded as a request, acknowledged on B's reply
-        in_flight = settle(lambda: a.in_flight_count(q), PREFETCH)
-        context = f"A holds {a.queue_size(q)} of {MESSAGES}, B holds {b.queue_size(q)}"
-        assert in_flight == PREFETCH, (
-            f"NOB-PREFETCH-1: with prefetch_size={PREFETCH} and B not confirming, A's network consumer should "
-            f"have exactly {PREFETCH} messages in flight; A's InFlightCount is {in_flight} ({context})")
-        assert a.queue_size(q) == MESSAGES, f"NOB-PREFETCH-1: A should still hold every message ({context})"
+        in_flight = settle(lambda: a.in_flight_count(q), prefetch)
+        context = f"A holds {a.queue_size(q)} of {messages}, B holds {b.queue_size(q)}"
+        what = f"prefetch_size={prefetch}" if connector == "prefetch" else f"prefetchSize left at its default ({prefetch})"
+        assert in_flight == prefetch, (
+            f"NOB-PREFETCH-1: with {what} and B not confirming, A's network consumer should "
+            f"have exactly {prefetch} messages in flight; A's InFlightCount is {in_flight} ({context})")
+        assert a.queue_size(q) == messages, f"NOB-PREFETCH-1: A should still hold every message ({context})"
     finally:
-        heal(nemesis, routes, "prefetch")
+        heal(nemesis, routes, connector)
 
 
 @pytest.mark.spec("NOB-SYNC-1")
