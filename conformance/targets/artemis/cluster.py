@@ -15,9 +15,10 @@ What each node's broker.xml gets besides a single broker's (artemis/config.py), 
   initial-connect-attempts, reconnect-attempts, use-duplicate-detection, check-period,
   connection-ttl; likewise broadcast-period, refresh-timeout and redistribution-delay): an unset
   option is left out, so Artemis's own default is what runs (issue 26: a statement about a
-  default is checked against the broker, not against a value the harness wrote) and ``<static-connectors>`` (``allow-direct-connections-only`` when the
-  topology lists its connections explicitly, "Specifying Members of a Cluster Explicitly"), or a
-  ``<broadcast-group>`` + ``<discovery-group>`` on a loopback multicast group for discovery "udp";
+  default is checked against the broker, not against a value the harness wrote), and
+  ``<static-connectors>`` (``allow-direct-connections-only`` when the topology lists its
+  connections explicitly, "Specifying Members of a Cluster Explicitly"), or a ``<broadcast-group>``
+  + ``<discovery-group>`` on a loopback multicast group for discovery "udp";
   a node that dials nobody (the end of a chain) lists its own connector (the XSD needs one
   connector-ref at least; Artemis skips itself), else it announces nothing and no bridge to it forms;
 * the ``redistribution-delay`` of every address (ArtemisConfig.redistribution_delay_ms), when set;
