@@ -7,9 +7,10 @@ do): `kill` and `pause` act on that loop (a kill stops it without scale-down; a 
 connections stay open). Every node listens on STOMP, AMQP and MQTT and on its cluster acceptor
 (port 0 first, the same ports again after a restart); once every acceptor is bound, each node
 dials the acceptors of ``ClusterConnection.links(nodes)`` (through ``bridge_route`` when
-``"cluster"`` is in ``topology.proxied``). What the `ClusterConnection` says becomes each node's
-``[cluster_connection]``; the cluster user and password are generated per cluster, never the
-chapter's defaults.
+``"cluster"`` is in ``topology.proxied``). The options the `ClusterConnection` sets become each
+node's ``[cluster_connection]`` (an unset one is left out: the reference broker applies the
+chapter's default itself, as Artemis does); the cluster user and password are generated per
+cluster, never the chapter's defaults.
 
 Queues: a node has a queue once a client sent to or subscribed on it there (auto-creation), as
 the Artemis launcher's nodes do; a node gets forwards only for queues it has.
