@@ -27,14 +27,15 @@
     # kind = "network": `nodes` brokers joined by network connectors (ActiveMQ "Networks of
     # Brokers"), each bridge's link through the fault proxy; clients reach the brokers directly
     bridges = ["A->B"]              # "X->Y" (one-way) or "X<->Y" (duplex)
-    initial_reconnect_delay_ms = 1000   # the static: transport's reconnect options ("Static discovery")
-    max_reconnect_delay_ms = 30000
-    use_exponential_back_off = true
+    initial_reconnect_delay_ms = 1000   # the static: transport's reconnect options ("Static discovery");
+    max_reconnect_delay_ms = 30000      # left out, an option is unset: no broker's configuration
+    use_exponential_back_off = true     # mentions it (the values shown are the table's defaults)
     producer_node = "A"             # network: producers connect here ...
     consumer_node = "B"             # ... consumers and the final drain there
 
     # kind = "cluster": `nodes` brokers (2 to 4) joined by Artemis-style cluster connections
-    # (artemis-clusters.md), options as the chapter names them, with its defaults
+    # (artemis-clusters.md), options as the chapter names them; the values shown are its defaults,
+    # and an option left out is unset (the brokers apply their own default)
     message_load_balancing = "ON_DEMAND"   # OFF | STRICT | ON_DEMAND | OFF_WITH_REDISTRIBUTION
     max_hops = 1
     redistribution_delay_ms = -1    # -1: never; 0: at once; N ms after a queue's last consumer closed
