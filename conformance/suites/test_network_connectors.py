@@ -1,6 +1,7 @@
 """Network-connector properties with a count as their observable, against ActiveMQ Classic's
 "Networks of Brokers" page (../shared/spec/activemq-classic-networks-of-brokers.md; catalogue
-conformance/spec/networks.toml): prefetchSize (NOB-PREFETCH-1), alwaysSyncSend (NOB-SYNC-1) and
+conformance/spec/networks.toml): prefetchSize (NOB-PREFETCH-1), alwaysSyncSend (NOB-SYNC-1, its
+default NOB-SYNC-2) and
 the conditional network bridge filter's rate limit (NOB-THROTTLE-1).
 
 One network of two brokers, A -> B, with one connector per property, each restricted to its own
@@ -81,6 +82,8 @@ def _model():
                # NOB-SYNC-1 is about the option on and off: "off" is written out (left unset,
                # ActiveMQ 5.17.2 applies its own default, true, where the table says false)
                connector("async", prefetch_size=PREFETCH, always_sync_send=False),
+               # alwaysSyncSend left unset: NOB-SYNC-2's default (off) is the broker's own
+               connector("syncdefault", prefetch_size=PREFETCH),
                # equal priority, so the queue offers the network consumer its share (with the
                # table's default the local consumer would be preferred and the limit never reached)
                connector("throttle", decrease_network_consumer_priority=False))
@@ -228,6 +231,31 @@ def test_always_sync_send_forwards_non_persistent_messages_as_requests(network, 
     finally:
         heal(nemesis, routes, "sync")
         heal(nemesis, routes, "async")
+
+
+@pytest.mark.spec("NOB-SYNC-2")
+def test_always_sync_send_left_unset_forwards_non_persistent_messages_one_way(network, clients):
+    """The connector's configuration does not mention alwaysSyncSend: the table's default (false)
+    makes non-persistent messages one-way sends, which A drops once written, confirmed or not."""
+    net, nemesis, routes = network
+    a, b = net["A"], net["B"]
+    options = next(bridge.options for bridge in net.topology.bridges if bridge.options.name == "syncdefault")
+    assert "always_sync_send" not in options.model_fields_set, "setup: the option must be left to the broker"
+    q = queue("syncdefault")
+    clients(b).subscribe(q)
+    demand(a, q, 1)
+    stall(nemesis, routes, "syncdefault")
+    try:
+        producer = clients(a)
+        for i in range(MESSAGES):
+            producer.send(q, f"d{i}", persistent=False)
+        left = settle(lambda: a.queue_size(q), 0)
+        assert left == 0, (
+            f"NOB-SYNC-2: with alwaysSyncSend left unset (the table's default, false) non-persistent messages "
+            f"should be forwarded one-way and removed from A at once; A still holds {left} of {MESSAGES}, "
+            f"{a.in_flight_count(q)} in flight, while B confirms nothing")
+    finally:
+        heal(nemesis, routes, "syncdefault")
 
 
 @pytest.mark.spec("NOB-THROTTLE-1")
