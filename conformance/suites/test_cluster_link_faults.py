@@ -168,6 +168,40 @@ def test_a_node_not_reached_in_the_initial_attempts_gets_no_messages(clusters):
         f"healed\n{cluster.log_tail(20)}")
 
 
+@pytest.mark.spec("CLU-CC-RETRY-3")
+def test_initial_connect_attempts_left_at_the_default_never_give_up(clusters):
+    """initial-connect-attempts unset (the chapter's default, -1: no limit): A started while B is
+    unreachable keeps trying through the whole cut (about ten attempts at the default 500 ms
+    interval) and its link to B forms once B is reachable."""
+    topology = RETRY_DEFAULTS
+    assert topology.cluster.initial_connect_attempts is None, "setup: the option must be left to the broker"
+    cluster = clusters.get(topology, disrupts=True)
+    links = clusters.links
+    # both links cut, as in the bounded case above (B's link to A would otherwise announce B)
+    proxies = [links.proxy(topology, "A", "B"), links.proxy(topology, "B", "A")]
+    cluster.stop_broker("A")
+    for proxy in proxies:
+        links.nemesis.invoke("partition", proxy=proxy, direction="both")
+    try:
+        cluster["A"].start(timeout=FORMATION)
+        time.sleep(GIVE_UP_WAIT)  # no event to poll: A's attempts fail meanwhile
+        open_ports = [port for port in (links.dialled_port(topology, "A", "B"), links.dialled_port(topology, "B", "A"))
+                      if tcp_accepts(port, 1.0)]
+        up_during_cut = {("A", "B"), ("B", "A")} - set(cluster.missing_links())
+        assert not open_ports and not up_during_cut, (
+            f"setup: while A started both links should be cut: proxies still accepting on {open_ports}, links up "
+            f"{sorted(up_during_cut)}\n{cluster.log_tail(20)}")
+    finally:
+        for proxy in proxies:
+            links.nemesis.invoke("heal", proxy=proxy)
+    # a bound, not a speed check: the link forming at all is the point
+    missing = set(poll(cluster.missing_links, lambda m: ("A", "B") not in m, timeout=FORMATION, interval=0.5))
+    assert ("A", "B") not in missing, (
+        f"CLU-CC-RETRY-3: with initial-connect-attempts left at its default (-1, no limit) A should have kept "
+        f"trying through the {GIVE_UP_WAIT:.0f} s B was unreachable and connected once B was reachable; its link "
+        f"to B is still down {FORMATION:.0f} s after the heal\n{cluster.log_tail(20)}")
+
+
 # ----------------------------------------------------------------------------- retry-interval-multiplier, max
 
 def record_reconnect_gaps(clusters, topology: Topology) -> tuple[list[int], str]:
