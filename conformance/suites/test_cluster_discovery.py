@@ -121,4 +121,5 @@ def test_each_node_announces_itself_every_broadcast_period(clusters):
 def test_without_a_broadcast_period_each_node_announces_every_2000_ms(clusters):
     """The default half of CLU-DISC-2: the cluster sets no broadcast-period, so the broker's own
     default runs; the number asserted is the chapter's (2000 ms), not the option model's."""
+    assert UDP_DEFAULT.cluster.broadcast_period_ms is None, "setup: the period must be left to the broker"
     assert_each_node_announces_every(clusters.get(UDP_DEFAULT), UDP_DEFAULT, DOCUMENTED_DEFAULT_PERIOD_MS)
