@@ -15,8 +15,10 @@ So the outcome each spec ID gets on the process is the one its collection predic
 reason, not checked; it matched a whole main job's matrix of all three targets cell for cell when
 written, and tests/brokerconf/test_cli.py's main job test compares it with its run every time),
 and that is what the container's outcomes are compared with. Built from the suites of the run,
-not a stored copy, it stays valid when the suites change. (Until this change the process target
-ran here too, doubling the run.)
+not a stored copy, it stays valid when the suites change. (The process target used to run here
+too, a second time; that its launch is "process" is asserted on a real handle in
+tests/conformance/test_targets_real.py, and that the matrix records a target's launch in
+tests/conformance/test_plugin.py.)
 
 Where the local package is missing (a machine with only Docker) the container run is still
 checked on its own: no failures, launch recorded as "container", the deviations still xfail.
