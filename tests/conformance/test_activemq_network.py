@@ -123,7 +123,7 @@ def test_every_option_is_rendered_somewhere():
     changed = {"name": "x", "user_name": "u", "password": "p", "message_ttl": 4, "consumer_ttl": 4,
                "excluded_destinations": ("queue://e",), "dynamically_included_destinations": ("queue://d",),
                "statically_included_destinations": ("queue://s",), "initial_reconnect_delay": 5,
-               "max_reconnect_delay": 6, "back_off_multiplier": 5}
+               "max_reconnect_delay": 6, "back_off_multiplier": 5, "destination_filter": "Queue.f"}
     defaults = NetworkConnectorOptions()
     baseline = render_network_connector(PEER, defaults)
     for name in NetworkConnectorOptions.model_fields:

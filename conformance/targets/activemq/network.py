@@ -80,6 +80,7 @@ _ATTRIBUTES = {
     "static_bridge": "staticBridge",
     "user_name": "userName",
     "password": "password",
+    "destination_filter": "destinationFilter",
 }
 _LISTS = {
     "excluded_destinations": "excludedDestinations",
@@ -267,6 +268,16 @@ class NetworkNode(ProcessEvidence, ProcessNode):
 # --------------------------------------------------------------------------- the network
 
 
+def _advisory_support(attributes: dict[str, str] | None) -> bool:
+    """advisorySupport among a broker's attributes ("Configuration Pitfalls"; on unless "false"):
+    ActiveMQProcess writes that attribute itself, so it is passed to it as an option."""
+    return str((attributes or {}).get("advisorySupport", "true")).lower() != "false"
+
+
+def _without_advisory_support(attributes: dict[str, str] | None) -> dict[str, str] | None:
+    return {k: v for k, v in attributes.items() if k != "advisorySupport"} if attributes else attributes
+
+
 class ActiveMQNetwork:
     """Brokers ``names`` (e.g. ``("A", "B", "C")``) joined by ``bridges``; `start()` returns once
     every bridge is established, `stop()` stops every broker. The broker names are the
@@ -320,7 +331,9 @@ class ActiveMQNetwork:
         self.nodes: dict[str, NetworkNode] = {
             name: NetworkNode(name, ActiveMQProcess(
                 self.workdir / name, name=f"{prefix}-{name}", stomp=True, openwire=True, jmx=True,
-                jvm_heap_mb=jvm_heap_mb, memory_limit_mb=memory_limit_mb, broker_attributes=extra.get(name),
+                jvm_heap_mb=jvm_heap_mb, memory_limit_mb=memory_limit_mb,
+                advisory_support=_advisory_support(extra.get(name)),
+                broker_attributes=_without_advisory_support(extra.get(name)),
                 policy_entries_xml=policy_xml, destination_interceptors_xml=interceptors_xml,
                 plugins_xml=authentication_plugin_xml(self.users.get(name, ())),
                 ready_login=self.users[name][0] if name in self.users else None, persistent=persistent))

@@ -60,6 +60,7 @@ BROKER_ATTRIBUTES = {
     "useVirtualDestSubs": "use_virtual_dest_subs",
     "useVirtualDestSubsOnCreation": "use_virtual_dest_subs_on_creation",
     "networkConnectorStartAsync": "network_connector_start_async",
+    "advisorySupport": "advisory_support",
 }
 
 
