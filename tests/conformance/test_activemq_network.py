@@ -41,10 +41,11 @@ def test_defaults_are_the_documents_table():
 
 
 def test_default_connector_writes_every_scalar_property():
+    # ... but its name, which is left to the broker when the options do not set it (NOB-NAME-2)
     element = connector(NetworkConnectorOptions())
     assert element.get("uri") == "static:(tcp://127.0.0.1:61616)"  # default reconnect options stay off the URI
     assert element.attrib == {
-        "uri": "static:(tcp://127.0.0.1:61616)", "name": "bridge", "dynamicOnly": "false",
+        "uri": "static:(tcp://127.0.0.1:61616)", "dynamicOnly": "false",
         "decreaseNetworkConsumerPriority": "true", "networkTTL": "1", "conduitSubscriptions": "true",
         "useVirtualDestSubs": "false", "duplex": "false", "prefetchSize": "1000",
         "suppressDuplicateQueueSubscriptions": "false", "bridgeTempDestinations": "true",

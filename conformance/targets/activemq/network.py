@@ -109,7 +109,8 @@ def destination_element(destination: str) -> str:
 def render_network_connector(peer_urls: list[str] | tuple[str, ...], options: NetworkConnectorOptions,
                              indent: str = "      ", scheme: str = "static") -> str:
     """One ``<networkConnector>`` element. Every scalar property is written out (``None`` ones
-    left out), so the generated configuration says what was asked whatever the broker's defaults.
+    left out), so the generated configuration says what was asked whatever the broker's defaults;
+    except ``name`` when the options do not set it (the broker's default name is a statement).
     ``scheme``: ``static`` (one bridge per peer) or ``masterslave`` (peers are master, slaves)."""
     attributes = [f"uri={quoteattr(static_uri(peer_urls, options, scheme))}"]
     values = {option: getattr(options, option) for option in _ATTRIBUTES}
@@ -121,6 +122,10 @@ def render_network_connector(peer_urls: list[str] | tuple[str, ...], options: Ne
         values["network_ttl"] = None
         values["message_ttl"] = options.message_ttl if options.message_ttl is not None else options.network_ttl
         values["consumer_ttl"] = options.consumer_ttl if options.consumer_ttl is not None else options.network_ttl
+    if "name" not in options.model_fields_set:
+        # A connector the scenario did not name gets the broker's own default name (NOB-NAME-2
+        # checks it is the documented one), so the attribute is left out.
+        values["name"] = None
     for option, attribute in _ATTRIBUTES.items():
         value = values[option]
         if value is not None:
@@ -224,6 +229,13 @@ class NetworkNode(ProcessEvidence, ProcessNode):
         """The destination MBean's attributes on this broker; None when the broker does not know it."""
         found = self._client().query(destination_pattern(self.process.name, destination), list(attributes))
         return dict(found[0].attributes) if found else None
+
+    def network_connector_names(self) -> list[str]:
+        """The names this broker gives its network connectors (their MBeans' networkConnectorName)."""
+        pattern = (f"org.apache.activemq:type=Broker,brokerName={self.process.name},"
+                   "connector=networkConnectors,networkConnectorName=*")
+        return sorted(m.group(1) for bean in self._client().query(pattern, ["Name"])
+                      if (m := re.search(r"networkConnectorName=([^,]+)", bean.name)))
 
     def consumer_count(self, destination: str) -> int:
         """Consumers of ``destination`` on this broker, local and network (bridge) consumers alike."""

@@ -149,6 +149,11 @@ class ReferenceNode:
             return read(queue) if queue is not None else 0
         return self.call(get)
 
+    def network_connector_names(self) -> list[str]:
+        """The names of this broker's network connectors, as its configuration resolved them."""
+        config = self.network.config if self.network else None
+        return sorted(c.name for c in config.network_connectors) if config else []
+
     def consumer_count(self, destination: str) -> int:
         """Consumers of ``destination`` here, local and network consumers alike."""
         if destination.startswith("topic://"):
