@@ -120,6 +120,11 @@ def static_uri(peer_urls: list[str] | tuple[str, ...], options: NetworkConnector
     return f"{scheme}:({','.join(peer_urls)})" + ("?" + "&".join(query) if query else "")
 
 
+#: transports a network connector may dial with ("Example with a fixed list of URIs": other
+#: transports than tcp can carry a bridge)
+BRIDGE_TRANSPORTS = ("tcp", "nio")
+
+
 @dataclass(frozen=True)
 class Bridge:
     """A network connector on broker ``source`` connecting to broker ``target``: messages flow
@@ -131,10 +136,15 @@ class Bridge:
     #: False for a connector that is meant not to come up (e.g. wrong credentials, NOB-AUTH-1):
     #: the launchers' start() then does not wait for it
     expect_established: bool = True
+    #: the transport the connector dials its peer with: tcp, or one of the broker's others
+    #: (NOB-TRANSPORT-1: nio, ActiveMQ only; a launcher refuses a transport it does not have)
+    transport: str = "tcp"
 
     def __post_init__(self) -> None:
         if self.source == self.target:
             raise ValueError(f"a bridge joins two brokers, not {self.source!r} to itself")
+        if self.transport not in BRIDGE_TRANSPORTS:
+            raise ValueError(f"a bridge's transport is one of {BRIDGE_TRANSPORTS}, not {self.transport!r}")
 
 
 def check_duplex_names(bridges: tuple[Bridge, ...] | list[Bridge]) -> None:

@@ -374,10 +374,11 @@ class ActiveMQNetwork:
         """The address ``bridge``'s connector dials: the target's OpenWire listener, or where
         ``bridge_route`` sends it (a fault proxy in front of that listener)."""
         peer = self.nodes[bridge.target].process
-        if self.bridge_route is None:
-            return peer.openwire_url
-        host, port = self.bridge_route(bridge, peer.host, peer.openwire_port)
-        return f"tcp://{host}:{port}"
+        host, port = peer.host, peer.openwire_port
+        if self.bridge_route is not None:
+            host, port = self.bridge_route(bridge, peer.host, peer.openwire_port)
+        # another client transport over the same OpenWire listener (NOB-TRANSPORT-1: nio)
+        return f"{bridge.transport}://{host}:{port}"
 
     def start_order(self) -> list[str]:
         """Targets before sources where the bridges allow it (a cycle falls back to name order)."""

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from conformance.targets.runtime.loop_thread import LoopThread
-from conformance.topology import (RECONNECT_URI_OPTIONS, Topology, Bridge, BridgeFilterPolicy, BridgeRoute, CompositeDestination,
+from conformance.topology import (RECONNECT_URI_OPTIONS, TopologyUnsupported, Topology, Bridge, BridgeFilterPolicy, BridgeRoute, CompositeDestination,
                                   NetworkConnectorOptions, check_duplex_names, static_uri, with_connector_renamed)
 from reference_broker.cluster.service import NetworkService
 from reference_broker.config import build_config
@@ -279,6 +279,9 @@ class ReferenceNetwork:
             for end in (bridge.source, bridge.target):
                 if end not in names:
                     raise ValueError(f"bridge {bridge.source}->{bridge.target} names {end!r}, not one of {names}")
+            if bridge.transport != "tcp":
+                raise TopologyUnsupported(f"bridge {bridge.source}->{bridge.target}: the reference broker's bridges "
+                                          f"speak STOMP over tcp only, not {bridge.transport}")
         pairs = [(b.source, b.target, b.options.name) for b in bridges]
         if len(set(pairs)) != len(pairs):
             raise ValueError(f"two connectors between the same brokers need different names: {pairs}")
