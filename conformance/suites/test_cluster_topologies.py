@@ -80,6 +80,31 @@ def test_chain_with_one_hop_does_not_see_the_far_node(clusters):
     assert held["A"] == MESSAGES, f"CLU-HOPS-2: A should keep all {MESSAGES} messages, holds {held}"
 
 
+@pytest.mark.spec("CLU-CHAIN-2")
+def test_a_chain_carries_nothing_back_towards_its_head(clusters):
+    """The two-hop chain again, with the only consumer on A, the chain's head, and messages sent
+    to C and to B: no cluster connection leads from C or B to A, so they keep their messages."""
+    cluster = clusters.get(TWO_HOPS)
+    destination = queue()
+    with StompClients() as clients:
+        for node in ("B", "C"):
+            declare(clients, cluster[node], destination)
+        consumer = clients.on(cluster["A"]).subscribe(destination, ack="auto")
+        # nothing may cross towards A, so no probe can show A's consumer became known anywhere:
+        # the settle window that consumer's announcement would need, were there a link to carry it
+        settle()
+        for node in ("C", "B"):
+            producer = clients.on(cluster[node])
+            for i in range(MESSAGES):
+                producer.send(destination, f"{node}{i}")
+        got = bodies(drain(consumer, quiet=3.0))
+        held = {n: cluster[n].queue_size(destination) for n in ("B", "C")}
+    assert got == [], (f"CLU-CHAIN-2: the chain's cluster connections run A->B->C only, yet A's consumer got {got} of "
+                       f"the messages sent to C and B (B holds {held['B']}, C {held['C']})")
+    assert held == {"B": MESSAGES, "C": MESSAGES}, \
+        f"CLU-CHAIN-2: B and C should each keep the {MESSAGES} messages sent to them; they hold {held}"
+
+
 @pytest.mark.spec("CLU-STATIC-1")
 def test_a_node_connects_to_the_members_it_learns_through_the_one_it_listed(clusters):
     """A lists only B and B only C, max-hops 1; without direct-connections-only A learns C through
