@@ -309,6 +309,11 @@ class ClusterManagement:
         through such a queue per peer)."""
         return self._store_and_forward_queues("MessageCount")
 
+    def store_and_forward_added(self) -> dict[str, int]:
+        """Store-and-forward queue name -> MessagesAdded: every message this node has routed to the
+        queue's node through it so far (CLU-BRIDGE-1: the cluster's traffic goes over that bridge)."""
+        return self._store_and_forward_queues("MessagesAdded")
+
 
 class ArtemisClusterProcess(ClusterManagement, ArtemisProcess):
     """An `ArtemisProcess` whose ports are chosen by the launcher (every node must know every
