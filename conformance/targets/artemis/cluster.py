@@ -238,7 +238,9 @@ def _cluster_connection_head(cc: ClusterConnection, name: str, address: str, nod
             f"            <initial-connect-attempts>{cc.initial_connect_attempts}</initial-connect-attempts>",
             f"            <reconnect-attempts>{cc.reconnect_attempts}</reconnect-attempts>",
             f"            <use-duplicate-detection>{_bool(cc.use_duplicate_detection)}</use-duplicate-detection>",
-            f"            <message-load-balancing>{load_balancing}</message-load-balancing>",
+            (f"            <forward-when-no-consumers>{_bool(cc.forward_when_no_consumers)}</forward-when-no-consumers>"
+             if cc.forward_when_no_consumers is not None and name == CLUSTER_NAME else
+             f"            <message-load-balancing>{load_balancing}</message-load-balancing>"),
             f"            <max-hops>{max_hops}</max-hops>"]
 
 

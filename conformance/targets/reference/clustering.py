@@ -333,6 +333,10 @@ def launch_cluster(topology: Topology, workdir: Path | None = None, *, bridge_ro
         # CLU-ADDR-5 and CLU-SCALE-6 apply to Artemis only (catalogue notes)
         raise TopologyUnsupported("a reference cluster node has one cluster connection: extra_connections "
                                   f"{[extra.name for extra in topology.cluster.extra_connections]} cannot be launched")
+    if topology.cluster is not None and topology.cluster.forward_when_no_consumers is not None:
+        # CLU-MLB-2 applies to Artemis only: the reference broker has message_load_balancing alone
+        raise TopologyUnsupported("the reference broker has no forward-when-no-consumers (Artemis's deprecated "
+                                  "name): give message_load_balancing instead")
     cluster = ReferenceCluster(topology, workdir, bridge_route=bridge_route)
     cluster.start(timeout)
     return cluster
