@@ -379,6 +379,8 @@ class ArtemisCluster:
         self.proxied = proxied
         #: node -> the (user, password) it uses instead of the generated pair (None: the defaults)
         self.credentials_of: dict[str, tuple[str, str] | None] = {}
+        self.udp: UdpGroup | None = None  # discovery "udp": the cluster's group (launch_cluster sets it)
+        self.udp_of: dict[str, UdpGroup] = {}  # nodes moved to another group port (use_discovery_port)
 
     # ------------------------------------------------------------ lifecycle
     def start(self, timeout: float = 240) -> None:
@@ -475,6 +477,17 @@ class ArtemisCluster:
             # credentials only at start, so rewrite it now for the next start
             process._write_config()
 
+    def use_discovery_port(self, name: str, port: int) -> None:
+        """From its next start node ``name``'s broadcast and discovery groups use UDP port ``port``
+        of the cluster's multicast address instead of the cluster's (CLU-DISC-10: an endpoint the
+        others do not share). Discovery "udp" only."""
+        if getattr(self, "udp", None) is None:
+            raise ValueError("use_discovery_port needs a cluster with discovery 'udp'")
+        self.udp_of[name] = replace(self.udp, group_port=port)
+        process = self.nodes[name].process
+        if getattr(process, "_created", False):
+            process._write_config()  # broker.xml is read at start: rewritten for the next one
+
     def stop_broker(self, name: str) -> None:
         """Stop node ``name`` gracefully (SIGTERM: Artemis's shutdown hook stops the server, which
         is what triggers scale-down)."""
@@ -559,14 +572,14 @@ def launch_cluster(topology: Topology, scenario: Scenario, workdir: Path, *,
         udp = UdpGroup.fresh()
     workdir = Path(workdir).absolute() / "artemis-cluster"
     credentials = ("brokerconf-cluster", secrets.token_hex(12))
-    state: dict[str, object] = {"credentials": {}}
+    state: dict[str, object] = {"credentials": {}, "udp": {}}
     processes: dict[str, ArtemisClusterProcess] = {}
     for name in topology.nodes:
         processes[name] = ArtemisClusterProcess(
             workdir / f"node-{name}", scenario, name=f"{topology.prefix}-{name}", jvm_heap_mb=jvm_heap_mb,
             cluster_xml_of=lambda name=name: cluster_xml(
                 topology, name, host=ArtemisProcess.host, core_ports=state["core"], dial=state["dial"],
-                announce=state["announce"].get(name), udp=udp,
+                announce=state["announce"].get(name), udp=state["udp"].get(name, udp),
                 credentials=state["credentials"][name] if name in state["credentials"] else credentials),
             redistribution_delay_ms=cc.redistribution_delay_ms, redistribution_delays=cc.redistribution_delays)
     ports = free_ports(sum(p.port_count() for p in processes.values()))
@@ -578,6 +591,7 @@ def launch_cluster(topology: Topology, scenario: Scenario, workdir: Path, *,
     nodes = {name: ArtemisClusterNode(name, process, counters(process)) for name, process in processes.items()}
     cluster = ArtemisCluster(topology, nodes, workdir, state["dial"])
     cluster.credentials_of = state["credentials"]
+    cluster.udp_of, cluster.udp = state["udp"], udp
     cluster.start(timeout=timeout)
     return cluster
 

@@ -291,6 +291,14 @@ class ReferenceCluster:
         else:
             cc["cluster_user"], cc["cluster_password"] = credentials
 
+    def use_discovery_port(self, name: str, port: int) -> None:
+        """From its next start node ``name`` announces itself and listens on UDP port ``port`` of
+        the cluster's multicast group instead of the cluster's (CLU-DISC-10). Discovery "udp" only."""
+        discovery = self.nodes[name].config_data["cluster_connection"].get("discovery")
+        if discovery is None:
+            raise ValueError("use_discovery_port needs a cluster with discovery 'udp'")
+        discovery["group_port"] = port
+
     def stop_broker(self, name: str) -> None:
         """A graceful stop of node ``name``: what triggers scale-down."""
         self.nodes[name].stop()
