@@ -126,6 +126,11 @@ def static_uri(peer_urls: list[str] | tuple[str, ...], options: NetworkConnector
     return f"{scheme}:({','.join(peer_urls)})" + ("?" + "&".join(query) if query else "")
 
 
+#: transports a network connector may dial with ("Example with a fixed list of URIs": other
+#: transports than tcp can carry a bridge)
+BRIDGE_TRANSPORTS = ("tcp", "nio")
+
+
 @dataclass(frozen=True)
 class Bridge:
     """A network connector on broker ``source`` connecting to broker ``target``: messages flow
@@ -137,10 +142,15 @@ class Bridge:
     #: False for a connector that is meant not to come up (e.g. wrong credentials, NOB-AUTH-1):
     #: the launchers' start() then does not wait for it
     expect_established: bool = True
+    #: the transport the connector dials its peer with: tcp, or one of the broker's others
+    #: (NOB-TRANSPORT-1: nio, ActiveMQ only; a launcher refuses a transport it does not have)
+    transport: str = "tcp"
 
     def __post_init__(self) -> None:
         if self.source == self.target:
             raise ValueError(f"a bridge joins two brokers, not {self.source!r} to itself")
+        if self.transport not in BRIDGE_TRANSPORTS:
+            raise ValueError(f"a bridge's transport is one of {BRIDGE_TRANSPORTS}, not {self.transport!r}")
 
 
 def check_duplex_names(bridges: tuple[Bridge, ...] | list[Bridge]) -> None:
@@ -435,9 +445,15 @@ class ClusterConnection:
     scale_down_cluster_name: str | None = None
     grouping: GroupingHandlers | None = None
     extra_connections: tuple[ExtraClusterConnection, ...] = ()
+    #: Artemis's deprecated ``forward-when-no-consumers`` (CLU-MLB-2), written instead of
+    #: ``message-load-balancing`` when set (then that must stay at its default); None: not written.
+    #: Artemis only: the reference broker takes message_load_balancing alone
+    forward_when_no_consumers: bool | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "extra_connections", tuple(self.extra_connections))
+        if self.forward_when_no_consumers is not None and self.message_load_balancing != "ON_DEMAND":
+            raise ValueError("forward_when_no_consumers replaces message_load_balancing: leave that at ON_DEMAND")
         names = [extra.name for extra in self.extra_connections]
         if len(set(names)) != len(names):
             raise ValueError(f"extra cluster connections need distinct names, not {names}")

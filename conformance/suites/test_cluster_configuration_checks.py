@@ -1,5 +1,7 @@
 """How Artemis takes cluster configuration the topology model never renders (artemis-clusters.md,
-"Configuring Cluster Connections" for CLU-CC-1; "Broadcast Groups" for CLU-DISC-3). Both
+"Configuring Cluster Connections" for CLU-CC-1; "Broadcast Groups" for CLU-DISC-3; "Defining
+Discovery Groups on the Server" for CLU-DISC-9: a discovery group with no group address, two of
+one name). Both
 statements are about Artemis's own configuration elements, so they apply to Artemis only, and
 only the local-process launcher can start a JVM with a hand-written fragment and show its sockets.
 
@@ -139,3 +141,61 @@ def test_a_broadcast_group_without_its_group_address_does_not_run_silently(artem
     assert errors, (
         "CLU-DISC-3: a broadcast group without group-address and group-port started and ran with no error "
         f"reported; log tail:\n{process.log_tail(30)}")
+
+
+def _discovery_cluster_connection(group_name: str) -> str:
+    return ('      <cluster-connections><cluster-connection name="by-discovery"><address></address>'
+            f'<connector-ref>self</connector-ref><discovery-group-ref discovery-group-name="{group_name}"/>'
+            '</cluster-connection></cluster-connections>\n')
+
+
+def _refused_or_reported(artemis_node, fragment, words: tuple[str, ...]) -> str | None:
+    """None when Artemis refused ``fragment`` at start with a reason naming every one of ``words``,
+    or logged a WARN/ERROR line naming them within a few seconds of starting; else the refusal or
+    the log tail, for the assertion."""
+    from conformance.targets.artemis.process import ArtemisStartError
+
+    try:
+        process, _ = artemis_node(fragment)
+    except ArtemisStartError as refused:  # refused outright, for the reason asked about
+        reason = str(refused)
+        return None if all(w in reason for w in words) else f"refused for another reason: {reason[:1500]}"
+    def reported() -> list[str]:
+        return [line for line in process.log_tail(400).splitlines()
+                if (" ERROR " in line or " WARN " in line) and all(w in line for w in words)]
+    return None if poll(reported, timeout=10 * BROADCAST_PERIOD_MS / 1000, interval=0.3) else process.log_tail(30)
+
+
+@pytest.mark.spec("CLU-DISC-9")
+def test_a_discovery_group_without_its_group_address_does_not_run_silently(artemis_node):
+    """Defining Discovery Groups on the Server: group-address and group-port are required. A
+    cluster connection uses a discovery group that has neither (a group no cluster connection uses
+    may never be started): Artemis must refuse it or report the group."""
+    def fragment(ports) -> str:
+        return (_own_connector(ports) + '      <discovery-groups><discovery-group name="no-group">'
+                "<local-bind-address>127.0.0.1</local-bind-address><refresh-timeout>5000</refresh-timeout>"
+                "</discovery-group></discovery-groups>\n" + _discovery_cluster_connection("no-group"))
+
+    # 2.40 refuses it: "AMQ219004: Failed to initialise session factory ... port out of range:-1"
+    tail = _refused_or_reported(artemis_node, fragment, ("port",))
+    assert tail is None, ("CLU-DISC-9: a discovery group without group-address and group-port, used by a cluster "
+                          f"connection, started with no error or warning reported; log tail:\n{tail}")
+
+
+@pytest.mark.spec("CLU-DISC-9")
+def test_two_discovery_groups_of_one_name_are_not_taken_silently(artemis_node):
+    """Defining Discovery Groups on the Server: each discovery group needs a name unique on the
+    server. Two groups named alike, on different ports: Artemis must refuse them or say so."""
+    group_ports = free_ports(2)
+
+    def fragment(ports) -> str:
+        groups = "".join(f'<discovery-group name="twice"><local-bind-address>127.0.0.1</local-bind-address>'
+                         f"<group-address>{GROUP_ADDRESS}</group-address><group-port>{port}</group-port>"
+                         "</discovery-group>" for port in group_ports)
+        return (_own_connector(ports) + f"      <discovery-groups>{groups}</discovery-groups>\n"
+                + _discovery_cluster_connection("twice"))
+
+    # 2.40 refuses it: the schema makes the name an ID ("multiple occurrences of ID value 'twice'")
+    tail = _refused_or_reported(artemis_node, fragment, ("twice",))
+    assert tail is None, ("CLU-DISC-9: two discovery groups both named 'twice' were taken with no error or warning "
+                          f"naming them; log tail:\n{tail}")

@@ -36,6 +36,16 @@ SEND_BOUND = 12 * TIMEOUT_MS / 1000 + 20
 DECISION_SLACK_S = 1.5
 GROUPS = 4
 PER_GROUP = 6
+#: group timeouts (GRP-CLUSTER-9): the LOCAL handler forgets a group unused for GROUP_TIMEOUT_MS,
+#: looking every REAPER_MS; the REMOTE handler gets half (both launchers, the chapter's advice)
+GROUP_TIMEOUT_MS = 4000
+REAPER_MS = 500
+TIMED = Topology(("A", "B"), cluster=ClusterConnection(grouping=GroupingHandlers(
+    local="A", timeout_ms=TIMEOUT_MS, group_timeout_ms=GROUP_TIMEOUT_MS, reaper_period_ms=REAPER_MS)),
+    prefix="grptimeout")
+#: seconds between the sends that keep the group in use through B: well under the REMOTE
+#: handler's group timeout (GROUP_TIMEOUT_MS / 2), so B refreshes the group at least every 2 s
+KEEP_USING_EVERY = 1.0
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -65,7 +75,9 @@ def group_ids() -> list[str]:
     return [f"g{i}-{uuid.uuid4().hex[:6]}" for i in range(GROUPS)]
 
 
-@pytest.mark.spec("GRP-CLUSTER-1", "GRP-CLUSTER-3", "GRP-CLUSTER-4")
+# GRP-CLUSTER-7: the handlers' address is the cluster connection's (both ""), and the pinning below
+# needs the REMOTE handler to reach the LOCAL one over that cluster connection
+@pytest.mark.spec("GRP-CLUSTER-1", "GRP-CLUSTER-3", "GRP-CLUSTER-4", "GRP-CLUSTER-7")
 def test_a_group_sent_to_both_nodes_is_pinned_to_one_consumer(cluster):
     """Two consumers on each node; every group is sent alternately through A and B. Each group
     must reach one node (GRP-CLUSTER-3) and there one consumer (GRP-CLUSTER-4), each message
@@ -128,6 +140,48 @@ def test_a_pinned_group_keeps_going_to_its_queue_after_its_consumers_left(cluste
     assert elsewhere == [], (f"GRP-CLUSTER-6: the group is pinned to {pinned_node}'s queue, which lost its consumer, yet "
                              f"{other}'s consumer got {elsewhere}")
     assert held == 3, f"GRP-CLUSTER-6: {pinned_node}'s queue should keep the group's 3 later messages, holds {held}"
+
+
+@pytest.mark.spec("GRP-CLUSTER-9")
+def test_a_group_in_use_through_a_remote_node_outlives_the_local_group_timeout(clusters):
+    """Group timeouts (LOCAL 4 s, REMOTE 2 s). The group's first message goes through A while only
+    A's queue has a consumer, so its route is A's queue. Then A's consumer leaves and one comes on
+    B, and the group is used only through B, once a second, for three LOCAL group timeouts: B's
+    refreshes keep the route, so A's queue keeps every message (GRP-CLUSTER-6); a forgotten group
+    would be proposed afresh, to the one queue with a consumer, B's. Then the group is left unused
+    beyond the LOCAL timeout and sent through B once more: now it must be forgotten and go to B's
+    consumer (setup: what makes the refreshes the reason the route was kept)."""
+    cluster = clusters.get(TIMED)
+    destination = queue("grp")
+    group = group_ids()[0]
+    with StompClients() as clients:
+        declare(clients, cluster["B"], destination)
+        on_a = clients.on(cluster["A"]).subscribe(destination, ack="auto")
+        demand_crossed(cluster, destination, ("A", "B"), ("B", "A"))
+        clients.on(cluster["A"]).send(destination, "first", group_id=group)
+        first = [m.text for m in drain(on_a, quiet=2.0)]
+        assert first == ["first"], f"setup: the group's first message should reach A's consumer, the only one: {first}"
+        on_b = clients.on(cluster["B"]).subscribe(destination, ack="auto")
+        on_a.close()
+        demand_crossed(cluster, destination, ("B", "A"), ("A", "B"))  # B knows A's consumer left; A knows B's
+        through_b = clients.on(cluster["B"])
+        kept = [f"kept-{i}" for i in range(int(3 * GROUP_TIMEOUT_MS / 1000 / KEEP_USING_EVERY))]
+        for body in kept:
+            through_b.send(destination, body, group_id=group)
+            time.sleep(KEEP_USING_EVERY)
+        strayed = [m.text for m in drain(on_b, quiet=2.0)]
+        held = cluster["A"].queue_size(destination)
+        assert strayed == [] and held == len(kept), (
+            f"GRP-CLUSTER-9: the group was used through B every {KEEP_USING_EVERY:.0f} s, under B's group timeout "
+            f"({GROUP_TIMEOUT_MS // 2} ms), for three of the LOCAL handler's ({GROUP_TIMEOUT_MS} ms): it should have "
+            f"stayed routed to A's queue, which should hold all {len(kept)}; A holds {held}, B's consumer got "
+            f"{strayed}\n{cluster.log_tail(20)}")
+        time.sleep((GROUP_TIMEOUT_MS + 4 * REAPER_MS) / 1000 + 1.0)  # unused beyond the LOCAL timeout
+        through_b.send(destination, "after-idle", group_id=group)
+        idle = [m.text for m in drain(on_b, quiet=2.0)]
+    assert idle == ["after-idle"], (
+        f"setup: left unused beyond the LOCAL group timeout the group should be forgotten and routed afresh to the one "
+        f"queue with a consumer, B's; B's consumer got {idle}, A holds {cluster['A'].queue_size(destination)}")
 
 
 @pytest.mark.spec("GRP-CLUSTER-5", "GRP-CLUSTER-2")

@@ -17,6 +17,7 @@ from conformance.suites.cluster_support import (  # noqa: F401 - cluster_pool, c
     StompClients, bodies, cluster_suite_marks, cluster_pool, clusters, declare, demand_crossed, drain, drain_each,
     parametrize_by_target, queue, settle)
 from conformance.topology import ClusterConnection, Topology
+from conformance.waiting import poll
 
 pytestmark = cluster_suite_marks()
 
@@ -24,6 +25,9 @@ pytestmark = cluster_suite_marks()
 ON_DEMAND = Topology(("A", "B", "C"), cluster=ClusterConnection(address="clu.,!clu.ex.,wild.*"), prefix="lbod")
 STRICT = Topology(("A", "B", "C"), cluster=ClusterConnection(message_load_balancing="STRICT"), prefix="lbstrict")
 OFF = Topology(("A", "B"), cluster=ClusterConnection(message_load_balancing="OFF"), prefix="lboff")
+#: Artemis's deprecated forward-when-no-consumers in place of message-load-balancing (CLU-MLB-2)
+LEGACY = {flag: Topology(("A", "B"), cluster=ClusterConnection(forward_when_no_consumers=flag),
+                         prefix=f"lblegacy{str(flag).lower()}") for flag in (True, False)}
 MESSAGES = 12
 
 
@@ -174,3 +178,24 @@ def test_off_never_forwards(clusters):
         held = cluster["A"].queue_size(destination)
     assert got == [], f"CLU-LB-5: with message-load-balancing OFF, B's consumer got {got} sent to A"
     assert held == MESSAGES, f"CLU-LB-5: A should keep all {MESSAGES} messages, holds {held}"
+
+
+@pytest.mark.spec("CLU-MLB-2")
+@pytest.mark.parametrize("flag", [True, False], ids=["forward", "no-forward"])
+def test_forward_when_no_consumers_keeps_its_legacy_meaning(clusters, flag):
+    """The queue on both nodes, no consumer anywhere, messages sent to A: true behaves as STRICT
+    (every other message goes to B's queue), false as ON_DEMAND (A keeps them all)."""
+    cluster = clusters.get(LEGACY[flag])
+    destination = queue()
+    with StompClients() as clients:
+        for node in ("A", "B"):
+            declare(clients, cluster[node], destination)
+        demand_crossed(cluster, destination, ("A", "B"))  # A knows B's queue and its consumer's departure
+        send(clients, cluster["A"], destination, MESSAGES)
+        # a forwarded message is counted on B a moment after A's receipt: read until all are counted
+        held = poll(lambda: {n: cluster[n].queue_size(destination) for n in ("A", "B")},
+                    lambda sizes: sum(sizes.values()) >= MESSAGES, timeout=10.0, interval=0.1)
+    expected = {"A": MESSAGES // 2, "B": MESSAGES // 2} if flag else {"A": MESSAGES, "B": 0}
+    assert held == expected, (
+        f"CLU-MLB-2: forward-when-no-consumers={str(flag).lower()} should act as {'STRICT' if flag else 'ON_DEMAND'}: "
+        f"with no consumer anywhere the queues should hold {expected}, they hold {held}\n{cluster.log_tail(20)}")

@@ -90,3 +90,34 @@ def test_a_killed_node_does_not_scale_down(cluster):
             consumer.ack(message)
     assert bodies(got) == on_b, (f"CLU-SCALE-3: after A was killed (no graceful shutdown) B should have only its own "
                                  f"messages {on_b}, got {bodies(got)}")
+
+
+@pytest.mark.spec("CLU-SCALE-7")
+def test_a_node_joining_the_cluster_loses_nothing(cluster):
+    """Scaling up: A leaves (it holds nothing, so its scale-down moves nothing), B takes the
+    messages, then A joins again; B's messages are all still there and are consumed once each.
+    (The topology's nodes are fixed, so the joining node is one that was stopped: the cluster sees
+    a node arrive all the same.)"""
+    destination = queue()
+    with StompClients() as clients:
+        cluster.stop_broker("A")
+        declare(clients, cluster["B"], destination)
+        sent = [f"b{i}" for i in range(2 * MESSAGES)]
+        producer = clients.on(cluster["B"])
+        for body in sent:
+            producer.send(destination, body)
+        before = poll(lambda: cluster["B"].queue_size(destination), lambda size: size >= len(sent), timeout=10.0)
+        assert before == len(sent), f"setup: B should hold the {len(sent)} messages sent to it, holds {before}"
+        cluster.start_broker("A", timeout=FORMATION)  # returns once A's cluster links are up again
+        declare(clients, cluster["A"], destination)
+        demand_crossed(cluster, destination, ("A", "B"), ("B", "A"))  # A has joined: both know the other
+        after = {n: cluster[n].queue_size(destination) for n in ("A", "B")}
+        consumer = clients.on(cluster["B"]).subscribe(destination, ack="client-individual")
+        got = consumer.receive_n(len(sent), timeout=30) + consumer.drain(quiet=1.0)
+        for message in got:
+            consumer.ack(message)
+    assert sum(after.values()) == len(sent), (
+        f"CLU-SCALE-7: after A joined, the cluster should still hold the {len(sent)} messages B had; it holds {after}"
+        f"\n{cluster.log_tail(20)}")
+    assert sorted(bodies(got)) == sorted(sent), (
+        f"CLU-SCALE-7: every message B held before A joined should be consumed once; got {bodies(got)}")

@@ -59,6 +59,38 @@ def test_every_node_reaches_a_consumer_on_every_other_node_in_one_hop(clusters):
                           + f"\n{cluster.log_tail(20)}")
 
 
+@pytest.mark.spec("CLU-BRIDGE-1")
+def test_cluster_connections_run_over_bridges_nobody_declared(clusters):
+    """Artemis's machinery (the statement applies to Artemis only): no node's broker.xml declares a
+    bridge, yet each node keeps one store-and-forward queue per other node
+    ($.artemis.internal.sf.<cluster>.<node id>) with the internal bridge consuming it, and a
+    message A forwards to B goes through A's queue towards B."""
+    cluster = clusters.get(SYMMETRIC)
+    config = cluster.config_text()
+    assert "<bridges>" not in config and "<bridge " not in config, "setup: the generated broker.xml declares a bridge"
+    ids = {name: cluster[name].process.node_id() for name in NODES}
+    for name in NODES:
+        bridged = cluster[name].process.bridged_nodes()
+        others = {ids[n] for n in NODES if n != name}
+        assert bridged == others, (f"CLU-BRIDGE-1: node {name} should run an internal bridge (a consumed "
+                                   f"store-and-forward queue) to each other node {sorted(others)}; it has {sorted(bridged)}")
+    towards_b = next(q for q in cluster["A"].process.store_and_forward_added() if q.endswith(ids["B"]))
+    destination = queue("clsa")
+    with StompClients() as clients:
+        for node in ("A", "C"):
+            declare(clients, cluster[node], destination)
+        consumer = clients.on(cluster["B"]).subscribe(destination, ack="auto")
+        demand_crossed(cluster, destination, ("A", "B"), ("A", "C"))
+        before = cluster["A"].process.store_and_forward_added()[towards_b]
+        sent = send_numbered(clients, cluster["A"], destination, MESSAGES, tag="sf-")
+        got = bodies(drain(consumer))
+        after = cluster["A"].process.store_and_forward_added()[towards_b]
+    assert sorted(got) == sorted(sent), f"setup: B's consumer should get what was sent to A, got {got}"
+    assert after - before == len(sent), (
+        f"CLU-BRIDGE-1: the {len(sent)} messages A forwarded to B should have gone through A's store-and-forward "
+        f"queue towards B ({towards_b}); its MessagesAdded went from {before} to {after}")
+
+
 @pytest.mark.spec("CLU-ADDR-3")
 def test_an_address_list_serves_every_listed_prefix_and_no_other(clusters):
     cluster = clusters.get(SYMMETRIC)

@@ -15,9 +15,10 @@ import time
 import pytest
 
 from conformance.suites.cluster_support import (  # noqa: F401 - cluster_pool, clusters: the fixtures
-    StompClients, bodies, cluster_suite_marks, cluster_pool, clusters, declare, demand_crossed, drain,
+    FORMATION, StompClients, bodies, cluster_suite_marks, cluster_pool, clusters, declare, demand_crossed, drain,
     parametrize_by_target, queue, settle)
 from conformance.topology import ClusterConnection, Topology
+from conformance.waiting import poll
 
 pytestmark = cluster_suite_marks()
 
@@ -38,6 +39,9 @@ COPIED_WATCH = 10.0
 UDP = Topology(("A", "B"), cluster=ClusterConnection(discovery="udp", broadcast_period_ms=500,
                                                      refresh_timeout_ms=5000), prefix="udp")
 MESSAGES = 10
+#: seconds a node on a discovery port of its own is given to (not) find the others: many of the
+#: UDP cluster's broadcast periods (500 ms); nodes sharing the endpoint form within a few
+APART_WAIT = 10.0
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -79,6 +83,31 @@ def test_chain_with_one_hop_does_not_see_the_far_node(clusters):
     assert got == [], (f"CLU-HOPS-2: chain A->B->C with max-hops left at its default (1): A knows only B (no "
                        f"consumer there), yet C's consumer got {got}")
     assert held["A"] == MESSAGES, f"CLU-HOPS-2: A should keep all {MESSAGES} messages, holds {held}"
+
+
+@pytest.mark.spec("CLU-CHAIN-2")
+def test_a_chain_carries_nothing_back_towards_its_head(clusters):
+    """The two-hop chain again, with the only consumer on A, the chain's head, and messages sent
+    to C and to B: no cluster connection leads from C or B to A, so they keep their messages."""
+    cluster = clusters.get(TWO_HOPS)
+    destination = queue()
+    with StompClients() as clients:
+        for node in ("B", "C"):
+            declare(clients, cluster[node], destination)
+        consumer = clients.on(cluster["A"]).subscribe(destination, ack="auto")
+        # nothing may cross towards A, so no probe can show A's consumer became known anywhere:
+        # the settle window that consumer's announcement would need, were there a link to carry it
+        settle()
+        for node in ("C", "B"):
+            producer = clients.on(cluster[node])
+            for i in range(MESSAGES):
+                producer.send(destination, f"{node}{i}")
+        got = bodies(drain(consumer, quiet=3.0))
+        held = {n: cluster[n].queue_size(destination) for n in ("B", "C")}
+    assert got == [], (f"CLU-CHAIN-2: the chain's cluster connections run A->B->C only, yet A's consumer got {got} of "
+                       f"the messages sent to C and B (B holds {held['B']}, C {held['C']})")
+    assert held == {"B": MESSAGES, "C": MESSAGES}, \
+        f"CLU-CHAIN-2: B and C should each keep the {MESSAGES} messages sent to them; they hold {held}"
 
 
 @pytest.mark.spec("CLU-STATIC-1")
@@ -152,3 +181,38 @@ def test_udp_discovery_forms_the_cluster_and_forwards(clusters):
         got = consumer.receive(timeout=20)
     assert got is not None and got.text == "found", \
         f"CLU-DISC-1: nodes that found each other by UDP discovery did not forward A -> B\n{cluster.log_tail(20)}"
+
+
+@pytest.mark.spec("CLU-DISC-10")
+def test_a_node_on_another_discovery_port_finds_no_one(clusters):
+    """The UDP cluster, then B restarted with its broadcast and discovery groups on a port of its
+    own (the same multicast address): A and B no longer share an endpoint, so neither hears the
+    other and no link forms; messages sent to A stay there although B has the consumer. Before B
+    comes back, A is given the refresh timeout to drop B's entry (B's graceful stop also tells A)."""
+    from conformance.targets.runtime.process import free_ports
+
+    cluster = clusters.get(UDP, disrupts=True)
+    cluster.stop_broker("B")
+    time.sleep(UDP.cluster.refresh_timeout_ms / 1000 + 2.0)  # A's discovery entry for B runs out
+    cluster.use_discovery_port("B", free_ports(1)[0])
+    cluster["B"].start(timeout=FORMATION)  # serving; not start_broker, which waits for the links
+    missing = set(poll(cluster.missing_links, lambda m: not {("A", "B"), ("B", "A")} <= set(m),
+                       timeout=APART_WAIT, interval=0.5))
+    destination = queue()
+    with StompClients() as clients:
+        declare(clients, cluster["A"], destination)
+        consumer = clients.on(cluster["B"]).subscribe(destination, ack="auto")
+        # no probe: B's demand could only reach A over a link that must not exist; the room a
+        # found B's announcement would need
+        settle()
+        producer = clients.on(cluster["A"])
+        for i in range(MESSAGES):
+            producer.send(destination, f"m{i}")
+        got = bodies(drain(consumer, quiet=3.0))
+        kept = cluster["A"].queue_size(destination)
+    assert {("A", "B"), ("B", "A")} <= missing, (
+        f"CLU-DISC-10: B broadcasts and listens on another port than A, yet a link between them came up within "
+        f"{APART_WAIT:.0f} s (links still missing: {sorted(missing)})\n{cluster.log_tail(20)}")
+    assert got == [] and kept == MESSAGES, (
+        f"CLU-DISC-10: B shares no discovery endpoint with A, yet B's consumer got {got} of the {MESSAGES} messages "
+        f"sent to A (A keeps {kept})")

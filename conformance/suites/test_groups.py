@@ -659,3 +659,29 @@ def test_nothing_held_back_when_grouping_is_off(broker, client, dest):
     taken = [m.text for m in b.receive_n(6, RECEIVE_TIMEOUT)]
     assert taken == ["G:3", "G:4", "G:5", "u:1", "u:2", "u:3"], (
         f"GRP-HOL-1 (control): without grouping idle B should take everything A has no room for: {taken}")
+
+
+# --------------------------------------------------------------------------- the Core property name
+
+
+@pytest.mark.spec("GRP-PROP-2")
+@pytest.mark.requires("groups")
+@pytest.mark.protocols("stomp")
+def test_core_group_property_groups_messages(broker, client, dest):
+    """AMG "Using Core API": the Core property _AMQ_GROUP_ID groups messages. Over STOMP, Artemis
+    makes a SEND frame's other headers Core properties of the same name, so the header sets that
+    property itself (no JMSXGroupID is sent). Without grouping, 24 messages over three consumers
+    with room for all would be spread round robin, splitting every group."""
+    q = dest("queue", "grp.coreprop")
+    subs = {name: client().subscribe(q) for name in ("A", "B", "C")}  # room for all 24
+    producer = client()
+    groups = ["IBM", "MSFT", "ORCL", "SUNW"]
+    for i in range(6):
+        for g in groups:
+            producer.send(q, f"{g}:{i}", properties={"_AMQ_GROUP_ID": g})
+    # no barrier: a marker would need a group id, the very thing under test; the quiet window
+    got = texts(gather(subs, 24))
+    assert sorted(b for bodies in got.values() for b in bodies) == sorted(f"{g}:{i}" for g in groups for i in range(6)), \
+        f"GRP-PROP-2: expected each of the 24 messages exactly once: {got}"
+    for g in groups:
+        owner_of(got, g, "GRP-PROP-2")

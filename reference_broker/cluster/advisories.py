@@ -29,6 +29,22 @@ from .replay import RateWindow, install as install_bridge_filter
 ADVISORY_PREFIX = "ActiveMQ.Advisory."
 CONSUMER_ADVISORY_PREFIX = "ActiveMQ.Advisory.Consumer."
 ADVISORY_WILDCARD = "/topic/ActiveMQ.Advisory.Consumer.>"
+
+
+def publishes_advisories(config) -> bool:
+    """ActiveMQ's advisorySupport: on unless the configuration switches it off explicitly (a broker
+    with network connectors and no say has it on, as ActiveMQ's default)."""
+    return config.advisory_support if "advisory_support" in config.model_fields_set else True
+
+
+def advisory_subscriptions(destination_filter: str | None) -> list[str]:
+    """The STOMP destinations a bridge subscribes to for the peer's consumer advisories: every one
+    by default, else those of ``destination_filter`` ("Dynamic networks": ActiveMQ's
+    destinationFilter, appended to the consumer advisory prefix unless an entry has it already)."""
+    if destination_filter is None:
+        return [ADVISORY_WILDCARD]
+    return ["/topic/" + (entry if entry.startswith(CONSUMER_ADVISORY_PREFIX) else CONSUMER_ADVISORY_PREFIX + entry)
+            for entry in destination_filter.split(",")]
 # ActiveMQ "Networks of Brokers", "Dynamic networks and Virtual Destinations": with
 # use_virtual_dest_subs a broker also announces consumers of a virtual destination's target queues
 # as consumers of the virtual destination itself, on advisory topics of their own (ActiveMQ's
@@ -214,6 +230,8 @@ class AdvisoryPublisher:
             snapshot, topic = self.snapshot(destination), advisory_topic(destination)
             for watcher in list(self._watchers):
                 watcher(destination, snapshot)
+        if not publishes_advisories(self.broker.config):
+            return  # "Configuration Pitfalls": no advisories, so no peer's bridge hears of this demand
         if self._connection is None or self._connection.closed:
             self._connection = internal_connection(self.broker)
         message = Message(message_id=self._connection.new_message_id(), destination=f"topic://{topic}",

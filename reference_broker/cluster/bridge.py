@@ -47,8 +47,8 @@ from ..engine.message import Message, MessageRef
 from ..engine.names import parse_destination
 from ..engine.network_principal import bridge_login
 from ..protocols.stomp.codec import Frame
-from .advisories import (ADVISORY_WILDCARD, TEMPORARY_PROPERTY, VIRTUAL_ADVISORY_PREFIX, VIRTUAL_ADVISORY_WILDCARD, AdvisoryPublisher,
-                         decode_consumers, destination_of_advisory, internal_connection)
+from .advisories import (TEMPORARY_PROPERTY, VIRTUAL_ADVISORY_PREFIX, VIRTUAL_ADVISORY_WILDCARD, AdvisoryPublisher,
+                         advisory_subscriptions, decode_consumers, destination_of_advisory, internal_connection)
 from .demand import (DURABLE_KEY, DURABLE_SUB_PREFIX, NetworkDemand, RemoteConsumer, bridge_client_id,
                      desired_consumers, durable_subscription_name, dynamically_forwarded, static_demand)
 from .network_config import NetworkConnectorConfig
@@ -251,7 +251,10 @@ class Bridge:
             self.publisher.watch(self._recheck_suppressed)
         if not self.config.static_bridge:
             # staticBridge: "will not subscribe to any advisory topics on the remote broker".
-            self.link.write("SUBSCRIBE", [("id", "advisories"), ("destination", ADVISORY_WILDCARD), ("ack", "auto")])
+            # destinationFilter narrows which consumer advisories are heard (NOB-DESTFILTER-1/2)
+            for n, topic in enumerate(advisory_subscriptions(self.config.destination_filter)):
+                self.link.write("SUBSCRIBE", [("id", "advisories" if n == 0 else f"advisories.{n}"),
+                                              ("destination", topic), ("ack", "auto")])
             if self.config.use_virtual_dest_subs:
                 # The table's useVirtualDestSubs: listen to the virtual destination consumer advisories.
                 self.link.write("SUBSCRIBE", [("id", "virtual-advisories"), ("destination", VIRTUAL_ADVISORY_WILDCARD),
@@ -288,7 +291,7 @@ class Bridge:
                     self.local.ack(consumer, message_id)
         elif frame.command == "MESSAGE":
             subscription = frame.get("subscription") or ""
-            if subscription == "advisories":
+            if subscription == "advisories" or subscription.startswith("advisories."):
                 self._on_advisory(frame)
             elif subscription == "virtual-advisories":
                 self._on_advisory(frame, virtual=True)

@@ -50,12 +50,23 @@ class NetworkConnectorProperties(BaseModel):
     static_bridge: bool = False
     user_name: str | None = None
     password: str | None = None
+    #: "Dynamic networks" (destinationFilter): which consumer advisories of the remote broker the
+    #: bridge listens to, appended to ``ActiveMQ.Advisory.Consumer.`` (comma-separated; an entry
+    #: already starting with that prefix is taken as is). None: every one (the property's ">")
+    destination_filter: str | None = None
 
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
         if not re.fullmatch(r"[A-Za-z0-9_.-]+", value):
             raise ValueError(f"network connector name must match [A-Za-z0-9_.-]+: {value!r}")
+        return value
+
+    @field_validator("destination_filter")
+    @classmethod
+    def _destination_filter(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"[A-Za-z0-9_.>*-]+(,[A-Za-z0-9_.>*-]+)*", value):
+            raise ValueError(f"destination_filter is a comma-separated list of advisory topic names: {value!r}")
         return value
 
     @field_validator("prefetch_size")

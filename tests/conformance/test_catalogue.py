@@ -89,7 +89,7 @@ def test_the_project_catalogue_loads_with_the_clusters_document():
 def test_clustered_grouping_is_claimed_for_the_reference_broker_too():
     catalogue = load_catalogue()
     cluster_grouping = [s for s in catalogue.values() if s.id.startswith("GRP-CLUSTER-")]
-    assert len(cluster_grouping) == 6
+    assert len(cluster_grouping) == 9
     assert all(s.applies_to == {"reference", "artemis"} for s in cluster_grouping)
 
 

@@ -143,8 +143,8 @@ def test_artemis_writes_an_extra_connections_load_balancing_when_set():
 
 def test_activemq_leaves_out_every_connector_option_not_set():
     element = ET.fromstring(render_network_connector([PEER], NetworkConnectorOptions()))
-    # the name is the connector's identity (the harness finds connectors by it), always written
-    assert element.attrib == {"uri": f"static:({PEER})", "name": "bridge"}
+    # the name too: an unnamed connector gets ActiveMQ's own default name (NOB-NAME-2)
+    assert element.attrib == {"uri": f"static:({PEER})"}
     assert list(element) == []
 
 

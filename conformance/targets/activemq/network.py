@@ -81,6 +81,7 @@ _ATTRIBUTES = {
     "static_bridge": "staticBridge",
     "user_name": "userName",
     "password": "password",
+    "destination_filter": "destinationFilter",
 }
 _LISTS = {
     "excluded_destinations": "excludedDestinations",
@@ -109,12 +110,13 @@ def destination_element(destination: str) -> str:
 def render_network_connector(peer_urls: list[str] | tuple[str, ...], options: NetworkConnectorOptions,
                              indent: str = "      ", scheme: str = "static") -> str:
     """One ``<networkConnector>`` element with the properties the scenario set
-    (``options.model_fields_set``; the ``name`` always, the harness finds connectors by it). An
-    unset property is left out, so ActiveMQ's own default is what runs: a statement "X is the
-    default" is checked against the broker, not against a value written here (issue 26).
+    (``options.model_fields_set``). An unset property is left out, so ActiveMQ's own default is what
+    runs: a statement "X is the default" is checked against the broker, not against a value written
+    here (issue 26). That includes ``name``: an unnamed connector gets the broker's default name,
+    which NOB-NAME-2 checks.
     ``scheme``: ``static`` (one bridge per peer) or ``masterslave`` (peers are master, slaves)."""
     attributes = [f"uri={quoteattr(static_uri(peer_urls, options, scheme))}"]
-    given = options.model_fields_set | {"name"}
+    given = options.model_fields_set
     values = {option: getattr(options, option) if option in given else None for option in _ATTRIBUTES}
     if values["network_ttl"] is not None and (values["message_ttl"] is not None or values["consumer_ttl"] is not None):
         # networkTTL's setter sets both TTLs, and Spring applies the attributes in name order
@@ -229,6 +231,13 @@ class NetworkNode(ProcessEvidence, ProcessNode):
         found = self._client().query(destination_pattern(self.process.name, destination), list(attributes))
         return dict(found[0].attributes) if found else None
 
+    def network_connector_names(self) -> list[str]:
+        """The names this broker gives its network connectors (their MBeans' networkConnectorName)."""
+        pattern = (f"org.apache.activemq:type=Broker,brokerName={self.process.name},"
+                   "connector=networkConnectors,networkConnectorName=*")
+        return sorted(m.group(1) for bean in self._client().query(pattern, ["Name"])
+                      if (m := re.search(r"networkConnectorName=([^,]+)", bean.name)))
+
     def consumer_count(self, destination: str) -> int:
         """Consumers of ``destination`` on this broker, local and network (bridge) consumers alike."""
         attributes = self.destination_attributes(destination, ("ConsumerCount",))
@@ -270,6 +279,16 @@ class NetworkNode(ProcessEvidence, ProcessNode):
 
 
 # --------------------------------------------------------------------------- the network
+
+
+def _advisory_support(attributes: dict[str, str] | None) -> bool:
+    """advisorySupport among a broker's attributes ("Configuration Pitfalls"; on unless "false"):
+    ActiveMQProcess writes that attribute itself, so it is passed to it as an option."""
+    return str((attributes or {}).get("advisorySupport", "true")).lower() != "false"
+
+
+def _without_advisory_support(attributes: dict[str, str] | None) -> dict[str, str] | None:
+    return {k: v for k, v in attributes.items() if k != "advisorySupport"} if attributes else attributes
 
 
 class ActiveMQNetwork:
@@ -325,7 +344,9 @@ class ActiveMQNetwork:
         self.nodes: dict[str, NetworkNode] = {
             name: NetworkNode(name, ActiveMQProcess(
                 self.workdir / name, name=f"{prefix}-{name}", stomp=True, openwire=True, jmx=True,
-                jvm_heap_mb=jvm_heap_mb, memory_limit_mb=memory_limit_mb, broker_attributes=extra.get(name),
+                jvm_heap_mb=jvm_heap_mb, memory_limit_mb=memory_limit_mb,
+                advisory_support=_advisory_support(extra.get(name)),
+                broker_attributes=_without_advisory_support(extra.get(name)),
                 policy_entries_xml=policy_xml, destination_interceptors_xml=interceptors_xml,
                 plugins_xml=authentication_plugin_xml(self.users.get(name, ())),
                 ready_login=self.users[name][0] if name in self.users else None, persistent=persistent))
@@ -354,10 +375,11 @@ class ActiveMQNetwork:
         """The address ``bridge``'s connector dials: the target's OpenWire listener, or where
         ``bridge_route`` sends it (a fault proxy in front of that listener)."""
         peer = self.nodes[bridge.target].process
-        if self.bridge_route is None:
-            return peer.openwire_url
-        host, port = self.bridge_route(bridge, peer.host, peer.openwire_port)
-        return f"tcp://{host}:{port}"
+        host, port = peer.host, peer.openwire_port
+        if self.bridge_route is not None:
+            host, port = self.bridge_route(bridge, peer.host, peer.openwire_port)
+        # another client transport over the same OpenWire listener (NOB-TRANSPORT-1: nio)
+        return f"{bridge.transport}://{host}:{port}"
 
     def start_order(self) -> list[str]:
         """Targets before sources where the bridges allow it (a cycle falls back to name order)."""

@@ -257,7 +257,11 @@ def _cluster_connection_head(cc: ClusterConnection, name: str, address: str, nod
              f"            <connector-ref>node-{escape(node)}</connector-ref>"]
     lines += [f"            <{element}>{_element_value(getattr(cc, option))}</{element}>"
               for option, element in _CONNECTION_ELEMENTS if getattr(cc, option) is not None]
-    if load_balancing is not None:
+    if cc.forward_when_no_consumers is not None and name == CLUSTER_NAME:
+        # the legacy element instead of message-load-balancing (CLU-MLB-2): Artemis reads either
+        lines.append(f"            <forward-when-no-consumers>{_bool(cc.forward_when_no_consumers)}"
+                     f"</forward-when-no-consumers>")
+    elif load_balancing is not None:
         lines.append(f"            <message-load-balancing>{load_balancing}</message-load-balancing>")
     if max_hops is not None:
         lines.append(f"            <max-hops>{max_hops}</max-hops>")
@@ -332,6 +336,11 @@ class ClusterManagement:
         through such a queue per peer)."""
         return self._store_and_forward_queues("MessageCount")
 
+    def store_and_forward_added(self) -> dict[str, int]:
+        """Store-and-forward queue name -> MessagesAdded: every message this node has routed to the
+        queue's node through it so far (CLU-BRIDGE-1: the cluster's traffic goes over that bridge)."""
+        return self._store_and_forward_queues("MessagesAdded")
+
 
 class ArtemisClusterProcess(ClusterManagement, ArtemisProcess):
     """An `ArtemisProcess` whose ports are chosen by the launcher (every node must know every
@@ -395,6 +404,8 @@ class ArtemisCluster:
         self.proxied = proxied
         #: node -> the (user, password) it uses instead of the generated pair (None: the defaults)
         self.credentials_of: dict[str, tuple[str, str] | None] = {}
+        self.udp: UdpGroup | None = None  # discovery "udp": the cluster's group (launch_cluster sets it)
+        self.udp_of: dict[str, UdpGroup] = {}  # nodes moved to another group port (use_discovery_port)
 
     # ------------------------------------------------------------ lifecycle
     def start(self, timeout: float = 240) -> None:
@@ -491,6 +502,17 @@ class ArtemisCluster:
             # credentials only at start, so rewrite it now for the next start
             process._write_config()
 
+    def use_discovery_port(self, name: str, port: int) -> None:
+        """From its next start node ``name``'s broadcast and discovery groups use UDP port ``port``
+        of the cluster's multicast address instead of the cluster's (CLU-DISC-10: an endpoint the
+        others do not share). Discovery "udp" only."""
+        if getattr(self, "udp", None) is None:
+            raise ValueError("use_discovery_port needs a cluster with discovery 'udp'")
+        self.udp_of[name] = replace(self.udp, group_port=port)
+        process = self.nodes[name].process
+        if getattr(process, "_created", False):
+            process._write_config()  # broker.xml is read at start: rewritten for the next one
+
     def stop_broker(self, name: str) -> None:
         """Stop node ``name`` gracefully (SIGTERM: Artemis's shutdown hook stops the server, which
         is what triggers scale-down)."""
@@ -575,14 +597,14 @@ def launch_cluster(topology: Topology, scenario: Scenario, workdir: Path, *,
         udp = UdpGroup.fresh()
     workdir = Path(workdir).absolute() / "artemis-cluster"
     credentials = ("brokerconf-cluster", secrets.token_hex(12))
-    state: dict[str, object] = {"credentials": {}}
+    state: dict[str, object] = {"credentials": {}, "udp": {}}
     processes: dict[str, ArtemisClusterProcess] = {}
     for name in topology.nodes:
         processes[name] = ArtemisClusterProcess(
             workdir / f"node-{name}", scenario, name=f"{topology.prefix}-{name}", jvm_heap_mb=jvm_heap_mb,
             cluster_xml_of=lambda name=name: cluster_xml(
                 topology, name, host=ArtemisProcess.host, core_ports=state["core"], dial=state["dial"],
-                announce=state["announce"].get(name), udp=udp,
+                announce=state["announce"].get(name), udp=state["udp"].get(name, udp),
                 credentials=state["credentials"][name] if name in state["credentials"] else credentials),
             redistribution_delay_ms=cc.redistribution_delay_ms, redistribution_delays=cc.redistribution_delays)
     ports = free_ports(sum(p.port_count() for p in processes.values()))
@@ -594,6 +616,7 @@ def launch_cluster(topology: Topology, scenario: Scenario, workdir: Path, *,
     nodes = {name: ArtemisClusterNode(name, process, counters(process)) for name, process in processes.items()}
     cluster = ArtemisCluster(topology, nodes, workdir, state["dial"])
     cluster.credentials_of = state["credentials"]
+    cluster.udp_of, cluster.udp = state["udp"], udp
     cluster.start(timeout=timeout)
     return cluster
 

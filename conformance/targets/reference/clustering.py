@@ -315,6 +315,14 @@ class ReferenceCluster:
         else:
             cc["cluster_user"], cc["cluster_password"] = credentials
 
+    def use_discovery_port(self, name: str, port: int) -> None:
+        """From its next start node ``name`` announces itself and listens on UDP port ``port`` of
+        the cluster's multicast group instead of the cluster's (CLU-DISC-10). Discovery "udp" only."""
+        discovery = self.nodes[name].config_data["cluster_connection"].get("discovery")
+        if discovery is None:
+            raise ValueError("use_discovery_port needs a cluster with discovery 'udp'")
+        discovery["group_port"] = port
+
     def stop_broker(self, name: str) -> None:
         """A graceful stop of node ``name``: what triggers scale-down."""
         self.nodes[name].stop()
@@ -357,6 +365,10 @@ def launch_cluster(topology: Topology, workdir: Path | None = None, *, bridge_ro
         # CLU-ADDR-5 and CLU-SCALE-6 apply to Artemis only (catalogue notes)
         raise TopologyUnsupported("a reference cluster node has one cluster connection: extra_connections "
                                   f"{[extra.name for extra in topology.cluster.extra_connections]} cannot be launched")
+    if topology.cluster is not None and topology.cluster.forward_when_no_consumers is not None:
+        # CLU-MLB-2 applies to Artemis only: the reference broker has message_load_balancing alone
+        raise TopologyUnsupported("the reference broker has no forward-when-no-consumers (Artemis's deprecated "
+                                  "name): give message_load_balancing instead")
     cluster = ReferenceCluster(topology, workdir, bridge_route=bridge_route)
     cluster.start(timeout)
     return cluster

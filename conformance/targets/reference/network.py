@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from conformance.targets.runtime.loop_thread import LoopThread
-from conformance.topology import (RECONNECT_URI_OPTIONS, Topology, Bridge, BridgeFilterPolicy, BridgeRoute, CompositeDestination,
+from conformance.topology import (RECONNECT_URI_OPTIONS, TopologyUnsupported, Topology, Bridge, BridgeFilterPolicy, BridgeRoute, CompositeDestination,
                                   NetworkConnectorOptions, check_duplex_names, static_uri, with_connector_renamed)
 from reference_broker.cluster.service import NetworkService
 from reference_broker.config import build_config
@@ -63,6 +63,7 @@ BROKER_ATTRIBUTES = {
     "useVirtualDestSubs": "use_virtual_dest_subs",
     "useVirtualDestSubsOnCreation": "use_virtual_dest_subs_on_creation",
     "networkConnectorStartAsync": "network_connector_start_async",
+    "advisorySupport": "advisory_support",
 }
 
 
@@ -150,6 +151,11 @@ class ReferenceNode:
             queue = self.server.broker.queues.get(destination)
             return read(queue) if queue is not None else 0
         return self.call(get)
+
+    def network_connector_names(self) -> list[str]:
+        """The names of this broker's network connectors, as its configuration resolved them."""
+        config = self.network.config if self.network else None
+        return sorted(c.name for c in config.network_connectors) if config else []
 
     def consumer_count(self, destination: str) -> int:
         """Consumers of ``destination`` here, local and network consumers alike."""
@@ -276,6 +282,9 @@ class ReferenceNetwork:
             for end in (bridge.source, bridge.target):
                 if end not in names:
                     raise ValueError(f"bridge {bridge.source}->{bridge.target} names {end!r}, not one of {names}")
+            if bridge.transport != "tcp":
+                raise TopologyUnsupported(f"bridge {bridge.source}->{bridge.target}: the reference broker's bridges "
+                                          f"speak STOMP over tcp only, not {bridge.transport}")
         pairs = [(b.source, b.target, b.options.name) for b in bridges]
         if len(set(pairs)) != len(pairs):
             raise ValueError(f"two connectors between the same brokers need different names: {pairs}")
