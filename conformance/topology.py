@@ -446,14 +446,14 @@ class ClusterConnection:
     grouping: GroupingHandlers | None = None
     extra_connections: tuple[ExtraClusterConnection, ...] = ()
     #: Artemis's deprecated ``forward-when-no-consumers`` (CLU-MLB-2), written instead of
-    #: ``message-load-balancing`` when set (then that must stay at its default); None: not written.
+    #: ``message-load-balancing`` when set (then that must stay unset); None: not written.
     #: Artemis only: the reference broker takes message_load_balancing alone
     forward_when_no_consumers: bool | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "extra_connections", tuple(self.extra_connections))
-        if self.forward_when_no_consumers is not None and self.message_load_balancing != "ON_DEMAND":
-            raise ValueError("forward_when_no_consumers replaces message_load_balancing: leave that at ON_DEMAND")
+        if self.forward_when_no_consumers is not None and self.message_load_balancing is not None:
+            raise ValueError("forward_when_no_consumers replaces message_load_balancing: leave that unset")
         names = [extra.name for extra in self.extra_connections]
         if len(set(names)) != len(names):
             raise ValueError(f"extra cluster connections need distinct names, not {names}")
