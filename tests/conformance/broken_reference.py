@@ -1,49 +1,70 @@
-"""A pytest plugin that breaks the in-process reference broker on purpose, to prove the
-conformance suites can fail and name the rule that broke.
+"""A pytest plugin that breaks the reference broker on purpose, to prove the conformance suites
+can fail and name the rule that broke.
 
 Load it with ``-p tests.conformance.broken_reference`` and choose the faults with the
-environment variable ``BROKERCONF_BREAK`` (comma-separated):
+environment variable ``BROKERCONF_BREAK`` (comma-separated names of `FAULTS`).
 
-* ``groups_not_pinned``: a group never remembers its owner, so each grouped message goes to
-  whichever consumer dispatch picks next (breaks GRP-PIN-*).
-* ``minus_one_buckets_as_two``: a queue with group-buckets -1 (the default) hashes group ids
-  into two buckets instead of tracking each (breaks GRP-BUCKETS-1).
-* ``buckets_ignored``: a queue with N > 0 group buckets tracks every group id on its own
-  (breaks GRP-BUCKETS-1).
-* ``duplex_reverse_unfiltered``: the reverse half of a duplex bridge ignores the connector's
-  excluded and dynamically included destinations (breaks NOB-DUPLEX-2).
-* ``nack_acks_earlier``: a NACK also acknowledges the messages delivered before it on that
-  subscription, as if it were cumulative (breaks ACK-NACK-1).
-* ``discards_not_counted``: slow-subscriber evictions still happen but the ``discarded`` counter
-  stays at zero (breaks the counter statements of the slow-consumer document).
-* ``cluster_duplicates_kept``: a cluster node enqueues every forward it gets, a resent copy too,
-  as if use_duplicate_detection were false on the sender (breaks CLU-CC-DUP-1).
-* ``cluster_initial_attempts_unbounded``: a cluster link never gives up before it first came up,
-  whatever initial_connect_attempts says (breaks CLU-CC-RETRY-3).
-* ``cluster_retry_not_multiplied`` / ``cluster_retry_uncapped``: the wait between a cluster link's
-  attempts ignores retry_interval_multiplier (stays at retry_interval) / max_retry_interval
-  (grows without bound) (both break CLU-CC-RETRY-2).
+Each fault is a bug a broker implementer could plausibly write (a wrong default, an off-by-one,
+a forgotten filter...), patched over the reference broker's code. It is registered with the
+suite that must catch it and the statements that suite must then report failed
+(`tests/conformance/fault_batches.py` groups them into suite runs; `scripts/kill_ratio.py`
+measures how many are caught per statement family).
 
-The faults are patched into the engine classes at configure time, in this test process only
-(the suites' ``reference`` target runs the broker in-process).
+The faults are patched in this test process (the ``reference`` target and the reference
+clusters and networks run in-process) and in every ``python -m reference_broker`` process the
+harness starts (master/slave groups): `_patch_broker_processes` makes those load this module
+first, and they inherit ``BROKERCONF_BREAK``.
 """
 
 from __future__ import annotations
 
 import os
-
-FAULTS = ("groups_not_pinned", "minus_one_buckets_as_two", "buckets_ignored", "duplex_reverse_unfiltered",
-          "nack_acks_earlier", "discards_not_counted", "cluster_duplicates_kept", "cluster_initial_attempts_unbounded",
-          "cluster_retry_not_multiplied", "cluster_retry_uncapped", "auto_ack_copies")
+from dataclasses import dataclass
+from typing import Callable
 
 
+@dataclass(frozen=True)
+class Fault:
+    name: str
+    suite: str                   # the conformance/suites file that must catch it
+    breaks: tuple[str, ...]      # statements that suite must report failed
+    apply: Callable[[], None]
+    # statements it may fail besides (a fault seldom breaks exactly one rule); a batch of faults
+    # expects every other statement of the suite not to fail
+    collateral: tuple[str, ...] = ()
+
+    @property
+    def summary(self) -> str:
+        return " ".join((self.apply.__doc__ or "").strip().split("\n\n")[0].split())
+
+
+FAULTS: dict[str, Fault] = {}
+
+
+def fault(suite: str, *breaks: str, collateral: tuple[str, ...] = ()):
+    """Register the decorated patch as fault ``<function name without the leading _>``."""
+    def register(apply: Callable[[], None]) -> Callable[[], None]:
+        name = apply.__name__.lstrip("_")
+        FAULTS[name] = Fault(name, suite, tuple(breaks), apply, tuple(collateral))
+        return apply
+    return register
+
+
+# ---------------------------------------------------------------- the first faults
+
+@fault("test_groups.py", "GRP-PIN-1", collateral=("GRP-ORDER-1", "GRP-REASSIGN-1", "GRP-HOL-1", "GRP-CLOSE-1", "GRP-FIRST-1", "GRP-REBAL-1", "GRP-RESET-1", "GRP-BUCKETS-1", "GRP-PROP-1", "GRP-SETTINGS-1"))
 def _groups_not_pinned() -> None:
+    """A group never remembers its owner, so each grouped message goes to whichever consumer
+    dispatch picks next."""
     from reference_broker.engine.groups import GroupTable
 
     GroupTable.owner = lambda self, key: None
 
 
+@fault("test_groups.py", "GRP-BUCKETS-1")
 def _minus_one_buckets_as_two() -> None:
+    """A queue with group-buckets -1 (the default) hashes group ids into two buckets instead of
+    tracking each."""
     from reference_broker.engine.groups import GroupTable, artemis_group_hash
 
     right = GroupTable.key
@@ -51,14 +72,19 @@ def _minus_one_buckets_as_two() -> None:
         (artemis_group_hash(group_id) & 0x7FFFFFFF) % 2 if self.buckets < 0 else right(self, group_id))
 
 
+@fault("test_groups.py", "GRP-BUCKETS-1")
 def _buckets_ignored() -> None:
+    """A queue with N > 0 group buckets tracks every group id on its own."""
     from reference_broker.engine.groups import GroupTable
 
     right = GroupTable.key
     GroupTable.key = lambda self, group_id: group_id if self.buckets > 0 else right(self, group_id)
 
 
+@fault("test_networks.py", "NOB-DUPLEX-2")
 def _duplex_reverse_unfiltered() -> None:
+    """The reverse half of a duplex bridge ignores the connector's excluded and dynamically
+    included destinations."""
     from reference_broker.cluster.bridge import Bridge
 
     right = Bridge._local_demand
@@ -75,7 +101,10 @@ def _duplex_reverse_unfiltered() -> None:
     Bridge._local_demand = unfiltered
 
 
+@fault("test_core_ack.py", "ACK-NACK-1")
 def _nack_acks_earlier() -> None:
+    """A NACK also acknowledges the messages delivered before it on that subscription, as if it
+    were cumulative."""
     from reference_broker.engine.broker import Connection
 
     right = Connection.nack
@@ -93,6 +122,7 @@ def _nack_acks_earlier() -> None:
     Connection.nack = nack_and_ack_earlier
 
 
+@fault("test_core_queues.py", "Q-COMPETE-1", "SEL-MATCH-1", "SEL-QUEUE-1", "EXP-1", collateral=("Q-FIFO-1", "Q-EXCL-2"))
 def _auto_ack_copies() -> None:
     """A queue hands each auto-acknowledged message to one more consumer right behind the first
     delivery: to the next auto-ack consumer of the queue (a stray), or to the same one again when
@@ -113,7 +143,9 @@ def _auto_ack_copies() -> None:
     Queue._hand_over = hand_over_and_copy
 
 
+@fault("test_slow_consumer.py", "SLOW-STATS-1", collateral=("SLOW-STATS-2", "SLOW-STATS-3", "SLOW-LIMIT-1", "SLOW-LIMIT-2", "SLOW-LIMIT-3", "SLOW-LIMIT-4", "SLOW-CONSUMER-LIMIT-1", "SLOW-POLICY-1", "SLOW-PREFETCH-1", "SLOW-EVICT-2", "SLOW-EVICT-3", "SLOW-DURABLE-1", "SLOW-MEM-1", "SLOW-FAST-1", "SLOW-FLOW-1"))
 def _discards_not_counted() -> None:
+    """Slow-subscriber evictions still happen but the discarded counter stays at zero."""
     from reference_broker.engine.topic import TopicSubscription
 
     def enforce_limit_without_counting(self) -> None:
@@ -128,14 +160,20 @@ def _discards_not_counted() -> None:
     TopicSubscription._enforce_limit = enforce_limit_without_counting
 
 
+@fault("test_cluster_link_faults.py", "CLU-CC-DUP-1")
 def _cluster_duplicates_kept() -> None:
+    """A cluster node enqueues every forward it gets, a resent copy too, as if
+    use_duplicate_detection were false on the sender."""
     from reference_broker.clustering.service import ClusterService
 
     right = ClusterService._received
     ClusterService._received = lambda self, link, frame: right(self, link, {**frame, "dedupe": False})
 
 
+@fault("test_cluster_link_faults.py", "CLU-CC-RETRY-3")
 def _cluster_initial_attempts_unbounded() -> None:
+    """A cluster link never gives up before it first came up, whatever initial_connect_attempts
+    says."""
     from reference_broker.clustering.retry import RetryPolicy
 
     right = RetryPolicy.gives_up
@@ -143,23 +181,221 @@ def _cluster_initial_attempts_unbounded() -> None:
         right(self, attempts, ever_connected=ever_connected) if ever_connected else False)
 
 
+@fault("test_cluster_link_faults.py", "CLU-CC-RETRY-2")
 def _cluster_retry_not_multiplied() -> None:
+    """The wait between a cluster link's attempts ignores retry_interval_multiplier (stays at
+    retry_interval)."""
     from reference_broker.clustering.retry import RetryPolicy
 
     RetryPolicy.delay = lambda self, failures: min(self.retry_interval, self.max_retry_interval) / 1000
 
 
+@fault("test_cluster_link_faults.py", "CLU-CC-RETRY-2")
 def _cluster_retry_uncapped() -> None:
+    """The wait between a cluster link's attempts ignores max_retry_interval (grows without
+    bound)."""
     from reference_broker.clustering.retry import RetryPolicy
 
     RetryPolicy.delay = lambda self, failures: (
         self.retry_interval * self.retry_interval_multiplier ** max(0, failures - 1) / 1000)
 
 
-def pytest_configure(config) -> None:
-    wanted = [f.strip() for f in os.environ.get("BROKERCONF_BREAK", "").split(",") if f.strip()]
+# ---------------------------------------------------------------- core (conformance/spec/core.toml)
+
+@fault("test_core_ack.py", "DLQ-MAX-1")
+def _redelivery_limit_off_by_one() -> None:
+    """A queue dead-letters a message once its delivery count *reaches* maximum_redeliveries
+    instead of when it passes it: one redelivery fewer than configured."""
+    from reference_broker.engine.queue import Queue
+
+    def negative_acknowledge(self, consumer, refs) -> None:
+        returned = []
+        limit = self.policy.maximum_redeliveries
+        for ref in refs:
+            ref.delivery_count += 1
+            if limit >= 0 and ref.delivery_count >= limit:  # the fault: >= where > is right
+                self._dead_letter(ref, f"delivery count {ref.delivery_count} reached maximum_redeliveries {limit}")
+            else:
+                returned.append(ref)
+        if returned:
+            self._return(returned)
+        self.dispatch()
+
+    Queue.negative_acknowledge = negative_acknowledge
+
+
+@fault("test_core_ack.py", "DLQ-NONPERSIST-1")
+def _non_persistent_dead_lettered() -> None:
+    """Dead-lettering ignores process_non_persistent (as if its default were true): a
+    non-persistent message that exhausted its redeliveries lands on the DLQ instead of being
+    dropped."""
+    from reference_broker.engine.queue import Queue
+
+    def dead_letter_everything(self, ref, cause) -> None:
+        self.dequeued += 1
+        self.dead_lettered += 1
+        if ref.message.persistent:
+            self.broker.store.remove(self.store_key, ref.message.message_id)
+        self.broker.dead_letter(self, ref, cause)
+
+    Queue._dead_letter = dead_letter_everything
+
+
+@fault("test_core_ack.py", "TX-ABORT-1")
+def _abort_keeps_sends() -> None:
+    """ABORT undoes a transaction's acknowledgements but still routes the messages sent in it,
+    as COMMIT would."""
+    from reference_broker.engine.broker import Connection
+
+    right = Connection.abort
+
+    def abort_and_send(self, tx_id) -> None:
+        tx = self.transactions.get(tx_id)
+        sends = list(tx.sends) if tx is not None else []
+        right(self, tx_id)
+        for dest, message in sends:
+            self.broker.route(dest, message)
+
+    Connection.abort = abort_and_send
+
+
+@fault("test_core_queues.py", "Q-PRIO-1")
+def _priority_ignored() -> None:
+    """Every message goes to the lowest priority level: a queue delivers in arrival order
+    whatever the message priority."""
+    from reference_broker.engine.queue import Queue
+
+    Queue._level = lambda self, ref: 0
+
+
+@fault("test_core_queues.py", "Q-EXCL-1", collateral=("Q-EXCL-2",))
+def _exclusive_ignored() -> None:
+    """A consumer's exclusive flag is dropped when the consumer is created: an exclusive
+    consumer competes like any other."""
+    from reference_broker.engine.consumer import Consumer
+
+    right = Consumer.__init__
+
+    def init_without_exclusive(self, *args, **kwargs) -> None:
+        kwargs["exclusive"] = False
+        right(self, *args, **kwargs)
+
+    Consumer.__init__ = init_without_exclusive
+
+
+@fault("test_core_queues.py", "EXP-1", collateral=("EXP-DLQ-1",))
+def _expiry_ignored() -> None:
+    """Message expiration is never checked: an expired message is still delivered."""
+    from reference_broker.engine.message import Message
+
+    Message.is_expired = lambda self, now_ms: False
+
+
+@fault("test_core_queues.py", "SEL-QUEUE-1", collateral=("SEL-MATCH-1",))
+def _queue_selector_ignored() -> None:
+    """A queue consumer's selector is not applied (only the no-local check is): it gets every
+    message of the queue."""
+    from reference_broker.engine.consumer import Consumer
+
+    def accepts_without_selector(self, ref) -> bool:
+        return not (self.no_local and ref.message.producer_id == self.connection.connection_id)
+
+    Consumer.accepts = accepts_without_selector
+
+
+@fault("test_core_queues.py", "STOMP-ERROR-1")
+def _error_keeps_connection() -> None:
+    """A STOMP ERROR frame is sent but the connection is left open behind it."""
+    from reference_broker.protocols.stomp.session import StompSession
+
+    right = StompSession._error
+
+    def error_without_closing(self, *args, **kwargs) -> None:
+        self._shutdown = lambda: None  # the fault: the close after the ERROR is forgotten
+        try:
+            right(self, *args, **kwargs)
+        finally:
+            del self._shutdown
+
+    StompSession._error = error_without_closing
+
+
+@fault("test_core_queues.py", "STORE-RECEIPT-1")
+def _persistent_header_not_echoed() -> None:
+    """A STOMP MESSAGE frame leaves out the persistent header of a persistent message."""
+    from reference_broker.protocols.stomp.session import StompSession
+
+    right = StompSession._encode_common
+    StompSession._encode_common = staticmethod(
+        lambda message, version: right(message, version).replace(b"persistent:true\n", b""))
+
+
+@fault("test_core_topics.py", "TOPIC-FANOUT-1")
+def _topic_first_subscriber_only() -> None:
+    """A topic hands each message to the first matching subscription only, like a queue."""
+    from reference_broker.engine.broker import Broker
+
+    right = Broker._routes
+    Broker._routes = lambda self, topic_name: right(self, topic_name)[:1]
+
+
+@fault("test_core_topics.py", "DUR-KEEP-1")
+def _inactive_durable_drops() -> None:
+    """A durable subscription with no active subscriber drops what is published meanwhile, as
+    a non-durable one would."""
+    from reference_broker.engine.topic import DurableSubscription
+
+    right = DurableSubscription.add
+
+    def add_when_active(self, message, topic, retained=False) -> None:
+        if self.active is not None:
+            right(self, message, topic, retained)
+
+    DurableSubscription.add = add_when_active
+
+
+# ---------------------------------------------------------------- loading
+
+def wanted_faults(value: str | None = None) -> list[Fault]:
+    """The faults ``BROKERCONF_BREAK`` names (or `value`), refusing unknown names."""
+    value = os.environ.get("BROKERCONF_BREAK", "") if value is None else value
+    wanted = [f.strip() for f in value.split(",") if f.strip()]
     unknown = [f for f in wanted if f not in FAULTS]
     if unknown:
         raise ValueError(f"BROKERCONF_BREAK: unknown fault(s) {unknown} (known: {', '.join(FAULTS)})")
-    for fault in wanted:
-        globals()[f"_{fault}"]()
+    return [FAULTS[f] for f in wanted]
+
+
+def apply_from_environment() -> None:
+    for chosen in wanted_faults():
+        chosen.apply()
+
+
+# What a ``python -m reference_broker`` child runs instead: the faults first, then the broker's
+# own entry point, with the arguments it would have had.
+_BROKEN_MAIN = ("import runpy, sys; from tests.conformance.broken_reference import apply_from_environment; "
+                "apply_from_environment(); sys.argv[0] = 'reference_broker'; "
+                "runpy.run_module('reference_broker', run_name='__main__', alter_sys=True)")
+
+
+def _patch_broker_processes() -> None:
+    """Master/slave groups run brokers as child processes (conformance/targets/reference/
+    process.py, which puts the source root on their PYTHONPATH): have them load the faults."""
+    from conformance.targets.reference.process import ReferenceBrokerProcess
+
+    right = ReferenceBrokerProcess.command
+
+    def broken_command(self, stomp_port: int = 0) -> list[str]:
+        cmd = right(self, stomp_port)
+        at = cmd.index("-m")
+        return [*cmd[:at], "-c", _BROKEN_MAIN, *cmd[at + 2:]]
+
+    ReferenceBrokerProcess.command = broken_command
+
+
+def pytest_configure(config) -> None:
+    chosen = wanted_faults()
+    for each in chosen:
+        each.apply()
+    if chosen:
+        _patch_broker_processes()
