@@ -81,8 +81,9 @@ def main(argv: list[str] | None = None) -> int:
                   + (f"; NOT caught: {', '.join(verdict.uncaught)}" if verdict.uncaught else ""), flush=True)
             for name in verdict.uncaught:
                 expected = FAULTS[name].breaks
-                print(f"    {name}: expected failed {expected}, got "
-                      f"{ {s: verdict.outcomes.get(s, 'not run') for s in expected} }")
+                for spec in expected:
+                    print(f"    {name}: {spec} expected failed, got {verdict.outcomes.get(spec, 'not run')}"
+                          f" {verdict.reasons.get(spec, '')[:300]}")
             for spec, why in verdict.unexpected.items():
                 trouble.append(f"{batch.name}: {spec} (touched by no fault of the run) {why}")
             if not verdict.outcomes:

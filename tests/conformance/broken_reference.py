@@ -354,6 +354,363 @@ def _inactive_durable_drops() -> None:
     DurableSubscription.add = add_when_active
 
 
+# ---------------------------------------------------------------- networks of brokers (NOB)
+
+def _with_config(method, **wrong):
+    """`method` of a Bridge run with its connector configuration changed by ``wrong``."""
+    def patched(self, *args, **kwargs):
+        saved = self.config
+        self.config = saved.model_copy(update=wrong)
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            self.config = saved
+    return patched
+
+
+@fault("test_networks.py", "NOB-TTL-2")
+def _message_ttl_one_hop_too_many() -> None:
+    """A bridge's message TTL check lets a message cross one broker more than message_ttl says
+    (the path length compared with <= instead of <)."""
+    from reference_broker.cluster import bridge
+
+    right = bridge.remote_message_selector
+    bridge.remote_message_selector = lambda exclude, message_ttl, consumer_selector=None: right(
+        exclude, message_ttl + 1, consumer_selector)
+
+
+@fault("test_networks.py", "NOB-TTL-3")
+def _consumer_ttl_one_hop_too_many() -> None:
+    """A consumer announcement is acted on one broker further than consumer_ttl allows (the path
+    length compared with <= instead of <)."""
+    from reference_broker.cluster import demand
+
+    demand.eligible = lambda consumer, announcer, forwarder, consumer_ttl: (
+        forwarder not in consumer.path and announcer not in consumer.path and len(consumer.path) <= consumer_ttl)
+
+
+@fault("test_networks.py", "NOB-EXCL-1")
+def _excluded_destinations_ignored() -> None:
+    """Demand for a destination of the excluded list still crosses the connector: only the
+    dynamically included list is consulted."""
+    from reference_broker.cluster import demand
+
+    from reference_broker.cluster import bridge
+
+    demand.dynamically_forwarded = bridge.dynamically_forwarded = lambda config, destination: (
+        not config.dynamically_included_destinations
+        or any(demand.destination_matches(p, destination) for p in config.dynamically_included_destinations))
+
+
+@fault("test_networks.py", "NOB-CONDUIT-1")
+def _conduit_subscriptions_ignored() -> None:
+    """conduit_subscriptions is not honoured: every remote consumer gets a network consumer of its
+    own, as with the option off."""
+    from reference_broker.cluster import demand
+
+    right = demand.desired_consumers
+    demand.desired_consumers = lambda config, destination, announcer, forwarder, consumers: right(
+        config.model_copy(update={"conduit_subscriptions": False}), destination, announcer, forwarder, consumers)
+    from reference_broker.cluster import bridge
+    if getattr(bridge, "desired_consumers", None) is right:
+        bridge.desired_consumers = demand.desired_consumers
+
+
+@fault("test_networks.py", "NOB-PRIO-1")
+def _network_priority_not_decreased() -> None:
+    """decrease_network_consumer_priority is not honoured: network consumers keep priority 0,
+    level with local ones."""
+    from reference_broker.cluster import bridge, demand, paths
+
+    for module in (paths, demand, bridge):
+        if hasattr(module, "network_priority"):
+            module.network_priority = lambda path, decrease: 0
+
+
+@fault("test_networks.py", "NOB-STATINC-1")
+def _static_includes_wait_for_demand() -> None:
+    """Statically included destinations are only forwarded while the remote broker has a consumer,
+    like dynamically included ones."""
+    from reference_broker.cluster import bridge, demand
+
+    demand.static_demand = lambda config, announcer: {}
+    if hasattr(bridge, "static_demand"):
+        bridge.static_demand = demand.static_demand
+
+
+@fault("test_network_connectors.py", "NOB-PREFETCH-1")
+def _network_prefetch_not_passed() -> None:
+    """The network consumer ignores the connector's prefetch_size and takes the default 1000."""
+    from reference_broker.cluster.bridge import Bridge
+
+    Bridge._add_forward = _with_config(Bridge._add_forward, prefetch_size=1000)
+
+
+@fault("test_network_temp.py", "NOB-TEMP-1")
+def _temp_destinations_not_bridged() -> None:
+    """bridge_temp_destinations defaults to off: a remote broker's temporary reply-to destination
+    is never announced, so replies to it go nowhere."""
+    from reference_broker.cluster.bridge import Bridge
+
+    Bridge._on_advisory = _with_config(Bridge._on_advisory, bridge_temp_destinations=False)
+    Bridge._local_demand = _with_config(Bridge._local_demand, bridge_temp_destinations=False)
+
+
+@fault("test_network_store_forward.py", "NOB-STATIC-2")
+def _reconnect_delay_in_seconds() -> None:
+    """A static bridge reads initial_reconnect_delay as seconds, not milliseconds: after losing
+    its peer it waits a thousand times too long to try again."""
+    from reference_broker.cluster.uris import ReconnectPolicy
+
+    right = ReconnectPolicy.delay_ms
+    ReconnectPolicy.delay_ms = lambda self, failures: right(self, failures) * 1000
+
+
+# ---------------------------------------------------------------- slow consumers (SLOW)
+
+@fault("test_slow_consumer.py", "SLOW-EVICT-1")
+def _evict_newest() -> None:
+    """The default eviction strategy drops the newest waiting message instead of the oldest."""
+    from reference_broker.engine import slow_consumer, topic
+    from reference_broker.config import OldestWithLowestPriorityEviction, UniquePropertyEviction
+
+    right = slow_consumer.evictor_for
+
+    def evictor_for(strategy):
+        if isinstance(strategy, (UniquePropertyEviction, OldestWithLowestPriorityEviction)):
+            return right(strategy)
+        return lambda pending: [pending.pop()]
+
+    topic.evictor_for = evictor_for
+
+
+@fault("test_slow_consumer.py", "SLOW-LIMIT-2")
+def _prefetch_rate_multiplier_ignored() -> None:
+    """The prefetch-rate pending limit forgets its multiplier: the limit is the prefetch size."""
+    from reference_broker.config import PrefetchRatePendingMessageLimit
+    from reference_broker.engine import slow_consumer, topic
+
+    right = slow_consumer.pending_limit
+    topic.pending_limit = lambda strategy, prefetch: (
+        prefetch if isinstance(strategy, PrefetchRatePendingMessageLimit) else right(strategy, prefetch))
+
+
+@fault("test_slow_consumer.py", "SLOW-CONSUMER-LIMIT-1")
+def _zero_consumer_limit_honoured() -> None:
+    """A consumer's requested pending limit of 0 is taken as a limit instead of being ignored."""
+    from reference_broker.engine import slow_consumer, topic
+
+    right = slow_consumer.effective_limit
+    topic.effective_limit = lambda policy_limit, consumer_limit: (
+        0 if consumer_limit == 0 else right(policy_limit, consumer_limit))
+
+
+# ---------------------------------------------------------------- Artemis clusters (CLU)
+
+@fault("test_cluster_topologies.py", "CLU-HOPS-2")
+def _max_hops_off_by_one() -> None:
+    """A node's binding table reaches one cluster connection further than max_hops: with the
+    default 1 it load-balances to a node two connections away."""
+    from reference_broker.clustering.bindings import BindingTable
+
+    right = BindingTable.__init__
+    BindingTable.__init__ = lambda self, me, max_hops: right(self, me, max_hops + 1)
+
+
+@fault("test_cluster_load_balancing.py", "CLU-LB-3")
+def _on_demand_ignores_selectors() -> None:
+    """ON_DEMAND counts any consumer on the other node, selector or not: messages its consumers'
+    selectors refuse are forwarded there too."""
+    from reference_broker.clustering.balancer import LoadBalancer
+
+    right = LoadBalancer.candidates
+
+    def candidates(self, message, local_matches, remotes):
+        if self.mode != "ON_DEMAND":
+            return right(self, message, local_matches, remotes)
+        chosen = {r.node for r in remotes if r.consumers}
+        if local_matches:
+            chosen.add(self.me)
+        return sorted(chosen) or [self.me]
+
+    LoadBalancer.candidates = candidates
+
+
+@fault("test_cluster_load_balancing.py", "CLU-LB-4")
+def _strict_balances_on_demand() -> None:
+    """STRICT load balancing is run as ON_DEMAND: nodes whose queue has no (matching) consumer are
+    skipped in the round robin."""
+    from reference_broker.clustering.balancer import LoadBalancer
+
+    right = LoadBalancer.candidates
+
+    def candidates(self, message, local_matches, remotes):
+        if self.mode != "STRICT":
+            return right(self, message, local_matches, remotes)
+        self.mode = "ON_DEMAND"
+        try:
+            return right(self, message, local_matches, remotes)
+        finally:
+            self.mode = "STRICT"
+
+    LoadBalancer.candidates = candidates
+
+
+@fault("test_cluster_load_balancing.py", "CLU-LB-5")
+def _off_balances_on_demand() -> None:
+    """message-load-balancing OFF is not recognised and falls back to the default ON_DEMAND."""
+    from reference_broker.clustering.balancer import LoadBalancer
+
+    right = LoadBalancer.__init__
+    LoadBalancer.__init__ = lambda self, me, mode: right(self, me, "ON_DEMAND" if mode == "OFF" else mode)
+
+
+def _redistribution_delay(wrong):
+    """Have every Redistributor read its queue's redistribution delay through ``wrong(delay)``."""
+    from reference_broker.clustering.redistribution import Redistributor
+
+    right = Redistributor.__init__
+
+    def init(self, mode, delay_for, move) -> None:
+        right(self, mode, lambda queue: wrong(delay_for(queue)), move)
+
+    Redistributor.__init__ = init
+
+
+@fault("test_cluster_redistribution.py", "CLU-REDIST-4")
+def _redistribution_on_by_default() -> None:
+    """The default redistribution delay -1 is read as 0: messages are redistributed at once when
+    nothing configured it."""
+    _redistribution_delay(lambda delay: 0 if delay < 0 else delay)
+
+
+@fault("test_cluster_redistribution.py", "CLU-REDIST-2", collateral=("CLU-REDIST-3", "CLU-REDIST-9"))
+def _redistribution_delay_ignored() -> None:
+    """A positive redistribution delay is not waited: messages move as soon as the last consumer
+    closed."""
+    _redistribution_delay(lambda delay: 0 if delay > 0 else delay)
+
+
+@fault("test_cluster_scale_down_groups.py", "CLU-SCALE-4")
+def _scale_down_ignores_group() -> None:
+    """Scale-down picks any node up and linked, whatever its scale-down-group-name."""
+    from reference_broker.clustering.service import ClusterService
+
+    def any_node(self):
+        candidates = sorted({c.peer for c in self.connectors if c.up}
+                            | {p for p, link in self.inbound.items() if link.is_open})
+        return candidates[0] if candidates else None
+
+    ClusterService.scale_down_target = any_node
+
+
+# ---------------------------------------------------------------- clustered grouping (GRP-CLUSTER)
+
+@fault("test_cluster_grouping.py", "GRP-CLUSTER-3", collateral=("GRP-CLUSTER-1", "GRP-CLUSTER-4", "GRP-CLUSTER-6"))
+def _local_handler_last_proposal_wins() -> None:
+    """The LOCAL grouping handler accepts every proposal, replacing the route it had chosen: a
+    group sent to two nodes is routed by whichever proposed last."""
+    from reference_broker.clustering import grouping
+
+    def decide(self, address, group_id, proposal):
+        self._reaper.ensure_started()
+        self._bindings[(address, group_id)] = grouping._Binding(proposal, self._clock())
+        return proposal, True
+
+    grouping.LocalGroupingHandler.decide = decide
+
+
+@fault("test_cluster_grouping.py", "GRP-CLUSTER-5", "GRP-CLUSTER-2")
+def _remote_handler_routes_alone_on_timeout() -> None:
+    """A REMOTE grouping handler that gets no decision in time routes the group by its own
+    proposal instead of failing the send."""
+    from reference_broker.clustering.grouping import GroupingTimeout, RemoteGroupingHandler
+
+    right = RemoteGroupingHandler.route
+
+    async def route(self, address, group_id, proposal):
+        try:
+            return await right(self, address, group_id, proposal)
+        except GroupingTimeout:
+            return proposal
+
+    RemoteGroupingHandler.route = route
+
+
+# ---------------------------------------------------------------- master/slave (FT)
+
+@fault("test_master_slave.py", "FT-SHARED-1",
+       collateral=("FT-SHARED-2", "FT-SHARED-5", "FT-SHARED-6", "FT-SHARED-9", "FT-SHARED-12", "FT-MS-1"))
+def _lock_failure_ignored() -> None:
+    """The shared-file locker does not look at the result of its lock call: a slave takes the
+    store's lock although the master holds it, and opens its listeners."""
+    from reference_broker.ha.locker import SharedFileLocker
+
+    right = SharedFileLocker._lock
+
+    def lock(self, fd) -> bool:
+        right(self, fd)
+        return True
+
+    SharedFileLocker._lock = lock
+
+
+@fault("test_master_slave.py", "FT-SHARED-2", collateral=("FT-SHARED-5",))
+def _lock_file_not_checked() -> None:
+    """The master's keep-alive check re-locks its open descriptor but never looks whether the lock
+    file is still there: a master whose lock file was deleted keeps serving."""
+    from reference_broker.ha.locker import SharedFileLocker
+
+    def keep_alive(self) -> bool:
+        try:
+            return self._fd is not None and self._lock(self._fd)
+        except OSError:
+            return False
+
+    SharedFileLocker.keep_alive = keep_alive
+
+
+@fault("test_master_slave_nfs.py", "FT-SHARED-4")
+def _takes_over_without_waiting() -> None:
+    """A slave that gets the lock serves at once instead of waiting one lock_keep_alive_period."""
+    from reference_broker.ha.runner import MasterSlaveRunner
+
+    right_period = MasterSlaveRunner.keep_alive_s
+    right_become = MasterSlaveRunner._become_master
+
+    async def become_master(self, stop) -> bool:
+        self._becoming = True  # the period reads 0 while taking over: the wait is skipped
+        try:
+            return await right_become(self, stop)
+        finally:
+            self._becoming = False
+
+    MasterSlaveRunner.keep_alive_s = property(
+        lambda self: 0 if getattr(self, "_becoming", False) else right_period.fget(self))
+    MasterSlaveRunner._become_master = become_master
+
+
+@fault("test_jdbc_master_slave.py", "FT-JDBC-1", collateral=("FT-JDBC-2", "FT-JDBC-4"))
+def _lease_taken_unexpired() -> None:
+    """A slave's attempt on the database lease overwrites the row without checking the lease has
+    ended: it becomes master beside the one holding it."""
+    from reference_broker.ha import lease
+
+    def acquire(self, conn) -> bool:
+        conn.execute(f"CREATE TABLE IF NOT EXISTS {lease.TABLE} (id integer PRIMARY KEY, holder text, lease_end_ms bigint)")
+        conn.execute(f"INSERT INTO {lease.TABLE} (id, holder, lease_end_ms) VALUES (1, NULL, 0) ON CONFLICT (id) DO NOTHING")
+        now = self._now()
+        cursor = conn.execute(f"UPDATE {lease.TABLE} SET holder = %s, lease_end_ms = %s WHERE id = 1",
+                              (self.holder, lease._ms(now + self.lease_s)))
+        if cursor.rowcount == 1:
+            self._lease_end = now + self.lease_s
+            self._may_be_named = True
+            return True
+        return False
+
+    lease.LeaseDatabaseLocker._acquire = acquire
+
+
 # ---------------------------------------------------------------- loading
 
 def wanted_faults(value: str | None = None) -> list[Fault]:

@@ -62,6 +62,7 @@ class Verdict:
     seconds: float
     exit_code: int
     output_tail: str = ""
+    reasons: dict[str, str] = field(default_factory=dict)
     caught: list[str] = field(default_factory=list)
     uncaught: list[str] = field(default_factory=list)
     # statements no fault of the batch touches that failed anyway
@@ -89,7 +90,7 @@ def run_batch(batch: Batch, workdir: Path) -> Verdict:
     if matrix_file.exists():
         for spec, cell in json.loads(matrix_file.read_text())["matrix"]["reference"].items():
             outcomes[spec], reasons[spec] = cell["outcome"], cell.get("reason", "")
-    verdict = Verdict(batch, outcomes, seconds, proc.returncode, (proc.stdout[-3000:] + proc.stderr[-2000:]))
+    verdict = Verdict(batch, outcomes, seconds, proc.returncode, proc.stdout[-3000:] + proc.stderr[-2000:], reasons)
     for each in batch.faults:
         caught = all(outcomes.get(spec) == "failed" for spec in each.breaks)
         (verdict.caught if caught else verdict.uncaught).append(each.name)
