@@ -639,20 +639,36 @@ def _remote_handler_routes_alone_on_timeout() -> None:
 
 # ---------------------------------------------------------------- master/slave (FT)
 
-@fault("test_master_slave.py", "FT-SHARED-1",
-       collateral=("FT-SHARED-2", "FT-SHARED-5", "FT-SHARED-6", "FT-SHARED-9", "FT-SHARED-12", "FT-MS-1"))
-def _lock_failure_ignored() -> None:
-    """The shared-file locker does not look at the result of its lock call: a slave takes the
-    store's lock although the master holds it, and opens its listeners."""
-    from reference_broker.ha.locker import SharedFileLocker
+@fault("test_master_slave.py", "FT-SHARED-1")
+def _slave_binds_transports_early() -> None:
+    """A slave binds its STOMP port while it waits for the lock (accepting connections it never
+    answers) instead of leaving it closed until it is master: clients hang on it instead of moving
+    on to the master.
 
-    right = SharedFileLocker._lock
+    (A slave that ignores the lock altogether serves beside the master; the harness refuses that
+    group when it starts it, so that is an error of the setup, not a failed statement.)"""
+    import asyncio
 
-    def lock(self, fd) -> bool:
-        right(self, fd)
-        return True
+    from reference_broker.ha.runner import MasterSlaveRunner
+    from reference_broker.server import _split
 
-    SharedFileLocker._lock = lock
+    right = MasterSlaveRunner._become_master
+
+    async def become_master(self, stop) -> bool:
+        early, accepted = None, []
+        if self.config.stomp:
+            host, port = _split(self.config.stomp)
+            if port:
+                early = await asyncio.start_server(lambda reader, writer: accepted.append(writer), host, port)
+        try:
+            return await right(self, stop)
+        finally:
+            if early is not None:  # the real listener takes the port once master
+                early.close()  # stops listening at once
+                for writer in accepted:
+                    writer.close()
+
+    MasterSlaveRunner._become_master = become_master
 
 
 @fault("test_master_slave.py", "FT-SHARED-2", collateral=("FT-SHARED-5",))
@@ -709,6 +725,51 @@ def _lease_taken_unexpired() -> None:
         return False
 
     lease.LeaseDatabaseLocker._acquire = acquire
+
+
+# ---------------------------------------------------------------- cross-protocol (XPROTO)
+
+@fault("test_cross_protocol.py", "XPROTO-MQTT-2")
+def _mqtt_user_properties_dropped() -> None:
+    """An MQTT 5 PUBLISH's user properties are not carried into the message (only the group id
+    the broker itself reads is kept): a STOMP subscriber does not see them as headers."""
+    from reference_broker.protocols.mqtt import session
+
+    right = session.message_from_mqtt
+
+    def without_user_properties(*, user_properties=(), **fields):
+        kept = [(name, value) for name, value in user_properties if name in ("JMSXGroupID", "JMSXGroupSeq")]
+        return right(user_properties=kept, **fields)
+
+    session.message_from_mqtt = without_user_properties
+
+
+# ---------------------------------------------------------------- TLS listeners (TLS)
+
+@fault("test_tls.py", "TLS-PLAIN-1", collateral=("TLS-RT-1", "TLS-SIDE-1"))
+def _tls_listener_in_plaintext() -> None:
+    """A TLS listener is bound without its SSL context: the TLS port speaks the protocol in
+    plaintext."""
+    import asyncio
+
+    from reference_broker.server import BrokerServer
+
+    right = BrokerServer._start_tls_listeners
+
+    async def start_without_tls(self) -> None:
+        loop = asyncio.get_running_loop()
+        create_server = loop.create_server
+
+        async def plain(*args, ssl=None, ssl_handshake_timeout=None, **kwargs):
+            return await create_server(*args, **kwargs)
+
+        loop.create_server = plain
+        try:
+            await right(self)
+        finally:
+            del loop.create_server
+
+    BrokerServer._start_tls_listeners = start_without_tls
 
 
 # ---------------------------------------------------------------- loading
