@@ -379,7 +379,7 @@ def _message_ttl_one_hop_too_many() -> None:
         exclude, message_ttl + 1, consumer_selector)
 
 
-@fault("test_networks.py", "NOB-TTL-3")
+@fault("test_networks.py", "NOB-TTL-3", collateral=("NOB-TTL-1",))
 def _consumer_ttl_one_hop_too_many() -> None:
     """A consumer announcement is acted on one broker further than consumer_ttl allows (the path
     length compared with <= instead of <)."""
@@ -402,7 +402,8 @@ def _excluded_destinations_ignored() -> None:
         or any(demand.destination_matches(p, destination) for p in config.dynamically_included_destinations))
 
 
-@fault("test_networks.py", "NOB-CONDUIT-1")
+@fault("test_networks.py", "NOB-CONDUIT-1",
+       collateral=("NOB-CONDUIT-2", "NOB-CONDUIT-3", "NOB-TOPIC-1", "NOB-LOOP-1", "NOB-VIRT-3"))
 def _conduit_subscriptions_ignored() -> None:
     """conduit_subscriptions is not honoured: every remote consumer gets a network consumer of its
     own, as with the option off."""
@@ -427,7 +428,7 @@ def _network_priority_not_decreased() -> None:
             module.network_priority = lambda path, decrease: 0
 
 
-@fault("test_networks.py", "NOB-STATINC-1")
+@fault("test_networks.py", "NOB-STATINC-1", collateral=("NOB-EXCL-2",))
 def _static_includes_wait_for_demand() -> None:
     """Statically included destinations are only forwarded while the remote broker has a consumer,
     like dynamically included ones."""
@@ -438,7 +439,7 @@ def _static_includes_wait_for_demand() -> None:
         bridge.static_demand = demand.static_demand
 
 
-@fault("test_network_connectors.py", "NOB-PREFETCH-1")
+@fault("test_network_connectors.py", "NOB-PREFETCH-1", collateral=("NOB-SYNC-1",))
 def _network_prefetch_not_passed() -> None:
     """The network consumer ignores the connector's prefetch_size and takes the default 1000."""
     from reference_broker.cluster.bridge import Bridge
@@ -496,13 +497,15 @@ def _prefetch_rate_multiplier_ignored() -> None:
 
 
 @fault("test_slow_consumer.py", "SLOW-CONSUMER-LIMIT-1")
-def _zero_consumer_limit_honoured() -> None:
-    """A consumer's requested pending limit of 0 is taken as a limit instead of being ignored."""
-    from reference_broker.engine import slow_consumer, topic
+def _consumer_limit_ignored() -> None:
+    """The pending limit a consumer asks for when it subscribes is ignored: only the policy's
+    limit counts.
 
-    right = slow_consumer.effective_limit
-    topic.effective_limit = lambda policy_limit, consumer_limit: (
-        0 if consumer_limit == 0 else right(policy_limit, consumer_limit))
+    (First tried: a requested 0 taken as a limit. Not reachable: the STOMP session already turns
+    a requested 0 into "none asked", a second guard behind the engine's.)"""
+    from reference_broker.engine import topic
+
+    topic.effective_limit = lambda policy_limit, consumer_limit: policy_limit
 
 
 # ---------------------------------------------------------------- Artemis clusters (CLU)

@@ -1,13 +1,18 @@
 """Group the faults of tests/conformance/broken_reference.py into suite runs, run one, and judge it.
 
-Several faults of one suite go into one run (``BROKERCONF_BREAK=a,b,c``) when the statements they
-touch (must fail, may fail) are disjoint: then each expected failure can only come from its own
-fault, and every statement no fault of the batch touches must still not fail (the broker otherwise
-works, and the faults do not leak into each other's rules).
+Several faults of one suite go into one run (``BROKERCONF_BREAK=a,b,c``) when none of them touches
+a statement another must fail: then each expected failure can only come from its own fault, and
+every statement no fault of the batch touches must still not fail (the broker otherwise works, and
+the faults do not leak into other rules).
+
+A fault touches the statements it must fail, those it may fail besides (`Fault.collateral`), and
+the statements checked by the same test function as one it must fail (a test marked with several
+IDs stops at its first failed assertion, and all its IDs are booked failed).
 """
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import subprocess
@@ -25,6 +30,31 @@ SUITE_TIMEOUT = 600
 FAILED = ("failed", "error")
 
 
+def _spec_ids(decorator: ast.expr) -> list[str]:
+    """The IDs of a ``@pytest.mark.spec("A", "B")`` decorator, [] for any other."""
+    if isinstance(decorator, ast.Call) and isinstance(decorator.func, ast.Attribute) and decorator.func.attr == "spec":
+        return [a.value for a in decorator.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+    return []
+
+
+def checked_together(suite: str) -> dict[str, set[str]]:
+    """Statement -> the statements checked by the same test function of ``suite`` (read from its
+    ``@pytest.mark.spec`` decorators, without importing it)."""
+    tree = ast.parse((SUITES / suite).read_text())
+    together: dict[str, set[str]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            ids = {i for d in node.decorator_list for i in _spec_ids(d)}
+            for spec in ids:
+                together.setdefault(spec, set()).update(ids)
+    return together
+
+
+def touched(fault: Fault) -> set[str]:
+    together = checked_together(fault.suite)
+    return {*fault.collateral, *(s for spec in fault.breaks for s in together.get(spec, {spec}))}
+
+
 @dataclass(frozen=True)
 class Batch:
     suite: str
@@ -36,18 +66,21 @@ class Batch:
 
     @property
     def touched(self) -> set[str]:
-        return {spec for f in self.faults for spec in (*f.breaks, *f.collateral)}
+        return {spec for f in self.faults for spec in touched(f)}
 
 
 def batches(faults: list[Fault] | None = None, *, alone: bool = False) -> list[Batch]:
-    """First fit, in registration order: a fault joins the first batch of its suite whose
-    touched statements are disjoint from its own (``alone``: one batch per fault)."""
+    """First fit, in registration order: a fault joins the first batch of its suite where it
+    touches no statement another fault must fail, and no fault there touches one it must fail
+    (``alone``: one batch per fault)."""
     out: list[list[Fault]] = []
+
+    def fits(each: Fault, batch: list[Fault]) -> bool:
+        return batch[0].suite == each.suite and all(
+            not touched(each) & set(other.breaks) and not touched(other) & set(each.breaks) for other in batch)
+
     for each in FAULTS.values() if faults is None else faults:
-        mine = {*each.breaks, *each.collateral}
-        home = None if alone else next(
-            (b for b in out if b[0].suite == each.suite
-             and not mine & {s for f in b for s in (*f.breaks, *f.collateral)}), None)
+        home = None if alone else next((b for b in out if fits(each, b)), None)
         if home is None:
             out.append([each])
         else:
