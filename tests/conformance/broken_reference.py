@@ -709,25 +709,27 @@ def _takes_over_without_waiting() -> None:
     MasterSlaveRunner._become_master = become_master
 
 
-@fault("test_jdbc_master_slave.py", "FT-JDBC-1", collateral=("FT-JDBC-2", "FT-JDBC-4"))
-def _lease_taken_unexpired() -> None:
-    """A slave's attempt on the database lease overwrites the row without checking the lease has
-    ended: it becomes master beside the one holding it."""
-    from reference_broker.ha import lease
+@fault("test_master_slave_nfs.py", "FT-SHARED-3")
+def _slave_polls_at_keep_alive_period() -> None:
+    """A slave waits lock_keep_alive_period between its attempts on the lock instead of
+    lock_acquire_sleep_interval (the two settings mixed up)."""
+    from reference_broker.ha.runner import MasterSlaveRunner
 
-    def acquire(self, conn) -> bool:
-        conn.execute(f"CREATE TABLE IF NOT EXISTS {lease.TABLE} (id integer PRIMARY KEY, holder text, lease_end_ms bigint)")
-        conn.execute(f"INSERT INTO {lease.TABLE} (id, holder, lease_end_ms) VALUES (1, NULL, 0) ON CONFLICT (id) DO NOTHING")
-        now = self._now()
-        cursor = conn.execute(f"UPDATE {lease.TABLE} SET holder = %s, lease_end_ms = %s WHERE id = 1",
-                              (self.holder, lease._ms(now + self.lease_s)))
-        if cursor.rowcount == 1:
-            self._lease_end = now + self.lease_s
-            self._may_be_named = True
-            return True
-        return False
+    right = MasterSlaveRunner.acquire_sleep_s
+    MasterSlaveRunner.acquire_sleep_s = property(lambda self: self.keep_alive_s or right.fget(self))
 
-    lease.LeaseDatabaseLocker._acquire = acquire
+
+@fault("test_jdbc_master_slave.py", "FT-JDBC-4", collateral=("FT-JDBC-1", "FT-JDBC-2"))
+def _lease_never_renewed() -> None:
+    """The master's keep-alive check on the database lease answers yes without renewing it: once
+    the lease has run out another broker takes it and serves beside the master.
+
+    (First tried: a slave that takes an unexpired lease. It serves beside the master from the
+    start, which the harness refuses when it starts the group: an error of the setup, not a
+    failed statement.)"""
+    from reference_broker.ha.lease import LeaseDatabaseLocker
+
+    LeaseDatabaseLocker.keep_alive = lambda self: self._lease_end is not None
 
 
 # ---------------------------------------------------------------- cross-protocol (XPROTO)
