@@ -716,7 +716,9 @@ def _slave_polls_at_keep_alive_period() -> None:
     from reference_broker.ha.runner import MasterSlaveRunner
 
     right = MasterSlaveRunner.acquire_sleep_s
-    MasterSlaveRunner.acquire_sleep_s = property(lambda self: self.keep_alive_s or right.fget(self))
+    # read from the configuration, not keep_alive_s, which another fault patches
+    MasterSlaveRunner.acquire_sleep_s = property(
+        lambda self: self.config.store.lock_keep_alive_period / 1000 or right.fget(self))
 
 
 @fault("test_jdbc_master_slave.py", "FT-JDBC-4", collateral=("FT-JDBC-1", "FT-JDBC-2"))
