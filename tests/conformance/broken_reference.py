@@ -594,7 +594,7 @@ def _redistribution_delay_ignored() -> None:
     _redistribution_delay(lambda delay: 0 if delay > 0 else delay)
 
 
-@fault("test_cluster_scale_down_groups.py", "CLU-SCALE-4")
+@fault("test_cluster_scale_down_groups.py", "CLU-SCALE-4", collateral=("CLU-SCALE-5",))
 def _scale_down_ignores_group() -> None:
     """Scale-down picks any node up and linked, whatever its scale-down-group-name."""
     from reference_broker.clustering.service import ClusterService
@@ -609,18 +609,21 @@ def _scale_down_ignores_group() -> None:
 
 # ---------------------------------------------------------------- clustered grouping (GRP-CLUSTER)
 
-@fault("test_cluster_grouping.py", "GRP-CLUSTER-3", collateral=("GRP-CLUSTER-1", "GRP-CLUSTER-4", "GRP-CLUSTER-6"))
-def _local_handler_last_proposal_wins() -> None:
-    """The LOCAL grouping handler accepts every proposal, replacing the route it had chosen: a
-    group sent to two nodes is routed by whichever proposed last."""
-    from reference_broker.clustering import grouping
+@fault("test_cluster_grouping.py", "GRP-CLUSTER-3",
+       collateral=("GRP-CLUSTER-1", "GRP-CLUSTER-4", "GRP-CLUSTER-6", "GRP-CLUSTER-2", "GRP-CLUSTER-5"))
+def _remote_handler_decides_alone() -> None:
+    """A REMOTE grouping handler routes a group by its own proposal without waiting for the
+    LOCAL handler's decision: a group whose messages arrive at two nodes is split between them.
 
-    def decide(self, address, group_id, proposal):
-        self._reaper.ensure_started()
-        self._bindings[(address, group_id)] = grouping._Binding(proposal, self._clock())
-        return proposal, True
+    (First tried: a LOCAL handler whose latest proposal replaces the route. Not observable: a
+    REMOTE handler asks once per group and keeps the answer, so the LOCAL never hears a second
+    proposal for a group while the test runs.)"""
+    from reference_broker.clustering.grouping import RemoteGroupingHandler
 
-    grouping.LocalGroupingHandler.decide = decide
+    async def route(self, address, group_id, proposal):
+        return proposal
+
+    RemoteGroupingHandler.route = route
 
 
 @fault("test_cluster_grouping.py", "GRP-CLUSTER-5", "GRP-CLUSTER-2")
@@ -642,7 +645,7 @@ def _remote_handler_routes_alone_on_timeout() -> None:
 
 # ---------------------------------------------------------------- master/slave (FT)
 
-@fault("test_master_slave.py", "FT-SHARED-1")
+@fault("test_master_slave.py", "FT-SHARED-1", collateral=("FT-SHARED-6",))
 def _slave_binds_transports_early() -> None:
     """A slave binds its STOMP port while it waits for the lock (accepting connections it never
     answers) instead of leaving it closed until it is master: clients hang on it instead of moving
