@@ -39,12 +39,18 @@ def family(spec_id: str) -> str:
     return "GRP-CLUSTER" if spec_id.startswith("GRP-CLUSTER-") else spec_id.split("-", 1)[0]
 
 
+def about_a_client(statement) -> bool:
+    subject = getattr(statement, "subject", None)  # where the catalogue records it
+    if subject is not None:
+        return subject == "client"
+    return statement.id.startswith(CLIENT_SUBJECT_PREFIXES)
+
+
 def broker_statements() -> dict[str, list[str]]:
     """Family -> IDs of statements about the broker that apply to the reference target."""
     out: dict[str, list[str]] = defaultdict(list)
     for statement in load_catalogue().values():
-        client = getattr(statement, "subject", "") == "client" or statement.id.startswith(CLIENT_SUBJECT_PREFIXES)
-        if statement.applies("reference") and not client:
+        if statement.applies("reference") and not about_a_client(statement):
             out[family(statement.id)].append(statement.id)
     return out
 
@@ -92,14 +98,17 @@ def main(argv: list[str] | None = None) -> int:
     faults_of: dict[str, list[str]] = defaultdict(list)
     for each in chosen:
         faults_of[family(each.breaks[0])].append(each.name)
-    print(f"\n{'family':12} {'statements':>10} {'faults':>6} {'caught':>6} {'stmts/fault':>11}  not caught")
+    print(f"\n{'family':12} {'statements':>10} {'faults':>6} {'caught':>6} {'stmts/fault':>11}  not caught"
+          f" (a * after the ratio: above the target of {STATEMENTS_PER_FAULT})")
     families = sorted(set(statements) | set(faults_of)) if not (args.family or args.fault) else sorted(faults_of)
     for fam in families:
         names = faults_of.get(fam, [])
         got = [f for f in names if f in caught]
-        ratio = f"{len(statements.get(fam, [])) / len(got):.1f}" if got else "-"
+        count = len(statements.get(fam, []))
+        ratio = f"{count / len(got):.1f}" if got else "-"
+        ratio += "*" if count and (not got or count / len(got) > STATEMENTS_PER_FAULT) else " "
         missing = [f for f in names if f not in caught]
-        print(f"{fam:12} {len(statements.get(fam, [])):>10} {len(names):>6} {len(got):>6} {ratio:>11}  {', '.join(missing)}")
+        print(f"{fam:12} {count:>10} {len(names):>6} {len(got):>6} {ratio:>12} {', '.join(missing)}")
     print(f"\n{len(caught)}/{len(chosen)} faults caught in {len(plan)} suite runs, {total:.0f} s of suite time")
     for line in trouble:
         print("TROUBLE:", line)

@@ -6,7 +6,7 @@ every statement no fault of the batch touches must still not fail (the broker ot
 the faults do not leak into other rules).
 
 A fault touches the statements it must fail, those it may fail besides (`Fault.collateral`), and
-the statements checked by the same test function as one it must fail (a test marked with several
+the statements checked by the same test function as one of those (a test marked with several
 IDs stops at its first failed assertion, and all its IDs are booked failed).
 """
 
@@ -52,7 +52,7 @@ def checked_together(suite: str) -> dict[str, set[str]]:
 
 def touched(fault: Fault) -> set[str]:
     together = checked_together(fault.suite)
-    return {*fault.collateral, *(s for spec in fault.breaks for s in together.get(spec, {spec}))}
+    return {s for spec in (*fault.breaks, *fault.collateral) for s in together.get(spec, {spec})}
 
 
 @dataclass(frozen=True)
