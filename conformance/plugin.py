@@ -14,8 +14,15 @@ It turns a suite written once into checks per target and per documented rule:
   operation the protocol cannot express is reported as *not applicable* with the reason.
 * Known deviations (``conformance/known_deviations/*.toml``) become strict xfails for their
   target kind, reported as *known deviation* only when the test fails with an AssertionError whose
-  message matches the entry's ``failure`` pattern; any other failure is a failure.
+  message matches the entry's ``failure`` pattern; any other failure is a failure. A test outside
+  the suites pins a known failure the same way with ``@pytest.mark.known_failure(failure=REGEX,
+  reason=TEXT)``, never with a hand-written xfail.
 * ``--conformance-matrix FILE`` writes target x spec ID -> outcome as JSON.
+* A test tied to a statement about the client (catalogue ``subject = "client"``) names the client
+  it exercised, ``@pytest.mark.client_subject("NAME")`` (on the ``pytest.param`` of a parametrized
+  test); the matrix books its verdict under the column ``client: NAME``, not under the broker it
+  ran against. Without that marker the test is refused at collection, unless
+  ``@pytest.mark.broker_part(ID, ...)`` says it checks the broker's part of those statements.
 * A failing test carries evidence: the broker's log excerpt, its generated configuration and each
   client's exchange, as report sections (and Allure attachments when allure-pytest is active).
 * Under pytest-xdist (``-n N --dist loadgroup``) each suite module's tests of one target form one
@@ -46,7 +53,7 @@ from conformance.clients.base import Unsupported
 from conformance.matrix import ConformanceResults, TestRecord
 from conformance.scenario import DEFAULT_SCENARIO, PROTOCOLS, Scenario
 from conformance.spec.catalogue import CatalogueError, load_catalogue
-from conformance.spec.deviations import DEFAULT_DEVIATIONS_DIR, DeviationError, load_deviations
+from conformance.spec.deviations import DEFAULT_DEVIATIONS_DIR, DeviationError, known_failures, load_deviations
 from conformance.targets.base import CAPABILITIES, BrokerHandle, TargetUnavailable, address, is_real_broker
 from conformance.targets.registry import UnknownTarget, load_targets_file, resolve
 from conformance.clients import connect
@@ -132,9 +139,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "spec(*ids): catalogue statements (conformance/spec/*.toml) the test checks")
     config.addinivalue_line("markers", "requires(*capabilities): target capabilities the test needs")
+    config.addinivalue_line("markers", "client_subject(name): the client library a test exercised, for the client "
+                                       "statements it checks (their verdicts go to the matrix column 'client: name')")
+    config.addinivalue_line("markers", "broker_part(*ids): client statements whose broker's part the test checks "
+                                       "(their verdicts count for the broker it ran against)")
     config.addinivalue_line("markers", "protocols(*names): run the test once per protocol (stomp, mqtt, amqp)")
     config.addinivalue_line("markers", "network(key): the network a network-of-brokers suite test runs on, started by "
                                        "its `net` fixture at set-up (conformance/suites/test_networks.py)")
+    config.addinivalue_line("markers", "known_failure(failure, reason): a strict xfail that accepts only an "
+                                       "AssertionError whose message matches the regular expression `failure`")
     config.addinivalue_line("markers", "real_broker: runs against a real broker (added to suite tests on non-reference targets)")
     config.addinivalue_line("markers", "brokerconf_requirement_present: a requirement the test needs is present "
                                        "(conformance.requirements.missing_mark)")
@@ -226,6 +239,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         # the matrix lists records in the collection's order, taken here: a parallel run orders
         # its items by cost afterwards (conformance/schedule.py), which must not reorder the matrix
         item.stash[ORDER] = n
+        _add_known_failures(item)
         if "target_name" not in _params(item):
             continue
         item.stash[NODEID] = item.nodeid
@@ -236,6 +250,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         unknown = [s for s in specs if s not in state.catalogue]
         if unknown:
             raise pytest.UsageError(f"{item.nodeid}: spec ID(s) {unknown} are not in the catalogue (conformance/spec/)")
+        _check_client_subject(item, specs, state.catalogue)
         missing = [c for c in _marker_args(item, "requires") if c not in CAPABILITIES]
         if missing:
             raise pytest.UsageError(f"{item.nodeid}: unknown capabilities {missing} in @pytest.mark.requires "
@@ -248,13 +263,55 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         matching = [d for d in state.deviations if d.matches(target.kind, specs, item.originalname,
                                                                    _params(item).get("protocol", "stomp"))]
         if matching:
-            item.stash[DEVIATIONS] = matching
+            item.stash[DEVIATIONS] = [*item.stash.get(DEVIATIONS, []), *matching]
         for deviation in matching:
             # raises=AssertionError: another exception (a broken JMX query, a client error) fails the
             # test; the message check in pytest_runtest_makereport does the rest.
             item.add_marker(pytest.mark.xfail(raises=AssertionError, strict=True,
                                               reason=f"known deviation {deviation.spec} on {deviation.target}: "
                                                      f"{deviation.summary}"))
+
+
+def client_subject(item: pytest.Item) -> str:
+    """The client the test exercised (its closest ``client_subject`` marker), or ""."""
+    mark = item.get_closest_marker("client_subject")
+    return mark.args[0] if mark is not None and mark.args else ""
+
+
+def _check_client_subject(item: pytest.Item, specs: list[str], catalogue: dict) -> None:
+    """A verdict on a client statement must say whose it is: refuse a test that would book it to a broker."""
+    broker_part = _marker_args(item, "broker_part")
+    stray = [s for s in broker_part if s not in specs or not catalogue[s].about_client]
+    if stray:
+        raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.broker_part{tuple(stray)} names no client statement of "
+                                f"the test's @pytest.mark.spec")
+    mark = item.get_closest_marker("client_subject")
+    if mark is not None and not (len(mark.args) == 1 and isinstance(mark.args[0], str) and mark.args[0].strip()):
+        raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.client_subject takes one name, the client exercised "
+                                f"(e.g. \"brokerconf failover (python)\"); got {mark.args!r}")
+    about_client = [s for s in specs if catalogue[s].about_client and s not in broker_part]
+    if about_client and mark is None:
+        raise pytest.UsageError(
+            f"{item.nodeid}: {', '.join(about_client)} describe the client, not the broker (subject = \"client\" in "
+            f"conformance/spec/), so the test must name the client it exercised with "
+            f"@pytest.mark.client_subject(\"<client>\") (on the pytest.param of a parametrized test); its verdict "
+            f"then goes to that client's column of the matrix, never to the broker's. A test that checks the "
+            f"broker's part of such a statement says so with @pytest.mark.broker_part(ID).")
+
+
+def _add_known_failures(item: pytest.Item) -> None:
+    """A ``known_failure`` mark: a strict xfail narrowed like a known deviation (same check in
+    pytest_runtest_makereport), for tests outside the suites (conformance/spec/deviations.py)."""
+    try:
+        known = known_failures(item.iter_markers("known_failure"), getattr(item, "originalname", item.name),
+                               item.nodeid)
+    except DeviationError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    if known:
+        item.stash[DEVIATIONS] = known
+    for failure in known:
+        item.add_marker(pytest.mark.xfail(raises=AssertionError, strict=True,
+                                          reason=f"known failure: {failure.summary}"))
 
 
 def _params(item: pytest.Item) -> dict:
@@ -480,6 +537,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     target_name = params["target_name"]
     record = TestRecord.from_report(item.stash.get(NODEID, item.nodeid), target_name, params.get("protocol", "stomp"),
                                     _marker_args(item, "spec"), report, NOT_APPLICABLE)
+    if record is not None:
+        record.client_subject = client_subject(item)
+        record.broker_part = _marker_args(item, "broker_part")
     # Recorded in pytest_runtest_logreport, which runs where the matrix is kept: in this process
     # in a serial run, in the controller under pytest-xdist (this hook runs in the worker). The
     # report carries the record there, with what the broker fixture learnt about the target (in

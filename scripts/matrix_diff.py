@@ -5,8 +5,10 @@ any, 0 when the matrices agree (so "identical matrices" is this command's empty 
 
     .venv/bin/python scripts/matrix_diff.py reports/out/RUN1/matrix.json reports/out/RUN2/matrix.json [...]
 
-Times (a test's seconds, the generation time) and the wording of reasons are not compared: they
-differ between runs that reach the same verdicts; everything that decides a verdict is.
+A client column (``client: <subject>``, the statements about a client library) is compared like a
+target's. Times (a test's seconds, the generation time) and the wording of reasons are not
+compared: they differ between runs that reach the same verdicts; everything that decides a
+verdict is.
 """
 
 from __future__ import annotations

@@ -202,6 +202,14 @@ class SharedStoreRig:
     def path(self, host: str) -> str:
         return self.mounts[host].mountpoint
 
+    def reboot(self, host: str) -> None:
+        """The host's NFS client comes back as after a reboot: it unmounts and a new client mounts
+        the same point, introducing itself afresh, which drops the locks of its earlier life (an
+        NFSv3 client's reboot notice, an NFSv4 client's new verifier: leases.py open_session)."""
+        old = self.mounts[host]
+        old.stop()
+        self.mounts[host] = MountProcess(old.mountpoint, old.server, old.client, old.options).start()
+
     @property
     def links(self) -> dict[str, str]:
         return dict(self.nemesis.links) if self.nemesis else {}

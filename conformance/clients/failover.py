@@ -54,6 +54,9 @@ __all__ = [
     "TransportEvent", "UriOrder", "connect_failover",
 ]
 
+#: how a suite names this client as the subject of the client statements it checks with it
+#: (``@pytest.mark.client_subject``, the matrix column ``client: <this>``; conformance/matrix.py)
+CLIENT_SUBJECT = "brokerconf failover (python)"
 CONNECTION_ERRORS = (ClientError, ConnectFailed, OSError)
 
 

@@ -117,6 +117,9 @@ _BY_NAME: dict[str, Callable[[random.Random | None], LoadBalancingPolicy]] = {
 POLICIES = tuple(_BY_NAME)
 #: the chapter's default when a client names no policy (CLU-CLIENT-6)
 DEFAULT_POLICY = "round_robin"
+#: how a suite names this client as the subject of the client statements it checks with it
+#: (``@pytest.mark.client_subject``, the matrix column ``client: <this>``; conformance/matrix.py)
+CLIENT_SUBJECT = "brokerconf load balancing (python)"
 #: the class names Artemis's ``connectionLoadBalancingPolicyClassName`` takes, accepted as aliases
 ARTEMIS_CLASS_NAMES = {
     f"org.apache.activemq.artemis.api.core.client.loadbalance.{cls}ConnectionLoadBalancingPolicy": name

@@ -12,6 +12,9 @@ One TOML file per document in this directory::
     applies_to = ["reference", "artemis", "activemq"]   # target kinds the rule is claimed for
     note = "..."                                    # optional: caveats, Classic differences
     not_observable = "..."                          # optional: why no client of ours can see it
+    subject = "client"                              # optional: who the statement is about, "broker"
+                                                    # (default) or "client" (a client library's
+                                                    # behaviour, e.g. the failover transport)
 
     [[uncatalogued]]                                # a checkable claim of the document with no ID yet
     section = "..."
@@ -24,6 +27,12 @@ statements are its catalogued statements plus these (``scripts/not_checked.py`` 
 A test ties itself to statements with ``@pytest.mark.spec("GRP-PIN-1", ...)``; the plugin
 refuses IDs that are not catalogued, and the report shows per target how many catalogued
 statements were checked and how many passed.
+
+A statement's ``subject`` says whose behaviour it describes. A *client* statement (a failover
+transport option, a client-side load-balancing policy) is checked by exercising a client library
+against some broker; its verdict belongs to that client, not to the broker it ran against, so a
+test tied to one names the client it exercised (``@pytest.mark.client_subject("...")``) and the
+matrix books it under a column of that client (conformance/matrix.py).
 """
 
 from __future__ import annotations
@@ -37,6 +46,7 @@ from pathlib import Path
 CATALOGUE_DIR = Path(__file__).resolve().parent
 ID_PATTERN = re.compile(r"^[A-Z][A-Z0-9]*(-[A-Z0-9]+)*-[0-9]+$")
 KNOWN_KINDS = frozenset({"reference", "activemq", "artemis", "rabbitmq", "mosquitto"})
+SUBJECTS = ("broker", "client")
 
 
 class CatalogueError(ValueError):
@@ -55,6 +65,12 @@ class Statement:
     #: why none of our clients can observe the statement (an OpenWire-only command, a product that
     #: is not installed): it stays catalogued, and the matrix says not applicable with this reason
     not_observable: str = ""
+    #: whose behaviour the statement describes: "broker" or "client" (see the module docstring)
+    subject: str = "broker"
+
+    @property
+    def about_client(self) -> bool:
+        return self.subject == "client"
 
     def applies(self, kind: str) -> bool:
         # An external broker is checked against every rule: the user chose to point us at it.
@@ -78,7 +94,7 @@ def _load_file(path: Path) -> list[Statement]:
     out = []
     for n, raw in enumerate(data.get("statement", []), 1):
         where = f"{path.name}: statement #{n}"
-        unknown = set(raw) - {"id", "section", "paraphrase", "applies_to", "note", "not_observable"}
+        unknown = set(raw) - {"id", "section", "paraphrase", "applies_to", "note", "not_observable", "subject"}
         if unknown:
             raise CatalogueError(f"{where}: unknown key(s) {sorted(unknown)}")
         for key in ("id", "section", "paraphrase", "applies_to"):
@@ -89,8 +105,12 @@ def _load_file(path: Path) -> list[Statement]:
         kinds = frozenset(raw["applies_to"])
         if kinds - KNOWN_KINDS:
             raise CatalogueError(f"{where} ({raw['id']}): unknown target kind(s) {sorted(kinds - KNOWN_KINDS)}")
+        subject = raw.get("subject", "broker")
+        if subject not in SUBJECTS:
+            raise CatalogueError(f"{where} ({raw['id']}): subject {subject!r} is not one of {list(SUBJECTS)}")
         out.append(Statement(raw["id"], document, title, raw["section"], raw["paraphrase"].strip(),
-                             kinds, raw.get("note", "").strip(), " ".join(raw.get("not_observable", "").split())))
+                             kinds, raw.get("note", "").strip(), " ".join(raw.get("not_observable", "").split()),
+                             subject))
     return out
 
 

@@ -19,6 +19,12 @@ start with it) without matching an empty message. Anything else (another excepti
 assertion with another message such as a ``setup:`` check, a failure while the fixtures start the
 brokers) is a failure of the run, not the known deviation: a broken JMX query or a network that did
 not start must never be booked as the broker's documented misbehaviour.
+
+A test outside the suites that pins a known failure (of a client library, of the reference broker
+found by a model) goes through the same narrowed path with
+``@pytest.mark.known_failure(failure=REGEX, reason=TEXT)`` instead of a hand-written xfail
+(`known_failures`): only an AssertionError whose message matches ``failure`` is the expected
+failure; tests/conformance/test_xfail_scan.py keeps bare xfails out of the tree.
 """
 
 from __future__ import annotations
@@ -55,6 +61,28 @@ class Deviation:
     def explains(self, message: str) -> bool:
         """True when an assertion failure with ``message`` is this deviation reproducing."""
         return re.search(self.failure, message) is not None
+
+
+def known_failures(marks, test_name: str, where: str) -> list[Deviation]:
+    """The ``known_failure(failure=REGEX, reason=TEXT)`` marks of one test as deviations the
+    plugin narrows like the TOML entries (any target; ``spec`` names the test). DeviationError for
+    a mark without both, a pattern that does not compile or one that matches any message."""
+    found = []
+    for mark in marks:
+        failure, reason = mark.kwargs.get("failure", ""), mark.kwargs.get("reason", "")
+        if mark.args or not str(failure).strip() or not str(reason).strip():
+            raise DeviationError(f"{where}: @pytest.mark.known_failure takes failure=REGEX (the expected assertion "
+                                 f"message) and reason=TEXT, both by name")
+        try:
+            matches_empty = re.search(failure, "") is not None
+        except re.error as exc:
+            raise DeviationError(f"{where}: known_failure 'failure' is not a valid regular expression: {exc}") from None
+        if matches_empty:
+            raise DeviationError(f"{where}: known_failure 'failure' {failure!r} matches any message: describe the "
+                                 f"expected assertion message")
+        found.append(Deviation("*", f"known failure of {test_name}", reason.strip(), reason.strip(), failure,
+                               test_name, where))
+    return found
 
 
 def load_deviations(directory: Path, catalogue: dict) -> list[Deviation]:

@@ -100,6 +100,11 @@ class LinkFaults:
         """The proxy ``source``'s link to ``target`` dials."""
         return self.routes[topology].name_of(source, target)
 
+    def dialled_port(self, topology: Topology, source: str, target: str) -> int:
+        """The loopback port ``source``'s link to ``target`` dials (its proxy's listener)."""
+        listen = self.routes[topology].client.proxy(self.proxy(topology, source, target))["listen"]
+        return int(listen.rpartition(":")[2])
+
     @contextmanager
     def diverted(self, topology: Topology, source: str, target: str, address: tuple[str, int]) -> Iterator[None]:
         """While in the block, ``source``'s link to ``target`` reaches ``address`` instead of

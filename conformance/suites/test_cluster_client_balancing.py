@@ -25,7 +25,7 @@ import random
 
 import pytest
 
-from conformance.clients.load_balancing import BalancedConnections
+from conformance.clients.load_balancing import CLIENT_SUBJECT, BalancedConnections
 from conformance.plugin import NOT_APPLICABLE, STATE
 from conformance.scenario import Scenario
 from conformance.suites.network_support import network_workdir, parametrize_by_target, queue
@@ -42,7 +42,8 @@ LANDING_TIMEOUT = 15.0
 RANDOM_CONNECTIONS = 24
 SEED = 19
 
-pytestmark = [pytest.mark.slow, pytest.mark.requires(CAPABILITY)]
+#: the policies are our client's (client statements): the matrix books them under its column
+pytestmark = [pytest.mark.slow, pytest.mark.requires(CAPABILITY), pytest.mark.client_subject(CLIENT_SUBJECT)]
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

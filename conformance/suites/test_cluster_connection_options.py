@@ -66,6 +66,14 @@ JOIN_WAIT = 10.0
 #: default cluster admin user and default password ..."), the reference's "uses the default
 #: cluster password"
 DEFAULT_CREDENTIALS_WARNING = re.compile(r"default cluster (admin user|password)", re.IGNORECASE)
+#: a node refusing the cluster user ``{user}``: Artemis's AMQ229099 ("Unable to authenticate cluster
+#: user: <user>", under AMQ222186), the reference's "refused a link from ...: wrong cluster user or password"
+CREDENTIALS_REFUSED = r"Unable to authenticate cluster user: {user}\b|wrong cluster user or password"
+#: a node giving a peer up once its reconnect attempts ran out: Artemis's AMQ221029 ("Stopped
+#: bridge", the cluster bridge to that node), the reference's "given up, the node is considered down"
+GIVEN_UP = re.compile(r"AMQ221029: Stopped bridge|given up, the node is considered down")
+#: seconds a setup check waits for a node's log to show what it did
+LOG_WAIT = 30.0
 #: seconds a node stays paused. Shortened from 12 s: the statement is about connection-ttl (2 s,
 #: which stays) and the check period (0.5 s); 6 s is three times the ttl, a lower bound above
 #: ttl + check period (a slow machine can only make the link be given up late: a failure in vain)
@@ -77,6 +85,35 @@ DOWN_FOR = 2.0
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     parametrize_by_target(metafunc)
+
+
+def node_config(cluster, name: str) -> str:
+    """Node ``name``'s part of the cluster's generated configuration (`config_text`: one
+    ``--- node X ---`` section per node)."""
+    parts = re.split(r"^--- node (\S+) ---$", cluster.config_text(), flags=re.MULTILINE)
+    return dict(zip(parts[1::2], parts[2::2])).get(name, "")
+
+
+def log_matches(cluster, pattern: re.Pattern) -> int:
+    """Lines of the cluster's log (every node's) matching ``pattern``."""
+    return len(pattern.findall(cluster.log_tail(100000)))
+
+
+def wait_log_matches(cluster, pattern: re.Pattern, more_than: int) -> int:
+    """The matches of ``pattern`` once there are more than ``more_than`` (or the last count after `LOG_WAIT`)."""
+    return poll(lambda: log_matches(cluster, pattern), lambda n: n > more_than, timeout=LOG_WAIT, interval=0.5)
+
+
+def check_a_gave_b_up(cluster, given_up_before: int | None) -> None:
+    """Setup of the reconnect-attempts checks: A's log says it gave B up after B crashed (more
+    give-up lines than ``given_up_before``; None: B crashed in an earlier test, any such line).
+    Without it a link still retrying (or a test that killed nothing) would be judged as a node A
+    gave up."""
+    before = 0 if given_up_before is None else given_up_before
+    seen = wait_log_matches(cluster, GIVEN_UP, before)
+    assert seen > before, (
+        f"setup: A's log should say it gave B up (its one reconnect attempt, 200 ms after B crashed, ran out) "
+        f"within {LOG_WAIT:.0f} s; give-up lines {seen}, before the crash {before}\n{cluster.log_tail(20)}")
 
 
 def lines_after(log: str, last: list[str]) -> str:
@@ -142,8 +179,22 @@ def test_a_node_with_credentials_the_others_reject_does_not_join(clusters):
     cluster = clusters.get(DEFAULTS, disrupts=True)
     destination = queue()
     cluster.stop_broker("B")
-    cluster.use_cluster_credentials("B", ("brokerconf-intruder", "wrong-" + uuid.uuid4().hex))
+    intruder = ("brokerconf-intruder", "wrong-" + uuid.uuid4().hex)
+    cluster.use_cluster_credentials("B", intruder)
+    refusal = re.compile(CREDENTIALS_REFUSED.format(user=re.escape(intruder[0])))
+    refused_before = log_matches(cluster, refusal)
     cluster["B"].start(timeout=FORMATION)  # serving; not start_broker, which waits for the links
+    # B really runs with the other pair: its configuration names it (A's does not), and a node
+    # refused the pair it was offered once B was back (a cluster where B kept the shared pair would
+    # let B join, which must not be booked as CLU-CRED-1's deviation)
+    mine, theirs = node_config(cluster, "B"), node_config(cluster, "A")
+    assert all(part in mine for part in intruder) and not any(part in theirs for part in intruder), (
+        f"setup: B should be configured with the cluster user and password A does not know {intruder}; "
+        f"B's configuration names them: {[part in mine for part in intruder]}, A's: {[part in theirs for part in intruder]}")
+    refused = wait_log_matches(cluster, refusal, refused_before)
+    assert refused > refused_before, (
+        f"setup: once B started with other cluster credentials a node should have refused them in its log within "
+        f"{LOG_WAIT:.0f} s (refusals {refused}, before B's start {refused_before})\n{cluster.log_tail(20)}")
     # a bound of many retry intervals (500 ms by default) for a link to come up if it is accepted
     missing = set(poll(cluster.missing_links, lambda m: not {("A", "B"), ("B", "A")} & set(m),
                        timeout=JOIN_WAIT, interval=0.5))
@@ -195,8 +246,10 @@ def test_a_node_whose_reconnect_attempts_ran_out_gets_no_more_messages(clusters)
         send_numbered(clients, cluster["A"], before, MESSAGES)
         split = wait_quiet_sizes(cluster, before, ("A", "B"), MESSAGES)
     assert split["B"] > 0, f"setup: under STRICT A should forward to B's queue before B goes down: {split}"
+    given_up_before = log_matches(cluster, GIVEN_UP)
     cluster["B"].kill()
     time.sleep(GIVE_UP_WAIT)
+    check_a_gave_b_up(cluster, given_up_before)
     with StompClients() as clients:
         send_numbered(clients, cluster["A"], after, MESSAGES)
         kept = wait_quiet_sizes(cluster, after, ("A",), MESSAGES)["A"]
@@ -209,9 +262,12 @@ def test_a_node_whose_reconnect_attempts_ran_out_gets_no_more_messages(clusters)
 @pytest.mark.spec("CLU-CC-RETRY-4")
 def test_a_node_given_up_is_not_connected_to_again_when_it_returns(clusters):
     cluster = clusters.get(GIVE_UP, disrupts=True)
+    given_up_before = None  # B crashed in the test before (see check_a_gave_b_up)
     if cluster["B"].running:  # run alone: crash B and let A's one reconnect attempt run out
+        given_up_before = log_matches(cluster, GIVEN_UP)
         cluster["B"].kill()
         time.sleep(GIVE_UP_WAIT)
+    check_a_gave_b_up(cluster, given_up_before)
     cluster["B"].start(timeout=FORMATION)  # serving again; not start_broker, which waits for every link
     missing = set(poll(cluster.missing_links, lambda m: ("A", "B") not in m, timeout=JOIN_WAIT, interval=0.5))
     assert ("A", "B") in missing, (

@@ -36,6 +36,7 @@ import pytest
 from conformance.suites.cluster_support import (  # noqa: F401 - cluster_pool, clusters: the fixtures
     FORMATION, AttemptRecorder, StompClients, cluster_suite_marks, cluster_pool, clusters, declare,
     parametrize_by_target, queue, demand_crossed, send_numbered, settle, stream_across_a_fault, wait_quiet_sizes)
+from conformance.targets.runtime.probes import tcp_accepts
 from conformance.waiting import poll
 from conformance.topology import ClusterConnection, Topology
 
@@ -135,6 +136,15 @@ def test_a_node_not_reached_in_the_initial_attempts_gets_no_messages(clusters):
     try:
         cluster["A"].start(timeout=FORMATION)  # serving; not start_broker, which waits for every link
         time.sleep(GIVE_UP_WAIT)  # no event to poll: A's two initial attempts fail meanwhile
+        # the cut was in effect while A tried: both links' proxies refuse connections and neither
+        # link is up (a cut that did not hold lets A connect at once, which must not be booked as
+        # the CLU-CC-RETRY-3 deviation)
+        open_ports = [port for port in (links.dialled_port(INITIAL, "A", "B"), links.dialled_port(INITIAL, "B", "A"))
+                      if tcp_accepts(port, 1.0)]
+        up_during_cut = {("A", "B"), ("B", "A")} - set(cluster.missing_links())
+        assert not open_ports and not up_during_cut, (
+            f"setup: while A started both links should be cut: proxies still accepting on {open_ports}, links up "
+            f"{sorted(up_during_cut)}\n{cluster.log_tail(20)}")
     finally:
         for proxy in proxies:
             links.nemesis.invoke("heal", proxy=proxy)

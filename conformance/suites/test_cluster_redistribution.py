@@ -113,6 +113,14 @@ def test_redistribution_ignores_filters_a_non_matching_local_consumer_keeps_the_
         assert before == {"A": 1, "B": 0}, \
             f"setup: with no consumer anywhere the message should be on A, where it was sent: {before}"
         local = clients.on(cluster["A"]).subscribe(destination, ack="auto", selector="myProperty = '5'")
+        # the statement's precondition, in place before B's consumer appears: A's non-matching
+        # consumer registered and the message still on A. Without it B's consumer could meet a queue
+        # with no consumer, and redistributing to it then (CLU-REDIST-1) is no deviation
+        consumers = cluster["A"].wait_for_consumers(destination, 1)
+        still = {n: cluster[n].queue_size(destination) for n in ("A", "B")}
+        assert consumers == 1 and still == {"A": 1, "B": 0}, (
+            f"setup: before B's consumer subscribes, A should count its one myProperty='5' consumer (counts "
+            f"{consumers}) and still hold the message (queues {still})")
         remote = clients.on(cluster["B"]).subscribe(destination, ack="auto", selector="myProperty = '10'")
         demand_crossed(cluster, destination, ("A", "B"))
         got_remote, got_local = bodies(remote.drain(quiet=REDIST_WATCH)), bodies(local.drain(quiet=0.5))

@@ -24,7 +24,7 @@ import uuid
 
 import pytest
 
-from conformance.clients.failover import connect_failover
+from conformance.clients.failover import CLIENT_SUBJECT, connect_failover
 from conformance.clients.multicast_agent import listen
 from conformance.plugin import STATE
 from conformance.targets.runtime.probes import tcp_accepts
@@ -36,7 +36,8 @@ FAILOVER_LISTENER = "failover:(stomp://127.0.0.1:61613,stomp://127.0.0.1:61614)"
 #: the target kinds each test knows how to set up (by test name); a test is generated for those only
 KINDS = {"test_activemq_announces_only_the_connector_with_a_discovery_uri": ("activemq",),
          "test_activemq_refuses_a_transport_connector_with_a_failover_uri": ("activemq",),
-         "test_a_multicast_discovery_client_uses_only_the_activemq_brokers_of_its_group": ("activemq",)}
+         "test_a_multicast_discovery_client_uses_only_the_activemq_brokers_of_its_group": ("activemq",),
+         "test_a_discovery_client_fails_over_to_an_activemq_broker_announced_after_it_started": ("activemq",)}
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -152,6 +153,7 @@ def test_only_a_listener_with_a_discovery_uri_is_announced_in_its_group(target_n
 
 
 @pytest.mark.spec("FT-DISCOVERY-6")
+@pytest.mark.client_subject(CLIENT_SUBJECT)  # how our client builds its list: a client statement
 def test_a_multicast_discovery_client_uses_only_the_brokers_of_its_group(target_name, brokers):
     group, other = _group(), _group()
     member = brokers("member", group)
@@ -173,6 +175,49 @@ def test_a_multicast_discovery_client_uses_only_the_brokers_of_its_group(target_
         client.close()
 
 
+
+def discovery_client(group: str, first_port: int):
+    """A discovery client of ``group`` started while only the broker on ``first_port`` announces."""
+    client = connect_failover(f"discovery:(multicast://default?group={group})?initialReconnectDelay=100&"
+                              "maxReconnectDelay=1000", "stomp", timeout=60.0)
+    if client.uri.port != first_port:
+        client.close()
+        pytest.fail(f"setup: the client should start on the only announced broker (port {first_port}): {client.uri}")
+    return client
+
+
+def check_moves_to_the_later_broker(client, later_port: int, stop_first) -> None:
+    """FT-DISCOVERY-9: with the broker it started on gone, the client must reach the one that began
+    announcing after it connected (so was not in the list it heard at start)."""
+    queue = f"queue://ftdisc9.{uuid.uuid4().hex[:8]}"
+    try:
+        stop_first()
+        sub = client.subscribe(queue)
+        client.send(queue, b"after")
+        got = sub.receive(30.0)
+        assert client.uri.port == later_port, \
+            (f"FT-DISCOVERY-9: once the first broker was gone the client should have found the broker announced "
+             f"after it started (port {later_port}); it is on {client.uri}")
+        assert got is not None and got.body == b"after", f"FT-DISCOVERY-9: the new connection does not work: {got}"
+    finally:
+        client.close()
+
+
+@pytest.mark.spec("FT-DISCOVERY-9")
+@pytest.mark.client_subject(CLIENT_SUBJECT)  # how our client refreshes its list
+def test_a_discovery_client_fails_over_to_a_broker_announced_after_it_started(target_name, brokers):
+    group = _group()
+    first = brokers("first", group)
+    client = discovery_client(group, first.port)
+    try:
+        later = brokers("later", group)
+        heard = poll(lambda: listen(f"multicast://default?group={group}", 1.5), lambda h: later.service in h,
+                     timeout=30, interval=0.1)
+        assert heard and later.service in heard, f"setup: the later broker was never heard in {group}: {heard}"
+    except BaseException:
+        client.close()
+        raise
+    check_moves_to_the_later_broker(client, later.port, first.stop)
 
 # --------------------------------------------------------------------------- the same on ActiveMQ
 
@@ -220,6 +265,7 @@ def test_activemq_announces_only_the_connector_with_a_discovery_uri(target_name,
 
 
 @pytest.mark.spec("FT-DISCOVERY-6")
+@pytest.mark.client_subject(CLIENT_SUBJECT)  # how our client builds its list: a client statement
 def test_a_multicast_discovery_client_uses_only_the_activemq_brokers_of_its_group(target_name, activemq_brokers):
     group, other = _group(), _group()
     # without OpenWire the STOMP connector carries the discoveryUri, so the brokers announce what
@@ -270,3 +316,21 @@ def test_activemq_refuses_a_transport_connector_with_a_failover_uri(target_name,
     assert "invalid server uri: failover:" in (str(refused.value) + log).lower(), \
         (f"FT-DYNAMIC-5: ActiveMQ did not start with a failover: transport connector, but its log does not say that "
          f"connector was the reason:\n{str(refused.value)[-1500:]}\n{log[-1500:]}")
+
+
+@pytest.mark.spec("FT-DISCOVERY-9")
+@pytest.mark.client_subject(CLIENT_SUBJECT)  # how our client refreshes its list
+def test_a_discovery_client_fails_over_to_an_activemq_broker_announced_after_it_started(target_name, activemq_brokers):
+    group = _group()
+    first = activemq_brokers("first", group, openwire=False)  # the STOMP connector announces
+    client = discovery_client(group, first.stomp_port)
+    try:
+        later = activemq_brokers("later", group, openwire=False)
+        heard = poll(lambda: listen(f"multicast://default?group={group}", 1.5),
+                     lambda h: later.stomp_port in _ports(h), timeout=60, interval=0.1)
+        assert heard and later.stomp_port in _ports(heard), \
+            f"setup: the later broker was never heard in {group}: {heard}"
+    except BaseException:
+        client.close()
+        raise
+    check_moves_to_the_later_broker(client, later.stomp_port, first.stop)

@@ -28,14 +28,15 @@ import pytest
 
 from chaos.proxy import ToxiproxyClient, start_fault_proxy
 from conformance.clients import connect
-from conformance.clients.failover import FailoverExhausted, InDoubt, connect_failover
+from conformance.clients.failover import CLIENT_SUBJECT, FailoverExhausted, InDoubt, connect_failover
 from conformance.plugin import STATE
 from conformance.scenario import Scenario
 from conformance.suites.network_support import network_workdir, parametrize_by_target
 from conformance.topology import Topology
 from conformance.waiting import poll
 
-pytestmark = [pytest.mark.slow]
+#: every test here checks our failover client (client statements): the matrix books it under its column
+pytestmark = [pytest.mark.slow, pytest.mark.client_subject(CLIENT_SUBJECT)]
 
 #: reconnect delays for the tests that are not about them: already far below Table 2.1's
 #: maxReconnectDelay default (30 s). The tests about the delays (FT-FAILOVER-4/5, FT-DISCOVERY-2)
@@ -148,7 +149,9 @@ def _interrupted(events) -> bool:
     return "interrupted" in [e.kind for e in events]
 
 
-@pytest.mark.spec("FT-FAILOVER-1", "FT-FAILOVER-2", "FT-FAILOVER-8")
+# FT-FAILOVER-17 too: the pair is two single-node topologies launched one by one (`Pair`), with no
+# network, cluster or shared store between them, so the move below needs nothing of the brokers
+@pytest.mark.spec("FT-FAILOVER-1", "FT-FAILOVER-2", "FT-FAILOVER-8", "FT-FAILOVER-17")
 def test_client_moves_to_the_second_broker_when_the_first_dies_and_keeps_working(fresh_pair):
     pair, queue, events = fresh_pair, _queue(), []
     client = connect_failover(pair.uri(), "stomp", listener=events.append, timeout=5.0)

@@ -20,7 +20,7 @@ import pytest
 from conformance.plugin import NOT_APPLICABLE, STATE
 from conformance.scenario import Scenario
 from conformance.suites.network_support import network_workdir, parametrize_by_target
-from conformance.suites.test_master_slave import closed
+from conformance.suites.test_master_slave import closed, stores_a_persistent_message
 from conformance.targets.base import why_missing
 from conformance.topology import NfsOptions, SharedStore, Topology
 from conformance.waiting import poll
@@ -184,6 +184,54 @@ def test_nfsv3_the_slave_never_gets_the_lock_of_a_crashed_master(nfs_group):
     assert late_refusals, (f"FT-SHARED-7: the slave B made no request for A's lock {held_by['A']} more than one "
                            f"lease ({LEASE_S} s) after the master was gone, so the watch saw nothing refused: "
                            f"{store_state(group)['refused_locks'][-10:]}")
+
+
+@pytest.mark.spec("FT-SHARED-15")
+def test_nfsv3_a_reboot_of_the_crashed_master_s_host_unblocks_the_group(nfs_group):
+    """The other half of the NFSv3 warning: what unblocks the group is a reboot. FT-SHARED-7's
+    situation (the master crashed while cut off; its lock stays), then A's host reboots: its link
+    heals and its NFS client mounts afresh, and a fresh NFSv3 client tells the server it rebooted
+    (NLM/NSM), which drops the locks of its earlier life (chaos/sharedstore/leases.py
+    open_session). The slave, still polling, must then get the lock and serve. Rebooting the
+    crashed master's host is the part of "reboot all broker instances" that frees the lock; B
+    is left running to show that nothing else was needed of it."""
+    group = nfs_group(SharedStore(lock_keep_alive_period_ms=1000, lock_acquire_sleep_interval_ms=500,
+                                  nfs=NfsOptions(mount_options=QUICK_MOUNT.replace("sync", "sync,vers=3"), version=3,
+                                                 lease_s=LEASE_S)))
+    assert group.master() is group["A"], f"setup: node A is not the master\n{group.log_tail(30)}"
+    _cut_and_kill_the_master(group)
+    # still blocked without a reboot (FT-SHARED-7 watches this longer)
+    blocked = poll(lambda: not closed(group["B"]), bool, timeout=2 * LEASE_S, interval=0.5)
+    assert not blocked, f"setup: the NFSv3 slave took over with no reboot (FT-SHARED-7)\n{group.log_tail(40)}"
+    group.rig.nemesis.invoke("heal", host="A")
+    group.rig.rig.reboot("A")  # the rebooted host's NFS client introduces itself again
+    served = poll(lambda: not closed(group["B"]), bool, timeout=TAKEOVER, interval=0.5)
+    assert served, (f"FT-SHARED-15: after the crashed master's host rebooted the slave B still did not get the lock "
+                    f"and serve within {TAKEOVER} s; the store's locks: {store_state(group)['locks']}\n"
+                    f"{group.log_tail(40)}")
+    assert group.wait_for_master(10.0) is group["B"], f"FT-SHARED-15: B serves but is not the one master"
+
+
+@pytest.mark.spec("FT-SHARED-17")
+def test_with_the_store_lost_to_every_node_no_broker_serves(nfs_group):
+    """The shared file system is the group's single point of failure: with every node's link to
+    the store cut, no broker of the group may take a persistent message (confirmed by a receipt):
+    the master stops (its keep-alive check fails) and the slave cannot take its place, however long
+    it polls."""
+    group = nfs_group(SharedStore(lock_keep_alive_period_ms=1000, lock_acquire_sleep_interval_ms=500,
+                                  nfs=NfsOptions(mount_options=QUICK_MOUNT, version=4, lease_s=LEASE_S)))
+    assert group.master() is group["A"], f"setup: node A is not the master\n{group.log_tail(30)}"
+    for host in ("A", "B"):
+        group.rig.nemesis.invoke("partition", host=host)
+    stopped = poll(lambda: not stores_a_persistent_message(group["A"]), bool, timeout=TAKEOVER, interval=0.5)
+    assert stopped, (f"FT-SHARED-17: the master still took persistent messages {TAKEOVER} s after the store became "
+                     f"unreachable to every node\n{group.log_tail(40)}")
+    # watched for several leases (the master's lease long run out, the slave polling all along)
+    watched = 3 * LEASE_S + 5.0
+    served = poll(lambda: [n.name for n in (group["A"], group["B"]) if stores_a_persistent_message(n)], bool,
+                  timeout=watched, interval=0.5)
+    assert not served, (f"FT-SHARED-17: {served} took a persistent message while no node could reach the store\n"
+                        f"{group.log_tail(40)}")
 
 
 @pytest.mark.spec("FT-SHARED-10")

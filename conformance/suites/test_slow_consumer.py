@@ -18,6 +18,7 @@ Messages are published non-persistent, as the document's use case (price updates
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -34,6 +35,9 @@ HELD_QUIET = 0.4
 #: the memory test's topic memory limit: far below what its publisher sends (SLOW-FLOW-1)
 MEMORY_TEST_TOPIC_LIMIT = 256 * KIB
 
+#: SLOW-FLOW-2's topic memory limit, with no pending limit: what a stalled subscriber fills
+FULL_TEST_TOPIC_LIMIT = 64 * KIB
+
 # One broker per target for the module; each test picks a topic under one of these regions.
 SCENARIO = Scenario(name="slow_consumer", protocols=("stomp", "mqtt"), policies=(
     DestinationPolicy("topic://slow.const5.>", pending_message_limit=5),
@@ -46,6 +50,7 @@ SCENARIO = Scenario(name="slow_consumer", protocols=("stomp", "mqtt"), policies=
                       eviction_property="STOCK"),
     DestinationPolicy("topic://slow.mem.>", pending_message_limit=10, memory_limit=MEMORY_TEST_TOPIC_LIMIT,
                       producer_flow_control=True),
+    DestinationPolicy("topic://slow.full.>", memory_limit=FULL_TEST_TOPIC_LIMIT, producer_flow_control=True),
     # topic://free.> has no policy at all: the broker's default, which never discards.
 ))
 
@@ -468,3 +473,63 @@ def test_stalled_subscriber_memory_stays_bounded(broker, client, dest):
     assert seqs == list(range(5)) + list(range(total - 10, total)), (
         f"SLOW-PREFETCH-1/SLOW-LIMIT-1: the stalled subscriber should end up with seq 0..4 (its "
         f"prefetch) and the newest ten, {total - 10}..{total - 1}; got {seqs}")
+
+
+@pytest.mark.spec("SLOW-FLOW-2")
+@pytest.mark.requires("scenario.policies", "memory.limits")
+def test_without_a_limit_a_stalled_subscriber_holds_the_producer_back(client, dest):
+    """The introduction's problem: no pending limit, so the stalled subscriber's messages stay in
+    the topic's memory (64 KiB here); once it is full the broker stops confirming sends (producer
+    flow control) until the subscriber catches up. A producer sends 1 KiB messages from a thread,
+    each confirmed by a receipt; the test watches it stop, then acknowledges and watches it go on."""
+    topic = dest("topic", "slow.full")
+    slow = stalled(client, topic, prefetch=5)
+    held = fill_prefetch(slow, client(), topic, numbered(5))
+    # its own connection, with a receipt wait longer than the watch below: a send held back by flow
+    # control stays pending instead of failing on the client's timeout
+    producer = client("stomp", timeout=120.0)
+    body = "x" * KIB
+    total = 4 * FULL_TEST_TOPIC_LIMIT // KIB  # four times what the topic may hold
+    confirmed: list[int] = []
+    failure: list[BaseException] = []
+
+    def produce() -> None:
+        try:
+            for i in range(total):
+                producer.send(topic, body, {"seq": i}, persistent=False)
+                confirmed.append(i)
+        except BaseException as exc:  # noqa: BLE001 - reported by the test below
+            failure.append(exc)
+
+    worker = threading.Thread(target=produce, name="slow-flow-2-producer", daemon=True)
+    worker.start()
+    # held back: the confirmations stop short of the total
+    first_stall = None
+    deadline = time.monotonic() + 60.0
+    while time.monotonic() < deadline and worker.is_alive():
+        before = len(confirmed)
+        time.sleep(3.0)  # a confirmation takes milliseconds on a local broker; 3 s without one is a stall
+        if len(confirmed) == before:
+            first_stall = before
+            break
+    assert not failure, f"SLOW-FLOW-2: the producer's send failed instead of waiting for room: {failure[0]!r}"
+    assert first_stall is not None and first_stall < total, (
+        f"SLOW-FLOW-2: with no pending limit and a {FULL_TEST_TOPIC_LIMIT // KIB} KiB topic memory limit, the "
+        f"broker confirmed all {len(confirmed)} of {total} 1 KiB sends to a topic whose only subscriber stalls: "
+        f"the producer was never held back")
+    # the subscriber catches up: room is made, and the producer must go on to the end
+    slow.ack(held[-1])
+    taken = 0
+    deadline = time.monotonic() + 60.0
+    while worker.is_alive() and time.monotonic() < deadline:
+        message = slow.receive(1.0)
+        if message is not None:
+            slow.ack(message)
+            taken += 1
+    worker.join(5.0)
+    assert not failure, f"SLOW-FLOW-2: the held-back send failed once room was made: {failure[0]!r}"
+    assert len(confirmed) == total, (
+        f"SLOW-FLOW-2: after the stalled subscriber caught up ({taken} taken) the producer should have "
+        f"finished; {len(confirmed)} of {total} sends confirmed (it stopped at {first_stall})")
+    print(f"SLOW-FLOW-2: the producer stopped after {first_stall} of {total} 1 KiB sends "
+          f"(topic memory limit {FULL_TEST_TOPIC_LIMIT // KIB} KiB) and finished once the subscriber caught up")

@@ -46,8 +46,10 @@ SUITES = ROOT / "conformance" / "suites"
 #: suites that start groups of brokers of their own as local JVMs: the network-of-brokers suites
 #: (test_networks.py, test_network_*.py; networks across containers are covered elsewhere, see
 #: above), and the master/slave and failover-pair suites (issue 18: shared stores, databases and
-#: killable pairs, run on the process targets by the main test run)
-NOT_HERE_PREFIX = ("test_network", "test_master_slave", "test_jdbc_master_slave", "test_failover_pairs")
+#: killable pairs, run on the process targets by the main test run), and the lock-loss experiments
+#: (local-process pairs on the simulated NFS or a database: not applicable to a container target)
+NOT_HERE_PREFIX = ("test_network", "test_master_slave", "test_jdbc_master_slave", "test_failover_pairs",
+                   "test_nfs_lock_loss", "test_jdbc_lock_loss")
 DEVIATIONS = ROOT / "conformance" / "known_deviations"
 #: the target that runs Artemis in a container (plain "artemis" before the registry named launch modes)
 ARTEMIS_CONTAINER = "artemis:container" if "artemis:container" in BUILTIN else "artemis"

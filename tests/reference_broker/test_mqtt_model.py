@@ -343,8 +343,9 @@ MqttSessionMachine.TestCase.settings = settings(
 TestMqttSessionModel = MqttSessionMachine.TestCase
 
 
-@pytest.mark.xfail(strict=True, reason="reference broker: in-flight deliveries of a removed "
-                   "subscription are forgotten (MQTT 3.1.1 3.10.4 / 4.4); for the coordinator")
+@pytest.mark.known_failure(failure=r"^MQTT-REDELIVER-1: the unacknowledged QoS 1 delivery was not resent: \[\](\n|$)",
+                           reason="reference broker: in-flight deliveries of a removed subscription are "
+                                  "forgotten (MQTT 3.1.1 3.10.4 / 4.4); for the coordinator")
 def test_unacknowledged_delivery_is_resent_after_unsubscribe_and_resume():
     """Found by the model: 3.1.1 [MQTT-3.10.4-3] (5.0 § 3.10.4): after UNSUBSCRIBE the server
     still completes the QoS 1/2 deliveries it had started, and [MQTT-4.4.0-1] resends them

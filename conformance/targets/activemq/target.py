@@ -62,7 +62,7 @@ from conformance.targets.activemq.container import ActiveMQContainer
 from conformance.targets.activemq.container_network import SharedVolumePair
 from conformance.targets.activemq.network import ActiveMQNetwork
 from conformance.targets.activemq.rigs import DiscoveryPair
-from conformance.targets.activemq.rigs import MasterSlaveRig
+from conformance.targets.activemq.rigs import HostPairRig, MasterSlaveRig, StaticFanRig
 from conformance.targets.runtime import postgres
 from conformance.targets.runtime.node import launch_single
 from conformance.targets.runtime.launch_choice import choose_launch
@@ -522,6 +522,18 @@ class ActiveMQTarget:
         connector with the ``reconnect`` options (activemq_rigs.MasterSlaveRig), unstarted."""
 
         return MasterSlaveRig(workdir, reconnect)
+
+    def static_fan_rig(self, workdir: Path, reconnect: dict):
+        """Two independent brokers M, S and a broker F with one plain ``static:(M, S)`` connector
+        with the ``reconnect`` options (rigs.StaticFanRig), unstarted."""
+
+        return StaticFanRig(workdir, reconnect)
+
+    def host_pair_rig(self, workdir: Path, reconnect: dict):
+        """Two master/slave groups over two hosts, networked by masterslave: connectors
+        (activemq_rigs.HostPairRig), unstarted."""
+
+        return HostPairRig(workdir, reconnect)
 
     def __repr__(self) -> str:
         return f"<ActiveMQTarget {self.name} launch={self.launch_requested}>"

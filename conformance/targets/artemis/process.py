@@ -254,10 +254,12 @@ class ArtemisProcess(QueueManagement, ManagedProcess):
 
     def waiting_for_lock(self) -> bool:
         """Whether this run logged that it waits for the shared store's lock: a backup started and
-        waiting for the primary to fail (AMQ221109), or a primary waiting for the primary lock a
-        backup holds (AMQ221034); `serving` tells whether it took over since."""
+        waiting for the primary to fail (AMQ221109), a primary waiting for the primary lock a
+        backup holds (AMQ221034), or a backup waiting for the backup lock (AMQ221032, "Waiting to
+        become backup node": a group's second backup stays there while the first holds that lock);
+        `serving` tells whether it took over since."""
         log = self.log_since_start()
-        return self.running and ("AMQ221109" in log or "AMQ221034" in log)
+        return self.running and any(code in log for code in ("AMQ221109", "AMQ221034", "AMQ221032"))
 
     # ----------------------------------------------------------------- observation
     def serving(self, timeout: float = 1.0) -> bool:

@@ -24,7 +24,7 @@ from conformance.targets.base import DestinationCounters, SubscriptionCounters, 
 from conformance.targets.reference.process import ReferenceBrokerProcess, ReferenceStartError
 from conformance.targets.reference.network import ReferenceNetwork
 from conformance.targets.reference.rigs import DiscoveryPair
-from conformance.targets.reference.rigs import MasterSlaveRig
+from conformance.targets.reference.rigs import MasterSlaveRig, StaticFanRig
 from conformance.targets.reference.shared_store import launch_shared_store
 from conformance.targets.runtime.loop_thread import LoopThread
 from conformance.targets.tls_setup import TlsSetup, prepare as prepare_tls
@@ -354,6 +354,12 @@ class ReferenceTarget:
         connector with the ``reconnect`` options (reference_rigs.MasterSlaveRig), unstarted."""
 
         return MasterSlaveRig(workdir, reconnect)
+
+    def static_fan_rig(self, workdir: Path, reconnect: dict):
+        """Two independent brokers M, S and a broker F with one plain ``static:(M, S)`` connector
+        with the ``reconnect`` options (rigs.StaticFanRig), unstarted."""
+
+        return StaticFanRig(workdir, reconnect)
 
     def launch_topology(self, topology, scenario: Scenario, workdir: Path, *, bridge_route=None):
         """One broker (in-process, or a process the harness can fault), a network of in-process

@@ -6,7 +6,10 @@ NFSv4: A's keep-alive check of its lock fails once the soft mount gives up, A st
 store releases A's lock when its lease runs out, B takes it and serves. NFSv3: the lock is never
 released, so B never serves (the guide's documented negative). The times are printed; which
 broker stops or starts first depends on lease, timeo/retrans and keep-alive, and is a
-measurement, not a check.
+measurement, not a check. A suite (moved from tests/chaos, issue 26): generated for the run's
+ActiveMQ targets (`experiment_support.parametrize_by_kind`), so its statements reach the
+conformance matrix; the pair is built by hand from the local-process launcher on the rig, the
+way the topology contract builds it (test_master_slave_nfs.py), to watch each broker directly.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import pytest
 from chaos.proxy import start_fault_proxy
 from chaos.sharedstore.harness import SharedStoreRig, fuse_unavailable
 from conformance.requirements import missing_mark, skip_or_fail
+from conformance.suites.experiment_support import experiment_target, parametrize_by_kind
 from conformance.targets.activemq.process import ActiveMQProcess, activemq_available
 
 pytestmark = [pytest.mark.slow, missing_mark("fuse", fuse_unavailable())]
@@ -28,8 +32,13 @@ LEASE = 5.0
 KEEP_ALIVE_MS, ACQUIRE_MS = 2000, 1000
 
 
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    parametrize_by_kind(metafunc, {metafunc.definition.originalname: ("activemq",)})
+
+
 @pytest.fixture
-def pair(tmp_path, request):
+def pair(tmp_path, request, target_name):
+    experiment_target(request, target_name, "topology.shared-store")  # a local-process ActiveMQ, or not applicable
     ok, reason = activemq_available()
     if not ok:
         skip_or_fail("activemq", reason)
@@ -66,6 +75,7 @@ def watch(brokers, within: float) -> dict[str, float | None]:
     return seen
 
 
+@pytest.mark.spec("FT-SHARED-1", "FT-SHARED-2")
 @pytest.mark.parametrize("pair", [4], indirect=True, ids=["nfsv4"])
 def test_cut_master_link_nfsv4_slave_takes_over(pair):
     rig, brokers = pair
@@ -79,6 +89,7 @@ def test_cut_master_link_nfsv4_slave_takes_over(pair):
         f"the slave must take over once the store released A's lock (lease {LEASE} s)\n{brokers['B'].log_tail(40)}"
 
 
+@pytest.mark.spec("FT-SHARED-7")
 @pytest.mark.parametrize("pair", [3], indirect=True, ids=["nfsv3"])
 def test_cut_master_link_nfsv3_slave_never_takes_over(pair):
     rig, brokers = pair

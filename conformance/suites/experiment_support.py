@@ -1,0 +1,119 @@
+"""What the lock-loss experiment suites share (test_nfs_lock_loss_experiments.py,
+test_jdbc_lock_loss_experiments.py): a shipped chaos experiment (chaos/experiments/) run end to end
+as `brokerconf chaos run` runs it, shortened by overrides only, once per target of the run, and the
+checks that keep the harness's own faults apart from the broker's behaviour.
+
+Not a suite (the name does not match pytest's ``test_*.py``): the suite files import from it.
+These suites parametrize ``target_name`` themselves (as network_support.py does) so the plugin
+gives them what every suite gets: the catalogue statements they check reach the conformance
+matrix, and a known deviation is booked only through the narrowed path
+(conformance/known_deviations/*.toml: an AssertionError whose message matches the recorded one).
+
+A harness fault (a process the run left behind, a mount still there, a nemesis that failed, a
+fault schedule not kept) raises `HarnessFault`, which is not an AssertionError: it fails the test
+whatever deviation the test has, instead of being booked as the broker's misbehaviour.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from conformance.plugin import NOT_APPLICABLE, STATE
+from conformance.targets.base import why_missing
+
+EXPERIMENTS = Path(__file__).resolve().parents[2] / "chaos" / "experiments"
+#: launch modes whose broker is the code the experiment's ``<kind>:process`` runs on this host
+LOCAL_LAUNCHES = ("process", "in-process")
+
+
+class HarnessFault(RuntimeError):
+    """The harness itself went wrong, so the run says nothing about the broker."""
+
+
+def parametrize_by_kind(metafunc: pytest.Metafunc, kinds: dict[str, tuple[str, ...]]) -> None:
+    """One run per target of the run whose kind the test knows an experiment for (``kinds``: test
+    name -> target kinds; a test not listed runs on every kind that has an experiment file)."""
+    if "target_name" not in metafunc.fixturenames:
+        return
+    state = metafunc.config.stash[STATE]
+    wanted = kinds.get(metafunc.definition.originalname, ("reference", "activemq", "artemis"))
+    names = [n for n in dict.fromkeys(state.target_names) if state.targets[n].kind in wanted]
+    metafunc.parametrize("target_name", names, ids=names)
+
+
+def experiment_target(request: pytest.FixtureRequest, target_name: str, capability: str) -> str:
+    """The target the experiment runs on for the run's ``target_name``: the experiment file's own
+    local-process launcher of that kind (``<kind>:process``, what the files ship and the deviations'
+    evidence was measured with). A container target, or one that cannot launch ``capability``
+    groups (an external broker), is not applicable, with the reason."""
+    target = request.config.stash[STATE].targets[target_name]
+    if target.launch_mode not in LOCAL_LAUNCHES:
+        # a container target's broker is not the one the experiment would run: say so, rather
+        # than record a local process's outcome under its name
+        pytest.skip(f"{NOT_APPLICABLE}{target_name} launches {target.launch_mode} brokers; the experiment runs a "
+                    f"local-process {target.kind} pair")
+    if capability not in target.capabilities():
+        why = why_missing(target, capability)
+        pytest.skip(f"{NOT_APPLICABLE}{target_name} lacks {capability}" + (f" ({why})" if why else ""))
+    return f"{target.kind}:process"
+
+
+def child_pids() -> set[int]:
+    """Live processes whose parent is this test process (brokers, mounts, the store, proxies)."""
+    mine = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            fields = stat.rsplit(")", 1)[1].split()
+            if int(fields[1]) == os.getpid() and fields[0] != "Z":
+                mine.add(int(entry))
+    return mine
+
+
+def mounts_under(path: Path) -> list[str]:
+    """Lines of /proc/mounts naming ``path`` (a FUSE mount the run should have unmounted)."""
+    return [line for line in Path("/proc/mounts").read_text().splitlines() if str(path) in line]
+
+
+def check_harness(verdict: dict, *, left: set[int], mounts: list[str], faults: int = 1) -> None:
+    """HarnessFault when the run itself went wrong: processes or mounts it left behind, a nemesis
+    step that failed, or not the ``faults`` lock-loss faults its schedule has."""
+    if left:
+        raise HarnessFault(f"harness: processes left behind by the experiment: {sorted(left)}")
+    if mounts:
+        raise HarnessFault(f"harness: mounts left behind by the experiment: {mounts}")
+    stats = verdict["run_stats"]
+    if stats["nemesis_errors"]:
+        raise HarnessFault(f"harness: the nemesis failed: {stats['nemesis_errors']}")
+    if len(stats["lock_loss"]) != faults:
+        raise HarnessFault(f"harness: {faults} lock-loss fault(s) were scheduled, the run made "
+                           f"{len(stats['lock_loss'])}: {stats['lock_loss']}")
+
+
+def run_checked(exp, workdir: Path) -> dict:
+    """``exp`` run and judged as `brokerconf chaos run` does (in ``workdir`` / "run"); the verdict once the harness checks
+    passed (`check_harness`). What each fault took is printed, not asserted."""
+    from brokerconf.chaos_job import run_and_judge
+
+    before = child_pids()
+    verdict = run_and_judge(exp, workdir / "run", progress=lambda line: None)
+    left = child_pids() - before
+    stats = verdict["run_stats"]
+    total = verdict["checks"]["total_queue"]
+    print(f"{exp.name} on {exp.target.name}: lock_loss {json.dumps(stats['lock_loss'])}; total_queue lost "
+          f"{len(total['lost'])} duplicated {len(total['duplicated'])}; split_brain "
+          f"{verdict['checks'].get('split_brain', {}).get('valid')}")
+    check_harness(verdict, left=left, mounts=mounts_under(workdir))
+    return verdict
+
+
+def the_fault(verdict: dict) -> dict:
+    (fault,) = verdict["run_stats"]["lock_loss"]
+    return fault
