@@ -645,7 +645,7 @@ def _remote_handler_routes_alone_on_timeout() -> None:
 
 # ---------------------------------------------------------------- master/slave (FT)
 
-@fault("test_master_slave.py", "FT-SHARED-1", collateral=("FT-SHARED-6",))
+@fault("test_master_slave.py", "FT-SHARED-1", collateral=("FT-SHARED-6", "FT-MS-3"))
 def _slave_binds_transports_early() -> None:
     """A slave binds its STOMP port while it waits for the lock (accepting connections it never
     answers) instead of leaving it closed until it is master: clients hang on it instead of moving
@@ -747,6 +747,36 @@ def _receipts_before_batch_commit() -> None:
         right_close(self)
 
     DatabaseStore.flush, DatabaseStore.close = flush_full_batches, close
+
+
+@fault("test_master_slave.py", "FT-MS-2")
+def _transacted_sends_stored_at_send() -> None:
+    """A persistent message sent in a transaction is written to the store when it is sent, not
+    when the transaction commits: a master that dies with the transaction open leaves it for the
+    next master to deliver."""
+    from reference_broker.engine.broker import Connection
+
+    right = Connection._buffer
+
+    def buffer_and_store(self, tx, dest, message) -> None:
+        right(self, tx, dest, message)
+        if message.persistent and dest.is_queue:
+            queue = self.broker.queue(dest)
+            if queue.stored:
+                self.broker.store.add(queue.store_key, message)
+
+    Connection._buffer = buffer_and_store
+
+
+@fault("test_jdbc_master_slave.py", "FT-JDBC-5")
+def _lock_table_in_public_schema() -> None:
+    """The database lease names its table with the public schema written in, whatever schema
+    the broker's connection uses: a broker whose tables are elsewhere still waits for the lock
+    of the group that uses public."""
+    from reference_broker.ha import lease
+
+    if "." not in lease.TABLE:
+        lease.TABLE = f"public.{lease.TABLE}"
 
 
 # ---------------------------------------------------------------- cross-protocol (XPROTO)
