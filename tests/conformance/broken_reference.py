@@ -469,7 +469,9 @@ def _reconnect_delay_in_seconds() -> None:
 
 # ---------------------------------------------------------------- slow consumers (SLOW)
 
-@fault("test_slow_consumer.py", "SLOW-EVICT-1")
+@fault("test_slow_consumer.py", "SLOW-EVICT-1",
+       collateral=("SLOW-LIMIT-1", "SLOW-POLICY-1", "SLOW-FAST-1", "SLOW-FLOW-1", "SLOW-MEM-1", "SLOW-PREFETCH-1",
+                   "SLOW-STATS-2", "SLOW-STATS-3"))
 def _evict_newest() -> None:
     """The default eviction strategy drops the newest waiting message instead of the oldest."""
     from reference_broker.engine import slow_consumer, topic
