@@ -275,7 +275,7 @@ def _drain_network(exp: Experiment, topology: RunningTopology, workload, progres
     reported, and the run's verdict cannot be true (they were never consumed)."""
     destination = exp.workload.destination
     others = [n for n in topology.names if n != exp.topology.consumer_node]
-    deadline = time.monotonic() + 30.0 + 2 * exp.topology.max_reconnect_delay_ms / 1000
+    deadline = time.monotonic() + 30.0 + 2 * exp.topology.effective("max_reconnect_delay_ms") / 1000
     drained: list[dict] = []
     while True:
         try:
@@ -336,8 +336,8 @@ def _drain_cluster(exp: Experiment, topology: RunningTopology, workload: Cluster
     valid."""
     destination = exp.workload.destination
     if wait_s is None:
-        wait_s = (CLUSTER_CALL_TIMEOUTS * CLUSTER_CALL_TIMEOUT_S + 2 * exp.topology.max_retry_interval_ms / 1000
-                  + 10.0)
+        retry_s = exp.topology.effective("max_retry_interval_ms") / 1000
+        wait_s = CLUSTER_CALL_TIMEOUTS * CLUSTER_CALL_TIMEOUT_S + 2 * retry_s + 10.0
     deadline = time.monotonic() + wait_s
     drained: list[dict] = []
     rounds = 0

@@ -27,14 +27,15 @@
     # kind = "network": `nodes` brokers joined by network connectors (ActiveMQ "Networks of
     # Brokers"), each bridge's link through the fault proxy; clients reach the brokers directly
     bridges = ["A->B"]              # "X->Y" (one-way) or "X<->Y" (duplex)
-    initial_reconnect_delay_ms = 1000   # the static: transport's reconnect options ("Static discovery")
-    max_reconnect_delay_ms = 30000
-    use_exponential_back_off = true
+    initial_reconnect_delay_ms = 1000   # the static: transport's reconnect options ("Static discovery");
+    max_reconnect_delay_ms = 30000      # left out, an option is unset: no broker's configuration
+    use_exponential_back_off = true     # mentions it (the values shown are the table's defaults)
     producer_node = "A"             # network: producers connect here ...
     consumer_node = "B"             # ... consumers and the final drain there
 
     # kind = "cluster": `nodes` brokers (2 to 4) joined by Artemis-style cluster connections
-    # (artemis-clusters.md), options as the chapter names them, with its defaults
+    # (artemis-clusters.md), options as the chapter names them; the values shown are its defaults,
+    # and an option left out is unset (the brokers apply their own default)
     message_load_balancing = "ON_DEMAND"   # OFF | STRICT | ON_DEMAND | OFF_WITH_REDISTRIBUTION
     max_hops = 1
     redistribution_delay_ms = -1    # -1: never; 0: at once; N ms after a queue's last consumer closed
@@ -119,13 +120,21 @@ class TargetSection(_Strict):
     failover_options: str = "randomize=false&initialReconnectDelay=100&maxReconnectDelay=1000"
 
 
+#: TopologySection's network reconnect options -> NetworkConnectorOptions' fields
+_RECONNECT_FIELDS = {"initial_reconnect_delay_ms": "initial_reconnect_delay", "max_reconnect_delay_ms": "max_reconnect_delay",
+                     "use_exponential_back_off": "use_exponential_back_off"}
+
+
 class TopologySection(_Strict):
     # single: one broker. shared-store: `nodes` brokers on one store, one master at a time
     # (A-MQ fault-tolerant messaging guide, 3.1); the lock settings are that section's.
     # network: `nodes` brokers (2 to 4) joined by `bridges` (ActiveMQ "Networks of Brokers"); the
-    # reconnect options are the "Static discovery" table's, with its defaults.
+    # reconnect options are the "Static discovery" table's.
     # cluster: `nodes` brokers (2 to 4) joined by Artemis-style cluster connections
-    # (artemis-clusters.md; conformance.topology.ClusterConnection, the chapter's defaults)
+    # (artemis-clusters.md; conformance.topology.ClusterConnection).
+    # A connector or cluster option left out of the file stays None (unset): the brokers'
+    # configurations then do not mention it and their own defaults apply; `effective` gives the
+    # documented value (NetworkConnectorOptions' field defaults, CLUSTER_CONNECTION_DEFAULTS).
     kind: Literal["single", "shared-store", "network", "cluster"] = "single"
     nodes: int = Field(default=2, ge=2, le=8)
     lock_keep_alive_period_ms: int = Field(default=2000, ge=0)
@@ -140,24 +149,37 @@ class TopologySection(_Strict):
     nfs_version: Literal[3, 4] = 4
     nfs_lease_s: float = Field(default=10.0, gt=0)
     bridges: list[str] = Field(default_factory=lambda: ["A->B"])
-    initial_reconnect_delay_ms: int = Field(default=1000, ge=0)
-    max_reconnect_delay_ms: int = Field(default=30000, ge=0)
-    use_exponential_back_off: bool = True
+    initial_reconnect_delay_ms: int | None = Field(default=None, ge=0)
+    max_reconnect_delay_ms: int | None = Field(default=None, ge=0)
+    use_exponential_back_off: bool | None = None
     producer_node: str = "A"
     consumer_node: str = "B"
     # cluster: the cluster connection's options (names as the chapter's, snake_case) ...
-    message_load_balancing: Literal["OFF", "STRICT", "ON_DEMAND", "OFF_WITH_REDISTRIBUTION"] = "ON_DEMAND"
-    max_hops: int = Field(default=1, ge=0)
-    redistribution_delay_ms: int = Field(default=-1, ge=-1)
-    retry_interval_ms: int = Field(default=500, gt=0)
-    max_retry_interval_ms: int = Field(default=2000, gt=0)
-    reconnect_attempts: int = Field(default=-1, ge=-1)
+    message_load_balancing: Literal["OFF", "STRICT", "ON_DEMAND", "OFF_WITH_REDISTRIBUTION"] | None = None
+    max_hops: int | None = Field(default=None, ge=0)
+    redistribution_delay_ms: int | None = Field(default=None, ge=-1)
+    retry_interval_ms: int | None = Field(default=None, gt=0)
+    max_retry_interval_ms: int | None = Field(default=None, gt=0)
+    reconnect_attempts: int | None = Field(default=None, ge=-1)
     # ... clustered grouping: the node with the LOCAL handler (None: no grouping handlers)
     grouping_local: str | None = None
     grouping_timeout_ms: int = Field(default=5000, gt=0)
     # ... and where the workload's consumers connect (producers: producer_node); empty: every
     # node but the producer's
     consumer_nodes: list[str] = Field(default_factory=list)
+
+    def effective(self, name: str):
+        """Option ``name``'s value: the file's, else the documented default (for waits computed
+        from it; never rendered). Network reconnect options: NetworkConnectorOptions' field
+        defaults ("Static discovery" table); cluster options: CLUSTER_CONNECTION_DEFAULTS."""
+        value = getattr(self, name)
+        if value is not None:
+            return value
+        from conformance.topology import CLUSTER_CONNECTION_DEFAULTS, NetworkConnectorOptions
+
+        if name in CLUSTER_CONNECTION_DEFAULTS:
+            return CLUSTER_CONNECTION_DEFAULTS[name]
+        return NetworkConnectorOptions.model_fields[_RECONNECT_FIELDS[name]].default
 
     @property
     def node_names(self) -> list[str]:

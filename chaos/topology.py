@@ -186,6 +186,8 @@ def topology_of(exp: Experiment) -> Topology:
         options = dict(initial_reconnect_delay=topo.initial_reconnect_delay_ms,
                        max_reconnect_delay=topo.max_reconnect_delay_ms,
                        use_exponential_back_off=topo.use_exponential_back_off)
+        # only the options the file set: an unset one stays unset (its broker's default applies)
+        options = {key: value for key, value in options.items() if value is not None}
         bridges = tuple(Bridge(source, target_node, NetworkConnectorOptions(duplex=duplex, **options))
                         for source, target_node, duplex in topo.bridge_ends())
         return Topology(names, bridges, proxied=("bridges",), prefix="chaos")

@@ -37,6 +37,8 @@ KNOWN: dict[str, str] = {
     "postgresql": "a PostgreSQL server (Debian package postgresql)",
     "fuse": "FUSE mounts: /dev/fuse, fusermount3 (Debian package fuse3) and mfusepy (the shared store, issue 18)",
     "atheris": "the atheris fuzzer (PyPI, in the test extra; fuzz/)",
+    "java-clients": ("the real Java clients (activemq-client, artemis-jms-client) fetched with Maven and brokerconf's "
+                     "driver built against each into .tools/java-clients (`python -m conformance.clients.java_build`)"),
 }
 
 ENV = "BROKERCONF_REQUIRE"

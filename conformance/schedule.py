@@ -7,8 +7,11 @@ of four cluster tests costs minutes, a codec module of two hundred costs seconds
 runs (``brokerconf run``, ``scripts/test.sh`` with workers) pass ``--no-loadscope-reorder`` and
 this plugin orders the collection by each unit's *recorded* cost, longest first (the classic
 longest-processing-time rule: the long units start at once, the short ones fill the gaps at the
-end). The costs come from earlier runs (`COSTS_FILE`, refreshed with ``scripts/record_costs.py``);
-a unit never recorded counts as cheap and runs among the last.
+end). The costs come from earlier runs (`COSTS_FILE`, refreshed with ``scripts/record_costs.py``).
+A unit never recorded (a new or renamed test, a suite module new to a target) gets an estimate
+(`estimated_cost`): a suite module's cost on the other targets, a slow test's the typical cost of
+its module's recorded tests. Counted as free, a new slow unit would go out last and a worker would
+still be on it minutes after the others finished; a fast one (no ``slow`` mark) still fills the tail.
 
 It also keeps the timing of a run (``--timing-report FILE``, written by the controller or a serial
 run): each unit's summed test time, each target's wall time (first test start to last test end:
@@ -28,7 +31,7 @@ import pytest
 
 #: the recorded cost (seconds of test time) of each work unit, from earlier parallel runs
 COSTS_FILE = Path(__file__).resolve().parent / "unit_costs.json"
-#: a unit's cost when it was never recorded (a new test): cheap, so it fills the tail of the run
+#: a unit's cost when it was never recorded and nothing says it is slow: cheap, so it fills the tail
 UNRECORDED = 0.0
 #: a suite test's group is "<module>(<target>)" (conformance/plugin.py's xdist_group_name)
 _SUITE_GROUP = re.compile(r"^(?P<module>[^()]+\.py)\((?P<target>[^()]+)\)$")
@@ -60,18 +63,56 @@ def unit_of_item(item: pytest.Item) -> str:
     return "_".join(names) if names else item.nodeid.split("@", 1)[0]
 
 
+def _file_of_unit(unit: str) -> str:
+    """The test file a unit belongs to: "f.py" of "f.py::test[...]", "f.py(target)" or "f.py"."""
+    return unit.split("::", 1)[0].split("(", 1)[0]
+
+
+def estimated_cost(unit: str, slow: bool, costs: dict[str, float]) -> float:
+    """A unit's recorded cost, or an estimate when it has none (``slow``: a test of the unit is
+    marked slow). A suite module new to a target costs what it costs on the targets it was recorded
+    for (the most: they run the same scenarios); a slow test, the median of its file's recorded
+    units, or of all recorded units if its file has none (a new file of slow tests); anything else
+    counts as cheap (`UNRECORDED`). Only the order depends on it, never a verdict."""
+    if unit in costs:
+        return costs[unit]
+    where = suite_target_and_module(unit)
+    if where is not None:
+        same_module = [seconds for other, seconds in costs.items()
+                       if (other_where := suite_target_and_module(other)) and other_where[1] == where[1]]
+        suites = [seconds for other, seconds in costs.items() if suite_target_and_module(other)]
+        return max(same_module) if same_module else _median(suites)
+    if slow:
+        siblings = [seconds for other, seconds in costs.items() if _file_of_unit(other) == _file_of_unit(unit)]
+        return _median(siblings or list(costs.values()))
+    return UNRECORDED
+
+
+def _median(values: list[float]) -> float:
+    if not values:
+        return UNRECORDED
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
 def order_by_cost(items: list[pytest.Item], costs: dict[str, float]) -> None:
-    """Sort ``items`` in place: the units in falling recorded cost, each unit's tests together and
-    in their collected order (a stable sort on the unit's cost, then on where the unit first
-    appeared, so units of equal cost keep the collection's order and the result is the same on
-    every worker: pytest-xdist aborts a run whose workers collected different orders)."""
+    """Sort ``items`` in place: the units in falling cost (recorded, else `estimated_cost`), each
+    unit's tests together and in their collected order (a stable sort on the unit's cost, then on
+    where the unit first appeared, so units of equal cost keep the collection's order and the
+    result is the same on every worker: pytest-xdist aborts a run whose workers collected
+    different orders)."""
     first_seen: dict[str, int] = {}
+    slow: set[str] = set()
     units = []
     for index, item in enumerate(items):
         unit = unit_of_item(item)
         first_seen.setdefault(unit, index)
+        if any(True for _ in item.iter_markers("slow")):
+            slow.add(unit)
         units.append(unit)
-    keyed = sorted(zip(items, units), key=lambda pair: (-costs.get(pair[1], UNRECORDED), first_seen[pair[1]]))
+    cost = {unit: estimated_cost(unit, unit in slow, costs) for unit in first_seen}
+    keyed = sorted(zip(items, units), key=lambda pair: (-cost[pair[1]], first_seen[pair[1]]))
     items[:] = [item for item, _ in keyed]
 
 

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Bridge", "BridgeFilterPolicy", "BridgeRoute", "Cluster", "ClusterConnection", "ExtraClusterConnection",
            "GroupingHandlers",
-           "LOAD_BALANCING_MODES", "CompositeDestination", "Node",
+           "CLUSTER_CONNECTION_DEFAULTS", "LOAD_BALANCING_MODES", "CompositeDestination", "Node",
            "NetworkConnectorOptions", "NfsOptions", "PEER_LIST_SCHEMES", "SharedStore", "TOPOLOGY_CAPABILITIES", "Topology",
            "NodeError", "TopologyUnsupported", "capability_of", "check_destination", "check_duplex_names", "static_uri",
            "with_connector_renamed"]
@@ -72,7 +72,13 @@ def check_destination(destination: str) -> None:
 class NetworkConnectorOptions(NetworkConnectorProperties):
     """One network connector: the "NetworkConnector Properties" table (declared once, in
     `NetworkConnectorProperties`), plus the "Static discovery" table's reconnect options, which
-    the brokers carry on the connector's ``static:(...)`` URI (`static_uri`)."""
+    the brokers carry on the connector's ``static:(...)`` URI (`static_uri`).
+
+    Set and unset options differ: an option the scenario did not pass (not in pydantic's
+    ``model_fields_set``; ``model_copy(update=...)`` adds the updated ones) is left out of every
+    broker's configuration, so the broker's own default applies; the field's value is then the
+    document's default, which is where code reasoning about the running bridge reads it (the
+    field defaults are the tables' defaults, "NetworkConnector Properties" and "Static discovery")."""
 
     initial_reconnect_delay: int = 1000
     max_reconnect_delay: int = 30000
@@ -110,13 +116,13 @@ PEER_LIST_SCHEMES = ("static", "masterslave")
 
 def static_uri(peer_urls: list[str] | tuple[str, ...], options: NetworkConnectorOptions,
                scheme: str = "static") -> str:
-    """``static:(tcp://...)`` with the reconnect options that differ from the document's defaults;
-    ``scheme="masterslave"`` gives ``masterslave:(master,slave,...)`` with the same options."""
+    """``static:(tcp://...)`` with the reconnect options the scenario set (an unset one is left
+    out: the transport's own default applies); ``scheme="masterslave"`` gives
+    ``masterslave:(master,slave,...)`` with the same options."""
     if scheme not in PEER_LIST_SCHEMES:
         raise ValueError(f"scheme must be one of {PEER_LIST_SCHEMES}, not {scheme!r}")
-    defaults = NetworkConnectorOptions()
     query = [f"{RECONNECT_URI_OPTIONS[f]}={_uri_value(getattr(options, f))}" for f in RECONNECT_URI_OPTIONS
-             if getattr(options, f) != getattr(defaults, f)]
+             if f in options.model_fields_set]
     return f"{scheme}:({','.join(peer_urls)})" + ("?" + "&".join(query) if query else "")
 
 
@@ -293,6 +299,31 @@ class SharedStore:
 LOAD_BALANCING_MODES = ("OFF", "STRICT", "ON_DEMAND", "OFF_WITH_REDISTRIBUTION")
 
 
+#: The documented default of each cluster connection option a scenario may leave unset
+#: (`ClusterConnection`, None = unset). An unset option is NOT written into any broker's
+#: configuration, so a statement "X is the default" meets the broker's own default; this table is
+#: the one place the harness reads the documented value from (`ClusterConnection.effective`).
+#: Sections of artemis-clusters.md:
+CLUSTER_CONNECTION_DEFAULTS: dict[str, object] = {
+    # "Configuring Cluster Connections" (CLU-MLB-1, CLU-HOPS-2, CLU-CC-RETRY-1..4, CLU-CC-DUP-1, CLU-CC-PING-1)
+    "message_load_balancing": "ON_DEMAND",
+    "max_hops": 1,
+    "retry_interval_ms": 500,
+    "retry_interval_multiplier": 1.0,
+    "max_retry_interval_ms": 2000,
+    "initial_connect_attempts": -1,
+    "reconnect_attempts": -1,
+    "use_duplicate_detection": True,
+    "check_period_ms": 30000,
+    "connection_ttl_ms": 60000,
+    # "Broadcast Groups" (CLU-DISC-2) and "Discovery Groups" (CLU-DISC-4)
+    "broadcast_period_ms": 2000,
+    "refresh_timeout_ms": 10000,
+    # "Message Redistribution" (CLU-REDIST-4): -1, never
+    "redistribution_delay_ms": -1,
+}
+
+
 @dataclass(frozen=True)
 class GroupingHandlers:
     """Clustered message grouping (artemis-message-grouping.md, "Clustered Grouping"): node
@@ -331,7 +362,8 @@ class ExtraClusterConnection:
     name: str
     address: str
     connections: tuple[tuple[str, str], ...]
-    message_load_balancing: str = "ON_DEMAND"
+    #: None: unset, left out of the configuration (the broker's default applies)
+    message_load_balancing: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "connections", tuple(tuple(link) for link in self.connections))
@@ -342,7 +374,7 @@ class ExtraClusterConnection:
         if any(len(link) != 2 or link[0] == link[1] for link in self.connections):
             raise ValueError(f"extra cluster connection {self.name!r}: each connection joins two different nodes, "
                              f"not {self.connections!r}")
-        if self.message_load_balancing not in LOAD_BALANCING_MODES:
+        if self.message_load_balancing is not None and self.message_load_balancing not in LOAD_BALANCING_MODES:
             raise ValueError(f"extra cluster connection {self.name!r}: message_load_balancing must be one of "
                              f"{LOAD_BALANCING_MODES}, not {self.message_load_balancing!r}")
 
@@ -354,7 +386,9 @@ class ExtraClusterConnection:
 @dataclass(frozen=True)
 class ClusterConnection:
     """The cluster connection every node of an Artemis-style cluster declares (artemis-clusters.md,
-    "Configuring Cluster Connections"; defaults are the chapter's). ``address``: comma-separated
+    "Configuring Cluster Connections"). An option of `CLUSTER_CONNECTION_DEFAULTS` left None is
+    unset: no broker's configuration mentions it, and `effective` gives the chapter's default.
+    ``address``: comma-separated
     address prefixes, ``!prefix`` excludes and wins, "" matches every address; ``*`` or ``#`` in
     a prefix is a literal character (wildcards do not apply here: CLU-ADDR-4).
     ``connections``: ``(source, target)`` pairs, each a static connector ``source`` lists (with
@@ -376,22 +410,25 @@ class ClusterConnection:
     ``grouping``: clustered grouping handlers, or None."""
 
     address: str = ""
-    message_load_balancing: str = "ON_DEMAND"
-    max_hops: int = 1
+    # The options below are None when the scenario leaves them unset: the renderers then leave
+    # them out of the broker's configuration, so the broker applies its own default (what a
+    # statement "X is the default" is about). `effective` gives the documented value.
+    message_load_balancing: str | None = None
+    max_hops: int | None = None
     connections: tuple[tuple[str, str], ...] | None = None
     direct_connections_only: bool = True
     discovery: str = "static"
-    retry_interval_ms: int = 500
-    retry_interval_multiplier: float = 1.0
-    max_retry_interval_ms: int = 2000
-    initial_connect_attempts: int = -1
-    reconnect_attempts: int = -1
-    use_duplicate_detection: bool = True
-    check_period_ms: int = 30000
-    connection_ttl_ms: int = 60000
-    broadcast_period_ms: int = 2000
-    refresh_timeout_ms: int = 10000
-    redistribution_delay_ms: int = -1
+    retry_interval_ms: int | None = None
+    retry_interval_multiplier: float | None = None
+    max_retry_interval_ms: int | None = None
+    initial_connect_attempts: int | None = None
+    reconnect_attempts: int | None = None
+    use_duplicate_detection: bool | None = None
+    check_period_ms: int | None = None
+    connection_ttl_ms: int | None = None
+    broadcast_period_ms: int | None = None
+    refresh_timeout_ms: int | None = None
+    redistribution_delay_ms: int | None = None
     redistribution_delays: tuple[tuple[str, int], ...] = ()
     scale_down: bool = False
     scale_down_groups: dict[str, str] = field(default_factory=dict, hash=False, compare=False)
@@ -411,10 +448,10 @@ class ClusterConnection:
             if self.scale_down_cluster_name not in names:
                 raise ValueError(f"scale_down_cluster_name {self.scale_down_cluster_name!r} is not one of the "
                                  f"extra cluster connections {names}")
-        if self.message_load_balancing not in LOAD_BALANCING_MODES:
+        if self.message_load_balancing is not None and self.message_load_balancing not in LOAD_BALANCING_MODES:
             raise ValueError(f"message_load_balancing must be one of {LOAD_BALANCING_MODES}, not "
                              f"{self.message_load_balancing!r}")
-        if self.max_hops < 0:
+        if self.max_hops is not None and self.max_hops < 0:
             raise ValueError(f"max_hops must be 0 or more, not {self.max_hops!r}")
         if self.discovery not in ("static", "udp"):
             raise ValueError(f"discovery must be 'static' or 'udp', not {self.discovery!r}")
@@ -423,7 +460,7 @@ class ClusterConnection:
                              "every node already)")
         if self.discovery == "udp" and self.connections is not None:
             raise ValueError("connections list static connectors: give them with discovery 'static', not 'udp'")
-        if self.redistribution_delay_ms < -1:
+        if self.redistribution_delay_ms is not None and self.redistribution_delay_ms < -1:
             raise ValueError(f"redistribution_delay_ms is -1 (never), 0 or more, not {self.redistribution_delay_ms!r}")
         for match, delay in self.redistribution_delays:
             if not isinstance(match, str) or not match.strip() or "://" in match:
@@ -431,14 +468,30 @@ class ClusterConnection:
                                  "wildcard expression, without queue://)")
             if isinstance(delay, bool) or not isinstance(delay, int) or delay < -1:
                 raise ValueError(f"redistribution_delays[{match!r}] is -1 (never), 0 or more, not {delay!r}")
-        if self.retry_interval_ms <= 0 or self.max_retry_interval_ms <= 0 or self.retry_interval_multiplier < 1:
+        retry, most, multiplier = (self.effective(name) for name in ("retry_interval_ms", "max_retry_interval_ms",
+                                                                      "retry_interval_multiplier"))
+        if retry <= 0 or most <= 0 or multiplier < 1:
             raise ValueError("retry_interval_ms and max_retry_interval_ms must be above 0 and "
                              "retry_interval_multiplier at least 1")
+        for name in ("check_period_ms", "connection_ttl_ms", "broadcast_period_ms", "refresh_timeout_ms"):
+            if self.effective(name) <= 0:
+                raise ValueError(f"{name} must be above 0, not {getattr(self, name)!r}")
         for name in ("initial_connect_attempts", "reconnect_attempts"):
-            if getattr(self, name) < -1:
+            if self.effective(name) < -1:
                 raise ValueError(f"{name} is -1 (retry for ever) or 0 or more, not {getattr(self, name)!r}")
         # Wildcard characters are allowed and mean themselves: the chapter matches by prefix only
         # (CLU-ADDR-4), so "news.*" applies to addresses starting with the five characters "news.*".
+
+    def effective(self, name: str):
+        """Option ``name``'s value: what the scenario set, else the documented default
+        (`CLUSTER_CONNECTION_DEFAULTS`): for code that reasons about the running cluster (waits
+        from the retry interval, expected back-off), never for rendering."""
+        value = getattr(self, name)
+        return CLUSTER_CONNECTION_DEFAULTS[name] if value is None else value
+
+    def options_set(self) -> tuple[str, ...]:
+        """The options of `CLUSTER_CONNECTION_DEFAULTS` the scenario set (the ones rendered)."""
+        return tuple(name for name in CLUSTER_CONNECTION_DEFAULTS if getattr(self, name) is not None)
 
     def links(self, nodes: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
         """Every ``(source, target)`` static connector: the explicit ``connections`` or, for a

@@ -66,18 +66,29 @@ class RunRecord:
                 "redistribution": self.checkers["redistribution"], "group_pinning": self.checkers["group_pinning"],
                 "load_balancing": self.load_balancing, "redistribution_delay_ms": self.redistribution_delay_ms}
 
+    def _cluster_option(self, name: str):
+        """Cluster option ``name`` of a [topology] kind = "cluster" (the file's value; when the file
+        left it unset, the documented default the brokers applied, CLUSTER_CONNECTION_DEFAULTS),
+        else None."""
+        topology = (self.experiment or {}).get("topology") or {}
+        if topology.get("kind") != "cluster":
+            return None
+        if topology.get(name) is not None:
+            return topology[name]
+        from conformance.topology import CLUSTER_CONNECTION_DEFAULTS
+
+        return CLUSTER_CONNECTION_DEFAULTS[name]
+
     @property
     def load_balancing(self) -> str | None:
         """The cluster's message_load_balancing (a [topology] kind = "cluster"), else None: the
         redistribution checker's ON_DEMAND rule needs it (reports/checkers/redistribution.py)."""
-        topology = (self.experiment or {}).get("topology") or {}
-        return topology.get("message_load_balancing") if topology.get("kind") == "cluster" else None
+        return self._cluster_option("message_load_balancing")
 
     @property
     def redistribution_delay_ms(self) -> int | None:
         """The cluster's redistribution delay (-1: never), else None."""
-        topology = (self.experiment or {}).get("topology") or {}
-        return topology.get("redistribution_delay_ms") if topology.get("kind") == "cluster" else None
+        return self._cluster_option("redistribution_delay_ms")
 
     @property
     def destination(self) -> str | None:

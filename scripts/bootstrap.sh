@@ -10,6 +10,8 @@
 #     engine with the project's images (set BROKERCONF_INSTALL_DOCKER=0 to skip),
 #   * fetches the pinned Apache Artemis distribution and ActiveMQ's AMQP transport with Maven
 #     into .tools/ (no root; verified once against pins.toml, then re-used: quick when cached),
+#   * fetches the pinned real Java clients with Maven and builds drivers/java against each into
+#     .tools/java-clients (no root; set BROKERCONF_INSTALL_JAVA_CLIENTS=0 to skip),
 #   * builds the pinned real toxiproxy-server into .tools/bin with Go, when Go is there
 #     (no root; set BROKERCONF_INSTALL_TOXIPROXY=0 to skip).
 # Leaves the current directory at the repository root.
@@ -247,6 +249,24 @@ _bc_ensure_activemq_amqp() {
     fi
 }
 
+# --------------------------------------------------------------------------- real Java clients
+# The client-side chapters checked on the real client libraries (issue 28): the clients pinned in
+# conformance/targets/pins.toml [java-clients.*] fetched with Maven (which reads the machine's own
+# mirror settings) and brokerconf's driver (drivers/java) compiled against each, into
+# .tools/java-clients/ (no root; quick when built: digests and a source stamp are checked). Not
+# fatal: without them those tests are skipped (failed where BROKERCONF_REQUIRE names java-clients).
+_bc_ensure_java_clients() {
+    [ "${BROKERCONF_INSTALL_JAVA_CLIENTS:-1}" != "0" ] || return 0
+    if ! command -v javac >/dev/null 2>&1 || ! command -v mvn >/dev/null 2>&1; then
+        _bc_log "note: the real Java client tests will be skipped; they need a JDK 17 (javac) and maven"
+        return 0
+    fi
+    if ! .venv/bin/python -m conformance.clients.java_build >/dev/null; then
+        _bc_log "warning: building the Java client driver failed (reason above); its tests will be skipped" \
+                "(retry: .venv/bin/python -m conformance.clients.java_build)"
+    fi
+}
+
 # --------------------------------------------------------------------------- containers
 # The container targets (issue 8): as root on Debian, install the engine, start it when no service
 # manager does, and build the local images (docker/README.md: offline base image when no registry
@@ -311,5 +331,6 @@ _bc_ensure_netns
 _bc_ensure_fuse
 _bc_ensure_artemis
 _bc_ensure_activemq_amqp
+_bc_ensure_java_clients
 _bc_ensure_toxiproxy  # before the images: the Toxiproxy image is built from this binary
 _bc_ensure_docker

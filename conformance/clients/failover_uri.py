@@ -100,6 +100,9 @@ OPTION_NAMES: dict[str, str] = {
     "maxReconnectDelay": "max_reconnect_delay",
     "useExponentialBackOff": "use_exponential_back_off",
     "backOffMultiplier": "back_off_multiplier",
+    # ActiveMQ's own failover transport knows the multiplier only by this name and refuses the
+    # guide's backOffMultiplier (known deviation, fault_tolerance.toml); a URI written for it works here too
+    "reconnectDelayExponent": "back_off_multiplier",
     "maxReconnectAttempts": "max_reconnect_attempts",
     "startupMaxReconnectAttempts": "startup_max_reconnect_attempts",
     "randomize": "randomize",

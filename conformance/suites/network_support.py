@@ -1,5 +1,6 @@
 """What the network-of-brokers suites share (test_networks.py, test_network_store_forward.py,
-test_network_durable.py, test_network_topologies.py, test_network_temp.py): one run per target,
+test_network_reconnect_waits.py, test_network_durable.py, test_network_topologies.py,
+test_network_temp.py): one run per target,
 the not-applicable verdict for targets without ``topology.network``, launching a network through
 the topology contract (`launch_network`), work directories, STOMP clients closed after the test, and the demand / send helpers.
 

@@ -29,6 +29,7 @@ from conformance.clients.multicast_agent import listen
 from conformance.plugin import STATE
 from conformance.targets.runtime.probes import tcp_accepts
 from conformance.waiting import poll
+from conformance.suites.java_support import ACTIVEMQ_CLIENTS, client_params, start_driver
 
 FAILOVER_LISTENER = "failover:(stomp://127.0.0.1:61613,stomp://127.0.0.1:61614)"
 
@@ -37,7 +38,8 @@ FAILOVER_LISTENER = "failover:(stomp://127.0.0.1:61613,stomp://127.0.0.1:61614)"
 KINDS = {"test_activemq_announces_only_the_connector_with_a_discovery_uri": ("activemq",),
          "test_activemq_refuses_a_transport_connector_with_a_failover_uri": ("activemq",),
          "test_a_multicast_discovery_client_uses_only_the_activemq_brokers_of_its_group": ("activemq",),
-         "test_a_discovery_client_fails_over_to_an_activemq_broker_announced_after_it_started": ("activemq",)}
+         "test_a_discovery_client_fails_over_to_an_activemq_broker_announced_after_it_started": ("activemq",),
+         "test_the_real_multicast_discovery_clients_use_only_the_activemq_brokers_of_their_group": ("activemq",)}
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -334,3 +336,27 @@ def test_a_discovery_client_fails_over_to_an_activemq_broker_announced_after_it_
         client.close()
         raise
     check_moves_to_the_later_broker(client, later.stomp_port, first.stop)
+
+@pytest.mark.spec("FT-DISCOVERY-6")
+@pytest.mark.parametrize("client", client_params(ACTIVEMQ_CLIENTS))
+def test_the_real_multicast_discovery_clients_use_only_the_activemq_brokers_of_their_group(target_name, activemq_brokers,
+                                                                                       tmp_path, client):
+    # the same on ActiveMQ's own clients (issue 28), each through brokerconf's Java driver and
+    # credited to that client's column
+    from reference_broker.cluster.discovery import activemq_loopback_uri
+
+    group, other = _group(), _group()
+    member = activemq_brokers("member", group)  # the OpenWire connector announces, what these clients speak
+    stranger = activemq_brokers("stranger", other)
+    queue = f"ftdisc6.{uuid.uuid4().hex[:8]}"
+    with start_driver(client, tmp_path / client) as driver:
+        conn = driver.connect(f"discovery:({activemq_loopback_uri(group)})?initialReconnectDelay=100", timeout=90)
+        try:
+            assert conn.port == member.openwire_port, \
+                (f"FT-DISCOVERY-6: {client} should connect to the broker announcing in {group} (OpenWire port "
+                 f"{member.openwire_port}); it is on {conn.address} (the other group's broker: "
+                 f"{stranger.openwire_port})")
+            conn.send(queue, "m")
+            assert conn.receive(queue, 10.0) == "m", f"FT-DISCOVERY-6: {client}'s discovered connection does not work"
+        finally:
+            conn.close()

@@ -7,8 +7,9 @@ FT-SHARED-*), on every target whose groups can sit on it (``topology.shared-stor
 The store (chaos/sharedstore) is one server holding the data and the lock table; each node mounts
 it through FUSE over its own fault-proxy link, so the lock-loss nemesis can cut one node's storage
 link as an NFS outage would. The server's lock log (its refused lock requests, as an NFS server's
-lock log shows them) is where a slave's polling is seen. Only lower bounds and order relations
-derived from the settings are asserted; how long a detection or a takeover took is printed.
+lock log shows them) is where a slave's polling is seen. Lower bounds and order relations derived
+from the settings are asserted, and the one time the guide states (FT-SHARED-8's 12 s, with the
+tolerance its mechanism implies); how long a takeover took is printed.
 """
 
 from __future__ import annotations
@@ -255,22 +256,44 @@ def test_nfsv4_releases_a_crashed_master_s_lock_after_its_lease_and_the_slave_ta
         f"FT-SHARED-10: B served {min(expiries) - killed - took:.2f} s before the store expired A's lease"
 
 
+#: FT-SHARED-8's number: with the guide's mount options and lockKeepAlivePeriod 2000 the broker
+#: noticed the lost store and began shutting down within 12 s (guide 3.1, "Recommended NFSv4 client
+#: mount options"). The 12 s is one soft-mount request giving up: timeo=20 waits 2 s, and each of
+#: the retrans=2 retransmissions waits timeo longer than the one before (2 + 4 + 6 s).
+GUIDE_DETECTION_S = 12.0
+#: what the test adds to that number, each term from the mechanism, not from a measurement:
+#: the cut can fall just after a lock check, so the failing request may start one
+#: lockKeepAlivePeriod (2 s) later; the test sees the closed listener one poll (0.5 s) late; and
+#: the shutdown the broker began must reach its listener (1.5 s for a JVM to close an acceptor
+#: on a loaded machine)
+DETECTION_TOLERANCE_S = 2.0 + 0.5 + 1.5
+
+
 @pytest.mark.spec("FT-SHARED-8")
 def test_with_the_guide_s_mount_options_a_master_that_loses_its_store_stops(nfs_group):
     from chaos.sharedstore.mountopts import MountOptions
 
-    # the guide's own options and keep-alive, kept: FT-SHARED-8's "about 12 s" is derived from them
+    # the guide's own options and keep-alive, kept: FT-SHARED-8's 12 s is derived from them
     options = "soft,timeo=20,retrans=2,lookupcache=none,sync"
     group = nfs_group(SharedStore(lock_keep_alive_period_ms=2000, lock_acquire_sleep_interval_ms=1000,
                                   nfs=NfsOptions(mount_options=options, version=4, lease_s=30.0)))
     a = group["A"]
     assert group.master() is a, f"FT-SHARED-8: node A is not the master\n{group.log_tail(30)}"
     model = MountOptions.parse(options).soft_failure_after()
+    # the simulated mount must give up when the guide's options say, or the bound below means nothing
+    assert model == GUIDE_DETECTION_S, f"setup: the mount model fails a request after {model} s, not 12 s"
     group.rig.nemesis.invoke("partition", host="A")
-    cut = time.monotonic()
+    cut, cut_at = time.monotonic(), time.strftime("%H:%M:%S")  # wall clock: to read the broker's log against
+    bound = GUIDE_DETECTION_S + DETECTION_TOLERANCE_S
+    # watched past the bound (up to TAKEOVER) so a late broker's time is measured, not just "late"
     stopped = poll(lambda: closed(a) or not a.running, bool, timeout=TAKEOVER, interval=0.5)
     took = time.monotonic() - cut
-    print(f"FT-SHARED-8: master A stopped serving {took:.1f} s after its storage link was cut "
-          f"(mount model: I/O fails after {model:.1f} s; the guide: about 12 s)")
+    print(f"FT-SHARED-8: master A stopped serving {took:.1f} s after its storage link was cut at {cut_at} "
+          f"(the guide: within {GUIDE_DETECTION_S:.0f} s; asserted bound {bound:.1f} s)")
     assert stopped, (f"FT-SHARED-8: the master went on serving {TAKEOVER} s after its store became unreachable "
                      f"with the guide's mount options {options}\n{a.log_tail(40)}")
+    assert took <= bound, (
+        f"FT-SHARED-8: the master stopped serving {took:.1f} s after its storage link was cut (at {cut_at}); with the "
+        f"guide's mount options {options} and lockKeepAlivePeriod 2000 it should notice and shut down within "
+        f"{GUIDE_DETECTION_S:.0f} s (bound {bound:.1f} s: + one keep-alive period, one poll, 1.5 s to close)"
+        f"\n{a.log_tail(40)}")

@@ -1,6 +1,7 @@
 """Network-connector properties with a count as their observable, against ActiveMQ Classic's
 "Networks of Brokers" page (../shared/spec/activemq-classic-networks-of-brokers.md; catalogue
-conformance/spec/networks.toml): prefetchSize (NOB-PREFETCH-1), alwaysSyncSend (NOB-SYNC-1) and
+conformance/spec/networks.toml): prefetchSize (NOB-PREFETCH-1), alwaysSyncSend (NOB-SYNC-1, its
+default NOB-SYNC-2) and
 the conditional network bridge filter's rate limit (NOB-THROTTLE-1).
 
 One network of two brokers, A -> B, with one connector per property, each restricted to its own
@@ -75,8 +76,14 @@ def _model():
             name=name, dynamically_included_destinations=(f"queue://nob.{name}.>",), **RECONNECT, **options))
 
     bridges = (connector("prefetch", prefetch_size=PREFETCH),
+               # prefetchSize left unset: NOB-PREFETCH-1's default (1000) is the broker's own
+               connector("defprefetch"),
                connector("sync", prefetch_size=PREFETCH, always_sync_send=True),
-               connector("async", prefetch_size=PREFETCH),
+               # NOB-SYNC-1 is about the option on and off: "off" is written out (left unset,
+               # ActiveMQ 5.17.2 applies its own default, true, where the table says false)
+               connector("async", prefetch_size=PREFETCH, always_sync_send=False),
+               # alwaysSyncSend left unset: NOB-SYNC-2's default (off) is the broker's own
+               connector("syncdefault", prefetch_size=PREFETCH),
                # equal priority, so the queue offers the network consumer its share (with the
                # table's default the local consumer would be preferred and the limit never reached)
                connector("throttle", decrease_network_consumer_priority=False))
@@ -162,25 +169,33 @@ def heal(nemesis, routes, connector: str) -> None:
 
 
 @pytest.mark.spec("NOB-PREFETCH-1")
-def test_network_consumer_prefetch_is_the_connectors_prefetch_size(network, clients):
+@pytest.mark.parametrize("connector", ["prefetch", "defprefetch"], ids=["set", "default"])
+def test_network_consumer_prefetch_is_the_connectors_prefetch_size(network, clients, connector):
     net, nemesis, routes = network
     a, b = net["A"], net["B"]
-    q = queue("prefetch")
+    # "prefetch": prefetch_size=PREFETCH; "defprefetch": unset, the document's default (the
+    # model's field default, "NetworkConnector Properties") is what the broker must apply itself
+    options = next(bridge.options for bridge in net.topology.bridges if bridge.options.name == connector)
+    assert (connector == "defprefetch") == ("prefetch_size" not in options.model_fields_set), "setup"
+    prefetch = options.prefetch_size
+    messages = prefetch + MESSAGES  # several times a small prefetch, a few more than the default one
+    q = queue(connector)
     clients(b).subscribe(q)
     demand(a, q, 1)
-    stall(nemesis, routes, "prefetch")
+    stall(nemesis, routes, connector)
     try:
         producer = clients(a)
-        for i in range(MESSAGES):
+        for i in range(messages):
             producer.send(q, f"p{i}")  # persistent: forwarded as a request, acknowledged on B's reply
-        in_flight = settle(lambda: a.in_flight_count(q), PREFETCH)
-        context = f"A holds {a.queue_size(q)} of {MESSAGES}, B holds {b.queue_size(q)}"
-        assert in_flight == PREFETCH, (
-            f"NOB-PREFETCH-1: with prefetch_size={PREFETCH} and B not confirming, A's network consumer should "
-            f"have exactly {PREFETCH} messages in flight; A's InFlightCount is {in_flight} ({context})")
-        assert a.queue_size(q) == MESSAGES, f"NOB-PREFETCH-1: A should still hold every message ({context})"
+        in_flight = settle(lambda: a.in_flight_count(q), prefetch)
+        context = f"A holds {a.queue_size(q)} of {messages}, B holds {b.queue_size(q)}"
+        what = f"prefetch_size={prefetch}" if connector == "prefetch" else f"prefetchSize left at its default ({prefetch})"
+        assert in_flight == prefetch, (
+            f"NOB-PREFETCH-1: with {what} and B not confirming, A's network consumer should "
+            f"have exactly {prefetch} messages in flight; A's InFlightCount is {in_flight} ({context})")
+        assert a.queue_size(q) == messages, f"NOB-PREFETCH-1: A should still hold every message ({context})"
     finally:
-        heal(nemesis, routes, "prefetch")
+        heal(nemesis, routes, connector)
 
 
 @pytest.mark.spec("NOB-SYNC-1")
@@ -216,6 +231,31 @@ def test_always_sync_send_forwards_non_persistent_messages_as_requests(network, 
     finally:
         heal(nemesis, routes, "sync")
         heal(nemesis, routes, "async")
+
+
+@pytest.mark.spec("NOB-SYNC-2")
+def test_always_sync_send_left_unset_forwards_non_persistent_messages_one_way(network, clients):
+    """The connector's configuration does not mention alwaysSyncSend: the table's default (false)
+    makes non-persistent messages one-way sends, which A drops once written, confirmed or not."""
+    net, nemesis, routes = network
+    a, b = net["A"], net["B"]
+    options = next(bridge.options for bridge in net.topology.bridges if bridge.options.name == "syncdefault")
+    assert "always_sync_send" not in options.model_fields_set, "setup: the option must be left to the broker"
+    q = queue("syncdefault")
+    clients(b).subscribe(q)
+    demand(a, q, 1)
+    stall(nemesis, routes, "syncdefault")
+    try:
+        producer = clients(a)
+        for i in range(MESSAGES):
+            producer.send(q, f"d{i}", persistent=False)
+        left = settle(lambda: a.queue_size(q), 0)
+        assert left == 0, (
+            f"NOB-SYNC-2: with alwaysSyncSend left unset (the table's default, false) non-persistent messages "
+            f"should be forwarded one-way and removed from A at once; A still holds {left} of {MESSAGES}, "
+            f"{a.in_flight_count(q)} in flight, while B confirms nothing")
+    finally:
+        heal(nemesis, routes, "syncdefault")
 
 
 @pytest.mark.spec("NOB-THROTTLE-1")

@@ -59,7 +59,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 def _bridges():
     """A -> B twice: connector "nodyn" (dynamicOnly false, the default) for topics nob.nodyn.>,
     connector "dyn" (dynamicOnly true) for nob.dyn.>."""
-    return tuple(Bridge("A", "B", Options(name=mode, dynamic_only=mode == "dyn",
+    # "nodyn" leaves dynamicOnly unset: the broker's own default is what NOB-DYNONLY-1 describes
+    return tuple(Bridge("A", "B", Options(name=mode, **({"dynamic_only": True} if mode == "dyn" else {}),
                                           dynamically_included_destinations=(f"topic://nob.{mode}.>",),
                                           **FAST_RECONNECT))
                  for mode in ("nodyn", "dyn"))
@@ -188,8 +189,10 @@ def _mesh_bridges():
     """A full mesh of one-way connectors between A, B and C (every ordered pair), network TTL 3 so
     demand reaches every broker; per pair one connector without suppression (queues
     nob.sup.off.>) and one with suppressDuplicateQueueSubscriptions (nob.sup.on.>)."""
+    # "off" leaves the option unset: NOB-SUPPRESS-1's "off by default" is the broker's own default
     return tuple(Bridge(source, target, Options(name=f"{mode}-{target}", network_ttl=3,
-                                                suppress_duplicate_queue_subscriptions=mode == "on",
+                                                **({"suppress_duplicate_queue_subscriptions": True}
+                                                   if mode == "on" else {}),
                                                 dynamically_included_destinations=(f"queue://nob.sup.{mode}.>",),
                                                 **FAST_RECONNECT))
                  for source, target in itertools.permutations(("A", "B", "C"), 2) for mode in ("off", "on"))

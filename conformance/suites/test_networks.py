@@ -52,14 +52,18 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 def _activemq_networks():
     equal_priority = dict(decrease_network_consumer_priority=False)  # the conduit example's premise
     return {
-        # A -> B with the document's defaults, one excluded pattern and one statically included
-        # queue that the exclusion also matches.
+        # A -> B with the broker's defaults (no other option written), one excluded pattern and one
+        # statically included queue that the exclusion also matches; decreaseNetworkConsumerPriority
+        # is written out as the table's true: NOB-PRIO-1 is about the option on, and 5.17's own
+        # default is false (the table: true from 5.18)
         "default": (("A", "B"), (Bridge("A", "B", Options(
+            decrease_network_consumer_priority=True,
             excluded_destinations=("queue://nob.excluded.>",),
             statically_included_destinations=("queue://nob.excluded.always",))),)),
-        # A -> B twice: conduit subscriptions on for nob.conduit.on.>, off for nob.conduit.off.>.
+        # A -> B twice: conduit subscriptions left at the broker's default (on, NOB-CONDUIT-1) for
+        # nob.conduit.on.>, off for nob.conduit.off.>.
         "conduit": (("A", "B"), (
-            Bridge("A", "B", Options(name="conduit", conduit_subscriptions=True,
+            Bridge("A", "B", Options(name="conduit",
                                      dynamically_included_destinations=("queue://nob.conduit.on.>",),
                                      **equal_priority)),
             Bridge("A", "B", Options(name="noconduit", conduit_subscriptions=False,
@@ -70,18 +74,19 @@ def _activemq_networks():
         # to B, so B's half must exclude it too (NOB-DUPLEX-2).
         "duplex": (("A", "B"), (Bridge("A", "B", Options(duplex=True, excluded_destinations=(DUPLEX_EXCLUDED,))),),
                    (BridgeFilterPolicy("nob.replay.>", replay_when_no_consumers=True),)),
-        # A -> B -> C with, on both hops: TTL 1 for nob.ttl1.> and TTL 2 for nob.ttl2.>; message
-        # TTL 2 with consumer TTL 1 for nob.mttl.>, message TTL 1 with consumer TTL 2 for
-        # nob.cttl.>. Plus A -> B and A -> C with conduit subscriptions on for nob.sel.on.> and off
+        # A -> B -> C with, on both hops: TTL left at the broker's default (1, NOB-TTL-1) for
+        # nob.ttl1.> and TTL 2 for nob.ttl2.>; message TTL 2 with the consumer TTL left at its
+        # default (1, NOB-TTL-3) for nob.mttl.>, consumer TTL 2 with the message TTL left at its
+        # default (1, NOB-TTL-2) for nob.cttl.>. Plus A -> B and A -> C with conduit subscriptions on for nob.sel.on.> and off
         # for nob.sel.off.> (the selector pitfall: one producing broker, two receiving ones).
         "line": (("A", "B", "C"), tuple(
-            Bridge(src, dst, Options(name=f"ttl{ttl}", network_ttl=ttl,
+            Bridge(src, dst, Options(name=f"ttl{ttl}", **({} if ttl == 1 else {"network_ttl": ttl}),
                                      dynamically_included_destinations=(f"queue://nob.ttl{ttl}.>",)))
             for src, dst in (("A", "B"), ("B", "C")) for ttl in (1, 2)) + tuple(
-            Bridge(src, dst, Options(name=name, message_ttl=message_ttl, consumer_ttl=consumer_ttl,
+            Bridge(src, dst, Options(name=name, **ttl,
                                      dynamically_included_destinations=(f"queue://nob.{name}.>",)))
             for src, dst in (("A", "B"), ("B", "C"))
-            for name, message_ttl, consumer_ttl in (("mttl", 2, 1), ("cttl", 1, 2))) + tuple(
+            for name, ttl in (("mttl", {"message_ttl": 2}), ("cttl", {"consumer_ttl": 2}))) + tuple(
             # (a connector's name is a Spring bean name in activemq.xml: unique on its broker)
             Bridge("A", dst, Options(name=f"sel{mode}{dst}", conduit_subscriptions=mode == "on",
                                      dynamically_included_destinations=(f"queue://nob.sel.{mode}.>",)))
@@ -266,7 +271,7 @@ def test_static_inclusion_ignores_exclusion(net, clients):
 @pytest.mark.spec("NOB-PRIO-1")
 @pytest.mark.network("default")
 def test_decreased_priority_prefers_local_consumers(net, clients):
-    # decreaseNetworkConsumerPriority written out as the table's true
+    # decreaseNetworkConsumerPriority written out as the table's true (network "default")
     a, b = net["A"], net["B"]
     q = queue("nob.prio")
     local = clients.on(a).subscribe(q)
@@ -455,7 +460,7 @@ def test_static_bridge_forwards_without_demand(net, clients):
 @pytest.mark.spec("NOB-TTL-2", "NOB-TTL-3")
 @pytest.mark.network("line")
 def test_consumer_ttl_beyond_message_ttl_strands_messages_midway(net, clients):
-    # nob.cttl.>: consumer TTL 2, message TTL 1 on both hops
+    # nob.cttl.>: consumer TTL 2, message TTL left at its default (1) on both hops
     a, b, c = net["A"], net["B"], net["C"]
     q = queue("nob.cttl.q")
     on_c = clients.on(c).subscribe(q)
@@ -464,8 +469,8 @@ def test_consumer_ttl_beyond_message_ttl_strands_messages_midway(net, clients):
     sent = send(clients.on(a), q, 5)
     on_b_size = held(b, q, len(sent))
     got = texts(on_c.drain(QUIET))
-    assert got == [], (f"NOB-TTL-2: with message TTL 1 a message crosses one broker only, so A's messages should "
-                       f"stop on B and not reach C's consumer; C got {got}")
+    assert got == [], (f"NOB-TTL-2: with message TTL 1 (left at the default) a message crosses one broker only, so "
+                       f"A's messages should stop on B and not reach C's consumer; C got {got}")
     assert on_b_size == len(sent) and a.queue_size(q) == 0, (
         f"NOB-TTL-2/NOB-TTL-3: A should forward on the demand announced with consumer TTL 2 and B keep the "
         f"messages; A holds {a.queue_size(q)}, B {on_b_size}")
@@ -474,12 +479,12 @@ def test_consumer_ttl_beyond_message_ttl_strands_messages_midway(net, clients):
 @pytest.mark.spec("NOB-TTL-3")
 @pytest.mark.network("line")
 def test_consumer_ttl_limits_demand_whatever_the_message_ttl(net, clients):
-    # nob.mttl.>: message TTL 2, consumer TTL 1 on both hops
+    # nob.mttl.>: message TTL 2, consumer TTL left at its default (1) on both hops
     a, b, c = net["A"], net["B"], net["C"]
     q = queue("nob.mttl.q")
     on_c = clients.on(c).subscribe(q)
     demand(b, q, 1)  # one hop: known on B
-    assert a.consumer_count(q) == 0, ("NOB-TTL-3: with consumer TTL 1, C's consumer should not be announced two "
+    assert a.consumer_count(q) == 0, ("NOB-TTL-3: with consumer TTL 1 (left at the default), C's consumer should not be announced two "
                                       "brokers away on A (whatever the message TTL)")
     send(clients.on(a), q, 5)
     got = texts(on_c.drain(QUIET))

@@ -222,7 +222,11 @@ class Connector:
         return link
 
     async def _run(self) -> None:
-        failures = 0
+        # failures: attempts failed in a row, what initial- / reconnect-attempts count; waits: the
+        # waits since the link was last up, what the multiplier counts. They differ after a loss:
+        # the wait before the first reconnect attempt is the first retry-interval, so the attempt
+        # after it waits retry-interval x multiplier (CLU-CC-RETRY-2), not retry-interval again
+        failures = waits = 0
         while not self._stopping:
             try:
                 link = await self._dial()
@@ -232,9 +236,10 @@ class Connector:
                     self._give_up(f"{failures} attempts failed, the last: {exc}")
                     return
                 log.info("cluster link to %s:%d: attempt %d failed (%s)", self.host, self.port, failures, exc)
-                await asyncio.sleep(self.retry.delay(failures))
+                waits += 1
+                await asyncio.sleep(self.retry.delay(waits))
                 continue
-            failures = 0
+            failures = waits = 0
             self.link, self.peer, self.peer_group = link, link.peer, link.peer_group
             self.connections += 1
             log.info("cluster link %s -> %s up (%s:%d)", self.hello["node"], link.peer, self.host, self.port)
@@ -246,7 +251,8 @@ class Connector:
             if self.retry.gives_up(0, ever_connected=True):
                 self._give_up("reconnect_attempts is 0")
                 return
-            await asyncio.sleep(self.retry.delay(1))
+            waits = 1
+            await asyncio.sleep(self.retry.delay(waits))
 
     def _give_up(self, why: str) -> None:
         self.given_up = True

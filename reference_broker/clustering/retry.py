@@ -17,8 +17,9 @@ class RetryPolicy:
     reconnect_attempts: int = -1
 
     def delay(self, failures: int) -> float:
-        """Seconds to wait before the attempt after ``failures`` failed ones (1 or more): the
-        interval times the multiplier per earlier failure, capped at the maximum."""
+        """Seconds of the ``failures``-th wait since the link was last up (1 or more; the loss of
+        a link counts as the first failure): the interval times the multiplier per earlier wait,
+        capped at the maximum."""
         ms = self.retry_interval * self.retry_interval_multiplier ** max(0, failures - 1)
         return min(ms, self.max_retry_interval) / 1000
 

@@ -141,6 +141,6 @@ def test_the_default_wait_covers_two_of_artemiss_call_timeouts_and_two_retry_int
     cluster = ScriptedCluster([{"A": (0, 5), "B": (0, 0)}])  # never lands
     _, errors = _drain_cluster(exp, cluster, FakeDrain(cluster), Records(), lambda *_: None, poll_s=1.0)
     assert len(errors) == 1
-    expected = 2 * 30.0 + 2 * exp.topology.max_retry_interval_ms / 1000 + 10.0
+    expected = 2 * 30.0 + 2 * exp.topology.effective("max_retry_interval_ms") / 1000 + 10.0
     assert expected > 61.0
     assert clock["now"] - 100.0 == pytest.approx(expected, abs=1.0)

@@ -200,6 +200,15 @@ def _cluster_retry_uncapped() -> None:
         self.retry_interval * self.retry_interval_multiplier ** max(0, failures - 1) / 1000)
 
 
+
+@fault("test_cluster_link_faults.py", "CLU-CC-RETRY-2")
+def _cluster_retry_starts_at_max() -> None:
+    """The wait between a cluster link's attempts ignores retry_interval and the multiplier: it is
+    max_retry_interval from the first retry on."""
+    from reference_broker.clustering.retry import RetryPolicy
+
+    RetryPolicy.delay = lambda self, failures: self.max_retry_interval / 1000
+
 # ---------------------------------------------------------------- core (conformance/spec/core.toml)
 
 @fault("test_core_ack.py", "DLQ-MAX-1")

@@ -11,6 +11,7 @@ import psutil
 import pytest
 
 from conformance.clients import connect
+from conformance.clients.base import ConnectFailed
 from conformance.requirements import skip_or_fail
 from conformance.scenario import DestinationPolicy, Scenario
 from conformance.targets.artemis.dist import installed
@@ -85,7 +86,7 @@ def test_broker_serves_three_protocols_counts_and_is_cleaned_up(tmp_path):
         for c in (stomp, amqp, mqtt):
             c.close()
         # a wrong password is refused: the scenario asked for login
-        with pytest.raises(Exception):
+        with pytest.raises(ConnectFailed, match="refused CONNECT"):  # the broker's ERROR, not a dead port
             connect(handle.host, handle.ports["stomp"], "stomp", login="alice", passcode="wrong")
         # kill (crash) and restart on the same ports with the same journal
         ports = dict(handle.ports)

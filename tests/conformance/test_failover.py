@@ -613,3 +613,12 @@ def test_discovery_multicast_agent_form():
     parsed = parse_failover_uri("discovery:(multicast://default?group=g1)?initialReconnectDelay=5&connectionTimeout=300")
     assert parsed.form == "discovery" and parsed.agent == "multicast://default?group=g1" and parsed.uris == ()
     assert parsed.options.initial_reconnect_delay == 5 and parsed.nested == (("connectionTimeout", "300"),)
+
+
+def test_reconnect_delay_exponent_is_activemq_s_name_for_the_back_off_multiplier():
+    # the real activemq-client refuses backOffMultiplier and knows only reconnectDelayExponent
+    # (issue 28); a URI written for it must mean the same to ours
+    from conformance.clients.failover_uri import parse_failover_uri
+
+    assert parse_failover_uri("failover:(tcp://h:1)?reconnectDelayExponent=3").options.back_off_multiplier == 3
+    assert parse_failover_uri("failover:(tcp://h:1)?backOffMultiplier=3").options.back_off_multiplier == 3

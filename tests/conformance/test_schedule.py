@@ -13,13 +13,16 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 class FakeItem:
-    def __init__(self, nodeid: str, group: str | None = None) -> None:
+    def __init__(self, nodeid: str, group: str | None = None, slow: bool = False) -> None:
         self.nodeid = nodeid
         self.group = group
+        self.slow = slow
 
     def iter_markers(self, name):
         if name == "xdist_group" and self.group:
             yield pytest.mark.xdist_group(self.group).mark
+        if name == "slow" and self.slow:
+            yield pytest.mark.slow.mark
 
 
 def test_units_go_out_costliest_first_each_units_tests_together_in_their_order():
@@ -34,6 +37,28 @@ def test_unrecorded_units_keep_the_collection_order_after_the_recorded_ones():
     items = [FakeItem(f"m.py::t{n}") for n in range(5)]
     schedule.order_by_cost(items, {"m.py::t3": 2.0})
     assert [i.nodeid for i in items] == ["m.py::t3", "m.py::t0", "m.py::t1", "m.py::t2", "m.py::t4"]
+
+
+def test_a_new_slow_test_is_costed_like_its_modules_recorded_tests_not_as_free():
+    """A slow test renamed or added since the costs were recorded: counted as free it would go out
+    last and keep one worker busy after the others finished."""
+    items = [FakeItem("fast.py::t1"), FakeItem("x.py::t_cheap"), FakeItem("chaos.py::t_new", slow=True),
+             FakeItem("y.py::t_mid")]
+    costs = {"chaos.py::t_a": 60.0, "chaos.py::t_b": 80.0, "chaos.py::t_c": 100.0, "x.py::t_cheap": 5.0,
+             "y.py::t_mid": 70.0}
+    schedule.order_by_cost(items, costs)
+    # the new test counts the median of its file's recorded tests (80 s); an unmarked new one is cheap
+    assert [i.nodeid for i in items] == ["chaos.py::t_new", "y.py::t_mid", "x.py::t_cheap", "fast.py::t1"]
+    assert schedule.estimated_cost("new.py::t", True, costs) == 70.0  # a new file: the median of all
+
+
+def test_a_suite_module_new_to_a_target_costs_what_it_costs_on_the_others():
+    costs = {"s/test_a.py(reference)": 40.0, "s/test_a.py(artemis)": 90.0, "s/test_b.py(reference)": 10.0,
+             "s/test_c.py(reference)": 20.0, "t.py::x": 500.0}
+    assert schedule.estimated_cost("s/test_a.py(activemq)", False, costs) == 90.0
+    # a new suite module: the median of the recorded suite units (10, 20, 40, 90: 30 s), not the tests' costs
+    assert schedule.estimated_cost("s/test_new.py(reference)", False, costs) == 30.0
+    assert schedule.estimated_cost("t.py::y", False, costs) == schedule.UNRECORDED
 
 
 @pytest.mark.parametrize("nodeid, unit", [

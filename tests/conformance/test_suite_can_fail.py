@@ -126,6 +126,19 @@ def test_waits_not_multiplied_fail_the_spacing_rule_only(tmp_path):
 
 
 @pytest.mark.slow
+def test_waits_at_the_maximum_from_the_first_retry_fail_the_spacing_rule(tmp_path):
+    """Waits that never grow because they start at max-retry-interval: each is at most the cap, and
+    none is shorter than documented, so only the check that the first waits are the documented
+    ones (retry-interval, then times the multiplier) can see it."""
+    matrix = run_suite(tmp_path, "test_cluster_link_faults.py", "cluster_retry_starts_at_max")
+    result = outcomes(matrix)
+    assert result["CLU-CC-RETRY-2"] == "failed", result
+    assert "too long" in matrix["matrix"]["reference"]["CLU-CC-RETRY-2"]["reason"], \
+        matrix["matrix"]["reference"]["CLU-CC-RETRY-2"]
+    assert result["CLU-CC-DUP-1"] == "passed" and result["CLU-CC-RETRY-3"] == "passed", result
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("suite, expected", [
     # each of these rules' tests ends at a barrier (a marker behind the messages) where it watched a quiet window
     ("test_core_queues.py", {"Q-COMPETE-1", "SEL-MATCH-1", "SEL-QUEUE-1", "EXP-1"}),
@@ -148,7 +161,7 @@ def test_copied_deliveries_fail_the_exactly_once_rules(tmp_path, suite, expected
 FAULTS_TESTED_ABOVE = frozenset({
     "groups_not_pinned", "minus_one_buckets_as_two", "buckets_ignored", "duplex_reverse_unfiltered",
     "nack_acks_earlier", "discards_not_counted", "cluster_duplicates_kept", "cluster_initial_attempts_unbounded",
-    "cluster_retry_uncapped", "cluster_retry_not_multiplied", "auto_ack_copies"})
+    "cluster_retry_uncapped", "cluster_retry_not_multiplied", "cluster_retry_starts_at_max", "auto_ack_copies"})
 
 
 @pytest.mark.slow

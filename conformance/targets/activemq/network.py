@@ -6,8 +6,9 @@ describes, and this launcher sets up on one machine:
 * each `Bridge` is one ``<networkConnector uri="static:(tcp://127.0.0.1:PORT)">`` on its source
   broker, pointing at the target broker's OpenWire listener (section "Static discovery");
 * its properties come from `NetworkConnectorOptions`, whose fields are the document's
-  "NetworkConnector Properties" table in snake_case, with the table's defaults, plus the static
-  transport's reconnect options ("Static discovery" table) as URI query parameters;
+  "NetworkConnector Properties" table in snake_case, plus the static transport's reconnect
+  options ("Static discovery" table) as URI query parameters; only the options the scenario set
+  are written (the broker's own defaults apply to the rest);
 * destination lists (``excluded`` / ``dynamically_included`` / ``statically_included``) take the
   project's canonical names (``queue://X``, ``topic://X``, wildcards allowed as the document's
   last "N.B." says) and become ``<queue physicalName=...>`` / ``<topic physicalName=...>``.
@@ -107,19 +108,23 @@ def destination_element(destination: str) -> str:
 
 def render_network_connector(peer_urls: list[str] | tuple[str, ...], options: NetworkConnectorOptions,
                              indent: str = "      ", scheme: str = "static") -> str:
-    """One ``<networkConnector>`` element. Every scalar property is written out (``None`` ones
-    left out), so the generated configuration says what was asked whatever the broker's defaults.
+    """One ``<networkConnector>`` element with the properties the scenario set
+    (``options.model_fields_set``; the ``name`` always, the harness finds connectors by it). An
+    unset property is left out, so ActiveMQ's own default is what runs: a statement "X is the
+    default" is checked against the broker, not against a value written here (issue 26).
     ``scheme``: ``static`` (one bridge per peer) or ``masterslave`` (peers are master, slaves)."""
     attributes = [f"uri={quoteattr(static_uri(peer_urls, options, scheme))}"]
-    values = {option: getattr(options, option) for option in _ATTRIBUTES}
-    if options.message_ttl is not None or options.consumer_ttl is not None:
+    given = options.model_fields_set | {"name"}
+    values = {option: getattr(options, option) if option in given else None for option in _ATTRIBUTES}
+    if values["network_ttl"] is not None and (values["message_ttl"] is not None or values["consumer_ttl"] is not None):
         # networkTTL's setter sets both TTLs, and Spring applies the attributes in name order
         # (consumerTTL, messageTTL, networkTTL: seen on 5.17, where consumerTTL="2" networkTTL="1"
-        # left the consumer TTL at 1). So when either TTL is given, both are written and networkTTL
-        # (their default) is left out.
-        values["network_ttl"] = None
+        # left the consumer TTL at 1). So when networkTTL and either TTL are given, both TTLs are
+        # written (the one not given takes networkTTL's value, as the table says) and networkTTL
+        # is left out.
         values["message_ttl"] = options.message_ttl if options.message_ttl is not None else options.network_ttl
         values["consumer_ttl"] = options.consumer_ttl if options.consumer_ttl is not None else options.network_ttl
+        values["network_ttl"] = None
     for option, attribute in _ATTRIBUTES.items():
         value = values[option]
         if value is not None:

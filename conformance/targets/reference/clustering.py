@@ -7,9 +7,10 @@ do): `kill` and `pause` act on that loop (a kill stops it without scale-down; a 
 connections stay open). Every node listens on STOMP, AMQP and MQTT and on its cluster acceptor
 (port 0 first, the same ports again after a restart); once every acceptor is bound, each node
 dials the acceptors of ``ClusterConnection.links(nodes)`` (through ``bridge_route`` when
-``"cluster"`` is in ``topology.proxied``). What the `ClusterConnection` says becomes each node's
-``[cluster_connection]``; the cluster user and password are generated per cluster, never the
-chapter's defaults.
+``"cluster"`` is in ``topology.proxied``). The options the `ClusterConnection` sets become each
+node's ``[cluster_connection]`` (an unset one is left out: the reference broker applies the
+chapter's default itself, as Artemis does); the cluster user and password are generated per
+cluster, never the chapter's defaults.
 
 Queues: a node has a queue once a client sent to or subscribed on it there (auto-creation), as
 the Artemis launcher's nodes do; a node gets forwards only for queues it has.
@@ -28,7 +29,8 @@ from reference_broker.clustering.service import ClusterService
 from reference_broker.config import build_config
 from reference_broker.server import BrokerServer
 
-__all__ = ["ClusterFormationError", "ReferenceCluster", "ReferenceClusterNode", "cluster_connection_config"]
+__all__ = ["ClusterFormationError", "ReferenceCluster", "ReferenceClusterNode", "cluster_connection_config",
+           "redistribution_settings"]
 
 _TIMEOUT = 10.0
 #: a loopback multicast group for discovery "udp" (the port is picked per cluster)
@@ -39,25 +41,40 @@ class ClusterFormationError(RuntimeError):
     """The cluster links did not all come up in time."""
 
 
+#: `ClusterConnection` option -> key of the reference broker's ``[cluster_connection]``
+_CONNECTION_KEYS = {
+    "message_load_balancing": "message_load_balancing", "max_hops": "max_hops",
+    "retry_interval_ms": "retry_interval", "retry_interval_multiplier": "retry_interval_multiplier",
+    "max_retry_interval_ms": "max_retry_interval", "initial_connect_attempts": "initial_connect_attempts",
+    "reconnect_attempts": "reconnect_attempts", "use_duplicate_detection": "use_duplicate_detection",
+    "check_period_ms": "check_period", "connection_ttl_ms": "connection_ttl",
+}
+#: ... and of its ``discovery`` table
+_DISCOVERY_KEYS = {"broadcast_period_ms": "broadcast_period", "refresh_timeout_ms": "refresh_timeout"}
+
+
 def cluster_connection_config(cluster: ClusterConnection, node: str, *, user: str, password: str,
                               udp_port: int | None = None) -> dict:
     """The reference broker's ``cluster_connection`` section of ``node`` (its static connectors
     are added once the acceptors are bound)."""
     section: dict = {
-        "node_name": node, "address": cluster.address, "message_load_balancing": cluster.message_load_balancing,
-        "max_hops": cluster.max_hops, "retry_interval": cluster.retry_interval_ms,
-        "retry_interval_multiplier": cluster.retry_interval_multiplier,
-        "max_retry_interval": max(cluster.max_retry_interval_ms, cluster.retry_interval_ms),
-        "initial_connect_attempts": cluster.initial_connect_attempts,
-        "reconnect_attempts": cluster.reconnect_attempts, "use_duplicate_detection": cluster.use_duplicate_detection,
-        "check_period": cluster.check_period_ms, "connection_ttl": cluster.connection_ttl_ms,
+        "node_name": node, "address": cluster.address,
         "cluster_user": user, "cluster_password": password, "scale_down": cluster.scale_down,
         "scale_down_group_name": cluster.scale_down_groups.get(node),
     }
+    # only the options the scenario set: the reference broker applies the documented default to
+    # an absent one itself (reference_broker/config.py, ClusterConnectionConfig), so a statement
+    # about a default meets the broker's own default, as on Artemis
+    section.update({key: getattr(cluster, option) for option, key in _CONNECTION_KEYS.items()
+                    if getattr(cluster, option) is not None})
+    if "retry_interval" in section and section["retry_interval"] > cluster.effective("max_retry_interval_ms"):
+        # the reference broker refuses a max_retry_interval below retry_interval; a retry interval
+        # set above the maximum means a constant wait of that interval
+        section["max_retry_interval"] = section["retry_interval"]
     if cluster.discovery == "udp":
-        section["discovery"] = {"group_address": UDP_GROUP, "group_port": udp_port,
-                                "broadcast_period": cluster.broadcast_period_ms,
-                                "refresh_timeout": cluster.refresh_timeout_ms}
+        section["discovery"] = {"group_address": UDP_GROUP, "group_port": udp_port}
+        section["discovery"].update({key: getattr(cluster, option) for option, key in _DISCOVERY_KEYS.items()
+                                     if getattr(cluster, option) is not None})
     grouping = cluster.grouping
     if grouping is not None:
         local = grouping.local == node
@@ -71,6 +88,16 @@ def cluster_connection_config(cluster: ClusterConnection, node: str, *, user: st
             "reaper_period": grouping.reaper_period_ms, "address": grouping.address,
             **({} if local else {"local_node": grouping.local})}
     return section
+
+
+def redistribution_settings(cluster: ClusterConnection) -> list[dict]:
+    """The reference broker's ``address_settings`` for the cluster's redistribution delays
+    ("Message Redistribution"): ``#`` only when the scenario set ``redistribution_delay_ms`` (unset:
+    the broker's own default applies), then each of ``redistribution_delays``."""
+    settings = [{"match": match, "redistribution_delay": delay} for match, delay in cluster.redistribution_delays]
+    if cluster.redistribution_delay_ms is not None:
+        settings.insert(0, {"match": "#", "redistribution_delay": cluster.redistribution_delay_ms})
+    return settings
 
 
 class ReferenceClusterNode(ReferenceNode):
@@ -211,10 +238,7 @@ class ReferenceCluster:
                     if self.workdir is None:
                         raise ValueError("a persistent cluster topology needs a workdir for the nodes' journals")
                     extra["store"] = {"kind": "journal", "directory": str(Path(self.workdir) / "stores" / name)}
-                settings = [{"match": match, "redistribution_delay": delay}
-                            for match, delay in cluster.redistribution_delays]
-                if cluster.redistribution_delay_ms != -1:  # -1 is the broker's own default: no setting
-                    settings.insert(0, {"match": "#", "redistribution_delay": cluster.redistribution_delay_ms})
+                settings = redistribution_settings(cluster)
                 if settings:
                     extra["address_settings"] = settings
                 node = ReferenceClusterNode(name, f"{self.topology.prefix}-{name}", extra)

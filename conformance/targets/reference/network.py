@@ -34,7 +34,10 @@ class ReferenceNetworkError(RuntimeError):
 def connector_config(peer_url: str | list[str], options: NetworkConnectorOptions, scheme: str = "static") -> dict:
     """The reference broker's ``network_connectors`` entry for a connector to ``peer_url`` (a list
     of URLs with ``scheme="masterslave"``: master first, then the slaves)."""
-    entry = options.model_dump(exclude=set(RECONNECT_URI_OPTIONS))
+    # only the options the scenario set (and the name, by which connectors are found): the
+    # reference broker applies the document's default to an absent one itself
+    entry = options.model_dump(exclude=set(RECONNECT_URI_OPTIONS), exclude_unset=True)
+    entry["name"] = options.name
     entry["uri"] = static_uri([peer_url] if isinstance(peer_url, str) else list(peer_url), options, scheme)
     return entry
 

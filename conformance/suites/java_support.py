@@ -1,0 +1,72 @@
+"""What the suites that drive the real Java clients share (issue 28): which pinned client runs
+against which target kind, the driver as a fixture-friendly handle, and the not-available verdict.
+
+Not a suite (no ``test_`` prefix). A real ActiveMQ client is checked against the real ActiveMQ
+target (OpenWire), Artemis's Core client against Artemis (its core acceptor); on other targets the
+statement is about another product's client, so those runs are reported not applicable.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from conformance.clients import java_driver
+from conformance.clients.failover import CLIENT_SUBJECT as FAILOVER_SUBJECT
+from conformance.clients.java_driver import JavaDriver
+from conformance.plugin import NOT_APPLICABLE
+from conformance.requirements import skip_or_fail
+
+#: pinned client (conformance/targets/pins.toml [java-clients.*]) -> the target kind it runs against
+#: and the listener of that target it speaks to
+CLIENT_TARGETS = {"activemq-5": ("activemq", "openwire"), "activemq-6": ("activemq", "openwire"),
+                  "artemis": ("artemis", "core")}
+ACTIVEMQ_CLIENTS = ("activemq-5", "activemq-6")
+
+#: the matrix's names of the clients (the same strings as pins.toml's ``subject``; literal here so
+#: that a test's mark can be read without loading the pins)
+SUBJECTS = {"activemq-5": "activemq-client 5.17.2 (openwire)", "activemq-6": "activemq-client 6.3.1 (openwire)",
+            "artemis": "artemis-core-client 2.40.0", "ours": FAILOVER_SUBJECT}
+
+
+def client_params(names: tuple[str, ...]) -> list:
+    """``pytest.param`` per client, each carrying its ``client_subject`` mark."""
+    return [pytest.param(name, id=name, marks=pytest.mark.client_subject(SUBJECTS[name])) for name in names]
+
+
+def require_applicable(target, client: str) -> None:
+    """Skip as not applicable when ``client`` is not the client of ``target``'s product."""
+    kind, _ = CLIENT_TARGETS[client]
+    if target.kind != kind:
+        pytest.skip(f"{NOT_APPLICABLE}{SUBJECTS[client]} is {kind}'s client; {target.name} is {target.kind}")
+
+
+def start_driver(client: str, log_dir) -> JavaDriver:
+    """The driver process for ``client``; skipped (failed where CI requires java-clients) when the
+    JDK, Maven's fetch or the build is missing, with what to run."""
+    ok, reason = java_driver.availability(client)
+    if not ok:
+        skip_or_fail(java_driver.REQUIREMENT, reason)
+    return JavaDriver.start(client, log_dir=log_dir)
+
+
+def listener(client: str) -> str:
+    return CLIENT_TARGETS[client][1]
+
+
+def address(node, client: str) -> tuple[str, int]:
+    """(host, port) of ``node``'s listener for ``client``. A process node lists only the harness's
+    protocols among its ports; the process itself knows its OpenWire connector (ActiveMQ's
+    ``openwire_port``) and core acceptor (Artemis's ``ports["core"]``)."""
+    try:
+        return node.address(listener(client))
+    except KeyError:
+        process = getattr(node, "process", None)
+        port = getattr(process, f"{listener(client)}_port", 0) or getattr(process, "ports", {}).get(listener(client))
+        if not port:
+            raise
+        return node.host, port
+
+
+def tcp(node, client: str) -> str:
+    """``tcp://host:port`` of ``node``'s listener for ``client``."""
+    return "tcp://{}:{}".format(*address(node, client))

@@ -1,0 +1,133 @@
+"""How long a static network bridge waits between reconnect attempts (NOB-STATIC-2), against
+ActiveMQ Classic's "Networks of Brokers" page, "Static discovery" (its reconnect options table;
+../shared/spec/activemq-classic-networks-of-brokers.md, catalogue networks.toml), on every target
+that forms networks of brokers.
+
+Two brokers, A -> B, A's connector dialing a fault proxy in front of B (as in
+test_network_store_forward.py). Once the bridge is up, the proxy's upstream is moved to a listener
+of the test's own (`AttemptListener`) that takes each connection and drops it: the move drops the
+bridge's connection (the loss), and every attempt A makes afterwards reaches the listener, which
+notes when. The waits are then compared with the page's rule: initialReconnectDelay first, times
+backOffMultiplier after each failure, never above maxReconnectDelay. The options are set (not the
+defaults, 1 s doubling to 30 s, which would take a minute to show the cap).
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import pytest
+
+from conformance.suites.network_support import launch_network, network_suite_marks, network_target, \
+    network_workdir, parametrize_by_target
+from conformance.topology import Bridge, NetworkConnectorOptions, Topology
+from chaos.proxy import start_fault_proxy
+from chaos.topology import BridgeProxies
+
+pytestmark = network_suite_marks()
+
+OPTIONS = NetworkConnectorOptions(initial_reconnect_delay=250, back_off_multiplier=2, max_reconnect_delay=1000,
+                                  use_exponential_back_off=True)
+#: seconds of attempts recorded: 250, 500, 1000 ms and then 1000 ms waits, about ten attempts
+RECORD_FOR = 10.0
+#: tolerance above each documented wait, as the listener sees the gaps: the attempt's own round
+#: (the proxy's accept and dial, the drop, the bridge noticing it) and a loaded machine's
+#: scheduling. Kept below 500 ms so the second wait (500 ms) plus it stays under the cap (1000
+#: ms): a bridge that waits the cap from its first retry, or skips a step, shows
+SLACK_MS = 450
+#: seconds the bridge has to come up before the fault (a JVM bridge start, advisories)
+BRIDGE_UP = 60.0
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    parametrize_by_target(metafunc)
+
+
+class AttemptListener:
+    """A loopback listener that notes when each connection arrives (``time.monotonic()``) and
+    drops it at once: a broker that is down as far as the dialing bridge can tell."""
+
+    def __init__(self) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.sock.settimeout(0.2)
+        self.address = self.sock.getsockname()[:2]
+        self.arrivals: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._accept, name="nob-attempts", daemon=True)
+        self._thread.start()
+
+    def _accept(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except (TimeoutError, socket.timeout):
+                continue
+            except OSError:
+                return
+            self.arrivals.append(time.monotonic())
+            conn.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self.sock.close()
+
+
+@pytest.fixture
+def proxied_network(target_name, request, tmp_path_factory):
+    """(network, the bridge's proxy routes, the proxy's name): A -> B through a fault proxy."""
+    network_target(request, target_name)  # not applicable: skip before the proxy starts
+    proxy = start_fault_proxy()
+    try:
+        route = BridgeProxies(proxy.api_url)
+        workdir = network_workdir(tmp_path_factory, f"{target_name}-nob-waits")
+        network = launch_network(request, target_name, workdir,
+                                 Topology(("A", "B"), (Bridge("A", "B", OPTIONS),), proxied=("bridges",),
+                                          prefix="nob-waits"),
+                                 bridge_route=route)
+        try:
+            yield network, route, route.name_of("A", "B")
+        finally:
+            network.stop()
+    finally:
+        proxy.stop()
+
+
+@pytest.mark.spec("NOB-STATIC-2")
+def test_a_static_bridge_waits_the_initial_delay_times_the_multiplier_up_to_the_maximum(proxied_network):
+    network, route, name = proxied_network
+    deadline = time.monotonic() + BRIDGE_UP
+    while network.bridge_establishments() < 1:
+        assert time.monotonic() < deadline, f"setup: A's bridge to B never came up\n{network.log_tail(20)}"
+        time.sleep(0.2)
+    upstream = route.client.proxy(name)["upstream"]
+    listener = AttemptListener()
+    try:
+        route.client.update_proxy(name, upstream="{}:{}".format(*listener.address))  # drops the bridge's connection
+        lost = time.monotonic()
+        time.sleep(RECORD_FOR)  # no event to poll: the attempts arrive meanwhile
+    finally:
+        listener.close()
+        route.client.update_proxy(name, upstream=upstream)
+    times = [lost] + listener.arrivals
+    waits = [round((b - a) * 1000) for a, b in zip(times, times[1:])]
+    print(f"NOB-STATIC-2: from the loss to A's first reconnect attempt, then between attempts: {waits} ms")
+    assert len(waits) >= 5, (f"setup: A's bridge should have tried to reach B again and again in {RECORD_FOR:.0f} s; "
+                             f"waits {waits} ms\n{network.log_tail(20)}")
+    o = OPTIONS
+    expected = [min(o.initial_reconnect_delay * o.back_off_multiplier ** n, o.max_reconnect_delay)
+                for n in range(len(waits))]
+    # each wait at least 80 % of the documented one (a loaded machine only lengthens them); below
+    # the cap at most the documented one plus SLACK_MS; at the cap the median (one attempt the
+    # machine delayed does not decide)
+    off = [(n, got, want) for n, (got, want) in enumerate(zip(waits, expected))
+           if got < 0.8 * want or (want < o.max_reconnect_delay and got > want + SLACK_MS)]
+    capped = sorted(got for got, want in zip(waits, expected) if want >= o.max_reconnect_delay)
+    median = capped[len(capped) // 2] if capped else None
+    assert not off and median is not None and median <= o.max_reconnect_delay + SLACK_MS, (
+        f"NOB-STATIC-2: with initialReconnectDelay {o.initial_reconnect_delay}, backOffMultiplier "
+        f"{o.back_off_multiplier:g} and maxReconnectDelay {o.max_reconnect_delay} the bridge's waits should be "
+        f"{[round(w) for w in expected]} ms; they were {waits} ms (off: (n, got, expected) {off}; median at the cap "
+        f"{median})\n{network.log_tail(20)}")
