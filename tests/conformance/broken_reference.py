@@ -201,7 +201,7 @@ def _cluster_retry_uncapped() -> None:
 
 
 
-@fault("test_cluster_link_faults.py", "CLU-CC-RETRY-2")
+@fault("test_cluster_link_faults.py", "CLU-CC-RETRY-2", collateral=("CLU-CC-RETRY-1",))
 def _cluster_retry_starts_at_max() -> None:
     """The wait between a cluster link's attempts ignores retry_interval and the multiplier: it is
     max_retry_interval from the first retry on."""
