@@ -109,6 +109,14 @@ def test_a_restarted_master_rejoins_as_a_slave(group):
         f"FT-JDBC-4: the restarted former master does not wait for the lease\n{a.log_tail(30)}"
     assert closed(a), f"FT-JDBC-4: the restarted former master opened its listeners while B is master"
     assert group.master() is b, "FT-JDBC-4: B stopped being master when A came back"
+    # A joins as a slave and stays one: watched over three of B's leases (a lease lasts
+    # lock_acquire_sleep_interval), since a master that let its lease run out would lose it to A
+    # only at A's next attempt, after the checks above
+    watch_until = time.monotonic() + 3 * LEASE.lock_acquire_sleep_interval_ms / 1000
+    while time.monotonic() < watch_until:
+        assert closed(a) and group.master() is b, \
+            f"FT-JDBC-4: the restarted A took the lease from the master B after it had joined as a slave\n{group.log_tail(30)}"
+        time.sleep(0.5)
 
 
 @pytest.mark.spec("FT-JDBC-3")

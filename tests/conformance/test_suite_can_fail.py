@@ -12,6 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.conformance.broken_reference import FAULTS
+from tests.conformance.fault_batches import batches, run_batch
+
 # Each test runs a whole suite in a subprocess (bounded at 600 s below): the project's 120 s
 # per-test default is too short for that on a loaded 2-core machine (CI saw the groups suite take
 # 150 s there), so the outer bound is the subprocess's own.
@@ -151,3 +154,27 @@ def test_copied_deliveries_fail_the_exactly_once_rules(tmp_path, suite, expected
     assert expected <= failed, result
     # acknowledged deliveries are not copied, so rules resting on them keep passing
     assert any(outcome == "passed" for outcome in result.values()), result
+
+
+# The faults the tests above run (with checks of their own on the failure messages); the batches
+# below run every other registered fault.
+FAULTS_TESTED_ABOVE = frozenset({
+    "groups_not_pinned", "minus_one_buckets_as_two", "buckets_ignored", "duplex_reverse_unfiltered",
+    "nack_acks_earlier", "discards_not_counted", "cluster_duplicates_kept", "cluster_initial_attempts_unbounded",
+    "cluster_retry_uncapped", "cluster_retry_not_multiplied", "cluster_retry_starts_at_max", "auto_ack_copies"})
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("batch", batches([f for f in FAULTS.values() if f.name not in FAULTS_TESTED_ABOVE]),
+                         ids=lambda batch: batch.name)
+def test_each_fault_of_a_batch_fails_its_statements_and_only_those(tmp_path, batch):
+    """One suite run with several faults whose statements do not overlap (fault_batches.py): each
+    fault's statements fail, and no statement that none of them touches does."""
+    verdict = run_batch(batch, tmp_path)
+    assert verdict.outcomes, f"the suite left no matrix (exit {verdict.exit_code}):\n{verdict.output_tail}"
+    uncaught = {name: {spec: verdict.outcomes.get(spec, "not run") for spec in FAULTS[name].breaks}
+                for name in verdict.uncaught}
+    assert not uncaught, f"faults the suite did not catch (their statements' outcomes): {uncaught}"
+    assert not verdict.unexpected, f"statements no fault of the batch touches failed: {verdict.unexpected}"
+    # 1: tests failed; anything else is pytest's own trouble (an interrupted run, a usage error)
+    assert verdict.exit_code == 1, f"the suite run ended with exit code {verdict.exit_code}:\n{verdict.output_tail}"

@@ -1,0 +1,133 @@
+"""Group the faults of tests/conformance/broken_reference.py into suite runs, run one, and judge it.
+
+Several faults of one suite go into one run (``BROKERCONF_BREAK=a,b,c``) when none of them touches
+a statement another must fail: then each expected failure can only come from its own fault, and
+every statement no fault of the batch touches must still not fail (the broker otherwise works, and
+the faults do not leak into other rules).
+
+A fault touches the statements it must fail, those it may fail besides (`Fault.collateral`), and
+the statements checked by the same test function as one of those (a test marked with several
+IDs stops at its first failed assertion, and all its IDs are booked failed).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tests.conformance.broken_reference import FAULTS, Fault
+
+REPO = Path(__file__).resolve().parents[2]
+SUITES = REPO / "conformance" / "suites"
+# A whole suite under load (CI saw the groups suite take 150 s on a loaded 2-core machine)
+SUITE_TIMEOUT = 600
+FAILED = ("failed", "error")
+
+
+def _spec_ids(decorator: ast.expr) -> list[str]:
+    """The IDs of a ``@pytest.mark.spec("A", "B")`` decorator, [] for any other."""
+    if isinstance(decorator, ast.Call) and isinstance(decorator.func, ast.Attribute) and decorator.func.attr == "spec":
+        return [a.value for a in decorator.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+    return []
+
+
+def checked_together(suite: str) -> dict[str, set[str]]:
+    """Statement -> the statements checked by the same test function of ``suite`` (read from its
+    ``@pytest.mark.spec`` decorators, without importing it)."""
+    tree = ast.parse((SUITES / suite).read_text())
+    together: dict[str, set[str]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            ids = {i for d in node.decorator_list for i in _spec_ids(d)}
+            for spec in ids:
+                together.setdefault(spec, set()).update(ids)
+    return together
+
+
+def touched(fault: Fault) -> set[str]:
+    together = checked_together(fault.suite)
+    return {s for spec in (*fault.breaks, *fault.collateral) for s in together.get(spec, {spec})}
+
+
+@dataclass(frozen=True)
+class Batch:
+    suite: str
+    faults: tuple[Fault, ...]
+
+    @property
+    def name(self) -> str:
+        return f"{self.suite.removeprefix('test_').removesuffix('.py')}:{'+'.join(f.name for f in self.faults)}"
+
+    @property
+    def touched(self) -> set[str]:
+        return {spec for f in self.faults for spec in touched(f)}
+
+
+def batches(faults: list[Fault] | None = None, *, alone: bool = False) -> list[Batch]:
+    """First fit, in registration order: a fault joins the first batch of its suite where it
+    touches no statement another fault must fail, and no fault there touches one it must fail
+    (``alone``: one batch per fault)."""
+    out: list[list[Fault]] = []
+
+    def fits(each: Fault, batch: list[Fault]) -> bool:
+        return batch[0].suite == each.suite and all(
+            not touched(each) & set(other.breaks) and not touched(other) & set(each.breaks) for other in batch)
+
+    for each in FAULTS.values() if faults is None else faults:
+        home = None if alone else next((b for b in out if fits(each, b)), None)
+        if home is None:
+            out.append([each])
+        else:
+            home.append(each)
+    return [Batch(b[0].suite, tuple(b)) for b in out]
+
+
+@dataclass
+class Verdict:
+    batch: Batch
+    outcomes: dict[str, str]
+    seconds: float
+    exit_code: int
+    output_tail: str = ""
+    reasons: dict[str, str] = field(default_factory=dict)
+    caught: list[str] = field(default_factory=list)
+    uncaught: list[str] = field(default_factory=list)
+    # statements no fault of the batch touches that failed anyway
+    unexpected: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def clean(self) -> bool:
+        return not self.uncaught and not self.unexpected
+
+
+def run_batch(batch: Batch, workdir: Path) -> Verdict:
+    """Run the batch's suite against the reference broker with its faults; judge the matrix."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    matrix_file = workdir / "matrix.json"
+    env = {**os.environ, "BROKERCONF_BREAK": ",".join(f.name for f in batch.faults)}
+    started = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", str(SUITES / batch.suite), "--target", "reference", "-q",
+         "-p", "no:cacheprovider", "-p", "tests.conformance.broken_reference",
+         f"--conformance-matrix={matrix_file}", "-o", "addopts="],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=SUITE_TIMEOUT)
+    seconds = time.monotonic() - started
+    outcomes: dict[str, str] = {}
+    reasons: dict[str, str] = {}
+    if matrix_file.exists():
+        for spec, cell in json.loads(matrix_file.read_text())["matrix"]["reference"].items():
+            outcomes[spec], reasons[spec] = cell["outcome"], cell.get("reason", "")
+    verdict = Verdict(batch, outcomes, seconds, proc.returncode, proc.stdout[-3000:] + proc.stderr[-2000:], reasons)
+    for each in batch.faults:
+        caught = all(outcomes.get(spec) == "failed" for spec in each.breaks)
+        (verdict.caught if caught else verdict.uncaught).append(each.name)
+    touched = batch.touched
+    verdict.unexpected = {spec: f"{outcome}: {reasons[spec][:300]}" for spec, outcome in outcomes.items()
+                          if outcome in FAILED and spec not in touched}
+    return verdict
