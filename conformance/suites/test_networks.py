@@ -38,6 +38,9 @@ DUPLEX_EXCLUDED = "queue://nob.duplex.excl.>"
 #: quiet window after which a subscriber concludes nothing more is coming (local brokers forward
 #: within milliseconds once demand is there; generous on a loaded 2-core machine)
 QUIET = 1.5
+#: NOB-PRIO-1 ("NetworkConnector Properties", decreaseNetworkConsumerPriority): network consumers
+#: start at priority -5, the first hop away
+DOCUMENTED_ONE_HOP_PRIORITY = -5
 
 pytestmark = network_suite_marks()
 
@@ -277,11 +280,19 @@ def test_decreased_priority_prefers_local_consumers(net, clients):
     local = clients.on(a).subscribe(q)
     remote = clients.on(b).subscribe(q)
     demand(a, q, 2)
+    # the number itself: A's local consumer keeps the default 0, B's network consumer on A (one
+    # hop away) gets the table's starting priority, -5 (each consumer's own priority on A: its
+    # consumer MBean's Priority on ActiveMQ)
+    priorities = a.consumer_priorities(q)
+    print(f"NOB-PRIO-1: priorities of A's consumers of {q}: {priorities}")
     sent = send(clients.on(a), q, 20)
     got_local, got_remote = texts(local.drain(QUIET)), texts(remote.drain(QUIET))
     assert (len(got_local), len(got_remote)) == (len(sent), 0), (
         f"NOB-PRIO-1: with decreased network consumer priority A's local consumer (free prefetch) should get every "
         f"message and B's none; got local {len(got_local)}, remote {len(got_remote)}")
+    assert priorities == [DOCUMENTED_ONE_HOP_PRIORITY, 0], (
+        f"NOB-PRIO-1: with decreaseNetworkConsumerPriority on, B's network consumer on A (one hop) should have "
+        f"priority {DOCUMENTED_ONE_HOP_PRIORITY} and A's local consumer 0; A's consumers of {q} have {priorities}")
 
 
 # --------------------------------------------------------------------------- network "conduit": A -> B twice
