@@ -348,8 +348,9 @@ def test_a_paused_nodes_link_is_given_up_after_the_ttl_and_formed_again(clusters
         time.sleep(max(0.0, PAUSED_FOR - (time.monotonic() - paused_at)))  # no event to poll while B is frozen
     finally:
         cluster["B"].resume()
+    said = TTL_EXPIRED.findall(cluster.log_tail(100000))[expired_before:expired_before + 1]
     print(f"CLU-CC-PING-1: A gave B's silent link up {given_up_after} s after B was paused "
-          f"(check-period {PINGED_CHECK_PERIOD_MS} ms, connection-ttl {PINGED_TTL_MS} ms)")
+          f"(check-period {PINGED_CHECK_PERIOD_MS} ms, connection-ttl {PINGED_TTL_MS} ms): {said}")
     after = poll(cluster.bridge_establishments, lambda n: n > before, timeout=FORMATION, interval=0.5)
     assert after > before, (
         f"CLU-CC-PING-1: B was frozen {PAUSED_FOR:.0f} s with connection-ttl 2 s and check-period 0.5 s, so its "
