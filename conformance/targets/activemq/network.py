@@ -243,6 +243,12 @@ class NetworkNode(ProcessEvidence, ProcessNode):
         attributes = self.destination_attributes(destination, ("ConsumerCount",))
         return int(attributes["ConsumerCount"]) if attributes else 0
 
+    def subscribed_destinations(self) -> list[str]:
+        """The destination of every consumer on this broker (each consumer MBean's DestinationName,
+        a wildcard or composite name as subscribed), advisory topics and network consumers included."""
+        pattern = f"org.apache.activemq:type=Broker,brokerName={self.process.name},endpoint=Consumer,*"
+        return sorted(str(bean.attributes["DestinationName"]) for bean in self._client().query(pattern, ["DestinationName"]))
+
     def consumer_priorities(self, destination: str) -> list[int]:
         """The dispatch priority of each consumer of ``destination`` on this broker (local and
         network consumers alike: each consumer MBean's Priority), lowest first."""
