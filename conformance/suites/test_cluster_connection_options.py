@@ -20,8 +20,11 @@ Three clusters, one at a time, each started once for the module:
 
 * PINGED: two nodes, check-period 500 ms, connection-ttl 2 s. B frozen (SIGSTOP, or the
   reference's frozen loop) keeps its TCP connections open, so only the missing pings can make A
-  give the link up; once B resumes the link is established again (`bridge_establishments`
-  grows: a link that never failed is never established twice).
+  give the link up; A's log line saying so is timed from the pause (B, frozen, cannot be asked)
+  and must come between ttl - check-period and ttl + check-period (+1 s, `GIVE_UP_LATEST`); once
+  B resumes the link is established again (`bridge_establishments` grows: a link that never
+  failed is never established twice). The defaults (30 s / 60 s) are not timed: up to 90 s of a
+  paused node.
 
 Messages are sent over STOMP with receipts; every test uses its own queue, which exists on a node
 once a client subscribed there (`declare`). Demand is known across the cluster once a probe
