@@ -485,6 +485,35 @@ def test_rebalance_spreads_long_lived_groups_onto_a_new_consumer(broker, client,
         owner_of(moved, g, "GRP-REBAL-1")  # re-pinned: each group on exactly one consumer after the reset
 
 
+@pytest.mark.spec("GRP-RESET-1")
+@pytest.mark.requires("groups", "groups.reset")
+@pytest.mark.protocols("stomp", "amqp")  # prefetch counts messages over AMQP on Artemis too
+def test_reset_all_groups_assigns_each_group_afresh(broker, client, dest):
+    """AMG "Rebalancing Message Groups" (Manually): resetAllGroups forgets G's owner A, so the
+    next message of G is assigned afresh: A's prefetch (1) is full with G:1 unacknowledged, so it
+    goes to the newcomer B, which then keeps G. Without the reset G:2 would wait for A
+    (test_without_rebalance_a_new_consumer_takes_no_group, the same steps without the operation)."""
+    q = dest("queue", "grp.reset")  # no group-rebalance: B's arrival alone resets nothing
+    a = client().subscribe(q, ack="client-individual", prefetch=1)
+    producer = client()
+    producer.send(q, "G:1", group_id="G")
+    g1 = a.receive(RECEIVE_TIMEOUT)
+    assert g1 is not None and g1.text == "G:1", f"GRP-PIN-1: the only consumer should get G:1, got {g1}"
+    b = client().subscribe(q, ack="client-individual", prefetch=10)
+    broker.reset_all_groups(q)
+    producer.send(q, "G:2", group_id="G")
+    g2 = b.receive(RECEIVE_TIMEOUT)
+    assert g2 is not None and g2.text == "G:2", (
+        f"GRP-RESET-1: after resetAllGroups group G has no owner, and A (prefetch 1) still holds G:1 "
+        f"unacknowledged, so G:2 should be assigned afresh to B; B got {g2 and g2.text!r}")
+    producer.send(q, "G:3", group_id="G")
+    a.ack(g1)
+    rest_b = up_to_marker(b, producer, q, "G")
+    # Quiet window for A: after the reset it owns no group, so no ordered path reaches it.
+    assert rest_b == ["G:3"] and nothing_more(a) == [], (
+        f"GRP-RESET-1: G was assigned afresh to B, which should keep it and get G:3 (A nothing); B got {rest_b}")
+
+
 # --------------------------------------------------------------------------- group-buckets
 
 
