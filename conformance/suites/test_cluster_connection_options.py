@@ -20,8 +20,11 @@ Three clusters, one at a time, each started once for the module:
 
 * PINGED: two nodes, check-period 500 ms, connection-ttl 2 s. B frozen (SIGSTOP, or the
   reference's frozen loop) keeps its TCP connections open, so only the missing pings can make A
-  give the link up; once B resumes the link is established again (`bridge_establishments`
-  grows: a link that never failed is never established twice).
+  give the link up; A's log line saying so is timed from the pause (B, frozen, cannot be asked)
+  and must come between ttl - check-period and ttl + check-period (+1 s, `GIVE_UP_LATEST`); once
+  B resumes the link is established again (`bridge_establishments` grows: a link that never
+  failed is never established twice). The defaults (30 s / 60 s) are not timed: up to 90 s of a
+  paused node.
 
 Messages are sent over STOMP with receipts; every test uses its own queue, which exists on a node
 once a client subscribed there (`declare`). Demand is known across the cluster once a probe
@@ -52,7 +55,10 @@ GIVE_UP = Topology(("A", "B"), cluster=ClusterConnection(message_load_balancing=
 MEMBERS = Topology(("A", "B", "C"), cluster=ClusterConnection(
     message_load_balancing="STRICT", connections=(("A", "B"), ("B", "A"), ("B", "C"), ("C", "B"))),
     prefix="ccmembers")
-PINGED = Topology(("A", "B"), cluster=ClusterConnection(check_period_ms=500, connection_ttl_ms=2000), prefix="ccping")
+PINGED_CHECK_PERIOD_MS = 500
+PINGED_TTL_MS = 2000
+PINGED = Topology(("A", "B"), cluster=ClusterConnection(check_period_ms=PINGED_CHECK_PERIOD_MS,
+                                                        connection_ttl_ms=PINGED_TTL_MS), prefix="ccping")
 MESSAGES = 12
 #: seconds after B's crash before A is expected to have given B up (one attempt, 200 ms apart).
 #: Shortened from 15 s: the statement is about the attempts running out, not how soon; 5 s is still
@@ -78,6 +84,22 @@ LOG_WAIT = 30.0
 #: which stays) and the check period (0.5 s); 6 s is three times the ttl, a lower bound above
 #: ttl + check period (a slow machine can only make the link be given up late: a failure in vain)
 PAUSED_FOR = 6.0
+#: a node's log line saying a cluster link heard nothing from its peer for the connection-ttl:
+#: Artemis's AMQ219014 (the link's client side) / AMQ229014 (the acceptor side), "Did not receive
+#: data from ... within the ...ms connection TTL"; the reference's "nothing from B for ... ms
+#: (connection_ttl): link closed"
+TTL_EXPIRED = re.compile(r"Did not receive data from .* connection TTL|\(connection_ttl\): link closed")
+#: CLU-CC-PING-1 (artemis-clusters.md, "Configuring Cluster Connections", check-period and
+#: connection-ttl): the link is kept while silent for connection-ttl and given up at the check that
+#: finds it silent that long. The silence starts when B is paused, or up to one check period earlier
+#: (the last ping B sent may be that old), so the earliest the document allows is ttl - check-period;
+#: the latest is ttl + check-period (the first check after the ttl ran out), plus 1 s for reading A's
+#: log every 0.1 s and for a loaded machine (two cores shared with other runs) scheduling late
+GIVE_UP_EARLIEST = (PINGED_TTL_MS - PINGED_CHECK_PERIOD_MS) / 1000
+GIVE_UP_LATEST = (PINGED_TTL_MS + PINGED_CHECK_PERIOD_MS) / 1000 + 1.0
+#: seconds A's log is watched for the give-up after B is paused: past the latest allowed, so a late
+#: one is measured (and reported with its number) rather than missed
+GIVE_UP_WATCH = PAUSED_FOR
 #: seconds a stopped node stays down while the others retry. Shortened from 5 s: the statement is
 #: about retrying without limit, not for how long; 2 s is still four default retry intervals (500 ms)
 DOWN_FOR = 2.0
@@ -317,11 +339,21 @@ def test_strict_forwards_nothing_to_a_node_without_the_queue(clusters):
 def test_a_paused_nodes_link_is_given_up_after_the_ttl_and_formed_again(clusters):
     cluster = clusters.get(PINGED, disrupts=True)
     before = cluster.bridge_establishments()
+    expired_before = log_matches(cluster, TTL_EXPIRED)
     cluster["B"].pause()
+    paused_at = time.monotonic()
     try:
-        time.sleep(PAUSED_FOR)  # no event to poll while B is frozen: a lower bound far above the ttl
+        # A's own log is the signal (B, frozen, cannot be asked): the first line saying a link to B
+        # went silent for the ttl, read every 0.1 s
+        expired = poll(lambda: log_matches(cluster, TTL_EXPIRED), lambda n: n > expired_before,
+                       timeout=GIVE_UP_WATCH, interval=0.1)
+        given_up_after = time.monotonic() - paused_at if expired > expired_before else None
+        time.sleep(max(0.0, PAUSED_FOR - (time.monotonic() - paused_at)))  # no event to poll while B is frozen
     finally:
         cluster["B"].resume()
+    said = TTL_EXPIRED.findall(cluster.log_tail(100000))[expired_before:expired_before + 1]
+    print(f"CLU-CC-PING-1: A gave B's silent link up {given_up_after} s after B was paused "
+          f"(check-period {PINGED_CHECK_PERIOD_MS} ms, connection-ttl {PINGED_TTL_MS} ms): {said}")
     after = poll(cluster.bridge_establishments, lambda n: n > before, timeout=FORMATION, interval=0.5)
     assert after > before, (
         f"CLU-CC-PING-1: B was frozen {PAUSED_FOR:.0f} s with connection-ttl 2 s and check-period 0.5 s, so its "
@@ -336,3 +368,11 @@ def test_a_paused_nodes_link_is_given_up_after_the_ttl_and_formed_again(clusters
         send_numbered(clients, cluster["A"], destination, MESSAGES)
         got = bodies(drain(consumer))
     assert got, f"CLU-CC-PING-1: after the link was formed again A forwarded none of {MESSAGES} messages to B's consumer"
+    # the timing last, so a broker late with it still has the outcome above checked
+    assert given_up_after is not None, (
+        f"CLU-CC-PING-1: A's log never said a link to B went silent for the connection-ttl "
+        f"({PINGED_TTL_MS} ms) within {GIVE_UP_WATCH:.1f} s of B being paused\n{cluster.log_tail(20)}")
+    assert GIVE_UP_EARLIEST <= given_up_after <= GIVE_UP_LATEST, (
+        f"CLU-CC-PING-1: with connection-ttl {PINGED_TTL_MS} ms and check-period {PINGED_CHECK_PERIOD_MS} ms A should "
+        f"give B's silent link up between {GIVE_UP_EARLIEST:.1f} s and {GIVE_UP_LATEST:.1f} s after B was paused; "
+        f"it did after {given_up_after:.2f} s")

@@ -38,7 +38,15 @@ SCENARIO = Scenario(name="groups", policies=(
     DestinationPolicy("queue://grp.buckets1.>", group_buckets=1),
     DestinationPolicy("queue://grp.buckets7.>", group_buckets=7),
     DestinationPolicy("queue://grp.bucketsall.>", group_buckets=-1),
+    # GRP-SETTINGS-2: two matching settings for queues under grp.merge.one.>: the broad one sets
+    # the first key and 7 buckets, the specific one 1 bucket only
+    DestinationPolicy("queue://grp.merge.>", group_first_key=FIRST_KEY, group_buckets=7),
+    DestinationPolicy("queue://grp.merge.one.>", group_buckets=1),
 ))
+#: groups sent to the merged-settings queue: with the broad setting's 7 buckets instead of the
+#: specific one's 1 they would all share one owner only if all 12 ids hashed into one bucket
+#: (each new bucket goes to the next consumer); for a hash spreading ids evenly that is 7 ** -11
+MERGE_GROUPS = 12
 
 
 # --------------------------------------------------------------------------- helpers
@@ -485,6 +493,35 @@ def test_rebalance_spreads_long_lived_groups_onto_a_new_consumer(broker, client,
         owner_of(moved, g, "GRP-REBAL-1")  # re-pinned: each group on exactly one consumer after the reset
 
 
+@pytest.mark.spec("GRP-RESET-1")
+@pytest.mark.requires("groups", "groups.reset")
+@pytest.mark.protocols("stomp", "amqp")  # prefetch counts messages over AMQP on Artemis too
+def test_reset_all_groups_assigns_each_group_afresh(broker, client, dest):
+    """AMG "Rebalancing Message Groups" (Manually): resetAllGroups forgets G's owner A, so the
+    next message of G is assigned afresh: A's prefetch (1) is full with G:1 unacknowledged, so it
+    goes to the newcomer B, which then keeps G. Without the reset G:2 would wait for A
+    (test_without_rebalance_a_new_consumer_takes_no_group, the same steps without the operation)."""
+    q = dest("queue", "grp.reset")  # no group-rebalance: B's arrival alone resets nothing
+    a = client().subscribe(q, ack="client-individual", prefetch=1)
+    producer = client()
+    producer.send(q, "G:1", group_id="G")
+    g1 = a.receive(RECEIVE_TIMEOUT)
+    assert g1 is not None and g1.text == "G:1", f"GRP-PIN-1: the only consumer should get G:1, got {g1}"
+    b = client().subscribe(q, ack="client-individual", prefetch=10)
+    broker.reset_all_groups(q)
+    producer.send(q, "G:2", group_id="G")
+    g2 = b.receive(RECEIVE_TIMEOUT)
+    assert g2 is not None and g2.text == "G:2", (
+        f"GRP-RESET-1: after resetAllGroups group G has no owner, and A (prefetch 1) still holds G:1 "
+        f"unacknowledged, so G:2 should be assigned afresh to B; B got {g2 and g2.text!r}")
+    producer.send(q, "G:3", group_id="G")
+    a.ack(g1)
+    rest_b = up_to_marker(b, producer, q, "G")
+    # Quiet window for A: after the reset it owns no group, so no ordered path reaches it.
+    assert rest_b == ["G:3"] and nothing_more(a) == [], (
+        f"GRP-RESET-1: G was assigned afresh to B, which should keep it and get G:3 (A nothing); B got {rest_b}")
+
+
 # --------------------------------------------------------------------------- group-buckets
 
 
@@ -524,6 +561,34 @@ def test_one_bucket_pins_every_group_to_one_consumer(broker, client, dest):
     got = texts(gather(subs, 6, (producer, q), [f"G{n}" for n in range(6)]))  # the idle one: quiet window
     assert sorted(map(len, got.values())) == [0, 6], (
         f"GRP-BUCKETS-1: with 1 bucket all six groups should share one owner: {got}")
+
+
+@pytest.mark.spec("GRP-SETTINGS-2")
+@pytest.mark.requires("groups", "groups.buckets", "groups.first_key")
+@pytest.mark.protocols("stomp", "amqp")  # prefetch counts messages over AMQP on Artemis too
+def test_overlapping_settings_merge_the_specific_over_the_broad(broker, client, dest):
+    """AMG "Group Buckets" (wildcard address settings) with the address-settings merge: on a queue
+    under grp.merge.one.> the specific setting's group-buckets 1 decides (every group shares one
+    owner, not 7 buckets' spread) and the broad one's group-first-key, which the specific one does
+    not set, still applies (the first message of the first group is flagged)."""
+    q = dest("queue", "grp.merge.one")
+    subs = two_consumers(client, q, prefetch=100)
+    producer = client()
+    groups = [f"G{n}" for n in range(MERGE_GROUPS)]
+    for g in groups:
+        producer.send(q, f"{g}:0", group_id=g)
+    got = gather(subs, MERGE_GROUPS, (producer, q), groups)  # the idle one: quiet window
+    owners = texts(got)
+    assert sorted(map(len, owners.values())) == [0, MERGE_GROUPS], (
+        f"GRP-SETTINGS-2: the more specific setting (group-buckets 1) should decide over the broad one's 7 "
+        f"buckets, so all {MERGE_GROUPS} groups share one owner: {owners}")
+    # G0:0, sent first, opens the one bucket's ownership: whatever a broker does with the other
+    # groups' first messages in a bucket already owned (the document does not say), that one is
+    # the first message of its group for its consumer
+    flagged = [m.text for messages in got.values() for m in messages if first_flag(m)]
+    assert f"{groups[0]}:0" in flagged, (
+        f"GRP-SETTINGS-2: the specific setting does not set group-first-key, so the broad one's ({FIRST_KEY}) should "
+        f"apply and flag the first message of group {groups[0]} for its consumer; flagged: {flagged}")
 
 
 # Bucket tests that do not depend on the hash function (AMG "Group Buckets" only says the id is

@@ -8,8 +8,11 @@ test_network_store_forward.py). Once the bridge is up, the proxy's upstream is m
 of the test's own (`AttemptListener`) that takes each connection and drops it: the move drops the
 bridge's connection (the loss), and every attempt A makes afterwards reaches the listener, which
 notes when. The waits are then compared with the page's rule: initialReconnectDelay first, times
-backOffMultiplier after each failure, never above maxReconnectDelay. The options are set (not the
-defaults, 1 s doubling to 30 s, which would take a minute to show the cap).
+backOffMultiplier after each failure, never above maxReconnectDelay. The options are set (250 ms
+doubling to 1 s) in the first test; the second leaves them unset, so the broker's own defaults run
+and the waits must be the table's: 1 s, doubled after each failure. Its cap (30 s) is not waited
+for: the waits 1, 2, 4, 8, 16 s come before it, so it would be reached only after a minute (the
+sixth wait), and nothing short of that shows it (the doubling waits are all below it).
 """
 
 from __future__ import annotations
@@ -37,6 +40,14 @@ RECORD_FOR = 10.0
 #: scheduling. Kept below 500 ms so the second wait (500 ms) plus it stays under the cap (1000
 #: ms): a bridge that waits the cap from its first retry, or skips a step, shows
 SLACK_MS = 450
+#: nothing set: the connector URI carries no reconnect option, so the broker's defaults run
+DEFAULTS = NetworkConnectorOptions()
+#: NOB-STATIC-2 ("Static discovery" table): initialReconnectDelay 1000 ms, useExponentialBackOff
+#: true, backOffMultiplier 2, maxReconnectDelay 30000 ms unless configured
+DOCUMENTED_DEFAULT_WAITS_MS = [1000, 2000, 4000, 8000]
+#: seconds of attempts recorded with the defaults: the four waits above end 15 s after the loss,
+#: the fifth (16 s) would end at 31 s; 17 s leaves room for the four on a loaded machine
+DEFAULT_RECORD_FOR = 17.0
 #: seconds the bridge has to come up before the fault (a JVM bridge start, advisories)
 BRIDGE_UP = 60.0
 
@@ -79,13 +90,14 @@ class AttemptListener:
 def proxied_network(target_name, request, tmp_path_factory):
     """(network, the bridge's proxy routes, the proxy's name): A -> B through a fault proxy."""
     network_target(request, target_name)  # not applicable: skip before the proxy starts
+    options, label = getattr(request, "param", (OPTIONS, "set"))  # the options A's connector is given
     proxy = start_fault_proxy()
     try:
         route = BridgeProxies(proxy.api_url)
-        workdir = network_workdir(tmp_path_factory, f"{target_name}-nob-waits")
+        workdir = network_workdir(tmp_path_factory, f"{target_name}-nob-waits-{label}")
         network = launch_network(request, target_name, workdir,
-                                 Topology(("A", "B"), (Bridge("A", "B", OPTIONS),), proxied=("bridges",),
-                                          prefix="nob-waits"),
+                                 Topology(("A", "B"), (Bridge("A", "B", options),), proxied=("bridges",),
+                                          prefix=f"nob-waits-{label}"),
                                  bridge_route=route)
         try:
             yield network, route, route.name_of("A", "B")
@@ -95,8 +107,9 @@ def proxied_network(target_name, request, tmp_path_factory):
         proxy.stop()
 
 
-@pytest.mark.spec("NOB-STATIC-2")
-def test_a_static_bridge_waits_the_initial_delay_times_the_multiplier_up_to_the_maximum(proxied_network):
+def record_waits(proxied_network, record_for: float) -> list[int]:
+    """Once A's bridge to B is up, its connection dropped and every attempt after it failed for
+    ``record_for`` s: the wait from the loss to the first attempt, then between attempts (ms)."""
     network, route, name = proxied_network
     deadline = time.monotonic() + BRIDGE_UP
     while network.bridge_establishments() < 1:
@@ -107,12 +120,18 @@ def test_a_static_bridge_waits_the_initial_delay_times_the_multiplier_up_to_the_
     try:
         route.client.update_proxy(name, upstream="{}:{}".format(*listener.address))  # drops the bridge's connection
         lost = time.monotonic()
-        time.sleep(RECORD_FOR)  # no event to poll: the attempts arrive meanwhile
+        time.sleep(record_for)  # no event to poll: the attempts arrive meanwhile
     finally:
         listener.close()
         route.client.update_proxy(name, upstream=upstream)
     times = [lost] + listener.arrivals
-    waits = [round((b - a) * 1000) for a, b in zip(times, times[1:])]
+    return [round((b - a) * 1000) for a, b in zip(times, times[1:])]
+
+
+@pytest.mark.spec("NOB-STATIC-2")
+def test_a_static_bridge_waits_the_initial_delay_times_the_multiplier_up_to_the_maximum(proxied_network):
+    network = proxied_network[0]
+    waits = record_waits(proxied_network, RECORD_FOR)
     print(f"NOB-STATIC-2: from the loss to A's first reconnect attempt, then between attempts: {waits} ms")
     assert len(waits) >= 5, (f"setup: A's bridge should have tried to reach B again and again in {RECORD_FOR:.0f} s; "
                              f"waits {waits} ms\n{network.log_tail(20)}")
@@ -131,3 +150,24 @@ def test_a_static_bridge_waits_the_initial_delay_times_the_multiplier_up_to_the_
         f"{o.back_off_multiplier:g} and maxReconnectDelay {o.max_reconnect_delay} the bridge's waits should be "
         f"{[round(w) for w in expected]} ms; they were {waits} ms (off: (n, got, expected) {off}; median at the cap "
         f"{median})\n{network.log_tail(20)}")
+
+
+@pytest.mark.spec("NOB-STATIC-2")
+@pytest.mark.parametrize("proxied_network", [(DEFAULTS, "defaults")], indirect=True, ids=["defaults"])
+def test_a_static_bridge_left_at_the_defaults_waits_one_second_doubled_after_each_failure(proxied_network):
+    network = proxied_network[0]
+    waits = record_waits(proxied_network, DEFAULT_RECORD_FOR)
+    print(f"NOB-STATIC-2 (defaults): from the loss to A's first reconnect attempt, then between attempts: {waits} ms")
+    assert len(waits) >= len(DOCUMENTED_DEFAULT_WAITS_MS), (
+        f"setup: A's bridge should have tried to reach B at least {len(DOCUMENTED_DEFAULT_WAITS_MS)} times in "
+        f"{DEFAULT_RECORD_FOR:.0f} s; waits {waits} ms\n{network.log_tail(20)}")
+    # the same tolerance as with the options set: at least 80 % of the documented wait (a loaded
+    # machine only lengthens them), at most the documented wait plus SLACK_MS. 450 ms is below
+    # half the first wait, so a bridge that does not double (1 s each time) or starts elsewhere
+    # fails; the four waits are all far below the 30 s cap, which plays no part
+    off = [(n, got, want) for n, (got, want) in enumerate(zip(waits, DOCUMENTED_DEFAULT_WAITS_MS))
+           if got < 0.8 * want or got > want + SLACK_MS]
+    assert not off, (
+        f"NOB-STATIC-2: with no reconnect option set the bridge's first waits should be the documented defaults, "
+        f"{DOCUMENTED_DEFAULT_WAITS_MS} ms (1 s doubled after each failure); they were {waits} ms "
+        f"(off: (n, got, expected) {off})\n{network.log_tail(20)}")

@@ -38,12 +38,27 @@ DUPLEX_EXCLUDED = "queue://nob.duplex.excl.>"
 #: quiet window after which a subscriber concludes nothing more is coming (local brokers forward
 #: within milliseconds once demand is there; generous on a loaded 2-core machine)
 QUIET = 1.5
+#: NOB-ADV-1 ("Networks of brokers and advisories"): a connector learns of remote consumers from
+#: the remote broker's consumer advisory topics (ActiveMQ.Advisory.Consumer.<Queue|Topic>.<name>);
+#: without dynamic includes it subscribes to all of them
+CONSUMER_ADVISORY_PREFIX = "ActiveMQ.Advisory.Consumer."
+ALL_CONSUMER_ADVISORIES = CONSUMER_ADVISORY_PREFIX + ">"
+#: NOB-PRIO-1 ("NetworkConnector Properties", decreaseNetworkConsumerPriority): network consumers
+#: start at priority -5, the first hop away
+DOCUMENTED_ONE_HOP_PRIORITY = -5
 
 pytestmark = network_suite_marks()
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     parametrize_by_target(metafunc)
+
+
+def consumer_advisory_subscriptions(node) -> list[str]:
+    """The consumer-advisory topics subscribed to on ``node`` (network connectors' demand
+    subscriptions; a composite subscription counted once per part), from its consumer MBeans."""
+    parts = [part for name in node.subscribed_destinations() for part in name.split(",")]
+    return sorted(part for part in parts if part.startswith(CONSUMER_ADVISORY_PREFIX))
 
 
 # --------------------------------------------------------------------------- networks
@@ -277,11 +292,30 @@ def test_decreased_priority_prefers_local_consumers(net, clients):
     local = clients.on(a).subscribe(q)
     remote = clients.on(b).subscribe(q)
     demand(a, q, 2)
+    # the number itself: A's local consumer keeps the default 0, B's network consumer on A (one
+    # hop away) gets the table's starting priority, -5 (each consumer's own priority on A: its
+    # consumer MBean's Priority on ActiveMQ)
+    priorities = a.consumer_priorities(q)
+    print(f"NOB-PRIO-1: priorities of A's consumers of {q}: {priorities}")
     sent = send(clients.on(a), q, 20)
     got_local, got_remote = texts(local.drain(QUIET)), texts(remote.drain(QUIET))
     assert (len(got_local), len(got_remote)) == (len(sent), 0), (
         f"NOB-PRIO-1: with decreased network consumer priority A's local consumer (free prefetch) should get every "
         f"message and B's none; got local {len(got_local)}, remote {len(got_remote)}")
+    assert priorities == [DOCUMENTED_ONE_HOP_PRIORITY, 0], (
+        f"NOB-PRIO-1: with decreaseNetworkConsumerPriority on, B's network consumer on A (one hop) should have "
+        f"priority {DOCUMENTED_ONE_HOP_PRIORITY} and A's local consumer 0; A's consumers of {q} have {priorities}")
+
+
+@pytest.mark.spec("NOB-ADV-1")
+@pytest.mark.network("default")
+def test_a_connector_without_dynamic_includes_subscribes_to_every_consumer_advisory(net):
+    # A's connector (no dynamicallyIncludedDestinations) learns B's consumers from B's consumer
+    # advisories, all of them: its subscription on B is the whole advisory tree
+    advisories = consumer_advisory_subscriptions(net["B"])
+    assert advisories == [ALL_CONSUMER_ADVISORIES], (
+        f"NOB-ADV-1: A's connector has no dynamically included destinations, so it should subscribe on B to every "
+        f"consumer advisory ({ALL_CONSUMER_ADVISORIES}); B's consumer-advisory subscriptions are {advisories}")
 
 
 # --------------------------------------------------------------------------- network "conduit": A -> B twice
@@ -325,6 +359,19 @@ def test_only_dynamically_included_destinations_follow_demand(net, clients):
     got = texts(on_b_other.drain(QUIET))
     assert got == [], f"NOB-DYNINC-1: a queue matching no dynamically included pattern was forwarded: {got}"
     assert a.queue_size(other) == 5
+
+
+@pytest.mark.spec("NOB-ADV-1")
+@pytest.mark.network("conduit")
+def test_dynamic_includes_narrow_the_consumer_advisory_subscription(net):
+    # both of A's connectors include one queue pattern each (nob.conduit.on.> / .off.>): each
+    # subscribes on B to the consumer advisories of its pattern only, none to the whole tree
+    advisories = consumer_advisory_subscriptions(net["B"])
+    narrowed = {f"{CONSUMER_ADVISORY_PREFIX}Queue.nob.conduit.{mode}.>" for mode in ("on", "off")}
+    assert sorted(set(advisories)) == sorted(narrowed), (
+        f"NOB-ADV-1: A's connectors dynamically include queue://nob.conduit.on.> and queue://nob.conduit.off.>, so "
+        f"on B they should subscribe to those queues' consumer advisories only ({sorted(narrowed)}); B's "
+        f"consumer-advisory subscriptions are {advisories}")
 
 
 # --------------------------------------------------------------------------- network "duplex": A <-> B

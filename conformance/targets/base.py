@@ -37,6 +37,7 @@ CAPABILITIES: dict[str, str] = {
     "groups.first_key": "the first message of a group carries a configurable header (group-first-key)",
     "groups.rebalance": "group-rebalance: groups are redistributed when a consumer is added",
     "groups.buckets": "group-buckets: -1 / 0 / N hash buckets for group ids",
+    "groups.reset": "the resetAllGroups management operation on a queue (the handle's reset_all_groups)",
     "slow_consumer.pending_limit": "topic pending message limit strategies (constant, prefetch rate)",
     "slow_consumer.eviction": "message eviction strategies for slow topic subscribers",
     "memory.limits": "per-destination memory limits with producer flow control",

@@ -36,7 +36,7 @@ from conformance.topology import (PEER_LIST_SCHEMES, Topology, RECONNECT_URI_OPT
 
 from conformance.targets.activemq.process import ActiveMQProcess
 from conformance.targets.activemq.policy import authentication_plugin_xml
-from conformance.targets.activemq.mbeans import destination_pattern
+from conformance.targets.activemq.mbeans import destination_pattern, subscription_pattern
 from conformance.targets.activemq.jmx import JmxClient
 from conformance.targets.runtime.process import free_ports
 from conformance.targets.runtime.node import ProcessNode
@@ -242,6 +242,18 @@ class NetworkNode(ProcessEvidence, ProcessNode):
         """Consumers of ``destination`` on this broker, local and network (bridge) consumers alike."""
         attributes = self.destination_attributes(destination, ("ConsumerCount",))
         return int(attributes["ConsumerCount"]) if attributes else 0
+
+    def subscribed_destinations(self) -> list[str]:
+        """The destination of every consumer on this broker (each consumer MBean's DestinationName,
+        a wildcard or composite name as subscribed), advisory topics and network consumers included."""
+        pattern = f"org.apache.activemq:type=Broker,brokerName={self.process.name},endpoint=Consumer,*"
+        return sorted(str(bean.attributes["DestinationName"]) for bean in self._client().query(pattern, ["DestinationName"]))
+
+    def consumer_priorities(self, destination: str) -> list[int]:
+        """The dispatch priority of each consumer of ``destination`` on this broker (local and
+        network consumers alike: each consumer MBean's Priority), lowest first."""
+        found = self._client().query(subscription_pattern(self.process.name, destination), ["Priority"])
+        return sorted(int(bean.attributes["Priority"]) for bean in found)
 
     def queue_size(self, destination: str) -> int:
         """Messages held on this broker for ``destination`` (0 when it does not exist here)."""

@@ -373,6 +373,22 @@ class ArtemisClusterProcess(ClusterManagement, ArtemisProcess):
                               redistribution_delay_ms=self._redistribution_delay_ms,
                               redistribution_delays=self._redistribution_delays)
         super()._write_config()
+        trace_discovery_expiry(self.instance / "etc" / "log4j2.properties")
+
+
+#: the discovery group's one record of dropping a silent server's entry (artemis-clusters.md,
+#: "Discovery Groups", refresh-timeout: CLU-DISC-4) is a TRACE line, "Timed out node on
+#: discovery:<entry>"; its logger at TRACE (it also traces each announcement received: a line a
+#: broadcast-period per node, on clusters with UDP discovery only)
+DISCOVERY_TRACE_LOGGER = ("logger.brokerconf_discovery.name=org.apache.activemq.artemis.core.cluster.DiscoveryGroup\n"
+                          "logger.brokerconf_discovery.level=TRACE\n")
+
+
+def trace_discovery_expiry(properties: Path) -> None:
+    """Add `DISCOVERY_TRACE_LOGGER` to an instance's log4j2.properties (once)."""
+    text = properties.read_text(encoding="utf-8") if properties.exists() else ""
+    if "logger.brokerconf_discovery." not in text:
+        properties.write_text(text.rstrip("\n") + "\n\n" + DISCOVERY_TRACE_LOGGER, encoding="utf-8")
 
 
 class ArtemisClusterNode(ProcessNode):

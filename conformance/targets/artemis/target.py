@@ -73,7 +73,7 @@ CONTAINER_CLUSTER_CAPABILITIES = CONTAINER_CAPABILITIES | frozenset({"counters.d
 #: local JVMs on one data directory (artemis/shared_store.py), and tls: a TLS acceptor per protocol
 #: with the run's keystore (Scenario(tls=True); the container has none)
 PROCESS_CAPABILITIES = CONTAINER_CAPABILITIES | frozenset({"counters.destination", "topology.shared-store", "tls",
-                                                          "topology.cluster"})
+                                                          "topology.cluster", "groups.reset"})
 
 #: ActiveMQ's STOMP subscribe extensions that Artemis reads differently or not at all (Artemis
 #: user manual, STOMP chapter, "Flow Control": ``activemq.prefetchSize`` is accepted for backwards
@@ -171,6 +171,15 @@ class ArtemisProcessHandle(ProcessEvidence):
                                    dequeued=total["MessagesAcknowledged"], consumers=total["ConsumerCount"],
                                    memory_usage=0, memory_limit=-1,
                                    raw={**total, "queues": found})
+
+    def reset_all_groups(self, destination: str) -> None:
+        """The anycast queue's resetAllGroups management operation (``queue://X``: queue X of address
+        X), invoked over Jolokia."""
+        kind, _, name = destination.partition("://")
+        if kind != "queue" or not name:
+            raise ValueError(f"resetAllGroups is a queue's operation; {destination!r} is not queue://NAME")
+        self.process.jolokia({"type": "exec", "mbean": self.process.queue_mbean(name, name, "anycast"),
+                              "operation": "resetAllGroups()"})
 
     def kill(self) -> None:
         """SIGKILL the broker JVM's process group (a crash); `restart` brings it back (same
@@ -339,6 +348,8 @@ class ArtemisTarget:
             return "shared-store pairs are launched as local JVMs (artemis/shared_store.py), not as containers"
         if self.launch_mode == "container" and capability in self.capabilities():
             return None
+        if self.launch_mode == "container" and capability == "groups.reset":
+            return "a single Artemis container has no management channel (resetAllGroups goes over Jolokia)"
         if self.launch_mode == "container" and capability in PROCESS_CAPABILITIES:
             return ("a single Artemis container reads no broker counters (only the nodes of a container cluster read "
                     "theirs, over their published Jolokia)")

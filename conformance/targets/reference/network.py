@@ -166,6 +166,17 @@ class ReferenceNode:
             return self.call(topic_count)
         return self._queue_field(destination, lambda q: len(q.consumers))
 
+    def consumer_priorities(self, destination: str) -> list[int]:
+        """The dispatch priority of each consumer of queue ``destination`` here (local and network
+        consumers alike), lowest first; [] when the queue does not exist here."""
+        def get():
+            queue = self.server.broker.queues.get(destination)
+            if queue is None:
+                return []
+            consumers = queue.consumers.values() if isinstance(queue.consumers, dict) else queue.consumers
+            return sorted(c.priority for c in consumers)
+        return self.call(get)
+
     def queue_size(self, destination: str) -> int:
         """Messages held here for ``destination``: pending plus delivered-but-unacknowledged (as
         ActiveMQ's QueueSize counts them)."""

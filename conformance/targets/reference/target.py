@@ -166,7 +166,7 @@ class InProcessReference:
         self.target = target
         self.scenario = scenario
         self.host = "127.0.0.1"
-        self.capabilities = CAPABILITIES
+        self.capabilities = CAPABILITIES | {"groups.reset"}
         self.credentials = scenario.users[0] if scenario.users else (None, None)
         self.client_options: dict[str, dict] = {}
         self.dead_letter_queue = DEAD_LETTER_QUEUE
@@ -203,6 +203,15 @@ class InProcessReference:
 
     def stats(self) -> dict:
         return self.call(self.server.broker.stats)
+
+    def reset_all_groups(self, destination: str) -> None:
+        """The queue's resetAllGroups management operation (its engine's `reset_groups`)."""
+        def reset():
+            queue = self.server.broker.queues.get(destination)
+            if queue is None:
+                raise KeyError(f"no queue {destination} on the reference broker")
+            queue.reset_groups()
+        self.call(reset)
 
     def config_text(self) -> str:
         return "# reference broker configuration (JSON form of its TOML model)\n" + json.dumps(self._config, indent=2)
@@ -322,7 +331,8 @@ class ReferenceTarget:
         return True, ""
 
     def capabilities(self) -> frozenset[str]:
-        extra = {"process.kill"} if self.launch_mode == "process" else set()
+        # the in-process handle reaches the engine directly; the process one has no management call
+        extra = {"process.kill"} if self.launch_mode == "process" else {"groups.reset"}
         if postgres.availability()[0]:
             extra.add("topology.jdbc-store")  # a master/slave group on one database (guide 3.2)
         return CAPABILITIES | extra
@@ -330,6 +340,8 @@ class ReferenceTarget:
     def why_missing(self, capability: str) -> str | None:
         if capability == "process.kill" and self.launch_mode == "in-process":
             return "the in-process reference broker cannot be killed: use the reference:process target"
+        if capability == "groups.reset" and self.launch_mode == "process":
+            return "the reference broker's HTTP listener has no management operations: use the in-process target"
         if capability == "topology.jdbc-store":
             return postgres.availability()[1] or None
         return None
