@@ -65,9 +65,9 @@ ACCEPTING = ("send", "receive", "drain")
 
 def facts(c: Columns) -> dict:
     """Per (epoch, node): how many accepted operations, the first completion (time, op index,
-    its invoke time), the last invoke of a send or drain (time, op index, its completion time;
-    None without one) and the last completion (time, op index); how many accepted operations
-    name no node; the epochs' starts."""
+    its invoke time), the last invoke of a send or drain (time, op index, its completion time,
+    its invoke's index; None without one) and the last completion (time, op index); how many
+    accepted operations name no node; the epochs' starts."""
     out = {"accepted": 0, "unnamed": 0, "tenures": [], "epochs": [int(t) for t in c.fault_from.tolist()]}
     d = c.done
     if not len(d):
@@ -98,7 +98,10 @@ def facts(c: Columns) -> dict:
         since = at[(key == k) & bounded]
         if len(since):
             li = since[np.lexsort((d.invoke_index[since], d.invoke_time[since]))[-1]]
-            tenure["last_invoke"] = [int(d.invoke_time[li]), int(d.index[li]), int(d.time[li])]
+            # its invoke's index goes along: `combine` must break a tie on the invoke time as here
+            # (two ops invoked at the same instant complete in either order, in different parts)
+            tenure["last_invoke"] = [int(d.invoke_time[li]), int(d.index[li]), int(d.time[li]),
+                                     int(d.invoke_index[li])]
         out["tenures"].append(tenure)
     out["tenures"].sort(key=lambda t: (t["epoch"], t["node"]))
     return out
@@ -119,7 +122,8 @@ def combine(parts: list[dict]) -> dict:
             m["n"] += t["n"]
             m["first"] = min(m["first"], list(t["first"]), key=lambda x: (x[0], x[1]))
             mine, theirs = m["last_invoke"], t["last_invoke"]
-            if theirs is not None and (mine is None or (theirs[0], theirs[1]) > (mine[0], mine[1])):
+            # by (invoke time, invoke index), as `facts` picks it: not by the completion's index
+            if theirs is not None and (mine is None or (theirs[0], theirs[3]) > (mine[0], mine[3])):
                 m["last_invoke"] = list(theirs)
             m["last"] = max(m["last"], list(t["last"]))
     epochs = max((p["epochs"] for p in parts), key=len, default=[])

@@ -135,3 +135,46 @@ def test_an_unknown_split_key_is_refused():
     table = flat_table(H("x").send(0, "a").lines)
     with pytest.raises(ValueError, match="unknown split key 'message'"):
         split.parts(table, "message", 2)
+
+
+def _kill_window(index: int, start: int) -> list[dict]:
+    """A nemesis kill window on node A from ``start`` ms to one ms later (two events)."""
+    base = {"process": "nemesis", "type": "info", "f": "kill", "target": "t", "node": "A", "run": "generated"}
+    return [
+        {**base, "index": index, "time": start * 1_000_000, "value": {"nemesis": "process", "phase": "start"}},
+        {**base, "index": index + 1, "time": (start + 1) * 1_000_000,
+         "value": {"nemesis": "process", "phase": "end", "fault": "down",
+                   "started": start * 1_000_000, "ended": (start + 1) * 1_000_000}},
+    ]
+
+
+def test_back_to_back_kill_windows_split_give_the_facts_of_the_whole():
+    """The falsifying example of CI (ci2.log, k=3, pieces=1): a receive invoked at 0, then back-to-back
+    kill windows on node A (each starts at the instant the previous one ends) and, at 24 and 25 ms,
+    a receive's ok and two sends of m0 around the window of 24..25 ms. The sends are invoked at the
+    same instant (process 1 at index 50, process 0 at 51) and complete in the other order (54, 55);
+    processes 0 and 1 are different clients, in different parts. split_brain's last invoke of node
+    A is the op invoked last (index 51, completed at 54) in the whole run, but its combine broke the
+    tie on the invoke time by the completion's index and took the other one (55)."""
+    op = {"target": "t", "node": "A", "run": "generated"}
+    m0 = {"id": "m0", "producer": 0, "seq": 0, "destination": "queue://a"}
+    events = [{**op, "index": 0, "time": 0, "process": 0, "type": "invoke", "f": "receive", "value": None}]
+    for w in range(24):  # windows 0..1 ms .. 23..24 ms, indices 1..48
+        events += _kill_window(1 + 2 * w, w)
+    t24, t25 = 24_000_000, 25_000_000
+    events += [
+        {**op, "index": 49, "time": t24, "process": 0, "type": "ok", "f": "receive", "value": {**m0, "consumer": 0}},
+        {**op, "index": 50, "time": t24, "process": 1, "type": "invoke", "f": "send", "value": dict(m0)},
+        {**op, "index": 51, "time": t24, "process": 0, "type": "invoke", "f": "send", "value": dict(m0)},
+    ]
+    events += _kill_window(52, 24)
+    events += [
+        {**op, "index": 54, "time": t25, "process": 0, "type": "ok", "f": "send", "value": dict(m0)},
+        {**op, "index": 55, "time": t25, "process": 1, "type": "ok", "f": "send", "value": dict(m0)},
+    ]
+    for w in range(25, 33):  # windows 25..26 ms .. 32..33 ms, indices 56..71
+        events += _kill_window(56 + 2 * (w - 25), w)
+    assert [e["index"] for e in events] == list(range(72))
+    whole = assert_split_gives_whole(flat_table(events), ks=(3,), pieces=(1,))
+    assert [t["last_invoke"][:3] for t in whole["split_brain"]["tenures"]] == [[t24, 54, t25]]
+    assert_split_gives_whole(flat_table(events))
