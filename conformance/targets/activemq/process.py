@@ -671,6 +671,11 @@ class ActiveMQProcess(ActiveMQAddresses, ManagedProcess):
 
     def _wait_ready(self, deadline: float, wait_for: str = "serving") -> None:
         def probe(budget: float) -> tuple[bool, str]:
+            # the TLS connectors start after the plain ones: a client of the TLS port right after
+            # the plain STOMP handshake was refused once (a loaded main job)
+            closed = [port for port in self.tls_ports.values() if not tcp_accepts(port, 1.0)]
+            if closed:
+                return False, f"TLS port(s) {closed} not accepting yet"
             if self.stomp:
                 return stomp_handshake(self.stomp_port, timeout=budget, login=self.ready_login)
             port = self.openwire_port or self.mqtt_port or self.amqp_port or 0
