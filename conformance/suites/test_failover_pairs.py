@@ -26,7 +26,7 @@ import uuid
 
 import pytest
 
-from chaos.proxy import ToxiproxyClient, start_fault_proxy
+from chaos.proxy import ToxiproxyClient
 from conformance.clients import connect
 from conformance.clients.failover import CLIENT_SUBJECT, FailoverExhausted, FailoverTimeout, InDoubt, connect_failover
 from conformance.plugin import STATE
@@ -34,6 +34,7 @@ from conformance.scenario import Scenario
 from conformance.suites.network_support import network_workdir, parametrize_by_target
 from conformance.topology import Topology
 from conformance.waiting import poll
+from conformance.suites.proxy_support import fault_proxy  # noqa: F401 - the fixture
 
 #: every test here checks our failover client (client statements): the matrix books it under its column
 pytestmark = [pytest.mark.slow, pytest.mark.client_subject(CLIENT_SUBJECT)]
@@ -373,15 +374,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def fault_proxy():
-    proxy = start_fault_proxy()
-    try:
-        yield ToxiproxyClient(proxy.api_url)
-    finally:
-        proxy.stop()
 
 
 @pytest.fixture

@@ -26,7 +26,7 @@ import uuid
 
 import pytest
 
-from chaos.proxy import ToxiproxyClient, start_fault_proxy
+from chaos.proxy import ToxiproxyClient
 from conformance.clients.java_driver import DriverError, NoAnswer
 from conformance.plugin import NOT_APPLICABLE, STATE
 from conformance.requirements import skip_or_fail
@@ -35,6 +35,7 @@ from conformance.suites.java_support import ACTIVEMQ_CLIENTS, address, SUBJECTS,
 from conformance.suites.network_support import network_workdir, parametrize_by_target
 from conformance.suites.test_failover_pairs import Gate, Pair, free_port
 from conformance.waiting import poll
+from conformance.suites.proxy_support import fault_proxy  # noqa: F401 - the fixture
 
 pytestmark = [pytest.mark.slow]
 
@@ -60,15 +61,6 @@ def pair(target_name, request, tmp_path_factory):
         yield running
     finally:
         running.stop()
-
-
-@pytest.fixture(scope="module")
-def fault_proxy():
-    proxy = start_fault_proxy()
-    try:
-        yield ToxiproxyClient(proxy.api_url)
-    finally:
-        proxy.stop()
 
 
 @pytest.fixture(scope="module")

@@ -20,6 +20,7 @@ from conformance.suites.java_support import address, client_params, require_appl
 from conformance.suites.network_support import network_workdir, parametrize_by_target
 from conformance.suites.test_failover_pairs import free_port
 from conformance.topology import Topology
+from conformance.suites.proxy_support import fault_proxy  # noqa: F401 - the fixture
 
 pytestmark = [pytest.mark.slow]
 
@@ -69,17 +70,6 @@ def test_the_real_client_connects_sends_and_receives(node, client, tmp_path):
                 driver.connect(f"tcp://127.0.0.1:{free_port()}?reconnectAttempts=0&initialConnectAttempts=1",
                                timeout=60)
         assert refused.value.java_class, f"the error should name the Java exception: {refused.value}"
-
-
-@pytest.fixture(scope="module")
-def fault_proxy():
-    from chaos.proxy import ToxiproxyClient, start_fault_proxy
-
-    proxy = start_fault_proxy()
-    try:
-        yield ToxiproxyClient(proxy.api_url)
-    finally:
-        proxy.stop()
 
 
 @pytest.mark.parametrize("client", client_params(("activemq-5", "activemq-6", "artemis")))
