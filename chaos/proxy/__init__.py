@@ -66,17 +66,21 @@ class RealToxiproxyServer:
             stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT,
         )
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                code = self.process.returncode
-                output = self.log_tail()
-                self.stop()
-                raise RuntimeError(f"{self.binary} exited with code {code} before serving {self.api_url}: {output}")
-            try:
-                ToxiproxyClient(self.api_url, timeout=1).version()
-                return self
-            except ToxiproxyError:
-                time.sleep(0.05)
+        try:
+            while time.monotonic() < deadline:
+                if self.process.poll() is not None:
+                    code = self.process.returncode
+                    output = self.log_tail()
+                    self.stop()
+                    raise RuntimeError(f"{self.binary} exited with code {code} before serving {self.api_url}: {output}")
+                try:
+                    ToxiproxyClient(self.api_url, timeout=1).version()
+                    return self
+                except ToxiproxyError:
+                    time.sleep(0.05)
+        except (KeyboardInterrupt, SystemExit):
+            self.stop()   # interrupted while waiting: the caller has no handle to stop yet
+            raise
         output = self.log_tail()
         self.stop()
         raise RuntimeError(f"{self.binary} did not answer on {self.api_url} within {timeout} s: {output}")

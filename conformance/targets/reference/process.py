@@ -116,15 +116,19 @@ class ReferenceBrokerProcess:
         self._reader = threading.Thread(target=self._read_log, args=(self.proc,), daemon=True)
         self._reader.start()
         deadline = time.monotonic() + timeout
-        while not self._ready.wait(0.05) and not (wait_for == "lock" and self._waiting.is_set()):
-            if self.proc.poll() is not None:
-                self._reader.join(1)
-                raise ReferenceStartError(
-                    f"reference broker exited with {self.proc.returncode} before it was ready:\n{self.log_tail()}"
-                )
-            if time.monotonic() > deadline:
-                self.stop()
-                raise ReferenceStartError(f"reference broker not ready after {timeout} s:\n{self.log_tail()}")
+        try:
+            while not self._ready.wait(0.05) and not (wait_for == "lock" and self._waiting.is_set()):
+                if self.proc.poll() is not None:
+                    self._reader.join(1)
+                    raise ReferenceStartError(
+                        f"reference broker exited with {self.proc.returncode} before it was ready:\n{self.log_tail()}"
+                    )
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise ReferenceStartError(f"reference broker not ready after {timeout} s:\n{self.log_tail()}")
+        except (KeyboardInterrupt, SystemExit):
+            self.stop()   # interrupted while waiting: the caller has no handle to stop yet
+            raise
         return self
 
     def _read_log(self, proc: subprocess.Popen) -> None:
