@@ -519,9 +519,12 @@ def test_without_a_limit_a_stalled_subscriber_holds_the_producer_back(client, de
         f"the producer was never held back")
     # the subscriber catches up: room is made, and the producer must go on to the end
     slow.ack(held[-1])
+    # It takes everything: with no pending limit nothing is discarded, and a topic left full at the
+    # end would hold the producer's connection back (flow control stops reading it), so its
+    # DISCONNECT at teardown would wait out the client's 120 s (seen: a teardown timeout in CI).
     taken = 0
     deadline = time.monotonic() + 60.0
-    while worker.is_alive() and time.monotonic() < deadline:
+    while (worker.is_alive() or len(held) + taken < total) and time.monotonic() < deadline:
         message = slow.receive(1.0)
         if message is not None:
             slow.ack(message)
@@ -531,5 +534,8 @@ def test_without_a_limit_a_stalled_subscriber_holds_the_producer_back(client, de
     assert len(confirmed) == total, (
         f"SLOW-FLOW-2: after the stalled subscriber caught up ({taken} taken) the producer should have "
         f"finished; {len(confirmed)} of {total} sends confirmed (it stopped at {first_stall})")
+    assert len(held) + taken == total, (
+        f"SLOW-FLOW-2: with no pending limit every message waits for the subscriber, which took "
+        f"{len(held) + taken} of {total}")
     print(f"SLOW-FLOW-2: the producer stopped after {first_stall} of {total} 1 KiB sends "
           f"(topic memory limit {FULL_TEST_TOPIC_LIMIT // KIB} KiB) and finished once the subscriber caught up")
