@@ -24,6 +24,8 @@ lives in their folders under conformance/targets/.
 
 from __future__ import annotations
 
+import time
+
 from pathlib import Path
 
 from chaos.experiment_file import Experiment, ExperimentError
@@ -144,6 +146,20 @@ class RunningTopology:
         except (KeyError, ValueError):
             raise ExperimentError("the lock-loss watch asks each node's STOMP listener: the topology has none") \
                 from None
+
+    def wait_consumers_gone(self, destination: str, timeout: float = 10.0) -> dict[str, int]:
+        """Wait until no serving node counts a consumer of ``destination`` (at most ``timeout`` s);
+        returns each serving node's last count. The drain after a workload waits for this: a
+        consumer the client closed still holds its prefetched messages until the broker has
+        closed it, and a drain subscribing meanwhile is a second consumer, served the newer
+        messages first (seen on Artemis under load: a drain got seq 547..555, then 536..546
+        handed back by the closed consumer)."""
+        deadline = time.monotonic() + timeout
+        counts: dict[str, int] = {}
+        for name in self.serving_nodes():
+            counts[name] = self.cluster[name].wait_for_consumers(
+                destination, 0, timeout=max(0.0, deadline - time.monotonic()))
+        return counts
 
     def held(self, node: str, destination: str) -> int:
         """Messages node ``node`` still holds for ``destination``."""
