@@ -5,7 +5,9 @@ reports, so the next parallel run hands out its costliest units first (conforman
     .venv/bin/python scripts/record_costs.py reports/out/<run>/timing.json [more timing.json ...]
 
 A timing report comes from ``brokerconf run`` (``<run>/timing.json``) or from any pytest run with
-``--timing-report FILE`` (e.g. ``./scripts/test.sh --timing-report /tmp/timing.json``). A unit
+``--timing-report FILE`` (e.g. ``./scripts/test.sh --timing-report /tmp/timing.json``); the
+costs file itself reads as one too, so naming it first keeps the units a run did not have (the
+test run's, when refreshing from a main job's report). A unit
 seen in several reports keeps its largest cost (the slowest run is the one to plan for); units
 under `KEEP_ABOVE_S` are left out: an unrecorded unit is scheduled as cheap unless it is a suite
 module or a slow test (then it gets an estimate, conformance/schedule.py's `estimated_cost`, which
