@@ -4,7 +4,8 @@
 ``activemq-client`` in the installed broker's version and in the newest 6.x, Artemis's
 ``artemis-jms-client``). For each, into ``.tools/java-clients/<name>-<version>/``:
 
-* ``lib/``: the client jar and its transitive dependencies, copied by Maven
+* ``lib/``: the client jar and its transitive dependencies, and SLF4J's simple binding (so the
+  client's log lines reach the driver's stderr), copied by Maven
   (``drivers/java/pom.xml`` with the pinned coordinates as properties; Maven reads the machine's
   own settings for mirrors and proxies). The client jar's sha512 is checked against the pin; the
   rest is what that jar's own pom names (fixed versions).
@@ -59,6 +60,11 @@ class JavaClient:
     jms: str        # javax.jms or jakarta.jms
     subject: str    # what the matrix's client column calls it
     sha512: str
+    slf4j_simple: str  # SLF4J's simple binding, the client's slf4j-api version: its log to stderr
+
+    @property
+    def log_binding_jar(self) -> str:
+        return f"slf4j-simple-{self.slf4j_simple}.jar"
 
     @property
     def jar_name(self) -> str:
@@ -80,13 +86,15 @@ def pinned_clients(pins_file: Path | None = None) -> dict[str, JavaClient]:
         raise JavaBuildError(f"{path} has no [{PIN_SECTION}.*] sections")
     clients = {}
     for name, values in section.items():
-        missing = [k for k in ("flavour", "group", "artifact", "version", "jms", "subject", "sha512") if not values.get(k)]
+        missing = [k for k in ("flavour", "group", "artifact", "version", "jms", "subject", "sha512", "slf4j_simple")
+                   if not values.get(k)]
         if missing:
             raise JavaBuildError(f"{path} [{PIN_SECTION}.{name}] lacks {', '.join(missing)}")
         if values["flavour"] not in FLAVOUR_SOURCES:
             raise JavaBuildError(f"{path} [{PIN_SECTION}.{name}]: unknown flavour {values['flavour']!r}")
         clients[name] = JavaClient(name=name, **{k: str(values[k]) for k in
-                                                 ("flavour", "group", "artifact", "version", "jms", "subject")},
+                                                 ("flavour", "group", "artifact", "version", "jms", "subject",
+                                                  "slf4j_simple")},
                                    sha512=str(values["sha512"]).lower())
     return clients
 
@@ -114,6 +122,8 @@ def _lib_problem(lib: Path, client: JavaClient) -> str:
     digest = sha512_of(jar)
     if digest != client.sha512:
         return f"{jar} has sha512 {digest[:16]}..., pinned {client.sha512[:16]}..."
+    if not (lib / client.log_binding_jar).is_file():
+        return f"{lib / client.log_binding_jar} (the client's log binding) is missing"
     return ""
 
 
@@ -162,7 +172,8 @@ def _fetch(client: JavaClient, base: Path, progress, run) -> None:
         progress(f"fetching {client.coordinates} and its dependencies with Maven into {base / 'lib'}")
         command = [mvn, "-q", "-B", "-Dstyle.color=never", "-f", str(DRIVER_DIR / "pom.xml"),
                    f"-Dclient.group={client.group}", f"-Dclient.artifact={client.artifact}",
-                   f"-Dclient.version={client.version}", "dependency:copy-dependencies",
+                   f"-Dclient.version={client.version}", f"-Dslf4j.simple.version={client.slf4j_simple}",
+                   "dependency:copy-dependencies",
                    f"-DoutputDirectory={staging}"]
         result = run(command, cwd=str(base))
         if result.returncode != 0:

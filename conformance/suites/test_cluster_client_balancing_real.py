@@ -1,5 +1,5 @@
 """Client-side load balancing (the Artemis "Clusters" chapter, "Client-Side Load balancing";
-../shared/spec/artemis-clusters.md; catalogue artemis_clusters.toml, CLU-CLIENT-1 to -6) checked
+../shared/spec/artemis-clusters.md; catalogue artemis_clusters.toml, CLU-CLIENT-1 to -7) checked
 on the client the chapter documents: Artemis's Core client (artemis-jms-client 2.40.0, through
 brokerconf's Java driver, drivers/java; issue 28), against a three-node Artemis cluster.
 test_cluster_client_balancing.py checks our own implementation of the same policies.
@@ -10,7 +10,8 @@ acceptors written in its URL in node order and ``useTopologyForLoadBalancing=fal
 chapter says a factory balances over an explicit list (CLU-CLIENT-7); ``ha=false`` so that the
 client does not follow the cluster's topology either. Each connection subscribes one consumer to a
 fresh queue; the node whose consumer count grew is where it landed, and the driver's report of the
-connection's remote address must name the same node.
+connection's remote address must name the same node. CLU-CLIENT-7 (where the servers come from)
+compares such a factory with one that keeps the default and names one node in its URL.
 """
 
 from __future__ import annotations
@@ -141,3 +142,29 @@ def test_real_first_element_puts_every_connection_on_node_0(cluster, driver):
     landed = landings(cluster, driver, _url(cluster, "FirstElement"), len(NODES), "CLU-CLIENT-5")
     assert landed == [NODES[0]] * len(landed), \
         f"CLU-CLIENT-5: first element should always pick {NODES[0]} (position 0), landed {landed}"
+
+
+def _url_of(cluster, nodes: tuple[str, ...], params: str) -> str:
+    listed = ",".join("tcp://{}:{}".format(*address(cluster[name], "artemis")) for name in nodes)
+    return f"({listed})?ha=false&connectionLoadBalancingPolicyClassName={POLICY_PACKAGE}.RoundRobinConnectionLoadBalancingPolicy" \
+           f"{params}"
+
+
+@pytest.mark.spec("CLU-CLIENT-7")
+@pytest.mark.client_subject("artemis-core-client 2.40.0")
+def test_real_factory_balances_over_the_cluster_by_default_and_over_its_url_without_the_topology(cluster, driver):
+    """The default takes the servers from the cluster (the topology the first connection brings),
+    so a factory whose URL names A alone still reaches B and C; with
+    useTopologyForLoadBalancing=false only the URL's servers (A and B here) are used. Round robin
+    over six connections visits every server it balances over."""
+    n = 2 * len(NODES)
+    from_topology = landings(cluster, driver, _url_of(cluster, (NODES[0],), ""), n, "CLU-CLIENT-7")
+    from_url = landings(cluster, driver, _url_of(cluster, NODES[:2], "&useTopologyForLoadBalancing=false"), n,
+                        "CLU-CLIENT-7")
+    assert set(from_url) == set(NODES[:2]), (
+        f"CLU-CLIENT-7: with useTopologyForLoadBalancing=false the factory should balance over the servers of its "
+        f"URL, {list(NODES[:2])}; {n} connections landed on {from_url}")
+    assert set(from_topology) == set(NODES), (
+        f"CLU-CLIENT-7: by default the factory balances over the servers the cluster tells it of, so its "
+        f"connections should reach every node {list(NODES)} although its URL names {NODES[0]} alone; {n} "
+        f"connections landed on {from_topology}")

@@ -39,7 +39,8 @@ KINDS = {"test_activemq_announces_only_the_connector_with_a_discovery_uri": ("ac
          "test_activemq_refuses_a_transport_connector_with_a_failover_uri": ("activemq",),
          "test_a_multicast_discovery_client_uses_only_the_activemq_brokers_of_its_group": ("activemq",),
          "test_a_discovery_client_fails_over_to_an_activemq_broker_announced_after_it_started": ("activemq",),
-         "test_the_real_multicast_discovery_clients_use_only_the_activemq_brokers_of_their_group": ("activemq",)}
+         "test_the_real_multicast_discovery_clients_use_only_the_activemq_brokers_of_their_group": ("activemq",),
+         "test_the_real_discovery_clients_fail_over_to_a_broker_announced_after_they_started": ("activemq",)}
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -358,5 +359,39 @@ def test_the_real_multicast_discovery_clients_use_only_the_activemq_brokers_of_t
                  f"{stranger.openwire_port})")
             conn.send(queue, "m")
             assert conn.receive(queue, 10.0) == "m", f"FT-DISCOVERY-6: {client}'s discovered connection does not work"
+        finally:
+            conn.close()
+
+
+@pytest.mark.spec("FT-DISCOVERY-9")
+@pytest.mark.parametrize("client", client_params(ACTIVEMQ_CLIENTS))
+def test_the_real_discovery_clients_fail_over_to_a_broker_announced_after_they_started(target_name, activemq_brokers,
+                                                                                       tmp_path, client):
+    # FT-DISCOVERY-9 on ActiveMQ's own clients: started while only "first" announces, they must
+    # reach "later" (announced after they connected) once "first" is gone (on the ActiveMQ target
+    # only, KINDS: the brokers are ActiveMQ's)
+    from reference_broker.cluster.discovery import activemq_loopback_uri
+
+    group = _group()
+    first = activemq_brokers("first", group)  # the OpenWire connector announces, what these clients speak
+    queue = f"ftdisc9.{uuid.uuid4().hex[:8]}"
+    with start_driver(client, tmp_path / client) as driver:
+        conn = driver.connect(f"discovery:({activemq_loopback_uri(group)})?initialReconnectDelay=100&"
+                              "maxReconnectDelay=1000", timeout=90)
+        try:
+            assert conn.port == first.openwire_port, \
+                f"setup: {client} should start on the only announced broker ({first.openwire_port}): {conn.address}"
+            later = activemq_brokers("later", group)
+            heard = poll(lambda: listen(f"multicast://default?group={group}", 1.5),
+                         lambda h: later.openwire_port in _ports(h), timeout=60, interval=0.1)
+            assert heard and later.openwire_port in _ports(heard), \
+                f"setup: the later broker was never heard in {group}: {heard}"
+            first.stop()
+            conn.send(queue, "after", timeout=60)
+            assert conn.port == later.openwire_port, \
+                (f"FT-DISCOVERY-9: once the first broker was gone {client} should have found the broker announced "
+                 f"after it started (OpenWire port {later.openwire_port}); it is on {conn.address}")
+            assert conn.receive(queue, 10.0) == "after", \
+                f"FT-DISCOVERY-9: {client}'s connection to the later broker does not work{driver.log_tail()}"
         finally:
             conn.close()
