@@ -254,8 +254,8 @@ class JavaConnection:
     def ack(self) -> None:
         self.driver.request("ack", timeout=60, conn=self.name)
 
-    def close(self) -> None:
-        self.driver.request("close", timeout=60, conn=self.name)
+    def close(self, timeout: float = 60) -> None:
+        self.driver.request("close", timeout=timeout, conn=self.name)
 
     def events(self, kind: str | None = None) -> list[Event]:
         return self.driver.events_of(self.name, kind)

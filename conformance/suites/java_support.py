@@ -49,6 +49,23 @@ def start_driver(client: str, log_dir) -> JavaDriver:
     return JavaDriver.start(client, log_dir=log_dir)
 
 
+@pytest.fixture(scope="module")
+def drivers(tmp_path_factory):
+    """``get(client)``: that client's driver process, started on first use, stopped after the module
+    (a suite imports this fixture by name)."""
+    started = {}
+    log_dir = tmp_path_factory.mktemp("java-drivers")
+
+    def get(client: str):
+        if client not in started:
+            started[client] = start_driver(client, log_dir)
+        return started[client]
+
+    yield get
+    for driver in started.values():
+        driver.stop()
+
+
 def listener(client: str) -> str:
     return CLIENT_TARGETS[client][1]
 

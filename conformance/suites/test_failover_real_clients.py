@@ -32,7 +32,8 @@ from conformance.clients.java_driver import DriverError, NoAnswer
 from conformance.plugin import NOT_APPLICABLE, STATE
 from conformance.requirements import skip_or_fail
 from conformance.suites import syn_watch
-from conformance.suites.java_support import ACTIVEMQ_CLIENTS, address, SUBJECTS, client_params, start_driver
+from conformance.suites.java_support import (  # noqa: F401 - drivers: the fixture
+    ACTIVEMQ_CLIENTS, address, SUBJECTS, client_params, drivers)
 from conformance.suites.network_support import network_workdir, parametrize_by_target
 from conformance.suites.test_failover_pairs import Gate, Pair, free_port
 from conformance.waiting import poll
@@ -62,22 +63,6 @@ def pair(target_name, request, tmp_path_factory):
         yield running
     finally:
         running.stop()
-
-
-@pytest.fixture(scope="module")
-def drivers(tmp_path_factory):
-    """``get(client)``: that client's driver process, started on first use, stopped after the module."""
-    started = {}
-    log_dir = tmp_path_factory.mktemp("java-drivers")
-
-    def get(client: str):
-        if client not in started:
-            started[client] = start_driver(client, log_dir)
-        return started[client]
-
-    yield get
-    for driver in started.values():
-        driver.stop()
 
 
 class Gates:

@@ -43,12 +43,22 @@ from conformance.targets.runtime.node import ProcessNode
 from conformance.targets.runtime.evidence import ProcessEvidence
 
 __all__ = ["Bridge", "check_duplex_names", "PEER_LIST_SCHEMES", "BridgeFilterPolicy", "CompositeDestination", "render_destination_interceptors", "BridgeRoute", "NetworkConnectorOptions", "ActiveMQNetwork", "NetworkNode",
-           "NetworkStartError", "render_network_connector", "render_bridge_filter_policy", "destination_element"]
+           "NetworkStartError", "established_bridges", "render_network_connector", "render_bridge_filter_policy", "destination_element"]
 
 #: ActiveMQ 5.17 logs this (DemandForwardingBridgeSupport, INFO) on the broker that owns the
 #: connector once a bridge is up: "Network connection between vm://A#0 and tcp:///... (B) has been established."
 _ESTABLISHED = re.compile(r"Network connection between vm://(?P<local>[^#\s]+)#\S* and \S+ \((?P<remote>[^)]+)\) "
                           r"has been established")
+
+
+def established_bridges(process) -> list[str]:
+    """Names of the remote brokers ActiveMQ broker ``process`` logged an established bridge to
+    (one per bridge, each re-establishment counting again)."""
+    try:
+        text = process.log_path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return []
+    return [m.group("remote") for m in _ESTABLISHED.finditer(text) if m.group("local") == process.name]
 
 
 class NetworkStartError(RuntimeError):
@@ -277,11 +287,7 @@ class NetworkNode(ProcessEvidence, ProcessNode):
 
     def established_bridges(self) -> list[str]:
         """Names of the remote brokers this broker logged an established bridge to (one per bridge)."""
-        try:
-            text = self.process.log_path.read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            return []
-        return [m.group("remote") for m in _ESTABLISHED.finditer(text) if m.group("local") == self.process.name]
+        return established_bridges(self.process)
 
     def stop(self) -> None:
         try:

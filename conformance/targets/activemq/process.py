@@ -372,6 +372,7 @@ class ActiveMQProcess(ActiveMQAddresses, ManagedProcess):
         network_connectors_xml: str = "",
         broker_attributes: dict[str, str] | None = None,
         discovery_uri: str | None = None,
+        openwire_attributes: dict[str, str] | None = None,
         destination_interceptors_xml: str = "",
         tls: "TlsSetup | None" = None,
         jdbc: JdbcStore | None = None,
@@ -425,6 +426,14 @@ class ActiveMQProcess(ActiveMQAddresses, ManagedProcess):
         # "Example using multicast discovery": the transportConnector's discoveryUri, set on the
         # OpenWire connector (what an ActiveMQ bridge connects to), else on the STOMP one.
         self.discovery_uri = discovery_uri
+        # Extra attributes of the OpenWire <transportConnector> (the A-MQ guide's Table 2.2:
+        # updateClusterClients, rebalanceClusterClients, updateClusterFilter...): only what a
+        # scenario sets is written, so a default stays the broker's own.
+        self.openwire_attributes = dict(openwire_attributes or {})
+        for attr in self.openwire_attributes:
+            if not re.fullmatch(r"[A-Za-z][A-Za-z0-9]*", attr):
+                raise ValueError(f"transport connector attribute names are XML attribute names like "
+                                 f"'updateClusterClients', not {attr!r}")
         # A whole <destinationInterceptors> element (virtual topics, composite destinations), pasted
         # inside <broker> (conformance.targets.activemq.network.render_destination_interceptors).
         self.destination_interceptors_xml = destination_interceptors_xml
@@ -474,7 +483,8 @@ class ActiveMQProcess(ActiveMQAddresses, ManagedProcess):
                         f'uri="{self.stomp_scheme}://{h}:{self.stomp_port}?transport.closeAsync=false"'
                         f'{"" if self.openwire else discovery}/>')
         if self.openwire:
-            rows.append(f'<transportConnector name="openwire" uri="tcp://{h}:{self.openwire_port}"{discovery}/>')
+            extra = "".join(f" {name}={quoteattr(value)}" for name, value in self.openwire_attributes.items())
+            rows.append(f'<transportConnector name="openwire" uri="tcp://{h}:{self.openwire_port}"{discovery}{extra}/>')
         if self.mqtt:
             rows.append(f'<transportConnector name="mqtt" uri="mqtt://{h}:{self.mqtt_port}"/>')
         if self.amqp:
