@@ -22,10 +22,16 @@ import time
 from typing import Any
 from urllib.parse import quote, urlparse
 
+from conformance.targets.runtime.process import free_ports
+
 #: bound on one call; the real server bounds a request at 25 s (api.go http.TimeoutHandler), ours at
 #: 5 s per control operation (chaos/proxy/api.py CONTROL_TIMEOUT)
 DEFAULT_TIMEOUT = 5.0
 STREAMS = ("upstream", "downstream")
+
+
+#: picks of a listen port for a new proxy before giving up (each a fresh free port)
+_LISTEN_ATTEMPTS = 3
 
 
 class ToxiproxyError(RuntimeError):
@@ -143,8 +149,26 @@ class ToxiproxyClient:
     def proxy(self, name: str) -> dict:
         return self.call("GET", self._proxy_path(name), proxy=name)
 
-    def create_proxy(self, name: str, upstream: str, listen: str = "127.0.0.1:0", *, enabled: bool = True) -> dict:
-        """A new proxy (409 from the server when the name is taken); its JSON, with the bound ``listen``."""
+    def create_proxy(self, name: str, upstream: str, listen: str | None = None, *, enabled: bool = True) -> dict:
+        """A new proxy (409 from the server when the name is taken); its JSON, with the bound ``listen``.
+
+        ``listen`` None: a free loopback port below the kernel's ephemeral range. A partition
+        disables the proxy, which closes its listener until the heal binds the port again; a port
+        from the ephemeral range could meanwhile become the local port of any outgoing connection
+        on the machine (seen in a main job on six workers: the heal of a store link answered
+        "bind: address already in use"), one below it only another chosen listener's."""
+        if listen is not None:
+            return self._create(name, upstream, listen, enabled)
+        for attempt in range(_LISTEN_ATTEMPTS):
+            try:
+                return self._create(name, upstream, f"127.0.0.1:{free_ports(1)[0]}", enabled)
+            except ToxiproxyError as exc:
+                # another listener took the picked port between the pick and toxiproxy's bind
+                if "address already in use" not in str(exc) or attempt == _LISTEN_ATTEMPTS - 1:
+                    raise
+        raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+
+    def _create(self, name: str, upstream: str, listen: str, enabled: bool) -> dict:
         return self.call("POST", "/proxies", {"name": name, "listen": listen, "upstream": upstream,
                                               "enabled": enabled}, expect=201, proxy=name)
 
