@@ -12,8 +12,6 @@ import tempfile
 import time
 from typing import Protocol
 
-from conformance.targets.runtime.process import stopped_if_interrupted
-
 from .client import ToxiproxyClient, ToxiproxyError
 from .install import find_toxiproxy_server
 from .server import FaultProxyServer, main, serve
@@ -68,7 +66,7 @@ class RealToxiproxyServer:
             stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT,
         )
         deadline = time.monotonic() + timeout
-        with stopped_if_interrupted(self.stop):
+        try:
             while time.monotonic() < deadline:
                 if self.process.poll() is not None:
                     code = self.process.returncode
@@ -80,6 +78,9 @@ class RealToxiproxyServer:
                     return self
                 except ToxiproxyError:
                     time.sleep(0.05)
+        except (KeyboardInterrupt, SystemExit):
+            self.stop()   # interrupted while waiting: the caller has no handle to stop yet
+            raise
         output = self.log_tail()
         self.stop()
         raise RuntimeError(f"{self.binary} did not answer on {self.api_url} within {timeout} s: {output}")

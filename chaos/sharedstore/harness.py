@@ -17,8 +17,6 @@ import sys
 import tempfile
 import time
 
-from conformance.targets.runtime.process import stopped_if_interrupted
-
 from .control import control
 
 
@@ -80,8 +78,14 @@ class StoreServerProcess:
             [sys.executable, "-m", "chaos.sharedstore.server", "--root", self.root, "--lease", str(self.lease),
              "--vers", str(self.vers)],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self.log, text=True, start_new_session=True)
-        with stopped_if_interrupted(self.stop):
+        try:
             line = self.process.stdout.readline()   # "listening HOST:PORT", or EOF if it died
+        except (KeyboardInterrupt, SystemExit):
+            # a signal (SIGTERM made SystemExit, Ctrl-C) while waiting: the caller never gets this
+            # handle to stop, so stop the server here (seen in CI: a run interrupted right then
+            # left its store server behind)
+            self.stop()
+            raise
         if not line.startswith("listening "):
             self.process.wait(5)
             output = self.log_text()
@@ -133,13 +137,16 @@ class MountProcess:
              "-o", self.options, self.mountpoint],
             stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + timeout
-        with stopped_if_interrupted(self.stop):
+        try:
             while not mounted(self.mountpoint):
                 if self.process.poll() is not None or time.monotonic() > deadline:
                     output = self.log_text()
                     self.stop()
                     raise RuntimeError(f"mount of {self.mountpoint} for {self.client} did not appear: {output}")
                 time.sleep(0.05)
+        except (KeyboardInterrupt, SystemExit):
+            self.stop()   # interrupted while waiting: nobody else holds this handle yet
+            raise
         return self
 
     def log_text(self) -> str:

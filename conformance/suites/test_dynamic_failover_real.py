@@ -26,6 +26,7 @@ FT-DYNAMIC-2 and FT-DYNAMIC-3, -4, -6, -8) are not exercised here.
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import pytest
@@ -36,7 +37,6 @@ from conformance.suites.java_support import ACTIVEMQ_CLIENTS, SUBJECTS, client_p
 from conformance.suites.network_support import network_workdir, parametrize_by_target
 from conformance.targets.activemq.network import established_bridges
 from conformance.targets.activemq.process import ActiveMQProcess
-from conformance.waiting import poll
 
 pytestmark = [pytest.mark.slow]
 
@@ -77,9 +77,11 @@ class NetworkedPair:
                   f'duplex="true"/>')
         self.a = ActiveMQProcess(self._workdir / "a", name="dynA", network_connectors_xml=bridge, **self._options)
         self.a.start(timeout=180)
-        if "dynB" not in poll(lambda: established_bridges(self.a), lambda up: "dynB" in up, timeout=BRIDGE_UP,
-                              interval=0.1):
-            pytest.fail(f"setup: A's bridge to B did not come up in {BRIDGE_UP:.0f} s\n{self.a.log_tail(20)}")
+        deadline = time.monotonic() + BRIDGE_UP
+        while "dynB" not in established_bridges(self.a):
+            if time.monotonic() > deadline:
+                pytest.fail(f"setup: A's bridge to B did not come up in {BRIDGE_UP:.0f} s\n{self.a.log_tail(20)}")
+            time.sleep(0.1)
         return self
 
     def stop(self) -> None:

@@ -13,7 +13,7 @@ from collections import deque
 from pathlib import Path
 
 from conformance.targets.runtime.probes import stomp_handshake
-from conformance.targets.runtime.process import peak_rss, stopped_if_interrupted
+from conformance.targets.runtime.process import peak_rss
 
 _READY = re.compile(r"reference broker '.*' ready: (.*)$")
 #: a master/slave broker waiting for its store's lock (reference_broker/__main__.py)
@@ -116,7 +116,7 @@ class ReferenceBrokerProcess:
         self._reader = threading.Thread(target=self._read_log, args=(self.proc,), daemon=True)
         self._reader.start()
         deadline = time.monotonic() + timeout
-        with stopped_if_interrupted(self.stop):
+        try:
             while not self._ready.wait(0.05) and not (wait_for == "lock" and self._waiting.is_set()):
                 if self.proc.poll() is not None:
                     self._reader.join(1)
@@ -126,6 +126,9 @@ class ReferenceBrokerProcess:
                 if time.monotonic() > deadline:
                     self.stop()
                     raise ReferenceStartError(f"reference broker not ready after {timeout} s:\n{self.log_tail()}")
+        except (KeyboardInterrupt, SystemExit):
+            self.stop()   # interrupted while waiting: the caller has no handle to stop yet
+            raise
         return self
 
     def _read_log(self, proc: subprocess.Popen) -> None:

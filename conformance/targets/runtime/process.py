@@ -8,9 +8,7 @@ import random
 import signal
 import socket
 import subprocess
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator
 
 #: Listening ports are picked from here up to the start of the kernel's ephemeral range.
 LISTEN_PORTS_FROM = 10000
@@ -59,19 +57,6 @@ def free_ports(n: int) -> list[int]:
     finally:
         for s in socks:
             s.close()
-
-
-@contextmanager
-def stopped_if_interrupted(stop: Callable[[], object]) -> Iterator[None]:
-    """Around a ``start()``'s wait for the process it launched to be ready: a signal arriving
-    meanwhile (SIGINT's KeyboardInterrupt, SIGTERM made SystemExit by the CLI) calls ``stop``
-    before it propagates, since the caller never received the handle and cannot stop it (seen in
-    CI: a run interrupted while its store server started left that server behind)."""
-    try:
-        yield
-    except (KeyboardInterrupt, SystemExit):
-        stop()
-        raise
 
 
 def kill_group(proc: subprocess.Popen) -> None:
