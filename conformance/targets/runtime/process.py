@@ -10,6 +10,8 @@ import socket
 import subprocess
 from pathlib import Path
 
+from conformance.targets.runtime.port_picks import pick_unreserved
+
 #: Listening ports are picked from here up to the start of the kernel's ephemeral range.
 LISTEN_PORTS_FROM = 10000
 _DEFAULT_EPHEMERAL = (32768, 60999)  # Linux's default net.ipv4.ip_local_port_range
@@ -33,22 +35,26 @@ def free_ports(n: int) -> list[int]:
     JVM binds it, and in between every outgoing connection (a bridge dialling its peer, a
     readiness probe) takes an ephemeral local port. CI saw broker A's OpenWire port (40175, in
     that range) taken while the network's other broker started, most likely that way. Ports
-    outside the range are only ever taken by another listener. Falls back to the kernel's
-    choice when too few are free there."""
+    outside the range are only ever taken by another listener, and the listeners there are
+    brokerconf's own: the machine's record of recent picks (port_picks.py) keeps two processes
+    from picking the same one. Falls back to the kernel's choice when too few are free there."""
     low, _ = ephemeral_port_range()
     socks: list[socket.socket] = []
+
+    def bound(port: int) -> bool:
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            s.close()
+            return False
+        socks.append(s)
+        return True
+
     try:
         if low - LISTEN_PORTS_FROM >= 100 * n:
-            for port in _pick.sample(range(LISTEN_PORTS_FROM, low), min(low - LISTEN_PORTS_FROM, 50 * n)):
-                if len(socks) == n:
-                    break
-                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-                try:
-                    s.bind(("127.0.0.1", port))
-                except OSError:
-                    s.close()
-                    continue
-                socks.append(s)
+            candidates = _pick.sample(range(LISTEN_PORTS_FROM, low), min(low - LISTEN_PORTS_FROM, 50 * n))
+            pick_unreserved(candidates, n, bound)
         while len(socks) < n:
             s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             s.bind(("127.0.0.1", 0))
