@@ -62,9 +62,12 @@ def driver(cluster, tmp_path_factory):
         started.stop()
 
 
-def _url(cluster, policy: str | None) -> str:
-    listed = ",".join("tcp://{}:{}".format(*address(cluster[name], "artemis")) for name in NODES)
-    params = "ha=false&useTopologyForLoadBalancing=false"
+def _url(cluster, policy: str | None, nodes: tuple[str, ...] = NODES, use_topology: bool = False) -> str:
+    """The factory URL naming ``nodes`` with the ``policy`` load-balancing class (None: the
+    factory's default). ``use_topology`` False pins the factory to the URL's servers, as the policy
+    statements need; True leaves ``useTopologyForLoadBalancing`` at its default."""
+    listed = ",".join("tcp://{}:{}".format(*address(cluster[name], "artemis")) for name in nodes)
+    params = "ha=false" + ("" if use_topology else "&useTopologyForLoadBalancing=false")
     if policy is not None:
         params += f"&connectionLoadBalancingPolicyClassName={POLICY_PACKAGE}.{policy}ConnectionLoadBalancingPolicy"
     return f"({listed})?{params}"
@@ -144,12 +147,6 @@ def test_real_first_element_puts_every_connection_on_node_0(cluster, driver):
         f"CLU-CLIENT-5: first element should always pick {NODES[0]} (position 0), landed {landed}"
 
 
-def _url_of(cluster, nodes: tuple[str, ...], params: str) -> str:
-    listed = ",".join("tcp://{}:{}".format(*address(cluster[name], "artemis")) for name in nodes)
-    return f"({listed})?ha=false&connectionLoadBalancingPolicyClassName={POLICY_PACKAGE}.RoundRobinConnectionLoadBalancingPolicy" \
-           f"{params}"
-
-
 @pytest.mark.spec("CLU-CLIENT-7")
 @pytest.mark.client_subject("artemis-core-client 2.40.0")
 def test_real_factory_balances_over_the_cluster_by_default_and_over_its_url_without_the_topology(cluster, driver):
@@ -158,9 +155,9 @@ def test_real_factory_balances_over_the_cluster_by_default_and_over_its_url_with
     useTopologyForLoadBalancing=false only the URL's servers (A and B here) are used. Round robin
     over six connections visits every server it balances over."""
     n = 2 * len(NODES)
-    from_topology = landings(cluster, driver, _url_of(cluster, (NODES[0],), ""), n, "CLU-CLIENT-7")
-    from_url = landings(cluster, driver, _url_of(cluster, NODES[:2], "&useTopologyForLoadBalancing=false"), n,
-                        "CLU-CLIENT-7")
+    from_topology = landings(cluster, driver, _url(cluster, "RoundRobin", (NODES[0],), use_topology=True), n,
+                              "CLU-CLIENT-7")
+    from_url = landings(cluster, driver, _url(cluster, "RoundRobin", NODES[:2]), n, "CLU-CLIENT-7")
     assert set(from_url) == set(NODES[:2]), (
         f"CLU-CLIENT-7: with useTopologyForLoadBalancing=false the factory should balance over the servers of its "
         f"URL, {list(NODES[:2])}; {n} connections landed on {from_url}")

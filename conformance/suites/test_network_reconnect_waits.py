@@ -27,6 +27,7 @@ import pytest
 from conformance.suites.network_support import launch_network, network_suite_marks, network_target, \
     network_workdir, parametrize_by_target
 from conformance.topology import Bridge, NetworkConnectorOptions, Topology
+from conformance.waiting import poll
 from chaos.proxy import start_fault_proxy
 from chaos.topology import BridgeProxies
 
@@ -84,9 +85,7 @@ class AttemptListener:
 
     def wait_arrivals(self, count: int | None, timeout: float) -> None:
         """Until ``count`` attempts have arrived (None: all of ``timeout``), at most ``timeout`` s."""
-        deadline = time.monotonic() + timeout
-        while (count is None or len(self.arrivals) < count) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        poll(lambda: len(self.arrivals), lambda n: count is not None and n >= count, timeout=timeout, interval=0.05)
 
     def close(self) -> None:
         self._stop.set()
