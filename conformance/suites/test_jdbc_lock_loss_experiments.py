@@ -37,8 +37,13 @@ SHORT = ["duration_s=28", "recovery_s=6", "topology.lock_keep_alive_period_ms=10
          "workload.rate=10"]
 #: a link slowed past the lease instead of cut: no error reaches the master, only silence
 SLOW_LINK = ("nemesis.0.fault=latency", "nemesis.0.latency_ms=20000")
-#: faults the Artemis slow-link check runs at most (each a short experiment of its own)
-SLOW_LINK_RUNS = 2
+#: faults the Artemis slow-link check runs at most (each a short experiment of its own; it stops at
+#: the first with two masters). Artemis is not consistent here: at some faults the primary's store
+#: write fails at once and it closes before the backup goes live (no overlap). Seen in about a third
+#: of the faults (4 of the ~12 on record; both of a main-job run's two on a loaded machine, 2026-11-29,
+#: whose test then passed where the deviation is recorded: XPASS(strict)), so two runs missed the
+#: deviation too often; four miss it about once in a hundred (0.35^4), at no cost when the first shows it.
+SLOW_LINK_RUNS = 4
 #: the target kinds each test is generated for (by test name). With the link cut, ActiveMQ's
 #: takeover is checked on its own: whether its acknowledged messages survive is not asserted there
 #: (see test_activemq_slave_takes_over_when_the_cut_masters_lease_lapses)
