@@ -406,7 +406,7 @@ def _run(exp: Experiment, topology: RunningTopology, run_id: str, history_path: 
     history = History(history_path, run=run_id, target=exp.target.name, node=None)
     # The settings the checkers apply (duplicates allowed, downtime bound, which checks) travel in
     # the history: chaos/history.py, harness records.
-    history.harness(HARNESS_EXPERIMENT, {"format": HARNESS_FORMAT, "experiment": exp.model_dump(mode="json")})
+    history.harness(HARNESS_EXPERIMENT, experiment_record(exp))
     transport_log = (TransportLog(history_path.with_name("transport.jsonl"), start_ns=history.start_ns)
                      if exp.target.failover else None)
     try:
@@ -539,6 +539,13 @@ def _run_with_history(exp: Experiment, topology: RunningTopology, run_id: str, h
     history.harness(HARNESS_RUN_END, run_end_record(result))
     history.close()
     return result
+
+
+def experiment_record(exp: Experiment) -> dict:
+    """The ``experiment`` harness record, the history's first line (chaos/history.py): the
+    settings as run, overrides applied, so its ``seed`` is the one the schedule was drawn from
+    (the file's, or ``--seed``'s) and the run replays from it."""
+    return {"format": HARNESS_FORMAT, "experiment": exp.model_dump(mode="json")}
 
 
 def run_end_record(result: ExperimentResult) -> dict:
