@@ -74,11 +74,11 @@ def build_schedule(exp: Experiment) -> list[Step]:
         while at + down + exp.recovery_s <= exp.duration_s:
             steps.append(Step(at, nemesis.kind, index, fault_params(nemesis)))
             steps.append(Step(at + down, FAULT_AND_HEAL[nemesis.kind], index, {}))
-            # the arithmetic of the fixed grid as it always was (down + gap, then added), so a file
-            # without drawn timings keeps its schedule to the last bit
-            previous_down = down
-            gap, down = next(timings)
-            at += previous_down + gap
+            gap, next_down = next(timings)
+            # summed as the fixed grid always was (this fault's length plus the next gap, then
+            # added), so a file without drawn timings keeps its schedule to the last bit
+            at += down + gap
+            down = next_down
     return sorted(steps, key=lambda step: step[:3])
 
 
