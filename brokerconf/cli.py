@@ -348,7 +348,7 @@ def cmd_chaos_run(args: argparse.Namespace) -> int:
         print("brokerconf chaos run: --run-dir takes one experiment file and no --repeat", file=sys.stderr)
         return 2
     status, table = 0, {}
-    for exp in experiments:
+    for path, exp in zip(files, experiments):
         # the experiment needs its broker: one that cannot run here fails (1), with the reason
         bad = _check_targets([exp.target.name], "chaos run", "[target] name" if args.target is None else "--target")
         if bad:
@@ -367,13 +367,28 @@ def cmd_chaos_run(args: argparse.Namespace) -> int:
                 return 2
             print(summary(verdict))
             print(f"history: {(out_dir / 'history.jsonl').resolve()}\nverdict: {(out_dir / 'verdict.json').resolve()}\n"
-                  f"report: {Path(verdict['report']).resolve()}")
+                  f"report: {Path(verdict['report']).resolve()}\nreplay: {replay_command(path, exp.seed, args)}")
             table.setdefault(label, []).append(figures(verdict))
             status = status or (0 if verdict["valid"] is True else 1)
     if args.repeat > 1 or len(experiments) > 1:
         print("\nmedian [min..max] over the runs (lock-loss: the first fault of each run; never: not seen "
               "while watched)\n" + render_table(table))
     return status
+
+
+def replay_command(path: str, seed: int, args: argparse.Namespace) -> str:
+    """The command that runs this experiment again with the same schedule: its seed, and the
+    overrides it ran with (a replay of a --set run without them would be another experiment)."""
+    import shlex
+
+    command = ["brokerconf", "chaos", "run", str(path), "--seed", str(seed)]
+    if args.duration is not None:
+        command += ["--duration", str(args.duration)]
+    if args.target is not None:
+        command += ["--target", args.target]
+    for setting in args.set or ():
+        command += ["--set", setting]
+    return shlex.join(command)
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
