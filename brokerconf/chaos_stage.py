@@ -86,6 +86,7 @@ class PlannedRun:
     name: str
     target_name: str
     run_dir: Path
+    seed: int | None = None  # None: the file's own
 
     @property
     def label(self) -> str:
@@ -98,6 +99,8 @@ class PlannedRun:
             command += ["--target", self.target]
         for setting in self.settings:
             command += ["--set", setting]
+        if self.seed is not None:
+            command += ["--seed", str(self.seed)]
         return command
 
 
@@ -117,10 +120,11 @@ def cluster_not_applicable(exp, target) -> dict | None:
                      f"{len(exp.topology.node_names)}-node cluster" + (f" ({why})" if why else "")}
 
 
-def plan(chaos_duration: float, targets: list[str], out_dir: Path,
-         progress: Callable[[str], None]) -> tuple[list[PlannedRun], list[dict]]:
+def plan(chaos_duration: float, targets: list[str], out_dir: Path, progress: Callable[[str], None], *,
+         seed: int | None = None) -> tuple[list[PlannedRun], list[dict]]:
     """The runs the stage will make, and the entries it settles without running (not applicable).
-    An experiment whose broker is not among ``targets`` or not installed is left out, saying why."""
+    An experiment whose broker is not among ``targets`` or not installed is left out, saying why.
+    ``seed`` replaces every file's own (None: each keeps its own)."""
     import chaos
     from chaos.experiment_file import load_experiment, with_overrides
     from chaos.sharedstore.harness import fuse_unavailable
@@ -138,7 +142,7 @@ def plan(chaos_duration: float, targets: list[str], out_dir: Path,
         if "cluster" in file_name:
             minimum = CLUSTER_MIN_DURATION_S
         duration = max(chaos_duration, minimum)
-        exp = with_overrides(load_experiment(path), duration_s=duration, target=target, settings=overrides)
+        exp = with_overrides(load_experiment(path), duration_s=duration, target=target, settings=overrides, seed=seed)
         label = f"{exp.name} on {exp.target.name}"
         if exp.topology.store == "nfs" and (why := fuse_unavailable()):
             progress(f"chaos: {label} skipped: {why}")
@@ -153,7 +157,7 @@ def plan(chaos_duration: float, targets: list[str], out_dir: Path,
             settled.append(skipped)
             continue
         run_dir = out_dir / f"chaos-{exp.name}-{exp.target.name.replace(':', '-')}"
-        runs.append(PlannedRun(path, target, overrides, duration, exp.name, exp.target.name, run_dir))
+        runs.append(PlannedRun(path, target, overrides, duration, exp.name, exp.target.name, run_dir, seed))
     return runs, settled
 
 

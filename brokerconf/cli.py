@@ -251,7 +251,7 @@ def _suites_and_chaos(args: argparse.Namespace, targets: list[str], out_dir: Pat
                   f"worker{'s' if args.workers > 1 else ''}; the chaos stage runs beside them")
         suites = kids.start(_suite_command(targets, out_dir, allow_unavailable=allow_unavailable,
                                            workers=args.workers, suites=args.suite), stdin=subprocess.DEVNULL)
-        runs, verdicts = chaos_stage.plan(args.chaos_duration, targets, out_dir, _progress)
+        runs, verdicts = chaos_stage.plan(args.chaos_duration, targets, out_dir, _progress, seed=args.chaos_seed)
         if runs:
             _progress(f"chaos: {len(runs)} experiments, {min(args.chaos_parallel, len(runs))} at a time")
         verdicts += chaos_stage.run_all(runs, parallel=args.chaos_parallel, progress=_progress, children=kids)
@@ -340,7 +340,7 @@ def cmd_chaos_run(args: argparse.Namespace) -> int:
     files = args.file if isinstance(args.file, list) else [args.file]
     try:
         experiments = [with_overrides(load_experiment(path), duration_s=args.duration, target=args.target,
-                                      settings=args.set or ()) for path in files]
+                                      settings=args.set or (), seed=args.seed) for path in files]
     except ExperimentError as exc:
         print(f"brokerconf chaos run: {exc}", file=sys.stderr)
         return 2
@@ -348,7 +348,7 @@ def cmd_chaos_run(args: argparse.Namespace) -> int:
         print("brokerconf chaos run: --run-dir takes one experiment file and no --repeat", file=sys.stderr)
         return 2
     status, table = 0, {}
-    for exp in experiments:
+    for path, exp in zip(files, experiments):
         # the experiment needs its broker: one that cannot run here fails (1), with the reason
         bad = _check_targets([exp.target.name], "chaos run", "[target] name" if args.target is None else "--target")
         if bad:
@@ -367,13 +367,28 @@ def cmd_chaos_run(args: argparse.Namespace) -> int:
                 return 2
             print(summary(verdict))
             print(f"history: {(out_dir / 'history.jsonl').resolve()}\nverdict: {(out_dir / 'verdict.json').resolve()}\n"
-                  f"report: {Path(verdict['report']).resolve()}")
+                  f"report: {Path(verdict['report']).resolve()}\nreplay: {replay_command(path, exp.seed, args)}")
             table.setdefault(label, []).append(figures(verdict))
             status = status or (0 if verdict["valid"] is True else 1)
     if args.repeat > 1 or len(experiments) > 1:
         print("\nmedian [min..max] over the runs (lock-loss: the first fault of each run; never: not seen "
               "while watched)\n" + render_table(table))
     return status
+
+
+def replay_command(path: str, seed: int, args: argparse.Namespace) -> str:
+    """The command that runs this experiment again with the same schedule: its seed, and the
+    overrides it ran with (a replay of a --set run without them would be another experiment)."""
+    import shlex
+
+    command = ["brokerconf", "chaos", "run", str(path), "--seed", str(seed)]
+    if args.duration is not None:
+        command += ["--duration", str(args.duration)]
+    if args.target is not None:
+        command += ["--target", args.target]
+    for setting in args.set or ():
+        command += ["--set", setting]
+    return shlex.join(command)
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
@@ -521,6 +536,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--out", default="reports/out", help="directory for reports (default: reports/out)")
     run.add_argument("--chaos-duration", type=float, default=20.0, metavar="S",
                      help="seconds each chaos experiment of the stage runs (experiments 1 and 4 on the reference broker; 2 and 4 on ActiveMQ when installed); 0 skips the stage (default 20)")
+    run.add_argument("--chaos-seed", type=int, default=None, metavar="N",
+                     help="the seed of every chaos experiment of the stage (default: each file's own)")
     run.add_argument("--workers", type=positive_int, default=DEFAULT_WORKERS, metavar="N",
                      help=f"pytest-xdist workers for the suites (default {DEFAULT_WORKERS}; 1: one process)")
     run.add_argument("--chaos-parallel", type=positive_int, default=CHAOS_PARALLEL, metavar="N",
@@ -557,6 +574,9 @@ def build_parser() -> argparse.ArgumentParser:
                                 "no --repeat; the main job's chaos stage uses it)")
     chaos_run.add_argument("--repeat", type=positive_int, default=1, metavar="N",
                            help="run each file N times and print the median and spread of the figures side by side")
+    chaos_run.add_argument("--seed", type=int, metavar="N",
+                           help="override the file's seed, which draws the drawn nemesis timings (every_max_s, "
+                                "down_max_s) and the cluster workload's churn: the seed a run printed replays it")
     chaos_run.add_argument("--set", action="append", metavar="KEY=VALUE",
                            help="override one setting of the file(s), e.g. topology.lock_keep_alive_period_ms=0 or "
                                 "topology.nfs_version=3 (repeatable)")

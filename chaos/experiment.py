@@ -29,6 +29,7 @@ from chaos.nemesis.process import ProcessNemesis
 from chaos.nemesis.proxy import ProxyNemesis
 from chaos.proxy import start_fault_proxy
 from chaos.proxy.client import ToxiproxyClient, split_address
+from chaos.schedule import FAULT_AND_HEAL, build_schedule, postpone
 from chaos.topology import RunningTopology, launch_topology
 from chaos.transport_log import TransportLog, worker_of_thread
 from chaos.workloads.cluster import ClusterWorkload, GroupedClusterWorkload
@@ -36,11 +37,6 @@ from chaos.workloads.queue import DrainIncomplete, GroupedQueueWorkload, QueueWo
 from chaos.workloads.topic import TopicFanoutWorkload
 from conformance.targets.registry import UnknownTarget, resolve
 from conformance.clients import connect, connect_failover
-
-#: each fault and the step that ends it
-FAULT_AND_HEAL = {"kill": "start", "pause": "resume", "stop": "start", "partition": "heal",
-                  "latency": "heal", "bandwidth": "heal", "reset_peer": "heal", "lock-loss": "heal"}
-
 
 @dataclass
 class ExperimentResult:
@@ -110,52 +106,6 @@ def _client_factory(exp: Experiment, addresses: list[tuple[str, int]],
                               "[target] failover = true to find the master")
     host, port = addresses[0]
     return lambda: connect(host, port, protocol, **options)
-
-
-def _fault_params(nemesis: NemesisSection) -> dict:
-    """What a fault step passes to its nemesis (proxy faults: the toxic's attributes)."""
-    if nemesis.kind == "partition":
-        return {"direction": nemesis.direction}
-    if nemesis.kind == "latency":
-        return {"latency": nemesis.latency_ms, "jitter": nemesis.jitter_ms, "stream": nemesis.direction}
-    if nemesis.kind == "bandwidth":
-        return {"rate": nemesis.rate_kbps, "stream": nemesis.direction}
-    if nemesis.kind == "reset_peer":
-        return {"timeout": nemesis.timeout_ms, "stream": nemesis.direction}
-    return {}
-
-
-def _schedule(exp: Experiment) -> list[tuple[float, str, int, dict]]:
-    """(at seconds, step, nemesis index, step params) for the whole run, faults and their heals,
-    in time order; every heal comes at least ``recovery_s`` before the end."""
-    events = []
-    for index, nemesis in enumerate(exp.nemesis):
-        at = nemesis.every_s
-        while at + nemesis.down_s + exp.recovery_s <= exp.duration_s:
-            events.append((at, nemesis.kind, index, _fault_params(nemesis)))
-            events.append((at + nemesis.down_s, FAULT_AND_HEAL[nemesis.kind], index, {}))
-            at += nemesis.down_s + nemesis.every_s  # faults never overlap: quiet time after each heal
-    return sorted(events, key=lambda event: event[:3])
-
-
-def _postpone(schedule: list[tuple[float, str, int, dict]], exp: Experiment, index: int,
-              late: float) -> list[tuple[float, str, int, dict]]:
-    """The rest of ``schedule`` after nemesis ``index``'s heal finished ``late`` seconds after its
-    slot: that nemesis's later steps move by as much, so its next fault still comes ``every_s``
-    after the heal (the experiment file's promise; a JVM broker's restart takes seconds, the
-    reference broker's a fraction of one). A moved fault that can no longer heal
-    ``recovery_s`` before the end is dropped with its heal, as `_schedule` never schedules one."""
-    nemesis = exp.nemesis[index]
-    kept, dropping = [], False
-    for at, step, i, params in schedule:
-        if i != index:
-            kept.append((at, step, i, params))
-            continue
-        if step == nemesis.kind:  # a fault: keep it (moved) only if it still heals in time
-            dropping = at + late + nemesis.down_s + exp.recovery_s > exp.duration_s
-        if not dropping:
-            kept.append((at + late, step, i, params))
-    return sorted(kept, key=lambda event: event[:3])
 
 
 class _ProxyGroupFault:
@@ -456,7 +406,7 @@ def _run(exp: Experiment, topology: RunningTopology, run_id: str, history_path: 
     history = History(history_path, run=run_id, target=exp.target.name, node=None)
     # The settings the checkers apply (duplicates allowed, downtime bound, which checks) travel in
     # the history: chaos/history.py, harness records.
-    history.harness(HARNESS_EXPERIMENT, {"format": HARNESS_FORMAT, "experiment": exp.model_dump(mode="json")})
+    history.harness(HARNESS_EXPERIMENT, experiment_record(exp))
     transport_log = (TransportLog(history_path.with_name("transport.jsonl"), start_ns=history.start_ns)
                      if exp.target.failover else None)
     try:
@@ -504,11 +454,12 @@ def _run_with_history(exp: Experiment, topology: RunningTopology, run_id: str, h
             nemeses.append(CurrentMasterNemesis(topology.nodes, topology.master, history))
         else:
             nemeses.append(ProcessNemesis(topology.nodes[n.node], history, node=n.node))
-    schedule = _schedule(exp)
+    schedule = build_schedule(exp)
     display = _Progress(progress)
+    # the seed on the line that starts the run: `brokerconf chaos run FILE --seed N` replays its schedule
     progress(f"experiment {exp.name}: {exp.workload.kind} workload on {exp.target.name} ({topology.kind}) for "
              f"{exp.duration_s:.0f} s, {sum(1 for _, step, _, _ in schedule if step in FAULT_AND_HEAL)} faults "
-             f"scheduled; history {history_path}")
+             f"scheduled, seed {exp.seed}; history {history_path}")
     started = time.monotonic()
     faults = 0
     nemesis_errors: list[str] = []
@@ -535,7 +486,7 @@ def _run_with_history(exp: Experiment, topology: RunningTopology, run_id: str, h
                     done = time.monotonic() - started
                     end = max(end, done + exp.recovery_s)
                     if done > at:
-                        schedule = _postpone(schedule, exp, index, done - at)
+                        schedule = postpone(schedule, exp, index, done - at)
             display.show(elapsed, exp.duration_s, workload, faults)
             time.sleep(0.05)
     finally:
@@ -588,6 +539,13 @@ def _run_with_history(exp: Experiment, topology: RunningTopology, run_id: str, h
     history.harness(HARNESS_RUN_END, run_end_record(result))
     history.close()
     return result
+
+
+def experiment_record(exp: Experiment) -> dict:
+    """The ``experiment`` harness record, the history's first line (chaos/history.py): the
+    settings as run, overrides applied, so its ``seed`` is the one the schedule was drawn from
+    (the file's, or ``--seed``'s) and the run replays from it."""
+    return {"format": HARNESS_FORMAT, "experiment": exp.model_dump(mode="json")}
 
 
 def run_end_record(result: ExperimentResult) -> dict:

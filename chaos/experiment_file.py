@@ -3,7 +3,7 @@
     name = "reference-kill-restart"
     duration_s = 20                 # how long the workload runs under faults
     recovery_s = 3                  # quiet seconds after the last heal before the workload stops
-    seed = 1
+    seed = 1                        # draws the drawn timings (every_max_s, down_max_s) and cluster churn
 
     [target]
     name = "reference:process"      # a target name (`brokerconf targets list`); must be killable for kill faults
@@ -75,6 +75,8 @@
     fault = "partition"             # lock-loss: partition | latency | reset | expire (of the node's NFS lease; nfs only)
     every_s = 5                     # seconds of quiet before each fault (the first after N s, the next N s after a heal)
     down_s = 1                      # how long the fault lasts
+    every_max_s = 9                 # optional: each quiet gap drawn from [every_s, every_max_s] with the seed
+    down_max_s = 3                  # optional: each fault's length drawn from [down_s, down_max_s] with the seed
     node = "master"                 # process faults: a node name (A, B, ...) or "master" (whoever serves then)
     clients = "all"                 # proxy faults: "all" clients, or only the "slow" subscribers
     link = "clients"                # proxy faults: cut the "clients", (network) the "bridges", (cluster) the "cluster" links
@@ -321,6 +323,11 @@ class NemesisSection(_Strict):
     fault: Literal["partition", "latency", "reset", "expire"] = "partition"
     every_s: float = Field(gt=0)
     down_s: float = Field(default=1.0, ge=0)
+    # drawn timing (chaos/schedule.py): with every_max_s each quiet gap is drawn from [every_s,
+    # every_max_s], with down_max_s each fault's length from [down_s, down_max_s], from the
+    # experiment's seed; left out, every_s and down_s are the fixed gap and length
+    every_max_s: float | None = Field(default=None, gt=0)
+    down_max_s: float | None = Field(default=None, ge=0)
     direction: Literal["both", "upstream", "downstream"] = "both"
     node: str = "A"
     clients: Literal["all", "slow"] = "all"
@@ -332,6 +339,15 @@ class NemesisSection(_Strict):
     jitter_ms: int = Field(default=0, ge=0)
     rate_kbps: int = Field(default=64, ge=0)
     timeout_ms: int = Field(default=0, ge=0)
+
+    @model_validator(mode="after")
+    def _ranges_fit(self) -> "NemesisSection":
+        for low, high in (("every_s", "every_max_s"), ("down_s", "down_max_s")):
+            top = getattr(self, high)
+            if top is not None and top < getattr(self, low):
+                raise ValueError(f"{high} ({top:g}) is below {low} ({getattr(self, low):g}): the value is drawn "
+                                 f"from [{low}, {high}], so {high} must be at least {low}")
+        return self
 
 
 class CheckersSection(_Strict):
@@ -351,7 +367,9 @@ class CheckersSection(_Strict):
 class Experiment(_Strict):
     name: str = Field(min_length=1)
     duration_s: float = Field(gt=0, le=24 * 3600)
-    seed: int = 0  # reserved for randomised schedules; nothing in a run draws on it yet
+    # draws the nemesis entries' drawn timings (chaos/schedule.py) and the cluster workload's
+    # consumer churn: a run replays from it (`brokerconf chaos run FILE --seed N` overrides it)
+    seed: int = 0
     drain_quiet_s: float = Field(default=2.0, gt=0)
     # Quiet time the schedule keeps after the last heal, so that clients recover before the
     # workload stops (Jepsen's final heal-then-wait phase); a fault that cannot heal this early
@@ -534,14 +552,16 @@ def apply_setting(data: dict, setting: str) -> None:
 
 
 def with_overrides(exp: Experiment, *, duration_s: float | None = None, target: str | None = None,
-                   settings: list[str] | tuple[str, ...] = ()) -> Experiment:
-    """``exp`` with the command line's overrides (``--duration``, ``--target``, ``--set``), checked
-    again (an unknown key is refused by name, as in the file)."""
+                   settings: list[str] | tuple[str, ...] = (), seed: int | None = None) -> Experiment:
+    """``exp`` with the command line's overrides (``--duration``, ``--target``, ``--set``,
+    ``--seed``), checked again (an unknown key is refused by name, as in the file)."""
     data = exp.model_dump()
     for setting in settings:
         apply_setting(data, setting)
     if duration_s is not None:
         data["duration_s"] = duration_s
+    if seed is not None:
+        data["seed"] = seed
     if target is not None:
         data["target"]["name"] = target
     try:

@@ -15,8 +15,9 @@ invoked or completed, and a checker of operations skips them. Each ``f`` is one 
 (chaos/experiment.py writes them):
 
 * ``experiment`` (the first line): ``{"format": 1, "experiment": {...}}``, the experiment file's
-  settings as loaded (``checkers.duplicates_allowed``, ``checkers.max_downtime_s``, the
-  workload, the nemesis schedule, the target...);
+  settings as run, command-line overrides applied (``checkers.duplicates_allowed``,
+  ``checkers.max_downtime_s``, the workload, the nemesis entries, the target..., and ``seed``,
+  the one the schedule was drawn from: chaos/schedule.py);
 * ``broker-counters`` (after the drain, before the subscriptions close; topic workloads):
   ``{"destination": "topic://...", "subscription_discards": [3, 0] | null, "error": "..."?}``,
   the broker's discarded counter of every subscription on the destination (null: not readable

@@ -129,6 +129,8 @@ def judge_history(path: str | os.PathLike) -> dict:
         "experiment": record.name,
         "target": record.target,
         "run": record.run,
+        # what the run's schedule was drawn from: `brokerconf chaos run FILE --seed N` replays it
+        "seed": record.seed,
         "valid": merge(c["valid"] for c in checks.values()),
         "checks": checks,
         # the checks this run was not judged by, and why (reports/check_plan.py)
@@ -164,7 +166,8 @@ def summary_lines(verdict: dict) -> list[str]:
     """What the verdict says, a line per check (the console and the HTML report show these)."""
     stats = verdict.get("run_stats") or {}
     checks = verdict["checks"]
-    lines = [f"{verdict['experiment']} on {verdict['target']}: valid = {verdict['valid']}  ({verdict['operations']} "
+    seed = f"seed {verdict['seed']}, " if verdict.get("seed") is not None else ""
+    lines = [f"{verdict['experiment']} on {verdict['target']}: valid = {verdict['valid']}  ({seed}{verdict['operations']} "
              f"operations, {stats.get('faults', '?')} faults, {stats.get('sent_ok', '?')} sends acknowledged, "
              f"{stats.get('drained', '?')} drained)"]
     total = checks.get("total_queue")

@@ -55,6 +55,13 @@ class RunRecord:
         return head if sep and tail.endswith("Z") else self.run
 
     @property
+    def seed(self) -> int | None:
+        """The seed the run's schedule was drawn from (chaos/schedule.py): replay the run with
+        ``brokerconf chaos run FILE --seed N``. None in an old history."""
+        seed = (self.experiment or {}).get("seed")
+        return seed if isinstance(seed, int) and not isinstance(seed, bool) else None
+
+    @property
     def checkers(self) -> dict:
         given = (self.experiment or {}).get("checkers") or {}
         return {**DEFAULT_CHECKERS, **{k: v for k, v in given.items() if k in DEFAULT_CHECKERS}}

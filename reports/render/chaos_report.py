@@ -675,6 +675,14 @@ def _plotted_fs(ops: list[tuple]) -> list[str]:
 # ---------------------------------------------------------------------- the page
 
 
+def _seed_html(verdict: dict) -> str:
+    """The seed the schedule was drawn from, and how to replay it (nothing for an old history)."""
+    if verdict.get("seed") is None:
+        return ""
+    return (f' · <span title="replay: brokerconf chaos run FILE --seed {_e(verdict["seed"])}">seed '
+            f'{_e(verdict["seed"])}</span>')
+
+
 def render_chaos_page(data: RunData, verdict: dict | None, *, pipeline: dict | None = None,
                       pipeline_dir: Path | None = None, verdict_note: str = "",
                       transport: tuple[list[dict], int] = ([], 0)) -> str:
@@ -701,7 +709,7 @@ def render_chaos_page(data: RunData, verdict: dict | None, *, pipeline: dict | N
     legend = " ".join(f'<span style="color:{c}">&#9632;</span> {_e(k)}' for k, c in OUTCOME_COLOURS.items())
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>{_e(title)}</title><style>{_STYLE}</style></head>
 <body><h1>{_e(title)} {_valid_html(verdict.get('valid', 'unknown'))}</h1>
-<p>run <code>{_e(verdict.get('run', ''))}</code> · {data.events} events over {t_end_s:.1f} s ·
+<p>run <code>{_e(verdict.get('run', ''))}</code>{_seed_html(verdict)} · {data.events} events over {t_end_s:.1f} s ·
 {_e(stats.get('faults', len(windows)))} faults · topology {_e(stats.get('topology', '?'))}</p>
 {f'<p class="note">{_e(verdict_note)}</p>' if verdict_note else ''}
 <ul>{summary}</ul>

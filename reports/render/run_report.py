@@ -27,7 +27,9 @@ def _chaos_html(verdicts: list[dict], out_dir: Path) -> str:
             detail += f'<br><a href="{html.escape(link)}">timeline, plots and anomalies</a>'
 
         colour = {True: "#1b5e20", False: "#b71c1c"}.get(v.get("valid"), "#8d6e00")
-        rows.append(f"<tr><td>{html.escape(v['experiment'])}</td><td>{html.escape(str(v.get('target', '')))}</td>"
+        # the seed the run's schedule was drawn from: `brokerconf chaos run FILE --seed N` replays it
+        seed = f"<br>seed {html.escape(str(v['seed']))}" if v.get("seed") is not None else ""
+        rows.append(f"<tr><td>{html.escape(v['experiment'])}{seed}</td><td>{html.escape(str(v.get('target', '')))}</td>"
                     f"<td style=\"color:{colour}\"><b>{html.escape(str(v.get('valid')))}</b></td><td>{detail}</td></tr>")
     return ("<h2>Chaos</h2><p>Each run judged from its history as it ended (<code>verdict.json</code>, "
             "reports/judge.py); the Spark verdicts on the same histories follow.</p>"

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from chaos.experiment import _schedule
 from chaos.experiment_file import Experiment, ExperimentError, load_experiment, with_overrides
 from chaos.nemesis.base import NemesisError
+from chaos.schedule import build_schedule
 from chaos.topology import topology_of
 from conformance.requirements import skip_or_fail
 from conformance.suites.experiment_support import child_pids
@@ -48,7 +48,7 @@ def test_shipped_files_cut_the_masters_database_link_for_longer_than_the_lease(n
     assert (cut.kind, cut.fault, cut.node) == ("lock-loss", "partition", "master")
     # the lease lapses and a slave's next try (one more interval) falls inside the cut
     assert cut.down_s * 1000 >= 2 * store.lock_acquire_sleep_interval_ms
-    assert [step for _, step, _, _ in _schedule(exp)] == ["lock-loss", "heal"]
+    assert [step for _, step, _, _ in build_schedule(exp)] == ["lock-loss", "heal"]
     assert (exp.checkers.total_queue, exp.checkers.failover_downtime, exp.checkers.split_brain) == (True, True, True)
 
 

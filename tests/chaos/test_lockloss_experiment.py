@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from brokerconf.chaos_repeat import figures, render_table
-from chaos.experiment import _schedule
 from chaos.experiment_file import Experiment, ExperimentError, apply_setting, load_experiment, with_overrides
 from chaos.lockloss_fault import LockLossFault
+from chaos.schedule import build_schedule
 from chaos.topology import topology_of
 from conformance.topology import NfsOptions, SharedStore
 
@@ -35,7 +35,7 @@ def test_shipped_files_put_the_store_on_nfs_with_the_guides_settings(name):
                                    lease_s=10.0)
     assert store.lock_keep_alive_period_ms == 2000
     # the fault heals inside the run: a schedule with no fault would measure nothing
-    assert [step for _, step, _, _ in _schedule(exp)] == ["lock-loss", "heal"]
+    assert [step for _, step, _, _ in build_schedule(exp)] == ["lock-loss", "heal"]
 
 
 def test_lock_loss_needs_the_nfs_store():
