@@ -1,0 +1,57 @@
+"""What a checker declares about itself, once, in its own module (Jepsen's ``checker`` protocol:
+one thing that judges a history; here split in two halves so Spark can run them apart).
+
+A checker module ends with ``CHECKER = Checker(...)``; reports/checkers/registry.py lists each
+once. Everything else is derived from that declaration: which checks a run plans and with which
+options (reports/check_plan.py), the checker list `brokerconf chaos run` writes into the history,
+what both judges dispatch (reports/judge.py, the Spark driver in reports/pipeline/fused/engine.py),
+and the defaults an old history is judged with.
+
+The judging half takes the run's facts (every checker's ``facts`` for the run, by name, as
+`registry.facts_of` returns them) and the options the plan gave it, and returns a
+`CheckResult`, its anomaly rows and, for checkers with a measurement table, the table's rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from .result import CheckResult, RunKey
+
+#: (key, the run's facts by checker name, options) -> (result, anomaly rows, table rows)
+Judge = Callable[[RunKey, dict, dict], tuple[CheckResult, list[dict], list[tuple]]]
+
+
+def fits_every_run(record: Any) -> str | None:
+    return None
+
+
+def no_record_options(record: Any) -> dict:
+    return {}
+
+
+@dataclass(frozen=True)
+class Checker:
+    name: str
+    #: the driver's half (module docstring)
+    judge: Judge
+    #: the task's half: Columns -> facts; None when the facts are read elsewhere (the topic
+    #: checks read the history's events again, reports/pipeline/fused/engine.py)
+    facts: Callable | None = None
+    #: the experiment file's [checkers] key that asks for it; None: asked for in every run
+    switch: str | None = None
+    #: the [checkers] keys it takes as options (their types and defaults are the file's section's)
+    settings: tuple[str, ...] = ()
+    #: the checker takes its switch as an option too (it shows what it found when not asked for)
+    switch_is_option: bool = False
+    #: the run record -> why this kind of run has nothing for it (None: it fits)
+    applies: Callable[[Any], str | None] = fits_every_run
+    #: the run record -> options that come from the run's settings beyond [checkers] (the cluster's)
+    record_options: Callable[[Any], dict] = no_record_options
+    #: shown beside the verdict, never merged into it, never planned (latency, throughput)
+    measurement: bool = False
+    #: asked for and nothing to judge is ``unknown``, not a check left out (the workload's own check)
+    evidence_required: bool = False
+    #: more facts computed beside its own, by name (a second fact family the judge reads)
+    more_facts: dict[str, Callable] = field(default_factory=dict)
