@@ -29,7 +29,7 @@ from reports.checkers.topic_fanout import check_topic_fanout
 from reports.checkers.topic_fanout import pair_discards as pair_broker_discards
 from reports.checkers.total_queue import check_total_queue
 from reports.run_record import RunRecord, record_of
-from reports.verdicts import UNKNOWN, merge
+from reports.verdicts import UNKNOWN, compose
 
 VERDICT_FILE = "verdict.json"
 
@@ -169,7 +169,7 @@ def judge_history(path: str | os.PathLike) -> dict:
         "experiment": record.name,
         "target": record.target,
         "run": record.run,
-        "valid": merge(c["valid"] for c in checks.values()),
+        "valid": compose(checks)["valid"],
         "checks": checks,
         # the checks this run was not judged by, and why (reports/check_plan.py)
         "not_applied": left_out,
