@@ -70,9 +70,9 @@ def derive_plan(record: RunRecord) -> CheckPlan:
     for checker in registry.REGISTERED:
         if checker.measurement:
             continue
-        why_not = checker.applies(record)
-        if why_not is None and checker.switch is not None and not section[checker.switch]:
-            why_not = f"[checkers] {checker.switch} = false"
+        unasked = f"[checkers] {checker.switch} = false" if checker.switch and not section[checker.switch] else None
+        misfit = checker.applies(record)
+        why_not = (unasked or misfit) if checker.switch_first else (misfit or unasked)
         if why_not is None:
             plan.options[checker.name] = registry.options_of(checker, section, record)
         else:

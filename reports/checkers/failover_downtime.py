@@ -442,4 +442,4 @@ def _judged_with_table(key: RunKey, facts_: dict, options: dict):
 
 
 CHECKER = Checker(NAME, _judged_with_table, facts=facts, switch="failover_downtime", settings=("max_downtime_s",),
-                  applies=_after_an_outage)
+                  applies=_after_an_outage, switch_first=True)

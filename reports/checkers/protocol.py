@@ -47,6 +47,9 @@ class Checker:
     switch_is_option: bool = False
     #: the run record -> why this kind of run has nothing for it (None: it fits)
     applies: Callable[[Any], str | None] = fits_every_run
+    #: when the switch is off and the run does not fit either, the reason shown is the switch's
+    #: (default: the run's kind, the more basic reason)
+    switch_first: bool = False
     #: the run record -> options that come from the run's settings beyond [checkers] (the cluster's)
     record_options: Callable[[Any], dict] = no_record_options
     #: shown beside the verdict, never merged into it, never planned (latency, throughput)
