@@ -55,7 +55,7 @@ from typing import Iterable
 import numpy as np
 
 from .history import Columns, open_ops
-from .protocol import Checker
+from .protocol import Checker, Facts
 from .result import INVALID, UNKNOWN, VALID, CheckResult, RunKey
 
 NAME = "failover_downtime"
@@ -441,5 +441,5 @@ def _judged_with_table(key: RunKey, facts_: dict, options: dict):
     return result, rows, table
 
 
-CHECKER = Checker(NAME, _judged_with_table, facts=facts, switch="failover_downtime", settings=("max_downtime_s",),
+CHECKER = Checker(NAME, _judged_with_table, facts=(Facts(NAME, facts, SPLIT_KEY, combine),), switch="failover_downtime", settings=("max_downtime_s",),
                   applies=_after_an_outage, switch_first=True)

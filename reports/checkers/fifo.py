@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from .history import Columns, dense, first_deliveries, in_canonical_order, order_inversions
-from .protocol import Checker
+from .protocol import Checker, Facts
 from .result import INVALID, VALID, CheckResult, RunKey, anomaly, count_kinds, describe_counts
 
 NAME = "fifo"
@@ -140,4 +140,4 @@ def _queue_run(record) -> str | None:
 
 
 #: documented for every queue; which destinations it can judge the checker decides itself: no switch
-CHECKER = Checker(NAME, _as_registered, facts=facts, applies=_queue_run)
+CHECKER = Checker(NAME, _as_registered, facts=(Facts(NAME, facts, SPLIT_KEY, combine),), applies=_queue_run)

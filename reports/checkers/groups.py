@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from .history import NEMESIS, NOT_FAULTS, Columns, first_deliveries, in_canonical_order, order_inversions, small_uint
-from .protocol import Checker
+from .protocol import Checker, Facts
 from .result import INVALID, VALID, CheckResult, RunKey, anomaly, count_kinds, describe_counts
 
 NAME = "groups"
@@ -136,4 +136,4 @@ def _queue_run(record) -> str | None:
 
 
 #: group ownership on a queue: documented for every queue, no switch (as fifo)
-CHECKER = Checker(NAME, _as_registered, facts=facts, applies=_queue_run)
+CHECKER = Checker(NAME, _as_registered, facts=(Facts(NAME, facts, SPLIT_KEY, combine),), applies=_queue_run)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from .history import MS, SECOND, Columns, inside, merge_intervals, nearest_rank, slices
-from .protocol import Checker
+from .protocol import Checker, Facts
 from .result import VALID, CheckResult, RunKey
 
 LATENCY, THROUGHPUT = "latency", "throughput"
@@ -187,5 +187,7 @@ def _throughput(key: RunKey, facts_: dict, options: dict):
 
 
 #: measurements: shown beside the verdict, never merged into it
-LATENCY_CHECKER = Checker(LATENCY, _latency, facts=latency_facts, measurement=True)
-THROUGHPUT_CHECKER = Checker(THROUGHPUT, _throughput, facts=throughput_facts, measurement=True)
+LATENCY_CHECKER = Checker(LATENCY, _latency, measurement=True, facts=(
+    Facts(LATENCY, latency_facts, SPLIT_KEY, combine_latency, compute_part=lambda c: latency_facts(c, mergeable=True)),))
+THROUGHPUT_CHECKER = Checker(THROUGHPUT, _throughput, measurement=True,
+                             facts=(Facts(THROUGHPUT, throughput_facts, SPLIT_KEY, combine_throughput),))

@@ -14,13 +14,26 @@ The judging half takes the run's facts (every checker's ``facts`` for the run, b
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from .result import CheckResult, RunKey
 
 #: (key, the run's facts by checker name, options) -> (result, anomaly rows, table rows)
 Judge = Callable[[RunKey, dict, dict], tuple[CheckResult, list[dict], list[tuple]]]
+
+
+@dataclass(frozen=True)
+class Facts:
+    """One family of facts a Spark task computes over a run's columns (small, JSON-able), and how
+    a run too big for one task gets them: computed over parts of the run split by ``split_key``
+    (reports/checkers/split.py: "id", "producer", "group" or "client") and combined."""
+    name: str
+    compute: Callable
+    split_key: str
+    combine: Callable[[list], Any]
+    #: over one part, when it differs from ``compute`` (latency keeps its distribution to merge)
+    compute_part: Callable | None = None
 
 
 def fits_every_run(record: Any) -> str | None:
@@ -36,9 +49,10 @@ class Checker:
     name: str
     #: the driver's half (module docstring)
     judge: Judge
-    #: the task's half: Columns -> facts; None when the facts are read elsewhere (the topic
-    #: checks read the history's events again, reports/pipeline/fused/engine.py)
-    facts: Callable | None = None
+    #: the task's half: the fact families it judges from, its own (named as the checker) first;
+    #: none when the facts are read elsewhere (the topic checks read the history's events again,
+    #: reports/pipeline/fused/engine.py)
+    facts: tuple[Facts, ...] = ()
     #: the experiment file's [checkers] key that asks for it; None: asked for in every run
     switch: str | None = None
     #: the [checkers] keys it takes as options (their types and defaults are the file's section's)
@@ -56,5 +70,3 @@ class Checker:
     measurement: bool = False
     #: asked for and nothing to judge is ``unknown``, not a check left out (the workload's own check)
     evidence_required: bool = False
-    #: more facts computed beside its own, by name (a second fact family the judge reads)
-    more_facts: dict[str, Callable] = field(default_factory=dict)

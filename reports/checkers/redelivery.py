@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Iterable
 
-from .protocol import Checker
+from .protocol import Checker, Facts
 
 
 @dataclass
@@ -124,4 +124,4 @@ def _queue_run(record) -> str | None:
 
 
 #: the queue workload's promise, judged with the total queue (one switch for both)
-CHECKER = Checker(NAME, _as_registered, facts=facts, switch="total_queue", applies=_queue_run)
+CHECKER = Checker(NAME, _as_registered, facts=(Facts(NAME, facts, SPLIT_KEY, combine),), switch="total_queue", applies=_queue_run)

@@ -42,7 +42,7 @@ from __future__ import annotations
 import numpy as np
 
 from .history import SECOND, Columns, in_canonical_order, ops_by_id
-from .protocol import Checker
+from .protocol import Checker, Facts
 from .result import INVALID, UNKNOWN, VALID, CheckResult, RunKey, anomaly, count_kinds, describe_counts
 
 NAME = "redistribution"
@@ -255,5 +255,6 @@ def _cluster_settings(record) -> dict:
 
 #: runs with its switch as an option: unasked, it shows what it found as not applicable; its
 #: second fact family (the consumers' open intervals) is computed beside its own
-CHECKER = Checker(NAME, _as_registered, facts=facts, switch="redistribution", switch_is_option=True,
-                  record_options=_cluster_settings, more_facts={CONSUMERS: consumer_facts})
+CHECKER = Checker(NAME, _as_registered, facts=(Facts(NAME, facts, SPLIT_KEY, combine),
+                                                Facts(CONSUMERS, consumer_facts, CONSUMERS_SPLIT_KEY, combine_consumers)),
+                  switch="redistribution", switch_is_option=True, record_options=_cluster_settings)

@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from . import (failover_downtime, fifo, group_pinning, groups, performance, redelivery, redistribution, slow_consumer,
                split_brain, topic_fanout, total_queue)
 from .history import THREADS, Columns
-from .protocol import Checker
+from .protocol import Checker, Facts
 from .result import CheckResult, RunKey
 
 #: every checker, in the order the judges list them (the verdict's checks, then the measurements)
@@ -43,9 +43,9 @@ VERDICT_CHECKS = tuple(c.name for c in REGISTERED if not c.measurement)
 MEASUREMENTS = tuple(c.name for c in REGISTERED if c.measurement)
 #: the checkers judged from the columns' facts, in the order `brokerconf analyze` runs them (the
 #: topic checks read their facts from the events: reports/pipeline/fused/engine.py)
-NAMES = tuple(c.name for c in REGISTERED if c.facts is not None)
-
-_FACTS = {name: f for c in REGISTERED if c.facts is not None for name, f in ((c.name, c.facts), *c.more_facts.items())}
+NAMES = tuple(c.name for c in REGISTERED if c.facts)
+#: every fact family a Spark task computes, by name (reports/checkers/split.py splits them by key)
+FACTS: dict[str, Facts] = {f.name: f for c in REGISTERED for f in c.facts}
 
 
 def section_defaults() -> dict:
@@ -78,7 +78,7 @@ def options_of(checker: Checker, section: dict, record) -> dict:
 
 
 #: the options each columnar checker takes, with their defaults (the Spark driver's fallback)
-OPTIONS = {c.name: option_defaults(c) for c in REGISTERED if c.facts is not None and option_defaults(c)}
+OPTIONS = {c.name: option_defaults(c) for c in REGISTERED if c.facts and option_defaults(c)}
 
 
 def facts_of(c: Columns) -> dict:
@@ -86,7 +86,7 @@ def facts_of(c: Columns) -> dict:
     read-only arrays; numpy releases the GIL in its loops, so they run side by side)."""
     c.done  # noqa: B018 - computed once here, before the threads share it
     with ThreadPoolExecutor(THREADS) as pool:
-        parts = {name: pool.submit(f, c) for name, f in _FACTS.items()}
+        parts = {name: pool.submit(f.compute, c) for name, f in FACTS.items()}
         out = {name: part.result() for name, part in parts.items()}
     out["span"] = {"t0": c.t0, "t1": c.t1, "n": c.n_ops, "drained": c.drained, "files": c.files,
                    "topic": c.has_topic, "topic_messages": bool((c.msgs & c.topic).any())}

@@ -50,7 +50,7 @@ from typing import Iterable
 import numpy as np
 
 from .history import SECOND, Columns
-from .protocol import Checker
+from .protocol import Checker, Facts
 from .result import INVALID, UNKNOWN, VALID, CheckResult, RunKey, anomaly
 
 NAME = "split_brain"
@@ -241,4 +241,4 @@ def _as_registered(key: RunKey, facts_: dict, options: dict):
 
 
 #: runs with its switch as an option: unasked, it shows what it found as not applicable
-CHECKER = Checker(NAME, _as_registered, facts=facts, switch="split_brain", switch_is_option=True)
+CHECKER = Checker(NAME, _as_registered, facts=(Facts(NAME, facts, SPLIT_KEY, combine),), switch="split_brain", switch_is_option=True)

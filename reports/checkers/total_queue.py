@@ -27,7 +27,7 @@ from typing import Iterable
 import numpy as np
 
 from .history import Columns, in_canonical_order, ops_by_id
-from .protocol import Checker
+from .protocol import Checker, Facts
 from .result import INVALID, UNKNOWN, VALID, CheckResult, RunKey, anomaly, count_kinds, describe_counts
 
 NAME = "total_queue"
@@ -149,5 +149,5 @@ def _queue_run(record) -> str | None:
 
 
 #: the workload's own check on a queue run: asked for by [checkers] total_queue
-CHECKER = Checker(NAME, _as_registered, facts=facts, switch="total_queue", settings=("duplicates_allowed",),
+CHECKER = Checker(NAME, _as_registered, facts=(Facts(NAME, facts, SPLIT_KEY, combine),), switch="total_queue", settings=("duplicates_allowed",),
                   applies=_queue_run, evidence_required=True)
