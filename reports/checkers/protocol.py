@@ -7,6 +7,16 @@ options (reports/check_plan.py), the checker list `brokerconf chaos run` writes 
 what both judges dispatch (reports/judge.py, the Spark driver in reports/pipeline/fused/engine.py),
 and the defaults an old history is judged with.
 
+Adding a checker touches two files: ``reports/checkers/<name>.py`` (its facts, its judge and its
+``CHECKER`` declaration: name, applicability, switch and settings) and one line in
+`registry.REGISTERED`. Both judges, the Spark tasks, the split path of big runs and the checker
+list in the history follow from them (tests/reports/test_checker_registry.py adds one that way).
+Only a checker that needs a new key in the experiment file's [checkers] also adds that key to
+chaos/experiment_file.py's CheckersSection: the file format is declared there, in chaos/, below
+reports/ (chaos never imports reports), and the registry reads the keys' types and defaults from
+it; a test fails while a registered checker's switch or setting is not a key there, or a key
+there is nobody's.
+
 The judging half takes the run's facts (every checker's ``facts`` for the run, by name, as
 `registry.facts_of` returns them) and the options the plan gave it, and returns a
 `CheckResult`, its anomaly rows and, for checkers with a measurement table, the table's rows.
