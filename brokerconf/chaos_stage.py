@@ -115,7 +115,9 @@ def cluster_not_applicable(exp, target) -> dict | None:
     if needed != "topology.cluster" or needed in target.capabilities():
         return None
     why = why_missing(target, needed)
-    return {"experiment": exp.name, "target": exp.target.name, "valid": "not applicable", "applicable": False,
+    # not a verdict (no run, no history to judge): an entry the stage lists with its reason,
+    # left out of the stage's outcome (`stage_failed`)
+    return {"experiment": exp.name, "target": exp.target.name, "skipped": True,
             "error": f"not applicable: target {exp.target.name} lacks {needed}, it cannot launch a "
                      f"{len(exp.topology.node_names)}-node cluster" + (f" ({why})" if why else "")}
 
@@ -159,6 +161,24 @@ def plan(chaos_duration: float, targets: list[str], out_dir: Path, progress: Cal
         run_dir = out_dir / f"chaos-{exp.name}-{exp.target.name.replace(':', '-')}"
         runs.append(PlannedRun(path, target, overrides, duration, exp.name, exp.target.name, run_dir, seed))
     return runs, settled
+
+
+def stage_failed(verdicts: list[dict]) -> bool:
+    """Whether the stage's runs, composed as a run's checks are (reports/verdicts.py: false beats
+    unknown beats true), are anything but valid; the entries settled without a run (`skipped`)
+    are not verdicts and do not count. No run at all (a stage of length 0) fails nothing."""
+    from reports.verdicts import compose
+
+    runs = {f"{v['experiment']}@{v.get('target')}#{i}": v for i, v in enumerate(verdicts) if not v.get("skipped")}
+    return bool(runs) and compose(runs)["valid"] is not True
+
+
+def console_lines(verdicts: list[dict]) -> list[str]:
+    """What the main job prints of the stage: each run's summary (reports/judge.py), or why it
+    has none (settled without a run, or broke before judging)."""
+    from reports.judge import summary
+
+    return [summary(v) if "run_stats" in v else f"{v['experiment']}: {v['error']}" for v in verdicts]
 
 
 def _verdict_of(run: PlannedRun, status: int, output: list[str]) -> dict:

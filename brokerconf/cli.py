@@ -203,12 +203,11 @@ def cmd_run(args: argparse.Namespace) -> int:
                                  spark=spark, times=times)
     print()
     from conformance.matrix import columns, summary_line
-    from reports.judge import summary
 
     for name in columns(matrix):
         print(summary_line(name, matrix))
-    for verdict in verdicts:
-        print(summary(verdict) if "run_stats" in verdict else f"{verdict['experiment']}: {verdict['error']}")
+    for line in chaos_stage.console_lines(verdicts):
+        print(line)
     if spark is not None:
         print(f"Spark ({spark['engine']} engine, {spark['master']}): "
               + (f"did not finish: {spark['error']}" if spark["error"] else
@@ -229,8 +228,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     reference_failed += sum(1 for column in matrix.get("clients", {}) for cell in matrix["matrix"][column].values()
                             for test in cell["tests"] if test["outcome"] in ("failed", "error")
                             and matrix["targets"].get(test["target"], {}).get("kind") == "reference")
-    chaos_failed = any(v.get("valid") is not True for v in verdicts if v.get("applicable", True)) \
-        or stage_failed(spark)
+    chaos_failed = chaos_stage.stage_failed(verdicts) or stage_failed(spark)
     return 1 if reference_failed or chaos_failed else 0
 
 

@@ -166,9 +166,12 @@ class _Progress:
             sys.stdout.write("\n")
 
 
-def run_experiment(exp: Experiment, out_dir: Path, *, progress: Callable[[str], None] = print) -> ExperimentResult:
+def run_experiment(exp: Experiment, out_dir: Path, *, progress: Callable[[str], None] = print,
+                   checkers: dict | None = None) -> ExperimentResult:
     """Run ``exp``; the history goes to ``out_dir/history.jsonl``. Raises ExperimentError when the
-    target cannot run it (unknown, not installed, cannot be killed for a kill schedule)."""
+    target cannot run it (unknown, not installed, cannot be killed for a kill schedule).
+    ``checkers``: the run's checker list, written into the history's header as given (the caller
+    plans it: reports/check_plan.py `checker_list_for`; chaos/ never decides what judges a run)."""
     try:
         target = resolve(exp.target.name)
     except UnknownTarget as exc:
@@ -190,7 +193,7 @@ def run_experiment(exp: Experiment, out_dir: Path, *, progress: Callable[[str], 
         try:
             if _proxy_groups(exp):
                 proxy = start_fault_proxy()
-            return _run(exp, topology, run_id, history_path, progress, proxy)
+            return _run(exp, topology, run_id, history_path, progress, proxy, checkers)
         finally:
             if proxy is not None:
                 proxy.stop()
@@ -400,13 +403,18 @@ def _cluster_workload(exp: Experiment, history: History, make_clients: dict, nam
     return ClusterWorkload(history, make_clients, **options)
 
 
-def _run(exp: Experiment, topology: RunningTopology, run_id: str, history_path: Path, progress, proxy) -> ExperimentResult:
+def _run(exp: Experiment, topology: RunningTopology, run_id: str, history_path: Path, progress, proxy,
+         checkers: dict | None = None) -> ExperimentResult:
     # No default node: the workloads name the node that served each completion (issue 18), the
     # nemeses the node they fault; a line that names none says nothing about a node.
     history = History(history_path, run=run_id, target=exp.target.name, node=None)
     # The settings the checkers apply (duplicates allowed, downtime bound, which checks) travel in
-    # the history: chaos/history.py, harness records.
-    history.harness(HARNESS_EXPERIMENT, experiment_record(exp))
+    # the history: chaos/history.py, harness records; with them the run's checker list, when the
+    # caller planned one, on the same first line (the record readers read the header from it).
+    header = experiment_record(exp)
+    if checkers is not None:
+        header["checkers"] = checkers
+    history.harness(HARNESS_EXPERIMENT, header)
     transport_log = (TransportLog(history_path.with_name("transport.jsonl"), start_ns=history.start_ns)
                      if exp.target.failover else None)
     try:

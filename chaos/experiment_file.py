@@ -351,6 +351,10 @@ class NemesisSection(_Strict):
 
 
 class CheckersSection(_Strict):
+    # The file format's [checkers] keys, declared once: each registered checker (reports/checkers/
+    # registry.py) names its switch and settings among them and reads their defaults from here;
+    # tests/reports/test_checker_registry.py fails on a key no checker reads or a checker's key
+    # missing here.
     total_queue: bool = True
     duplicates_allowed: bool = False
     topic_fanout: bool = True

@@ -17,7 +17,9 @@ invoked or completed, and a checker of operations skips them. Each ``f`` is one 
 * ``experiment`` (the first line): ``{"format": 1, "experiment": {...}}``, the experiment file's
   settings as run, command-line overrides applied (``checkers.duplicates_allowed``,
   ``checkers.max_downtime_s``, the workload, the nemesis entries, the target..., and ``seed``,
-  the one the schedule was drawn from: chaos/schedule.py);
+  the one the schedule was drawn from: chaos/schedule.py), and ``"checkers"``: the run's checker
+  list, ``{"format": 1, "checks": [{"name", "options"}...], "skipped": {name: why}}``, planned by
+  the caller when the run started (reports/checker_list.py; absent in histories written before);
 * ``broker-counters`` (after the drain, before the subscriptions close; topic workloads):
   ``{"destination": "topic://...", "subscription_discards": [3, 0] | null, "error": "..."?}``,
   the broker's discarded counter of every subscription on the destination (null: not readable

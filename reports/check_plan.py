@@ -6,10 +6,13 @@
 measured failover downtime on a run whose experiment said ``failover_downtime = false`` (the
 cluster runs, whose churning consumers close on purpose), and called it ``unknown`` where
 `chaos run` said ``true`` (issue: the main job exited 1 on the cluster experiments). So the
-decision lives here, from the run record (reports/run_record.py) alone, and both call it.
+decision is made once per run: `brokerconf chaos run` plans it from the experiment when the run
+starts and writes the list into the history's header (reports/checker_list.py); every judge reads
+that list back (`plan_checks`). The rules themselves are each checker's own declaration
+(reports/checkers/protocol.py, registered in reports/checkers/registry.py).
 
-A check is planned when the run asks for it (its experiment's [checkers], else the defaults) and
-its kind of run fits; a planned check may still find nothing to judge in the history (no queue
+A check is planned when the run asks for it (its experiment's [checkers] switch, else the
+defaults) and its kind of run fits (the checker's ``applies``); a planned check may still find nothing to judge in the history (no queue
 message, no fault): the checker says so itself (``applicable`` False) and both judges leave it
 out of the verdict alike. A check not planned is listed with the reason, never merged.
 
@@ -21,75 +24,77 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from reports.run_record import OUTAGE_FAULTS, RunRecord
+from chaos.history import HARNESS, HARNESS_EXPERIMENT
+from reports.checker_list import CheckerList, PlannedCheck
+from reports.checkers import registry
+from reports.run_record import RunRecord, record_of
 from reports.verdicts import UNKNOWN
 
 #: every check whose result counts in a run's verdict, in the order the judges list them
-VERDICT_CHECKS = ("total_queue", "no_redelivery_after_ack", "fifo", "groups", "topic_fanout", "slow_consumer",
-                  "failover_downtime", "split_brain", "redistribution", "group_pinning")
+VERDICT_CHECKS = registry.VERDICT_CHECKS
 #: checks of the harness's own records (the run's outcome, what the history lacks), no checker
 RECORD_CHECKS = ("nemesis_schedule", "workload", "history_records")
 #: shown beside the verdict, never merged into it (their result is always true)
-MEASUREMENTS = ("latency", "throughput")
+MEASUREMENTS = registry.MEASUREMENTS
 
 
 @dataclass
 class CheckPlan:
     """``options``: check -> the options it runs with, for every planned check;
-    ``skipped``: check -> why it is not planned for this run."""
+    ``skipped``: check -> why it is not planned for this run; ``source``: where the plan came
+    from (the history's checker list, or derived for a history written before runs had one)."""
     options: dict[str, dict] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
+    source: str = "derived"
 
     def __contains__(self, name: str) -> bool:
         return name in self.options
 
 
 def plan_checks(record: RunRecord) -> CheckPlan:
-    """The verdict checks that apply to the run of ``record``, each with its options."""
-    checkers, options = record.checkers, record.checker_options
+    """The verdict checks that judge the run of ``record``, each with its options: the checker
+    list its history's header carries (written by `brokerconf chaos run` when the run started).
+    A history written before runs wrote one has none: its list is derived here with the same
+    rules the run would have used (`derive_plan`), so old histories are judged as before."""
+    if record.checker_list is None:
+        return derive_plan(record)
+    listed = CheckerList.parse(record.checker_list)
+    return CheckPlan({c.name: dict(c.options) for c in listed.checks}, dict(listed.skipped), source="history")
+
+
+def derive_plan(record: RunRecord) -> CheckPlan:
+    """Every registered verdict checker, planned when its kind of run fits (its ``applies``) and
+    the run asks for it (its [checkers] switch, else the defaults), with its options."""
+    section = record.checkers
     plan = CheckPlan()
-
-    def add(name: str, applies: bool, why_not: str, **opts) -> None:
-        if applies:
-            plan.options[name] = opts
+    for checker in registry.REGISTERED:
+        if checker.measurement:
+            continue
+        unasked = f"[checkers] {checker.switch} = false" if checker.switch and not section[checker.switch] else None
+        misfit = checker.applies(record)
+        why_not = (unasked or misfit) if checker.switch_first else (misfit or unasked)
+        if why_not is None:
+            plan.options[checker.name] = registry.options_of(checker, section, record)
         else:
-            plan.skipped[name] = why_not
-
-    queue = not record.topic
-    asked_queue = checkers["total_queue"]
-    add("total_queue", queue and asked_queue, "a topic run" if not queue else "[checkers] total_queue = false",
-        duplicates_allowed=checkers["duplicates_allowed"])
-    # a message acknowledged and then delivered again is the queue workload's promise, checked
-    # with the total queue (judge.py has run them together since the first chaos runs)
-    add("no_redelivery_after_ack", queue and asked_queue,
-        "a topic run" if not queue else "[checkers] total_queue = false")
-    # order per producer and group ownership on a queue: documented for every queue (the checker
-    # decides itself which destinations it can judge: one consumer, no fault...); no switch
-    add("fifo", queue, "a topic run")
-    add("groups", queue, "a topic run")
-    asked_topic = checkers["topic_fanout"]
-    add("topic_fanout", record.topic and asked_topic,
-        "not a topic run" if not record.topic else "[checkers] topic_fanout = false")
-    add("slow_consumer", record.topic and asked_topic,
-        "not a topic run" if not record.topic else "[checkers] topic_fanout = false")
-    outage = [kind for kind in record.nemesis_kinds if kind in OUTAGE_FAULTS]
-    add("failover_downtime", bool(checkers["failover_downtime"] and outage),
-        "[checkers] failover_downtime = false" if not checkers["failover_downtime"] else
-        f"no fault that takes a client's broker away ({', '.join(OUTAGE_FAULTS)}) in the nemesis schedule",
-        max_downtime_s=checkers["max_downtime_s"])
-    # asked for or not, these three run with their switch: unasked, the checker shows what it
-    # found as not applicable (reports/checkers/split_brain.py, redistribution.py, group_pinning.py)
-    add("split_brain", bool(checkers["split_brain"]), "[checkers] split_brain = false", split_brain=True)
-    add("redistribution", bool(checkers["redistribution"]), "[checkers] redistribution = false",
-        redistribution=True, load_balancing=options["load_balancing"],
-        redistribution_delay_ms=options["redistribution_delay_ms"])
-    add("group_pinning", bool(checkers["group_pinning"]), "[checkers] group_pinning = false", group_pinning=True)
+            plan.skipped[checker.name] = why_not
     return plan
+
+
+def checker_list_for(experiment: dict) -> dict:
+    """The checker list of a run of ``experiment`` (the experiment file as loaded, as JSON): what
+    `brokerconf chaos run` writes into the history's header before the run starts. The plan needs
+    nothing the run produces, so the list read back later equals the one the judges would derive."""
+    header = {"process": HARNESS, "type": "info", "f": HARNESS_EXPERIMENT,
+              "value": {"format": 1, "experiment": experiment}}
+    plan = derive_plan(record_of([header]))
+    listed = CheckerList(checks=[PlannedCheck(name=name, options=options) for name, options in plan.options.items()],
+                         skipped=plan.skipped)
+    return listed.model_dump(mode="json")
 
 
 #: the workload's own check: asked for and nothing to judge (no queue message in a queue run, no
 #: subscription in a topic run) is no evidence, ``unknown``, not a check left out
-EVIDENCE_REQUIRED = ("total_queue", "topic_fanout")
+EVIDENCE_REQUIRED = tuple(c.name for c in registry.REGISTERED if c.evidence_required)
 
 
 def counts(name: str, applicable: bool, valid) -> bool:

@@ -18,8 +18,9 @@ from pathlib import Path
 from chaos.history import is_harness, read_history
 from reports.check_plan import (DUPLICATES_SETTING_UNKNOWN, counts, duplicates_setting_unknown, plan_checks,
                                  record_checks)
-from reports.checkers import registry
+from reports.checkers import redelivery, registry
 from reports.checkers import slow_consumer as slow_checker
+from reports.checkers import total_queue as total_queue_checker
 from reports.checkers import topic_fanout as topic_checker
 from reports.checkers.failover_downtime import failover_downtime
 from reports.checkers.history import Columns
@@ -28,48 +29,92 @@ from reports.checkers.topic_fanout import check_topic_fanout
 from reports.checkers.topic_fanout import pair_discards as pair_broker_discards
 from reports.checkers.total_queue import check_total_queue
 from reports.run_record import RunRecord, record_of
-from reports.verdicts import UNKNOWN, merge
+from reports.verdicts import UNKNOWN, compose
 
 VERDICT_FILE = "verdict.json"
 
 
 def topic_checks(ops: list[dict], record: RunRecord) -> dict[str, dict]:
     """Topic fan-out (the per-subscriber report verdict.json and its page show) and the slow
-    consumer's broker counters, each judged by the same function as the Spark pipeline's
-    (reports/checkers/topic_fanout.py `judge`, slow_consumer.py `judge`), with the run record's
-    broker counters and slow subscribers."""
-    slow = set(record.slow_subscribers)
+    consumer's broker counters, judged through the registry as the Spark driver judges them, with
+    the run record's broker counters and slow subscribers."""
+    facts = _with_record({topic_checker.NAME: topic_checker.facts(ops)}, record)
     key = (record.run, record.target)
-    facts = topic_checker.facts(ops)
-    shared, _ = topic_checker.judge(key, facts, broker_discards=record.broker_discards, slow=slow)
-    sc, _, _ = slow_checker.judge(key, facts, broker_discards=record.broker_discards, slow=slow)
-    # The report's shape: what each subscriber lost, with the broker's counter paired with it.
+    shared, _, _ = registry.judge(topic_checker.NAME, key, facts)
+    sc, _, _ = registry.judge(slow_checker.NAME, key, facts)
+    return {topic_checker.NAME: _topic_report(ops, record, shared),
+            slow_checker.NAME: _slow_report(ops, record, sc)}
+
+
+def _with_record(facts: dict, record: RunRecord) -> dict:
+    return registry.with_run_record(facts, broker_discards=record.broker_discards, slow=record.slow_subscribers)
+
+
+# ---------------------------------------------------------------------- the report's shapes
+# What verdict.json and its page show of some checks, beside the registry's result (whose
+# ``valid``, ``applicable`` decide): the lists a reader wants to see (which messages, which
+# clients), computed from the events. Presentation only: never a second verdict.
+
+def _topic_report(ops: list[dict], record: RunRecord, shared) -> dict:
+    slow = set(record.slow_subscribers)
     observed = check_topic_fanout(ops, discards_allowed_for=slow)
     losses = {name: report.observed_discards for name, report in observed.subscribers.items()}
     paired = None if record.broker_discards is None else pair_broker_discards(losses, record.broker_discards)
     fanout = observed if paired is None else check_topic_fanout(ops, broker_discards=paired,
                                                                 discards_allowed_for=set(losses))
-    checks: dict[str, dict] = {"topic_fanout": {**fanout.to_json(), "valid": shared.valid, "reason": shared.reason,
-                                                "applicable": shared.applicable}}
-    lost_by_slow = sum(losses.get(name, 0) for name in slow)
-    checks["slow_consumer"] = {**sc.to_json(), "slow_subscribers": sorted(slow), "discards": lost_by_slow,
-                               "broker": record.broker_discards, "observed": losses}
-    return checks
+    return {**fanout.to_json(), "valid": shared.valid, "reason": shared.reason, "applicable": shared.applicable}
 
 
-def _columnar(name: str, key, facts: dict, options: dict) -> dict:
-    """A columnar checker's result (reports/checkers/registry.py), as the Spark pipeline judges
-    it, with its anomalies' details."""
+def _slow_report(ops: list[dict], record: RunRecord, sc) -> dict:
+    slow = set(record.slow_subscribers)
+    losses = {name: report.observed_discards
+              for name, report in check_topic_fanout(ops, discards_allowed_for=slow).subscribers.items()}
+    return {**sc.to_json(), "slow_subscribers": sorted(slow), "discards": sum(losses.get(name, 0) for name in slow),
+            "broker": record.broker_discards, "observed": losses}
+
+
+def _total_queue_report(c: Columns, ops: list[dict], options: dict) -> dict:
+    return check_total_queue(c, duplicates_allowed=options["duplicates_allowed"]).to_json()
+
+
+def _redelivery_report(c: Columns, ops: list[dict], options: dict) -> dict:
+    return check_no_redelivery_after_ack(ops).to_json()
+
+
+def _downtime_report(c: Columns, ops: list[dict], options: dict) -> dict:
+    return failover_downtime(c, max_downtime_s=options["max_downtime_s"]).to_json()
+
+
+_REPORTS = {"total_queue": _total_queue_report, "no_redelivery_after_ack": _redelivery_report,
+            "failover_downtime": _downtime_report}
+
+
+def _dispatched(name: str, key, facts: dict, options: dict, c: Columns, ops: list[dict]) -> dict:
+    """Checker ``name``'s result through the registry (the Spark driver's dispatch), as
+    verdict.json shows it: with its anomalies' details, or in the report's shape (`_REPORTS`)."""
     result, rows, _ = registry.judge(name, key, facts, **options)
+    if name in _REPORTS:
+        return {**_REPORTS[name](c, ops, options), "valid": result.valid, "applicable": result.applicable}
     out = result.to_json()
     out["stats"].setdefault("anomalies", [r["detail"] for r in rows])
     return out
 
 
+def run_facts(ops: list[dict], record: RunRecord, c: Columns) -> dict:
+    """Every checker's facts for the run, as a Spark task computes them (reports/pipeline/fused/
+    engine.py, `run_unit`): the columns' facts, the topic facts from the events, the exact ack
+    confirmations when the columns cannot tell, and the run record's inputs of the topic checks."""
+    facts = registry.facts_of(c)
+    facts[topic_checker.NAME] = topic_checker.facts(ops)
+    if not facts[redelivery.NAME]["exact"]:
+        facts[redelivery.NAME] = redelivery.exact_facts(ops)
+    return _with_record(facts, record)
+
+
 def judge_events(events: list[dict], *, record: RunRecord | None = None) -> dict[str, dict]:
     """Every check that counts in the run's verdict, by name (each with its ``valid``); which
-    checks and with which options is reports/check_plan.py's answer, the Spark pipeline's too.
-    A planned check that finds nothing to judge in the history is left out (`counts`)."""
+    checks and with which options is the run's checker list (reports/check_plan.py), the Spark
+    pipeline's too. A planned check that finds nothing to judge in the history is left out (`counts`)."""
     return judge_planned(events, record=record)[0]
 
 
@@ -82,32 +127,18 @@ def judge_planned(events: list[dict], *, record: RunRecord | None = None) -> tup
     key = (record.run, record.target)
     checks: dict[str, dict] = {}
     c = Columns.of_events(ops) if ops else None
-    facts = registry.facts_of(c) if c is not None else None
+    facts = run_facts(ops, record, c) if c is not None else None
     results: dict[str, dict] = {}
     for name, options in plan.options.items():
         if facts is None:
             results[name] = {"valid": UNKNOWN, "applicable": False, "reason": "the history has no operation"}
-        elif name == "total_queue":
-            total = check_total_queue(c, duplicates_allowed=options["duplicates_allowed"]).to_json()
-            total["applicable"] = facts["total_queue"]["totals"] is not None
-            if duplicates_setting_unknown(record, total["valid"], check_total_queue(c, duplicates_allowed=True).valid,
-                                          bool(total["duplicated"])):
-                # An old history does not say whether its experiment allowed duplicates, and only
-                # the duplicates made this false: the verdict turns on the missing setting.
-                total["valid"] = UNKNOWN
-                total["reason"] = DUPLICATES_SETTING_UNKNOWN + (f"; {total['reason']}" if total["reason"] else "")
-            results[name] = total
-        elif name == "no_redelivery_after_ack":
-            results[name] = check_no_redelivery_after_ack(ops).to_json()
-        elif name in ("topic_fanout", "slow_consumer"):
-            if "topic_fanout" not in results:
+        elif name in (topic_checker.NAME, slow_checker.NAME):
+            if name not in results:
                 results.update(topic_checks(ops, record))
-        elif name == "failover_downtime":
-            shared = _columnar(name, key, facts, options)
-            results[name] = {**failover_downtime(c, max_downtime_s=options["max_downtime_s"]).to_json(),
-                             "applicable": shared["applicable"]}
-        else:  # fifo, groups, split_brain, redistribution, group_pinning
-            results[name] = _columnar(name, key, facts, options)
+        else:
+            results[name] = _dispatched(name, key, facts, options, c, ops)
+        if name == total_queue_checker.NAME and facts is not None:
+            _old_duplicates(results[name], record, key, facts)
     for name in plan.options:
         result = results[name]
         if counts(name, result.get("applicable", True), result["valid"]):
@@ -116,6 +147,15 @@ def judge_planned(events: list[dict], *, record: RunRecord | None = None) -> tup
             left_out[name] = f"nothing to judge: {result.get('reason') or 'the checker found nothing for it'}"
     checks.update(record_checks(record))
     return checks, left_out
+
+
+def _old_duplicates(total: dict, record: RunRecord, key, facts: dict) -> None:
+    """An old history does not say whether its experiment allowed duplicates: false only because
+    of the duplicates turns on the missing setting, so it is unknown (reports/check_plan.py)."""
+    allowed, _, _ = registry.judge(total_queue_checker.NAME, key, facts, duplicates_allowed=True)
+    if duplicates_setting_unknown(record, total["valid"], allowed.valid, bool(total["duplicated"])):
+        total["valid"] = UNKNOWN
+        total["reason"] = DUPLICATES_SETTING_UNKNOWN + (f"; {total['reason']}" if total["reason"] else "")
 
 
 def judge_history(path: str | os.PathLike) -> dict:
@@ -131,7 +171,7 @@ def judge_history(path: str | os.PathLike) -> dict:
         "run": record.run,
         # what the run's schedule was drawn from: `brokerconf chaos run FILE --seed N` replays it
         "seed": record.seed,
-        "valid": merge(c["valid"] for c in checks.values()),
+        "valid": compose(checks)["valid"],
         "checks": checks,
         # the checks this run was not judged by, and why (reports/check_plan.py)
         "not_applied": left_out,

@@ -17,13 +17,10 @@ from typing import Any, Iterable
 from urllib.parse import unquote, urlparse
 
 from chaos.history import HARNESS, HARNESS_BROKER_COUNTERS, HARNESS_EXPERIMENT, HARNESS_RUN_END, NEMESIS
+from reports.checkers import failover_downtime, registry
 
-#: CheckersSection's defaults (chaos/experiment_file.py): what an old history is judged with
-DEFAULT_CHECKERS = {"total_queue": True, "duplicates_allowed": False, "topic_fanout": True,
-                    "failover_downtime": True, "max_downtime_s": None, "split_brain": False,
-                    "redistribution": False, "group_pinning": False}
-#: the nemesis kinds that take a client's broker away, after which failover downtime is measured
-OUTAGE_FAULTS = ("kill", "stop", "pause", "partition")
+#: the nemesis kinds that take a client's broker away (failover downtime's rule, declared there)
+OUTAGE_FAULTS = failover_downtime.OUTAGE_FAULTS
 #: the other nemesis kinds an old history's nemesis lines name (they degrade, not take away)
 _OTHER_FAULTS = ("latency", "bandwidth", "reset_peer")
 
@@ -33,6 +30,9 @@ class RunRecord:
     run: str
     target: str
     experiment: dict | None = None  # the experiment file as loaded; None in an old history
+    #: the run's checker list as `chaos run` wrote it in the header (reports/checker_list.py);
+    #: None in a history written before runs wrote one
+    checker_list: dict | None = None
     #: the broker's discarded counter per subscription; None when not read (or not readable)
     broker_discards: list[int] | None = None
     counters: dict | None = None  # the broker-counters record as written
@@ -63,15 +63,21 @@ class RunRecord:
 
     @property
     def checkers(self) -> dict:
+        """The experiment's [checkers] section with the file format's defaults filled in (an old
+        history: the defaults alone)."""
+        defaults = registry.section_defaults()
         given = (self.experiment or {}).get("checkers") or {}
-        return {**DEFAULT_CHECKERS, **{k: v for k, v in given.items() if k in DEFAULT_CHECKERS}}
+        return {**defaults, **{k: v for k, v in given.items() if k in defaults}}
 
     @property
     def checker_options(self) -> dict:
-        return {"duplicates_allowed": self.checkers["duplicates_allowed"],
-                "max_downtime_s": self.checkers["max_downtime_s"], "split_brain": self.checkers["split_brain"],
-                "redistribution": self.checkers["redistribution"], "group_pinning": self.checkers["group_pinning"],
-                "load_balancing": self.load_balancing, "redistribution_delay_ms": self.redistribution_delay_ms}
+        """Every option the registered checkers take, as this run sets them (verdict.json shows
+        them; the Spark driver reads them for an old history from a verdict.json beside it)."""
+        section = self.checkers
+        out: dict = {}
+        for checker in registry.REGISTERED:
+            out.update(registry.options_of(checker, section, self))
+        return out
 
     def _cluster_option(self, name: str):
         """Cluster option ``name`` of a [topology] kind = "cluster" (the file's value; when the file
@@ -142,6 +148,8 @@ def record_of(events: Iterable[dict], *, run: str | None = None, target: str | N
         if process == HARNESS:
             if f == HARNESS_EXPERIMENT and isinstance(value, dict) and isinstance(value.get("experiment"), dict):
                 record.experiment = value["experiment"]
+                if isinstance(value.get("checkers"), dict):
+                    record.checker_list = value["checkers"]
             elif f == HARNESS_BROKER_COUNTERS and isinstance(value, dict):
                 record.counters = value
                 discards = value.get("subscription_discards")

@@ -9,7 +9,7 @@ whose every checker was left out judged nothing).
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 UNKNOWN = "unknown"
 VALID_VALUES = (True, False, UNKNOWN)
@@ -26,3 +26,14 @@ def merge(values: Iterable[Any]) -> Any:
         if value not in _RANK:  # by equality: numpy's booleans (the fused engine) are verdicts too
             raise ValueError(f"a verdict is true, false or 'unknown', not {value!r}")
     return min(values, key=lambda v: _RANK[v])
+
+
+def compose(results: Mapping[str, Any]) -> dict:
+    """Jepsen's ``checker/compose``: named results (each a verdict, or a mapping with ``valid``)
+    into one verdict, ``valid`` their merge, with the names that made it false or unknown. Every
+    judge of a run (reports/judge.py, the Spark pipeline's reports/pipeline/verdicts.py) and the
+    main job's chaos stage (brokerconf/chaos_stage.py) compose the same way."""
+    values = {name: r.get("valid") if isinstance(r, Mapping) else r for name, r in results.items()}
+    return {"valid": merge(values.values()),
+            "failed": sorted(name for name, v in values.items() if v is False),
+            "unknown": sorted(name for name, v in values.items() if v == UNKNOWN)}

@@ -55,6 +55,7 @@ from typing import Iterable
 import numpy as np
 
 from .history import Columns, open_ops
+from .protocol import Checker, Facts
 from .result import INVALID, UNKNOWN, VALID, CheckResult, RunKey
 
 NAME = "failover_downtime"
@@ -421,3 +422,24 @@ def failover_downtime(history: Iterable[dict] | Columns, *, max_downtime_s: floa
         "worst": {"ms": max(every)[0], "fault": max(every)[1], "client": max(every)[2]} if every else None,
     }
     return out
+
+
+#: the nemesis kinds that take a client's broker away, after which failover downtime is measured
+OUTAGE_FAULTS = ("kill", "stop", "pause", "partition")
+
+
+def _after_an_outage(record) -> str | None:
+    if any(kind in OUTAGE_FAULTS for kind in record.nemesis_kinds):
+        return None
+    return f"no fault that takes a client's broker away ({', '.join(OUTAGE_FAULTS)}) in the nemesis schedule"
+
+
+def _judged_with_table(key: RunKey, facts_: dict, options: dict):
+    result, rows = judge(key, facts_[NAME], **options)
+    table = [(*key, r["client"], r["fault_start"], r["next_fault_start"], r["downtime"], r["first_ok_index"],
+              r["ops"], r["retired"]) for r in facts_[NAME]["rows"]] if facts_[NAME]["windows"] else []
+    return result, rows, table
+
+
+CHECKER = Checker(NAME, _judged_with_table, facts=(Facts(NAME, facts, SPLIT_KEY, combine),), switch="failover_downtime", settings=("max_downtime_s",),
+                  applies=_after_an_outage, switch_first=True)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from .history import Columns, dense, first_deliveries, in_canonical_order, order_inversions
+from .protocol import Checker, Facts
 from .result import INVALID, VALID, CheckResult, RunKey, anomaly, count_kinds, describe_counts
 
 NAME = "fifo"
@@ -128,3 +129,15 @@ def judge(key: RunKey, facts_: dict) -> tuple[CheckResult, list[dict]]:
     if counts:
         return CheckResult(NAME, *key, INVALID, describe_counts(counts), stats=stats), rows
     return CheckResult(NAME, *key, VALID, stats=stats), rows
+
+
+def _as_registered(key: RunKey, facts_: dict, options: dict):
+    return (*judge(key, facts_[NAME], **options), [])
+
+
+def _queue_run(record) -> str | None:
+    return "a topic run" if record.topic else None
+
+
+#: documented for every queue; which destinations it can judge the checker decides itself: no switch
+CHECKER = Checker(NAME, _as_registered, facts=(Facts(NAME, facts, SPLIT_KEY, combine),), applies=_queue_run)

@@ -29,6 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from .history import NOT_FAULTS, Columns, in_canonical_order, small_uint
+from .protocol import Checker, Facts
 from .result import INVALID, UNKNOWN, VALID, CheckResult, RunKey, anomaly, count_kinds, describe_counts
 
 NAME = "group_pinning"
@@ -123,3 +124,11 @@ def check_group_pinning(history, *, group_pinning: bool = True) -> CheckResult:
     result, rows = judge(("", ""), facts(c), group_pinning=group_pinning)
     result.stats["anomalies"] = [r["detail"] for r in rows]
     return result
+
+
+def _as_registered(key: RunKey, facts_: dict, options: dict):
+    return (*judge(key, facts_[NAME], **options), [])
+
+
+#: runs with its switch as an option: unasked, it shows what it found as not applicable
+CHECKER = Checker(NAME, _as_registered, facts=(Facts(NAME, facts, SPLIT_KEY, combine),), switch="group_pinning", switch_is_option=True)

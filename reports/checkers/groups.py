@@ -25,6 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from .history import NEMESIS, NOT_FAULTS, Columns, first_deliveries, in_canonical_order, order_inversions, small_uint
+from .protocol import Checker, Facts
 from .result import INVALID, VALID, CheckResult, RunKey, anomaly, count_kinds, describe_counts
 
 NAME = "groups"
@@ -124,3 +125,15 @@ def judge(key: RunKey, facts_: dict) -> tuple[CheckResult, list[dict]]:
     if counts:
         return CheckResult(NAME, *key, INVALID, describe_counts(counts), stats=stats), rows
     return CheckResult(NAME, *key, VALID, stats=stats), rows
+
+
+def _as_registered(key: RunKey, facts_: dict, options: dict):
+    return (*judge(key, facts_[NAME], **options), [])
+
+
+def _queue_run(record) -> str | None:
+    return "a topic run" if record.topic else None
+
+
+#: group ownership on a queue: documented for every queue, no switch (as fifo)
+CHECKER = Checker(NAME, _as_registered, facts=(Facts(NAME, facts, SPLIT_KEY, combine),), applies=_queue_run)

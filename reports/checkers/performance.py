@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from .history import MS, SECOND, Columns, inside, merge_intervals, nearest_rank, slices
+from .protocol import Checker, Facts
 from .result import VALID, CheckResult, RunKey
 
 LATENCY, THROUGHPUT = "latency", "throughput"
@@ -171,3 +172,22 @@ def judge_throughput(key: RunKey, facts_: dict, t0: int, t1: int, windows: list[
     if not per_f:
         return CheckResult(THROUGHPUT, *key, VALID, "no ok client operation", applicable=False, stats=stats), table
     return CheckResult(THROUGHPUT, *key, VALID, stats=stats), table
+
+
+def _latency(key: RunKey, facts_: dict, options: dict):
+    result, table = judge_latency(key, facts_[LATENCY])
+    return result, [], table
+
+
+def _throughput(key: RunKey, facts_: dict, options: dict):
+    # the fault windows are failover_downtime's facts (both read the same nemesis lines)
+    windows = [(w["start"], w["end"]) for w in facts_["failover_downtime"]["windows"]]
+    result, table = judge_throughput(key, facts_[THROUGHPUT], facts_["span"]["t0"], facts_["span"]["t1"], windows)
+    return result, [], table
+
+
+#: measurements: shown beside the verdict, never merged into it
+LATENCY_CHECKER = Checker(LATENCY, _latency, measurement=True, facts=(
+    Facts(LATENCY, latency_facts, SPLIT_KEY, combine_latency, compute_part=lambda c: latency_facts(c, mergeable=True)),))
+THROUGHPUT_CHECKER = Checker(THROUGHPUT, _throughput, measurement=True,
+                             facts=(Facts(THROUGHPUT, throughput_facts, SPLIT_KEY, combine_throughput),))

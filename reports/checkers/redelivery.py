@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Iterable
 
+from .protocol import Checker, Facts
+
 
 @dataclass
 class RedeliveryResult:
@@ -111,3 +113,15 @@ def judge(key, facts_: dict):
                            "confirmation was not read (a run split into parts)", stats=stats), rows
     return CheckResult(NAME, *key, INVALID, f"{len(offending)} message(s) delivered again after a confirmed ack",
                        stats=stats), rows
+
+
+def _as_registered(key, facts_: dict, options: dict):
+    return (*judge(key, facts_[NAME], **options), [])
+
+
+def _queue_run(record) -> str | None:
+    return "a topic run" if record.topic else None
+
+
+#: the queue workload's promise, judged with the total queue (one switch for both)
+CHECKER = Checker(NAME, _as_registered, facts=(Facts(NAME, facts, SPLIT_KEY, combine),), switch="total_queue", applies=_queue_run)

@@ -42,6 +42,7 @@ from __future__ import annotations
 import numpy as np
 
 from .history import SECOND, Columns, in_canonical_order, ops_by_id
+from .protocol import Checker, Facts
 from .result import INVALID, UNKNOWN, VALID, CheckResult, RunKey, anomaly, count_kinds, describe_counts
 
 NAME = "redistribution"
@@ -240,3 +241,20 @@ def check_redistribution(history, *, redistribution: bool = True, load_balancing
                          load_balancing=load_balancing, redistribution_delay_ms=redistribution_delay_ms)
     result.stats["anomalies"] = [r["detail"] for r in rows]
     return result
+
+
+def _as_registered(key: RunKey, facts_: dict, options: dict):
+    return (*judge(key, facts_[NAME], facts_[CONSUMERS], **options), [])
+
+
+def _cluster_settings(record) -> dict:
+    """The cluster's settings the ON_DEMAND rule needs (None outside a cluster, or without a record)."""
+    return {"load_balancing": getattr(record, "load_balancing", None),
+            "redistribution_delay_ms": getattr(record, "redistribution_delay_ms", None)}
+
+
+#: runs with its switch as an option: unasked, it shows what it found as not applicable; its
+#: second fact family (the consumers' open intervals) is computed beside its own
+CHECKER = Checker(NAME, _as_registered, facts=(Facts(NAME, facts, SPLIT_KEY, combine),
+                                                Facts(CONSUMERS, consumer_facts, CONSUMERS_SPLIT_KEY, combine_consumers)),
+                  switch="redistribution", switch_is_option=True, record_options=_cluster_settings)

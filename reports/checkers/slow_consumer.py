@@ -24,6 +24,7 @@ Every observed gap (per subscriber and producer, first and last missing ``seq``)
 from __future__ import annotations
 
 from . import topic_fanout
+from .protocol import Checker
 from .result import INVALID, UNKNOWN, VALID, CheckResult, RunKey
 
 NAME = "slow_consumer"
@@ -86,3 +87,16 @@ def judge(key: RunKey, facts: dict | None, *, broker_discards: list[int] | None 
                                     "gaps": topic_fanout.gaps(s)} for name, s in sorted(facts["subscribers"].items())},
              "anomalies": {"discards_disagree": len(rows)} if rows else {}}
     return CheckResult(NAME, *key, valid, reason, applicable=applicable, stats=stats), rows, gaps
+
+
+def _judged_with_gaps(key: RunKey, facts_: dict, options: dict):
+    """The result, anomaly rows and the gap table's rows (GAPS_TABLE)."""
+    return judge(key, facts_.get(topic_fanout.NAME), **topic_fanout.run_inputs(facts_), **options)
+
+
+def _topic_run(record) -> str | None:
+    return None if record.topic else "not a topic run"
+
+
+#: judged with topic fan-out (one switch), from its facts
+CHECKER = Checker(NAME, _judged_with_gaps, switch="topic_fanout", applies=_topic_run)

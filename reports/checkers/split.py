@@ -37,22 +37,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from . import (failover_downtime, fifo, group_pinning, groups, performance, redelivery, redistribution, split_brain,
-               total_queue)
+from . import failover_downtime, groups, registry
 from .history import NEMESIS, Columns, Rows
 
 FAMILIES = ("id", "producer", "group", "client")
-#: checkers by the key that splits them
-CHECKERS_OF = {
-    total_queue.SPLIT_KEY: (total_queue.NAME, redelivery.NAME, redistribution.NAME),
-    fifo.SPLIT_KEY: (fifo.NAME,),
-    groups.SPLIT_KEY: (groups.NAME, group_pinning.NAME),
-    failover_downtime.SPLIT_KEY: (failover_downtime.NAME, performance.LATENCY, performance.THROUGHPUT, split_brain.NAME,
-                                  redistribution.CONSUMERS),
-}
-assert set(CHECKERS_OF) == set(FAMILIES) and performance.SPLIT_KEY == failover_downtime.SPLIT_KEY == split_brain.SPLIT_KEY
-assert (redistribution.SPLIT_KEY, redistribution.CONSUMERS_SPLIT_KEY, group_pinning.SPLIT_KEY, redelivery.SPLIT_KEY) == (
-    "id", "client", "group", "id")
+#: fact families by the key that splits them (each family declares its key: reports/checkers/registry.py)
+CHECKERS_OF = {family: tuple(name for name, f in registry.FACTS.items() if f.split_key == family) for family in FAMILIES}
+assert sum(map(len, CHECKERS_OF.values())) == len(registry.FACTS), "a fact family splits by an unknown key"
 
 
 # ---------------------------------------------------------------------- per piece (a chunk of a run)
@@ -180,30 +171,17 @@ def part_facts(c: Columns, family: str) -> dict:
     run's; latency keeps its distribution to merge)."""
     out = {}
     for name in CHECKERS_OF[family]:
-        if name == performance.LATENCY:
-            out[name] = performance.latency_facts(c, mergeable=True)
-        elif name == performance.THROUGHPUT:
-            out[name] = performance.throughput_facts(c)
-        else:
-            out[name] = {total_queue.NAME: total_queue.facts, redelivery.NAME: redelivery.facts, fifo.NAME: fifo.facts, groups.NAME: groups.facts,
-                         failover_downtime.NAME: failover_downtime.facts, split_brain.NAME: split_brain.facts,
-                         redistribution.NAME: redistribution.facts, redistribution.CONSUMERS: redistribution.consumer_facts,
-                         group_pinning.NAME: group_pinning.facts}[name](c)
+        family_facts = registry.FACTS[name]
+        out[name] = (family_facts.compute_part or family_facts.compute)(c)
     return out
 
 
 def combine(family_parts: dict[str, list[dict]], run_span: dict) -> dict:
     """A run's facts (registry.facts_of's shape) from each family's part facts."""
-    combiners = {total_queue.NAME: total_queue.combine, redelivery.NAME: redelivery.combine, fifo.NAME: fifo.combine, groups.NAME: groups.combine,
-                 failover_downtime.NAME: failover_downtime.combine,
-                 performance.LATENCY: lambda ps: performance.combine_latency(ps),
-                 performance.THROUGHPUT: performance.combine_throughput, split_brain.NAME: split_brain.combine,
-                 redistribution.NAME: redistribution.combine, redistribution.CONSUMERS: redistribution.combine_consumers,
-                 group_pinning.NAME: group_pinning.combine}
     out = {}
     for family, names in CHECKERS_OF.items():
         for name in names:
-            out[name] = combiners[name]([p[name] for p in family_parts.get(family, [])])
+            out[name] = registry.FACTS[name].combine([p[name] for p in family_parts.get(family, [])])
     if not family_parts.get("client"):  # no client and no nemesis row: what an empty run's facts say
         out[failover_downtime.NAME] = {"windows": [], "run_end": run_span["t1"], "rows": []}
     out["span"] = run_span

@@ -50,6 +50,7 @@ from typing import Iterable
 import numpy as np
 
 from .history import SECOND, Columns
+from .protocol import Checker, Facts
 from .result import INVALID, UNKNOWN, VALID, CheckResult, RunKey, anomaly
 
 NAME = "split_brain"
@@ -233,3 +234,11 @@ def check_split_brain(history: Iterable[dict] | Columns, *, split_brain: bool = 
     result, rows = judge(("", ""), facts(c), split_brain=split_brain)
     result.stats["anomalies"] = [r["detail"] for r in rows]
     return result
+
+
+def _as_registered(key: RunKey, facts_: dict, options: dict):
+    return (*judge(key, facts_[NAME], **options), [])
+
+
+#: runs with its switch as an option: unasked, it shows what it found as not applicable
+CHECKER = Checker(NAME, _as_registered, facts=(Facts(NAME, facts, SPLIT_KEY, combine),), switch="split_brain", switch_is_option=True)

@@ -57,6 +57,7 @@ from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Iterable
 
+from .protocol import Checker
 from .result import INVALID, UNKNOWN, VALID, CheckResult, RunKey
 
 NAME = "topic_fanout"
@@ -424,3 +425,25 @@ def check_topic_fanout(history: Iterable[dict], *, broker_discards: dict[str, in
             cut_off=s["cut_off"], observed_discards=len(s["missing"]), broker_discards=paired.get(name), gaps=gaps(s))
     unexpected = sorted({x["id"] for x in f["findings"] if x["kind"] == "unexpected"})
     return TopicFanoutResult(valid, f["attempted"], f["acknowledged"], reports, unexpected, reason)
+
+
+def run_inputs(facts_: dict) -> dict:
+    """What the topic checks take from the run record beside their facts (`registry.with_run_record`
+    put it there): the broker's discard counters, the slow subscribers, where the record was read,
+    and why the history's lines could not be read again (the Spark task says)."""
+    record = facts_.get("run_record") or {}
+    return {"broker_discards": record.get("broker_discards"), "slow": set(record.get("slow") or ()),
+            "record": record.get("path"), "unreadable": facts_.get("topic_unreadable") or ""}
+
+
+def _as_registered(key: RunKey, facts_: dict, options: dict):
+    return (*judge(key, facts_.get(NAME), **run_inputs(facts_), **options), [])
+
+
+def _topic_run(record) -> str | None:
+    return None if record.topic else "not a topic run"
+
+
+#: the topic workload's own check; its facts are read from the history's events (no ``facts``
+#: over columns: the window logic needs the raw values)
+CHECKER = Checker(NAME, _as_registered, switch="topic_fanout", applies=_topic_run, evidence_required=True)

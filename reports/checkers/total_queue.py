@@ -27,6 +27,7 @@ from typing import Iterable
 import numpy as np
 
 from .history import Columns, in_canonical_order, ops_by_id
+from .protocol import Checker, Facts
 from .result import INVALID, UNKNOWN, VALID, CheckResult, RunKey, anomaly, count_kinds, describe_counts
 
 NAME = "total_queue"
@@ -137,3 +138,16 @@ def check_total_queue(history: Iterable[dict] | Columns, *, duplicates_allowed: 
                             {str(x["id"]): x["dequeued"] for x in sorted(f["found"], key=lambda x: str(x["id"]))
                              if x["kind"] == "duplicated"},
                             ids["recovered"], "" if result.valid is VALID else result.reason)
+
+
+def _as_registered(key: RunKey, facts_: dict, options: dict):
+    return (*judge(key, facts_[NAME], **options), [])
+
+
+def _queue_run(record) -> str | None:
+    return "a topic run" if record.topic else None
+
+
+#: the workload's own check on a queue run: asked for by [checkers] total_queue
+CHECKER = Checker(NAME, _as_registered, facts=(Facts(NAME, facts, SPLIT_KEY, combine),), switch="total_queue", settings=("duplicates_allowed",),
+                  applies=_queue_run, evidence_required=True)

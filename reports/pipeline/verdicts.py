@@ -14,7 +14,7 @@ from reports.check_plan import MEASUREMENTS
 from reports.checkers.result import CheckResult
 from reports.pipeline.load import Malformed
 # The merge lives in reports/verdicts.py (one rule for every judge); re-exported for callers here.
-from reports.verdicts import UNKNOWN, merge
+from reports.verdicts import UNKNOWN, compose, merge
 
 __all__ = ["UNKNOWN", "apply_skipped_lines", "merge", "run_verdicts"]
 
@@ -42,14 +42,12 @@ def run_verdicts(results: list[CheckResult], skipped: dict[str, list[Malformed]]
     for (run, target), checks in sorted(by_run.items()):
         # the measurements (latency, throughput: always true) never decide a verdict: a run with
         # nothing else judged is unknown, as `brokerconf chaos run` says (reports/check_plan.py)
-        judged = [c for c in checks if c.applicable and c.checker not in MEASUREMENTS]
-        valid = merge(c.valid for c in judged)
-        if run in skipped:
-            valid = UNKNOWN
+        judged = compose({c.checker: c.valid for c in checks if c.applicable and c.checker not in MEASUREMENTS})
+        valid = UNKNOWN if run in skipped else judged["valid"]
         verdicts.append({
             "run": run, "target": target, "valid": valid,
-            "failed": sorted(c.checker for c in judged if c.valid is False),
-            "unknown": sorted(c.checker for c in judged if c.valid == UNKNOWN),
+            "failed": judged["failed"],
+            "unknown": judged["unknown"],
             "not_applicable": sorted(c.checker for c in checks if not c.applicable),
             "skipped_lines": [m.describe() for m in skipped.get(run, [])],
             "checks": {c.checker: c.to_json() for c in checks},

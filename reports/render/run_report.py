@@ -14,6 +14,12 @@ from pathlib import Path
 from reports.render.matrix_report import render_matrix, write_matrix_report
 
 
+def _shown_valid(verdict: dict) -> str:
+    """The verdict column: the run's verdict, or for an experiment the stage settled without a run
+    (brokerconf/chaos_stage.py, ``skipped``) that it was not applicable (the reason follows)."""
+    return "not applicable" if verdict.get("skipped") else str(verdict.get("valid"))
+
+
 def _chaos_html(verdicts: list[dict], out_dir: Path) -> str:
     if not verdicts:
         return ""
@@ -30,7 +36,7 @@ def _chaos_html(verdicts: list[dict], out_dir: Path) -> str:
         # the seed the run's schedule was drawn from: `brokerconf chaos run FILE --seed N` replays it
         seed = f"<br>seed {html.escape(str(v['seed']))}" if v.get("seed") is not None else ""
         rows.append(f"<tr><td>{html.escape(v['experiment'])}{seed}</td><td>{html.escape(str(v.get('target', '')))}</td>"
-                    f"<td style=\"color:{colour}\"><b>{html.escape(str(v.get('valid')))}</b></td><td>{detail}</td></tr>")
+                    f"<td style=\"color:{colour}\"><b>{html.escape(_shown_valid(v))}</b></td><td>{detail}</td></tr>")
     return ("<h2>Chaos</h2><p>Each run judged from its history as it ended (<code>verdict.json</code>, "
             "reports/judge.py); the Spark verdicts on the same histories follow.</p>"
             "<table><tr><th>experiment</th><th>target</th><th>valid</th><th>what the checkers found</th>"

@@ -156,7 +156,7 @@ class FakeCluster:
 def test_a_target_without_topology_cluster_is_not_applicable_with_the_reason():
     exp = load_experiment(EXPERIMENTS / FILES[0])
     entry = cluster_not_applicable(exp, FakeClusterTarget(capabilities=("process.kill",)))
-    assert entry["applicable"] is False and entry["valid"] == "not applicable"
+    assert entry["skipped"] is True and "valid" not in entry  # not a verdict: no run was judged
     assert "lacks topology.cluster" in entry["error"] and "a fake without it" in entry["error"]
     assert cluster_not_applicable(exp, FakeClusterTarget()) is None
     plain = load_experiment(EXPERIMENTS / "reference-kill-restart.toml")
@@ -209,9 +209,12 @@ def test_the_main_jobs_chaos_stage_lists_a_cluster_experiment_its_target_cannot_
     monkeypatch.setattr(chaos_stage, "MAIN_JOB_EXPERIMENTS", (("reference-cluster-redistribution.toml", None, None),))
     runs, [entry] = chaos_stage.plan(5, ["reference"], tmp_path, progress=lambda line: None)
     assert runs == []
-    assert (entry["experiment"], entry["valid"], entry["applicable"]) == (
-        "reference-cluster-redistribution", "not applicable", False)
+    assert (entry["experiment"], entry["skipped"], "valid" in entry) == ("reference-cluster-redistribution", True, False)
     assert entry["error"].startswith("not applicable: target reference:process lacks topology.cluster")
+    # it does not fail the stage; a run that is not valid does
+    assert not chaos_stage.stage_failed([entry])
+    assert chaos_stage.stage_failed([entry, {"experiment": "x", "target": "t", "valid": "unknown"}])
+    assert not chaos_stage.stage_failed([entry, {"experiment": "x", "target": "t", "valid": True}])
     assert not list(tmp_path.iterdir())  # nothing ran
 
 

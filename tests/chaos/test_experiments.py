@@ -20,7 +20,9 @@ from chaos.experiment import run_experiment
 from chaos.experiment_file import load_experiment, with_overrides
 from conformance.requirements import skip_or_fail, target_requirement
 from conformance.targets.registry import resolve
+from reports.check_plan import RECORD_CHECKS, checker_list_for, plan_checks
 from reports.judge import judge_run
+from reports.run_record import read_record
 
 EXPERIMENTS = Path(chaos.__file__).resolve().parent / "experiments"
 # an experiment runs for its duration plus broker start-up, drain and checkers
@@ -45,9 +47,16 @@ def _attach(request, out_dir: Path, verdict: dict) -> None:
 
 
 def run_and_judge(exp, out_dir: Path, progress=None) -> dict:
-    """Run the experiment, then judge its history as `brokerconf chaos run` does (reports/judge.py)."""
-    run_experiment(exp, out_dir, progress=progress or (lambda line: None))
-    return judge_run(out_dir)
+    """Run the experiment, then judge its history as `brokerconf chaos run` does (reports/judge.py):
+    with the run's checker list planned at the start and written into the history's header, which
+    the judge reads back (the checks it applied are the list's)."""
+    listed = checker_list_for(exp.model_dump(mode="json"))
+    run_experiment(exp, out_dir, progress=progress or (lambda line: None), checkers=listed)
+    verdict = judge_run(out_dir)
+    plan = plan_checks(read_record(out_dir / "history.jsonl"))
+    assert plan.source == "history" and set(plan.options) == {c["name"] for c in listed["checks"]}
+    assert set(verdict["checks"]) - set(RECORD_CHECKS) <= set(plan.options), sorted(verdict["checks"])
+    return verdict
 
 
 def _run(request, tmp_path, file_name: str, *, duration: float, target: str | None = None,

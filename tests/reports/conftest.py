@@ -52,13 +52,15 @@ def engine():
 
 def _short_run(tmp_path_factory, file_name: str, duration_s: float) -> Path:
     from chaos.experiment import run_experiment
+    from reports.check_plan import checker_list_for
     from reports.judge import judge_run
     from chaos.experiment_file import load_experiment, with_overrides
 
     experiments = Path(chaos.__file__).resolve().parent / "experiments"
     exp = with_overrides(load_experiment(experiments / file_name), duration_s=duration_s)
     out = tmp_path_factory.mktemp(Path(file_name).stem)
-    run_experiment(exp, out, progress=lambda line: None)
+    # as `brokerconf chaos run` does: the run's checker list in the history's header
+    run_experiment(exp, out, progress=lambda line: None, checkers=checker_list_for(exp.model_dump(mode="json")))
     judge_run(out)
     assert (out / "history.jsonl").stat().st_size > 0 and (out / "verdict.json").is_file(), out
     return out

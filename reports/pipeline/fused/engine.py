@@ -99,6 +99,18 @@ class RunFacts:
         the same plan `brokerconf chaos run` judges the history with."""
         return {key: plan_checks(record) for key, record in self.run_records.items()}
 
+    def with_record(self, key) -> dict:
+        """The run's facts with what the topic checks read from its run record (the history's
+        harness records, else the verdict.json beside an old history): the broker's discard
+        counters and the slow subscribers."""
+        record = self.records.get(key, {})
+        stats = record.get("run_stats") if isinstance(record.get("run_stats"), dict) else {}
+        discards = stats.get("broker_discards")
+        if not isinstance(discards, list) or not all(isinstance(n, int) for n in discards):
+            discards = None
+        return registry.with_run_record(self.by_key[key], broker_discards=discards,
+                                        slow=stats.get("slow_subscribers") or [], path=record.get("_path"))
+
     def checker_option(self, key, check, name, given, default):
         """The analysis's value, then the run's own setting: its plan's (from the history's
         harness records), else for an old history the verdict.json beside it, else the default."""
@@ -406,19 +418,20 @@ def _sorted(rows: list[dict]) -> list[dict]:
     return [{c: r[c] for c in ANOMALY_SCHEMA.fieldNames()} for r in rows]
 
 
-#: the measurement tables some checkers add (their rows come from `registry.judge`)
+#: the tables some checkers add (their rows come from `registry.judge`)
 TABLES = {"failover_downtime": ("downtime", DOWNTIME_SCHEMA), "latency": ("latency", LATENCY_SCHEMA),
-          "throughput": ("throughput", THROUGHPUT_SCHEMA)}
+          "throughput": ("throughput", THROUGHPUT_SCHEMA), slow_checker.NAME: (slow_checker.GAPS_TABLE, GAPS_SCHEMA)}
 
 
 def _judged(name: str):
-    """The driver's half of a columnar checker: `registry.judge` per run, with each run's settings."""
+    """The driver's half of a registered checker: `registry.judge` per run (the dispatch `brokerconf
+    chaos run` uses too), with each run's settings and what its run record says."""
     def check(spark, facts: RunFacts, histories, **given):
         results, anomalies, table = [], [], []
         for key in facts.runs:
             options = {option: facts.checker_option(key, name, option, given.get(option), default)
                        for option, default in registry.OPTIONS.get(name, {}).items()}
-            result, rows, table_rows = registry.judge(name, key, facts.by_key[key], **options)
+            result, rows, table_rows = registry.judge(name, key, facts.with_record(key), **options)
             if name == total_queue_checker.NAME and given.get("duplicates_allowed") is None:
                 _old_duplicates(result, facts, key, options)
             rows = _planned(result, rows, facts.plans[key])
@@ -475,38 +488,5 @@ def _record_checks(facts: RunFacts) -> list[CheckResult]:
     return out
 
 
-# ---------------------------------------------------------------------- topic runs: the SQL jobs
-
-
-def _topic_judged(name: str):
-    """The driver's half of topic fan-out and slow consumer: each run's facts judged with the
-    broker counters and slow subscribers of its run record (verdict.json beside the history)."""
-    def check(spark, facts: RunFacts, histories):
-        results, anomalies, gaps = [], [], []
-        for key in facts.runs:
-            record = facts.records.get(key, {})
-            stats = record.get("run_stats") if isinstance(record.get("run_stats"), dict) else {}
-            discards = stats.get("broker_discards")
-            if not isinstance(discards, list) or not all(isinstance(n, int) for n in discards):
-                discards = None
-            options = {"broker_discards": discards, "slow": {str(s) for s in stats.get("slow_subscribers") or []},
-                       "record": record.get("_path"), "unreadable": facts.by_key[key].get("topic_unreadable", "")}
-            run_facts = facts.by_key[key].get(topic_checker.NAME)
-            if name == topic_checker.NAME:
-                result, rows = topic_checker.judge(key, run_facts, **options)
-            else:
-                result, rows, gap_rows = slow_checker.judge(key, run_facts, **options)
-                gaps += gap_rows
-            rows = _planned(result, rows, facts.plans[key])
-            results.append(result)
-            anomalies += rows
-        tables = {slow_checker.GAPS_TABLE: LocalFrame(spark, gaps, GAPS_SCHEMA)} if name == slow_checker.NAME else {}
-        return results, _sorted(anomalies), tables
-    return check
-
-
-CHECKS = {
-    **{name: _judged(name) for name in registry.NAMES},
-    topic_checker.NAME: _topic_judged(topic_checker.NAME),
-    slow_checker.NAME: _topic_judged(slow_checker.NAME),
-}
+#: every registered checker's driver half, in the registry's order
+CHECKS = {checker.name: _judged(checker.name) for checker in registry.REGISTERED}

@@ -1,0 +1,126 @@
+"""The one checker registry (reports/checkers/registry.py) and the run's checker list written into
+the history's header (reports/checker_list.py, reports/check_plan.py): what a checker needs to be
+judged everywhere is its own declaration and one registration."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from chaos.experiment_file import CheckersSection, load_experiment
+from reports import check_plan
+from reports.checker_list import CheckerListError
+from reports.checkers import registry
+from reports.checkers.protocol import Checker
+from reports.checkers.result import CheckResult
+from reports.judge import judge_history
+from reports.run_record import read_record, record_of
+from tests.reports.experiment_histories import experiment_files, synthetic_history
+
+FILES = experiment_files()
+
+
+def _record(**experiment) -> dict:
+    return {"process": "harness", "type": "info", "f": "experiment", "value": {"format": 1, "experiment": experiment}}
+
+
+def test_every_registered_checker_is_reachable_from_the_experiment_files_section():
+    """Each checker's switch and settings are keys of the file's [checkers], and every key there
+    is some checker's: a checker registered without a way to ask for it, or a key nothing reads,
+    fails here."""
+    section = set(CheckersSection.model_fields)
+    used = set()
+    for checker in registry.REGISTERED:
+        keys = ({checker.switch} if checker.switch else set()) | set(checker.settings)
+        assert keys <= section, f"{checker.name} reads {sorted(keys - section)}, not keys of [checkers]"
+        used |= keys
+    assert used == section, f"[checkers] keys no registered checker reads: {sorted(section - used)}"
+
+
+@pytest.mark.parametrize("topic", [False, True])
+def test_every_verdict_checker_is_planned_when_everything_is_asked(topic):
+    """With every switch on, a fault that takes the broker away and the run's workload kind, every
+    registered verdict checker of that kind of run is planned: none is unreachable."""
+    on = {name: True for name, field in CheckersSection.model_fields.items() if field.annotation is bool}
+    record = record_of([_record(checkers={**on, "duplicates_allowed": False}, nemesis=[{"kind": "kill"}],
+                                workload={"kind": "topic" if topic else "queue"})])
+    plan = check_plan.derive_plan(record)
+    fits = {c.name for c in registry.REGISTERED if not c.measurement and c.applies(record) is None}
+    assert set(plan.options) == fits and fits, (plan.options, plan.skipped)
+    assert set(plan.options) | set(plan.skipped) == set(registry.VERDICT_CHECKS)
+
+
+@pytest.mark.parametrize("file", FILES, ids=[f.stem for f in FILES])
+def test_the_list_written_at_the_start_is_the_one_read_back(tmp_path, file):
+    """`chaos run` plans the list from the experiment before the run; read back from the history
+    it is the plan, and it equals what the judges would derive from the header alone."""
+    exp = load_experiment(file)
+    listed = check_plan.checker_list_for(exp.model_dump(mode="json"))
+    json.dumps(listed)  # the header is JSON
+    path = synthetic_history(exp, tmp_path / "history.jsonl", checkers=listed)
+    record = read_record(path)
+    plan = check_plan.plan_checks(record)
+    assert plan.source == "history" and record.checker_list == listed
+    derived = check_plan.derive_plan(record)
+    assert (plan.options, plan.skipped) == (derived.options, derived.skipped)
+
+
+def test_a_history_without_a_list_is_planned_as_before(tmp_path):
+    exp = load_experiment(FILES[0])
+    record = read_record(synthetic_history(exp, tmp_path / "history.jsonl"))
+    assert record.checker_list is None and check_plan.plan_checks(record).source == "derived"
+
+
+def test_the_judges_follow_the_list_not_their_own_rules(tmp_path):
+    """A list that leaves fifo out: chaos run's judge does not apply fifo, though its rules would."""
+    exp = load_experiment(next(f for f in FILES if f.stem == "reference-kill-restart"))
+    listed = check_plan.checker_list_for(exp.model_dump(mode="json"))
+    assert "fifo" in [c["name"] for c in listed["checks"]]
+    listed["checks"] = [c for c in listed["checks"] if c["name"] != "fifo"]
+    listed["skipped"]["fifo"] = "left out by this run's list"
+    verdict = judge_history(synthetic_history(exp, tmp_path / "history.jsonl", checkers=listed))
+    assert "fifo" not in verdict["checks"] and verdict["not_applied"]["fifo"] == "left out by this run's list"
+
+
+@pytest.mark.parametrize("bad, message", [
+    ({"format": 1, "checks": [{"name": "no_such_check", "options": {}}]}, "not registered"),
+    ({"format": 1, "checks": [{"name": "fifo", "options": {"max_downtime_s": 3}}]}, "options it does not take"),
+    ({"format": 2, "checks": []}, "malformed"),
+])
+def test_a_list_naming_what_this_version_lacks_is_refused(tmp_path, bad, message):
+    exp = load_experiment(FILES[0])
+    record = read_record(synthetic_history(exp, tmp_path / "history.jsonl", checkers=bad))
+    with pytest.raises(CheckerListError, match=message):
+        check_plan.plan_checks(record)
+
+
+def test_adding_a_checker_is_its_declaration_and_one_registration(tmp_path, monkeypatch):
+    """A new checker (here: the history recorded at least one drain) declared once and registered:
+    it is planned into the list `chaos run` writes, dispatched by the judge and composed into the
+    verdict, with nothing else touched."""
+    def judge(key, facts, options):
+        drained = facts["span"]["drained"]
+        return CheckResult("drained_something", *key, bool(drained), "" if drained else "no drain"), [], []
+
+    def queue_run(record):
+        return "a topic run" if record.topic else None
+
+    new = Checker("drained_something", judge, applies=queue_run)
+    registered = (*registry.REGISTERED, new)  # the one registration line
+    monkeypatch.setattr(registry, "REGISTERED", registered)
+    monkeypatch.setattr(registry, "CHECKERS", {c.name: c for c in registered})
+
+    exp = load_experiment(next(f for f in FILES if f.stem == "reference-kill-restart"))
+    listed = check_plan.checker_list_for(exp.model_dump(mode="json"))
+    assert {"name": "drained_something", "options": {}} in listed["checks"]
+    verdict = judge_history(synthetic_history(exp, tmp_path / "history.jsonl", checkers=listed))
+    assert verdict["checks"]["drained_something"]["valid"] is True
+    # and it counts: the same history with the checker failing makes the verdict false
+    failing = replace(new, judge=lambda key, facts, options: (CheckResult("drained_something", *key, False), [], []))
+    monkeypatch.setattr(registry, "CHECKERS", {**registry.CHECKERS, "drained_something": failing})
+    topic_free = load_experiment(next(f for f in FILES if f.stem == "network-bridge-partition"))
+    verdict = judge_history(synthetic_history(topic_free, tmp_path / "b" / "history.jsonl",
+                                              checkers=check_plan.checker_list_for(topic_free.model_dump(mode="json"))))
+    assert verdict["checks"]["drained_something"]["valid"] is False and verdict["valid"] is False
