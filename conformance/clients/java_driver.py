@@ -9,7 +9,8 @@ library in a JVM of its own, driven over JSON lines on its stdin and stdout.
 
 Each command carries an ``id`` and is answered by one line with that id (``ok`` true, or false
 with the Java exception's ``error`` and ``class``); event lines (``event``: interrupted, resumed,
-failed, exception, error) come whenever the library calls back. Event times are
+failed, exception, error; connection-control: an ActiveMQ broker's dynamic-failover announcement,
+with ``connected_brokers`` and ``rebalance``) come whenever the library calls back. Event times are
 ``System.nanoTime`` in seconds, the CLOCK_MONOTONIC that ``time.monotonic`` reads here, so they
 line up with the harness's own measurements (`Event.mono`).
 
@@ -57,7 +58,7 @@ class NoAnswer(DriverError):
 
 @dataclass(frozen=True)
 class Event:
-    kind: str           # interrupted, resumed, failed, exception, error
+    kind: str           # interrupted, resumed, failed, exception, error, connection-control
     conn: str
     mono: float         # time.monotonic() scale
     address: str | None = None
@@ -236,6 +237,12 @@ class JavaConnection:
     @property
     def port(self) -> int | None:
         return port_of(self.address)
+
+    def transport_uris(self) -> dict:
+        """What an ActiveMQ failover client knows (the ``transport_uris`` command): ``connected``,
+        ``updated`` (the URIs the broker supplied, tried first) and ``uris`` (the client's own)."""
+        reply = self.driver.request("transport_uris", timeout=30, conn=self.name)
+        return {key: reply.get(key) for key in ("connected", "updated", "uris")}
 
     def send(self, queue_name: str, body: str, *, persistent: bool = True, timeout: float | None = None) -> dict:
         return self.driver.request("send", timeout=timeout, conn=self.name, queue=queue_name, body=body,

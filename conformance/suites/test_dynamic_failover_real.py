@@ -20,8 +20,10 @@ and the connection's address are what is read).
   ``updateURIsSupported``'s default takes the list and reaches B; with ``updateURIsSupported=false``
   it keeps its own list and does not.
 
-updateClusterClientsOnRemove, rebalanceClusterClients and updateClusterFilter (the rest of
-FT-DYNAMIC-2 and FT-DYNAMIC-3, -4, -6, -8) are not exercised here.
+updateClusterFilter, updateClusterClientsOnRemove and rebalanceClusterClients, joining and leaving
+brokers, the random pick and the updateURIsURL fallback (FT-DYNAMIC-3, -4, -6, -8, -10) are in the
+sibling test_dynamic_failover_topology_real.py, which reads the brokers' announcements and the
+client's supplied list instead of only where the client lands.
 """
 
 from __future__ import annotations

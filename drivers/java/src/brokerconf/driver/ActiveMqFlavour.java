@@ -1,10 +1,15 @@
 package brokerconf.driver;
 
 import java.io.IOException;
+import java.lang.reflect.Field;
+import java.net.URI;
+import java.util.ArrayList;
 import java.util.LinkedHashMap;
+import java.util.List;
 import java.util.Map;
 import org.apache.activemq.ActiveMQConnection;
 import org.apache.activemq.ActiveMQConnectionFactory;
+import org.apache.activemq.command.ConnectionControl;
 import org.apache.activemq.transport.TransportListener;
 import org.apache.activemq.transport.failover.FailoverTransport;
 
@@ -25,6 +30,15 @@ final class ActiveMqFlavour extends JmsSessions {
         connection.addTransportListener(new TransportListener() {
             @Override
             public void onCommand(Object command) {
+                // the broker's dynamic-failover announcements (its network's brokers, a request to
+                // rebalance), as they arrive: what the broker told this client
+                if (command instanceof ConnectionControl control) {
+                    Map<String, Object> detail = new LinkedHashMap<>();
+                    detail.put("connected_brokers", control.getConnectedBrokers());
+                    detail.put("rebalance", control.isRebalanceConnection());
+                    detail.put("reconnect_to", control.getReconnectTo());
+                    Main.event("connection-control", name, detail);
+                }
             }
 
             @Override
@@ -64,6 +78,33 @@ final class ActiveMqFlavour extends JmsSessions {
             return failover.getConnectedTransportURI() == null ? null : failover.getConnectedTransportURI().toString();
         }
         return connection.getTransport().getRemoteAddress();
+    }
+
+    /** The failover transport's lists, read from its private fields: the library has no getter for
+     *  them, and they are exactly what the client will pick its next broker from ("updated", the
+     *  broker-supplied list, before "uris", its own URI's). */
+    @Override
+    public Map<String, Object> transportUris(String name) throws Exception {
+        ActiveMQConnection connection = (ActiveMQConnection) get(name).connection;
+        FailoverTransport failover = connection.getTransport().narrow(FailoverTransport.class);
+        if (failover == null) {
+            throw new IllegalStateException("transport_uris: " + name + " has no failover transport");
+        }
+        Map<String, Object> result = new LinkedHashMap<>();
+        result.put("connected", addressOf(connection));
+        result.put("updated", uriField(failover, "updated"));
+        result.put("uris", uriField(failover, "uris"));
+        return result;
+    }
+
+    private static List<Object> uriField(FailoverTransport failover, String field) throws Exception {
+        Field f = FailoverTransport.class.getDeclaredField(field);
+        f.setAccessible(true);
+        List<Object> out = new ArrayList<>();
+        for (Object uri : (List<?>) f.get(failover)) {
+            out.add(((URI) uri).toString());
+        }
+        return out;
     }
 
     @Override

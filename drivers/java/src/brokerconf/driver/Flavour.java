@@ -21,4 +21,10 @@ interface Flavour {
     Map<String, Object> address(String name) throws Exception;
 
     void close(String name) throws Exception;
+
+    /** {"connected": uri, "updated": [the URIs the broker supplied], "uris": [the client's own]}:
+     *  what a failover transport knows; only clients with such a transport answer it. */
+    default Map<String, Object> transportUris(String name) throws Exception {
+        throw new UnsupportedOperationException("transport_uris: not a failover client");
+    }
 }

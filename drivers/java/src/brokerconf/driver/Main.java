@@ -87,6 +87,7 @@ public final class Main {
                     ((Number) request.getOrDefault("timeout_ms", 5000L)).longValue());
             case "ack" -> client.ack(conn);
             case "address" -> client.address(conn);
+            case "transport_uris" -> client.transportUris(conn);
             case "close" -> {
                 client.close(conn);
                 yield new LinkedHashMap<>();
