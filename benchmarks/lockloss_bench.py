@@ -1,4 +1,4 @@
-"""Lock loss on the simulated NFS store (chaos/sharedstore): for each mount-option setting, cut host
+"""Lock loss on the simulated NFS store (machinery/sharedstore): for each mount-option setting, cut host
 A's storage link while it holds the lock and measure, over ``--repeat`` runs,
 
 - detection: how long A's next write takes to fail (soft mounts: EIO after the retries), next to
@@ -28,9 +28,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from chaos.proxy import start_fault_proxy  # noqa: E402  (after the path insert)
-from chaos.sharedstore.harness import SharedStoreRig  # noqa: E402
-from chaos.sharedstore.mountopts import MountOptionError, MountOptions  # noqa: E402
+from machinery.faultproxy import start_fault_proxy  # noqa: E402  (after the path insert)
+from machinery.sharedstore.harness import SharedStoreRig  # noqa: E402
+from machinery.sharedstore.mountopts import MountOptionError, MountOptions  # noqa: E402
 
 
 def read_answer(process: subprocess.Popen, timeout: float) -> tuple[str, float] | None:
@@ -46,7 +46,7 @@ def one_run(proxy_api: str, options: str, lease: float, vers: int) -> tuple[floa
     limit = max(10 * lease, 3 * model.soft_failure_after())
     with tempfile.TemporaryDirectory(prefix="bc-lockloss-") as base, \
             SharedStoreRig(base, proxy_api, options=options, lease=lease, vers=vers) as rig:
-        holder = subprocess.Popen([sys.executable, "-m", "chaos.sharedstore.holder", rig.path("A")],
+        holder = subprocess.Popen([sys.executable, "-m", "machinery.sharedstore.holder", rig.path("A")],
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True)
         held: list[int] = []
         try:

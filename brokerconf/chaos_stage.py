@@ -123,7 +123,7 @@ def plan(chaos_duration: float, targets: list[str], out_dir: Path,
     An experiment whose broker is not among ``targets`` or not installed is left out, saying why."""
     import chaos
     from chaos.experiment_file import load_experiment, with_overrides
-    from chaos.sharedstore.harness import fuse_unavailable
+    from machinery.sharedstore.harness import fuse_unavailable
     from conformance.targets.registry import resolve
 
     runs: list[PlannedRun] = []

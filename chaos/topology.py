@@ -29,8 +29,8 @@ import time
 from pathlib import Path
 
 from chaos.experiment_file import Experiment, ExperimentError
-from chaos.proxy import start_fault_proxy
-from chaos.proxy.client import ToxiproxyClient, split_address
+from machinery.faultproxy import start_fault_proxy
+from machinery.faultproxy.client import ToxiproxyClient, split_address
 from conformance.scenario import Scenario
 from conformance.targets.runtime.probes import stomp_handshake, tcp_accepts
 from conformance.targets.base import TargetUnavailable, why_missing

@@ -41,7 +41,7 @@ from typing import Any, Callable
 ROOT = Path(__file__).resolve().parent.parent
 _VENDOR = ("site-packages", "dist-packages")
 # testcontainers' reaper container removes the session's containers after the process exits;
-# it outlives the session by design (conformance/targets/runtime/container.py decides on it).
+# it outlives the session by design (machinery/container.py decides on it).
 _REAPER_IMAGE = "testcontainers/ryuk"
 
 

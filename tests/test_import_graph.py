@@ -254,5 +254,6 @@ def test_an_upward_or_sideways_import_is_found_lazy_or_not(tmp_path):
     graph = import_graph(tmp_path, ("low", "peer", "high"))
     assert upward_imports(graph, layers) == [
         "low -> high (above it): low.a imports high.b",
+        "peer -> low (beside it): peer imports low",  # `from low import a` loads low, then low.a
         "peer -> low (beside it): peer imports low.a",
     ]

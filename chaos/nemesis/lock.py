@@ -1,6 +1,6 @@
 """Lock-loss faults on a shared store: one host's storage link cut or slowed, or its lease ended.
 
-The hosts reach the store server (chaos/sharedstore) each through its own Toxiproxy proxy, so a
+The hosts reach the store server (machinery/sharedstore) each through its own Toxiproxy proxy, so a
 fault of one host's proxy is a fault of that host's storage link and of nothing else, as a cut
 NFS link would be. A JDBC group's brokers reach their database the same way, each through its
 own proxy (conformance/targets/runtime/database_links.py), so the same steps cut, slow or reset
@@ -26,8 +26,8 @@ from contextlib import contextmanager
 from typing import Iterator
 
 from chaos.history import History
-from chaos.proxy.client import ToxiproxyClient, ToxiproxyError
-from chaos.sharedstore.control import control
+from machinery.faultproxy.client import ToxiproxyClient, ToxiproxyError
+from machinery.sharedstore.control import control
 
 from .base import NemesisError, RecordedNemesis
 

@@ -4,7 +4,7 @@ Messaging" guide, 3.1 "File locking requirements" and "Recommended NFSv4 client 
 FT-SHARED-*), on every target whose groups can sit on it (``topology.shared-store`` with
 ``SharedStore(nfs=...)``: the reference broker, ActiveMQ Classic and Artemis as local processes).
 
-The store (chaos/sharedstore) is one server holding the data and the lock table; each node mounts
+The store (machinery/sharedstore) is one server holding the data and the lock table; each node mounts
 it through FUSE over its own fault-proxy link, so the lock-loss nemesis can cut one node's storage
 link as an NFS outage would. The server's lock log (its refused lock requests, as an NFS server's
 lock log shows them) is where a slave's polling is seen. Lower bounds and order relations derived
@@ -30,7 +30,7 @@ CAPABILITY = "topology.shared-store"
 TAKEOVER = 120.0  # bound on a slave taking over (a JVM opening its store and acceptors)
 #: the simulated NFSv4 server's lease: short, so a lapsed lease is seen soon. Kept at 4 s although
 #: FT-SHARED-10 is about a lease running out, not its length: a mount renews every two thirds of a
-#: lease (chaos/sharedstore/rpc.py), so 4 s leaves a live node 1.3 s of slack on a loaded machine,
+#: lease (machinery/sharedstore/rpc.py), so 4 s leaves a live node 1.3 s of slack on a loaded machine,
 #: and on the JVM targets the killed master takes longer than a lease to be gone anyway
 LEASE_S = 4.0
 #: a soft mount that gives up after 1 + 2 = 3 s (timeo=10, retrans=1): a cut node's I/O fails
@@ -61,7 +61,7 @@ def nfs_group(request, target_name, tmp_path_factory):
     if target is None or CAPABILITY not in target.capabilities():
         why = why_missing(target, CAPABILITY) if target is not None else "unknown target"
         pytest.skip(f"{NOT_APPLICABLE}{target_name} lacks {CAPABILITY}" + (f" ({why})" if why else ""))
-    from chaos.sharedstore.harness import fuse_unavailable
+    from machinery.sharedstore.harness import fuse_unavailable
     from conformance.requirements import skip_or_fail
 
     if why := fuse_unavailable():
@@ -192,7 +192,7 @@ def test_nfsv3_a_reboot_of_the_crashed_master_s_host_unblocks_the_group(nfs_grou
     """The other half of the NFSv3 warning: what unblocks the group is a reboot. FT-SHARED-7's
     situation (the master crashed while cut off; its lock stays), then A's host reboots: its link
     heals and its NFS client mounts afresh, and a fresh NFSv3 client tells the server it rebooted
-    (NLM/NSM), which drops the locks of its earlier life (chaos/sharedstore/leases.py
+    (NLM/NSM), which drops the locks of its earlier life (machinery/sharedstore/leases.py
     open_session). The slave, still polling, must then get the lock and serve. Rebooting the
     crashed master's host is the part of "reboot all broker instances" that frees the lock; B
     is left running to show that nothing else was needed of it."""
@@ -271,7 +271,7 @@ DETECTION_TOLERANCE_S = 2.0 + 0.5 + 1.5
 
 @pytest.mark.spec("FT-SHARED-8")
 def test_with_the_guide_s_mount_options_a_master_that_loses_its_store_stops(nfs_group):
-    from chaos.sharedstore.mountopts import MountOptions
+    from machinery.sharedstore.mountopts import MountOptions
 
     # the guide's own options and keep-alive, kept: FT-SHARED-8's 12 s is derived from them
     options = "soft,timeo=20,retrans=2,lookupcache=none,sync"

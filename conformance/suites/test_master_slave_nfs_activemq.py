@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from chaos.proxy import start_fault_proxy
-from chaos.sharedstore.harness import SharedStoreRig, fuse_unavailable
+from machinery.faultproxy import start_fault_proxy
+from machinery.sharedstore.harness import SharedStoreRig, fuse_unavailable
 from conformance.requirements import missing_mark, skip_or_fail
 from conformance.suites.experiment_support import experiment_target, parametrize_by_kind
 from conformance.targets.activemq.process import ActiveMQProcess, activemq_available

@@ -27,7 +27,7 @@ import pytest
 from conformance.suites.network_support import launch_network, network_suite_marks, network_target, \
     network_workdir, parametrize_by_target
 from conformance.topology import Bridge, NetworkConnectorOptions, Topology
-from chaos.proxy import start_fault_proxy
+from machinery.faultproxy import start_fault_proxy
 from chaos.topology import BridgeProxies
 
 pytestmark = network_suite_marks()

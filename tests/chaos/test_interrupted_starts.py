@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from chaos.sharedstore import harness
+from machinery.sharedstore import harness
 from conformance.targets.reference.process import ReferenceBrokerProcess
 
 

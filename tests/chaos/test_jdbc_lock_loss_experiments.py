@@ -21,7 +21,7 @@ from chaos.nemesis.base import NemesisError
 from chaos.topology import topology_of
 from conformance.requirements import skip_or_fail
 from conformance.suites.experiment_support import child_pids
-from conformance.targets.runtime import postgres
+from machinery import postgres
 from conformance.topology import SharedStore
 
 EXPERIMENTS = Path(__file__).resolve().parents[2] / "chaos" / "experiments"

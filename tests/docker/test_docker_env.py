@@ -1,4 +1,4 @@
-"""Docker availability reasons (conformance.targets.runtime.docker_env), with a fake docker SDK client:
+"""Docker availability reasons (machinery.docker_env), with a fake docker SDK client:
 each way Docker can be unusable gives its own reason, saying what to do."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import sys
 import docker.errors
 import pytest
 
-from conformance.targets.runtime import docker_env
-from conformance.targets.runtime.docker_env import DockerUnavailable, docker_available, docker_client, image_available
+from machinery import docker_env
+from machinery.docker_env import DockerUnavailable, docker_available, docker_client, image_available
 
 
 class FakeImages:

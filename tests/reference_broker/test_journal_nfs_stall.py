@@ -1,4 +1,4 @@
-"""A reference master whose journal sits on the simulated NFS (chaos/sharedstore) and whose storage
+"""A reference master whose journal sits on the simulated NFS (machinery/sharedstore) and whose storage
 link is cut while it serves (issue 18; the defect: journal I/O on the event loop).
 
 A journal write on a cut soft mount blocks in the kernel until the mount's retransmissions are
@@ -25,8 +25,8 @@ import time
 
 import pytest
 
-from chaos.sharedstore.harness import fuse_unavailable
-from chaos.sharedstore.mountopts import MountOptions
+from machinery.sharedstore.harness import fuse_unavailable
+from machinery.sharedstore.mountopts import MountOptions
 from conformance.clients.stomp_client import StompClient
 from conformance.requirements import missing_mark
 from conformance.targets.reference.shared_store import launch_shared_store

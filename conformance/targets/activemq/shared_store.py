@@ -30,7 +30,7 @@ from conformance.targets.activemq.network import NetworkNode
 from conformance.targets.runtime.database_links import DatabaseLinks
 from conformance.targets.runtime.node import NodeRestarts
 from conformance.targets.runtime.nfs_store import NfsStore
-from conformance.targets.runtime.postgres import PostgresServer
+from machinery.postgres import PostgresServer
 
 #: node names, in start order: A is started first and becomes the first master
 NODE_NAMES = "ABCDEFGH"

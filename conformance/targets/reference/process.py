@@ -13,7 +13,7 @@ from collections import deque
 from pathlib import Path
 
 from conformance.targets.runtime.probes import stomp_handshake
-from conformance.targets.runtime.process import peak_rss
+from machinery.process import peak_rss
 
 _READY = re.compile(r"reference broker '.*' ready: (.*)$")
 #: a master/slave broker waiting for its store's lock (reference_broker/__main__.py)

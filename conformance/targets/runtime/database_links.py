@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 
-from conformance.targets.runtime.postgres import PostgresServer
+from machinery.postgres import PostgresServer
 
 __all__ = ["DatabaseLinks"]
 
@@ -25,8 +25,8 @@ class DatabaseLinks:
 
     def __init__(self, database: PostgresServer, hosts: tuple[str, ...]) -> None:
         from chaos.nemesis.lock import LockLossNemesis
-        from chaos.proxy import start_fault_proxy
-        from chaos.proxy.client import ToxiproxyClient, split_address
+        from machinery.faultproxy import start_fault_proxy
+        from machinery.faultproxy.client import ToxiproxyClient, split_address
 
         if database.port is None:
             raise ValueError("the database must be started before its links are proxied (it has no port yet)")

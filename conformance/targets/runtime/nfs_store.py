@@ -1,5 +1,5 @@
 """A shared-store group's store on the simulated NFS (issue 18, section 4): a fault proxy of its
-own, a `chaos.sharedstore.SharedStoreRig` with one FUSE mount per node (each node's storage link
+own, a `machinery.sharedstore.SharedStoreRig` with one FUSE mount per node (each node's storage link
 through its own proxy), and the directory each node sees through ITS mount. The group's cluster
 keeps it as ``rig`` and closes it after stopping its nodes (`close`), so a lock-loss nemesis
 (``rig.nemesis``) can cut one node's link while the others keep theirs.
@@ -23,8 +23,8 @@ class NfsStore:
     the shared directory ``subdir`` as seen through that host's mount."""
 
     def __init__(self, workdir: Path, hosts: tuple[str, ...], options: NfsOptions, subdir: str = "store") -> None:
-        from chaos.proxy import start_fault_proxy
-        from chaos.sharedstore.harness import SharedStoreRig, fuse_unavailable
+        from machinery.faultproxy import start_fault_proxy
+        from machinery.sharedstore.harness import SharedStoreRig, fuse_unavailable
 
         why = fuse_unavailable()
         if why:

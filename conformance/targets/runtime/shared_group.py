@@ -45,7 +45,7 @@ class SharedStoreCluster(NodeRestarts):
         self.label = label
         #: the file whose lock makes a node master, when the harness can reach it (lock-loss tests)
         self.lock_file = Path(lock_file) if lock_file is not None else None
-        #: a jdbc store's database server (runtime/postgres.py PostgresServer), stopped after the nodes
+        #: a jdbc store's database server (machinery/postgres.py PostgresServer), stopped after the nodes
         self.database = database
         #: what faults one node's link to the store, closed after the nodes (and the database): a
         #: store on the simulated NFS (runtime/nfs_store.py NfsStore) or a jdbc store's database

@@ -63,7 +63,7 @@ def _discard(log) -> None:
 
 
 class StoreServerProcess:
-    """``python -m chaos.sharedstore.server`` on a data directory (a new temporary one by default)."""
+    """``python -m machinery.sharedstore.server`` on a data directory (a new temporary one by default)."""
 
     def __init__(self, root: str | None = None, *, lease: float = 10.0, vers: int = 4) -> None:
         self._tmp = None if root else tempfile.mkdtemp(prefix="bc-store-")
@@ -75,7 +75,7 @@ class StoreServerProcess:
 
     def start(self, timeout: float = 10.0) -> "StoreServerProcess":
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "chaos.sharedstore.server", "--root", self.root, "--lease", str(self.lease),
+            [sys.executable, "-m", "machinery.sharedstore.server", "--root", self.root, "--lease", str(self.lease),
              "--vers", str(self.vers)],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self.log, text=True, start_new_session=True)
         try:
@@ -133,7 +133,7 @@ class MountProcess:
     def start(self, timeout: float = 20.0) -> "MountProcess":
         os.makedirs(self.mountpoint, exist_ok=True)
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "chaos.sharedstore.mount", "--server", self.server, "--client", self.client,
+            [sys.executable, "-m", "machinery.sharedstore.mount", "--server", self.server, "--client", self.client,
              "-o", self.options, self.mountpoint],
             stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + timeout
@@ -187,7 +187,7 @@ class SharedStoreRig:
     def __init__(self, base: str, proxy_api: str, hosts=("A", "B"), *, options: str = "", lease: float = 10.0,
                  vers: int = 4, history=None) -> None:
         from chaos.nemesis.lock import LockLossNemesis
-        from chaos.proxy.client import ToxiproxyClient
+        from machinery.faultproxy.client import ToxiproxyClient
 
         self.server: StoreServerProcess | None = None
         self.mounts: dict[str, MountProcess] = {}

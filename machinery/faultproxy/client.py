@@ -1,4 +1,4 @@
-"""The one client of the Toxiproxy HTTP API in the project: ours (chaos/proxy/server.py) or a real
+"""The one client of the Toxiproxy HTTP API in the project: ours (machinery/faultproxy/server.py) or a real
 ``toxiproxy-server`` (or its container) answer it alike.
 
 Routes, bodies and status codes as Shopify/toxiproxy's api.go (README, "HTTP API"): create proxy
@@ -22,10 +22,10 @@ import time
 from typing import Any
 from urllib.parse import quote, urlparse
 
-from conformance.targets.runtime.process import free_ports
+from machinery.process import free_ports
 
 #: bound on one call; the real server bounds a request at 25 s (api.go http.TimeoutHandler), ours at
-#: 5 s per control operation (chaos/proxy/api.py CONTROL_TIMEOUT)
+#: 5 s per control operation (machinery/faultproxy/api.py CONTROL_TIMEOUT)
 DEFAULT_TIMEOUT = 5.0
 STREAMS = ("upstream", "downstream")
 
