@@ -30,6 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 from machinery.faultproxy import start_fault_proxy  # noqa: E402  (after the path insert)
 from machinery.sharedstore.harness import SharedStoreRig  # noqa: E402
+from chaos.nemesis.lock import lock_loss_nemesis  # noqa: E402
 from machinery.sharedstore.mountopts import MountOptionError, MountOptions  # noqa: E402
 
 
@@ -49,6 +50,7 @@ def one_run(proxy_api: str, options: str, lease: float, vers: int) -> tuple[floa
         holder = subprocess.Popen([sys.executable, "-m", "machinery.sharedstore.holder", rig.path("A")],
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True)
         held: list[int] = []
+        cut_link = lock_loss_nemesis(rig)
         try:
             for command in ("open", "lock"):
                 holder.stdin.write(command + "\n")
@@ -56,7 +58,7 @@ def one_run(proxy_api: str, options: str, lease: float, vers: int) -> tuple[floa
                 answer = read_answer(holder, 20)
                 if answer is None or answer[0] != "ok":
                     raise RuntimeError(f"host A could not {command}: {answer}")
-            rig.nemesis.invoke("partition", host="A")
+            cut_link.invoke("partition", host="A")
             cut = time.monotonic()
             holder.stdin.write("write\n")
             holder.stdin.flush()
@@ -74,12 +76,12 @@ def one_run(proxy_api: str, options: str, lease: float, vers: int) -> tuple[floa
                 time.sleep(0.05)
             answer = read_answer(holder, max(0.0, limit - (time.monotonic() - cut)))
             detection = answer[1] if answer and answer[0] == "err EIO" else None
-            rig.nemesis.invoke("heal", host="A")
+            cut_link.invoke("heal", host="A")
             return detection, takeover
         finally:
             for fd in held:
                 os.close(fd)
-            rig.nemesis.teardown()
+            cut_link.teardown()
             holder.kill()
             holder.wait(60)
             holder.stdin.close()

@@ -18,6 +18,7 @@ import time
 
 import pytest
 
+from chaos.nemesis.lock import LockLossNemesis, lock_loss_nemesis
 from conformance.plugin import NOT_APPLICABLE, STATE
 from conformance.scenario import Scenario
 from conformance.suites.network_support import network_workdir, parametrize_by_target
@@ -141,10 +142,10 @@ def test_a_slave_that_gets_the_lock_waits_a_keep_alive_period_before_serving(nfs
         f"FT-SHARED-4: B served {waited:.2f} s after getting the lock, before one lockKeepAlivePeriod ({keep_alive_ms} ms)"
 
 
-def _cut_and_kill_the_master(group) -> float:
-    """Cut A's storage link, then kill -9 A (a master that dies without giving its lock back, as
-    a crashed NFS client); returns the moment A was seen gone."""
-    group.rig.nemesis.invoke("partition", host="A")
+def _cut_and_kill_the_master(group, cut: LockLossNemesis) -> float:
+    """Cut A's storage link with ``cut``, then kill -9 A (a master that dies without giving its
+    lock back, as a crashed NFS client); returns the moment A was seen gone."""
+    cut.invoke("partition", host="A")
     a = group["A"]
     a.kill()
     # A JVM stuck in a file operation on the cut mount dies only once the soft mount gives up
@@ -161,7 +162,7 @@ def test_nfsv3_the_slave_never_gets_the_lock_of_a_crashed_master(nfs_group):
                                   nfs=NfsOptions(mount_options=QUICK_MOUNT.replace("sync", "sync,vers=3"), version=3,
                                                  lease_s=LEASE_S)))
     assert group.master() is group["A"], f"FT-SHARED-7: node A is not the master\n{group.log_tail(30)}"
-    gone = _cut_and_kill_the_master(group)
+    gone = _cut_and_kill_the_master(group, lock_loss_nemesis(group.rig))
     # NFSv4 would release A's lock one lease after A's last request, which came before the cut
     # (FT-SHARED-10 sees the slave take over then); NFSv3 has no lease: V3_WATCHED_LEASES leases and
     # more must go by with the slave still waiting (+5 s: room for a slave that got the lock to
@@ -200,11 +201,12 @@ def test_nfsv3_a_reboot_of_the_crashed_master_s_host_unblocks_the_group(nfs_grou
                                   nfs=NfsOptions(mount_options=QUICK_MOUNT.replace("sync", "sync,vers=3"), version=3,
                                                  lease_s=LEASE_S)))
     assert group.master() is group["A"], f"setup: node A is not the master\n{group.log_tail(30)}"
-    _cut_and_kill_the_master(group)
+    cut = lock_loss_nemesis(group.rig)
+    _cut_and_kill_the_master(group, cut)
     # still blocked without a reboot (FT-SHARED-7 watches this longer)
     blocked = poll(lambda: not closed(group["B"]), bool, timeout=2 * LEASE_S, interval=0.5)
     assert not blocked, f"setup: the NFSv3 slave took over with no reboot (FT-SHARED-7)\n{group.log_tail(40)}"
-    group.rig.nemesis.invoke("heal", host="A")
+    cut.invoke("heal", host="A")
     group.rig.rig.reboot("A")  # the rebooted host's NFS client introduces itself again
     served = poll(lambda: not closed(group["B"]), bool, timeout=TAKEOVER, interval=0.5)
     assert served, (f"FT-SHARED-15: after the crashed master's host rebooted the slave B still did not get the lock "
@@ -222,8 +224,9 @@ def test_with_the_store_lost_to_every_node_no_broker_serves(nfs_group):
     group = nfs_group(SharedStore(lock_keep_alive_period_ms=1000, lock_acquire_sleep_interval_ms=500,
                                   nfs=NfsOptions(mount_options=QUICK_MOUNT, version=4, lease_s=LEASE_S)))
     assert group.master() is group["A"], f"setup: node A is not the master\n{group.log_tail(30)}"
+    cut = lock_loss_nemesis(group.rig)  # left cut: the group's stop heals the links
     for host in ("A", "B"):
-        group.rig.nemesis.invoke("partition", host=host)
+        cut.invoke("partition", host=host)
     stopped = poll(lambda: not stores_a_persistent_message(group["A"]), bool, timeout=TAKEOVER, interval=0.5)
     assert stopped, (f"FT-SHARED-17: the master still took persistent messages {TAKEOVER} s after the store became "
                      f"unreachable to every node\n{group.log_tail(40)}")
@@ -240,7 +243,7 @@ def test_nfsv4_releases_a_crashed_master_s_lock_after_its_lease_and_the_slave_ta
     group = nfs_group(SharedStore(lock_keep_alive_period_ms=1000, lock_acquire_sleep_interval_ms=500,
                                   nfs=NfsOptions(mount_options=QUICK_MOUNT, version=4, lease_s=LEASE_S)))
     assert group.master() is group["A"], f"FT-SHARED-10: node A is not the master\n{group.log_tail(30)}"
-    killed = _cut_and_kill_the_master(group)  # the moment A was gone
+    killed = _cut_and_kill_the_master(group, lock_loss_nemesis(group.rig))  # the moment A was gone
     # watched closely, so the moment B opens its listener is known to within a poll
     poll(lambda: not closed(group["B"]), bool, timeout=TAKEOVER, interval=0.05)
     took = time.monotonic() - killed
@@ -282,7 +285,7 @@ def test_with_the_guide_s_mount_options_a_master_that_loses_its_store_stops(nfs_
     model = MountOptions.parse(options).soft_failure_after()
     # the simulated mount must give up when the guide's options say, or the bound below means nothing
     assert model == GUIDE_DETECTION_S, f"setup: the mount model fails a request after {model} s, not 12 s"
-    group.rig.nemesis.invoke("partition", host="A")
+    lock_loss_nemesis(group.rig).invoke("partition", host="A")
     cut, cut_at = time.monotonic(), time.strftime("%H:%M:%S")  # wall clock: to read the broker's log against
     bound = GUIDE_DETECTION_S + DETECTION_TOLERANCE_S
     # watched past the bound (up to TAKEOVER) so a late broker's time is measured, not just "late"

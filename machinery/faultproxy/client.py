@@ -186,6 +186,13 @@ class ToxiproxyClient:
     def delete_proxy(self, name: str) -> None:
         self.call("DELETE", self._proxy_path(name), expect=204, proxy=name)
 
+    def restore(self, name: str) -> None:
+        """One proxy as it was made: its toxics removed, then enabled. Toxiproxy's ``reset`` does
+        this for every proxy of the server; a rig on a shared server restores only its own."""
+        for toxic in self.toxics(name):
+            self.remove_toxic(name, toxic["name"], missing_ok=True)
+        self.enable(name)
+
     # ------------------------------------------------------------------ toxics
 
     def toxics(self, proxy: str) -> list[dict]:

@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from chaos.history import History, read_history
+from chaos.nemesis.lock import lock_loss_nemesis
 from machinery.faultproxy import start_fault_proxy
 from machinery.faultproxy.client import ToxiproxyClient
 from machinery.sharedstore.harness import SharedStoreRig, fuse_unavailable, mounted
@@ -99,15 +100,21 @@ def poll_lock(path: Path, within: float) -> float | None:
 
 
 class Store(SharedStoreRig):
-    """The rig with its own fault proxy, and the names the tests use."""
+    """The rig with its own fault proxy, the lock-loss nemesis chaos builds on its links
+    (``store.nemesis``, set up, recording into ``history``), and the names the tests use."""
 
     def __init__(self, base: Path, history: History, vers: int, options: str) -> None:
         self.proxy = start_fault_proxy()
         try:
-            super().__init__(str(base), self.proxy.api_url, ("A", "B"), options=options, lease=LEASE, vers=vers,
-                             history=history)
+            super().__init__(str(base), self.proxy.api_url, ("A", "B"), options=options, lease=LEASE, vers=vers)
         except BaseException:
             self.proxy.stop()
+            raise
+        try:
+            self.nemesis = lock_loss_nemesis(self, history)
+            self.nemesis.setup()
+        except BaseException:
+            self.close()
             raise
 
     def path(self, host: str) -> Path:

@@ -25,6 +25,7 @@ import time
 
 import pytest
 
+from chaos.nemesis.lock import lock_loss_nemesis
 from machinery.sharedstore.harness import fuse_unavailable
 from machinery.sharedstore.mountopts import MountOptions
 from conformance.clients.stomp_client import StompClient
@@ -115,7 +116,7 @@ def test_master_with_a_stalled_journal_stops_serving_and_the_slave_has_every_rec
             client.send(QUEUE, body, persistent=True)  # returns once the RECEIPT came
             receipted.append(body)
 
-    group.rig.nemesis.invoke("partition", host="A")
+    lock_loss_nemesis(group.rig).invoke("partition", host="A")  # the group's stop heals it
     after_cut: dict = {}
     sender = threading.Thread(target=send_after_cut, args=(port_a, after_cut), daemon=True)
     sender.start()

@@ -180,9 +180,9 @@ class SharedStoreGroup(NodeRestarts):
     # neither an NFS rig nor a database of its own
     def stop(self) -> None:
         errors = []
-        if self.rig is not None and self.rig.nemesis is not None:
+        if self.rig is not None:
             try:  # heal first: a broker blocked on a cut storage link cannot stop cleanly
-                self.rig.nemesis.teardown()
+                self.rig.heal()
             except Exception as exc:  # noqa: BLE001
                 errors.append(f"nfs store heal: {exc}")
         for node in self.nodes.values():
