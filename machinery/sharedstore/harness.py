@@ -17,6 +17,8 @@ import sys
 import tempfile
 import time
 
+from machinery.process import stop_if_interrupted
+
 from .control import control
 
 
@@ -78,14 +80,8 @@ class StoreServerProcess:
             [sys.executable, "-m", "machinery.sharedstore.server", "--root", self.root, "--lease", str(self.lease),
              "--vers", str(self.vers)],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self.log, text=True, start_new_session=True)
-        try:
-            line = self.process.stdout.readline()   # "listening HOST:PORT", or EOF if it died
-        except (KeyboardInterrupt, SystemExit):
-            # a signal (SIGTERM made SystemExit, Ctrl-C) while waiting: the caller never gets this
-            # handle to stop, so stop the server here (seen in CI: a run interrupted right then
-            # left its store server behind)
-            self.stop()
-            raise
+        # "listening HOST:PORT", or EOF if it died
+        line = stop_if_interrupted(self.process.stdout.readline, self.stop)
         if not line.startswith("listening "):
             self.process.wait(5)
             output = self.log_text()
@@ -137,17 +133,16 @@ class MountProcess:
              "-o", self.options, self.mountpoint],
             stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + timeout
-        try:
-            while not mounted(self.mountpoint):
-                if self.process.poll() is not None or time.monotonic() > deadline:
-                    output = self.log_text()
-                    self.stop()
-                    raise RuntimeError(f"mount of {self.mountpoint} for {self.client} did not appear: {output}")
-                time.sleep(0.05)
-        except (KeyboardInterrupt, SystemExit):
-            self.stop()   # interrupted while waiting: nobody else holds this handle yet
-            raise
+        stop_if_interrupted(lambda: self._wait_mounted(deadline), self.stop)
         return self
+
+    def _wait_mounted(self, deadline: float) -> None:
+        while not mounted(self.mountpoint):
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                output = self.log_text()
+                self.stop()
+                raise RuntimeError(f"mount of {self.mountpoint} for {self.client} did not appear: {output}")
+            time.sleep(0.05)
 
     def log_text(self) -> str:
         with open(self.log.name, errors="replace") as handle:
