@@ -1,4 +1,4 @@
-"""Lock loss on the simulated NFS store (chaos/sharedstore): for each mount-option setting, cut host
+"""Lock loss on the simulated NFS store (machinery/sharedstore): for each mount-option setting, cut host
 A's storage link while it holds the lock and measure, over ``--repeat`` runs,
 
 - detection: how long A's next write takes to fail (soft mounts: EIO after the retries), next to
@@ -28,9 +28,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from chaos.proxy import start_fault_proxy  # noqa: E402  (after the path insert)
-from chaos.sharedstore.harness import SharedStoreRig  # noqa: E402
-from chaos.sharedstore.mountopts import MountOptionError, MountOptions  # noqa: E402
+from machinery.faultproxy import start_fault_proxy  # noqa: E402  (after the path insert)
+from machinery.sharedstore.harness import SharedStoreRig  # noqa: E402
+from chaos.nemesis.lock import lock_loss_nemesis  # noqa: E402
+from machinery.sharedstore.mountopts import MountOptionError, MountOptions  # noqa: E402
 
 
 def read_answer(process: subprocess.Popen, timeout: float) -> tuple[str, float] | None:
@@ -46,9 +47,10 @@ def one_run(proxy_api: str, options: str, lease: float, vers: int) -> tuple[floa
     limit = max(10 * lease, 3 * model.soft_failure_after())
     with tempfile.TemporaryDirectory(prefix="bc-lockloss-") as base, \
             SharedStoreRig(base, proxy_api, options=options, lease=lease, vers=vers) as rig:
-        holder = subprocess.Popen([sys.executable, "-m", "chaos.sharedstore.holder", rig.path("A")],
+        holder = subprocess.Popen([sys.executable, "-m", "machinery.sharedstore.holder", rig.path("A")],
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True)
         held: list[int] = []
+        cut_link = lock_loss_nemesis(rig)
         try:
             for command in ("open", "lock"):
                 holder.stdin.write(command + "\n")
@@ -56,7 +58,7 @@ def one_run(proxy_api: str, options: str, lease: float, vers: int) -> tuple[floa
                 answer = read_answer(holder, 20)
                 if answer is None or answer[0] != "ok":
                     raise RuntimeError(f"host A could not {command}: {answer}")
-            rig.nemesis.invoke("partition", host="A")
+            cut_link.invoke("partition", host="A")
             cut = time.monotonic()
             holder.stdin.write("write\n")
             holder.stdin.flush()
@@ -74,12 +76,12 @@ def one_run(proxy_api: str, options: str, lease: float, vers: int) -> tuple[floa
                 time.sleep(0.05)
             answer = read_answer(holder, max(0.0, limit - (time.monotonic() - cut)))
             detection = answer[1] if answer and answer[0] == "err EIO" else None
-            rig.nemesis.invoke("heal", host="A")
+            cut_link.invoke("heal", host="A")
             return detection, takeover
         finally:
             for fd in held:
                 os.close(fd)
-            rig.nemesis.teardown()
+            cut_link.teardown()
             holder.kill()
             holder.wait(60)
             holder.stdin.close()

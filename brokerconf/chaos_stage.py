@@ -129,7 +129,7 @@ def plan(chaos_duration: float, targets: list[str], out_dir: Path, progress: Cal
     ``seed`` replaces every file's own (None: each keeps its own)."""
     import chaos
     from chaos.experiment_file import load_experiment, with_overrides
-    from chaos.sharedstore.harness import fuse_unavailable
+    from machinery.sharedstore.harness import fuse_unavailable
     from conformance.targets.registry import resolve
 
     runs: list[PlannedRun] = []

@@ -7,7 +7,7 @@ Why not ``subprocess.run``: `brokerconf` turns SIGTERM into SystemExit (cli._sto
 and ``subprocess.run`` answers any exception by SIGKILLing its child (``except: process.kill()``
 in ``run``, and ``Popen.__exit__`` waits without passing anything on), so pytest never ran its
 finalizers. The brokers it had started live in sessions of their own (so the harness can signal
-their process groups, conformance/targets/runtime/managed.py) and the terminal's signals never
+their process groups, machinery/managed.py) and the terminal's signals never
 reach them either: a SIGTERM during ``test_core_topics`` left that module's ActiveMQ JVM running.
 
 The protocol, for one child or several (parallel chaos experiments):

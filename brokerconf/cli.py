@@ -402,7 +402,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_proxy(args: argparse.Namespace) -> int:
-    from chaos.proxy.server import main as proxy_main
+    from machinery.faultproxy.server import main as proxy_main
 
     return proxy_main(["--host", args.host, "--port", str(args.port)])
 
@@ -461,8 +461,8 @@ def cmd_bench_soak(args: argparse.Namespace) -> int:
 
 
 def cmd_bench_proxy(args: argparse.Namespace) -> int:
-    from chaos.proxy.bench import format as format_bench
-    from chaos.proxy.bench import run_proxy_bench
+    from chaos.proxy_bench import format as format_bench
+    from chaos.proxy_bench import run_proxy_bench
 
     _progress(f"fault proxy benchmark, ours and toxiproxy-server: {args.repeats} rounds of {args.round_trips} "
               f"round trips and {args.megabytes} MB streamed each...")
@@ -495,7 +495,7 @@ def cmd_targets_list(args: argparse.Namespace) -> int:
 
 
 def cmd_targets_install(args: argparse.Namespace) -> int:
-    from chaos.proxy.install import ToxiproxyInstallError, install_toxiproxy
+    from machinery.faultproxy.install import ToxiproxyInstallError, install_toxiproxy
     from conformance.targets.install import PACKAGES, TOOLS, InstallError, install, packages_for
 
     # Debian packages come from apt (root); TOOLS (Artemis, ActiveMQ's AMQP transport) are fetched

@@ -27,8 +27,8 @@ from chaos.nemesis.base import NemesisError
 from chaos.nemesis.master import CurrentMasterNemesis
 from chaos.nemesis.process import ProcessNemesis
 from chaos.nemesis.proxy import ProxyNemesis
-from chaos.proxy import start_fault_proxy
-from chaos.proxy.client import ToxiproxyClient, split_address
+from machinery.faultproxy import start_fault_proxy
+from machinery.faultproxy.client import ToxiproxyClient, split_address
 from chaos.schedule import FAULT_AND_HEAL, build_schedule, postpone
 from chaos.topology import RunningTopology, launch_topology
 from chaos.transport_log import TransportLog, worker_of_thread

@@ -17,7 +17,7 @@
     lock_keep_alive_period_ms = 2000
     lock_acquire_sleep_interval_ms = 1000
     store = "local"                 # shared-store: "local" directory, or "nfs": the simulated NFS
-                                    # (chaos/sharedstore), each node through its own mount and proxy,
+                                    # (machinery/sharedstore), each node through its own mount and proxy,
                                     # or "jdbc": one PostgreSQL database (guide 3.2, a lease in it),
                                     # each node's database link through its own proxy; the lease lasts
                                     # lock_acquire_sleep_interval_ms, renewed every lock_keep_alive_period_ms
@@ -141,7 +141,7 @@ class TopologySection(_Strict):
     nodes: int = Field(default=2, ge=2, le=8)
     lock_keep_alive_period_ms: int = Field(default=2000, ge=0)
     lock_acquire_sleep_interval_ms: int = Field(default=1000, gt=0)
-    # shared-store: where the store lives; "nfs" puts it on the simulated NFS (chaos/sharedstore,
+    # shared-store: where the store lives; "nfs" puts it on the simulated NFS (machinery/sharedstore,
     # issue 18 section 4) with these mount options (nfs(5); the A-MQ guide's 3.1 list by default);
     # "jdbc" in one PostgreSQL database (guide 3.2), each node's link to it through its own proxy
     # of the fault proxy (conformance/targets/runtime/database_links.py), the lock a lease lasting
@@ -201,7 +201,7 @@ class TopologySection(_Strict):
         if self.store == "nfs":
             if self.kind != "shared-store":
                 raise ValueError(f"store = \"nfs\" needs kind = \"shared-store\", not {self.kind!r}")
-            from chaos.sharedstore.mountopts import MountOptions, MountOptionError
+            from machinery.sharedstore.mountopts import MountOptions, MountOptionError
 
             try:
                 MountOptions.parse(self.nfs_mount_options)

@@ -29,8 +29,9 @@ import time
 from pathlib import Path
 
 from chaos.experiment_file import Experiment, ExperimentError
-from chaos.proxy import start_fault_proxy
-from chaos.proxy.client import ToxiproxyClient, split_address
+from chaos.nemesis.lock import lock_loss_nemesis
+from machinery.faultproxy import start_fault_proxy
+from machinery.faultproxy.client import ToxiproxyClient, split_address
 from conformance.scenario import Scenario
 from conformance.targets.runtime.probes import stomp_handshake, tcp_accepts
 from conformance.targets.base import TargetUnavailable, why_missing
@@ -120,7 +121,7 @@ class RunningTopology:
         store = getattr(self.cluster, "rig", None)
         if store is None:
             return None
-        return store.lock_nemesis(history)
+        return lock_loss_nemesis(store, history, node="store")
 
     def serving_nodes(self) -> list[str]:
         """Every node whose listeners accept clients now, asked node by node through the node

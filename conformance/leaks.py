@@ -6,8 +6,8 @@ it is started, instead of guessing later by name:
 
 * every child process (`subprocess.Popen`, which asyncio's subprocesses and `subprocess.run`
   go through too): its PID with its start time (so a reused PID is not mistaken for it), and
-  its process group when the child leads one (`start_new_session`, as the launchers in
-  conformance/targets/runtime do), which also covers what the child started in turn (a JVM
+  its process group when the child leads one (`start_new_session`, as the launchers on
+  machinery/process.py do), which also covers what the child started in turn (a JVM
   behind a launcher script);
 * network namespaces and mounts made by those children, read from the command that made them
   (`ip netns add NAME` as chaos/nemesis/netns.py runs it, `mount ... DIR`); a mount that was not
@@ -41,7 +41,7 @@ from typing import Any, Callable
 ROOT = Path(__file__).resolve().parent.parent
 _VENDOR = ("site-packages", "dist-packages")
 # testcontainers' reaper container removes the session's containers after the process exits;
-# it outlives the session by design (conformance/targets/runtime/container.py decides on it).
+# it outlives the session by design (machinery/container.py decides on it).
 _REAPER_IMAGE = "testcontainers/ryuk"
 
 

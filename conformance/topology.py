@@ -233,10 +233,10 @@ BridgeRoute = Callable[[Bridge, str, int], tuple[str, int]]
 
 @dataclass(frozen=True)
 class NfsOptions:
-    """Put a ``file`` shared store on the simulated NFS (chaos/sharedstore): one store server, one
+    """Put a ``file`` shared store on the simulated NFS (machinery/sharedstore): one store server, one
     FUSE mount per node whose link to the server runs through its own fault-proxy proxy, so the
     lock-loss nemesis can cut, slow or reset one node's storage link. ``mount_options``: the
-    mount's options (chaos/sharedstore/mountopts.py; the A-MQ guide's 3.1 list is
+    mount's options (machinery/sharedstore/mountopts.py; the A-MQ guide's 3.1 list is
     ``soft,timeo=20,retrans=2,lookupcache=none,sync``); ``version``: 4 (a client lease renewed by
     traffic, locks of a lapsed lease released) or 3 (locks never expire: the guide's negative);
     ``lease_s``: the server's NFSv4 lease."""
@@ -250,7 +250,7 @@ class NfsOptions:
             raise ValueError(f"nfs version must be 3 or 4, not {self.version!r}")
         if not self.lease_s > 0:
             raise ValueError(f"nfs lease_s must be above 0, not {self.lease_s!r}")
-        from chaos.sharedstore.mountopts import MountOptions
+        from machinery.sharedstore.mountopts import MountOptions
 
         vers = MountOptions.parse(self.mount_options).vers  # a bad option is refused here, by name
         if f"vers={vers}" in self.mount_options.replace("nfsvers", "vers") and vers != self.version:
@@ -272,7 +272,7 @@ class SharedStore:
     lock_keep_alive_period_ms: int = 2000
     lock_acquire_sleep_interval_ms: int = 1000
     #: a ``file`` store on the simulated NFS (`NfsOptions`); the cluster then has ``rig`` (a
-    #: chaos.sharedstore.SharedStoreRig, stopped with the cluster) whose ``nemesis`` faults one
+    #: machinery.sharedstore.SharedStoreRig, stopped with the cluster) whose ``nemesis`` faults one
     #: node's storage link; None: a local directory
     nfs: NfsOptions | None = None
     #: a ``jdbc`` store whose every node reaches the database through its OWN proxy of a fault

@@ -2,7 +2,7 @@
 # Build brokerconf's local images; idempotent (Docker's layer cache makes a rebuild a no-op).
 #
 #   docker/build-images.sh            base image (pulled or debootstrapped) + brokerconf/activemq-classic:5.17
-#                                     + brokerconf/artemis:<version pinned in conformance/targets/pins.toml>
+#                                     + brokerconf/artemis:<version pinned in machinery/pins.toml>
 #                                     + brokerconf/toxiproxy:<version pinned there>
 #
 # The Artemis image is built from the binary distribution cached at

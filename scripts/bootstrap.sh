@@ -179,7 +179,7 @@ _bc_ensure_brokers() {
 }
 
 # --------------------------------------------------------------------------- FUSE
-# The shared store's per-host mounts (chaos/sharedstore, issue 18: NFS lock loss simulated in user
+# The shared store's per-host mounts (machinery/sharedstore, issue 18: NFS lock loss simulated in user
 # space) are FUSE file systems: libfuse 3 and fusermount3 come from Debian's fuse3 (the Python side,
 # mfusepy, loads libfuse3 through ctypes, so no -dev package is needed). Not fatal: without it the
 # shared-store mount tests are skipped (failed where BROKERCONF_REQUIRE names fuse).
@@ -198,7 +198,7 @@ _bc_ensure_fuse() {
 
 # --------------------------------------------------------------------------- Artemis
 # The `artemis:process` target (issue 16): the binary distribution pinned in
-# conformance/targets/pins.toml, copied by Maven (which reads the machine's own mirror settings),
+# machinery/pins.toml, copied by Maven (which reads the machine's own mirror settings),
 # verified against the pinned sha512 and unpacked under .tools/artemis. Needs no root, so
 # BROKERCONF_INSTALL_BROKERS=0 does not skip it (that flag is about apt). Not fatal: without it the
 # Artemis target is reported not applicable with the reason. Runs before the image build, which
@@ -232,7 +232,7 @@ _bc_ensure_netns() {
 
 # --------------------------------------------------------------------------- ActiveMQ's AMQP transport
 # Debian packages ActiveMQ Classic without its AMQP transport: fetch the pinned jars
-# (conformance/targets/pins.toml [activemq-amqp]) into .tools/ with Maven, which reads the
+# (machinery/pins.toml [activemq-amqp]) into .tools/ with Maven, which reads the
 # machine's own mirror settings. Quick when they are there (the module only verifies digests).
 # Not fatal: without them the AMQP cases are reported not applicable on ActiveMQ, with the reason.
 # BROKERCONF_INSTALL_AMQP=0 skips it.
@@ -251,7 +251,7 @@ _bc_ensure_activemq_amqp() {
 
 # --------------------------------------------------------------------------- real Java clients
 # The client-side chapters checked on the real client libraries (issue 28): the clients pinned in
-# conformance/targets/pins.toml [java-clients.*] fetched with Maven (which reads the machine's own
+# machinery/pins.toml [java-clients.*] fetched with Maven (which reads the machine's own
 # mirror settings) and brokerconf's driver (drivers/java) compiled against each, into
 # .tools/java-clients/ (no root; quick when built: digests and a source stamp are checked). Not
 # fatal: without them those tests are skipped (failed where BROKERCONF_REQUIRE names java-clients).
@@ -271,7 +271,7 @@ _bc_ensure_java_clients() {
 # The container targets (issue 8): as root on Debian, install the engine, start it when no service
 # manager does, and build the local images (docker/README.md: offline base image when no registry
 # answers). Idempotent and quick once done. Not fatal: without Docker the container targets and
-# tests are reported not applicable with the reason (conformance/targets/runtime/docker_env.py).
+# tests are reported not applicable with the reason (machinery/docker_env.py).
 _bc_ensure_docker() {
     _bc_have_apt || return 0
     [ "${BROKERCONF_INSTALL_DOCKER:-1}" != "0" ] || return 0
@@ -303,7 +303,7 @@ _bc_ensure_docker() {
 
 # --------------------------------------------------------------------------- toxiproxy
 # The real Toxiproxy server (issue 16): `go install` of the version pinned in
-# conformance/targets/pins.toml into .tools/bin/toxiproxy-server (chaos/proxy/install.py); re-used
+# machinery/pins.toml into .tools/bin/toxiproxy-server (machinery/faultproxy/install.py); re-used
 # when its -version names the pin, so this is quick once done. Not fatal: without it the proxy tests
 # run against our proxy only and report the real server's runs as skipped (failed where CI requires
 # toxiproxy), and start_fault_proxy() falls back to ours.
@@ -318,7 +318,7 @@ _bc_ensure_toxiproxy() {
         return 0
     fi
     # (-c, not -m: the package imports the module, and runpy would warn about running it twice)
-    if ! .venv/bin/python -c 'import sys; from chaos.proxy.install import main; sys.exit(main())'; then
+    if ! .venv/bin/python -c 'import sys; from machinery.faultproxy.install import main; sys.exit(main())'; then
         _bc_log "warning: building toxiproxy-server failed (output above); the proxy tests run against" \
                 "brokerconf's own proxy only"
     fi

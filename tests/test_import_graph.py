@@ -9,6 +9,7 @@ two files, and the fix is to move the shared piece or pass it in (a protocol, a 
 from __future__ import annotations
 
 import ast
+import tomllib
 from collections import deque
 from pathlib import Path
 
@@ -184,3 +185,75 @@ def test_imports_between_a_package_and_its_modules_in_one_direction_are_no_cycle
     graph = import_graph(tmp_path, ("pkg",))
     assert graph == {"pkg": {"pkg.a", "pkg.b"}, "pkg.a": set(), "pkg.b": {"pkg.a"}}
     assert describe(graph) == []
+
+
+# Package layers, lowest first (issue 27): a module may import its own layer and the layers below,
+# never one above. Packages that share a layer are peers and may not import each other either.
+# A module belongs to the longest dotted prefix listed (``conformance.suites`` is not
+# ``conformance``): the suite modules are pytest's test modules, the top of the house, which drive
+# chaos experiments and judge them (brokerconf.chaos_job); nothing but tests imports them.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("machinery", "reference_broker"),  # processes, containers, downloads, PostgreSQL, fault plane
+    ("conformance",),                   # targets, clients, catalogue, the pytest plugin
+    ("chaos",),                         # experiments, nemeses, workloads on top of targets and clients
+    ("reports",),                       # checkers, the Spark pipeline, rendering of chaos histories
+    ("brokerconf",),                    # the command line
+    ("conformance.suites",),            # the suites: pytest modules that use all of the above
+)
+
+
+def layer_of(module: str, layers: tuple[tuple[str, ...], ...] = LAYERS) -> tuple[int, str]:
+    """(layer index, the unit the module belongs to): the longest listed prefix of ``module``."""
+    best: tuple[int, str] | None = None
+    for index, units in enumerate(layers):
+        for unit in units:
+            if (module == unit or module.startswith(unit + ".")) and (best is None or len(unit) > len(best[1])):
+                best = (index, unit)
+    if best is None:
+        raise AssertionError(f"{module} is in no layer: add its package to LAYERS")
+    return best
+
+
+def upward_imports(graph: dict[str, set[str]], layers: tuple[tuple[str, ...], ...] = LAYERS) -> list[str]:
+    """One line per import from a unit to a unit above it or beside it (a peer), sorted."""
+    wrong = []
+    for module, targets in graph.items():
+        level, unit = layer_of(module, layers)
+        for target in targets:
+            target_level, target_unit = layer_of(target, layers)
+            if target_unit != unit and target_level >= level:
+                where = "above it" if target_level > level else "beside it"
+                wrong.append(f"{unit} -> {target_unit} ({where}): {module} imports {target}")
+    return sorted(wrong)
+
+
+def test_no_package_imports_a_package_above_it():
+    packages = tuple(sorted({unit.split(".")[0] for units in LAYERS for unit in units}))
+    graph = import_graph(ROOT, packages)
+    assert len(graph) > 100, f"found only {len(graph)} modules under {ROOT}: wrong root?"
+    # every package the project installs has its layer (pyproject's packages.find: "name*")
+    find = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]["packages"]["find"]
+    installed = {pattern.rstrip("*") for pattern in find["include"]}
+    assert installed == set(packages), f"installed {sorted(installed)}, layered {sorted(packages)}"
+    wrong = upward_imports(graph)
+    assert not wrong, f"{len(wrong)} imports run up the layers {LAYERS}:\n" + "\n".join(wrong)
+
+
+def test_an_upward_or_sideways_import_is_found_lazy_or_not(tmp_path):
+    # The check must be able to fail: a lazy import up a layer, a typing-only one, a peer's, and a
+    # sub-unit (low.top) that may import everything because it is listed in the top layer.
+    _write(tmp_path, {
+        "low/__init__.py": "",
+        "low/a.py": "def later():\n    from high.b import B\n",
+        "low/top.py": "from high import b\n",
+        "peer/__init__.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from low import a\n",
+        "high/__init__.py": "",
+        "high/b.py": "from low.a import later\nimport peer\n",
+    })
+    layers = (("low", "peer"), ("high",), ("low.top",))
+    graph = import_graph(tmp_path, ("low", "peer", "high"))
+    assert upward_imports(graph, layers) == [
+        "low -> high (above it): low.a imports high.b",
+        "peer -> low (beside it): peer imports low",  # `from low import a` loads low, then low.a
+        "peer -> low (beside it): peer imports low.a",
+    ]

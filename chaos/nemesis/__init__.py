@@ -2,10 +2,10 @@
 
 from .base import Nemesis, NemesisError, RecordedNemesis
 from .container import ContainerPartitionNemesis
-from .lock import LockLossNemesis
+from .lock import LockLossNemesis, lock_loss_nemesis
 from .netns import NetnsNemesis, netns_unavailable
 from .process import ProcessNemesis, process_running
 from .proxy import ProxyNemesis
 
 __all__ = ["ContainerPartitionNemesis", "LockLossNemesis", "Nemesis", "NemesisError", "NetnsNemesis", "ProcessNemesis", "ProxyNemesis",
-           "RecordedNemesis", "netns_unavailable", "process_running"]
+           "RecordedNemesis", "lock_loss_nemesis", "netns_unavailable", "process_running"]

@@ -40,8 +40,8 @@ from typing import Any, Callable
 from chaos.history import History
 
 from .base import NemesisError, RecordedNemesis
-from conformance.targets.runtime.container import NetworkedContainer
-from conformance.targets.runtime.docker_env import docker_client
+from machinery.container import NetworkedContainer
+from machinery.docker_env import docker_client
 
 SHAPES = ("isolate", "halves", "bridge", "one-way")
 PARTITION = "partition"  # fault key of the (single) iptables partition
@@ -108,10 +108,10 @@ class ContainerPartitionNemesis(RecordedNemesis):
     """Steps: ``partition(shape, ...)``, ``disconnect(node)``, ``reconnect(node)``, ``heal``.
 
     ``nodes`` maps node names to containers: launchers implementing
-    `conformance.targets.runtime.container.NetworkedContainer` (`ActiveMQContainer`,
+    `machinery.container.NetworkedContainer` (`ActiveMQContainer`,
     `ArtemisContainer`) or container ids. ``network`` is the scenario network's name (default: the
     first launcher's ``network_name``). ``client_factory`` makes the docker SDK client (tests may
-    hand in a fake; default `conformance.targets.runtime.docker_env.docker_client`)."""
+    hand in a fake; default `machinery.docker_env.docker_client`)."""
 
     name = "container-partition"
 

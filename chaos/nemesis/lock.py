@@ -1,10 +1,11 @@
 """Lock-loss faults on a shared store: one host's storage link cut or slowed, or its lease ended.
 
-The hosts reach the store server (chaos/sharedstore) each through its own Toxiproxy proxy, so a
+The hosts reach the store server (machinery/sharedstore) each through its own Toxiproxy proxy, so a
 fault of one host's proxy is a fault of that host's storage link and of nothing else, as a cut
 NFS link would be. A JDBC group's brokers reach their database the same way, each through its
 own proxy (conformance/targets/runtime/database_links.py), so the same steps cut, slow or reset
-one broker's database link. Steps (``host`` names a host of ``links``):
+one broker's database link; `lock_loss_nemesis` builds the nemesis on any such rig. Steps (``host``
+names a host of ``links``):
 
 - ``partition(host)``: the host's proxy disabled (refuses and drops connections): its requests go
   unanswered, the soft/hard retry schedule runs, and its lease runs out on the server;
@@ -23,15 +24,38 @@ Recorded like every nemesis (base.py); teardown heals whatever is still active.
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Iterator, Protocol
 
 from chaos.history import History
-from chaos.proxy.client import ToxiproxyClient, ToxiproxyError
-from chaos.sharedstore.control import control
+from machinery.faultproxy.client import ToxiproxyClient, ToxiproxyError
+from machinery.sharedstore.control import control
 
 from .base import NemesisError, RecordedNemesis
 
 STREAMS = ("upstream", "downstream")
+
+
+class StoreLinks(Protocol):
+    """What a rig exposes so that chaos can fault its hosts' links to their store (the ground
+    floor's SharedStoreRig, the targets' NfsStore and DatabaseLinks): the rig starts the proxies
+    and heals them at close, and builds no nemesis itself."""
+
+    @property
+    def proxy_api(self) -> str: ...          # the Toxiproxy API the links are proxies of
+
+    @property
+    def links(self) -> dict[str, str]: ...   # host -> the name of its proxy to the store
+
+    @property
+    def store_address(self) -> str | None: ...  # the lease server's HOST:PORT, None for a database
+
+
+def lock_loss_nemesis(rig: StoreLinks, history: History | None = None, *, node: str | None = None,
+                      timeout: float = 5.0) -> "LockLossNemesis":
+    """A `LockLossNemesis` over ``rig``'s links (host names are the rig's), recording into
+    ``history``. Faults it leaves are healed by its `teardown`, and in any case by the rig's close."""
+    return LockLossNemesis(history, proxy_api=rig.proxy_api, store=rig.store_address, links=rig.links, node=node,
+                           timeout=timeout)
 
 
 class LockLossNemesis(RecordedNemesis):

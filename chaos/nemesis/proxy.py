@@ -1,6 +1,6 @@
-"""Network faults through a Toxiproxy HTTP API: ours (chaos/proxy/) or a real toxiproxy-server.
+"""Network faults through a Toxiproxy HTTP API: ours (machinery/faultproxy/) or a real toxiproxy-server.
 
-Through `chaos.proxy.client.ToxiproxyClient`, every call bounded by ``timeout`` (REFERENCES.md,
+Through `machinery.faultproxy.client.ToxiproxyClient`, every call bounded by ``timeout`` (REFERENCES.md,
 Toxiproxy: deleting a toxic under traffic can hang or answer 503, issues #412 / #558), so a stuck
 heal is recorded as a failure instead of hanging the run.
 
@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from typing import Iterator
 
 from chaos.history import History
-from chaos.proxy.client import ToxiproxyClient, ToxiproxyError
+from machinery.faultproxy.client import ToxiproxyClient, ToxiproxyError
 
 from .base import NemesisError, RecordedNemesis
 

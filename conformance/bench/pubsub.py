@@ -24,7 +24,7 @@ from typing import Callable
 
 from conformance.targets.activemq.process import ActiveMQProcess, activemq_mqtt_available
 from conformance.targets.mosquitto.process import MosquittoProcess, mosquitto_available
-from conformance.targets.runtime.process import free_ports, peak_rss
+from machinery.process import free_ports, peak_rss
 from conformance.targets.rabbitmq.process import RabbitMQProcess, rabbitmq_available
 from conformance.targets.reference.process import ReferenceBrokerProcess
 from .amqp_load import run_amqp_load

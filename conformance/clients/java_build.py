@@ -1,6 +1,6 @@
 """Fetch the pinned real Java clients and build brokerconf's driver against each (issue 28).
 
-``conformance/targets/pins.toml`` ``[java-clients.<name>]`` pins each client library (ActiveMQ's
+``machinery/pins.toml`` ``[java-clients.<name>]`` pins each client library (ActiveMQ's
 ``activemq-client`` in the installed broker's version and in the newest 6.x, Artemis's
 ``artemis-jms-client``). For each, into ``.tools/java-clients/<name>-<version>/``:
 
@@ -32,7 +32,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from conformance.targets.tools_cache import PINS_FILE, ROOT, TOOLS_DIR, sha512_of
+from machinery.tools_cache import PINS_FILE, ROOT, TOOLS_DIR, sha512_of
 
 __all__ = ["JavaBuildError", "JavaClient", "classpath", "ensure_built", "installed", "pinned_clients"]
 

@@ -84,7 +84,7 @@ class LinkFaults:
 
     def __init__(self) -> None:
         from chaos.nemesis.proxy import ProxyNemesis
-        from chaos.proxy import start_fault_proxy
+        from machinery.faultproxy import start_fault_proxy
 
         self.server = start_fault_proxy()
         self.nemesis = ProxyNemesis(self.server.api_url)

@@ -16,7 +16,7 @@ from conformance.clients.java_driver import JavaDriver
 from conformance.plugin import NOT_APPLICABLE
 from conformance.requirements import skip_or_fail
 
-#: pinned client (conformance/targets/pins.toml [java-clients.*]) -> the target kind it runs against
+#: pinned client (machinery/pins.toml [java-clients.*]) -> the target kind it runs against
 #: and the listener of that target it speaks to
 CLIENT_TARGETS = {"activemq-5": ("activemq", "openwire"), "activemq-6": ("activemq", "openwire"),
                   "artemis": ("artemis", "core")}

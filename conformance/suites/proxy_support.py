@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from chaos.proxy import ToxiproxyClient, start_fault_proxy
+from machinery.faultproxy import ToxiproxyClient, start_fault_proxy
 
 
 @pytest.fixture(scope="module")

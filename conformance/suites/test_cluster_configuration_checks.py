@@ -29,7 +29,7 @@ import pytest
 from conformance.plugin import NOT_APPLICABLE, STATE
 from conformance.suites.cluster_support import cluster_suite_marks
 from conformance.suites.network_support import parametrize_by_target
-from conformance.targets.runtime.process import free_ports
+from machinery.process import free_ports
 from conformance.waiting import poll
 
 pytestmark = cluster_suite_marks()  # JVM starts: slow; on the targets that form clusters

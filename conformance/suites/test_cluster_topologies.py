@@ -189,7 +189,7 @@ def test_a_node_on_another_discovery_port_finds_no_one(clusters):
     own (the same multicast address): A and B no longer share an endpoint, so neither hears the
     other and no link forms; messages sent to A stay there although B has the consumer. Before B
     comes back, A is given the refresh timeout to drop B's entry (B's graceful stop also tells A)."""
-    from conformance.targets.runtime.process import free_ports
+    from machinery.process import free_ports
 
     cluster = clusters.get(UDP, disrupts=True)
     cluster.stop_broker("B")

@@ -26,7 +26,7 @@ import uuid
 
 import pytest
 
-from chaos.proxy import ToxiproxyClient
+from machinery.faultproxy import ToxiproxyClient
 from conformance.clients import connect
 from conformance.clients.failover import CLIENT_SUBJECT, FailoverExhausted, FailoverTimeout, InDoubt, connect_failover
 from conformance.plugin import STATE

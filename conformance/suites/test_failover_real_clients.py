@@ -27,7 +27,7 @@ import uuid
 
 import pytest
 
-from chaos.proxy import ToxiproxyClient
+from machinery.faultproxy import ToxiproxyClient
 from conformance.clients.java_driver import DriverError, NoAnswer
 from conformance.plugin import NOT_APPLICABLE, STATE
 from conformance.requirements import skip_or_fail

@@ -26,7 +26,7 @@ from chaos.experiment_file import load_experiment, with_overrides
 from conformance.requirements import skip_or_fail
 from conformance.suites.experiment_support import (EXPERIMENTS, experiment_target, parametrize_by_kind,
                                                    run_checked, the_fault)
-from conformance.targets.runtime import postgres
+from machinery import postgres
 
 CAPABILITY = "topology.jdbc-store"
 pytestmark = [pytest.mark.slow, pytest.mark.requires(CAPABILITY)]

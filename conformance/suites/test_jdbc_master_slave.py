@@ -18,6 +18,7 @@ from dataclasses import replace
 
 import pytest
 
+from chaos.nemesis.lock import lock_loss_nemesis
 from conformance.clients.failover import connect_failover
 from conformance.plugin import NOT_APPLICABLE, STATE
 from conformance.scenario import Scenario
@@ -67,7 +68,7 @@ def group(request, target_name, tmp_path_factory):
 @pytest.fixture
 def proxied_group(request, target_name, tmp_path_factory):
     """The same pair, each node reaching the database through its own fault-proxy link
-    (``cluster.rig.nemesis`` cuts one), for FT-JDBC-7."""
+    (a lock-loss nemesis on ``cluster.rig`` cuts one), for FT-JDBC-7."""
     cluster = launch_group(request, target_name, tmp_path_factory, replace(LEASE, proxied_database=True))
     try:
         yield cluster
@@ -170,8 +171,9 @@ def test_with_the_database_lost_to_every_node_no_broker_serves(proxied_group):
     group = proxied_group
     assert group.master() is group["A"], f"setup: node A is not the master\n{group.log_tail(30)}"
     assert stores_a_persistent_message(group["A"]), f"setup: the master does not take a persistent message"
+    cut = lock_loss_nemesis(group.rig)  # left cut: the group's stop heals the links
     for host in ("A", "B"):
-        group.rig.nemesis.invoke("partition", host=host)
+        cut.invoke("partition", host=host)
     stopped = poll(lambda: not stores_a_persistent_message(group["A"]), bool, timeout=TAKEOVER, interval=0.5)
     assert stopped, (f"FT-JDBC-7: the master still took persistent messages {TAKEOVER} s after the database became "
                      f"unreachable to every node\n{group.log_tail(40)}")

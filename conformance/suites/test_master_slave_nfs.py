@@ -4,7 +4,7 @@ Messaging" guide, 3.1 "File locking requirements" and "Recommended NFSv4 client 
 FT-SHARED-*), on every target whose groups can sit on it (``topology.shared-store`` with
 ``SharedStore(nfs=...)``: the reference broker, ActiveMQ Classic and Artemis as local processes).
 
-The store (chaos/sharedstore) is one server holding the data and the lock table; each node mounts
+The store (machinery/sharedstore) is one server holding the data and the lock table; each node mounts
 it through FUSE over its own fault-proxy link, so the lock-loss nemesis can cut one node's storage
 link as an NFS outage would. The server's lock log (its refused lock requests, as an NFS server's
 lock log shows them) is where a slave's polling is seen. Lower bounds and order relations derived
@@ -18,6 +18,7 @@ import time
 
 import pytest
 
+from chaos.nemesis.lock import LockLossNemesis, lock_loss_nemesis
 from conformance.plugin import NOT_APPLICABLE, STATE
 from conformance.scenario import Scenario
 from conformance.suites.network_support import network_workdir, parametrize_by_target
@@ -30,7 +31,7 @@ CAPABILITY = "topology.shared-store"
 TAKEOVER = 120.0  # bound on a slave taking over (a JVM opening its store and acceptors)
 #: the simulated NFSv4 server's lease: short, so a lapsed lease is seen soon. Kept at 4 s although
 #: FT-SHARED-10 is about a lease running out, not its length: a mount renews every two thirds of a
-#: lease (chaos/sharedstore/rpc.py), so 4 s leaves a live node 1.3 s of slack on a loaded machine,
+#: lease (machinery/sharedstore/rpc.py), so 4 s leaves a live node 1.3 s of slack on a loaded machine,
 #: and on the JVM targets the killed master takes longer than a lease to be gone anyway
 LEASE_S = 4.0
 #: a soft mount that gives up after 1 + 2 = 3 s (timeo=10, retrans=1): a cut node's I/O fails
@@ -61,7 +62,7 @@ def nfs_group(request, target_name, tmp_path_factory):
     if target is None or CAPABILITY not in target.capabilities():
         why = why_missing(target, CAPABILITY) if target is not None else "unknown target"
         pytest.skip(f"{NOT_APPLICABLE}{target_name} lacks {CAPABILITY}" + (f" ({why})" if why else ""))
-    from chaos.sharedstore.harness import fuse_unavailable
+    from machinery.sharedstore.harness import fuse_unavailable
     from conformance.requirements import skip_or_fail
 
     if why := fuse_unavailable():
@@ -141,10 +142,10 @@ def test_a_slave_that_gets_the_lock_waits_a_keep_alive_period_before_serving(nfs
         f"FT-SHARED-4: B served {waited:.2f} s after getting the lock, before one lockKeepAlivePeriod ({keep_alive_ms} ms)"
 
 
-def _cut_and_kill_the_master(group) -> float:
-    """Cut A's storage link, then kill -9 A (a master that dies without giving its lock back, as
-    a crashed NFS client); returns the moment A was seen gone."""
-    group.rig.nemesis.invoke("partition", host="A")
+def _cut_and_kill_the_master(group, cut: LockLossNemesis) -> float:
+    """Cut A's storage link with ``cut``, then kill -9 A (a master that dies without giving its
+    lock back, as a crashed NFS client); returns the moment A was seen gone."""
+    cut.invoke("partition", host="A")
     a = group["A"]
     a.kill()
     # A JVM stuck in a file operation on the cut mount dies only once the soft mount gives up
@@ -161,7 +162,7 @@ def test_nfsv3_the_slave_never_gets_the_lock_of_a_crashed_master(nfs_group):
                                   nfs=NfsOptions(mount_options=QUICK_MOUNT.replace("sync", "sync,vers=3"), version=3,
                                                  lease_s=LEASE_S)))
     assert group.master() is group["A"], f"FT-SHARED-7: node A is not the master\n{group.log_tail(30)}"
-    gone = _cut_and_kill_the_master(group)
+    gone = _cut_and_kill_the_master(group, lock_loss_nemesis(group.rig))
     # NFSv4 would release A's lock one lease after A's last request, which came before the cut
     # (FT-SHARED-10 sees the slave take over then); NFSv3 has no lease: V3_WATCHED_LEASES leases and
     # more must go by with the slave still waiting (+5 s: room for a slave that got the lock to
@@ -192,7 +193,7 @@ def test_nfsv3_a_reboot_of_the_crashed_master_s_host_unblocks_the_group(nfs_grou
     """The other half of the NFSv3 warning: what unblocks the group is a reboot. FT-SHARED-7's
     situation (the master crashed while cut off; its lock stays), then A's host reboots: its link
     heals and its NFS client mounts afresh, and a fresh NFSv3 client tells the server it rebooted
-    (NLM/NSM), which drops the locks of its earlier life (chaos/sharedstore/leases.py
+    (NLM/NSM), which drops the locks of its earlier life (machinery/sharedstore/leases.py
     open_session). The slave, still polling, must then get the lock and serve. Rebooting the
     crashed master's host is the part of "reboot all broker instances" that frees the lock; B
     is left running to show that nothing else was needed of it."""
@@ -200,11 +201,12 @@ def test_nfsv3_a_reboot_of_the_crashed_master_s_host_unblocks_the_group(nfs_grou
                                   nfs=NfsOptions(mount_options=QUICK_MOUNT.replace("sync", "sync,vers=3"), version=3,
                                                  lease_s=LEASE_S)))
     assert group.master() is group["A"], f"setup: node A is not the master\n{group.log_tail(30)}"
-    _cut_and_kill_the_master(group)
+    cut = lock_loss_nemesis(group.rig)
+    _cut_and_kill_the_master(group, cut)
     # still blocked without a reboot (FT-SHARED-7 watches this longer)
     blocked = poll(lambda: not closed(group["B"]), bool, timeout=2 * LEASE_S, interval=0.5)
     assert not blocked, f"setup: the NFSv3 slave took over with no reboot (FT-SHARED-7)\n{group.log_tail(40)}"
-    group.rig.nemesis.invoke("heal", host="A")
+    cut.invoke("heal", host="A")
     group.rig.rig.reboot("A")  # the rebooted host's NFS client introduces itself again
     served = poll(lambda: not closed(group["B"]), bool, timeout=TAKEOVER, interval=0.5)
     assert served, (f"FT-SHARED-15: after the crashed master's host rebooted the slave B still did not get the lock "
@@ -222,8 +224,9 @@ def test_with_the_store_lost_to_every_node_no_broker_serves(nfs_group):
     group = nfs_group(SharedStore(lock_keep_alive_period_ms=1000, lock_acquire_sleep_interval_ms=500,
                                   nfs=NfsOptions(mount_options=QUICK_MOUNT, version=4, lease_s=LEASE_S)))
     assert group.master() is group["A"], f"setup: node A is not the master\n{group.log_tail(30)}"
+    cut = lock_loss_nemesis(group.rig)  # left cut: the group's stop heals the links
     for host in ("A", "B"):
-        group.rig.nemesis.invoke("partition", host=host)
+        cut.invoke("partition", host=host)
     stopped = poll(lambda: not stores_a_persistent_message(group["A"]), bool, timeout=TAKEOVER, interval=0.5)
     assert stopped, (f"FT-SHARED-17: the master still took persistent messages {TAKEOVER} s after the store became "
                      f"unreachable to every node\n{group.log_tail(40)}")
@@ -240,7 +243,7 @@ def test_nfsv4_releases_a_crashed_master_s_lock_after_its_lease_and_the_slave_ta
     group = nfs_group(SharedStore(lock_keep_alive_period_ms=1000, lock_acquire_sleep_interval_ms=500,
                                   nfs=NfsOptions(mount_options=QUICK_MOUNT, version=4, lease_s=LEASE_S)))
     assert group.master() is group["A"], f"FT-SHARED-10: node A is not the master\n{group.log_tail(30)}"
-    killed = _cut_and_kill_the_master(group)  # the moment A was gone
+    killed = _cut_and_kill_the_master(group, lock_loss_nemesis(group.rig))  # the moment A was gone
     # watched closely, so the moment B opens its listener is known to within a poll
     poll(lambda: not closed(group["B"]), bool, timeout=TAKEOVER, interval=0.05)
     took = time.monotonic() - killed
@@ -271,7 +274,7 @@ DETECTION_TOLERANCE_S = 2.0 + 0.5 + 1.5
 
 @pytest.mark.spec("FT-SHARED-8")
 def test_with_the_guide_s_mount_options_a_master_that_loses_its_store_stops(nfs_group):
-    from chaos.sharedstore.mountopts import MountOptions
+    from machinery.sharedstore.mountopts import MountOptions
 
     # the guide's own options and keep-alive, kept: FT-SHARED-8's 12 s is derived from them
     options = "soft,timeo=20,retrans=2,lookupcache=none,sync"
@@ -282,7 +285,7 @@ def test_with_the_guide_s_mount_options_a_master_that_loses_its_store_stops(nfs_
     model = MountOptions.parse(options).soft_failure_after()
     # the simulated mount must give up when the guide's options say, or the bound below means nothing
     assert model == GUIDE_DETECTION_S, f"setup: the mount model fails a request after {model} s, not 12 s"
-    group.rig.nemesis.invoke("partition", host="A")
+    lock_loss_nemesis(group.rig).invoke("partition", host="A")
     cut, cut_at = time.monotonic(), time.strftime("%H:%M:%S")  # wall clock: to read the broker's log against
     bound = GUIDE_DETECTION_S + DETECTION_TOLERANCE_S
     # watched past the bound (up to TAKEOVER) so a late broker's time is measured, not just "late"

@@ -19,8 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from chaos.proxy import start_fault_proxy
-from chaos.sharedstore.harness import SharedStoreRig, fuse_unavailable
+from chaos.nemesis.lock import lock_loss_nemesis
+from machinery.faultproxy import start_fault_proxy
+from machinery.sharedstore.harness import SharedStoreRig, fuse_unavailable
 from conformance.requirements import missing_mark, skip_or_fail
 from conformance.suites.experiment_support import experiment_target, parametrize_by_kind
 from conformance.targets.activemq.process import ActiveMQProcess, activemq_available
@@ -55,7 +56,7 @@ def pair(tmp_path, request, target_name):
         yield rig, brokers
     finally:
         if rig is not None:
-            rig.nemesis.teardown()
+            rig.heal()
         for broker in (brokers or {}).values():
             broker.stop()
         if rig is not None:
@@ -80,7 +81,7 @@ def watch(brokers, within: float) -> dict[str, float | None]:
 def test_cut_master_link_nfsv4_slave_takes_over(pair):
     rig, brokers = pair
     assert not brokers["B"].serving(), "FT-SHARED-1 the slave keeps its connectors closed"
-    rig.nemesis.invoke("partition", host="A")
+    lock_loss_nemesis(rig).invoke("partition", host="A")
     seen = watch(brokers, within=120)
     print(f"ActiveMQ on the store, {OPTIONS}, lease {LEASE} s, keep-alive {KEEP_ALIVE_MS} ms: {seen}")
     assert seen["A stops"] is not None, \
@@ -93,7 +94,7 @@ def test_cut_master_link_nfsv4_slave_takes_over(pair):
 @pytest.mark.parametrize("pair", [3], indirect=True, ids=["nfsv3"])
 def test_cut_master_link_nfsv3_slave_never_takes_over(pair):
     rig, brokers = pair
-    rig.nemesis.invoke("partition", host="A")
+    lock_loss_nemesis(rig).invoke("partition", host="A")
     waited = 6 * LEASE   # as long as NFSv4 needs, several times over
     seen = watch(brokers, within=waited)
     print(f"ActiveMQ on the store (NFSv3), {OPTIONS}: {seen}")

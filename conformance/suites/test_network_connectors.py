@@ -6,7 +6,7 @@ the conditional network bridge filter's rate limit (NOB-THROTTLE-1).
 
 One network of two brokers, A -> B, with one connector per property, each restricted to its own
 queues (dynamically included ``nob.<connector>.>``). Every connector dials a fault proxy in front of
-B (chaos/proxy; `chaos.topology.BridgeProxies` is the launchers' ``bridge_route``), so one
+B (machinery/faultproxy; `chaos.topology.BridgeProxies` is the launchers' ``bridge_route``), so one
 connector's link can be stalled alone: with the proxy dropping what A writes (a ``timeout`` toxic
 with timeout 0 upstream), B never confirms anything, and what A still holds is a count that does
 not depend on timing:
@@ -37,7 +37,7 @@ from conformance.suites.network_support import NETWORK_CAPABILITY, launch_networ
 from conformance.targets.base import CAPABILITIES
 from conformance.topology import Bridge, BridgeFilterPolicy, NetworkConnectorOptions, Topology
 from chaos.nemesis.proxy import ProxyNemesis
-from chaos.proxy import start_fault_proxy
+from machinery.faultproxy import start_fault_proxy
 from chaos.topology import BridgeProxies
 
 #: the connectors' network prefetch (NOB-PREFETCH-1, NOB-SYNC-1): small, so the messages sent are

@@ -28,7 +28,7 @@ from conformance.suites.network_support import launch_network, network_suite_mar
     network_workdir, parametrize_by_target
 from conformance.topology import Bridge, NetworkConnectorOptions, Topology
 from conformance.waiting import poll
-from chaos.proxy import start_fault_proxy
+from machinery.faultproxy import start_fault_proxy
 from chaos.topology import BridgeProxies
 
 pytestmark = network_suite_marks()

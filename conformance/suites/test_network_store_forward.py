@@ -3,7 +3,7 @@ Brokers" page (../shared/spec/activemq-classic-networks-of-brokers.md; catalogue
 conformance/spec/networks.toml).
 
 Two brokers, A -> B. A's network connector does not dial B itself but a fault proxy in front of B
-(chaos/proxy, Toxiproxy API; `chaos.topology.BridgeProxies` is the launchers' ``bridge_route``),
+(machinery/faultproxy, Toxiproxy API; `chaos.topology.BridgeProxies` is the launchers' ``bridge_route``),
 so disabling that proxy cuts the bridge alone: the producer on A and the consumer on B stay
 connected to their brokers. A persistent producer on A sends while the bridge is up, keeps sending
 through the cut, and stops after the heal; the connector reconnects with the static: transport's
@@ -30,7 +30,7 @@ from conformance.topology import Bridge, NetworkConnectorOptions, Topology
 from conformance.suites.network_support import (DEMAND_TIMEOUT, FAST_RECONNECT, launch_network, network_target,
                                                 network_suite_marks, network_workdir, parametrize_by_target)
 from chaos.nemesis.proxy import ProxyNemesis
-from chaos.proxy import start_fault_proxy
+from machinery.faultproxy import start_fault_proxy
 from chaos.topology import BridgeProxies
 
 #: messages sent in all: a third before the cut, a third during it, a third after the heal

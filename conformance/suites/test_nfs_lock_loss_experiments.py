@@ -21,7 +21,7 @@ from __future__ import annotations
 import pytest
 
 from chaos.experiment_file import load_experiment, with_overrides
-from chaos.sharedstore.harness import fuse_unavailable
+from machinery.sharedstore.harness import fuse_unavailable
 from conformance.requirements import missing_mark
 from conformance.suites.experiment_support import (EXPERIMENTS, HarnessFault, experiment_target,
                                                    parametrize_by_kind, run_checked, the_fault)

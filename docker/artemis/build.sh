@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build brokerconf/artemis:<version> from the Artemis binary distribution pinned in
-# conformance/targets/pins.toml ([artemis]: version, sha512). Called by docker/build-images.sh.
+# machinery/pins.toml ([artemis]: version, sha512). Called by docker/build-images.sh.
 #
 #   docker/artemis/build.sh [BASE_IMAGE [PROJECT_ROOT]]
 #
@@ -16,7 +16,7 @@ set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)"
 BASE_IMAGE="${1:-debian:bookworm-slim}"
 ROOT="${2:-$(cd "$HERE/../.." && pwd -P)}"
-PINS="$ROOT/conformance/targets/pins.toml"
+PINS="$ROOT/machinery/pins.toml"
 
 say() { echo "artemis/build.sh: $*" >&2; }
 die() { say "error: $*"; exit 1; }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build brokerconf/toxiproxy:<version> from .tools/bin/toxiproxy-server, the binary
-# chaos/proxy/install.py builds at the version pinned in conformance/targets/pins.toml
+# machinery/faultproxy/install.py builds at the version pinned in machinery/pins.toml
 # ([toxiproxy] version). Called by docker/build-images.sh.
 #
 #   docker/toxiproxy/build.sh [BASE_IMAGE [PROJECT_ROOT]]
@@ -14,7 +14,7 @@ set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)"
 BASE_IMAGE="${1:-debian:bookworm-slim}"
 ROOT="${2:-$(cd "$HERE/../.." && pwd -P)}"
-PINS="$ROOT/conformance/targets/pins.toml"
+PINS="$ROOT/machinery/pins.toml"
 BINARY="${BROKERCONF_TOOLS_DIR:-$ROOT/.tools}/bin/toxiproxy-server"
 
 say() { echo "toxiproxy/build.sh: $*" >&2; }

@@ -4,7 +4,7 @@
 the real-server runs are skipped with that reason, or fail where BROKERCONF_REQUIRE names toxiproxy.
 With ``BROKERCONF_TOXIPROXY=container`` they also run against the Toxiproxy container
 (docker/toxiproxy, or the official image BROKERCONF_TOXIPROXY_IMAGE names; issue 8,
-`chaos.proxy.container`, on the host's network so proxies
+`machinery.faultproxy.container`, on the host's network so proxies
 reach the tests' loopback upstreams); where its image is missing that run is skipped with
 docker_env's reason, and the embedded proxy ("ours") covers the tests."""
 
@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from chaos.proxy import FaultProxyServer, RealToxiproxyServer, find_toxiproxy_server
+from machinery.faultproxy import FaultProxyServer, RealToxiproxyServer, find_toxiproxy_server
 from conformance.requirements import missing_mark, skip_or_fail
 
 REAL = find_toxiproxy_server()
@@ -22,8 +22,8 @@ CONTAINER = os.environ.get("BROKERCONF_TOXIPROXY") == "container"
 
 
 def _start_container():
-    from conformance.targets.runtime.docker_env import image_available
-    from chaos.proxy.container import TOXIPROXY_IMAGE, ToxiproxyContainer
+    from machinery.docker_env import image_available
+    from machinery.faultproxy.container import TOXIPROXY_IMAGE, ToxiproxyContainer
 
     ok, reason = image_available(TOXIPROXY_IMAGE)
     if not ok:

@@ -19,7 +19,7 @@ from brokerconf.chaos_stage import MAIN_JOB_EXPERIMENTS, cluster_not_applicable
 from chaos.experiment import run_experiment
 from chaos.experiment_file import ExperimentError, load_experiment, with_overrides
 from chaos.history import read_history
-from chaos.proxy.client import ToxiproxyClient
+from machinery.faultproxy.client import ToxiproxyClient
 from chaos.topology import topology_of
 from conformance.scenario import Scenario
 from conformance.targets.registry import resolve

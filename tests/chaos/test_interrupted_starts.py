@@ -12,7 +12,9 @@ import subprocess
 
 import pytest
 
-from chaos.sharedstore import harness
+import machinery.faultproxy as fault_proxy
+from machinery.process import stop_if_interrupted
+from machinery.sharedstore import harness
 from conformance.targets.reference.process import ReferenceBrokerProcess
 
 
@@ -70,3 +72,82 @@ def test_reference_process_interrupted_before_ready_is_stopped():
         broker.start()
     assert broker.proc is not None
     assert broker.proc.poll() is not None, "the reference broker still runs after an interrupted start"
+
+
+@pytest.mark.parametrize("signal_error", [KeyboardInterrupt, SystemExit])
+def test_stop_if_interrupted_stops_on_a_signal_and_lets_it_go_on(signal_error):
+    stopped = []
+
+    def wait():
+        raise signal_error
+
+    with pytest.raises(signal_error):
+        stop_if_interrupted(wait, lambda: stopped.append(True))
+    assert stopped == [True]
+
+
+def test_stop_if_interrupted_leaves_results_and_other_errors_to_the_start():
+    stopped = []
+    assert stop_if_interrupted(lambda: "ready", lambda: stopped.append(True)) == "ready"
+
+    def fails():
+        raise RuntimeError("not ready")
+
+    with pytest.raises(RuntimeError, match="not ready"):
+        stop_if_interrupted(fails, lambda: stopped.append(True))
+    assert stopped == [], "a start's own failure is its own to clean up, not a signal's"
+
+
+def _sleeper(tmp_path):
+    """An executable that ignores its arguments and sleeps: stands in for a server or a mount."""
+    script = tmp_path / "sleeper"
+    script.write_text("#!/bin/sh\nexec sleep 60\n")
+    script.chmod(0o755)
+    return str(script)
+
+
+def test_real_toxiproxy_server_interrupted_before_it_answers_is_stopped(monkeypatch, tmp_path):
+    def interrupted(self):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(fault_proxy.ToxiproxyClient, "version", interrupted)
+    server = fault_proxy.RealToxiproxyServer(_sleeper(tmp_path))
+    started: list[subprocess.Popen] = []
+    real_popen = subprocess.Popen
+
+    def popen(*args, **kwargs):
+        started.append(real_popen(*args, **kwargs))
+        return started[-1]
+
+    monkeypatch.setattr(fault_proxy.subprocess, "Popen", popen)
+    with pytest.raises(KeyboardInterrupt):
+        server.start()
+    assert len(started) == 1
+    assert started[0].poll() is not None, "the fault proxy server still runs after an interrupted start"
+
+
+def test_mount_interrupted_before_it_appears_is_stopped(monkeypatch, tmp_path):
+    started: list[subprocess.Popen] = []
+    real_popen = subprocess.Popen
+    sleeper = _sleeper(tmp_path)
+
+    def popen(command, **kwargs):
+        started.append(real_popen([sleeper], **kwargs))  # no FUSE needed: the client never mounts
+        return started[-1]
+
+    checks = []
+
+    def mounted(path):
+        checks.append(path)
+        if len(checks) == 1:   # the start's first look: a signal arrives then
+            raise KeyboardInterrupt
+        return False
+
+    monkeypatch.setattr(harness.subprocess, "Popen", popen)
+    monkeypatch.setattr(harness, "mounted", mounted)
+    mount = harness.MountProcess(str(tmp_path / "mnt"), "127.0.0.1:1", "A")
+    with pytest.raises(KeyboardInterrupt):
+        mount.start(timeout=5)
+    assert len(started) == 1
+    assert started[0].poll() is not None, "the mount client still runs after an interrupted start"
+    assert mount.process is None

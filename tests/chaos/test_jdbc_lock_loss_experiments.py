@@ -17,11 +17,12 @@ import pytest
 
 from chaos.experiment_file import Experiment, ExperimentError, load_experiment, with_overrides
 from chaos.nemesis.base import NemesisError
+from chaos.nemesis.lock import lock_loss_nemesis
 from chaos.schedule import build_schedule
 from chaos.topology import topology_of
 from conformance.requirements import skip_or_fail
 from conformance.suites.experiment_support import child_pids
-from conformance.targets.runtime import postgres
+from machinery import postgres
 from conformance.topology import SharedStore
 
 EXPERIMENTS = Path(__file__).resolve().parents[2] / "chaos" / "experiments"
@@ -120,14 +121,15 @@ def test_each_node_reaches_the_database_through_its_own_link_and_one_can_be_cut(
                     return False
 
             assert answers("A") and answers("B")
-            links.nemesis.invoke("partition", host="A")
+            cut = lock_loss_nemesis(links)
+            cut.invoke("partition", host="A")
             assert not answers("A"), "A's database link is cut"
             assert answers("B"), "B's link is its own: the cut of A's leaves it alone"
             with pytest.raises(NemesisError, match="no lease server of ours"):
-                links.nemesis.invoke("expire", host="B")
-            links.nemesis.invoke("heal", host="A")
+                cut.invoke("expire", host="B")
+            cut.invoke("heal", host="A")
             assert answers("A")
-            links.nemesis.invoke("partition", host="A")  # left cut: close heals it and removes the proxies
+            cut.invoke("partition", host="A")  # left cut: close heals it and removes the proxies
         finally:
             links.close()
         assert links.proxy is None

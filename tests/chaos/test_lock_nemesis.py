@@ -6,9 +6,9 @@ import pytest
 
 from chaos.history import History, read_history
 from chaos.nemesis import LockLossNemesis, Nemesis, NemesisError
-from chaos.proxy import FaultProxyServer
-from chaos.proxy.client import ToxiproxyClient
-from chaos.sharedstore.harness import StoreServerProcess, control
+from machinery.faultproxy import FaultProxyServer
+from machinery.faultproxy.client import ToxiproxyClient
+from machinery.sharedstore.harness import StoreServerProcess, control
 
 
 @pytest.fixture

@@ -199,7 +199,7 @@ def test_drain_clients_give_up_when_no_broker_came_back(monkeypatch):
     drain's clients now get startupMaxReconnectAttempts unless the experiment chose its own."""
     from chaos.experiment import DRAIN_STARTUP_ATTEMPTS, _bounded_startup, _client_factory
     from conformance.clients.failover import FailoverExhausted
-    from conformance.targets.runtime.process import free_ports
+    from machinery.process import free_ports
 
     assert _bounded_startup("timeout=1") == f"timeout=1&startupMaxReconnectAttempts={DRAIN_STARTUP_ATTEMPTS}"
     assert _bounded_startup("") == f"startupMaxReconnectAttempts={DRAIN_STARTUP_ATTEMPTS}"

@@ -115,9 +115,9 @@ def test_unknown_link_is_named(tmp_path):
 
 
 def test_bridge_route_puts_one_proxy_before_each_peer():
-    from chaos.proxy import FaultProxyServer
-    from chaos.proxy.client import ToxiproxyClient
-    from chaos.proxy.testing import echo_server
+    from machinery.faultproxy import FaultProxyServer
+    from machinery.faultproxy.client import ToxiproxyClient
+    from machinery.faultproxy.testing import echo_server
     from chaos.topology import BridgeProxies
     from conformance.targets.activemq.network import Bridge
 
@@ -140,9 +140,9 @@ def test_bridge_route_puts_one_proxy_before_each_peer():
 def test_bridge_route_follows_a_peer_that_moved_to_another_port():
     # A network started again on fresh ports renders its connectors again: the bridge keeps the
     # proxy address it was given, and the proxy forwards to the peer's new port.
-    from chaos.proxy import FaultProxyServer
-    from chaos.proxy.client import ToxiproxyClient
-    from chaos.proxy.testing import echo_server
+    from machinery.faultproxy import FaultProxyServer
+    from machinery.faultproxy.client import ToxiproxyClient
+    from machinery.faultproxy.testing import echo_server
     from chaos.topology import BridgeProxies
     from conformance.targets.activemq.network import Bridge
 

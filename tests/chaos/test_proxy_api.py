@@ -14,7 +14,7 @@ from toxiproxy import Toxiproxy
 from toxiproxy.exceptions import NotFound
 from toxiproxy.proxy import Proxy as ClientProxy
 
-from chaos.proxy.testing import api_json, api_request, echo_server
+from machinery.faultproxy.testing import api_json, api_request, echo_server
 
 @pytest.fixture
 def client(fault_proxy):

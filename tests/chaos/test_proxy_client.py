@@ -1,4 +1,4 @@
-"""The project's Toxiproxy API client (chaos/proxy/client.py), against our fault proxy server and
+"""The project's Toxiproxy API client (machinery/faultproxy/client.py), against our fault proxy server and
 the real toxiproxy-server (tests/chaos/conftest.py: the ``fault_proxy`` fixture runs each test on
 both; without the real binary its runs skip, or fail where BROKERCONF_REQUIRE names toxiproxy)."""
 from __future__ import annotations
@@ -8,8 +8,8 @@ import socket
 
 import pytest
 
-from chaos.proxy.client import ToxiproxyClient, ToxiproxyError, ToxiproxyUnreachable, split_address
-from chaos.proxy.testing import LoopbackServer, echo_server
+from machinery.faultproxy.client import ToxiproxyClient, ToxiproxyError, ToxiproxyUnreachable, split_address
+from machinery.faultproxy.testing import LoopbackServer, echo_server
 
 
 @pytest.fixture

@@ -9,8 +9,8 @@ from __future__ import annotations
 import asyncio
 import time
 
-from chaos.proxy.link import DeadlineTimer
-from chaos.proxy.server import new_event_loop
+from machinery.faultproxy.link import DeadlineTimer
+from machinery.faultproxy.server import new_event_loop
 
 
 class _Handle:

@@ -19,9 +19,9 @@ from typing import Callable
 
 import pytest
 
-from chaos.proxy import FaultProxyServer, RealToxiproxyServer, find_toxiproxy_server
-from chaos.proxy.client import ToxiproxyClient, ToxiproxyError
-from chaos.proxy.testing import echo_server, greet_and_close_server
+from machinery.faultproxy import FaultProxyServer, RealToxiproxyServer, find_toxiproxy_server
+from machinery.faultproxy.client import ToxiproxyClient, ToxiproxyError
+from machinery.faultproxy.testing import echo_server, greet_and_close_server
 from conformance.requirements import skip_or_fail
 
 pytestmark = pytest.mark.slow  # each test waits out real delays on two servers (about 1-3 s)

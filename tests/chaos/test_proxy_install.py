@@ -1,4 +1,4 @@
-"""chaos.proxy.install: which toxiproxy-server the harness runs, and when the install re-uses it.
+"""machinery.faultproxy.install: which toxiproxy-server the harness runs, and when the install re-uses it.
 
 Fake binaries (shell scripts answering ``-version``) stand in for the real one, so these run
 without Go; the real build is exercised by `brokerconf targets install toxiproxy`."""
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from chaos.proxy import install
+from machinery.faultproxy import install
 
 
 def _fake_server(path: Path, version: str) -> Path:

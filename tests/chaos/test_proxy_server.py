@@ -8,10 +8,10 @@ import sys
 
 import pytest
 
-import chaos.proxy as fault_proxy_pkg
-from chaos.proxy import FaultProxyServer, RealToxiproxyServer, find_toxiproxy_server, start_fault_proxy
-from chaos.proxy.bench import format as format_bench, run_proxy_bench
-from chaos.proxy.testing import api_json, echo_server
+import machinery.faultproxy as fault_proxy_pkg
+from machinery.faultproxy import FaultProxyServer, RealToxiproxyServer, find_toxiproxy_server, start_fault_proxy
+from chaos.proxy_bench import format as format_bench, run_proxy_bench
+from machinery.faultproxy.testing import api_json, echo_server
 from conformance.requirements import missing_mark
 
 REAL = find_toxiproxy_server()
@@ -67,7 +67,7 @@ def test_start_fault_proxy_prefers_the_real_server_it_finds():
 
 
 def test_main_serves_until_terminated():
-    code = "import sys; from chaos.proxy.server import main; sys.exit(main(sys.argv[1:]))"
+    code = "import sys; from machinery.faultproxy.server import main; sys.exit(main(sys.argv[1:]))"
     process = subprocess.Popen([sys.executable, "-c", code, "--port", "0"], stdout=subprocess.PIPE, text=True)
     try:
         line = process.stdout.readline()

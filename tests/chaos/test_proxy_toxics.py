@@ -11,9 +11,9 @@ import time
 
 import pytest
 
-from chaos.proxy.client import ToxiproxyClient
-from chaos.proxy.testing import echo_server, greet_and_close_server
-from chaos.proxy.toxics import Slicer
+from machinery.faultproxy.client import ToxiproxyClient
+from machinery.faultproxy.testing import echo_server, greet_and_close_server
+from machinery.faultproxy.toxics import Slicer
 
 @pytest.fixture
 def echo():

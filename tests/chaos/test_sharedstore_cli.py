@@ -17,7 +17,7 @@ def run(module, *args):
     (["--root", "/tmp", "--vers", "2"], "--vers"),
 ])
 def test_server_usage_errors(args, named):
-    result = run("chaos.sharedstore.server", *args)
+    result = run("machinery.sharedstore.server", *args)
     assert result.returncode == 2 and named in result.stderr, result.stderr
 
 
@@ -28,5 +28,5 @@ def test_server_usage_errors(args, named):
     (["--server", "127.0.0.1:1", "--client", "A", "/nonexistent-dir"], "mountpoint"),
 ])
 def test_mount_usage_errors(args, named):
-    result = run("chaos.sharedstore.mount", *args)
+    result = run("machinery.sharedstore.mount", *args)
     assert result.returncode == 2 and named in result.stderr, result.stderr

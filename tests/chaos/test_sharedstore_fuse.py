@@ -1,7 +1,7 @@
 """Two hosts on one shared store through FUSE, each host's storage link through the fault proxy
-(chaos/sharedstore, chaos/nemesis/lock.py; issue 18 section 4).
+(machinery/sharedstore, chaos/nemesis/lock.py; issue 18 section 4).
 
-Host A's "broker" is a small process (`chaos.sharedstore.holder`) that opens a lock file on A's mount, takes an
+Host A's "broker" is a small process (`machinery.sharedstore.holder`) that opens a lock file on A's mount, takes an
 fcntl write lock and writes a data file when told, as a master's journal would. Host B tries the
 same lock through its own mount. Short settings keep the runs short: a 2 s lease and
 ``soft,timeo=5,retrans=2`` (0.5 + 1 + 1.5 = 3 s before EIO); the guide's own settings run in the
@@ -25,10 +25,11 @@ from pathlib import Path
 import pytest
 
 from chaos.history import History, read_history
-from chaos.proxy import start_fault_proxy
-from chaos.proxy.client import ToxiproxyClient
-from chaos.sharedstore.harness import SharedStoreRig, fuse_unavailable, mounted
-from chaos.sharedstore.mountopts import MountOptions
+from chaos.nemesis.lock import lock_loss_nemesis
+from machinery.faultproxy import start_fault_proxy
+from machinery.faultproxy.client import ToxiproxyClient
+from machinery.sharedstore.harness import SharedStoreRig, fuse_unavailable, mounted
+from machinery.sharedstore.mountopts import MountOptions
 from conformance.requirements import missing_mark
 
 pytestmark = missing_mark("fuse", fuse_unavailable())
@@ -37,10 +38,10 @@ LEASE = 2.0
 SHORT = "soft,timeo=5,retrans=2,lookupcache=none,sync"
 
 class Holder:
-    """`chaos.sharedstore.holder` on one host's mount, driven line by line; stopped by its process group."""
+    """`machinery.sharedstore.holder` on one host's mount, driven line by line; stopped by its process group."""
 
     def __init__(self, root: Path) -> None:
-        self.process = subprocess.Popen([sys.executable, "-m", "chaos.sharedstore.holder", str(root)],
+        self.process = subprocess.Popen([sys.executable, "-m", "machinery.sharedstore.holder", str(root)],
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                                         start_new_session=True)
         self.elapsed = 0.0   # how long the last answered call took, as the holder measured it
@@ -99,15 +100,21 @@ def poll_lock(path: Path, within: float) -> float | None:
 
 
 class Store(SharedStoreRig):
-    """The rig with its own fault proxy, and the names the tests use."""
+    """The rig with its own fault proxy, the lock-loss nemesis chaos builds on its links
+    (``store.nemesis``, set up, recording into ``history``), and the names the tests use."""
 
     def __init__(self, base: Path, history: History, vers: int, options: str) -> None:
         self.proxy = start_fault_proxy()
         try:
-            super().__init__(str(base), self.proxy.api_url, ("A", "B"), options=options, lease=LEASE, vers=vers,
-                             history=history)
+            super().__init__(str(base), self.proxy.api_url, ("A", "B"), options=options, lease=LEASE, vers=vers)
         except BaseException:
             self.proxy.stop()
+            raise
+        try:
+            self.nemesis = lock_loss_nemesis(self, history)
+            self.nemesis.setup()
+        except BaseException:
+            self.close()
             raise
 
     def path(self, host: str) -> Path:

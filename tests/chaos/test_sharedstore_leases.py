@@ -1,8 +1,8 @@
-"""The store server's lease and lock table (chaos/sharedstore/leases.py), on a hand-driven clock."""
+"""The store server's lease and lock table (machinery/sharedstore/leases.py), on a hand-driven clock."""
 
 import pytest
 
-from chaos.sharedstore.leases import READ, UNLOCK, WRITE, ExpiredSession, LeaseTable, NoLease
+from machinery.sharedstore.leases import READ, UNLOCK, WRITE, ExpiredSession, LeaseTable, NoLease
 
 
 class Clock:

@@ -1,9 +1,9 @@
 """The NFS mount options of the shared store's FUSE client and the retry arithmetic they imply
-(chaos/sharedstore/mountopts.py; nfs(5) "timeo" / "retrans": linear backoff, capped at 600 ds)."""
+(machinery/sharedstore/mountopts.py; nfs(5) "timeo" / "retrans": linear backoff, capped at 600 ds)."""
 
 import pytest
 
-from chaos.sharedstore.mountopts import MountOptionError, MountOptions
+from machinery.sharedstore.mountopts import MountOptionError, MountOptions
 
 GUIDE_OPTIONS = "soft,timeo=20,retrans=2,lookupcache=none,sync,intr,proto=tcp"   # A-MQ FT guide 3.1, NFSv4 mount options
 

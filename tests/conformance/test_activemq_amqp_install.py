@@ -64,7 +64,7 @@ def test_pins_name_the_transport_first_then_its_dependencies(pins):
 
 
 def test_the_project_pins_carry_a_digest_for_every_jar():
-    jars = amqp.pinned_jars()  # the real conformance/targets/pins.toml
+    jars = amqp.pinned_jars()  # the real machinery/pins.toml
     assert jars[0].artifact == "activemq-amqp"
     assert all(len(j.sha512) == 128 for j in jars), jars
 

@@ -343,7 +343,7 @@ def test_a_port_taken_at_every_start_is_reported_after_the_last_attempt(tmp_path
 def test_free_ports_stay_out_of_the_ephemeral_range():
     # Outgoing connections take their local ports from the ephemeral range; a port picked for a
     # broker there can be taken by one before the JVM binds it (seen in CI).
-    from conformance.targets.runtime.process import LISTEN_PORTS_FROM, ephemeral_port_range, free_ports
+    from machinery.process import LISTEN_PORTS_FROM, ephemeral_port_range, free_ports
 
     low, high = ephemeral_port_range()
     ports = free_ports(12)

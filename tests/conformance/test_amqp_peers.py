@@ -27,7 +27,7 @@ from conformance.requirements import skip_or_fail
 from conformance.targets.activemq.process import ActiveMQProcess, activemq_amqp_available, activemq_available
 from conformance.targets.activemq.policy import authentication_plugin_xml
 from conformance.targets.rabbitmq.process import RabbitMQProcess, rabbitmq_available
-from conformance.targets.runtime.loop_thread import LoopThread
+from machinery.loop_thread import LoopThread
 from reference_broker.config import build_config
 from reference_broker.server import BrokerServer
 from tests.reference_broker.amqp_fixtures import pump, wait_until

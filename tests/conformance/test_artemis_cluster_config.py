@@ -226,7 +226,7 @@ def test_two_node_cluster_forms_and_forwards_on_demand(tmp_path):
 def test_proxied_cluster_links_run_through_the_fault_proxy(tmp_path):
     """Each bridge's connection ends at its proxy (the remote address the cluster-connection MBean
     reports), and messages still cross."""
-    from chaos.proxy import start_fault_proxy
+    from machinery.faultproxy import start_fault_proxy
     from chaos.topology import BridgeProxies
     from conformance.clients import connect
     from conformance.requirements import skip_or_fail
@@ -285,8 +285,8 @@ def test_a_group_pinned_to_a_node_behind_a_cut_link_waits_in_the_store_and_forwa
     wait out its call-timeout (30 s by default) before it reconnects, hence the long bound.
     (Ungrouped messages do not show this: under ON_DEMAND A keeps them in its own queue while the
     link is down.)"""
-    from chaos.proxy import start_fault_proxy
-    from chaos.proxy.client import ToxiproxyClient
+    from machinery.faultproxy import start_fault_proxy
+    from machinery.faultproxy.client import ToxiproxyClient
     from chaos.topology import BridgeProxies
     from conformance.clients import connect
     from conformance.requirements import skip_or_fail

@@ -15,7 +15,7 @@ import pytest
 
 from conformance.requirements import skip_or_fail
 from conformance.targets.mosquitto.process import MosquittoProcess, mosquitto_available
-from conformance.targets.runtime.loop_thread import LoopThread
+from machinery.loop_thread import LoopThread
 from conformance.waiting import QUIET, poll, settle
 from reference_broker.config import build_config
 from reference_broker.server import BrokerServer

@@ -1,4 +1,4 @@
-"""The private PostgreSQL server the JDBC master/slave experiments use (conformance/targets/runtime/postgres.py)."""
+"""The private PostgreSQL server the JDBC master/slave experiments use (machinery/postgres.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import os
 import pytest
 
 from conformance.requirements import skip_or_fail
-from conformance.targets.runtime import postgres
+from machinery import postgres
 
 psycopg = pytest.importorskip("psycopg")
 

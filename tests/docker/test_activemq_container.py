@@ -17,7 +17,7 @@ from conformance.requirements import skip_or_fail
 from conformance.targets.activemq import container as mod
 from conformance.targets.activemq.process import ActiveMQStartError
 from conformance.targets.activemq.container import LABEL, ActiveMQContainer
-from conformance.targets.runtime.docker_env import ACTIVEMQ_IMAGE, DockerUnavailable, docker_client, image_available
+from machinery.docker_env import ACTIVEMQ_IMAGE, DockerUnavailable, docker_client, image_available
 
 CORE = "{http://activemq.apache.org/schema/core}"
 

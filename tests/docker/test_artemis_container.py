@@ -29,7 +29,7 @@ from conformance.targets.artemis.container import (
     from_scenario,
 )
 from conformance.targets.base import TargetUnavailable
-from conformance.targets.runtime.docker_env import DockerUnavailable, docker_client, image_available
+from machinery.docker_env import DockerUnavailable, docker_client, image_available
 from conformance.targets.artemis.target import ArtemisTarget
 from conformance.targets.artemis.dist import ARTEMIS_IMAGE
 from chaos.nemesis.process import ProcessNemesis

@@ -33,7 +33,7 @@ from conformance.clients import connect
 from conformance.requirements import skip_or_fail
 from conformance.scenario import Scenario
 from conformance.targets.artemis.dist import ARTEMIS_IMAGE
-from conformance.targets.runtime.docker_env import docker_client, image_available
+from machinery.docker_env import docker_client, image_available
 from conformance.topology import ClusterConnection, Topology
 from conformance.waiting import poll
 

@@ -39,8 +39,8 @@ exit 1
 
 def _project(tmp_path: Path, archive: bytes | None, pinned_sha: str) -> Path:
     root = tmp_path / "project"
-    (root / "conformance" / "targets").mkdir(parents=True)
-    (root / "conformance" / "targets" / "pins.toml").write_text(f"""
+    (root / "machinery").mkdir(parents=True)
+    (root / "machinery" / "pins.toml").write_text(f"""
 [artemis]
 group = "org.apache.activemq"
 artifact = "apache-artemis"

@@ -33,7 +33,7 @@ from conformance.scenario import Scenario
 from conformance.targets.activemq import container_network as acn
 from conformance.targets.activemq.target import ActiveMQTarget
 from conformance.requirements import skip_or_fail
-from conformance.targets.runtime.docker_env import ACTIVEMQ_IMAGE, docker_client, image_available
+from machinery.docker_env import ACTIVEMQ_IMAGE, docker_client, image_available
 from conformance.targets.artemis.dist import ARTEMIS_IMAGE
 from conformance.targets.registry import BUILTIN
 

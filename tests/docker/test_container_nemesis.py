@@ -11,7 +11,7 @@ from chaos.nemesis.base import NemesisError
 from chaos.nemesis.container import ContainerPartitionNemesis, grudge
 from conformance.targets.activemq.container import ActiveMQContainer
 from conformance.targets.artemis.container import ArtemisContainer
-from conformance.targets.runtime.container import NetworkedContainer
+from machinery.container import NetworkedContainer
 
 NODES = ["A", "B", "C", "D", "E"]
 
@@ -219,7 +219,7 @@ def test_needs_two_nodes_and_a_network():
 
 
 class FakeLauncher:
-    """A launcher as the nemesis sees it (`conformance.targets.runtime.container.NetworkedContainer`)."""
+    """A launcher as the nemesis sees it (`machinery.container.NetworkedContainer`)."""
 
     def __init__(self, container_id: str) -> None:
         self.container_id = container_id

@@ -28,7 +28,7 @@ from conformance.clients import connect
 from conformance.requirements import skip_or_fail
 from conformance.targets.activemq.container_network import ActiveMQContainerNetwork, SharedVolumePair
 from conformance.targets.activemq.network import Bridge, NetworkConnectorOptions
-from conformance.targets.runtime.docker_env import ACTIVEMQ_IMAGE, docker_client, image_available
+from machinery.docker_env import ACTIVEMQ_IMAGE, docker_client, image_available
 from conformance.targets.artemis.dist import ARTEMIS_IMAGE
 
 pytestmark = [pytest.mark.container, pytest.mark.slow]

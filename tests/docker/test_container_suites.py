@@ -50,7 +50,7 @@ import pytest
 from conformance.requirements import skip_or_fail
 from tests.conformance.collected_outcomes import in_subprocess as collected_cells
 from conformance.targets.activemq.process import activemq_available
-from conformance.targets.runtime.docker_env import ACTIVEMQ_IMAGE, image_available
+from machinery.docker_env import ACTIVEMQ_IMAGE, image_available
 from conformance.targets.artemis.dist import ARTEMIS_IMAGE
 from conformance.targets.registry import BUILTIN
 

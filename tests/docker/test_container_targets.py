@@ -19,7 +19,7 @@ import pytest
 from conformance.scenario import Scenario
 from conformance.targets import install as install_mod
 from conformance.targets.activemq.target import ActiveMQTarget
-from conformance.targets.runtime.docker_env import ACTIVEMQ_IMAGE
+from machinery.docker_env import ACTIVEMQ_IMAGE
 from conformance.targets.artemis.target import ArtemisTarget
 from conformance.targets.artemis.dist import ARTEMIS_IMAGE
 from conformance.targets.registry import BUILTIN, resolve
@@ -158,7 +158,7 @@ def test_default_artemis_image_is_the_local_build_of_the_pinned_version():
     env = {k: v for k, v in os.environ.items() if k != "BROKERCONF_ARTEMIS_IMAGE"}
     default = subprocess.run([sys.executable, "-c", "from conformance.targets.artemis.dist import ARTEMIS_IMAGE; "
                               "print(ARTEMIS_IMAGE)"], cwd=ROOT, env=env, capture_output=True, text=True, check=True)
-    pinned = tomllib.loads((ROOT / "conformance" / "targets" / "pins.toml").read_text())["artemis"]["version"]
+    pinned = tomllib.loads((ROOT / "machinery" / "pins.toml").read_text())["artemis"]["version"]
     assert default.stdout.strip() == f"brokerconf/artemis:{pinned}"
     assert 'IMAGE="brokerconf/artemis:$VERSION"' in (ROOT / "docker" / "artemis" / "build.sh").read_text()
 

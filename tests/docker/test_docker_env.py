@@ -1,15 +1,16 @@
-"""Docker availability reasons (conformance.targets.runtime.docker_env), with a fake docker SDK client:
+"""Docker availability reasons (machinery.docker_env), with a fake docker SDK client:
 each way Docker can be unusable gives its own reason, saying what to do."""
 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import docker.errors
 import pytest
 
-from conformance.targets.runtime import docker_env
-from conformance.targets.runtime.docker_env import DockerUnavailable, docker_available, docker_client, image_available
+from machinery import docker_env
+from machinery.docker_env import DockerUnavailable, docker_available, docker_client, image_available
 
 
 class FakeImages:
@@ -144,6 +145,6 @@ def test_reasons_are_distinct():
 
 def test_default_image_name_matches_build_script():
     # docker/build-images.sh tags this name; the two must not drift apart.
-    script = (docker_env.__file__.rsplit("/conformance/", 1)[0] + "/docker/build-images.sh")
+    script = Path(docker_env.__file__).resolve().parents[1] / "docker" / "build-images.sh"
     with open(script, encoding="utf-8") as f:
         assert "brokerconf/activemq-classic:5.17" in f.read()

@@ -1,4 +1,4 @@
-"""Toxiproxy from its official image (chaos.proxy.container).
+"""Toxiproxy from its official image (machinery.faultproxy.container).
 
 Fast tests use a fake testcontainers container and serve ``GET /version`` from the embedded proxy
 (the same API), so readiness, ports, command and cleanup are checked without an engine. The
@@ -11,17 +11,17 @@ import uuid
 
 import pytest
 
-from chaos.proxy import FaultProxyServer
-from chaos.proxy import container as mod
-from chaos.proxy.client import ToxiproxyClient
-from chaos.proxy.container import (
+from machinery.faultproxy import FaultProxyServer
+from machinery.faultproxy import container as mod
+from machinery.faultproxy.client import ToxiproxyClient
+from machinery.faultproxy.container import (
     TOXIPROXY_IMAGE,
     ToxiproxyContainer,
     ToxiproxyStartError,
     start_toxiproxy,
 )
 from conformance.requirements import skip_or_fail
-from conformance.targets.runtime.docker_env import DockerUnavailable, image_available
+from machinery.docker_env import DockerUnavailable, image_available
 
 
 class FakeDockerContainer:

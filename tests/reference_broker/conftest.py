@@ -26,7 +26,7 @@ import pytest
 import stomp
 
 from conformance.targets.reference.process import ReferenceBrokerProcess
-from conformance.targets.runtime.loop_thread import LoopThread
+from machinery.loop_thread import LoopThread
 from reference_broker.config import build_config
 from reference_broker.protocols.stomp.codec import HEARTBEAT, Frame, StompParser, serialize_frame
 from reference_broker.server import BrokerServer
@@ -445,10 +445,10 @@ def broker_process_factory():
 
 @pytest.fixture(scope="module")
 def db(tmp_path_factory):
-    """A private PostgreSQL server for the module (conformance/targets/runtime/postgres.py): the
+    """A private PostgreSQL server for the module (machinery/postgres.py): the
     database store and lease tests."""
     from conformance.requirements import skip_or_fail
-    from conformance.targets.runtime import postgres
+    from machinery import postgres
 
     ok, reason = postgres.availability()
     if not ok:

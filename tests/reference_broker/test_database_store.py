@@ -150,8 +150,8 @@ def test_master_cut_from_its_database_stops_serving_before_the_slave_takes_over(
     the fault proxy: connections stay open, nothing answers). Its lease renewals go unanswered, so
     it must stop serving before its lease ends -- and only after that may the slave, whose own
     link is fine, take the lease and serve. Never two masters at once."""
-    from chaos.proxy import FaultProxyServer
-    from chaos.proxy.client import ToxiproxyClient
+    from machinery.faultproxy import FaultProxyServer
+    from machinery.faultproxy.client import ToxiproxyClient
     from conformance.targets.runtime.probes import tcp_accepts
 
     proxy_server = FaultProxyServer().start()

@@ -1,4 +1,4 @@
-"""A reference master whose journal sits on the simulated NFS (chaos/sharedstore) and whose storage
+"""A reference master whose journal sits on the simulated NFS (machinery/sharedstore) and whose storage
 link is cut while it serves (issue 18; the defect: journal I/O on the event loop).
 
 A journal write on a cut soft mount blocks in the kernel until the mount's retransmissions are
@@ -25,8 +25,9 @@ import time
 
 import pytest
 
-from chaos.sharedstore.harness import fuse_unavailable
-from chaos.sharedstore.mountopts import MountOptions
+from chaos.nemesis.lock import lock_loss_nemesis
+from machinery.sharedstore.harness import fuse_unavailable
+from machinery.sharedstore.mountopts import MountOptions
 from conformance.clients.stomp_client import StompClient
 from conformance.requirements import missing_mark
 from conformance.targets.reference.shared_store import launch_shared_store
@@ -115,7 +116,7 @@ def test_master_with_a_stalled_journal_stops_serving_and_the_slave_has_every_rec
             client.send(QUEUE, body, persistent=True)  # returns once the RECEIPT came
             receipted.append(body)
 
-    group.rig.nemesis.invoke("partition", host="A")
+    lock_loss_nemesis(group.rig).invoke("partition", host="A")  # the group's stop heals it
     after_cut: dict = {}
     sender = threading.Thread(target=send_after_cut, args=(port_a, after_cut), daemon=True)
     sender.start()

@@ -32,8 +32,8 @@ from pathlib import Path
 from xml.sax.saxutils import escape
 
 from conformance.targets.activemq.paths import ACTIVEMQ_HOME
-from conformance.targets.tools_cache import PINS_FILE, TOOLS_DIR
-from conformance.targets.tools_cache import sha512_of as _sha512
+from machinery.tools_cache import PINS_FILE, TOOLS_DIR
+from machinery.tools_cache import sha512_of as _sha512
 import sys
 
 __all__ = [

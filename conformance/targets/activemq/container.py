@@ -41,10 +41,10 @@ from typing import Any
 
 from conformance.targets.activemq.process import ActiveMQAddresses, ActiveMQProcess, ActiveMQStartError
 from conformance.targets.runtime.probes import stomp_handshake
-from conformance.targets.runtime.container import ContainerLifecycle, _configure_reaper, docker_container, \
+from machinery.container import ContainerLifecycle, _configure_reaper, docker_container, \
     init_container_state, new_network
-from conformance.targets.runtime.docker_env import ACTIVEMQ_IMAGE, DockerUnavailable, docker_client, image_available
-from conformance.targets.runtime.process import free_ports
+from machinery.docker_env import ACTIVEMQ_IMAGE, DockerUnavailable, docker_client, image_available
+from machinery.process import free_ports
 import socket
 
 __all__ = ["ActiveMQContainer", "CONTAINER_PORTS", "READY_LINE", "LABEL"]

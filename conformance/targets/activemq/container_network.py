@@ -33,8 +33,8 @@ from conformance.targets.activemq.container import _SHARED_KAHADB, CONTAINER_POR
 from conformance.targets.activemq.network import _ESTABLISHED, ActiveMQNetwork, Bridge, NetworkNode, NetworkStartError, \
     render_network_connector
 from conformance.targets.activemq.shared_store import NODE_NAMES, SharedStoreGroup, SharedStoreNode
-from conformance.targets.runtime.docker_env import ACTIVEMQ_IMAGE, docker_client
-from conformance.targets.runtime.container import new_network
+from machinery.docker_env import ACTIVEMQ_IMAGE, docker_client
+from machinery.container import new_network
 
 __all__ = ["ActiveMQContainerNetwork", "ContainerNetworkNode", "ContainerSharedStoreNode", "SharedVolumePair",
            "scenario_network"]

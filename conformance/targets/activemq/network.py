@@ -38,7 +38,7 @@ from conformance.targets.activemq.process import ActiveMQProcess
 from conformance.targets.activemq.policy import authentication_plugin_xml
 from conformance.targets.activemq.mbeans import destination_pattern, subscription_pattern
 from conformance.targets.activemq.jmx import JmxClient
-from conformance.targets.runtime.process import free_ports
+from machinery.process import free_ports
 from conformance.targets.runtime.node import ProcessNode
 from conformance.targets.runtime.evidence import ProcessEvidence
 

@@ -46,9 +46,9 @@ from xml.sax.saxutils import quoteattr
 from conformance.targets.activemq.amqp import installed, jar_paths
 from conformance.targets.activemq.paths import ACTIVEMQ_HOME, JAVA_SHARE, find_java
 from conformance.targets.runtime.jvm import quick_start_options
-from conformance.targets.runtime.managed import ManagedProcess
+from machinery.managed import ManagedProcess
 from conformance.targets.runtime.probes import stomp_handshake, tcp_accepts
-from conformance.targets.runtime.process import free_ports
+from machinery.process import free_ports
 
 if TYPE_CHECKING:
     from conformance.targets.tls_setup import TlsSetup

@@ -15,7 +15,7 @@ from conformance.topology import NetworkConnectorOptions
 from conformance.targets.activemq.process import ActiveMQProcess
 from conformance.targets.activemq.network import NetworkNode, render_network_connector
 from conformance.targets.activemq.shared_store import SharedStoreGroup
-from conformance.targets.runtime.process import free_ports
+from machinery.process import free_ports
 from reference_broker.cluster.discovery import activemq_loopback_uri
 
 

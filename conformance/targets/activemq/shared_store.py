@@ -30,7 +30,7 @@ from conformance.targets.activemq.network import NetworkNode
 from conformance.targets.runtime.database_links import DatabaseLinks
 from conformance.targets.runtime.node import NodeRestarts
 from conformance.targets.runtime.nfs_store import NfsStore
-from conformance.targets.runtime.postgres import PostgresServer
+from machinery.postgres import PostgresServer
 
 #: node names, in start order: A is started first and becomes the first master
 NODE_NAMES = "ABCDEFGH"
@@ -180,9 +180,9 @@ class SharedStoreGroup(NodeRestarts):
     # neither an NFS rig nor a database of its own
     def stop(self) -> None:
         errors = []
-        if self.rig is not None and self.rig.nemesis is not None:
+        if self.rig is not None:
             try:  # heal first: a broker blocked on a cut storage link cannot stop cleanly
-                self.rig.nemesis.teardown()
+                self.rig.heal()
             except Exception as exc:  # noqa: BLE001
                 errors.append(f"nfs store heal: {exc}")
         for node in self.nodes.values():

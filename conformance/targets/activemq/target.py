@@ -56,14 +56,14 @@ from conformance.targets.activemq.policy import ACTIVEMQ_DEAD_LETTER_QUEUE, Acti
 from conformance.targets.activemq.mbeans import _split_destination, destination_pattern, subscription_pattern
 from conformance.targets.activemq.shared_store import SharedStoreGroup
 from conformance.targets.base import DestinationCounters, SubscriptionCounters, TargetUnavailable
-from conformance.targets.runtime.docker_env import ACTIVEMQ_IMAGE, DockerUnavailable, container_target_available
+from machinery.docker_env import ACTIVEMQ_IMAGE, DockerUnavailable, container_target_available
 from conformance.targets.activemq.jmx import JmxClient, JmxError, MBean, QueryTiming
 from conformance.targets.activemq.container import ActiveMQContainer
 from conformance.targets.activemq.container_network import SharedVolumePair
 from conformance.targets.activemq.network import ActiveMQNetwork
 from conformance.targets.activemq.rigs import DiscoveryPair
 from conformance.targets.activemq.rigs import HostPairRig, MasterSlaveRig, StaticFanRig
-from conformance.targets.runtime import postgres
+from machinery import postgres
 from conformance.targets.runtime.node import launch_single
 from conformance.targets.runtime.launch_choice import choose_launch
 from conformance.targets.runtime.evidence import ProcessEvidence

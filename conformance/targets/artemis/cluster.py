@@ -69,7 +69,7 @@ from xml.sax.saxutils import escape, quoteattr
 from conformance.scenario import Scenario
 from conformance.targets.artemis.process import ArtemisProcess, JolokiaError, _object_name_value
 from conformance.targets.runtime.node import ProcessNode
-from conformance.targets.runtime.process import free_ports
+from machinery.process import free_ports
 from conformance.topology import Bridge, ClusterConnection, ExtraClusterConnection, Topology, TopologyUnsupported
 
 __all__ = ["CLUSTER_NAME", "ArtemisCluster", "ClusterManagement", "ClusterFormationError", "UdpGroup", "cluster_xml", "launch_cluster"]

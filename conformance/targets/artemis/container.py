@@ -62,11 +62,11 @@ from conformance.scenario import DestinationPolicy, Scenario
 from conformance.targets.runtime.probes import stomp_handshake
 # the address-setting mapping is shared with the local-process launcher (artemis/process.py)
 from conformance.targets.artemis.config import FRAGMENT_MARK, UnsupportedArtemisPolicy, address_settings_xml, artemis_match
-from conformance.targets.runtime.container import ContainerLifecycle, _configure_reaper, init_container_state
-from conformance.targets.runtime.container import docker_container as _docker_container  # tests replace it
-from conformance.targets.runtime.container import new_network as _new_network  # tests replace it
-from conformance.targets.runtime.docker_env import DockerUnavailable, docker_client, image_available
-from conformance.targets.runtime.process import free_ports
+from machinery.container import ContainerLifecycle, _configure_reaper, init_container_state
+from machinery.container import docker_container as _docker_container  # tests replace it
+from machinery.container import new_network as _new_network  # tests replace it
+from machinery.docker_env import DockerUnavailable, docker_client, image_available
+from machinery.process import free_ports
 from conformance.targets.artemis.dist import ARTEMIS_IMAGE  # the local image by default; never pulled (a missing image is a reason)
 
 __all__ = ["ARTEMIS_IMAGE", "ArtemisContainer", "ArtemisStartError", "UnsupportedArtemisPolicy", "CONTAINER_PORTS",

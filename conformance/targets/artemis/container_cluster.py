@@ -62,8 +62,8 @@ from conformance.targets.artemis.container import (CONTAINER_PORTS, DEFAULT_EXTR
                                                    _MOUNT)
 from conformance.targets.artemis.dist import ARTEMIS_IMAGE
 from conformance.targets.artemis.process import ADMIN_USER, JolokiaError, QueueManagement, jolokia_call
-from conformance.targets.runtime.process import free_ports
-from conformance.targets.runtime.container import new_network
+from machinery.process import free_ports
+from machinery.container import new_network
 from conformance.topology import Topology, TopologyUnsupported
 
 __all__ = ["CLUSTER_LABEL", "ArtemisClusterContainer", "ArtemisContainerCluster", "ContainerClusterNode",

@@ -30,9 +30,9 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from conformance.targets.tools_cache import PINS_FILE as PINS
-from conformance.targets.tools_cache import TOOLS_DIR as TOOLS
-from conformance.targets.tools_cache import sha512_of
+from machinery.tools_cache import PINS_FILE as PINS
+from machinery.tools_cache import TOOLS_DIR as TOOLS
+from machinery.tools_cache import sha512_of
 MARKER = ".brokerconf-verified"
 
 

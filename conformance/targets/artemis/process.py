@@ -53,9 +53,9 @@ from conformance.targets.artemis.config import ArtemisConfig, ArtemisDatabase, r
 from conformance.targets.artemis.dist import home, installed
 from conformance.targets.artemis.template import ArtemisCreateError, CreateOptions, create_instance
 from conformance.targets.runtime.jvm import quick_start_options
-from conformance.targets.runtime.managed import ManagedProcess
-from conformance.targets.runtime.postgres import JDBC_DRIVER_JAR
-from conformance.targets.runtime.process import free_ports
+from machinery.managed import ManagedProcess
+from machinery.postgres import JDBC_DRIVER_JAR
+from machinery.process import free_ports
 from conformance.targets.tls_setup import prepare as prepare_tls
 
 __all__ = ["ArtemisProcess", "ArtemisStartError", "ArtemisNotInstalled", "JolokiaError", "LISTENERS", "QueueManagement",

@@ -22,7 +22,7 @@ from conformance.targets.artemis.process import ArtemisProcess
 from conformance.targets.runtime.database_links import DatabaseLinks
 from conformance.targets.runtime.nfs_store import NfsStore
 from conformance.targets.runtime.node import ProcessNode
-from conformance.targets.runtime.postgres import PostgresServer
+from machinery.postgres import PostgresServer
 from conformance.targets.runtime.shared_group import SharedStoreCluster, node_names
 from conformance.topology import Topology, TopologyUnsupported
 

@@ -45,8 +45,8 @@ from conformance.targets.artemis import process as artemis_process
 from conformance.targets.artemis.config import DEAD_LETTER_ADDRESS, UnsupportedArtemisPolicy
 from conformance.targets.artemis.dist import ARTEMIS_IMAGE, installed
 from conformance.targets.base import DestinationCounters, SubscriptionCounters, TargetUnavailable
-from conformance.targets.runtime.docker_env import DockerUnavailable, image_available
-from conformance.targets.runtime import postgres
+from machinery.docker_env import DockerUnavailable, image_available
+from machinery import postgres
 from conformance.targets.runtime.node import launch_single
 from conformance.topology import check_supported
 from conformance.targets.runtime.launch_choice import choose_launch

@@ -57,7 +57,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from conformance.targets.tools_cache import TOOLS_DIR
+from machinery.tools_cache import TOOLS_DIR
 
 __all__ = ["ArtemisCreateError", "CreateOptions", "create_instance", "instantiate", "run_create", "template_for",
            "TEMPLATES_DIR"]

@@ -42,8 +42,8 @@ import socket
 import time
 from pathlib import Path
 
-from conformance.targets.runtime.managed import ManagedProcess
-from conformance.targets.runtime.process import free_ports, tail_files
+from machinery.managed import ManagedProcess
+from machinery.process import free_ports, tail_files
 
 __all__ = [
     "MosquittoNotInstalled",

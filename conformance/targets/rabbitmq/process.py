@@ -47,7 +47,7 @@ the one RabbitMQ's prelaunch runs to make sure an epmd is up) ever starts an
 ``epmd -daemon`` of its own, which would outlive the node in no process group
 of ours; without our epmd the node fails to start, saying so.
 
-The process is a `ManagedProcess` (conformance/targets/runtime/managed.py), as
+The process is a `ManagedProcess` (machinery/managed.py), as
 every local broker: the script runs ``erl`` (``beam.smp``) as its child and
 forwards SIGTERM to it as a graceful shutdown.  ``stop()`` sends SIGTERM to the
 script's process group, waits, then SIGKILLs the group; ``beam.smp``'s helpers
@@ -76,8 +76,8 @@ from pathlib import Path
 import psutil
 from proton.utils import BlockingConnection
 
-from conformance.targets.runtime.managed import ManagedProcess
-from conformance.targets.runtime.process import free_ports, tail_files
+from machinery.managed import ManagedProcess
+from machinery.process import free_ports, tail_files
 
 __all__ = [
     "RabbitMQNotInstalled",

@@ -226,7 +226,7 @@ class ReferenceCluster:
         cluster = self.topology.cluster
         udp_port = None
         if cluster.discovery == "udp":
-            from conformance.targets.runtime.process import free_ports
+            from machinery.process import free_ports
 
             udp_port = free_ports(1)[0]
         try:

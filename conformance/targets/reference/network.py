@@ -17,7 +17,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable
 
-from conformance.targets.runtime.loop_thread import LoopThread
+from machinery.loop_thread import LoopThread
 from conformance.topology import (RECONNECT_URI_OPTIONS, TopologyUnsupported, Topology, Bridge, BridgeFilterPolicy, BridgeRoute, CompositeDestination,
                                   NetworkConnectorOptions, check_duplex_names, static_uri, with_connector_renamed)
 from reference_broker.cluster.service import NetworkService

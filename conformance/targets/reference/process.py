@@ -13,7 +13,7 @@ from collections import deque
 from pathlib import Path
 
 from conformance.targets.runtime.probes import stomp_handshake
-from conformance.targets.runtime.process import peak_rss
+from machinery.process import peak_rss, stop_if_interrupted
 
 _READY = re.compile(r"reference broker '.*' ready: (.*)$")
 #: a master/slave broker waiting for its store's lock (reference_broker/__main__.py)
@@ -116,20 +116,19 @@ class ReferenceBrokerProcess:
         self._reader = threading.Thread(target=self._read_log, args=(self.proc,), daemon=True)
         self._reader.start()
         deadline = time.monotonic() + timeout
-        try:
-            while not self._ready.wait(0.05) and not (wait_for == "lock" and self._waiting.is_set()):
-                if self.proc.poll() is not None:
-                    self._reader.join(1)
-                    raise ReferenceStartError(
-                        f"reference broker exited with {self.proc.returncode} before it was ready:\n{self.log_tail()}"
-                    )
-                if time.monotonic() > deadline:
-                    self.stop()
-                    raise ReferenceStartError(f"reference broker not ready after {timeout} s:\n{self.log_tail()}")
-        except (KeyboardInterrupt, SystemExit):
-            self.stop()   # interrupted while waiting: the caller has no handle to stop yet
-            raise
+        stop_if_interrupted(lambda: self._wait_ready(wait_for, deadline, timeout), self.stop)
         return self
+
+    def _wait_ready(self, wait_for: str, deadline: float, timeout: float) -> None:
+        while not self._ready.wait(0.05) and not (wait_for == "lock" and self._waiting.is_set()):
+            if self.proc.poll() is not None:
+                self._reader.join(1)
+                raise ReferenceStartError(
+                    f"reference broker exited with {self.proc.returncode} before it was ready:\n{self.log_tail()}"
+                )
+            if time.monotonic() > deadline:
+                self.stop()
+                raise ReferenceStartError(f"reference broker not ready after {timeout} s:\n{self.log_tail()}")
 
     def _read_log(self, proc: subprocess.Popen) -> None:
         for line in proc.stderr:

@@ -17,8 +17,8 @@ from conformance.targets.reference.process import ReferenceBrokerProcess
 from conformance.targets.runtime.database_links import DatabaseLinks
 from conformance.targets.runtime.node import ProcessNode
 from conformance.targets.runtime.nfs_store import NfsStore
-from conformance.targets.runtime.postgres import PostgresServer
-from conformance.targets.runtime.process import free_ports
+from machinery.postgres import PostgresServer
+from machinery.process import free_ports
 from conformance.targets.runtime.shared_group import SharedStoreCluster, node_names
 from conformance.topology import Topology, TopologyUnsupported
 from reference_broker.ha.locker import LOCK_FILE_NAME

@@ -26,9 +26,9 @@ from conformance.targets.reference.network import ReferenceNetwork
 from conformance.targets.reference.rigs import DiscoveryPair
 from conformance.targets.reference.rigs import MasterSlaveRig, StaticFanRig
 from conformance.targets.reference.shared_store import launch_shared_store
-from conformance.targets.runtime.loop_thread import LoopThread
+from machinery.loop_thread import LoopThread
 from conformance.targets.tls_setup import TlsSetup, prepare as prepare_tls
-from conformance.targets.runtime import postgres
+from machinery import postgres
 from conformance.targets.runtime.node import launch_single
 from conformance.topology import check_supported
 from reference_broker.config import ConfigError, PolicyEntry, build_config

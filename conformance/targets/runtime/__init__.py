@@ -1,3 +1,4 @@
-"""What every broker's launcher shares: processes in their own session (process.py), containers
-(container.py), a broker on a background event-loop thread (loop_thread.py), and the node and
-cluster shapes of the topology contract (node.py, conformance/topology.py)."""
+"""What the brokers' launchers share above the ground floor (processes, containers and the
+event-loop thread are in `machinery`): the node and cluster shapes of the topology contract
+(node.py, shared_group.py, conformance/topology.py), readiness probes, launch choice, and the
+rigs a group's store is put on (nfs_store.py, database_links.py)."""

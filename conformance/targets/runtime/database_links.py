@@ -1,8 +1,8 @@
 """A JDBC group's database links through the fault proxy (issue 18, section 5: "cut the master's
 database link"): a fault proxy of its own with one proxy per node in front of the group's
 PostgreSQL server, so each broker dials the database through ITS proxy and a lock-loss nemesis
-(chaos/nemesis/lock.py, host names = node names) can partition, slow or reset one broker's link
-while the others keep theirs. The same shape as the NFS store's `NfsStore` (runtime/nfs_store.py),
+built on these links by chaos (chaos/nemesis/lock.py lock_loss_nemesis, host names = node names)
+can partition, slow or reset one broker's link while the others keep theirs. The same shape as the NFS store's `NfsStore` (runtime/nfs_store.py),
 one proxy per host, which is what lets the lock-loss experiments treat both stores alike.
 
 The group's cluster keeps it as ``rig`` and closes it after stopping its nodes and the database
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 
-from conformance.targets.runtime.postgres import PostgresServer
+from machinery.postgres import PostgresServer
 
 __all__ = ["DatabaseLinks"]
 
@@ -24,9 +24,8 @@ class DatabaseLinks:
     URL or a libpq connection string."""
 
     def __init__(self, database: PostgresServer, hosts: tuple[str, ...]) -> None:
-        from chaos.nemesis.lock import LockLossNemesis
-        from chaos.proxy import start_fault_proxy
-        from chaos.proxy.client import ToxiproxyClient, split_address
+        from machinery.faultproxy import start_fault_proxy
+        from machinery.faultproxy.client import ToxiproxyClient, split_address
 
         if database.port is None:
             raise ValueError("the database must be started before its links are proxied (it has no port yet)")
@@ -35,16 +34,12 @@ class DatabaseLinks:
         self._client = ToxiproxyClient(self.proxy.api_url)
         self._listen: dict[str, tuple[str, int]] = {}
         self.links: dict[str, str] = {}  # host -> its proxy's name
-        self.nemesis: LockLossNemesis | None = None
         try:
             upstream = f"{database.host}:{database.port}"
             for host in hosts:
                 name = f"database-{host}-{os.getpid()}-{id(self) & 0xffff:x}"
                 self._listen[host] = split_address(self._client.create_proxy(name, upstream=upstream)["listen"])
                 self.links[host] = name
-            # store=None: no lease server of ours to expire a host at; the lease rows are the brokers'
-            self.nemesis = LockLossNemesis(None, proxy_api=self.proxy.api_url, store=None, links=self.links)
-            self.nemesis.setup()
         except BaseException:
             self.close()
             raise
@@ -61,20 +56,25 @@ class DatabaseLinks:
         c = self.database.credentials
         return f"host={address} port={port} user={c.user} password={c.password} dbname={c.database}"
 
-    def lock_nemesis(self, history=None):
-        """A `LockLossNemesis` recording into ``history`` over these links (an experiment's own,
-        beside the rig's, which only heals at close)."""
-        from chaos.nemesis.lock import LockLossNemesis
+    # what chaos needs to fault the links (chaos.nemesis.lock.lock_loss_nemesis)
+    @property
+    def proxy_api(self) -> str:
+        return self.proxy.api_url
 
-        return LockLossNemesis(history, proxy_api=self.proxy.api_url, store=None, links=self.links, node="store")
+    #: no lease server of ours to expire a host at: the lease rows are the brokers' own
+    store_address = None
+
+    def heal(self) -> None:
+        """Every host's link as it was made, whoever cut it."""
+        for name in self.links.values():
+            self._client.restore(name)
 
     def close(self) -> None:
         """Heal, delete the proxies, stop the fault proxy; a second call does nothing."""
         if self.proxy is None:
             return
         try:
-            if self.nemesis is not None:
-                self.nemesis.teardown()
+            self.heal()
         finally:
             for name in self.links.values():
                 try:

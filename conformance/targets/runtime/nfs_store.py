@@ -1,8 +1,9 @@
 """A shared-store group's store on the simulated NFS (issue 18, section 4): a fault proxy of its
-own, a `chaos.sharedstore.SharedStoreRig` with one FUSE mount per node (each node's storage link
+own, a `machinery.sharedstore.SharedStoreRig` with one FUSE mount per node (each node's storage link
 through its own proxy), and the directory each node sees through ITS mount. The group's cluster
-keeps it as ``rig`` and closes it after stopping its nodes (`close`), so a lock-loss nemesis
-(``rig.nemesis``) can cut one node's link while the others keep theirs.
+keeps it as ``rig`` and closes it after stopping its nodes (`close`). The rig exposes the links;
+a lock-loss nemesis built on them by chaos (chaos.nemesis.lock.lock_loss_nemesis) can cut one
+node's link while the others keep theirs.
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ class NfsStore:
     the shared directory ``subdir`` as seen through that host's mount."""
 
     def __init__(self, workdir: Path, hosts: tuple[str, ...], options: NfsOptions, subdir: str = "store") -> None:
-        from chaos.proxy import start_fault_proxy
-        from chaos.sharedstore.harness import SharedStoreRig, fuse_unavailable
+        from machinery.faultproxy import start_fault_proxy
+        from machinery.sharedstore.harness import SharedStoreRig, fuse_unavailable
 
         why = fuse_unavailable()
         if why:
@@ -45,18 +46,23 @@ class NfsStore:
             self.close()
             raise
 
+    # what chaos needs to fault the nodes' storage links (chaos.nemesis.lock.lock_loss_nemesis)
     @property
-    def nemesis(self):
-        """The rig's `LockLossNemesis` (host names = node names)."""
-        return self.rig.nemesis
+    def proxy_api(self) -> str:
+        return self.proxy.api_url
 
-    def lock_nemesis(self, history=None):
-        """A `LockLossNemesis` recording into ``history`` over the nodes' storage links (an
-        experiment's own, beside the rig's, which only heals at close)."""
-        from chaos.nemesis.lock import LockLossNemesis
+    @property
+    def links(self) -> dict[str, str]:
+        """Node name -> the name of its proxy to the store."""
+        return self.rig.links
 
-        return LockLossNemesis(history, proxy_api=self.proxy.api_url, store=self.rig.server.address,
-                               links=self.rig.links, node="store")
+    @property
+    def store_address(self) -> str | None:
+        return self.rig.store_address
+
+    def heal(self) -> None:
+        """Every node's storage link as it was made, whoever cut it."""
+        self.rig.heal()
 
     def path(self, host: str) -> Path:
         return Path(self.rig.path(host)) / self.subdir

@@ -45,7 +45,7 @@ class SharedStoreCluster(NodeRestarts):
         self.label = label
         #: the file whose lock makes a node master, when the harness can reach it (lock-loss tests)
         self.lock_file = Path(lock_file) if lock_file is not None else None
-        #: a jdbc store's database server (runtime/postgres.py PostgresServer), stopped after the nodes
+        #: a jdbc store's database server (machinery/postgres.py PostgresServer), stopped after the nodes
         self.database = database
         #: what faults one node's link to the store, closed after the nodes (and the database): a
         #: store on the simulated NFS (runtime/nfs_store.py NfsStore) or a jdbc store's database
@@ -108,9 +108,9 @@ class SharedStoreCluster(NodeRestarts):
 
     def stop(self) -> None:
         errors = []
-        if self.rig is not None and self.rig.nemesis is not None:
+        if self.rig is not None:
             try:  # heal first: a node blocked on a cut storage link cannot stop cleanly
-                self.rig.nemesis.teardown()
+                self.rig.heal()
             except Exception as exc:  # noqa: BLE001
                 errors.append(f"nfs store heal: {exc}")
         for node in self.nodes.values():

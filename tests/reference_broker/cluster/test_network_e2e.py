@@ -2,7 +2,7 @@
 retries with its static: reconnect options and forms the bridge once the peer listens."""
 
 
-from conformance.targets.runtime.process import free_ports
+from machinery.process import free_ports
 from conformance.targets.reference.network import ReferenceNode
 from conformance.waiting import poll, settle
 

@@ -10,7 +10,7 @@ import pytest
 
 from conformance.scenario import Scenario
 from conformance.targets.reference.target import ReferenceTarget
-from conformance.targets.runtime.loop_thread import LoopThread
+from machinery.loop_thread import LoopThread
 from conformance.topology import Cluster, ClusterConnection, Node, Topology, TopologyUnsupported
 from conformance.waiting import poll
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from conformance.targets.reference.clustering import ReferenceClusterNode
-from conformance.targets.runtime.process import free_ports
+from machinery.process import free_ports
 from conformance.waiting import poll, settle
 from reference_broker.clustering import wire
 from reference_broker.clustering.retry import RetryPolicy

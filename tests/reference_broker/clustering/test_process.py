@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from conformance.clients.stomp_client import StompClient
-from conformance.targets.runtime.process import free_ports
+from machinery.process import free_ports
 
 _READY = re.compile(r"ready: (.*)$")
 

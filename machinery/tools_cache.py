@@ -12,7 +12,7 @@ import hashlib
 import os
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 PINS_FILE = Path(__file__).with_name("pins.toml")
 TOOLS_DIR = Path(os.environ.get("BROKERCONF_TOOLS_DIR", ROOT / ".tools"))
 

@@ -17,6 +17,8 @@ import sys
 import tempfile
 import time
 
+from machinery.process import stop_if_interrupted
+
 from .control import control
 
 
@@ -63,7 +65,7 @@ def _discard(log) -> None:
 
 
 class StoreServerProcess:
-    """``python -m chaos.sharedstore.server`` on a data directory (a new temporary one by default)."""
+    """``python -m machinery.sharedstore.server`` on a data directory (a new temporary one by default)."""
 
     def __init__(self, root: str | None = None, *, lease: float = 10.0, vers: int = 4) -> None:
         self._tmp = None if root else tempfile.mkdtemp(prefix="bc-store-")
@@ -75,17 +77,11 @@ class StoreServerProcess:
 
     def start(self, timeout: float = 10.0) -> "StoreServerProcess":
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "chaos.sharedstore.server", "--root", self.root, "--lease", str(self.lease),
+            [sys.executable, "-m", "machinery.sharedstore.server", "--root", self.root, "--lease", str(self.lease),
              "--vers", str(self.vers)],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self.log, text=True, start_new_session=True)
-        try:
-            line = self.process.stdout.readline()   # "listening HOST:PORT", or EOF if it died
-        except (KeyboardInterrupt, SystemExit):
-            # a signal (SIGTERM made SystemExit, Ctrl-C) while waiting: the caller never gets this
-            # handle to stop, so stop the server here (seen in CI: a run interrupted right then
-            # left its store server behind)
-            self.stop()
-            raise
+        # "listening HOST:PORT", or EOF if it died
+        line = stop_if_interrupted(self.process.stdout.readline, self.stop)
         if not line.startswith("listening "):
             self.process.wait(5)
             output = self.log_text()
@@ -133,21 +129,20 @@ class MountProcess:
     def start(self, timeout: float = 20.0) -> "MountProcess":
         os.makedirs(self.mountpoint, exist_ok=True)
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "chaos.sharedstore.mount", "--server", self.server, "--client", self.client,
+            [sys.executable, "-m", "machinery.sharedstore.mount", "--server", self.server, "--client", self.client,
              "-o", self.options, self.mountpoint],
             stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + timeout
-        try:
-            while not mounted(self.mountpoint):
-                if self.process.poll() is not None or time.monotonic() > deadline:
-                    output = self.log_text()
-                    self.stop()
-                    raise RuntimeError(f"mount of {self.mountpoint} for {self.client} did not appear: {output}")
-                time.sleep(0.05)
-        except (KeyboardInterrupt, SystemExit):
-            self.stop()   # interrupted while waiting: nobody else holds this handle yet
-            raise
+        stop_if_interrupted(lambda: self._wait_mounted(deadline), self.stop)
         return self
+
+    def _wait_mounted(self, deadline: float) -> None:
+        while not mounted(self.mountpoint):
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                output = self.log_text()
+                self.stop()
+                raise RuntimeError(f"mount of {self.mountpoint} for {self.client} did not appear: {output}")
+            time.sleep(0.05)
 
     def log_text(self) -> str:
         with open(self.log.name, errors="replace") as handle:
@@ -178,37 +173,38 @@ class MountProcess:
 
 class SharedStoreRig:
     """A store server and one FUSE mount per host, each host's link through its own proxy on a
-    Toxiproxy API (``proxy_api``), and the `LockLossNemesis` over those links: what an experiment
-    or a test needs to put brokers on a shared store and fault it.
+    Toxiproxy API (``proxy_api``): what an experiment or a test needs to put brokers on a shared
+    store. Faults are chaos's to inject (chaos.nemesis.lock.lock_loss_nemesis builds them on
+    ``proxy_api``, ``links`` and ``store_address``); the rig only undoes them (`heal`).
 
-    ``rig.path("A")`` is host A's mount point; ``rig.nemesis`` is set up; `close` heals, unmounts
-    and stops everything it started (also after a failed start)."""
+    ``rig.path("A")`` is host A's mount point; `close` heals, unmounts and stops everything it
+    started (also after a failed start)."""
 
     def __init__(self, base: str, proxy_api: str, hosts=("A", "B"), *, options: str = "", lease: float = 10.0,
-                 vers: int = 4, history=None) -> None:
-        from chaos.nemesis.lock import LockLossNemesis
-        from chaos.proxy.client import ToxiproxyClient
+                 vers: int = 4) -> None:
+        from machinery.faultproxy.client import ToxiproxyClient
 
         self.server: StoreServerProcess | None = None
         self.mounts: dict[str, MountProcess] = {}
-        self.nemesis = None
+        self.proxy_api = proxy_api
+        self.links: dict[str, str] = {}  # host -> the name of its proxy to the store
         self._proxies = ToxiproxyClient(proxy_api)
-        self._created: list[str] = []
         try:
             self.server = StoreServerProcess(lease=lease, vers=vers).start()
-            links = {}
             for host in hosts:
                 name = f"store-{host}-{os.getpid()}-{id(self) & 0xffff:x}"
                 listen = self._proxies.create_proxy(name, self.server.address)["listen"]
-                self._created.append(name)
-                links[host] = name
+                self.links[host] = name
                 self.mounts[host] = MountProcess(os.path.join(base, host), listen, host, options)
                 self.mounts[host].start()
-            self.nemesis = LockLossNemesis(history, proxy_api=proxy_api, store=self.server.address, links=links)
-            self.nemesis.setup()
         except BaseException:
             self.close()
             raise
+
+    @property
+    def store_address(self) -> str | None:
+        """The store server's own address (HOST:PORT), where a host's lease can be ended."""
+        return self.server.address if self.server is not None else None
 
     def path(self, host: str) -> str:
         return self.mounts[host].mountpoint
@@ -221,20 +217,21 @@ class SharedStoreRig:
         old.stop()
         self.mounts[host] = MountProcess(old.mountpoint, old.server, old.client, old.options).start()
 
-    @property
-    def links(self) -> dict[str, str]:
-        return dict(self.nemesis.links) if self.nemesis else {}
+    def heal(self) -> None:
+        """Every host's link as it was made (no toxic, enabled), whoever cut it: a mount or a
+        broker blocked on a cut link cannot be stopped cleanly."""
+        for name in self.links.values():
+            self._proxies.restore(name)
 
     def close(self) -> None:
         try:
-            if self.nemesis is not None:
-                self.nemesis.teardown()
+            self.heal()
         finally:
             for mount in self.mounts.values():
                 mount.stop()
             if self.server is not None:
                 self.server.stop()
-            for name in self._created:
+            for name in self.links.values():
                 try:
                     self._proxies.delete_proxy(name)
                 except Exception:  # noqa: BLE001 - the proxy server may be gone already

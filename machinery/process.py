@@ -1,5 +1,6 @@
-"""Process plumbing every broker launcher needs: free loopback ports, stopping a broker's own
-process group by its leader's PID (never by name), peak RSS, and the tail of its log files."""
+"""Process plumbing every launcher needs: free loopback ports, stopping a process group by its
+leader's PID (never by name), stopping what a start launched when a signal interrupts its wait,
+peak RSS, and the tail of log files."""
 
 from __future__ import annotations
 
@@ -9,8 +10,11 @@ import signal
 import socket
 import subprocess
 from pathlib import Path
+from typing import Callable, TypeVar
 
-from conformance.targets.runtime.port_picks import pick_unreserved
+from machinery.port_picks import pick_unreserved
+
+T = TypeVar("T")
 
 #: Listening ports are picked from here up to the start of the kernel's ephemeral range.
 LISTEN_PORTS_FROM = 10000
@@ -63,6 +67,22 @@ def free_ports(n: int) -> list[int]:
     finally:
         for s in socks:
             s.close()
+
+
+def stop_if_interrupted(wait: Callable[[], T], stop: Callable[[], object]) -> T:
+    """``wait()``'s result; when a signal interrupts it (KeyboardInterrupt from SIGINT, SystemExit
+    from the SIGTERM handlers of the CLI and the plugin), ``stop()`` first, then the signal goes on.
+
+    For a ``start()`` that has launched a process and waits for it to be ready: its caller gets
+    the handle only when start returns, so nobody else could stop the process (seen in CI: a run
+    interrupted while a store server started left it behind). A plain function on purpose, not a
+    ``@contextmanager``: pytest crashed rendering a KeyboardInterrupt raised through one
+    (``TypeError`` in ``_getentrysource``; tests/conformance/test_signals.py)."""
+    try:
+        return wait()
+    except (KeyboardInterrupt, SystemExit):
+        stop()
+        raise
 
 
 def kill_group(proc: subprocess.Popen) -> None:

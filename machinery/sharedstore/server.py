@@ -1,6 +1,6 @@
 """The shared-store server: one per experiment, holding the data directory and the lock table.
 
-``python -m chaos.sharedstore.server --root DIR [--port 0] [--lease 10] [--vers 4|3]`` prints
+``python -m machinery.sharedstore.server --root DIR [--port 0] [--lease 10] [--vers 4|3]`` prints
 ``listening HOST:PORT`` on stdout once it serves, then logs lease expiries on stderr.
 
 Every request of a client session renews its lease (`leases.LeaseTable.touch`); a request of an
@@ -244,7 +244,7 @@ def lease_arg(text: str) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m chaos.sharedstore.server", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m machinery.sharedstore.server", description=__doc__.split("\n\n")[0])
     parser.add_argument("--root", required=True, help="the data directory the store serves")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)

@@ -1,4 +1,4 @@
-"""The machine's record of picked listening ports (conformance/targets/runtime/port_picks.py):
+"""The machine's record of picked listening ports (machinery/port_picks.py):
 a port one brokerconf process picked is not handed to another until its reservation ends."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from conformance.targets.runtime import port_picks, process
+from machinery import port_picks, process
 
 
 @pytest.fixture(autouse=True)

@@ -11,9 +11,9 @@ Modules, one job each:
   and the retry schedule they imply (the 12 s detection figure follows from it);
 - `leases`: the server's client leases and byte-range lock table (NFSv4 leases, NFSv3 none);
 - `wire`: the request/response framing;
-- `server`: the store server (``python -m chaos.sharedstore.server``);
+- `server`: the store server (``python -m machinery.sharedstore.server``);
 - `rpc`: the client side of a request: timeouts, retransmissions, soft/hard, the lease heartbeat;
-- `mount`: the FUSE client (``python -m chaos.sharedstore.mount``);
+- `mount`: the FUSE client (``python -m machinery.sharedstore.mount``);
 - `control`: requests to the server itself (expire a lease, read the state);
 - `holder`: a master's stand-in on a mount (open, lock, write), for tests and the benchmark;
 - `harness`: start a server and mounts as processes, stop them by handle; `SharedStoreRig`.

@@ -1,8 +1,8 @@
 """Run Toxiproxy in a container as a fault proxy for the chaos harness (issue 8): the image
 docker/toxiproxy/ builds offline from the pinned toxiproxy-server, or the official
 ``ghcr.io/shopify/toxiproxy`` (same entrypoint, command and API port) named by
-$BROKERCONF_TOXIPROXY_IMAGE. Its API is the one the project's embedded proxy (`chaos.proxy`) serves, so
-any Toxiproxy client (toxiproxy-python, `chaos.proxy.api`) drives either unchanged.
+$BROKERCONF_TOXIPROXY_IMAGE. Its API is the one the project's embedded proxy (`machinery.faultproxy`) serves, so
+any Toxiproxy client (toxiproxy-python, `machinery.faultproxy.api`) drives either unchanged.
 
 Two ways to place it:
 
@@ -30,15 +30,15 @@ import weakref
 from pathlib import Path
 from typing import Any
 
-from chaos.proxy.client import ToxiproxyClient, ToxiproxyError
-from chaos.proxy.install import pin as toxiproxy_pin
-from chaos.proxy.server import FaultProxyServer
-from conformance.targets.runtime.container import _configure_reaper, _remove_quietly, release_network_and_client, \
+from machinery.faultproxy.client import ToxiproxyClient, ToxiproxyError
+from machinery.faultproxy.install import pin as toxiproxy_pin
+from machinery.faultproxy.server import FaultProxyServer
+from machinery.container import _configure_reaper, _remove_quietly, release_network_and_client, \
     remove_container, init_container_state
-from conformance.targets.runtime.container import docker_container as _docker_container  # tests replace it
-from conformance.targets.runtime.container import new_network as _new_network  # tests replace it
-from conformance.targets.runtime.docker_env import DockerUnavailable, docker_client, image_available
-from conformance.targets.runtime.process import free_ports
+from machinery.container import docker_container as _docker_container  # tests replace it
+from machinery.container import new_network as _new_network  # tests replace it
+from machinery.docker_env import DockerUnavailable, docker_client, image_available
+from machinery.process import free_ports
 
 __all__ = ["TOXIPROXY_IMAGE", "API_PORT", "ToxiproxyContainer", "ToxiproxyStartError", "start_toxiproxy"]
 
@@ -65,7 +65,7 @@ def _get_version(api_url: str, timeout: float) -> tuple[bool, str]:
 class ToxiproxyContainer:
     """One Toxiproxy server in a container; `start()` returns the API URL, `stop()` removes it all.
 
-    Same handle shape as `chaos.proxy.RealToxiproxyServer` (``api_url``, ``start``, ``stop``)."""
+    Same handle shape as `machinery.faultproxy.RealToxiproxyServer` (``api_url``, ``start``, ``stop``)."""
 
     host = "127.0.0.1"
     kind = "container"
@@ -222,7 +222,7 @@ class ToxiproxyContainer:
 
 def start_toxiproxy(*, host_network: bool = True, **options: Any) -> Any:
     """A started Toxiproxy-API server for chaos code: the container where its image is present,
-    else the embedded `chaos.proxy.FaultProxyServer`. The handle has ``api_url``, ``stop()``,
+    else the embedded `machinery.faultproxy.FaultProxyServer`. The handle has ``api_url``, ``stop()``,
     ``kind`` ("container" or "ours") and ``fallback_reason`` (why the container was not used, "" if
     it was)."""
     ok, reason = image_available(options.get("image", TOXIPROXY_IMAGE))

@@ -12,6 +12,8 @@ import tempfile
 import time
 from typing import Protocol
 
+from machinery.process import stop_if_interrupted
+
 from .client import ToxiproxyClient, ToxiproxyError
 from .install import find_toxiproxy_server
 from .server import FaultProxyServer, main, serve
@@ -66,24 +68,26 @@ class RealToxiproxyServer:
             stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT,
         )
         deadline = time.monotonic() + timeout
-        try:
-            while time.monotonic() < deadline:
-                if self.process.poll() is not None:
-                    code = self.process.returncode
-                    output = self.log_tail()
-                    self.stop()
-                    raise RuntimeError(f"{self.binary} exited with code {code} before serving {self.api_url}: {output}")
-                try:
-                    ToxiproxyClient(self.api_url, timeout=1).version()
-                    return self
-                except ToxiproxyError:
-                    time.sleep(0.05)
-        except (KeyboardInterrupt, SystemExit):
-            self.stop()   # interrupted while waiting: the caller has no handle to stop yet
-            raise
+        if stop_if_interrupted(lambda: self._wait_answering(deadline), self.stop):
+            return self
         output = self.log_tail()
         self.stop()
         raise RuntimeError(f"{self.binary} did not answer on {self.api_url} within {timeout} s: {output}")
+
+    def _wait_answering(self, deadline: float) -> bool:
+        """Whether the API answered before ``deadline``; raises when the server exits first."""
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                code = self.process.returncode
+                output = self.log_tail()
+                self.stop()
+                raise RuntimeError(f"{self.binary} exited with code {code} before serving {self.api_url}: {output}")
+            try:
+                ToxiproxyClient(self.api_url, timeout=1).version()
+                return True
+            except ToxiproxyError:
+                time.sleep(0.05)
+        return False
 
     def log_tail(self, limit: int = 500) -> str:
         if self.log is None:

@@ -1,4 +1,4 @@
-"""A stand-in for a master broker on one host's mount: ``python -m chaos.sharedstore.holder ROOT``
+"""A stand-in for a master broker on one host's mount: ``python -m machinery.sharedstore.holder ROOT``
 reads commands on stdin, one a line, and answers each with ``ok SECONDS`` or ``err ERRNAME SECONDS``
 (how long the call took):
 

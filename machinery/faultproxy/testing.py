@@ -1,4 +1,4 @@
-"""Small loopback servers and a raw-request helper (over `chaos.proxy.client`) for the proxy's tests and benchmark.
+"""Small loopback servers and a raw-request helper (over `machinery.faultproxy.client`) for the proxy's tests and benchmark.
 
 Each server runs on its own thread with its own event loop and is stopped through its handle.
 """

@@ -8,9 +8,9 @@ upstream processes under the same loads in one run.
 Targets (issue 16): ours adds no more p50 latency than toxiproxy-server and reaches at least
 half its throughput.
 
-Our proxy runs in its own process by default (``chaos.proxy.server.main``), so it does not
+Our proxy runs in its own process by default (``machinery.faultproxy.server.main``), so it does not
 share the GIL with the load generator, like the real toxiproxy-server. Run:
-``brokerconf bench proxy`` or ``python -m chaos.proxy.bench``.
+``brokerconf bench proxy`` or ``python -m chaos.proxy_bench``.
 """
 from __future__ import annotations
 
@@ -24,10 +24,10 @@ import sys
 import time
 from typing import Any
 
-from . import RealToxiproxyServer
-from .client import ToxiproxyClient, split_address
-from .install import find_toxiproxy_server
-from .server import FaultProxyServer, new_event_loop
+from machinery.faultproxy import RealToxiproxyServer
+from machinery.faultproxy.client import ToxiproxyClient, split_address
+from machinery.faultproxy.install import find_toxiproxy_server
+from machinery.faultproxy.server import FaultProxyServer, new_event_loop
 
 
 def _upstream_servers(port_queue) -> None:
@@ -109,8 +109,8 @@ def _percentile(samples: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-# `-m chaos.proxy.server` would import the module twice (the package imports it); call main().
-_PROXY_MAIN = "import sys; from chaos.proxy.server import main; sys.exit(main(sys.argv[1:]))"
+# `-m machinery.faultproxy.server` would import the module twice (the package imports it); call main().
+_PROXY_MAIN = "import sys; from machinery.faultproxy.server import main; sys.exit(main(sys.argv[1:]))"
 
 
 class _ProxyProcess:

@@ -1,4 +1,4 @@
-"""The one client of the Toxiproxy HTTP API in the project: ours (chaos/proxy/server.py) or a real
+"""The one client of the Toxiproxy HTTP API in the project: ours (machinery/faultproxy/server.py) or a real
 ``toxiproxy-server`` (or its container) answer it alike.
 
 Routes, bodies and status codes as Shopify/toxiproxy's api.go (README, "HTTP API"): create proxy
@@ -22,10 +22,10 @@ import time
 from typing import Any
 from urllib.parse import quote, urlparse
 
-from conformance.targets.runtime.process import free_ports
+from machinery.process import free_ports
 
 #: bound on one call; the real server bounds a request at 25 s (api.go http.TimeoutHandler), ours at
-#: 5 s per control operation (chaos/proxy/api.py CONTROL_TIMEOUT)
+#: 5 s per control operation (machinery/faultproxy/api.py CONTROL_TIMEOUT)
 DEFAULT_TIMEOUT = 5.0
 STREAMS = ("upstream", "downstream")
 
@@ -185,6 +185,13 @@ class ToxiproxyClient:
 
     def delete_proxy(self, name: str) -> None:
         self.call("DELETE", self._proxy_path(name), expect=204, proxy=name)
+
+    def restore(self, name: str) -> None:
+        """One proxy as it was made: its toxics removed, then enabled. Toxiproxy's ``reset`` does
+        this for every proxy of the server; a rig on a shared server restores only its own."""
+        for toxic in self.toxics(name):
+            self.remove_toxic(name, toxic["name"], missing_ok=True)
+        self.enable(name)
 
     # ------------------------------------------------------------------ toxics
 

@@ -1,4 +1,4 @@
-"""The FUSE client of one host: ``python -m chaos.sharedstore.mount --server HOST:PORT --client NAME
+"""The FUSE client of one host: ``python -m machinery.sharedstore.mount --server HOST:PORT --client NAME
 -o soft,timeo=20,retrans=2,lookupcache=none,sync MOUNTPOINT`` (runs in the foreground until
 ``fusermount3 -u MOUNTPOINT``).
 
@@ -241,7 +241,7 @@ class StoreOperations(mfusepy.Operations):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m chaos.sharedstore.mount", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m machinery.sharedstore.mount", description=__doc__.split("\n\n")[0])
     parser.add_argument("--server", required=True, help="HOST:PORT to dial for the store (the host's proxy)")
     parser.add_argument("--client", required=True, help="this host's name (its lease and locks on the store)")
     parser.add_argument("-o", dest="options", default="", help="NFS mount options, e.g. soft,timeo=20,retrans=2")

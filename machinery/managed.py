@@ -25,7 +25,7 @@ from typing import Callable, Self
 
 import psutil
 
-from conformance.targets.runtime.process import kill_group, peak_rss, stop_group, tail_files
+from machinery.process import kill_group, peak_rss, stop_group, tail_files
 
 #: a readiness probe: (seconds it may take) -> (ready?, what it saw)
 Probe = Callable[[float], tuple[bool, str]]

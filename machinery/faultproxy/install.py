@@ -1,7 +1,7 @@
 """The real Toxiproxy server: built from its Go module into ``.tools/bin/toxiproxy-server``.
 
 ``brokerconf targets install toxiproxy`` and ``scripts/bootstrap.sh`` call `install_toxiproxy()`:
-``go install <module>@<version>`` (module and version pinned in conformance/targets/pins.toml,
+``go install <module>@<version>`` (module and version pinned in machinery/pins.toml,
 [toxiproxy]) with GOBIN set to a temporary directory, then the binary Go names ``server`` is
 moved into place. Go reads the machine's own GOPROXY/GOFLAGS; nothing here names a registry.
 
@@ -10,7 +10,7 @@ builds pass ``-ldflags -X``); the install sets it to the pinned version, so ``-v
 which release the binary is and a present binary is re-used only when it names the pin.
 
 `find_toxiproxy_server()` is the one place that decides which binary the harness runs
-(`chaos.proxy.start_fault_proxy`, the tests' ``fault_proxy`` fixture, ``brokerconf bench proxy``).
+(`machinery.faultproxy.start_fault_proxy`, the tests' ``fault_proxy`` fixture, ``brokerconf bench proxy``).
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from conformance.targets.tools_cache import PINS_FILE, TOOLS_DIR
+from machinery.tools_cache import PINS_FILE, TOOLS_DIR
 
 PINS = PINS_FILE
 TOOLS_BIN = TOOLS_DIR / "bin"
