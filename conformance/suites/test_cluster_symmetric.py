@@ -162,6 +162,14 @@ def test_redistribution_leaves_a_message_where_a_non_matching_consumer_is(cluste
         assert before == {"A": 1, "B": 0, "C": 0}, \
             f"setup: with no consumer anywhere the message should be on A, where it was sent: {before}"
         local = clients.on(cluster["A"]).subscribe(destination, ack="auto", selector="myProperty = '5'")
+        # barrier: a '5' message sent after 'ten' reaches A's consumer only once A's queue has
+        # offered it what lies before, 'ten' included; so the scenario's order holds (A's consumer
+        # there and passed over 'ten' before B's consumer appears). Without it the order was a race
+        # and Artemis's outcome changed with it (XPASS in one main job of five)
+        clients.on(cluster["A"]).send(destination, "five", {"myProperty": 5})
+        barrier = local.receive(timeout=20)
+        assert barrier is not None and barrier.text == "five", \
+            f"setup: A's '5' consumer did not get the '5' message sent to A: {barrier}"
         remote = clients.on(cluster["B"]).subscribe(destination, ack="auto", selector="myProperty = '10'")
         demand_crossed(cluster, destination, ("A", "B"))
         got_remote, got_local = bodies(remote.drain(quiet=5.0)), bodies(local.drain(quiet=0.5))
