@@ -75,7 +75,10 @@ final class ActiveMqFlavour extends JmsSessions {
     static String addressOf(ActiveMQConnection connection) {
         FailoverTransport failover = connection.getTransport().narrow(FailoverTransport.class);
         if (failover != null) {
-            return failover.getConnectedTransportURI() == null ? null : failover.getConnectedTransportURI().toString();
+            // read once: the transport drops its connected URI while it reconnects, on its own
+            // thread, so a second read can be null where the first was not
+            URI connected = failover.getConnectedTransportURI();
+            return connected == null ? null : connected.toString();
         }
         return connection.getTransport().getRemoteAddress();
     }
