@@ -209,7 +209,10 @@ class StartedRegistry:
             stat = _stat(p.pid)
             if stat is not None and stat[3] == p.start and stat[0] != "Z":
                 found.append(f"process {p.pid} ({p.command}) started by {p.where}, still running")
-            if p.group:
+            # A group whose leader's PID now belongs to another process is that process's group:
+            # its leader is gone and the ID was reused (PIDs wrap at pid_max, 32768 here, within one
+            # CI run: seen, a shell's `sleep` in a group whose ID a finished FUSE mount once had)
+            if p.group and (stat is None or stat[3] == p.start or p.start == 0):
                 groups[p.pid] = p
         if groups:
             for entry in os.scandir("/proc"):

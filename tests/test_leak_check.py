@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from conformance.requirements import skip_or_fail
+from conformance.waiting import poll
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -151,3 +152,27 @@ def test_a_mount_left_behind_fails_the_run(tmp_path, how):
         assert f"mount {point}" in out and "still mounted" in out, out
     finally:
         subprocess.run(["umount", str(point)], capture_output=True)
+
+
+def test_a_group_whose_id_another_process_now_leads_is_not_ours():
+    """PIDs wrap (pid_max 32768) within a CI run: a recorded group leader that ended may see its
+    ID taken by an unrelated process that leads a group of its own (seen: a shell's `sleep`
+    reported as a FUSE mount's leftover). Simulated with a live group whose leader's start time
+    differs from the one recorded; the recorded start itself still finds the group."""
+    from conformance.leaks import StartedProcess, StartedRegistry, _stat
+
+    leader = subprocess.Popen(["sh", "-c", "sleep 30 & wait"], start_new_session=True)
+    try:
+        def member_started() -> bool:
+            return any(int(e.name) != leader.pid and (_stat(int(e.name)) or ("", 0))[1] == leader.pid
+                       for e in os.scandir("/proc") if e.name.isdigit())
+
+        assert poll(member_started, timeout=10), "the group's sleep never started"
+        start = _stat(leader.pid)[3]
+        reused = StartedRegistry(processes=[StartedProcess(leader.pid, start - 1, True, "an ended mount", "here")])
+        assert reused.leftovers(grace=0) == []
+        ours = StartedRegistry(processes=[StartedProcess(leader.pid, start, True, "the shell", "here")])
+        assert any("in the process group of" in line for line in ours.leftovers(grace=0))
+    finally:
+        os.killpg(leader.pid, signal.SIGKILL)
+        leader.wait(10)
