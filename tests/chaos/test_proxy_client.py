@@ -169,3 +169,18 @@ def test_split_address():
     assert split_address("[::1]:9") == ("::1", 9)
     with pytest.raises(ValueError, match="host:port"):
         split_address("localhost")
+
+
+def test_a_picked_listen_port_taken_before_the_bind_is_picked_again(client, echo, monkeypatch):
+    """The first pick is a port something else already listens on (as if taken between the pick and
+    toxiproxy's bind): the proxy is created on the next pick; other errors are not retried."""
+    from machinery.faultproxy import client as client_module
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        picks = iter([[taken.getsockname()[1]], [free_port()]])
+        monkeypatch.setattr(client_module, "free_ports", lambda n: next(picks))
+        proxy = client.create_proxy("retried", f"127.0.0.1:{echo.port}")
+    assert round_trip(proxy["listen"]) == b"ping"
+    client.delete_proxy("retried")
