@@ -14,6 +14,11 @@ project's tests and ``brokerconf suite`` all get it). What it does with SIGTERM,
   of a broker's start (a launcher that has spawned but not yet returned a handle the fixture can
   stop) or of a fixture's teardown would leave that broker behind. From ``pytest_sessionfinish``
   on it is not raised at all: everything is being torn down already.
+* The session stops after the current test even when the exception never reaches pytest: the
+  signal also sets ``session.shouldstop``. A cleanup that fails while the interrupt passes
+  through it (``except BaseException: stop(); raise``, where ``stop()`` raises because the
+  signal ended a helper too) replaces the KeyboardInterrupt with its own error; seen in CI, an
+  xdist worker reported that error as the test's and went on running its queue for minutes.
 * Repeats are ignored (said once on stderr): a signal can arrive twice for one event (the
   terminal's Ctrl-C reaches every process of the foreground group, and a parent or the xdist
   controller passes it on as well), and a second KeyboardInterrupt would cut the teardown short.
@@ -54,6 +59,7 @@ class SignalPlugin:
         self.raised = False
         self.hold = 0                    # > 0 while a setup, a teardown or the session's finish runs
         self.finishing = False
+        self.session: pytest.Session | None = None
         self._repeat_noted = False
         self._previous: dict[int, object] = {}
 
@@ -93,6 +99,9 @@ class SignalPlugin:
                 if hasattr(dsession, "_max_worker_restart"):
                     dsession._max_worker_restart = 0
                 return
+        if self.session is not None:
+            # the backstop for an interrupt some cleanup's error replaces (module doc)
+            self.session.shouldstop = f"{name} received"
         if self.hold or self.finishing:
             _say(f"pytest: {name} received; stopping once this setup or teardown has finished")
             return
@@ -131,6 +140,9 @@ class SignalPlugin:
     def pytest_runtest_teardown(self, item, nextitem):  # noqa: ARG002
         with self._held():
             return (yield)
+
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        self.session = session
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self) -> None:

@@ -63,9 +63,13 @@ class RealToxiproxyServer:
         # stdout (cmd/server/server.go, setupLogger and main). It goes to an unlinked temporary
         # file, not a pipe: a pipe nobody reads would fill (64 KiB) and block the server mid-run.
         self.log = tempfile.TemporaryFile()
+        # A session of its own, like the brokers (machinery/managed.py): a signal sent to the
+        # harness's process group (brokerconf/children.py passes one to pytest's) must not end the
+        # proxy before the harness has stopped what runs through it; a shared store's mounts
+        # hung on a proxy that was gone. It is stopped by its handle, nothing else.
         self.process = subprocess.Popen(
             [self.binary, "-host", self.host, "-port", str(self.port)],
-            stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
         )
         deadline = time.monotonic() + timeout
         if stop_if_interrupted(lambda: self._wait_answering(deadline), self.stop):

@@ -48,3 +48,40 @@ def test_xdist_workers_tear_down_on_the_signal(tmp_path, signum, to_group):
     assert not result.left, result.describe()
     assert result.returncode == pytest.ExitCode.INTERRUPTED, result.describe()
     assert "passing it on to the pytest-xdist workers" in result.output, result.describe()
+
+
+#: a test whose cleanup fails while the interrupt passes through it, so its own error replaces the
+#: KeyboardInterrupt (as a store's cleanup did once the signal had ended its fault proxy too), and
+#: a second test that must never start
+_SWALLOWED = '''
+import os, pathlib, time
+
+def test_cleanup_error_replaces_the_interrupt():
+    pathlib.Path(os.environ["BROKERCONF_TEST_READY"]).write_text("in the test")
+    try:
+        time.sleep(120)
+    except BaseException:
+        raise RuntimeError("cleanup failed: its helper was gone")
+
+def test_must_not_start():
+    pathlib.Path(os.environ["BROKERCONF_TEST_READY"] + ".second").write_text("started")
+    time.sleep(120)
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workers", [[], ["-n", "1"]], ids=["serial", "xdist"])
+def test_an_interrupt_replaced_by_a_cleanup_error_still_stops_the_session(tmp_path, workers):
+    (tmp_path / "test_swallowed.py").write_text(_SWALLOWED)
+    ready_file = tmp_path / "ready"
+
+    def in_the_test(root, tree) -> bool:  # noqa: ARG001
+        return ready_file.exists()
+
+    result = interrupt([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-o", "addopts=",
+                        "--rootdir", str(tmp_path), str(tmp_path / "test_swallowed.py"), *workers],
+                       signal.SIGTERM, in_the_test, cwd=tmp_path, log=tmp_path / "output.log",
+                       env={"BROKERCONF_TEST_READY": str(ready_file)})
+    assert not (tmp_path / "ready.second").exists(), result.describe()
+    assert "cleanup failed: its helper was gone" in result.output, result.describe()
+    assert result.returncode == pytest.ExitCode.INTERRUPTED, result.describe()

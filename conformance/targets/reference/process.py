@@ -112,6 +112,7 @@ class ReferenceBrokerProcess:
         self.proc = subprocess.Popen(
             self.command(self.stomp_port or 0), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE, text=True, env=env,
+            start_new_session=True,  # stopped by its handle, not by a signal to pytest's group (like the JVM brokers)
         )
         self._reader = threading.Thread(target=self._read_log, args=(self.proc,), daemon=True)
         self._reader.start()
