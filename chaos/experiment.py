@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Callable
 
 from chaos.experiment_file import PROCESS_FAULTS, PROXY_FAULTS, Experiment, ExperimentError, NemesisSection
+from chaos.exit_watch import ExitWatch, nodes_a_fault_may_stop
 from chaos.history import (HARNESS_BROKER_COUNTERS, HARNESS_CLUSTER_HELD, HARNESS_EXPERIMENT, HARNESS_FORMAT,
                            HARNESS_RUN_END, History)
 from chaos.lockloss_fault import LockLossFault
@@ -58,6 +59,9 @@ class ExperimentResult:
     slow_subscribers: list[int] = field(default_factory=list)
     #: nemesis steps that failed (the schedule did not happen as written)
     nemesis_errors: list[str] = field(default_factory=list)
+    #: a node no fault of the experiment stops that stopped anyway (chaos/exit_watch.py); the run
+    #: ended there and was not drained
+    deployment_errors: list[str] = field(default_factory=list)
     #: network topology: how many times its bridges were established, first time included (a
     #: run whose cuts took the bridges down shows more than one per bridge); None elsewhere
     bridge_establishments: int | None = None
@@ -463,6 +467,8 @@ def _run_with_history(exp: Experiment, topology: RunningTopology, run_id: str, h
         else:
             nemeses.append(ProcessNemesis(topology.nodes[n.node], history, node=n.node))
     schedule = build_schedule(exp)
+    watch = ExitWatch(topology.nodes, set(topology.nodes) - nodes_a_fault_may_stop(exp.nemesis, topology.nodes))
+    deployment_errors: list[str] = []
     display = _Progress(progress)
     # the seed on the line that starts the run: `brokerconf chaos run FILE --seed N` replays its schedule
     progress(f"experiment {exp.name}: {exp.workload.kind} workload on {exp.target.name} ({topology.kind}) for "
@@ -495,6 +501,10 @@ def _run_with_history(exp: Experiment, topology: RunningTopology, run_id: str, h
                     end = max(end, done + exp.recovery_s)
                     if done > at:
                         schedule = postpone(schedule, exp, index, done - at)
+            if (stopped := watch.stopped()) is not None:
+                deployment_errors.append(f"at {elapsed:.1f} s: {stopped}")
+                progress(f"  {deployment_errors[-1]}")
+                break
             display.show(elapsed, exp.duration_s, workload, faults)
             time.sleep(0.05)
     finally:
@@ -502,7 +512,8 @@ def _run_with_history(exp: Experiment, topology: RunningTopology, run_id: str, h
         for nemesis in nemeses:
             nemesis.teardown()  # heals: the brokers are up and the links clean before the drain
         workload.stop()
-    progress(f"  healed; draining {exp.workload.destination} until {exp.drain_quiet_s:.1f} s of quiet")
+    if not deployment_errors:
+        progress(f"  healed; draining {exp.workload.destination} until {exp.drain_quiet_s:.1f} s of quiet")
     discards: list[list[int] | None] = []
 
     def read_broker_counters() -> None:
@@ -518,7 +529,11 @@ def _run_with_history(exp: Experiment, topology: RunningTopology, run_id: str, h
         history.harness(HARNESS_BROKER_COUNTERS, {"destination": destination, "subscription_discards": discards[-1]})
 
     drain_errors: list[str] = []
-    if exp.workload.kind == "topic":
+    if deployment_errors:
+        # nothing to drain from: what the history holds is judged, and the verdict says why it is short
+        drained = []
+        progress("  not drained: a node of the deployment stopped on its own")
+    elif exp.workload.kind == "topic":
         drained = workload.drain(quiet=exp.drain_quiet_s, before_close=read_broker_counters)
     elif topology.kind == "network":
         drained, drain_errors = _drain_network(exp, topology, workload, progress)
@@ -539,7 +554,8 @@ def _run_with_history(exp: Experiment, topology: RunningTopology, run_id: str, h
                               workload.received_ok, len(drained), faults, exp.target.name,
                               topology=topology.kind, broker_discards=discards[0] if discards else None,
                               slow_subscribers=list(range(exp.workload.slow_subscribers)),
-                              nemesis_errors=nemesis_errors, workload_errors=list(workload.errors) + drain_errors,
+                              nemesis_errors=nemesis_errors, deployment_errors=deployment_errors,
+                              workload_errors=list(workload.errors) + drain_errors,
                               bridge_establishments=topology.bridge_establishments(),
                               transport_events=transport_log.summary() if transport_log is not None else None,
                               lock_loss=[r for n in nemeses if isinstance(n, LockLossFault) for r in n.results]

@@ -31,7 +31,8 @@ invoked or completed, and a checker of operations skips them. Each ``f`` is one 
   that could not be asked has ``"error"`` instead);
 * ``run-end`` (the last line): the run's outcome as the harness saw it, ``{"seconds",
   "sent_ok", "received_ok", "drained", "faults", "topology", "slow_subscribers": [0, ...],
-  "nemesis_errors": [...], "workload_errors": [...], "bridge_establishments",
+  "nemesis_errors": [...], "deployment_errors": [...] (a node that stopped on its own,
+  chaos/exit_watch.py), "workload_errors": [...], "bridge_establishments",
   "transport_events"}``. A history without it ended before the harness finished the run.
 
 Histories written before these records existed have none; readers judge them with default

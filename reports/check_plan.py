@@ -113,6 +113,10 @@ def record_checks(record: RunRecord) -> dict[str, dict]:
         checks["nemesis_schedule"] = {"valid": UNKNOWN, "errors": end["nemesis_errors"],
                                       "reason": f"{len(end['nemesis_errors'])} nemesis steps failed: the faults did "
                                                 "not happen as the experiment says"}
+    if end.get("deployment_errors"):
+        # chaos/exit_watch.py: a broker stopped that no fault stops; the run was cut short there
+        checks["deployment"] = {"valid": UNKNOWN, "errors": end["deployment_errors"],
+                                "reason": "a node stopped on its own during the run: " + "; ".join(end["deployment_errors"])}
     if end.get("workload_errors"):
         # A worker thread that crashed, or a final drain that never completed: the history is
         # incomplete in a way the checkers cannot see, so the run cannot be called valid.

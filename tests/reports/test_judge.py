@@ -313,3 +313,10 @@ def test_cluster_checkers_reach_the_verdict_with_the_clusters_load_balancing(tmp
                          )["checks"]["redistribution"]["valid"] is True
     off = judge_history(write(tmp_path, "off", end=run_end(), ops=cluster_ops(stranded=True)))
     assert "redistribution" not in off["checks"] and "group_pinning" not in off["checks"]
+
+
+def test_a_node_that_stopped_on_its_own_makes_the_verdict_unknown_and_says_so(tmp_path):
+    path = write(tmp_path, "exited", end=run_end(deployment_errors=["at 3.1 s: node A stopped on its own"]))
+    verdict = judge_history(path)
+    assert verdict["valid"] == UNKNOWN
+    assert "node A stopped on its own" in verdict["checks"]["deployment"]["reason"], verdict["checks"]

@@ -1,0 +1,61 @@
+"""The nodes of a deployment that no fault of the experiment may stop, watched while it runs: one
+that stops anyway ends the run at once, with the reason in the history.
+
+Seen in a main job: the Artemis broker of ``client-partition`` stopped 3 s after it started (its
+web console could not bind its port, AMQ221002 in its log); the workload went on retrying for
+264 s against no broker and the verdict came out "unknown" with nothing saying why.
+
+Which faults may stop which node: a fault of the fault proxy (partition, latency, bandwidth,
+reset_peer; clients, bridges or cluster links) never stops a broker; ``kill`` and ``stop`` stop
+their node (``pause`` freezes it, the process stays); a process fault aimed at ``master`` may hit
+any node, and so may a ``lock-loss`` fault (a master that loses its store's lock stops, as the
+fault-tolerance guide says it must, and the slave it hands over to is another node).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Iterable, Mapping
+
+from conformance.topology import Node
+
+#: nemesis kinds that stop the broker process of the node they name
+STOPPING_KINDS = frozenset({"kill", "stop"})
+#: nemesis kinds that may stop whichever node is master at the time
+ANY_NODE_KINDS = frozenset({"lock-loss"})
+#: how often the watched nodes are asked whether they still run (a poll of each process)
+CHECK_EVERY_S = 1.0
+
+
+def nodes_a_fault_may_stop(nemeses: Iterable, names: Iterable[str]) -> set[str]:
+    """The node names the experiment's nemesis sections (kind, node) may stop."""
+    names = set(names)
+    may: set[str] = set()
+    for section in nemeses:
+        if section.kind in ANY_NODE_KINDS or (section.kind in STOPPING_KINDS and section.node == "master"):
+            may |= names
+        elif section.kind in STOPPING_KINDS:
+            may.add(section.node)
+    return may
+
+
+class ExitWatch:
+    """``stopped()`` names the first watched node that no longer runs, with its log's last lines."""
+
+    def __init__(self, nodes: Mapping[str, Node], watched: Iterable[str], *, every_s: float = CHECK_EVERY_S) -> None:
+        self.nodes = nodes
+        self.watched = sorted(watched)
+        self.every_s = every_s
+        self._next = 0.0
+
+    def stopped(self) -> str | None:
+        now = time.monotonic()
+        if now < self._next:
+            return None
+        self._next = now + self.every_s
+        for name in self.watched:
+            node = self.nodes[name]
+            if not node.running:
+                return (f"node {name} stopped on its own (no fault of this experiment stops it); the run ended "
+                        f"there. Its log's last lines:\n{node.log_tail(15)}")
+        return None
