@@ -511,7 +511,7 @@ class ArtemisCluster(Cluster, Formation):
         not accept, a node left with the defaults."""
         self.credentials_of[name] = credentials
         process = self.nodes[name].process
-        if getattr(process, "_created", False):
+        if process._created:  # set by every Artemis process handle when it is made
             # broker.xml is written when the instance is created; Artemis reads the cluster
             # credentials only at start, so rewrite it now for the next start
             process._write_config()
@@ -520,11 +520,11 @@ class ArtemisCluster(Cluster, Formation):
         """From its next start node ``name``'s broadcast and discovery groups use UDP port ``port``
         of the cluster's multicast address instead of the cluster's (CLU-DISC-10: an endpoint the
         others do not share). Discovery "udp" only."""
-        if getattr(self, "udp", None) is None:
+        if self.udp is None:
             raise ValueError("use_discovery_port needs a cluster with discovery 'udp'")
         self.udp_of[name] = replace(self.udp, group_port=port)
         process = self.nodes[name].process
-        if getattr(process, "_created", False):
+        if process._created:  # set by every Artemis process handle when it is made
             process._write_config()  # broker.xml is read at start: rewritten for the next one
 
     def stop_broker(self, name: str) -> None:
