@@ -185,6 +185,25 @@ def test_the_walk_sees_the_launchers_and_their_parts():
     assert claims["NetworkNode"] == {"Node", "InFlight"} and claims["ProcessNode"] == {"Node"}
 
 
+def test_part_answers_from_the_launchers_themselves(tmp_path):
+    # real launcher objects, made and never started: the isinstance check of `part` sees the
+    # members a launcher sets in its constructor (a shared store's rig, lock file and store)
+    from conformance.targets.reference.clustering import ReferenceCluster
+    from conformance.targets.reference.network import ReferenceNetwork
+    from conformance.targets.runtime.shared_group import SharedStoreCluster
+    from conformance.topology import Bridge, ClusterConnection, SharedStore, Topology
+
+    cluster = ReferenceCluster(Topology(("A", "B"), cluster=ClusterConnection()))
+    network = ReferenceNetwork(tmp_path, ("A", "B"), (Bridge("A", "B"),))
+    store = SharedStoreCluster(Topology(("A", "B"), shared_store=SharedStore()), {}, tmp_path, label="unstarted")
+    found = {name: {p.__name__ for p in DEPLOYMENT_PARTS if part(deployment, p) is not None}
+             for name, deployment in (("cluster", cluster), ("network", network), ("store", store))}
+    assert found == {"cluster": {"Formation"}, "network": {"Renaming"}, "store": {"SharedStorage"}}
+    assert require(store, SharedStorage).rig is None  # a local directory: nothing for a lock-loss nemesis
+    with pytest.raises(MissingPart, match="SharedStoreCluster.* has no Renaming part, needed to rename"):
+        require(store, Renaming, "rename a connector")
+
+
 # --------------------------------------------------------------------------- the check can fail
 
 
