@@ -38,7 +38,7 @@ from __future__ import annotations
 import re
 import time
 import uuid
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Iterator
 
 import pytest
@@ -175,7 +175,8 @@ class ClusterPool:
             try:  # a test starts on a formed cluster: a node that does not know its peers keeps messages local
                 require(cluster, Formation, "wait until the cluster formed").wait_formed(FORMATION)
             except BaseException:
-                cluster.stop()
+                with suppress(Exception):  # the formation error is the one to report
+                    cluster.stop()
                 raise
             return cluster
         return self.pool.get(topology, start)
