@@ -32,6 +32,7 @@ from chaos.experiment_file import Experiment, ExperimentError
 from chaos.nemesis.lock import lock_loss_nemesis
 from machinery.faultproxy import start_fault_proxy
 from machinery.faultproxy.client import ToxiproxyClient, split_address
+from conformance.deployment import Formation, Forwarding, SharedStorage, part
 from conformance.scenario import Scenario
 from conformance.targets.runtime.probes import stomp_handshake, tcp_accepts
 from conformance.targets.base import TargetUnavailable, why_missing
@@ -116,12 +117,12 @@ class RunningTopology:
     def lock_nemesis(self, history=None):
         """A `LockLossNemesis` recording into ``history`` over the nodes' links to their store (host
         names are the node names): the storage links of a store on the simulated NFS, or the
-        database links of a JDBC store behind the fault proxy (the cluster's ``rig``); None for
-        any other store."""
-        store = getattr(self.cluster, "rig", None)
-        if store is None:
+        database links of a JDBC store behind the fault proxy (the `SharedStorage` part's ``rig``);
+        None for any other store, and for a deployment without a shared store."""
+        storage = part(self.cluster, SharedStorage)
+        if storage is None or storage.rig is None:
             return None
-        return lock_loss_nemesis(store, history, node="store")
+        return lock_loss_nemesis(storage.rig, history, node="store")
 
     def serving_nodes(self) -> list[str]:
         """Every node whose listeners accept clients now, asked node by node through the node
@@ -169,9 +170,9 @@ class RunningTopology:
     def forwarding(self, node: str) -> int | None:
         """Messages node ``node`` holds on their way to another node of a cluster (an Artemis
         store-and-forward queue, a reference link's unacknowledged forwards); None when its
-        launcher cannot tell (a node without ``forwarding_count``)."""
-        count = getattr(self.cluster[node], "forwarding_count", None)
-        return None if count is None else count()
+        launcher cannot tell (a node without the `Forwarding` part)."""
+        counter = part(self.cluster[node], Forwarding)
+        return None if counter is None else counter.forwarding_count()
 
     def subscription_discards(self, destination: str) -> list[int] | None:
         return self.cluster.subscription_discards(destination)
@@ -275,13 +276,15 @@ CLUSTER_FORMATION_TIMEOUT_S = 90.0
 def _wait_formed(running: RunningTopology, exp: Experiment) -> None:
     """Start the workload on a formed cluster (every link of ``ClusterConnection.links`` up): a
     node that does not know its peers' consumers yet keeps every message local, and the run
-    would not exercise routing or redistribution at all. The launchers offer ``wait_formed``
-    (the topology contract, conformance/topology.py); one that does not is trusted as started."""
-    wait = getattr(running.cluster, "wait_formed", None)
-    if wait is None:
-        return
+    would not exercise routing or redistribution at all. A cluster launcher has the `Formation`
+    part (conformance/deployment.py); one without it cannot say when the run may start."""
+    formation = part(running.cluster, Formation)
+    if formation is None:
+        running.stop()
+        raise ExperimentError(f"target {exp.target.name}: its cluster ({type(running.cluster).__name__}) has no "
+                              "Formation part, so the run cannot wait until every cluster link is up")
     try:
-        formed = wait(CLUSTER_FORMATION_TIMEOUT_S)
+        formed = formation.wait_formed(CLUSTER_FORMATION_TIMEOUT_S)
     except Exception as exc:  # noqa: BLE001 - a launcher's own timeout or node error: the reason
         running.stop()
         raise ExperimentError(f"target {exp.target.name}: the cluster did not form: {exc}") from None

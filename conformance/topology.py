@@ -11,8 +11,10 @@ The contract: a target declares the topologies it can form as capabilities (`cap
 ``topology.network``, ``topology.shared-store``; every target launches a single broker) and implements
 ``launch_topology(topology, scenario, workdir, *, bridge_route=None) -> Cluster``. A `Cluster`
 holds `Node` handles with one small interface (name, address per protocol, start / stop / kill /
-pause / resume, serving or not, counters, log tail). Callers (suites, chaos/) use only that: what
-differs between brokers lives in the broker's own folder under conformance/targets/.
+pause / resume, serving or not, counters, log tail). Callers (suites, chaos/) use only that, plus
+the optional parts a deployment claims (conformance/deployment.py: connector renaming, formation,
+shared storage, a node's forwards), asked for by type: what differs between brokers lives in the
+broker's own folder under conformance/targets/.
 
 The connector properties are declared once, in the reference broker's configuration
 (reference_broker/cluster/network_config.py, the "NetworkConnector Properties" table);
@@ -616,7 +618,8 @@ def capability_of(topology: Topology) -> str | None:
 
 @runtime_checkable
 class Node(Protocol):
-    """One broker of a launched topology."""
+    """One broker of a launched topology: what every node has. What only some nodes have is a
+    part (conformance/deployment.py: `Forwarding`, `InFlight`), asked for with ``part``."""
 
     name: str
     host: str
@@ -655,9 +658,6 @@ class Node(Protocol):
     def queue_size(self, destination: str) -> int:
         """Messages held here for ``destination`` (0 when it does not exist here)."""
 
-    def in_flight_count(self, destination: str) -> int:
-        """Messages of ``destination`` dispatched and not yet acknowledged here."""
-
     def wait_for_consumers(self, destination: str, count: int, timeout: float = 10.0) -> int:
         """Poll until ``destination`` counts ``count`` consumers; returns the last count seen."""
 
@@ -666,7 +666,11 @@ class Node(Protocol):
 
 @runtime_checkable
 class Cluster(Protocol):
-    """A launched topology: its nodes by name and what spans them."""
+    """A launched topology: its nodes by name and what spans them. This is the core every
+    launched deployment implements; what only some can do (rename a connector, wait for a
+    cluster to form, the shared store's master and fault rig) is a part of its own
+    (conformance/deployment.py), which a launcher claims among its bases and a caller asks for
+    with ``part`` / ``require``."""
 
     topology: Topology
     nodes: dict[str, Node]
@@ -692,9 +696,6 @@ class Cluster(Protocol):
 
     def start_broker(self, name: str, timeout: float = 90) -> None:
         """Start node ``name`` again with its current bridges; returns once they are up."""
-
-    def rename_connector(self, source: str, old: str, new: str) -> None:
-        """Rename node ``source``'s connector ``old`` to ``new`` (effective at its next start)."""
 
     def log_tail(self, lines: int = 40) -> str: ...
 

@@ -24,30 +24,16 @@ Recorded like every nemesis (base.py); teardown heals whatever is still active.
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Iterator, Protocol
+from typing import Iterator
 
 from chaos.history import History
 from machinery.faultproxy.client import ToxiproxyClient, ToxiproxyError
 from machinery.sharedstore.control import control
+from machinery.store_links import StoreLinks  # what a rig exposes: the links this nemesis faults
 
 from .base import NemesisError, RecordedNemesis
 
 STREAMS = ("upstream", "downstream")
-
-
-class StoreLinks(Protocol):
-    """What a rig exposes so that chaos can fault its hosts' links to their store (the ground
-    floor's SharedStoreRig, the targets' NfsStore and DatabaseLinks): the rig starts the proxies
-    and heals them at close, and builds no nemesis itself."""
-
-    @property
-    def proxy_api(self) -> str: ...          # the Toxiproxy API the links are proxies of
-
-    @property
-    def links(self) -> dict[str, str]: ...   # host -> the name of its proxy to the store
-
-    @property
-    def store_address(self) -> str | None: ...  # the lease server's HOST:PORT, None for a database
 
 
 def lock_loss_nemesis(rig: StoreLinks, history: History | None = None, *, node: str | None = None,

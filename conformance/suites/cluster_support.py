@@ -38,7 +38,7 @@ from __future__ import annotations
 import re
 import time
 import uuid
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Iterator
 
 import pytest
@@ -48,6 +48,7 @@ from conformance.scenario import Scenario
 from conformance.suites.attempt_recorder import AttemptRecorder
 from conformance.suites.network_support import OneNetworkAtATime, StompClients, parametrize_by_target
 from conformance.targets.base import why_missing
+from conformance.deployment import Formation, Forwarding, part, require
 from conformance.topology import Topology, TopologyUnsupported
 from conformance.waiting import poll, wait_stable
 
@@ -171,9 +172,12 @@ class ClusterPool:
                 # the target has clusters, but not this shape of one (e.g. links through the fault
                 # proxy or UDP discovery on artemis:container): raised before anything starts
                 pytest.skip(f"{NOT_APPLICABLE}{self.target_name} cannot launch this cluster: {exc}")
-            wait_formed = getattr(cluster, "wait_formed", None)
-            if wait_formed is not None:
-                wait_formed(FORMATION)
+            try:  # a test starts on a formed cluster: a node that does not know its peers keeps messages local
+                require(cluster, Formation, "wait until the cluster formed").wait_formed(FORMATION)
+            except BaseException:
+                with suppress(Exception):  # the formation error is the one to report
+                    cluster.stop()
+                raise
             return cluster
         return self.pool.get(topology, start)
 
@@ -225,9 +229,10 @@ class ClusterPool:
                     consumers = node.consumer_count(destination)
                     if consumers:
                         found.append(f"{consumers} consumer(s) of {destination} on {name}")
-                forwarding = getattr(node, "forwarding_count", None)
-                if forwarding is not None and forwarding():
-                    found.append(f"{forwarding()} forward(s) waiting on {name}")
+                forwarding = part(node, Forwarding)  # None: the node cannot tell
+                waiting = forwarding.forwarding_count() if forwarding is not None else 0
+                if waiting:
+                    found.append(f"{waiting} forward(s) waiting on {name}")
             return found
         return poll(read, lambda found: not found, timeout=LEFT_CLEAN_BOUND, interval=0.2)
 
@@ -382,7 +387,7 @@ def stream_across_a_fault(cluster, links: LinkFaults, topology: Topology, destin
         if crash_target:
             cluster.start_broker("B", timeout=FORMATION)
         else:
-            cluster.wait_formed(FORMATION)
+            require(cluster, Formation, "wait for the healed link").wait_formed(FORMATION)
         sent += send_numbered(clients, cluster["A"], destination, per_phase, "after")
     sizes = wait_quiet_sizes(cluster, destination, ("A", "B"), len(sent))
     got: dict[str, list[str]] = {}

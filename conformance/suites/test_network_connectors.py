@@ -32,6 +32,7 @@ import uuid
 import pytest
 
 from conformance.clients import connect
+from conformance.deployment import InFlight, require
 from conformance.plugin import STATE
 from conformance.suites.network_support import NETWORK_CAPABILITY, launch_network, network_target
 from conformance.targets.base import CAPABILITIES
@@ -187,7 +188,7 @@ def test_network_consumer_prefetch_is_the_connectors_prefetch_size(network, clie
         producer = clients(a)
         for i in range(messages):
             producer.send(q, f"p{i}")  # persistent: forwarded as a request, acknowledged on B's reply
-        in_flight = settle(lambda: a.in_flight_count(q), prefetch)
+        in_flight = settle(lambda: require(a, InFlight).in_flight_count(q), prefetch)
         context = f"A holds {a.queue_size(q)} of {messages}, B holds {b.queue_size(q)}"
         what = f"prefetch_size={prefetch}" if connector == "prefetch" else f"prefetchSize left at its default ({prefetch})"
         assert in_flight == prefetch, (
@@ -217,7 +218,7 @@ def test_always_sync_send_forwards_non_persistent_messages_as_requests(network, 
             producer.send(async_q, f"a{i}", persistent=False)
         # alwaysSyncSend: each non-persistent message waits for B's reply, so A keeps them all,
         # a prefetch's worth in flight.
-        in_flight = settle(lambda: a.in_flight_count(sync_q), PREFETCH)
+        in_flight = settle(lambda: require(a, InFlight).in_flight_count(sync_q), PREFETCH)
         held = a.queue_size(sync_q)
         assert (in_flight, held) == (PREFETCH, MESSAGES), (
             f"NOB-SYNC-1: with always_sync_send, non-persistent messages should be forwarded as requests and "
@@ -253,7 +254,7 @@ def test_always_sync_send_left_unset_forwards_non_persistent_messages_one_way(ne
         assert left == 0, (
             f"NOB-SYNC-2: with alwaysSyncSend left unset (the table's default, false) non-persistent messages "
             f"should be forwarded one-way and removed from A at once; A still holds {left} of {MESSAGES}, "
-            f"{a.in_flight_count(q)} in flight, while B confirms nothing")
+            f"{require(a, InFlight).in_flight_count(q)} in flight, while B confirms nothing")
     finally:
         heal(nemesis, routes, "syncdefault")
 

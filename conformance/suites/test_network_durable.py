@@ -36,6 +36,7 @@ import uuid
 import pytest
 
 from conformance.clients import connect
+from conformance.deployment import Renaming, require
 from conformance.suites.network_support import (DEMAND_TIMEOUT, FAST_RECONNECT, launch_network,
                                                 network_suite_marks, network_workdir, parametrize_by_target)
 from conformance.topology import Bridge, Topology
@@ -147,7 +148,7 @@ def test_networked_durable_subscription_needs_its_connector_name(named_network):
     net.stop_broker("B")  # the bridges go down: what A gets now waits in its network subscriptions
     _publish_on(a, topics)
     net.stop_broker("A")
-    net.rename_connector("A", "renamed", "renamed2")
+    require(net, Renaming, 'rename connector "renamed" (NOB-DURNAME-1)').rename_connector("A", "renamed", "renamed2")
     net.start_broker("B")
     net.start_broker("A")
     time.sleep(FORWARD_WINDOW)  # the kept connector's re-activated subscription forwards its backlog

@@ -240,3 +240,28 @@ def test_a_cluster_that_does_not_form_stops_the_experiment_with_the_reason(tmp_p
     with pytest.raises(ExperimentError, match="the cluster did not form within 90 s"):
         launch_topology(exp, target, tmp_path)
     assert launched[0].stopped
+
+
+def test_a_cluster_without_the_formation_part_stops_the_experiment_naming_the_part(tmp_path, monkeypatch):
+    """A cluster run starts on a formed cluster; a launcher whose cluster cannot say when it formed
+    (no `Formation` part, conformance/deployment.py) is refused by name, not trusted as started."""
+    from chaos.topology import launch_topology
+
+    class CannotTellFormation(FakeCluster):
+        wait_formed = None  # the fake's method taken away: the cluster lacks the part
+
+        def __init__(self, topology, scenario, workdir):  # nothing to start
+            self.topology, self.singles, self.nodes, self.stopped = topology, {}, {}, False
+
+        def stop(self):
+            self.stopped = True
+
+    target = FakeClusterTarget()
+    launched = []
+    monkeypatch.setattr(target, "launch_topology",
+                        lambda topology, scenario, workdir, bridge_route=None: launched.append(
+                            CannotTellFormation(topology, scenario, workdir)) or launched[-1])
+    exp = with_overrides(load_experiment(EXPERIMENTS / FILES[2]), target="fake-cluster")
+    with pytest.raises(ExperimentError, match="CannotTellFormation.* has no Formation part"):
+        launch_topology(exp, target, tmp_path)
+    assert launched[0].stopped

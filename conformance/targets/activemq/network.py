@@ -30,7 +30,8 @@ import time
 from pathlib import Path
 from xml.sax.saxutils import quoteattr
 
-from conformance.topology import (PEER_LIST_SCHEMES, Topology, RECONNECT_URI_OPTIONS, Bridge, BridgeFilterPolicy, BridgeRoute,
+from conformance.deployment import InFlight, Renaming
+from conformance.topology import (Cluster, PEER_LIST_SCHEMES, Topology, RECONNECT_URI_OPTIONS, Bridge, BridgeFilterPolicy, BridgeRoute,
                                   CompositeDestination, NetworkConnectorOptions, check_duplex_names, static_uri,
                                   with_connector_renamed)
 
@@ -191,7 +192,7 @@ def render_destination_interceptors(composites: tuple[CompositeDestination, ...]
 # --------------------------------------------------------------------------- one broker
 
 
-class NetworkNode(ProcessEvidence, ProcessNode):
+class NetworkNode(ProcessEvidence, ProcessNode, InFlight):
     """One ActiveMQ broker of a topology (`Node`): its process, addresses, and the counters tests
     wait on (the destination MBeans over JMX). ``start_options``: the process's ``start`` options
     (a shared-store slave waits for the lock: ``wait_for="lock"``)."""
@@ -309,7 +310,7 @@ def _without_advisory_support(attributes: dict[str, str] | None) -> dict[str, st
     return {k: v for k, v in attributes.items() if k != "advisorySupport"} if attributes else attributes
 
 
-class ActiveMQNetwork:
+class ActiveMQNetwork(Cluster, Renaming):
     """Brokers ``names`` (e.g. ``("A", "B", "C")``) joined by ``bridges``; `start()` returns once
     every bridge is established, `stop()` stops every broker. The broker names are the
     ActiveMQ broker names, ``<prefix>-<name>`` (the bridge log lines and MBeans carry them)."""

@@ -23,7 +23,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from conformance.topology import NfsOptions, SharedStore, Topology
+from conformance.deployment import SharedStorage
+from conformance.topology import Cluster, NfsOptions, SharedStore, Topology
 
 from conformance.targets.activemq.process import ActiveMQProcess, JdbcStore
 from conformance.targets.activemq.network import NetworkNode
@@ -53,7 +54,7 @@ class SharedStoreNode(NetworkNode):
         return f"<SharedStoreNode {self.name} {self.process!r}>"
 
 
-class SharedStoreGroup(NodeRestarts):
+class SharedStoreGroup(NodeRestarts, Cluster, SharedStorage):
     """``nodes`` ActiveMQ brokers sharing ``workdir/shared-kahadb``. `start()` brings up node A as
     master and the others as slaves (and checks that they are); `stop()` stops them all."""
 
@@ -166,9 +167,6 @@ class SharedStoreGroup(NodeRestarts):
 
     def subscription_discards(self, destination: str) -> list[int] | None:
         return None
-
-    def rename_connector(self, source: str, old: str, new: str) -> None:
-        raise ValueError("a shared-store group has no network connectors to rename")
 
     def config_text(self) -> str:
         return "\n".join(f"--- node {node.name} ---\n{node.config_text()}" for node in self.nodes.values())

@@ -70,7 +70,8 @@ from conformance.scenario import Scenario
 from conformance.targets.artemis.process import ArtemisProcess, JolokiaError, _object_name_value
 from conformance.targets.runtime.node import ProcessNode
 from machinery.process import free_ports
-from conformance.topology import Bridge, ClusterConnection, ExtraClusterConnection, Topology, TopologyUnsupported
+from conformance.deployment import Formation, Forwarding
+from conformance.topology import Bridge, Cluster, ClusterConnection, ExtraClusterConnection, Topology, TopologyUnsupported
 
 __all__ = ["CLUSTER_NAME", "ArtemisCluster", "ClusterManagement", "ClusterFormationError", "UdpGroup", "cluster_xml", "launch_cluster"]
 
@@ -391,7 +392,7 @@ def trace_discovery_expiry(properties: Path) -> None:
         properties.write_text(text.rstrip("\n") + "\n\n" + DISCOVERY_TRACE_LOGGER, encoding="utf-8")
 
 
-class ArtemisClusterNode(ProcessNode):
+class ArtemisClusterNode(ProcessNode, Forwarding):
     """A cluster member: `ProcessNode` with the queue's own message count (MessageCount) as its
     size, since redistribution and scale-down move messages out of a queue without a consumer
     acknowledging them (added - acknowledged would overcount)."""
@@ -406,7 +407,7 @@ class ArtemisClusterNode(ProcessNode):
         return sum(self.process.store_and_forward_counts().values())
 
 
-class ArtemisCluster:
+class ArtemisCluster(Cluster, Formation):
     """A launched Artemis cluster (implements `conformance.topology.Cluster`)."""
 
     host = "127.0.0.1"
@@ -503,9 +504,6 @@ class ArtemisCluster:
     def subscription_discards(self, destination: str) -> list[int] | None:
         return None
 
-    def rename_connector(self, source: str, old: str, new: str) -> None:
-        raise ValueError("an Artemis cluster has cluster connections, not network connectors to rename")
-
     def use_cluster_credentials(self, name: str, credentials: tuple[str, str] | None) -> None:
         """From its next start node ``name`` authenticates its cluster links with ``credentials``
         (user, password) instead of the cluster's generated pair; None: Artemis's shipped defaults
@@ -513,7 +511,7 @@ class ArtemisCluster:
         not accept, a node left with the defaults."""
         self.credentials_of[name] = credentials
         process = self.nodes[name].process
-        if getattr(process, "_created", False):
+        if process._created:  # set by every Artemis process handle when it is made
             # broker.xml is written when the instance is created; Artemis reads the cluster
             # credentials only at start, so rewrite it now for the next start
             process._write_config()
@@ -522,11 +520,11 @@ class ArtemisCluster:
         """From its next start node ``name``'s broadcast and discovery groups use UDP port ``port``
         of the cluster's multicast address instead of the cluster's (CLU-DISC-10: an endpoint the
         others do not share). Discovery "udp" only."""
-        if getattr(self, "udp", None) is None:
+        if self.udp is None:
             raise ValueError("use_discovery_port needs a cluster with discovery 'udp'")
         self.udp_of[name] = replace(self.udp, group_port=port)
         process = self.nodes[name].process
-        if getattr(process, "_created", False):
+        if process._created:  # set by every Artemis process handle when it is made
             process._write_config()  # broker.xml is read at start: rewritten for the next one
 
     def stop_broker(self, name: str) -> None:

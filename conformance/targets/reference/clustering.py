@@ -23,7 +23,8 @@ import secrets
 import time
 from pathlib import Path
 
-from conformance.topology import Bridge, BridgeRoute, ClusterConnection, Topology, TopologyUnsupported
+from conformance.deployment import Formation, Forwarding
+from conformance.topology import Bridge, BridgeRoute, Cluster, ClusterConnection, Topology, TopologyUnsupported
 from conformance.targets.reference.network import ReferenceNode, _Logs
 from reference_broker.clustering.service import ClusterService
 from reference_broker.config import build_config
@@ -100,7 +101,7 @@ def redistribution_settings(cluster: ClusterConnection) -> list[dict]:
     return settings
 
 
-class ReferenceClusterNode(ReferenceNode):
+class ReferenceClusterNode(ReferenceNode, Forwarding):
     """A reference broker with a cluster connection (`ClusterService`) instead of network connectors."""
 
     def __init__(self, name: str, broker_name: str, extra_config: dict) -> None:
@@ -196,7 +197,7 @@ class ReferenceClusterNode(ReferenceNode):
             self._loop.stop(_TIMEOUT)
 
 
-class ReferenceCluster:
+class ReferenceCluster(Cluster, Formation):
     """Reference brokers ``topology.nodes`` joined by ``topology.cluster`` (implements
     `conformance.topology.Cluster`)."""
 
@@ -334,9 +335,6 @@ class ReferenceCluster:
     def restart(self, name: str, timeout: float = 30) -> None:
         self.stop_broker(name)
         self.start_broker(name, timeout)
-
-    def rename_connector(self, source: str, old: str, new: str) -> None:
-        raise NotImplementedError("cluster connections have no connector names to rename (networks of brokers only)")
 
     def log_tail(self, lines: int = 40) -> str:
         return "\n".join(self._logs.lines[-lines:])

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from machinery.loop_thread import LoopThread
-from conformance.topology import (RECONNECT_URI_OPTIONS, TopologyUnsupported, Topology, Bridge, BridgeFilterPolicy, BridgeRoute, CompositeDestination,
+from conformance.deployment import InFlight, Renaming
+from conformance.topology import (Cluster, Node, RECONNECT_URI_OPTIONS, TopologyUnsupported, Topology, Bridge, BridgeFilterPolicy, BridgeRoute, CompositeDestination,
                                   NetworkConnectorOptions, check_duplex_names, static_uri, with_connector_renamed)
 from reference_broker.cluster.service import NetworkService
 from reference_broker.config import build_config
@@ -96,7 +97,7 @@ class _Logs(logging.Handler):
         del self.lines[:-2000]
 
 
-class ReferenceNode:
+class ReferenceNode(Node, InFlight):
     """One reference broker of the network."""
 
     host = "127.0.0.1"
@@ -273,7 +274,7 @@ class ReferenceNode:
         return f"<ReferenceNode {self.name} stomp={self.stomp_port}>"
 
 
-class ReferenceNetwork:
+class ReferenceNetwork(Cluster, Renaming):
     """Reference brokers ``names`` joined by ``bridges`` (`Bridge` from the ActiveMQ launcher)."""
 
     host = "127.0.0.1"

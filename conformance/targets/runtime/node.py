@@ -15,7 +15,7 @@ import signal
 import time
 from typing import Any
 
-from conformance.topology import NodeError, Topology
+from conformance.topology import Cluster, Node, NodeError, Topology
 from conformance.topology import TopologyUnsupported, capability_of
 
 
@@ -33,7 +33,7 @@ def signal_tree(pid: int, sig: int) -> None:
         os.kill(pid, sig)
 
 
-class ProcessNode:
+class ProcessNode(Node):
     """A `Node` over a broker process handle (``pid``, ``running``, ``start(timeout=)``,
     ``stop()``, ``kill()``, ``log_tail(lines)``) and the broker handle that reads its counters
     (``host``, ``ports``, ``destination_counters``). ``start_options``: extra keyword arguments of
@@ -101,9 +101,6 @@ class ProcessNode:
         counters = self._counters(destination)
         return counters.enqueued - counters.dequeued if counters else 0
 
-    def in_flight_count(self, destination: str) -> int:
-        raise NotImplementedError(f"node {self.name}: in-flight counts are read on network nodes only")
-
     def wait_for_consumers(self, destination: str, count: int, timeout: float = 10.0) -> int:
         deadline = time.monotonic() + timeout
         while (seen := self.consumer_count(destination)) != count and time.monotonic() < deadline:
@@ -135,7 +132,7 @@ class NodeRestarts:
         self.nodes[name].start(timeout=timeout)
 
 
-class SingleNodeCluster(NodeRestarts):
+class SingleNodeCluster(NodeRestarts, Cluster):
     """One launched broker as a topology of one node, ``A``. ``node``: its `Node` when the harness
     can fault it (a process or container of ours), else None (then ``nodes`` is empty and process
     faults are refused by whoever asks for them)."""
@@ -166,9 +163,6 @@ class SingleNodeCluster(NodeRestarts):
         if "counters.subscription" not in self.handle.capabilities:
             return None
         return sorted(c.discarded for c in self.handle.subscription_counters(destination))
-
-    def rename_connector(self, source: str, old: str, new: str) -> None:
-        raise ValueError("a single broker has no network connectors to rename")
 
     def log_tail(self, lines: int = 40) -> str:
         return self.handle.log_tail(lines)

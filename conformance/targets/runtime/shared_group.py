@@ -21,7 +21,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from conformance.topology import Topology
+from conformance.deployment import SharedStorage
+from conformance.topology import Cluster, Topology
 from conformance.targets.runtime.node import NodeRestarts, ProcessNode
 
 __all__ = ["SharedStoreCluster", "SharedStoreError"]
@@ -31,7 +32,7 @@ class SharedStoreError(RuntimeError):
     """The group is not in the guide's shape (no master, or two)."""
 
 
-class SharedStoreCluster(NodeRestarts):
+class SharedStoreCluster(NodeRestarts, Cluster, SharedStorage):
     """``nodes`` (name -> ProcessNode, start order: the first becomes master) on the store at
     ``store``, locked through ``lock_file``."""
 
@@ -96,9 +97,6 @@ class SharedStoreCluster(NodeRestarts):
 
     def subscription_discards(self, destination: str) -> list[int] | None:
         return None
-
-    def rename_connector(self, source: str, old: str, new: str) -> None:
-        raise ValueError("a shared-store group has no network connectors to rename")
 
     def config_text(self) -> str:
         return "\n".join(f"--- node {node.name} ---\n{node.process.render_config()}" for node in self.nodes.values())
