@@ -157,6 +157,7 @@ class MqttClient:
         self._subscriptions: list[MqttSubscription] = []
         self._unrouted: list[Received] = []
         self._ids = itertools.count(1)
+        self._acked_since_round_trip = False  # a PUBACK went out that no later answer has confirmed
 
         protocol = paho.MQTTv5 if mqtt_version == 5 else paho.MQTTv311
         kwargs = {} if mqtt_version == 5 else {"clean_session": self.clean_session}
@@ -367,6 +368,23 @@ class MqttClient:
         if failed:
             raise ClientError(f"{note}: the broker refused it: {failed[0]}")
 
+    def _round_trip(self, why: str) -> None:
+        """A barrier on this connection: UNSUBSCRIBE from a filter nothing subscribes to and wait for
+        its UNSUBACK (the broker answers it, matching or not: MQTT 3.1.1 § 3.10.4, 5.0 § 3.11).
+        The broker handles a connection's packets in order, so everything sent before it has been
+        processed once the answer is here. Used before a DISCONNECT that follows PUBACKs: with the
+        DISCONNECT (and the socket's close) right behind its PUBACK, Artemis 2.40 gives the
+        acknowledged QoS 1 message to the session again when it comes back, with DUP 0: DUR-KEEP-1
+        over MQTT failed so in a main job and a CI run; repeated 160 times on one broker, 3 times
+        without this round trip, 0 of 240 with it (2026-11-29, issue 25's note). The redelivery is
+        Artemis's; DUR-KEEP-1 is about the messages sent while away, so its client leaves cleanly."""
+        self.exchange.note(f"-- round trip ({why})")
+        try:
+            self._unsubscribe(f"brokerconf/round-trip/{uuid.uuid4().hex}")
+        except ClientError as exc:
+            self.exchange.note(f"-- round trip failed: {exc}")  # the DISCONNECT still goes out
+        self._acked_since_round_trip = False
+
     def unsubscribe_durable(self, destination: str, durable_name: str) -> None:
         """Remove the subscription from this client's kept session (UNSUBSCRIBE)."""
         topic_filter = mqtt_topic(destination)
@@ -390,6 +408,7 @@ class MqttClient:
         )
         if message.qos > 0:
             client.ack(message.mid, message.qos)  # before anyone can see it (manual_ack above)
+            self._acked_since_round_trip = True
         with self._cond:
             sub = next((s for s in self._subscriptions
                         if paho.topic_matches_sub(s.topic_filter, message.topic)), None)
@@ -420,6 +439,8 @@ class MqttClient:
         if self._closed:
             return
         was_connected = self.connected
+        if was_connected and self._acked_since_round_trip:
+            self._round_trip("before DISCONNECT: the broker has processed every PUBACK sent")
         self._closed = True
         if was_connected:
             self.exchange.note("-> DISCONNECT")
