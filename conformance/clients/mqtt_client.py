@@ -372,12 +372,13 @@ class MqttClient:
         """A barrier on this connection: UNSUBSCRIBE from a filter nothing subscribes to and wait for
         its UNSUBACK (the broker answers it, matching or not: MQTT 3.1.1 § 3.10.4, 5.0 § 3.11).
         The broker handles a connection's packets in order, so everything sent before it has been
-        processed once the answer is here. Used before a DISCONNECT that follows PUBACKs: with the
-        DISCONNECT (and the socket's close) right behind its PUBACK, Artemis 2.40 gives the
-        acknowledged QoS 1 message to the session again when it comes back, with DUP 0: DUR-KEEP-1
-        over MQTT failed so in a main job and a CI run; repeated 160 times on one broker, 3 times
-        without this round trip, 0 of 240 with it (2026-11-29, issue 25's note). The redelivery is
-        Artemis's; DUR-KEEP-1 is about the messages sent while away, so its client leaves cleanly."""
+        processed once the answer is here. Used before a DISCONNECT that follows PUBACKs: a caller
+        that comes back at once with the same client id opens a new connection, whose CONNECT
+        the broker may take before it has read the old connection's PUBACK; it then ends the old
+        one (session takeover, MQTT 3.1.1 § 3.1.4) and rightly sends the message again. That is
+        how DUR-KEEP-1 failed on Artemis over MQTT in a main job and a CI run; repeated on one
+        broker 160 times, 3 redeliveries without this round trip, 0 of 240 with it (2026-11-29).
+        Through a wire tap (ACK-MQTT-LEAVE-1's test) the reference broker and ActiveMQ did the same."""
         self.exchange.note(f"-- round trip ({why})")
         try:
             self._unsubscribe(f"brokerconf/round-trip/{uuid.uuid4().hex}")
@@ -409,6 +410,8 @@ class MqttClient:
         if message.qos > 0:
             client.ack(message.mid, message.qos)  # before anyone can see it (manual_ack above)
             self._acked_since_round_trip = True
+            # queued on paho's one outgoing queue: on the wire before anything the caller sends next
+            self.exchange.note(f"-> {'PUBACK' if message.qos == 1 else 'PUBCOMP'} mid={message.mid}")
         with self._cond:
             sub = next((s for s in self._subscriptions
                         if paho.topic_matches_sub(s.topic_filter, message.topic)), None)
@@ -434,12 +437,15 @@ class MqttClient:
 
     # ------------------------------------------------------------------ teardown
 
-    def close(self) -> None:
-        """DISCONNECT (a clean one: no will message) and stop paho's thread. Idempotent."""
+    def close(self, *, confirm_acks: bool = True) -> None:
+        """DISCONNECT (a clean one: no will message) and stop paho's thread. Idempotent.
+        ``confirm_acks``: first a round trip proving the broker processed every PUBACK sent
+        (`_round_trip`); False sends the DISCONNECT right behind them (ACK-MQTT-LEAVE-1 checks
+        that a broker honours them still)."""
         if self._closed:
             return
         was_connected = self.connected
-        if was_connected and self._acked_since_round_trip:
+        if was_connected and confirm_acks and self._acked_since_round_trip:
             self._round_trip("before DISCONNECT: the broker has processed every PUBACK sent")
         self._closed = True
         if was_connected:
