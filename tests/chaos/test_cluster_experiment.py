@@ -219,8 +219,6 @@ def test_the_main_jobs_chaos_stage_lists_a_cluster_experiment_its_target_cannot_
 
 
 def test_a_cluster_that_does_not_form_stops_the_experiment_with_the_reason(tmp_path, monkeypatch):
-    from chaos.topology import launch_topology
-
     class NeverForms(FakeCluster):
         def __init__(self, topology, scenario, workdir):  # nothing to start
             self.topology, self.singles, self.nodes, self.stopped = topology, {}, {}, False
@@ -231,22 +229,13 @@ def test_a_cluster_that_does_not_form_stops_the_experiment_with_the_reason(tmp_p
         def stop(self):
             self.stopped = True
 
-    target = FakeClusterTarget()
-    launched = []
-    monkeypatch.setattr(target, "launch_topology",
-                        lambda topology, scenario, workdir, bridge_route=None: launched.append(
-                            NeverForms(topology, scenario, workdir)) or launched[-1])
-    exp = with_overrides(load_experiment(EXPERIMENTS / FILES[2]), target="fake-cluster")
-    with pytest.raises(ExperimentError, match="the cluster did not form within 90 s"):
-        launch_topology(exp, target, tmp_path)
+    launched = _launch_refused(monkeypatch, tmp_path, NeverForms, match="the cluster did not form within 90 s")
     assert launched[0].stopped
 
 
 def test_a_cluster_without_the_formation_part_stops_the_experiment_naming_the_part(tmp_path, monkeypatch):
     """A cluster run starts on a formed cluster; a launcher whose cluster cannot say when it formed
     (no `Formation` part, conformance/deployment.py) is refused by name, not trusted as started."""
-    from chaos.topology import launch_topology
-
     class CannotTellFormation(FakeCluster):
         wait_formed = None  # the fake's method taken away: the cluster lacks the part
 
@@ -256,12 +245,21 @@ def test_a_cluster_without_the_formation_part_stops_the_experiment_naming_the_pa
         def stop(self):
             self.stopped = True
 
+    launched = _launch_refused(monkeypatch, tmp_path, CannotTellFormation, match="CannotTellFormation.* has no Formation part")
+    assert launched[0].stopped
+
+
+def _launch_refused(monkeypatch, tmp_path, cluster_class, *, match: str) -> list:
+    """Launch the cluster experiment on a fake target whose launcher returns ``cluster_class``; the
+    launch must fail with ``match``. Returns what was launched (to check it was stopped)."""
+    from chaos.topology import launch_topology
+
     target = FakeClusterTarget()
     launched = []
     monkeypatch.setattr(target, "launch_topology",
                         lambda topology, scenario, workdir, bridge_route=None: launched.append(
-                            CannotTellFormation(topology, scenario, workdir)) or launched[-1])
+                            cluster_class(topology, scenario, workdir)) or launched[-1])
     exp = with_overrides(load_experiment(EXPERIMENTS / FILES[2]), target="fake-cluster")
-    with pytest.raises(ExperimentError, match="CannotTellFormation.* has no Formation part"):
+    with pytest.raises(ExperimentError, match=match):
         launch_topology(exp, target, tmp_path)
-    assert launched[0].stopped
+    return launched
