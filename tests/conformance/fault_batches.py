@@ -100,10 +100,40 @@ class Verdict:
     uncaught: list[str] = field(default_factory=list)
     # statements no fault of the batch touches that failed anyway
     unexpected: dict[str, str] = field(default_factory=dict)
+    # what the suite run left running or mounted (its leak check's report)
+    left_behind: list[str] = field(default_factory=list)
 
     @property
     def clean(self) -> bool:
         return not self.uncaught and not self.unexpected
+
+
+#: the heading conformance/leak_plugin.py prints above what a session left behind
+LEFT_BEHIND_HEADING = "left behind by the tests"
+
+
+def broken_suite_command(suite: str, matrix_file: Path) -> list[str]:
+    """pytest on one suite against the reference broker with the faults BROKERCONF_BREAK names.
+    The leak check rides along (``-p conformance.leak_plugin``): these runs fail on purpose, so
+    their exit status cannot tell a leak, and the runs are outside tests/ where conftest.py adds
+    it; `left_behind` reads its report from the output."""
+    return [sys.executable, "-m", "pytest", str(SUITES / suite), "--target", "reference", "-q",
+            "-p", "no:cacheprovider", "-p", "tests.conformance.broken_reference", "-p", "conformance.leak_plugin",
+            f"--conformance-matrix={matrix_file}", "-o", "addopts="]
+
+
+def left_behind(output: str) -> list[str]:
+    """The leak check's lines in a child pytest's output (empty: it found nothing)."""
+    lines = output.splitlines()
+    start = next((i for i, line in enumerate(lines) if LEFT_BEHIND_HEADING in line and line.startswith("=")), None)
+    if start is None:
+        return []
+    found = []
+    for line in lines[start + 1:]:
+        if line.startswith("=") or "thing(s) the tests started are still there" in line:
+            break
+        found.append(line)
+    return found
 
 
 def run_batch(batch: Batch, workdir: Path) -> Verdict:
@@ -112,18 +142,16 @@ def run_batch(batch: Batch, workdir: Path) -> Verdict:
     matrix_file = workdir / "matrix.json"
     env = {**os.environ, "BROKERCONF_BREAK": ",".join(f.name for f in batch.faults)}
     started = time.monotonic()
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", str(SUITES / batch.suite), "--target", "reference", "-q",
-         "-p", "no:cacheprovider", "-p", "tests.conformance.broken_reference",
-         f"--conformance-matrix={matrix_file}", "-o", "addopts="],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=SUITE_TIMEOUT)
+    proc = subprocess.run(broken_suite_command(batch.suite, matrix_file),
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=SUITE_TIMEOUT)
     seconds = time.monotonic() - started
     outcomes: dict[str, str] = {}
     reasons: dict[str, str] = {}
     if matrix_file.exists():
         for spec, cell in json.loads(matrix_file.read_text())["matrix"]["reference"].items():
             outcomes[spec], reasons[spec] = cell["outcome"], cell.get("reason", "")
-    verdict = Verdict(batch, outcomes, seconds, proc.returncode, proc.stdout[-3000:] + proc.stderr[-2000:], reasons)
+    verdict = Verdict(batch, outcomes, seconds, proc.returncode, proc.stdout[-3000:] + proc.stderr[-2000:], reasons,
+                      left_behind=left_behind(proc.stdout))
     for each in batch.faults:
         caught = all(outcomes.get(spec) == "failed" for spec in each.breaks)
         (verdict.caught if caught else verdict.uncaught).append(each.name)

@@ -7,13 +7,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.conformance.broken_reference import FAULTS
-from tests.conformance.fault_batches import batches, run_batch
+from tests.conformance.fault_batches import batches, broken_suite_command, left_behind, run_batch
 
 # Each test runs a whole suite in a subprocess (bounded at 600 s below): the project's 120 s
 # per-test default is too short for that on a loaded 2-core machine (CI saw the groups suite take
@@ -21,17 +20,15 @@ from tests.conformance.fault_batches import batches, run_batch
 pytestmark = pytest.mark.timeout(660)
 
 REPO = Path(__file__).resolve().parents[2]
-SUITES = REPO / "conformance" / "suites"
 
 
 def run_suite(tmp_path: Path, suite: str, fault: str) -> dict:
     matrix = tmp_path / "matrix.json"
     env = {**os.environ, "BROKERCONF_BREAK": fault}
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", str(SUITES / suite), "--target", "reference", "-q", "-p", "no:cacheprovider",
-         "-p", "tests.conformance.broken_reference", f"--conformance-matrix={matrix}", "-o", "addopts="],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(broken_suite_command(suite, matrix), cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=600)
     assert proc.returncode == 1, f"the suite did not fail against a broken broker:\n{proc.stdout[-3000:]}{proc.stderr[-2000:]}"
+    assert not left_behind(proc.stdout), f"the suite run left things behind: {left_behind(proc.stdout)}"
     return json.loads(matrix.read_text())
 
 
@@ -176,5 +173,6 @@ def test_each_fault_of_a_batch_fails_its_statements_and_only_those(tmp_path, bat
                 for name in verdict.uncaught}
     assert not uncaught, f"faults the suite did not catch (their statements' outcomes): {uncaught}"
     assert not verdict.unexpected, f"statements no fault of the batch touches failed: {verdict.unexpected}"
+    assert not verdict.left_behind, f"the suite run left things behind: {verdict.left_behind}"
     # 1: tests failed; anything else is pytest's own trouble (an interrupted run, a usage error)
     assert verdict.exit_code == 1, f"the suite run ended with exit code {verdict.exit_code}:\n{verdict.output_tail}"
