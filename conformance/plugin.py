@@ -421,11 +421,10 @@ def client(request: pytest.FixtureRequest, broker: BrokerHandle, protocol: str):
     request.node.stash[BROKER] = broker
     test_protocol = protocol
 
-    def factory(protocol: str | None = None, *, via: tuple[str, int] | None = None, **options):
-        """``via``: connect there instead of to the broker (a relay in front of it, e.g. a wire tap)."""
+    def factory(protocol: str | None = None, **options):
         chosen = protocol or test_protocol
         try:
-            host, port = via or address(broker, chosen)
+            host, port = address(broker, chosen)
         except KeyError as exc:
             raise Unsupported(str(exc.args[0])) from None
         login, passcode = broker.credentials

@@ -372,13 +372,16 @@ class MqttClient:
         """A barrier on this connection: UNSUBSCRIBE from a filter nothing subscribes to and wait for
         its UNSUBACK (the broker answers it, matching or not: MQTT 3.1.1 § 3.10.4, 5.0 § 3.11).
         The broker handles a connection's packets in order, so everything sent before it has been
-        processed once the answer is here. Used before a DISCONNECT that follows PUBACKs: a caller
-        that comes back at once with the same client id opens a new connection, whose CONNECT
-        the broker may take before it has read the old connection's PUBACK; it then ends the old
-        one (session takeover, MQTT 3.1.1 § 3.1.4) and rightly sends the message again. That is
-        how DUR-KEEP-1 failed on Artemis over MQTT in a main job and a CI run; repeated on one
-        broker 160 times, 3 redeliveries without this round trip, 0 of 240 with it (2026-11-29).
-        Through a wire tap (ACK-MQTT-LEAVE-1's test) the reference broker and ActiveMQ did the same."""
+        processed once the answer is here. Used before a DISCONNECT that follows PUBACKs, where two
+        things can give the acknowledged message to the session again when it comes back:
+        a caller coming back at once with the same client id opens a new connection, whose CONNECT
+        the broker may take before it has read the old connection's PUBACK (then the session
+        takeover of MQTT 3.1.1 § 3.1.4 ends the old connection and the resend is right; through a
+        wire tap all three brokers, the reference included, did it); and Artemis 2.40 was also seen
+        resending it, DUP 0, after it had itself closed the old connection (rare; issue 25's note).
+        DUR-KEEP-1 over MQTT failed so in a main job and a CI run; repeated on one Artemis 160
+        times, 3 redeliveries without this round trip, 0 of 240 with it (2026-11-29). DUR-KEEP-1 is
+        about the messages sent while away, so its client leaves cleanly."""
         self.exchange.note(f"-- round trip ({why})")
         try:
             self._unsubscribe(f"brokerconf/round-trip/{uuid.uuid4().hex}")
@@ -437,15 +440,12 @@ class MqttClient:
 
     # ------------------------------------------------------------------ teardown
 
-    def close(self, *, confirm_acks: bool = True) -> None:
-        """DISCONNECT (a clean one: no will message) and stop paho's thread. Idempotent.
-        ``confirm_acks``: first a round trip proving the broker processed every PUBACK sent
-        (`_round_trip`); False sends the DISCONNECT right behind them (ACK-MQTT-LEAVE-1 checks
-        that a broker honours them still)."""
+    def close(self) -> None:
+        """DISCONNECT (a clean one: no will message) and stop paho's thread. Idempotent."""
         if self._closed:
             return
         was_connected = self.connected
-        if was_connected and confirm_acks and self._acked_since_round_trip:
+        if was_connected and self._acked_since_round_trip:
             self._round_trip("before DISCONNECT: the broker has processed every PUBACK sent")
         self._closed = True
         if was_connected:

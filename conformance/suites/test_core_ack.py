@@ -12,14 +12,11 @@ selector, so tests never see each other's dead letters.
 from __future__ import annotations
 
 import time
-import uuid
 
 import pytest
 
 from conformance.scenario import DestinationPolicy, Scenario
-from conformance.clients.mqtt_wiretap import MqttWireTap
-from conformance.plugin import address
-from conformance.waiting import QUIET, new_marker, receive_until_marker, wait_until
+from conformance.waiting import QUIET, new_marker, receive_until_marker
 
 # Queues under this prefix give up after two redeliveries (three deliveries in all), instead of
 # the default six, to keep the dead-letter test short.
@@ -107,60 +104,6 @@ def test_auto_acknowledged_messages_not_redelivered(client, dest):
     producer.send(queue, "a3")
     fresh = again.receive(timeout=5)
     assert fresh is not None and fresh.text == "a3", "ACK-AUTO-1: the second consumer receives nothing at all"
-
-
-#: visits in ACK-MQTT-LEAVE-1: each ends with PUBACK and DISCONNECT back to back, the timing where
-#: a broker that let the DISCONNECT overtake the PUBACK would show it
-ACK_LEAVE_VISITS = 20
-
-
-@pytest.mark.spec("ACK-MQTT-LEAVE-1")
-@pytest.mark.protocols("mqtt")
-@pytest.mark.requires("durable_subscriptions")
-def test_a_message_acknowledged_right_before_leaving_is_not_delivered_again(broker, client, dest):
-    topic = dest("topic", "core.ackleave")
-    client_id = f"core-ackleave-{uuid.uuid4().hex[:8]}"
-    producer = client()
-    redelivered: list = []
-    acked_mid = None
-    # The subscriber goes through a wire tap: it shows what the broker was given on each visit (the
-    # PUBACK, then DISCONNECT, then a clean close) and when the broker let the connection go.
-    with MqttWireTap(address(broker, "mqtt")) as tap:
-        for visit in range(ACK_LEAVE_VISITS + 1):
-            subscriber = client(client_id=client_id, via=tap.address)
-            subscription = subscriber.subscribe(topic, ack="auto", durable_name="leave")
-            if visit:
-                # Barrier: the session's queue is FIFO and a message put back goes before anything
-                # published now, so whatever of the last visit comes again arrives before the marker.
-                marker = new_marker()
-                producer.send(topic, marker, persistent=True)
-                redelivered = receive_until_marker(subscription, marker)
-                if redelivered or visit == ACK_LEAVE_VISITS:
-                    break
-            body = f"visit{visit}"
-            producer.send(topic, body, persistent=True)
-            got = subscription.receive(timeout=5)
-            assert got is not None and got.text == body, f"setup: visit {visit} did not get {body!r} (got {got})"
-            acked_mid = got.headers["mid"]
-            subscriber.close(confirm_acks=False)  # the PUBACK, then DISCONNECT and the socket's close at once
-            # Back only once the broker has let this connection go. A CONNECT with the same client
-            # id on a new connection may reach the broker before it has read the old one's PUBACK;
-            # the broker then ends the old connection (session takeover, MQTT 3.1.1 § 3.1.4) and
-            # rightly sends the message again. That race, not the broker, made DUR-KEEP-1 fail on
-            # Artemis; without this wait all three brokers, the reference included, did it here.
-            wait_until(lambda this=tap.connections[visit]: this.broker_ended is not None, timeout=10,
-                       describe=f"the broker to close visit {visit}'s connection after its DISCONNECT")
-        subscriber.unsubscribe_durable(topic, "leave")  # leave no session subscription behind
-        subscriber.close()
-    before = tap.connections[visit - 1]  # one connection per visit, in order
-    if redelivered:
-        assert before.packets[-2:] == [("PUBACK", acked_mid), ("DISCONNECT", None)] and before.ended == "eof", (
-            f"setup: on visit {visit - 1} the client did not end with PUBACK {acked_mid}, DISCONNECT and a clean "
-            f"close on the wire: {before.describe()}")
-    assert redelivered == [], (
-        f"ACK-MQTT-LEAVE-1: a QoS 1 message the client acknowledged right before a clean DISCONNECT was "
-        f"delivered again on its return to the session (visit {visit} of {ACK_LEAVE_VISITS}; on the wire "
-        f"before it: {before.describe()}): {[(m.text, 'DUP' if m.redelivered else 'no DUP') for m in redelivered]}")
 
 
 @pytest.mark.spec("ACK-CLIENT-1")
