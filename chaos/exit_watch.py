@@ -17,10 +17,11 @@ from __future__ import annotations
 import time
 from typing import Iterable, Mapping
 
+from chaos.experiment_file import PROCESS_FAULTS
 from conformance.topology import Node
 
-#: nemesis kinds that stop the broker process of the node they name
-STOPPING_KINDS = frozenset({"kill", "stop"})
+#: nemesis kinds that stop the broker process of the node they name (a paused one keeps running)
+STOPPING_KINDS = frozenset(PROCESS_FAULTS) - {"pause"}
 #: nemesis kinds that may stop whichever node is master at the time
 ANY_NODE_KINDS = frozenset({"lock-loss"})
 #: how often the watched nodes are asked whether they still run (a poll of each process)

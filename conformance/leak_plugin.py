@@ -20,6 +20,10 @@ from conformance import leaks, xdist_groups
 _REGISTRY = pytest.StashKey[leaks.StartedRegistry]()
 _FOUND = pytest.StashKey[list[str]]()
 WORKER_KEY = "brokerconf_leftovers"
+#: the summary section's title, and the words of its last line (what a parent reads back from a
+#: child pytest's output: tests/conformance/fault_batches.py `left_behind`)
+SECTION_TITLE = "left behind by the tests"
+STILL_THERE = "thing(s) the tests started are still there"
 
 
 def _controller(config: pytest.Config) -> bool:
@@ -65,8 +69,8 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
     found = config.stash.get(_FOUND, None)
     if not found:
         return
-    terminalreporter.section("left behind by the tests", red=True)
+    terminalreporter.section(SECTION_TITLE, red=True)
     for line in found:
         terminalreporter.write_line(line)
-    terminalreporter.write_line(f"{len(found)} thing(s) the tests started are still there; clean them up "
+    terminalreporter.write_line(f"{len(found)} {STILL_THERE}; clean them up "
                                 "by handle or PID in the test that started them")

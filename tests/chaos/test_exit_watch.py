@@ -19,6 +19,7 @@ from chaos.experiment_file import load_experiment, with_overrides
 from reports.check_plan import checker_list_for
 from reports.judge import judge_run
 from reports.run_record import read_record
+from tests.interrupting import command_line, listening
 
 EXPERIMENTS = Path(chaos.__file__).resolve().parent / "experiments"
 NODES = ("A", "B", "C")
@@ -61,8 +62,7 @@ def _kill_the_broker_once_it_listens(killed: list[float]) -> None:
     while time.monotonic() < deadline:
         for proc in psutil.Process(os.getpid()).children(recursive=True):
             try:
-                if "reference_broker" in " ".join(proc.cmdline()) and any(
-                        c.status == psutil.CONN_LISTEN for c in proc.net_connections(kind="tcp")):
+                if "reference_broker" in command_line(proc) and listening(proc):
                     time.sleep(2.0)  # the workload is running by then
                     proc.kill()
                     killed.append(time.monotonic())

@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from conformance.leak_plugin import SECTION_TITLE, STILL_THERE
 from tests.conformance.broken_reference import FAULTS, Fault
 
 REPO = Path(__file__).resolve().parents[2]
@@ -108,10 +109,6 @@ class Verdict:
         return not self.uncaught and not self.unexpected
 
 
-#: the heading conformance/leak_plugin.py prints above what a session left behind
-LEFT_BEHIND_HEADING = "left behind by the tests"
-
-
 def broken_suite_command(suite: str, matrix_file: Path) -> list[str]:
     """pytest on one suite against the reference broker with the faults BROKERCONF_BREAK names.
     The leak check rides along (``-p conformance.leak_plugin``): these runs fail on purpose, so
@@ -125,12 +122,12 @@ def broken_suite_command(suite: str, matrix_file: Path) -> list[str]:
 def left_behind(output: str) -> list[str]:
     """The leak check's lines in a child pytest's output (empty: it found nothing)."""
     lines = output.splitlines()
-    start = next((i for i, line in enumerate(lines) if LEFT_BEHIND_HEADING in line and line.startswith("=")), None)
+    start = next((i for i, line in enumerate(lines) if SECTION_TITLE in line and line.startswith("=")), None)
     if start is None:
         return []
     found = []
     for line in lines[start + 1:]:
-        if line.startswith("=") or "thing(s) the tests started are still there" in line:
+        if line.startswith("=") or STILL_THERE in line:
             break
         found.append(line)
     return found
