@@ -42,8 +42,11 @@ SLOW_LINK = ("nemesis.0.fault=latency", "nemesis.0.latency_ms=20000")
 #: write fails at once and it closes before the backup goes live (no overlap). Seen in about a third
 #: of the faults (4 of the ~12 on record; both of a main-job run's two on a loaded machine, 2026-11-29,
 #: whose test then passed where the deviation is recorded: XPASS(strict)), so two runs missed the
-#: deviation too often; four miss it about once in a hundred (0.35^4), at no cost when the first shows it.
-SLOW_LINK_RUNS = 4
+#: deviation too often. A fault can also end with no takeover at all before the heal (the primary closed
+#: 3.2 s after the fault and the backup never went live: a main job, 2026-11-29, mj19): nothing to judge
+#: at that fault, so the next one runs. Six faults miss the deviation about once in 250 (0.4^6), at no
+#: cost when the first shows it.
+SLOW_LINK_RUNS = 6
 #: the target kinds each test is generated for (by test name). With the link cut, ActiveMQ's
 #: takeover is checked on its own: whether its acknowledged messages survive is not asserted there
 #: (see test_activemq_slave_takes_over_when_the_cut_masters_lease_lapses)
@@ -154,7 +157,16 @@ def test_artemis_has_one_master_when_its_database_link_is_slow(request, tmp_path
     the outcome: in one CI run of six the primary failed its store write at once (closed 2.4 s
     after the fault, before the backup went live), which a single run cannot tell from a broker
     that keeps the rule."""
+    without_takeover = []
     for run in range(SLOW_LINK_RUNS):
         (tmp_path / f"fault-{run}").mkdir()
         verdict = run_short(request, tmp_path / f"fault-{run}", target_name, SLOW_LINK)
-        check_one_master(verdict, takeover_or_nothing_to_judge(verdict))
+        fault = the_fault(verdict)
+        if fault["takeover_s"] is None:
+            # no backup served during this fault, so no two served at once: nothing to judge here
+            # (FT-JDBC-2's tests judge the takeover); the next fault may show what this one did not
+            without_takeover.append(fault["timeline"])
+            continue
+        check_one_master(verdict, fault)
+    if len(without_takeover) == SLOW_LINK_RUNS:
+        raise RuntimeError(f"no run got to a takeover: nothing to judge: {without_takeover}")

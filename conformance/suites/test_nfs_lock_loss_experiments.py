@@ -32,6 +32,15 @@ pytestmark = [pytest.mark.slow, pytest.mark.requires(CAPABILITY), missing_mark("
 #: soft,timeo=10,retrans=2: EIO 1 + 2 + 3 = 6 s after a cut; a 5 s lease; one 16 s cut
 SHORT = ["duration_s=27", "recovery_s=6", "topology.nfs_mount_options=\"soft,timeo=10,retrans=2,lookupcache=none,sync\"",
          "topology.nfs_lease_s=5.0", "nemesis.0.every_s=4", "nemesis.0.down_s=16", "workload.rate=10"]
+#: FT-SHARED-1 with the guide's own mount options (3.1, "File locking requirements": timeo=20, so EIO
+#: 2 + 4 + 6 = 12 s after a cut) and SHORT's 5 s lease. With SHORT's timeo=10 the question "does the
+#: old master still serve when the slave starts serving" became a race between ActiveMQ's detection
+#: (12.1 s: two soft-mount timeouts) and the slave's start (8.3 to 13.4 s after the cut, by machine
+#: load): one main job in about twenty saw no overlap (detection 12.2 s, takeover 13.4 s) and the
+#: strict xfail passed. Here detection comes about 12 s after the slave could serve, as in the full
+#: experiment; the cut lasts past it (28 s), and the run ends after the heal and a recovery.
+GUIDE_MOUNT = ["topology.nfs_mount_options=\"soft,timeo=20,retrans=2,lookupcache=none,sync\"",
+               "nemesis.0.down_s=28", "duration_s=39"]
 #: the target kinds each test is generated for (by test name; others: every kind with a file)
 KINDS = {"test_nfsv3_slave_never_takes_over": ("reference", "activemq", "artemis"),
          "test_activemq_has_one_master_when_its_nfs_lock_is_lost": ("activemq",)}
@@ -84,7 +93,7 @@ def test_activemq_has_one_master_when_its_nfs_lock_is_lost(request, tmp_path, ta
     """FT-SHARED-1: one master at a time; a known deviation on ActiveMQ
     (conformance/known_deviations/fault_tolerance.toml), booked only for the assertion below. A run
     that never got to a takeover, or whose harness failed, raises something else and fails the test."""
-    verdict = run_short(request, tmp_path, target_name, "nfs-lock-loss")
+    verdict = run_short(request, tmp_path, target_name, "nfs-lock-loss", extra=GUIDE_MOUNT)
     check_one_master(the_fault(verdict))
 
 

@@ -24,12 +24,14 @@ class Relay:
     def __init__(self, host: str, port: int) -> None:
         self.target = (host, port)
         self.connections = 0
+        self._handlers: set[asyncio.Task] = set()
         self.loop = LoopThread("relay")
         self.server = self.loop.run(asyncio.start_server(self._relay, "127.0.0.1", 0))
         self.address = self.server.sockets[0].getsockname()[:2]
 
     async def _relay(self, reader, writer):
         self.connections += 1
+        self._handlers.add(asyncio.current_task())
         up_reader, up_writer = await asyncio.open_connection(*self.target)
 
         async def pipe(src, dst):
@@ -43,8 +45,17 @@ class Relay:
                 dst.close()
         await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
 
-    def close(self) -> None:
+    async def _shut(self) -> None:
+        # the relayed connections end here, on the running loop: left pending, their coroutines
+        # were closed later by the garbage collector, and the pipes' ``dst.close()`` then called
+        # into a loop already closed (an unraisable-exception warning in CI)
         self.server.close()
+        for handler in self._handlers:
+            handler.cancel()
+        await asyncio.gather(*self._handlers, return_exceptions=True)
+
+    def close(self) -> None:
+        self.loop.run(self._shut())
         self.loop.stop(5)
 
 
