@@ -25,7 +25,8 @@ from pathlib import Path
 
 from conformance.deployment import Formation, Forwarding
 from conformance.topology import Bridge, BridgeRoute, Cluster, ClusterConnection, Topology, TopologyUnsupported
-from conformance.targets.reference.network import ReferenceNode, _Logs
+from conformance.targets.reference.network import ANY_PORT, ReferenceNode, _Logs
+from machinery.process import free_ports
 from reference_broker.clustering.service import ClusterService
 from reference_broker.config import build_config
 from reference_broker.server import BrokerServer
@@ -107,12 +108,15 @@ class ReferenceClusterNode(ReferenceNode, Forwarding):
     def __init__(self, name: str, broker_name: str, extra_config: dict) -> None:
         super().__init__(name, broker_name, extra_config=extra_config)
         self.config_data.pop("policy_entries", None)
-        self.config_data.update({"amqp": "127.0.0.1:0", "mqtt": "127.0.0.1:0", "advisory_support": False})
+        self.config_data.update({"amqp": ANY_PORT, "mqtt": ANY_PORT, "advisory_support": False})
         self.cluster: ClusterService | None = None
         self.ports: dict[str, int] = {}
 
     def listen(self) -> None:
-        """Start the broker and its cluster service (dialing the static connectors it has)."""
+        """Start the broker and its cluster service (dialing the static connectors it has), on the
+        ports of its first start (picked below the ephemeral range: `ANY_PORT`)."""
+        if not self.ports:
+            self.ports = dict(zip(("stomp", "amqp", "mqtt", "cluster"), free_ports(4)))
         for protocol in ("stomp", "amqp", "mqtt"):
             if protocol in self.ports:
                 self.config_data[protocol] = f"127.0.0.1:{self.ports[protocol]}"
@@ -227,8 +231,6 @@ class ReferenceCluster(Cluster, Formation):
         cluster = self.topology.cluster
         udp_port = None
         if cluster.discovery == "udp":
-            from machinery.process import free_ports
-
             udp_port = free_ports(1)[0]
         try:
             for name in self.topology.nodes:

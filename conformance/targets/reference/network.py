@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from machinery.loop_thread import LoopThread
+from machinery.process import free_ports
 from conformance.deployment import InFlight, Renaming
 from conformance.topology import (Cluster, Node, RECONNECT_URI_OPTIONS, TopologyUnsupported, Topology, Bridge, BridgeFilterPolicy, BridgeRoute, CompositeDestination,
                                   NetworkConnectorOptions, check_duplex_names, static_uri, with_connector_renamed)
@@ -97,6 +98,13 @@ class _Logs(logging.Handler):
         del self.lines[:-2000]
 
 
+#: a listener's address before its first start. `ReferenceNode.listen` replaces it by a port below the
+#: kernel's ephemeral range (machinery.process.free_ports): a restart binds the same port again, and
+#: while the node is down a port the kernel chose (in that range) can become the local end of any
+#: outgoing connection on the machine; a main job saw a cluster node's restart fail so (EADDRINUSE).
+ANY_PORT = "127.0.0.1:0"
+
+
 class ReferenceNode(Node, InFlight):
     """One reference broker of the network."""
 
@@ -108,7 +116,7 @@ class ReferenceNode(Node, InFlight):
         self.broker_name = broker_name
         self.server = None
         self.network = None
-        self.config_data: dict = {"name": broker_name, "stomp": "127.0.0.1:0", "advisory_support": True,
+        self.config_data: dict = {"name": broker_name, "stomp": ANY_PORT, "advisory_support": True,
                                   "expiry_check_period_ms": 100,
                                   "policy_entries": [policy_config(p) for p in policies], **(extra_config or {})}
         self._loop = LoopThread(f"reference-net-{broker_name}")
@@ -124,6 +132,9 @@ class ReferenceNode(Node, InFlight):
         return self._loop.run(coroutine, timeout)
 
     def listen(self) -> None:
+        if self.config_data["stomp"] == ANY_PORT:
+            self.config_data["stomp"] = f"127.0.0.1:{free_ports(1)[0]}"
+
         async def start():
             self.server = BrokerServer(build_config(self.config_data))
             await self.server.start()
