@@ -5,11 +5,10 @@ Seen in a main job: the Artemis broker of ``client-partition`` stopped 3 s after
 web console could not bind its port, AMQ221002 in its log); the workload went on retrying for
 264 s against no broker and the verdict came out "unknown" with nothing saying why.
 
-Which faults may stop which node: a fault of the fault proxy (partition, latency, bandwidth,
-reset_peer; clients, bridges or cluster links) never stops a broker; ``kill`` and ``stop`` stop
-their node (``pause`` freezes it, the process stays); a process fault aimed at ``master`` may hit
-any node, and so may a ``lock-loss`` fault (a master that loses its store's lock stops, as the
-fault-tolerance guide says it must, and the slave it hands over to is another node).
+Which faults may stop which node is declared with each nemesis kind (chaos/experiment_file.py,
+`FaultKind.stops`): a fault of the fault proxy never stops a broker, ``kill`` and ``stop`` stop
+their node (``pause`` freezes it, the process stays), a process fault aimed at ``master`` may hit
+any node, and so may a ``lock-loss`` fault.
 """
 
 from __future__ import annotations
@@ -17,13 +16,9 @@ from __future__ import annotations
 import time
 from typing import Iterable, Mapping
 
-from chaos.experiment_file import PROCESS_FAULTS
+from chaos.experiment_file import FAULT_KINDS, Stops
 from conformance.topology import Node
 
-#: nemesis kinds that stop the broker process of the node they name (a paused one keeps running)
-STOPPING_KINDS = frozenset(PROCESS_FAULTS) - {"pause"}
-#: nemesis kinds that may stop whichever node is master at the time
-ANY_NODE_KINDS = frozenset({"lock-loss"})
 #: how often the watched nodes are asked whether they still run (a poll of each process)
 CHECK_EVERY_S = 1.0
 
@@ -33,9 +28,10 @@ def nodes_a_fault_may_stop(nemeses: Iterable, names: Iterable[str]) -> set[str]:
     names = set(names)
     may: set[str] = set()
     for section in nemeses:
-        if section.kind in ANY_NODE_KINDS or (section.kind in STOPPING_KINDS and section.node == "master"):
+        stops = FAULT_KINDS[section.kind].stops
+        if stops is Stops.ANY_NODE or (stops is Stops.ITS_NODE and section.node == "master"):
             may |= names
-        elif section.kind in STOPPING_KINDS:
+        elif stops is Stops.ITS_NODE:
             may.add(section.node)
     return may
 

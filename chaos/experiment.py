@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
-from chaos.experiment_file import PROCESS_FAULTS, PROXY_FAULTS, Experiment, ExperimentError, NemesisSection
+from chaos.experiment_file import Experiment, ExperimentError, FaultPlane, NemesisSection
 from chaos.exit_watch import ExitWatch, nodes_a_fault_may_stop
 from chaos.history import (HARNESS_BROKER_COUNTERS, HARNESS_CLUSTER_HELD, HARNESS_EXPERIMENT, HARNESS_FORMAT,
                            HARNESS_RUN_END, History)
@@ -28,9 +28,9 @@ from chaos.nemesis.base import NemesisError
 from chaos.nemesis.master import CurrentMasterNemesis
 from chaos.nemesis.process import ProcessNemesis
 from chaos.nemesis.proxy import ProxyNemesis
-from machinery.faultproxy import start_fault_proxy
+from machinery.faultproxy import FaultProxyHandle, start_fault_proxy
 from machinery.faultproxy.client import ToxiproxyClient, split_address
-from chaos.schedule import FAULT_AND_HEAL, build_schedule, postpone
+from chaos.schedule import build_schedule, postpone
 from chaos.topology import RunningTopology, launch_topology
 from chaos.transport_log import TransportLog, worker_of_thread
 from chaos.workloads.cluster import ClusterWorkload, GroupedClusterWorkload
@@ -133,15 +133,52 @@ class _ProxyGroupFault:
         self.nemesis.teardown()
 
 
-def _lock_loss_fault(n: NemesisSection, topology: RunningTopology, history: History) -> LockLossFault:
+@dataclass
+class _Faulted:
+    """What the nemeses of a run act on: the deployment, the history they record into, and the
+    fault proxy in front of the clients with its proxies per client group (None and empty when no
+    fault acts on the clients)."""
+
+    topology: RunningTopology
+    history: History
+    client_proxy: FaultProxyHandle | None
+    client_proxies: dict[str, list[str]]
+
+
+def _process_nemesis(n: NemesisSection, faulted: _Faulted) -> ProcessNemesis | CurrentMasterNemesis:
+    """A process fault: on the node named, or on whichever node serves when it is ``master``."""
+    topology = faulted.topology
+    if n.node == "master":
+        return CurrentMasterNemesis(topology.nodes, topology.master, faulted.history)
+    return ProcessNemesis(topology.nodes[n.node], faulted.history, node=n.node)
+
+
+def _proxy_nemesis(n: NemesisSection, faulted: _Faulted) -> _ProxyGroupFault:
+    """A proxy fault: on the bridges' or cluster links' proxies (the deployment's own fault proxy),
+    else on the proxies of the client group it names."""
+    if n.link in ("bridges", "cluster"):
+        return _ProxyGroupFault(faulted.topology.proxy.api_url, faulted.topology.bridge_proxies, faulted.history)
+    return _ProxyGroupFault(faulted.client_proxy.api_url, faulted.client_proxies[n.clients], faulted.history)
+
+
+def _lock_loss_fault(n: NemesisSection, faulted: _Faulted) -> LockLossFault:
+    """A store fault: on the named node's link to the shared store (the deployment's rig)."""
+    topology, history = faulted.topology, faulted.history
     nemesis = topology.lock_nemesis(history)
     if nemesis is None:
         raise ExperimentError("a lock-loss nemesis needs the store on the simulated NFS or in a database behind the "
                               "fault proxy ([topology] store = \"nfs\" or \"jdbc\")")
-    params = ({"latency": n.latency_ms, "jitter": n.jitter_ms} if n.fault == "latency"
-              else {"timeout": n.timeout_ms} if n.fault == "reset" else {})
     return LockLossFault(nemesis, topology.answering_nodes, listening_nodes=topology.listening_nodes, fault=n.fault,
-                         node=n.node, params=params)
+                         node=n.node, params=n.store_fault_params())
+
+
+#: the nemesis that runs a [[nemesis]] entry, by what its kind acts on (chaos/experiment_file.py
+#: declares each kind's plane): one builder per plane, never a switch on the kind's name
+NEMESIS_OF_PLANE: dict[FaultPlane, Callable[[NemesisSection, _Faulted], object]] = {
+    FaultPlane.PROCESS: _process_nemesis,
+    FaultPlane.PROXY: _proxy_nemesis,
+    FaultPlane.STORE: _lock_loss_fault,
+}
 
 
 class _Progress:
@@ -183,7 +220,7 @@ def run_experiment(exp: Experiment, out_dir: Path, *, progress: Callable[[str], 
     ok, reason = target.availability()
     if not ok:
         raise ExperimentError(f"target {exp.target.name} cannot run here: {reason}")
-    process_faults = [n for n in exp.nemesis if n.kind in PROCESS_FAULTS]
+    process_faults = [n for n in exp.nemesis if n.plane is FaultPlane.PROCESS]
     if process_faults and exp.topology.kind == "single" and "process.kill" not in target.capabilities():
         raise ExperimentError(f"target {exp.target.name} cannot be killed or paused by the harness "
                               "(it lacks process.kill); use e.g. 'reference:process'")
@@ -344,7 +381,7 @@ def _drain_cluster(exp: Experiment, topology: RunningTopology, workload: Cluster
 def _proxy_groups(exp: Experiment) -> set[str]:
     """Which client groups connect through the fault proxy: "all" when a proxy fault acts on every
     client, "slow" when the workload has slow subscribers."""
-    groups = {n.clients for n in exp.nemesis if n.kind in PROXY_FAULTS and n.link == "clients"}
+    groups = {n.clients for n in exp.nemesis if n.plane is FaultPlane.PROXY and n.link == "clients"}
     if exp.workload.slow_subscribers:
         groups.add("slow")
     return groups
@@ -386,10 +423,10 @@ def _make_workload(exp: Experiment, history: History, make_client, make_slow_cli
                   ack=w.ack, prefetch=w.prefetch, node_names=names)
     if make_producer_client is not None:  # network topology: producers on one broker, consumers on another
         common["make_producer_client"] = make_producer_client
-    if w.kind == "topic":
+    if w.fans_out:
         return TopicFanoutWorkload(history, make_client, subscribers=w.subscribers, slow_subscribers=w.slow_subscribers,
                                    make_slow_client=make_slow_client, **common)
-    if w.kind == "grouped":
+    if w.grouped:
         return GroupedQueueWorkload(history, make_client, consumers=w.consumers, groups=w.groups, **common)
     return QueueWorkload(history, make_client, consumers=w.consumers, **common)
 
@@ -402,7 +439,7 @@ def _cluster_workload(exp: Experiment, history: History, make_clients: dict, nam
                    seed=exp.seed, destination=w.destination, producers=w.producers,
                    consumers=w.consumers, rate=w.rate, persistent=w.persistent, ack=w.ack, prefetch=w.prefetch,
                    node_names=names)
-    if w.kind == "grouped":
+    if w.grouped:
         return GroupedClusterWorkload(history, make_clients, groups=w.groups, **options)
     return ClusterWorkload(history, make_clients, **options)
 
@@ -454,26 +491,16 @@ def _run_with_history(exp: Experiment, topology: RunningTopology, run_id: str, h
     else:
         workload = _make_workload(exp, history, _client_factory(exp, addresses["all"], transport_log),
                                   _client_factory(exp, addresses["slow"], transport_log), names=names)
-    nemeses = []
-    for n in exp.nemesis:
-        if n.kind == "lock-loss":
-            nemeses.append(_lock_loss_fault(n, topology, history))
-        elif n.link in ("bridges", "cluster"):
-            nemeses.append(_ProxyGroupFault(topology.proxy.api_url, topology.bridge_proxies, history))
-        elif n.kind in PROXY_FAULTS:
-            nemeses.append(_ProxyGroupFault(proxy.api_url, proxies[n.clients], history))
-        elif n.node == "master":
-            nemeses.append(CurrentMasterNemesis(topology.nodes, topology.master, history))
-        else:
-            nemeses.append(ProcessNemesis(topology.nodes[n.node], history, node=n.node))
+    faulted = _Faulted(topology, history, proxy, proxies)
+    nemeses = [NEMESIS_OF_PLANE[n.plane](n, faulted) for n in exp.nemesis]
     schedule = build_schedule(exp)
     watch = ExitWatch(topology.nodes, set(topology.nodes) - nodes_a_fault_may_stop(exp.nemesis, topology.nodes))
     deployment_errors: list[str] = []
     display = _Progress(progress)
+    scheduled = sum(1 for _, step, index, _ in schedule if step != exp.nemesis[index].heal_step)
     # the seed on the line that starts the run: `brokerconf chaos run FILE --seed N` replays its schedule
     progress(f"experiment {exp.name}: {exp.workload.kind} workload on {exp.target.name} ({topology.kind}) for "
-             f"{exp.duration_s:.0f} s, {sum(1 for _, step, _, _ in schedule if step in FAULT_AND_HEAL)} faults "
-             f"scheduled, seed {exp.seed}; history {history_path}")
+             f"{exp.duration_s:.0f} s, {scheduled} faults scheduled, seed {exp.seed}; history {history_path}")
     started = time.monotonic()
     faults = 0
     nemesis_errors: list[str] = []
@@ -495,8 +522,9 @@ def _run_with_history(exp: Experiment, topology: RunningTopology, run_id: str, h
                     nemesis_errors.append(f"{step} at {elapsed:.1f} s: {exc}")
                     progress(f"  nemesis step failed: {nemesis_errors[-1]}")
                     continue
-                faults += step in FAULT_AND_HEAL
-                if step == FAULT_AND_HEAL[exp.nemesis[index].kind]:
+                healed = step == exp.nemesis[index].heal_step
+                faults += not healed
+                if healed:
                     done = time.monotonic() - started
                     end = max(end, done + exp.recovery_s)
                     if done > at:
@@ -533,7 +561,7 @@ def _run_with_history(exp: Experiment, topology: RunningTopology, run_id: str, h
         # nothing to drain from: what the history holds is judged, and the verdict says why it is short
         drained = []
         progress("  not drained: a node of the deployment stopped on its own")
-    elif exp.workload.kind == "topic":
+    elif exp.workload.fans_out:
         drained = workload.drain(quiet=exp.drain_quiet_s, before_close=read_broker_counters)
     elif topology.kind == "network":
         drained, drain_errors = _drain_network(exp, topology, workload, progress)

@@ -99,8 +99,10 @@ from __future__ import annotations
 
 import difflib
 import tomllib
+from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
-from typing import Literal
+from typing import Callable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -273,8 +275,109 @@ class PolicySection(_Strict):
         return self
 
 
+# ------------------------------------------------------------ what each kind means, declared once
+# The [workload] and [[nemesis]] kinds are named here and nowhere else, each with what it means to
+# the rest of the harness (issue 27: no branch on a workload's or a nemesis's kind outside the place
+# it is parsed). The runner (chaos/experiment.py), the schedule (chaos/schedule.py), the exit watch
+# (chaos/exit_watch.py) and the run record (reports/run_record.py) ask a section for these traits
+# and never compare its kind with a name: tests/chaos/test_kind_dispatch.py fails on such a
+# comparison. A new kind that behaves like an existing one is one entry here; one that behaves
+# differently adds the trait, and the code the trait selects.
+
+
+@dataclass(frozen=True)
+class WorkloadKind:
+    """What a [workload] kind means."""
+
+    #: the scheme the workload's destination has
+    scheme: str
+    #: every subscriber is sent every message (a topic): the workload has subscribers, some may be
+    #: slow, and the broker's per-subscription discards are read before its drain closes them
+    fans_out: bool = False
+    #: each message carries one of the workload's groups, a group delivered to one consumer at a time
+    grouped: bool = False
+
+
+WORKLOAD_KINDS: dict[str, WorkloadKind] = {
+    "queue": WorkloadKind("queue://"),
+    "grouped": WorkloadKind("queue://", grouped=True),
+    "topic": WorkloadKind("topic://", fans_out=True),
+}
+#: the [workload] kind's values, from the table (Literal of a tuple: one argument per value)
+WorkloadKindName = Literal[tuple(WORKLOAD_KINDS)]  # type: ignore[valid-type]
+
+
+class FaultPlane(Enum):
+    """What a fault acts on, which decides the nemesis that runs it (chaos/experiment.py)."""
+
+    #: a broker's process, by signals: a node named, or whichever serves ("master")
+    PROCESS = "process"
+    #: links through the fault proxy: the clients', a network's bridges or a cluster's links
+    PROXY = "proxy"
+    #: one node's link to its shared store (the simulated NFS, or a database behind the proxy)
+    STORE = "store"
+
+
+class Stops(Enum):
+    """Which nodes a fault may stop (chaos/exit_watch.py watches the others)."""
+
+    #: none: a proxy fault cuts or slows links, and a paused broker keeps its process
+    NOTHING = "nothing"
+    #: the node it names, any node when it names "master" (whoever serves then)
+    ITS_NODE = "its node"
+    #: any node: a master that loses its store's lock stops, as the fault-tolerance guide says it
+    #: must, and the slave it hands over to is another node
+    ANY_NODE = "any node"
+
+
+def _no_params(nemesis: NemesisSection) -> dict:
+    return {}
+
+
+@dataclass(frozen=True)
+class FaultKind:
+    """What a [[nemesis]] kind means."""
+
+    plane: FaultPlane
+    #: the step that ends the fault (the step names are its nemesis's: chaos/nemesis/)
+    heal: str
+    stops: Stops = Stops.NOTHING
+    #: what the fault's step passes to its nemesis (a proxy fault: the toxic's attributes)
+    params: Callable[[NemesisSection], dict] = _no_params
+
+
+FAULT_KINDS: dict[str, FaultKind] = {
+    "kill": FaultKind(FaultPlane.PROCESS, heal="start", stops=Stops.ITS_NODE),
+    "pause": FaultKind(FaultPlane.PROCESS, heal="resume"),
+    "stop": FaultKind(FaultPlane.PROCESS, heal="start", stops=Stops.ITS_NODE),
+    "partition": FaultKind(FaultPlane.PROXY, heal="heal", params=lambda n: {"direction": n.direction}),
+    "latency": FaultKind(FaultPlane.PROXY, heal="heal",
+                         params=lambda n: {"latency": n.latency_ms, "jitter": n.jitter_ms, "stream": n.direction}),
+    "bandwidth": FaultKind(FaultPlane.PROXY, heal="heal", params=lambda n: {"rate": n.rate_kbps, "stream": n.direction}),
+    "reset_peer": FaultKind(FaultPlane.PROXY, heal="heal",
+                            params=lambda n: {"timeout": n.timeout_ms, "stream": n.direction}),
+    # the store's fault (cut, slowed, reset, lease expired) is the entry's `fault`, given to its
+    # nemesis when the runner builds it (chaos/experiment.py), not with each step
+    "lock-loss": FaultKind(FaultPlane.STORE, heal="heal", stops=Stops.ANY_NODE),
+}
+#: the [[nemesis]] kind's values, from the table
+FaultKindName = Literal[tuple(FAULT_KINDS)]  # type: ignore[valid-type]
+#: a lock-loss entry's `fault` (what happens to the node's link to its store), each with what it
+#: passes to the store's nemesis (chaos/nemesis/lock.py) when the runner builds it
+STORE_FAULTS: dict[str, Callable[[NemesisSection], dict]] = {
+    "partition": _no_params,
+    "latency": lambda n: {"latency": n.latency_ms, "jitter": n.jitter_ms},
+    "reset": lambda n: {"timeout": n.timeout_ms},
+    "expire": _no_params,
+}
+StoreFaultName = Literal[tuple(STORE_FAULTS)]  # type: ignore[valid-type]
+#: the kinds of each plane, in the table's order (named in the messages of a refused file)
+PROCESS_FAULTS = tuple(name for name, kind in FAULT_KINDS.items() if kind.plane is FaultPlane.PROCESS)
+PROXY_FAULTS = tuple(name for name, kind in FAULT_KINDS.items() if kind.plane is FaultPlane.PROXY)
+
+
 class WorkloadSection(_Strict):
-    kind: Literal["queue", "grouped", "topic"] = "queue"
+    kind: WorkloadKindName = "queue"
     producers: int = Field(default=2, ge=1, le=64)
     consumers: int = Field(default=2, ge=1, le=64)
     subscribers: int = Field(default=3, ge=1, le=64)
@@ -294,14 +397,24 @@ class WorkloadSection(_Strict):
     # node's consumers (chaos/workloads/cluster.py); omit to start everyone at once
     producers_after_consumers_s: float | None = Field(default=None, ge=0)
 
+    @property
+    def fans_out(self) -> bool:
+        """Every subscriber is sent every message (`WorkloadKind.fans_out`)."""
+        return WORKLOAD_KINDS[self.kind].fans_out
+
+    @property
+    def grouped(self) -> bool:
+        """Each message carries one of `groups` (`WorkloadKind.grouped`)."""
+        return WORKLOAD_KINDS[self.kind].grouped
+
     @model_validator(mode="after")
     def _destination_fits_kind(self) -> "WorkloadSection":
-        wanted = "topic://" if self.kind == "topic" else "queue://"
+        wanted = WORKLOAD_KINDS[self.kind].scheme
         if not self.destination.startswith(wanted):
             raise ValueError(f"a {self.kind} workload needs destination {wanted}NAME, not {self.destination!r}")
         if self.slow_subscribers > self.subscribers:
             raise ValueError(f"slow_subscribers ({self.slow_subscribers}) exceeds subscribers ({self.subscribers})")
-        if self.slow_subscribers and self.kind != "topic":
+        if self.slow_subscribers and not self.fans_out:
             raise ValueError("slow_subscribers applies to topic workloads only")
         if self.consumer_lifetime_s is not None and not 0 < self.consumer_lifetime_s[0] <= self.consumer_lifetime_s[1]:
             raise ValueError(f"consumer_lifetime_s is [min, max] seconds with 0 < min <= max, not "
@@ -309,18 +422,14 @@ class WorkloadSection(_Strict):
         return self
 
 
-PROCESS_FAULTS = ("kill", "pause", "stop")
-PROXY_FAULTS = ("partition", "latency", "bandwidth", "reset_peer")
-
-
 class NemesisSection(_Strict):
     # kill | pause | stop act on a broker's process; partition cuts clients off through the fault
     # proxy (both ways, or one stream: upstream = client -> broker); latency | bandwidth |
-    # reset_peer add that Toxiproxy toxic to the proxy for down_s seconds.
-    kind: Literal["kill", "pause", "stop", "partition", "latency", "bandwidth", "reset_peer", "lock-loss"]
+    # reset_peer add that Toxiproxy toxic to the proxy for down_s seconds (FAULT_KINDS).
+    kind: FaultKindName
     # lock-loss (a shared store on the simulated NFS): what happens to `node`'s storage link
     # (chaos/nemesis/lock.py): cut, slowed (latency_ms, jitter_ms), reset, or its lease expired
-    fault: Literal["partition", "latency", "reset", "expire"] = "partition"
+    fault: StoreFaultName = "partition"
     every_s: float = Field(gt=0)
     down_s: float = Field(default=1.0, ge=0)
     # drawn timing (chaos/schedule.py): with every_max_s each quiet gap is drawn from [every_s,
@@ -339,6 +448,24 @@ class NemesisSection(_Strict):
     jitter_ms: int = Field(default=0, ge=0)
     rate_kbps: int = Field(default=64, ge=0)
     timeout_ms: int = Field(default=0, ge=0)
+
+    @property
+    def plane(self) -> FaultPlane:
+        """What the fault acts on (`FaultKind.plane`)."""
+        return FAULT_KINDS[self.kind].plane
+
+    @property
+    def heal_step(self) -> str:
+        """The step that ends the fault (`FaultKind.heal`)."""
+        return FAULT_KINDS[self.kind].heal
+
+    def fault_params(self) -> dict:
+        """What the fault's step passes to its nemesis (`FaultKind.params`)."""
+        return FAULT_KINDS[self.kind].params(self)
+
+    def store_fault_params(self) -> dict:
+        """A lock-loss entry: what its `fault` passes to the store's nemesis (`STORE_FAULTS`)."""
+        return STORE_FAULTS[self.fault](self)
 
     @model_validator(mode="after")
     def _ranges_fit(self) -> "NemesisSection":
@@ -391,7 +518,7 @@ class Experiment(_Strict):
         if self.target.protocol == "mqtt":
             # MQTT has topics only, and the client acknowledges nothing itself (PUBACK/PUBREC
             # are sent on receipt by the library): see conformance/clients/mqtt_client.py.
-            if self.workload.kind != "topic":
+            if not self.workload.fans_out:
                 raise ValueError(f"a {self.workload.kind} workload needs queues, which MQTT does not have: "
                                  "use [workload] kind = \"topic\" or another protocol")
             if self.workload.ack != "auto":
@@ -412,7 +539,7 @@ class Experiment(_Strict):
                              f"\"stomp\", not {self.target.protocol!r}")
         # Only durable sources keep their messages across a failing bridge (ActiveMQ "Networks of
         # Brokers", "Reliability"): the network topology runs queue workloads.
-        if self.workload.kind == "topic":
+        if self.workload.fans_out:
             raise ValueError("a network topology runs queue or grouped workloads (a non-durable topic may lose "
                              "in-flight messages across a failing bridge, as documented): set [workload] kind")
         return self
@@ -430,13 +557,13 @@ class Experiment(_Strict):
                 raise ValueError("[checkers] redistribution and group_pinning judge cluster topologies: set "
                                  "[topology] kind = \"cluster\" or turn them off")
             return self
-        if self.workload.kind == "topic":
+        if self.workload.fans_out:
             raise ValueError("a cluster topology runs queue or grouped workloads (the cluster checkers judge "
                              "queues): set [workload] kind")
         if self.policy:
             raise ValueError("[[policy]] is not supported with a cluster topology (its launchers take no "
                              "destination policies): remove the [[policy]] entries")
-        if self.topology.grouping_local and self.workload.kind != "grouped":
+        if self.topology.grouping_local and not self.workload.grouped:
             raise ValueError("[topology] grouping_local sets up clustered grouping: use [workload] kind = \"grouped\"")
         return self
 
@@ -444,7 +571,7 @@ class Experiment(_Strict):
     def _nemeses_fit_topology(self) -> "Experiment":
         nodes = self.topology.node_names
         for index, nemesis in enumerate(self.nemesis):
-            if nemesis.kind == "lock-loss":
+            if nemesis.plane is FaultPlane.STORE:
                 if self.topology.kind != "shared-store" or self.topology.store not in ("nfs", "jdbc"):
                     raise ValueError(f"nemesis[{index}]: a lock-loss fault needs a shared store on the simulated "
                                      f"NFS or in a database ([topology] kind = \"shared-store\", store = \"nfs\" "
@@ -456,19 +583,19 @@ class Experiment(_Strict):
                 if nemesis.node not in nodes + ["master"]:
                     raise ValueError(f"nemesis[{index}].node {nemesis.node!r} is not a node of this shared-store "
                                      f"topology (one of {nodes + ['master']})")
-            if nemesis.kind in PROCESS_FAULTS:
+            if nemesis.plane is FaultPlane.PROCESS:
                 allowed = nodes + (["master"] if self.topology.kind == "shared-store" else [])
                 if nemesis.node not in allowed:
                     raise ValueError(f"nemesis[{index}].node {nemesis.node!r} is not a node of this "
                                      f"{self.topology.kind} topology (one of {allowed})")
-            if self.topology.kind == "cluster" and nemesis.kind in PROXY_FAULTS and nemesis.link != "cluster":
+            if self.topology.kind == "cluster" and nemesis.plane is FaultPlane.PROXY and nemesis.link != "cluster":
                 raise ValueError(f"nemesis[{index}]: a cluster topology's proxy faults cut its cluster links (set "
                                  "link = \"cluster\"); its clients are not proxied")
             if nemesis.link == "cluster":
                 if self.topology.kind != "cluster":
                     raise ValueError(f"nemesis[{index}].link = \"cluster\" needs a cluster topology ([topology] "
                                      f"kind = \"cluster\"), not {self.topology.kind!r}")
-                if nemesis.kind not in PROXY_FAULTS:
+                if nemesis.plane is not FaultPlane.PROXY:
                     raise ValueError(f"nemesis[{index}].link = \"cluster\" applies to proxy faults "
                                      f"{PROXY_FAULTS}, not {nemesis.kind!r}")
             if self.topology.kind == "network" and nemesis.link != "bridges":
@@ -479,7 +606,7 @@ class Experiment(_Strict):
                 if self.topology.kind != "network":
                     raise ValueError(f"nemesis[{index}].link = \"bridges\" needs a network topology ([topology] "
                                      f"kind = \"network\"), not {self.topology.kind!r}")
-                if nemesis.kind not in PROXY_FAULTS:
+                if nemesis.plane is not FaultPlane.PROXY:
                     raise ValueError(f"nemesis[{index}].link = \"bridges\" applies to proxy faults "
                                      f"{PROXY_FAULTS}, not {nemesis.kind!r}")
             if nemesis.clients == "slow" and not self.workload.slow_subscribers:

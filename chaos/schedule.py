@@ -21,10 +21,6 @@ from typing import NamedTuple
 
 from chaos.experiment_file import Experiment, NemesisSection
 
-#: each fault and the step that ends it
-FAULT_AND_HEAL = {"kill": "start", "pause": "resume", "stop": "start", "partition": "heal",
-                  "latency": "heal", "bandwidth": "heal", "reset_peer": "heal", "lock-loss": "heal"}
-
 
 class Step(NamedTuple):
     """One step of the schedule: at ``at`` seconds into the run, nemesis ``index`` does ``step``
@@ -34,19 +30,6 @@ class Step(NamedTuple):
     step: str
     index: int
     params: dict
-
-
-def fault_params(nemesis: NemesisSection) -> dict:
-    """What a fault step passes to its nemesis (proxy faults: the toxic's attributes)."""
-    if nemesis.kind == "partition":
-        return {"direction": nemesis.direction}
-    if nemesis.kind == "latency":
-        return {"latency": nemesis.latency_ms, "jitter": nemesis.jitter_ms, "stream": nemesis.direction}
-    if nemesis.kind == "bandwidth":
-        return {"rate": nemesis.rate_kbps, "stream": nemesis.direction}
-    if nemesis.kind == "reset_peer":
-        return {"timeout": nemesis.timeout_ms, "stream": nemesis.direction}
-    return {}
 
 
 def draws_for(seed: int, index: int) -> random.Random:
@@ -72,8 +55,8 @@ def build_schedule(exp: Experiment) -> list[Step]:
         gap, down = next(timings)
         at = gap
         while at + down + exp.recovery_s <= exp.duration_s:
-            steps.append(Step(at, nemesis.kind, index, fault_params(nemesis)))
-            steps.append(Step(at + down, FAULT_AND_HEAL[nemesis.kind], index, {}))
+            steps.append(Step(at, nemesis.kind, index, nemesis.fault_params()))
+            steps.append(Step(at + down, nemesis.heal_step, index, {}))
             gap, next_down = next(timings)
             # summed as the fixed grid always was (this fault's length plus the next gap, then
             # added), so a file without drawn timings keeps its schedule to the last bit
@@ -89,14 +72,14 @@ def postpone(schedule: list[Step], exp: Experiment, index: int, late: float) -> 
     broker's a fraction of one). A moved fault whose heal can no longer come ``recovery_s``
     before the end is dropped with its heal, as `build_schedule` never schedules one. Each fault's
     length is read from its own heal's slot, so drawn lengths move as they were drawn."""
-    kind = exp.nemesis[index].kind
-    heal_slots = sorted(at for at, step, i, _ in schedule if i == index and step == FAULT_AND_HEAL[kind])
+    heal = exp.nemesis[index].heal_step
+    heal_slots = sorted(at for at, step, i, _ in schedule if i == index and step == heal)
     kept, dropping = [], False
     for at, step, i, params in schedule:
         if i != index:
             kept.append(Step(at, step, i, params))
             continue
-        if step == kind:  # a fault: keep it (moved) only if its heal (the first slot from it on) still comes in time
+        if step != heal:  # a fault: keep it (moved) only if its heal (the first slot from it on) still comes in time
             heal_at = next((slot for slot in heal_slots if slot >= at), at)
             dropping = heal_at + late + exp.recovery_s > exp.duration_s
         if not dropping:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Iterable
 from urllib.parse import unquote, urlparse
 
+from chaos.experiment_file import WORKLOAD_KINDS
 from chaos.history import HARNESS, HARNESS_BROKER_COUNTERS, HARNESS_EXPERIMENT, HARNESS_RUN_END, NEMESIS
 from reports.checkers import failover_downtime, registry
 
@@ -168,7 +169,10 @@ def record_of(events: Iterable[dict], *, run: str | None = None, target: str | N
                 destinations.add(destination)
     if record.experiment is not None:
         record.nemesis_kinds = [str(n.get("kind")) for n in record.experiment.get("nemesis") or []]
-        record.topic = (record.experiment.get("workload") or {}).get("kind") == "topic"
+        # what the workload's kind means is declared with it (chaos/experiment_file.py WORKLOAD_KINDS)
+        kind = (record.experiment.get("workload") or {}).get("kind")
+        declared = WORKLOAD_KINDS.get(kind) if isinstance(kind, str) else None
+        record.topic = declared is not None and declared.fans_out
     else:
         record.nemesis_kinds = sorted(set(kinds))
         record.topic = any(d.startswith("topic://") for d in destinations)

@@ -9,7 +9,7 @@ import pytest
 
 from brokerconf.chaos_stage import LOCK_LOSS_SHORT
 from chaos.experiment_file import ExperimentError, load_experiment, with_overrides
-from chaos.schedule import FAULT_AND_HEAL, build_schedule, fault_params, postpone
+from chaos.schedule import build_schedule, postpone
 
 EXPERIMENTS = sorted((Path(__file__).resolve().parents[2] / "chaos" / "experiments").glob("*.toml"))
 
@@ -21,8 +21,8 @@ def grid_before_seeds(exp) -> list[tuple]:
     for index, nemesis in enumerate(exp.nemesis):
         at = nemesis.every_s
         while at + nemesis.down_s + exp.recovery_s <= exp.duration_s:
-            events.append((at, nemesis.kind, index, fault_params(nemesis)))
-            events.append((at + nemesis.down_s, FAULT_AND_HEAL[nemesis.kind], index, {}))
+            events.append((at, nemesis.kind, index, nemesis.fault_params()))
+            events.append((at + nemesis.down_s, nemesis.heal_step, index, {}))
             at += nemesis.down_s + nemesis.every_s
     return sorted(events, key=lambda event: event[:3])
 
