@@ -444,8 +444,11 @@ def test_real_client_track_messages_replays_a_send_cut_off_before_its_receipt(ga
         while (got := conn.receive(queue, 3.0)) is not None:
             on_b.append(got)
         print(f"FT-FAILOVER-11 {client}: on broker B after the replay: {[m[:8] for m in on_b]}")
-        # (5.17.2 and 6.3.1 replay the warm-up too, whose send had completed: a duplicate the
-        # statement neither asks for nor rules out; the report lists it)
+        # (5.17.2 and 6.3.1 replay the warm-up too, whose send had completed: the cache keeps
+        # answered sends, a known deviation checked in test_failover_real_message_cache.py. The
+        # cut-off send itself is replayed from the failover transport's map of requests still
+        # waiting for an answer, with trackMessages left out too (seen on both clients): this test
+        # shows that replay; the cache itself is checked with non-persistent sends over there)
         assert body in on_b, f"FT-FAILOVER-11: the replayed message is not on broker B: {on_b}"
     finally:
         conn.close()
