@@ -43,7 +43,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def config_from_args(args: argparse.Namespace) -> BrokerConfig:
     config = load_config(args.config) if args.config else BrokerConfig()
-    overrides = config.model_dump()
+    # Only what the file set, so the flags' configuration knows which options were left out: an
+    # option's absence has a meaning of its own in places (advisory_support: on with network
+    # connectors, cluster/advisories.py; an address setting supplies only the options it sets,
+    # engine/policy.py). A full dump would mark every option as set, to its default value: a
+    # broker started from a file with network connectors then published no consumer advisories.
+    overrides = config.model_dump(exclude_unset=True)
     if args.name:
         overrides["name"] = args.name
     if args.stomp:
@@ -57,8 +62,8 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
     _tls_overrides(args, overrides)
     if args.data:
         overrides["data"] = args.data
-        if overrides["store"]["kind"] == "memory":  # a database store keeps its database
-            overrides["store"]["kind"] = "journal"
+        if config.store.kind == "memory":  # a database store keeps its database
+            overrides["store"] = {**overrides.get("store", {}), "kind": "journal"}
     return build_config(overrides)
 
 

@@ -25,7 +25,9 @@ cut while the clients keep their connections to their nodes.
   own attempts: why both matter on Artemis (a 30 s stall, another connection to the same
   address) is in conformance/suites/attempt_recorder.py.
 * RETRY_DEFAULTS: two nodes, no retry option set; recorded as SPACED, the waits must be the
-  chapter's default retry-interval (500 ms) each (CLU-CC-RETRY-1).
+  chapter's default retry-interval (500 ms) each (CLU-CC-RETRY-1). And started again as INITIAL is,
+  cut off for `UNLIMITED_CUT` s: with initial-connect-attempts at its default (-1, without limit)
+  A must connect to B once the links are healed (CLU-CC-RETRY-3).
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from collections import Counter
 import pytest
 
 from conformance.suites.cluster_support import (  # noqa: F401 - cluster_pool, clusters: the fixtures
-    FORMATION, AttemptRecorder, StompClients, cluster_suite_marks, cluster_pool, clusters, declare,
+    FORMATION, AttemptRecorder, StompClients, bodies, cluster_suite_marks, cluster_pool, clusters, declare, drain,
     parametrize_by_target, queue, demand_crossed, send_numbered, settle, stream_across_a_fault, wait_quiet_sizes)
 from conformance.targets.runtime.probes import tcp_accepts
 from conformance.waiting import poll
@@ -78,6 +80,9 @@ RECORD_FOR = 10.0
 #: Cluster Connections"); RETRY_DEFAULTS sets no retry option, so the broker's default is what runs
 DOCUMENTED_RETRY_INTERVAL_MS = 500
 RETRY_DEFAULTS = Topology(("A", "B"), cluster=ClusterConnection(), proxied=("cluster",), prefix="ccretrydef")
+#: seconds A runs cut off from B on RETRY_DEFAULTS (CLU-CC-RETRY-3's default, -1: without limit):
+#: some twenty of the default 500 ms retry intervals, so a small finite default would run out
+UNLIMITED_CUT = 10.0
 #: CLU-CC-RETRY-2's tolerance on each measured gap above the documented wait: a gap runs from one
 #: attempt's opening to the next, so it also holds the attempt's own round (the proxy's accept and
 #: dial, the opening exchange, the recorder's 50 ms hold: 60-170 ms on the reference broker) and
@@ -136,26 +141,24 @@ def test_forwards_sent_again_to_a_target_that_crashed_and_recovered_are_delivere
 
 # ----------------------------------------------------------------------------- initial-connect-attempts
 
-@pytest.mark.spec("CLU-CC-RETRY-3")
-def test_a_node_not_reached_in_the_initial_attempts_gets_no_messages(clusters):
-    cluster = clusters.get(INITIAL, disrupts=True)
-    links = clusters.links
-    # Both links cut, B's to A too: with B's link alive, B reaches A as soon as A is back and
-    # announces itself, and whether that happened during the cut decided the outcome on Artemis
-    # (A's bridge to B then used up its initial attempts, AMQ222101; issue 19's runs, see the
-    # CLU-CC-RETRY-3 deviation). Unreachable here means unreachable both ways until the heal.
-    proxies = [links.proxy(INITIAL, "A", "B"), links.proxy(INITIAL, "B", "A")]
-    destination = queue()
+def restart_a_while_both_links_are_cut(cluster, links, topology: Topology, cut_for: float) -> None:
+    """A stopped and started again while its link to B and B's to A are cut (the proxies closed:
+    every attempt refused), left so for ``cut_for`` s once A serves, then healed. Both links: with
+    B's link alive, B reaches A as soon as A is back and announces itself, and whether that happened
+    during the cut decided the outcome on Artemis (A's bridge to B then used up its initial
+    attempts, AMQ222101; issue 19's runs, see the CLU-CC-RETRY-3 deviation). Unreachable here means
+    unreachable both ways until the heal."""
+    proxies = [links.proxy(topology, "A", "B"), links.proxy(topology, "B", "A")]
     cluster.stop_broker("A")
     for proxy in proxies:
         links.nemesis.invoke("partition", proxy=proxy, direction="both")  # the proxy stops listening: refused
     try:
         cluster["A"].start(timeout=FORMATION)  # serving; not start_broker, which waits for every link
-        time.sleep(GIVE_UP_WAIT)  # no event to poll: A's two initial attempts fail meanwhile
+        time.sleep(cut_for)  # no event to poll: A's attempts fail meanwhile
         # the cut was in effect while A tried: both links' proxies refuse connections and neither
         # link is up (a cut that did not hold lets A connect at once, which must not be booked as
-        # the CLU-CC-RETRY-3 deviation)
-        open_ports = [port for port in (links.dialled_port(INITIAL, "A", "B"), links.dialled_port(INITIAL, "B", "A"))
+        # the broker's doing)
+        open_ports = [port for port in (links.dialled_port(topology, "A", "B"), links.dialled_port(topology, "B", "A"))
                       if tcp_accepts(port, 1.0)]
         up_during_cut = {("A", "B"), ("B", "A")} - set(cluster.missing_links())
         assert not open_ports and not up_during_cut, (
@@ -164,6 +167,13 @@ def test_a_node_not_reached_in_the_initial_attempts_gets_no_messages(clusters):
     finally:
         for proxy in proxies:
             links.nemesis.invoke("heal", proxy=proxy)
+
+
+@pytest.mark.spec("CLU-CC-RETRY-3")
+def test_a_node_not_reached_in_the_initial_attempts_gets_no_messages(clusters):
+    cluster = clusters.get(INITIAL, disrupts=True)
+    destination = queue()
+    restart_a_while_both_links_are_cut(cluster, clusters.links, INITIAL, GIVE_UP_WAIT)
     missing = set(poll(cluster.missing_links, lambda m: ("A", "B") not in m, timeout=JOIN_WAIT, interval=0.5))
     with StompClients() as clients:
         for node in ("A", "B"):
@@ -180,6 +190,32 @@ def test_a_node_not_reached_in_the_initial_attempts_gets_no_messages(clusters):
     assert ("A", "B") in missing, (
         f"CLU-CC-RETRY-3: A used up its initial-connect-attempts to B, yet its link to B came up once the link was "
         f"healed\n{cluster.log_tail(20)}")
+
+
+@pytest.mark.spec("CLU-CC-RETRY-3")
+def test_by_default_a_node_keeps_trying_to_reach_a_peer_unreachable_at_its_start(clusters):
+    """The default half of CLU-CC-RETRY-3: initial-connect-attempts left unset is -1, without
+    limit. A starts while B is unreachable and stays cut off for `UNLIMITED_CUT` s, some twenty of
+    the default 500 ms retry intervals (a bound: a broker whose default allowed more attempts than
+    that would pass); once the links are healed A's link to B comes up and A forwards to B's
+    consumer."""
+    cluster = clusters.get(RETRY_DEFAULTS, disrupts=True)
+    destination = queue()
+    restart_a_while_both_links_are_cut(cluster, clusters.links, RETRY_DEFAULTS, UNLIMITED_CUT)
+    missing = set(poll(cluster.missing_links, lambda m: ("A", "B") not in m, timeout=FORMATION, interval=0.5))
+    assert ("A", "B") not in missing, (
+        f"CLU-CC-RETRY-3: with initial-connect-attempts left at its default (-1, without limit) A should go on "
+        f"trying to reach B, unreachable for {UNLIMITED_CUT:.0f} s after A started, and connect once the link was "
+        f"healed; A's link to B was still down {FORMATION:.0f} s after the heal\n{cluster.log_tail(20)}")
+    cluster.wait_formed(FORMATION)  # B's link to A too: the cluster as the module's next test expects it
+    with StompClients() as clients:
+        declare(clients, cluster["A"], destination)
+        consumer = clients.on(cluster["B"]).subscribe(destination, ack="auto")
+        demand_crossed(cluster, destination, ("A", "B"))
+        sent = send_numbered(clients, cluster["A"], destination, MESSAGES)
+        got = bodies(drain(consumer))
+    assert got, (f"CLU-CC-RETRY-3: A's link to B came up after the heal, yet B's consumer got none of the {len(sent)} "
+                 f"messages sent to A (ON_DEMAND, the only consumer on B)\n{cluster.log_tail(20)}")
 
 
 # ----------------------------------------------------------------------------- retry-interval-multiplier, max

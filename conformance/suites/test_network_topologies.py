@@ -13,10 +13,12 @@ joined on loopback with TTL 0 (``activemq_loopback_uri`` for ActiveMQ; the refer
 default), so no other broker joins and no datagram leaves the host.
 
 Master/slave: ActiveMQ's pair shares one KahaDB store; only the broker holding its lock (the
-master) opens its connectors, so "the live broker of the group" is the master. The reference broker
-has no master/slave of its own: its pair is two independent brokers, both listening, and what is
-checked is the part the page states for the connector -- it bridges to the first live URI of the
-list only (not to the second although it listens), and to the next one when that dies.
+master) opens its connectors, so "the live broker of the group" is the master. For the
+masterslave: connector the reference broker's pair is two independent brokers, both listening, and
+what is checked is the part the page states for the connector -- it bridges to the first live URI
+of the list only (not to the second although it listens), and to the next one when that dies. The
+host pair (FT-NOB-4) is two shared-store groups of broker processes on both targets
+(reference_broker/ha: only the lock holder listens and runs its network connector).
 """
 
 from __future__ import annotations
@@ -27,7 +29,6 @@ import uuid
 
 import pytest
 
-from conformance.plugin import STATE
 from conformance.requirements import skip_or_fail
 from conformance.suites.network_support import (FAST_RECONNECT, StompClients, demand, launch_network,
                                                 network_suite_marks, network_target, network_workdir,
@@ -43,19 +44,8 @@ USER, PASSWORD = "nobuser", "nob-secret"
 pytestmark = network_suite_marks()
 
 
-#: tests that only some target kinds can set up yet (by test name): generated for those only, so
-#: the statement stays "not checked" on the others instead of passing as a skip
-KINDS = {"test_host_pair_the_healthy_host_takes_over_the_failed_host_s_group": ("activemq",)}
-
-
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    kinds = KINDS.get(metafunc.definition.originalname)
-    if kinds is None or "target_name" not in metafunc.fixturenames:
-        parametrize_by_target(metafunc)
-        return
-    state = metafunc.config.stash[STATE]
-    names = [n for n in dict.fromkeys(state.target_names) if state.targets[n].kind in kinds]
-    metafunc.parametrize("target_name", names, ids=names, scope="module")
+    parametrize_by_target(metafunc)
 
 
 @pytest.fixture(scope="module")
@@ -148,7 +138,7 @@ def test_one_plain_static_connector_bridges_to_every_listed_broker(rigs, clients
 
 @pytest.mark.spec("FT-NOB-4")
 @pytest.mark.requires("topology.masterslave-connector")
-# four JVMs start one after the other; the bound is on waiting, nothing here is timed
+# four brokers (JVMs on ActiveMQ) start one after the other; the bound is on waiting, nothing here is timed
 @pytest.mark.timeout(480)
 def test_host_pair_the_healthy_host_takes_over_the_failed_host_s_group(rigs, clients, tmp_path):
     """A-MQ FT guide chapter 4: in a host pair each host runs one group's master and the other's

@@ -183,6 +183,23 @@ def _cluster_initial_attempts_unbounded() -> None:
         right(self, attempts, ever_connected=ever_connected) if ever_connected else False)
 
 
+@fault("test_cluster_link_faults.py", "CLU-CC-RETRY-3")
+def _cluster_initial_attempts_default_finite() -> None:
+    """A cluster connection that leaves initial_connect_attempts unset gives a node it cannot
+    reach at its start up after three attempts, as if the default were 3 instead of -1 (without
+    limit)."""
+    from reference_broker.clustering.retry import RetryPolicy
+
+    right = RetryPolicy.gives_up
+
+    def gives_up(self, attempts, *, ever_connected):
+        if not ever_connected and self.initial_connect_attempts == -1:
+            return attempts >= 3
+        return right(self, attempts, ever_connected=ever_connected)
+
+    RetryPolicy.gives_up = gives_up
+
+
 @fault("test_cluster_link_faults.py", "CLU-CC-RETRY-2")
 def _cluster_retry_not_multiplied() -> None:
     """The wait between a cluster link's attempts ignores retry_interval_multiplier (stays at

@@ -100,3 +100,28 @@ def test_store_discard_damaged_is_off_by_default_and_named_when_misspelt():
     assert build_config({"store": {"discard_damaged": True}}).store.discard_damaged is True
     with pytest.raises(ConfigError, match=r"unknown option 'discard_damage' in \[store\]: did you mean 'discard_damaged'\?"):
         build_config({"store": {"discard_damage": True}})
+
+
+def test_the_command_line_keeps_what_the_configuration_file_left_out(tmp_path):
+    """`python -m reference_broker --config FILE --stomp ...` validates the file's configuration
+    again with the flags on top (reference_broker/__main__.py, config_from_args). An option the
+    file left out must stay left out, where absence has a meaning of its own: consumer advisories
+    are on for a broker with network connectors unless the file says otherwise, and an address
+    setting supplies only the options it names. (A full dump marked them all set, to their
+    defaults: broker processes with network connectors published no advisories, so their bridges
+    never forwarded; found by FT-NOB-4's reference host pair, issue 26.)"""
+    import json
+
+    from reference_broker.__main__ import build_parser, config_from_args
+    from reference_broker.cluster.advisories import publishes_advisories
+
+    path = tmp_path / "broker.json"
+    path.write_text(json.dumps({"name": "n", "network_connectors": [{"name": "b", "uri": "static:(tcp://127.0.0.1:1)"}],
+                                "address_settings": [{"match": "#", "redistribution_delay": 0}]}))
+    args = build_parser().parse_args(["--config", str(path), "--stomp", "127.0.0.1:0", "--data", str(tmp_path / "d")])
+    config = config_from_args(args)
+    assert publishes_advisories(config), config.model_fields_set
+    assert config.address_settings[0].model_fields_set == {"match", "redistribution_delay"}
+    # ... and the flags still apply on top
+    assert (config.name, config.stomp, config.data, config.store.kind) == ("n", "127.0.0.1:0", str(tmp_path / "d"),
+                                                                          "journal")

@@ -1,13 +1,24 @@
 """The reference broker's counterparts of conformance/targets/activemq/rigs.py: two in-process
 brokers finding each other by multicast discovery, a broker F whose ``masterslave:(M, S)``
-connector follows whichever of M, S is live, and a broker F whose one plain ``static:(M, S)``
-connector lists two independent brokers."""
+connector follows whichever of M, S is live, a broker F whose one plain ``static:(M, S)``
+connector lists two independent brokers, and a host pair of two shared-store groups of broker
+processes whose masters bridge to each other."""
 
 from __future__ import annotations
 
-from conformance.topology import NetworkConnectorOptions
+import secrets
+from pathlib import Path
+from typing import Callable
+
+from conformance.topology import NetworkConnectorOptions, SharedStore, Topology
 
 from conformance.targets.reference.network import ReferenceNode, connector_config
+from conformance.targets.reference.shared_store import launch_shared_store
+from machinery.process import free_ports
+from reference_broker.config import Security
+
+#: the group whose users the reference broker trusts as network bridges (its default)
+NETWORK_GROUP = Security.model_fields["network_group"].default
 
 
 class DiscoveryPair:
@@ -126,3 +137,92 @@ class StaticFanRig:
     def stop(self) -> None:
         for node in self.nodes.values():
             node.close()
+
+
+class HostPairRig:
+    """A-MQ FT guide chapter 4, "Host pair with master/slave groups", as conformance/targets/
+    activemq/rigs.py builds it, with reference broker processes: two shared-store groups GA (A1,
+    A2) and GB (B1, B2) spread over two hosts, host1 = {A1, B2} and host2 = {B1, A2}, so each host
+    runs one group's master (A1, B1: started first) and the other's slave. Every node's one
+    network connector is ``masterslave:`` to the OTHER group (never its own, FT-NOB-2); only a
+    master runs it (reference_broker/ha/runner.py). One machine plays both hosts: a host "fails"
+    when the harness kills its two processes. ``node_config(broker_name)``: a node's configuration
+    before its connector and store (the target's).
+
+    The brokers are separate processes, so a bridge is trusted as one only when it logs in as a
+    user of the peer's network group (reference_broker/engine/network_principal.py): every node
+    has that one bridge user, and still lets clients in anonymously, as the ActiveMQ rig does."""
+
+    #: the lock timings of both groups: a slave takes over about a second after its master died
+    LOCKS = SharedStore(lock_keep_alive_period_ms=1000, lock_acquire_sleep_interval_ms=500)
+
+    def __init__(self, workdir, reconnect: dict, node_config: Callable[[str], dict]) -> None:
+        self.workdir = Path(workdir)
+        self.reconnect = reconnect
+        self.node_config = node_config
+        # STOMP ports fixed before any start: each group's connector names the other group's nodes
+        self.ports = dict(zip(("A1", "A2", "B1", "B2"), free_ports(4)))
+        self.bridge_user = ("hostpair-bridge", secrets.token_urlsafe(12))
+        self.groups: dict = {}
+        self.named: dict = {}
+        self.hosts: dict = {}
+
+    def _connector(self, other: str) -> dict:
+        """The ``masterslave:`` connector to group ``other``: its master's URI first, then its slave's."""
+        urls = [f"tcp://127.0.0.1:{self.ports[f'{other}{n}']}" for n in (1, 2)]
+        user, password = self.bridge_user
+        return connector_config(urls, NetworkConnectorOptions(name=f"to-{other}", user_name=user, password=password,
+                                                              **self.reconnect), scheme="masterslave")
+
+    def _config(self, broker_name: str, connector: dict) -> dict:
+        """A node's configuration: the target's, its connector, the bridge user in its network group."""
+        user, password = self.bridge_user
+        security = {"users": [{"name": user, "password": password, "groups": [NETWORK_GROUP]}],
+                    "allow_anonymous": True}
+        return {**self.node_config(broker_name), "security": security, "network_connectors": [connector]}
+
+    def start(self) -> None:
+        try:
+            for group, other in (("A", "B"), ("B", "A")):
+                topology = Topology((f"{group}1", f"{group}2"), shared_store=self.LOCKS, prefix=f"hp{group.lower()}")
+                connector = self._connector(other)
+                self.groups[group] = launch_shared_store(
+                    topology, lambda name, c=connector: self._config(name, c),
+                    ("stomp",), self.workdir / f"G{group}",
+                    stomp_ports={name: self.ports[name] for name in topology.nodes})
+        except BaseException:
+            self.stop()
+            raise
+        self.named = {name: self.groups[name[0]][name] for name in self.ports}
+        self.hosts = {"host1": (self.named["A1"], self.named["B2"]), "host2": (self.named["B1"], self.named["A2"])}
+
+    def masters(self) -> dict[str, object]:
+        """Group name -> its master node now (None when it has none)."""
+        return {g: group.master() for g, group in self.groups.items()}
+
+    def wait_for_master(self, group: str, timeout: float):
+        return self.groups[group].wait_for_master(timeout)
+
+    def fail_host(self, host: str) -> None:
+        for node in self.hosts[host]:
+            node.kill()
+
+    def bridged(self, source, target) -> bool:
+        """Whether ``source`` logged an established bridge to ``target``'s STOMP port (the bridge's
+        INFO line, reference_broker/cluster/bridge.py; the process keeps its log across restarts,
+        and no node of the rig is restarted)."""
+        line = f"Network connection between {source.process.name} and tcp://127.0.0.1:{target.address('stomp')[1]} ("
+        return line in source.process.log_tail(2000)
+
+    def log_tail(self) -> str:
+        return "\n".join(f"=== group {g} ===\n{group.log_tail(20)}" for g, group in self.groups.items())
+
+    def stop(self) -> None:
+        errors = []
+        for group in self.groups.values():
+            try:
+                group.stop()
+            except Exception as exc:  # noqa: BLE001 - stop the other group whatever happens
+                errors.append(str(exc))
+        if errors:
+            raise RuntimeError(f"host pair: could not stop every group: {errors}")

@@ -27,10 +27,13 @@ __all__ = ["launch_shared_store"]
 
 
 def launch_shared_store(topology: Topology, node_config: Callable[[str], dict], protocols: tuple[str, ...],
-                        workdir: Path, *, timeout: float = 60) -> SharedStoreCluster:
+                        workdir: Path, *, timeout: float = 60,
+                        stomp_ports: dict[str, int] | None = None) -> SharedStoreCluster:
     """Start the group: the first node master, the others slaves (`SharedStoreCluster.start`).
     ``node_config(broker_name)``: a node's configuration before its store settings (the scenario's,
-    from the target); ``protocols``: the listeners each node opens."""
+    from the target); ``protocols``: the listeners each node opens; ``stomp_ports``: node name ->
+    the STOMP port the caller chose for it (brokers of another group name it in their network
+    connectors before this group starts); a node not in it gets a free port."""
     if topology.shared_store.jdbc_adapter != "direct":
         raise TopologyUnsupported(f"jdbc_adapter={topology.shared_store.jdbc_adapter!r}: the reference broker's "
                                   "database store has no journal in front of it (ActiveMQ's journaled JDBC adapter "
@@ -66,7 +69,7 @@ def launch_shared_store(topology: Topology, node_config: Callable[[str], dict], 
                                    "lock_acquire_sleep_interval": store.lock_acquire_sleep_interval_ms}}
     try:
         return _start_group(topology, names, node_config, store_config, protocols, workdir, shared, database, timeout,
-                            journal_of, rig, dsn_of)
+                            journal_of, rig, dsn_of, stomp_ports or {})
     except BaseException:
         if database is not None:
             database.stop()  # (a group that started stops it with its nodes)
@@ -76,7 +79,7 @@ def launch_shared_store(topology: Topology, node_config: Callable[[str], dict], 
 
 
 def _start_group(topology, names, node_config, store_config, protocols, workdir, shared, database,
-                 timeout, journal_of, rig, dsn_of) -> SharedStoreCluster:
+                 timeout, journal_of, rig, dsn_of, stomp_ports) -> SharedStoreCluster:
     nodes: dict[str, ProcessNode] = {}
     for name in names:
         config = node_config(f"{topology.prefix}-{name}")
@@ -92,7 +95,7 @@ def _start_group(topology, names, node_config, store_config, protocols, workdir,
         process = ReferenceBrokerProcess(name=config["name"], config_file=config_file, data_dir=None,
                                          mqtt="mqtt" in protocols, amqp="amqp" in protocols)
         stomp, mqtt, amqp = free_ports(3)
-        process.stomp_port = stomp
+        process.stomp_port = stomp_ports.get(name, stomp)
         process.mqtt_port = mqtt if process.mqtt else None
         process.amqp_port = amqp if process.amqp else None
         nodes[name] = ProcessNode(name, process, wait_for="lock")

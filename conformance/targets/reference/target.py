@@ -24,7 +24,7 @@ from conformance.targets.base import DestinationCounters, SubscriptionCounters, 
 from conformance.targets.reference.process import ReferenceBrokerProcess, ReferenceStartError
 from conformance.targets.reference.network import ReferenceNetwork
 from conformance.targets.reference.rigs import DiscoveryPair
-from conformance.targets.reference.rigs import MasterSlaveRig, StaticFanRig
+from conformance.targets.reference.rigs import HostPairRig, MasterSlaveRig, StaticFanRig
 from conformance.targets.reference.shared_store import launch_shared_store
 from machinery.loop_thread import LoopThread
 from conformance.targets.tls_setup import TlsSetup, prepare as prepare_tls
@@ -372,6 +372,14 @@ class ReferenceTarget:
         with the ``reconnect`` options (rigs.StaticFanRig), unstarted."""
 
         return StaticFanRig(workdir, reconnect)
+
+    def host_pair_rig(self, workdir: Path, reconnect: dict):
+        """Two shared-store groups of broker processes over two "hosts", each node's
+        ``masterslave:`` connector (with the ``reconnect`` options) to the other group
+        (rigs.HostPairRig), unstarted."""
+
+        return HostPairRig(workdir, reconnect,
+                           lambda name: scenario_config(Scenario(name="host-pair", protocols=("stomp",)), name=name))
 
     def launch_topology(self, topology, scenario: Scenario, workdir: Path, *, bridge_route=None):
         """One broker (in-process, or a process the harness can fault), a network of in-process
