@@ -13,7 +13,9 @@ keeps it; closed in a child forked without exec, see `_after_fork`). Each launch
 watchdog one line: PID, start time, whether it leads its own process group, grace period. When
 the launcher ends for any reason the kernel closes the write end; the watchdog reads EOF, sends
 SIGTERM to every registered process group still there (to the process alone when it leads no
-group), SIGKILLs what is left after the grace period (`DEFAULT_GRACE_S`), and exits.
+group), SIGKILLs what is left after the grace period (`DEFAULT_GRACE_S`), says what it ended
+(stderr, and the file `REPORT_ENV` names if set) and exits. While the launcher lives the watchdog
+does nothing: the harness stops its processes by their handles as before.
 
 Why not the other option, ``PR_SET_PDEATHSIG`` set by a trampoline before exec (what
 brokerconf/children.py does for the command line's own children, from the main thread only):
@@ -38,7 +40,8 @@ launches is meant to outlive it).
 
 A registered PID or group may be long gone, and its number reused (pid_max is 32768 here), when
 the watchdog acts: it signals a group or process only when its leader still has the start time
-recorded at launch (`_targets`), like conformance/leaks.py decides what is a leftover.
+recorded at launch, or, the leader reaped, a member of the group started after it runs
+(`_targets`), as conformance/leaks.py decides what is a leftover.
 
 Standard library only: the watchdog runs this file as a script (``python -I -S``), so nothing of
 the project or of site-packages is imported into it.
@@ -61,6 +64,11 @@ DEFAULT_GRACE_S = 5.0
 
 #: how often the watchdog looks again whether what it signalled has ended
 _POLL_S = 0.1
+
+#: environment variable naming a file the watchdog appends what it had to end to, besides its
+#: stderr (which may be a pytest capture file nobody reads once pytest is gone): a test that
+#: checks a command left nothing behind reads it (tests/interrupting.py)
+REPORT_ENV = "BROKERCONF_TETHER_REPORT"
 
 _lock = threading.Lock()
 _write_fd = -1                              # the launcher's end of the watchdog's pipe
@@ -113,6 +121,13 @@ def tether(pid: int, *, grace: float = DEFAULT_GRACE_S) -> None:
             os.write(_ensure_watchdog_locked(), line)
 
 
+def is_watchdog(argv: list[str]) -> bool:
+    """Whether a command line is a tether watchdog's (for checks that walk a process tree: it ends
+    on its own once its launcher has)."""
+    script = os.sep + os.path.join("machinery", "tether.py")
+    return len(argv) > 3 and argv[1:3] == ["-I", "-S"] and argv[3].endswith(script)
+
+
 def watchdog_pid() -> int | None:
     """PID of this process's watchdog, if it has one running (it lives as long as this process:
     a leak check must not count it)."""
@@ -141,7 +156,8 @@ def _ensure_watchdog_locked() -> int:
         _watchdog = subprocess.Popen(
             # -I: no environment variables, not this file's directory on sys.path; -S: no
             # site-packages. The watchdog needs the standard library only.
-            [sys.executable, "-I", "-S", os.path.abspath(__file__), str(read_fd), str(os.getpid())],
+            [sys.executable, "-I", "-S", os.path.abspath(__file__), str(read_fd), str(os.getpid()),
+             os.path.abspath(os.environ[REPORT_ENV]) if os.environ.get(REPORT_ENV) else ""],
             pass_fds=(read_fd,), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
             # its own session: a signal to the launcher's group (Ctrl-C, the CLI passing SIGTERM
             # on) leaves it alone; it ends on EOF. "/": it must not keep a mount point busy.
@@ -194,11 +210,21 @@ def _stat(pid: int) -> tuple[str, int, int] | None:
     return rest[0], int(rest[2]), int(rest[19])
 
 
+#: in the watchdog: the file of `REPORT_ENV`, if the launcher had one
+_report = ""
+
+
 def _say(message: str) -> None:
     try:
         os.write(2, (message + "\n").encode())
     except OSError:
         pass
+    if _report:
+        try:
+            with open(_report, "a", encoding="utf-8") as report:
+                report.write(message + "\n")
+        except OSError:
+            pass
 
 
 # ---------------------------------------------------------------------- the watchdog's side
@@ -280,8 +306,11 @@ def _prune(registrations: list[Registration]) -> list[Registration]:
     return _targets(registrations, _snapshot())
 
 
-def watch(fd: int, launcher: int) -> None:
-    """The watchdog: read registrations from ``fd`` until EOF, then end what they name."""
+def watch(fd: int, launcher: int, report: str = "") -> None:
+    """The watchdog: read registrations from ``fd`` until EOF, then end what they name (saying so
+    on stderr and in ``report``, if given)."""
+    global _report
+    _report = report
     for signum in (signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, signal.SIG_IGN)  # only EOF ends the watch (SIGTERM still ends it)
     registrations: list[Registration] = []
@@ -304,4 +333,4 @@ def watch(fd: int, launcher: int) -> None:
 
 
 if __name__ == "__main__":
-    watch(int(sys.argv[1]), int(sys.argv[2]))
+    watch(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3])
