@@ -260,3 +260,19 @@ def test_the_watchdog_signals_only_what_is_still_the_registered_process():
         601: ("S", 600, 400),
     }
     assert [r.pid for r in _targets(registrations, processes)] == [100, 200]
+
+
+def test_a_leftover_the_watchdog_ended_still_counts_as_left_by_an_interrupted_command(tmp_path):
+    """tests/interrupting.py waits for a tree's watchdogs instead of counting them; that must not
+    hide what the command failed to stop: the watchdog's report puts it on the list."""
+    from tests.interrupting import command_line, interrupt
+
+    # ends by SIGTERM's default action: no cleanup, its `sleep` left to the watchdog
+    program = ("import time; from machinery.tether import launch; "
+               "launch(['sleep', '300'], start_new_session=True); time.sleep(600)")
+    result = interrupt([sys.executable, "-c", program], signal.SIGTERM,
+                       lambda root, tree: any(command_line(p).startswith("sleep") for p in tree),
+                       log=tmp_path / "output.log")
+    assert result.returncode == -signal.SIGTERM, result.describe()
+    assert any(line.startswith("ended by a tether watchdog") and "ended with 1 launched process(es)" in line
+               for line in result.left), result.describe()
