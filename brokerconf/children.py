@@ -30,7 +30,10 @@ A backstop for when this process is killed outright (SIGKILL, the OOM killer) an
 on: a child started from the main thread gets SIGTERM when its parent dies (Linux
 ``PR_SET_PDEATHSIG``, set by a small trampoline that then execs the command, so the PID is the
 command's). The kernel sends it when the *thread* that forked the child exits, not the process;
-the main thread is the one thread that lives as long as the process, hence main thread only.
+the main thread is the one thread that lives as long as the process, hence main thread only. A
+child started from another thread is tethered instead (machinery/tether.py: a watchdog process
+sends it SIGTERM when this process dies, SIGKILL after the grace period); not both, so pytest
+gets one SIGTERM, not two that could cut its teardown short.
 """
 
 from __future__ import annotations
@@ -43,6 +46,8 @@ import sys
 import threading
 import time
 from typing import Any, Iterable, Sequence
+
+from machinery.tether import launch
 
 #: signals passed on to the children
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -143,7 +148,7 @@ class Children:
         """``subprocess.Popen(args, **popen_kwargs)`` in a process group of its own (unless the
         caller chose ``start_new_session`` or ``process_group``), tracked until it is reaped. From
         the main thread (an argument list, no ``shell`` or ``executable``), through the
-        PR_SET_PDEATHSIG trampoline (module doc)."""
+        PR_SET_PDEATHSIG trampoline, else tethered (module doc)."""
         if self.signum is not None:
             raise SignalReceived(self.signum)
         if self._forwarding and "start_new_session" not in popen_kwargs:
@@ -153,7 +158,9 @@ class Children:
                 and "executable" not in popen_kwargs):
             args = [sys.executable, "-E", "-S", "-c", _PDEATHSIG_TRAMPOLINE, str(int(signal.SIGTERM)),
                     str(os.getpid()), *map(os.fspath, args)]
-        proc = subprocess.Popen(args, **popen_kwargs)
+            proc = subprocess.Popen(args, **popen_kwargs)
+        else:
+            proc = launch(args, grace=self.grace, **popen_kwargs)
         with self._lock:
             self._procs.append(proc)
         return proc

@@ -28,6 +28,7 @@ from machinery.faultproxy import RealToxiproxyServer
 from machinery.faultproxy.client import ToxiproxyClient, split_address
 from machinery.faultproxy.install import find_toxiproxy_server
 from machinery.faultproxy.server import FaultProxyServer, new_event_loop
+from machinery.tether import launch
 
 
 def _upstream_servers(port_queue) -> None:
@@ -115,7 +116,7 @@ _PROXY_MAIN = "import sys; from machinery.faultproxy.server import main; sys.exi
 
 class _ProxyProcess:
     def __init__(self) -> None:
-        self.process = subprocess.Popen(
+        self.process = launch(
             [sys.executable, "-c", _PROXY_MAIN, "--host", "127.0.0.1", "--port", "0"],
             stdout=subprocess.PIPE, text=True,
         )

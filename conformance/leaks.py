@@ -20,7 +20,8 @@ it is started, instead of guessing later by name:
   TemporaryDirectory), not those of libraries or of pytest's tmp_path.
 
 `leftovers()` then names everything recorded that still exists: a live (non-zombie) process
-or a member of a recorded process group, a namespace under /run/netns, a mount point in
+or a member of a recorded process group (not this process's tether watchdog, which lives as long
+as this process does: machinery/tether.py), a namespace under /run/netns, a mount point in
 /proc/self/mountinfo, a container, network or volume Docker still knows, a directory on disk.
 It waits a few seconds first for things that are on their way out (a process group after
 SIGTERM). Nothing is killed or removed here: the point is to fail the run and name the leak.
@@ -37,6 +38,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
+
+from machinery.tether import watchdog_pid
 
 ROOT = Path(__file__).resolve().parent.parent
 _VENDOR = ("site-packages", "dist-packages")
@@ -204,8 +207,13 @@ class StartedRegistry:
     def _leftovers_now(self) -> list[str]:
         found: list[str] = []
         me = os.getpid()
+        # this process's tether watchdog (machinery/tether.py) lives as long as this process, by
+        # design: it is what ends the rest should this process die without its cleanup
+        watchdog = watchdog_pid()
         groups = {}
         for p in self.processes:
+            if p.pid == watchdog:
+                continue
             stat = _stat(p.pid)
             if stat is not None and stat[3] == p.start and stat[0] != "Z":
                 found.append(f"process {p.pid} ({p.command}) started by {p.where}, still running")

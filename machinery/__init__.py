@@ -1,7 +1,8 @@
 """The ground floor (issue 27): machinery that knows nothing of brokers' semantics, targets or
 experiments, used by the conformance targets and by chaos alike.
 
-- managed processes in their own session and their stop (process.py, managed.py), a coroutine
+- managed processes in their own session and their stop (process.py, managed.py), every launched
+  process ended with the Python process that launched it (tether.py), a coroutine
   server on a background event-loop thread (loop_thread.py);
 - containers and the Docker engine's environment (container.py, docker_env.py);
 - pinned tool downloads (tools_cache.py, pins.toml) and a private PostgreSQL server (postgres.py);

@@ -5,6 +5,9 @@ group, then SIGKILL) and kill (SIGKILL the group) by the leader's PID, never by 
 RSS. Every local-process launcher (ActiveMQ, Artemis, Mosquitto, RabbitMQ) is one of these; what
 differs is the command, the readiness probe and how to summarise the log, which the subclass gives.
 
+The broker and its companions are launched tethered (machinery/tether.py): should this Python
+process die without stopping them (SIGKILL, the OOM killer), a watchdog ends their groups.
+
 Two things only some brokers need, also handled here by PID:
 
 * companions: processes started beside the broker (RabbitMQ's private Erlang port mapper), each in
@@ -26,6 +29,7 @@ from typing import Callable, Self
 import psutil
 
 from machinery.process import kill_group, peak_rss, stop_group, tail_files
+from machinery.tether import launch
 
 #: a readiness probe: (seconds it may take) -> (ready?, what it saw)
 Probe = Callable[[float], tuple[bool, str]]
@@ -66,10 +70,10 @@ class ManagedProcess:
         self._rss_peak = 0
         for attempt in range(_EXEC_BUSY_ATTEMPTS):
             try:
-                self._proc = subprocess.Popen(command, cwd=str(cwd), env=env, stdin=subprocess.DEVNULL,
-                                              stdout=self._out_fh, stderr=subprocess.STDOUT,
-                                              start_new_session=True,  # own session & process group: pgid == pid
-                                              close_fds=True)
+                self._proc = launch(command, cwd=str(cwd), env=env, stdin=subprocess.DEVNULL,
+                                    stdout=self._out_fh, stderr=subprocess.STDOUT,
+                                    start_new_session=True,  # own session & process group: pgid == pid
+                                    close_fds=True)
                 break
             except OSError as exc:
                 # ETXTBSY: the launcher has just written the script it runs (an Artemis instance's
@@ -113,8 +117,8 @@ class ManagedProcess:
         """Start a process the broker needs beside it (in its own session, output with the
         broker's, which `_open_output` must have opened); `stop` and `kill` end it after the
         broker, by its PID (our child: the PID cannot be reused before we reap it)."""
-        proc = subprocess.Popen(command, cwd=str(cwd), env=env, stdin=subprocess.DEVNULL, stdout=self._out_fh,
-                                stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
+        proc = launch(command, cwd=str(cwd), env=env, stdin=subprocess.DEVNULL, stdout=self._out_fh,
+                      stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
         self._companions.append((proc, weakref.finalize(self, kill_group, proc)))
         return proc
 

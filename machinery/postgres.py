@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .process import free_ports, stop_group
+from .tether import launch
 
 #: Debian installs each major version's server binaries here (postgresql-common's layout)
 DEBIAN_BIN_GLOB = "/usr/lib/postgresql/*/bin"
@@ -228,7 +229,7 @@ class PostgresServer:
         if self._run_as is not None:
             os.chown(self.log_file, self._run_as.pw_uid, self._run_as.pw_gid)
         try:
-            return subprocess.Popen(
+            return launch(
                 [str(self.bindir / "postgres"), "-D", str(self.root / "data"), "-p", str(self.port),
                  "-k", str(self.root), "-c", f"listen_addresses={self.host}",
                  # the default 100 reserves shared memory for nothing; brokers pool a few connections

@@ -7,6 +7,11 @@ command's PID only (as ``kill PID`` or a CI runner would), waits for the command
 reports which of the remembered processes still run. Each leftover is then SIGKILLed by its own
 handle (psutil checks the PID still names the process it remembered), so a failing test does not
 leak either; so is the command's group if it had to be abandoned.
+
+A tether watchdog (machinery/tether.py) in the tree is not counted when the command exits: it ends
+on its own once its launcher has, after ending what that launcher left running. It gets that time;
+what it had to end it writes to a report file (`REPORT_ENV`), and each such line counts as left
+too, so the watchdog cannot hide a process the command failed to stop.
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ from pathlib import Path
 from typing import Callable
 
 import psutil
+
+from machinery.tether import REPORT_ENV, is_watchdog
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -72,10 +79,11 @@ def interrupt(command: list[str], signum: int, ready: Ready, *, cwd: Path = REPO
     (what is in sessions of its own, the brokers, is not in it). ``settle``: after the command
     exited, wait for the remembered processes to end before looking (the command was SIGKILLed
     and its children stop on their own)."""
+    tethered = log.with_name(log.name + ".tether")
     with open(log, "wb") as out:
         process = subprocess.Popen(command, cwd=str(cwd), stdin=subprocess.DEVNULL, stdout=out,
                                    stderr=subprocess.STDOUT, start_new_session=True,
-                                   env=None if env is None else {**os.environ, **env})
+                                   env={**os.environ, **(env or {}), REPORT_ENV: str(tethered)})
     root = psutil.Process(process.pid)
     tree: list[psutil.Process] = []
     try:
@@ -109,15 +117,20 @@ def interrupt(command: list[str], signum: int, ready: Ready, *, cwd: Path = REPO
         if settle:
             # the command is gone; what it left is winding down on its own (bounded, not timed)
             psutil.wait_procs(_alive(tree), timeout=STOP_BOUND_S)
-        left = _alive(tree)
+        watchdogs = [p for p in _alive(tree) if is_watchdog(_argv(p))]
+        left = [p for p in _alive(tree) if p not in watchdogs]
+        psutil.wait_procs(watchdogs, timeout=STOP_BOUND_S)  # see the module doc (bounded, not timed)
+        left += _alive(watchdogs)
         for proc in left:
             try:
                 proc.kill()  # psutil refuses if the PID now names another process
             except psutil.Error:
                 pass
         psutil.wait_procs(left, timeout=30)
+    ended = tethered.read_text(errors="replace").splitlines() if tethered.exists() else []
     return Interrupted(process.returncode, log.read_text(errors="replace"), before,
-                       [f"{p.pid} {command_line(p)[:160]}" for p in left])
+                       [f"{p.pid} {command_line(p)[:160]}" for p in left]
+                       + [f"ended by a tether watchdog, not by the command: {line}" for line in ended])
 
 
 def _tree(root: psutil.Process) -> list[psutil.Process]:
@@ -139,10 +152,14 @@ def _alive(procs: list[psutil.Process]) -> list[psutil.Process]:
 
 
 def command_line(proc: psutil.Process) -> str:
+    return " ".join(_argv(proc)) or "?"
+
+
+def _argv(proc: psutil.Process) -> list[str]:
     try:
-        return " ".join(proc.cmdline())
+        return proc.cmdline()
     except psutil.Error:
-        return "?"
+        return []
 
 
 def brokerconf(*args: str) -> list[str]:

@@ -20,6 +20,7 @@ import subprocess
 from typing import Any
 
 from chaos.history import History
+from machinery.tether import launch
 
 from .base import NemesisError, RecordedNemesis
 
@@ -62,7 +63,7 @@ class NetnsNemesis(RecordedNemesis):
     def popen(self, side: str, argv: list[str], **kwargs: Any) -> subprocess.Popen:
         if self.namespaces[side] not in self._created:
             raise NemesisError(f"namespace for side {side!r} does not exist: call setup() first")
-        return subprocess.Popen(["ip", "netns", "exec", self.namespaces[side], *argv], **kwargs)
+        return launch(["ip", "netns", "exec", self.namespaces[side], *argv], **kwargs)
 
     def _ip(self, *args: str) -> None:
         try:

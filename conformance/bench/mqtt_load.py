@@ -57,6 +57,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from machinery.tether import launch
+
 __all__ = [
     "MqttBenchResult",
     "run_mqtt_load",
@@ -630,7 +632,7 @@ class _Worker:
         self.errfile = tempfile.TemporaryFile()
         env = dict(os.environ)
         env["PYTHONPATH"] = str(_PROJECT_ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-        self.proc = subprocess.Popen(
+        self.proc = launch(
             [sys.executable, "-m", module, "--worker", role, json.dumps(cfg)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.errfile, env=env,
             cwd=str(_PROJECT_ROOT),

@@ -25,6 +25,7 @@ from typing import Callable
 from conformance.targets.activemq.process import ActiveMQProcess, activemq_mqtt_available
 from conformance.targets.mosquitto.process import MosquittoProcess, mosquitto_available
 from machinery.process import free_ports, peak_rss
+from machinery.tether import launch
 from conformance.targets.rabbitmq.process import RabbitMQProcess, rabbitmq_available
 from conformance.targets.reference.process import ReferenceBrokerProcess
 from .amqp_load import run_amqp_load
@@ -78,8 +79,8 @@ class AmqttProcess:
             "auth:\n  allow-anonymous: true\n" % self.mqtt_port
         )
         self.log = open(self.workdir / "amqtt.log", "wb")
-        self.proc = subprocess.Popen([shutil.which("amqtt"), "-c", str(config)], stdout=self.log,
-                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        self.proc = launch([shutil.which("amqtt"), "-c", str(config)], stdout=self.log,
+                           stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

@@ -41,6 +41,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from machinery.tether import launch
+
 __all__ = ["StompBenchResult", "run_stomp_load", "encode_send_frame"]
 
 _RECV_BUF = 4 << 20          # consumer receive buffer
@@ -283,7 +285,7 @@ class _Worker:
         self.errfile = tempfile.TemporaryFile()
         env = dict(os.environ)
         env["PYTHONPATH"] = str(_PROJECT_ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-        self.proc = subprocess.Popen(
+        self.proc = launch(
             [sys.executable, "-m", "conformance.bench.stomp_load", "--worker", role, json.dumps(cfg)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.errfile, env=env,
             cwd=str(_PROJECT_ROOT),

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from conformance.clients.java_build import JavaBuildError, classpath, installed, pinned_clients
+from machinery.tether import launch
 
 __all__ = ["DriverError", "Event", "NoAnswer", "JavaConnection", "JavaDriver", "availability", "port_of", "subject"]
 
@@ -123,8 +124,8 @@ class JavaDriver:
         command = ["java", "-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", *jvm_options,
                    "-cp", classpath(client), "brokerconf.driver.Main", client.flavour]
         try:
-            process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
-                                       start_new_session=True)
+            process = launch(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
+                             start_new_session=True)
         finally:
             if stderr is not subprocess.DEVNULL:
                 stderr.close()

@@ -30,6 +30,7 @@ from conformance.plugin import STATE
 from conformance.targets.runtime.probes import tcp_accepts
 from conformance.waiting import poll
 from conformance.suites.java_support import ACTIVEMQ_CLIENTS, client_params, start_driver
+from machinery.tether import launch
 
 FAILOVER_LISTENER = "failover:(stomp://127.0.0.1:61613,stomp://127.0.0.1:61614)"
 
@@ -92,9 +93,9 @@ class AnnouncingBroker:
             lines.append(f'discovery_uri = "multicast://default?group={group}"')
         config.write_text("\n".join(lines) + "\n")
         self.log = open(workdir / f"{name}.log", "w")
-        self.process = subprocess.Popen([sys.executable, "-m", "reference_broker", "--config", str(config)],
-                                        cwd=workdir, stdout=self.log, stderr=subprocess.STDOUT,
-                                        stdin=subprocess.DEVNULL, start_new_session=True)
+        self.process = launch([sys.executable, "-m", "reference_broker", "--config", str(config)],
+                              cwd=workdir, stdout=self.log, stderr=subprocess.STDOUT,
+                              stdin=subprocess.DEVNULL, start_new_session=True)
         if not poll(lambda: tcp_accepts(self.port, 1.0) or self.process.poll() is not None, bool, timeout=60):
             self.stop()
             raise RuntimeError(f"reference broker {name} did not open 127.0.0.1:{self.port}")

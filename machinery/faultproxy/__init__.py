@@ -13,6 +13,7 @@ import time
 from typing import Protocol
 
 from machinery.process import stop_if_interrupted
+from machinery.tether import launch
 
 from .client import ToxiproxyClient, ToxiproxyError
 from .install import find_toxiproxy_server
@@ -66,8 +67,10 @@ class RealToxiproxyServer:
         # A session of its own, like the brokers (machinery/managed.py): a signal sent to the
         # harness's process group (brokerconf/children.py passes one to pytest's) must not end the
         # proxy before the harness has stopped what runs through it; a shared store's mounts
-        # hung on a proxy that was gone. It is stopped by its handle, nothing else.
-        self.process = subprocess.Popen(
+        # hung on a proxy that was gone. It is stopped by its handle, or by the tether's watchdog
+        # should this process die without stopping it (machinery/tether.py: one was found running
+        # 2 h after its pytest had been SIGKILLed).
+        self.process = launch(
             [self.binary, "-host", self.host, "-port", str(self.port)],
             stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
         )

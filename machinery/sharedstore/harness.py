@@ -18,6 +18,7 @@ import tempfile
 import time
 
 from machinery.process import stop_if_interrupted
+from machinery.tether import launch
 
 from .control import control
 
@@ -76,7 +77,7 @@ class StoreServerProcess:
         self.log = tempfile.NamedTemporaryFile(prefix="bc-store-", suffix=".log", delete=False)
 
     def start(self, timeout: float = 10.0) -> "StoreServerProcess":
-        self.process = subprocess.Popen(
+        self.process = launch(
             [sys.executable, "-m", "machinery.sharedstore.server", "--root", self.root, "--lease", str(self.lease),
              "--vers", str(self.vers)],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self.log, text=True, start_new_session=True)
@@ -128,7 +129,7 @@ class MountProcess:
 
     def start(self, timeout: float = 20.0) -> "MountProcess":
         os.makedirs(self.mountpoint, exist_ok=True)
-        self.process = subprocess.Popen(
+        self.process = launch(
             [sys.executable, "-m", "machinery.sharedstore.mount", "--server", self.server, "--client", self.client,
              "-o", self.options, self.mountpoint],
             stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)

@@ -19,6 +19,7 @@ from pathlib import Path
 import pyspark
 
 from conformance.waiting import poll
+from machinery.tether import launch
 
 LOOPBACK = "127.0.0.1"
 SPARK_CLASS = Path(pyspark.__file__).parent / "bin" / "spark-class"
@@ -84,8 +85,8 @@ class StandaloneCluster:
         log = self.work / f"{name}.log"
         self.logs.append(log)
         with open(log, "wb") as out:
-            self.processes.append(subprocess.Popen([str(SPARK_CLASS), *args], env=env, stdout=out,
-                                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))
+            self.processes.append(launch([str(SPARK_CLASS), *args], env=env, stdout=out,
+                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))
 
     def _log_tails(self) -> str:
         return "\n".join(f"--- {log.name}\n{log.read_text(errors='replace')[-2000:]}" for log in self.logs if log.exists())

@@ -182,6 +182,43 @@ def test_a_child_gets_sigterm_when_the_parent_is_killed(tmp_path):
     assert (tmp_path / "a.done").read_text() == "SIGTERM"
 
 
+#: a parent whose child is started from a worker thread that ends before the parent is killed (the
+#: kernel's PR_SET_PDEATHSIG would fire at that thread's end: the child is tethered instead)
+THREAD_PARENT = textwrap.dedent("""
+    import sys, threading
+    from brokerconf.children import Children
+    here = sys.argv[1]
+    with Children(60.0, name="parent") as children:
+        started = []
+        command = [sys.executable, "-c", sys.argv[2], here, "a", "handle"]
+        worker = threading.Thread(target=lambda: started.append(children.start(command)))
+        worker.start()
+        worker.join()
+        children.wait(started[0])
+""")
+
+
+def test_a_child_started_from_a_worker_thread_gets_sigterm_when_the_parent_is_killed(tmp_path):
+    process = subprocess.Popen([sys.executable, "-c", THREAD_PARENT, str(tmp_path), CHILD], cwd=str(REPO),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        _await(tmp_path / "a.ready", process)
+        process.kill()
+        process.wait()
+        child = psutil.Process(int((tmp_path / "a.pid").read_text()))
+        bound = time.monotonic() + 60
+        while not (tmp_path / "a.got").exists():
+            assert child.is_running() and time.monotonic() < bound, "the child got no signal"
+            time.sleep(0.05)
+        (tmp_path / "release").write_text("")
+        child.wait(60)
+    finally:
+        _reap_children(tmp_path)
+        process.stdout.close()
+        process.stderr.close()
+    assert (tmp_path / "a.done").read_text() == "SIGTERM"
+
+
 def test_run_returns_the_exit_status_without_a_signal():
     from brokerconf import children
 

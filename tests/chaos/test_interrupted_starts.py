@@ -4,7 +4,9 @@ leave that process behind: the caller never received the handle, so nobody else 
 Seen in CI: ``brokerconf run`` got SIGTERM while a master/slave suite's store server was starting
 (its "listening" line not read yet), and the store server outlived the run. Each test makes the
 wait itself raise KeyboardInterrupt (what SIGINT raises; cli turns SIGTERM into SystemExit the same
-way), so the moment is exact rather than a race against a timer."""
+way), so the moment is exact rather than a race against a timer. The launch each start makes is
+watched by wrapping the module's `launch` (machinery/tether.py), not ``subprocess.Popen``, which
+the tether's own watchdog goes through too."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import pytest
 import machinery.faultproxy as fault_proxy
 from machinery.process import stop_if_interrupted
 from machinery.sharedstore import harness
+from machinery.tether import launch
 from conformance.targets.reference.process import ReferenceBrokerProcess
 
 
@@ -33,15 +36,14 @@ class _InterruptedReads:
 
 def test_store_server_interrupted_before_it_listens_is_stopped(monkeypatch):
     started: list[subprocess.Popen] = []
-    real_popen = subprocess.Popen
 
     def popen(*args, **kwargs):
-        process = real_popen(*args, **kwargs)
+        process = launch(*args, **kwargs)
         started.append(process)
         process.stdout = _InterruptedReads(process.stdout)
         return process
 
-    monkeypatch.setattr(harness.subprocess, "Popen", popen)
+    monkeypatch.setattr(harness, "launch", popen)
     server = harness.StoreServerProcess()
     with pytest.raises(KeyboardInterrupt):
         server.start()
@@ -113,13 +115,12 @@ def test_real_toxiproxy_server_interrupted_before_it_answers_is_stopped(monkeypa
     monkeypatch.setattr(fault_proxy.ToxiproxyClient, "version", interrupted)
     server = fault_proxy.RealToxiproxyServer(_sleeper(tmp_path))
     started: list[subprocess.Popen] = []
-    real_popen = subprocess.Popen
 
     def popen(*args, **kwargs):
-        started.append(real_popen(*args, **kwargs))
+        started.append(launch(*args, **kwargs))
         return started[-1]
 
-    monkeypatch.setattr(fault_proxy.subprocess, "Popen", popen)
+    monkeypatch.setattr(fault_proxy, "launch", popen)
     with pytest.raises(KeyboardInterrupt):
         server.start()
     assert len(started) == 1
@@ -128,11 +129,10 @@ def test_real_toxiproxy_server_interrupted_before_it_answers_is_stopped(monkeypa
 
 def test_mount_interrupted_before_it_appears_is_stopped(monkeypatch, tmp_path):
     started: list[subprocess.Popen] = []
-    real_popen = subprocess.Popen
     sleeper = _sleeper(tmp_path)
 
     def popen(command, **kwargs):
-        started.append(real_popen([sleeper], **kwargs))  # no FUSE needed: the client never mounts
+        started.append(launch([sleeper], **kwargs))  # no FUSE needed: the client never mounts
         return started[-1]
 
     checks = []
@@ -143,7 +143,7 @@ def test_mount_interrupted_before_it_appears_is_stopped(monkeypatch, tmp_path):
             raise KeyboardInterrupt
         return False
 
-    monkeypatch.setattr(harness.subprocess, "Popen", popen)
+    monkeypatch.setattr(harness, "launch", popen)
     monkeypatch.setattr(harness, "mounted", mounted)
     mount = harness.MountProcess(str(tmp_path / "mnt"), "127.0.0.1:1", "A")
     with pytest.raises(KeyboardInterrupt):

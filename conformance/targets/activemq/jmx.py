@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from conformance.targets.activemq.paths import find_java
+from machinery.tether import launch
 
 HELPER_SOURCE = Path(__file__).with_name("JmxQuery.java")
 # Small, quick-starting helper JVM: it only relays a few attributes.
@@ -132,8 +133,8 @@ class JmxClient:
         self._log_fh = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
         self._lines = queue.Queue()
         started = time.monotonic()
-        self._proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log_fh,
-                                      text=True, encoding="utf-8", bufsize=1, start_new_session=True, close_fds=True)
+        self._proc = launch(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log_fh,
+                            text=True, encoding="utf-8", bufsize=1, start_new_session=True, close_fds=True)
         self._finalizer = weakref.finalize(self, _kill, self._proc)
         threading.Thread(target=_pump, args=(self._proc.stdout, self._lines), daemon=True,
                          name=f"jmx-helper-{self._proc.pid}").start()

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from conformance.targets.runtime.probes import stomp_handshake
 from machinery.process import peak_rss, stop_if_interrupted
+from machinery.tether import launch
 
 _READY = re.compile(r"reference broker '.*' ready: (.*)$")
 #: a master/slave broker waiting for its store's lock (reference_broker/__main__.py)
@@ -109,7 +110,7 @@ class ReferenceBrokerProcess:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         # Importable from a source checkout too, not only when the package is installed.
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_SOURCE_ROOT), env.get("PYTHONPATH")]))
-        self.proc = subprocess.Popen(
+        self.proc = launch(
             self.command(self.stomp_port or 0), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE, text=True, env=env,
             start_new_session=True,  # stopped by its handle, not by a signal to pytest's group (like the JVM brokers)
