@@ -164,6 +164,11 @@ def test_a_child_gets_sigterm_when_the_parent_is_killed(tmp_path):
     """The backstop: SIGKILL leaves the parent no chance to pass anything on; the kernel sends the
     child SIGTERM (PR_SET_PDEATHSIG, set for children started from the main thread)."""
     process = _parent(tmp_path, "a")
+    _kill_parent_then_see_the_child_get_sigterm(process, tmp_path)
+
+
+def _kill_parent_then_see_the_child_get_sigterm(process: subprocess.Popen, tmp_path: Path) -> None:
+    """SIGKILL ``process`` (a parent whose child "a" waits for a signal); the child must get SIGTERM."""
     try:
         _await(tmp_path / "a.ready", process)
         process.kill()
@@ -201,22 +206,7 @@ THREAD_PARENT = textwrap.dedent("""
 def test_a_child_started_from_a_worker_thread_gets_sigterm_when_the_parent_is_killed(tmp_path):
     process = subprocess.Popen([sys.executable, "-c", THREAD_PARENT, str(tmp_path), CHILD], cwd=str(REPO),
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        _await(tmp_path / "a.ready", process)
-        process.kill()
-        process.wait()
-        child = psutil.Process(int((tmp_path / "a.pid").read_text()))
-        bound = time.monotonic() + 60
-        while not (tmp_path / "a.got").exists():
-            assert child.is_running() and time.monotonic() < bound, "the child got no signal"
-            time.sleep(0.05)
-        (tmp_path / "release").write_text("")
-        child.wait(60)
-    finally:
-        _reap_children(tmp_path)
-        process.stdout.close()
-        process.stderr.close()
-    assert (tmp_path / "a.done").read_text() == "SIGTERM"
+    _kill_parent_then_see_the_child_get_sigterm(process, tmp_path)
 
 
 def test_run_returns_the_exit_status_without_a_signal():

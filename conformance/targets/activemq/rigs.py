@@ -15,6 +15,7 @@ from conformance.topology import NetworkConnectorOptions
 from conformance.targets.activemq.process import ActiveMQProcess
 from conformance.targets.activemq.network import NetworkNode, render_network_connector
 from conformance.targets.activemq.shared_store import SharedStoreGroup
+from conformance.targets.runtime.host_pair import HostPairQueries
 from machinery.process import free_ports
 from reference_broker.cluster.discovery import activemq_loopback_uri
 
@@ -135,7 +136,7 @@ class StaticFanRig:
                 node.stop()
 
 
-class HostPairRig:
+class HostPairRig(HostPairQueries):
     """A-MQ FT guide chapter 4, "Host pair with master/slave groups": two shared-store groups GA
     (nodes A1, A2) and GB (B1, B2) spread over two hosts, host1 = {A1, B2} and host2 = {B1, A2},
     so each host runs one group's master (A1, B1: started first) and the other's slave. Each
@@ -166,23 +167,9 @@ class HostPairRig:
         for group in self.groups.values():
             group.start()  # its first node (A1, B1) is the master
 
-    def masters(self) -> dict[str, object]:
-        """Group name -> its master node now (None when it has none)."""
-        return {g: group.master() for g, group in self.groups.items()}
-
-    def wait_for_master(self, group: str, timeout: float):
-        return self.groups[group].wait_for_master(timeout)
-
-    def fail_host(self, host: str) -> None:
-        for node in self.hosts[host]:
-            node.kill()
-
     def bridged(self, source, target) -> bool:
         """Whether ``source`` logged an established bridge to ``target`` (since its last start)."""
         return target.process.name in source.established_bridges()
-
-    def log_tail(self) -> str:
-        return "\n".join(f"=== group {g} ===\n{group.log_tail(20)}" for g, group in self.groups.items())
 
     def stop(self) -> None:
         for group in self.groups.values():

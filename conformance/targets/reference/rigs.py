@@ -14,6 +14,7 @@ from conformance.topology import NetworkConnectorOptions, SharedStore, Topology
 
 from conformance.targets.reference.network import ReferenceNode, connector_config
 from conformance.targets.reference.shared_store import launch_shared_store
+from conformance.targets.runtime.host_pair import HostPairQueries
 from machinery.process import free_ports
 from reference_broker.config import Security
 
@@ -139,7 +140,7 @@ class StaticFanRig:
             node.close()
 
 
-class HostPairRig:
+class HostPairRig(HostPairQueries):
     """A-MQ FT guide chapter 4, "Host pair with master/slave groups", as conformance/targets/
     activemq/rigs.py builds it, with reference broker processes: two shared-store groups GA (A1,
     A2) and GB (B1, B2) spread over two hosts, host1 = {A1, B2} and host2 = {B1, A2}, so each host
@@ -196,26 +197,12 @@ class HostPairRig:
         self.named = {name: self.groups[name[0]][name] for name in self.ports}
         self.hosts = {"host1": (self.named["A1"], self.named["B2"]), "host2": (self.named["B1"], self.named["A2"])}
 
-    def masters(self) -> dict[str, object]:
-        """Group name -> its master node now (None when it has none)."""
-        return {g: group.master() for g, group in self.groups.items()}
-
-    def wait_for_master(self, group: str, timeout: float):
-        return self.groups[group].wait_for_master(timeout)
-
-    def fail_host(self, host: str) -> None:
-        for node in self.hosts[host]:
-            node.kill()
-
     def bridged(self, source, target) -> bool:
         """Whether ``source`` logged an established bridge to ``target``'s STOMP port (the bridge's
         INFO line, reference_broker/cluster/bridge.py; the process keeps its log across restarts,
         and no node of the rig is restarted)."""
         line = f"Network connection between {source.process.name} and tcp://127.0.0.1:{target.address('stomp')[1]} ("
         return line in source.process.log_tail(2000)
-
-    def log_tail(self) -> str:
-        return "\n".join(f"=== group {g} ===\n{group.log_tail(20)}" for g, group in self.groups.items())
 
     def stop(self) -> None:
         errors = []
