@@ -86,6 +86,7 @@ def interrupt(command: list[str], signum: int, ready: Ready, *, cwd: Path = REPO
                                    env={**os.environ, **(env or {}), REPORT_ENV: str(tethered)})
     root = psutil.Process(process.pid)
     tree: list[psutil.Process] = []
+    watchdogs: list[psutil.Process] = []
     try:
         bound = time.monotonic() + START_BOUND_S
         while True:
@@ -101,6 +102,9 @@ def interrupt(command: list[str], signum: int, ready: Ready, *, cwd: Path = REPO
             time.sleep(0.2)
         tree = _tree(root)  # again: what started beside the broker meanwhile
         before = [f"{p.pid} {command_line(p)[:160]}" for p in tree]
+        # told apart now, while every command line is readable: a watchdog that is ending when it is
+        # looked at again has none any more (CI counted one, "457 ?", as left by the command)
+        watchdogs = [p for p in tree if is_watchdog(_argv(p))]
         if to_group:
             os.killpg(process.pid, signum)  # its own session, made above
         else:
@@ -117,7 +121,6 @@ def interrupt(command: list[str], signum: int, ready: Ready, *, cwd: Path = REPO
         if settle:
             # the command is gone; what it left is winding down on its own (bounded, not timed)
             psutil.wait_procs(_alive(tree), timeout=STOP_BOUND_S)
-        watchdogs = [p for p in _alive(tree) if is_watchdog(_argv(p))]
         left = [p for p in _alive(tree) if p not in watchdogs]
         psutil.wait_procs(watchdogs, timeout=STOP_BOUND_S)  # see the module doc (bounded, not timed)
         left += _alive(watchdogs)
