@@ -29,6 +29,8 @@ project's tests and ``brokerconf suite`` all get it). What it does with SIGTERM,
   the controller would end at once and xdist's ``teardown_nodes`` would have execnet SIGINT each
   busy worker after 5 s and SIGKILL it after 10 s (execnet ``WorkerGateway._terminate_execution``,
   ``Group.terminate``), in the middle of stopping its brokers.
+* Before pytest renders an exception the signal raised (or one raised while it passed), every
+  traceback entry gets a line number: conformance/tracebacks.py says why pytest needs that.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from contextlib import contextmanager
 import pytest
 
 from conformance import xdist_groups
+from conformance.tracebacks import give_line_numbers
 
 #: the signals handled here
 HANDLED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -140,6 +143,18 @@ class SignalPlugin:
     def pytest_runtest_teardown(self, item, nextitem):  # noqa: ARG002
         with self._held():
             return (yield)
+
+    # ------------------------------------------------------------------ rendering
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo) -> None:
+        give_line_numbers(excinfo.value)
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_runtest_makereport(self, item, call):  # noqa: ARG002
+        if call.excinfo is not None:
+            give_line_numbers(call.excinfo.value)
+        return (yield)
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         self.session = session

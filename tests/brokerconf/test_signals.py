@@ -94,6 +94,8 @@ def test_chaos_run_stops_its_brokers(tmp_path, signum):
                        signum, broker_listening("reference_broker"), log=tmp_path / "output.log")
     assert not result.left, result.describe()
     _exit_by(result, signum)
+    if signum != signal.SIGINT:  # SIGINT is Python's own KeyboardInterrupt, without cli's message
+        assert f"{signum.name} received; stopping what this run started" in result.output, result.describe()
 
 
 @pytest.mark.slow
