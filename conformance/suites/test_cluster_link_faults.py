@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from dataclasses import dataclass
 
 import pytest
 
@@ -220,16 +221,30 @@ def test_by_default_a_node_keeps_trying_to_reach_a_peer_unreachable_at_its_start
 
 # ----------------------------------------------------------------------------- retry-interval-multiplier, max
 
+@dataclass(frozen=True)
+class Waits:
+    """A's waits before its reconnect attempts, in ms, as the chapter counts them: the first from
+    the loss to the first attempt, then one between each two attempts. The loss is the diversion
+    dropping the link's connection, somewhere inside the proxy call that moves its upstream; that
+    call can take hundreds of ms on a loaded machine (CI: a first wait of 342 ms measured from the
+    call's end, where the broker's own was 500). So the first wait is known within that call:
+    ``longest`` counts it from before the call, ``shortest`` from after. A check that a wait is too
+    short uses ``longest``, one that it is too long uses ``shortest``: neither can then blame the
+    broker for the proxy call's time. The later waits are between two attempts, the same in both."""
+    longest: list[int]
+    shortest: list[int]
+
+
 def record_reconnect_waits(clusters, topology: Topology):
     """Divert A's link to B to an `AttemptRecorder`, kill B, record `RECORD_FOR` s, start B again.
-    Returns (cluster, the link's attempts, the waits in ms, when the recording ended, the
-    recorder's description). The waits as the chapter counts them: the first from the loss (the
-    diversion dropped the link's connection) to the first attempt, then one between each two."""
+    Returns (cluster, the link's attempts, the `Waits`, when the recording ended, the recorder's
+    description)."""
     cluster = clusters.get(topology, disrupts=True)
     with AttemptRecorder() as recorder:
         try:
+            diverting = time.monotonic()
             with clusters.links.diverted(topology, "A", "B", recorder.address):
-                lost = time.monotonic()  # the diversion dropped the link's connection: the loss
+                diverted = time.monotonic()  # the diversion dropped the link's connection by now: the loss
                 # B "is being rebooted" (the chapter's case): with B itself alive its link to A
                 # keeps telling A that B is up, and Artemis's bridge then stopped retrying after
                 # one or two attempts in some runs; with B down it retries steadily
@@ -242,17 +257,20 @@ def record_reconnect_waits(clusters, topology: Topology):
     # only the link's own attempts count (`attempt_recorder.LINK_OPENINGS`): an Artemis node's
     # cluster controller reconnects its own topology connection to the same proxy
     attempts = recorder.link_attempts()
-    gaps = ([attempts[0].at - lost] if attempts else []) + recorder.gaps()
-    return cluster, attempts, [round(g * 1000) for g in gaps], ended, f"every connection: {recorder.describe()}"
+    between = [round(g * 1000) for g in recorder.gaps()]
+    first = (lambda lost: [round((attempts[0].at - lost) * 1000)]) if attempts else (lambda lost: [])
+    return (cluster, attempts, Waits(first(diverting) + between, first(diverted) + between), ended,
+            f"every connection: {recorder.describe()}")
 
 
 @pytest.mark.spec("CLU-CC-RETRY-2")
 def test_reconnect_attempts_are_spaced_by_the_multiplier_up_to_the_maximum(clusters):
     cc = SPACED.cluster
     cap = DOCUMENTED_MAX_RETRY_INTERVAL_MS
-    cluster, attempts, shown, ended, seen = record_reconnect_waits(clusters, SPACED)
-    gaps = shown
-    print(f"CLU-CC-RETRY-2: from the loss to A's first reconnect attempt, then between attempts: {shown} ms")
+    cluster, attempts, waits, ended, seen = record_reconnect_waits(clusters, SPACED)
+    gaps = shown = waits.shortest
+    print(f"CLU-CC-RETRY-2: from the loss to A's first reconnect attempt, then between attempts: {shown} ms "
+          f"(the first at most {waits.longest[:1]} ms)")
     assert attempts, (f"setup: no attempt of A's link to B reached the recorder in {RECORD_FOR:.0f} s ({seen})\n"
                       f"{cluster.log_tail(20)}")
     # The link reached the recorder, so from then on a silence is the broker's: the waits are
@@ -268,12 +286,12 @@ def test_reconnect_attempts_are_spaced_by_the_multiplier_up_to_the_maximum(clust
     expected = [min(cc.retry_interval_ms * cc.retry_interval_multiplier ** n, cap)
                 for n in range(len(gaps))]
     # A lower bound (80 % of each wait) only a broker that waits less can miss; a loaded machine
-    # only lengthens the gaps
-    short = [(n, got, want) for n, (got, want) in enumerate(zip(shown, expected)) if got < 0.8 * want]
+    # only lengthens the gaps (the first counted from before the diversion: `Waits`)
+    short = [(n, got, want) for n, (got, want) in enumerate(zip(waits.longest, expected)) if got < 0.8 * want]
     assert not short, (
         f"CLU-CC-RETRY-2: with retry-interval {cc.retry_interval_ms} ms and retry-interval-multiplier "
         f"{cc.retry_interval_multiplier:g} the waits between A's reconnect attempts should grow to "
-        f"{[round(w) for w in expected]} ms; gaps {shown} ms (too short: (n, got, expected) {short})")
+        f"{[round(w) for w in expected]} ms; gaps {waits.longest} ms (too short: (n, got, expected) {short})")
     # The growth itself: each wait below the cap is the documented one plus `ATTEMPT_SLACK_MS` (the
     # attempt's own round and scheduling), so a broker that starts at the maximum, or skips a
     # step of the multiplier, is too slow on a first gap (250 + 450 < 500 + 450 < 1000 + 450 < 2000)
@@ -304,15 +322,18 @@ def test_reconnect_attempts_are_spaced_by_the_default_retry_interval(clusters):
     """CLU-CC-RETRY-1's number: with no retry option set, A waits retry-interval (500 ms by the
     chapter) before each attempt; the multiplier (1) and the cap (2000 ms) keep it there. The
     numbers are the chapter's, not the option model's: the cluster sets none of them."""
-    cluster, attempts, waits, ended, seen = record_reconnect_waits(clusters, RETRY_DEFAULTS)
-    print(f"CLU-CC-RETRY-1: from the loss to A's first reconnect attempt, then between attempts: {waits} ms")
+    cluster, attempts, measured, ended, seen = record_reconnect_waits(clusters, RETRY_DEFAULTS)
+    waits = measured.shortest
+    print(f"CLU-CC-RETRY-1: from the loss to A's first reconnect attempt, then between attempts: {waits} ms "
+          f"(the first at most {measured.longest[:1]} ms)")
     assert len(attempts) >= 5, (f"setup: A should have tried to reach B again and again in {RECORD_FOR:.0f} s; "
                                 f"{len(attempts)} attempts of the link recorded (waits {waits} ms; {seen})\n"
                                 f"{cluster.log_tail(20)}")
-    # each wait at least 80 % of the interval (a loaded machine only lengthens them), and their
-    # median the interval plus the attempt's own round and scheduling (`ATTEMPT_SLACK_MS`): the
-    # median, so one attempt the machine delayed does not decide
-    short = [(n, got) for n, got in enumerate(waits) if got < 0.8 * DOCUMENTED_RETRY_INTERVAL_MS]
+    # each wait at least 80 % of the interval (a loaded machine only lengthens them; the first
+    # counted from before the diversion, `Waits`), and their median the interval plus the attempt's
+    # own round and scheduling (`ATTEMPT_SLACK_MS`): the median, so one attempt the machine delayed
+    # does not decide
+    short = [(n, got) for n, got in enumerate(measured.longest) if got < 0.8 * DOCUMENTED_RETRY_INTERVAL_MS]
     median = sorted(waits)[len(waits) // 2]
     assert not short and median <= DOCUMENTED_RETRY_INTERVAL_MS + ATTEMPT_SLACK_MS, (
         f"CLU-CC-RETRY-1: with retry-interval left at its default ({DOCUMENTED_RETRY_INTERVAL_MS} ms, multiplier 1) "
