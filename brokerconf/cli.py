@@ -40,8 +40,10 @@ from reports.pipeline.cli_args import positive_int
 DEFAULT_RUN_TARGETS = "reference,activemq,artemis"
 #: the main job's pytest-xdist workers: the suites wait on JVM starts, brokers' timers and
 #: deliveries far more than they compute; measured on the 2-core machine (README, "Time"): four
-#: workers 17 m 28 s for the whole job, six 13 m 38 s (1.5 cores busy on average)
-DEFAULT_WORKERS = 6
+#: workers 17 m 28 s for the whole job, six 13 m 38 s (1.5 cores busy on average); on one later
+#: commit, one run after the other, six 14 m 50 s and seven 14 m 11 s (suites 13 m 47 s and
+#: 13 m 08 s), the seven with more of the machine's other work beside it
+DEFAULT_WORKERS = 7
 #: the main job's chaos experiments running at once, beside the six suite workers: two, not the
 #: stage's own four (chaos_stage.PARALLEL, measured alone). At the start of the job the costliest
 #: suite modules and four experiments' JVMs together kept the load average at 15-18 on 2 cores,
