@@ -98,6 +98,8 @@ def test_slave_takes_over_and_the_old_master_rejoins_as_slave(tmp_path):
         a.kill()
         # The slave takes the lock once the master is gone ("State after failure of the master").
         assert group.wait_for_master(60) is b, group.log_tail(40)
+        # the new master's counters can be read (over JMX), as a chaos run's drain reads them
+        assert b.consumer_count("queue://brokerconf.shared-store.counters") == 0
         # A restarted master finds the lock taken and waits ("Reintroducing a failed node").
         a.start()
         assert a.running and a.process.waiting_for_lock() and not a.serving(), a.log_tail(40)

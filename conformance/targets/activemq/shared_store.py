@@ -95,9 +95,13 @@ class SharedStoreGroup(NodeRestarts, Cluster, SharedStorage):
         o = self._node_options
         per_node = {name: ({"kahadb_directory": kahadb_of[name]} if kahadb_of else
                            {"jdbc": jdbc_of[name]} if jdbc_of else {}) for name in self.topology.nodes}
+        # jmx: the nodes' counters are read over JMX (`NetworkNode`), e.g. by a chaos run that waits
+        # for the workload's consumers to be gone before its drain; without it every such read
+        # failed (a TypeError on the missing JMX URL, said in every ActiveMQ shared-store run's output)
         self.nodes = {name: SharedStoreNode(name, ActiveMQProcess(
             self.workdir / f"node-{name}", name=f"{o['broker_name']}-{name}", stomp=o["stomp"], mqtt=o["mqtt"],
-            amqp=o["amqp"], openwire=True, persistent=True, jvm_heap_mb=o["jvm_heap_mb"], **store, **per_node[name]))
+            amqp=o["amqp"], openwire=True, persistent=True, jvm_heap_mb=o["jvm_heap_mb"], jmx=True, **store,
+            **per_node[name]))
             for name in self.topology.nodes}
 
     def start(self, timeout: float = 90) -> None:
