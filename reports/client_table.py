@@ -128,6 +128,9 @@ class WaitRow:
     #: the waits the options imply, as the tests of this row assert them (None: no test recorded any)
     waits_ms: tuple[float, ...] | None
     cells: dict[str, list[Measurement]] = field(default_factory=dict)
+    #: other waits some test of the row recorded that are not the beginning of ``waits_ms``: two
+    #: suites that disagree on what the same options imply (shown, so nobody compares past it)
+    other_waits: list[tuple[float, ...]] = field(default_factory=list)
 
 
 @dataclass
@@ -238,10 +241,13 @@ def _wait_clients(matrix: dict, measurements: list[Measurement]) -> list[str]:
     return subjects
 
 
-def _implied_waits(schedules: list[Schedule]) -> tuple[float, ...] | None:
-    """The longest waits list the row's tests recorded (the shorter ones are its beginning: the same
-    options imply the same schedule, and a test asserts as many waits as it waits for)."""
-    return max((s.waits_ms for s in schedules), key=len, default=None)
+def _implied_waits(schedules: list[Schedule]) -> tuple[tuple[float, ...] | None, list[tuple[float, ...]]]:
+    """The longest waits list the row's tests recorded (the same options imply the same schedule,
+    and a test lists as many waits as it waits for, so the others are its beginning), and any
+    recorded list that is not."""
+    longest = max((s.waits_ms for s in schedules), key=len, default=None)
+    others = list(dict.fromkeys(s.waits_ms for s in schedules if s.waits_ms != longest[:len(s.waits_ms)]))
+    return longest, others
 
 
 def wait_table(matrix: dict, measurements: list[Measurement]) -> WaitTable:
@@ -258,7 +264,7 @@ def wait_table(matrix: dict, measurements: list[Measurement]) -> WaitTable:
         row.cells.setdefault(m.schedule.client, []).append(m)
     for row in rows.values():
         row.statements.sort(key=_spec_order)
-        row.waits_ms = _implied_waits([m.schedule for ms in row.cells.values() for m in ms])
+        row.waits_ms, row.other_waits = _implied_waits([m.schedule for ms in row.cells.values() for m in ms])
     unplaced = [m.test for m in measurements if m.schedule is None]
     return WaitTable(subjects, list(rows.values()), unplaced)
 
@@ -300,7 +306,13 @@ def wait_cell_texts(row: WaitRow, subject: str) -> list[str]:
 
 def options_text(option_set: OptionSet) -> str:
     return f"{option_set.transport}:?{option_set.options}" if option_set.options else \
-        f"{option_set.transport}: (none)"
+        f"{option_set.transport}: (no options)"
+
+
+def waits_text(row: WaitRow) -> str:
+    if not row.waits_ms:
+        return "(no test of these options in this run)"
+    return format_ms(row.waits_ms) + "".join(f" (another test: {format_ms(w)})" for w in row.other_waits)
 
 
 # --------------------------------------------------------------------------- Markdown
@@ -342,8 +354,8 @@ def wait_markdown(table: WaitTable) -> list[str]:
             *(f"{subject}: measured gaps (ms)" for subject in table.columns)]
     body = []
     for row in table.rows:
-        waits = format_ms(row.waits_ms) if row.waits_ms else "(no test of these options in this run)"
-        body.append([row.option_set.name, options_text(row.option_set), ", ".join(row.statements) or "-", waits,
+        body.append([row.option_set.name, options_text(row.option_set), ", ".join(row.statements) or "-",
+                     waits_text(row),
                      *(" / ".join(wait_cell_texts(row, subject)) for subject in table.columns)])
     lines = _md_table(head, body)
     if table.unplaced:

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import html
 
-from reports.client_table import (NOT_MEASURED, StatementTable, WaitTable, format_ms, options_text,
-                                  wait_cell_texts)
+from reports.client_table import NOT_MEASURED, StatementTable, WaitTable, options_text, wait_cell_texts, waits_text
 from reports.render.matrix_report import COLOURS
 
 
@@ -40,8 +39,7 @@ def _waits_html(table: WaitTable) -> str:
     head = "".join(f"<th>{_e(subject)}<br><small>measured gaps (ms)</small></th>" for subject in table.columns)
     rows = []
     for row in table.rows:
-        waits = _e(format_ms(row.waits_ms)) if row.waits_ms else '<span style="color:#9e9e9e">no test of these ' \
-                                                                 'options in this run</span>'
+        waits = _e(waits_text(row)) if row.waits_ms else f'<span style="color:#9e9e9e">{_e(waits_text(row))}</span>'
         rows.append(f"<tr><td>{_e(row.option_set.name)}</td><td><code>{_e(options_text(row.option_set))}</code></td>"
                     f"<td>{_e(', '.join(row.statements) or '-')}</td><td>{waits}</td>"
                     + "".join(_gap_cell(wait_cell_texts(row, s)) for s in table.columns) + "</tr>")

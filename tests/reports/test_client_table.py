@@ -187,6 +187,18 @@ def test_gaps_recorded_without_a_schedule_are_named_not_placed(tmp_path):
     assert "not placed" in render_markdown(statement_table(fixture_matrix()), table)
 
 
+def test_tests_that_disagree_on_what_the_options_imply_are_both_shown(tmp_path):
+    junit = tmp_path / "junit.xml"
+    junit.write_text('<testsuites><testsuite>' + "".join(_case(f"test_{n}[x]", {
+        SCHEDULE_PROPERTY: _schedule(client, "", waits), GAPS_PROPERTY: [11.0, 21.0]}) for n, (client, waits) in
+        enumerate([(AMQ5, [10, 20, 40]), (OURS, [10, 20]), (AMQ6, [10, 30])])) + "</testsuite></testsuites>")
+    defaults = _row(wait_table(fixture_matrix(), read_junit(junit)), "defaults")
+    # [10, 20] is the beginning of [10, 20, 40]: the same schedule, waited for less far; [10, 30] is not
+    assert defaults.waits_ms == (10, 20, 40) and defaults.other_waits == [(10, 30)]
+    text = render_markdown(statement_table(fixture_matrix()), wait_table(fixture_matrix(), read_junit(junit)))
+    assert "| 10, 20, 40 (another test: 10, 30) |" in text
+
+
 def test_a_schedule_outside_the_listed_option_sets_gets_its_own_row(tmp_path):
     junit = tmp_path / "junit.xml"
     junit.write_text('<testsuites><testsuite>' + _case("test_new[x]", {
