@@ -282,12 +282,15 @@ def format_ms(values) -> str:
     return ", ".join(f"{v:.0f}" for v in values)
 
 
-def measurement_text(m: Measurement, *, with_target: bool = False, with_seen_at: bool = False) -> str:
-    """A measurement as a cell shows it: its gaps, or that it has none; the target when the cell's
-    client ran against several, where the attempts were timed when its tests timed them in several
-    places; the outcome when the test did not pass."""
+def measurement_text(m: Measurement, *, with_statements: bool = False, with_target: bool = False,
+                     with_seen_at: bool = False) -> str:
+    """A measurement as a cell shows it: its gaps, or that it has none; which statements' test it
+    came from, the target and where the attempts were timed, each when the cell's series differ in
+    it; the outcome when the test did not pass."""
     text = format_ms(m.gaps_ms) if m.gaps_ms else NOT_MEASURED
-    notes = [m.schedule.target] if with_target and m.schedule else []
+    notes = [", ".join(m.schedule.statements)] if with_statements and m.schedule else []
+    if with_target and m.schedule:
+        notes.append(m.schedule.target)
     if with_seen_at and m.schedule and m.schedule.seen_at:
         notes.append(f"at the {m.schedule.seen_at}")
     if m.outcome != "passed":
@@ -299,9 +302,11 @@ def wait_cell_texts(row: WaitRow, subject: str) -> list[str]:
     measured = row.cells.get(subject, [])
     if not measured:
         return [NOT_MEASURED]
-    several_targets = len({m.schedule.target for m in measured}) > 1
-    several_places = len({m.schedule.seen_at for m in measured}) > 1
-    return [measurement_text(m, with_target=several_targets, with_seen_at=several_places) for m in measured]
+    def differ(field_of) -> bool:
+        return len({field_of(m.schedule) for m in measured}) > 1
+
+    return [measurement_text(m, with_statements=differ(lambda s: s.statements), with_target=differ(lambda s: s.target),
+                             with_seen_at=differ(lambda s: s.seen_at)) for m in measured]
 
 
 def options_text(option_set: OptionSet) -> str:
@@ -372,6 +377,6 @@ def render_markdown(statements: StatementTable, waits: WaitTable) -> str:
         "## Reconnect waits side by side", "",
         "Gaps between a client's reconnect attempts after it lost its broker (loss -> attempt 1, then attempt k -> "
         "k+1), as the reconnect-wait tests recorded them in junit.xml (whole ms); one series per test, in brackets "
-        "the target and where the attempts were timed where a client's series differ in those, and the outcome "
-        "where the test did not pass.", "",
+        "the statements, target and where the attempts were timed where a client's series differ in those, and "
+        "the outcome where the test did not pass.", "",
         *wait_markdown(waits), ""])

@@ -60,7 +60,7 @@ def clients_html(statements: StatementTable, waits: WaitTable, *, junit_problem:
             + _statements_html(statements)
             + "<h3>Reconnect waits side by side</h3><p>Gaps between a client's reconnect attempts after it lost its "
               "broker (loss to attempt 1, then attempt k to k+1), as the reconnect-wait tests recorded them in "
-              "<code>junit.xml</code> (whole ms); one line per test, in brackets the target and where the "
-              "attempts were timed where a client's series differ in those, and the outcome where the test did "
-              "not pass.</p>"
+              "<code>junit.xml</code> (whole ms); one line per test, in brackets the statements, target and "
+              "where the attempts were timed where a client's series differ in those, and the outcome where the "
+              "test did not pass.</p>"
             + problem + _waits_html(waits))

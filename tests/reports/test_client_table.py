@@ -12,11 +12,12 @@ import pytest
 
 from brokerconf.cli import main
 from reports.client_table import (GAPS_PROPERTY, NOT_MEASURED, OPTION_SETS, SCHEDULE_PROPERTY, ClientTableError,
-                                  option_key, read_junit, read_matrix, render_markdown, schedule_property,
-                                  statement_table, wait_cell_texts, wait_table)
+                                  Measurement, Schedule, option_key, read_junit, read_matrix, render_markdown,
+                                  schedule_property, statement_table, wait_cell_texts, wait_table)
 from reports.render.run_report import write_run_report
 
-AMQ5, AMQ6, OURS = "activemq-client 5.17.2 (openwire)", "activemq-client 6.3.1 (openwire)", "brokerconf failover (python)"
+AMQ5, AMQ6 = "activemq-client 5.17.2 (openwire)", "activemq-client 6.3.1 (openwire)"
+OURS = "brokerconf failover (python)"
 FT = "redhat-amq-6.2-fault-tolerant-messaging.md"
 #: a reason with markup in it: the HTML must show it as text
 DEVIATION = "activemq-client refuses the guide's backOffMultiplier <option> & calls it reconnectDelayExponent"
@@ -106,8 +107,9 @@ def fixture_junit() -> str:
                GAPS_PROPERTY: [12.0, 22.9, 42.1, 83.3, 163.0, 324.4]}),
         # ours, multiplier written in another order: the same option set
         _case("test_reconnect_waits_follow_the_delay_options[reference-multiplier-3-capped-at-1000]",
-              {SCHEDULE_PROPERTY: _schedule(OURS, "maxReconnectDelay=1000&backOffMultiplier=3&initialReconnectDelay=100",
-                                            [100, 300, 900, 1000, 1000], target="reference", seen_at="connect call"),
+              {SCHEDULE_PROPERTY: _schedule(OURS, "maxReconnectDelay=1000&backOffMultiplier=3&"
+                                                  "initialReconnectDelay=100", [100, 300, 900, 1000, 1000],
+                                            target="reference", seen_at="connect call"),
                GAPS_PROPERTY: [101.0, 302.0, 903.0, 1001.0, 1002.0]},
               '<failure message="FT-FAILOVER-5: late">late</failure>'),
         # a test with no reconnect property at all is not a measurement
@@ -152,6 +154,12 @@ def test_gaps_of_every_client_side_by_side_with_the_waits_the_options_imply(run_
     # ours ran the set on two targets, timed at two places: each series says which
     assert wait_cell_texts(defaults, OURS) == ["10, 20, 40, 81, 160, 321 (reference, at the connect call)",
                                                "12, 23, 42, 83, 163, 324 (activemq, at the wire)"]
+    # two tests of one client with the same options, about different statements: each says which
+    two_tests = _row(wait_table(fixture_matrix(), read_junit(run_dir / "junit.xml") + [
+        Measurement("t::ft4", "passed", "", Schedule(("FT-FAILOVER-4",), AMQ5, "activemq", "failover", "",
+                                                     (10, 20, 40, 80), "wire"), (10.6, 20.4, 40.8, 81.1))]), "defaults")
+    assert wait_cell_texts(two_tests, AMQ5) == ["11, 21, 41, 82, 162, 323 (FT-FAILOVER-5)",
+                                                "11, 20, 41, 81 (FT-FAILOVER-4)"]
     multiplier = _row(table, "backOffMultiplier 3, capped at 1000 ms")
     assert multiplier.waits_ms == (100, 300, 900, 1000, 1000)
     # the deviation stopped 5.17 before any gap: said, never a number
