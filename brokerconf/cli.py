@@ -6,6 +6,7 @@
   brokerconf chaos run F    run a chaos experiment file; history + verdict
   brokerconf analyze PATH   histories -> verdicts and anomalies on Spark (reports/pipeline)
   brokerconf compare PATH.. runs and matrices -> target x spec ID / target x checker tables and a page
+  brokerconf clients DIR    a run's client statements x clients and its measured reconnect gaps, as Markdown
   brokerconf proxy          serve the Toxiproxy HTTP API (fault proxy)
   brokerconf suite ...      the conformance suites through pytest: JUnit XML, Allure results, the matrix
   brokerconf targets ...    list targets (and why one cannot run here); install their packages
@@ -403,6 +404,39 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return compare_main([*args.paths, "--out", args.out])
 
 
+def cmd_clients(args: argparse.Namespace) -> int:
+    """Issue 28's table from a run directory (reports/client_table.py), printed as Markdown. A
+    directory or matrix that cannot be read is a usage error naming the option; a run without
+    junit.xml still gets its statement table, every gap "not measured in this run"."""
+    from reports.client_table import (ClientTableError, read_junit, read_matrix, render_markdown, statement_table,
+                                      wait_table)
+
+    report_dir = Path(args.report_dir)
+    if not report_dir.is_dir():
+        print(f"brokerconf clients: REPORT_DIR: {report_dir} is not a directory (a run's output, e.g. "
+              "reports/out/<run>)", file=sys.stderr)
+        return 2
+    matrix_path = Path(args.matrix) if args.matrix else report_dir / "matrix.json"
+    option = "--matrix" if args.matrix else "REPORT_DIR"
+    try:
+        matrix = read_matrix(matrix_path)
+    except ClientTableError as exc:
+        print(f"brokerconf clients: {option}: {exc}", file=sys.stderr)
+        return 2
+    junit_path = Path(args.junit) if args.junit else report_dir / "junit.xml"
+    measurements = []
+    if args.junit or junit_path.exists():
+        try:
+            measurements = read_junit(junit_path)
+        except ClientTableError as exc:
+            print(f"brokerconf clients: {'--junit' if args.junit else 'REPORT_DIR'}: {exc}", file=sys.stderr)
+            return 2
+    else:
+        print(f"brokerconf clients: no junit.xml in {report_dir}: no gaps to show", file=sys.stderr)
+    print(render_markdown(statement_table(matrix), wait_table(matrix, measurements)))
+    return 0
+
+
 def cmd_proxy(args: argparse.Namespace) -> int:
     from machinery.faultproxy.server import main as proxy_main
 
@@ -595,6 +629,14 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--out", default="reports/out/comparison", metavar="DIR",
                          help="where comparison.json, the Parquet tables and index.html go (default: reports/out/comparison)")
     compare.set_defaults(func=cmd_compare)
+
+    clients = sub.add_parser("clients", help="a run's client statements x clients (real ActiveMQ, Artemis, ours) and "
+                                             "their measured reconnect gaps side by side, as Markdown")
+    clients.add_argument("report_dir", metavar="REPORT_DIR",
+                         help="a run's output directory (matrix.json and junit.xml), e.g. reports/out/<run>")
+    clients.add_argument("--matrix", metavar="FILE", help="read the matrix from FILE instead of REPORT_DIR/matrix.json")
+    clients.add_argument("--junit", metavar="FILE", help="read the gaps from FILE instead of REPORT_DIR/junit.xml")
+    clients.set_defaults(func=cmd_clients)
 
     proxy = sub.add_parser("proxy", help="serve the Toxiproxy HTTP API: a fault-injecting TCP proxy")
     proxy.add_argument("--host", default="127.0.0.1", help="API listen host (default 127.0.0.1)")

@@ -35,6 +35,7 @@ from conformance.suites.network_support import network_workdir, parametrize_by_t
 from conformance.topology import Topology
 from conformance.waiting import poll
 from conformance.suites.proxy_support import fault_proxy  # noqa: F401 - the fixture
+from reports.client_table import GAPS_PROPERTY, SCHEDULE_PROPERTY, schedule_property
 
 #: every test here checks our failover client (client statements): the matrix books it under its column
 pytestmark = [pytest.mark.slow, pytest.mark.client_subject(CLIENT_SUBJECT)]
@@ -345,6 +346,8 @@ def test_startup_max_reconnect_attempts_zero_gives_up_at_once_when_no_broker_is_
 # connections as a dead broker's does, so the client's reconnect attempts can be watched without
 # restarting a JVM; opened again, the client must reach broker A through it and work. Only lower
 # bounds and order relations derived from the options are asserted, never how fast anything was.
+# The reconnect-wait tests record the gaps they saw in junit.xml (record_property), beside the
+# real clients' (test_failover_real_clients.py), for `brokerconf clients` and the run report.
 
 
 class Gate:
@@ -447,24 +450,48 @@ def _watch_reconnects(gate, uri: str, expected_waits: list[float], spec: str):
 ATTEMPT_SLACK_MS = 500
 
 
+def _gaps_ms(lost: float, attempts: list[float]) -> list[float]:
+    """[first attempt - loss, then the gap before each later attempt], in ms: what the report puts
+    beside the real clients' gaps (reports/client_table.py; test_failover_real_clients.py's own)."""
+    times = [lost, *attempts]
+    return [round(1000 * (b - a), 1) for a, b in zip(times, times[1:])]
+
+
+def _record_schedule(record_property, specs: list[str], target_name: str, transport: str, options: str,
+                     waits: list[float]) -> None:
+    """What the test is about to measure, before it does (a failure on the way still says it)."""
+    record_property(SCHEDULE_PROPERTY, schedule_property(statements=specs, client=CLIENT_SUBJECT, target=target_name,
+                                                         transport=transport, options=options, waits_ms=waits,
+                                                         seen_at="connect call"))
+
+
+# Table 2.1's options and the waits they imply before reconnect attempts 1, 2, ... (ms): the same
+# sets as the real clients' (test_failover_real_clients.py DELAYS and its initialReconnectDelay
+# test), so the report can put the gaps side by side
 @pytest.mark.spec("FT-FAILOVER-4", "FT-FAILOVER-5")
 @pytest.mark.parametrize("options, waits", [
     # the defaults: 10 ms first, doubled each time (maxReconnectDelay 30 s is far away)
-    ("", [10, 20, 40, 80, 160]),
+    ("", [10, 20, 40, 80, 160, 320]),
+    # the growth factor under ActiveMQ's own name (failover_uri.py takes both)
+    ("&initialReconnectDelay=100&reconnectDelayExponent=3&maxReconnectDelay=1000", [100, 300, 900, 1000, 1000]),
     ("&initialReconnectDelay=100&backOffMultiplier=3&maxReconnectDelay=1000", [100, 300, 900, 1000, 1000]),
     ("&initialReconnectDelay=150&useExponentialBackOff=false", [150, 150, 150, 150]),
-], ids=["defaults", "multiplier-3-capped-at-1000", "no-back-off"])
-def test_reconnect_waits_follow_the_delay_options(gate, options, waits):
+    ("&initialReconnectDelay=500", [500, 1000, 2000, 4000]),
+], ids=["defaults", "exponent-3-capped-at-1000", "multiplier-3-capped-at-1000", "no-back-off", "initial-500"])
+def test_reconnect_waits_follow_the_delay_options(gate, target_name, options, waits, record_property):
+    _record_schedule(record_property, ["FT-FAILOVER-4", "FT-FAILOVER-5"], target_name, "failover", options, waits)
     uri = f"failover:({gate.uri})?randomize=false{options}"
     log, lost = _watch_reconnects(gate, uri, waits, "FT-FAILOVER-5")
+    attempts = log.attempts_after(lost, gate.port)
+    measured = _gaps_ms(lost, attempts)
+    record_property(GAPS_PROPERTY, measured[:len(waits)])
     assert log.sleeps[:len(waits)] == waits, \
         f"FT-FAILOVER-5: with {options or 'the default options'} the waits before reconnect attempts should be " \
         f"{waits} ms; the client waited {log.sleeps[:len(waits)]}"
-    attempts = log.attempts_after(lost, gate.port)
     assert attempts[0] - lost >= waits[0] / 1000.0, \
         f"FT-FAILOVER-4: the first reconnect attempt came {1000 * (attempts[0] - lost):.1f} ms after the loss, " \
         f"before initialReconnectDelay = {waits[0]} ms"
-    gaps = [round(1000 * (b - a), 1) for a, b in zip(attempts, attempts[1:])]
+    gaps = measured[1:]  # between attempts
     short = [(n + 2, gap, wait) for n, (gap, wait) in enumerate(zip(gaps, waits[1:])) if gap < wait]
     assert not short, f"FT-FAILOVER-5: reconnect attempts (number, ms since the previous one, required wait) " \
                       f"came before their wait: {short}"
@@ -477,15 +504,19 @@ def test_reconnect_waits_follow_the_delay_options(gate, options, waits):
 
 
 @pytest.mark.spec("FT-DISCOVERY-2")
-def test_discovery_max_reconnect_attempts_zero_retries_without_limit_with_failover_s_delays(gate):
+def test_discovery_max_reconnect_attempts_zero_retries_without_limit_with_failover_s_delays(gate, target_name,
+                                                                                           record_property):
     # Table 2.3: the failover delays' defaults, but maxReconnectAttempts=0 means no limit (for
-    # failover 0 means "never fail over": test_max_reconnect_attempts_zero_never_fails_over...)
-    waits = [10, 20, 40, 80, 160, 320]
+    # failover 0 means "never fail over": test_max_reconnect_attempts_zero_never_fails_over...);
+    # seven waits, as the real clients' discovery tests wait for (test_failover_real_clients.py)
+    waits = [10, 20, 40, 80, 160, 320, 640]
+    _record_schedule(record_property, ["FT-DISCOVERY-2"], target_name, "discovery", "maxReconnectAttempts=0", waits)
     log, lost = _watch_reconnects(gate, f"discovery:(static://({gate.uri}))?maxReconnectAttempts=0", waits,
                                   "FT-DISCOVERY-2")
+    attempts = log.attempts_after(lost, gate.port)
+    record_property(GAPS_PROPERTY, _gaps_ms(lost, attempts)[:len(waits)])
     assert log.sleeps[:len(waits)] == waits, \
         f"FT-DISCOVERY-2: the discovery client's default waits should be {waits} ms; it waited {log.sleeps}"
-    attempts = log.attempts_after(lost, gate.port)
     assert len(attempts) > len(waits), \
         f"FT-DISCOVERY-2: maxReconnectAttempts=0 should not limit the attempts; only {len(attempts)} were made"
 

@@ -38,6 +38,7 @@ from conformance.suites.network_support import network_workdir, parametrize_by_t
 from conformance.suites.test_failover_pairs import Gate, Pair, free_port
 from conformance.waiting import poll
 from conformance.suites.proxy_support import fault_proxy  # noqa: F401 - the fixture
+from reports.client_table import GAPS_PROPERTY, SCHEDULE_PROPERTY, schedule_property
 
 pytestmark = [pytest.mark.slow]
 
@@ -660,23 +661,34 @@ def check_gaps(who: str, options: str, gaps: list[float], waits: list[float], sp
 @pytest.mark.parametrize("client", CLIENTS)
 @pytest.mark.parametrize("options, waits", DELAYS)
 def test_real_client_waits_between_reconnect_attempts_follow_the_delay_options(gates, driver, client, options, waits,
-                                                                               wire, record_property):
-    check_reconnect_waits(gates, driver, client, options, waits, record_property)
+                                                                               wire, target_name, record_property):
+    check_reconnect_waits(gates, driver, client, target_name, options, waits, record_property)
 
 
 @pytest.mark.spec("FT-FAILOVER-5")
 @pytest.mark.parametrize("client", CLIENTS)
-def test_real_client_back_off_multiplier_option_sets_the_growth_of_the_waits(gates, driver, client, wire,
+def test_real_client_back_off_multiplier_option_sets_the_growth_of_the_waits(gates, driver, client, wire, target_name,
                                                                             record_property):
-    check_reconnect_waits(gates, driver, client, "&initialReconnectDelay=100&backOffMultiplier=3&maxReconnectDelay=1000",
+    check_reconnect_waits(gates, driver, client, target_name,
+                          "&initialReconnectDelay=100&backOffMultiplier=3&maxReconnectDelay=1000",
                           [100, 300, 900, 1000, 1000], record_property)
 
 
-def check_reconnect_waits(gates, driver, client, options, waits, record_property):
+def record_schedule(record_property, specs: list[str], client: str, target_name: str, transport: str, options: str,
+                    waits: list[float]) -> None:
+    """What the test is about to measure, recorded before it does, so the report (reports/
+    client_table.py) places even a test that deviates before measuring anything."""
+    record_property(SCHEDULE_PROPERTY, schedule_property(statements=specs, client=SUBJECTS[client], target=target_name,
+                                                         transport=transport, options=options, waits_ms=waits,
+                                                         seen_at="wire"))
+
+
+def check_reconnect_waits(gates, driver, client, target_name, options, waits, record_property):
+    record_schedule(record_property, ["FT-FAILOVER-5"], client, target_name, "failover", options, waits)
     lost, attempts = watch_reconnects(gates.a, driver, f"failover:({gates.tcp(gates.a)})?randomize=false{options}",
                                       len(waits), "FT-FAILOVER-5")
     gaps = _gaps_ms(lost, attempts)[:len(waits)]
-    record_property("reconnect_gaps_ms", gaps)
+    record_property(GAPS_PROPERTY, gaps)
     print(f"reconnect gaps {client} {options or 'defaults'}: {gaps}")
     check_gaps(client, options, gaps, waits, "FT-FAILOVER-5")
 
@@ -685,12 +697,16 @@ def check_reconnect_waits(gates, driver, client, options, waits, record_property
 @pytest.mark.parametrize("client", CLIENTS)
 @pytest.mark.parametrize("initial", [10, 500], ids=["default-10", "500"])
 def test_real_client_waits_initial_reconnect_delay_before_its_first_attempt(gates, driver, client, initial, wire,
-                                                                          record_property):
+                                                                          target_name, record_property):
     options = "" if initial == 10 else f"&initialReconnectDelay={initial}"
+    # the waits Table 2.1 implies with only initialReconnectDelay set (doubling, maxReconnectDelay
+    # 30 s far away), for the report; this test asserts the first
+    record_schedule(record_property, ["FT-FAILOVER-4"], client, target_name, "failover", options,
+                    [initial * 2 ** k for k in range(4)])
     lost, attempts = watch_reconnects(gates.a, driver, f"failover:({gates.tcp(gates.a)})?randomize=false{options}",
                                       3, "FT-FAILOVER-4")
     gaps = _gaps_ms(lost, attempts)
-    record_property("reconnect_gaps_ms", gaps[:4])
+    record_property(GAPS_PROPERTY, gaps[:4])
     print(f"reconnect gaps {client} initial={initial}: {gaps[:4]}")
     # the loss time is when the library reported it, which is after the transport saw the
     # connection drop: the first attempt can only look later than it really was, never earlier
@@ -701,28 +717,30 @@ def test_real_client_waits_initial_reconnect_delay_before_its_first_attempt(gate
 DISCOVERY_WAITS = [10, 20, 40, 80, 160, 320, 640]
 
 
-def check_discovery_waits(gates, driver, client, options: str, record_property) -> None:
+def check_discovery_waits(gates, driver, client, target_name, options: str, record_property) -> None:
     waits = DISCOVERY_WAITS
+    record_schedule(record_property, ["FT-DISCOVERY-2"], client, target_name, "discovery", options, waits)
     uri = f"discovery:(static://({gates.tcp(gates.a)})){options}"
     lost, attempts = watch_reconnects(gates.a, driver, uri, len(waits), "FT-DISCOVERY-2")
     gaps = _gaps_ms(lost, attempts)[:len(waits)]
-    record_property("reconnect_gaps_ms", gaps)
+    record_property(GAPS_PROPERTY, gaps)
     print(f"reconnect gaps {client} {uri}: {gaps}")
     check_gaps(f"{client}'s discovery transport", options, gaps, waits, "FT-DISCOVERY-2")
 
 
 @pytest.mark.spec("FT-DISCOVERY-2")
 @pytest.mark.parametrize("client", CLIENTS)
-def test_real_client_discovery_reconnects_with_failover_s_default_delays(gates, driver, client, wire, record_property):
-    check_discovery_waits(gates, driver, client, "", record_property)
+def test_real_client_discovery_reconnects_with_failover_s_default_delays(gates, driver, client, wire, target_name,
+                                                                        record_property):
+    check_discovery_waits(gates, driver, client, target_name, "", record_property)
 
 
 @pytest.mark.spec("FT-DISCOVERY-2")
 @pytest.mark.parametrize("client", CLIENTS)
-def test_real_client_discovery_max_reconnect_attempts_zero_means_unlimited(gates, driver, client, wire,
+def test_real_client_discovery_max_reconnect_attempts_zero_means_unlimited(gates, driver, client, wire, target_name,
                                                                            record_property):
     # Table 2.3: for the discovery transport 0 (its default) means no limit, unlike failover's 0
-    check_discovery_waits(gates, driver, client, "?maxReconnectAttempts=0", record_property)
+    check_discovery_waits(gates, driver, client, target_name, "?maxReconnectAttempts=0", record_property)
 
 
 # --------------------------------------------------------------------------- ours, measured the same way
@@ -747,14 +765,20 @@ def stomp_gate(pair, fault_proxy):
 @pytest.mark.parametrize("client", OURS)
 @pytest.mark.parametrize("options, waits", [
     pytest.param("", [10, 20, 40, 80, 160, 320], id="defaults"),
+    # DELAYS's growth factor under the library's name too (failover_uri.py takes both names)
+    pytest.param("&initialReconnectDelay=100&reconnectDelayExponent=3&maxReconnectDelay=1000",
+                 [100, 300, 900, 1000, 1000], id="exponent-3-capped-at-1000"),
     pytest.param("&initialReconnectDelay=100&backOffMultiplier=3&maxReconnectDelay=1000", [100, 300, 900, 1000, 1000],
                  id="multiplier-3-capped-at-1000"),
     pytest.param("&initialReconnectDelay=150&useExponentialBackOff=false", [150, 150, 150, 150], id="no-back-off"),
     pytest.param("&initialReconnectDelay=500", [500, 1000, 2000, 4000], id="initial-500"),
 ])
-def test_our_client_reconnect_waits_seen_on_the_wire(stomp_gate, client, options, waits, wire, record_property):
+def test_our_client_reconnect_waits_seen_on_the_wire(stomp_gate, client, options, waits, wire, target_name,
+                                                     record_property):
     from conformance.clients.failover import connect_failover
 
+    record_schedule(record_property, ["FT-FAILOVER-4", "FT-FAILOVER-5"], client, target_name, "failover", options,
+                    waits)
     gate, watch, events, queue = stomp_gate, syn_watch.SynWatch(stomp_gate.port), [], f"queue://{_queue()}"
     fo = connect_failover(f"failover:({gate.uri})?randomize=false{options}", "stomp", listener=events.append,
                           timeout=5.0)
@@ -777,7 +801,7 @@ def test_our_client_reconnect_waits_seen_on_the_wire(stomp_gate, client, options
     finally:
         watch.stop()
         fo.close()
-    record_property("reconnect_gaps_ms", gaps)
+    record_property(GAPS_PROPERTY, gaps)
     print(f"reconnect gaps ours {options or 'defaults'}: {gaps}")
     assert gaps[0] >= waits[0] - 1, \
         f"FT-FAILOVER-4: our first reconnect attempt came {gaps[0]} ms after the loss, before {waits[0]} ms; gaps {gaps}"

@@ -2,7 +2,8 @@
 ``index.html``, with the run's other artefacts listed, and ``results.json`` summarising the run:
 the chaos experiments (each run's verdict.json, reports/judge.py), then the verdicts the Spark
 stage reached on the same histories and its comparison across targets
-(reports/pipeline/main_job.py), naming the engine that judged."""
+(reports/pipeline/main_job.py), naming the engine that judged; then the client statements per
+client and the measured reconnect waits side by side (reports/client_table.py)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import json
 import os
 from pathlib import Path
 
+from reports.client_table import ClientTableError, read_junit, statement_table, wait_table
+from reports.render.clients_section import clients_html
 from reports.render.matrix_report import render_matrix, write_matrix_report
 
 
@@ -112,6 +115,19 @@ def _times_html(times: dict | None) -> str:
     return out
 
 
+def _clients_html(out_dir: Path, matrix: dict) -> str:
+    """The Clients section (reports/client_table.py) from the matrix and the run's junit.xml; none
+    for a matrix without client columns."""
+    if not matrix.get("clients"):
+        return ""
+    junit, problem, measurements = out_dir / "junit.xml", "", []
+    try:
+        measurements = read_junit(junit)
+    except ClientTableError as exc:
+        problem = f"No reconnect gaps: {exc}"
+    return clients_html(statement_table(matrix), wait_table(matrix, measurements), junit_problem=problem)
+
+
 def write_run_report(out_dir: Path, run_id: str, matrix: dict, seconds: float, chaos: list[dict] | None = None,
                      spark: dict | None = None, times: dict | None = None) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -120,9 +136,10 @@ def write_run_report(out_dir: Path, run_id: str, matrix: dict, seconds: float, c
                "summary": matrix["summary"], "chaos": chaos or [], "spark": spark, "times": times,
                "artefacts": {"matrix": "matrix.json", "junit": "junit.xml", "allure_results": "allure-results/"}}
     (out_dir / "results.json").write_text(json.dumps(summary, indent=2))
-    artefacts = ('<p>Run took {:.0f} s. Artefacts: <a href="matrix.json">matrix.json</a> · '
-                 '<a href="junit.xml">junit.xml</a> · allure-results/ (<code>allure serve allure-results</code>)</p>'
-                 ).format(seconds) + _times_html(times) + _chaos_html(chaos or [], out_dir) + _spark_html(spark)
+    artefacts = (('<p>Run took {:.0f} s. Artefacts: <a href="matrix.json">matrix.json</a> · '
+                  '<a href="junit.xml">junit.xml</a> · allure-results/ (<code>allure serve allure-results</code>)</p>'
+                  ).format(seconds) + _times_html(times) + _chaos_html(chaos or [], out_dir) + _spark_html(spark)
+                 + _clients_html(out_dir, matrix))
     index = out_dir / "index.html"
     index.write_text(render_matrix(matrix, title=f"brokerconf run {run_id}", preamble=artefacts))
     return index
