@@ -23,8 +23,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 #: where a requested launch mode is parsed: the one module allowed to compare it with mode names
 RESOLVER = ROOT / "conformance" / "targets" / "runtime" / "launch_choice.py"
-#: the targets, and the suites that pick or skip by how a target runs its broker
-SCANNED = (ROOT / "conformance" / "targets", ROOT / "conformance" / "suites")
+#: the targets, the suites that pick or skip by how a target runs its broker, the plugin and matrix
+#: that record it, and the harness, judges and command line above them
+SCANNED = tuple(ROOT / package for package in ("conformance", "chaos", "reports", "brokerconf"))
 #: every launch mode's name a target or handle uses (`Target.launch_mode`, `BrokerHandle.launch`)
 MODE_NAMES = frozenset({"auto", "process", "container", "in-process", "external"})
 #: the names a launch mode is read under: the target's property, its request, a handle's field
