@@ -170,6 +170,28 @@ def test_each_launch_mode_answers_as_before(monkeypatch, tmp_path, extras, targe
     assert set(observed) == set(expected)
 
 
+def test_an_unknown_launch_mode_is_refused_as_before():
+    # the messages the constructors gave before the modes were objects (same commit)
+    with pytest.raises(ValueError) as activemq:
+        ActiveMQTarget(launch="vm")
+    with pytest.raises(ValueError) as artemis:
+        ArtemisTarget(launch="vm")
+    with pytest.raises(ValueError) as reference:
+        reference_target.ReferenceTarget(launch="container")
+    assert str(activemq.value) == str(artemis.value) == "launch must be one of auto, process, container, not 'vm'"
+    assert str(reference.value) == "reference target: launch must be 'in-process' or 'process', not 'container'"
+
+
+def test_the_requirement_follows_the_request_not_the_resolved_mode():
+    # "auto" that fell back to the container still asks for the local install (as before)
+    missing = lambda: (False, "not installed")  # noqa: E731
+    auto = ActiveMQTarget(launch="auto", process_check=missing, container_check=lambda: (True, ""))
+    assert (auto.launch_mode, auto.requirement) == ("container", "activemq")
+    assert ActiveMQTarget(launch="container", container_check=lambda: (True, "")).requirement == "docker"
+    assert ArtemisTarget(launch="auto", process_check=missing, image_check=lambda i: (True, "")).requirement == "artemis"
+    assert ArtemisTarget(launch="container", image_check=lambda i: (True, "")).requirement == "docker"
+
+
 def test_the_table_pins_both_machines_and_every_mode():
     # the literals must not be thinned out unnoticed: six modes, each with reasons and timeouts
     for extras in (True, False):
