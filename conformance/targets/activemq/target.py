@@ -24,7 +24,8 @@ Launch modes (issue 8): ``launch="process"`` runs the JVM on this machine (`Acti
 (`conformance.targets.activemq.container.ActiveMQContainer`, same interface: published loopback
 ports, JMX through a published port), and ``launch="auto"`` (plain ``activemq``) takes the local
 process when the Debian package is installed, else the container. The handle says which ran
-(``handle.launch``), and the plugin records it in the matrix.
+(``handle.launch``), and the plugin records it in the matrix. Whatever differs between the two is
+asked of the resolved mode's object (`conformance.targets.activemq.launch_modes`).
 
 AMQP: Debian does not package ActiveMQ's AMQP transport (activemq-amqp). When
 `conformance.targets.activemq.amqp` has fetched the pinned jars into ``.tools/`` (`brokerconf

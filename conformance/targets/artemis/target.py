@@ -1,7 +1,9 @@
 """Apache Artemis as a conformance target: ``artemis:process`` (a local JVM from the distribution
 in ``.tools/artemis``, `artemis_process`), ``artemis:container`` (the image, `artemis_container`),
 and plain ``artemis``: the process when the distribution is installed, else the container (as
-``activemq`` picks its launch mode). The matrix records which ran.
+``activemq`` picks its launch mode). The matrix records which ran. Whatever differs between the
+two is asked of the resolved mode's object (`conformance.targets.artemis.launch_modes`); the
+handles are in `conformance.targets.artemis.handles`.
 
 Capabilities of the process target, each backed by the Artemis 2.40 documentation (chapter
 named) and by what the launcher configures:
