@@ -26,8 +26,6 @@ from conformance.plugin import NOT_APPLICABLE, STATE
 from conformance.targets.base import why_missing
 
 EXPERIMENTS = Path(__file__).resolve().parents[2] / "chaos" / "experiments"
-#: launch modes whose broker is the code the experiment's ``<kind>:process`` runs on this host
-LOCAL_LAUNCHES = ("process", "in-process")
 
 
 class HarnessFault(RuntimeError):
@@ -51,7 +49,7 @@ def experiment_target(request: pytest.FixtureRequest, target_name: str, capabili
     evidence was measured with). A container target, or one that cannot launch ``capability``
     groups (an external broker), is not applicable, with the reason."""
     target = request.config.stash[STATE].targets[target_name]
-    if target.launch_mode not in LOCAL_LAUNCHES:
+    if not target.launches_locally:
         # a container target's broker is not the one the experiment would run: say so, rather
         # than record a local process's outcome under its name
         pytest.skip(f"{NOT_APPLICABLE}{target_name} launches {target.launch_mode} brokers; the experiment runs a "

@@ -129,8 +129,12 @@ class BrokerHandle(Protocol):
 class Target(Protocol):
     name: str
     kind: str
-    # how `launch` runs the broker: process | container | in-process | external
+    # how `launch` runs the broker: process | container | in-process | external (for messages and
+    # the matrix: what differs between modes is asked of the target, not decided on this name)
     launch_mode: str
+    # True when its brokers run from this machine's install, as a process here or inside this one;
+    # False for a container's or an external broker
+    launches_locally: bool
     # capability -> the requirement (conformance/requirements.py) of the extra it depends on, e.g.
     # ActiveMQ's protocol.amqp on "activemq-amqp": with that requirement in BROKERCONF_REQUIRE a
     # test needing the capability fails instead of being not applicable; {} when none depends on one

@@ -79,6 +79,7 @@ class ExternalTarget:
     credentials: tuple[str | None, str | None]
     tls: ClientTls | None = None
     launch_mode = "external"  # not a field: running already, started by its owner
+    launches_locally = False
     #: no capability depends on an extra install (`Target.capability_requirements`)
     capability_requirements = MappingProxyType({})
 

@@ -198,9 +198,9 @@ def test_the_container_launcher_refuses_amqp(tmp_path):
 
 @pytest.mark.parametrize("transport", [(True, ""), (False, "not installed (x); run `brokerconf targets install activemq-amqp`")])
 def test_the_process_target_offers_amqp_only_with_the_transport(monkeypatch, transport):
-    from conformance.targets.activemq import target as activemq_target
+    from conformance.targets.activemq import launch_modes, target as activemq_target
 
-    monkeypatch.setattr(activemq_target, "activemq_amqp_available", lambda: transport)
+    monkeypatch.setattr(launch_modes, "activemq_amqp_available", lambda: transport)  # the process mode asks it
     target = activemq_target.ActiveMQTarget(launch="process", process_check=lambda: (True, ""))
     assert ("protocol.amqp" in target.capabilities()) is transport[0]
     assert target.why_missing("protocol.amqp") == (transport[1] or None)
@@ -208,9 +208,9 @@ def test_the_process_target_offers_amqp_only_with_the_transport(monkeypatch, tra
 
 
 def test_the_container_target_never_offers_amqp(monkeypatch):
-    from conformance.targets.activemq import target as activemq_target
+    from conformance.targets.activemq import launch_modes, target as activemq_target
 
-    monkeypatch.setattr(activemq_target, "activemq_amqp_available", lambda: (True, ""))
+    monkeypatch.setattr(launch_modes, "activemq_amqp_available", lambda: (True, ""))  # even were it installed
     target = activemq_target.ActiveMQTarget(launch="container", container_check=lambda: (True, ""))
     assert "protocol.amqp" not in target.capabilities()
     assert "image has no AMQP transport" in target.why_missing("protocol.amqp")

@@ -98,9 +98,10 @@ def test_checks_run_once_per_target():
 
 
 def test_container_offers_mqtt_from_the_image(monkeypatch):
-    from conformance.targets.activemq import target as activemq_target
+    # the process mode asks the machine (`launch_modes.ActiveMQProcessLaunch`); the image has the jars
+    from conformance.targets.activemq import launch_modes as activemq_launch_modes
 
-    monkeypatch.setattr(activemq_target, "activemq_mqtt_available", lambda: (False, "libmqtt-client-java missing"))
+    monkeypatch.setattr(activemq_launch_modes, "activemq_mqtt_available", lambda: (False, "libmqtt-client-java missing"))
     assert "protocol.mqtt" in _target("container").capabilities()
     process = _target("process")
     assert "protocol.mqtt" not in process.capabilities()

@@ -24,7 +24,8 @@ Launch modes (issue 8): ``launch="process"`` runs the JVM on this machine (`Acti
 (`conformance.targets.activemq.container.ActiveMQContainer`, same interface: published loopback
 ports, JMX through a published port), and ``launch="auto"`` (plain ``activemq``) takes the local
 process when the Debian package is installed, else the container. The handle says which ran
-(``handle.launch``), and the plugin records it in the matrix.
+(``handle.launch``), and the plugin records it in the matrix. Whatever differs between the two is
+asked of the resolved mode's object (`conformance.targets.activemq.launch_modes`).
 
 AMQP: Debian does not package ActiveMQ's AMQP transport (activemq-amqp). When
 `conformance.targets.activemq.amqp` has fetched the pinned jars into ``.tools/`` (`brokerconf
@@ -43,14 +44,12 @@ from pathlib import Path
 from typing import Callable
 
 from conformance.scenario import Scenario
+from conformance.targets.activemq.launch_modes import LAUNCHES, ActiveMQContainerLaunch, ActiveMQProcessLaunch
 from conformance.targets.activemq.process import (
     ActiveMQNotInstalled,
     ActiveMQProcess,
     ActiveMQStartError,
-    activemq_amqp_available,
     activemq_available,
-    activemq_mqtt_available,
-    missing_jdbc_jars,
 )
 from conformance.targets.activemq.policy import ACTIVEMQ_DEAD_LETTER_QUEUE, ActiveMQConfig, UnsupportedPolicy, render
 from conformance.targets.activemq.mbeans import _split_destination, destination_pattern, subscription_pattern
@@ -58,14 +57,11 @@ from conformance.targets.activemq.shared_store import SharedStoreGroup
 from conformance.targets.base import DestinationCounters, SubscriptionCounters, TargetUnavailable
 from machinery.docker_env import ACTIVEMQ_IMAGE, DockerUnavailable, container_target_available
 from conformance.targets.activemq.jmx import JmxClient, JmxError, MBean, QueryTiming
-from conformance.targets.activemq.container import ActiveMQContainer
-from conformance.targets.activemq.container_network import SharedVolumePair
 from conformance.targets.activemq.network import ActiveMQNetwork
 from conformance.targets.activemq.rigs import DiscoveryPair
 from conformance.targets.activemq.rigs import HostPairRig, MasterSlaveRig, StaticFanRig
-from machinery import postgres
 from conformance.targets.runtime.node import launch_single
-from conformance.targets.runtime.launch_choice import choose_launch
+from conformance.targets.runtime.launch_choice import check_requested, choose_launch, requirement_of
 from conformance.targets.runtime.evidence import ProcessEvidence
 from conformance.targets.tls_setup import prepare as prepare_tls
 from conformance.topology import check_supported
@@ -96,7 +92,7 @@ _FEATURES = frozenset({
     "dead_letter",
     "expiry",
     "process.kill",
-    "topology.network",  # these three: process mode only (`ActiveMQTarget.capabilities`)
+    "topology.network",  # these three: process mode only (`launch_modes.NETWORK_CAPABILITIES`)
     "topology.discovery",
     "topology.masterslave-connector",
     "topology.shared-store",
@@ -138,10 +134,11 @@ class ActiveMQHandle(ProcessEvidence):
 
     def __init__(self, *, target: str, process: ActiveMQProcess, scenario: Scenario, config: ActiveMQConfig,
                  capabilities: frozenset[str], credentials: tuple[str | None, str | None],
-                 launch: str = "process") -> None:
+                 mode: ActiveMQProcessLaunch | ActiveMQContainerLaunch = ActiveMQProcessLaunch()) -> None:
         self.target = target
-        # "process" (ActiveMQProcess) or "container" (ActiveMQContainer, same interface)
-        self.launch = launch
+        # how it runs (`launch_modes`): ActiveMQProcess, or ActiveMQContainer (same interface)
+        self._mode = mode
+        self.launch = mode.name
         self.process = process
         self.scenario = scenario
         self.config = config
@@ -176,7 +173,7 @@ class ActiveMQHandle(ProcessEvidence):
     @property
     def pid(self) -> int | None:
         """The broker JVM's PID; None in a container (signal it through the container, not a host PID)."""
-        return self.process.pid if self.launch == "process" else None
+        return self._mode.handle_pid(self.process)
 
     @property
     def jmx_timing(self) -> QueryTiming | None:
@@ -284,16 +281,15 @@ class ActiveMQTarget:
                  start_timeout: float = 60.0, image: str = ACTIVEMQ_IMAGE,
                  process_check: Callable[[], tuple[bool, str]] | None = None,
                  container_check: Callable[[], tuple[bool, str]] | None = None) -> None:
-        if launch not in LAUNCH_MODES:
-            raise ValueError(f"launch must be one of {', '.join(LAUNCH_MODES)}, not {launch!r}")
         self.name = name
-        self.launch_requested = launch
+        self.launch_requested = check_requested(launch, LAUNCH_MODES)
         self.jvm_heap_mb = jvm_heap_mb
         self.start_timeout = start_timeout
         self.image = image
         self._process_check = process_check or activemq_available
         self._container_check = container_check or (lambda: container_target_available(self.image))
         self._resolved: tuple[str, bool, str] | None = None
+        self._mode: ActiveMQProcessLaunch | ActiveMQContainerLaunch | None = None
 
     def _resolve(self) -> tuple[str, bool, str]:
         """(mode, ok, reason), computed once: the checks ask dpkg / the Docker engine."""
@@ -304,9 +300,21 @@ class ActiveMQTarget:
         return self._resolved
 
     @property
+    def mode(self) -> ActiveMQProcessLaunch | ActiveMQContainerLaunch:
+        """The resolved mode's object (`launch_modes`): everything that differs between a local JVM
+        and a container is asked of it."""
+        if self._mode is None:
+            self._mode = LAUNCHES[self._resolve()[0]](self.image)
+        return self._mode
+
+    @property
     def launch_mode(self) -> str:
         """"process" or "container": what `launch` will start (the matrix records it)."""
-        return self._resolve()[0]
+        return self.mode.name
+
+    @property
+    def launches_locally(self) -> bool:
+        return self.mode.local
 
     def availability(self) -> tuple[bool, str]:
         _, ok, reason = self._resolve()
@@ -317,59 +325,30 @@ class ActiveMQTarget:
         """What this target needs from the machine, in conformance.requirements' names: a forced
         container needs the Docker engine and image; otherwise the Debian package (``auto`` falls
         back to a container, but the package is what a machine is expected to provide)."""
-        return "docker" if self.launch_requested == "container" else "activemq"
-
-    def _mqtt_available(self) -> tuple[bool, str]:
-        if self.launch_mode == "container":
-            return True, ""  # the image installs the MQTT transport's jars (docker/activemq-classic/Dockerfile)
-        return activemq_mqtt_available()
-
-    def _amqp_available(self) -> tuple[bool, str]:
-        if self.launch_mode == "container":
-            return False, ("the brokerconf/activemq-classic image has no AMQP transport (Debian does not package "
-                           "activemq-amqp); run activemq:process with `brokerconf targets install activemq-amqp`")
-        return activemq_amqp_available()
+        return requirement_of(self.launch_requested, "activemq")
 
     @property
     def capability_requirements(self) -> dict[str, str]:
         """Capabilities that a BROKERCONF_REQUIRE name stands for (the plugin fails instead of
         skipping when such a one is required and missing); the image never has AMQP."""
-        return {} if self.launch_mode == "container" else {"protocol.amqp": "activemq-amqp",
-                                                           "topology.jdbc-store": "postgresql"}
+        return self.mode.capability_requirements
 
     def capabilities(self) -> frozenset[str]:
         caps = {"protocol.stomp", *_FEATURES}
-        if self.launch_mode == "container":
-            # networks of brokers (and the rigs) are launched as local JVMs
-            caps -= {"topology.network", "topology.discovery", "topology.masterslave-connector"}
-        if self._mqtt_available()[0]:
+        if self.mode.mqtt_available()[0]:
             caps.add("protocol.mqtt")
-        if self._amqp_available()[0]:
+        if self.mode.amqp_available()[0]:
             caps.add("protocol.amqp")
-        if self.launch_mode == "process":
-            caps.add("tls")  # +ssl connectors from the run's keystore (the image's launcher has none)
-            if self._jdbc_available()[0]:
-                caps.add("topology.jdbc-store")  # JDBC master/slave on a private PostgreSQL (guide 3.2)
-        return frozenset(caps)
-
-    def _jdbc_available(self) -> tuple[bool, str]:
-        if self.launch_mode == "container":
-            return False, "JDBC master/slave groups are launched as local JVMs (activemq:process)"
-        missing = missing_jdbc_jars()
-        if missing:
-            return False, missing
-        return postgres.availability()
+        return frozenset(self.mode.capabilities(caps))
 
     def why_missing(self, capability: str) -> str | None:
         """Why this target lacks ``capability`` (shown in the not-applicable reason)."""
         if capability == "protocol.amqp":
-            return self._amqp_available()[1] or None
+            return self.mode.amqp_available()[1] or None
         if capability == "topology.jdbc-store":
-            return self._jdbc_available()[1] or None
-        if capability == "tls" and self.launch_mode == "container":
-            return "only the local process launcher (activemq:process) opens +ssl connectors with the run's keystore"
+            return self.mode.jdbc_available()[1] or None
         if capability == "protocol.mqtt":
-            return self._mqtt_available()[1]
+            return self.mode.mqtt_available()[1]
         if capability == "stomp.group_header":
             # ActiveMQ "Stomp" page, "Stomp Extensions for JMS Message Semantics": JMSXGroupID is a
             # header of SEND frames; MESSAGE frames get the standard headers and the message's
@@ -378,19 +357,9 @@ class ActiveMQTarget:
             # tests/conformance/test_clients.py keeps that as a strict xfail, AMQ-7395)
             return ("ActiveMQ Classic's STOMP MESSAGE frames carry no JMSXGroupID header (its STOMP page lists it "
                     "for SEND only; AMQ-7395)")
-        if capability.startswith(("topology.network", "topology.discovery", "topology.masterslave")) \
-                and self.launch_mode == "container":
-            return ("networks of ActiveMQ brokers are launched as local processes: use activemq:process with the "
-                    "Debian package installed")
         if capability in ("groups.rebalance", "groups.first_key"):
             return "an Artemis address setting with no ActiveMQ Classic equivalent"
-        return None
-
-    def _broker(self, workdir: Path, **options):
-        """An unstarted ActiveMQProcess or ActiveMQContainer (same options, same interface)."""
-        if self.launch_mode == "container":
-            return ActiveMQContainer(Path(workdir) / "activemq-container", image=self.image, **options)
-        return ActiveMQProcess(Path(workdir) / "activemq", **options)
+        return self.mode.why_missing(capability)
 
     def launch(self, scenario: Scenario, workdir: Path) -> ActiveMQHandle:
         ok, reason = self.availability()
@@ -409,7 +378,7 @@ class ActiveMQTarget:
             raise TargetUnavailable(f"ActiveMQ ({self.name}, {self.launch_mode}) cannot run scenario {scenario.name!r} "
                                     "over TLS: only the local process launcher opens +ssl connectors")
         tls = prepare_tls(scenario, Path(workdir) / "activemq")
-        process = self._broker(
+        process = self.mode.broker(
             workdir,
             name=_broker_name(scenario),
             stomp=stomp,
@@ -423,8 +392,7 @@ class ActiveMQTarget:
             **config.process_options(),
         )
         try:
-            # a container also pulls nothing and starts its JVM: give it the same budget plus its own start-up
-            process.start(timeout=self.start_timeout + (30 if self.launch_mode == "container" else 0))
+            process.start(timeout=self.mode.start_timeout(self.start_timeout))
         except (ActiveMQNotInstalled, ActiveMQStartError, DockerUnavailable) as e:
             raise TargetUnavailable(f"ActiveMQ ({self.name}, {self.launch_mode}) did not start for scenario "
                                     f"{scenario.name!r}: {e}") from e
@@ -435,7 +403,7 @@ class ActiveMQTarget:
         return ActiveMQHandle(target=self.name, process=process, scenario=scenario, config=config,
                               capabilities=handle_capabilities,
                               credentials=(first_user[0], first_user[1]) if first_user else (None, None),
-                              launch=self.launch_mode)
+                              mode=self.mode)
 
     def launch_shared_store(self, scenario: Scenario, workdir: Path, *, nodes: int = 2,
                             lock_keep_alive_period_ms: int = 2000,
@@ -462,26 +430,10 @@ class ActiveMQTarget:
                        broker_name=_broker_name(scenario))
         if "amqp" in scenario.protocols and "protocol.amqp" in self.capabilities():
             options["amqp"] = True  # process mode only: the image has no AMQP transport
-        if self.launch_mode == "container":
-            if jdbc or jdbc_adapter != "direct":
-                raise TargetUnavailable("JDBC groups are launched as local JVMs (activemq:process), not as containers")
-            if nfs is not None:
-                raise TargetUnavailable("the simulated NFS store is mounted on this machine: launch ActiveMQ as "
-                                        "local JVMs (activemq:process) to put a shared store on it")
-            # 256 MB heap per JVM: two containers plus the workload share the machine's memory
-            group = SharedVolumePair(Path(workdir) / "activemq-shared-volume", image=self.image,
-                                     jvm_heap_mb=min(self.jvm_heap_mb, 256), **options)
-        else:
-            if jdbc:
-                ok, reason = self._jdbc_available()
-                if not ok:
-                    raise TargetUnavailable(reason)
-            group = SharedStoreGroup(Path(workdir) / ("activemq-jdbc-store" if jdbc else "activemq-shared-store"),
-                                     jvm_heap_mb=min(self.jvm_heap_mb, 384), jdbc=jdbc, nfs=nfs,
-                                     proxied_database=proxied_database, jdbc_adapter=jdbc_adapter, **options)
+        group = self.mode.shared_store_group(workdir, jvm_heap_mb=self.jvm_heap_mb, jdbc=jdbc, nfs=nfs,
+                                             proxied_database=proxied_database, jdbc_adapter=jdbc_adapter, **options)
         try:
-            # containers: the engine creates the volume, network and containers on top of the JVMs' start-up
-            group.start(timeout=self.start_timeout + (60 if self.launch_mode == "container" else 30))
+            group.start(timeout=self.mode.group_start_timeout(self.start_timeout))
         except (ActiveMQNotInstalled, ActiveMQStartError, DockerUnavailable, RuntimeError) as e:
             raise TargetUnavailable(f"ActiveMQ ({self.name}, {self.launch_mode}) shared-store group did not "
                                     f"start: {e}") from e

@@ -601,7 +601,7 @@ def launch_cluster(topology: Topology, scenario: Scenario, workdir: Path, *,
                    timeout: float = 240, udp: UdpGroup | None = None) -> ArtemisCluster:
     """Start ``topology``'s nodes as an Artemis cluster and wait until every link is connected.
     ``counters``: the broker handle of a node's process (host, ports, ``destination_counters``),
-    artemis/target.py's ArtemisProcessHandle, passed in (target.py imports this module)."""
+    artemis/handles.py's ArtemisProcessHandle, passed in (launch_modes.py imports this module)."""
     cc = topology.cluster
     if cc is None:
         raise ValueError("launch_cluster needs a topology with a cluster connection")

@@ -314,7 +314,7 @@ def launch_container_cluster(topology: Topology, scenario: Scenario, workdir: Pa
                              jvm_heap_mb: int = 256, timeout: float = 240) -> ArtemisContainerCluster:
     """Start ``topology``'s nodes as Artemis containers on a network of their own and wait until
     every link is connected. ``counters``: the broker handle of a node's container (host, ports,
-    ``destination_counters``: artemis/target.py's ArtemisProcessHandle over its Jolokia)."""
+    ``destination_counters``: artemis/handles.py's ArtemisProcessHandle over its Jolokia)."""
     check_container_topology(topology)
     cc = topology.cluster
     workdir = Path(workdir).absolute() / "artemis-container-cluster"

@@ -28,3 +28,17 @@ def choose_launch(requested: str, process_check: Check, container_check: Check,
     if c_ok:
         return ("container", True, "")
     return ("process", False, neither(reason, c_reason))
+
+
+def check_requested(requested: str, modes: tuple[str, ...]) -> str:
+    """``requested`` when it is one of ``modes``, else ValueError naming them."""
+    if requested not in modes:
+        raise ValueError(f"launch must be one of {', '.join(modes)}, not {requested!r}")
+    return requested
+
+
+def requirement_of(requested: str, local: str) -> str:
+    """What the machine must provide (conformance.requirements' names) for ``requested``: a forced
+    container needs the Docker engine and image; otherwise the ``local`` install (``auto`` falls
+    back to a container, but the local install is what a machine is expected to provide)."""
+    return "docker" if requested == "container" else local

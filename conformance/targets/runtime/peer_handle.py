@@ -25,6 +25,7 @@ class PeerTarget:
     extra install, and a topology of one broker the harness does not fault (no process.kill)."""
 
     launch_mode = "process"
+    launches_locally = True
     #: no capability depends on an extra install (`Target.capability_requirements`)
     capability_requirements: dict[str, str] = {}
 
