@@ -48,7 +48,7 @@ def artemis_node(request, target_name, tmp_path):
     """Start one Artemis JVM with a cluster fragment: ``artemis_node(fragment_of, free=0)`` ->
     (process, free ports); every started JVM is stopped at the end."""
     target = request.config.stash[STATE].targets.get(target_name)
-    if target is None or target.kind != "artemis" or getattr(target, "launch_mode", None) != "process":
+    if target is None or target.kind != "artemis" or target.launch_mode != "process":
         pytest.skip(f"{NOT_APPLICABLE}{target_name}: only the Artemis local-process launcher starts a JVM with a "
                     "hand-written cluster fragment")
     from conformance.targets.artemis.cluster import start_configured_node

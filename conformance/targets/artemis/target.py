@@ -47,6 +47,7 @@ from conformance.targets.artemis.dist import ARTEMIS_IMAGE, installed
 from conformance.targets.base import DestinationCounters, SubscriptionCounters, TargetUnavailable
 from machinery.docker_env import DockerUnavailable, image_available
 from machinery import postgres
+from conformance.targets.artemis.node import ArtemisNode
 from conformance.targets.runtime.node import launch_single
 from conformance.topology import check_supported
 from conformance.targets.runtime.launch_choice import choose_launch
@@ -217,6 +218,7 @@ class ArtemisContainerHandle:
         self.credentials = tuple(broker.ready_login) if broker.ready_login else (None, None)
         self.host = broker.host
         self.ports = {p: broker.ports[p] for p in ("stomp", "mqtt", "amqp") if p in broker.ports}
+        self.plain_ports: dict[str, int] = {}  # the container has no TLS acceptors
         self.client_options = CLIENT_OPTIONS
         # the image's broker.xml comes from the same `artemis create`, whose dead-letter address is DLQ
         self.dead_letter_queue = f"queue://{DEAD_LETTER_ADDRESS}"
@@ -388,7 +390,7 @@ class ArtemisTarget:
                 raise TargetUnavailable(f"Apache Artemis cannot run scenario {scenario.name!r}: {e}") from e
             except (artemis_process.ArtemisNotInstalled, artemis_process.ArtemisStartError) as e:
                 raise TargetUnavailable(f"Apache Artemis shared-store group did not start: {e}") from e
-        return launch_single(self, topology, scenario, workdir, faultable=True)
+        return launch_single(self, topology, scenario, workdir, faultable=True, node_type=ArtemisNode)
 
     def _launch_container_cluster(self, topology, scenario: Scenario, workdir: Path):
         """Containers on a network of their own joined by cluster connections
