@@ -345,20 +345,28 @@ class FaultKind:
     stops: Stops = Stops.NOTHING
     #: what the fault's step passes to its nemesis (a proxy fault: the toxic's attributes)
     params: Callable[[NemesisSection], dict] = _no_params
+    #: a client's broker is gone while it lasts (killed, stopped, frozen, or the client cut off):
+    #: its clients fail over or wait, and the failover-downtime checker measures how long
+    #: (reports/checkers/failover_downtime.py applies after such a fault). The kinds step names in
+    #: a history are the same names, so an old history's nemesis lines are read with this trait too
+    takes_broker_away: bool = False
 
 
 FAULT_KINDS: dict[str, FaultKind] = {
-    "kill": FaultKind(FaultPlane.PROCESS, heal="start", stops=Stops.ITS_NODE),
-    "pause": FaultKind(FaultPlane.PROCESS, heal="resume"),
-    "stop": FaultKind(FaultPlane.PROCESS, heal="start", stops=Stops.ITS_NODE),
-    "partition": FaultKind(FaultPlane.PROXY, heal="heal", params=lambda n: {"direction": n.direction}),
+    "kill": FaultKind(FaultPlane.PROCESS, heal="start", stops=Stops.ITS_NODE, takes_broker_away=True),
+    "pause": FaultKind(FaultPlane.PROCESS, heal="resume", takes_broker_away=True),
+    "stop": FaultKind(FaultPlane.PROCESS, heal="start", stops=Stops.ITS_NODE, takes_broker_away=True),
+    "partition": FaultKind(FaultPlane.PROXY, heal="heal", params=lambda n: {"direction": n.direction},
+                           takes_broker_away=True),
     "latency": FaultKind(FaultPlane.PROXY, heal="heal",
                          params=lambda n: {"latency": n.latency_ms, "jitter": n.jitter_ms, "stream": n.direction}),
     "bandwidth": FaultKind(FaultPlane.PROXY, heal="heal", params=lambda n: {"rate": n.rate_kbps, "stream": n.direction}),
     "reset_peer": FaultKind(FaultPlane.PROXY, heal="heal",
                             params=lambda n: {"timeout": n.timeout_ms, "stream": n.direction}),
     # the store's fault (cut, slowed, reset, lease expired) is the entry's `fault`, given to its
-    # nemesis when the runner builds it (chaos/experiment.py), not with each step
+    # nemesis when the runner builds it (chaos/experiment.py), not with each step. It does not
+    # take the broker away by itself: whether the master stops when it loses its lock is what the
+    # lock-loss checks judge (as the checker's own list of outage kinds had it before this trait)
     "lock-loss": FaultKind(FaultPlane.STORE, heal="heal", stops=Stops.ANY_NODE),
 }
 #: the [[nemesis]] kind's values, from the table
@@ -375,6 +383,15 @@ StoreFaultName = Literal[tuple(STORE_FAULTS)]  # type: ignore[valid-type]
 #: the kinds of each plane, in the table's order (named in the messages of a refused file)
 PROCESS_FAULTS = tuple(name for name, kind in FAULT_KINDS.items() if kind.plane is FaultPlane.PROCESS)
 PROXY_FAULTS = tuple(name for name, kind in FAULT_KINDS.items() if kind.plane is FaultPlane.PROXY)
+#: the kinds that take a client's broker away (`FaultKind.takes_broker_away`)
+OUTAGE_FAULTS = tuple(name for name, kind in FAULT_KINDS.items() if kind.takes_broker_away)
+
+
+def takes_broker_away(kind: str) -> bool:
+    """Whether a fault of ``kind`` (a [[nemesis]] kind, or the same name on a history's nemesis
+    line) takes a client's broker away; False for a name that is no fault kind (a heal step)."""
+    declared = FAULT_KINDS.get(kind)
+    return declared is not None and declared.takes_broker_away
 
 
 class WorkloadSection(_Strict):

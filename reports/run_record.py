@@ -16,14 +16,9 @@ from pathlib import Path
 from typing import Any, Iterable
 from urllib.parse import unquote, urlparse
 
-from chaos.experiment_file import WORKLOAD_KINDS
+from chaos.experiment_file import FAULT_KINDS, WORKLOAD_KINDS
 from chaos.history import HARNESS, HARNESS_BROKER_COUNTERS, HARNESS_EXPERIMENT, HARNESS_RUN_END, NEMESIS
-from reports.checkers import failover_downtime, registry
-
-#: the nemesis kinds that take a client's broker away (failover downtime's rule, declared there)
-OUTAGE_FAULTS = failover_downtime.OUTAGE_FAULTS
-#: the other nemesis kinds an old history's nemesis lines name (they degrade, not take away)
-_OTHER_FAULTS = ("latency", "bandwidth", "reset_peer")
+from reports.checkers import registry
 
 
 @dataclass
@@ -159,7 +154,7 @@ def record_of(events: Iterable[dict], *, run: str | None = None, target: str | N
             elif f == HARNESS_RUN_END and isinstance(value, dict):
                 record.run_end = value
         elif process == NEMESIS:
-            if f in OUTAGE_FAULTS or f in _OTHER_FAULTS:
+            if f in FAULT_KINDS:  # a fault's step (its kind's name), not a heal
                 kinds.append(f)
         elif isinstance(value, dict):
             if f == "subscribe" and e.get("type") == "invoke" and value.get("slow") is True:
@@ -260,7 +255,7 @@ def record_of_files(files: Iterable[str], *, run: str, target: str, nemesis_kind
             record.run, record.target = run, target
             return record
     record = RunRecord(run, target)
-    record.nemesis_kinds = sorted({k for k in nemesis_kinds if k in OUTAGE_FAULTS + _OTHER_FAULTS})
+    record.nemesis_kinds = sorted({k for k in nemesis_kinds if k in FAULT_KINDS})
     record.topic = topic
     return record
 
