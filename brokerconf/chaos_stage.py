@@ -23,16 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-#: overrides (`chaos run --set`) that fit a lock-loss experiment into a short chaos stage
+#: overrides (`chaos run --set`) that fit a lock-loss experiment into a short chaos stage: the
+#: shortened schedule cuts at 3 s for 11 s, so the run needs 20 s for that cut and its recovery
+#: (the stage never runs an experiment shorter than its ``min_duration_s``)
 LOCK_LOSS_SHORT = ("recovery_s=6", 'topology.nfs_mount_options="soft,timeo=10,retrans=2,lookupcache=none,sync"',
-                   "topology.nfs_lease_s=5.0", "nemesis.0.every_s=3", "nemesis.0.down_s=11")
-
-#: the shortest chaos stage a master/slave experiment gets: the shared-store failover kills its
-#: master after 8 s, a shortened lock-loss run cuts at 3 s for 11 s; either then needs its recovery
-MASTER_SLAVE_MIN_DURATION_S = 20.0
-#: the shortest chaos stage a cluster experiment gets: its node kill (at 6-7 s, 3 s down) and its
-#: link cut (at 9-10 s, 2 s) with their recovery
-CLUSTER_MIN_DURATION_S = 20.0
+                   "topology.nfs_lease_s=5.0", "nemesis.0.every_s=3", "nemesis.0.down_s=11", "min_duration_s=20")
 
 #: experiments running at once. Measured with the whole stage (17 runs) on the 2-core machine:
 #: see the README's "Time"; more than this and the runs' own schedules start to slip (a restart
@@ -122,6 +117,12 @@ def cluster_not_applicable(exp, target) -> dict | None:
                      f"{len(exp.topology.node_names)}-node cluster" + (f" ({why})" if why else "")}
 
 
+def stage_duration(chaos_duration: float, exp) -> float:
+    """How long the stage runs experiment ``exp`` (overrides applied): the stage's duration, or
+    the experiment's declared ``min_duration_s`` when that is longer."""
+    return max(chaos_duration, exp.min_duration_s)
+
+
 def plan(chaos_duration: float, targets: list[str], out_dir: Path, progress: Callable[[str], None], *,
          seed: int | None = None) -> tuple[list[PlannedRun], list[dict]]:
     """The runs the stage will make, and the entries it settles without running (not applicable).
@@ -139,12 +140,10 @@ def plan(chaos_duration: float, targets: list[str], out_dir: Path, progress: Cal
     for file_name, target, needs, *settings in MAIN_JOB_EXPERIMENTS:
         path = Path(chaos.__file__).resolve().parent / "experiments" / file_name
         overrides = tuple(settings[0]) if settings else ()
-        # master/slave runs need their one fault and its recovery in the run
-        minimum = MASTER_SLAVE_MIN_DURATION_S if ("shared-store" in file_name or overrides) else 0.0
-        if "cluster" in file_name:
-            minimum = CLUSTER_MIN_DURATION_S
-        duration = max(chaos_duration, minimum)
-        exp = with_overrides(load_experiment(path), duration_s=duration, target=target, settings=overrides, seed=seed)
+        exp = with_overrides(load_experiment(path), target=target, settings=overrides, seed=seed)
+        # shortened, but never below what the experiment declares it needs for its faults' recovery
+        duration = stage_duration(chaos_duration, exp)
+        exp = with_overrides(exp, duration_s=duration)
         label = f"{exp.name} on {exp.target.name}"
         if exp.topology.store == "nfs" and (why := fuse_unavailable()):
             progress(f"chaos: {label} skipped: {why}")

@@ -2,6 +2,7 @@
 
     name = "reference-kill-restart"
     duration_s = 20                 # how long the workload runs under faults
+    min_duration_s = 20             # a runner that shortens the run (the main job) keeps it this long at least
     recovery_s = 3                  # quiet seconds after the last heal before the workload stops
     seed = 1                        # draws the drawn timings (every_max_s, down_max_s) and cluster churn
 
@@ -344,20 +345,28 @@ class FaultKind:
     stops: Stops = Stops.NOTHING
     #: what the fault's step passes to its nemesis (a proxy fault: the toxic's attributes)
     params: Callable[[NemesisSection], dict] = _no_params
+    #: a client's broker is gone while it lasts (killed, stopped, frozen, or the client cut off):
+    #: its clients fail over or wait, and the failover-downtime checker measures how long
+    #: (reports/checkers/failover_downtime.py applies after such a fault). The kinds step names in
+    #: a history are the same names, so an old history's nemesis lines are read with this trait too
+    takes_broker_away: bool = False
 
 
 FAULT_KINDS: dict[str, FaultKind] = {
-    "kill": FaultKind(FaultPlane.PROCESS, heal="start", stops=Stops.ITS_NODE),
-    "pause": FaultKind(FaultPlane.PROCESS, heal="resume"),
-    "stop": FaultKind(FaultPlane.PROCESS, heal="start", stops=Stops.ITS_NODE),
-    "partition": FaultKind(FaultPlane.PROXY, heal="heal", params=lambda n: {"direction": n.direction}),
+    "kill": FaultKind(FaultPlane.PROCESS, heal="start", stops=Stops.ITS_NODE, takes_broker_away=True),
+    "pause": FaultKind(FaultPlane.PROCESS, heal="resume", takes_broker_away=True),
+    "stop": FaultKind(FaultPlane.PROCESS, heal="start", stops=Stops.ITS_NODE, takes_broker_away=True),
+    "partition": FaultKind(FaultPlane.PROXY, heal="heal", params=lambda n: {"direction": n.direction},
+                           takes_broker_away=True),
     "latency": FaultKind(FaultPlane.PROXY, heal="heal",
                          params=lambda n: {"latency": n.latency_ms, "jitter": n.jitter_ms, "stream": n.direction}),
     "bandwidth": FaultKind(FaultPlane.PROXY, heal="heal", params=lambda n: {"rate": n.rate_kbps, "stream": n.direction}),
     "reset_peer": FaultKind(FaultPlane.PROXY, heal="heal",
                             params=lambda n: {"timeout": n.timeout_ms, "stream": n.direction}),
     # the store's fault (cut, slowed, reset, lease expired) is the entry's `fault`, given to its
-    # nemesis when the runner builds it (chaos/experiment.py), not with each step
+    # nemesis when the runner builds it (chaos/experiment.py), not with each step. It does not
+    # take the broker away by itself: whether the master stops when it loses its lock is what the
+    # lock-loss checks judge (as the checker's own list of outage kinds had it before this trait)
     "lock-loss": FaultKind(FaultPlane.STORE, heal="heal", stops=Stops.ANY_NODE),
 }
 #: the [[nemesis]] kind's values, from the table
@@ -374,6 +383,15 @@ StoreFaultName = Literal[tuple(STORE_FAULTS)]  # type: ignore[valid-type]
 #: the kinds of each plane, in the table's order (named in the messages of a refused file)
 PROCESS_FAULTS = tuple(name for name, kind in FAULT_KINDS.items() if kind.plane is FaultPlane.PROCESS)
 PROXY_FAULTS = tuple(name for name, kind in FAULT_KINDS.items() if kind.plane is FaultPlane.PROXY)
+#: the kinds that take a client's broker away (`FaultKind.takes_broker_away`)
+OUTAGE_FAULTS = tuple(name for name, kind in FAULT_KINDS.items() if kind.takes_broker_away)
+
+
+def takes_broker_away(kind: str) -> bool:
+    """Whether a fault of ``kind`` (a [[nemesis]] kind, or the same name on a history's nemesis
+    line) takes a client's broker away; False for a name that is no fault kind (a heal step)."""
+    declared = FAULT_KINDS.get(kind)
+    return declared is not None and declared.takes_broker_away
 
 
 class WorkloadSection(_Strict):
@@ -498,6 +516,11 @@ class CheckersSection(_Strict):
 class Experiment(_Strict):
     name: str = Field(min_length=1)
     duration_s: float = Field(gt=0, le=24 * 3600)
+    # the shortest run that still holds the schedule's first faults and their recovery: a runner
+    # that shortens the run (the main job's chaos stage, brokerconf/chaos_stage.py) gives it at
+    # least this long. Declared by the file, whose author knows which faults make the experiment;
+    # 0: any length will do (a run with no fault in it still judges its workload)
+    min_duration_s: float = Field(default=0.0, ge=0, le=24 * 3600)
     # draws the nemesis entries' drawn timings (chaos/schedule.py) and the cluster workload's
     # consumer churn: a run replays from it (`brokerconf chaos run FILE --seed N` overrides it)
     seed: int = 0

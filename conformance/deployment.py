@@ -10,7 +10,9 @@ some deployments can do is a part, a Protocol of its own here:
 * `SharedStorage`: one store, one master at a time: the master, the lock file, and the rig whose
   links to the store a lock-loss nemesis can fault (``rig``; None when the store has none);
 * on a node, `Forwarding`: the messages a cluster node holds for another node;
-* on a node, `InFlight`: messages dispatched to consumers and not acknowledged yet (networks).
+* on a node, `InFlight`: messages dispatched to consumers and not acknowledged yet (networks);
+* on a node, `NativeListener`: the real broker's own wire protocol (ActiveMQ's OpenWire, Artemis's
+  core), which the harness's clients do not speak and the product's Java clients dial.
 
 A launcher claims a part by naming it among its bases (``class ReferenceNetwork(Cluster,
 Renaming)``): the claim is written where the class is, a type checker checks the methods against
@@ -35,8 +37,8 @@ from typing import Protocol, TypeVar, cast, runtime_checkable
 from conformance.topology import Node
 from machinery.store_links import StoreLinks
 
-__all__ = ["DEPLOYMENT_PARTS", "NODE_PARTS", "Formation", "Forwarding", "InFlight", "MissingPart", "Renaming",
-           "SharedStorage", "part", "require"]
+__all__ = ["DEPLOYMENT_PARTS", "NODE_PARTS", "Formation", "Forwarding", "InFlight", "MissingPart", "NativeListener",
+           "Renaming", "SharedStorage", "part", "require"]
 
 Part = TypeVar("Part")
 
@@ -108,9 +110,24 @@ class InFlight(Protocol):
         ...
 
 
+@runtime_checkable
+class NativeListener(Protocol):
+    """A real broker's node listening on the product's own wire protocol beside the harness's ones
+    (STOMP, MQTT, AMQP, which `Node.address` answers for): ActiveMQ's OpenWire transport connector,
+    Artemis's core acceptor. What that product's Java clients dial (conformance/suites/java_support.py)."""
+
+    #: the protocol's name: "openwire" (ActiveMQ) or "core" (Artemis)
+    native_protocol: str
+
+    def native_address(self) -> tuple[str, int]:
+        """(host, port) of that listener now (read at each call: a restart may move a port);
+        KeyError when the broker runs without it."""
+        ...
+
+
 #: the parts a deployment may have, and the parts a node may have (what the claims test walks)
 DEPLOYMENT_PARTS: tuple[type, ...] = (Renaming, Formation, SharedStorage)
-NODE_PARTS: tuple[type, ...] = (Forwarding, InFlight)
+NODE_PARTS: tuple[type, ...] = (Forwarding, InFlight, NativeListener)
 
 
 def part(deployment: object, kind: type[Part]) -> Part | None:

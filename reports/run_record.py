@@ -4,7 +4,9 @@ the end, the run's outcome. Every judge reads them here, from the history itself
 copied anywhere is judged as it was in its run directory.
 
 A history written before these records existed has none: `RunRecord.missing` then says what is
-unknown, and the judges call ``unknown`` what needs it (reports/judge.py), never guess.
+unknown, and the judges call ``unknown`` what needs it (reports/judge.py), never guess. The header
+(the experiment and the checker list) is parsed once, into `ExperimentHeader`
+(reports/history_header.py), and read from there.
 """
 
 from __future__ import annotations
@@ -16,24 +18,18 @@ from pathlib import Path
 from typing import Any, Iterable
 from urllib.parse import unquote, urlparse
 
-from chaos.experiment_file import WORKLOAD_KINDS
+from chaos.experiment_file import FAULT_KINDS
 from chaos.history import HARNESS, HARNESS_BROKER_COUNTERS, HARNESS_EXPERIMENT, HARNESS_RUN_END, NEMESIS
-from reports.checkers import failover_downtime, registry
-
-#: the nemesis kinds that take a client's broker away (failover downtime's rule, declared there)
-OUTAGE_FAULTS = failover_downtime.OUTAGE_FAULTS
-#: the other nemesis kinds an old history's nemesis lines name (they degrade, not take away)
-_OTHER_FAULTS = ("latency", "bandwidth", "reset_peer")
+from reports.checkers import registry
+from reports.history_header import ExperimentHeader
 
 
 @dataclass
 class RunRecord:
     run: str
     target: str
-    experiment: dict | None = None  # the experiment file as loaded; None in an old history
-    #: the run's checker list as `chaos run` wrote it in the header (reports/checker_list.py);
-    #: None in a history written before runs wrote one
-    checker_list: dict | None = None
+    #: the history's header (the experiment as loaded, the checker list); None in an old history
+    header: ExperimentHeader | None = None
     #: the broker's discarded counter per subscription; None when not read (or not readable)
     broker_discards: list[int] | None = None
     counters: dict | None = None  # the broker-counters record as written
@@ -45,12 +41,18 @@ class RunRecord:
 
     @property
     def self_contained(self) -> bool:
-        return self.experiment is not None
+        return self.header is not None
+
+    @property
+    def checker_list(self) -> dict | None:
+        """The run's checker list as `chaos run` wrote it in the header (reports/checker_list.py);
+        None in a history written before runs wrote one."""
+        return self.header.checker_list if self.header is not None else None
 
     @property
     def name(self) -> str:
-        if self.experiment:
-            return str(self.experiment.get("name"))
+        if self.header is not None and self.header.name is not None:
+            return self.header.name
         # an old history: the run id is "<experiment>-<UTC time>" (chaos/experiment.py)
         head, sep, tail = self.run.rpartition("-")
         return head if sep and tail.endswith("Z") else self.run
@@ -59,15 +61,14 @@ class RunRecord:
     def seed(self) -> int | None:
         """The seed the run's schedule was drawn from (chaos/schedule.py): replay the run with
         ``brokerconf chaos run FILE --seed N``. None in an old history."""
-        seed = (self.experiment or {}).get("seed")
-        return seed if isinstance(seed, int) and not isinstance(seed, bool) else None
+        return self.header.seed if self.header is not None else None
 
     @property
     def checkers(self) -> dict:
         """The experiment's [checkers] section with the file format's defaults filled in (an old
         history: the defaults alone)."""
         defaults = registry.section_defaults()
-        given = (self.experiment or {}).get("checkers") or {}
+        given = self.header.checkers if self.header is not None else {}
         return {**defaults, **{k: v for k, v in given.items() if k in defaults}}
 
     @property
@@ -80,38 +81,29 @@ class RunRecord:
             out.update(registry.options_of(checker, section, self))
         return out
 
-    def _cluster_option(self, name: str):
-        """Cluster option ``name`` of a [topology] kind = "cluster" (the file's value; when the file
-        left it unset, the documented default the brokers applied, CLUSTER_CONNECTION_DEFAULTS),
-        else None."""
-        topology = (self.experiment or {}).get("topology") or {}
-        if topology.get("kind") != "cluster":
-            return None
-        if topology.get(name) is not None:
-            return topology[name]
-        from conformance.topology import CLUSTER_CONNECTION_DEFAULTS
-
-        return CLUSTER_CONNECTION_DEFAULTS[name]
+    @property
+    def _cluster(self):
+        return self.header.cluster if self.header is not None else None
 
     @property
     def load_balancing(self) -> str | None:
         """The cluster's message_load_balancing (a [topology] kind = "cluster"), else None: the
         redistribution checker's ON_DEMAND rule needs it (reports/checkers/redistribution.py)."""
-        return self._cluster_option("message_load_balancing")
+        return self._cluster.load_balancing if self._cluster is not None else None
 
     @property
     def redistribution_delay_ms(self) -> int | None:
         """The cluster's redistribution delay (-1: never), else None."""
-        return self._cluster_option("redistribution_delay_ms")
+        return self._cluster.redistribution_delay_ms if self._cluster is not None else None
 
     @property
     def destination(self) -> str | None:
-        return ((self.experiment or {}).get("workload") or {}).get("destination")
+        return self.header.destination if self.header is not None else None
 
     def missing(self) -> list[str]:
         """What the history does not say that a judge may need, one sentence each."""
         out = []
-        if self.experiment is None:
+        if self.header is None:
             out.append("the history has no harness records (written before histories carried them): the "
                        "experiment's settings (duplicates allowed, downtime bound), the broker's counters and the "
                        "harness's own errors are not in it; the checks ran with the default settings")
@@ -147,10 +139,8 @@ def record_of(events: Iterable[dict], *, run: str | None = None, target: str | N
             record.target = str(e["target"])
         process, f, value = e.get("process"), e.get("f"), e.get("value")
         if process == HARNESS:
-            if f == HARNESS_EXPERIMENT and isinstance(value, dict) and isinstance(value.get("experiment"), dict):
-                record.experiment = value["experiment"]
-                if isinstance(value.get("checkers"), dict):
-                    record.checker_list = value["checkers"]
+            if f == HARNESS_EXPERIMENT and (header := ExperimentHeader.parse(value)) is not None:
+                record.header = header
             elif f == HARNESS_BROKER_COUNTERS and isinstance(value, dict):
                 record.counters = value
                 discards = value.get("subscription_discards")
@@ -159,7 +149,7 @@ def record_of(events: Iterable[dict], *, run: str | None = None, target: str | N
             elif f == HARNESS_RUN_END and isinstance(value, dict):
                 record.run_end = value
         elif process == NEMESIS:
-            if f in OUTAGE_FAULTS or f in _OTHER_FAULTS:
+            if f in FAULT_KINDS:  # a fault's step (its kind's name), not a heal
                 kinds.append(f)
         elif isinstance(value, dict):
             if f == "subscribe" and e.get("type") == "invoke" and value.get("slow") is True:
@@ -167,12 +157,9 @@ def record_of(events: Iterable[dict], *, run: str | None = None, target: str | N
             destination = value.get("destination")
             if isinstance(destination, str):
                 destinations.add(destination)
-    if record.experiment is not None:
-        record.nemesis_kinds = [str(n.get("kind")) for n in record.experiment.get("nemesis") or []]
-        # what the workload's kind means is declared with it (chaos/experiment_file.py WORKLOAD_KINDS)
-        kind = (record.experiment.get("workload") or {}).get("kind")
-        declared = WORKLOAD_KINDS.get(kind) if isinstance(kind, str) else None
-        record.topic = declared is not None and declared.fans_out
+    if record.header is not None:
+        record.nemesis_kinds = list(record.header.nemesis_kinds)
+        record.topic = record.header.topic
     else:
         record.nemesis_kinds = sorted(set(kinds))
         record.topic = any(d.startswith("topic://") for d in destinations)
@@ -260,7 +247,7 @@ def record_of_files(files: Iterable[str], *, run: str, target: str, nemesis_kind
             record.run, record.target = run, target
             return record
     record = RunRecord(run, target)
-    record.nemesis_kinds = sorted({k for k in nemesis_kinds if k in OUTAGE_FAULTS + _OTHER_FAULTS})
+    record.nemesis_kinds = sorted({k for k in nemesis_kinds if k in FAULT_KINDS})
     record.topic = topic
     return record
 

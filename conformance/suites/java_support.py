@@ -13,6 +13,7 @@ import pytest
 from conformance.clients import java_driver
 from conformance.clients.failover import CLIENT_SUBJECT as FAILOVER_SUBJECT
 from conformance.clients.java_driver import JavaDriver
+from conformance.deployment import NativeListener, require
 from conformance.plugin import NOT_APPLICABLE
 from conformance.requirements import skip_or_fail
 
@@ -71,17 +72,14 @@ def listener(client: str) -> str:
 
 
 def address(node, client: str) -> tuple[str, int]:
-    """(host, port) of ``node``'s listener for ``client``. A process node lists only the harness's
-    protocols among its ports; the process itself knows its OpenWire connector (ActiveMQ's
-    ``openwire_port``) and core acceptor (Artemis's ``ports["core"]``)."""
-    try:
-        return node.address(listener(client))
-    except KeyError:
-        process = getattr(node, "process", None)
-        port = getattr(process, f"{listener(client)}_port", 0) or getattr(process, "ports", {}).get(listener(client))
-        if not port:
-            raise
-        return node.host, port
+    """(host, port) of ``node``'s listener for ``client``: the node's `NativeListener` part (a real
+    broker's own protocol: ActiveMQ's OpenWire connector, Artemis's core acceptor), which must be
+    the protocol ``client`` speaks. MissingPart for a node without one (the reference broker's)."""
+    wanted = listener(client)
+    native = require(node, NativeListener, f"give {SUBJECTS[client]} its {wanted} address")
+    if native.native_protocol != wanted:
+        raise KeyError(f"node {node.name} listens on {native.native_protocol}, not on {wanted} ({SUBJECTS[client]})")
+    return native.native_address()
 
 
 def tcp(node, client: str) -> str:

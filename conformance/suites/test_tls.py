@@ -32,7 +32,7 @@ def test_send_and_receive_over_tls(client, dest, protocol):
 @pytest.mark.requires("tls")
 def test_plain_and_tls_listeners_serve_the_same_queue(broker, client, dest):
     queue = dest("queue", "tls")
-    plain_port = getattr(broker, "plain_ports", {}).get("stomp")
+    plain_port = broker.plain_ports.get("stomp")
     if plain_port is None:  # e.g. a broker from a targets file, whose plain listener we are not told
         raise Unsupported(f"{broker.target} names no plain STOMP listener beside its TLS one")
     login, passcode = broker.credentials

@@ -107,8 +107,9 @@ class BrokerHandle(Protocol):
     # queue of its own (it lacks the ``dead_letter`` capability).
     dead_letter_queue: str | None
     # Scenario(tls=True): protocol -> port of the plain listener that stays open beside each TLS
-    # one (the handle's ``ports`` are then the TLS ports); {} otherwise. Optional: read it with
-    # getattr(handle, "plain_ports", {}).
+    # one (the handle's ``ports`` are then the TLS ports); {} otherwise, and for a broker whose
+    # plain listeners the harness is not told (a targets file's)
+    plain_ports: dict[str, int]
 
     def config_text(self) -> str:
         """The broker's own configuration as the launcher generated it (evidence)."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import difflib
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from pathlib import Path
 
@@ -38,6 +38,8 @@ class ExternalHandle:
     credentials: tuple[str | None, str | None]
     launch: str = "external"
     tls: ClientTls | None = None  # the targets file's [target.NAME.tls]: its ports are TLS listeners
+    #: the targets file names no plain listener beside a TLS one
+    plain_ports: dict[str, int] = field(default_factory=dict)
 
     @property
     def client_options(self) -> dict[str, dict]:

@@ -54,6 +54,8 @@ from typing import Iterable
 
 import numpy as np
 
+from chaos.experiment_file import OUTAGE_FAULTS, takes_broker_away
+
 from .history import Columns, open_ops
 from .protocol import Checker, Facts
 from .result import INVALID, UNKNOWN, VALID, CheckResult, RunKey
@@ -424,12 +426,10 @@ def failover_downtime(history: Iterable[dict] | Columns, *, max_downtime_s: floa
     return out
 
 
-#: the nemesis kinds that take a client's broker away, after which failover downtime is measured
-OUTAGE_FAULTS = ("kill", "stop", "pause", "partition")
-
-
 def _after_an_outage(record) -> str | None:
-    if any(kind in OUTAGE_FAULTS for kind in record.nemesis_kinds):
+    # which kinds take a client's broker away is a trait of the fault kind, declared with it
+    # (chaos/experiment_file.py FAULT_KINDS: `takes_broker_away`)
+    if any(takes_broker_away(kind) for kind in record.nemesis_kinds):
         return None
     return f"no fault that takes a client's broker away ({', '.join(OUTAGE_FAULTS)}) in the nemesis schedule"
 

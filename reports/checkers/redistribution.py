@@ -249,8 +249,9 @@ def _as_registered(key: RunKey, facts_: dict, options: dict):
 
 def _cluster_settings(record) -> dict:
     """The cluster's settings the ON_DEMAND rule needs (None outside a cluster, or without a record)."""
-    return {"load_balancing": getattr(record, "load_balancing", None),
-            "redistribution_delay_ms": getattr(record, "redistribution_delay_ms", None)}
+    if record is None:
+        return {"load_balancing": None, "redistribution_delay_ms": None}
+    return {"load_balancing": record.load_balancing, "redistribution_delay_ms": record.redistribution_delay_ms}
 
 
 #: runs with its switch as an option: unasked, it shows what it found as not applicable; its

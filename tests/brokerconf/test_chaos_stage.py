@@ -83,3 +83,60 @@ def test_stage_times_total_is_measured_not_summed_and_each_target_is_shown():
     assert lines[1].split() == ["set-up", "(scripts/bootstrap.sh)", "0", "m", "30.0", "s"]
     assert "total (set-up included)" in lines[4] and lines[4].endswith("10 m 00.0 s")  # not 12 m 50 s
     assert "artemis" in lines[6] and "wall 8 m 50.0 s, tests 17 m 30.0 s" in lines[6]
+
+
+# --------------------------------------------------------------------------- minimum durations
+
+#: file -> the stage's minimum duration for it, as the file-name rule gave it before each file
+#: declared its own ``min_duration_s`` (computed once with the old rule: 20 s for a name containing
+#: "shared-store" or "cluster", else 0)
+OLD_MINIMUM = {
+    "activemq-jdbc-lock-loss.toml": 0.0, "activemq-nfs-lease-expiry.toml": 0.0, "activemq-nfs-lock-loss.toml": 0.0,
+    "activemq-shared-store-failover.toml": 20.0, "artemis-cluster-redistribution.toml": 20.0,
+    "artemis-clustered-grouping.toml": 20.0, "artemis-jdbc-lock-loss.toml": 0.0, "artemis-kill-restart.toml": 0.0,
+    "artemis-nfs-lease-expiry.toml": 0.0, "artemis-nfs-lock-loss.toml": 0.0, "client-partition.toml": 0.0,
+    "network-bridge-partition.toml": 0.0, "reference-cluster-redistribution.toml": 20.0,
+    "reference-clustered-grouping.toml": 20.0, "reference-jdbc-lock-loss.toml": 0.0,
+    "reference-kill-restart.toml": 0.0, "reference-nfs-lease-expiry.toml": 0.0, "reference-nfs-lock-loss.toml": 0.0,
+    "slow-topic-subscriber.toml": 0.0,
+}
+#: the stage's own runs, with their overrides: the old rule also gave 20 s to any run with
+#: overrides (the shortened lock-loss runs, `LOCK_LOSS_SHORT`)
+OLD_STAGE_MINIMUM = [0.0, 0.0, 0.0, 20.0, 20.0, 20.0, 0.0, 0.0, 0.0, 0.0, 20.0, 20.0, 20.0, 20.0, 20.0, 20.0, 20.0]
+
+
+def _experiments() -> list[Path]:
+    import chaos
+
+    return sorted((Path(chaos.__file__).parent / "experiments").glob("*.toml"))
+
+
+def test_every_experiment_file_gets_the_minimum_the_file_name_rule_gave():
+    from chaos.experiment_file import load_experiment
+
+    minimum = {path.name: chaos_stage.stage_duration(0.0, load_experiment(path)) for path in _experiments()}
+    assert minimum == OLD_MINIMUM
+
+
+def test_the_stages_runs_get_the_minimum_the_old_rule_gave_and_a_longer_stage_its_own_length():
+    import chaos
+    from chaos.experiment_file import load_experiment, with_overrides
+
+    planned = []
+    for file_name, target, _needs, *settings in chaos_stage.MAIN_JOB_EXPERIMENTS:
+        exp = with_overrides(load_experiment(Path(chaos.__file__).parent / "experiments" / file_name), target=target,
+                             settings=tuple(settings[0]) if settings else ())
+        planned.append(chaos_stage.stage_duration(0.0, exp))
+        assert chaos_stage.stage_duration(35.0, exp) == 35.0  # the floor only lifts a shorter stage
+    assert planned == OLD_STAGE_MINIMUM
+
+
+def test_the_stage_picks_no_duration_by_the_file_name():
+    import ast
+    import inspect
+
+    source = inspect.getsource(chaos_stage)
+    name_tests = [ast.unparse(node) for node in ast.walk(ast.parse(source))
+                  if isinstance(node, ast.Compare) and any(isinstance(op, (ast.In, ast.NotIn)) for op in node.ops)
+                  and any(isinstance(side, ast.Name) and side.id == "file_name" for side in node.comparators)]
+    assert not name_tests, f"the stage dispatches on the experiment's file name: {name_tests}"

@@ -12,7 +12,10 @@ among its bases. Read from the classes themselves (no broker is started):
   (``part(deployment, Renaming)``) and reading a launcher's bases tell the same story;
 * no class implementing the core or a part has a public method that only raises: a deployment
   that cannot do something does not claim that part (the three ``rename_connector`` stubs of
-  single brokers and shared stores, and the clusters' ones, were such methods).
+  single brokers and shared stores, and the clusters' ones, were such methods);
+* no suite asks a deployment, node, handle or target for a member by name (``getattr`` /
+  ``hasattr``): what it needs is in the core, a part, or the handle's and target's contracts
+  (conformance/targets/base.py). Read from the suites' source (an AST scan).
 """
 
 from __future__ import annotations
@@ -22,13 +25,14 @@ import importlib
 import inspect
 import pkgutil
 import textwrap
+from pathlib import Path
 from typing import Protocol
 
 import pytest
 
 import conformance.targets
-from conformance.deployment import (DEPLOYMENT_PARTS, NODE_PARTS, Formation, Forwarding, MissingPart, Renaming,
-                                    SharedStorage, part, require)
+from conformance.deployment import (DEPLOYMENT_PARTS, NODE_PARTS, Formation, Forwarding, MissingPart,
+                                    NativeListener, Renaming, SharedStorage, part, require)
 from conformance.topology import Cluster, Node
 
 CORE: tuple[type, ...] = (Cluster, Node)
@@ -181,8 +185,10 @@ def test_the_walk_sees_the_launchers_and_their_parts():
     assert claims["ArtemisCluster"] == claims["ReferenceCluster"] == {"Cluster", "Formation"}
     assert claims["SharedStoreCluster"] == claims["SharedStoreGroup"] == {"Cluster", "SharedStorage"}
     assert claims["SingleNodeCluster"] == {"Cluster"}
-    assert claims["ArtemisClusterNode"] == claims["ReferenceClusterNode"] - {"InFlight"} == {"Node", "Forwarding"}
-    assert claims["NetworkNode"] == {"Node", "InFlight"} and claims["ProcessNode"] == {"Node"}
+    assert claims["ReferenceClusterNode"] == {"Node", "Forwarding", "InFlight"}
+    assert claims["ArtemisClusterNode"] == {"Node", "Forwarding", "NativeListener"}
+    assert claims["NetworkNode"] == {"Node", "InFlight", "NativeListener"} and claims["ProcessNode"] == {"Node"}
+    assert claims["ActiveMQNode"] == claims["ArtemisNode"] == {"Node", "NativeListener"}
 
 
 def test_part_answers_from_the_launchers_themselves(tmp_path):
@@ -284,3 +290,73 @@ def test_part_gives_the_part_or_none_and_require_names_what_is_missing():
         require(network, Formation, "wait until the cluster formed")
     message = str(missing.value)
     assert "<Network A-B>" in message and "no Formation part" in message and "wait until the cluster formed" in message
+
+
+def test_a_real_brokers_node_names_its_own_listener(tmp_path):
+    # unstarted processes: the part reads the port the launcher assigned, from the process itself
+    from types import SimpleNamespace
+
+    from conformance.targets.activemq.node import ActiveMQNode
+    from conformance.targets.artemis.node import ArtemisNode
+    from conformance.targets.runtime.node import ProcessNode
+
+    activemq = ActiveMQNode("A", SimpleNamespace(host="127.0.0.1", openwire_port=61616))
+    artemis = ArtemisNode("B", SimpleNamespace(host="127.0.0.1", ports={"core": 61617, "stomp": 61613}))
+    assert require(activemq, NativeListener).native_protocol == "openwire"
+    assert activemq.native_address() == ("127.0.0.1", 61616)
+    assert (artemis.native_protocol, artemis.native_address()) == ("core", ("127.0.0.1", 61617))
+    with pytest.raises(KeyError, match="without its OpenWire connector"):
+        ActiveMQNode("C", SimpleNamespace(host="127.0.0.1", openwire_port=0)).native_address()
+    assert part(ProcessNode("R", SimpleNamespace(host="127.0.0.1", ports={"stomp": 1})), NativeListener) is None
+
+
+# --------------------------------------------------------------------------- no member asked for by name
+
+SUITES = Path(conformance.__file__).parent / "suites"
+
+#: the objects a suite may still ask for a member by name: none of them is a deployment, a node,
+#: a handle or a target (name of the first argument -> what it is and why the member is optional)
+NOT_THE_DEPLOYMENT = {
+    "request": "pytest's fixture request: ``param`` exists only for a parametrized fixture",
+    "frame": "a received protocol frame, printed in a failure message (a receipt has no headers)",
+    "socket": "the socket module: AF_PACKET exists on Linux only",
+}
+
+
+def members_asked_by_name(source: str, path: str = "<source>") -> list[str]:
+    """Every ``getattr(x, ...)`` / ``hasattr(x, ...)`` in ``source`` whose ``x`` (its leftmost name)
+    is not one of `NOT_THE_DEPLOYMENT`, as ``path:line: call``."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                and node.func.id in ("getattr", "hasattr") and node.args):
+            continue
+        root = node.args[0]
+        while isinstance(root, (ast.Attribute, ast.Subscript, ast.Call)):
+            root = root.func if isinstance(root, ast.Call) else root.value
+        if not (isinstance(root, ast.Name) and root.id in NOT_THE_DEPLOYMENT):
+            found.append(f"{path}:{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_no_suite_asks_a_deployment_for_a_member_by_name():
+    found = [hit for module in sorted(SUITES.rglob("*.py"))
+             for hit in members_asked_by_name(module.read_text(), str(module.relative_to(SUITES.parent.parent)))]
+    assert not found, ("a suite asks for a member by name; ask for a part (conformance/deployment.py) or read "
+                       "the handle's / target's declared member instead:\n" + "\n".join(found))
+
+
+def test_the_scan_finds_a_member_asked_by_name():
+    source = textwrap.dedent("""
+        def address(node, target, request, frame):
+            port = getattr(node.process, "openwire_port", 0)
+            mode = getattr(target, "launch_mode", None)
+            if hasattr(cluster["A"], "wait_formed"):
+                pass
+            return getattr(request, "param", None), getattr(frame, "headers", None)
+    """)
+    assert members_asked_by_name(source) == [
+        "<source>:3: getattr(node.process, 'openwire_port', 0)",
+        "<source>:4: getattr(target, 'launch_mode', None)",
+        "<source>:5: hasattr(cluster['A'], 'wait_formed')",
+    ]

@@ -40,7 +40,7 @@ from conformance.targets.activemq.policy import authentication_plugin_xml
 from conformance.targets.activemq.mbeans import destination_pattern, subscription_pattern
 from conformance.targets.activemq.jmx import JmxClient
 from machinery.process import free_ports
-from conformance.targets.runtime.node import ProcessNode
+from conformance.targets.activemq.node import ActiveMQNode
 from conformance.targets.runtime.evidence import ProcessEvidence
 
 __all__ = ["Bridge", "check_duplex_names", "PEER_LIST_SCHEMES", "BridgeFilterPolicy", "CompositeDestination", "render_destination_interceptors", "BridgeRoute", "NetworkConnectorOptions", "ActiveMQNetwork", "NetworkNode",
@@ -192,7 +192,7 @@ def render_destination_interceptors(composites: tuple[CompositeDestination, ...]
 # --------------------------------------------------------------------------- one broker
 
 
-class NetworkNode(ProcessEvidence, ProcessNode, InFlight):
+class NetworkNode(ProcessEvidence, ActiveMQNode, InFlight):
     """One ActiveMQ broker of a topology (`Node`): its process, addresses, and the counters tests
     wait on (the destination MBeans over JMX). ``start_options``: the process's ``start`` options
     (a shared-store slave waits for the lock: ``wait_for="lock"``)."""

@@ -60,6 +60,7 @@ from conformance.targets.activemq.jmx import JmxClient, JmxError, MBean, QueryTi
 from conformance.targets.activemq.network import ActiveMQNetwork
 from conformance.targets.activemq.rigs import DiscoveryPair
 from conformance.targets.activemq.rigs import HostPairRig, MasterSlaveRig, StaticFanRig
+from conformance.targets.activemq.node import ActiveMQNode
 from conformance.targets.runtime.node import launch_single
 from conformance.targets.runtime.launch_choice import check_requested, choose_launch, requirement_of
 from conformance.targets.runtime.evidence import ProcessEvidence
@@ -445,7 +446,7 @@ class ActiveMQTarget:
 
         check_supported(self, topology)
         if topology.kind == "single":
-            return launch_single(self, topology, scenario, workdir, faultable=True)
+            return launch_single(self, topology, scenario, workdir, faultable=True, node_type=ActiveMQNode)
         if topology.kind in ("shared-store", "jdbc-store"):
             store = topology.shared_store
             return self.launch_shared_store(scenario, workdir, nodes=len(topology.nodes),

@@ -68,7 +68,7 @@ from xml.sax.saxutils import escape, quoteattr
 
 from conformance.scenario import Scenario
 from conformance.targets.artemis.process import ArtemisProcess, JolokiaError, _object_name_value
-from conformance.targets.runtime.node import ProcessNode
+from conformance.targets.artemis.node import ArtemisNode
 from machinery.process import free_ports
 from conformance.deployment import Formation, Forwarding
 from conformance.topology import Bridge, Cluster, ClusterConnection, ExtraClusterConnection, Topology, TopologyUnsupported
@@ -392,7 +392,7 @@ def trace_discovery_expiry(properties: Path) -> None:
         properties.write_text(text.rstrip("\n") + "\n\n" + DISCOVERY_TRACE_LOGGER, encoding="utf-8")
 
 
-class ArtemisClusterNode(ProcessNode, Forwarding):
+class ArtemisClusterNode(ArtemisNode, Forwarding):
     """A cluster member: `ProcessNode` with the queue's own message count (MessageCount) as its
     size, since redistribution and scale-down move messages out of a queue without a consumer
     acknowledging them (added - acknowledged would overcount)."""

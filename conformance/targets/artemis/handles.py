@@ -153,6 +153,7 @@ class ArtemisContainerHandle:
         self.credentials = tuple(broker.ready_login) if broker.ready_login else (None, None)
         self.host = broker.host
         self.ports = {p: broker.ports[p] for p in ("stomp", "mqtt", "amqp") if p in broker.ports}
+        self.plain_ports: dict[str, int] = {}  # the container has no TLS acceptors
         self.client_options = CLIENT_OPTIONS
         # the image's broker.xml comes from the same `artemis create`, whose dead-letter address is DLQ
         self.dead_letter_queue = f"queue://{DEAD_LETTER_ADDRESS}"

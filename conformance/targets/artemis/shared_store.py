@@ -21,7 +21,7 @@ from conformance.targets.artemis.config import ArtemisDatabase
 from conformance.targets.artemis.process import ArtemisProcess
 from conformance.targets.runtime.database_links import DatabaseLinks
 from conformance.targets.runtime.nfs_store import NfsStore
-from conformance.targets.runtime.node import ProcessNode
+from conformance.targets.artemis.node import ArtemisNode
 from machinery.postgres import PostgresServer
 from conformance.targets.runtime.shared_group import SharedStoreCluster, node_names
 from conformance.topology import Topology, TopologyUnsupported
@@ -70,7 +70,7 @@ def launch_shared_store(topology: Topology, scenario: Scenario, workdir: Path, *
                                      jvm_heap_mb=jvm_heap_mb, ha_policy="primary" if index == 0 else "backup",
                                      shared_data=data_of[name],
                                      journal_file_size=NFS_JOURNAL_FILE_SIZE if rig is not None else "10M")
-            nodes[name] = ProcessNode(name, process, wait_for="lock")
+            nodes[name] = ArtemisNode(name, process, wait_for="lock")
         # FileLockNodeManager's lock file: server.lock in the journal directory (node-manager-lock-directory
         # defaults to it)
         group = ArtemisSharedStoreCluster(topology, nodes, shared, label="artemis" + (" (nfs)" if rig else ""),
@@ -104,7 +104,7 @@ def _launch_jdbc(topology: Topology, scenario: Scenario, workdir: Path, names, *
             process = ArtemisProcess(workdir / f"node-{name}", scenario, name=f"{topology.prefix}-{name}",
                                      jvm_heap_mb=jvm_heap_mb, ha_policy="primary" if index == 0 else "backup",
                                      database=settings)
-            nodes[name] = ProcessNode(name, process, wait_for="lock")
+            nodes[name] = ArtemisNode(name, process, wait_for="lock")
         group = SharedStoreCluster(topology, nodes, workdir / "database",
                                    label="artemis (database" + (", proxied)" if links else ")"), database=database,
                                    rig=links)

@@ -63,6 +63,7 @@ from conformance.targets.artemis.config import UnsupportedArtemisPolicy
 from conformance.targets.artemis import process as artemis_process
 from conformance.targets.base import TargetUnavailable
 from machinery.docker_env import image_available
+from conformance.targets.artemis.node import ArtemisNode
 from conformance.targets.runtime.node import launch_single
 from conformance.topology import check_supported
 from conformance.targets.runtime.launch_choice import check_requested, choose_launch, requirement_of
@@ -181,7 +182,7 @@ class ArtemisTarget:
                 raise TargetUnavailable(f"Apache Artemis cannot run scenario {scenario.name!r}: {e}") from e
             except (artemis_process.ArtemisNotInstalled, artemis_process.ArtemisStartError) as e:
                 raise TargetUnavailable(f"Apache Artemis shared-store group did not start: {e}") from e
-        return launch_single(self, topology, scenario, workdir, faultable=True)
+        return launch_single(self, topology, scenario, workdir, faultable=True, node_type=ArtemisNode)
 
     def launch(self, scenario: Scenario, workdir: Path):
         ok, reason = self.availability()

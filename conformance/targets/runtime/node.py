@@ -174,12 +174,15 @@ class SingleNodeCluster(NodeRestarts, Cluster):
         self.handle.stop()
 
 
-def launch_single(target: Any, topology: Topology, scenario: Any, workdir: Any, *, faultable: bool) -> SingleNodeCluster:
+def launch_single(target: Any, topology: Topology, scenario: Any, workdir: Any, *, faultable: bool,
+                  node_type: type[ProcessNode] = ProcessNode) -> SingleNodeCluster:
     """``target.launch`` as a topology of one node. ``faultable``: the handle's ``process`` is ours
-    to kill / pause (the target declares ``process.kill``); else the cluster has no node to fault."""
+    to kill / pause (the target declares ``process.kill``); else the cluster has no node to fault.
+    ``node_type``: the target's own node class when its nodes have parts (a real broker's
+    `NativeListener`)."""
 
     if topology.kind != "single":
         raise TopologyUnsupported(f"target {target.name} lacks {capability_of(topology)} (it launches one broker)")
     handle = target.launch(scenario, workdir)
-    node = ProcessNode(topology.nodes[0], handle.process, handle) if faultable else None
+    node = node_type(topology.nodes[0], handle.process, handle) if faultable else None
     return SingleNodeCluster(topology, handle, node)

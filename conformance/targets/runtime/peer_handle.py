@@ -52,6 +52,7 @@ class PeerHandle(ProcessEvidence):
         self.scenario = scenario
         self.host = process.host
         self.ports = ports
+        self.plain_ports: dict[str, int] = {}  # no TLS listeners (no ``tls`` capability)
         self.capabilities = capabilities
         self.credentials = credentials
         # Per-protocol client options this broker needs (see BrokerHandle.client_options).
