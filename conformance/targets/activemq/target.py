@@ -62,7 +62,7 @@ from conformance.targets.activemq.rigs import DiscoveryPair
 from conformance.targets.activemq.rigs import HostPairRig, MasterSlaveRig, StaticFanRig
 from conformance.targets.activemq.node import ActiveMQNode
 from conformance.targets.runtime.node import launch_single
-from conformance.targets.runtime.launch_choice import check_requested, choose_launch, requirement_of
+from conformance.targets.runtime.launch_choice import LaunchedByMode, check_requested, choose_launch, requirement_of
 from conformance.targets.runtime.evidence import ProcessEvidence
 from conformance.targets.tls_setup import prepare as prepare_tls
 from conformance.topology import check_supported
@@ -267,7 +267,7 @@ class ActiveMQHandle(ProcessEvidence):
         return f"<ActiveMQHandle {self.target} {self.process!r}>"
 
 
-class ActiveMQTarget:
+class ActiveMQTarget(LaunchedByMode):
     """ActiveMQ Classic 5.17, one broker per scenario (implements `Target`): a local JVM from the
     Debian package (``launch="process"``), the same configuration in the brokerconf image
     (``launch="container"``), or whichever of the two can run here (``launch="auto"``, the
@@ -307,15 +307,6 @@ class ActiveMQTarget:
         if self._mode is None:
             self._mode = LAUNCHES[self._resolve()[0]](self.image)
         return self._mode
-
-    @property
-    def launch_mode(self) -> str:
-        """"process" or "container": what `launch` will start (the matrix records it)."""
-        return self.mode.name
-
-    @property
-    def launches_locally(self) -> bool:
-        return self.mode.local
 
     def availability(self) -> tuple[bool, str]:
         _, ok, reason = self._resolve()

@@ -66,7 +66,7 @@ from machinery.docker_env import image_available
 from conformance.targets.artemis.node import ArtemisNode
 from conformance.targets.runtime.node import launch_single
 from conformance.topology import check_supported
-from conformance.targets.runtime.launch_choice import check_requested, choose_launch, requirement_of
+from conformance.targets.runtime.launch_choice import LaunchedByMode, check_requested, choose_launch, requirement_of
 
 __all__ = ["ArtemisTarget", "ArtemisProcessHandle", "ArtemisContainerHandle", "LAUNCH_MODES"]
 
@@ -80,7 +80,7 @@ def _container_check(image: str, image_check=None) -> tuple[bool, str]:
     return image_available(image)
 
 
-class ArtemisTarget:
+class ArtemisTarget(LaunchedByMode):
     """Apache Artemis, one broker per scenario (implements `Target`).
 
     ``launch``: "process" (local JVM), "container" (the image), "auto" (process when the
@@ -126,14 +126,6 @@ class ArtemisTarget:
         """The resolved mode's object (`launch_modes`): everything that differs between a local JVM
         and a container is asked of it."""
         return LAUNCHES[self._resolve()[0]]
-
-    @property
-    def launch_mode(self) -> str:
-        return self.mode.name
-
-    @property
-    def launches_locally(self) -> bool:
-        return self.mode.local
 
     @property
     def requirement(self) -> str:

@@ -30,12 +30,13 @@ from conformance.targets.reference.rigs import DiscoveryPair
 from conformance.targets.reference.rigs import HostPairRig, MasterSlaveRig, StaticFanRig
 from conformance.targets.reference.shared_store import launch_shared_store
 from machinery import postgres
+from conformance.targets.runtime.launch_choice import LaunchedByMode
 from conformance.targets.runtime.node import launch_single
 from conformance.topology import check_supported
 from reference_broker.config import ConfigError
 
 
-class ReferenceTarget:
+class ReferenceTarget(LaunchedByMode):
     name = "reference"
     kind = "reference"
     #: groups on one database need a PostgreSQL server (`Target.capability_requirements`)
@@ -45,14 +46,6 @@ class ReferenceTarget:
         self.name = name
         #: the mode's object (`launch_modes`): what differs between in-process and process is asked of it
         self.mode = launch_for(launch)
-
-    @property
-    def launch_mode(self) -> str:
-        return self.mode.name
-
-    @property
-    def launches_locally(self) -> bool:
-        return self.mode.local
 
     def availability(self) -> tuple[bool, str]:
         return True, ""

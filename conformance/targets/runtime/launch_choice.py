@@ -42,3 +42,20 @@ def requirement_of(requested: str, local: str) -> str:
     container needs the Docker engine and image; otherwise the ``local`` install (``auto`` falls
     back to a container, but the local install is what a machine is expected to provide)."""
     return "docker" if requested == "container" else local
+
+
+class LaunchedByMode:
+    """Mixin for a target that asks one object per launch mode (``self.mode``, with ``name`` and
+    ``local``; the targets' ``launch_modes`` modules): what it reports about how it launches is
+    that object's."""
+
+    @property
+    def launch_mode(self) -> str:
+        """The resolved mode's name ("process", "container", "in-process"): for messages and the
+        matrix, never to branch on (ask ``self.mode``)."""
+        return self.mode.name
+
+    @property
+    def launches_locally(self) -> bool:
+        """Its brokers run from this machine's install (a process here or inside this one)."""
+        return self.mode.local
