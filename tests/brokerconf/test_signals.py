@@ -9,6 +9,7 @@ PID so a failure does not leak either."""
 
 from __future__ import annotations
 
+import re
 import signal
 
 import pytest
@@ -63,7 +64,10 @@ def test_suite_killed_outright_still_stops_its_broker(tmp_path):
                        signal.SIGKILL, broker_listening("reference_broker"), log=tmp_path / "output.log",
                        settle=True)
     assert not result.left, result.describe()
-    assert "Terminated: SIGTERM received" in result.output, result.describe()
+    # pytest took the SIGTERM as an interrupt: raised in a test ("Terminated: SIGTERM received ..."),
+    # or, arriving in a setup or teardown, held and then ending the session there ("Interrupted:
+    # SIGTERM received", conformance/signals.py; seen in CI)
+    assert re.search(r"(Terminated|Interrupted): SIGTERM received", result.output), result.describe()
 
 
 @pytest.mark.slow

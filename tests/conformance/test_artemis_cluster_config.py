@@ -14,7 +14,8 @@ import pytest
 from conformance.scenario import Scenario
 from conformance.targets.artemis.cluster import CLUSTER_NAME, UdpGroup, _proxy_plan, cluster_xml
 from conformance.targets.artemis.config import render
-from conformance.targets.artemis.target import ArtemisTarget
+from conformance.targets.artemis.handles import process_handle
+from conformance.targets.artemis.launch_modes import PROCESS_CAPABILITIES
 from conformance.topology import (ClusterConnection, ExtraClusterConnection, GroupingHandlers, Topology,
                                  TopologyUnsupported)
 
@@ -203,7 +204,7 @@ def test_two_node_cluster_forms_and_forwards_on_demand(tmp_path):
         skip_or_fail("artemis", reason)
     scenario = Scenario(name="cluster-smoke", protocols=("stomp",))
     cluster = launch_cluster(Topology(("A", "B"), cluster=ClusterConnection(), prefix="cfg"), scenario, tmp_path,
-                             counters=lambda process: ArtemisTarget("artemis")._counters_handle(process, scenario))
+                             counters=lambda process: process_handle("artemis", process, scenario, PROCESS_CAPABILITIES))
     try:
         assert cluster.missing_links() == []
         consumer = connect(*cluster["B"].address("stomp"), "stomp")
@@ -242,7 +243,7 @@ def test_proxied_cluster_links_run_through_the_fault_proxy(tmp_path):
         scenario = Scenario(name="cluster-proxied", protocols=("stomp",))
         cluster = launch_cluster(Topology(("A", "B"), cluster=ClusterConnection(), proxied=("cluster",), prefix="px"),
                                  scenario, tmp_path, bridge_route=route,
-                                 counters=lambda process: ArtemisTarget("artemis")._counters_handle(process, scenario))
+                                 counters=lambda process: process_handle("artemis", process, scenario, PROCESS_CAPABILITIES))
         try:
             assert set(cluster.proxied) == {("A", "B"), ("B", "A")}
             for source, target in cluster.proxied:
@@ -310,7 +311,7 @@ def test_a_group_pinned_to_a_node_behind_a_cut_link_waits_in_the_store_and_forwa
         grouping = GroupingHandlers(local="A", timeout_ms=5000)
         topology = Topology(("A", "B"), cluster=ClusterConnection(grouping=grouping), proxied=("cluster",), prefix="sf")
         cluster = launch_cluster(topology, scenario, tmp_path, bridge_route=route,
-                                 counters=lambda process: ArtemisTarget("artemis")._counters_handle(process, scenario))
+                                 counters=lambda process: process_handle("artemis", process, scenario, PROCESS_CAPABILITIES))
         try:
             destination = "queue://sf.held"
             a, b = cluster["A"], cluster["B"]
