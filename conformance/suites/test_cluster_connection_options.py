@@ -390,6 +390,9 @@ def test_a_paused_nodes_link_is_given_up_after_the_ttl_and_formed_again(clusters
 
 
 @pytest.mark.spec("CLU-CC-PING-1")
+# a bound, not a timing check: the default connection-ttl alone is 60 s, and the test took 95-112 s
+# (main jobs, CI), close to the test run's default 120 s; the main job's suites have 300 s
+@pytest.mark.timeout(300)
 def test_by_default_a_paused_nodes_link_is_given_up_after_60_s(clusters):
     """The document's defaults, on DEFAULTS (whose configuration names neither option): check-period
     30 s and connection-ttl 60 s, so the give-up comes 30..90 s after the pause. The longest wait of
