@@ -262,8 +262,11 @@ def record_reconnect_waits(clusters, topology: Topology):
     # cluster controller reconnects its own topology connection to the same proxy
     attempts = recorder.link_attempts()
     between = [round(g * 1000) for g in recorder.gaps()]
-    first = (lambda lost: [round((attempts[0].at - lost) * 1000)]) if attempts else (lambda lost: [])
-    return (cluster, attempts, Waits(first(diverting) + between, first(diverted) + between), ended,
+
+    def from_loss(lost: float) -> list[int]:
+        return ([round((attempts[0].at - lost) * 1000)] if attempts else []) + between
+
+    return (cluster, attempts, Waits(longest=from_loss(diverting), shortest=from_loss(diverted)), ended,
             f"every connection: {recorder.describe()}")
 
 

@@ -450,19 +450,21 @@ def _watch_reconnects(gate, uri: str, expected_waits: list[float], spec: str):
 ATTEMPT_SLACK_MS = 500
 
 
-def _gaps_ms(lost: float, attempts: list[float]) -> list[float]:
+def gaps_ms(lost: float, attempts: list[float]) -> list[float]:
     """[first attempt - loss, then the gap before each later attempt], in ms: what the report puts
-    beside the real clients' gaps (reports/client_table.py; test_failover_real_clients.py's own)."""
+    side by side for every client (reports/client_table.py; test_failover_real_clients.py uses it too)."""
     times = [lost, *attempts]
     return [round(1000 * (b - a), 1) for a, b in zip(times, times[1:])]
 
 
-def _record_schedule(record_property, specs: list[str], target_name: str, transport: str, options: str,
-                     waits: list[float]) -> None:
-    """What the test is about to measure, before it does (a failure on the way still says it)."""
-    record_property(SCHEDULE_PROPERTY, schedule_property(statements=specs, client=CLIENT_SUBJECT, target=target_name,
+def record_schedule(record_property, specs: list[str], client: str, target_name: str, transport: str, options: str,
+                    waits: list[float], seen_at: str = "connect call") -> None:
+    """What the test is about to measure, recorded before it does, so the report (reports/
+    client_table.py) places even a test that fails before measuring anything. ``seen_at``: where the
+    attempts are timed (our client's connect calls here; the wire in test_failover_real_clients.py)."""
+    record_property(SCHEDULE_PROPERTY, schedule_property(statements=specs, client=client, target=target_name,
                                                          transport=transport, options=options, waits_ms=waits,
-                                                         seen_at="connect call"))
+                                                         seen_at=seen_at))
 
 
 # Table 2.1's options and the waits they imply before reconnect attempts 1, 2, ... (ms): the same
@@ -479,11 +481,11 @@ def _record_schedule(record_property, specs: list[str], target_name: str, transp
     ("&initialReconnectDelay=500", [500, 1000, 2000, 4000]),
 ], ids=["defaults", "exponent-3-capped-at-1000", "multiplier-3-capped-at-1000", "no-back-off", "initial-500"])
 def test_reconnect_waits_follow_the_delay_options(gate, target_name, options, waits, record_property):
-    _record_schedule(record_property, ["FT-FAILOVER-4", "FT-FAILOVER-5"], target_name, "failover", options, waits)
+    record_schedule(record_property, ["FT-FAILOVER-4", "FT-FAILOVER-5"], CLIENT_SUBJECT, target_name, "failover", options, waits)
     uri = f"failover:({gate.uri})?randomize=false{options}"
     log, lost = _watch_reconnects(gate, uri, waits, "FT-FAILOVER-5")
     attempts = log.attempts_after(lost, gate.port)
-    measured = _gaps_ms(lost, attempts)
+    measured = gaps_ms(lost, attempts)
     record_property(GAPS_PROPERTY, measured[:len(waits)])
     assert log.sleeps[:len(waits)] == waits, \
         f"FT-FAILOVER-5: with {options or 'the default options'} the waits before reconnect attempts should be " \
@@ -510,11 +512,11 @@ def test_discovery_max_reconnect_attempts_zero_retries_without_limit_with_failov
     # failover 0 means "never fail over": test_max_reconnect_attempts_zero_never_fails_over...);
     # seven waits, as the real clients' discovery tests wait for (test_failover_real_clients.py)
     waits = [10, 20, 40, 80, 160, 320, 640]
-    _record_schedule(record_property, ["FT-DISCOVERY-2"], target_name, "discovery", "maxReconnectAttempts=0", waits)
+    record_schedule(record_property, ["FT-DISCOVERY-2"], CLIENT_SUBJECT, target_name, "discovery", "maxReconnectAttempts=0", waits)
     log, lost = _watch_reconnects(gate, f"discovery:(static://({gate.uri}))?maxReconnectAttempts=0", waits,
                                   "FT-DISCOVERY-2")
     attempts = log.attempts_after(lost, gate.port)
-    record_property(GAPS_PROPERTY, _gaps_ms(lost, attempts)[:len(waits)])
+    record_property(GAPS_PROPERTY, gaps_ms(lost, attempts)[:len(waits)])
     assert log.sleeps[:len(waits)] == waits, \
         f"FT-DISCOVERY-2: the discovery client's default waits should be {waits} ms; it waited {log.sleeps}"
     assert len(attempts) > len(waits), \

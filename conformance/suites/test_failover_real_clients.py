@@ -35,10 +35,10 @@ from conformance.suites import syn_watch
 from conformance.suites.java_support import (  # noqa: F401 - drivers: the fixture
     ACTIVEMQ_CLIENTS, address, SUBJECTS, client_params, drivers)
 from conformance.suites.network_support import network_workdir, parametrize_by_target
-from conformance.suites.test_failover_pairs import Gate, Pair, free_port
+from conformance.suites.test_failover_pairs import Gate, Pair, free_port, gaps_ms, record_schedule
 from conformance.waiting import poll
 from conformance.suites.proxy_support import fault_proxy  # noqa: F401 - the fixture
-from reports.client_table import GAPS_PROPERTY, SCHEDULE_PROPERTY, schedule_property
+from reports.client_table import GAPS_PROPERTY
 
 pytestmark = [pytest.mark.slow]
 
@@ -620,12 +620,6 @@ def wire():
         skip_or_fail("netns", reason)  # the same machine power as the netns nemesis: root on Linux
 
 
-def _gaps_ms(lost: float, attempts: list[float]) -> list[float]:
-    """[first attempt - loss, then the gap before each later attempt], in ms."""
-    times = [lost, *attempts]
-    return [round(1000 * (b - a), 1) for a, b in zip(times, times[1:])]
-
-
 #: Table 2.1's options and the waits they imply before reconnect attempts 1, 2, ... (ms)
 DELAYS = [
     pytest.param("", [10, 20, 40, 80, 160, 320], id="defaults"),
@@ -674,20 +668,12 @@ def test_real_client_back_off_multiplier_option_sets_the_growth_of_the_waits(gat
                           [100, 300, 900, 1000, 1000], record_property)
 
 
-def record_schedule(record_property, specs: list[str], client: str, target_name: str, transport: str, options: str,
-                    waits: list[float]) -> None:
-    """What the test is about to measure, recorded before it does, so the report (reports/
-    client_table.py) places even a test that deviates before measuring anything."""
-    record_property(SCHEDULE_PROPERTY, schedule_property(statements=specs, client=SUBJECTS[client], target=target_name,
-                                                         transport=transport, options=options, waits_ms=waits,
-                                                         seen_at="wire"))
-
-
 def check_reconnect_waits(gates, driver, client, target_name, options, waits, record_property):
-    record_schedule(record_property, ["FT-FAILOVER-5"], client, target_name, "failover", options, waits)
+    record_schedule(record_property, ["FT-FAILOVER-5"], SUBJECTS[client], target_name, "failover", options, waits,
+                    seen_at="wire")
     lost, attempts = watch_reconnects(gates.a, driver, f"failover:({gates.tcp(gates.a)})?randomize=false{options}",
                                       len(waits), "FT-FAILOVER-5")
-    gaps = _gaps_ms(lost, attempts)[:len(waits)]
+    gaps = gaps_ms(lost, attempts)[:len(waits)]
     record_property(GAPS_PROPERTY, gaps)
     print(f"reconnect gaps {client} {options or 'defaults'}: {gaps}")
     check_gaps(client, options, gaps, waits, "FT-FAILOVER-5")
@@ -701,11 +687,11 @@ def test_real_client_waits_initial_reconnect_delay_before_its_first_attempt(gate
     options = "" if initial == 10 else f"&initialReconnectDelay={initial}"
     # the waits Table 2.1 implies with only initialReconnectDelay set (doubling, maxReconnectDelay
     # 30 s far away), for the report; this test asserts the first
-    record_schedule(record_property, ["FT-FAILOVER-4"], client, target_name, "failover", options,
-                    [initial * 2 ** k for k in range(4)])
+    record_schedule(record_property, ["FT-FAILOVER-4"], SUBJECTS[client], target_name, "failover", options,
+                    [initial * 2 ** k for k in range(4)], seen_at="wire")
     lost, attempts = watch_reconnects(gates.a, driver, f"failover:({gates.tcp(gates.a)})?randomize=false{options}",
                                       3, "FT-FAILOVER-4")
-    gaps = _gaps_ms(lost, attempts)
+    gaps = gaps_ms(lost, attempts)
     record_property(GAPS_PROPERTY, gaps[:4])
     print(f"reconnect gaps {client} initial={initial}: {gaps[:4]}")
     # the loss time is when the library reported it, which is after the transport saw the
@@ -719,10 +705,11 @@ DISCOVERY_WAITS = [10, 20, 40, 80, 160, 320, 640]
 
 def check_discovery_waits(gates, driver, client, target_name, options: str, record_property) -> None:
     waits = DISCOVERY_WAITS
-    record_schedule(record_property, ["FT-DISCOVERY-2"], client, target_name, "discovery", options, waits)
+    record_schedule(record_property, ["FT-DISCOVERY-2"], SUBJECTS[client], target_name, "discovery", options, waits,
+                    seen_at="wire")
     uri = f"discovery:(static://({gates.tcp(gates.a)})){options}"
     lost, attempts = watch_reconnects(gates.a, driver, uri, len(waits), "FT-DISCOVERY-2")
-    gaps = _gaps_ms(lost, attempts)[:len(waits)]
+    gaps = gaps_ms(lost, attempts)[:len(waits)]
     record_property(GAPS_PROPERTY, gaps)
     print(f"reconnect gaps {client} {uri}: {gaps}")
     check_gaps(f"{client}'s discovery transport", options, gaps, waits, "FT-DISCOVERY-2")
@@ -777,8 +764,8 @@ def test_our_client_reconnect_waits_seen_on_the_wire(stomp_gate, client, options
                                                      record_property):
     from conformance.clients.failover import connect_failover
 
-    record_schedule(record_property, ["FT-FAILOVER-4", "FT-FAILOVER-5"], client, target_name, "failover", options,
-                    waits)
+    record_schedule(record_property, ["FT-FAILOVER-4", "FT-FAILOVER-5"], SUBJECTS[client], target_name, "failover",
+                    options, waits, seen_at="wire")
     gate, watch, events, queue = stomp_gate, syn_watch.SynWatch(stomp_gate.port), [], f"queue://{_queue()}"
     fo = connect_failover(f"failover:({gate.uri})?randomize=false{options}", "stomp", listener=events.append,
                           timeout=5.0)
@@ -797,7 +784,7 @@ def test_our_client_reconnect_waits_seen_on_the_wire(stomp_gate, client, options
         fo.send(queue, b"after")
         got = sub.receive(RECEIVE)
         assert got is not None and got.body == b"after", "FT-FAILOVER-5: the reconnected client does not work"
-        gaps = _gaps_ms(lost, watch.after(lost))[:len(waits)]
+        gaps = gaps_ms(lost, watch.after(lost))[:len(waits)]
     finally:
         watch.stop()
         fo.close()

@@ -648,8 +648,9 @@ class ActiveMQProcess(ActiveMQAddresses, ManagedProcess):
         for attempt in range(1, attempts + 1):
             try:
                 # A restart keeps the previous ports (stable addresses for reconnecting
-                # clients) unless they turn out to be taken.
-                self._start_once(deadline, keep_ports=attempt == 1 and self._ports_assigned(), wait_for=wait_for)
+                # clients), and a first start the ones a rig set beforehand, unless they turn out
+                # to be taken.
+                self._start_once(deadline, keep_ports=attempt == 1, wait_for=wait_for)
                 return
             except ActiveMQStartError as e:
                 bind_race = "Address already in use" in str(e)
@@ -663,14 +664,18 @@ class ActiveMQProcess(ActiveMQAddresses, ManagedProcess):
                 and (not self.jmx or self.jmx_port > 0) and (self.tls is None or bool(self.tls_ports)))
 
     def _start_once(self, deadline: float, keep_ports: bool = False, wait_for: str = "serving") -> None:
-        if not keep_ports:
-            ports = free_ports(5)
-            self.stomp_port = ports[0] if self.stomp else 0
-            self.openwire_port = ports[1] if self.openwire else 0
-            self.mqtt_port = ports[2] if self.mqtt else None
-            self.jmx_port = ports[3] if self.jmx else 0
-            self.amqp_port = ports[4] if self.amqp else 0
-            if self.tls is not None:
+        """``keep_ports``: keep every port already set (a restart's, or one a rig fixed before the
+        first start so another broker's configuration can name it) and pick only the missing ones;
+        otherwise pick them all anew (a port turned out to be taken)."""
+        if not (keep_ports and self._ports_assigned()):
+            keep = keep_ports  # then the ports set so far stay and those left at 0 / None are picked
+            picks = iter(free_ports(5))
+            self.stomp_port = (keep and self.stomp_port or next(picks)) if self.stomp else 0
+            self.openwire_port = (keep and self.openwire_port or next(picks)) if self.openwire else 0
+            self.mqtt_port = (keep and self.mqtt_port or next(picks)) if self.mqtt else None
+            self.jmx_port = (keep and self.jmx_port or next(picks)) if self.jmx else 0
+            self.amqp_port = (keep and self.amqp_port or next(picks)) if self.amqp else 0
+            if self.tls is not None and not (keep and self.tls_ports):
                 opened = [p for p, on in (("stomp", self.stomp), ("mqtt", self.mqtt), ("amqp", self.amqp)) if on]
                 self.tls_ports = dict(zip(opened, free_ports(len(opened))))
         self._write_layout()

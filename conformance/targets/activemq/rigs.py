@@ -147,11 +147,11 @@ class HostPairRig(HostPairQueries):
         options = dict(nodes=2, jvm_heap_mb=256, lock_keep_alive_period_ms=1000, lock_acquire_sleep_interval_ms=500)
         self.groups = {"A": SharedStoreGroup(workdir / "GA", broker_name="hp-a", **options),
                        "B": SharedStoreGroup(workdir / "GB", broker_name="hp-b", **options)}
-        # ports fixed before any start: each group's connector names the other group's brokers (all
-        # of a broker's ports, its JMX agent's too: a broker with one left to pick picks them all anew)
+        # ports fixed before any start: each group's connector names the other group's brokers (the
+        # broker keeps what is set and picks the rest, its JMX port among them, at its start)
         for group in self.groups.values():
             for node in group.nodes.values():
-                node.process.stomp_port, node.process.openwire_port, node.process.jmx_port = free_ports(3)
+                node.process.stomp_port, node.process.openwire_port = free_ports(2)
         urls = {g: [f"tcp://127.0.0.1:{n.process.openwire_port}" for n in group.nodes.values()]
                 for g, group in self.groups.items()}
         for g, other in (("A", "B"), ("B", "A")):
