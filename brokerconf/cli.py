@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import importlib.util
 import json
 import signal
 import sys
@@ -281,12 +282,11 @@ def _suite_command(targets: list[str], out_dir: Path, *, targets_file: str | Non
     With ``workers`` > 1, on that many pytest-xdist workers: each suite module's tests of one
     target stay on one worker (its broker starts once), and the modules go out longest first by
     their recorded cost (conformance/schedule.py)."""
-    import conformance
-
-    suites_dir = Path(conformance.__file__).resolve().parent / "suites"
+    # found, not imported: the suites sit above the command line (tests/test_import_graph.py LAYERS)
+    suites_dir = Path(importlib.util.find_spec("suites").origin).resolve().parent
     command = [sys.executable, "-m", "pytest", *(suites or [str(suites_dir)]),
                "-p", "no:cacheprovider", "-o", "addopts=", "-rfExs", "--timeout=300",
-               f"--rootdir={suites_dir.parent.parent}",
+               f"--rootdir={suites_dir.parent}",
                f"--junitxml={out_dir / 'junit.xml'}", f"--alluredir={out_dir / 'allure-results'}",
                f"--conformance-matrix={out_dir / 'matrix.json'}", f"--timing-report={out_dir / 'timing.json'}"]
     if workers > 1:
@@ -577,7 +577,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--chaos-parallel", type=positive_int, default=CHAOS_PARALLEL, metavar="N",
                      help=f"chaos experiments running at once (default {CHAOS_PARALLEL})")
     run.add_argument("--suite", action="append", metavar="PATH",
-                     help="a suite file or directory (repeatable; default: all of conformance/suites)")
+                     help="a suite file or directory (repeatable; default: every suite in suites/)")
     run.set_defaults(func=cmd_run)
 
     suite = sub.add_parser("suite", help="run the conformance suites against targets; writes JUnit XML, Allure "
@@ -589,7 +589,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="report a --target that cannot run here as not applicable (with the reason) instead "
                             "of failing without running anything")
     suite.add_argument("--suite", action="append", metavar="PATH",
-                       help="a suite file or directory (repeatable; default: all of conformance/suites)")
+                       help="a suite file or directory (repeatable; default: every suite in suites/)")
     suite.add_argument("--out", default="reports/out", help="directory for reports (default: reports/out)")
     suite.add_argument("--workers", type=positive_int, default=1, metavar="N",
                        help="pytest-xdist workers (default 1: one process)")

@@ -114,7 +114,7 @@ class InFlight(Protocol):
 class NativeListener(Protocol):
     """A real broker's node listening on the product's own wire protocol beside the harness's ones
     (STOMP, MQTT, AMQP, which `Node.address` answers for): ActiveMQ's OpenWire transport connector,
-    Artemis's core acceptor. What that product's Java clients dial (conformance/suites/java_support.py)."""
+    Artemis's core acceptor. What that product's Java clients dial (suites/java_support.py)."""
 
     #: the protocol's name: "openwire" (ActiveMQ) or "core" (Artemis)
     native_protocol: str

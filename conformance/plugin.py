@@ -145,7 +145,7 @@ def pytest_configure(config: pytest.Config) -> None:
                                        "(their verdicts count for the broker it ran against)")
     config.addinivalue_line("markers", "protocols(*names): run the test once per protocol (stomp, mqtt, amqp)")
     config.addinivalue_line("markers", "network(key): the network a network-of-brokers suite test runs on, started by "
-                                       "its `net` fixture at set-up (conformance/suites/test_networks.py)")
+                                       "its `net` fixture at set-up (suites/test_networks.py)")
     config.addinivalue_line("markers", "known_failure(failure, reason): a strict xfail that accepts only an "
                                        "AssertionError whose message matches the regular expression `failure`")
     config.addinivalue_line("markers", "real_broker: runs against a real broker (added to suite tests on non-reference targets)")

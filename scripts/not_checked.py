@@ -3,7 +3,7 @@
     .venv/bin/python scripts/not_checked.py [--prefix FT-] [--target reference --target activemq ...]
     .venv/bin/python scripts/not_checked.py --by-document     # a markdown table, one row per document
 
-Collects conformance/suites for the targets (as `brokerconf suite` would run them) and lists, per
+Collects suites for the targets (as `brokerconf suite` would run them) and lists, per
 target, the statements that apply to its kind, carry no not_observable reason, and are named by
 no collected test's @pytest.mark.spec for that target: what the matrix would show "not checked"
 even if every test ran. (A run's matrix adds the tests that did not get to a verdict.)
@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     targets = args.targets or ["reference", "activemq", "artemis"]
     collected = _Collected()
-    command = [str(ROOT / "conformance" / "suites"), "--collect-only", "-q", "-p", "no:cacheprovider",
+    command = [str(ROOT / "suites"), "--collect-only", "-q", "-p", "no:cacheprovider",
                "-o", "addopts=", "--allow-unavailable", f"--rootdir={ROOT}"]
     for target in targets:
         command += ["--target", target]

@@ -63,7 +63,7 @@ MAIN_JOB_SUITES = ("test_groups.py", "test_core_queues.py", "test_network_temp.p
 @pytest.mark.timeout(1800)
 def test_main_job_against_reference_writes_report(tmp_path):
     # two suite workers: this test itself runs on one of the test run's workers
-    suites = [str(REPO / "conformance" / "suites" / name) for name in MAIN_JOB_SUITES]
+    suites = [str(REPO / "suites" / name) for name in MAIN_JOB_SUITES]
     proc = _brokerconf("run", "--targets", "reference", "--out", str(tmp_path), "--chaos-duration", "10",
                        "--workers", "2", *(arg for path in suites for arg in ("--suite", path)), timeout=1800)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
@@ -250,7 +250,7 @@ def test_named_suite_target_that_cannot_run_fails_with_its_reason(tmp_path):
 
 def test_allow_unavailable_reports_the_named_target_not_applicable(tmp_path):
     proc = _brokerconf("suite", "--target", "activemq:container", "--allow-unavailable", "--out", str(tmp_path),
-                       "--suite", str(REPO / "conformance" / "suites" / "test_groups.py"), "--", "-k", "test_group_pinned_to_one_consumer", env=NO_ENGINE, timeout=300)
+                       "--suite", str(REPO / "suites" / "test_groups.py"), "--", "-k", "test_group_pinned_to_one_consumer", env=NO_ENGINE, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (matrix_path,) = tmp_path.glob("*/matrix.json")
     matrix = json.loads(matrix_path.read_text())

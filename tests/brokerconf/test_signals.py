@@ -18,7 +18,7 @@ from conformance.targets.activemq.process import activemq_available
 from tests.interrupting import REPO, broker_listening, brokerconf, interrupt, itself_listening, listening
 
 ALL = pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=lambda s: s.name)
-SUITE = "conformance/suites/test_core_topics.py"
+SUITE = "suites/test_core_topics.py"
 
 
 def _exit_by(result, signum: int) -> None:

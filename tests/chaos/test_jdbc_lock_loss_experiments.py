@@ -6,7 +6,7 @@ and the database links themselves (conformance/targets/runtime/database_links.py
 node in front of a private PostgreSQL server, one node's link cut while the other's works).
 
 The experiments with brokers, which check catalogue statements on each target, are a conformance
-suite (conformance/suites/test_jdbc_lock_loss_experiments.py), so their outcomes reach the matrix.
+suite (suites/test_jdbc_lock_loss_experiments.py), so their outcomes reach the matrix.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from chaos.nemesis.lock import lock_loss_nemesis
 from chaos.schedule import build_schedule
 from chaos.topology import topology_of
 from conformance.requirements import skip_or_fail
-from conformance.suites.experiment_support import child_pids
+from suites.experiment_support import child_pids
 from machinery import postgres
 from conformance.topology import SharedStore
 

@@ -26,7 +26,7 @@ from typing import Callable
 @dataclass(frozen=True)
 class Fault:
     name: str
-    suite: str                   # the conformance/suites file that must catch it
+    suite: str                   # the suites file that must catch it
     breaks: tuple[str, ...]      # statements that suite must report failed
     apply: Callable[[], None]
     # statements it may fail besides (a fault seldom breaks exactly one rule); a batch of faults

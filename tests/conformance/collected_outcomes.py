@@ -11,7 +11,7 @@ the target lacks, with that reason) does not count as checking; a client stateme
 broker only where a test checks its broker's part; of a statement's tests the worst outcome counts.
 What it cannot see is a verdict, nor a test that finds itself not applicable only once it runs: that
 each test passes (or fails as its recorded deviation) is asserted by running it (the test run runs
-conformance/suites against every configured target).
+suites against every configured target).
 
 A collection of its own (a subprocess): pytest's plugins and the conformance plugin's state must
 not mix with the test run that asks.
@@ -86,9 +86,9 @@ class _Collector:
 
 
 def collected_cells(target: str, suites: list[str] | None = None) -> dict[str, dict[str, str]]:
-    """Over ``suites`` (files; default all of conformance/suites), as `brokerconf suite --suite` runs them."""
+    """Over ``suites`` (files; default all of suites), as `brokerconf suite --suite` runs them."""
     collector = _Collector(target)
-    command = [*(suites or [str(ROOT / "conformance" / "suites")]), "--collect-only", "-q", "-p", "no:cacheprovider",
+    command = [*(suites or [str(ROOT / "suites")]), "--collect-only", "-q", "-p", "no:cacheprovider",
                "-o", "addopts=", f"--rootdir={ROOT}", "--target", target]
     output = io.StringIO()
     with contextlib.redirect_stdout(output):

@@ -25,7 +25,7 @@ from conformance.leak_plugin import SECTION_TITLE, STILL_THERE
 from tests.conformance.broken_reference import FAULTS, Fault
 
 REPO = Path(__file__).resolve().parents[2]
-SUITES = REPO / "conformance" / "suites"
+SUITES = REPO / "suites"
 # A whole suite under load (CI saw the groups suite take 150 s on a loaded 2-core machine)
 SUITE_TIMEOUT = 600
 FAILED = ("failed", "error")

@@ -1,4 +1,4 @@
-"""The attempt recorder of CLU-CC-RETRY-2 (conformance/suites/attempt_recorder.py): what it calls a
+"""The attempt recorder of CLU-CC-RETRY-2 (suites/attempt_recorder.py): what it calls a
 connection's opening, that an Artemis bridge's connection is answered and dropped only once it asks
 for a session (the bridge stall of issue 19 came from drops in the middle of its set-up), and that
 only the link's own attempts make the gaps. No timing is asserted beyond "still open" / "closed"."""
@@ -10,7 +10,7 @@ import struct
 
 import pytest
 
-from conformance.suites.attempt_recorder import AttemptRecorder, opening_of
+from suites.attempt_recorder import AttemptRecorder, opening_of
 
 
 def core_frame(kind: int, channel: int, body: bytes = b"") -> bytes:

@@ -1,4 +1,4 @@
-"""The client-balancing cluster suite's checks (conformance/suites/test_cluster_client_balancing.py)
+"""The client-balancing cluster suite's checks (suites/test_cluster_client_balancing.py)
 over a fake three-node cluster: they pass when each connection's consumer shows up on the node the
 policy picked, and fail (with the spec ID) when the nodes say otherwise, so the suite cannot pass
 whatever the brokers do."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.suites import test_cluster_client_balancing as suite
+from suites import test_cluster_client_balancing as suite
 
 
 class FakeNode:

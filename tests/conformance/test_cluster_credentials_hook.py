@@ -1,5 +1,5 @@
 """The launchers' per-node cluster credentials hook (`use_cluster_credentials`, used by
-conformance/suites/test_cluster_connection_options.py for CLU-CRED-1/-2): the Artemis fragment
+suites/test_cluster_connection_options.py for CLU-CRED-1/-2): the Artemis fragment
 leaves the elements out for the shipped defaults; the reference node's next start reads the pair."""
 
 from __future__ import annotations

@@ -312,7 +312,7 @@ def test_a_real_brokers_node_names_its_own_listener(tmp_path):
 
 # --------------------------------------------------------------------------- no member asked for by name
 
-SUITES = Path(conformance.__file__).parent / "suites"
+SUITES = Path(conformance.__file__).resolve().parents[1] / "suites"
 
 #: the objects a suite may still ask for a member by name: none of them is a deployment, a node,
 #: a handle or a target (name of the first argument -> what it is and why the member is optional)

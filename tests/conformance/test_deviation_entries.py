@@ -1,5 +1,5 @@
 """Each known deviation (conformance/known_deviations/*.toml) is checked where the plugin narrows
-it and the matrix records it: by a conformance suite test (conformance/suites/test_*.py) tied to
+it and the matrix records it: by a conformance suite test (suites/test_*.py) tied to
 the entry's statement with ``@pytest.mark.spec``. An entry naming a test elsewhere (tests/chaos
 once held FT-SHARED-1's and FT-JDBC-1's behind hand-written xfails, issue 26) would never be
 applied, and the statement would never reach the matrix of `brokerconf suite` or the main job.
@@ -13,7 +13,7 @@ from pathlib import Path
 from conformance.spec.catalogue import load_catalogue
 from conformance.spec.deviations import DEFAULT_DEVIATIONS_DIR, load_deviations
 
-SUITES = Path(__file__).resolve().parents[2] / "conformance" / "suites"
+SUITES = Path(__file__).resolve().parents[2] / "suites"
 
 
 def spec_marks(decorators: list[ast.expr]) -> set[str]:
@@ -46,7 +46,7 @@ def test_every_known_deviation_is_checked_by_a_suite_test_tied_to_its_statement(
             if deviation.spec not in specs:
                 problems.append(f"{where}: no suite test carries @pytest.mark.spec({deviation.spec!r})")
         elif deviation.test not in tests:
-            problems.append(f"{where}: test {deviation.test!r} is not a test of conformance/suites")
+            problems.append(f"{where}: test {deviation.test!r} is not a test of suites")
         elif deviation.spec not in tests[deviation.test]:
             problems.append(f"{where}: {deviation.test} is not tied to {deviation.spec} "
                             f"(its spec marks: {sorted(tests[deviation.test])})")

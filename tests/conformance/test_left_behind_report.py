@@ -11,7 +11,7 @@ process 123 python -m machinery.sharedstore.server --root /tmp/bc-store-x
 mount /tmp/pytest-of-root/pytest-1/mounts/A
 2 thing(s) the tests started are still there; clean them up by handle or PID in the test that started them
 =========================== short test summary info ============================
-FAILED conformance/suites/test_master_slave_nfs.py::test_x
+FAILED suites/test_master_slave_nfs.py::test_x
 """
 
 

@@ -1,7 +1,7 @@
 """Every expected failure goes through the plugin's one narrowed path (issue 26, "Deviations that
 bypass the narrowing"), shown on small literal suites with pytester:
 
-* the lock-loss experiment suites (conformance/suites/test_*_lock_loss_experiments.py): with the
+* the lock-loss experiment suites (suites/test_*_lock_loss_experiments.py): with the
   recorded FT-SHARED-1 and FT-JDBC-1 deviations in force, a harness fault (a process left behind,
   a nemesis error, a schedule not kept) fails the test instead of being booked as the broker's
   deviation, while the broker's recorded failure still is booked;
@@ -53,9 +53,9 @@ def run(pytester: pytest.Pytester, *args: str):
 EXPERIMENT_TOY = '''
 import subprocess, sys
 import pytest
-from conformance.suites.experiment_support import check_harness, child_pids, parametrize_by_kind
-from conformance.suites.test_nfs_lock_loss_experiments import check_one_master as nfs_one_master
-from conformance.suites.test_jdbc_lock_loss_experiments import check_one_master as jdbc_one_master
+from suites.experiment_support import check_harness, child_pids, parametrize_by_kind
+from suites.test_nfs_lock_loss_experiments import check_one_master as nfs_one_master
+from suites.test_jdbc_lock_loss_experiments import check_one_master as jdbc_one_master
 
 FAULT = {"node": "A", "fault": "partition", "detection_s": 12.1, "takeover_s": 10.4, "overlap_s": 1.6,
          "open_overlap_s": 1.6, "closed_s": 12.1, "back_s": None, "timeline": [[0.0, ["A"], ["A"]]]}

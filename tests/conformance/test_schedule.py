@@ -62,8 +62,8 @@ def test_a_suite_module_new_to_a_target_costs_what_it_costs_on_the_others():
 
 
 @pytest.mark.parametrize("nodeid, unit", [
-    ("conformance/suites/test_groups.py::test_x[reference-stomp]@conformance/suites/test_groups.py(reference)",
-     "conformance/suites/test_groups.py(reference)"),
+    ("suites/test_groups.py::test_x[reference-stomp]@suites/test_groups.py(reference)",
+     "suites/test_groups.py(reference)"),
     ("tests/x.py::test_a[p@q]", "tests/x.py::test_a[p@q]"),  # an "@" inside the parameters is no group
     ("tests/x.py::test_a", "tests/x.py::test_a"),
 ])
@@ -78,16 +78,16 @@ class FakeReport:
 
 def test_timing_sums_units_and_spans_targets_across_workers():
     timing = schedule.RunTiming()
-    group = "@conformance/suites/test_groups.py({})"
-    timing.add(FakeReport("conformance/suites/test_groups.py::a" + group.format("artemis"), 100.0, 103.0))
-    timing.add(FakeReport("conformance/suites/test_groups.py::b" + group.format("artemis"), 110.0, 111.0))
-    timing.add(FakeReport("conformance/suites/test_groups.py::a" + group.format("reference"), 101.0, 101.5))
+    group = "@suites/test_groups.py({})"
+    timing.add(FakeReport("suites/test_groups.py::a" + group.format("artemis"), 100.0, 103.0))
+    timing.add(FakeReport("suites/test_groups.py::b" + group.format("artemis"), 110.0, 111.0))
+    timing.add(FakeReport("suites/test_groups.py::a" + group.format("reference"), 101.0, 101.5))
     timing.add(FakeReport("tests/test_x.py::test_y", 100.0, 100.25))
     out = timing.to_json()
-    assert out["units"] == {"conformance/suites/test_groups.py(artemis)": 4.0,
-                            "conformance/suites/test_groups.py(reference)": 0.5, "tests/test_x.py::test_y": 0.25}
+    assert out["units"] == {"suites/test_groups.py(artemis)": 4.0,
+                            "suites/test_groups.py(reference)": 0.5, "tests/test_x.py::test_y": 0.25}
     assert out["targets"]["artemis"] == {"wall_seconds": 11.0, "test_seconds": 4.0}
-    assert out["modules"] == {"conformance/suites/test_groups.py": {"artemis": 4.0, "reference": 0.5}}
+    assert out["modules"] == {"suites/test_groups.py": {"artemis": 4.0, "reference": 0.5}}
 
 
 def test_the_recorded_cost_file_is_readable_and_names_units():
@@ -115,7 +115,7 @@ def test_a_broken_cost_file_is_a_usage_error_naming_it(tmp_path):
 
 def _matrix(outcome: str, test_outcome: str) -> dict:
     return {"matrix": {"artemis": {"CLU-MLB-1": {"outcome": outcome, "reason": "", "tests": [
-        {"nodeid": "conformance/suites/x.py::t[artemis]", "outcome": test_outcome, "seconds": 1.0}]}}}}
+        {"nodeid": "suites/x.py::t[artemis]", "outcome": test_outcome, "seconds": 1.0}]}}}}
 
 
 def test_matrix_diff_is_silent_for_equal_matrices_and_names_each_changed_cell(tmp_path):

@@ -17,7 +17,7 @@ import pytest
 
 from tests.interrupting import broker_listening, command_line, interrupt, listening
 
-SUITES = ["conformance/suites/test_core_topics.py", "conformance/suites/test_core_queues.py"]
+SUITES = ["suites/test_core_topics.py", "suites/test_core_queues.py"]
 
 
 def _pytest(*args: str) -> list[str]:

@@ -58,7 +58,7 @@ from conformance.targets.registry import BUILTIN
 pytestmark = [pytest.mark.container, pytest.mark.slow, pytest.mark.timeout(1800)]
 
 ROOT = Path(__file__).resolve().parents[2]
-SUITES = ROOT / "conformance" / "suites"
+SUITES = ROOT / "suites"
 #: suites that start groups of brokers of their own as local JVMs: the network-of-brokers suites
 #: (test_networks.py, test_network_*.py; networks across containers are covered elsewhere, see
 #: above), and the master/slave and failover-pair suites (issue 18: shared stores, databases and

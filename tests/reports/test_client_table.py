@@ -82,7 +82,7 @@ def _schedule(client: str, options: str, waits: list[float], *, target: str = "a
 def _case(name: str, properties: dict, outcome: str = "") -> str:
     # as pytest's junitxml writes them: record_property values as str(value)
     props = "".join(f"<property name={quoteattr(k)} value={quoteattr(str(v))}/>" for k, v in properties.items())
-    return (f'<testcase classname="conformance.suites.test_failover_real_clients" name={quoteattr(name)} time="1.0">'
+    return (f'<testcase classname="suites.test_failover_real_clients" name={quoteattr(name)} time="1.0">'
             f"<properties>{props}</properties>{outcome}</testcase>")
 
 
@@ -190,7 +190,7 @@ def test_gaps_recorded_without_a_schedule_are_named_not_placed(tmp_path):
     junit.write_text('<testsuites><testsuite>' + _case("test_old[activemq-defaults-activemq-5]",
                                                        {GAPS_PROPERTY: [10.0, 20.0]}) + "</testsuite></testsuites>")
     table = wait_table(fixture_matrix(), read_junit(junit))
-    assert table.unplaced == ["conformance.suites.test_failover_real_clients::test_old[activemq-defaults-activemq-5]"]
+    assert table.unplaced == ["suites.test_failover_real_clients::test_old[activemq-defaults-activemq-5]"]
     assert all(wait_cell_texts(row, AMQ5) == [NOT_MEASURED] for row in table.rows)
     assert "not placed" in render_markdown(statement_table(fixture_matrix()), table)
 
@@ -295,8 +295,8 @@ def test_the_run_report_says_why_a_junit_gave_no_gaps(tmp_path):
 def test_the_suites_option_sets_each_have_a_row():
     # the suites' reconnect-wait parameters, read from their parametrize marks: a set missing
     # from OPTION_SETS would still be shown, but after the others and named by its options
-    from conformance.suites import test_failover_pairs as pairs
-    from conformance.suites import test_failover_real_clients as real
+    from suites import test_failover_pairs as pairs
+    from suites import test_failover_real_clients as real
 
     measured = {option_key(options) for options, _ in (p.values for p in real.DELAYS)}
     for test in (pairs.test_reconnect_waits_follow_the_delay_options,

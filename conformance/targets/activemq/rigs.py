@@ -1,5 +1,5 @@
 """ActiveMQ Classic networks that the topology model does not describe yet, for the
-network-topology suite (conformance/suites/test_network_topologies.py): two brokers finding each
+network-topology suite (suites/test_network_topologies.py): two brokers finding each
 other by multicast discovery (page "Networks of Brokers", multicast example, on loopback), and a
 broker bridging to a shared-store master/slave pair through a ``masterslave:`` connector. The
 suite gets them through `ActiveMQTarget.discovery_pair` / `masterslave_rig` (capabilities

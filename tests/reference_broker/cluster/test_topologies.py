@@ -1,5 +1,5 @@
 """Connector names, masterslave: connector entries and the broker's own (unauthenticated) internal
-connection: the reference-broker side of conformance/suites/test_network_topologies.py (ActiveMQ
+connection: the reference-broker side of suites/test_network_topologies.py (ActiveMQ
 "Networks of Brokers": NetworkConnector Properties "name", "Duplex network connectors",
 "MasterSlave Discovery", userName / password)."""
 
