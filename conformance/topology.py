@@ -451,6 +451,12 @@ class ClusterConnection:
     #: ``message-load-balancing`` when set (then that must stay unset); None: not written.
     #: Artemis only: the reference broker takes message_load_balancing alone
     forward_when_no_consumers: bool | None = None
+    #: how often the broker looks for connections silent for their connection-ttl (Artemis's core
+    #: ``connection-ttl-check-interval``, 2000 ms by default, from its "Detecting Dead Connections"
+    #: chapter, not the clusters chapter): the granularity of a give-up after the ttl, which a test
+    #: timing that give-up sets to the check period; None: not written. The reference broker checks
+    #: at every check period, so it takes only that value
+    ttl_check_interval_ms: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "extra_connections", tuple(self.extra_connections))
@@ -494,6 +500,8 @@ class ClusterConnection:
         for name in ("check_period_ms", "connection_ttl_ms", "broadcast_period_ms", "refresh_timeout_ms"):
             if self.effective(name) <= 0:
                 raise ValueError(f"{name} must be above 0, not {getattr(self, name)!r}")
+        if self.ttl_check_interval_ms is not None and self.ttl_check_interval_ms <= 0:
+            raise ValueError(f"ttl_check_interval_ms must be above 0, not {self.ttl_check_interval_ms!r}")
         for name in ("initial_connect_attempts", "reconnect_attempts"):
             if self.effective(name) < -1:
                 raise ValueError(f"{name} is -1 (retry for ever) or 0 or more, not {getattr(self, name)!r}")

@@ -72,6 +72,18 @@ def test_unset_options_are_left_to_artemis():
     assert text(conn, "c:use-duplicate-detection") is None and text(conn, "c:address") == ""
     assert text(core, "c:address-settings/c:address-setting[@match='#']/c:redistribution-delay") is None
     assert text(core, "c:cluster-password") not in ("", "CHANGE ME!!")
+    assert text(core, "c:connection-ttl-check-interval") is None
+
+
+def test_the_ttl_check_interval_is_a_core_setting_written_only_when_set():
+    # how often Artemis looks for connections silent for their ttl (CLU-CC-PING-1 times the give-up)
+    core = core_of(Topology(("A", "B"), cluster=ClusterConnection(check_period_ms=500, connection_ttl_ms=2000,
+                                                                  ttl_check_interval_ms=500)), "A")
+    assert text(core, "c:connection-ttl-check-interval") == "500"
+    conn = core.find("c:cluster-connections/c:cluster-connection", NS)
+    assert text(conn, "c:connection-ttl-check-interval") is None  # not a cluster-connection element
+    with pytest.raises(ValueError, match="ttl_check_interval_ms"):
+        ClusterConnection(ttl_check_interval_ms=0)
 
 
 def test_explicit_chain_lists_only_its_next_node_and_the_end_lists_itself():

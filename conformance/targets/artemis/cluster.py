@@ -164,6 +164,8 @@ def cluster_xml(topology: Topology, node: str, *, host: str | None = None, core_
         user, password = credentials
         lines += [f"      <cluster-user>{escape(user)}</cluster-user>",
                   f"      <cluster-password>{escape(password)}</cluster-password>"]
+    if cc.ttl_check_interval_ms is not None:
+        lines.append(f"      <connection-ttl-check-interval>{int(cc.ttl_check_interval_ms)}</connection-ttl-check-interval>")
     if cc.discovery == "udp":
         if udp is None:
             raise ValueError("discovery 'udp' needs the multicast group (UdpGroup)")

@@ -369,6 +369,11 @@ def launch_cluster(topology: Topology, workdir: Path | None = None, *, bridge_ro
         # CLU-MLB-2 applies to Artemis only: the reference broker has message_load_balancing alone
         raise TopologyUnsupported("the reference broker has no forward-when-no-consumers (Artemis's deprecated "
                                   "name): give message_load_balancing instead")
+    if topology.cluster is not None and topology.cluster.ttl_check_interval_ms not in (
+            None, topology.cluster.effective("check_period_ms")):
+        # reference_broker/clustering/service.py looks for silent links at every check period
+        raise TopologyUnsupported("a reference cluster node checks its links' connection-ttl at every check period: "
+                                  "ttl_check_interval_ms can only equal check_period_ms")
     cluster = ReferenceCluster(topology, workdir, bridge_route=bridge_route)
     cluster.start(timeout)
     return cluster

@@ -158,3 +158,16 @@ def test_members_learnt_through_another_node_are_refused_by_name():
     topology = Topology(("A", "B"), cluster=ClusterConnection(connections=(("A", "B"),), direct_connections_only=False))
     with pytest.raises(TopologyUnsupported, match="direct_connections_only=False"):
         launch_cluster(topology)
+
+
+def test_a_ttl_check_interval_other_than_the_check_period_is_refused_by_name():
+    """The reference nodes look for silent links at every check period: that value is taken (it is
+    what they do), any other is refused rather than ignored."""
+    from conformance.targets.reference.clustering import launch_cluster
+
+    other = Topology(("A", "B"), cluster=ClusterConnection(check_period_ms=500, ttl_check_interval_ms=2000))
+    with pytest.raises(TopologyUnsupported, match="ttl_check_interval_ms can only equal check_period_ms"):
+        launch_cluster(other)
+    unset_period = Topology(("A", "B"), cluster=ClusterConnection(ttl_check_interval_ms=500))
+    with pytest.raises(TopologyUnsupported, match="ttl_check_interval_ms"):
+        launch_cluster(unset_period)  # the default check period is 30 s, not 500 ms
