@@ -35,6 +35,7 @@ from conformance.suites.network_support import network_workdir, parametrize_by_t
 from conformance.suites.test_cluster_client_balancing_real import landings
 from conformance.targets.artemis.cluster import UdpGroup
 from conformance.topology import ClusterConnection, Topology, TopologyUnsupported
+from machinery.process import free_ports
 
 CAPABILITY = "topology.cluster"
 SUBJECT = SUBJECTS["artemis"]
@@ -288,18 +289,32 @@ def client_ends(cluster, driver, url: str, n: int) -> dict[str, list[str]]:
     return seen
 
 
+def bracketed(cluster, local_ports: list[int], query: str) -> str:
+    """``(tcp://A?localPort=p1,tcp://B?localPort=p2)?query``: A and B, each with a client port of its
+    own inside the bracket (2.40's Netty connector binds its localAddress only together with a
+    non-zero localPort; localAddress alone left every connection on 127.0.0.1 in the first run of
+    this test), and ``query`` after the bracket."""
+    servers = ",".join(f"{tcp(cluster[name], 'artemis')}?localPort={port}"
+                       for name, port in zip(NODES[:2], local_ports))
+    return f"({servers})?{query}"
+
+
 @pytest.mark.spec("CLU-STATIC-2")
 @pytest.mark.client_subject(SUBJECT)
 def test_real_query_after_the_bracket_applies_to_every_server_of_the_list(cluster, driver):
-    """``(tcp://A,tcp://B)?...&localAddress=127.0.0.23``: the transport parameter written once after
-    the bracket must hold for the connections to A and to B alike: the brokers see every one come
-    from 127.0.0.23. The factory balances round robin over the two (useTopologyForLoadBalancing=false,
-    ha=false: the list is all it uses), so four connections reach both. Control: the same list
-    without the parameter, whose connections come from 127.0.0.1, so the check can fail."""
-    listed = ",".join(tcp(cluster[name], "artemis") for name in NODES[:2])
-    control_url = f"({listed})?ha=false&useTopologyForLoadBalancing=false"
-    url = f"{control_url}&localAddress={CLIENT_ADDRESS}"
-    n = 4
+    """``localAddress=127.0.0.23`` written once after the bracket of a two-server list must hold for
+    the connection to A and the one to B alike: the brokers see both come from 127.0.0.23 (each
+    server has its own client port inside the bracket, see `bracketed`). A server the query did not
+    reach would bind its port on every address, and its connection would come from 127.0.0.1. The
+    factory balances round robin over the two (useTopologyForLoadBalancing=false, ha=false: the
+    list is all it uses), so two connections reach both. Control: the same list without
+    localAddress, whose connections come from 127.0.0.1, so the check can fail. Fresh client ports
+    for each factory: the first factory's closed sockets keep theirs in TIME_WAIT."""
+    ports = free_ports(4)
+    balancing = "ha=false&useTopologyForLoadBalancing=false"
+    control_url = bracketed(cluster, ports[:2], balancing)
+    url = bracketed(cluster, ports[2:], f"{balancing}&localAddress={CLIENT_ADDRESS}")
+    n = 2
     control = client_ends(cluster, driver, control_url, n)
     seen = client_ends(cluster, driver, url, n)
     print(f"CLU-STATIC-2 {control_url}: {control}; {url}: {seen}")
