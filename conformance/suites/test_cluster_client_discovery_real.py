@@ -10,7 +10,7 @@ The multicast group is the launched cluster's (`UdpGroup`, a random group and po
 The client's URL adds ``localBindAddress=127.0.0.1`` to the group and port the document writes:
 the client's discovery endpoint then joins the group on the loopback interface, where the nodes
 broadcast (conformance/targets/artemis/cluster.py says why their datagrams stay on lo); without it
-the client joins on the default interface and hears nothing of them.
+the client would join on whichever interface the system picks for the group, which need not be lo.
 
 The initial-wait measurements count from the factory's creation, which the driver reports (its
 ``factory`` command makes a factory under a name, and connections name it), to the library handing
