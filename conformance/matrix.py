@@ -204,7 +204,7 @@ class ConformanceResults:
             if statement.document not in self._client_documents(subject):
                 return {"outcome": "not applicable", "tests": [],
                         "reason": f"no test of this client checks a statement of {statement.document}"}
-            if statement.not_observable:
+            if statement.not_observable_by(subject):
                 return {"outcome": "not applicable", "reason": "not observable: " + statement.not_observable,
                         "tests": []}
             return {"outcome": "not checked", "reason": "", "tests": []}

@@ -91,12 +91,14 @@ def main(argv: list[str] | None = None) -> int:
                    if spec.startswith(args.prefix) and statement.applies(kind) and not statement.not_observable
                    and not statement.about_client and (target, spec) not in collected.checked]
         print(f"{target}: {len(missing)} not checked" + (": " + " ".join(missing) if missing else ""))
+    # a client statement some client can observe: no not_observable reason, or a client observable_with
     about_client = {spec: s for spec, s in state.catalogue.items()
-                    if s.about_client and spec.startswith(args.prefix) and not s.not_observable}
+                    if s.about_client and spec.startswith(args.prefix) and (not s.not_observable or s.observable_with)}
     for subject in sorted({subject for subject, _ in collected.client_checked}):
         documents = {state.catalogue[spec].document for who, spec in collected.client_checked if who == subject}
         missing = [spec for spec, s in about_client.items()
-                   if s.document in documents and (subject, spec) not in collected.client_checked]
+                   if s.document in documents and not s.not_observable_by(subject)
+                   and (subject, spec) not in collected.client_checked]
         print(f"client: {subject}: {len(missing)} not checked" + (": " + " ".join(missing) if missing else ""))
     unchecked = [spec for spec in about_client if not any(s == spec for _, s in collected.client_checked)]
     print(f"clients: {len(unchecked)} client statements no test checks with any client"
@@ -122,9 +124,10 @@ def document_table(catalogue, kinds: dict[str, str], checked: set[tuple[str, str
         open_rows = sum(1 for u in uncatalogued if u.document == document)
         checkable = len(mine) + open_rows
         share = f"{100 * len(mine) / checkable:.0f}%" if checkable else "-"
-        # a client statement some client's test checks counts as observable, even where its
-        # not_observable reason says why brokerconf's own clients cannot see it
-        observable = [s for s in mine if not s.not_observable or s.id in client_checked]
+        # a client statement some client's test checks, or a real client observes (observable_with),
+        # counts as observable, even where its not_observable reason says why brokerconf's own
+        # clients cannot see it
+        observable = [s for s in mine if not s.not_observable or s.id in client_checked or s.observable_with]
         cells = []
         for target in targets:
             testable = [s for s in observable if not s.about_client and s.applies(kinds[target])]

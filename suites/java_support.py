@@ -41,13 +41,14 @@ def require_applicable(target, client: str) -> None:
         pytest.skip(f"{NOT_APPLICABLE}{SUBJECTS[client]} is {kind}'s client; {target.name} is {target.kind}")
 
 
-def start_driver(client: str, log_dir) -> JavaDriver:
-    """The driver process for ``client``; skipped (failed where CI requires java-clients) when the
-    JDK, Maven's fetch or the build is missing, with what to run."""
+def start_driver(client: str, log_dir, jvm_options: tuple[str, ...] = ()) -> JavaDriver:
+    """The driver process for ``client`` (``jvm_options``: extra ``-D...`` for its JVM); skipped
+    (failed where CI requires java-clients) when the JDK, Maven's fetch or the build is missing,
+    with what to run."""
     ok, reason = java_driver.availability(client)
     if not ok:
         skip_or_fail(java_driver.REQUIREMENT, reason)
-    return JavaDriver.start(client, log_dir=log_dir)
+    return JavaDriver.start(client, log_dir=log_dir, jvm_options=jvm_options)
 
 
 @pytest.fixture(scope="module")

@@ -185,9 +185,17 @@ class JavaDriver:
         return reply
 
     def connect(self, uri: str, *, conn: str | None = None, timeout: float | None = None, **options) -> "JavaConnection":
+        """A new connection with ``uri`` (options: ``user``, ``password``, ``ack``; with Artemis's
+        client ``factory``: the name of a factory made by `factory`, whose URL is then used)."""
         name = conn or f"c{next(self._ids)}"
         reply = self.request("connect", timeout=timeout, conn=name, uri=uri, options=options)
-        return JavaConnection(self, name, reply.get("address"))
+        return JavaConnection(self, name, reply.get("address"), local_address=reply.get("local_address"),
+                              connected_mono=reply.get("connected_mono"))
+
+    def factory(self, uri: str, name: str, timeout: float | None = None) -> float:
+        """Make a connection factory for ``uri`` now, under ``name`` (Artemis's client only); returns
+        when it was made (``time.monotonic`` scale), for connections naming it later."""
+        return float(self.request("factory", timeout=timeout or 30, factory=name, uri=uri)["created_mono"])
 
     def events_of(self, conn: str, kind: str | None = None) -> list[Event]:
         return [e for e in list(self.events) if e.conn == conn and (kind is None or e.kind == kind)]
@@ -228,8 +236,13 @@ class JavaDriver:
 class JavaConnection:
     """One named connection of a driver (a JMS connection with one session)."""
 
-    def __init__(self, driver: JavaDriver, name: str, address: str | None) -> None:
+    def __init__(self, driver: JavaDriver, name: str, address: str | None, *, local_address: str | None = None,
+                 connected_mono: float | None = None) -> None:
         self.driver, self.name, self.first_address = driver, name, address
+        #: this end of the socket when connected ("/127.0.0.1:40123"), where the client reports it (Artemis)
+        self.local_address = local_address
+        #: when the library handed the connection over (time.monotonic scale), where reported (Artemis)
+        self.connected_mono = connected_mono
 
     @property
     def address(self) -> str | None:

@@ -12,6 +12,8 @@ One TOML file per document in this directory::
     applies_to = ["reference", "artemis", "activemq"]   # target kinds the rule is claimed for
     note = "..."                                    # optional: caveats, Classic differences
     not_observable = "..."                          # optional: why no client of ours can see it
+    observable_with = ["artemis-core-client 2.40.0"]  # optional, client statements: the real clients
+                                                    # (client subjects) whose tests do observe it
     subject = "client"                              # optional: who the statement is about, "broker"
                                                     # (default) or "client" (a client library's
                                                     # behaviour, e.g. the failover transport)
@@ -33,6 +35,10 @@ transport option, a client-side load-balancing policy) is checked by exercising 
 against some broker; its verdict belongs to that client, not to the broker it ran against, so a
 test tied to one names the client it exercised (``@pytest.mark.client_subject("...")``) and the
 matrix books it under a column of that client (conformance/matrix.py).
+
+A client statement's ``not_observable`` reason speaks for brokerconf's own clients; where a real
+client library does observe it (Artemis's Core client through the Java driver), ``observable_with``
+names that client's subject, and its column then shows a verdict or "not checked", never the reason.
 """
 
 from __future__ import annotations
@@ -67,10 +73,16 @@ class Statement:
     not_observable: str = ""
     #: whose behaviour the statement describes: "broker" or "client" (see the module docstring)
     subject: str = "broker"
+    #: client subjects that observe a client statement the not_observable reason says ours cannot
+    observable_with: frozenset[str] = frozenset()
 
     @property
     def about_client(self) -> bool:
         return self.subject == "client"
+
+    def not_observable_by(self, client_subject: str) -> str:
+        """The not_observable reason as it holds for ``client_subject``: none for a client that observes it."""
+        return "" if client_subject in self.observable_with else self.not_observable
 
     def applies(self, kind: str) -> bool:
         # An external broker is checked against every rule: the user chose to point us at it.
@@ -94,7 +106,8 @@ def _load_file(path: Path) -> list[Statement]:
     out = []
     for n, raw in enumerate(data.get("statement", []), 1):
         where = f"{path.name}: statement #{n}"
-        unknown = set(raw) - {"id", "section", "paraphrase", "applies_to", "note", "not_observable", "subject"}
+        unknown = set(raw) - {"id", "section", "paraphrase", "applies_to", "note", "not_observable", "subject",
+                              "observable_with"}
         if unknown:
             raise CatalogueError(f"{where}: unknown key(s) {sorted(unknown)}")
         for key in ("id", "section", "paraphrase", "applies_to"):
@@ -108,9 +121,14 @@ def _load_file(path: Path) -> list[Statement]:
         subject = raw.get("subject", "broker")
         if subject not in SUBJECTS:
             raise CatalogueError(f"{where} ({raw['id']}): subject {subject!r} is not one of {list(SUBJECTS)}")
+        observable_with = raw.get("observable_with", [])
+        if observable_with and (subject != "client" or not raw.get("not_observable")
+                                or not all(isinstance(c, str) and c.strip() for c in observable_with)):
+            raise CatalogueError(f"{where} ({raw['id']}): observable_with lists client subjects (non-empty "
+                                 f"strings) on a client statement with a not_observable reason")
         out.append(Statement(raw["id"], document, title, raw["section"], raw["paraphrase"].strip(),
                              kinds, raw.get("note", "").strip(), " ".join(raw.get("not_observable", "").split()),
-                             subject))
+                             subject, frozenset(observable_with)))
     return out
 
 

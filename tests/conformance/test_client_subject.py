@@ -101,7 +101,7 @@ def test_the_project_catalogue_marks_the_client_library_statements():
     assert {f"FT-FAILOVER-{n}" for n in range(1, 17)} <= about_client
     assert {"FT-DISCOVERY-1", "FT-DISCOVERY-2", "FT-DISCOVERY-3", "FT-DISCOVERY-4", "FT-DISCOVERY-6",
             "FT-DYNAMIC-1"} <= about_client
-    assert {f"CLU-CLIENT-{n}" for n in range(1, 8)} | {"CLU-DISC-8", "CLU-STATIC-2"} <= about_client
+    assert {f"CLU-CLIENT-{n}" for n in range(1, 8)} | {"CLU-DISC-8", "CLU-DISC-11", "CLU-STATIC-2"} <= about_client
     # what the broker sends, refuses or announces stays the broker's
     assert not {"FT-DYNAMIC-2", "FT-DYNAMIC-3", "FT-DYNAMIC-4", "FT-DYNAMIC-5", "FT-DISCOVERY-5",
                 "FT-SHARED-9", "FT-JDBC-2", "CLU-DISC-1", "CLU-LB-1"} & about_client
@@ -210,6 +210,64 @@ def test_a_client_run_against_a_broker_the_statement_is_not_documented_for_is_no
     # the column does not claim it ran against a broker where its tests got no verdict
     assert results.to_json()["clients"][f"client: {OURS}"]["targets"] == []
     assert results.summary_lines()[2].startswith(f"client: {OURS} (client, against no broker): 0/2 ")
+
+
+OBSERVED_BY_JAVA = f"""
+[[statement]]
+id = "TOY-FO-3"
+section = "Discovery"
+paraphrase = "A client discovers its brokers by multicast."
+applies_to = ["reference", "activemq"]
+subject = "client"
+not_observable = "Our clients do not discover."
+observable_with = ["{JAVA}"]
+"""
+
+
+def test_a_client_statement_a_real_client_observes_keeps_the_reason_for_ours_only(tmp_path):
+    """observable_with: the not_observable reason speaks for our clients; the real client it names
+    shows "not checked" while no test of it ran, and its verdict once one did."""
+    (tmp_path / "toy.toml").write_text(CATALOGUE + OBSERVED_BY_JAVA)
+    catalogue = load_catalogue.__wrapped__(tmp_path)
+    assert catalogue["TOY-FO-3"].observable_with == {JAVA}
+    assert catalogue["TOY-FO-3"].not_observable_by(JAVA) == ""
+    assert catalogue["TOY-FO-3"].not_observable_by(OURS) == "Our clients do not discover."
+    # both columns cover toy.md (each checked TOY-FO-1); no test checked TOY-FO-3 yet
+    covering = (client_record("s.py::test_moves[activemq-ours]", "activemq", "passed"),
+                client_record("s.py::test_moves[activemq-java]", "activemq", "passed", subject=JAVA))
+    results = results_for(catalogue, *covering)
+    ours = results.cell(f"client: {OURS}", "TOY-FO-3")
+    assert (ours["outcome"], ours["reason"]) == ("not applicable", "not observable: Our clients do not discover.")
+    assert results.cell(f"client: {JAVA}", "TOY-FO-3") == {"outcome": "not checked", "reason": "", "tests": []}
+    assert results.summary(f"client: {JAVA}")["not_checked"] == 2  # TOY-FO-2 and TOY-FO-3
+    results = results_for(catalogue, *covering, client_record("s.py::test_discovers[activemq-java]", "activemq",
+                                                              "passed", subject=JAVA, specs=("TOY-FO-3",)))
+    assert results.cell(f"client: {JAVA}", "TOY-FO-3")["outcome"] == "passed"
+    assert results.cell(f"client: {OURS}", "TOY-FO-3")["outcome"] == "not applicable"
+    assert results.cell("activemq", "TOY-FO-3")["outcome"] == "not a broker statement"
+
+
+@pytest.mark.parametrize("change", [
+    pytest.param(lambda text: text.replace('subject = "client"\nnot_observable', 'not_observable'), id="broker-statement"),
+    pytest.param(lambda text: text.replace('not_observable = "Our clients do not discover."\n', ''), id="no-reason"),
+    pytest.param(lambda text: text.replace(f'["{JAVA}"]', '[""]'), id="empty-subject"),
+])
+def test_observable_with_is_refused_where_it_means_nothing(tmp_path, change):
+    (tmp_path / "toy.toml").write_text(CATALOGUE + change(OBSERVED_BY_JAVA))
+    with pytest.raises(CatalogueError, match="TOY-FO-3.*observable_with lists client subjects"):
+        load_catalogue.__wrapped__(tmp_path)
+
+
+def test_the_project_s_core_client_observes_the_discovery_url_statements():
+    """CLU-DISC-8, CLU-DISC-11 and CLU-STATIC-2 (test_cluster_client_discovery_real.py) and
+    CLU-CLIENT-7 (test_cluster_client_balancing_real.py) are checked on Artemis's Core client: its
+    column must not show our clients' reason (a run without those modules showed it for CLU-CLIENT-7)."""
+    from suites.java_support import SUBJECTS
+
+    catalogue = load_catalogue()
+    for spec in ("CLU-DISC-8", "CLU-DISC-11", "CLU-STATIC-2", "CLU-CLIENT-7"):
+        assert catalogue[spec].observable_with == {SUBJECTS["artemis"]}, spec
+        assert catalogue[spec].not_observable.startswith("With brokerconf's own clients"), spec
 
 
 def test_the_html_matrix_shows_the_client_columns(catalogue):

@@ -22,6 +22,13 @@ interface Flavour {
 
     void close(String name) throws Exception;
 
+    /** Makes a connection factory for {@code uri} now, under {@code factoryName}, for connections
+     *  that name it later (option "factory"); answers {"created_mono", "created_wall_ms"}: when it
+     *  was made. Only clients whose factory keeps state between connections answer it. */
+    default Map<String, Object> factory(String factoryName, String uri) throws Exception {
+        throw new UnsupportedOperationException("factory: not offered by this client");
+    }
+
     /** {"connected": uri, "updated": [the URIs the broker supplied], "uris": [the client's own]}:
      *  what a failover transport knows; only clients with such a transport answer it. */
     default Map<String, Object> transportUris(String name) throws Exception {

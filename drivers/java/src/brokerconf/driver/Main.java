@@ -82,6 +82,7 @@ public final class Main {
         Map<String, Object> options = (Map<String, Object>) request.getOrDefault("options", new LinkedHashMap<>());
         return switch (op) {
             case "connect" -> client.connect(conn, (String) request.get("uri"), options);
+            case "factory" -> client.factory((String) request.get("factory"), (String) request.get("uri"));
             case "send" -> client.send(conn, (String) request.get("queue"), (String) request.get("body"), options);
             case "receive" -> client.receive(conn, (String) request.get("queue"),
                     ((Number) request.getOrDefault("timeout_ms", 5000L)).longValue());
