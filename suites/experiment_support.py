@@ -22,10 +22,13 @@ from pathlib import Path
 
 import pytest
 
+import chaos
 from conformance.plugin import NOT_APPLICABLE, STATE
 from conformance.targets.base import why_missing
+from machinery.tether import watchdog_pid
 
-EXPERIMENTS = Path(__file__).resolve().parents[2] / "chaos" / "experiments"
+# the experiment files ship inside the chaos package (pyproject package-data), wherever it is installed
+EXPERIMENTS = Path(chaos.__file__).resolve().parent / "experiments"
 
 
 class HarnessFault(RuntimeError):
@@ -61,7 +64,10 @@ def experiment_target(request: pytest.FixtureRequest, target_name: str, capabili
 
 
 def child_pids() -> set[int]:
-    """Live processes whose parent is this test process (brokers, mounts, the store, proxies)."""
+    """Live processes whose parent is this test process (brokers, mounts, the store, proxies), but
+    not its tether watchdog (machinery/tether.py), which lives as long as this process: started by
+    the first launch, it is new after a run that launched first, and left over by none."""
+    watchdog = watchdog_pid()
     mine = set()
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -70,9 +76,17 @@ def child_pids() -> set[int]:
             except OSError:
                 continue
             fields = stat.rsplit(")", 1)[1].split()
-            if int(fields[1]) == os.getpid() and fields[0] != "Z":
+            if int(fields[1]) == os.getpid() and fields[0] != "Z" and int(entry) != watchdog:
                 mine.add(int(entry))
     return mine
+
+
+def command_of(pid: int) -> str:
+    """A process's command line, to name what was left behind (gone already: "(ended)")."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()[:200]
+    except OSError:
+        return "(ended)"
 
 
 def mounts_under(path: Path) -> list[str]:
@@ -84,7 +98,8 @@ def check_harness(verdict: dict, *, left: set[int], mounts: list[str], faults: i
     """HarnessFault when the run itself went wrong: processes or mounts it left behind, a nemesis
     step that failed, or not the ``faults`` lock-loss faults its schedule has."""
     if left:
-        raise HarnessFault(f"harness: processes left behind by the experiment: {sorted(left)}")
+        raise HarnessFault(f"harness: processes left behind by the experiment: "
+                           f"{ {pid: command_of(pid) for pid in sorted(left)} }")
     if mounts:
         raise HarnessFault(f"harness: mounts left behind by the experiment: {mounts}")
     stats = verdict["run_stats"]
