@@ -88,10 +88,10 @@ def next_outcome(subscription, dead_letters, timeout: float):
 # by then was delivered and must not be delivered again. Bodies of 4 KB fill the socket, so the
 # broker is held mid-burst by the client's reading instead of finishing it before the DISCONNECT
 # arrives. A visit with three small messages showed Artemis's STOMP adapter sending one again about
-# once in 60 (core.toml); one burst visit shows it on Artemis 2.40 and ActiveMQ 5.17 about one time in
-# two or more (measured, 15-20 visits each: Artemis 14/20 with 1 KB bodies, 7/15 with 200 messages
-# on a loaded machine; ActiveMQ 10/15 with 4 KB bodies, 5/20 with small ones), so the test makes up
-# to AUTO_VISITS visits over STOMP and stops at the first that sees a message twice.
+# once in 60 (core.toml); one visit of this shape shows it on Artemis 2.40 and ActiveMQ 5.17 about one
+# time in two (measured: 10 of 20 visits on each; with small bodies Artemis 14/20 but ActiveMQ only
+# 5/20), so the test makes up to AUTO_VISITS visits over STOMP and stops at the first that sees a
+# message twice: 20 visits all missing at that rate is about one run in a million.
 AUTO_BURST = 500
 AUTO_PADDING = "x" * 4096
 # Over AMQP the adapter accepts a message when the test takes it, so no broker-side window follows
