@@ -86,8 +86,9 @@ def next_outcome(subscription, dead_letters, timeout: float):
 # get it wrong: a burst waits on the queue before the consumer subscribes, so the broker is still
 # writing it when the consumer disconnects, at its first message. Whatever had reached the client
 # by then was delivered and must not be delivered again. Bodies of 4 KB make the burst outlast the
-# client's reaction on ActiveMQ too (small bodies: it had mostly written and settled them all). A visit with three small messages showed Artemis's STOMP adapter sending one again about
-# once in 60 (core.toml); one visit of this shape shows it on Artemis 2.40 and ActiveMQ 5.17 about one
+# client's reaction on ActiveMQ too (small bodies: it had mostly written and settled them all).
+# A visit with three small messages showed Artemis's STOMP adapter sending one again about once
+# in 60 (core.toml); one visit of this shape shows it on Artemis 2.40 and ActiveMQ 5.17 about one
 # time in two (measured: 10 of 20 visits on each; with small bodies Artemis 14/20 but ActiveMQ only
 # 5/20), so the test makes up to AUTO_VISITS visits over STOMP and stops at the first that sees a
 # message twice: 20 visits all missing at that rate is about one run in a million.
