@@ -17,7 +17,6 @@ import socket
 import statistics
 import subprocess
 import tempfile
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -30,6 +29,7 @@ from conformance.targets.rabbitmq.process import RabbitMQProcess, rabbitmq_avail
 from conformance.targets.reference.process import ReferenceBrokerProcess
 from .amqp_load import run_amqp_load
 from .mqtt_load import run_mqtt_load
+from machinery.waiting import wait_until
 
 
 @dataclass
@@ -81,16 +81,16 @@ class AmqttProcess:
         self.log = open(self.workdir / "amqtt.log", "wb")
         self.proc = launch([shutil.which("amqtt"), "-c", str(config)], stdout=self.log,
                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        def listening() -> bool:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"amqtt exited with {self.proc.returncode}")
             try:
                 socket.create_connection(("127.0.0.1", self.mqtt_port), timeout=0.5).close()
-                return
+                return True
             except OSError:
-                time.sleep(0.1)
-        raise RuntimeError("amqtt did not listen in time")
+                return False
+
+        wait_until(listening, timeout, 0.1, on_timeout=lambda _: RuntimeError("amqtt did not listen in time"))
 
     def rss_peak_bytes(self) -> int:
         return peak_rss(self.pid) if self.proc is not None and self.proc.poll() is None else 0
