@@ -13,10 +13,10 @@ import time
 from typing import Any, Callable
 
 from chaos.history import History
+from machinery.waiting import poll
 
 from .base import NemesisError
 from .process import ProcessNemesis
-from machinery.waiting import poll
 
 FAULTS = ("kill", "pause", "stop")
 HEALS = ("start", "resume", "restart", "heal")

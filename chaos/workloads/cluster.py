@@ -32,10 +32,10 @@ from typing import Sequence
 
 from chaos.history import History
 from conformance.clients import Client, Subscription
+from machinery.waiting import Deadline, poll
 
 from .base import ClientFactory, close_quietly
 from .queue import DrainIncomplete, QueueWorkload
-from machinery.waiting import Deadline, poll
 
 
 #: how long producers wait for every consumer to subscribe (``producers_after_consumers_s``)

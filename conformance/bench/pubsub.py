@@ -25,11 +25,11 @@ from conformance.targets.activemq.process import ActiveMQProcess, activemq_mqtt_
 from conformance.targets.mosquitto.process import MosquittoProcess, mosquitto_available
 from machinery.process import free_ports, peak_rss
 from machinery.tether import launch
+from machinery.waiting import wait_until
 from conformance.targets.rabbitmq.process import RabbitMQProcess, rabbitmq_available
 from conformance.targets.reference.process import ReferenceBrokerProcess
 from .amqp_load import run_amqp_load
 from .mqtt_load import run_mqtt_load
-from machinery.waiting import wait_until
 
 
 @dataclass
