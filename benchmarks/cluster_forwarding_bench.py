@@ -22,6 +22,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from conformance.targets.reference.clustering import ReferenceCluster  # noqa: E402
 from conformance.topology import ClusterConnection, Topology  # noqa: E402
+from machinery.waiting import wait_until  # noqa: E402
 from reference_broker.engine.message import Message  # noqa: E402
 from reference_broker.engine.names import QUEUE, DestinationName  # noqa: E402
 
@@ -44,11 +45,8 @@ def one_round(mode: str, messages: int, size: int) -> float:
             consumer_node.server.broker.connect().subscribe("c", DestinationName(QUEUE, "bench"), deliver=deliver)
         consumer_node.call(subscribe)
         if mode == "ON_DEMAND":
-            deadline = time.monotonic() + 10
-            while not cluster["A"].cluster_call(lambda s: s.table.remote_queues("bench").get("B")):
-                if time.monotonic() > deadline:
-                    raise RuntimeError("A never learned B's consumer")
-                time.sleep(0.02)
+            wait_until(lambda: cluster["A"].cluster_call(lambda s: s.table.remote_queues("bench").get("B")), 10, 0.02,
+                       on_timeout=lambda _: RuntimeError("A never learned B's consumer"))
         a = cluster["A"]
         connection = a.call(lambda: a.server.broker.connect())
         body = b"x" * size

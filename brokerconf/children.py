@@ -44,10 +44,10 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from typing import Any, Iterable, Sequence
 
 from machinery.tether import launch
+from machinery.waiting import Deadline
 
 #: signals passed on to the children
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -96,7 +96,7 @@ class Children:
         self.grace = grace
         self.name = name
         self.signum: int | None = None          # the first signal received, if any
-        self._deadline: float | None = None     # monotonic end of the grace period
+        self._deadline: Deadline | None = None  # the end of the grace period, once a stop began
         self._procs: list[subprocess.Popen] = []
         self._lock = threading.Lock()
         self._previous: dict[int, Any] = {}
@@ -183,6 +183,8 @@ class Children:
     def _wait(self, procs: list[subprocess.Popen], *, any_of: bool) -> subprocess.Popen | None:
         pidfds: dict[int, int] = {}
         try:
+            # not a `wait_until`: a select on the children's pidfds (woken by a signal that starts
+            # the grace period), which kills what is left once the grace period is over
             while True:
                 pending = [p for p in procs if p.poll() is None]
                 done = [p for p in procs if p.returncode is not None]
@@ -191,7 +193,7 @@ class Children:
                 if not pending:
                     return None
                 deadline = self._deadline
-                if deadline is not None and time.monotonic() >= deadline:
+                if deadline is not None and deadline.expired():
                     self._kill(pending)
                     continue
                 fds = []
@@ -202,7 +204,7 @@ class Children:
                         fds.append(pidfds[p.pid])
                 if deadline is None and self._wake_r >= 0:
                     fds.append(self._wake_r)
-                remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+                remaining = None if deadline is None else deadline.remaining()
                 if len(fds) < len(pending) + (deadline is None and self._wake_r >= 0):
                     # no pidfd (a kernel before 5.3): poll, twice a second
                     remaining = 0.5 if remaining is None else min(remaining, 0.5)
@@ -231,7 +233,7 @@ class Children:
                 pass
 
     def _begin_stop(self, signum: int, why: str) -> None:
-        self._deadline = time.monotonic() + self.grace
+        self._deadline = Deadline(self.grace)
         with self._lock:
             running = [p for p in self._procs if p.returncode is None]
         if running:

@@ -38,6 +38,7 @@ from chaos.workloads.queue import DrainIncomplete, GroupedQueueWorkload, QueueWo
 from chaos.workloads.topic import TopicFanoutWorkload
 from conformance.targets.registry import UnknownTarget, resolve
 from conformance.clients import connect, connect_failover
+from machinery.waiting import Deadline
 
 @dataclass
 class ExperimentResult:
@@ -283,8 +284,9 @@ def _drain_network(exp: Experiment, topology: RunningTopology, workload, progres
     reported, and the run's verdict cannot be true (they were never consumed)."""
     destination = exp.workload.destination
     others = [n for n in topology.names if n != exp.topology.consumer_node]
-    deadline = time.monotonic() + 30.0 + 2 * exp.topology.effective("max_reconnect_delay_ms") / 1000
+    deadline = Deadline(30.0 + 2 * exp.topology.effective("max_reconnect_delay_ms") / 1000)
     drained: list[dict] = []
+    # rounds, not a `wait_until`: each round drains, and what it drained is kept
     while True:
         try:
             drained += workload.drain(quiet=exp.drain_quiet_s)
@@ -293,7 +295,7 @@ def _drain_network(exp: Experiment, topology: RunningTopology, workload, progres
         held = {n: topology.held(n, destination) for n in others}
         if not any(held.values()):
             return drained, []
-        if time.monotonic() >= deadline:
+        if deadline.expired():
             message = (f"after the drain other brokers still hold messages of {destination}: {held} (the healed "
                        "bridges did not deliver them to the consumer node in time); see the broker logs")
             progress(f"  {message}")

@@ -30,6 +30,7 @@ import time
 from typing import Any, Callable
 
 from chaos.nemesis.base import NemesisError
+from machinery.waiting import poll
 
 
 class LockLossFault:
@@ -57,15 +58,12 @@ class LockLossFault:
     def _victim(self) -> str:
         if self.node != "master":
             return self.node
-        deadline = time.monotonic() + self.master_timeout
-        while True:
-            serving = self.serving_nodes()
-            if len(serving) == 1:
-                return serving[0]
-            if time.monotonic() >= deadline:
-                raise NemesisError(f"lock-loss: no single master within {self.master_timeout:.0f} s (serving: "
-                                   f"{serving})")
-            time.sleep(self.poll_s)
+        serving = poll(self.serving_nodes, lambda serving: len(serving) == 1, timeout=self.master_timeout,
+                       interval=self.poll_s)
+        if len(serving) != 1:
+            raise NemesisError(f"lock-loss: no single master within {self.master_timeout:.0f} s (serving: "
+                               f"{serving})")
+        return serving[0]
 
     def invoke(self, f: str, **params: Any) -> dict:
         if f == "lock-loss":

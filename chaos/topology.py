@@ -24,7 +24,6 @@ lives in their folders under conformance/targets/.
 
 from __future__ import annotations
 
-import time
 
 from pathlib import Path
 
@@ -36,6 +35,7 @@ from conformance.deployment import Formation, Forwarding, SharedStorage, part
 from conformance.scenario import Scenario
 from conformance.targets.runtime.probes import stomp_handshake, tcp_accepts
 from conformance.targets.base import TargetUnavailable, why_missing
+from machinery.waiting import Deadline
 from conformance.topology import (Bridge, Cluster, ClusterConnection, GroupingHandlers, NetworkConnectorOptions,
                                   NfsOptions, SharedStore, Topology, TopologyUnsupported, capability_of)
 
@@ -156,11 +156,11 @@ class RunningTopology:
         closed it, and a drain subscribing meanwhile is a second consumer, served the newer
         messages first (seen on Artemis under load: a drain got seq 547..555, then 536..546
         handed back by the closed consumer)."""
-        deadline = time.monotonic() + timeout
+        deadline = Deadline(timeout)
         counts: dict[str, int] = {}
         for name in self.serving_nodes():
             counts[name] = self.cluster[name].wait_for_consumers(
-                destination, 0, timeout=max(0.0, deadline - time.monotonic()))
+                destination, 0, timeout=deadline.remaining())
         return counts
 
     def held(self, node: str, destination: str) -> int:

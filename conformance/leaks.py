@@ -34,12 +34,12 @@ import shlex
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 from machinery.tether import watchdog_pid
+from machinery.waiting import poll
 
 ROOT = Path(__file__).resolve().parent.parent
 _VENDOR = ("site-packages", "dist-packages")
@@ -197,12 +197,7 @@ class StartedRegistry:
     def leftovers(self, grace: float = 5.0) -> list[str]:
         """Everything recorded that still exists, one line each; waits up to `grace` seconds for
         the list to empty (processes being reaped, a group dying after SIGTERM)."""
-        deadline = time.monotonic() + grace
-        while True:
-            found = self._leftovers_now()
-            if not found or time.monotonic() >= deadline:
-                return found
-            time.sleep(0.2)
+        return poll(self._leftovers_now, lambda found: not found, timeout=grace, interval=0.2)
 
     def _leftovers_now(self) -> list[str]:
         found: list[str] = []

@@ -1,4 +1,5 @@
-"""Waiting in suites and tests, defined once: poll a condition until a deadline, and the quiet window.
+"""Waiting in suites and tests: polling a condition to a deadline (defined in machinery/waiting.py,
+the ground floor, for the whole tree), and the waits about messages: barriers and the quiet window.
 
 Two kinds of waiting, never mixed up:
 - **for a condition** (a count reaches N, a log line appears, a daemon serves): poll it with
@@ -23,11 +24,14 @@ that holds early ends the wait early.
 """
 from __future__ import annotations
 
-import asyncio
 import itertools
 import os
 import time
 from typing import Any, Callable, Collection, Hashable, Mapping, TypeVar
+
+# re-exported for the suites and tests until their imports are updated (issue 27)
+from machinery.waiting import (INTERVAL, TIMEOUT, Deadline, WaitTimeout, poll, poll_async,  # noqa: F401
+                               wait_until, wait_until_async)
 
 T = TypeVar("T")
 K = TypeVar("K", bound=Hashable)
@@ -38,69 +42,6 @@ K = TypeVar("K", bound=Hashable)
 #: the groups suite's "extra messages" check 0.3 s; every quiet check now watches at least as
 #: long as it did (a longer window costs time, a too short one lets a stray pass unseen).
 QUIET = 1.0
-#: How often a condition is polled unless the caller says otherwise.
-INTERVAL = 0.05
-#: Default deadline for a condition, for things that happen within milliseconds when all is well.
-TIMEOUT = 5.0
-
-
-class WaitTimeout(AssertionError):
-    """A condition did not hold by its deadline; the message says what was awaited and the last
-    value seen. An AssertionError, so a test reports it as a failure, not an error."""
-
-    def __init__(self, describe: str, timeout: float, last: Any) -> None:
-        super().__init__(f"timed out after {timeout:g} s waiting for {describe}; last value seen: {last!r}")
-        self.describe, self.timeout, self.last = describe, timeout, last
-
-
-def poll(read: Callable[[], T], until: Callable[[T], Any] = bool, *, timeout: float = TIMEOUT,
-         interval: float = INTERVAL) -> T:
-    """Call ``read()`` every ``interval`` s until ``until(value)`` holds or ``timeout`` s have
-    passed; return the last value read, either way (read at least once, and once more at the
-    deadline). For callers that assert on the value with their own message."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = read()
-        if until(value):
-            return value
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return value
-        time.sleep(min(interval, remaining))
-
-
-def wait_until(predicate: Callable[[], T], timeout: float = TIMEOUT, interval: float = INTERVAL, *,
-               describe: str = "the condition") -> T:
-    """Poll ``predicate()`` until it returns something truthy, and return that; raise `WaitTimeout`
-    naming ``describe`` and the last value when ``timeout`` s pass first."""
-    value = poll(predicate, bool, timeout=timeout, interval=interval)
-    if not value:
-        raise WaitTimeout(describe, timeout, value)
-    return value
-
-
-async def poll_async(read: Callable[[], T], until: Callable[[T], Any] = bool, *, timeout: float = TIMEOUT,
-                     interval: float = INTERVAL) -> T:
-    """`poll` inside an event loop: sleeps with ``asyncio.sleep`` so the loop keeps running."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        value = read()
-        if until(value):
-            return value
-        remaining = deadline - loop.time()
-        if remaining <= 0:
-            return value
-        await asyncio.sleep(min(interval, remaining))
-
-
-async def wait_until_async(predicate: Callable[[], T], timeout: float = TIMEOUT, interval: float = INTERVAL, *,
-                           describe: str = "the condition") -> T:
-    """`wait_until` inside an event loop."""
-    value = await poll_async(predicate, bool, timeout=timeout, interval=interval)
-    if not value:
-        raise WaitTimeout(describe, timeout, value)
-    return value
 
 
 def settle(quiet: float = QUIET) -> None:
@@ -114,17 +55,16 @@ def wait_stable(read: Callable[[], T], *, quiet: float = QUIET, timeout: float |
     """Poll ``read()`` until it has returned the same value for ``quiet`` s; return that value.
     Raise `WaitTimeout` when it still changes after ``timeout`` s (default: the quiet window
     plus `TIMEOUT`)."""
-    limit = quiet + TIMEOUT if timeout is None else timeout
-    deadline = time.monotonic() + limit
+    deadline = Deadline(quiet + TIMEOUT if timeout is None else timeout)
     value = read()
     since = time.monotonic()
+    # not a `wait_until`: the condition is how long the value has stayed the same, a quiet window
     while True:
-        now = time.monotonic()
-        if now - since >= quiet:
+        if time.monotonic() - since >= quiet:
             return value
-        if now >= deadline:
-            raise WaitTimeout(describe, limit, value)
-        time.sleep(min(interval, max(0.0, deadline - now)))
+        if deadline.expired():
+            raise WaitTimeout(describe, deadline.timeout, value)
+        deadline.sleep(interval)
         current = read()
         if current != value:
             value, since = current, time.monotonic()
@@ -172,7 +112,8 @@ def receive_until_markers(subscriptions: Mapping[K, Any], markers: Collection[st
     waiting = set(markers)
     got: dict[K, list] = {key: [] for key in subscriptions}
     seen: dict[K, list[str]] = {key: [] for key in subscriptions}
-    deadline = time.monotonic() + timeout
+    deadline = Deadline(timeout)
+    # not a `wait_until`: every round receives, and what arrives is kept
     while waiting:
         for key, subscription in subscriptions.items():
             message = subscription.receive(interval)
@@ -187,7 +128,7 @@ def receive_until_markers(subscriptions: Mapping[K, Any], markers: Collection[st
             if text in waiting:
                 waiting.discard(text)
                 seen[key].append(text)
-        if waiting and time.monotonic() >= deadline:
+        if waiting and deadline.expired():
             what = describe or f"barrier marker(s) {sorted(waiting)} to arrive"
             raise WaitTimeout(what, timeout, {key: [_text(m) for m in messages] for key, messages in got.items()})
     # What is already here behind the markers is taken too, without waiting: it arrived, so it

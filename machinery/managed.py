@@ -30,6 +30,7 @@ import psutil
 
 from machinery.process import kill_group, peak_rss, stop_group, tail_files
 from machinery.tether import launch
+from machinery.waiting import Deadline, poll as poll_until
 
 #: a readiness probe: (seconds it may take) -> (ready?, what it saw)
 Probe = Callable[[float], tuple[bool, str]]
@@ -122,27 +123,27 @@ class ManagedProcess:
         self._companions.append((proc, weakref.finalize(self, kill_group, proc)))
         return proc
 
-    def _await_ready(self, deadline: float, probe: Probe, *, done: Callable[[], bool] | None = None,
-                    poll: float = 0.1, where: str = "") -> None:
+    def _await_ready(self, deadline: Deadline, probe: Probe, *, done: Callable[[], bool] | None = None,
+                     poll: float = 0.1, where: str = "") -> None:
         """Poll ``probe`` until it says ready (or ``done()`` says the start is over another way),
         raising ``start_error`` with the failure report when the process exits or ``deadline``
         passes. ``where``: appended to the messages (e.g. "; log PATH")."""
-        last = "not tried yet"
-        while True:
+
+        def check() -> tuple[bool, str]:
             rc = self._proc.poll()
             if rc is not None:
                 raise self.start_error(f"{self.label} (pid {self.pid}) exited with code {rc} during start-up{where}:\n"
                                        f"{self._failure_report()}")
             self._sample_rss()
             if done is not None and done():
-                return
-            ok, last = probe(min(5.0, max(0.5, deadline - time.monotonic())))
-            if ok:
-                return
-            if time.monotonic() >= deadline:
-                raise self.start_error(f"{self.label} (pid {self.pid}) not ready before timeout (last check: {last})"
-                                       f"{where}:\n{self._failure_report()}")
-            time.sleep(poll)
+                return True, "done"
+            # each probe gets what is left of the deadline, within [0.5, 5] s
+            return probe(min(5.0, max(0.5, deadline.remaining())))
+
+        ok, last = poll_until(check, lambda answer: answer[0], timeout=deadline, interval=poll)
+        if not ok:
+            raise self.start_error(f"{self.label} (pid {self.pid}) not ready before timeout (last check: {last})"
+                                   f"{where}:\n{self._failure_report()}")
 
     def stop(self, timeout: float | None = None) -> None:
         """SIGTERM the broker's process group, wait, then SIGKILL; then descendants that left

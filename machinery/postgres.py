@@ -24,12 +24,12 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from .process import free_ports, stop_group
 from .tether import launch
+from .waiting import poll
 
 #: Debian installs each major version's server binaries here (postgresql-common's layout)
 DEBIAN_BIN_GLOB = "/usr/lib/postgresql/*/bin"
@@ -240,17 +240,18 @@ class PostgresServer:
             log.close()
 
     def _wait_ready(self) -> None:
-        deadline = time.monotonic() + self.start_timeout
         isready = [str(self.bindir / "pg_isready"), "-h", self.host, "-p", str(self.port), "-q"]
-        while time.monotonic() < deadline:
+
+        def accepting() -> bool:
             if self._proc.poll() is not None:
                 raise PostgresStartError(f"postgres exited with {self._proc.returncode}:\n{self.log_tail()}")
-            if subprocess.run(isready, capture_output=True).returncode == 0:
-                self._ensure_database()
-                return
-            time.sleep(0.1)
-        self._halt(signal.SIGKILL, 10)
-        raise PostgresStartError(f"postgres did not accept connections within {self.start_timeout:.0f} s:\n{self.log_tail()}")
+            return subprocess.run(isready, capture_output=True).returncode == 0
+
+        if not poll(accepting, timeout=self.start_timeout, interval=0.1):
+            self._halt(signal.SIGKILL, 10)
+            raise PostgresStartError(f"postgres did not accept connections within {self.start_timeout:.0f} s:\n"
+                                     f"{self.log_tail()}")
+        self._ensure_database()
 
     def _ensure_database(self) -> None:
         """The login role's database, created over the cluster's own socket (trust)."""

@@ -13,6 +13,7 @@ import time
 from typing import Any, Callable
 
 from chaos.history import History
+from machinery.waiting import poll
 
 from .base import NemesisError
 from .process import ProcessNemesis
@@ -37,12 +38,10 @@ class CurrentMasterNemesis:
             nemesis.setup()
 
     def _wait_for_master(self) -> str:
-        deadline = time.monotonic() + self.master_timeout
-        while (name := self.find_master()) is None:
-            if time.monotonic() >= deadline:
-                raise NemesisError(f"no node became master within {self.master_timeout}s; nodes: "
-                                   f"{sorted(self.per_node)} (see the brokers' logs)")
-            time.sleep(0.1)
+        name = poll(self.find_master, lambda name: name is not None, timeout=self.master_timeout, interval=0.1)
+        if name is None:
+            raise NemesisError(f"no node became master within {self.master_timeout}s; nodes: "
+                               f"{sorted(self.per_node)} (see the brokers' logs)")
         return name
 
     def invoke(self, f: str, **params: Any) -> dict:

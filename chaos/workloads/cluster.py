@@ -32,6 +32,7 @@ from typing import Sequence
 
 from chaos.history import History
 from conformance.clients import Client, Subscription
+from machinery.waiting import Deadline, poll
 
 from .base import ClientFactory, close_quietly
 from .queue import DrainIncomplete, QueueWorkload
@@ -85,9 +86,9 @@ class ClusterWorkload(QueueWorkload):
     def _produce(self, producer: int) -> None:
         if self.producers_after_consumers_s is not None:
             stop = self._stop_producers
-            deadline = time.monotonic() + CONSUMERS_WAIT_S
-            while not self._all_subscribed.wait(0.1) and not stop.is_set() and time.monotonic() < deadline:
-                pass
+            # the event's own wait is the poll interval: it returns the moment the last consumer
+            # subscribed; after CONSUMERS_WAIT_S the producers start anyway
+            poll(lambda: self._all_subscribed.wait(0.1) or stop.is_set(), timeout=CONSUMERS_WAIT_S, interval=0)
             if stop.wait(self.producers_after_consumers_s):
                 return
         super()._produce(producer)
@@ -113,9 +114,10 @@ class ClusterWorkload(QueueWorkload):
                 stop.wait(self.reconnect_delay)
                 continue
             self._mark_subscribed(consumer)
-            until = None if self.lifetime_s is None else time.monotonic() + rng.uniform(*self.lifetime_s)
+            until = None if self.lifetime_s is None else Deadline(rng.uniform(*self.lifetime_s))
             still_open = True
-            while still_open and not stop.is_set() and (until is None or time.monotonic() < until):
+            # a consumer's life, not a wait: each round receives, until its lifetime is over
+            while still_open and not stop.is_set() and (until is None or not until.expired()):
                 process, still_open = self._receive_once(process, client, sub, consumer)
             if still_open:
                 # closed on purpose: what is dispatched and not acknowledged goes back to the queue

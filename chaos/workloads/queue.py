@@ -24,6 +24,7 @@ from typing import Sequence
 
 from chaos.history import History, message_value
 from conformance.clients import AckMode, Client, Subscription
+from machinery.waiting import Deadline
 
 from .base import (GROUP, ID, PRODUCER, SEQ, ClientFactory, NodeNames, Pacer, ProcessIds, close_quietly, outcome_of,
                    received_value)
@@ -116,12 +117,12 @@ class QueueWorkload:
         self._join(self._threads)
 
     def _join(self, threads) -> None:
-        deadline = time.monotonic() + self.join_timeout
+        deadline = Deadline(self.join_timeout)
         for thread in threads:
             if thread.ident is None:  # never started (interrupted in start(), see `_spawn`)
                 continue
             try:
-                thread.join(max(0.0, deadline - time.monotonic()))
+                thread.join(deadline.remaining())
             except RuntimeError:  # started but not yet running when start() was interrupted
                 continue
         stuck = [t.name for t in threads if t.is_alive()]

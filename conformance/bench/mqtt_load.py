@@ -58,6 +58,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from machinery.tether import launch
+from machinery.waiting import Deadline
 
 __all__ = [
     "MqttBenchResult",
@@ -786,8 +787,9 @@ def _orchestrate(module: str, cfg: dict, *, messages: int, warmup: int, timeout:
                                 state[f"{k}_cpu"] = round(cpu_done[k] - before, 3)
                         phase = "done"
         if state["error"] is None and state["t0"] is None:
-            deadline = time.monotonic() + min(30.0, timeout)
-            while state["t0"] is None and not producer.eof and time.monotonic() < deadline:
+            deadline = Deadline(min(30.0, timeout))
+            # a reader, not a `wait_until`: each round handles the producer's events as they come
+            while state["t0"] is None and not producer.eof and not deadline.expired():
                 r, _, _ = select.select([producer.fd], [], [], 1.0)
                 if r:
                     for ev in producer.read_events():

@@ -17,7 +17,6 @@ import socket
 import statistics
 import subprocess
 import tempfile
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -26,6 +25,7 @@ from conformance.targets.activemq.process import ActiveMQProcess, activemq_mqtt_
 from conformance.targets.mosquitto.process import MosquittoProcess, mosquitto_available
 from machinery.process import free_ports, peak_rss
 from machinery.tether import launch
+from machinery.waiting import wait_until
 from conformance.targets.rabbitmq.process import RabbitMQProcess, rabbitmq_available
 from conformance.targets.reference.process import ReferenceBrokerProcess
 from .amqp_load import run_amqp_load
@@ -81,16 +81,16 @@ class AmqttProcess:
         self.log = open(self.workdir / "amqtt.log", "wb")
         self.proc = launch([shutil.which("amqtt"), "-c", str(config)], stdout=self.log,
                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        def listening() -> bool:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"amqtt exited with {self.proc.returncode}")
             try:
                 socket.create_connection(("127.0.0.1", self.mqtt_port), timeout=0.5).close()
-                return
+                return True
             except OSError:
-                time.sleep(0.1)
-        raise RuntimeError("amqtt did not listen in time")
+                return False
+
+        wait_until(listening, timeout, 0.1, on_timeout=lambda _: RuntimeError("amqtt did not listen in time"))
 
     def rss_peak_bytes(self) -> int:
         return peak_rss(self.pid) if self.proc is not None and self.proc.poll() is None else 0

@@ -30,6 +30,7 @@ from conformance.clients.amqp_client import AmqpClient
 from conformance.clients.base import ClientError
 from conformance.clients.mqtt_client import MqttClient
 from conformance.clients.stomp_client import StompClient
+from machinery.waiting import Deadline
 
 BODY = b"s" * 256
 HOST = "127.0.0.1"
@@ -287,8 +288,9 @@ def garbage_sender(ports: Ports, counters: Counters, stop: threading.Event, rate
         try:
             with socket.create_connection((HOST, port), timeout=5) as sock:
                 sock.sendall(os.urandom(64 + n % 1024))
-                deadline = time.monotonic() + 2
-                while time.monotonic() < deadline and _read_some(sock, 0.5):
+                deadline = Deadline(2)
+                # a reader: each round takes what the broker sent, until it hangs up
+                while not deadline.expired() and _read_some(sock, 0.5):
                     pass  # drain the ERROR frame / close until EOF
             counters.add("garbage.sent")
         except OSError:

@@ -42,6 +42,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from machinery.tether import launch
+from machinery.waiting import Deadline
 
 __all__ = ["StompBenchResult", "run_stomp_load", "encode_send_frame"]
 
@@ -439,8 +440,9 @@ def run_stomp_load(
                         phase = "done"
         # the producer reports 'sent' once its last sendall returned; it may trail the consumer slightly
         if error is None and state["t0"] is None:
-            deadline = time.monotonic() + 30
-            while state["t0"] is None and not producer.eof and time.monotonic() < deadline:
+            deadline = Deadline(30)
+            # a reader, not a `wait_until`: each round handles the producer's events as they come
+            while state["t0"] is None and not producer.eof and not deadline.expired():
                 r, _, _ = select.select([producer.fd], [], [], 1.0)
                 if r:
                     for ev in producer.read_events():

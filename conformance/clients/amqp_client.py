@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import ipaddress
 import itertools
-import time
 import uuid
 from collections import OrderedDict
 
@@ -57,6 +56,7 @@ from .base import (
     split_destination,
 )
 from .tls import ClientTls
+from machinery.waiting import Deadline
 
 #: credit for a subscription that does not name a prefetch
 DEFAULT_CREDIT = 100
@@ -156,10 +156,11 @@ class AmqpSubscription:
             return self._take()
 
     def receive_n(self, n: int, timeout: float = 5.0) -> list[Received]:
-        deadline = time.monotonic() + timeout
+        deadline = Deadline(timeout)
         got: list[Received] = []
+        # a reader, not a `wait_until`: each round receives one message, and what came is kept
         while len(got) < n:
-            message = self.receive(max(deadline - time.monotonic(), 0.0))
+            message = self.receive(deadline.remaining())
             if message is None:
                 break
             got.append(message)

@@ -18,6 +18,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
+from machinery.waiting import Deadline
 
 AckMode = Literal["auto", "client", "client-individual"]
 
@@ -198,10 +199,11 @@ class Inbox:
         return item
 
     def get_n(self, n: int, timeout: float) -> list:
-        deadline = time.monotonic() + timeout
+        deadline = Deadline(timeout)
         got: list = []
+        # a reader, not a `wait_until`: each round takes one item, and what came is kept
         while len(got) < n:
-            item = self._wait(deadline - time.monotonic())
+            item = self._wait(deadline.remaining())
             if item is None:
                 break
             got.append(item)

@@ -11,8 +11,8 @@ so listening (we never send) stays on this machine.
 from __future__ import annotations
 
 import select
-import time
 
+from machinery.waiting import Deadline
 from reference_broker.cluster.discovery import (  # noqa: PLC2701 - one socket set-up for both agents
     DiscoveryUriError, _multicast_socket, parse_announcement, parse_discovery_uri)
 
@@ -31,8 +31,9 @@ def listen(uri: str, seconds: float) -> list[str]:
     heard: dict[str, bool] = {}
     sock = _multicast_socket(agent)
     try:
-        deadline = time.monotonic() + seconds
-        while (left := deadline - time.monotonic()) > 0:
+        deadline = Deadline(seconds)
+        # a listener, not a `wait_until`: it hears the group for the whole window, keeping what it hears
+        while (left := deadline.remaining()) > 0:
             ready, _, _ = select.select([sock], [], [], left)
             if not ready:
                 continue

@@ -9,11 +9,11 @@ from __future__ import annotations
 import socket
 import subprocess
 import tempfile
-import time
 from typing import Protocol
 
 from machinery.process import stop_if_interrupted
 from machinery.tether import launch
+from machinery.waiting import poll
 
 from .client import ToxiproxyClient, ToxiproxyError
 from .install import find_toxiproxy_server
@@ -74,16 +74,16 @@ class RealToxiproxyServer:
             [self.binary, "-host", self.host, "-port", str(self.port)],
             stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
         )
-        deadline = time.monotonic() + timeout
-        if stop_if_interrupted(lambda: self._wait_answering(deadline), self.stop):
+        if stop_if_interrupted(lambda: self._wait_answering(timeout), self.stop):
             return self
         output = self.log_tail()
         self.stop()
         raise RuntimeError(f"{self.binary} did not answer on {self.api_url} within {timeout} s: {output}")
 
-    def _wait_answering(self, deadline: float) -> bool:
-        """Whether the API answered before ``deadline``; raises when the server exits first."""
-        while time.monotonic() < deadline:
+    def _wait_answering(self, timeout: float) -> bool:
+        """Whether the API answered within ``timeout`` s; raises when the server exits first."""
+
+        def answering() -> bool:
             if self.process.poll() is not None:
                 code = self.process.returncode
                 output = self.log_tail()
@@ -93,8 +93,9 @@ class RealToxiproxyServer:
                 ToxiproxyClient(self.api_url, timeout=1).version()
                 return True
             except ToxiproxyError:
-                time.sleep(0.05)
-        return False
+                return False
+
+        return poll(answering, timeout=timeout, interval=0.05)
 
     def log_tail(self, limit: int = 500) -> str:
         if self.log is None:

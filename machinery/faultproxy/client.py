@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import http.client
 import json
-import time
 from typing import Any
 from urllib.parse import quote, urlparse
 
 from machinery.process import free_ports
+from machinery.waiting import poll
 
 #: bound on one call; the real server bounds a request at 25 s (api.go http.TimeoutHandler), ours at
 #: 5 s per control operation (machinery/faultproxy/api.py CONTROL_TIMEOUT)
@@ -118,16 +118,18 @@ class ToxiproxyClient:
 
     def wait_ready(self, timeout: float, *, interval: float = 0.05) -> str:
         """Poll ``GET /version`` until the server answers (a freshly started server); its version."""
-        deadline = time.monotonic() + timeout
-        while True:
+        def answer() -> str | ToxiproxyError:
             try:
                 return ToxiproxyClient(self.api_url, timeout=min(self.timeout, 1.0)).version()
             except ToxiproxyError as exc:
-                if time.monotonic() + interval >= deadline:
-                    raise ToxiproxyUnreachable(f"toxiproxy at {self.api_url} did not answer GET /version within "
-                                               f"{timeout} s: {exc}", method="GET", path="/version",
-                                               status=exc.status, body=exc.body) from None
-            time.sleep(interval)
+                return exc
+
+        last = poll(answer, lambda got: not isinstance(got, ToxiproxyError), timeout=timeout, interval=interval)
+        if isinstance(last, ToxiproxyError):
+            raise ToxiproxyUnreachable(f"toxiproxy at {self.api_url} did not answer GET /version within "
+                                       f"{timeout} s: {last}", method="GET", path="/version",
+                                       status=last.status, body=last.body)
+        return last
 
     def reset(self) -> None:
         """Enable every proxy and remove every toxic (``POST /reset``)."""

@@ -24,7 +24,6 @@ The image is never pulled.
 from __future__ import annotations
 
 import os
-import time
 import uuid
 import weakref
 from pathlib import Path
@@ -39,6 +38,7 @@ from machinery.container import docker_container as _docker_container  # tests r
 from machinery.container import new_network as _new_network  # tests replace it
 from machinery.docker_env import DockerUnavailable, docker_client, image_available
 from machinery.process import free_ports
+from machinery.waiting import Deadline, poll
 
 __all__ = ["TOXIPROXY_IMAGE", "API_PORT", "ToxiproxyContainer", "ToxiproxyStartError", "start_toxiproxy"]
 
@@ -116,7 +116,7 @@ class ToxiproxyContainer:
         ok, reason = image_available(self.image)
         if not ok:
             raise DockerUnavailable(reason)
-        deadline = time.monotonic() + timeout
+        deadline = Deadline(timeout)  # the whole start: the image pull, the container, the API
         try:
             self._client = self._client or docker_client()
             _configure_reaper(self._client)
@@ -171,15 +171,20 @@ class ToxiproxyContainer:
         except Exception:  # noqa: BLE001 - removed behind our back
             return False
 
-    def _wait_api(self, deadline: float) -> None:
-        while True:
+    def _wait_api(self, deadline: Deadline) -> None:
+        def answered() -> tuple[bool, str]:
             ok, last = _get_version(self.api_url, 2.0)
-            if ok:
-                return
-            if not self._running() or time.monotonic() >= deadline:
-                raise ToxiproxyStartError(f"Toxiproxy container ({self.image}) did not answer GET {self.api_url}/version "
-                                          f"({last}); its log:\n{self.log_tail(30)}")
-            time.sleep(0.1)
+            if not ok and not self._running():
+                raise self._api_silent(last)
+            return ok, last
+
+        ok, last = poll(answered, lambda answer: answer[0], timeout=deadline, interval=0.1)
+        if not ok:
+            raise self._api_silent(last)
+
+    def _api_silent(self, last: str) -> ToxiproxyStartError:
+        return ToxiproxyStartError(f"Toxiproxy container ({self.image}) did not answer GET {self.api_url}/version "
+                                   f"({last}); its log:\n{self.log_tail(30)}")
 
     def log_tail(self, lines: int = 50) -> str:
         container = self._tc._container if self._tc is not None else None

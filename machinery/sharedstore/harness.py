@@ -15,10 +15,10 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 
 from machinery.process import stop_if_interrupted
 from machinery.tether import launch
+from machinery.waiting import wait_until
 
 from .control import control
 
@@ -133,17 +133,24 @@ class MountProcess:
             [sys.executable, "-m", "machinery.sharedstore.mount", "--server", self.server, "--client", self.client,
              "-o", self.options, self.mountpoint],
             stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.monotonic() + timeout
-        stop_if_interrupted(lambda: self._wait_mounted(deadline), self.stop)
+        stop_if_interrupted(lambda: self._wait_mounted(timeout), self.stop)
         return self
 
-    def _wait_mounted(self, deadline: float) -> None:
-        while not mounted(self.mountpoint):
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                output = self.log_text()
-                self.stop()
-                raise RuntimeError(f"mount of {self.mountpoint} for {self.client} did not appear: {output}")
-            time.sleep(0.05)
+    def _wait_mounted(self, timeout: float) -> None:
+        def appeared() -> bool:
+            if mounted(self.mountpoint):
+                return True
+            if self.process.poll() is not None:
+                raise self._mount_missing()
+            return False
+
+        wait_until(appeared, timeout, 0.05, on_timeout=lambda _: self._mount_missing())
+
+    def _mount_missing(self) -> RuntimeError:
+        """Stops the client (what it printed goes into the error) and says the mount did not appear."""
+        output = self.log_text()
+        self.stop()
+        return RuntimeError(f"mount of {self.mountpoint} for {self.client} did not appear: {output}")
 
     def log_text(self) -> str:
         with open(self.log.name, errors="replace") as handle:

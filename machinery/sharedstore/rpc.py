@@ -22,6 +22,8 @@ import sys
 import threading
 import time
 
+from machinery.waiting import Deadline
+
 from . import wire
 from .mountopts import MountOptions
 
@@ -68,13 +70,14 @@ class StoreLink:
 
     def _try(self, frame: bytes, xid: int, wait: float) -> tuple[dict, bytes] | None:
         """One transmission; the reply, or None when none came within ``wait`` seconds."""
-        deadline = time.monotonic() + wait
+        deadline = Deadline(wait)
         try:
             sock = self._socket(wait)
-            sock.settimeout(max(deadline - time.monotonic(), 0.001))
+            sock.settimeout(max(deadline.remaining(), 0.001))
             sock.sendall(frame)
+            # a reader, not a `wait_until`: each round blocks in recv for what is left of the wait
             while True:
-                sock.settimeout(max(deadline - time.monotonic(), 0.001))
+                sock.settimeout(max(deadline.remaining(), 0.001))
                 reply, data = wire.recv_frame(sock)
                 if reply.get("xid") == xid:
                     return reply, data
@@ -83,7 +86,7 @@ class StoreLink:
             self._drop_socket()
         # refused or reset at once: the wait still runs out before the retransmission, as an
         # NFS client's timer does, so the schedule is the options' and not the network's
-        left = deadline - time.monotonic()
+        left = deadline.remaining()
         if left > 0:
             self.stopping.wait(left)
         return None

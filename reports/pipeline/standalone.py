@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pyspark
 
-from conformance.waiting import poll
+from machinery.waiting import poll
 from machinery.tether import launch
 
 LOOPBACK = "127.0.0.1"

@@ -34,7 +34,6 @@ what removes containers; set ``TESTCONTAINERS_RYUK_DISABLED`` yourself to decide
 from __future__ import annotations
 
 import re
-import time
 import uuid
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -46,6 +45,7 @@ from machinery.container import ContainerLifecycle, _configure_reaper, docker_co
 from machinery.docker_env import ACTIVEMQ_IMAGE, DockerUnavailable, docker_client, image_available
 from machinery.process import free_ports
 import socket
+from machinery.waiting import Deadline, poll
 
 __all__ = ["ActiveMQContainer", "CONTAINER_PORTS", "READY_LINE", "LABEL"]
 
@@ -167,7 +167,7 @@ class ActiveMQContainer(ActiveMQAddresses, ContainerLifecycle):
         if not ok:
             raise DockerUnavailable(reason)
         self._discard_container()  # a killed container from the previous run: keep its log, remove it
-        deadline = time.monotonic() + timeout
+        deadline = Deadline(timeout)
         try:
             self._client = self._client or docker_client()
             _configure_reaper(self._client)
@@ -215,13 +215,13 @@ class ActiveMQContainer(ActiveMQAddresses, ContainerLifecycle):
                        stop_signal="SIGTERM")
         return tc
 
-    def _start_container(self, deadline: float, wait_for: str) -> None:
+    def _start_container(self, deadline: Deadline, wait_for: str) -> None:
         from testcontainers.core.wait_strategies import LogMessageWaitStrategy  # noqa: PLC0415 - optional dependency
 
         ready = READY_LINE.format(name=re.escape(self.name))
         pattern = ready if wait_for == "serving" else f"(?:{ready}|{re.escape(SLAVE_LINE)})"
         strategy = LogMessageWaitStrategy(re.compile(pattern, re.MULTILINE))
-        strategy.with_startup_timeout(max(1.0, deadline - time.monotonic())).with_poll_interval(0.2)
+        strategy.with_startup_timeout(max(1.0, deadline.remaining())).with_poll_interval(0.2)
         self._tc.waiting_for(strategy)
         try:
             self._tc.start()
@@ -264,20 +264,24 @@ class ActiveMQContainer(ActiveMQAddresses, ContainerLifecycle):
         self.openwire_port = host_port(CONTAINER_PORTS["openwire"]) if self.openwire else 0
         self.mqtt_port = host_port(CONTAINER_PORTS["mqtt"]) if self.mqtt else None
 
-    def _wait_stomp(self, deadline: float) -> None:
+    def _wait_stomp(self, deadline: Deadline) -> None:
         # The log line comes from inside; the published port also needs Docker's forwarding.
         if not self.stomp:
             return
-        last = "not tried"
-        while True:
+        def silent(last: str) -> ActiveMQStartError:
+            return ActiveMQStartError(f"ActiveMQ container {self.name!r} logged that it started but STOMP on "
+                                      f"{self.host}:{self.stomp_port} did not answer ({last})\n"
+                                      f"{self._failure_report()}")
+
+        def answered() -> tuple[bool, str]:
             ok, last = stomp_handshake(self.stomp_port, timeout=2.0, login=self.ready_login)
-            if ok:
-                return
-            if time.monotonic() >= deadline or not self.running:
-                raise ActiveMQStartError(f"ActiveMQ container {self.name!r} logged that it started but STOMP on "
-                                         f"{self.host}:{self.stomp_port} did not answer ({last})\n"
-                                         f"{self._failure_report()}")
-            time.sleep(0.2)
+            if not ok and not self.running:
+                raise silent(last)
+            return ok, last
+
+        ok, last = poll(answered, lambda answer: answer[0], timeout=deadline, interval=0.2)
+        if not ok:
+            raise silent(last)
 
     # ----------------------------------------------------------------- observation
     def _failure_report(self, tail: int = 40) -> str:

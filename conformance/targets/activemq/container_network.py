@@ -22,7 +22,6 @@ import re
 import signal
 import select
 import threading
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -35,6 +34,7 @@ from conformance.targets.activemq.network import _ESTABLISHED, ActiveMQNetwork, 
 from conformance.targets.activemq.shared_store import NODE_NAMES, SharedStoreGroup, SharedStoreNode
 from machinery.docker_env import ACTIVEMQ_IMAGE, docker_client
 from machinery.container import new_network
+from machinery.waiting import Deadline, wait_until
 
 __all__ = ["ActiveMQContainerNetwork", "ContainerNetworkNode", "ContainerSharedStoreNode", "SharedVolumePair",
            "scenario_network"]
@@ -97,7 +97,7 @@ class ActiveMQContainerNetwork(ActiveMQNetwork):
 
     def start(self, timeout: float = 120) -> None:
         """Create the network, start every container at once, wait until every bridge is up."""
-        deadline = time.monotonic() + timeout
+        deadline = Deadline(timeout)
         try:
             self.network = scenario_network("activemq_container_network", self.prefix)
             errors: dict[str, BaseException] = {}
@@ -108,7 +108,7 @@ class ActiveMQContainerNetwork(ActiveMQNetwork):
 
             def start_one(name: str) -> None:
                 try:
-                    self.nodes[name].process.start(timeout=max(1.0, deadline - time.monotonic()))
+                    self.nodes[name].process.start(timeout=max(1.0, deadline.remaining()))
                 except BaseException as exc:  # noqa: BLE001 - reported below with every broker's error
                     errors[name] = exc
 
@@ -120,7 +120,7 @@ class ActiveMQContainerNetwork(ActiveMQNetwork):
             if errors:
                 raise NetworkStartError("broker container(s) did not start: "
                                         + "; ".join(f"{n}: {e}" for n, e in errors.items()))
-            self.wait_for_bridges(max(1.0, deadline - time.monotonic()))
+            self.wait_for_bridges(max(1.0, deadline.remaining()))
         except BaseException:
             self.stop()
             raise
@@ -258,11 +258,9 @@ class ContainerSharedStoreNode(SharedStoreNode):
         except Exception as exc:  # noqa: BLE001 - docker.errors.APIError without importing the SDK here
             if not _not_running_error(exc):
                 raise
-        deadline = time.monotonic() + 30
-        while self.process.running:  # the engine's view: start() refuses a container it sees running
-            if time.monotonic() >= deadline:
-                raise RuntimeError(f"container of node {self.name} still runs 30 s after SIGKILL")
-            time.sleep(0.05)
+        # the engine's view: start() refuses a container it sees running
+        wait_until(lambda: not self.process.running, 30, 0.05,
+                   on_timeout=lambda _: RuntimeError(f"container of node {self.name} still runs 30 s after SIGKILL"))
 
 
 class SharedVolumePair(SharedStoreGroup):

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import re
 import threading
-import time
 from pathlib import Path
 from xml.sax.saxutils import quoteattr
 
@@ -42,6 +41,7 @@ from conformance.targets.activemq.jmx import JmxClient
 from machinery.process import free_ports
 from conformance.targets.activemq.node import ActiveMQNode
 from conformance.targets.runtime.evidence import ProcessEvidence
+from machinery.waiting import Deadline, poll, wait_until
 
 __all__ = ["Bridge", "check_duplex_names", "PEER_LIST_SCHEMES", "BridgeFilterPolicy", "CompositeDestination", "render_destination_interceptors", "BridgeRoute", "NetworkConnectorOptions", "ActiveMQNetwork", "NetworkNode",
            "NetworkStartError", "established_bridges", "render_network_connector", "render_bridge_filter_policy", "destination_element"]
@@ -281,10 +281,8 @@ class NetworkNode(ProcessEvidence, ActiveMQNode, InFlight):
         """Poll until ``destination`` has ``count`` consumers here (demand crosses a bridge
         asynchronously, as an advisory message); returns the last count seen, for the caller's
         assertion message."""
-        deadline = time.monotonic() + timeout
-        while (seen := self.consumer_count(destination)) != count and time.monotonic() < deadline:
-            time.sleep(0.1)
-        return seen
+        return poll(lambda: self.consumer_count(destination), lambda seen: seen == count,
+                    timeout=timeout, interval=0.1)
 
     def established_bridges(self) -> list[str]:
         """Names of the remote brokers this broker logged an established bridge to (one per bridge)."""
@@ -425,14 +423,14 @@ class ActiveMQNetwork(Cluster, Renaming):
         When a port the peers' connectors name was taken before its broker bound it, every
         broker is stopped and the network starts again on fresh ports (at most
         `START_ATTEMPTS` starts within ``timeout``)."""
-        deadline = time.monotonic() + timeout
+        deadline = Deadline(timeout)
         for attempt in range(1, self.START_ATTEMPTS + 1):
             try:
                 self._start_once(deadline)
                 return
             except PortTakenError:
                 # _start_once stopped every broker already
-                if attempt == self.START_ATTEMPTS or time.monotonic() >= deadline:
+                if attempt == self.START_ATTEMPTS or deadline.expired():
                     raise
                 self._forget_ports()
 
@@ -441,7 +439,7 @@ class ActiveMQNetwork(Cluster, Renaming):
             p = node.process
             p.stomp_port = p.openwire_port = p.jmx_port = 0
 
-    def _start_once(self, deadline: float) -> None:
+    def _start_once(self, deadline: Deadline) -> None:
         try:
             self._assign_ports()
             for name, node in self.nodes.items():
@@ -452,7 +450,7 @@ class ActiveMQNetwork(Cluster, Renaming):
                 node = self.nodes[name]
                 assigned = node.process.openwire_port
                 try:
-                    node.process.start(timeout=max(1.0, deadline - time.monotonic()))
+                    node.process.start(timeout=max(1.0, deadline.remaining()))
                     if node.process.openwire_port != assigned:
                         # start() re-picks ports when one was taken meanwhile: the peers' URIs are stale
                         raise PortTakenError(f"broker {name}'s OpenWire port {assigned} was taken by another "
@@ -471,7 +469,7 @@ class ActiveMQNetwork(Cluster, Renaming):
                               else NetworkStartError)
                 raise error_type("broker(s) of the network did not start: "
                                  + "; ".join(f"{n}: {e}" for n, e in errors.items()))
-            self.wait_for_bridges(max(1.0, deadline - time.monotonic()))
+            self.wait_for_bridges(max(1.0, deadline.remaining()))
         except BaseException:
             self.stop()
             raise
@@ -495,15 +493,17 @@ class ActiveMQNetwork(Cluster, Renaming):
 
     def wait_for_bridges(self, timeout: float = 30) -> None:
         """Until each connector logged its bridge established (a restarted broker logs again)."""
-        deadline = time.monotonic() + timeout
-        while missing := self.missing_bridges():
-            if time.monotonic() >= deadline:
-                raise NetworkStartError(f"bridges not established within {timeout:.0f} s: {missing} "
-                                        f"(broker -> peers it has not connected to)\n{self.log_tail(30)}")
-            dead = [n for n, node in self.nodes.items() if not node.running]
+        def missing_while_all_run() -> dict[str, list[str]]:
+            missing = self.missing_bridges()
+            dead = [n for n, node in self.nodes.items() if not node.running] if missing else []
             if dead:
                 raise NetworkStartError(f"broker(s) {dead} exited while the network was forming\n{self.log_tail(30)}")
-            time.sleep(0.1)
+            return missing
+
+        missing = poll(missing_while_all_run, lambda missing: not missing, timeout=timeout, interval=0.1)
+        if missing:
+            raise NetworkStartError(f"bridges not established within {timeout:.0f} s: {missing} "
+                                    f"(broker -> peers it has not connected to)\n{self.log_tail(30)}")
 
     def restart(self, name: str, timeout: float = 90) -> None:
         """Stop broker ``name`` and start it again on the same ports and data directory (a broker
@@ -533,11 +533,8 @@ class ActiveMQNetwork(Cluster, Renaming):
         broker's log tail."""
         node = self.nodes[name]
         want = len(self.expected_bridges()[name])
-        deadline = time.monotonic() + timeout
-        while len(node.established_bridges()) < want:
-            if time.monotonic() >= deadline:
-                raise NetworkStartError(f"broker {name}'s bridges {failure}\n{node.log_tail(30)}")
-            time.sleep(0.1)
+        wait_until(lambda: len(node.established_bridges()) >= want, timeout, 0.1,
+                   on_timeout=lambda _: NetworkStartError(f"broker {name}'s bridges {failure}\n{node.log_tail(30)}"))
 
     def rename_connector(self, source: str, old: str, new: str) -> None:
         """Rename broker ``source``'s connector ``old`` to ``new``; it takes effect when that broker

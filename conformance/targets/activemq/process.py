@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import os
 import re
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -49,6 +48,7 @@ from conformance.targets.runtime.jvm import quick_start_options
 from machinery.managed import ManagedProcess
 from conformance.targets.runtime.probes import stomp_handshake, tcp_accepts
 from machinery.process import free_ports
+from machinery.waiting import Deadline
 
 if TYPE_CHECKING:
     from conformance.targets.tls_setup import TlsSetup
@@ -643,7 +643,7 @@ class ActiveMQProcess(ActiveMQAddresses, ManagedProcess):
         reason = _missing_core() or (_missing_mqtt() if self.mqtt else "") or (_missing_amqp() if self.amqp else "")
         if reason:
             raise ActiveMQNotInstalled(reason)
-        deadline = time.monotonic() + timeout
+        deadline = Deadline(timeout)
         attempts = 3  # a picked port can be taken by someone else before the JVM binds it
         for attempt in range(1, attempts + 1):
             try:
@@ -654,7 +654,7 @@ class ActiveMQProcess(ActiveMQAddresses, ManagedProcess):
                 return
             except ActiveMQStartError as e:
                 bind_race = "Address already in use" in str(e)
-                if bind_race and attempt < attempts and time.monotonic() < deadline:
+                if bind_race and attempt < attempts and not deadline.expired():
                     continue
                 raise
 
@@ -663,7 +663,7 @@ class ActiveMQProcess(ActiveMQAddresses, ManagedProcess):
                 and (not self.mqtt or bool(self.mqtt_port)) and (not self.amqp or self.amqp_port > 0)
                 and (not self.jmx or self.jmx_port > 0) and (self.tls is None or bool(self.tls_ports)))
 
-    def _start_once(self, deadline: float, keep_ports: bool = False, wait_for: str = "serving") -> None:
+    def _start_once(self, deadline: Deadline, keep_ports: bool = False, wait_for: str = "serving") -> None:
         """``keep_ports``: keep every port already set (a restart's, or one a rig fixed before the
         first start so another broker's configuration can name it) and pick only the missing ones;
         otherwise pick them all anew (a port turned out to be taken)."""
@@ -684,7 +684,7 @@ class ActiveMQProcess(ActiveMQAddresses, ManagedProcess):
         self._spawn_until_ready(self.command, lambda: self._wait_ready(deadline, wait_for),
                                 cwd=self.workdir, output=self.log_path)
 
-    def _wait_ready(self, deadline: float, wait_for: str = "serving") -> None:
+    def _wait_ready(self, deadline: Deadline, wait_for: str = "serving") -> None:
         def probe(budget: float) -> tuple[bool, str]:
             # the TLS connectors start after the plain ones: a client of the TLS port right after
             # the plain STOMP handshake was refused once (a loaded main job)

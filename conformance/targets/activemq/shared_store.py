@@ -20,7 +20,6 @@ proxy (runtime/database_links.py), so one broker's database link can be cut.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 from conformance.deployment import SharedStorage
@@ -32,6 +31,7 @@ from conformance.targets.runtime.database_links import DatabaseLinks
 from conformance.targets.runtime.node import NodeRestarts
 from conformance.targets.runtime.nfs_store import NfsStore
 from machinery.postgres import PostgresServer
+from machinery.waiting import Deadline, poll
 
 #: node names, in start order: A is started first and becomes the first master
 NODE_NAMES = "ABCDEFGH"
@@ -105,7 +105,7 @@ class SharedStoreGroup(NodeRestarts, Cluster, SharedStorage):
             for name in self.topology.nodes}
 
     def start(self, timeout: float = 90) -> None:
-        deadline = time.monotonic() + timeout
+        deadline = Deadline(timeout)
         try:
             if self.database is not None and not self.database.running:
                 self.database.start()
@@ -132,7 +132,7 @@ class SharedStoreGroup(NodeRestarts, Cluster, SharedStorage):
             first, *others = self.nodes.values()
             first.process.start(timeout=timeout)  # alone on the store: it must become master
             for node in others:
-                node.start(timeout=max(1.0, deadline - time.monotonic()))
+                node.start(timeout=max(1.0, deadline.remaining()))
                 if node.serving():
                     raise RuntimeError(f"node {node.name} serves while node {first.name} holds the store's lock: "
                                        f"both are masters of {self.store}\n{node.log_tail(30)}")
@@ -148,10 +148,7 @@ class SharedStoreGroup(NodeRestarts, Cluster, SharedStorage):
         return serving[0] if serving else None
 
     def wait_for_master(self, timeout: float) -> SharedStoreNode | None:
-        deadline = time.monotonic() + timeout
-        while (node := self.master()) is None and time.monotonic() < deadline:
-            time.sleep(0.1)
-        return node
+        return poll(self.master, lambda node: node is not None, timeout=timeout, interval=0.1)
 
     def addresses(self, protocol: str) -> list[tuple[str, int]]:
         """Every node's address for ``protocol``, in node order (the failover URL's order)."""

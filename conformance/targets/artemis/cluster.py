@@ -59,7 +59,6 @@ from __future__ import annotations
 import re
 import secrets
 import shutil
-import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -72,6 +71,7 @@ from conformance.targets.artemis.node import ArtemisNode
 from machinery.process import free_ports
 from conformance.deployment import Formation, Forwarding
 from conformance.topology import Bridge, Cluster, ClusterConnection, ExtraClusterConnection, Topology, TopologyUnsupported
+from machinery.waiting import Deadline, poll
 
 __all__ = ["CLUSTER_NAME", "ArtemisCluster", "ClusterManagement", "ClusterFormationError", "UdpGroup", "cluster_xml", "launch_cluster"]
 
@@ -428,13 +428,13 @@ class ArtemisCluster(Cluster, Formation):
 
     # ------------------------------------------------------------ lifecycle
     def start(self, timeout: float = 240) -> None:
-        deadline = time.monotonic() + timeout
+        deadline = Deadline(timeout)
         try:
             # the JVMs start side by side: the machine is slow, and each waits for its own STOMP CONNECTED
             with ThreadPoolExecutor(max_workers=len(self.nodes)) as pool:
                 for future in [pool.submit(node.start, timeout) for node in self.nodes.values()]:
                     future.result()
-            self.wait_formed(max(10.0, deadline - time.monotonic()))
+            self.wait_formed(max(10.0, deadline.remaining()))
         except BaseException:
             self.stop()
             raise
@@ -478,16 +478,11 @@ class ArtemisCluster(Cluster, Formation):
         """Return once every link of ``topology.cluster.links()`` has its cluster bridge connected
         (read over Jolokia, see the module's docstring); ClusterFormationError naming the missing
         links otherwise."""
-        deadline = time.monotonic() + timeout
-        while True:
-            missing = self.missing_links()
-            if not missing:
-                return
-            if time.monotonic() >= deadline:
-                raise ClusterFormationError(
-                    f"Artemis cluster links not connected after {timeout:.0f} s: "
-                    f"{', '.join(f'{s}->{t}' for s, t in missing)}\n{self.log_tail(30)}")
-            time.sleep(0.3)
+        missing = poll(self.missing_links, lambda missing: not missing, timeout=timeout, interval=0.3)
+        if missing:
+            raise ClusterFormationError(
+                f"Artemis cluster links not connected after {timeout:.0f} s: "
+                f"{', '.join(f'{s}->{t}' for s, t in missing)}\n{self.log_tail(30)}")
 
     def __getitem__(self, name: str) -> ArtemisClusterNode:
         return self.nodes[name]

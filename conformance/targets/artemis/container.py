@@ -52,7 +52,6 @@ settings) and replaces the entrypoint: it runs the image's own entrypoint once w
 from __future__ import annotations
 
 import re
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -68,6 +67,7 @@ from machinery.container import new_network as _new_network  # tests replace it
 from machinery.docker_env import DockerUnavailable, docker_client, image_available
 from machinery.process import free_ports
 from conformance.targets.artemis.dist import ARTEMIS_IMAGE  # the local image by default; never pulled (a missing image is a reason)
+from machinery.waiting import Deadline, poll, wait_until
 
 __all__ = ["ARTEMIS_IMAGE", "ArtemisContainer", "ArtemisStartError", "UnsupportedArtemisPolicy", "CONTAINER_PORTS",
            "READY_LINE", "LABEL", "address_settings_xml", "artemis_match"]
@@ -253,7 +253,7 @@ class ArtemisContainer(ContainerLifecycle):
         ok, reason = image_available(self.image)
         if not ok:
             raise DockerUnavailable(reason)
-        deadline = time.monotonic() + timeout
+        deadline = Deadline(timeout)
         restart = self._tc is not None  # killed earlier: same container, same instance and journal
         try:
             if restart:
@@ -296,11 +296,11 @@ class ArtemisContainer(ContainerLifecycle):
         tc.with_kwargs(**kwargs)
         return tc
 
-    def _wait_ready(self, deadline: float, restart: bool) -> None:
+    def _wait_ready(self, deadline: Deadline, restart: bool) -> None:
         if restart:
             self._wait_log(deadline)
         else:
-            self._tc.waiting_for(_wait_strategy(READY_LINE, deadline - time.monotonic()))
+            self._tc.waiting_for(_wait_strategy(READY_LINE, deadline.remaining()))
             try:
                 self._tc.start()
             except (TimeoutError, RuntimeError) as exc:
@@ -314,13 +314,20 @@ class ArtemisContainer(ContainerLifecycle):
         self._read_published_ports()
         self._wait_stomp(deadline)
 
-    def _wait_log(self, deadline: float) -> None:
+    def _wait_log(self, deadline: Deadline) -> None:
         """After a restart of the same container: wait for a readiness line newer than the restart."""
-        while self._count_ready_lines() <= self._ready_lines_before:
-            if not self.running or time.monotonic() >= deadline:
-                raise ArtemisStartError(f"Artemis container {self.name!r} did not come back after a restart\n"
-                                        f"{self._failure_report()}")
-            time.sleep(0.5)
+        def back() -> bool:
+            if self._count_ready_lines() > self._ready_lines_before:
+                return True
+            if not self.running:
+                raise self._not_back()
+            return False
+
+        wait_until(back, deadline, 0.5, on_timeout=lambda _: self._not_back())
+
+    def _not_back(self) -> ArtemisStartError:
+        return ArtemisStartError(f"Artemis container {self.name!r} did not come back after a restart\n"
+                                 f"{self._failure_report()}")
 
     def _count_ready_lines(self) -> int:
         return len(re.findall(READY_LINE, self.log_tail(100000)))
@@ -336,18 +343,22 @@ class ArtemisContainer(ContainerLifecycle):
                                         f"is not published: {bindings}")
             self.ports[listener] = int(found[0]["HostPort"])
 
-    def _wait_stomp(self, deadline: float) -> None:
+    def _wait_stomp(self, deadline: Deadline) -> None:
         # the log line comes from inside; the published port also needs Docker's forwarding
-        last = "not tried"
-        while True:
+        def silent(last: str) -> ArtemisStartError:
+            return ArtemisStartError(f"Artemis container {self.name!r} logged 'HTTP Server started' but STOMP on "
+                                     f"{self.host}:{self.ports['stomp']} did not answer CONNECTED ({last})\n"
+                                     f"{self._failure_report()}")
+
+        def answered() -> tuple[bool, str]:
             ok, last = stomp_handshake(self.ports["stomp"], 5.0, self.ready_login)
-            if ok:
-                return
-            if time.monotonic() >= deadline or not self.running:
-                raise ArtemisStartError(f"Artemis container {self.name!r} logged 'HTTP Server started' but STOMP on "
-                                        f"{self.host}:{self.ports['stomp']} did not answer CONNECTED ({last})\n"
-                                        f"{self._failure_report()}")
-            time.sleep(0.3)
+            if not ok and not self.running:
+                raise silent(last)
+            return ok, last
+
+        ok, last = poll(answered, lambda answer: answer[0], timeout=deadline, interval=0.3)
+        if not ok:
+            raise silent(last)
 
     # ----------------------------------------------------------------- process faults
     @property
@@ -379,11 +390,8 @@ class ArtemisContainer(ContainerLifecycle):
         except Exception as exc:  # noqa: BLE001 - docker.errors.APIError without importing the SDK here
             if "is not running" not in str(exc) and getattr(getattr(exc, "response", None), "status_code", 0) != 409:
                 raise
-        deadline = time.monotonic() + 30
-        while self.running:
-            if time.monotonic() >= deadline:
-                raise ArtemisStartError(f"Artemis container {self.name!r} still runs 30 s after SIGKILL")
-            time.sleep(0.05)
+        wait_until(lambda: not self.running, 30, 0.05, on_timeout=lambda _: ArtemisStartError(
+            f"Artemis container {self.name!r} still runs 30 s after SIGKILL"))
 
     # ----------------------------------------------------------------- observation
     def _failure_report(self, tail: int = 40) -> str:

@@ -65,6 +65,7 @@ from conformance.targets.artemis.process import ADMIN_USER, JolokiaError, QueueM
 from machinery.process import free_ports
 from machinery.container import new_network
 from conformance.topology import Topology, TopologyUnsupported
+from machinery.waiting import Deadline
 
 __all__ = ["CLUSTER_LABEL", "ArtemisClusterContainer", "ArtemisContainerCluster", "ContainerClusterNode",
            "launch_container_cluster"]
@@ -239,18 +240,18 @@ class ArtemisContainerCluster(ArtemisCluster):
         """Create the network, start every container at once, wait until every link is connected;
         on failure everything started is removed again."""
         began = time.monotonic()
+        deadline = Deadline(timeout)
         try:
             if self.network is None:
                 self.network = new_network(f"brokerconf-{self.topology.prefix}-{uuid.uuid4().hex[:8]}",
                                            self._network_labels)
                 for container in self.containers.values():
                     container.join(self.network)
-            deadline = began + timeout
             with ThreadPoolExecutor(max_workers=len(self.nodes)) as pool:
                 for future in [pool.submit(node.start, timeout) for node in self.nodes.values()]:
                     future.result()
             self.timings["serving"] = time.monotonic() - began
-            self.wait_formed(max(10.0, deadline - time.monotonic()))
+            self.wait_formed(max(10.0, deadline.remaining()))
             self.timings["formed"] = time.monotonic() - began
         except BaseException:
             self.stop()

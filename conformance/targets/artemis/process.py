@@ -57,6 +57,7 @@ from machinery.managed import ManagedProcess
 from machinery.postgres import JDBC_DRIVER_JAR
 from machinery.process import free_ports
 from conformance.targets.tls_setup import prepare as prepare_tls
+from machinery.waiting import Deadline
 
 __all__ = ["ArtemisProcess", "ArtemisStartError", "ArtemisNotInstalled", "JolokiaError", "LISTENERS", "QueueManagement",
            "jolokia_call"]
@@ -93,16 +94,18 @@ def jolokia_call(host: str, port: int, credentials: tuple[str, str], request: di
     url = f"http://{host}:{port}/console/jolokia/"
     auth = base64.b64encode(f"{credentials[0]}:{credentials[1]}".encode()).decode()
     headers = {"Content-Type": "application/json", "Authorization": f"Basic {auth}", "Origin": f"http://{host}"}
-    deadline = time.monotonic() + timeout
+    deadline = Deadline(timeout)
+    # a loop, not a `wait_until`: each round sends the request again, and the error of the last
+    # attempt is chained to the one raised
     while True:
         try:
             req = urllib.request.Request(url, data=json.dumps(request).encode(), headers=headers, method="POST")
-            with urllib.request.urlopen(req, timeout=max(1.0, deadline - time.monotonic())) as response:
+            with urllib.request.urlopen(req, timeout=max(1.0, deadline.remaining())) as response:
                 body = json.loads(response.read().decode("utf-8"))
             break
         except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
             status = getattr(exc, "code", None)
-            if status not in (None, 404, 503) or time.monotonic() >= deadline or not alive():
+            if status not in (None, 404, 503) or deadline.expired() or not alive():
                 raise JolokiaError(f"Jolokia {url} ({request.get('type')} {request.get('mbean')}): {exc}") from exc
             time.sleep(0.3)
     if body.get("status") != 200:
@@ -228,9 +231,9 @@ class ArtemisProcess(QueueManagement, ManagedProcess):
             raise ValueError(f"wait_for must be 'serving' or 'lock', not {wait_for!r}")
         if self.running:
             raise RuntimeError(f"Artemis {self.name!r} is already running (pid {self.pid})")
-        deadline = time.monotonic() + timeout
+        deadline = Deadline(timeout)
         if not self._created:
-            self._create_instance(timeout=max(10.0, deadline - time.monotonic()))
+            self._create_instance(timeout=max(10.0, deadline.remaining()))
         with open(self.log_path, "ab") as f:
             f.write(f"--- brokerconf: starting {self.instance}/bin/artemis run at {time.strftime('%H:%M:%S')}\n"
                     .encode())
@@ -238,7 +241,7 @@ class ArtemisProcess(QueueManagement, ManagedProcess):
         self._spawn_until_ready([str(self.instance / "bin" / "artemis"), "run"],
                                 lambda: self._wait_ready(deadline, wait_for), cwd=self.instance, output=self.log_path)
 
-    def _wait_ready(self, deadline: float, wait_for: str = "serving") -> None:
+    def _wait_ready(self, deadline: Deadline, wait_for: str = "serving") -> None:
         self._await_ready(deadline, lambda budget: stomp_handshake(self.ports["stomp"], budget, self.ready_login),
                           done=self.waiting_for_lock if wait_for == "lock" else None,
                           poll=0.2, where=f" (STOMP CONNECT on {self.host}:{self.ports['stomp']}); log {self.log_path}")

@@ -58,6 +58,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from machinery.tools_cache import TOOLS_DIR
+from machinery.waiting import Deadline
 
 __all__ = ["ArtemisCreateError", "CreateOptions", "create_instance", "instantiate", "run_create", "template_for",
            "TEMPLATES_DIR"]
@@ -166,13 +167,15 @@ class _Lock:
 
     def __enter__(self) -> "_Lock":
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        deadline = time.monotonic() + self.timeout
+        deadline = Deadline(self.timeout)
+        # a loop, not a `wait_until`: each round tries the lock, and the last refusal is chained
+        # to the error raised
         while True:
             try:
                 fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 return self
             except OSError as exc:
-                if exc.errno not in (errno.EAGAIN, errno.EACCES) or time.monotonic() >= deadline:
+                if exc.errno not in (errno.EAGAIN, errno.EACCES) or deadline.expired():
                     os.close(self.fd)
                     raise ArtemisCreateError(f"could not lock {self.path} within {self.timeout:.0f} s "
                                              f"(another process making the same Artemis template?): {exc}") from exc

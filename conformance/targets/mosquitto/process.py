@@ -39,11 +39,11 @@ import pwd
 import re
 import shutil
 import socket
-import time
 from pathlib import Path
 
 from machinery.managed import ManagedProcess
 from machinery.process import free_ports, tail_files
+from machinery.waiting import Deadline
 
 __all__ = [
     "MosquittoNotInstalled",
@@ -210,18 +210,18 @@ class MosquittoProcess(ManagedProcess):
         ok, reason = mosquitto_available()
         if not ok:
             raise MosquittoNotInstalled(reason)
-        deadline = time.monotonic() + timeout
+        deadline = Deadline(timeout)
         attempts = 3
         for attempt in range(1, attempts + 1):
             try:
                 self._start_once(deadline, keep_port=attempt == 1 and self.mqtt_port > 0)
                 return
             except MosquittoStartError as e:
-                if "Address already in use" in str(e) and attempt < attempts and time.monotonic() < deadline:
+                if "Address already in use" in str(e) and attempt < attempts and not deadline.expired():
                     continue
                 raise
 
-    def _start_once(self, deadline: float, keep_port: bool) -> None:
+    def _start_once(self, deadline: Deadline, keep_port: bool) -> None:
         if not keep_port:
             self.mqtt_port = free_ports(1)[0]
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -231,7 +231,7 @@ class MosquittoProcess(ManagedProcess):
         self._spawn_until_ready(self.command, lambda: self._wait_ready(deadline),
                                 cwd=self.workdir, output=self.stdout_path, truncate=True)
 
-    def _wait_ready(self, deadline: float) -> None:
+    def _wait_ready(self, deadline: Deadline) -> None:
         self._await_ready(deadline, lambda budget: mqtt_connack(self.mqtt_port, timeout=budget), poll=0.05)
 
     # ----------------------------------------------------------------- observation

@@ -70,7 +70,6 @@ import secrets
 import shutil
 import socket
 import struct
-import time
 from pathlib import Path
 
 import psutil
@@ -78,6 +77,7 @@ from proton.utils import BlockingConnection
 
 from machinery.managed import ManagedProcess
 from machinery.process import free_ports, tail_files
+from machinery.waiting import Deadline, wait_until
 
 __all__ = [
     "RabbitMQNotInstalled",
@@ -329,7 +329,7 @@ class RabbitMQProcess(ManagedProcess):
         reason = _missing(tuple(self.plugins))
         if reason:
             raise RabbitMQNotInstalled(reason)
-        deadline = time.monotonic() + timeout
+        deadline = Deadline(timeout)
         attempts = 3
         for attempt in range(1, attempts + 1):
             try:
@@ -338,11 +338,11 @@ class RabbitMQProcess(ManagedProcess):
             except RabbitMQStartError as e:
                 text = str(e)
                 bind_race = any(s in text for s in ("eaddrinuse", "Address already in use", "already in use"))
-                if bind_race and attempt < attempts and time.monotonic() < deadline:
+                if bind_race and attempt < attempts and not deadline.expired():
                     continue
                 raise
 
-    def _start_once(self, deadline: float, keep_ports: bool) -> None:
+    def _start_once(self, deadline: Deadline, keep_ports: bool) -> None:
         if not keep_ports:
             ports = free_ports(5)
             self.amqp_port, self.dist_port, self.epmd_port = ports[0], ports[1], ports[2]
@@ -362,7 +362,7 @@ class RabbitMQProcess(ManagedProcess):
             self.stop()
             raise
 
-    def _start_epmd(self, deadline: float) -> None:
+    def _start_epmd(self, deadline: Deadline) -> None:
         epmd = _find_epmd()
         if epmd is None:
             raise RabbitMQNotInstalled(_missing())
@@ -370,7 +370,8 @@ class RabbitMQProcess(ManagedProcess):
         proc = self._spawn_companion([epmd, "-port", str(self.epmd_port), "-address", self.host],
                                      cwd=self.workdir, env=env)
         self.epmd_pid = proc.pid
-        while True:
+
+        def listening() -> bool:
             if proc.poll() is not None:
                 raise RabbitMQStartError(
                     f"epmd -port {self.epmd_port} exited with code {proc.returncode}"
@@ -378,13 +379,12 @@ class RabbitMQProcess(ManagedProcess):
             try:
                 with socket.create_connection((self.host, self.epmd_port), timeout=1) as s:
                     s.sendall(b"\x00\x01n")  # NAMES_REQ: answered with epmd's port number
-                    if s.recv(4) == struct.pack(">I", self.epmd_port):
-                        return
+                    return s.recv(4) == struct.pack(">I", self.epmd_port)
             except OSError:
-                pass
-            if time.monotonic() >= deadline:
-                raise RabbitMQStartError(f"epmd did not listen on {self.epmd_port} in time")
-            time.sleep(0.02)
+                return False
+
+        wait_until(listening, deadline, 0.02,
+                   on_timeout=lambda _: RabbitMQStartError(f"epmd did not listen on {self.epmd_port} in time"))
 
     def _find_beam(self) -> int:
         if self.beam_pid or not self.running:

@@ -30,6 +30,7 @@ from machinery.process import free_ports
 from reference_broker.clustering.service import ClusterService
 from reference_broker.config import build_config
 from reference_broker.server import BrokerServer
+from machinery.waiting import poll
 
 __all__ = ["ClusterFormationError", "ReferenceCluster", "ReferenceClusterNode", "cluster_connection_config",
            "redistribution_settings"]
@@ -272,12 +273,10 @@ class ReferenceCluster(Cluster, Formation):
 
     def wait_formed(self, timeout: float = 30) -> None:
         """Return once every link between running nodes is up; ClusterFormationError otherwise."""
-        deadline = time.monotonic() + timeout
-        while missing := self.missing_links():
-            if time.monotonic() >= deadline:
-                raise ClusterFormationError(f"cluster links not up within {timeout:.0f} s: {missing}\n"
-                                            + self.log_tail(30))
-            time.sleep(0.05)
+        missing = poll(self.missing_links, lambda missing: not missing, timeout=timeout, interval=0.05)
+        if missing:
+            raise ClusterFormationError(f"cluster links not up within {timeout:.0f} s: {missing}\n"
+                                        + self.log_tail(30))
 
     def stop(self) -> None:
         errors = []

@@ -12,7 +12,6 @@ connectors built from the same `Bridge` / `NetworkConnectorOptions` model as the
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable
@@ -25,6 +24,7 @@ from conformance.topology import (Cluster, Node, RECONNECT_URI_OPTIONS, Topology
 from reference_broker.cluster.service import NetworkService
 from reference_broker.config import build_config
 from reference_broker.server import BrokerServer
+from machinery.waiting import poll, wait_until
 
 _TIMEOUT = 10.0
 
@@ -200,10 +200,8 @@ class ReferenceNode(Node, InFlight):
         return self._queue_field(destination, lambda q: q.in_flight_count)
 
     def wait_for_consumers(self, destination: str, count: int, timeout: float = 10.0) -> int:
-        deadline = time.monotonic() + timeout
-        while (seen := self.consumer_count(destination)) != count and time.monotonic() < deadline:
-            time.sleep(0.05)
-        return seen
+        return poll(lambda: self.consumer_count(destination), lambda seen: seen == count,
+                    timeout=timeout, interval=0.05)
 
     def bridges_up(self) -> int:
         return self.call(lambda: sum(1 for b in self.network.bridges if b.local is not None) if self.network else 0)
@@ -372,12 +370,9 @@ class ReferenceNetwork(Cluster, Renaming):
         node = self.nodes[name]
         node.start(connectors=[connector_config(self.peer_url(b), b.options) for b in self.bridges if b.source == name])
         want = sum(1 for b in self.bridges if b.source == name and b.expect_established)
-        deadline = time.monotonic() + timeout
-        while node.bridges_up() < want:
-            if time.monotonic() >= deadline:
-                raise ReferenceNetworkError(f"broker {name}'s bridges did not come up within {timeout:.0f} s after "
-                                            f"its start\n" + self.log_tail(30))
-            time.sleep(0.05)
+        wait_until(lambda: node.bridges_up() >= want, timeout, 0.05,
+                   on_timeout=lambda _: ReferenceNetworkError(f"broker {name}'s bridges did not come up within "
+                                                              f"{timeout:.0f} s after its start\n" + self.log_tail(30)))
 
     def rename_connector(self, source: str, old: str, new: str) -> None:
         """As `ActiveMQNetwork.rename_connector`: takes effect at broker ``source``'s next `start_broker`."""
@@ -396,17 +391,13 @@ class ReferenceNetwork(Cluster, Renaming):
         return f"tcp://{host}:{port}"
 
     def wait_for_bridges(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
         expected = {name: sum(1 for b in self.bridges if b.source == name and b.expect_established)
                     for name in self.nodes}
-        while True:
-            missing = {n: want for n, want in expected.items() if self.nodes[n].bridges_up() < want}
-            if not missing:
-                return
-            if time.monotonic() >= deadline:
-                raise ReferenceNetworkError(f"bridges not established within {timeout:.0f} s: {missing}\n"
-                                            + self.log_tail(30))
-            time.sleep(0.05)
+        missing = poll(lambda: {n: want for n, want in expected.items() if self.nodes[n].bridges_up() < want},
+                       lambda missing: not missing, timeout=timeout, interval=0.05)
+        if missing:
+            raise ReferenceNetworkError(f"bridges not established within {timeout:.0f} s: {missing}\n"
+                                        + self.log_tail(30))
 
     def stop(self) -> None:
         errors = []

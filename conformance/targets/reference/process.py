@@ -8,13 +8,13 @@ import re
 import subprocess
 import sys
 import threading
-import time
 from collections import deque
 from pathlib import Path
 
 from conformance.targets.runtime.probes import stomp_handshake
 from machinery.process import peak_rss, stop_if_interrupted
 from machinery.tether import launch
+from machinery.waiting import wait_until
 
 _READY = re.compile(r"reference broker '.*' ready: (.*)$")
 #: a master/slave broker waiting for its store's lock (reference_broker/__main__.py)
@@ -117,20 +117,26 @@ class ReferenceBrokerProcess:
         )
         self._reader = threading.Thread(target=self._read_log, args=(self.proc,), daemon=True)
         self._reader.start()
-        deadline = time.monotonic() + timeout
-        stop_if_interrupted(lambda: self._wait_ready(wait_for, deadline, timeout), self.stop)
+        stop_if_interrupted(lambda: self._wait_ready(wait_for, timeout), self.stop)
         return self
 
-    def _wait_ready(self, wait_for: str, deadline: float, timeout: float) -> None:
-        while not self._ready.wait(0.05) and not (wait_for == "lock" and self._waiting.is_set()):
+    def _wait_ready(self, wait_for: str, timeout: float) -> None:
+        def ready() -> bool:
+            # the event's own wait is the poll interval: it returns the moment the line is read
+            if self._ready.wait(0.05) or (wait_for == "lock" and self._waiting.is_set()):
+                return True
             if self.proc.poll() is not None:
                 self._reader.join(1)
                 raise ReferenceStartError(
                     f"reference broker exited with {self.proc.returncode} before it was ready:\n{self.log_tail()}"
                 )
-            if time.monotonic() > deadline:
-                self.stop()
-                raise ReferenceStartError(f"reference broker not ready after {timeout} s:\n{self.log_tail()}")
+            return False
+
+        def late(_last: bool) -> ReferenceStartError:
+            self.stop()
+            return ReferenceStartError(f"reference broker not ready after {timeout} s:\n{self.log_tail()}")
+
+        wait_until(ready, timeout, interval=0, on_timeout=late)
 
     def _read_log(self, proc: subprocess.Popen) -> None:
         for line in proc.stderr:

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from typing import Any
 
 from conformance.topology import Cluster, Node, NodeError, Topology
 from conformance.topology import TopologyUnsupported, capability_of
+from machinery.waiting import poll
 
 
 def signal_tree(pid: int, sig: int) -> None:
@@ -102,10 +102,8 @@ class ProcessNode(Node):
         return counters.enqueued - counters.dequeued if counters else 0
 
     def wait_for_consumers(self, destination: str, count: int, timeout: float = 10.0) -> int:
-        deadline = time.monotonic() + timeout
-        while (seen := self.consumer_count(destination)) != count and time.monotonic() < deadline:
-            time.sleep(0.1)
-        return seen
+        return poll(lambda: self.consumer_count(destination), lambda seen: seen == count,
+                    timeout=timeout, interval=0.1)
 
     def log_tail(self, lines: int = 80) -> str:
         return self.process.log_tail(lines)

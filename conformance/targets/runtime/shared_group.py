@@ -17,13 +17,13 @@ Each process handle needs ``start(timeout, wait_for=...)``, ``serving(timeout)``
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
 from conformance.deployment import SharedStorage
 from conformance.topology import Cluster, Topology
 from conformance.targets.runtime.node import NodeRestarts, ProcessNode
+from machinery.waiting import Deadline, poll
 
 __all__ = ["SharedStoreCluster", "SharedStoreError"]
 
@@ -55,12 +55,12 @@ class SharedStoreCluster(NodeRestarts, Cluster, SharedStorage):
         self.rig = rig
 
     def start(self, timeout: float = 120) -> None:
-        deadline = time.monotonic() + timeout
+        deadline = Deadline(timeout)
         try:
             first, *others = self.nodes.values()
             first.process.start(timeout=timeout)  # alone on the store: it must become master
             for node in others:
-                node.start(timeout=max(1.0, deadline - time.monotonic()))
+                node.start(timeout=max(1.0, deadline.remaining()))
                 if node.serving():
                     raise SharedStoreError(f"{self.label} node {node.name} serves while node {first.name} holds the "
                                            f"store's lock: both are masters of {self.store}\n{node.log_tail(30)}")
@@ -76,10 +76,7 @@ class SharedStoreCluster(NodeRestarts, Cluster, SharedStorage):
         return serving[0] if serving else None
 
     def wait_for_master(self, timeout: float) -> ProcessNode | None:
-        deadline = time.monotonic() + timeout
-        while (node := self.master()) is None and time.monotonic() < deadline:
-            time.sleep(0.1)
-        return node
+        return poll(self.master, lambda node: node is not None, timeout=timeout, interval=0.1)
 
     # ------------------------------------------------------------ the Cluster contract
     def __getitem__(self, name: str) -> ProcessNode:
