@@ -144,7 +144,7 @@ def _one_of(names: list[str]) -> str:
 # answers what the harness used to ask by comparing `kind` with a name: its node names, the
 # broker-neutral `Topology` it launches (conformance/topology.py), which faults of [[nemesis]] it
 # takes, and what it asks of the rest of the experiment. `kind` is read here and nowhere else in
-# chaos/ (tests/chaos/test_topology_kind_dispatch.py fails on a comparison of it with a name).
+# chaos/ (tests/test_topology_kind_dispatch.py fails on a comparison of it with a name).
 
 
 class _TopologyShape(_Strict):
