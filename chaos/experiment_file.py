@@ -12,9 +12,11 @@
     failover = true                 # clients use failover:(...) over every node's address
     failover_options = "randomize=false&initialReconnectDelay=100&maxReconnectDelay=1000"
 
-    [topology]
-    kind = "single"                 # single | shared-store (N brokers on one store: master/slave)
-    nodes = 2                       # shared-store only
+    [topology]                      # each kind has only its own keys: one of another kind is refused, naming
+                                    # the kinds that have it (SingleTopology, SharedStoreTopology, ...)
+    kind = "single"                 # single (no other key) | shared-store (N brokers on one store: master/slave)
+                                    # | network | cluster (below); left out: single
+    nodes = 2                       # shared-store, network and cluster (these two: 2 to 4)
     lock_keep_alive_period_ms = 2000
     lock_acquire_sleep_interval_ms = 1000
     store = "local"                 # shared-store: "local" directory, or "nfs": the simulated NFS
@@ -31,8 +33,8 @@
     initial_reconnect_delay_ms = 1000   # the static: transport's reconnect options ("Static discovery");
     max_reconnect_delay_ms = 30000      # left out, an option is unset: no broker's configuration
     use_exponential_back_off = true     # mentions it (the values shown are the table's defaults)
-    producer_node = "A"             # network: producers connect here ...
-    consumer_node = "B"             # ... consumers and the final drain there
+    producer_node = "A"             # network and cluster: producers connect here ...
+    consumer_node = "B"             # ... network: consumers and the final drain there
 
     # kind = "cluster": `nodes` brokers (2 to 4) joined by Artemis-style cluster connections
     # (artemis-clusters.md), options as the chapter names them; the values shown are its defaults,
