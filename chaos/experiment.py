@@ -503,9 +503,9 @@ def _cluster_run_workload(run: _RunContext):
 
 @dataclass(frozen=True)
 class _ShapeRun:
-    """How a run of one [topology] shape places its workload's clients, and drains (a topic
-    workload's drain is the workload's own, before any of these: only shapes whose every node
-    serves the clients run topics, chaos/experiment_file.py)."""
+    """How a run of one [topology] shape places its workload's clients, and drains its queue (a
+    topic workload drains itself before any of these; only a single broker and a shared store run
+    topics, chaos/experiment_file.py)."""
 
     workload: Callable[[_RunContext], object]
     drain: Callable[[_RunContext, object], tuple[list[dict], list[str]]]
