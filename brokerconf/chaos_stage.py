@@ -145,7 +145,7 @@ def plan(chaos_duration: float, targets: list[str], out_dir: Path, progress: Cal
         duration = stage_duration(chaos_duration, exp)
         exp = with_overrides(exp, duration_s=duration)
         label = f"{exp.name} on {exp.target.name}"
-        if exp.topology.store == "nfs" and (why := fuse_unavailable()):
+        if exp.topology.on_simulated_nfs and (why := fuse_unavailable()):
             progress(f"chaos: {label} skipped: {why}")
             continue
         if needs is not None:

@@ -19,7 +19,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
-from chaos.experiment_file import Experiment, ExperimentError, FaultPlane, NemesisSection
+from chaos.experiment_file import (ClusterTopology, Experiment, ExperimentError, FaultPlane, NemesisSection,
+                                   NetworkTopology, SharedStoreTopology, SingleTopology)
 from chaos.exit_watch import ExitWatch, nodes_a_fault_may_stop
 from chaos.history import (HARNESS_BROKER_COUNTERS, HARNESS_CLUSTER_HELD, HARNESS_EXPERIMENT, HARNESS_FORMAT,
                            HARNESS_RUN_END, History)
@@ -222,7 +223,7 @@ def run_experiment(exp: Experiment, out_dir: Path, *, progress: Callable[[str], 
     if not ok:
         raise ExperimentError(f"target {exp.target.name} cannot run here: {reason}")
     process_faults = [n for n in exp.nemesis if n.plane is FaultPlane.PROCESS]
-    if process_faults and exp.topology.kind == "single" and "process.kill" not in target.capabilities():
+    if process_faults and exp.topology.launched_by_every_target and "process.kill" not in target.capabilities():
         raise ExperimentError(f"target {exp.target.name} cannot be killed or paused by the harness "
                               "(it lacks process.kill); use e.g. 'reference:process'")
     run_id = f"{exp.name}-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}"
@@ -446,6 +447,85 @@ def _cluster_workload(exp: Experiment, history: History, make_clients: dict, nam
     return ClusterWorkload(history, make_clients, **options)
 
 
+@dataclass(frozen=True)
+class _RunContext:
+    """What a run's workload and drain are built from: the experiment, the launched deployment,
+    the history, and the clients' addresses (``all`` and ``slow``: direct or through the fault
+    proxy) with the node each address is."""
+
+    exp: Experiment
+    topology: RunningTopology
+    history: History
+    transport_log: TransportLog | None
+    addresses: dict[str, list[tuple[str, int]]]
+    names: dict[str, str]
+    progress: Callable[[str], None]
+
+    def client_of(self, node: str) -> Callable:
+        """A client factory for node ``node``'s own address."""
+        return _client_factory(self.exp, [self.topology.address_of(node, self.exp.target.protocol)],
+                               self.transport_log)
+
+
+def _workload_over_every_node(run: _RunContext):
+    # every client lists every node (failover finds whoever serves); slow subscribers through
+    # their own proxies
+    return _make_workload(run.exp, run.history, _client_factory(run.exp, run.addresses["all"], run.transport_log),
+                          _client_factory(run.exp, run.addresses["slow"], run.transport_log), names=run.names)
+
+
+def _drain_over_every_node(run: _RunContext, workload) -> tuple[list[dict], list[str]]:
+    exp = run.exp
+    if exp.target.failover:
+        # the drain's new clients give up if no broker answers (DRAIN_STARTUP_ATTEMPTS)
+        workload.make_client = _client_factory(exp, run.addresses["all"], run.transport_log, for_drain=True)
+    _wait_consumers_gone(run.topology, exp.workload.destination, run.progress)
+    try:
+        return workload.drain(quiet=exp.drain_quiet_s), []
+    except DrainIncomplete as exc:
+        # Judged anyway: the history shows no completed drain, so the verdict cannot be "true".
+        run.progress(f"  {exc}")
+        return exc.drained, [str(exc)]
+
+
+def _network_workload(run: _RunContext):
+    # Consumers (and the drain) on the consumer node, producers on the producer node: the
+    # messages must cross the bridges to be consumed.
+    consumer_client = run.client_of(run.exp.topology.consumer_node)
+    return _make_workload(run.exp, run.history, consumer_client, consumer_client,
+                          run.client_of(run.exp.topology.producer_node), run.names)
+
+
+def _cluster_run_workload(run: _RunContext):
+    # Producers on the producer node, consumers spread over the consumer nodes, the drain on
+    # every node (chaos/workloads/cluster.py)
+    return _cluster_workload(run.exp, run.history, {node: run.client_of(node) for node in run.topology.names},
+                             run.names)
+
+
+@dataclass(frozen=True)
+class _ShapeRun:
+    """How a run of one [topology] shape places its workload's clients, and drains its queue (a
+    topic workload drains itself before any of these; only a single broker and a shared store run
+    topics, chaos/experiment_file.py)."""
+
+    workload: Callable[[_RunContext], object]
+    drain: Callable[[_RunContext, object], tuple[list[dict], list[str]]]
+
+
+#: the runner's one dispatch on the [topology] shape (issue 27: keyed by the section's class, no
+#: kind names); tests/chaos/test_topology_shapes.py checks every shape has its entry
+SHAPE_RUNS: dict[type, _ShapeRun] = {
+    SingleTopology: _ShapeRun(_workload_over_every_node, _drain_over_every_node),
+    SharedStoreTopology: _ShapeRun(_workload_over_every_node, _drain_over_every_node),
+    NetworkTopology: _ShapeRun(_network_workload,
+                               lambda run, workload: _drain_network(run.exp, run.topology, workload, run.progress)),
+    ClusterTopology: _ShapeRun(_cluster_run_workload,
+                               lambda run, workload: _drain_cluster(run.exp, run.topology, workload, run.history,
+                                                                    run.progress)),
+}
+
+
 def _run(exp: Experiment, topology: RunningTopology, run_id: str, history_path: Path, progress, proxy,
          checkers: dict | None = None) -> ExperimentResult:
     # No default node: the workloads name the node that served each completion (issue 18), the
@@ -477,22 +557,9 @@ def _run_with_history(exp: Experiment, topology: RunningTopology, run_id: str, h
     for group in sorted(groups):
         proxies[group], addresses[group] = _proxied(exp, topology, proxy, group)
     names = node_names(topology.names, *{tuple(a): a for a in addresses.values()}.values())
-    if topology.kind == "cluster":
-        # Producers on the producer node, consumers spread over the consumer nodes, the drain on
-        # every node (chaos/workloads/cluster.py)
-        workload = _cluster_workload(exp, history, {node: _client_factory(
-            exp, [topology.address_of(node, exp.target.protocol)], transport_log) for node in topology.names}, names)
-    elif topology.kind == "network":
-        # Consumers (and the drain) on the consumer node, producers on the producer node: the
-        # messages must cross the bridges to be consumed.
-        consumer_client = _client_factory(exp, [topology.address_of(exp.topology.consumer_node, exp.target.protocol)],
-                                          transport_log)
-        workload = _make_workload(exp, history, consumer_client, consumer_client,
-                                  _client_factory(exp, [topology.address_of(exp.topology.producer_node, exp.target.protocol)],
-                                                  transport_log), names)
-    else:
-        workload = _make_workload(exp, history, _client_factory(exp, addresses["all"], transport_log),
-                                  _client_factory(exp, addresses["slow"], transport_log), names=names)
+    run = _RunContext(exp, topology, history, transport_log, addresses, names, progress)
+    shape = SHAPE_RUNS[type(exp.topology)]
+    workload = shape.workload(run)
     faulted = _Faulted(topology, history, proxy, proxies)
     nemeses = [NEMESIS_OF_PLANE[n.plane](n, faulted) for n in exp.nemesis]
     schedule = build_schedule(exp)
@@ -565,21 +632,8 @@ def _run_with_history(exp: Experiment, topology: RunningTopology, run_id: str, h
         progress("  not drained: a node of the deployment stopped on its own")
     elif exp.workload.fans_out:
         drained = workload.drain(quiet=exp.drain_quiet_s, before_close=read_broker_counters)
-    elif topology.kind == "network":
-        drained, drain_errors = _drain_network(exp, topology, workload, progress)
-    elif topology.kind == "cluster":
-        drained, drain_errors = _drain_cluster(exp, topology, workload, history, progress)
     else:
-        if exp.target.failover:
-            # the drain's new clients give up if no broker answers (DRAIN_STARTUP_ATTEMPTS)
-            workload.make_client = _client_factory(exp, addresses["all"], transport_log, for_drain=True)
-        _wait_consumers_gone(topology, exp.workload.destination, progress)
-        try:
-            drained = workload.drain(quiet=exp.drain_quiet_s)
-        except DrainIncomplete as exc:
-            # Judged anyway: the history shows no completed drain, so the verdict cannot be "true".
-            drained, drain_errors = exc.drained, [str(exc)]
-            progress(f"  {exc}")
+        drained, drain_errors = shape.drain(run, workload)
     result = ExperimentResult(exp.name, run_id, history_path, round(time.monotonic() - started, 1), workload.sent_ok,
                               workload.received_ok, len(drained), faults, exp.target.name,
                               topology=topology.kind, broker_discards=discards[0] if discards else None,

@@ -12,9 +12,11 @@
     failover = true                 # clients use failover:(...) over every node's address
     failover_options = "randomize=false&initialReconnectDelay=100&maxReconnectDelay=1000"
 
-    [topology]
-    kind = "single"                 # single | shared-store (N brokers on one store: master/slave)
-    nodes = 2                       # shared-store only
+    [topology]                      # each kind has only its own keys: one of another kind is refused, naming
+                                    # the kinds that have it (SingleTopology, SharedStoreTopology, ...)
+    kind = "single"                 # single (no other key) | shared-store (N brokers on one store: master/slave)
+                                    # | network | cluster (below); left out: single
+    nodes = 2                       # shared-store, network and cluster (these two: 2 to 4)
     lock_keep_alive_period_ms = 2000
     lock_acquire_sleep_interval_ms = 1000
     store = "local"                 # shared-store: "local" directory, or "nfs": the simulated NFS
@@ -31,8 +33,8 @@
     initial_reconnect_delay_ms = 1000   # the static: transport's reconnect options ("Static discovery");
     max_reconnect_delay_ms = 30000      # left out, an option is unset: no broker's configuration
     use_exponential_back_off = true     # mentions it (the values shown are the table's defaults)
-    producer_node = "A"             # network: producers connect here ...
-    consumer_node = "B"             # ... consumers and the final drain there
+    producer_node = "A"             # network and cluster: producers connect here ...
+    consumer_node = "B"             # ... network: consumers and the final drain there
 
     # kind = "cluster": `nodes` brokers (2 to 4) joined by Artemis-style cluster connections
     # (artemis-clusters.md), options as the chapter names them; the values shown are its defaults,
@@ -99,15 +101,18 @@ A bad file is refused before anything starts, naming the offending key (with a d
 from __future__ import annotations
 
 import difflib
+import json
 import tomllib
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Callable, Literal
+from typing import Annotated, Callable, ClassVar, Literal, Union, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, model_validator
 
 from conformance.scenario import DestinationPolicy
+from conformance.topology import (CLUSTER_CONNECTION_DEFAULTS, Bridge, ClusterConnection, GroupingHandlers,
+                                  NetworkConnectorOptions, NfsOptions, SharedStore, Topology)
 
 
 class ExperimentError(ValueError):
@@ -125,76 +130,173 @@ class TargetSection(_Strict):
     failover_options: str = "randomize=false&initialReconnectDelay=100&maxReconnectDelay=1000"
 
 
-#: TopologySection's network reconnect options -> NetworkConnectorOptions' fields
+#: NetworkTopology's reconnect options -> NetworkConnectorOptions' fields
 _RECONNECT_FIELDS = {"initial_reconnect_delay_ms": "initial_reconnect_delay", "max_reconnect_delay_ms": "max_reconnect_delay",
                      "use_exponential_back_off": "use_exponential_back_off"}
 
 
-class TopologySection(_Strict):
-    # single: one broker. shared-store: `nodes` brokers on one store, one master at a time
-    # (A-MQ fault-tolerant messaging guide, 3.1); the lock settings are that section's.
-    # network: `nodes` brokers (2 to 4) joined by `bridges` (ActiveMQ "Networks of Brokers"); the
-    # reconnect options are the "Static discovery" table's.
-    # cluster: `nodes` brokers (2 to 4) joined by Artemis-style cluster connections
-    # (artemis-clusters.md; conformance.topology.ClusterConnection).
-    # A connector or cluster option left out of the file stays None (unset): the brokers'
-    # configurations then do not mention it and their own defaults apply; `effective` gives the
-    # documented value (NetworkConnectorOptions' field defaults, CLUSTER_CONNECTION_DEFAULTS).
-    kind: Literal["single", "shared-store", "network", "cluster"] = "single"
+def _one_of(names: list[str]) -> str:
+    """``"a", "b" or "c"``: the names a message offers."""
+    quoted = [f'"{name}"' for name in names]
+    return " or ".join(filter(None, (", ".join(quoted[:-1]), quoted[-1])))
+
+
+# ------------------------------------------------------------ [topology]: one shape per kind
+# The section is a tagged union (issue 27): each shape has its own keys, defaults and checks, and
+# answers what the harness used to ask by comparing `kind` with a name: its node names, the
+# broker-neutral `Topology` it launches (conformance/topology.py), which faults of [[nemesis]] it
+# takes, and what it asks of the rest of the experiment. `kind` is read here and nowhere else in
+# chaos/ (tests/test_topology_kind_dispatch.py fails on a comparison of it with a name).
+
+
+class _TopologyShape(_Strict):
+    """What every [topology] shape answers."""
+
+    #: the [[nemesis]] `link` this shape's proxy faults cut: "clients" (each client's connection)
+    #: unless the shape has links of its own between brokers
+    fault_link: ClassVar[str] = "clients"
+    #: one node serves clients at a time (a single broker; a shared store's master): the runner
+    #: asks who serves now (chaos/topology.py `RunningTopology.master`); in a network or a
+    #: cluster every broker serves its own clients
+    one_serves_at_a_time: ClassVar[bool] = True
+    #: the target's own broker, which every target launches (no topology capability): a process
+    #: fault needs the target's process.kill
+    launched_by_every_target: ClassVar[bool] = False
+
+    @classmethod
+    def kind_name(cls) -> str:
+        """The `kind` that selects this shape."""
+        return cls.model_fields["kind"].default
+
+    @property
+    def node_names(self) -> list[str]:
+        return list("ABCDEFGH"[:self.nodes])
+
+    @property
+    def on_simulated_nfs(self) -> bool:
+        """The brokers' store lives on the simulated NFS (machinery/sharedstore: needs FUSE)."""
+        return False
+
+    def conformance_topology(self, nemeses: list[NemesisSection]) -> Topology:
+        """The broker-neutral model the target launches (chaos/topology.py)."""
+        return Topology(tuple(self.node_names))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _refuse_other_shapes_keys(cls, data):
+        # A key of another shape names the kind that has it (an unknown key is refused by pydantic,
+        # with a did-you-mean: `_explain`)
+        if isinstance(data, dict):
+            for key, value in data.items():
+                owners = [shape.kind_name() for shape in TOPOLOGY_SHAPES if key in shape.model_fields]
+                if key not in cls.model_fields and owners:
+                    raise ValueError(f"{key} = {json.dumps(value)} needs kind = {_one_of(owners)}, "
+                                     f"not {cls.kind_name()!r}")
+        return data
+
+    # --------------------------------------------------- what the shape asks of the experiment
+
+    def check_experiment(self, exp: "Experiment") -> None:
+        """ValueError when the rest of ``exp`` does not fit this shape. Only a cluster churns
+        consumers, delays its producers or is judged by the cluster checkers."""
+        if exp.workload.consumer_lifetime_s is not None:
+            raise ValueError("[workload] consumer_lifetime_s (consumer churn) needs a cluster topology "
+                             "([topology] kind = \"cluster\")")
+        if exp.workload.producers_after_consumers_s is not None:
+            raise ValueError("[workload] producers_after_consumers_s needs a cluster topology "
+                             "([topology] kind = \"cluster\")")
+        if exp.checkers.redistribution or exp.checkers.group_pinning:
+            raise ValueError("[checkers] redistribution and group_pinning judge cluster topologies: set "
+                             "[topology] kind = \"cluster\" or turn them off")
+
+    def check_nemesis(self, index: int, nemesis: NemesisSection) -> None:
+        """ValueError when [[nemesis]] entry ``index`` cannot fault this shape."""
+        if nemesis.plane is FaultPlane.STORE:
+            self._check_store_fault(index, nemesis)
+        if nemesis.plane is FaultPlane.PROCESS:
+            allowed = self.process_fault_nodes()
+            if nemesis.node not in allowed:
+                raise ValueError(f"nemesis[{index}].node {nemesis.node!r} is not a node of this "
+                                 f"{self.kind_name()} topology (one of {allowed})")
+        self._check_link(index, nemesis)
+
+    def process_fault_nodes(self) -> list[str]:
+        """What a process fault's `node` may name."""
+        return self.node_names
+
+    def _check_store_fault(self, index: int, nemesis: NemesisSection) -> None:
+        raise ValueError(f"nemesis[{index}]: a lock-loss fault needs a shared store on the simulated "
+                         f"NFS or in a database ([topology] kind = \"shared-store\", store = \"nfs\" "
+                         f"or \"jdbc\")")
+
+    def _check_link(self, index: int, nemesis: NemesisSection) -> None:
+        owner = LINK_OWNERS.get(nemesis.link)
+        if owner is not None and owner is not type(self):
+            raise ValueError(f"nemesis[{index}].link = \"{nemesis.link}\" needs a {owner.kind_name()} topology "
+                             f"([topology] kind = \"{owner.kind_name()}\"), not {self.kind_name()!r}")
+        if owner is not None and nemesis.plane is not FaultPlane.PROXY:
+            raise ValueError(f"nemesis[{index}].link = \"{nemesis.link}\" applies to proxy faults "
+                             f"{PROXY_FAULTS}, not {nemesis.kind!r}")
+
+
+class SingleTopology(_TopologyShape):
+    """One broker, node ``A``: the target's own."""
+
+    kind: Literal["single"] = "single"
+    launched_by_every_target: ClassVar[bool] = True
+
+    @property
+    def node_names(self) -> list[str]:
+        return ["A"]
+
+
+class SharedStoreTopology(_TopologyShape):
+    """``nodes`` brokers on one store, one master at a time (A-MQ fault-tolerant messaging guide,
+    3.1); the lock settings are that section's."""
+
+    kind: Literal["shared-store"] = "shared-store"
     nodes: int = Field(default=2, ge=2, le=8)
     lock_keep_alive_period_ms: int = Field(default=2000, ge=0)
     lock_acquire_sleep_interval_ms: int = Field(default=1000, gt=0)
-    # shared-store: where the store lives; "nfs" puts it on the simulated NFS (machinery/sharedstore,
-    # issue 18 section 4) with these mount options (nfs(5); the A-MQ guide's 3.1 list by default);
-    # "jdbc" in one PostgreSQL database (guide 3.2), each node's link to it through its own proxy
-    # of the fault proxy (conformance/targets/runtime/database_links.py), the lock a lease lasting
+    # where the store lives; "nfs" puts it on the simulated NFS (machinery/sharedstore, issue 18
+    # section 4) with these mount options (nfs(5); the A-MQ guide's 3.1 list by default); "jdbc" in
+    # one PostgreSQL database (guide 3.2), each node's link to it through its own proxy of the fault
+    # proxy (conformance/targets/runtime/database_links.py), the lock a lease lasting
     # lock_acquire_sleep_interval_ms and renewed every lock_keep_alive_period_ms
     store: Literal["local", "nfs", "jdbc"] = "local"
     nfs_mount_options: str = "soft,timeo=20,retrans=2,lookupcache=none,sync"
     nfs_version: Literal[3, 4] = 4
     nfs_lease_s: float = Field(default=10.0, gt=0)
-    bridges: list[str] = Field(default_factory=lambda: ["A->B"])
-    initial_reconnect_delay_ms: int | None = Field(default=None, ge=0)
-    max_reconnect_delay_ms: int | None = Field(default=None, ge=0)
-    use_exponential_back_off: bool | None = None
-    producer_node: str = "A"
-    consumer_node: str = "B"
-    # cluster: the cluster connection's options (names as the chapter's, snake_case) ...
-    message_load_balancing: Literal["OFF", "STRICT", "ON_DEMAND", "OFF_WITH_REDISTRIBUTION"] | None = None
-    max_hops: int | None = Field(default=None, ge=0)
-    redistribution_delay_ms: int | None = Field(default=None, ge=-1)
-    retry_interval_ms: int | None = Field(default=None, gt=0)
-    max_retry_interval_ms: int | None = Field(default=None, gt=0)
-    reconnect_attempts: int | None = Field(default=None, ge=-1)
-    # ... clustered grouping: the node with the LOCAL handler (None: no grouping handlers)
-    grouping_local: str | None = None
-    grouping_timeout_ms: int = Field(default=5000, gt=0)
-    # ... and where the workload's consumers connect (producers: producer_node); empty: every
-    # node but the producer's
-    consumer_nodes: list[str] = Field(default_factory=list)
-
-    def effective(self, name: str):
-        """Option ``name``'s value: the file's, else the documented default (for waits computed
-        from it; never rendered). Network reconnect options: NetworkConnectorOptions' field
-        defaults ("Static discovery" table); cluster options: CLUSTER_CONNECTION_DEFAULTS."""
-        value = getattr(self, name)
-        if value is not None:
-            return value
-        from conformance.topology import CLUSTER_CONNECTION_DEFAULTS, NetworkConnectorOptions
-
-        if name in CLUSTER_CONNECTION_DEFAULTS:
-            return CLUSTER_CONNECTION_DEFAULTS[name]
-        return NetworkConnectorOptions.model_fields[_RECONNECT_FIELDS[name]].default
 
     @property
-    def node_names(self) -> list[str]:
-        return ["A"] if self.kind == "single" else list("ABCDEFGH"[:self.nodes])
+    def on_simulated_nfs(self) -> bool:
+        return self.store == "nfs"
+
+    def conformance_topology(self, nemeses: list[NemesisSection]) -> Topology:
+        nfs = (NfsOptions(mount_options=self.nfs_mount_options, version=self.nfs_version, lease_s=self.nfs_lease_s)
+               if self.store == "nfs" else None)
+        # a jdbc store's database links always run through the fault proxy: a lock-loss fault cuts one
+        jdbc = self.store == "jdbc"
+        return Topology(tuple(self.node_names), shared_store=SharedStore(
+            kind="jdbc" if jdbc else "file", lock_keep_alive_period_ms=self.lock_keep_alive_period_ms,
+            lock_acquire_sleep_interval_ms=self.lock_acquire_sleep_interval_ms, nfs=nfs, proxied_database=jdbc))
+
+    def process_fault_nodes(self) -> list[str]:
+        return self.node_names + ["master"]  # "master": whoever serves when the fault comes
+
+    def _check_store_fault(self, index: int, nemesis: NemesisSection) -> None:
+        if self.store not in ("nfs", "jdbc"):
+            super()._check_store_fault(index, nemesis)
+        if nemesis.fault == "expire" and self.store != "nfs":
+            raise ValueError(f"nemesis[{index}].fault = \"expire\" ends a host's lease on the simulated NFS "
+                             f"store; a {self.store} store has none to end: use partition, latency or reset")
+        if nemesis.node not in self.process_fault_nodes():
+            raise ValueError(f"nemesis[{index}].node {nemesis.node!r} is not a node of this shared-store "
+                             f"topology (one of {self.process_fault_nodes()})")
 
     @model_validator(mode="after")
-    def _store_fits(self) -> "TopologySection":
+    def _store_fits(self) -> "SharedStoreTopology":
         if self.store == "jdbc":
-            if self.kind != "shared-store":
-                raise ValueError(f"store = \"jdbc\" needs kind = \"shared-store\", not {self.kind!r}")
             # a lease renewed less often than it lasts lapses under a healthy master (SharedStore's rule)
             if not 0 < self.lock_keep_alive_period_ms < self.lock_acquire_sleep_interval_ms:
                 raise ValueError(f"store = \"jdbc\": the lease lasts lock_acquire_sleep_interval_ms "
@@ -202,8 +304,6 @@ class TopologySection(_Strict):
                                  f"lock_keep_alive_period_ms ({self.lock_keep_alive_period_ms}), which must be above "
                                  "0 and below it")
         if self.store == "nfs":
-            if self.kind != "shared-store":
-                raise ValueError(f"store = \"nfs\" needs kind = \"shared-store\", not {self.kind!r}")
             from machinery.sharedstore.mountopts import MountOptions, MountOptionError
 
             try:
@@ -212,19 +312,31 @@ class TopologySection(_Strict):
                 raise ValueError(f"nfs_mount_options: {exc}") from None
         return self
 
-    @model_validator(mode="after")
-    def _cluster_fits(self) -> "TopologySection":
-        if self.kind != "cluster":
-            return self
-        if self.nodes > 4:
-            raise ValueError(f"a cluster topology has 2 to 4 brokers, not {self.nodes}")
-        nodes = self.node_names
-        for label, named in (("producer_node", [self.producer_node]), ("consumer_nodes", self.consumer_nodes),
-                             ("grouping_local", [self.grouping_local] if self.grouping_local else [])):
-            unknown = [n for n in named if n not in nodes]
-            if unknown:
-                raise ValueError(f"{label} {unknown} names no node of this cluster ({nodes})")
-        return self
+
+class NetworkTopology(_TopologyShape):
+    """``nodes`` brokers (2 to 4) joined by `bridges` (ActiveMQ "Networks of Brokers"); the
+    reconnect options are the "Static discovery" table's. One left out stays None (unset): the
+    brokers' configurations do not mention it and their own defaults apply; `effective` gives the
+    documented value (NetworkConnectorOptions' field defaults)."""
+
+    kind: Literal["network"] = "network"
+    fault_link: ClassVar[str] = "bridges"
+    one_serves_at_a_time: ClassVar[bool] = False
+    nodes: int = Field(default=2, ge=2, le=8)
+    bridges: list[str] = Field(default_factory=lambda: ["A->B"])
+    initial_reconnect_delay_ms: int | None = Field(default=None, ge=0)
+    max_reconnect_delay_ms: int | None = Field(default=None, ge=0)
+    use_exponential_back_off: bool | None = None
+    producer_node: str = "A"
+    consumer_node: str = "B"
+
+    def effective(self, name: str):
+        """Reconnect option ``name``'s value: the file's, else the "Static discovery" table's
+        default (NetworkConnectorOptions' field default), for waits computed from it; never rendered."""
+        value = getattr(self, name)
+        if value is not None:
+            return value
+        return NetworkConnectorOptions.model_fields[_RECONNECT_FIELDS[name]].default
 
     def bridge_ends(self) -> list[tuple[str, str, bool]]:
         """``bridges`` as (source, target, duplex)."""
@@ -235,10 +347,36 @@ class TopologySection(_Strict):
             ends.append((source, target, duplex))
         return ends
 
+    def conformance_topology(self, nemeses: list[NemesisSection]) -> Topology:
+        options = {field: getattr(self, name) for name, field in _RECONNECT_FIELDS.items()}
+        # only the options the file set: an unset one stays unset (its broker's default applies)
+        options = {key: value for key, value in options.items() if value is not None}
+        bridges = tuple(Bridge(source, target_node, NetworkConnectorOptions(duplex=duplex, **options))
+                        for source, target_node, duplex in self.bridge_ends())
+        return Topology(tuple(self.node_names), bridges, proxied=("bridges",), prefix="chaos")
+
+    def check_experiment(self, exp: "Experiment") -> None:
+        # The network launchers (conformance/targets/activemq/network.py, reference/network.py)
+        # give each broker a STOMP listener only.
+        if exp.target.protocol != "stomp":
+            raise ValueError(f"a network topology's brokers listen for STOMP only: set [target] protocol = "
+                             f"\"stomp\", not {exp.target.protocol!r}")
+        # Only durable sources keep their messages across a failing bridge (ActiveMQ "Networks of
+        # Brokers", "Reliability"): the network topology runs queue workloads.
+        if exp.workload.fans_out:
+            raise ValueError("a network topology runs queue or grouped workloads (a non-durable topic may lose "
+                             "in-flight messages across a failing bridge, as documented): set [workload] kind")
+        super().check_experiment(exp)
+
+    def _check_link(self, index: int, nemesis: NemesisSection) -> None:
+        super()._check_link(index, nemesis)
+        if nemesis.link != self.fault_link:
+            raise ValueError(f"nemesis[{index}]: a network topology's faults cut its bridges (set link = "
+                             f"\"bridges\" with a proxy fault {PROXY_FAULTS}); its brokers' processes and "
+                             "clients are not faulted")
+
     @model_validator(mode="after")
-    def _network_fits(self) -> "TopologySection":
-        if self.kind != "network":
-            return self
+    def _network_fits(self) -> "NetworkTopology":
         if self.nodes > 4:
             raise ValueError(f"a network topology has 2 to 4 brokers, not {self.nodes}")
         nodes = self.node_names
@@ -254,6 +392,98 @@ class TopologySection(_Strict):
             if getattr(self, label) not in nodes:
                 raise ValueError(f"{label} {getattr(self, label)!r} is not a node of this network ({nodes})")
         return self
+
+
+class ClusterTopology(_TopologyShape):
+    """``nodes`` brokers (2 to 4) joined by Artemis-style cluster connections (artemis-clusters.md;
+    conformance.topology.ClusterConnection), options as the chapter names them (snake_case). One
+    left out stays None (unset): the brokers apply their own default; `effective` gives the
+    documented value (CLUSTER_CONNECTION_DEFAULTS)."""
+
+    kind: Literal["cluster"] = "cluster"
+    fault_link: ClassVar[str] = "cluster"
+    one_serves_at_a_time: ClassVar[bool] = False
+    nodes: int = Field(default=2, ge=2, le=8)
+    message_load_balancing: Literal["OFF", "STRICT", "ON_DEMAND", "OFF_WITH_REDISTRIBUTION"] | None = None
+    max_hops: int | None = Field(default=None, ge=0)
+    redistribution_delay_ms: int | None = Field(default=None, ge=-1)
+    retry_interval_ms: int | None = Field(default=None, gt=0)
+    max_retry_interval_ms: int | None = Field(default=None, gt=0)
+    reconnect_attempts: int | None = Field(default=None, ge=-1)
+    # clustered grouping: the node with the LOCAL handler (None: no grouping handlers)
+    grouping_local: str | None = None
+    grouping_timeout_ms: int = Field(default=5000, gt=0)
+    # where the workload's producers and consumers connect (consumers: empty, every node but the
+    # producer's)
+    producer_node: str = "A"
+    consumer_nodes: list[str] = Field(default_factory=list)
+
+    def effective(self, name: str):
+        """Cluster option ``name``'s value: the file's, else the chapter's default
+        (CLUSTER_CONNECTION_DEFAULTS), for waits computed from it; never rendered."""
+        value = getattr(self, name)
+        return CLUSTER_CONNECTION_DEFAULTS[name] if value is None else value
+
+    def conformance_topology(self, nemeses: list[NemesisSection]) -> Topology:
+        grouping = (GroupingHandlers(local=self.grouping_local, timeout_ms=self.grouping_timeout_ms)
+                    if self.grouping_local else None)
+        cluster = ClusterConnection(message_load_balancing=self.message_load_balancing, max_hops=self.max_hops,
+                                    redistribution_delay_ms=self.redistribution_delay_ms,
+                                    retry_interval_ms=self.retry_interval_ms,
+                                    max_retry_interval_ms=self.max_retry_interval_ms,
+                                    reconnect_attempts=self.reconnect_attempts, grouping=grouping)
+        # the cluster links run through the fault proxy only when a fault cuts them
+        proxied = (self.fault_link,) if any(n.link == self.fault_link for n in nemeses) else ()
+        # persistent: a killed node keeps the messages routed or redistributed to it (its journal)
+        return Topology(tuple(self.node_names), cluster=cluster, proxied=proxied, prefix="chaos", persistent=True)
+
+    def check_experiment(self, exp: "Experiment") -> None:
+        if exp.workload.fans_out:
+            raise ValueError("a cluster topology runs queue or grouped workloads (the cluster checkers judge "
+                             "queues): set [workload] kind")
+        if exp.policy:
+            raise ValueError("[[policy]] is not supported with a cluster topology (its launchers take no "
+                             "destination policies): remove the [[policy]] entries")
+        if self.grouping_local and not exp.workload.grouped:
+            raise ValueError("[topology] grouping_local sets up clustered grouping: use [workload] kind = \"grouped\"")
+
+    def _check_link(self, index: int, nemesis: NemesisSection) -> None:
+        if nemesis.plane is FaultPlane.PROXY and nemesis.link != self.fault_link:
+            raise ValueError(f"nemesis[{index}]: a cluster topology's proxy faults cut its cluster links (set "
+                             "link = \"cluster\"); its clients are not proxied")
+        super()._check_link(index, nemesis)
+
+    @model_validator(mode="after")
+    def _cluster_fits(self) -> "ClusterTopology":
+        if self.nodes > 4:
+            raise ValueError(f"a cluster topology has 2 to 4 brokers, not {self.nodes}")
+        nodes = self.node_names
+        for label, named in (("producer_node", [self.producer_node]), ("consumer_nodes", self.consumer_nodes),
+                             ("grouping_local", [self.grouping_local] if self.grouping_local else [])):
+            unknown = [n for n in named if n not in nodes]
+            if unknown:
+                raise ValueError(f"{label} {unknown} names no node of this cluster ({nodes})")
+        return self
+
+
+#: the [topology] shapes, the file's default (single) first
+TOPOLOGY_SHAPES: tuple[type[_TopologyShape], ...] = (SingleTopology, SharedStoreTopology, NetworkTopology,
+                                                     ClusterTopology)
+#: a [[nemesis]] link between brokers -> the shape that has it
+LINK_OWNERS: dict[str, type[_TopologyShape]] = {
+    shape.fault_link: shape for shape in TOPOLOGY_SHAPES if shape.fault_link != _TopologyShape.fault_link}
+
+
+def _topology_kind(value) -> str | None:
+    # a table without `kind` is the file format's default shape
+    return value.get("kind", SingleTopology.kind_name()) if isinstance(value, dict) else getattr(value, "kind", None)
+
+
+#: the [topology] section: the shape its `kind` names
+TopologySection = Annotated[
+    Union[tuple(Annotated[shape, Tag(shape.kind_name())] for shape in TOPOLOGY_SHAPES)],  # type: ignore[valid-type]
+    Discriminator(_topology_kind, custom_error_type="topology_kind",
+                  custom_error_message="kind should be " + _one_of([s.kind_name() for s in TOPOLOGY_SHAPES]))]
 
 
 class PolicySection(_Strict):
@@ -530,7 +760,7 @@ class Experiment(_Strict):
     # is not scheduled.
     recovery_s: float = Field(default=3.0, ge=0)
     target: TargetSection = Field(default_factory=TargetSection)
-    topology: TopologySection = Field(default_factory=TopologySection)
+    topology: TopologySection = Field(default_factory=SingleTopology)
     policy: list[PolicySection] = Field(default_factory=list)
     workload: WorkloadSection = Field(default_factory=WorkloadSection)
     nemesis: list[NemesisSection] = Field(default_factory=list)
@@ -552,114 +782,61 @@ class Experiment(_Strict):
         return self
 
     @model_validator(mode="after")
-    def _network_fits_workload(self) -> "Experiment":
-        if self.topology.kind != "network":
-            return self
-        # The network launchers (conformance/targets/activemq/network.py, reference/network.py)
-        # give each broker a STOMP listener only.
-        if self.target.protocol != "stomp":
-            raise ValueError(f"a network topology's brokers listen for STOMP only: set [target] protocol = "
-                             f"\"stomp\", not {self.target.protocol!r}")
-        # Only durable sources keep their messages across a failing bridge (ActiveMQ "Networks of
-        # Brokers", "Reliability"): the network topology runs queue workloads.
-        if self.workload.fans_out:
-            raise ValueError("a network topology runs queue or grouped workloads (a non-durable topic may lose "
-                             "in-flight messages across a failing bridge, as documented): set [workload] kind")
-        return self
-
-    @model_validator(mode="after")
-    def _cluster_fits_workload(self) -> "Experiment":
-        if self.topology.kind != "cluster":
-            if self.workload.consumer_lifetime_s is not None:
-                raise ValueError("[workload] consumer_lifetime_s (consumer churn) needs a cluster topology "
-                                 "([topology] kind = \"cluster\")")
-            if self.workload.producers_after_consumers_s is not None:
-                raise ValueError("[workload] producers_after_consumers_s needs a cluster topology "
-                                 "([topology] kind = \"cluster\")")
-            if self.checkers.redistribution or self.checkers.group_pinning:
-                raise ValueError("[checkers] redistribution and group_pinning judge cluster topologies: set "
-                                 "[topology] kind = \"cluster\" or turn them off")
-            return self
-        if self.workload.fans_out:
-            raise ValueError("a cluster topology runs queue or grouped workloads (the cluster checkers judge "
-                             "queues): set [workload] kind")
-        if self.policy:
-            raise ValueError("[[policy]] is not supported with a cluster topology (its launchers take no "
-                             "destination policies): remove the [[policy]] entries")
-        if self.topology.grouping_local and not self.workload.grouped:
-            raise ValueError("[topology] grouping_local sets up clustered grouping: use [workload] kind = \"grouped\"")
-        return self
-
-    @model_validator(mode="after")
-    def _nemeses_fit_topology(self) -> "Experiment":
-        nodes = self.topology.node_names
+    def _rest_fits_topology(self) -> "Experiment":
+        # the shape says what it asks of the workload, the checkers and each fault (`_TopologyShape`)
+        self.topology.check_experiment(self)
         for index, nemesis in enumerate(self.nemesis):
-            if nemesis.plane is FaultPlane.STORE:
-                if self.topology.kind != "shared-store" or self.topology.store not in ("nfs", "jdbc"):
-                    raise ValueError(f"nemesis[{index}]: a lock-loss fault needs a shared store on the simulated "
-                                     f"NFS or in a database ([topology] kind = \"shared-store\", store = \"nfs\" "
-                                     f"or \"jdbc\")")
-                if nemesis.fault == "expire" and self.topology.store != "nfs":
-                    raise ValueError(f"nemesis[{index}].fault = \"expire\" ends a host's lease on the simulated NFS "
-                                     f"store; a {self.topology.store} store has none to end: use partition, "
-                                     "latency or reset")
-                if nemesis.node not in nodes + ["master"]:
-                    raise ValueError(f"nemesis[{index}].node {nemesis.node!r} is not a node of this shared-store "
-                                     f"topology (one of {nodes + ['master']})")
-            if nemesis.plane is FaultPlane.PROCESS:
-                allowed = nodes + (["master"] if self.topology.kind == "shared-store" else [])
-                if nemesis.node not in allowed:
-                    raise ValueError(f"nemesis[{index}].node {nemesis.node!r} is not a node of this "
-                                     f"{self.topology.kind} topology (one of {allowed})")
-            if self.topology.kind == "cluster" and nemesis.plane is FaultPlane.PROXY and nemesis.link != "cluster":
-                raise ValueError(f"nemesis[{index}]: a cluster topology's proxy faults cut its cluster links (set "
-                                 "link = \"cluster\"); its clients are not proxied")
-            if nemesis.link == "cluster":
-                if self.topology.kind != "cluster":
-                    raise ValueError(f"nemesis[{index}].link = \"cluster\" needs a cluster topology ([topology] "
-                                     f"kind = \"cluster\"), not {self.topology.kind!r}")
-                if nemesis.plane is not FaultPlane.PROXY:
-                    raise ValueError(f"nemesis[{index}].link = \"cluster\" applies to proxy faults "
-                                     f"{PROXY_FAULTS}, not {nemesis.kind!r}")
-            if self.topology.kind == "network" and nemesis.link != "bridges":
-                raise ValueError(f"nemesis[{index}]: a network topology's faults cut its bridges (set link = "
-                                 f"\"bridges\" with a proxy fault {PROXY_FAULTS}); its brokers' processes and "
-                                 "clients are not faulted")
-            if nemesis.link == "bridges":
-                if self.topology.kind != "network":
-                    raise ValueError(f"nemesis[{index}].link = \"bridges\" needs a network topology ([topology] "
-                                     f"kind = \"network\"), not {self.topology.kind!r}")
-                if nemesis.plane is not FaultPlane.PROXY:
-                    raise ValueError(f"nemesis[{index}].link = \"bridges\" applies to proxy faults "
-                                     f"{PROXY_FAULTS}, not {nemesis.kind!r}")
+            self.topology.check_nemesis(index, nemesis)
             if nemesis.clients == "slow" and not self.workload.slow_subscribers:
                 raise ValueError(f"nemesis[{index}] acts on the slow subscribers' proxy, but the workload "
                                  "has slow_subscribers = 0")
         return self
 
 
-def _fields_at(loc: tuple) -> list[str]:
-    model: type[BaseModel] = Experiment
-    for part in loc[:-1]:
-        if isinstance(part, int):
+def _tagged_members(annotation) -> dict[str, type[BaseModel]]:
+    """A tagged union's members by their tag (the [topology] shapes by kind); {} for any other field."""
+    members = {}
+    for arg in get_args(annotation):
+        if get_origin(arg) is Annotated:
+            arg = get_args(arg)[0]
+        if isinstance(arg, type) and issubclass(arg, _TopologyShape):
+            members[arg.kind_name()] = arg
+    return members
+
+
+def _resolve(loc: tuple) -> tuple[tuple, type[BaseModel] | None]:
+    """``loc`` as the file spells it, without a tagged union's tag (pydantic's
+    ``topology.shared-store.store`` is the file's ``topology.store``), and the model of its last
+    part (None past a key that holds no section)."""
+    model: type[BaseModel] | None = Experiment
+    shown: list = []
+    union: dict[str, type[BaseModel]] = {}
+    for part in loc:
+        if part in union:
+            model, union = union[part], {}
             continue
-        annotation = model.model_fields[str(part)].annotation
+        union = {}
+        shown.append(part)
+        if isinstance(part, int) or model is None:
+            continue
+        field = model.model_fields.get(str(part))
+        annotation = field.annotation if field is not None else None
+        union = _tagged_members(annotation)
         inner = getattr(annotation, "__args__", (annotation,))[0]
-        if not (isinstance(inner, type) and issubclass(inner, BaseModel)):
-            return []
-        model = inner
-    return list(model.model_fields)
+        model = inner if not union and isinstance(inner, type) and issubclass(inner, BaseModel) else None
+    return tuple(shown), model
 
 
 def _explain(exc: ValidationError) -> str:
     lines = []
     for err in exc.errors():
-        loc = err["loc"]
+        loc, _ = _resolve(err["loc"])
         where = ".".join(str(p) for p in loc)
         if err["type"] == "extra_forbidden":
-            hint = difflib.get_close_matches(str(loc[-1]), _fields_at(loc), n=1)
-            section = ".".join(str(p) for p in loc[:-1]) or "the top level"
-            lines.append(f"unknown key {loc[-1]!r} in {section}" + (f": did you mean {hint[0]!r}?" if hint else ""))
+            section, model = _resolve(err["loc"][:-1])
+            hint = difflib.get_close_matches(str(loc[-1]), list(model.model_fields) if model else [], n=1)
+            section_name = ".".join(str(p) for p in section) or "the top level"
+            lines.append(f"unknown key {loc[-1]!r} in {section_name}" + (f": did you mean {hint[0]!r}?" if hint else ""))
         else:
             message = err["msg"].removeprefix("Value error, ")
             lines.append(f"invalid value for {where!r}: {message}" if where else message)

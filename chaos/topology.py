@@ -36,8 +36,7 @@ from conformance.scenario import Scenario
 from conformance.targets.runtime.probes import stomp_handshake, tcp_accepts
 from conformance.targets.base import TargetUnavailable, why_missing
 from machinery.waiting import Deadline
-from conformance.topology import (Bridge, Cluster, ClusterConnection, GroupingHandlers, NetworkConnectorOptions,
-                                  NfsOptions, SharedStore, Topology, TopologyUnsupported, capability_of)
+from conformance.topology import Cluster, Topology, TopologyUnsupported, capability_of
 
 
 class BridgeProxies:
@@ -74,7 +73,8 @@ class BridgeProxies:
 class RunningTopology:
     """A launched `Cluster` and what the experiment added around it (the bridges' fault proxy)."""
 
-    def __init__(self, cluster: Cluster, proxy=None, routes: BridgeProxies | None = None) -> None:
+    def __init__(self, cluster: Cluster, proxy=None, routes: BridgeProxies | None = None, *,
+                 one_serves_at_a_time: bool = True) -> None:
         self.cluster = cluster
         self.kind = cluster.topology.kind
         self.names = tuple(cluster.topology.nodes)  # every node, in order (failover URLs, proxies)
@@ -83,6 +83,8 @@ class RunningTopology:
         self.nodes = dict(cluster.nodes)
         self.proxy = proxy
         self.routes = routes
+        #: the section's shape says whether one node serves at a time (`master` asks who)
+        self.one_serves_at_a_time = one_serves_at_a_time
 
     @property
     def bridge_proxies(self) -> list[str]:
@@ -107,7 +109,7 @@ class RunningTopology:
     def master(self) -> str | None:
         """The node serving clients now when only one does (a shared store's master); None while
         no node does, and for a network or a cluster, where every broker serves its own clients."""
-        if self.kind in ("network", "cluster"):
+        if not self.one_serves_at_a_time:
             return None
         serving = self.cluster.serving()
         if len(serving) > 1:
@@ -189,39 +191,9 @@ class RunningTopology:
 
 
 def topology_of(exp: Experiment) -> Topology:
-    """The experiment's [topology] section as the broker-neutral model."""
-    topo = exp.topology
-    names = tuple(topo.node_names)
-    if topo.kind == "shared-store":
-        nfs = (NfsOptions(mount_options=topo.nfs_mount_options, version=topo.nfs_version, lease_s=topo.nfs_lease_s)
-               if topo.store == "nfs" else None)
-        # a jdbc store's database links always run through the fault proxy: a lock-loss fault cuts one
-        jdbc = topo.store == "jdbc"
-        return Topology(names, shared_store=SharedStore(
-            kind="jdbc" if jdbc else "file", lock_keep_alive_period_ms=topo.lock_keep_alive_period_ms,
-            lock_acquire_sleep_interval_ms=topo.lock_acquire_sleep_interval_ms, nfs=nfs, proxied_database=jdbc))
-    if topo.kind == "network":
-        options = dict(initial_reconnect_delay=topo.initial_reconnect_delay_ms,
-                       max_reconnect_delay=topo.max_reconnect_delay_ms,
-                       use_exponential_back_off=topo.use_exponential_back_off)
-        # only the options the file set: an unset one stays unset (its broker's default applies)
-        options = {key: value for key, value in options.items() if value is not None}
-        bridges = tuple(Bridge(source, target_node, NetworkConnectorOptions(duplex=duplex, **options))
-                        for source, target_node, duplex in topo.bridge_ends())
-        return Topology(names, bridges, proxied=("bridges",), prefix="chaos")
-    if topo.kind == "cluster":
-        grouping = (GroupingHandlers(local=topo.grouping_local, timeout_ms=topo.grouping_timeout_ms)
-                    if topo.grouping_local else None)
-        cluster = ClusterConnection(message_load_balancing=topo.message_load_balancing, max_hops=topo.max_hops,
-                                    redistribution_delay_ms=topo.redistribution_delay_ms,
-                                    retry_interval_ms=topo.retry_interval_ms,
-                                    max_retry_interval_ms=topo.max_retry_interval_ms,
-                                    reconnect_attempts=topo.reconnect_attempts, grouping=grouping)
-        # the cluster links run through the fault proxy only when a fault cuts them
-        proxied = ("cluster",) if any(n.link == "cluster" for n in exp.nemesis) else ()
-        # persistent: a killed node keeps the messages routed or redistributed to it (its journal)
-        return Topology(names, cluster=cluster, proxied=proxied, prefix="chaos", persistent=True)
-    return Topology(names)
+    """The experiment's [topology] section as the broker-neutral model (each shape builds its own:
+    chaos/experiment_file.py `conformance_topology`)."""
+    return exp.topology.conformance_topology(exp.nemesis)
 
 
 def launch_topology(exp: Experiment, target, workdir: Path) -> RunningTopology:
@@ -262,7 +234,7 @@ def launch_topology(exp: Experiment, target, workdir: Path) -> RunningTopology:
         if proxy is not None:
             proxy.stop()
         raise
-    running = RunningTopology(cluster, proxy, routes)
+    running = RunningTopology(cluster, proxy, routes, one_serves_at_a_time=exp.topology.one_serves_at_a_time)
     if topology.cluster is not None:
         _wait_formed(running, exp)
     return running

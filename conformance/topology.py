@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
+from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Protocol, runtime_checkable
 
@@ -40,7 +41,8 @@ if TYPE_CHECKING:
 __all__ = ["Bridge", "BridgeFilterPolicy", "BridgeRoute", "Cluster", "ClusterConnection", "ExtraClusterConnection",
            "GroupingHandlers",
            "CLUSTER_CONNECTION_DEFAULTS", "LOAD_BALANCING_MODES", "CompositeDestination", "Node",
-           "NetworkConnectorOptions", "NfsOptions", "PEER_LIST_SCHEMES", "SharedStore", "TOPOLOGY_CAPABILITIES", "Topology",
+           "NetworkConnectorOptions", "NfsOptions", "PEER_LIST_SCHEMES", "Shape", "SharedStore", "TOPOLOGY_CAPABILITIES",
+           "Topology",
            "NodeError", "TopologyUnsupported", "capability_of", "check_destination", "check_duplex_names", "static_uri",
            "with_connector_renamed"]
 
@@ -543,6 +545,23 @@ class ClusterConnection:
 PROXIED_LINKS = ("bridges", "cluster")
 
 
+class Shape(Enum):
+    """What a topology's nodes share or are joined by (`Topology.shape`), each with the capability
+    a target declares to launch it (`TOPOLOGY_CAPABILITIES`; none for one broker, which every target
+    launches). A target declares the shapes it launches, each with its launcher, in one table
+    (conformance/targets/runtime/shape_launch.py)."""
+
+    SINGLE = ("single", None)
+    SHARED_STORE = ("shared-store", "topology.shared-store")
+    JDBC_STORE = ("jdbc-store", "topology.jdbc-store")
+    NETWORK = ("network", "topology.network")
+    CLUSTER = ("cluster", "topology.cluster")
+
+    def __init__(self, kind: str, capability: str | None) -> None:
+        self.kind = kind
+        self.capability = capability
+
+
 @dataclass(frozen=True)
 class Topology:
     """What to launch, broker-neutrally. ``nodes``: node names (``("A",)`` for one broker);
@@ -596,16 +615,22 @@ class Topology:
             raise ValueError(f"proxied links are {PROXIED_LINKS}, not {bad}")
 
     @property
-    def kind(self) -> str:
-        """``single``, ``shared-store``, ``jdbc-store``, ``cluster`` or ``network`` (what the nodes
-        share or are joined by)."""
+    def shape(self) -> "Shape":
+        """What the nodes share or are joined by: the one place a topology's kind is told from its
+        fields (a target launches by it: conformance/targets/runtime/shape_launch.py)."""
         if self.cluster is not None:
-            return "cluster"
+            return Shape.CLUSTER
         if self.shared_store is not None:
-            return "jdbc-store" if self.shared_store.kind == "jdbc" else "shared-store"
+            return Shape.JDBC_STORE if self.shared_store.kind == "jdbc" else Shape.SHARED_STORE
         if len(self.nodes) > 1:
-            return "network"
-        return "single"
+            return Shape.NETWORK
+        return Shape.SINGLE
+
+    @property
+    def kind(self) -> str:
+        """``single``, ``shared-store``, ``jdbc-store``, ``cluster`` or ``network``: the shape's
+        name, for messages (ask `shape`, never compare this)."""
+        return self.shape.kind
 
     @property
     def capability(self) -> str | None:
@@ -618,7 +643,7 @@ class Topology:
 def capability_of(topology: Topology) -> str | None:
     """The capability a target declares to launch ``topology`` (``topology.<kind>``); None for a
     single broker, which every target launches."""
-    return None if topology.kind == "single" else f"topology.{topology.kind}"
+    return topology.shape.capability
 
 
 # --------------------------------------------------------------------------- the contract

@@ -18,6 +18,8 @@ from conformance.targets.artemis.config import DEAD_LETTER_ADDRESS
 from conformance.targets.base import (CAPABILITIES, DestinationCounters, SubscriptionCounters, TargetUnavailable,
                                       UnknownTarget)
 from conformance.targets.runtime.node import launch_single
+from conformance.targets.runtime.shape_launch import Launcher, LaunchesByShape
+from conformance.topology import Shape
 
 #: Per-protocol adapter options by the broker kind a targets file names: an ActiveMQ Classic
 #: broker gets the same AMQP nack outcome as the launched one (ActiveMQHandle.client_options).
@@ -72,7 +74,7 @@ class ExternalHandle:
 
 
 @dataclass
-class ExternalTarget:
+class ExternalTarget(LaunchesByShape):
     name: str
     kind: str
     host: str
@@ -94,8 +96,11 @@ class ExternalTarget:
     def capabilities(self) -> frozenset[str]:
         return self.declared | {f"protocol.{p}" for p in self.ports} | ({"tls"} if self.tls else set())
 
-    def launch_topology(self, topology, scenario: Scenario, workdir: Path, *, bridge_route=None):
+    def topology_launchers(self) -> dict[Shape, Launcher]:
         """The running broker as a topology of one node; never ours to fault."""
+        return {Shape.SINGLE: self._launch_single}
+
+    def _launch_single(self, topology, scenario: Scenario, workdir: Path, bridge_route=None):
         return launch_single(self, topology, scenario, workdir, faultable=False)
 
     def launch(self, scenario: Scenario, workdir: Path) -> ExternalHandle:

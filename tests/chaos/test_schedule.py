@@ -49,7 +49,7 @@ def test_every_experiment_file_keeps_its_schedule(path):
     assert build_schedule(exp) == grid_before_seeds(exp)
     # ... at the main job's durations too, and with the shortened lock-loss settings it applies
     for duration in (5.0, 20.0, 37.5, 90.0):
-        for settings in ((), LOCK_LOSS_SHORT if exp.topology.store == "nfs" else ()):
+        for settings in ((), LOCK_LOSS_SHORT if exp.topology.on_simulated_nfs else ()):
             short = with_overrides(exp, duration_s=duration, settings=settings)
             assert build_schedule(short) == grid_before_seeds(short), (duration, settings)
 

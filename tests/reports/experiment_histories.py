@@ -15,7 +15,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import chaos
-from chaos.experiment_file import Experiment, load_experiment
+from chaos.experiment_file import (ClusterTopology, Experiment, NetworkTopology, SharedStoreTopology, SingleTopology,
+                                   load_experiment)
 from chaos.history import History
 
 EXPERIMENTS = Path(chaos.__file__).resolve().parent / "experiments"
@@ -36,9 +37,7 @@ def synthetic_history(exp: Experiment, path: Path, *, checkers: dict | None = No
         header["checkers"] = checkers
     path.parent.mkdir(parents=True, exist_ok=True)
     w = exp.workload
-    producer_node = exp.topology.producer_node if exp.topology.kind in ("network", "cluster") else "A"
-    consumer_node = {"network": exp.topology.consumer_node,
-                     "cluster": (exp.topology.consumer_nodes or ["B"])[0]}.get(exp.topology.kind, "A")
+    producer_node, consumer_node = _client_nodes(exp.topology)
     with History(path, run=run, target=exp.target.name) as h:
         h.harness("experiment", header)
         faults = 0
@@ -51,6 +50,16 @@ def synthetic_history(exp: Experiment, path: Path, *, checkers: dict | None = No
                               "nemesis_errors": [], "workload_errors": [], "bridge_establishments": None,
                               "transport_events": None})
     return path
+
+
+def _client_nodes(topology) -> tuple[str, str]:
+    """Where the run's producers and consumers connect: a network's and a cluster's own nodes
+    (each shape has only its own keys), else node A."""
+    if isinstance(topology, NetworkTopology):
+        return topology.producer_node, topology.consumer_node
+    if isinstance(topology, ClusterTopology):
+        return topology.producer_node, (topology.consumer_nodes or ["B"])[0]
+    return "A", "A"
 
 
 def _message(run: str, producer: int, seq: int, destination: str, group: str | None) -> dict:
@@ -83,7 +92,7 @@ def _queue(h: History, run: str, exp: Experiment, producer_node: str, consumer_n
     op = h.invoke(consumer, "ack", {**messages[1], "consumer": 0}, node=consumer_node)
     h.ok(op, node=consumer_node)
     # the drain takes what is left; on a single broker or a shared store, not the last send: lost
-    lost = 1 if exp.topology.kind in ("single", "shared-store") else 0
+    lost = 1 if isinstance(exp.topology, (SingleTopology, SharedStoreTopology)) else 0
     op = h.invoke(2, "drain", {"consumer": -1}, node=consumer_node)
     h.ok(op, [{**m, "consumer": -1} for m in messages[2:len(messages) - lost]], node=consumer_node)
     return faults

@@ -65,7 +65,8 @@ from conformance.targets.runtime.node import launch_single
 from conformance.targets.runtime.launch_choice import LaunchedByMode, check_requested, choose_launch, requirement_of
 from conformance.targets.runtime.evidence import ProcessEvidence
 from conformance.targets.tls_setup import prepare as prepare_tls
-from conformance.topology import check_supported
+from conformance.targets.runtime.shape_launch import Launcher, LaunchesByShape
+from conformance.topology import Shape
 
 __all__ = ["ActiveMQTarget", "ActiveMQHandle", "LAUNCH_MODES", "subscription_pattern", "destination_pattern"]
 
@@ -267,7 +268,7 @@ class ActiveMQHandle(ProcessEvidence):
         return f"<ActiveMQHandle {self.target} {self.process!r}>"
 
 
-class ActiveMQTarget(LaunchedByMode):
+class ActiveMQTarget(LaunchesByShape, LaunchedByMode):
     """ActiveMQ Classic 5.17, one broker per scenario (implements `Target`): a local JVM from the
     Debian package (``launch="process"``), the same configuration in the brokerconf image
     (``launch="container"``), or whichever of the two can run here (``launch="auto"``, the
@@ -431,20 +432,24 @@ class ActiveMQTarget(LaunchedByMode):
                                     f"start: {e}") from e
         return group
 
-    def launch_topology(self, topology, scenario: Scenario, workdir: Path, *, bridge_route=None):
-        """One broker, a network of local JVMs (`ActiveMQNetwork`), or a shared-store group (local
-        JVMs on one KahaDB directory, or containers on one volume)."""
+    def topology_launchers(self) -> dict[Shape, Launcher]:
+        """One broker, a shared-store group (local JVMs on one KahaDB directory or database, or
+        containers on one volume), or a network of local JVMs (`ActiveMQNetwork`)."""
+        return {Shape.SINGLE: self._launch_single, Shape.SHARED_STORE: self._launch_store_group,
+                Shape.JDBC_STORE: self._launch_store_group, Shape.NETWORK: self._launch_network}
 
-        check_supported(self, topology)
-        if topology.kind == "single":
-            return launch_single(self, topology, scenario, workdir, faultable=True, node_type=ActiveMQNode)
-        if topology.kind in ("shared-store", "jdbc-store"):
-            store = topology.shared_store
-            return self.launch_shared_store(scenario, workdir, nodes=len(topology.nodes),
-                                            lock_keep_alive_period_ms=store.lock_keep_alive_period_ms,
-                                            lock_acquire_sleep_interval_ms=store.lock_acquire_sleep_interval_ms,
-                                            jdbc=store.kind == "jdbc", nfs=store.nfs,
-                                            proxied_database=store.proxied_database, jdbc_adapter=store.jdbc_adapter)
+    def _launch_single(self, topology, scenario: Scenario, workdir: Path, bridge_route=None):
+        return launch_single(self, topology, scenario, workdir, faultable=True, node_type=ActiveMQNode)
+
+    def _launch_store_group(self, topology, scenario: Scenario, workdir: Path, bridge_route=None):
+        store = topology.shared_store
+        return self.launch_shared_store(scenario, workdir, nodes=len(topology.nodes),
+                                        lock_keep_alive_period_ms=store.lock_keep_alive_period_ms,
+                                        lock_acquire_sleep_interval_ms=store.lock_acquire_sleep_interval_ms,
+                                        jdbc=store.kind == "jdbc", nfs=store.nfs,
+                                        proxied_database=store.proxied_database, jdbc_adapter=store.jdbc_adapter)
+
+    def _launch_network(self, topology, scenario: Scenario, workdir: Path, bridge_route=None):
         ok, reason = self.availability()
         if not ok:
             raise TargetUnavailable(reason)

@@ -65,7 +65,8 @@ from conformance.targets.base import TargetUnavailable
 from machinery.docker_env import image_available
 from conformance.targets.artemis.node import ArtemisNode
 from conformance.targets.runtime.node import launch_single
-from conformance.topology import check_supported
+from conformance.targets.runtime.shape_launch import Launcher, LaunchesByShape
+from conformance.topology import Shape
 from conformance.targets.runtime.launch_choice import LaunchedByMode, check_requested, choose_launch, requirement_of
 
 __all__ = ["ArtemisTarget", "ArtemisProcessHandle", "ArtemisContainerHandle", "LAUNCH_MODES"]
@@ -80,7 +81,7 @@ def _container_check(image: str, image_check=None) -> tuple[bool, str]:
     return image_available(image)
 
 
-class ArtemisTarget(LaunchedByMode):
+class ArtemisTarget(LaunchesByShape, LaunchedByMode):
     """Apache Artemis, one broker per scenario (implements `Target`).
 
     ``launch``: "process" (local JVM), "container" (the image), "auto" (process when the
@@ -154,27 +155,29 @@ class ArtemisTarget(LaunchedByMode):
             return "ActiveMQ Classic network connectors; Artemis forms clusters instead (another document)"
         return self.mode.why_missing(capability)
 
-    def launch_topology(self, topology, scenario: Scenario, workdir: Path, *, bridge_route=None):
-        """One broker, a shared-store primary/backup group of local JVMs (`artemis.shared_store`),
-        or a cluster joined by cluster connections: local JVMs (`artemis.cluster`) or containers
-        (`artemis.container_cluster`, launch mode "container")."""
+    def topology_launchers(self) -> dict[Shape, Launcher]:
+        """One broker, a shared-store primary/backup group of local JVMs on one data directory or
+        database (`artemis.shared_store`), or a cluster joined by cluster connections: local JVMs
+        (`artemis.cluster`) or containers (`artemis.container_cluster`), as the launch mode does it."""
+        return {Shape.SINGLE: self._launch_single, Shape.SHARED_STORE: self._launch_store_group,
+                Shape.JDBC_STORE: self._launch_store_group, Shape.CLUSTER: self._launch_cluster}
 
-        if topology.kind == "cluster":
-            check_supported(self, topology)
-            return self.mode.launch_cluster(self, topology, scenario, workdir, bridge_route=bridge_route)
-
-        if topology.kind in ("shared-store", "jdbc-store"):
-            check_supported(self, topology)
-            from conformance.targets.artemis.shared_store import launch_shared_store
-
-            try:
-                return launch_shared_store(topology, scenario, workdir, jvm_heap_mb=min(self.jvm_heap_mb, 256),
-                                           timeout=max(self.start_timeout, 240))
-            except UnsupportedArtemisPolicy as e:
-                raise TargetUnavailable(f"Apache Artemis cannot run scenario {scenario.name!r}: {e}") from e
-            except (artemis_process.ArtemisNotInstalled, artemis_process.ArtemisStartError) as e:
-                raise TargetUnavailable(f"Apache Artemis shared-store group did not start: {e}") from e
+    def _launch_single(self, topology, scenario: Scenario, workdir: Path, bridge_route=None):
         return launch_single(self, topology, scenario, workdir, faultable=True, node_type=ArtemisNode)
+
+    def _launch_cluster(self, topology, scenario: Scenario, workdir: Path, bridge_route=None):
+        return self.mode.launch_cluster(self, topology, scenario, workdir, bridge_route=bridge_route)
+
+    def _launch_store_group(self, topology, scenario: Scenario, workdir: Path, bridge_route=None):
+        from conformance.targets.artemis.shared_store import launch_shared_store
+
+        try:
+            return launch_shared_store(topology, scenario, workdir, jvm_heap_mb=min(self.jvm_heap_mb, 256),
+                                       timeout=max(self.start_timeout, 240))
+        except UnsupportedArtemisPolicy as e:
+            raise TargetUnavailable(f"Apache Artemis cannot run scenario {scenario.name!r}: {e}") from e
+        except (artemis_process.ArtemisNotInstalled, artemis_process.ArtemisStartError) as e:
+            raise TargetUnavailable(f"Apache Artemis shared-store group did not start: {e}") from e
 
     def launch(self, scenario: Scenario, workdir: Path):
         ok, reason = self.availability()

@@ -32,11 +32,12 @@ from conformance.targets.reference.shared_store import launch_shared_store
 from machinery import postgres
 from conformance.targets.runtime.launch_choice import LaunchedByMode
 from conformance.targets.runtime.node import launch_single
-from conformance.topology import check_supported
+from conformance.targets.runtime.shape_launch import Launcher, LaunchesByShape
+from conformance.topology import Shape
 from reference_broker.config import ConfigError
 
 
-class ReferenceTarget(LaunchedByMode):
+class ReferenceTarget(LaunchesByShape, LaunchedByMode):
     name = "reference"
     kind = "reference"
     #: groups on one database need a PostgreSQL server (`Target.capability_requirements`)
@@ -94,31 +95,37 @@ class ReferenceTarget(LaunchedByMode):
         return HostPairRig(workdir, reconnect,
                            lambda name: scenario_config(Scenario(name="host-pair", protocols=("stomp",)), name=name))
 
-    def launch_topology(self, topology, scenario: Scenario, workdir: Path, *, bridge_route=None):
-        """One broker (in-process, or a process the harness can fault), a network of in-process
-        reference brokers (`ReferenceNetwork`), or a shared-store master/slave group of broker
-        processes on one journal directory (`reference.shared_store`, whatever the launch mode:
-        the harness must be able to kill its master)."""
+    def topology_launchers(self) -> dict[Shape, Launcher]:
+        """One broker (in-process, or a process the harness can fault), a shared-store master/slave
+        group of broker processes on one journal directory or database (`reference.shared_store`,
+        whatever the launch mode: the harness must be able to kill its master), a network of
+        in-process reference brokers (`ReferenceNetwork`), or a cluster joined by Artemis-style
+        cluster connections (reference_broker/clustering)."""
+        return {Shape.SINGLE: self._launch_single, Shape.SHARED_STORE: self._launch_store_group,
+                Shape.JDBC_STORE: self._launch_store_group, Shape.NETWORK: self._launch_network,
+                Shape.CLUSTER: self._launch_cluster}
 
-        check_supported(self, topology)
-        if topology.kind == "single":
-            return launch_single(self, topology, scenario, workdir, faultable=self.mode.faultable)
-        if topology.kind in ("shared-store", "jdbc-store"):
-            try:
-                return launch_shared_store(topology, lambda name: scenario_config(scenario, name=name),
-                                           scenario.protocols, workdir)
-            except ReferenceStartError as exc:
-                raise TargetUnavailable(f"reference shared-store group did not start: {exc}") from None
-        if topology.kind == "cluster":
-            # Artemis-style cluster connections (reference_broker/clustering)
-            from conformance.targets.reference.clustering import ClusterFormationError, ReferenceCluster
+    def _launch_single(self, topology, scenario: Scenario, workdir: Path, bridge_route=None):
+        return launch_single(self, topology, scenario, workdir, faultable=self.mode.faultable)
 
-            cluster = ReferenceCluster(topology, workdir, bridge_route=bridge_route)
-            try:
-                cluster.start()
-            except ClusterFormationError as exc:
-                raise TargetUnavailable(f"reference cluster did not form: {exc}") from None
-            return cluster
+    def _launch_store_group(self, topology, scenario: Scenario, workdir: Path, bridge_route=None):
+        try:
+            return launch_shared_store(topology, lambda name: scenario_config(scenario, name=name),
+                                       scenario.protocols, workdir)
+        except ReferenceStartError as exc:
+            raise TargetUnavailable(f"reference shared-store group did not start: {exc}") from None
+
+    def _launch_cluster(self, topology, scenario: Scenario, workdir: Path, bridge_route=None):
+        from conformance.targets.reference.clustering import ClusterFormationError, ReferenceCluster
+
+        cluster = ReferenceCluster(topology, workdir, bridge_route=bridge_route)
+        try:
+            cluster.start()
+        except ClusterFormationError as exc:
+            raise TargetUnavailable(f"reference cluster did not form: {exc}") from None
+        return cluster
+
+    def _launch_network(self, topology, scenario: Scenario, workdir: Path, bridge_route=None):
         network = ReferenceNetwork(workdir, topology.nodes, topology.bridges, prefix=topology.prefix,
                                    policies=topology.policies, bridge_route=bridge_route,
                                    broker_attributes=topology.broker_attributes, composites=topology.composites,

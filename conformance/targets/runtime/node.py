@@ -15,7 +15,6 @@ import signal
 from typing import Any
 
 from conformance.topology import Cluster, Node, NodeError, Topology
-from conformance.topology import TopologyUnsupported, capability_of
 from machinery.waiting import poll
 
 
@@ -174,13 +173,12 @@ class SingleNodeCluster(NodeRestarts, Cluster):
 
 def launch_single(target: Any, topology: Topology, scenario: Any, workdir: Any, *, faultable: bool,
                   node_type: type[ProcessNode] = ProcessNode) -> SingleNodeCluster:
-    """``target.launch`` as a topology of one node. ``faultable``: the handle's ``process`` is ours
-    to kill / pause (the target declares ``process.kill``); else the cluster has no node to fault.
-    ``node_type``: the target's own node class when its nodes have parts (a real broker's
-    `NativeListener`)."""
+    """``target.launch`` as a topology of one node: the targets' launcher of `Shape.SINGLE`
+    (conformance/targets/runtime/shape_launch.py picks it by the topology's shape). ``faultable``:
+    the handle's ``process`` is ours to kill / pause (the target declares ``process.kill``); else
+    the cluster has no node to fault. ``node_type``: the target's own node class when its nodes
+    have parts (a real broker's `NativeListener`)."""
 
-    if topology.kind != "single":
-        raise TopologyUnsupported(f"target {target.name} lacks {capability_of(topology)} (it launches one broker)")
     handle = target.launch(scenario, workdir)
     node = node_type(topology.nodes[0], handle.process, handle) if faultable else None
     return SingleNodeCluster(topology, handle, node)

@@ -10,6 +10,8 @@ import re
 from conformance.scenario import Scenario
 from conformance.targets.base import DestinationCounters, SubscriptionCounters
 from conformance.targets.runtime.node import launch_single
+from conformance.targets.runtime.shape_launch import Launcher, LaunchesByShape
+from conformance.topology import Shape
 from conformance.targets.runtime.evidence import ProcessEvidence
 
 __all__ = ["PeerHandle", "PeerTarget", "safe_name"]
@@ -20,7 +22,7 @@ def safe_name(name: str, disallowed: str, fallback: str) -> str:
     return re.sub(disallowed, "-", name).strip("-") or fallback
 
 
-class PeerTarget:
+class PeerTarget(LaunchesByShape):
     """What the RabbitMQ and Mosquitto targets share: a local process, no capability that needs an
     extra install, and a topology of one broker the harness does not fault (no process.kill)."""
 
@@ -29,9 +31,11 @@ class PeerTarget:
     #: no capability depends on an extra install (`Target.capability_requirements`)
     capability_requirements: dict[str, str] = {}
 
-    def launch_topology(self, topology, scenario: Scenario, workdir, *, bridge_route=None):
+    def topology_launchers(self) -> dict[Shape, Launcher]:
         """One broker, not faultable by the harness (no process.kill)."""
+        return {Shape.SINGLE: self._launch_single}
 
+    def _launch_single(self, topology, scenario: Scenario, workdir, bridge_route=None):
         return launch_single(self, topology, scenario, workdir, faultable=False)
 
 
