@@ -29,9 +29,7 @@ import os
 import time
 from typing import Any, Callable, Collection, Hashable, Mapping, TypeVar
 
-# re-exported for the suites and tests until their imports are updated (issue 27)
-from machinery.waiting import (INTERVAL, TIMEOUT, Deadline, WaitTimeout, poll, poll_async,  # noqa: F401
-                               wait_until, wait_until_async)
+from machinery.waiting import INTERVAL, TIMEOUT, Deadline, WaitTimeout
 
 T = TypeVar("T")
 K = TypeVar("K", bound=Hashable)

@@ -50,7 +50,8 @@ from suites.network_support import OneNetworkAtATime, StompClients, parametrize_
 from conformance.targets.base import why_missing
 from conformance.deployment import Formation, Forwarding, part, require
 from conformance.topology import Topology, TopologyUnsupported
-from conformance.waiting import poll, wait_stable
+from conformance.waiting import wait_stable
+from machinery.waiting import poll
 
 __all__ = ["CAPABILITY", "SETTLE", "FORMATION", "DEMAND_BOUND", "AttemptRecorder", "ClusterPool", "LinkFaults",
            "StompClients", "cluster_pool", "cluster_suite_marks", "clusters", "declare", "demand_crossed", "drain",

@@ -31,7 +31,7 @@ from conformance.scenario import Scenario
 from suites.network_support import network_workdir, parametrize_by_target, queue
 from conformance.targets.base import why_missing
 from conformance.topology import ClusterConnection, Topology
-from conformance.waiting import poll
+from machinery.waiting import poll
 
 CAPABILITY = "topology.cluster"
 NODES = ("A", "B", "C")

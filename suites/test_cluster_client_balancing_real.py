@@ -26,7 +26,7 @@ from suites.test_cluster_client_balancing import (LANDING_TIMEOUT, NODES, RANDOM
                                                               assert_round_robin, counts)
 from conformance.clients.java_driver import port_of
 from conformance.topology import ClusterConnection, Topology
-from conformance.waiting import poll
+from machinery.waiting import poll
 
 CAPABILITY = "topology.cluster"
 POLICY_PACKAGE = "org.apache.activemq.artemis.api.core.client.loadbalance"

@@ -30,7 +30,7 @@ from conformance.plugin import NOT_APPLICABLE, STATE
 from suites.cluster_support import cluster_suite_marks
 from suites.network_support import parametrize_by_target
 from machinery.process import free_ports
-from conformance.waiting import poll
+from machinery.waiting import poll
 
 pytestmark = cluster_suite_marks()  # JVM starts: slow; on the targets that form clusters
 

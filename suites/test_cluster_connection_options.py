@@ -46,7 +46,7 @@ from suites.cluster_support import (  # noqa: F401 - cluster_pool, clusters: the
     FORMATION, StompClients, bodies, cluster_suite_marks, cluster_pool, clusters, declare, drain, parametrize_by_target,
     demand_crossed, queue, send_numbered, settle, wait_quiet_sizes)
 from conformance.topology import CLUSTER_CONNECTION_DEFAULTS, ClusterConnection, Topology
-from conformance.waiting import poll
+from machinery.waiting import poll
 
 pytestmark = cluster_suite_marks()
 

@@ -31,7 +31,7 @@ import pytest
 from suites.cluster_support import (  # noqa: F401 - cluster_pool, clusters: the fixtures
     cluster_suite_marks, cluster_pool, clusters, parametrize_by_target)
 from conformance.topology import ClusterConnection, Topology
-from conformance.waiting import poll
+from machinery.waiting import poll
 
 pytestmark = cluster_suite_marks()
 

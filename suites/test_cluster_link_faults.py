@@ -42,7 +42,7 @@ from suites.cluster_support import (  # noqa: F401 - cluster_pool, clusters: the
     FORMATION, AttemptRecorder, StompClients, bodies, cluster_suite_marks, cluster_pool, clusters, declare, drain,
     parametrize_by_target, queue, demand_crossed, send_numbered, settle, stream_across_a_fault, wait_quiet_sizes)
 from conformance.targets.runtime.probes import tcp_accepts
-from conformance.waiting import poll
+from machinery.waiting import poll
 from conformance.topology import ClusterConnection, Topology
 
 pytestmark = cluster_suite_marks()

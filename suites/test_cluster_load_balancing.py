@@ -17,7 +17,7 @@ from suites.cluster_support import (  # noqa: F401 - cluster_pool, clusters: the
     StompClients, bodies, cluster_suite_marks, cluster_pool, clusters, declare, demand_crossed, drain, drain_each,
     parametrize_by_target, queue, settle)
 from conformance.topology import ClusterConnection, Topology
-from conformance.waiting import poll
+from machinery.waiting import poll
 
 pytestmark = cluster_suite_marks()
 

@@ -15,7 +15,7 @@ from suites.cluster_support import (  # noqa: F401 - cluster_pool, clusters: the
     FORMATION, StompClients, bodies, cluster_suite_marks, cluster_pool, clusters, declare, demand_crossed,
     parametrize_by_target, queue)
 from conformance.topology import ClusterConnection, Topology
-from conformance.waiting import poll
+from machinery.waiting import poll
 
 pytestmark = cluster_suite_marks()
 

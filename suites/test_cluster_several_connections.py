@@ -25,7 +25,7 @@ from suites.cluster_support import (  # noqa: F401 - cluster_pool, clusters: the
     queue, send_numbered, demand_crossed, wait_quiet_sizes)
 from conformance.targets.base import TargetUnavailable
 from conformance.topology import ClusterConnection, ExtraClusterConnection, Topology
-from conformance.waiting import poll
+from machinery.waiting import poll
 
 pytestmark = cluster_suite_marks()
 

@@ -39,7 +39,8 @@ from suites.dynamic_failover_support import (UPDATES, announced_ports, announcem
 from suites.java_support import ACTIVEMQ_CLIENTS, SUBJECTS, client_params, drivers  # noqa: F401
 from suites.network_support import network_workdir, parametrize_by_target
 from suites.proxy_support import fault_proxy  # noqa: F401 - the fixture
-from conformance.waiting import QUIET, poll
+from conformance.waiting import QUIET
+from machinery.waiting import poll
 
 pytestmark = [pytest.mark.slow]
 

@@ -28,7 +28,7 @@ from conformance.clients.failover import CLIENT_SUBJECT, connect_failover
 from conformance.clients.multicast_agent import listen
 from conformance.plugin import STATE
 from conformance.targets.runtime.probes import tcp_accepts
-from conformance.waiting import poll
+from machinery.waiting import poll
 from suites.java_support import ACTIVEMQ_CLIENTS, client_params, start_driver
 from machinery.tether import launch
 

@@ -33,7 +33,7 @@ from conformance.plugin import STATE
 from conformance.scenario import Scenario
 from suites.network_support import network_workdir, parametrize_by_target
 from conformance.topology import Topology
-from conformance.waiting import poll
+from machinery.waiting import poll
 from suites.proxy_support import fault_proxy  # noqa: F401 - the fixture
 from reports.client_table import GAPS_PROPERTY, SCHEDULE_PROPERTY, schedule_property
 

@@ -36,7 +36,7 @@ from suites.java_support import (  # noqa: F401 - drivers: the fixture
     ACTIVEMQ_CLIENTS, address, SUBJECTS, client_params, drivers)
 from suites.network_support import network_workdir, parametrize_by_target
 from suites.test_failover_pairs import Gate, Pair, free_port, gaps_ms, record_schedule
-from conformance.waiting import poll
+from machinery.waiting import poll
 from suites.proxy_support import fault_proxy  # noqa: F401 - the fixture
 from reports.client_table import GAPS_PROPERTY
 

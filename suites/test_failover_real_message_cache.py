@@ -41,7 +41,7 @@ from suites.proxy_support import fault_proxy  # noqa: F401 - the fixture
 # the module's pair of ActiveMQ brokers behind gates, and one driver per client: the same fixtures
 # as the module that checks the rest of Table 2.1 on these clients (each module starts its own pair)
 from suites.test_failover_real_clients import EVENT_TIMEOUT, FAST, driver, gates, pair  # noqa: F401
-from conformance.waiting import poll
+from machinery.waiting import poll
 
 pytestmark = [pytest.mark.slow]
 

@@ -22,8 +22,9 @@ import pytest
 
 from conformance.clients import Received, Subscription
 from conformance.scenario import DestinationPolicy, Scenario
-from conformance.waiting import (QUIET, is_marker, new_marker, poll, receive_until_each_marked, receive_until_marker,
+from conformance.waiting import (QUIET, is_marker, new_marker, receive_until_each_marked, receive_until_marker,
                                  receive_until_markers)
+from machinery.waiting import poll
 
 RECEIVE_TIMEOUT = 5.0
 FIRST_KEY = "JMSXGroupFirstForConsumer"

@@ -15,7 +15,8 @@ from __future__ import annotations
 import pytest
 
 from conformance.scenario import DestinationPolicy, Scenario
-from conformance.waiting import QUIET, is_marker, new_marker, poll, receive_until_markers
+from conformance.waiting import QUIET, is_marker, new_marker, receive_until_markers
+from machinery.waiting import poll
 
 SCENARIO = Scenario(name="groups-off", policies=(DestinationPolicy("queue://grp.off.>", group_buckets=0),))
 

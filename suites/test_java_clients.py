@@ -77,7 +77,7 @@ def test_the_real_client_reports_its_connection_lost_and_back(node, client, faul
     # the events the failover suites rely on: ActiveMQ's TransportListener, Artemis's
     # FailoverEventListener (reconnecting to the same server: reconnectAttempts)
     from suites.test_failover_pairs import Gate
-    from conformance.waiting import poll
+    from machinery.waiting import poll
 
     target, broker = node
     require_applicable(target, client)

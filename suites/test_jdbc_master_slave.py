@@ -28,7 +28,7 @@ from suites.test_master_slave import (MESSAGES, closed, failover_uri,
                                                   stores_a_persistent_message)
 from conformance.targets.base import why_missing
 from conformance.topology import SharedStore, Topology
-from conformance.waiting import poll
+from machinery.waiting import poll
 
 CAPABILITY = "topology.jdbc-store"
 #: a 2 s lease renewed every 500 ms: short enough that a takeover after kill -9 waits little

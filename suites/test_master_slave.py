@@ -33,7 +33,7 @@ from suites.network_support import network_workdir, parametrize_by_target
 from conformance.targets.base import why_missing
 from conformance.targets.runtime.probes import tcp_accepts
 from conformance.topology import SharedStore, Topology
-from conformance.waiting import poll
+from machinery.waiting import poll
 
 CAPABILITY = "topology.shared-store"
 #: short lock timings so a test does not wait ActiveMQ's default 10 s per poll (already shortened

@@ -25,7 +25,7 @@ from suites.network_support import network_workdir, parametrize_by_target
 from suites.test_master_slave import closed, stores_a_persistent_message
 from conformance.targets.base import why_missing
 from conformance.topology import NfsOptions, SharedStore, Topology
-from conformance.waiting import poll
+from machinery.waiting import poll
 
 CAPABILITY = "topology.shared-store"
 TAKEOVER = 120.0  # bound on a slave taking over (a JVM opening its store and acceptors)

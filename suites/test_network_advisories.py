@@ -32,7 +32,7 @@ from suites.network_support import (DEMAND_TIMEOUT, OneNetworkAtATime, StompClie
                                                 network_workdir, parametrize_by_target, queue, send)
 from conformance.topology import Bridge, Topology
 from conformance.topology import NetworkConnectorOptions as Options
-from conformance.waiting import poll
+from machinery.waiting import poll
 
 #: quiet window after which nothing more is expected to cross (local brokers forward within
 #: milliseconds once demand is there; generous on a loaded two-core machine)

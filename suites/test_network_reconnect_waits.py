@@ -27,7 +27,7 @@ import pytest
 from suites.network_support import launch_network, network_suite_marks, network_target, \
     network_workdir, parametrize_by_target
 from conformance.topology import Bridge, NetworkConnectorOptions, Topology
-from conformance.waiting import poll
+from machinery.waiting import poll
 from machinery.faultproxy import start_fault_proxy
 from chaos.topology import BridgeProxies
 

@@ -24,7 +24,8 @@ import time
 import pytest
 
 from conformance.scenario import DestinationPolicy, Scenario
-from conformance.waiting import TIMEOUT, WaitTimeout, is_marker, new_marker, poll
+from conformance.waiting import is_marker, new_marker
+from machinery.waiting import TIMEOUT, WaitTimeout, poll
 
 KIB = 1024
 #: how long a stalled subscriber waits with nothing arriving before it concludes its prefetch

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from conformance.requirements import skip_or_fail
-from conformance.waiting import poll
+from machinery.waiting import poll
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -180,7 +180,7 @@ def test_producers_may_connect_elsewhere_than_consumers(tmp_path):
 
     from chaos.history import History
     from chaos.workloads.queue import QueueWorkload
-    from conformance.waiting import poll
+    from machinery.waiting import poll
 
     calls: list[tuple[str, str]] = []  # (factory, calling thread)
 

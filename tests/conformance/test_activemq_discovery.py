@@ -24,7 +24,7 @@ import pytest
 from conformance.requirements import skip_or_fail
 from conformance.targets.activemq.process import ActiveMQProcess, activemq_available
 from conformance.targets.reference.network import ReferenceNode
-from conformance.waiting import poll
+from machinery.waiting import poll
 from reference_broker.cluster.discovery import PeerAdded, activemq_loopback_uri
 from reference_broker.cluster.service import NetworkService
 from reference_broker.config import build_config

@@ -18,7 +18,7 @@ from conformance.targets.artemis.dist import installed
 from conformance.targets.artemis.process import ArtemisProcess, ArtemisStartError
 from conformance.targets.artemis.target import ArtemisTarget
 from conformance.targets.base import TargetUnavailable
-from conformance.waiting import poll
+from machinery.waiting import poll
 
 pytestmark = [pytest.mark.slow, pytest.mark.real_broker]
 

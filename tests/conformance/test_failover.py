@@ -27,7 +27,7 @@ from conformance.clients.failover_uri import (
     parse_broker_uri,
     parse_failover_uri,
 )
-from conformance.waiting import wait_until
+from machinery.waiting import wait_until
 
 # --------------------------------------------------------------------------- parser
 

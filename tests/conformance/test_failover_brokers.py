@@ -15,7 +15,7 @@ import pytest
 from conformance.clients import connect
 from conformance.clients.failover import FailoverExhausted, InDoubt, connect_failover
 from conformance.targets.reference.process import ReferenceBrokerProcess
-from conformance.waiting import poll
+from machinery.waiting import poll
 
 pytestmark = pytest.mark.slow
 

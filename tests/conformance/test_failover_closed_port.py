@@ -23,7 +23,7 @@ import stomp.transport
 from conformance.clients import ConnectFailed, connect
 from conformance.clients.base import Inbox
 from conformance.clients.failover import FailoverClient, FailoverExhausted, connect_failover
-from conformance.waiting import poll
+from machinery.waiting import poll
 from tests.reference_broker.conftest import broker_factory  # noqa: F401 - fixture used by name
 
 

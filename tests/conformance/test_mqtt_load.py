@@ -20,7 +20,7 @@ from conformance.bench.mqtt_load import (
     run_mqtt_load,
 )
 from conformance.targets.mosquitto.process import MosquittoProcess, mosquitto_available
-from conformance.waiting import poll
+from machinery.waiting import poll
 
 
 def _varint(buf, pos: int, end: int):

@@ -16,7 +16,8 @@ import pytest
 from conformance.requirements import skip_or_fail
 from conformance.targets.mosquitto.process import MosquittoProcess, mosquitto_available
 from machinery.loop_thread import LoopThread
-from conformance.waiting import QUIET, poll, settle
+from conformance.waiting import QUIET, settle
+from machinery.waiting import poll
 from reference_broker.config import build_config
 from reference_broker.server import BrokerServer
 from tests.reference_broker.mqtt_fixtures import MQTT_5, MQTT_311, PacketTypes, Paho, props

@@ -19,7 +19,7 @@ from conformance.targets.rabbitmq.process import (
     RabbitMQStartError,
     rabbitmq_available,
 )
-from conformance.waiting import poll
+from machinery.waiting import poll
 
 
 def _require(**plugins):

@@ -7,9 +7,9 @@ import itertools
 
 import pytest
 
-from conformance.waiting import (QUIET, WaitTimeout, is_marker, new_marker, poll, poll_async, receive_until_marker,
-                                receive_until_each_marked, receive_until_markers, settle, wait_stable, wait_until,
-                                wait_until_async)
+from conformance.waiting import (QUIET, is_marker, new_marker, receive_until_marker, receive_until_each_marked,
+                                 receive_until_markers, settle, wait_stable)
+from machinery.waiting import WaitTimeout, poll, poll_async, wait_until, wait_until_async
 
 
 def counter():

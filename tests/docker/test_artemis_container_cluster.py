@@ -35,7 +35,7 @@ from conformance.scenario import Scenario
 from conformance.targets.artemis.dist import ARTEMIS_IMAGE
 from machinery.docker_env import docker_client, image_available
 from conformance.topology import ClusterConnection, Topology
-from conformance.waiting import poll
+from machinery.waiting import poll
 
 #: the first test also launches the cluster (13-26 s measured here, up to the launcher's 240 s on a
 #: loaded machine); the partition test's own bounds add up to about 5 minutes when a link stalls

@@ -21,7 +21,8 @@ import pytest
 from proton import ConnectionException, Delivery
 from proton.utils import BlockingConnection, BlockingReceiver
 
-from conformance.waiting import QUIET, poll
+from conformance.waiting import QUIET
+from machinery.waiting import poll
 
 from .conftest import TIMEOUT, RunningBroker
 

@@ -11,7 +11,7 @@ from proton import Connection as ProtonConnection, ConnectionException, Delivery
 from proton.reactor import AtMostOnce, DurableSubscription, LinkOption, Selector
 from proton.utils import ConnectionClosed, LinkDetached, SendException
 
-from conformance.waiting import poll
+from machinery.waiting import poll
 
 from .amqp_fixtures import (  # noqa: F401 - fixtures are used by name
     amqp_broker,

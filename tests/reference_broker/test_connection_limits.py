@@ -21,7 +21,7 @@ import pytest
 from proton import Message as AmqpMessage
 from proton.utils import LinkDetached
 
-from conformance.waiting import poll
+from machinery.waiting import poll
 from reference_broker.config import build_config
 from reference_broker.engine.broker import Broker
 from reference_broker.engine.consumer import AckMode

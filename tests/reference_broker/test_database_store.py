@@ -10,7 +10,7 @@ import pytest
 
 from conformance.clients import connect
 from conformance.targets.reference.process import ReferenceBrokerProcess
-from conformance.waiting import poll
+from machinery.waiting import poll
 from reference_broker.config import ConfigError, build_config
 from reference_broker.engine.message import Message
 from reference_broker.store.base import MessageStore, StoreError

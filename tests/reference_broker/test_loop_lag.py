@@ -43,7 +43,7 @@ def test_health_shows_the_running_brokers_loop_lag():
     import urllib.request
 
     from conformance.targets.reference.process import ReferenceBrokerProcess
-    from conformance.waiting import poll
+    from machinery.waiting import poll
 
     with ReferenceBrokerProcess(http=True) as broker:
         def health() -> dict:

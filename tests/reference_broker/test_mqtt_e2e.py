@@ -18,7 +18,8 @@ from collections import Counter
 
 import pytest
 
-from conformance.waiting import poll, settle
+from conformance.waiting import settle
+from machinery.waiting import poll
 from reference_broker.protocols.mqtt.codec import (
     Connack,
     Connect,

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from conformance.waiting import poll
+from machinery.waiting import poll
 from reference_broker.protocols.stomp.codec import serialize_frame
 from tests.reference_broker.conftest import RawStomp, assert_broker_works
 

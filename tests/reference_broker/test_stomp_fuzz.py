@@ -21,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from conformance.waiting import poll
+from machinery.waiting import poll
 from reference_broker.config import StompConfig
 from reference_broker.engine.broker import Broker
 from reference_broker.protocols.stomp.codec import (

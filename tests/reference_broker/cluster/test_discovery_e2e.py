@@ -12,7 +12,7 @@ import pytest
 
 from conformance.clients.stomp_client import StompClient
 from conformance.targets.reference.network import ReferenceNode
-from conformance.waiting import poll, poll_async
+from machinery.waiting import poll, poll_async
 from reference_broker.cluster.discovery import MulticastDiscovery, PeerAdded, PeerRemoved
 from reference_broker.cluster.service import NetworkService
 from reference_broker.config import build_config

@@ -4,7 +4,8 @@ retries with its static: reconnect options and forms the bridge once the peer li
 
 from machinery.process import free_ports
 from conformance.targets.reference.network import ReferenceNode
-from conformance.waiting import poll, settle
+from conformance.waiting import settle
+from machinery.waiting import poll
 
 
 def test_static_connector_reconnects_until_the_peer_listens():

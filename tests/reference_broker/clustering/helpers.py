@@ -9,7 +9,7 @@ import threading
 
 from conformance.targets.reference.clustering import ReferenceCluster
 from conformance.topology import ClusterConnection, Topology
-from conformance.waiting import poll
+from machinery.waiting import poll
 from reference_broker.engine.consumer import AckMode
 from reference_broker.engine.message import Message
 from reference_broker.engine.names import QUEUE, DestinationName

@@ -9,7 +9,7 @@ import pytest
 
 from conformance.targets.reference.clustering import ReferenceCluster
 from conformance.topology import ClusterConnection, GroupingHandlers, Topology
-from conformance.waiting import poll
+from machinery.waiting import poll
 
 from .helpers import NodeClient, wait_remote_consumers
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 
 from conformance.topology import GroupingHandlers
-from conformance.waiting import poll, settle
+from conformance.waiting import settle
+from machinery.waiting import poll
 
 from .helpers import NodeClient, launch, wait_remote_consumers
 

@@ -12,7 +12,7 @@ from conformance.scenario import Scenario
 from conformance.targets.reference.target import ReferenceTarget
 from machinery.loop_thread import LoopThread
 from conformance.topology import Cluster, ClusterConnection, Node, Topology, TopologyUnsupported
-from conformance.waiting import poll
+from machinery.waiting import poll
 
 from .helpers import NodeClient, wait_remote_consumers
 

@@ -8,7 +8,8 @@ import pytest
 
 from conformance.targets.reference.clustering import ReferenceClusterNode
 from machinery.process import free_ports
-from conformance.waiting import poll, settle
+from conformance.waiting import settle
+from machinery.waiting import poll
 from reference_broker.clustering import wire
 from reference_broker.clustering.retry import RetryPolicy
 from reference_broker.engine.message import Message

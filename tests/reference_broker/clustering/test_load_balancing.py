@@ -7,7 +7,8 @@ import pytest
 
 from conformance.topology import ClusterConnection, Topology
 from conformance.targets.reference.clustering import ReferenceCluster
-from conformance.waiting import poll, settle
+from conformance.waiting import settle
+from machinery.waiting import poll
 
 from .helpers import NodeClient, launch, wait_remote_consumers
 

@@ -9,7 +9,8 @@ import time
 
 import pytest
 
-from conformance.waiting import poll, settle
+from conformance.waiting import settle
+from machinery.waiting import poll
 
 from .helpers import NodeClient, launch, wait_remote_consumers
 

@@ -4,7 +4,7 @@ a crash (kill) sends nothing."""
 
 from __future__ import annotations
 
-from conformance.waiting import poll
+from machinery.waiting import poll
 
 from .helpers import NodeClient, launch
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from conformance.targets.reference.clustering import ReferenceCluster
 from conformance.topology import ClusterConnection, Topology
-from conformance.waiting import poll
+from machinery.waiting import poll
 from reference_broker.clustering.udp_discovery import DiscoveryTable, announcement
 
 from .helpers import NodeClient, wait_remote_consumers
