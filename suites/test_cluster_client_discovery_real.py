@@ -33,7 +33,7 @@ from conformance.scenario import Scenario
 from suites.java_support import SUBJECTS, address, start_driver, tcp
 from suites.network_support import network_workdir, parametrize_by_target
 from suites.test_cluster_client_balancing_real import landings
-from conformance.targets.artemis.cluster import UdpGroup
+from conformance.targets.artemis.cluster import ArtemisCluster, UdpGroup
 from conformance.topology import ClusterConnection, Topology, TopologyUnsupported
 from machinery.process import free_ports
 
@@ -110,9 +110,11 @@ def udp_url(group: UdpGroup, query: str = "") -> str:
 
 
 def cluster_group(cluster) -> UdpGroup:
-    group = getattr(cluster, "udp", None)
-    assert group is not None, "setup: the launched cluster has no UDP group (discovery 'udp' expected)"
-    return group
+    """The multicast group the launched Artemis cluster broadcasts on (its launcher picked it)."""
+    assert isinstance(cluster, ArtemisCluster) and cluster.udp is not None, (
+        f"setup: a local Artemis cluster with discovery 'udp' expected, got {type(cluster).__name__} "
+        f"without a UDP group")
+    return cluster.udp
 
 
 def silent_group(cluster) -> UdpGroup:
