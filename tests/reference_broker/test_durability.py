@@ -54,6 +54,10 @@ def await_receipt(client: RawStomp, receipt: str) -> None:
         assert frame.command == "MESSAGE", frame
 
 
+#: SENDs written in one go just before the kill, so that some are still unconfirmed when it lands
+KILL_BURST = 500
+
+
 def produce_until_killed(proc, count: int, kill_after_receipts: int) -> tuple[set[int], int]:
     """Pipeline `count` persistent SENDs (each with a receipt) from one thread while another reads
     receipts; SIGKILL the broker once `kill_after_receipts` receipts are in. Returns the sequence
@@ -79,27 +83,39 @@ def produce_until_killed(proc, count: int, kill_after_receipts: int) -> tuple[se
             enough.set()
             done.set()
 
+    def send_frame(seq: int) -> bytes:
+        return serialize_frame(
+            "SEND",
+            [("destination", QUEUE), ("persistent", "true"), ("receipt", f"r-{seq}"), ("seq", str(seq))],
+            f"order-{seq}".encode() + b"\x00payload" * 8,
+            "1.2",
+        )
+
     reader = threading.Thread(target=read_receipts, daemon=True)
     reader.start()
+    killed = False
     try:
         for seq in range(count):
-            frame = serialize_frame(
-                "SEND",
-                [("destination", QUEUE), ("persistent", "true"), ("receipt", f"r-{seq}"), ("seq", str(seq))],
-                f"order-{seq}".encode() + b"\x00payload" * 8,
-                "1.2",
-            )
-            client.sock.sendall(frame)
+            client.sock.sendall(send_frame(seq))
             written += 1
             if seq == kill_after_receipts // 2:
                 # let the reader get ahead so the kill lands while SENDs are still in flight
                 time.sleep(0.01)
             if enough.is_set():
+                # the kill must find SENDs the broker has not confirmed: stopping the writer first
+                # let a broker that kept up confirm every one before the kill (CI, a loaded machine:
+                # 3158 of 3158), so a last burst goes out in one write and the kill follows at once
+                burst = range(seq + 1, seq + 1 + KILL_BURST)
+                client.sock.sendall(b"".join(send_frame(n) for n in burst))
+                written += len(burst)
+                proc.kill()
+                killed = True
                 break
     except OSError:
         pass
-    enough.wait(30)
-    proc.kill()
+    if not killed:
+        enough.wait(30)
+        proc.kill()
     done.wait(10)
     client.close()
     return set(receipts), written
