@@ -32,6 +32,7 @@ from conformance.clients.java_driver import DriverError, NoAnswer
 from conformance.plugin import NOT_APPLICABLE, STATE
 from conformance.requirements import skip_or_fail
 from suites import syn_watch
+from suites.scheduling_lag import SchedulingLag
 from suites.java_support import (  # noqa: F401 - drivers: the fixture
     ACTIVEMQ_CLIENTS, address, SUBJECTS, client_params, drivers)
 from suites.network_support import network_workdir, parametrize_by_target
@@ -638,17 +639,22 @@ DELAYS = [
 EXCESS_MARGIN_MS = 150
 
 
-def check_gaps(who: str, options: str, gaps: list[float], waits: list[float], spec: str) -> None:
+def check_gaps(who: str, options: str, gaps: list[float], waits: list[float], spec: str, *,
+               lag_ms: float = 0.0) -> None:
     """``gaps``: loss -> attempt 1, then attempt k -> k+1 (ms). Table 2.1's schedule: attempt k
-    comes after the k-th wait (``waits``), so attempt k+1 follows attempt k by ``waits[k]``."""
+    comes after the k-th wait (``waits``), so attempt k+1 follows attempt k by ``waits[k]``.
+    ``lag_ms``: how late the client's own threads were woken during the series, when they are this
+    process's (`SchedulingLag`), added to the too-long margin; the too-early check takes nothing."""
     between, expected = gaps[1:len(waits)], waits[1:]
     short = [(n + 2, gap, wait) for n, (gap, wait) in enumerate(zip(between, expected)) if gap < wait - 1]
     assert not short, (f"{spec}: {who} with {options or 'the default options'}: reconnect attempts (number, ms since "
                        f"the previous one, the wait the options imply) came early: {short}; all gaps {gaps}")
     excess = sorted(gap - wait for gap, wait in zip(between, expected))
     median = excess[len(excess) // 2]
-    assert median <= EXCESS_MARGIN_MS, (f"{spec}: {who} with {options or 'the default options'} waits longer than the "
-                                        f"options say (median excess {median:.1f} ms over {expected}); gaps {gaps}")
+    assert median <= EXCESS_MARGIN_MS + lag_ms, (
+        f"{spec}: {who} with {options or 'the default options'} waits longer than the options say (median excess "
+        f"{median:.1f} ms over {expected}, margin {EXCESS_MARGIN_MS} ms + {lag_ms:.1f} ms this process was woken "
+        f"late); gaps {gaps}")
 
 
 @pytest.mark.spec("FT-FAILOVER-5")
@@ -770,14 +776,19 @@ def test_our_client_reconnect_waits_seen_on_the_wire(stomp_gate, client, options
     fo = connect_failover(f"failover:({gate.uri})?randomize=false{options}", "stomp", listener=events.append,
                           timeout=5.0)
     watch.start()
+    # our client sleeps its waits on this process's threads: how late they were woken is the
+    # machine's, not the client's (mj35: 176 and 185 ms late twice in a row under the main job)
+    lag = SchedulingLag()
     try:
         sub = fo.subscribe(queue)
+        lag.start()
         gate.close()
         assert poll(lambda: [e for e in events if e.kind == "interrupted"], bool, timeout=EVENT_TIMEOUT, interval=0.01), \
             f"FT-FAILOVER-5: our client never noticed the loss: {events}"
         lost = next(e.time for e in events if e.kind == "interrupted")
         assert poll(lambda: len(watch.after(lost)), lambda n: n >= len(waits), timeout=90, interval=0.02), \
             f"FT-FAILOVER-5: fewer than {len(waits)} attempts reached the port"
+        lag.stop()  # the series is over
         gate.open()
         assert poll(lambda: [e.kind for e in events].count("resumed") >= 2, timeout=60, interval=0.05), \
             f"FT-FAILOVER-5: our client did not reconnect: {events}"
@@ -786,10 +797,12 @@ def test_our_client_reconnect_waits_seen_on_the_wire(stomp_gate, client, options
         assert got is not None and got.body == b"after", "FT-FAILOVER-5: the reconnected client does not work"
         gaps = gaps_ms(lost, watch.after(lost))[:len(waits)]
     finally:
+        lag.stop()
         watch.stop()
         fo.close()
     record_property(GAPS_PROPERTY, gaps)
     print(f"reconnect gaps ours {options or 'defaults'}: {gaps}")
     assert gaps[0] >= waits[0] - 1, \
         f"FT-FAILOVER-4: our first reconnect attempt came {gaps[0]} ms after the loss, before {waits[0]} ms; gaps {gaps}"
-    check_gaps("our client", options, gaps, waits, "FT-FAILOVER-5")
+    print(f"this process was woken up to {lag.max_ms:.1f} ms late during the series")
+    check_gaps("our client", options, gaps, waits, "FT-FAILOVER-5", lag_ms=lag.max_ms)
