@@ -151,6 +151,15 @@ def _interrupted(events) -> bool:
     return "interrupted" in [e.kind for e in events]
 
 
+def _without_a_broker(events) -> bool:
+    """The client's last transport event is a loss: after both brokers of a pair were killed one
+    after the other it may have reached the second in between (interrupted, resumed, interrupted);
+    until it noticed that one gone too, an operation still goes out on it. (Warnings and other events
+    say nothing about the connection.)"""
+    states = [e.kind for e in events if e.kind in ("interrupted", "resumed")]
+    return bool(states) and states[-1] == "interrupted"
+
+
 # FT-FAILOVER-17 too: the pair is two single-node topologies launched one by one (`Pair`), with no
 # network, cluster or shared store between them, so the move below needs nothing of the brokers
 @pytest.mark.spec("FT-FAILOVER-1", "FT-FAILOVER-2", "FT-FAILOVER-8", "FT-FAILOVER-17")
@@ -314,7 +323,10 @@ def test_timeout_bounds_an_operation_and_warnings_come_every_n_attempts(fresh_pa
     default_client = connect_failover(pair.uri(), "stomp", listener=default_events.append, timeout=5.0)
     try:
         _both_down(pair)
-        assert poll(lambda: _interrupted(events), timeout=30, interval=0.05), f"never interrupted: {events}"
+        # (mj37: the client had moved to B between the two kills, and a send went out on that
+        # connection before its loss was noticed: InDoubt, not the timeout this statement is about)
+        assert poll(lambda: _without_a_broker(events), timeout=30, interval=0.05), \
+            f"the client never lost its last broker: {[e.kind for e in events]}"
         # the failover client's own error for an operation that found no broker within `timeout`
         # (a refused connect or a lost receipt would be another error, and not this statement)
         with pytest.raises(FailoverTimeout, match=r"no broker connection within timeout=1500 ms"):
