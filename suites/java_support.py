@@ -16,6 +16,9 @@ from conformance.clients.java_driver import JavaDriver
 from conformance.deployment import NativeListener, require
 from conformance.plugin import NOT_APPLICABLE
 from conformance.requirements import skip_or_fail
+from conformance.scenario import Scenario
+from conformance.topology import TopologyUnsupported
+from suites.network_support import network_workdir
 
 #: pinned client (machinery/pins.toml [java-clients.*]) -> the target kind it runs against
 #: and the listener of that target it speaks to
@@ -86,3 +89,33 @@ def address(node, client: str) -> tuple[str, int]:
 def tcp(node, client: str) -> str:
     """``tcp://host:port`` of ``node``'s listener for ``client``."""
     return "tcp://{}:{}".format(*address(node, client))
+
+
+def artemis_cluster(request, target_name: str, tmp_path_factory, topology, name: str, checked: str):
+    """A module fixture's body for the Artemis core client's suites: ``topology`` launched on
+    ``target_name`` (a scenario ``name`` over STOMP) and stopped after the module. Another product's
+    target, or one that cannot launch ``topology`` (UDP discovery is the local JVMs' only), is not
+    applicable, saying what the suite checks (``checked``) and why not there."""
+    from conformance.plugin import STATE
+
+    target = request.config.stash[STATE].targets.get(target_name)
+    if target is None or target.kind != "artemis":
+        pytest.skip(f"{NOT_APPLICABLE}{checked} are Artemis's Core client's; {target_name} is not Artemis")
+    workdir = network_workdir(tmp_path_factory, f"{topology.prefix}-{target_name}")
+    try:
+        launched = target.launch_topology(topology, Scenario(name=name, protocols=("stomp",)), workdir)
+    except TopologyUnsupported as exc:
+        pytest.skip(f"{NOT_APPLICABLE}{target_name} cannot launch this cluster: {exc}")
+    try:
+        yield launched
+    finally:
+        launched.stop()
+
+
+def artemis_driver(tmp_path_factory, jvm_options: tuple[str, ...] = ()):
+    """A module fixture's body: the Artemis core client's driver, stopped after the module."""
+    started = start_driver("artemis", tmp_path_factory.mktemp("java-driver"), jvm_options=jvm_options)
+    try:
+        yield started
+    finally:
+        started.stop()

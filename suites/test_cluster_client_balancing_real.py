@@ -18,10 +18,8 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.plugin import NOT_APPLICABLE, STATE
-from conformance.scenario import Scenario
-from suites.java_support import address, start_driver
-from suites.network_support import network_workdir, parametrize_by_target, queue
+from suites.java_support import address, artemis_cluster, artemis_driver
+from suites.network_support import parametrize_by_target, queue
 from suites.test_cluster_client_balancing import (LANDING_TIMEOUT, NODES, RANDOM_CONNECTIONS,
                                                               assert_round_robin, counts)
 from conformance.clients.java_driver import port_of
@@ -40,26 +38,14 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 @pytest.fixture(scope="module")
 def cluster(request, target_name, tmp_path_factory):
-    target = request.config.stash[STATE].targets.get(target_name)
-    if target is None or target.kind != "artemis":
-        pytest.skip(f"{NOT_APPLICABLE}the load-balancing policies checked here are Artemis's Core client's; "
-                    f"{target_name} is not Artemis")
-    workdir = network_workdir(tmp_path_factory, f"clbreal-{target_name}")
-    launched = target.launch_topology(Topology(NODES, cluster=ClusterConnection(), prefix="clbr"),
-                                      Scenario(name="cluster-client-balancing-real", protocols=("stomp",)), workdir)
-    try:
-        yield launched
-    finally:
-        launched.stop()
+    yield from artemis_cluster(request, target_name, tmp_path_factory,
+                               Topology(NODES, cluster=ClusterConnection(), prefix="clbr"),
+                               "cluster-client-balancing-real", "the load-balancing policies checked here")
 
 
 @pytest.fixture(scope="module")
 def driver(cluster, tmp_path_factory):
-    started = start_driver("artemis", tmp_path_factory.mktemp("java-driver"))
-    try:
-        yield started
-    finally:
-        started.stop()
+    yield from artemis_driver(tmp_path_factory)
 
 
 def _url(cluster, policy: str | None, nodes: tuple[str, ...] = NODES, use_topology: bool = False) -> str:

@@ -28,13 +28,11 @@ from datetime import datetime
 import pytest
 
 from conformance.clients.java_driver import DriverError, port_of
-from conformance.plugin import NOT_APPLICABLE, STATE
-from conformance.scenario import Scenario
-from suites.java_support import SUBJECTS, address, start_driver, tcp
-from suites.network_support import network_workdir, parametrize_by_target
+from suites.java_support import SUBJECTS, address, artemis_cluster, artemis_driver, tcp
+from suites.network_support import parametrize_by_target
 from suites.test_cluster_client_balancing_real import landings
 from conformance.targets.artemis.cluster import ArtemisCluster, UdpGroup
-from conformance.topology import ClusterConnection, Topology, TopologyUnsupported
+from conformance.topology import ClusterConnection, Topology
 from machinery.process import free_ports
 
 CAPABILITY = "topology.cluster"
@@ -78,29 +76,14 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 @pytest.fixture(scope="module")
 def cluster(request, target_name, tmp_path_factory):
-    target = request.config.stash[STATE].targets.get(target_name)
-    if target is None or target.kind != "artemis":
-        pytest.skip(f"{NOT_APPLICABLE}the discovery URLs checked here are Artemis's Core client's; "
-                    f"{target_name} is not Artemis")
-    workdir = network_workdir(tmp_path_factory, f"cdisc-{target_name}")
-    try:
-        launched = target.launch_topology(UDP_CLUSTER, Scenario(name="cluster-client-discovery-real",
-                                                                protocols=("stomp",)), workdir)
-    except TopologyUnsupported as exc:  # UDP discovery is offered by the local JVMs only
-        pytest.skip(f"{NOT_APPLICABLE}{target_name} cannot launch a cluster with UDP discovery: {exc}")
-    try:
-        yield launched
-    finally:
-        launched.stop()
+    # UDP discovery is launched on local JVMs only: a container target is not applicable
+    yield from artemis_cluster(request, target_name, tmp_path_factory, UDP_CLUSTER, "cluster-client-discovery-real",
+                               "the discovery URLs checked here")
 
 
 @pytest.fixture(scope="module")
 def driver(cluster, tmp_path_factory):
-    started = start_driver("artemis", tmp_path_factory.mktemp("java-driver"), jvm_options=LOG_STAMPS)
-    try:
-        yield started
-    finally:
-        started.stop()
+    yield from artemis_driver(tmp_path_factory, jvm_options=LOG_STAMPS)
 
 
 def udp_url(group: UdpGroup, query: str = "") -> str:
