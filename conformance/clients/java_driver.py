@@ -201,6 +201,22 @@ class JavaDriver:
         return [e for e in list(self.events) if e.conn == conn and (kind is None or e.kind == kind)]
 
     # ----------------------------------------------------------------- life
+    def log_mark(self) -> int:
+        """Where the driver's stderr log ends now; ``log_since`` reads what was written after it.
+        Steps that look for a line of their own read from their mark: the log is the process's
+        (and appends across runs), so a closed port picked again, or an earlier step's retries,
+        would otherwise be read as this step's."""
+        if self.log_path is None or not self.log_path.exists():
+            return 0
+        return self.log_path.stat().st_size
+
+    def log_since(self, mark: int) -> str:
+        if self.log_path is None or not self.log_path.exists():
+            return ""
+        with open(self.log_path, "rb") as log:
+            log.seek(mark)
+            return log.read().decode(errors="replace")
+
     def log_tail(self, lines: int = 40) -> str:
         if self.log_path is None or not self.log_path.exists():
             return ""
