@@ -2,6 +2,7 @@
 
     .venv/bin/python scripts/not_checked.py [--prefix FT-] [--target reference --target activemq ...]
     .venv/bin/python scripts/not_checked.py --by-document     # a markdown table, one row per document
+    .venv/bin/python scripts/not_checked.py --by-document --update-readme   # ... written into README.md
 
 Collects suites for the targets (as `brokerconf suite` would run them) and lists, per
 target, the statements that apply to its kind, carry no not_observable reason, and are named by
@@ -64,7 +65,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="a target to list (repeatable; default reference, activemq, artemis)")
     parser.add_argument("--by-document", action="store_true",
                         help="a markdown table per document: checkable, catalogued, %% catalogued, checked per target")
+    parser.add_argument("--update-readme", action="store_true",
+                        help="with --by-document: write the table into README.md between its markers "
+                             "(tests/test_readme_statement_table.py fails while the README's table is stale)")
     args = parser.parse_args(argv)
+    if args.update_readme and (not args.by_document or args.prefix or args.targets):
+        parser.error("--update-readme writes the README's whole table: use it with --by-document alone")
     targets = args.targets or ["reference", "activemq", "artemis"]
     collected = _Collected()
     command = [str(ROOT / "suites"), "--collect-only", "-q", "-p", "no:cacheprovider",
@@ -81,9 +87,13 @@ def main(argv: list[str] | None = None) -> int:
     state = collected.state
     if args.by_document:
         kinds = {target: state.targets[target].kind for target in targets}
-        print(document_table(state.catalogue, kinds, collected.checked,
-                             {spec for _, spec in collected.client_checked},
-                             () if args.prefix else load_uncatalogued(), args.prefix))
+        table = document_table(state.catalogue, kinds, collected.checked,
+                               {spec for _, spec in collected.client_checked},
+                               () if args.prefix else load_uncatalogued(), args.prefix)
+        if args.update_readme:
+            README.write_text(with_readme_table(README.read_text(), table))
+            print(f"not_checked: wrote the table into {README}")
+        print(table)
         return 0
     for target in targets:
         kind = state.targets[target].kind
@@ -104,6 +114,23 @@ def main(argv: list[str] | None = None) -> int:
     print(f"clients: {len(unchecked)} client statements no test checks with any client"
           + (": " + " ".join(unchecked) if unchecked else ""))
     return 0
+
+
+#: the README's copy of the ``--by-document`` table sits between these two lines
+README = ROOT / "README.md"
+TABLE_START, TABLE_END = "<!-- not_checked --by-document: START -->", "<!-- not_checked --by-document: END -->"
+
+
+def readme_table(readme: str) -> str:
+    """The table the README shows (between the markers); ValueError when a marker is missing."""
+    start, end = readme.index(TABLE_START) + len(TABLE_START), readme.index(TABLE_END)
+    return readme[start:end].strip("\n")
+
+
+def with_readme_table(readme: str, table: str) -> str:
+    """``readme`` with ``table`` between the markers in place of what was there."""
+    start, end = readme.index(TABLE_START) + len(TABLE_START), readme.index(TABLE_END)
+    return readme[:start] + "\n" + table + "\n" + readme[end:]
 
 
 def document_table(catalogue, kinds: dict[str, str], checked: set[tuple[str, str]], client_checked: set[str] = frozenset(),
