@@ -7,8 +7,10 @@ master/slave, one node serves at a time); and which links run through the fault 
 (``proxied``: a `BridgeRoute` given at launch puts a proxy in front of each bridge's peer).
 A single broker is a topology of one node.
 
-The contract: a target declares the topologies it can form as capabilities (`capability_of`:
-``topology.network``, ``topology.shared-store``; every target launches a single broker) and implements
+The contract: a target has the topologies it can form as capabilities (`capability_of`:
+``topology.network``, ``topology.shared-store``; every target launches a single broker), read from
+the one table of the shapes it launches and whether it can here
+(conformance/targets/runtime/shape_launch.py), and implements
 ``launch_topology(topology, scenario, workdir, *, bridge_route=None) -> Cluster``. A `Cluster`
 holds `Node` handles with one small interface (name, address per protocol, start / stop / kill /
 pause / resume, serving or not, counters, log tail). Callers (suites, chaos/) use only that, plus
