@@ -7,8 +7,10 @@ master/slave, one node serves at a time); and which links run through the fault 
 (``proxied``: a `BridgeRoute` given at launch puts a proxy in front of each bridge's peer).
 A single broker is a topology of one node.
 
-The contract: a target declares the topologies it can form as capabilities (`capability_of`:
-``topology.network``, ``topology.shared-store``; every target launches a single broker) and implements
+The contract: a target has the topologies it can form as capabilities (`capability_of`:
+``topology.network``, ``topology.shared-store``; every target launches a single broker), read from
+the one table of the shapes it launches and whether it can here
+(conformance/targets/runtime/shape_launch.py), and implements
 ``launch_topology(topology, scenario, workdir, *, bridge_route=None) -> Cluster``. A `Cluster`
 holds `Node` handles with one small interface (name, address per protocol, start / stop / kill /
 pause / resume, serving or not, counters, log tail). Callers (suites, chaos/) use only that, plus
@@ -547,19 +549,37 @@ PROXIED_LINKS = ("bridges", "cluster")
 
 class Shape(Enum):
     """What a topology's nodes share or are joined by (`Topology.shape`), each with the capability
-    a target declares to launch it (`TOPOLOGY_CAPABILITIES`; none for one broker, which every target
-    launches). A target declares the shapes it launches, each with its launcher, in one table
-    (conformance/targets/runtime/shape_launch.py)."""
+    a target has when it can launch it (`TOPOLOGY_CAPABILITIES`; none for one broker, which every
+    target launches). A target declares the shapes it launches, each with its launcher and whether
+    it can launch it here, in one table (conformance/targets/runtime/shape_launch.py); its topology
+    capabilities follow from that table, never written beside it.
+
+    ``rigs``: the capabilities of the networks the model does not describe yet (the target hands
+    out rigs for them: ``discovery_pair``, ``masterslave_rig``). They stay capabilities of their
+    own because a suite asks for them apart from a plain network, but each is a variant of one
+    shape, launched by the same code as the target's networks (ActiveMQ's local JVMs, the
+    reference broker's processes), so a target has them exactly where it launches that shape."""
 
     SINGLE = ("single", None)
     SHARED_STORE = ("shared-store", "topology.shared-store")
     JDBC_STORE = ("jdbc-store", "topology.jdbc-store")
-    NETWORK = ("network", "topology.network")
+    NETWORK = ("network", "topology.network", ("topology.discovery", "topology.masterslave-connector"))
     CLUSTER = ("cluster", "topology.cluster")
 
-    def __init__(self, kind: str, capability: str | None) -> None:
+    def __init__(self, kind: str, capability: str | None, rigs: tuple[str, ...] = ()) -> None:
         self.kind = kind
         self.capability = capability
+        self.rigs = rigs
+
+    @property
+    def capabilities(self) -> tuple[str, ...]:
+        """What a target that can launch this shape has: the shape's capability and its rigs'."""
+        return (self.capability, *self.rigs) if self.capability is not None else ()
+
+    @classmethod
+    def of_capability(cls, capability: str) -> "Shape | None":
+        """The shape whose capabilities include ``capability`` (None: not a topology's)."""
+        return next((shape for shape in cls if capability in shape.capabilities), None)
 
 
 @dataclass(frozen=True)

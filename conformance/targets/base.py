@@ -53,7 +53,7 @@ CAPABILITIES: dict[str, str] = {
     "process.kill": "the broker runs as a process the harness can kill and restart",
     "tls": ("a TLS listener per protocol with certificates made at run time (Scenario(tls=True)); the "
             "handle's ports are the TLS ones and its client_options carry the clients' TLS settings"),
-    **TOPOLOGY_CAPABILITIES,  # topology.network / topology.shared-store
+    **TOPOLOGY_CAPABILITIES,  # a target's come from its shape table (runtime/shape_launch.py)
 }
 
 

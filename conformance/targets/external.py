@@ -18,7 +18,7 @@ from conformance.targets.artemis.config import DEAD_LETTER_ADDRESS
 from conformance.targets.base import (CAPABILITIES, DestinationCounters, SubscriptionCounters, TargetUnavailable,
                                       UnknownTarget)
 from conformance.targets.runtime.node import launch_single
-from conformance.targets.runtime.shape_launch import Launcher, LaunchesByShape
+from conformance.targets.runtime.shape_launch import LaunchesByShape, ShapeLaunch
 from conformance.topology import Shape
 
 #: Per-protocol adapter options by the broker kind a targets file names: an ActiveMQ Classic
@@ -96,9 +96,10 @@ class ExternalTarget(LaunchesByShape):
     def capabilities(self) -> frozenset[str]:
         return self.declared | {f"protocol.{p}" for p in self.ports} | ({"tls"} if self.tls else set())
 
-    def topology_launchers(self) -> dict[Shape, Launcher]:
-        """The running broker as a topology of one node; never ours to fault."""
-        return {Shape.SINGLE: self._launch_single}
+    def topology_launches(self) -> dict[Shape, ShapeLaunch]:
+        """The running broker as a topology of one node; never ours to fault. Its capabilities are
+        what its targets file declares (its owner vouches for them), not read from this table."""
+        return {Shape.SINGLE: ShapeLaunch(self._launch_single)}
 
     def _launch_single(self, topology, scenario: Scenario, workdir: Path, bridge_route=None):
         return launch_single(self, topology, scenario, workdir, faultable=False)

@@ -10,6 +10,7 @@ from conformance.targets.artemis.target import (
 )
 from conformance.targets.base import CAPABILITIES
 from conformance.targets.registry import BUILTIN, resolve
+from conformance.topology import TOPOLOGY_CAPABILITIES
 
 INSTALLED = lambda: (True, "")  # noqa: E731
 MISSING = lambda: (False, "the Artemis 2.40.0 distribution is not installed in .tools/artemis")  # noqa: E731
@@ -40,8 +41,11 @@ def test_requirement_follows_the_launch():
 
 def test_capabilities_are_known_and_classic_only_ones_say_why():
     process = ArtemisTarget(launch="process", process_check=INSTALLED)
-    # a JDBC shared store comes on top where PostgreSQL and its driver are installed
-    assert process.capabilities() - {"topology.jdbc-store"} == PROCESS_CAPABILITIES
+    # the topologies come from the target's table: a shared store and clusters, and a JDBC shared
+    # store on top where PostgreSQL and its driver are installed
+    topology = set(process.capabilities()) & set(TOPOLOGY_CAPABILITIES)
+    assert process.capabilities() - topology == PROCESS_CAPABILITIES
+    assert topology - {"topology.jdbc-store"} == {"topology.shared-store", "topology.cluster"}
     assert PROCESS_CAPABILITIES | {"topology.jdbc-store"} <= set(CAPABILITIES)
     assert CONTAINER_CAPABILITIES < PROCESS_CAPABILITIES
     for missing in ("counters.subscription", "slow_consumer.eviction", "memory.limits", "topology.network",

@@ -20,7 +20,7 @@ from conformance.targets.mosquitto.target import MosquittoTarget
 from conformance.targets.rabbitmq.target import RabbitMQTarget
 from conformance.targets.reference.target import ReferenceTarget
 from conformance.targets.registry import BUILTIN, builtin_target
-from conformance.targets.runtime.shape_launch import LaunchesByShape
+from conformance.targets.runtime.shape_launch import LaunchesByShape, ShapeLaunch
 from conformance.topology import (TOPOLOGY_CAPABILITIES, Bridge, ClusterConnection, Shape, SharedStore, Topology,
                                   TopologyUnsupported, capability_of)
 from tests.conformance.test_launch_mode_table import fake_machine
@@ -59,9 +59,9 @@ class Recording(LaunchesByShape):
     def capabilities(self):
         return self._capabilities
 
-    def topology_launchers(self):
-        return {Shape.SINGLE: lambda *args: self._launch("single", *args),
-                Shape.CLUSTER: lambda *args: self._launch("cluster", *args)}
+    def topology_launches(self):
+        return {Shape.SINGLE: ShapeLaunch(lambda *args: self._launch("single", *args)),
+                Shape.CLUSTER: ShapeLaunch(lambda *args: self._launch("cluster", *args))}
 
     def _launch(self, launcher, topology, scenario, workdir, bridge_route):
         self.launched.append((launcher, topology, bridge_route))
@@ -102,7 +102,7 @@ def test_every_builtin_target_launches_through_the_one_dispatch():
         assert isinstance(target, LaunchesByShape), name
         # none keeps a launch_topology of its own beside the table
         assert type(target).launch_topology is LaunchesByShape.launch_topology, name
-        assert Shape.SINGLE in target.topology_launchers(), name
+        assert Shape.SINGLE in target.topology_launches(), name
 
 
 def _targets_in_every_mode():

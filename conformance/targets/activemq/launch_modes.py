@@ -27,9 +27,6 @@ from machinery import postgres
 
 __all__ = ["ActiveMQProcessLaunch", "ActiveMQContainerLaunch", "LAUNCHES"]
 
-#: the topologies of several brokers joined by network connectors (and the rigs): local JVMs only
-NETWORK_CAPABILITIES = frozenset({"topology.network", "topology.discovery", "topology.masterslave-connector"})
-
 
 class ActiveMQProcessLaunch:
     """The broker as a local JVM (`ActiveMQProcess`)."""
@@ -41,10 +38,15 @@ class ActiveMQProcessLaunch:
     def __init__(self, image: str = "") -> None:
         pass  # the container's constructor: the process needs no image
 
+    #: what a JDBC group needs from this machine (BROKERCONF_REQUIRE's name; the target's table
+    #: gives it to the shape)
+    jdbc_requirement: str | None = "postgresql"
+
     @property
     def capability_requirements(self) -> dict[str, str]:
-        """Capabilities a BROKERCONF_REQUIRE name stands for (the extras this machine may install)."""
-        return {"protocol.amqp": "activemq-amqp", "topology.jdbc-store": "postgresql"}
+        """Feature capabilities a BROKERCONF_REQUIRE name stands for (the extras this machine may
+        install); the shapes' are in the target's table."""
+        return {"protocol.amqp": "activemq-amqp"}
 
     def mqtt_available(self) -> tuple[bool, str]:
         return activemq_mqtt_available()
@@ -53,17 +55,18 @@ class ActiveMQProcessLaunch:
         return activemq_amqp_available()
 
     def jdbc_available(self) -> tuple[bool, str]:
+        """JDBC master/slave on a private PostgreSQL (guide 3.2): the JDBC jars and the server."""
         missing = missing_jdbc_jars()
         if missing:
             return False, missing
         return postgres.availability()
 
+    def network_available(self) -> tuple[bool, str]:
+        return True, ""  # networks of local JVMs (activemq/network.py) and the rigs (activemq/rigs.py)
+
     def capabilities(self, offered: set[str]) -> set[str]:
         """``offered`` (the broker's features and its available protocols) as this mode runs them."""
-        added = {"tls"}  # +ssl connectors from the run's keystore (the image's launcher has none)
-        if self.jdbc_available()[0]:
-            added.add("topology.jdbc-store")  # JDBC master/slave on a private PostgreSQL (guide 3.2)
-        return offered | added
+        return offered | {"tls"}  # +ssl connectors from the run's keystore (the image's launcher has none)
 
     def why_missing(self, capability: str) -> str | None:
         return None  # what a local JVM lacks, it lacks in either mode (the target says why)
@@ -104,6 +107,9 @@ class ActiveMQContainerLaunch:
     def __init__(self, image: str) -> None:
         self.image = image
 
+    #: the image has what it has: nothing to install on this machine
+    jdbc_requirement: str | None = None
+
     @property
     def capability_requirements(self) -> dict[str, str]:
         return {}  # the image has what it has: nothing to install on this machine
@@ -118,15 +124,17 @@ class ActiveMQContainerLaunch:
     def jdbc_available(self) -> tuple[bool, str]:
         return False, "JDBC master/slave groups are launched as local JVMs (activemq:process)"
 
+    def network_available(self) -> tuple[bool, str]:
+        # the network's brokers (and the rigs') are local JVMs joined over loopback ports
+        return False, ("networks of ActiveMQ brokers are launched as local processes: use activemq:process with the "
+                       "Debian package installed")
+
     def capabilities(self, offered: set[str]) -> set[str]:
-        return offered - NETWORK_CAPABILITIES  # networks of brokers (and the rigs) are launched as local JVMs
+        return set(offered)
 
     def why_missing(self, capability: str) -> str | None:
         if capability == "tls":
             return "only the local process launcher (activemq:process) opens +ssl connectors with the run's keystore"
-        if capability.startswith(("topology.network", "topology.discovery", "topology.masterslave")):
-            return ("networks of ActiveMQ brokers are launched as local processes: use activemq:process with the "
-                    "Debian package installed")
         return None
 
     def handle_pid(self, broker: ActiveMQContainer) -> int | None:

@@ -65,7 +65,7 @@ from conformance.targets.runtime.node import launch_single
 from conformance.targets.runtime.launch_choice import LaunchedByMode, check_requested, choose_launch, requirement_of
 from conformance.targets.runtime.evidence import ProcessEvidence
 from conformance.targets.tls_setup import prepare as prepare_tls
-from conformance.targets.runtime.shape_launch import Launcher, LaunchesByShape
+from conformance.targets.runtime.shape_launch import LaunchesByShape, ShapeLaunch
 from conformance.topology import Shape
 
 __all__ = ["ActiveMQTarget", "ActiveMQHandle", "LAUNCH_MODES", "subscription_pattern", "destination_pattern"]
@@ -94,11 +94,7 @@ _FEATURES = frozenset({
     "dead_letter",
     "expiry",
     "process.kill",
-    "topology.network",  # these three: process mode only (`launch_modes.NETWORK_CAPABILITIES`)
-    "topology.discovery",
-    "topology.masterslave-connector",
-    "topology.shared-store",
-})
+})  # the topologies it launches: its table (`ActiveMQTarget.topology_launches`)
 
 SUBSCRIPTION_ATTRIBUTES = (
     "DiscardedCount", "PendingQueueSize", "DispatchedCounter", "DispatchedQueueSize", "EnqueueCounter",
@@ -324,7 +320,7 @@ class ActiveMQTarget(LaunchesByShape, LaunchedByMode):
     def capability_requirements(self) -> dict[str, str]:
         """Capabilities that a BROKERCONF_REQUIRE name stands for (the plugin fails instead of
         skipping when such a one is required and missing); the image never has AMQP."""
-        return self.mode.capability_requirements
+        return {**self.mode.capability_requirements, **self.shape_requirements()}
 
     def capabilities(self) -> frozenset[str]:
         caps = {"protocol.stomp", *_FEATURES}
@@ -332,14 +328,14 @@ class ActiveMQTarget(LaunchesByShape, LaunchedByMode):
             caps.add("protocol.mqtt")
         if self.mode.amqp_available()[0]:
             caps.add("protocol.amqp")
-        return frozenset(self.mode.capabilities(caps))
+        return frozenset(self.mode.capabilities(caps)) | self.topology_capabilities()
 
     def why_missing(self, capability: str) -> str | None:
         """Why this target lacks ``capability`` (shown in the not-applicable reason)."""
+        if Shape.of_capability(capability) is not None:
+            return self.why_not_launched(capability)
         if capability == "protocol.amqp":
             return self.mode.amqp_available()[1] or None
-        if capability == "topology.jdbc-store":
-            return self.mode.jdbc_available()[1] or None
         if capability == "protocol.mqtt":
             return self.mode.mqtt_available()[1]
         if capability == "stomp.group_header":
@@ -432,11 +428,15 @@ class ActiveMQTarget(LaunchesByShape, LaunchedByMode):
                                     f"start: {e}") from e
         return group
 
-    def topology_launchers(self) -> dict[Shape, Launcher]:
-        """One broker, a shared-store group (local JVMs on one KahaDB directory or database, or
-        containers on one volume), or a network of local JVMs (`ActiveMQNetwork`)."""
-        return {Shape.SINGLE: self._launch_single, Shape.SHARED_STORE: self._launch_store_group,
-                Shape.JDBC_STORE: self._launch_store_group, Shape.NETWORK: self._launch_network}
+    def topology_launches(self) -> dict[Shape, ShapeLaunch]:
+        """One broker, a shared-store group (local JVMs on one KahaDB directory, or containers on
+        one volume), a JDBC group on one database (local JVMs, where the JDBC jars and PostgreSQL
+        are installed), or a network of local JVMs (`ActiveMQNetwork`; not in container mode)."""
+        return {Shape.SINGLE: ShapeLaunch(self._launch_single),
+                Shape.SHARED_STORE: ShapeLaunch(self._launch_store_group),
+                Shape.JDBC_STORE: ShapeLaunch(self._launch_store_group, self.mode.jdbc_available,
+                                              self.mode.jdbc_requirement),
+                Shape.NETWORK: ShapeLaunch(self._launch_network, self.mode.network_available)}
 
     def _launch_single(self, topology, scenario: Scenario, workdir: Path, bridge_route=None):
         return launch_single(self, topology, scenario, workdir, faultable=True, node_type=ActiveMQNode)

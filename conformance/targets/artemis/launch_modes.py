@@ -37,13 +37,13 @@ CONTAINER_CAPABILITIES = frozenset({
 
 #: a container cluster's node (artemis/container_cluster.py) reads its queue counters over the
 #: Jolokia of its published console port, as the local JVM does
-CONTAINER_CLUSTER_CAPABILITIES = CONTAINER_CAPABILITIES | frozenset({"counters.destination", "topology.cluster"})
+CONTAINER_CLUSTER_CAPABILITIES = CONTAINER_CAPABILITIES | frozenset({"counters.destination"})
 
-#: the local JVM adds broker-side counters read over Jolokia on loopback, shared-store HA pairs of
-#: local JVMs on one data directory (artemis/shared_store.py), and tls: a TLS acceptor per protocol
-#: with the run's keystore (Scenario(tls=True); the container has none)
-PROCESS_CAPABILITIES = CONTAINER_CAPABILITIES | frozenset({"counters.destination", "topology.shared-store", "tls",
-                                                          "topology.cluster", "groups.reset"})
+#: the local JVM adds broker-side counters read over Jolokia on loopback, the resetAllGroups
+#: operation over the same channel, and tls: a TLS acceptor per protocol with the run's keystore
+#: (Scenario(tls=True); the container has none). The topologies either mode launches are the
+#: target's table (`ArtemisTarget.topology_launches`, with each mode's availability below).
+PROCESS_CAPABILITIES = CONTAINER_CAPABILITIES | frozenset({"counters.destination", "tls", "groups.reset"})
 
 
 def broker_name(scenario: Scenario) -> str:
@@ -58,7 +58,10 @@ class ArtemisProcessLaunch:
     local = True
 
     def capabilities(self) -> frozenset[str]:
-        return PROCESS_CAPABILITIES | ({"topology.jdbc-store"} if self.jdbc_available()[0] else frozenset())
+        return PROCESS_CAPABILITIES
+
+    def shared_store_available(self) -> tuple[bool, str]:
+        return True, ""  # primary and backups: local JVMs on one data directory (artemis/shared_store.py)
 
     def jdbc_available(self) -> tuple[bool, str]:
         """A JDBC shared-store pair (local JVMs): a private PostgreSQL server and its driver jar."""
@@ -106,7 +109,10 @@ class ArtemisContainerLaunch:
     local = False
 
     def capabilities(self) -> frozenset[str]:
-        return CONTAINER_CAPABILITIES | {"topology.cluster"}
+        return CONTAINER_CAPABILITIES
+
+    def shared_store_available(self) -> tuple[bool, str]:
+        return False, "shared-store pairs are launched as local JVMs (artemis/shared_store.py), not as containers"
 
     def jdbc_available(self) -> tuple[bool, str]:
         return False, "JDBC shared-store pairs are launched as local JVMs (artemis:process)"
@@ -114,8 +120,6 @@ class ArtemisContainerLaunch:
     def why_missing(self, capability: str) -> str | None:
         if capability == "tls":
             return "only the local process launcher (artemis:process) opens TLS acceptors with the run's keystore"
-        if capability == "topology.shared-store":
-            return "shared-store pairs are launched as local JVMs (artemis/shared_store.py), not as containers"
         if capability in self.capabilities():
             return None
         if capability == "groups.reset":

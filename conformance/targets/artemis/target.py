@@ -65,7 +65,7 @@ from conformance.targets.base import TargetUnavailable
 from machinery.docker_env import image_available
 from conformance.targets.artemis.node import ArtemisNode
 from conformance.targets.runtime.node import launch_single
-from conformance.targets.runtime.shape_launch import Launcher, LaunchesByShape
+from conformance.targets.runtime.shape_launch import LaunchesByShape, ShapeLaunch
 from conformance.topology import Shape
 from conformance.targets.runtime.launch_choice import LaunchedByMode, check_requested, choose_launch, requirement_of
 
@@ -89,9 +89,6 @@ class ArtemisTarget(LaunchesByShape, LaunchedByMode):
     tests (defaults: `artemis_dist.installed`, docker_env's image check, which never pulls)."""
 
     kind = "artemis"
-    #: a JDBC shared store needs PostgreSQL (`Target.capability_requirements`); the whole target
-    #: needs `requirement`
-    capability_requirements: dict[str, str] = {"topology.jdbc-store": "postgresql"}
 
     def __init__(self, name: str = "artemis", *, launch: str = "auto", image: str | None = None,
                  image_check=None, process_check: Callable[[], tuple[bool, str]] | None = None,
@@ -138,10 +135,18 @@ class ArtemisTarget(LaunchesByShape, LaunchedByMode):
         _, ok, reason = self._resolve()
         return ok, reason
 
+    @property
+    def capability_requirements(self) -> dict[str, str]:
+        """A JDBC shared store needs PostgreSQL (`Target.capability_requirements`, from the table);
+        the whole target needs `requirement`."""
+        return self.shape_requirements()
+
     def capabilities(self) -> frozenset[str]:
-        return self.mode.capabilities()
+        return self.mode.capabilities() | self.topology_capabilities()
 
     def why_missing(self, capability: str) -> str | None:
+        if Shape.of_capability(capability) is not None:
+            return self.why_not_launched(capability)
         if capability == "counters.subscription":
             return "Artemis keeps no per-subscriber matched / discarded counters (a Classic slow-consumer view)"
         if capability.startswith(("slow_consumer.", "memory.")):
@@ -149,18 +154,21 @@ class ArtemisTarget(LaunchesByShape, LaunchedByMode):
         if capability == "exclusive_consumers":
             return ("ActiveMQ Classic's per-consumer exclusive flag; Artemis has exclusive queues (a queue setting), "
                     "not exclusive consumers")
-        if capability == "topology.jdbc-store":
-            return self.mode.jdbc_available()[1] or None
-        if capability == "topology.network":
-            return "ActiveMQ Classic network connectors; Artemis forms clusters instead (another document)"
         return self.mode.why_missing(capability)
 
-    def topology_launchers(self) -> dict[Shape, Launcher]:
+    def topology_launches(self) -> dict[Shape, ShapeLaunch]:
         """One broker, a shared-store primary/backup group of local JVMs on one data directory or
-        database (`artemis.shared_store`), or a cluster joined by cluster connections: local JVMs
-        (`artemis.cluster`) or containers (`artemis.container_cluster`), as the launch mode does it."""
-        return {Shape.SINGLE: self._launch_single, Shape.SHARED_STORE: self._launch_store_group,
-                Shape.JDBC_STORE: self._launch_store_group, Shape.CLUSTER: self._launch_cluster}
+        database (`artemis.shared_store`; process mode, the database where PostgreSQL and its driver
+        are installed), or a cluster joined by cluster connections: local JVMs (`artemis.cluster`)
+        or containers (`artemis.container_cluster`), as the launch mode does it. Never a network of
+        Classic connectors: the row is there for its reason."""
+        # the requirement is the JDBC group's whatever the mode, as the target always declared it
+        return {Shape.SINGLE: ShapeLaunch(self._launch_single),
+                Shape.SHARED_STORE: ShapeLaunch(self._launch_store_group, self.mode.shared_store_available),
+                Shape.JDBC_STORE: ShapeLaunch(self._launch_store_group, self.mode.jdbc_available, "postgresql"),
+                Shape.CLUSTER: ShapeLaunch(self._launch_cluster),
+                Shape.NETWORK: ShapeLaunch.never("ActiveMQ Classic network connectors; Artemis forms clusters "
+                                                 "instead (another document)")}
 
     def _launch_single(self, topology, scenario: Scenario, workdir: Path, bridge_route=None):
         return launch_single(self, topology, scenario, workdir, faultable=True, node_type=ArtemisNode)

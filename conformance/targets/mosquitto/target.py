@@ -10,6 +10,7 @@ from conformance.targets.base import TargetUnavailable
 from conformance.targets.mosquitto.process import (MosquittoNotInstalled, MosquittoProcess, MosquittoStartError,
                                                     mosquitto_available)
 from conformance.targets.runtime.peer_handle import PeerHandle, PeerTarget, safe_name
+from conformance.topology import Shape
 
 
 class MosquittoTarget(PeerTarget):
@@ -25,9 +26,11 @@ class MosquittoTarget(PeerTarget):
         return mosquitto_available()
 
     def capabilities(self) -> frozenset[str]:
-        return frozenset({"protocol.mqtt"})
+        return frozenset({"protocol.mqtt"}) | self.topology_capabilities()
 
     def why_missing(self, capability: str) -> str | None:
+        if Shape.of_capability(capability) is not None:
+            return self.why_not_launched(capability)
         return None  # the capability's own description says it all
 
     def launch(self, scenario: Scenario, workdir: Path) -> PeerHandle:

@@ -18,6 +18,7 @@ from conformance.targets.base import TargetUnavailable
 from conformance.targets.rabbitmq.process import (PLUGINS, RabbitMQNotInstalled, RabbitMQProcess, RabbitMQStartError,
                                                    rabbitmq_available)
 from conformance.targets.runtime.peer_handle import PeerHandle, PeerTarget, safe_name
+from conformance.topology import Shape
 
 #: RabbitMQ reads STOMP's host header as its virtual host (stomp.py sends the IP), and its AMQP
 #: 1.0 plugin addresses queues and topics as /queue/X and /topic/X.
@@ -46,10 +47,12 @@ class RabbitMQTarget(PeerTarget):
         for protocol, switch in _RABBITMQ_SWITCHES.items():
             if rabbitmq_available(**{"amqp10": False, switch: True})[0]:
                 caps.add(f"protocol.{protocol}")
-        return frozenset(caps)
+        return frozenset(caps) | self.topology_capabilities()
 
     def why_missing(self, capability: str) -> str | None:
         """A protocol whose plugin is not installed says which; other capabilities need nothing more."""
+        if Shape.of_capability(capability) is not None:
+            return self.why_not_launched(capability)
         switch = _RABBITMQ_SWITCHES.get(capability.removeprefix("protocol.")) if capability.startswith("protocol.") else None
         if switch is None:
             return None

@@ -36,10 +36,9 @@ CAPABILITIES = frozenset({
     "groups", "groups.close", "groups.reassign_on_close", "groups.first_key", "groups.rebalance", "groups.buckets",
     "slow_consumer.pending_limit", "slow_consumer.eviction", "memory.limits",
     "durable_subscriptions", "transactions", "selectors", "exclusive_consumers", "consumer_priority",
-    "message_priority", "nack", "dead_letter", "expiry", "topology.network", "topology.discovery", "topology.masterslave-connector",
-    "topology.shared-store", "topology.cluster",
+    "message_priority", "nack", "dead_letter", "expiry",
     "stomp.group_header", "tls",
-})
+})  # the topologies it launches: the target's table (`ReferenceTarget.topology_launches`)
 
 
 # --------------------------------------------------------------------------- scenario -> config

@@ -32,7 +32,7 @@ from conformance.targets.reference.shared_store import launch_shared_store
 from machinery import postgres
 from conformance.targets.runtime.launch_choice import LaunchedByMode
 from conformance.targets.runtime.node import launch_single
-from conformance.targets.runtime.shape_launch import Launcher, LaunchesByShape
+from conformance.targets.runtime.shape_launch import LaunchesByShape, ShapeLaunch
 from conformance.topology import Shape
 from reference_broker.config import ConfigError
 
@@ -40,8 +40,6 @@ from reference_broker.config import ConfigError
 class ReferenceTarget(LaunchesByShape, LaunchedByMode):
     name = "reference"
     kind = "reference"
-    #: groups on one database need a PostgreSQL server (`Target.capability_requirements`)
-    capability_requirements: dict[str, str] = {"topology.jdbc-store": "postgresql"}
 
     def __init__(self, name: str = "reference", launch: str = "in-process") -> None:
         self.name = name
@@ -51,15 +49,18 @@ class ReferenceTarget(LaunchesByShape, LaunchedByMode):
     def availability(self) -> tuple[bool, str]:
         return True, ""
 
+    @property
+    def capability_requirements(self) -> dict[str, str]:
+        """Groups on one database need a PostgreSQL server (`Target.capability_requirements`, from
+        the table)."""
+        return self.shape_requirements()
+
     def capabilities(self) -> frozenset[str]:
-        extra = set(self.mode.capabilities)
-        if postgres.availability()[0]:
-            extra.add("topology.jdbc-store")  # a master/slave group on one database (guide 3.2)
-        return CAPABILITIES | extra
+        return CAPABILITIES | self.mode.capabilities | self.topology_capabilities()
 
     def why_missing(self, capability: str) -> str | None:
-        if capability == "topology.jdbc-store":
-            return postgres.availability()[1] or None
+        if Shape.of_capability(capability) is not None:
+            return self.why_not_launched(capability)
         return self.mode.why_missing(capability)
 
     def launch(self, scenario: Scenario, workdir: Path):
@@ -95,15 +96,18 @@ class ReferenceTarget(LaunchesByShape, LaunchedByMode):
         return HostPairRig(workdir, reconnect,
                            lambda name: scenario_config(Scenario(name="host-pair", protocols=("stomp",)), name=name))
 
-    def topology_launchers(self) -> dict[Shape, Launcher]:
+    def topology_launches(self) -> dict[Shape, ShapeLaunch]:
         """One broker (in-process, or a process the harness can fault), a shared-store master/slave
         group of broker processes on one journal directory or database (`reference.shared_store`,
-        whatever the launch mode: the harness must be able to kill its master), a network of
-        in-process reference brokers (`ReferenceNetwork`), or a cluster joined by Artemis-style
-        cluster connections (reference_broker/clustering)."""
-        return {Shape.SINGLE: self._launch_single, Shape.SHARED_STORE: self._launch_store_group,
-                Shape.JDBC_STORE: self._launch_store_group, Shape.NETWORK: self._launch_network,
-                Shape.CLUSTER: self._launch_cluster}
+        whatever the launch mode: the harness must be able to kill its master; the database, guide
+        3.2, where a private PostgreSQL server can run), a network of in-process reference brokers
+        (`ReferenceNetwork`), or a cluster joined by Artemis-style cluster connections
+        (reference_broker/clustering)."""
+        return {Shape.SINGLE: ShapeLaunch(self._launch_single),
+                Shape.SHARED_STORE: ShapeLaunch(self._launch_store_group),
+                Shape.JDBC_STORE: ShapeLaunch(self._launch_store_group, postgres.availability, "postgresql"),
+                Shape.NETWORK: ShapeLaunch(self._launch_network),
+                Shape.CLUSTER: ShapeLaunch(self._launch_cluster)}
 
     def _launch_single(self, topology, scenario: Scenario, workdir: Path, bridge_route=None):
         return launch_single(self, topology, scenario, workdir, faultable=self.mode.faultable)

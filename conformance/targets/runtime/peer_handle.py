@@ -10,7 +10,7 @@ import re
 from conformance.scenario import Scenario
 from conformance.targets.base import DestinationCounters, SubscriptionCounters
 from conformance.targets.runtime.node import launch_single
-from conformance.targets.runtime.shape_launch import Launcher, LaunchesByShape
+from conformance.targets.runtime.shape_launch import LaunchesByShape, ShapeLaunch
 from conformance.topology import Shape
 from conformance.targets.runtime.evidence import ProcessEvidence
 
@@ -28,12 +28,15 @@ class PeerTarget(LaunchesByShape):
 
     launch_mode = "process"
     launches_locally = True
-    #: no capability depends on an extra install (`Target.capability_requirements`)
-    capability_requirements: dict[str, str] = {}
+    @property
+    def capability_requirements(self) -> dict[str, str]:
+        """No feature depends on an extra install (`Target.capability_requirements`); a shape's
+        would be its row's."""
+        return self.shape_requirements()
 
-    def topology_launchers(self) -> dict[Shape, Launcher]:
+    def topology_launches(self) -> dict[Shape, ShapeLaunch]:
         """One broker, not faultable by the harness (no process.kill)."""
-        return {Shape.SINGLE: self._launch_single}
+        return {Shape.SINGLE: ShapeLaunch(self._launch_single)}
 
     def _launch_single(self, topology, scenario: Scenario, workdir, bridge_route=None):
         return launch_single(self, topology, scenario, workdir, faultable=False)
