@@ -24,7 +24,8 @@ BROKERCONF_PYTHON="${BROKERCONF_PYTHON:-python3}"
 BROKERCONF_DEBIAN_BROKER_PACKAGES=(activemq libmqtt-client-java libhawtdispatch-java mosquitto rabbitmq-server postgresql
     libpostgresql-jdbc-java libcommons-dbcp2-java libactivemq-activeio-java)
 
-_bc_log() { echo "brokerconf: $*" >&2; }
+# each line says when, since the set-up began (bash's SECONDS), so a slow step shows in the log
+_bc_log() { printf 'brokerconf: [%d:%02d] %s\n' $((SECONDS / 60)) $((SECONDS % 60)) "$*" >&2; }
 
 _bc_is_root() { [ "$(id -u)" = "0" ]; }
 
