@@ -626,14 +626,19 @@ def _run_with_history(exp: Experiment, topology: RunningTopology, run_id: str, h
         history.harness(HARNESS_BROKER_COUNTERS, {"destination": destination, "subscription_discards": discards[-1]})
 
     drain_errors: list[str] = []
-    if deployment_errors:
-        # nothing to drain from: what the history holds is judged, and the verdict says why it is short
-        drained = []
-        progress("  not drained: a node of the deployment stopped on its own")
-    elif exp.workload.fans_out:
-        drained = workload.drain(quiet=exp.drain_quiet_s, before_close=read_broker_counters)
-    else:
-        drained, drain_errors = shape.drain(run, workload)
+    try:
+        if deployment_errors:
+            # nothing to drain from: what the history holds is judged, and the verdict says why it is short
+            drained = []
+            progress("  not drained: a node of the deployment stopped on its own")
+        elif exp.workload.fans_out:
+            drained = workload.drain(quiet=exp.drain_quiet_s, before_close=read_broker_counters)
+        else:
+            drained, drain_errors = shape.drain(run, workload)
+    finally:
+        for nemesis in nemeses:
+            if isinstance(nemesis, LockLossFault):
+                nemesis.end_watch()  # an expired lease's watch went on through the drain (LockLossFault.teardown)
     result = ExperimentResult(exp.name, run_id, history_path, round(time.monotonic() - started, 1), workload.sent_ok,
                               workload.received_ok, len(drained), faults, exp.target.name,
                               topology=topology.kind, broker_discards=discards[0] if discards else None,

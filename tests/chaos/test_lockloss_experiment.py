@@ -183,6 +183,38 @@ def test_expire_has_nothing_to_heal():
     assert ("expire", {"host": "A"}) in nemesis.calls and not any(c[0] == "heal" for c in nemesis.calls)
 
 
+def test_an_expired_leases_watch_goes_on_through_the_drain_until_ended():
+    """mj41: ActiveMQ's slave took the lock of the master whose lease had expired only after the
+    run's end, during the drain; the watch had ended at teardown, so the record said no node served
+    again. An expired lease has nothing to heal: its watch goes on until `end_watch`; a cut's
+    watch still ends at teardown, since the heal changes what it watches."""
+    expired = ScriptedGroup([(0.1, ["A"]), (0.5, []), (float("inf"), ["B"])])
+    nemesis = ScriptedNemesis()
+    fault = LockLossFault(nemesis, expired, fault="expire", poll_s=0.02, settle_s=5)
+    original = nemesis.invoke
+    nemesis.invoke = lambda f, **p: (setattr(expired, "cut_at", time.monotonic()), original(f, **p))[1]
+    fault.invoke("lock-loss")
+    time.sleep(0.3)
+    fault.teardown()  # the run's end: nobody serves yet
+    time.sleep(0.5)   # the drain: B takes the lock at 0.5 s
+    fault.end_watch()
+    (record,) = fault.results
+    assert record["detection_s"] is not None and 0.45 <= record["takeover_s"] <= 0.7, record
+
+    cut = ScriptedGroup([(0.1, ["A"]), (0.5, []), (float("inf"), ["B"])])
+    nemesis = ScriptedNemesis()
+    fault = LockLossFault(nemesis, cut, fault="partition", poll_s=0.02, settle_s=5)
+    original = nemesis.invoke
+    nemesis.invoke = lambda f, **p: (setattr(cut, "cut_at", time.monotonic()), original(f, **p))[1]
+    fault.invoke("lock-loss")
+    time.sleep(0.3)
+    fault.teardown()
+    time.sleep(0.5)
+    fault.end_watch()
+    (record,) = fault.results
+    assert record["detection_s"] is not None and record["takeover_s"] is None, record
+
+
 def test_repeat_table_shows_median_spread_and_never():
     rows = [figures({"valid": True, "run_stats": {"lock_loss": [{"detection_s": d, "takeover_s": t, "overlap_s": 0}]},
                      "checks": {"total_queue": {"lost": [], "duplicated": []}}})
