@@ -461,12 +461,19 @@ def written_reference_single() -> dict[str, str]:
                                                               name="r").items()}
 
 
+def _node_config(node: ReferenceNode) -> dict[str, str]:
+    try:
+        return {key: str(value) for key, value in node.config_data.items()}
+    finally:
+        node.close()  # a node starts its loop thread when made; never started, it just ends that
+
+
 def written_reference_network_node() -> dict[str, str]:
-    return {key: str(value) for key, value in ReferenceNode("A", "nob-A").config_data.items()}
+    return _node_config(ReferenceNode("A", "nob-A"))
 
 
 def written_reference_cluster_node() -> dict[str, str]:
-    return {key: str(value) for key, value in ReferenceClusterNode("A", "cl-A", extra_config={}).config_data.items()}
+    return _node_config(ReferenceClusterNode("A", "cl-A", extra_config={}))
 
 
 def written(inventory: str, tmp: Path) -> dict[str, str]:
