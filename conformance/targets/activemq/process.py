@@ -488,10 +488,12 @@ class ActiveMQProcess(ActiveMQAddresses, ManagedProcess):
         if self.mqtt:
             rows.append(f'<transportConnector name="mqtt" uri="mqtt://{h}:{self.mqtt_port}"/>')
         if self.amqp:
-            # transformer=jms: the ActiveMQ "AMQP" page, "Mapping to JMS": the default (native)
-            # wraps the whole encoded AMQP message into a BytesMessage body, so a STOMP or OpenWire
-            # consumer would get AMQP sections instead of the payload; `jms` maps the AMQP body to
-            # the JMS body, the page's setting to inter-operate with JMS at the payload level.
+            # transformer=jms: the ActiveMQ "AMQP" page, "Mapping to JMS": `native` wraps the whole
+            # encoded AMQP message into a BytesMessage body, so a STOMP or OpenWire consumer would
+            # get AMQP sections instead of the payload; `jms` maps the AMQP body to the JMS body,
+            # the page's setting to inter-operate with JMS at the payload level. It is also the
+            # default of the 5.17.2 transport (AmqpWireFormat's transformer field starts as "jms",
+            # read with javap); written so a build defaulting to native maps bodies the same way.
             rows.append(f'<transportConnector name="amqp" '
                         f'uri="amqp://{h}:{self.amqp_port}?transport.transformer=jms"/>')
         for protocol, port in self.tls_ports.items():
