@@ -28,6 +28,13 @@ from typing import Callable
 #: (the stage never runs an experiment shorter than its ``min_duration_s``)
 LOCK_LOSS_SHORT = ("recovery_s=6", 'topology.nfs_mount_options="soft,timeo=10,retrans=2,lookupcache=none,sync"',
                    "topology.nfs_lease_s=5.0", "nemesis.0.every_s=3", "nemesis.0.down_s=11", "min_duration_s=20")
+#: the same for a lock-loss cut of the database link (the JDBC store): a 3 s lease renewed every
+#: second and one 12 s cut (the lease, a slave's next try, and the watch), as the JDBC lock-loss
+#: suite shortens it (suites/test_jdbc_lock_loss_experiments.py); the files' own 6 s lease and
+#: 24 s cut need 40 s
+JDBC_LOCK_LOSS_SHORT = ("recovery_s=6", "topology.lock_keep_alive_period_ms=1000",
+                        "topology.lock_acquire_sleep_interval_ms=3000", "nemesis.0.every_s=4", "nemesis.0.down_s=12",
+                        "min_duration_s=20")
 
 #: experiments running at once. Measured with the whole stage (17 runs) on the 2-core machine:
 #: see the README's "Time"; more than this and the runs' own schedules start to slip (a restart
@@ -115,6 +122,18 @@ def cluster_not_applicable(exp, target) -> dict | None:
     return {"experiment": exp.name, "target": exp.target.name, "skipped": True,
             "error": f"not applicable: target {exp.target.name} lacks {needed}, it cannot launch a "
                      f"{len(exp.topology.node_names)}-node cluster" + (f" ({why})" if why else "")}
+
+
+def short_settings(exp) -> tuple[str, ...]:
+    """The overrides that shorten ``exp`` for a short run: a lock-loss cut of the store's link
+    (its first [[nemesis]] entry, the one they move) gets its store's shortened lease and cut, on
+    the simulated NFS `LOCK_LOSS_SHORT`, on a database `JDBC_LOCK_LOSS_SHORT`; anything else
+    (an expired NFS lease is an instant event, already short) none."""
+    first = exp.nemesis[0] if exp.nemesis else None
+    if first is None or first.kind != "lock-loss" or first.fault != "partition":
+        return ()
+    # a lock-loss entry's store is on the simulated NFS or in a database (the file's validation)
+    return LOCK_LOSS_SHORT if exp.topology.on_simulated_nfs else JDBC_LOCK_LOSS_SHORT
 
 
 def stage_duration(chaos_duration: float, exp) -> float:

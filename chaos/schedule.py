@@ -85,3 +85,15 @@ def postpone(schedule: list[Step], exp: Experiment, index: int, late: float) -> 
         if not dropping:
             kept.append(Step(at + late, step, i, params))
     return sorted(kept, key=lambda step: step[:3])
+
+
+def shortest_duration(exp: Experiment) -> float:
+    """The shortest ``duration_s`` in which every [[nemesis]] entry strikes at least once: each
+    entry's first fault (its first gap and length, drawn as `build_schedule` draws them) heals
+    ``recovery_s`` before the end. A shorter run of ``exp`` would leave an entry out of the
+    schedule, and a run where a nemesis never struck says nothing about it."""
+    ends = []
+    for index, nemesis in enumerate(exp.nemesis):
+        gap, down = next(_timings(nemesis, draws_for(exp.seed, index)))
+        ends.append(gap + down)
+    return max(ends, default=0.0) + exp.recovery_s

@@ -19,7 +19,7 @@ from conformance import leak_plugin, xdist_groups
 TESTS = Path(__file__).resolve().parent
 
 #: session fixtures whose tests share one worker, and the group they share
-ONE_WORKER = {"_spark_lifetime": "spark", "fresh_queue_run": "spark", "fresh_topic_run": "spark"}
+ONE_WORKER = {"_spark_lifetime": "spark", "real_runs": "spark", "fresh_queue_run": "spark", "fresh_topic_run": "spark"}
 
 
 def pytest_configure(config):

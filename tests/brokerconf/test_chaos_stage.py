@@ -140,3 +140,30 @@ def test_the_stage_picks_no_duration_by_the_file_name():
                   if isinstance(node, ast.Compare) and any(isinstance(op, (ast.In, ast.NotIn)) for op in node.ops)
                   and any(isinstance(side, ast.Name) and side.id == "file_name" for side in node.comparators)]
     assert not name_tests, f"the stage dispatches on the experiment's file name: {name_tests}"
+
+
+def test_the_stage_shortens_exactly_the_lock_loss_cuts_short_settings_names():
+    """`short_settings` (what a short run of any file applies, tests/reports/real_runs.py) gives
+    each of the stage's runs the overrides the stage lists for it: the NFS lock-loss cuts theirs,
+    the others none."""
+    import chaos
+    from chaos.experiment_file import load_experiment
+
+    for file_name, _target, _needs, *settings in chaos_stage.MAIN_JOB_EXPERIMENTS:
+        exp = load_experiment(Path(chaos.__file__).parent / "experiments" / file_name)
+        assert chaos_stage.short_settings(exp) == (tuple(settings[0]) if settings else ()), file_name
+
+
+def test_a_database_lock_loss_cut_gets_its_own_short_settings_and_an_expired_lease_none():
+    import chaos
+    from chaos.experiment_file import load_experiment, with_overrides
+    from chaos.schedule import shortest_duration
+
+    experiments = Path(chaos.__file__).parent / "experiments"
+    for kind in ("reference", "activemq", "artemis"):
+        jdbc = load_experiment(experiments / f"{kind}-jdbc-lock-loss.toml")
+        assert chaos_stage.short_settings(jdbc) == chaos_stage.JDBC_LOCK_LOSS_SHORT
+        # its own 6 s lease and 24 s cut need 40 s; shortened, one cut heals in time in 22 s
+        assert shortest_duration(jdbc) == 40.0
+        assert shortest_duration(with_overrides(jdbc, settings=chaos_stage.JDBC_LOCK_LOSS_SHORT)) == 22.0
+        assert chaos_stage.short_settings(load_experiment(experiments / f"{kind}-nfs-lease-expiry.toml")) == ()

@@ -167,3 +167,33 @@ def test_the_command_lines_seed_overrides_the_files(tmp_path):
     assert with_overrides(exp).seed == 1
     assert with_overrides(exp, seed=7).seed == 7
     assert build_schedule(with_overrides(exp, seed=7)) == build_schedule(drawn(tmp_path, seed=7))
+
+
+# ---------------------------------------------------------------- the shortest honest run
+
+
+def _entries_struck(exp) -> set[int]:
+    return {index for _, step, index, _ in build_schedule(exp) if step == exp.nemesis[index].kind}
+
+
+@pytest.mark.parametrize("path", EXPERIMENTS, ids=lambda p: p.stem)
+def test_the_shortest_duration_is_the_first_in_which_every_entry_strikes(path):
+    from brokerconf.chaos_stage import short_settings
+    from chaos.schedule import shortest_duration
+
+    for settings in ((), short_settings(load_experiment(path))):
+        exp = with_overrides(load_experiment(path), settings=settings)
+        shortest = shortest_duration(exp)
+        everyone = set(range(len(exp.nemesis)))
+        assert _entries_struck(with_overrides(exp, duration_s=shortest)) == everyone, settings
+        # a moment less and some entry never strikes: nothing shorter is honest
+        assert _entries_struck(with_overrides(exp, duration_s=shortest - 0.01)) != everyone, settings
+
+
+def test_the_shortest_duration_follows_a_drawn_first_fault(tmp_path):
+    from chaos.schedule import shortest_duration
+
+    exp = drawn(tmp_path, seed=4)
+    [(at, _, _, _), (healed, _, _, _), *_] = build_schedule(exp)
+    assert 2 <= at <= 6 and shortest_duration(exp) == healed + exp.recovery_s
+    assert _entries_struck(with_overrides(exp, duration_s=shortest_duration(exp))) == {0}

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-import chaos
 from reports.pipeline.session import LOCAL, get_session, stop_session
+from tests.reports.real_runs import EXPERIMENTS, RealRuns
 
 
 @pytest.fixture(scope="session")
@@ -45,37 +45,37 @@ def engine():
 
 # ---------------------------------------------------------------------- fresh real runs
 # Tests that check the pipeline on *real* chaos runs used to look for earlier runs under
-# reports/out and skip without one, so on a fresh clone (CI) they checked nothing. They now make
-# their own: a short run of a shipped experiment on the reference broker (no installed broker
-# needed), once per test session, in a temporary directory. Earlier runs under reports/out are
-# still checked beside it where a test wants them.
+# reports/out and skip without one, so on a fresh clone (CI) they checked nothing. They now use the
+# session's own short runs of the shipped experiment files (real_runs.py: made by the main job's
+# chaos stage, each once per test session, in a temporary directory); the two below need no
+# installed broker. Earlier runs under reports/out are still checked beside them where a test wants
+# them.
 
-def _short_run(tmp_path_factory, file_name: str, duration_s: float) -> Path:
-    from chaos.experiment import run_experiment
-    from reports.check_plan import checker_list_for
-    from reports.judge import judge_run
-    from chaos.experiment_file import load_experiment, with_overrides
 
-    experiments = Path(chaos.__file__).resolve().parent / "experiments"
-    exp = with_overrides(load_experiment(experiments / file_name), duration_s=duration_s)
-    out = tmp_path_factory.mktemp(Path(file_name).stem)
-    # as `brokerconf chaos run` does: the run's checker list in the history's header
-    run_experiment(exp, out, progress=lambda line: None, checkers=checker_list_for(exp.model_dump(mode="json")))
-    judge_run(out)
-    assert (out / "history.jsonl").stat().st_size > 0 and (out / "verdict.json").is_file(), out
+@pytest.fixture(scope="session")
+def real_runs(tmp_path_factory) -> RealRuns:
+    """The session's real short runs, one per experiment file, made when first asked for."""
+    return RealRuns(tmp_path_factory.mktemp("main-job"))
+
+
+def _made(real_runs: RealRuns, file_name: str) -> Path:
+    out = real_runs.run_dir(EXPERIMENTS / file_name)
+    assert (out / "history.jsonl").stat().st_size > 0 and (out / "verdict.json").is_file(), \
+        real_runs.verdicts[Path(file_name).stem]
     return out
 
 
 @pytest.fixture(scope="session")
-def fresh_queue_run(tmp_path_factory) -> Path:
-    """A run directory (history.jsonl, verdict.json, report.html) of experiment 1, cut to 8 s:
-    the reference broker (a process) under persistent queue load with failover clients, killed
-    once (the schedule's first kill falls at 5 s). About 10 s."""
-    return _short_run(tmp_path_factory, "reference-kill-restart.toml", 8)
+def fresh_queue_run(real_runs) -> Path:
+    """A run directory (history.jsonl, verdict.json, report.html) of experiment 1, cut short: the
+    reference broker (a process) under persistent queue load with failover clients, killed once
+    (the first kill falls at 5 s; 9 s in all). 43 s with start-up, drain and judging, beside a main
+    job on the 2-core machine."""
+    return _made(real_runs, "reference-kill-restart.toml")
 
 
 @pytest.fixture(scope="session")
-def fresh_topic_run(tmp_path_factory) -> Path:
-    """A run directory of experiment 4 (a slow topic subscriber behind the fault proxy), cut to
-    8 s. About 15 s."""
-    return _short_run(tmp_path_factory, "slow-topic-subscriber.toml", 8)
+def fresh_topic_run(real_runs) -> Path:
+    """A run directory of experiment 4 (a slow topic subscriber behind the fault proxy), cut short
+    to the first latency and bandwidth faults and their heals (10 s). 42 s in all, measured as above."""
+    return _made(real_runs, "slow-topic-subscriber.toml")

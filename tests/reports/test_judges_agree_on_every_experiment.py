@@ -11,9 +11,10 @@ checker list `chaos run` writes, laid out as the main job lays out its chaos sta
   the stage's outcome, and its Spark stage (reports/pipeline/main_job.py `run_spark_stage`, the
   same analysis `brokerconf analyze` runs), in one Spark job over every history.
 
-A real short run of every file would launch JVMs, a PostgreSQL and FUSE mounts for minutes: the
-judges read nothing but the history, so the history's shape is what they are compared on. The
-real short runs of two files (conftest.py) are compared in test_judge_parity.py.
+The judges read nothing but the history, so the history's shape is what they are compared on
+here, in seconds and with every verdict value (true, false, unknown) among the files. A real short
+run of every file (JVMs, a PostgreSQL, FUSE mounts: minutes) is compared the same way in
+test_judges_agree_on_real_runs.py.
 """
 
 from __future__ import annotations
