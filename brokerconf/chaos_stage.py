@@ -129,8 +129,10 @@ def short_settings(exp) -> tuple[str, ...]:
     (its first [[nemesis]] entry, the one they move) gets its store's shortened lease and cut, on
     the simulated NFS `LOCK_LOSS_SHORT`, on a database `JDBC_LOCK_LOSS_SHORT`; anything else
     (an expired NFS lease is an instant event, already short) none."""
+    from chaos.experiment_file import FaultPlane
+
     first = exp.nemesis[0] if exp.nemesis else None
-    if first is None or first.kind != "lock-loss" or first.fault != "partition":
+    if first is None or first.plane is not FaultPlane.STORE or first.fault != "partition":
         return ()
     # a lock-loss entry's store is on the simulated NFS or in a database (the file's validation)
     return LOCK_LOSS_SHORT if exp.topology.on_simulated_nfs else JDBC_LOCK_LOSS_SHORT
