@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from .history import MS, SECOND, Columns, inside, merge_intervals, nearest_rank, slices
-from .protocol import Checker, Facts
+from .protocol import Checker, Facts, Table
 from .result import VALID, CheckResult, RunKey
 
 LATENCY, THROUGHPUT = "latency", "throughput"
@@ -188,6 +188,10 @@ def _throughput(key: RunKey, facts_: dict, options: dict):
 
 #: measurements: shown beside the verdict, never merged into it
 LATENCY_CHECKER = Checker(LATENCY, _latency, measurement=True, facts=(
-    Facts(LATENCY, latency_facts, SPLIT_KEY, combine_latency, compute_part=lambda c: latency_facts(c, mergeable=True)),))
+    Facts(LATENCY, latency_facts, SPLIT_KEY, combine_latency, compute_part=lambda c: latency_facts(c, mergeable=True)),),
+    table=Table(LATENCY, "run string, target string, f string, phase string, ok bigint, fail bigint, info bigint, "
+                         "max bigint, mean double, p50 bigint, p90 bigint, p99 bigint, p999 bigint"))
 THROUGHPUT_CHECKER = Checker(THROUGHPUT, _throughput, measurement=True,
-                             facts=(Facts(THROUGHPUT, throughput_facts, SPLIT_KEY, combine_throughput),))
+                             facts=(Facts(THROUGHPUT, throughput_facts, SPLIT_KEY, combine_throughput),),
+                             table=Table(THROUGHPUT, "run string, target string, f string, second bigint, ok bigint, "
+                                                     "fault boolean"))

@@ -20,6 +20,8 @@ there is nobody's.
 The judging half takes the run's facts (every checker's ``facts`` for the run, by name, as
 `registry.facts_of` returns them) and the options the plan gave it, and returns a
 `CheckResult`, its anomaly rows and, for checkers with a measurement table, the table's rows.
+Such a checker declares the table (`Table`: its name and columns) beside its judge, so the Spark
+driver writes it without a list of its own that a new checker would have to join.
 """
 
 from __future__ import annotations
@@ -44,6 +46,14 @@ class Facts:
     combine: Callable[[list], Any]
     #: over one part, when it differs from ``compute`` (latency keeps its distribution to merge)
     compute_part: Callable | None = None
+
+
+@dataclass(frozen=True)
+class Table:
+    """The table a checker's judge fills (its third return value): `brokerconf analyze` writes it
+    as ``<name>.parquet``; ``schema`` is the rows' columns in Spark's DDL, in the tuples' order."""
+    name: str
+    schema: str
 
 
 def fits_every_run(record: Any) -> str | None:
@@ -80,3 +90,5 @@ class Checker:
     measurement: bool = False
     #: asked for and nothing to judge is ``unknown``, not a check left out (the workload's own check)
     evidence_required: bool = False
+    #: the table its judge's rows fill (None: its judge returns none)
+    table: Table | None = None

@@ -5,7 +5,8 @@ Writes to ``--out DIR``:
                       and every anomalous message id with its operations
   verdicts.parquet    one row per run and checker (run, target, checker, valid, reason, applicable)
   anomalies.parquet   one row per anomalous message (run, target, checker, kind, message_id, ops, detail)
-  latency.parquet, throughput.parquet, downtime.parquet   the measurements
+  <table>.parquet     each table a checker declares beside its judge (reports/checkers/protocol.py,
+                      `Table`): the measurements' rows (latency, throughput, downtime, ...)
   histories.parquet   the loaded ops, partitioned by run and target (when the input was JSON lines):
                       pass it as PATH next time to skip parsing
 Exit status: 0 when no verdict is false, 1 when one is, 2 when the input cannot be analysed.
