@@ -21,7 +21,9 @@ The judging half takes the run's facts (every checker's ``facts`` for the run, b
 `registry.facts_of` returns them) and the options the plan gave it, and returns a
 `CheckResult`, its anomaly rows and, for checkers with a measurement table, the table's rows.
 Such a checker declares the table (`Table`: its name and columns) beside its judge, so the Spark
-driver writes it without a list of its own that a new checker would have to join.
+driver writes it without a list of its own that a new checker would have to join. A measurement
+also says in words what it found (``describe``): every report shows it by those lines, beside the
+verdict, and none knows a measurement by name.
 """
 
 from __future__ import annotations
@@ -92,3 +94,6 @@ class Checker:
     evidence_required: bool = False
     #: the table its judge's rows fill (None: its judge returns none)
     table: Table | None = None
+    #: a measurement's result (`CheckResult.to_json`) -> lines saying what it found, for the
+    #: console and the reports (None: its reason, when it has one)
+    describe: Callable[[dict], list[str]] | None = None

@@ -105,6 +105,26 @@ def judge(name: str, key: RunKey, facts: dict, **options) -> tuple[CheckResult, 
     return CHECKERS[name].judge(key, facts, options)
 
 
+def measure(key: RunKey, facts: dict) -> dict[str, dict]:
+    """Every registered measurement's result for one run (`CheckResult.to_json`), by name, with
+    its default options: what verdict.json shows beside the verdict, never merged into it."""
+    return {c.name: c.judge(key, facts, option_defaults(c))[0].to_json() for c in REGISTERED if c.measurement}
+
+
+def is_measurement(name: str) -> bool:
+    """Whether ``name`` (a key of a run's results) is a registered measurement, not a check."""
+    return name in CHECKERS and CHECKERS[name].measurement
+
+
+def describe(name: str, result: dict) -> list[str]:
+    """What measurement ``name`` found, in words (its declaration's ``describe``), for the console
+    and every report; a measurement with nothing to measure says why."""
+    checker = CHECKERS.get(name)
+    if checker is None or checker.describe is None or not result.get("applicable", True):
+        return [result["reason"]] if result.get("reason") else []
+    return checker.describe(result)
+
+
 def check_all(c: Columns, key: RunKey = ("", ""), **options) -> dict[str, CheckResult]:
     """Every columnar checker's result for one run, in one call (tests, small histories)."""
     facts = facts_of(c)

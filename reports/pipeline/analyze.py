@@ -26,6 +26,7 @@ from typing import Callable
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from reports.checkers import registry
 from reports.checkers.result import CheckResult
 from reports.pipeline.cli_args import DEFAULT_ENGINE, ENGINES, add_arguments
 from reports.pipeline.anomaly_schema import ANOMALY_SCHEMA
@@ -159,8 +160,8 @@ def summary_lines(analysis: Analysis) -> list[str]:
         word = {True: "valid", False: "INVALID", UNKNOWN: "unknown"}[v["valid"]]
         parts = []
         for name, check in v["checks"].items():
-            if not check["applicable"]:
-                continue
+            if not check["applicable"] or registry.is_measurement(name):
+                continue  # a measurement is shown in its own words below
             mark = {True: "ok", False: "FAILED", UNKNOWN: "unknown"}[check["valid"]]
             parts.append(f"{name} {mark}" + (f" ({check['reason']})" if check["reason"] and check["valid"] is not True else ""))
         measured = v["checks"].get("failover_downtime", {})
@@ -169,6 +170,9 @@ def summary_lines(analysis: Analysis) -> list[str]:
         if downtime is not None:
             parts.append(f"max failover downtime {downtime:.0f} ms")
         lines.append(f"{v['run']} [{v['target']}]: {word}; " + "; ".join(parts))
+        for name, check in v["checks"].items():
+            if registry.is_measurement(name):
+                lines += [f"  {line}" for line in registry.describe(name, check)]
         for skipped in v["skipped_lines"][:3]:
             lines.append(f"  skipped {skipped}")
     return lines

@@ -176,3 +176,42 @@ def test_the_spark_driver_writes_the_table_a_checker_declares(spark, monkeypatch
         engine.table_frames(spark, "counted", [("r", "t", 3)])
     assert engine.table_frames(spark, "counted", []) == {}
 
+
+def test_a_measurement_is_shown_by_every_report_from_its_declaration(tmp_path, monkeypatch):
+    """A measurement registered with its own words (``describe``) appears in verdict.json beside
+    the verdict, in the summary lines, on the run's page and in the Spark stage's report, and
+    never changes the verdict, even when its result is false; no report knows it by name."""
+    from reports.judge import judge_run
+    from reports.pipeline.main_job import _compact
+    from reports.render.run_report import _spark_html
+
+    exp = load_experiment(next(f for f in FILES if f.stem == "reference-kill-restart"))
+    listed = check_plan.checker_list_for(exp.model_dump(mode="json"))
+    plain = judge_history(synthetic_history(exp, tmp_path / "plain" / "history.jsonl", checkers=listed))
+
+    def judge(key, facts, options):
+        return CheckResult("ops_counted", *key, False, stats={"n": facts["span"]["n"]}), [], []
+
+    new = Checker("ops_counted", judge, measurement=True, describe=lambda r: [f"{r['stats']['n']} operations counted"])
+    registered = (*registry.REGISTERED, new)  # the one registration line
+    monkeypatch.setattr(registry, "REGISTERED", registered)
+    monkeypatch.setattr(registry, "CHECKERS", {c.name: c for c in registered})
+    run_dir = tmp_path / "measured"
+    synthetic_history(exp, run_dir / "history.jsonl", checkers=listed)
+    verdict = judge_run(run_dir)
+    line = f"{plain['operations']} operations counted"
+    assert verdict["measurements"]["ops_counted"]["stats"]["n"] == plain["operations"]
+    assert line in verdict["summary"]
+    # (the synthetic histories take their times from the clock: the checks' numbers differ a little)
+    assert verdict["valid"] == plain["valid"]
+    assert {n: c["valid"] for n, c in verdict["checks"].items()} == {n: c["valid"] for n, c in plain["checks"].items()}
+    assert line in json.loads((run_dir / "verdict.json").read_text())["summary"]
+    assert line in (run_dir / "report.html").read_text()
+    # the Spark stage's report: its verdicts.json lists every result under checks
+    spark_verdict = {"run": verdict["run"], "target": verdict["target"], "valid": True, "failed": [], "unknown": [],
+                     "checks": {"ops_counted": verdict["measurements"]["ops_counted"],
+                                "fifo": {"valid": True, "reason": "", "applicable": True}}}
+    compact = _compact(spark_verdict)
+    assert compact["measurements"] == {"ops_counted": [line]} and set(compact["checks"]) == {"fifo"}
+    assert line in _spark_html({"engine": "fused", "master": "local[1]", "histories": [], "dir": "spark",
+                                "verdicts": [compact]})
