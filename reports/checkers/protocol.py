@@ -8,9 +8,11 @@ what both judges dispatch (reports/judge.py, the Spark driver in reports/pipelin
 and the defaults an old history is judged with.
 
 Adding a checker touches two files: ``reports/checkers/<name>.py`` (its facts, its judge and its
-``CHECKER`` declaration: name, applicability, switch and settings) and one line in
-`registry.REGISTERED`. Both judges, the Spark tasks, the split path of big runs and the checker
-list in the history follow from them (tests/reports/test_checker_registry.py adds one that way).
+``CHECKER`` declaration: name, applicability, switch and settings, its table and, for a
+measurement, its words) and registry.py: its entry in `registry.REGISTERED`, and the module's
+name in the import above it (a static import, so tests/test_import_graph.py sees the edge).
+Both judges, the Spark tasks, the split path of big runs, the checker list in the history and the
+reports follow from them (tests/reports/test_checker_registry.py adds one that way).
 Only a checker that needs a new key in the experiment file's [checkers] also adds that key to
 chaos/experiment_file.py's CheckersSection: the file format is declared there, in chaos/, below
 reports/ (chaos never imports reports), and the registry reads the keys' types and defaults from

@@ -1,8 +1,9 @@
 """The one registry of checkers: each registers itself once here, by the declaration at the end
 of its own module (reports/checkers/protocol.py, ``CHECKER``). Adding a checker is its module
-plus one line in `REGISTERED`; the plan (reports/check_plan.py), both judges (reports/judge.py,
-the Spark driver in reports/pipeline/fused/engine.py) and the defaults an old history is judged
-with all read it from here.
+plus its entry in `REGISTERED` (and its module's name in the import); the plan
+(reports/check_plan.py), both judges (reports/judge.py, the Spark driver in
+reports/pipeline/fused/engine.py), the reports and the defaults an old history is judged with all
+read it from here.
 
 `facts_of` is what a Spark task computes for one run (every registered checker's facts, small
 and JSON-able); `judge` is the driver's half of one checker. `brokerconf analyze` and the tests
