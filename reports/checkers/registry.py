@@ -16,7 +16,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 from . import (failover_downtime, fifo, group_pinning, groups, performance, redelivery, redistribution, slow_consumer,
-               split_brain, topic_fanout, total_queue)
+               split_brain, topic_fanout, total_queue, outcomes)
 from .history import THREADS, Columns
 from .protocol import Checker, Facts
 from .result import CheckResult, RunKey
@@ -35,6 +35,7 @@ REGISTERED: tuple[Checker, ...] = (
     group_pinning.CHECKER,
     performance.LATENCY_CHECKER,
     performance.THROUGHPUT_CHECKER,
+    outcomes.CHECKER,
 )
 CHECKERS: dict[str, Checker] = {checker.name: checker for checker in REGISTERED}
 assert len(CHECKERS) == len(REGISTERED), "a checker is registered twice"
