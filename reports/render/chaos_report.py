@@ -464,8 +464,14 @@ def _pipeline_html(run: dict | None, pipeline_dir: Path | None) -> str:
                 "run.</p>")
     rows = []
     for name, check in (run.get("checks") or {}).items():
-        valid = _valid_html(check.get("valid")) if check.get("applicable", True) else "not applicable"
-        numbers = ("<br>".join(_e(line) for line in registry.describe(name, check)) if registry.is_measurement(name)
+        measured = registry.is_measurement(name)
+        if not check.get("applicable", True):
+            valid = "not applicable"
+        elif measured:  # its result is always true: a green badge would read as a passed check
+            valid = "measurement"
+        else:
+            valid = _valid_html(check.get("valid"))
+        numbers = ("<br>".join(_e(line) for line in registry.describe(name, check)) if measured
                    else _scalars(check.get("stats") or {}))
         rows.append(f"<tr><td><code>{_e(name)}</code></td><td>{valid}</td><td>{_e(check.get('reason') or '')}"
                     f"<br><small>{numbers}</small></td></tr>")
