@@ -16,8 +16,9 @@ defaults) and its kind of run fits (the checker's ``applies``); a planned check 
 message, no fault): the checker says so itself (``applicable`` False) and both judges leave it
 out of the verdict alike. A check not planned is listed with the reason, never merged.
 
-The measurements (latency, throughput) never decide a verdict: the Spark pipeline shows them,
-`chaos run` does not compute them.
+The measurements (latency, throughput, every checker declared ``measurement``) never decide a
+verdict and are never planned: both judges compute every registered one and show it beside the
+verdict (verdict.json's ``measurements``; the Spark pipeline's results).
 """
 
 from __future__ import annotations

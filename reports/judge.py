@@ -3,6 +3,10 @@ the Spark pipeline's plan too), computed with the checker functions (reports/che
 Spark pipeline's), and the merged verdict (reports/verdicts.py). What ``verdict.json``
 holds (`brokerconf chaos run`, the main job) comes from here; the command line only calls it.
 
+Beside the verdict, never merged into it, ``verdict.json`` holds what every registered
+measurement found (``measurements``; reports/checkers/registry.py, `measure`), each described in
+its summary lines by its own declaration.
+
 Everything judging needs is in the history (chaos/history.py, harness records; read by
 reports/run_record.py), so a history copied anywhere is judged as in its run directory. An old
 history without those records is judged with the default settings, and the verdict is
@@ -120,6 +124,14 @@ def judge_events(events: list[dict], *, record: RunRecord | None = None) -> dict
 
 def judge_planned(events: list[dict], *, record: RunRecord | None = None) -> tuple[dict[str, dict], dict[str, str]]:
     """(the checks that count, by name; the checks left out, with why)."""
+    checks, left_out, _ = judge_and_measure(events, record=record)
+    return checks, left_out
+
+
+def judge_and_measure(events: list[dict], *,
+                      record: RunRecord | None = None) -> tuple[dict[str, dict], dict[str, str], dict[str, dict]]:
+    """(the checks that count, by name; the checks left out, with why; every registered
+    measurement's result, by name: shown beside the verdict, never merged into it)."""
     record = record or record_of(events)
     ops = [e for e in events if not is_harness(e)]
     plan = plan_checks(record)
@@ -146,7 +158,8 @@ def judge_planned(events: list[dict], *, record: RunRecord | None = None) -> tup
         else:
             left_out[name] = f"nothing to judge: {result.get('reason') or 'the checker found nothing for it'}"
     checks.update(record_checks(record))
-    return checks, left_out
+    measurements = registry.measure(key, facts) if facts is not None else {}
+    return checks, left_out, measurements
 
 
 def _old_duplicates(total: dict, record: RunRecord, key, facts: dict) -> None:
@@ -164,7 +177,7 @@ def judge_history(path: str | os.PathLike) -> dict:
     path = Path(path)
     events = read_history(path)
     record = record_of(events)
-    checks, left_out = judge_planned(events, record=record)
+    checks, left_out, measurements = judge_and_measure(events, record=record)
     verdict = {
         "experiment": record.name,
         "target": record.target,
@@ -175,6 +188,8 @@ def judge_history(path: str | os.PathLike) -> dict:
         "checks": checks,
         # the checks this run was not judged by, and why (reports/check_plan.py)
         "not_applied": left_out,
+        # what the registered measurements found (latency, throughput, ...): never in "valid"
+        "measurements": measurements,
         # the settings the checks applied, from the history's experiment record
         "checker_options": record.checker_options,
         "run_stats": {**(record.run_end or {}), "broker_discards": record.broker_discards,
@@ -255,6 +270,8 @@ def summary_lines(verdict: dict) -> list[str]:
             lines.append(f"{name.replace('_', ' ')}: {check['valid']} ({counts})"
                          + (f" - {check['reason']}" if check["reason"] else ""))
             lines += [f"  {detail}" for detail in check["stats"].get("anomalies", [])[:5]]
+    for name, measured in (verdict.get("measurements") or {}).items():
+        lines += registry.describe(name, measured)
     transport = stats.get("transport_events")
     if transport:
         per = "; ".join(f"{worker} " + ", ".join(f"{kind} {n}" for kind, n in kinds.items())

@@ -57,7 +57,7 @@ import numpy as np
 from chaos.experiment_file import OUTAGE_FAULTS, takes_broker_away
 
 from .history import Columns, open_ops
-from .protocol import Checker, Facts
+from .protocol import Checker, Facts, Table
 from .result import INVALID, UNKNOWN, VALID, CheckResult, RunKey
 
 NAME = "failover_downtime"
@@ -442,4 +442,6 @@ def _judged_with_table(key: RunKey, facts_: dict, options: dict):
 
 
 CHECKER = Checker(NAME, _judged_with_table, facts=(Facts(NAME, facts, SPLIT_KEY, combine),), switch="failover_downtime", settings=("max_downtime_s",),
-                  applies=_after_an_outage, switch_first=True)
+                  applies=_after_an_outage, switch_first=True, table=Table(
+                      "downtime", "run string, target string, client string, fault_start bigint, next_fault_start "
+                                  "bigint, downtime bigint, first_ok_index bigint, ops bigint, retired boolean"))

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from .history import MS, SECOND, Columns, inside, merge_intervals, nearest_rank, slices
-from .protocol import Checker, Facts
+from .protocol import Checker, Facts, Table
 from .result import VALID, CheckResult, RunKey
 
 LATENCY, THROUGHPUT = "latency", "throughput"
@@ -186,8 +186,42 @@ def _throughput(key: RunKey, facts_: dict, options: dict):
     return result, [], table
 
 
+def describe_latency(result: dict) -> list[str]:
+    """A line per operation: the ok latencies' p50 / p99 / max in each phase, over how many."""
+    lines = []
+    for f, phases in sorted(result["stats"]["by_f"].items()):
+        parts = [f"{phase}: p50 {_ms(p.get('p50_ms'))} / p99 {_ms(p.get('p99_ms'))} / max {_ms(p.get('max_ms'))} ms "
+                 f"over {p['ok']} ok" for phase, p in sorted(phases.items(), key=lambda item: item[0] != "normal")]
+        lines.append(f"latency of {f}: " + "; ".join(parts))
+    return lines
+
+
+def describe_throughput(result: dict) -> list[str]:
+    """A line per operation: ok completions per second outside and during the faults."""
+    stats = result["stats"]
+    lines = []
+    for f, rates in sorted(stats["by_f"].items()):
+        during = (f", {rates['fault_ok_per_s']:g} ok/s during faults ({stats['fault_s']:.1f} s)"
+                  if rates["fault_ok_per_s"] is not None else "")
+        normal = f"{rates['normal_ok_per_s']:g} ok/s" if rates["normal_ok_per_s"] is not None else "no time"
+        lines.append(f"throughput of {f}: {normal} outside faults ({stats['normal_s']:.1f} s){during}")
+    return lines
+
+
+def _ms(value) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.0f}" if value >= 100 else f"{value:.3g}"
+
+
 #: measurements: shown beside the verdict, never merged into it
 LATENCY_CHECKER = Checker(LATENCY, _latency, measurement=True, facts=(
-    Facts(LATENCY, latency_facts, SPLIT_KEY, combine_latency, compute_part=lambda c: latency_facts(c, mergeable=True)),))
+    Facts(LATENCY, latency_facts, SPLIT_KEY, combine_latency, compute_part=lambda c: latency_facts(c, mergeable=True)),),
+    table=Table(LATENCY, "run string, target string, f string, phase string, ok bigint, fail bigint, info bigint, "
+                         "max bigint, mean double, p50 bigint, p90 bigint, p99 bigint, p999 bigint"),
+    describe=describe_latency)
 THROUGHPUT_CHECKER = Checker(THROUGHPUT, _throughput, measurement=True,
-                             facts=(Facts(THROUGHPUT, throughput_facts, SPLIT_KEY, combine_throughput),))
+                             facts=(Facts(THROUGHPUT, throughput_facts, SPLIT_KEY, combine_throughput),),
+                             table=Table(THROUGHPUT, "run string, target string, f string, second bigint, ok bigint, "
+                                                     "fault boolean"),
+                             describe=describe_throughput)

@@ -8,9 +8,11 @@ what both judges dispatch (reports/judge.py, the Spark driver in reports/pipelin
 and the defaults an old history is judged with.
 
 Adding a checker touches two files: ``reports/checkers/<name>.py`` (its facts, its judge and its
-``CHECKER`` declaration: name, applicability, switch and settings) and one line in
-`registry.REGISTERED`. Both judges, the Spark tasks, the split path of big runs and the checker
-list in the history follow from them (tests/reports/test_checker_registry.py adds one that way).
+``CHECKER`` declaration: name, applicability, switch and settings, its table and, for a
+measurement, its words) and registry.py: its entry in `registry.REGISTERED`, and the module's
+name in the import above it (a static import, so tests/test_import_graph.py sees the edge).
+Both judges, the Spark tasks, the split path of big runs, the checker list in the history and the
+reports follow from them (tests/reports/test_checker_registry.py adds one that way).
 Only a checker that needs a new key in the experiment file's [checkers] also adds that key to
 chaos/experiment_file.py's CheckersSection: the file format is declared there, in chaos/, below
 reports/ (chaos never imports reports), and the registry reads the keys' types and defaults from
@@ -20,6 +22,10 @@ there is nobody's.
 The judging half takes the run's facts (every checker's ``facts`` for the run, by name, as
 `registry.facts_of` returns them) and the options the plan gave it, and returns a
 `CheckResult`, its anomaly rows and, for checkers with a measurement table, the table's rows.
+Such a checker declares the table (`Table`: its name and columns) beside its judge, so the Spark
+driver writes it without a list of its own that a new checker would have to join. A measurement
+also says in words what it found (``describe``): every report shows it by those lines, beside the
+verdict, and none knows a measurement by name.
 """
 
 from __future__ import annotations
@@ -44,6 +50,14 @@ class Facts:
     combine: Callable[[list], Any]
     #: over one part, when it differs from ``compute`` (latency keeps its distribution to merge)
     compute_part: Callable | None = None
+
+
+@dataclass(frozen=True)
+class Table:
+    """The table a checker's judge fills (its third return value): `brokerconf analyze` writes it
+    as ``<name>.parquet``; ``schema`` is the rows' columns in Spark's DDL, in the tuples' order."""
+    name: str
+    schema: str
 
 
 def fits_every_run(record: Any) -> str | None:
@@ -80,3 +94,8 @@ class Checker:
     measurement: bool = False
     #: asked for and nothing to judge is ``unknown``, not a check left out (the workload's own check)
     evidence_required: bool = False
+    #: the table its judge's rows fill (None: its judge returns none)
+    table: Table | None = None
+    #: a measurement's result (`CheckResult.to_json`) -> lines saying what it found, for the
+    #: console and the reports (None: its reason, when it has one)
+    describe: Callable[[dict], list[str]] | None = None

@@ -1,8 +1,9 @@
 """The one registry of checkers: each registers itself once here, by the declaration at the end
 of its own module (reports/checkers/protocol.py, ``CHECKER``). Adding a checker is its module
-plus one line in `REGISTERED`; the plan (reports/check_plan.py), both judges (reports/judge.py,
-the Spark driver in reports/pipeline/fused/engine.py) and the defaults an old history is judged
-with all read it from here.
+plus its entry in `REGISTERED` (and its module's name in the import); the plan
+(reports/check_plan.py), both judges (reports/judge.py, the Spark driver in
+reports/pipeline/fused/engine.py), the reports and the defaults an old history is judged with all
+read it from here.
 
 `facts_of` is what a Spark task computes for one run (every registered checker's facts, small
 and JSON-able); `judge` is the driver's half of one checker. `brokerconf analyze` and the tests
@@ -15,7 +16,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 from . import (failover_downtime, fifo, group_pinning, groups, performance, redelivery, redistribution, slow_consumer,
-               split_brain, topic_fanout, total_queue)
+               split_brain, topic_fanout, total_queue, outcomes)
 from .history import THREADS, Columns
 from .protocol import Checker, Facts
 from .result import CheckResult, RunKey
@@ -34,6 +35,7 @@ REGISTERED: tuple[Checker, ...] = (
     group_pinning.CHECKER,
     performance.LATENCY_CHECKER,
     performance.THROUGHPUT_CHECKER,
+    outcomes.CHECKER,
 )
 CHECKERS: dict[str, Checker] = {checker.name: checker for checker in REGISTERED}
 assert len(CHECKERS) == len(REGISTERED), "a checker is registered twice"
@@ -103,6 +105,26 @@ def judge(name: str, key: RunKey, facts: dict, **options) -> tuple[CheckResult, 
     """(result, anomaly rows, measurement table rows) of checker ``name`` for one run: the one
     dispatch both judges use."""
     return CHECKERS[name].judge(key, facts, options)
+
+
+def measure(key: RunKey, facts: dict) -> dict[str, dict]:
+    """Every registered measurement's result for one run (`CheckResult.to_json`), by name, with
+    its default options: what verdict.json shows beside the verdict, never merged into it."""
+    return {c.name: c.judge(key, facts, option_defaults(c))[0].to_json() for c in REGISTERED if c.measurement}
+
+
+def is_measurement(name: str) -> bool:
+    """Whether ``name`` (a key of a run's results) is a registered measurement, not a check."""
+    return name in CHECKERS and CHECKERS[name].measurement
+
+
+def describe(name: str, result: dict) -> list[str]:
+    """What measurement ``name`` found, in words (its declaration's ``describe``), for the console
+    and every report; a measurement with nothing to measure says why."""
+    checker = CHECKERS.get(name)
+    if checker is None or checker.describe is None or not result.get("applicable", True):
+        return [result["reason"]] if result.get("reason") else []
+    return checker.describe(result)
 
 
 def check_all(c: Columns, key: RunKey = ("", ""), **options) -> dict[str, CheckResult]:

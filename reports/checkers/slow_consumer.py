@@ -24,7 +24,7 @@ Every observed gap (per subscriber and producer, first and last missing ``seq``)
 from __future__ import annotations
 
 from . import topic_fanout
-from .protocol import Checker
+from .protocol import Checker, Table
 from .result import INVALID, UNKNOWN, VALID, CheckResult, RunKey
 
 NAME = "slow_consumer"
@@ -99,4 +99,6 @@ def _topic_run(record) -> str | None:
 
 
 #: judged with topic fan-out (one switch), from its facts
-CHECKER = Checker(NAME, _judged_with_gaps, switch="topic_fanout", applies=_topic_run)
+CHECKER = Checker(NAME, _judged_with_gaps, switch="topic_fanout", applies=_topic_run, table=Table(
+    GAPS_TABLE, "run string, target string, subscriber string, producer string, first_seq bigint, last_seq bigint, "
+                "missing bigint"))

@@ -5,7 +5,8 @@ Writes to ``--out DIR``:
                       and every anomalous message id with its operations
   verdicts.parquet    one row per run and checker (run, target, checker, valid, reason, applicable)
   anomalies.parquet   one row per anomalous message (run, target, checker, kind, message_id, ops, detail)
-  latency.parquet, throughput.parquet, downtime.parquet   the measurements
+  <table>.parquet     each table a checker declares beside its judge (reports/checkers/protocol.py,
+                      `Table`): the measurements' rows (latency, throughput, downtime, ...)
   histories.parquet   the loaded ops, partitioned by run and target (when the input was JSON lines):
                       pass it as PATH next time to skip parsing
 Exit status: 0 when no verdict is false, 1 when one is, 2 when the input cannot be analysed.
@@ -25,6 +26,7 @@ from typing import Callable
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from reports.checkers import registry
 from reports.checkers.result import CheckResult
 from reports.pipeline.cli_args import DEFAULT_ENGINE, ENGINES, add_arguments
 from reports.pipeline.anomaly_schema import ANOMALY_SCHEMA
@@ -158,8 +160,8 @@ def summary_lines(analysis: Analysis) -> list[str]:
         word = {True: "valid", False: "INVALID", UNKNOWN: "unknown"}[v["valid"]]
         parts = []
         for name, check in v["checks"].items():
-            if not check["applicable"]:
-                continue
+            if not check["applicable"] or registry.is_measurement(name):
+                continue  # a measurement is shown in its own words below
             mark = {True: "ok", False: "FAILED", UNKNOWN: "unknown"}[check["valid"]]
             parts.append(f"{name} {mark}" + (f" ({check['reason']})" if check["reason"] and check["valid"] is not True else ""))
         measured = v["checks"].get("failover_downtime", {})
@@ -168,6 +170,9 @@ def summary_lines(analysis: Analysis) -> list[str]:
         if downtime is not None:
             parts.append(f"max failover downtime {downtime:.0f} ms")
         lines.append(f"{v['run']} [{v['target']}]: {word}; " + "; ".join(parts))
+        for name, check in v["checks"].items():
+            if registry.is_measurement(name):
+                lines += [f"  {line}" for line in registry.describe(name, check)]
         for skipped in v["skipped_lines"][:3]:
             lines.append(f"  skipped {skipped}")
     return lines

@@ -73,11 +73,18 @@ def run_spark_stage(out_dir: Path, *, progress: Callable[[str], None] = print, e
 
 
 def _compact(verdict: dict) -> dict:
-    """A run's Spark verdict without its anomaly list (verdicts.json keeps every one)."""
+    """A run's Spark verdict without its anomaly list (verdicts.json keeps every one); the
+    measurements apart from the checks, each in its own words (reports/checkers/registry.py,
+    `describe`): shown beside the verdict, never as a check of it."""
+    from reports.checkers import registry
+
+    measured = {name for name in verdict["checks"] if registry.is_measurement(name)}
     checks = {name: {"valid": c["valid"], "reason": c["reason"]}
-              for name, c in verdict["checks"].items() if c.get("applicable", True)}
+              for name, c in verdict["checks"].items() if c.get("applicable", True) and name not in measured}
+    measurements = {name: registry.describe(name, verdict["checks"][name]) for name in sorted(measured)}
     return {"run": verdict["run"], "target": verdict["target"], "valid": verdict["valid"],
             "failed": verdict["failed"], "unknown": verdict["unknown"], "checks": checks,
+            "measurements": measurements,
             "anomalies": len(verdict.get("anomalies") or []), "skipped_lines": verdict.get("skipped_lines") or []}
 
 

@@ -1,7 +1,7 @@
 """One chaos run as a static HTML page: ``report.html`` beside the run's ``history.jsonl``.
 
 The page shows the verdict and every check (from ``verdict.json``, written by
-`reports.judge.judge_run`), the anomalous messages with their operations and the fault
+`reports.judge.judge_run`), every registered measurement in its own words beside them, the anomalous messages with their operations and the fault
 window each fell in, a timeline of operations per process (above them, when the history names
 the node that served each operation, one "served by" lane per node: issue 18), latency percentiles and throughput over
 time, failover downtime per fault and client, topic fan-out per subscriber, and the failover
@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Iterable
 
 from chaos.history import HARNESS, NEMESIS, HistoryFormatError, iter_history
+from reports.checkers import registry
 from reports.render.svg import PALETTE, Band, Plot, bar_chart, fmt
 
 NS_PER_S = 1_000_000_000
@@ -444,6 +445,17 @@ def _checks_html(verdict: dict) -> str:
     return "<table><tr><th>check</th><th>valid</th><th>what it found</th></tr>" + "".join(rows) + "</table>" + left_out
 
 
+def _measurements_html(measurements: dict) -> str:
+    """Every measurement verdict.json holds, in its own words (its declaration's ``describe``,
+    reports/checkers/registry.py): beside the verdict, never part of it."""
+    if not measurements:
+        return "<p class=\"note\">No measurement in verdict.json.</p>"
+    rows = "".join(f"<tr><td><code>{_e(name)}</code></td><td>{'<br>'.join(_e(line) for line in registry.describe(name, m))}"
+                   "</td></tr>" for name, m in measurements.items())
+    return ("<p class=\"note\">Shown beside the verdict, never merged into it.</p>"
+            "<table><tr><th>measurement</th><th>what it found</th></tr>" + rows + "</table>")
+
+
 def _pipeline_html(run: dict | None, pipeline_dir: Path | None) -> str:
     if pipeline_dir is None:
         return ""
@@ -452,9 +464,17 @@ def _pipeline_html(run: dict | None, pipeline_dir: Path | None) -> str:
                 "run.</p>")
     rows = []
     for name, check in (run.get("checks") or {}).items():
-        valid = _valid_html(check.get("valid")) if check.get("applicable", True) else "not applicable"
+        measured = registry.is_measurement(name)
+        if not check.get("applicable", True):
+            valid = "not applicable"
+        elif measured:  # its result is always true: a green badge would read as a passed check
+            valid = "measurement"
+        else:
+            valid = _valid_html(check.get("valid"))
+        numbers = ("<br>".join(_e(line) for line in registry.describe(name, check)) if measured
+                   else _scalars(check.get("stats") or {}))
         rows.append(f"<tr><td><code>{_e(name)}</code></td><td>{valid}</td><td>{_e(check.get('reason') or '')}"
-                    f"<br><small>{_scalars(check.get('stats') or {})}</small></td></tr>")
+                    f"<br><small>{numbers}</small></td></tr>")
     skipped = "".join(f"<li>{_e(s)}</li>" for s in (run.get("skipped_lines") or [])[:20])
     return (f"<h2>Pipeline checks {_valid_html(run.get('valid'))}</h2><p class=\"note\">from "
             f"<code>{_e(pipeline_dir)}</code> (brokerconf analyze)</p>"
@@ -714,6 +734,7 @@ def render_chaos_page(data: RunData, verdict: dict | None, *, pipeline: dict | N
 {f'<p class="note">{_e(verdict_note)}</p>' if verdict_note else ''}
 <ul>{summary}</ul>
 <h2>Checks</h2>{_checks_html(verdict) if verdict else ''}
+<h2>Measurements</h2>{_measurements_html(verdict.get('measurements') or {}) if verdict else ''}
 {_pipeline_html(pipeline, pipeline_dir)}
 {_anomalies_html(anomalies, data, windows)}
 <h2>Fault windows</h2>{windows_html}

@@ -69,10 +69,13 @@ def _spark_html(stage: dict | None) -> str:
     for v in stage.get("verdicts") or []:
         checks = "<br>".join(f"{e(name)}: {_valid_html(c['valid'])}" + (f" - {e(c['reason'])}" if c["reason"] and c["valid"] is not True else "")
                              for name, c in sorted(v["checks"].items()))
+        # each measurement in its own words (reports/pipeline/main_job.py, `_compact`)
+        measured = "<br>".join(f"{e(name)}: " + "; ".join(e(line) for line in lines)
+                               for name, lines in (v.get("measurements") or {}).items() if lines)
         rows.append(f"<tr><td>{e(v['run'])}</td><td>{e(v['target'])}</td><td>{_valid_html(v['valid'])}</td>"
-                    f"<td>{checks}</td><td>{v['anomalies']}</td></tr>")
-    table = ("<table><tr><th>run</th><th>target</th><th>valid</th><th>checks</th><th>anomalous messages</th></tr>"
-             + "".join(rows) + "</table>") if rows else ""
+                    f"<td>{checks}</td><td>{v['anomalies']}</td><td><small>{measured}</small></td></tr>")
+    table = ("<table><tr><th>run</th><th>target</th><th>valid</th><th>checks</th><th>anomalous messages</th>"
+             "<th>measurements (beside the verdict)</th></tr>" + "".join(rows) + "</table>") if rows else ""
     comparison = stage.get("comparison")
     if comparison:
         targets = comparison["targets"]

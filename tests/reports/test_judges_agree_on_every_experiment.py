@@ -26,6 +26,7 @@ import pytest
 from brokerconf import chaos_stage
 from chaos.experiment_file import load_experiment
 from reports.check_plan import MEASUREMENTS, checker_list_for, plan_checks
+from reports.checkers import registry
 from reports.judge import judge_run
 from reports.run_record import read_record
 from tests.reports.experiment_histories import experiment_files, synthetic_history
@@ -90,5 +91,10 @@ def test_three_judges_agree_from_the_checker_list(file, stage_dir, spark_stage):
         assert result["valid"] == spark_verdict["checks"][check]["valid"], f"{file.name}: {check}"
     assert chaos_verdict["valid"] == spark_verdict["valid"], (
         f"{file.name}: chaos run says {chaos_verdict['valid']}, Spark {spark_verdict['valid']}")
+    # beside the verdict, what the ops' outcomes and latencies were: the same words from both
+    # (throughput is left out: the Spark side's run span also covers the harness records)
+    for name in ("outcomes", "latency"):
+        assert spark_verdict["measurements"][name] == registry.describe(name, chaos_verdict["measurements"][name]), (
+            f"{file.name}: {name}")
     # the main job's chaos stage fails on this run exactly when the run is not valid
     assert chaos_stage.stage_failed([chaos_verdict]) is (chaos_verdict["valid"] is not True)

@@ -223,6 +223,27 @@ def test_pipeline_anomalies_join_the_page(tmp_path):
         render_chaos_report(run_dir, pipeline_dir=tmp_path / "nowhere")
 
 
+def test_the_pipelines_measurements_are_shown_in_their_words_not_as_passed_checks(tmp_path):
+    """A measurement's result is always true: the pipeline section shows what it found (its
+    declaration's words), marked a measurement, never a green "True" beside the checks."""
+    h = H("measured-run").send(1, "m1").receive(0, "m1").drain(2, [])
+    run_dir = write_run(tmp_path, h)
+    pipeline_dir = tmp_path / "analysis"
+    pipeline_dir.mkdir()
+    outcomes = {"checker": "outcomes", "valid": True, "applicable": True, "reason": "", "stats": {
+        "by_f": {"send": {"ok": 1, "fail": 0, "info": 2, "fail_errors": [], "info_errors": [["reset", 2]]}},
+        "never_ok": [], "in_doubt_sends": {"messages": 2, "delivered": 1, "never_delivered": 1}}}
+    verdicts = {"valid": True, "runs": [{"run": "measured-run", "target": "t", "valid": True, "skipped_lines": [],
+                                         "checks": {"outcomes": outcomes}, "anomalies": []}]}
+    (pipeline_dir / "verdicts.json").write_text(json.dumps(verdicts))
+    page = page_of(run_dir, pipeline_dir=pipeline_dir)
+    row = page[page.index("<td><code>outcomes</code></td>", page.index("<h2>Pipeline checks")):]
+    row = row[:row.index("</tr>")]
+    assert "<td>measurement</td>" in row and ">True<" not in row, row
+    assert "outcomes of send: 1 ok, 0 fail, 2 info; info: &#x27;reset&#x27; x2" in row
+    assert "sends in doubt: 2 messages, 1 delivered nevertheless, 1 never" in row
+
+
 def test_history_alone_without_verdict(tmp_path):
     run_dir = lost_during_kill().write(tmp_path).parent
     page = page_of(run_dir)

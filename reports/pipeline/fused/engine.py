@@ -36,7 +36,6 @@ from reports.checkers.history import Columns
 from reports.checkers.result import CheckResult
 from reports.verdicts import UNKNOWN
 from reports.pipeline import load as sql_load
-from reports.checkers import slow_consumer as slow_checker
 from reports.checkers import topic_fanout as topic_checker
 from reports.pipeline.anomaly_schema import ANOMALY_SCHEMA
 from reports.check_plan import (DUPLICATES_SETTING_UNKNOWN, MEASUREMENTS, counts, duplicates_setting_unknown, plan_checks,
@@ -47,14 +46,6 @@ from reports.pipeline.local_frame import LocalFrame
 
 from . import load as fused_load
 from . import split_job
-
-LATENCY_SCHEMA = ("run string, target string, f string, phase string, ok bigint, fail bigint, info bigint, max bigint, "
-                  "mean double, p50 bigint, p90 bigint, p99 bigint, p999 bigint")
-THROUGHPUT_SCHEMA = "run string, target string, f string, second bigint, ok bigint, fault boolean"
-GAPS_SCHEMA = ("run string, target string, subscriber string, producer string, first_seq bigint, last_seq bigint, "
-               "missing bigint")
-DOWNTIME_SCHEMA = ("run string, target string, client string, fault_start bigint, next_fault_start bigint, "
-                   "downtime bigint, first_ok_index bigint, ops bigint, retired boolean")
 
 
 class RunFacts:
@@ -418,9 +409,18 @@ def _sorted(rows: list[dict]) -> list[dict]:
     return [{c: r[c] for c in ANOMALY_SCHEMA.fieldNames()} for r in rows]
 
 
-#: the tables some checkers add (their rows come from `registry.judge`)
-TABLES = {"failover_downtime": ("downtime", DOWNTIME_SCHEMA), "latency": ("latency", LATENCY_SCHEMA),
-          "throughput": ("throughput", THROUGHPUT_SCHEMA), slow_checker.NAME: (slow_checker.GAPS_TABLE, GAPS_SCHEMA)}
+def table_frames(spark, name: str, rows: list[tuple]) -> dict:
+    """The table checker ``name`` fills, by the name its declaration gives it (reports/checkers/
+    protocol.py, `Table`): what `brokerconf analyze` writes as ``<name>.parquet``. Read from the
+    registry when judging, so a registered checker's table needs no list here; rows from a checker
+    that declares no table are refused rather than dropped unseen."""
+    table = registry.CHECKERS[name].table
+    if table is None:
+        if rows:
+            raise ValueError(f"checker {name!r} returned {len(rows)} table rows but declares no table: give its "
+                             "Checker(...) a table=Table(name, schema)")
+        return {}
+    return {table.name: LocalFrame(spark, rows, table.schema)}
 
 
 def _judged(name: str):
@@ -438,8 +438,7 @@ def _judged(name: str):
             results.append(result)
             anomalies += rows
             table += table_rows
-        tables = {TABLES[name][0]: LocalFrame(spark, table, TABLES[name][1])} if name in TABLES else {}
-        return results, _sorted(anomalies), tables
+        return results, _sorted(anomalies), table_frames(spark, name, table)
     return check
 
 
