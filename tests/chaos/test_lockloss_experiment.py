@@ -183,36 +183,32 @@ def test_expire_has_nothing_to_heal():
     assert ("expire", {"host": "A"}) in nemesis.calls and not any(c[0] == "heal" for c in nemesis.calls)
 
 
-def test_an_expired_leases_watch_goes_on_through_the_drain_until_ended():
-    """mj41: ActiveMQ's slave took the lock of the master whose lease had expired only after the
-    run's end, during the drain; the watch had ended at teardown, so the record said no node served
-    again. An expired lease has nothing to heal: its watch goes on until `end_watch`; a cut's
-    watch still ends at teardown, since the heal changes what it watches."""
-    expired = ScriptedGroup([(0.1, ["A"]), (0.5, []), (float("inf"), ["B"])])
+def _watched_past_the_runs_end(fault: str) -> dict:
+    """The record of a ``fault`` whose victim A stops serving at 0.1 s and after which B serves
+    from 0.5 s on; the run ends (teardown) at 0.3 s and its drain lasts until 0.8 s."""
+    group = ScriptedGroup([(0.1, ["A"]), (0.5, []), (float("inf"), ["B"])])
     nemesis = ScriptedNemesis()
-    fault = LockLossFault(nemesis, expired, fault="expire", poll_s=0.02, settle_s=5)
+    watched = LockLossFault(nemesis, group, fault=fault, poll_s=0.02, settle_s=5)
     original = nemesis.invoke
-    nemesis.invoke = lambda f, **p: (setattr(expired, "cut_at", time.monotonic()), original(f, **p))[1]
-    fault.invoke("lock-loss")
+    nemesis.invoke = lambda f, **p: (setattr(group, "cut_at", time.monotonic()), original(f, **p))[1]
+    watched.invoke("lock-loss")
     time.sleep(0.3)
-    fault.teardown()  # the run's end: nobody serves yet
-    time.sleep(0.5)   # the drain: B takes the lock at 0.5 s
-    fault.end_watch()
-    (record,) = fault.results
-    assert record["detection_s"] is not None and 0.45 <= record["takeover_s"] <= 0.7, record
+    watched.teardown()  # the run's end: nobody serves yet
+    time.sleep(0.5)     # the drain
+    watched.end_watch()
+    (record,) = watched.results
+    return record
 
-    cut = ScriptedGroup([(0.1, ["A"]), (0.5, []), (float("inf"), ["B"])])
-    nemesis = ScriptedNemesis()
-    fault = LockLossFault(nemesis, cut, fault="partition", poll_s=0.02, settle_s=5)
-    original = nemesis.invoke
-    nemesis.invoke = lambda f, **p: (setattr(cut, "cut_at", time.monotonic()), original(f, **p))[1]
-    fault.invoke("lock-loss")
-    time.sleep(0.3)
-    fault.teardown()
-    time.sleep(0.5)
-    fault.end_watch()
-    (record,) = fault.results
-    assert record["detection_s"] is not None and record["takeover_s"] is None, record
+
+def test_an_expired_leases_watch_goes_on_through_the_drain_until_ended():
+    """mj41: a node served again only after the run's end, during the drain (which read every
+    message), yet the record said none did: the watch had ended at teardown. An expired lease has
+    nothing to heal, so its watch goes on until `end_watch`; a cut's still ends at teardown, since
+    the heal changes what it watches."""
+    expired = _watched_past_the_runs_end("expire")
+    assert expired["detection_s"] is not None and 0.45 <= expired["takeover_s"] <= 0.7, expired
+    cut = _watched_past_the_runs_end("partition")
+    assert cut["detection_s"] is not None and cut["takeover_s"] is None, cut
 
 
 def test_repeat_table_shows_median_spread_and_never():

@@ -25,11 +25,10 @@ import pytest
 
 from brokerconf import chaos_stage
 from chaos.experiment_file import load_experiment
-from reports.check_plan import MEASUREMENTS, checker_list_for, plan_checks
-from reports.checkers import registry
+from reports.check_plan import checker_list_for
 from reports.judge import judge_run
-from reports.run_record import read_record
 from tests.reports.experiment_histories import experiment_files, synthetic_history
+from tests.reports.judge_agreement import assert_three_judges_agree
 
 FILES = experiment_files()
 
@@ -57,7 +56,7 @@ def spark_stage(_spark_lifetime, stage_dir) -> dict:
 
     stage = run_spark_stage(stage_dir, progress=lambda line: None, stop=False)
     assert stage is not None and stage["error"] is None, stage
-    return {v["run"]: v for v in stage["verdicts"]}
+    return {"stage": stage, "verdicts": {v["run"]: v for v in stage["verdicts"]}}
 
 
 def _planned_run(file: Path, stage_dir: Path) -> chaos_stage.PlannedRun:
@@ -74,27 +73,7 @@ def test_the_histories_cover_every_verdict_value(stage_dir):
 
 @pytest.mark.parametrize("file", FILES, ids=[f.stem for f in FILES])
 def test_three_judges_agree_from_the_checker_list(file, stage_dir, spark_stage):
-    history = stage_dir / f"chaos-{file.stem}" / "history.jsonl"
-    record = read_record(history)
-    plan = plan_checks(record)
-    # the list the judges used is the one in the header, not one they decided again
-    assert plan.source == "history" and record.checker_list == _header_list(load_experiment(file))
     chaos_verdict = chaos_stage._verdict_of(_planned_run(file, stage_dir), 0, [])  # verdict.json, as the stage reads it
-    spark_verdict = spark_stage[chaos_verdict["run"]]
-    counted_by_spark = {name for name in spark_verdict["checks"] if name not in MEASUREMENTS}
-    assert set(chaos_verdict["checks"]) == counted_by_spark, (
-        f"{file.name}: chaos run applied {sorted(chaos_verdict['checks'])}, Spark {sorted(counted_by_spark)}")
-    # every check that counted is on the list, and the list's others say why they did not
-    assert set(chaos_verdict["checks"]) <= set(plan.options), file.name
-    assert set(chaos_verdict["not_applied"]) == (set(plan.skipped) | set(plan.options)) - set(chaos_verdict["checks"])
-    for check, result in chaos_verdict["checks"].items():
-        assert result["valid"] == spark_verdict["checks"][check]["valid"], f"{file.name}: {check}"
-    assert chaos_verdict["valid"] == spark_verdict["valid"], (
-        f"{file.name}: chaos run says {chaos_verdict['valid']}, Spark {spark_verdict['valid']}")
-    # beside the verdict, what the ops' outcomes and latencies were: the same words from both
-    # (throughput is left out: the Spark side's run span also covers the harness records)
-    for name in ("outcomes", "latency"):
-        assert spark_verdict["measurements"][name] == registry.describe(name, chaos_verdict["measurements"][name]), (
-            f"{file.name}: {name}")
-    # the main job's chaos stage fails on this run exactly when the run is not valid
-    assert chaos_stage.stage_failed([chaos_verdict]) is (chaos_verdict["valid"] is not True)
+    assert_three_judges_agree(file.name, stage_dir / f"chaos-{file.stem}" / "history.jsonl",
+                              _header_list(load_experiment(file)), chaos_verdict, spark_stage["stage"],
+                              spark_stage["verdicts"][chaos_verdict["run"]])

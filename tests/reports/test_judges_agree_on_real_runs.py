@@ -30,12 +30,11 @@ from pathlib import Path
 
 import pytest
 
-from brokerconf import chaos_stage
 from chaos.experiment_file import FaultPlane
 from chaos.history import read_history
-from reports.check_plan import MEASUREMENTS, checker_list_for, plan_checks
+from reports.check_plan import checker_list_for
 from reports.pipeline import main_job
-from reports.run_record import read_record
+from tests.reports.judge_agreement import assert_three_judges_agree
 from tests.reports.real_runs import experiment_files
 
 FILES = experiment_files()
@@ -105,27 +104,9 @@ def test_the_run_exercised_its_experiment(file, made):
 def test_three_judges_agree_from_the_checker_list(file, made, spark_stage):
     chaos_verdict = _stage_verdict(made, file)
     run, exp = made.plan(file)
-    record = read_record(run.run_dir / "history.jsonl")
-    plan = plan_checks(record)
-    # the list the judges used is the one `chaos run` wrote in the header, not one they decided again
-    assert plan.source == "history" and record.checker_list == checker_list_for(exp.model_dump(mode="json"))
     spark_verdict = {v["run"]: v for v in spark_stage["verdicts"]}[chaos_verdict["run"]]
-    counted_by_spark = {name for name in spark_verdict["checks"] if name not in MEASUREMENTS}
-    assert set(chaos_verdict["checks"]) == counted_by_spark, (
-        f"{file.name}: chaos run applied {sorted(chaos_verdict['checks'])}, Spark {sorted(counted_by_spark)}")
-    # every check that counted is on the list, and the list's others say why they did not
-    assert set(chaos_verdict["checks"]) <= set(plan.options), file.name
-    assert set(chaos_verdict["not_applied"]) == (set(plan.skipped) | set(plan.options)) - set(chaos_verdict["checks"])
-    for check, result in chaos_verdict["checks"].items():
-        assert result["valid"] == spark_verdict["checks"][check]["valid"], (
-            f"{file.name}: {check}: chaos run {result['valid']}, Spark {spark_verdict['checks'][check]}")
-    assert chaos_verdict["valid"] == spark_verdict["valid"], (
-        f"{file.name}: chaos run says {chaos_verdict['valid']} ({chaos_verdict['summary']}), Spark "
-        f"{spark_verdict['valid']} (failed {spark_verdict['failed']}, unknown {spark_verdict['unknown']})")
-    # the main job fails on this run exactly when the run is not valid, from its chaos stage and
-    # from its Spark stage alike
-    assert chaos_stage.stage_failed([chaos_verdict]) is (chaos_verdict["valid"] is not True)
-    assert main_job.stage_failed({**spark_stage, "verdicts": [spark_verdict]}) is chaos_stage.stage_failed([chaos_verdict])
+    assert_three_judges_agree(file.name, run.run_dir / "history.jsonl", checker_list_for(exp.model_dump(mode="json")),
+                              chaos_verdict, spark_stage, spark_verdict)
 
 
 def test_one_spark_stage_judged_every_run(made, spark_stage):
