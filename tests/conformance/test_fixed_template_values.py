@@ -287,22 +287,22 @@ REFERENCE_SINGLE = {
                                     "short so expiry tests need not wait", "expiry_check_period"),
 }
 
+
+def _as_alone(*keys: str) -> dict:
+    """The entries a node shares with a reference broker alone."""
+    return {key: REFERENCE_SINGLE[key] for key in keys}
+
+
 REFERENCE_NETWORK_NODE = {
-    "name": REFERENCE_SINGLE["name"],
-    "stomp": REFERENCE_SINGLE["stomp"],
+    **_as_alone("name", "stomp", "expiry_check_period_ms"),
     "policy_entries": Fixed("[]", "needed", "the topology's bridge filter policies (none here)"),
-    "expiry_check_period_ms": REFERENCE_SINGLE["expiry_check_period_ms"],
     "advisory_support": Fixed("True", "equal", "ActiveMQ's default (advisorySupport true), which the reference "
                               "broker keeps off for a broker alone; a topology that sets advisorySupport=false "
                               "overrides it", "advisorySupport"),
 }
 
 REFERENCE_CLUSTER_NODE = {
-    "name": REFERENCE_SINGLE["name"],
-    "stomp": REFERENCE_SINGLE["stomp"],
-    "mqtt": REFERENCE_SINGLE["mqtt"],
-    "amqp": REFERENCE_SINGLE["amqp"],
-    "expiry_check_period_ms": REFERENCE_SINGLE["expiry_check_period_ms"],
+    **_as_alone("name", "stomp", "mqtt", "amqp", "expiry_check_period_ms"),
     "advisory_support": Fixed("False", "equal", "the reference broker's own default: an Artemis-style cluster "
                               "learns demand over its cluster link, not from ActiveMQ advisories",
                               "advisory_support"),
