@@ -20,7 +20,8 @@ listeners (a master opens them, a slave keeps them closed: A-MQ fault-tolerant m
   (seconds since the fault, serving nodes, listening nodes).
 
 The watch ends when both ends were seen and ``settle_s`` passed, when the next fault of this
-entry starts, or at teardown (an expired lease's: after the drain, `end_watch`). Each fault's figures go to ``results`` (the run-end record).
+entry starts, or at teardown (an expired lease's: after the drain, `end_watch`). Each fault's
+figures go to ``results`` (the run-end record).
 """
 
 from __future__ import annotations
@@ -67,10 +68,10 @@ class LockLossFault:
 
     def invoke(self, f: str, **params: Any) -> dict:
         if f == "lock-loss":
-            self._end_watch()
+            self.end_watch()
             host = self._victim()
             result = self.nemesis.invoke(self.fault, host=host, **self.params)
-            if self.fault != "expire":
+            if self.heals:
                 self._faulted.append(host)
             record: dict[str, Any] = {"node": host, "fault": self.fault, "detection_s": None, "takeover_s": None,
                                       "overlap_s": 0.0, "back_s": None, "closed_s": None,
@@ -128,15 +129,17 @@ class LockLossFault:
             if began is not None:
                 record[key] = round(record[key] + time.monotonic() - began, 3)
 
-    def _end_watch(self) -> None:
+    @property
+    def heals(self) -> bool:
+        """Whether the fault leaves something to undo: an expired lease is an instant event."""
+        return self.fault != "expire"
+
+    def end_watch(self) -> None:
+        """Stop watching the group (a new fault, teardown, or the experiment once its drain is over)."""
         self._stop.set()
         if self._watch is not None:
             self._watch.join(10)
             self._watch = None
-
-    def end_watch(self) -> None:
-        """Stop watching the group (the experiment calls it once its drain is over)."""
-        self._end_watch()
 
     def teardown(self) -> None:
         """Heal what is still faulted. A watch over a cut or a partition ends here, since the heal
@@ -146,7 +149,7 @@ class LockLossFault:
         load average of 26, ActiveMQ's drain read every message, so a node served, yet the record
         ended at the run's end said none did)."""
         try:
-            if self.fault != "expire":
-                self._end_watch()
+            if self.heals:
+                self.end_watch()
         finally:
             self.nemesis.teardown()
