@@ -121,15 +121,20 @@ README = ROOT / "README.md"
 TABLE_START, TABLE_END = "<!-- not_checked --by-document: START -->", "<!-- not_checked --by-document: END -->"
 
 
+def _table_span(readme: str) -> tuple[int, int]:
+    """Where the README's table lies (between the markers); ValueError when a marker is missing."""
+    return readme.index(TABLE_START) + len(TABLE_START), readme.index(TABLE_END)
+
+
 def readme_table(readme: str) -> str:
-    """The table the README shows (between the markers); ValueError when a marker is missing."""
-    start, end = readme.index(TABLE_START) + len(TABLE_START), readme.index(TABLE_END)
+    """The table the README shows."""
+    start, end = _table_span(readme)
     return readme[start:end].strip("\n")
 
 
 def with_readme_table(readme: str, table: str) -> str:
     """``readme`` with ``table`` between the markers in place of what was there."""
-    start, end = readme.index(TABLE_START) + len(TABLE_START), readme.index(TABLE_END)
+    start, end = _table_span(readme)
     return readme[:start] + "\n" + table + "\n" + readme[end:]
 
 
