@@ -35,7 +35,7 @@ import logging
 import time
 from typing import Any, Callable
 
-from ..store.bounded_db import BoundedConnection, DatabaseTimeout, dsn_without_password
+from ..store.bounded_db import BoundedConnection, DatabaseTimeout, dsn_without_password, one_line
 from .locker import LockerError
 
 __all__ = ["LeaseDatabaseLocker"]
@@ -88,7 +88,7 @@ class LeaseDatabaseLocker:
             raise LockerError(110, str(exc)) from None
         except Exception as exc:  # a driver error: the database cannot be reached or refused us
             self._db.close()
-            raise LockerError(5, f"cannot try the {self.describe()}: {_one_line(exc)}") from None
+            raise LockerError(5, f"cannot try the {self.describe()}: {one_line(exc)}") from None
 
     def keep_alive(self) -> bool:
         """The master's check: renew the lease while still its holder, within what is left of it."""
@@ -105,7 +105,7 @@ class LeaseDatabaseLocker:
             log.error("the database did not answer the lease renewal within the %.1f s the lease had left", left)
             renewed = False
         except Exception as exc:
-            log.error("cannot renew the lease: %s", _one_line(exc))
+            log.error("cannot renew the lease: %s", one_line(exc))
             self._db.close()
             renewed = False
         if not renewed:
@@ -122,7 +122,7 @@ class LeaseDatabaseLocker:
                 self._db.call(self.lease_s, lambda conn: conn.execute(
                     f"UPDATE {TABLE} SET holder = NULL, lease_end_ms = 0 WHERE id = 1 AND holder = %s", (self.holder,)))
             except Exception as exc:  # noqa: BLE001 - releasing is best effort by design
-                log.warning("could not clear the lease (it will end by itself): %s", _one_line(exc))
+                log.warning("could not clear the lease (it will end by itself): %s", one_line(exc))
         self._db.close()
 
     # ------------------------------------------------------------------ statements
@@ -173,8 +173,3 @@ class LeaseDatabaseLocker:
 
 def _ms(seconds: float) -> int:
     return int(seconds * 1000)
-
-
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}"

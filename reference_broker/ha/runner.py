@@ -35,6 +35,8 @@ from typing import Awaitable, Callable
 from ..config import BrokerConfig
 from ..listeners.http import serve_http
 from ..server import BrokerServer, _split, open_store, store_directory
+from ..store.base import StoreError
+from ..store.bounded_db import dsn_without_password, one_line
 from ..store.journal import JournalStallError
 from .locker import Locker, LockerError, SharedFileLocker
 
@@ -125,6 +127,7 @@ class MasterSlaveRunner:
                 await http.wait_closed()
 
     async def _run(self, stop: asyncio.Event) -> None:
+        await self._prepare_store()
         while not stop.is_set():
             if self.locker is not None and not await self._become_master(stop):
                 return
@@ -166,6 +169,21 @@ class MasterSlaveRunner:
             await server.stop()
             self._release()
             return
+
+    async def _prepare_store(self) -> None:
+        """What a store needs once, before this broker tries the lock: a database store's tables.
+        Created inside the lease, they would cost a DDL commit (and its fsync) in the time the
+        new master has before its first renewal; a slow database would then fail a start that
+        had nothing to do with the lease."""
+        if self.config.store.kind != "database":
+            return
+        from ..store.database import create_schema  # psycopg only where a database is configured
+
+        try:
+            await asyncio.to_thread(create_schema, self.config.store.dsn)
+        except Exception as exc:
+            raise StoreError(f"could not create the tables in the database "
+                             f"({dsn_without_password(self.config.store.dsn)}): {one_line(exc)}") from exc
 
     async def _become_master(self, stop: asyncio.Event) -> bool:
         """Wait as a slave until the lock is ours and one keep-alive period has passed; False

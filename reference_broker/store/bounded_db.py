@@ -13,7 +13,7 @@ import socket
 import threading
 from typing import Any, Callable
 
-__all__ = ["BoundedConnection", "DatabaseTimeout", "psycopg_connect", "dsn_without_password"]
+__all__ = ["BoundedConnection", "DatabaseTimeout", "psycopg_connect", "dsn_without_password", "one_line"]
 
 
 class DatabaseTimeout(Exception):
@@ -29,6 +29,12 @@ def psycopg_connect(dsn: str, connect_timeout_s: int):
 def dsn_without_password(dsn: str) -> str:
     """The DSN for messages and logs."""
     return " ".join(part for part in dsn.split() if not part.startswith("password="))
+
+
+def one_line(exc: BaseException) -> str:
+    """A driver error for a log line: its type and the first line of its text."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"
 
 
 class BoundedConnection:

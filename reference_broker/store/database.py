@@ -26,10 +26,10 @@ import logging
 
 from reference_broker.engine.message import Message
 from reference_broker.store.base import RecoveredState, StoreError
-from reference_broker.store.bounded_db import BoundedConnection, dsn_without_password
+from reference_broker.store.bounded_db import BoundedConnection, dsn_without_password, one_line
 from reference_broker.store.journal import decode_message, encode_message
 
-__all__ = ["DatabaseStore"]
+__all__ = ["DatabaseStore", "create_schema", "SCHEMA_BUDGET_S"]
 
 log = logging.getLogger("reference_broker.store")
 
@@ -45,8 +45,29 @@ _SCHEMA = (
 )
 
 
+#: how long a broker starting up waits for the database to create the tables: no lease runs yet
+#: and no client waits, so this budget is about a slow database (a first DDL commit waits for its
+#: fsync, a new connection for a forked backend), not about anything the lease must bound
+SCHEMA_BUDGET_S = 15.0
+
+
+def create_schema(dsn: str, budget_s: float = SCHEMA_BUDGET_S, connect=None) -> None:
+    """Create the tables if they do not exist yet, on a connection of its own. The master/slave
+    runner calls it once at start-up, before it tries the lock: then the store a new master opens
+    inside its lease (`DatabaseStore`, bounded by the lease) finds them there and only reads the
+    catalogue, instead of writing and syncing it while the lease runs. Raises `DatabaseTimeout`
+    or the driver's error."""
+    db = BoundedConnection(dsn, connect)
+    try:
+        db.call(budget_s, lambda conn: [conn.execute(statement) for statement in _SCHEMA])
+    finally:
+        db.close()
+
+
 class DatabaseStore:
-    """A `MessageStore` (store/base.py) on PostgreSQL. ``call_timeout_s`` bounds each call."""
+    """A `MessageStore` (store/base.py) on PostgreSQL. ``call_timeout_s`` bounds each call,
+    including the first (connect and create the tables if they are missing: `create_schema`
+    made them ahead where a broker runs as master or slave)."""
 
     def __init__(self, dsn: str, *, call_timeout_s: float = 10.0, connect=None) -> None:
         self.dsn = dsn
@@ -157,4 +178,4 @@ class DatabaseStore:
             self._db.abandon()
             log.error("database store: could not %s: %s", what, exc)
             raise StoreError(f"could not {what} in the database ({dsn_without_password(self.dsn)}): "
-                             f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}") from exc
+                             f"{one_line(exc)}") from exc

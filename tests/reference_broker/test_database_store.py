@@ -12,6 +12,7 @@ from conformance.clients import connect
 from conformance.targets.reference.process import ReferenceBrokerProcess
 from machinery.waiting import poll
 from reference_broker.config import ConfigError, build_config
+from reference_broker.ha.lease import LeaseDatabaseLocker
 from reference_broker.engine.message import Message
 from reference_broker.store.base import MessageStore, StoreError
 from reference_broker.store.database import DatabaseStore
@@ -143,6 +144,25 @@ def test_database_pair_slave_takes_over_after_kill_with_every_receipted_message(
     finally:
         for broker in (a, b):
             broker.stop()
+
+
+def test_a_broker_has_made_the_store_tables_before_it_waits_as_a_slave(clean, tmp_path):
+    """The tables are made at start-up, before the lock is tried: a new master's first store call
+    then runs inside its lease on tables that exist (a DDL commit there once failed a start on a
+    loaded machine: "could not create the tables ... did not answer within 1.0 s")."""
+    other = LeaseDatabaseLocker(clean.dsn, holder="another broker", lease_ms=60_000)
+    assert other.try_acquire()
+    try:
+        b = start(tmp_path, "B", clean.dsn, wait_for="lock")
+        try:
+            assert b.role == "slave"
+            with psycopg.connect(clean.dsn, autocommit=True) as conn:
+                tables = {row[0] for row in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")}
+            assert {"brokerconf_messages", "brokerconf_durable"} <= tables, tables
+        finally:
+            b.stop()
+    finally:
+        other.release()
 
 
 def test_master_cut_from_its_database_stops_serving_before_the_slave_takes_over(clean, tmp_path):
