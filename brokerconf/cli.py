@@ -285,7 +285,7 @@ def _suite_command(targets: list[str], out_dir: Path, *, targets_file: str | Non
     # found, not imported: the suites sit above the command line (tests/test_import_graph.py LAYERS)
     suites_dir = Path(importlib.util.find_spec("suites").origin).resolve().parent
     command = [sys.executable, "-m", "pytest", *(suites or [str(suites_dir)]),
-               "-p", "no:cacheprovider", "-o", "addopts=", "-rfExs", "--timeout=300",
+               "-p", "no:cacheprovider", "-o", "addopts=", "-rfExs",
                f"--rootdir={suites_dir.parent}",
                f"--junitxml={out_dir / 'junit.xml'}", f"--alluredir={out_dir / 'allure-results'}",
                f"--conformance-matrix={out_dir / 'matrix.json'}", f"--timing-report={out_dir / 'timing.json'}"]
