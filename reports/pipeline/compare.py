@@ -6,7 +6,8 @@
   applicable), and the per-run outcomes are kept beside the merged one;
 * target x checker: every ``verdicts.json`` written by `brokerconf analyze` contributes each
   run's checker results; several runs of one target merge like Jepsen (false beats unknown beats
-  true); a checker that had nothing to judge in a run does not count.
+  true); a checker that had nothing to judge in a run does not count, nor does a measurement
+  (latency, throughput, outcomes: figures, always "true", never a verdict; reports/checkers/registry.py).
 
 Targets are compared by kind: a chaos run's target ``reference:process`` (how the broker was
 launched) is the matrix's ``reference``. The tables are written as JSON (``comparison.json``) and
@@ -20,6 +21,8 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
+
+from reports.checkers.registry import is_measurement
 
 MATRIX_FILE, VERDICTS_FILE = "matrix.json", "verdicts.json"
 SPEC_OUTCOMES = ("failed", "error", "known deviation", "passed", "not applicable")  # conformance/matrix.py
@@ -71,7 +74,7 @@ def _checker_rows(verdicts: list[Path]) -> list[tuple]:
         try:
             for run in json.loads(path.read_text())["runs"]:
                 for name, check in run["checks"].items():
-                    if check["applicable"]:
+                    if check["applicable"] and not is_measurement(name):
                         rows.append((base_target(run["target"]), name, json.dumps(check["valid"]).strip('"'), run["run"]))
         except (ValueError, KeyError, TypeError) as exc:
             raise CompareError(f"{path}: not a verdicts file ({type(exc).__name__}: {exc}); "

@@ -31,7 +31,7 @@ def test_compare_joins_matrices_and_verdicts(spark, tmp_path):
     _matrix(tmp_path / "ci-2" / "matrix.json", "2026-01-02T00:00:00Z",
             {"reference": {"Q-FIFO-1": "failed"}, "activemq": {"Q-FIFO-1": "not applicable"}})
     _verdicts(tmp_path / "ci-1" / "analysis" / "verdicts.json", [
-        ("kill-1", "reference:process", {"total_queue": (True, True), "fifo": (True, False)}),
+        ("kill-1", "reference:process", {"total_queue": (True, True), "fifo": (True, False), "latency": (True, True)}),
         ("kill-2", "reference:process", {"total_queue": ("unknown", True)}),
         ("kill-3", "activemq", {"total_queue": (False, True), "groups": (True, True)}),
     ])
@@ -44,6 +44,8 @@ def test_compare_joins_matrices_and_verdicts(spark, tmp_path):
     # unknown beats true; a check that did not apply (fifo) is left out; launch mode folded into the kind
     assert result["checkers"]["total_queue"] == {"activemq": False, "reference": "unknown"}
     assert "fifo" not in result["checkers"]
+    # a measurement is a figure, not a check that passed: no cell of its own
+    assert "latency" not in result["checkers"]
     assert result["targets"] == ["activemq", "reference"]
     path = write(result, tmp_path / "out")
     assert json.loads(path.read_text())["checkers"]["groups"] == {"activemq": True}
