@@ -173,6 +173,7 @@ def first_wait_of_a_silent_factory(driver, group: UdpGroup, query: str) -> tuple
     waits once more, its initialConnectAttempts); a client that does not retry ends it by giving up."""
     url = udp_url(group, query)
     name = f"silent-{uuid.uuid4().hex[:8]}"
+    mark = driver.log_mark()  # the earlier steps' lines (their factories may still retry) are not this one's
     created = driver.request("factory", timeout=30, factory=name, uri=url)
     created_mono, created_wall_ms = float(created["created_mono"]), float(created["created_wall_ms"])
     try:
@@ -186,7 +187,7 @@ def first_wait_of_a_silent_factory(driver, group: UdpGroup, query: str) -> tuple
     gave_up = _elapsed_ms(created_mono, float(failed["mono"]))
     error = f"{failed.get('class')}: {failed.get('error')} (cause {failed.get('cause')})"
     assert "broadcast" in error.lower(), f"setup: the factory for {url} failed otherwise than for want of a broadcast: {error}"
-    lines = driver.log_path.read_text(errors="replace").splitlines() if driver.log_path else []
+    lines = driver.log_since(mark).splitlines()
     ends = [t for line in lines if BROADCAST_TIMEOUT_LINE in line
             and (t := _log_time_ms(line)) is not None and t >= created_wall_ms]
     first_wait = ends[0] - created_wall_ms if ends else gave_up

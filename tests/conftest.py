@@ -19,7 +19,9 @@ from conformance import leak_plugin, xdist_groups
 TESTS = Path(__file__).resolve().parent
 
 #: session fixtures whose tests share one worker, and the group they share
-ONE_WORKER = {"_spark_lifetime": "spark", "real_runs": "spark", "fresh_queue_run": "spark", "fresh_topic_run": "spark"}
+ONE_WORKER = {"_spark_lifetime": "spark", "real_runs": "spark", "fresh_queue_run": "spark", "fresh_topic_run": "spark",
+              # test_suite_can_fail.py: its runs start together on the worker of its first test
+              "broken_runs": "broken_suite_runs"}
 
 
 def pytest_configure(config):

@@ -15,8 +15,10 @@ from __future__ import annotations
 import ast
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +30,9 @@ REPO = Path(__file__).resolve().parents[2]
 SUITES = REPO / "suites"
 # A whole suite under load (CI saw the groups suite take 150 s on a loaded 2-core machine)
 SUITE_TIMEOUT = 600
+#: broken suite runs at once (`ConcurrentRuns`): each is a pytest with the reference broker in its
+#: own process, waiting far more than computing
+PARALLEL = 4
 FAILED = ("failed", "error")
 
 
@@ -68,6 +73,11 @@ class Batch:
     @property
     def touched(self) -> set[str]:
         return {spec for f in self.faults for spec in touched(f)}
+
+    @property
+    def fault_names(self) -> str:
+        """``BROKERCONF_BREAK``'s value for the batch."""
+        return ",".join(f.name for f in self.faults)
 
 
 def batches(faults: list[Fault] | None = None, *, alone: bool = False) -> list[Batch]:
@@ -133,22 +143,58 @@ def left_behind(output: str) -> list[str]:
     return found
 
 
-def run_batch(batch: Batch, workdir: Path) -> Verdict:
-    """Run the batch's suite against the reference broker with its faults; judge the matrix."""
+@dataclass
+class SuiteRun:
+    """One finished run of a suite against the reference broker with the faults ``faults`` names."""
+    suite: str
+    faults: str
+    exit_code: int
+    seconds: float
+    stdout: str
+    stderr: str
+    matrix_file: Path
+
+    @property
+    def matrix(self) -> dict | None:
+        return json.loads(self.matrix_file.read_text()) if self.matrix_file.exists() else None
+
+    @property
+    def output_tail(self) -> str:
+        return self.stdout[-3000:] + self.stderr[-2000:]
+
+    @property
+    def left_behind(self) -> list[str]:
+        return left_behind(self.stdout)
+
+
+def run_broken_suite(suite: str, faults: str, workdir: Path, started=lambda proc: None) -> SuiteRun:
+    """Run ``suite`` against the reference broker with ``faults`` (comma-separated) into ``workdir``.
+    ``started(proc)`` is handed the child's handle, so a caller can stop a run it gave up on."""
     workdir.mkdir(parents=True, exist_ok=True)
     matrix_file = workdir / "matrix.json"
-    env = {**os.environ, "BROKERCONF_BREAK": ",".join(f.name for f in batch.faults)}
-    started = time.monotonic()
-    proc = subprocess.run(broken_suite_command(batch.suite, matrix_file),
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=SUITE_TIMEOUT)
-    seconds = time.monotonic() - started
+    env = {**os.environ, "BROKERCONF_BREAK": faults}
+    began = time.monotonic()
+    proc = subprocess.Popen(broken_suite_command(suite, matrix_file), cwd=REPO, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    started(proc)
+    try:
+        stdout, stderr = proc.communicate(timeout=SUITE_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        stdout, stderr = proc.communicate()
+        stderr += f"\n[the suite run was stopped after {SUITE_TIMEOUT} s]"
+    return SuiteRun(suite, faults, proc.returncode, time.monotonic() - began, stdout, stderr, matrix_file)
+
+
+def judge_batch(batch: Batch, run: SuiteRun) -> Verdict:
+    """The batch's verdict from its suite run's matrix: which faults were caught, what else failed."""
     outcomes: dict[str, str] = {}
     reasons: dict[str, str] = {}
-    if matrix_file.exists():
-        for spec, cell in json.loads(matrix_file.read_text())["matrix"]["reference"].items():
+    if (matrix := run.matrix) is not None:
+        for spec, cell in matrix["matrix"]["reference"].items():
             outcomes[spec], reasons[spec] = cell["outcome"], cell.get("reason", "")
-    verdict = Verdict(batch, outcomes, seconds, proc.returncode, proc.stdout[-3000:] + proc.stderr[-2000:], reasons,
-                      left_behind=left_behind(proc.stdout))
+    verdict = Verdict(batch, outcomes, run.seconds, run.exit_code, run.output_tail, reasons,
+                      left_behind=run.left_behind)
     for each in batch.faults:
         caught = all(outcomes.get(spec) == "failed" for spec in each.breaks)
         (verdict.caught if caught else verdict.uncaught).append(each.name)
@@ -156,3 +202,65 @@ def run_batch(batch: Batch, workdir: Path) -> Verdict:
     verdict.unexpected = {spec: f"{outcome}: {reasons[spec][:300]}" for spec, outcome in outcomes.items()
                           if outcome in FAILED and spec not in touched}
     return verdict
+
+
+def run_batch(batch: Batch, workdir: Path) -> Verdict:
+    """Run the batch's suite against the reference broker with its faults; judge the matrix."""
+    return judge_batch(batch, run_broken_suite(batch.suite, batch.fault_names, workdir))
+
+
+class ConcurrentRuns:
+    """Broken suite runs made several at a time, each once: ``submit`` starts one (queued behind
+    `PARALLEL` others), ``result`` waits for it. A run mostly waits (for the deliveries a broken
+    broker never makes, up to the suite's own bounds: the networks batch used 8 s of CPU in 313 s),
+    so one after another they kept a test worker idle for most of half an hour. ``close`` stops
+    what is still running, by its handle."""
+
+    def __init__(self, root: Path, parallel: int = PARALLEL) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.root = root
+        self._pool = ThreadPoolExecutor(parallel, thread_name_prefix="broken-suite-run")
+        self._futures: dict[tuple[str, str], object] = {}
+        self._running: set[subprocess.Popen] = set()
+        self._lock = threading.Lock()
+
+    def submit(self, suite: str, faults: str) -> None:
+        key = (suite, faults)
+        with self._lock:
+            if key not in self._futures:
+                workdir = self.root / f"run{len(self._futures)}-{suite.removeprefix('test_').removesuffix('.py')}"
+                self._futures[key] = self._pool.submit(self._run, suite, faults, workdir)
+
+    def result(self, suite: str, faults: str) -> SuiteRun:
+        self.submit(suite, faults)
+        return self._futures[(suite, faults)].result()
+
+    def running(self) -> list[subprocess.Popen]:
+        """The runs' processes still going."""
+        with self._lock:
+            return [proc for proc in self._running if proc.poll() is None]
+
+    def close(self) -> None:
+        for future in self._futures.values():
+            future.cancel()
+        running = self.running()
+        for proc in running:  # a run still going when its tests are done or interrupted
+            proc.send_signal(signal.SIGINT)  # pytest's own interruption: its fixtures stop their brokers
+        for proc in running:
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        self._pool.shutdown(wait=True)
+
+    def _run(self, suite: str, faults: str, workdir: Path) -> SuiteRun:
+        def started(proc: subprocess.Popen) -> None:
+            with self._lock:
+                self._running.add(proc)
+
+        try:
+            return run_broken_suite(suite, faults, workdir, started)
+        finally:
+            with self._lock:
+                self._running = {p for p in self._running if p.poll() is None}
