@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from machinery.waiting import poll
 from tests.conformance.fault_batches import ConcurrentRuns
 
 pytestmark = pytest.mark.slow
@@ -29,10 +30,7 @@ def test_close_stops_the_runs_still_going_by_their_handles(tmp_path):
     runs = ConcurrentRuns(tmp_path, parallel=1)
     runs.submit("test_networks.py", "static_includes_wait_for_demand")  # minutes when left alone
     runs.submit("test_core_ack.py", "nack_acks_earlier")  # queued behind it: never started
-    deadline = time.monotonic() + 60
-    while not runs.running() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    (proc,) = runs.running()
+    (proc,) = poll(runs.running, timeout=60, interval=0.1)
     time.sleep(3)  # inside the suite by now: its brokers are up
     started = time.monotonic()
     runs.close()
