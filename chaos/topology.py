@@ -69,6 +69,19 @@ class BridgeProxies:
         self._upstream[name] = upstream
         return self._listen[name]
 
+    def _towards(self, target: str) -> list[str]:
+        return [name for (_, peer, _), name in self.names.items() if peer == target]
+
+    def refuse_towards(self, target: str) -> None:
+        """`conformance.topology.HeldBridgeRoute`: the proxies in front of ``target`` stop
+        listening (a connection is refused, as by a node not started yet)."""
+        for name in self._towards(target):
+            self.client.disable(name)
+
+    def accept_towards(self, target: str) -> None:
+        for name in self._towards(target):
+            self.client.enable(name)
+
 
 class RunningTopology:
     """A launched `Cluster` and what the experiment added around it (the bridges' fault proxy)."""

@@ -40,7 +40,7 @@ from reference_broker.cluster.network_config import check_destination as _check_
 if TYPE_CHECKING:
     from conformance.scenario import Scenario
 
-__all__ = ["Bridge", "BridgeFilterPolicy", "BridgeRoute", "Cluster", "ClusterConnection", "ExtraClusterConnection",
+__all__ = ["Bridge", "BridgeFilterPolicy", "BridgeRoute", "HeldBridgeRoute", "Cluster", "ClusterConnection", "ExtraClusterConnection",
            "GroupingHandlers",
            "CLUSTER_CONNECTION_DEFAULTS", "LOAD_BALANCING_MODES", "CompositeDestination", "Node",
            "NetworkConnectorOptions", "NfsOptions", "PEER_LIST_SCHEMES", "Shape", "SharedStore", "TOPOLOGY_CAPABILITIES",
@@ -235,6 +235,24 @@ class CompositeDestination:
 #: peer's own listener: a fault proxy in front of the peer, so the link alone can be cut (issue 7,
 #: store and forward through a cut bridge). Called once per bridge when the ports are known.
 BridgeRoute = Callable[[Bridge, str, int], tuple[str, int]]
+
+
+@runtime_checkable
+class HeldBridgeRoute(Protocol):
+    """A `BridgeRoute` that can make the way to a peer refuse connections for a while, as a
+    peer that is not up yet would. A launcher holds the links to a node closed until that node
+    serves: a proxy in front of a node still starting accepts a link's connection and passes it on
+    the moment the node's port opens, before the broker behind it is ready (Artemis 2.40: such a
+    cluster-bridge connection got no answer to its first packet, timed out after 30 s, logged
+    "Retrying" and never tried again: a CI run's cluster never formed, issue 25's note)."""
+
+    def __call__(self, bridge: Bridge, host: str, port: int) -> tuple[str, int]: ...
+
+    def refuse_towards(self, target: str) -> None:
+        """Every link towards node ``target`` refuses connections until `accept_towards`."""
+
+    def accept_towards(self, target: str) -> None:
+        """Links towards ``target`` carry connections again."""
 
 
 @dataclass(frozen=True)

@@ -137,6 +137,45 @@ def test_bridge_route_puts_one_proxy_before_each_peer():
         proxy.stop()
 
 
+def test_bridge_route_holds_the_way_to_a_peer_closed_until_told():
+    # A launcher holds the links towards a node closed while it starts (HeldBridgeRoute): a
+    # connection is then refused, as by a node not up yet, and carried again once released; the
+    # links towards another node are untouched.
+    import socket
+
+    from machinery.faultproxy import FaultProxyServer
+    from machinery.faultproxy.testing import echo_server
+    from chaos.topology import BridgeProxies
+    from conformance.targets.activemq.network import Bridge
+    from conformance.topology import HeldBridgeRoute
+
+    proxy = FaultProxyServer("127.0.0.1", 0).start()
+    upstream = echo_server()
+
+    def echoes(address) -> bool:
+        try:
+            with socket.create_connection(address, timeout=2.0) as sock:
+                sock.sendall(b"ping")
+                return sock.recv(4) == b"ping"
+        except OSError:
+            return False
+
+    try:
+        route = BridgeProxies(proxy.api_url)
+        assert isinstance(route, HeldBridgeRoute)
+        to_b = route(Bridge("A", "B"), "127.0.0.1", upstream.port)
+        to_a = route(Bridge("B", "A"), "127.0.0.1", upstream.port)
+        route.refuse_towards("B")
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(to_b, timeout=2.0).close()
+        assert echoes(to_a)
+        route.accept_towards("B")
+        assert echoes(to_b)
+    finally:
+        upstream.stop()
+        proxy.stop()
+
+
 def test_bridge_route_follows_a_peer_that_moved_to_another_port():
     # A network started again on fresh ports renders its connectors again: the bridge keeps the
     # proxy address it was given, and the proxy forwards to the peer's new port.

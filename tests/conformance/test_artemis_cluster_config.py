@@ -204,6 +204,58 @@ def test_proxied_links_dial_the_route_and_nodes_announce_their_proxy():
         _proxy_plan(Topology(("A", "B", "C"), cluster=ClusterConnection(), proxied=("cluster",)), "h", PORTS, route)
 
 
+class _RecordingRoute:
+    """A `HeldBridgeRoute` that notes what the launcher asked, in order."""
+
+    def __init__(self, events: list) -> None:
+        self.events = events
+
+    def __call__(self, bridge, host, port):
+        return host, port
+
+    def refuse_towards(self, target):
+        self.events.append(("refuse", target))
+
+    def accept_towards(self, target):
+        self.events.append(("accept", target))
+
+
+class _StartingNode:
+    def __init__(self, name: str, events: list, fails: bool = False) -> None:
+        self.name, self.events, self.fails = name, events, fails
+
+    def start(self, timeout):
+        self.events.append(("start", self.name))
+        if self.fails:
+            raise RuntimeError(f"{self.name} did not start")
+
+    def stop(self):
+        pass
+
+
+@pytest.mark.parametrize("failing", [None, "B"])
+def test_the_links_towards_a_node_refuse_connections_until_it_serves(tmp_path, failing):
+    # A cluster's bridges met a node half started through the proxy and Artemis never retried
+    # (HeldBridgeRoute): each node's links are held closed from before its start until it serves,
+    # and opened again when its start failed too (the proxies outlive the launch).
+    from conformance.targets.artemis.cluster import ArtemisCluster
+
+    events: list = []
+    top = Topology(("A", "B"), cluster=ClusterConnection(), proxied=("cluster",))
+    nodes = {name: _StartingNode(name, events, fails=name == failing) for name in top.nodes}
+    cluster = ArtemisCluster(top, nodes, tmp_path, {("A", "B"): ("127.0.0.1", 1), ("B", "A"): ("127.0.0.1", 2)})
+    cluster.held_route = _RecordingRoute(events)
+    cluster.wait_formed = lambda timeout: None
+    if failing:
+        with pytest.raises(RuntimeError, match="did not start"):
+            cluster.start(timeout=5)
+    else:
+        cluster.start(timeout=5)
+    for name in top.nodes:
+        mine = [kind for kind, node in events if node == name]
+        assert mine == ["refuse", "start", "accept"], events
+
+
 @pytest.mark.slow
 def test_two_node_cluster_forms_and_forwards_on_demand(tmp_path):
     from conformance.clients import connect

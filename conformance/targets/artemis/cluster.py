@@ -70,7 +70,8 @@ from conformance.targets.artemis.process import ArtemisProcess, JolokiaError, _o
 from conformance.targets.artemis.node import ArtemisNode
 from machinery.process import free_ports
 from conformance.deployment import Formation, Forwarding
-from conformance.topology import Bridge, Cluster, ClusterConnection, ExtraClusterConnection, Topology, TopologyUnsupported
+from conformance.topology import (Bridge, Cluster, ClusterConnection, ExtraClusterConnection, HeldBridgeRoute,
+                                 Topology, TopologyUnsupported)
 from machinery.waiting import Deadline, poll
 
 __all__ = ["CLUSTER_NAME", "ArtemisCluster", "ClusterManagement", "ClusterFormationError", "UdpGroup", "cluster_xml", "launch_cluster"]
@@ -425,6 +426,8 @@ class ArtemisCluster(Cluster, Formation):
         self.credentials_of: dict[str, tuple[str, str] | None] = {}
         self.udp: UdpGroup | None = None  # discovery "udp": the cluster's group (launch_cluster sets it)
         self.udp_of: dict[str, UdpGroup] = {}  # nodes moved to another group port (use_discovery_port)
+        #: the proxied links' route, when it can hold the way to a node closed (`start`)
+        self.held_route: HeldBridgeRoute | None = None
 
     # ------------------------------------------------------------ lifecycle
     def start(self, timeout: float = 240) -> None:
@@ -432,12 +435,26 @@ class ArtemisCluster(Cluster, Formation):
         try:
             # the JVMs start side by side: the machine is slow, and each waits for its own STOMP CONNECTED
             with ThreadPoolExecutor(max_workers=len(self.nodes)) as pool:
-                for future in [pool.submit(node.start, timeout) for node in self.nodes.values()]:
+                for future in [pool.submit(self._start_node, name, timeout) for name in self.nodes]:
                     future.result()
             self.wait_formed(max(10.0, deadline.remaining()))
         except BaseException:
             self.stop()
             raise
+
+    def _start_node(self, name: str, timeout: float) -> None:
+        """Start node ``name``; with a `held_route`, the links towards it refuse connections
+        until it serves (its STOMP CONNECTED: the broker is active), so no peer's bridge meets it
+        half started (`HeldBridgeRoute`). Opened again whatever happens: a node that failed to
+        start must not leave its links cut for a later launch on the same proxies."""
+        if self.held_route is None:
+            self.nodes[name].start(timeout)
+            return
+        self.held_route.refuse_towards(name)
+        try:
+            self.nodes[name].start(timeout)
+        finally:
+            self.held_route.accept_towards(name)
 
     def _node_id(self, name: str) -> str:
         # read each time rather than cached: a node id is kept in the journal, but a restarted
@@ -626,6 +643,8 @@ def launch_cluster(topology: Topology, scenario: Scenario, workdir: Path, *,
     state["dial"], state["announce"] = _proxy_plan(topology, ArtemisProcess.host, state["core"], bridge_route)
     nodes = {name: ArtemisClusterNode(name, process, counters(process)) for name, process in processes.items()}
     cluster = ArtemisCluster(topology, nodes, workdir, state["dial"])
+    if state["dial"] and isinstance(bridge_route, HeldBridgeRoute):
+        cluster.held_route = bridge_route
     cluster.credentials_of = state["credentials"]
     cluster.udp_of, cluster.udp = state["udp"], udp
     cluster.start(timeout=timeout)
