@@ -35,9 +35,8 @@ from typing import Awaitable, Callable
 from ..config import BrokerConfig
 from ..listeners.http import serve_http
 from ..server import BrokerServer, _split, open_store, store_directory
-from ..store.base import StoreError
+from ..store.base import StoreError, StoreStalled
 from ..store.bounded_db import dsn_without_password, one_line
-from ..store.journal import JournalStallError
 from .locker import Locker, LockerError, SharedFileLocker
 
 __all__ = ["MasterSlaveRunner", "make_locker"]
@@ -135,10 +134,13 @@ class MasterSlaveRunner:
             try:
                 store = open_store(self.config, lock=self.locker is None)
                 server = BrokerServer(self._server_config, store=store)
-            except JournalStallError as exc:
-                # The shared file system stopped answering while the new master read the store:
-                # not a broken store, so wait as a slave again instead of exiting.
-                log.error("could not recover the store (%s): giving the lock back, waiting as a slave again", exc)
+            except StoreStalled as exc:
+                # The shared file system stopped answering, or the database did not answer within
+                # the lease's budget, while the new master opened or read the store: not a broken
+                # store, so wait as a slave again instead of exiting (a CI run's loaded machine
+                # kept a new master's first database call past 1.5 s, and the group was left with
+                # no broker at all).
+                log.error("could not open or recover the store (%s): giving the lock back, waiting as a slave again", exc)
                 if store is not None:
                     store.abandon()
                 await self._release_bounded()

@@ -47,6 +47,13 @@ class StoreError(Exception):
     """A message store failed; the broker should treat it as fatal for persistence."""
 
 
+class StoreStalled(StoreError):
+    """The store's medium did not answer within its deadline: a shared file system that stopped
+    answering, a database that answered too slowly. The store is unusable, but nothing says it is
+    broken: a master/slave broker gives the lock back and waits as a slave again (ha/runner.py)
+    instead of exiting, and the next master opens it afresh."""
+
+
 @dataclass
 class RecoveredState:
     """What a store held when it was last closed (or when the process died)."""

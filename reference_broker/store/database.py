@@ -25,8 +25,8 @@ import json
 import logging
 
 from reference_broker.engine.message import Message
-from reference_broker.store.base import RecoveredState, StoreError
-from reference_broker.store.bounded_db import BoundedConnection, dsn_without_password, one_line
+from reference_broker.store.base import RecoveredState, StoreError, StoreStalled
+from reference_broker.store.bounded_db import BoundedConnection, DatabaseTimeout, dsn_without_password, one_line
 from reference_broker.store.journal import decode_message, encode_message
 
 __all__ = ["DatabaseStore", "create_schema", "SCHEMA_BUDGET_S"]
@@ -177,5 +177,7 @@ class DatabaseStore:
             self._failed = exc
             self._db.abandon()
             log.error("database store: could not %s: %s", what, exc)
-            raise StoreError(f"could not {what} in the database ({dsn_without_password(self.dsn)}): "
-                             f"{one_line(exc)}") from exc
+            # a database that did not answer in time is slow or out of reach, not broken
+            error = StoreStalled if isinstance(exc, DatabaseTimeout) else StoreError
+            raise error(f"could not {what} in the database ({dsn_without_password(self.dsn)}): "
+                        f"{one_line(exc)}") from exc

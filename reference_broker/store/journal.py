@@ -154,7 +154,7 @@ from pathlib import Path
 from typing import Callable
 
 from reference_broker.engine.message import Message
-from reference_broker.store.base import RecoveredState, StoreError, SyncPolicy
+from reference_broker.store.base import RecoveredState, StoreError, StoreStalled, SyncPolicy
 from reference_broker.store.bounded_io import BoundedIO, IOStalled
 
 __all__ = [
@@ -202,7 +202,7 @@ class JournalIOError(StoreError):
     """Writing or syncing the journal failed; the store is no longer usable."""
 
 
-class JournalStallError(JournalIOError):
+class JournalStallError(JournalIOError, StoreStalled):
     """A journal write, sync or read did not return within ``io_timeout_s`` (the file system
     stopped answering); the store is no longer usable."""
 

@@ -214,3 +214,43 @@ def test_keep_alive_must_leave_the_stop_margin_inside_the_lease():
                                 "locker": {"lock_acquire_sleep_interval": 2000}}})
     build_config({"store": {"kind": "database", "dsn": "host=h", "lock_keep_alive_period": 1500,
                             "locker": {"lock_acquire_sleep_interval": 2000}}})
+
+
+def test_a_new_master_whose_database_answers_too_slowly_waits_as_a_slave_again(clean, tmp_path, monkeypatch):
+    """The store a new master opens inside its lease gets the lease's budget per call. A database
+    that does not answer within it (a CI run: a new connection on a machine with a run queue of
+    20 took over 1.5 s) makes the store unusable but is not a broken store: the broker gives the
+    lock back and waits as a slave again, instead of exiting and leaving the group without a
+    broker. The first store connection stalls here; the second attempt serves."""
+    import asyncio
+    import threading
+
+    from reference_broker.ha.runner import MasterSlaveRunner
+    from reference_broker.store import bounded_db
+    from tests.reference_broker.test_locker import FakeLocker, Script
+
+    config = build_config({"name": "t", "stomp": "127.0.0.1:0", "http": None, "data": str(tmp_path), "store": {
+        "kind": "database", "dsn": clean.dsn, "lock_keep_alive_period": 500,
+        "locker": {"kind": "lease_database", "lock_acquire_sleep_interval": 1000}}})
+    real_connect = bounded_db.psycopg_connect
+    connects, release = [], threading.Event()
+
+    def connect(dsn, timeout):
+        connects.append(dsn)
+        if len(connects) == 2:  # 1: the start-up's create_schema; 2: the first master's store
+            release.wait(10)  # a database too slow to answer within the store's 0.5 s
+        return real_connect(dsn, timeout)
+
+    monkeypatch.setattr(bounded_db, "psycopg_connect", connect)
+    locker = FakeLocker()
+    script = Script(limit=6)
+    runner = MasterSlaveRunner(config, locker=locker, wait=script)
+    served = []
+    runner.on_master = lambda server: (served.append(server), script.events.append("master"))
+    try:
+        asyncio.run(runner.run(asyncio.Event()))
+    finally:
+        release.set()
+    assert locker.attempts >= 2, f"the broker did not try the lock again after its store timed out: {script.events}"
+    assert locker.releases >= 2, "the lock is given back when the store times out, and on stop"
+    assert len(served) == 1, f"the second attempt should serve: {script.events}"
