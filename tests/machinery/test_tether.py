@@ -21,6 +21,7 @@ import pytest
 
 from machinery.managed import ManagedProcess
 from machinery.process import stop_group
+from machinery.waiting import poll
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -226,7 +227,11 @@ def test_launch_returns_the_commands_own_process():
                          stdin=subprocess.PIPE, text=True, start_new_session=True)
     try:
         assert os.getpgid(proc.pid) == proc.pid  # what the harness signals, reads RSS of, stops by
-        assert "python" in Path(f"/proc/{proc.pid}/cmdline").read_bytes().decode(errors="replace")
+        # read until the exec has happened: /proc/PID/cmdline is empty while the child is inside
+        # execve (a CI run read it there); a wrapper left in between would never show the command
+        cmdline = poll(lambda: Path(f"/proc/{proc.pid}/cmdline").read_bytes().decode(errors="replace"),
+                       lambda text: "python" in text, timeout=10, interval=0.01)
+        assert "python" in cmdline, cmdline
         proc.communicate("bye", timeout=60)
         assert proc.returncode == 7
         sleeper = launch(["sleep", "300"], start_new_session=True)
