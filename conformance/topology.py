@@ -40,7 +40,8 @@ from reference_broker.cluster.network_config import check_destination as _check_
 if TYPE_CHECKING:
     from conformance.scenario import Scenario
 
-__all__ = ["Bridge", "BridgeFilterPolicy", "BridgeRoute", "HeldBridgeRoute", "Cluster", "ClusterConnection", "ExtraClusterConnection",
+__all__ = ["Bridge", "BridgeFilterPolicy", "BridgeRoute", "HeldBridgeRoute", "Cluster", "ClusterConnection",
+           "ExtraClusterConnection",
            "GroupingHandlers",
            "CLUSTER_CONNECTION_DEFAULTS", "LOAD_BALANCING_MODES", "CompositeDestination", "Node",
            "NetworkConnectorOptions", "NfsOptions", "PEER_LIST_SCHEMES", "Shape", "SharedStore", "TOPOLOGY_CAPABILITIES",
