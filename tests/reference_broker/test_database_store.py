@@ -217,11 +217,12 @@ def test_keep_alive_must_leave_the_stop_margin_inside_the_lease():
 
 
 def test_a_new_master_whose_database_answers_too_slowly_waits_as_a_slave_again(clean, tmp_path, monkeypatch):
-    """The store a new master opens inside its lease gets the lease's budget per call. A database
-    that does not answer within it (a CI run: a new connection on a machine with a run queue of
-    20 took over 1.5 s) makes the store unusable but is not a broken store: the broker gives the
-    lock back and waits as a slave again, instead of exiting and leaving the group without a
-    broker. The first store connection stalls here; the second attempt serves."""
+    """FT-JDBC-2's takeover on a slow database. The store a new master opens inside its lease gets
+    the lease's budget per call. A database that does not answer within it (a CI run: a new
+    connection on a machine with a run queue of 20 took over 1.5 s) makes the store unusable but
+    is not a broken store: the broker gives the lock back and waits as a slave again, instead of
+    exiting and leaving the group without a broker. The first store connection stalls here; the
+    second attempt serves."""
     import asyncio
     import threading
 
