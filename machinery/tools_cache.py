@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
+import subprocess
 from pathlib import Path
+from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 PINS_FILE = Path(__file__).with_name("pins.toml")
@@ -24,3 +27,30 @@ def sha512_of(path: Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+class MavenCopyError(RuntimeError):
+    """``mvn dependency:copy`` could not put the artifact in place; the message has the command and
+    Maven's last lines."""
+
+
+def maven_copy(coordinates: str, file_name: str, dest_dir: Path, *, label: str,
+               run=subprocess.run, progress: Callable[[str], None] = print) -> Path:
+    """``dest_dir/file_name``, copied there by ``mvn dependency:copy -Dartifact=coordinates`` when it
+    is not already. Maven resolves it through the machine's own settings (its mirrors), so no
+    registry host is named here. Verifying the file against its pin is the caller's job."""
+    target = Path(dest_dir) / file_name
+    if target.is_file():
+        return target
+    if shutil.which("mvn") is None and run is subprocess.run:
+        raise MavenCopyError(f"mvn not found: {label} is fetched with Maven (Debian: sudo apt-get install maven)")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    progress(f"downloading {label} ({coordinates}) with Maven into {target.parent} ...")
+    command = ["mvn", "-q", "-B", "dependency:copy", f"-Dartifact={coordinates}", f"-DoutputDirectory={target.parent}"]
+    result = run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if result.returncode != 0 or not target.is_file():
+        output = (result.stdout or "").strip().splitlines()[-15:]
+        raise MavenCopyError(f"`{' '.join(command)}` failed (exit {result.returncode}); Maven's last lines:\n"
+                             + "\n".join(output))
+    progress(f"downloaded {target} ({target.stat().st_size // (1 << 10)} KiB)")
+    return target

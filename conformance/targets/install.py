@@ -14,6 +14,7 @@ import shutil
 import subprocess
 from pathlib import Path
 from conformance.targets.activemq import amqp as activemq_amqp
+from conformance.targets.artemis import class_archive
 from conformance.targets.artemis import dist as artemis_dist
 
 PACKAGES: dict[str, tuple[str, ...]] = {
@@ -65,6 +66,11 @@ def install_tool(name: str, progress=print, run=subprocess.run) -> None:
         except (artemis_dist.ArtemisDistError, OSError) as exc:
             raise InstallError(f"Apache Artemis: {exc}") from exc
         progress(f"Apache Artemis ready in {where}")
+        if run is subprocess.run:  # a real installation: make its JVMs' class archive (a broker launch)
+            try:
+                progress(f"Artemis class archive: {class_archive.ensure(progress=progress)}")
+            except (class_archive.ClassArchiveError, OSError) as exc:
+                progress(f"warning: no class archive for the Artemis JVMs (they start more slowly): {exc}")
         return
     raise InstallError(f"no installer for tool {name!r} (known: {', '.join(TOOLS)})")
 

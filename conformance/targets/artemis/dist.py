@@ -13,6 +13,9 @@ Layout of the cache (all re-used on the next run)::
     .tools/artemis/apache-artemis-<version>/.brokerconf-verified
                                                             marker: the archive it came from matched
                                                             the pinned sha512 (holds the digest)
+    .tools/artemis/jolokia-agent-jvm-<version>-javaagent.jar (+ its marker)
+                                                            how a local launch serves its counters
+                                                            (artemis/jolokia_agent.py)
 
 The archive is hashed once, when it is unpacked; afterwards the marker (with the pinned digest in
 it) says the tree came from a verified archive, so a warm start costs a file read. A pin change
@@ -32,7 +35,8 @@ from pathlib import Path
 
 from machinery.tools_cache import PINS_FILE as PINS
 from machinery.tools_cache import TOOLS_DIR as TOOLS
-from machinery.tools_cache import sha512_of
+from machinery.tools_cache import MavenCopyError, maven_copy, sha512_of
+from conformance.targets.artemis import jolokia_agent
 MARKER = ".brokerconf-verified"
 
 
@@ -80,8 +84,10 @@ def home(tools: Path | None = None, p: ArtemisPin | None = None) -> Path:
     return cache_dir(tools) / f"apache-artemis-{p.version}"
 
 
-def installed(tools: Path | None = None, p: ArtemisPin | None = None) -> tuple[bool, str]:
-    """(True, "") when the verified distribution is unpacked here and Java runs, else the reason."""
+def installed(tools: Path | None = None, p: ArtemisPin | None = None,
+              agent: jolokia_agent.AgentPin | None = None) -> tuple[bool, str]:
+    """(True, "") when the verified distribution is unpacked here with the Jolokia agent a local
+    launch reads its counters through (artemis/jolokia_agent.py), and Java runs; else the reason."""
     p = p or pin()
     where = home(tools, p)
     marker = where / MARKER
@@ -97,7 +103,7 @@ def installed(tools: Path | None = None, p: ArtemisPin | None = None) -> tuple[b
                        "(run `brokerconf targets install artemis` to verify it again)")
     if shutil.which("java") is None:
         return False, "java not found on PATH: Artemis 2.40 needs a Java 17 runtime (Debian: openjdk-17-jre-headless)"
-    return True, ""
+    return jolokia_agent.installed(tools, agent)
 
 
 def _say(message: str) -> None:
@@ -106,22 +112,11 @@ def _say(message: str) -> None:
 
 def fetch_archive(p: ArtemisPin, dest_dir: Path, run=subprocess.run, progress=_say) -> Path:
     """The archive in ``dest_dir``, copied there by Maven when it is not already."""
-    archive = dest_dir / p.archive_name
-    if archive.is_file():
-        return archive
-    if shutil.which("mvn") is None and run is subprocess.run:
-        raise ArtemisDistError("mvn not found: the Artemis distribution is fetched with Maven "
-                               "(Debian: sudo apt-get install maven)")
-    dest_dir.mkdir(parents=True, exist_ok=True)
-    progress(f"downloading Apache Artemis {p.version} ({p.coordinates}) with Maven into {dest_dir} ...")
-    command = ["mvn", "-q", "-B", "dependency:copy", f"-Dartifact={p.coordinates}", f"-DoutputDirectory={dest_dir}"]
-    result = run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    if result.returncode != 0 or not archive.is_file():
-        output = (result.stdout or "").strip().splitlines()[-15:]
-        raise ArtemisDistError(f"`{' '.join(command)}` failed (exit {result.returncode}); Maven's last lines:\n"
-                               + "\n".join(output))
-    progress(f"downloaded {archive} ({archive.stat().st_size // (1 << 20)} MiB)")
-    return archive
+    try:
+        return maven_copy(p.coordinates, p.archive_name, dest_dir, label=f"Apache Artemis {p.version}", run=run,
+                          progress=progress)
+    except MavenCopyError as exc:
+        raise ArtemisDistError(str(exc)) from None
 
 
 def _unpack(archive: Path, target: Path, p: ArtemisPin) -> None:
@@ -139,11 +134,16 @@ def _unpack(archive: Path, target: Path, p: ArtemisPin) -> None:
 
 
 def ensure_distribution(tools: Path | None = None, run=subprocess.run, progress=_say,
-                        p: ArtemisPin | None = None) -> Path:
-    """ARTEMIS_HOME, fetched, verified and unpacked when needed (quick when cached)."""
+                        p: ArtemisPin | None = None, agent: jolokia_agent.AgentPin | None = None) -> Path:
+    """ARTEMIS_HOME, fetched, verified and unpacked when needed, and the Jolokia agent beside it
+    (quick when cached)."""
     p = p or pin()
     target = home(tools, p)
-    if installed(tools, p)[0]:
+    try:
+        jolokia_agent.ensure(tools, run=run, progress=progress, p=agent)
+    except jolokia_agent.JolokiaAgentError as exc:
+        raise ArtemisDistError(str(exc)) from None
+    if installed(tools, p, agent)[0]:
         return target
     archive = fetch_archive(p, cache_dir(tools), run=run, progress=progress)
     progress(f"verifying {archive.name} (sha512) ...")

@@ -5,11 +5,12 @@ Start-up (REFERENCES.md, "Artemis from its binary distribution"):
 
 1. ``bin/artemis create WORKDIR/instance --silent --user A --password P --require-login |
    --allow-anonymous --host 127.0.0.1 --http-host 127.0.0.1 --http-port N --relax-jolokia
-   --java-options "-Xms64m -Xmx<heap>m"``, once per launcher (a restart after `kill` re-uses the
-   instance and its journal). ``A`` is the management user Jolokia is read with; the scenario's own
-   users are the clients'. The web server stays on (``--no-web`` would also remove Jolokia) but
-   listens on loopback only. ``-Xms`` comes with ``-Xmx``: the profile's own ``-Xms512M`` would
-   otherwise exceed a smaller maximum. The instance is copied from a template made by that
+   --java-options "-Xms64m -Xmx<heap>m -javaagent:<Jolokia agent>=..."``, once per launcher (a
+   restart after `kill` re-uses the instance and its journal). ``A`` is the management user Jolokia
+   is read with; the scenario's own users are the clients'. The web server (and its console) is
+   then taken out of ``etc/bootstrap.xml``: Jolokia's JVM agent serves the harness's management
+   reads on the http port instead, on loopback (artemis/jolokia_agent.py says why). ``-Xms`` comes
+   with ``-Xmx``: the profile's own ``-Xms512M`` would otherwise exceed a smaller maximum. The instance is copied from a template made by that
    ``create`` once per shape (user, anonymous or not, hosts; artemis/template.py) and rewritten
    where ``create`` would have written it differently (its path, the http port, the java options,
    the password hash): ``create`` is a JVM start of its own. ``WORKDIR/create.log`` says which
@@ -28,16 +29,17 @@ Class-data sharing (JDK 17 dynamic CDS: ``-XX:ArchiveClassesAtExit`` once, then
 (about 0.15 s), with wall times inside the noise, short of what would pay for an archive to make,
 key and invalidate per JDK and distribution.
 
-Counters come from Artemis's management MBeans through Jolokia on the loopback web server
-(``POST /console/jolokia/`` with basic auth and an ``Origin`` header, which Jolokia's CORS policy
-in ``etc/jolokia-access.xml`` checks): see `jolokia_call` and `QueueManagement.queue_attributes`
-(both also used for the containers of a cluster, artemis/container_cluster.py).
+Counters come from Artemis's management MBeans through Jolokia (``POST /jolokia/`` to the agent,
+with basic auth checked against the broker's JAAS realm): see `jolokia_call` and
+`QueueManagement.queue_attributes` (both also used for the containers of a cluster,
+artemis/container_cluster.py, which keep the image's web console and read ``/console/jolokia/``).
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import re
 import secrets
 import shutil
 import time
@@ -50,8 +52,10 @@ from conformance.scenario import Scenario
 
 from conformance.targets.runtime.probes import stomp_handshake
 from conformance.targets.artemis.config import ArtemisConfig, ArtemisDatabase, render
-from conformance.targets.artemis.dist import home, installed
+from conformance.targets.artemis import jolokia_agent
+from conformance.targets.artemis.dist import MARKER, home, installed
 from conformance.targets.artemis.template import ArtemisCreateError, CreateOptions, create_instance
+from conformance.targets.runtime.class_archive import ClassArchive
 from conformance.targets.runtime.jvm import quick_start_options
 from machinery.managed import ManagedProcess
 from machinery.postgres import JDBC_DRIVER_JAR
@@ -60,11 +64,13 @@ from conformance.targets.tls_setup import prepare as prepare_tls
 from machinery.waiting import Deadline
 
 __all__ = ["ArtemisProcess", "ArtemisStartError", "ArtemisNotInstalled", "JolokiaError", "LISTENERS", "QueueManagement",
-           "jolokia_call"]
+           "class_archive", "jolokia_call"]
 
 #: listeners every instance opens besides the scenario's protocols: core (Artemis's own tools)
 LISTENERS = ("core", "stomp", "mqtt", "amqp")
 ADMIN_USER = "brokerconf-admin"
+#: where Artemis's web console serves Jolokia (the container images keep the console)
+CONSOLE_JOLOKIA_PATH = "/console/jolokia/"
 
 
 class ArtemisNotInstalled(RuntimeError):
@@ -86,12 +92,13 @@ def _object_name_value(value: str) -> str:
 
 
 def jolokia_call(host: str, port: int, credentials: tuple[str, str], request: dict, *, timeout: float = 10.0,
-                 alive: Callable[[], bool] = lambda: True) -> dict:
-    """One Jolokia request (POST, JSON) to the web server on ``host:port`` with basic auth
-    ``credentials``; the response's ``value``. Retries while the web server is still coming up (it
-    starts after the acceptors) and ``alive()`` says the broker runs. Shared by the local JVM and the
-    containers of a cluster (artemis/container_cluster.py: the console port published on loopback)."""
-    url = f"http://{host}:{port}/console/jolokia/"
+                 alive: Callable[[], bool] = lambda: True, path: str = CONSOLE_JOLOKIA_PATH) -> dict:
+    """One Jolokia request (POST, JSON) to ``http://host:port<path>`` with basic auth
+    ``credentials``; the response's ``value``. Retries while the server is still coming up (a web
+    console starts after the acceptors) and ``alive()`` says the broker runs. Shared by the local
+    JVM (the Jolokia agent, ``path`` `jolokia_agent.PATH`) and the containers of a cluster
+    (artemis/container_cluster.py: the image's console port published on loopback)."""
+    url = f"http://{host}:{port}{path}"
     auth = base64.b64encode(f"{credentials[0]}:{credentials[1]}".encode()).decode()
     headers = {"Content-Type": "application/json", "Authorization": f"Basic {auth}", "Origin": f"http://{host}"}
     deadline = Deadline(timeout)
@@ -112,6 +119,30 @@ def jolokia_call(host: str, port: int, credentials: tuple[str, str], request: di
         raise JolokiaError(f"Jolokia {request.get('type')} {request.get('mbean')}: status {body.get('status')}: "
                            f"{body.get('error_type', '')} {body.get('error', '')}".strip())
     return body["value"]
+
+
+def class_archive(artemis_home: Path) -> ClassArchive:
+    """The class-data archive of this distribution's broker JVMs with the Jolokia agent (made at
+    set-up by artemis/class_archive.py; runtime/class_archive.py says why)."""
+    home = Path(artemis_home).resolve()
+    try:
+        distribution = (home / MARKER).read_text(encoding="utf-8").strip()  # its pinned sha512
+    except OSError:
+        distribution = "unverified"
+    agent = jolokia_agent.jar(home.parent.parent)
+    return ClassArchive("artemis", {"home": str(home), "distribution": distribution, "agent": str(agent),
+                                    "agent_sha512": jolokia_agent.pin().sha512}, with_agent=True)
+
+
+def _remove_web_server(bootstrap: Path) -> None:
+    """Take the web server (console and all) out of an instance's bootstrap.xml: the Jolokia agent
+    serves the management reads (artemis/jolokia_agent.py)."""
+    text = bootstrap.read_text(encoding="utf-8")
+    new, count = re.subn(r"(?s)\n?[ \t]*<web\b.*?</web>", "", text)
+    if count != 1:
+        raise ArtemisStartError(f"{bootstrap}: expected one <web> element, found {count} "
+                                "(a new Artemis version writes it differently: update artemis/process.py)")
+    bootstrap.write_text(new, encoding="utf-8")
 
 
 class QueueManagement:
@@ -144,11 +175,13 @@ class ArtemisProcess(QueueManagement, ManagedProcess):
     def __init__(self, workdir: Path, scenario: Scenario, *, name: str = "brokerconf-artemis",
                  jvm_heap_mb: int = 384, artemis_home: Path | None = None, ha_policy: str | None = None,
                  shared_data: Path | None = None, database: ArtemisDatabase | None = None,
-                 journal_file_size: str = "10M") -> None:
+                 journal_file_size: str = "10M", class_archive_dump: Path | None = None) -> None:
         """``ha_policy`` ("primary" / "backup") with ``shared_data``: one node of a shared-store
         pair (`artemis.shared_store`), its journal, bindings, paging and large messages there; or
         with ``database``: the pair's store (and its lock) in PostgreSQL tables instead, the driver
-        jar put in the instance's lib directory."""
+        jar put in the instance's lib directory. ``class_archive_dump``: this JVM writes the classes it
+        loaded there when it exits (artemis/class_archive.py makes the launches' archive so); every
+        other launch maps that archive when it is made (`class_archive`)."""
         if (ha_policy is None) != (shared_data is None and database is None):
             raise ValueError("ha_policy goes with shared_data or database (a shared-store node needs a store)")
         self.ha_policy = ha_policy
@@ -167,6 +200,7 @@ class ArtemisProcess(QueueManagement, ManagedProcess):
         self.tls = prepare_tls(scenario, self.workdir)
         if self.tls is not None:
             self.listeners += tuple(f"{p}_ssl" for p in scenario.protocols)
+        self.class_archive_dump = class_archive_dump
         self.admin = (ADMIN_USER, secrets.token_hex(8))
         self.ready_login = tuple(scenario.users[0]) if scenario.users else None
         self.ports: dict[str, int] = {}
@@ -197,15 +231,22 @@ class ArtemisProcess(QueueManagement, ManagedProcess):
                              ha_policy=self.ha_policy,
                              data_directory=str(self.shared_data) if self.shared_data else "data",
                              database=self.database, journal_file_size=self.journal_file_size, **tls)
+        agent = jolokia_agent.java_option(jolokia_agent.jar(self.artemis_home.parent.parent), host=self.host,
+                                          port=self.http_port)
+        archive = class_archive(self.artemis_home)
+        classes = (archive.dump_options(self.class_archive_dump) if self.class_archive_dump is not None
+                   else archive.use_options())
         options = CreateOptions(user=self.admin[0], password=self.admin[1], anonymous=self.config.anonymous,
                                 host=self.host, http_host=self.host, http_port=self.http_port,
-                                java_options=" ".join([f"-Xms64m -Xmx{self.jvm_heap_mb}m", *quick_start_options()]))
+                                java_options=" ".join([f"-Xms64m -Xmx{self.jvm_heap_mb}m", *quick_start_options(),
+                                                       *classes, agent]))
         try:
             log = create_instance(self.artemis_home, self.instance, options, timeout=timeout)
         except ArtemisCreateError as exc:
             (self.workdir / "create.log").write_text(str(exc) + "\n", encoding="utf-8")
             raise ArtemisStartError(str(exc)) from exc
         (self.workdir / "create.log").write_text(log, encoding="utf-8")
+        _remove_web_server(self.instance / "etc" / "bootstrap.xml")
         if self.database is not None:
             # Artemis puts <instance>/lib on its class path ("Persistence", JDBC: the driver jar there)
             shutil.copy(JDBC_DRIVER_JAR, self.instance / "lib" / "postgresql.jar")
@@ -282,7 +323,7 @@ class ArtemisProcess(QueueManagement, ManagedProcess):
     def jolokia(self, request: dict, timeout: float = 10.0) -> dict:
         """One Jolokia request on this instance's loopback web server (`jolokia_call`)."""
         return jolokia_call(self.host, self.http_port, self.admin, request, timeout=timeout,
-                            alive=lambda: self.running)
+                            alive=lambda: self.running, path=jolokia_agent.PATH)
 
     def __repr__(self) -> str:
         state = f"pid={self.pid}" if self.running else "stopped"

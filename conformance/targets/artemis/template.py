@@ -57,6 +57,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from conformance.targets.runtime.jvm import java_identity
 from machinery.tools_cache import TOOLS_DIR
 from machinery.waiting import Deadline
 
@@ -132,20 +133,6 @@ def run_create(home: Path, instance: Path, options: CreateOptions, *, timeout: f
     return f"$ {_shown(command, password)}\n{output}"
 
 
-def _java() -> str:
-    """The java `bin/artemis` runs (JAVA_HOME's, else PATH's), resolved, with its mtime: `create`
-    runs on it, so a different or upgraded JDK gets templates of its own."""
-    java_home = os.environ.get("JAVA_HOME")
-    java = Path(java_home) / "bin" / "java" if java_home else shutil.which("java")
-    if not java:
-        return "none"
-    real = Path(java).resolve()
-    try:
-        return f"{real}@{real.stat().st_mtime_ns}"
-    except OSError:
-        return str(real)
-
-
 def _template_key(home: Path, options: CreateOptions) -> str:
     home = Path(home).resolve()
     try:
@@ -154,7 +141,7 @@ def _template_key(home: Path, options: CreateOptions) -> str:
     except OSError:
         verified = str((home / "bin" / "artemis").stat().st_mtime_ns)
     material = json.dumps({"format": TEMPLATE_FORMAT, "home": str(home), "distribution": verified,
-                           "java": _java(), **options.shape()}, sort_keys=True)
+                           "java": java_identity(), **options.shape()}, sort_keys=True)
     return hashlib.sha256(material.encode()).hexdigest()[:16]
 
 
@@ -214,7 +201,7 @@ def template_for(home: Path, options: CreateOptions, *, cache: Path = TEMPLATES_
                 raise ArtemisCreateError(f"`create` did not write ARTEMIS_INSTANCE='{instance}' into "
                                          f"{instance}/etc/artemis.profile: update artemis/template.py's rules")
             meta = {"created_at": str(instance), "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                    "artemis_home": str(Path(home).resolve()), "java": _java(), "shape": options.shape(),
+                    "artemis_home": str(Path(home).resolve()), "java": java_identity(), "shape": options.shape(),
                     "http_port": _TEMPLATE_HTTP_PORT, "java_options": _TEMPLATE_JAVA_OPTIONS, "create_log": log}
             (staging / "template.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
             os.rename(staging, final)  # atomic: a template is either complete or absent

@@ -15,6 +15,8 @@ brokers run as they would in production.
 from __future__ import annotations
 
 import os
+import shutil
+from pathlib import Path
 
 #: set to "0" to launch broker JVMs with the JVM's default (tiered C1 + C2) compilation
 QUICK_START_ENV = "BROKERCONF_JVM_QUICK_START"
@@ -30,3 +32,18 @@ def quick_start_options() -> list[str]:
 def full_jit_for_benchmarks() -> None:
     """Launch this process's broker JVMs with full compilation from now on (benchmarks)."""
     os.environ[QUICK_START_ENV] = "0"
+
+
+def java_identity() -> str:
+    """The java a broker's launcher script runs (JAVA_HOME's, else PATH's), resolved, with its
+    mtime: what is made with one JDK (an Artemis template, a class archive) is keyed by it, so a
+    different or upgraded JDK gets its own."""
+    java_home = os.environ.get("JAVA_HOME")
+    java = Path(java_home) / "bin" / "java" if java_home else shutil.which("java")
+    if not java:
+        return "none"
+    real = Path(java).resolve()
+    try:
+        return f"{real}@{real.stat().st_mtime_ns}"
+    except OSError:
+        return str(real)

@@ -1,0 +1,122 @@
+"""CPU seconds of one local Artemis launch, three ways, interleaved in one run:
+
+- ``console``: the broker's web server and console serving Jolokia (how launches ran before), no
+  class archive;
+- ``agent``: the launcher as it is, Jolokia's JVM agent and no web server, no class archive;
+- ``agent+archive``: the launcher as it is with the class archive the set-up made.
+
+For each launch: CPU time of the JVM from its start to STOMP CONNECTED, CPU in the 10 s after
+(a console keeps starting after the broker serves), wall time to CONNECTED; each run also reads
+the broker's version over Jolokia the way it serves it, so every kind is checked to work.
+
+    .venv/bin/python benchmarks/artemis_launch_cpu.py --repeat 3
+
+Prints each launch, then per kind the median and [min, max] of each figure. The ``console``
+launches rebuild the old instance from the launcher's own: the template's bootstrap.xml (which
+keeps the web server) and the profile without the agent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from conformance.scenario import Scenario  # noqa: E402  (after the path insert)
+from conformance.targets.artemis.dist import installed  # noqa: E402
+from conformance.targets.artemis.process import ArtemisProcess, class_archive, jolokia_call  # noqa: E402
+from conformance.targets.runtime.class_archive import USE_ENV  # noqa: E402
+
+KINDS = ("console", "agent", "agent+archive")
+
+
+def _as_before(broker: ArtemisProcess) -> None:
+    """Turn the created instance back into one whose web console serves Jolokia."""
+    log = (broker.workdir / "create.log").read_text(encoding="utf-8")
+    template = re.search(r"copied from the Artemis template (\S+)", log)
+    if template is None:
+        raise SystemExit(f"{broker.workdir}: the instance was not copied from a template; cannot rebuild the console")
+    boot = (Path(template.group(1)) / "instance" / "etc" / "bootstrap.xml").read_text(encoding="utf-8")
+    made_at = re.search(r'created_at": "([^"]+)"', (Path(template.group(1)) / "template.json").read_text()).group(1)
+    boot = boot.replace(f"file:{made_at}", f"file:{broker.instance}").replace(made_at, os.path.realpath(broker.instance))
+    boot = boot.replace(":1\"", f":{broker.http_port}\"")  # the template's placeholder port
+    (broker.instance / "etc" / "bootstrap.xml").write_text(boot, encoding="utf-8")
+    profile = broker.instance / "etc" / "artemis.profile"
+    profile.write_text(re.sub(r" -javaagent:\S+", "", profile.read_text(encoding="utf-8")), encoding="utf-8")
+
+
+def _cpu(pid: int) -> float:
+    process = psutil.Process(pid)
+    return sum(sum(p.cpu_times()[:2]) for p in [process, *process.children(recursive=True)] if p.is_running())
+
+
+def one_launch(kind: str, workdir: Path) -> tuple[float, float, float]:
+    os.environ[USE_ENV] = "1" if kind == "agent+archive" else "0"
+    broker = ArtemisProcess(workdir, Scenario(name="bench", protocols=("stomp",)), jvm_heap_mb=256)
+    broker._create_instance(timeout=120)
+    if kind == "console":
+        _as_before(broker)
+    began = time.monotonic()
+    broker.start(timeout=180)
+    wall = time.monotonic() - began
+    try:
+        to_serving = _cpu(broker.pid)
+        request = {"type": "read", "mbean": f'org.apache.activemq.artemis:broker="{broker.name}"', "attribute": "Version"}
+        if kind == "console":
+            jolokia_call(broker.host, broker.http_port, broker.admin, request, timeout=60)
+        else:
+            broker.jolokia(request)
+        time.sleep(10)
+        return to_serving, _cpu(broker.pid) - to_serving, wall
+    finally:
+        broker.stop()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeat", type=int, default=3, help="launches of each kind (default 3)")
+    args = parser.parse_args()
+    if args.repeat < 1:
+        parser.error("--repeat must be at least 1")
+    ok, reason = installed()
+    if not ok:
+        print(f"Artemis is not installed: {reason}", file=sys.stderr)
+        return 1
+    if not class_archive(ArtemisProcess(Path("/nonexistent"), Scenario(name="x")).artemis_home).exists():
+        print("no class archive: run `.venv/bin/python -m conformance.targets.artemis.class_archive` first",
+              file=sys.stderr)
+        return 1
+    results: dict[str, list[tuple[float, float, float]]] = {kind: [] for kind in KINDS}
+    with tempfile.TemporaryDirectory(prefix="brokerconf-launch-bench-") as work:
+        for round_ in range(args.repeat):
+            for kind in KINDS:
+                workdir = Path(work) / f"{kind.replace('+', '-')}-{round_}"
+                results[kind].append(one_launch(kind, workdir))
+                shutil.rmtree(workdir, ignore_errors=True)
+                start, after, wall = results[kind][-1]
+                print(f"{kind:>14}  CPU to serving {start:5.2f} s  next 10 s {after:5.2f} s  wall {wall:5.2f} s",
+                      flush=True)
+    print()
+    print(f"{'kind':>14}  {'CPU to serving':>22}  {'CPU next 10 s':>22}  {'CPU total':>8}  {'wall to serving':>22}")
+    for kind, runs in results.items():
+        def figure(i: int) -> str:
+            values = [r[i] for r in runs]
+            return f"{statistics.median(values):5.2f} [{min(values):.2f}, {max(values):.2f}]"
+        total = statistics.median(r[0] + r[1] for r in runs)
+        print(f"{kind:>14}  {figure(0):>22}  {figure(1):>22}  {total:8.2f}  {figure(2):>22}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
