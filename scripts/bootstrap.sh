@@ -17,6 +17,14 @@
 # Leaves the current directory at the repository root.
 set -euo pipefail
 
+# Python's bytecode caches on, whatever the calling environment says: with PYTHONDONTWRITEBYTECODE
+# set, every Python process compiles the project's modules again and pytest rewrites the asserts of
+# every module of the project's plugin again (it caches them only as bytecode). Measured: collecting
+# the whole test tree took 20.6 s of CPU without the caches and 7.8 s with them (`time .venv/bin/python
+# -m pytest --collect-only -q`, twice), and a test run starts a few hundred Python processes (its
+# workers, pytest runs of whole suites, CLI runs, reference brokers).
+unset PYTHONDONTWRITEBYTECODE
+
 BROKERCONF_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
 cd "$BROKERCONF_ROOT"
 
