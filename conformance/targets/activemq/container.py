@@ -12,8 +12,9 @@ image's entrypoint runs the JVM with the same flags as `ActiveMQProcess.build_co
 * Network: the container joins a Docker network made for the scenario (or one handed in, which
   several brokers then share: ``network=`` a `testcontainers.core.network.Network`), under its
   broker name as network alias, so brokers reach each other as ``tcp://<name>:61616``.
-* Ports: published on 127.0.0.1 only, on host ports Docker picks at the first start and reuses on
-  restarts (stable addresses for reconnecting clients, as `ActiveMQProcess` keeps its ports).
+* Ports: published on 127.0.0.1 only, on host ports picked at the first start (`free_ports`, below
+  the ephemeral range) and reused on restarts (stable addresses for reconnecting clients, as
+  `ActiveMQProcess` keeps its ports).
 * Readiness: ActiveMQ's own "Apache ActiveMQ <version> (<name>, <id>) started" log line
   (testcontainers' `LogMessageWaitStrategy`), then a STOMP CONNECT through the published port.
 * Data: ``workdir/data`` is bind-mounted as the data directory, so a persistent store survives a
@@ -202,11 +203,17 @@ class ActiveMQContainer(ActiveMQAddresses, ContainerLifecycle):
         if self.kahadb_directory is not None:
             self.kahadb_directory.mkdir(parents=True, exist_ok=True)
             tc.with_volume_mapping(str(self.kahadb_directory), str(_SHARED_KAHADB), "rw")
-        # Loopback only; on a restart ask for the host ports of the first run (0/None: Docker picks).
+        # Loopback only, on host ports picked at the first start (`free_ports`: below the kernel's
+        # ephemeral range) and asked for again on a restart. Docker's own pick comes from the
+        # ephemeral range, where a client's outgoing connection can hold the port while the
+        # container is down: a CI run's restart of a killed master failed so ("listen tcp4
+        # 127.0.0.1:32798: bind: address already in use").
         published = {"stomp": self.stomp_port, "openwire": self.openwire_port, "mqtt": self.mqtt_port}
+        missing = [proto for proto in CONTAINER_PORTS if getattr(self, proto) and not published[proto]]
+        published.update(zip(missing, free_ports(len(missing))))
         for proto, port in CONTAINER_PORTS.items():
             if getattr(self, proto):
-                tc.ports[f"{port}/tcp"] = (self.host, published[proto] or None)
+                tc.ports[f"{port}/tcp"] = (self.host, published[proto])
         if self.jmx:
             tc.ports[f"{self.jmx_port}/tcp"] = (self.host, self.jmx_port)
         tc.with_kwargs(labels={LABEL: "activemq_container", "org.brokerconf.broker": self.name,
