@@ -14,9 +14,10 @@ The agent runs in the broker's JVM (``-javaagent:<jar>=<options>``) on the JDK's
 bound to loopback, with the same protocol at ``/jolokia/``; the launcher removes the web server
 from ``etc/bootstrap.xml``. Requests authenticate against the broker's own JAAS realm
 (``authMode=jaas,realm=activemq``: ``etc/login.config``, the users file the launcher writes; no
-credential is on the command line), so they run as the harness's admin user with its roles, which Artemis's management authorisation
-(``etc/management.xml``) checks as it did behind the console; without JAAS the agent's requests
-carry no subject and every MBean read is refused ("User not authorized").
+credential is on the command line), so they run as the harness's admin user with its roles, which
+Artemis's management authorisation (``etc/management.xml``) checks as it did behind the console;
+without JAAS the agent's requests carry no subject and every MBean read is refused ("User not
+authorized").
 
 The jar is pinned in ``machinery/pins.toml`` (``[jolokia-agent]``), copied by Maven into
 ``.tools/artemis/`` beside the distribution (artemis/dist.py fetches both) and verified against the

@@ -10,8 +10,8 @@ Start-up (REFERENCES.md, "Artemis from its binary distribution"):
    is read with; the scenario's own users are the clients'. The web server (and its console) is
    then taken out of ``etc/bootstrap.xml``: Jolokia's JVM agent serves the harness's management
    reads on the http port instead, on loopback (artemis/jolokia_agent.py says why). ``-Xms`` comes
-   with ``-Xmx``: the profile's own ``-Xms512M`` would otherwise exceed a smaller maximum. The instance is copied from a template made by that
-   ``create`` once per shape (user, anonymous or not, hosts; artemis/template.py) and rewritten
+   with ``-Xmx``: the profile's own ``-Xms512M`` would otherwise exceed a smaller maximum. The
+   instance is copied from a template made by that ``create`` once per shape (user, anonymous or not, hosts; artemis/template.py) and rewritten
    where ``create`` would have written it differently (its path, the http port, the java options,
    the password hash): ``create`` is a JVM start of its own. ``WORKDIR/create.log`` says which
    template, and has its ``create`` output.
@@ -23,11 +23,9 @@ Start-up (REFERENCES.md, "Artemis from its binary distribution"):
    start fails at once with the log's key lines and tail.
 4. `stop` sends SIGTERM to the group, then SIGKILL; `kill` sends SIGKILL (a crash). Both by PID.
 
-Class-data sharing (JDK 17 dynamic CDS: ``-XX:ArchiveClassesAtExit`` once, then
-``-XX:SharedArchiveFile``) was measured and not adopted: on the loaded 2-core test machine it saved
-15-18 % of an Artemis JVM's CPU time to STOMP CONNECTED (about 0.5 s) and 11-14 % of ActiveMQ's
-(about 0.15 s), with wall times inside the noise, short of what would pay for an archive to make,
-key and invalidate per JDK and distribution.
+Class-data sharing: each launch maps the archive of the distribution's classes that the set-up
+made (`class_archive`, artemis/class_archive.py; runtime/class_archive.py has the measurements),
+when there is one for its key.
 
 Counters come from Artemis's management MBeans through Jolokia (``POST /jolokia/`` to the agent,
 with basic auth checked against the broker's JAAS realm): see `jolokia_call` and
