@@ -29,9 +29,6 @@ project's tests and ``brokerconf suite`` all get it). What it does with SIGTERM,
   the controller would end at once and xdist's ``teardown_nodes`` would have execnet SIGINT each
   busy worker after 5 s and SIGKILL it after 10 s (execnet ``WorkerGateway._terminate_execution``,
   ``Group.terminate``), in the middle of stopping its brokers.
-* After an interrupted session's teardown, whatever this process launched (machinery/tether.py's
-  record) and is still running is stopped by PID, and named on stderr: a signal can cut a launch
-  short in a test's body, before any ``finally`` holds the handle.
 * Before pytest renders an exception the signal raised (or one raised while it passed), every
   traceback entry gets a line number: conformance/tracebacks.py says why pytest needs that.
 """
@@ -48,7 +45,6 @@ import pytest
 
 from conformance import xdist_groups
 from conformance.tracebacks import give_line_numbers
-from machinery import tether
 
 #: the signals handled here
 HANDLED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -163,26 +159,9 @@ class SignalPlugin:
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         self.session = session
 
-    @pytest.hookimpl(wrapper=True, tryfirst=True)
-    def pytest_sessionfinish(self):
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionfinish(self) -> None:
         self.finishing = True
-        try:
-            return (yield)
-        finally:
-            if self.signum is not None and not self._controller():
-                self._end_what_teardown_missed()
-
-    def _end_what_teardown_missed(self) -> None:
-        """After an interrupted session's teardown (every other sessionfinish has run): stop what
-        this process launched and is still running, by PID, and say what. A signal that cut a
-        launch short in a test's body (the process spawned, its handle not yet where a
-        ``finally`` stops it) leaves a process no teardown knows of; a CI run's interrupted
-        `brokerconf run` left one so, and only its tether watchdog ended it, after the command
-        had exited."""
-        ended = tether.end_launched()
-        if ended:
-            _say(f"pytest: stopped {len(ended)} launched process(es) the interrupted session's teardown left "
-                 f"running: {'; '.join(ended)}")
 
     def pytest_unconfigure(self) -> None:
         self.uninstall()

@@ -77,8 +77,6 @@ _owner = 0                                  # the PID that started the watchdog 
 # watchdogs let go of (ours that died, or a parent's after a fork): kept referenced, so no
 # "still running" ResourceWarning comes from a handle dropped while its process runs
 _retired: list[subprocess.Popen] = []
-# what this process registered (its watchdog holds the same list): `end_launched` reads it
-_launched: list["Registration"] = []
 
 
 # ---------------------------------------------------------------------- the launcher's side
@@ -114,9 +112,6 @@ def tether(pid: int, *, grace: float = DEFAULT_GRACE_S) -> None:
     _, pgid, start = stat
     line = f"{pid} {start} {int(pgid == pid)} {grace:g}\n".encode()
     with _lock:
-        _launched.append(Registration(pid, start, pgid == pid, grace))
-        if len(_launched) > 64:
-            _launched[:] = _prune(_launched)
         try:
             os.write(_ensure_watchdog_locked(), line)  # shorter than PIPE_BUF: written whole
         except BrokenPipeError:
@@ -124,20 +119,6 @@ def tether(pid: int, *, grace: float = DEFAULT_GRACE_S) -> None:
             # (`_ensure_watchdog_locked` says what that means) and gets the line
             _watchdog.wait(10)
             os.write(_ensure_watchdog_locked(), line)
-
-
-def end_launched() -> list[str]:
-    """End now what this process launched and is still running, as its watchdog would once this
-    process ended (SIGTERM to each group, SIGKILL after its grace period); "PID: command" of each.
-    For a command interrupted by a signal, after its own cleanup ran: whatever that cleanup missed
-    (a launch the signal cut short before its caller held the handle) is stopped by the command
-    itself, by PID, before it exits, instead of by the watchdog after."""
-    with _lock:
-        registrations = list(_launched)
-    pending = _targets(registrations, _snapshot())
-    described = [f"{reg.pid}: {_command(reg.pid)}" for reg in pending]
-    _stop(pending)
-    return described
 
 
 def is_watchdog(argv: list[str]) -> bool:
@@ -208,7 +189,6 @@ def _after_fork() -> None:
     from seeing EOF, and the child's own launches need a watchdog of their own."""
     global _lock
     _lock = threading.Lock()  # another thread may have held it at the fork
-    _launched.clear()  # the parent's launches are the parent's to end
     _drop_locked()
 
 
@@ -288,7 +268,8 @@ def _snapshot() -> dict[int, tuple[str, int, int]]:
 
 
 def _command(pid: int, limit: int = 200) -> str:
-    """The process's command line, cut to ``limit`` characters (what it was, for the report)."""
+    """The process's command line, cut to ``limit`` characters: the report says what it ended, not
+    only its PID (a CI run's report of one leftover could not be traced to a test)."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             words = f.read().rstrip(b"\0").split(b"\0")
@@ -315,13 +296,6 @@ def _end(registrations: list[Registration], launcher: int) -> None:
         return
     _say(f"tether: process {launcher} ended with {len(pending)} launched process(es) still running "
          f"({'; '.join(f'{r.pid}: {_command(r.pid)}' for r in pending)}): SIGTERM, SIGKILL after the grace period")
-    _stop(pending)
-
-
-def _stop(pending: list[Registration]) -> None:
-    """SIGTERM each, SIGKILL what outlives its grace period, wait (briefly) for the rest."""
-    if not pending:
-        return
     started = time.monotonic()
     for reg in pending:
         _signal(reg, signal.SIGTERM)

@@ -286,24 +286,3 @@ def test_a_leftover_the_watchdog_ended_still_counts_as_left_by_an_interrupted_co
     assert any(line.startswith("ended by a tether watchdog") and "ended with 1 launched process(es)" in line
                for line in result.left), result.describe()
 
-
-def test_end_launched_stops_what_this_process_launched_and_names_it():
-    """What an interrupted command runs after its own cleanup: every process it launched that is
-    still running is ended by PID (its group too) and reported with its command line; what was
-    stopped already is not touched again. In a process of its own: here it would end what the other
-    tests of this worker launched."""
-    script = textwrap.dedent("""
-        import json, signal, subprocess
-        from machinery.tether import end_launched, launch
-        quiet = dict(stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True)
-        stopped, left = launch(["sleep", "300"], **quiet), launch(["sleep", "301"], **quiet)
-        stopped.kill(); stopped.wait()
-        ended = end_launched()
-        print(json.dumps({"left": left.pid, "ended": ended, "left_exit": left.wait(10), "again": end_launched()}))
-    """)
-    result = subprocess.run([sys.executable, "-c", script], cwd=Path(__file__).resolve().parents[2],
-                            capture_output=True, text=True, timeout=60)
-    assert result.returncode == 0, result.stderr
-    said = json.loads(result.stdout)
-    assert said["ended"] == [f"{said['left']}: sleep 301"], said
-    assert said["left_exit"] == -signal.SIGTERM and said["again"] == [], said
