@@ -27,8 +27,9 @@ MQTT 3.1.1 and 5.0 in brackets):
   DISCONNECT.
 SESSION-2, REDELIVER-1 and WILL-1 are checked by the same comparison of what arrived (its
 message names them all).
-Known deviation, kept out of the model and pinned as a strict xfail below: a QoS 1/2 delivery
-left unacknowledged when its subscription is removed is not resent when the session resumes.
+Known deviation, kept out of the model and pinned as strict xfails below: a QoS 1/2 delivery
+left unacknowledged when its subscription is removed, or replaced by a re-SUBSCRIBE across QoS 0,
+is not resent when the session resumes.
 Not modelled: retained messages, shared subscriptions, topic aliases, expiry timers, windows
 (a run stays far below the in-flight window of 100).
 """
@@ -239,6 +240,13 @@ class MqttSessionMachine(RuleBasedStateMachine):
         cid = data.draw(st.sampled_from(sorted(self.conns)), label="client")
         if topic_filter == "w/+" and cid in self.wills:
             return  # see connect: no client subscribes to its own will
+        old_qos = self.sessions[cid].subs.get(topic_filter)
+        if self.held.get(cid) and old_qos is not None and (old_qos == 0) != (qos == 0):
+            # A re-SUBSCRIBE across QoS 0 replaces the broker's subscription, and the reference
+            # broker then forgets its in-flight deliveries as after an UNSUBSCRIBE
+            # (test_unacknowledged_delivery_is_resent_after_a_resubscribe_at_qos_0_and_resume, a
+            # strict xfail; a CI run's model run found it): kept out as unsubscribing is.
+            return
         self.subscribe_one(cid, topic_filter, qos)
 
     def subscribe_one(self, cid: str, topic_filter: str, qos: int) -> None:
@@ -341,6 +349,33 @@ MqttSessionMachine.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 TestMqttSessionModel = MqttSessionMachine.TestCase
+
+
+@pytest.mark.known_failure(failure=r"^MQTT-REDELIVER-1: the unacknowledged QoS 1 delivery was not resent after "
+                                   r"the re-SUBSCRIBE: \[\](\n|$)",
+                           reason="reference broker: a re-SUBSCRIBE at QoS 0 replaces the subscription and forgets "
+                                  "its in-flight deliveries (MQTT 3.1.1 3.8.4 / 4.4); for the coordinator")
+def test_unacknowledged_delivery_is_resent_after_a_resubscribe_at_qos_0_and_resume():
+    """Found by the model (a CI run): 3.1.1 [MQTT-3.8.4-3] replaces a subscription whose filter is
+    subscribed again without interrupting the flow of publications, and [MQTT-4.4.0-1] resends
+    the QoS 1/2 deliveries left unacknowledged (DUP) when the session resumes. Subscribed again at
+    QoS 0, the reference broker makes a new engine subscription (session.py `engine_key`: QoS 0 is
+    auto-acknowledged) and drops the old one with its in-flight message, as after an UNSUBSCRIBE."""
+    env = Env()
+    sub = env.client(MQTT_311)
+    sub.connect("keep", clean=False)
+    sub.subscribe("t/a", 1)
+    pub = env.client(MQTT_311)
+    pub.connect("pub")
+    pub.publish("t/a", b"m", 1)
+    [delivered] = sub.publishes()
+    sub.subscribe("t/a", 0)
+    sub.lost()
+    back = env.client(MQTT_311)
+    assert back.connect("keep", clean=False).session_present
+    again = back.packets()
+    assert [(p.payload, p.packet_id, p.dup) for p in again] == [(b"m", delivered.packet_id, True)], (
+        f"MQTT-REDELIVER-1: the unacknowledged QoS 1 delivery was not resent after the re-SUBSCRIBE: {again}")
 
 
 @pytest.mark.known_failure(failure=r"^MQTT-REDELIVER-1: the unacknowledged QoS 1 delivery was not resent: \[\](\n|$)",
