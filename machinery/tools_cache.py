@@ -12,6 +12,8 @@ import hashlib
 import os
 import shutil
 import subprocess
+import tomllib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -27,6 +29,33 @@ def sha512_of(path: Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+@dataclass(frozen=True)
+class MavenPin:
+    """One artifact pinned in pins.toml: its Maven coordinates and the sha512 of its file."""
+
+    group: str
+    artifact: str
+    version: str
+    classifier: str
+    packaging: str
+    sha512: str
+
+    @property
+    def coordinates(self) -> str:
+        return f"{self.group}:{self.artifact}:{self.version}:{self.packaging}:{self.classifier}"
+
+    @property
+    def file_name(self) -> str:
+        """The file ``mvn dependency:copy`` writes."""
+        return f"{self.artifact}-{self.version}-{self.classifier}.{self.packaging}"
+
+
+def maven_pin(section: str, path: Path = PINS_FILE) -> MavenPin:
+    """The `MavenPin` of pins.toml's ``[section]``."""
+    data = tomllib.loads(Path(path).read_text(encoding="utf-8"))[section]
+    return MavenPin(**{k: data[k] for k in ("group", "artifact", "version", "classifier", "packaging", "sha512")})
 
 
 class MavenCopyError(RuntimeError):

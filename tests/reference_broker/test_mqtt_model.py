@@ -361,6 +361,16 @@ def test_unacknowledged_delivery_is_resent_after_a_resubscribe_at_qos_0_and_resu
     the QoS 1/2 deliveries left unacknowledged (DUP) when the session resumes. Subscribed again at
     QoS 0, the reference broker makes a new engine subscription (session.py `engine_key`: QoS 0 is
     auto-acknowledged) and drops the old one with its in-flight message, as after an UNSUBSCRIBE."""
+    env, sub, delivered = _holding_one_qos1_delivery()
+    sub.subscribe("t/a", 0)
+    again = _resumed(env, sub)
+    assert [(p.payload, p.packet_id, p.dup) for p in again] == [(b"m", delivered.packet_id, True)], (
+        f"MQTT-REDELIVER-1: the unacknowledged QoS 1 delivery was not resent after the re-SUBSCRIBE: {again}")
+
+
+def _holding_one_qos1_delivery():
+    """A 3.1.1 client with a kept session, subscribed to t/a at QoS 1, holding one delivery
+    unacknowledged: (the harness, the client, the delivery)."""
     env = Env()
     sub = env.client(MQTT_311)
     sub.connect("keep", clean=False)
@@ -369,13 +379,15 @@ def test_unacknowledged_delivery_is_resent_after_a_resubscribe_at_qos_0_and_resu
     pub.connect("pub")
     pub.publish("t/a", b"m", 1)
     [delivered] = sub.publishes()
-    sub.subscribe("t/a", 0)
+    return env, sub, delivered
+
+
+def _resumed(env, sub) -> list:
+    """What the session sends first when ``sub``'s client comes back after losing its connection."""
     sub.lost()
     back = env.client(MQTT_311)
     assert back.connect("keep", clean=False).session_present
-    again = back.packets()
-    assert [(p.payload, p.packet_id, p.dup) for p in again] == [(b"m", delivered.packet_id, True)], (
-        f"MQTT-REDELIVER-1: the unacknowledged QoS 1 delivery was not resent after the re-SUBSCRIBE: {again}")
+    return back.packets()
 
 
 @pytest.mark.known_failure(failure=r"^MQTT-REDELIVER-1: the unacknowledged QoS 1 delivery was not resent: \[\](\n|$)",
@@ -386,19 +398,9 @@ def test_unacknowledged_delivery_is_resent_after_unsubscribe_and_resume():
     still completes the QoS 1/2 deliveries it had started, and [MQTT-4.4.0-1] resends them
     (DUP) when the session resumes. The reference broker drops the subscription's in-flight
     messages with the engine consumer (session.py `_detach`), so the message is lost."""
-    env = Env()
-    sub = env.client(MQTT_311)
-    sub.connect("keep", clean=False)
-    sub.subscribe("t/a", 1)
-    pub = env.client(MQTT_311)
-    pub.connect("pub")
-    pub.publish("t/a", b"m", 1)
-    [delivered] = sub.publishes()
+    env, sub, delivered = _holding_one_qos1_delivery()
     sub.send(Unsubscribe(sub.pid(), ["t/a"]))
     assert isinstance(sub.one(), Unsuback)
-    sub.lost()
-    back = env.client(MQTT_311)
-    assert back.connect("keep", clean=False).session_present
-    again = back.packets()
+    again = _resumed(env, sub)
     assert [(p.payload, p.packet_id, p.dup) for p in again] == [(b"m", delivered.packet_id, True)], (
         f"MQTT-REDELIVER-1: the unacknowledged QoS 1 delivery was not resent: {again}")

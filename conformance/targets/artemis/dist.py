@@ -29,13 +29,11 @@ import shutil
 import subprocess
 import sys
 import tarfile
-import tomllib
-from dataclasses import dataclass
 from pathlib import Path
 
 from machinery.tools_cache import PINS_FILE as PINS
 from machinery.tools_cache import TOOLS_DIR as TOOLS
-from machinery.tools_cache import MavenCopyError, maven_copy, sha512_of
+from machinery.tools_cache import MavenCopyError, MavenPin, maven_copy, maven_pin, sha512_of
 from conformance.targets.artemis import jolokia_agent
 MARKER = ".brokerconf-verified"
 
@@ -44,27 +42,16 @@ class ArtemisDistError(RuntimeError):
     """The distribution could not be fetched, verified or unpacked; the message says what to do."""
 
 
-@dataclass(frozen=True)
-class ArtemisPin:
-    group: str
-    artifact: str
-    version: str
-    classifier: str
-    packaging: str
-    sha512: str
-
-    @property
-    def coordinates(self) -> str:
-        return f"{self.group}:{self.artifact}:{self.version}:{self.packaging}:{self.classifier}"
+class ArtemisPin(MavenPin):
+    """The distribution's pin (pins.toml ``[artemis]``)."""
 
     @property
     def archive_name(self) -> str:
-        return f"{self.artifact}-{self.version}-{self.classifier}.{self.packaging}"
+        return self.file_name
 
 
 def pin(path: Path = PINS) -> ArtemisPin:
-    data = tomllib.loads(Path(path).read_text(encoding="utf-8"))["artemis"]
-    return ArtemisPin(**{k: data[k] for k in ("group", "artifact", "version", "classifier", "packaging", "sha512")})
+    return ArtemisPin(**vars(maven_pin("artemis", path)))
 
 
 #: the local image docker/build-images.sh (docker/artemis/build.sh) builds from the pinned

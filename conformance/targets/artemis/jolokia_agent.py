@@ -28,11 +28,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import tomllib
-from dataclasses import dataclass
 from pathlib import Path
 
-from machinery.tools_cache import PINS_FILE, TOOLS_DIR, MavenCopyError, maven_copy, sha512_of
+from machinery.tools_cache import (PINS_FILE, TOOLS_DIR, MavenCopyError, MavenPin, maven_copy, maven_pin,
+                                   sha512_of)
 
 __all__ = ["AgentPin", "JolokiaAgentError", "PATH", "ensure", "installed", "jar", "java_option", "pin"]
 
@@ -44,27 +43,12 @@ class JolokiaAgentError(RuntimeError):
     """The agent could not be fetched or verified; the message says what to do."""
 
 
-@dataclass(frozen=True)
-class AgentPin:
-    group: str
-    artifact: str
-    version: str
-    classifier: str
-    packaging: str
-    sha512: str
-
-    @property
-    def coordinates(self) -> str:
-        return f"{self.group}:{self.artifact}:{self.version}:{self.packaging}:{self.classifier}"
-
-    @property
-    def file_name(self) -> str:
-        return f"{self.artifact}-{self.version}-{self.classifier}.{self.packaging}"
+#: the agent's pin (pins.toml ``[jolokia-agent]``)
+AgentPin = MavenPin
 
 
 def pin(path: Path = PINS_FILE) -> AgentPin:
-    data = tomllib.loads(Path(path).read_text(encoding="utf-8"))["jolokia-agent"]
-    return AgentPin(**{k: data[k] for k in ("group", "artifact", "version", "classifier", "packaging", "sha512")})
+    return maven_pin("jolokia-agent", path)
 
 
 def jar(tools: Path | None = None, p: AgentPin | None = None) -> Path:
