@@ -19,6 +19,7 @@ keeps the web server) and the profile without the agent.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -47,10 +48,12 @@ def _as_before(broker: ArtemisProcess) -> None:
     template = re.search(r"copied from the Artemis template (\S+)", log)
     if template is None:
         raise SystemExit(f"{broker.workdir}: the instance was not copied from a template; cannot rebuild the console")
-    boot = (Path(template.group(1)) / "instance" / "etc" / "bootstrap.xml").read_text(encoding="utf-8")
-    made_at = re.search(r'created_at": "([^"]+)"', (Path(template.group(1)) / "template.json").read_text()).group(1)
+    made = Path(template.group(1))
+    meta = json.loads((made / "template.json").read_text(encoding="utf-8"))
+    boot = (made / "instance" / "etc" / "bootstrap.xml").read_text(encoding="utf-8")
+    made_at = meta["created_at"]
     boot = boot.replace(f"file:{made_at}", f"file:{broker.instance}").replace(made_at, os.path.realpath(broker.instance))
-    boot = boot.replace(":1\"", f":{broker.http_port}\"")  # the template's placeholder port
+    boot = boot.replace(f":{meta['http_port']}\"", f":{broker.http_port}\"")  # the template's placeholder port
     (broker.instance / "etc" / "bootstrap.xml").write_text(boot, encoding="utf-8")
     profile = broker.instance / "etc" / "artemis.profile"
     profile.write_text(re.sub(r" -javaagent:\S+", "", profile.read_text(encoding="utf-8")), encoding="utf-8")
