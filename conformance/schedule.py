@@ -131,10 +131,13 @@ class RunTiming:
         self.units: dict[str, float] = {}
         self.targets: dict[str, dict] = {}
         self.modules: dict[str, dict[str, float]] = {}
+        #: worker id -> its units in the order it ran them, each [unit, first start, last stop, seconds]
+        self.workers: dict[str, list[list]] = {}
 
     def add(self, report: pytest.TestReport) -> None:
         unit = unit_of_nodeid(report.nodeid)
         self.units[unit] = self.units.get(unit, 0.0) + report.duration
+        self._add_to_worker(unit, report)
         where = suite_target_and_module(unit)
         if where is None:
             return
@@ -147,9 +150,46 @@ class RunTiming:
         per_target = self.modules.setdefault(module, {})
         per_target[target] = per_target.get(target, 0.0) + report.duration
 
+    def _add_to_worker(self, unit: str, report: pytest.TestReport) -> None:
+        # pytest-xdist's reports carry the worker's id ("gw0"); a serial run's have none
+        spans = self.workers.setdefault(str(getattr(report, "worker_id", None) or "main"), [])
+        if spans and spans[-1][0] == unit:
+            span = spans[-1]
+            span[1], span[2] = min(span[1], report.start), max(span[2], report.stop)
+            span[3] += report.duration
+        else:
+            spans.append([unit, report.start, report.stop, report.duration])
+
+    def worker_summary(self) -> dict[str, dict]:
+        """Per worker: its busy seconds (summed test phases), when its first test started and its
+        last test ended (seconds from the run's start), and the seconds it stood idle at the end
+        while another worker still ran: the tail that decides a parallel run's wall time."""
+        if not self.workers:
+            return {}
+        run_end = max(spans[-1][2] for spans in self.workers.values() if spans)
+        summary = {}
+        for worker, spans in sorted(self.workers.items()):
+            first, last = min(span[1] for span in spans), max(span[2] for span in spans)
+            summary[worker] = {"busy_seconds": round(sum(span[3] for span in spans), 1),
+                               "first_start": round(first - self.started, 1),
+                               "last_stop": round(last - self.started, 1),
+                               "idle_at_end": round(run_end - last, 1),
+                               "units": len(spans)}
+        return summary
+
+    def timeline(self) -> dict[str, list[list]]:
+        """Each worker's units in the order it ran them: [unit, start, stop (seconds from the run's
+        start), summed test seconds]. Gaps between a unit's stop and the next one's start are time
+        the worker spent outside tests (collection, waiting for work, module-scoped set-up is inside)."""
+        return {worker: [[unit, round(start - self.started, 1), round(stop - self.started, 1), round(seconds, 1)]
+                         for unit, start, stop, seconds in spans]
+                for worker, spans in sorted(self.workers.items())}
+
     def to_json(self) -> dict:
         return {
             "wall_seconds": round(time.time() - self.started, 1),
+            "workers": self.worker_summary(),
+            "timeline": self.timeline(),
             "units": {unit: round(seconds, 2) for unit, seconds in sorted(self.units.items())},
             "targets": {target: {"wall_seconds": round(span["last_stop"] - span["first_start"], 1),
                                  "test_seconds": round(span["test_seconds"], 1)}
@@ -175,6 +215,19 @@ class CostScheduling:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if not hasattr(self.config, "workerinput"):  # a worker's reports reach the controller too
             self.timing.add(report)
+
+    def pytest_terminal_summary(self, terminalreporter) -> None:
+        """Under pytest-xdist: one line per worker, so a run whose wall time grew shows whether a
+        worker stood idle at the end while another finished a long unit (the schedule's tail)."""
+        summary = self.timing.worker_summary()
+        if hasattr(self.config, "workerinput") or len(summary) < 2:
+            return
+        terminalreporter.write_sep("=", "time per worker (conformance/schedule.py)")
+        for worker, row in summary.items():
+            last_unit = self.timing.workers[worker][-1][0]
+            terminalreporter.write_line(
+                f"{worker}: busy {row['busy_seconds']:.0f} s in {row['units']} units, last test ended at "
+                f"{row['last_stop']:.0f} s, idle {row['idle_at_end']:.0f} s at the end; last unit {last_unit}")
 
     def pytest_sessionfinish(self) -> None:
         path = self.config.getoption("brokerconf_timing_report", None)

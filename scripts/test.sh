@@ -8,7 +8,10 @@
 # tests that share a module-scoped fixture, stay on one worker; see conformance/xdist_groups.py),
 # the costliest groups first by their recorded cost (--no-loadscope-reorder; conformance/schedule.py).
 # Unset, empty or 1: one process, as before.
-# Every run ends with its 30 slowest tests (--durations=30), so growth is visible.
+# Every run ends with its 30 slowest tests (--durations=30) and, with workers, each worker's busy
+# time and idle tail, so growth is visible; its timing (each worker's units in order, each unit's
+# cost) is written to reports/out/test-timing.json (scripts/record_costs.py reads it; a
+# --timing-report of your own wins).
 set -euo pipefail
 workers="${BROKERCONF_TEST_WORKERS:-1}"
 if ! [[ "$workers" =~ ^[1-9][0-9]*$ ]]; then
@@ -21,4 +24,4 @@ parallel=()
 if [ "$workers" -gt 1 ]; then
     parallel=(-n "$workers" --dist loadgroup --no-loadscope-reorder)
 fi
-exec .venv/bin/python -m pytest "${parallel[@]}" --durations=30 "$@"
+exec .venv/bin/python -m pytest "${parallel[@]}" --durations=30 --timing-report reports/out/test-timing.json "$@"

@@ -72,8 +72,10 @@ def test_the_unit_of_a_node_id_is_read_as_pytest_xdist_reads_it(nodeid, unit):
 
 
 class FakeReport:
-    def __init__(self, nodeid, start, stop):
+    def __init__(self, nodeid, start, stop, worker_id=None):
         self.nodeid, self.start, self.stop, self.duration = nodeid, start, stop, stop - start
+        if worker_id:
+            self.worker_id = worker_id
 
 
 def test_timing_sums_units_and_spans_targets_across_workers():
@@ -88,6 +90,31 @@ def test_timing_sums_units_and_spans_targets_across_workers():
                             "suites/test_groups.py(reference)": 0.5, "tests/test_x.py::test_y": 0.25}
     assert out["targets"]["artemis"] == {"wall_seconds": 11.0, "test_seconds": 4.0}
     assert out["modules"] == {"suites/test_groups.py": {"artemis": 4.0, "reference": 0.5}}
+
+
+def test_each_workers_units_and_its_idle_tail_are_kept_in_the_order_it_ran_them():
+    timing = schedule.RunTiming()
+    timing.started = 100.0
+    group = "@suites/test_groups.py(artemis)"
+    timing.add(FakeReport("suites/test_groups.py::a" + group, 101.0, 103.0, "gw0"))
+    timing.add(FakeReport("suites/test_groups.py::a" + group, 103.0, 104.0, "gw0"))  # its teardown phase
+    timing.add(FakeReport("tests/test_x.py::test_y", 101.0, 150.0, "gw1"))
+    timing.add(FakeReport("suites/test_groups.py::b" + group, 104.5, 110.0, "gw0"))
+    timing.add(FakeReport("tests/test_x.py::test_z", 111.0, 112.0, "gw0"))
+    assert timing.timeline() == {
+        "gw0": [["suites/test_groups.py(artemis)", 1.0, 10.0, 8.5], ["tests/test_x.py::test_z", 11.0, 12.0, 1.0]],
+        "gw1": [["tests/test_x.py::test_y", 1.0, 50.0, 49.0]]}
+    summary = timing.worker_summary()
+    assert summary["gw0"] == {"busy_seconds": 9.5, "first_start": 1.0, "last_stop": 12.0, "idle_at_end": 38.0,
+                              "units": 2}
+    assert summary["gw1"]["idle_at_end"] == 0.0
+    assert json.loads(json.dumps(timing.to_json()))["workers"] == summary
+
+
+def test_a_serial_runs_reports_are_one_workers():
+    timing = schedule.RunTiming()
+    timing.add(FakeReport("tests/test_x.py::test_y", 1.0, 2.0))
+    assert list(timing.worker_summary()) == ["main"]
 
 
 def test_the_recorded_cost_file_is_readable_and_names_units():
