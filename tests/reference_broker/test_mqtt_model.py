@@ -368,6 +368,27 @@ def test_unacknowledged_delivery_is_resent_after_a_resubscribe_at_qos_0_and_resu
         f"MQTT-REDELIVER-1: the unacknowledged QoS 1 delivery was not resent after the re-SUBSCRIBE: {again}")
 
 
+def test_an_unacknowledged_delivery_is_resent_at_its_own_qos_after_a_resubscribe_at_a_lower_one():
+    """Found by the model (a CI run): [MQTT-4.4.0-1] resends the unacknowledged PUBLISH packet
+    itself when the session resumes, under its packet id and so at its QoS; a re-SUBSCRIBE at a
+    lower QoS >= 1 keeps the flow (3.8.4) and governs what is delivered after it, not the packet
+    already in flight. The reference broker resent it at the new subscription QoS (QoS 1 for a
+    QoS 2 packet id the client may hold in its QoS 2 state)."""
+    env = Env()
+    sub = env.client(MQTT_311)
+    sub.connect("keep", clean=False)
+    sub.subscribe("t/#", 2)
+    pub = env.client(MQTT_311)
+    pub.connect("pub")
+    pub.publish("t", b"m", 2)
+    [delivered] = sub.publishes()
+    assert delivered.qos == 2, f"setup: delivered at QoS {delivered.qos}"
+    sub.subscribe("t/#", 1)
+    again = _resumed(env, sub)
+    assert [(p.payload, p.packet_id, p.qos, p.dup) for p in again] == [(b"m", delivered.packet_id, 2, True)], (
+        f"MQTT-REDELIVER-1: the unacknowledged QoS 2 delivery was not resent as it went out: {again}")
+
+
 def _holding_one_qos1_delivery():
     """A 3.1.1 client with a kept session, subscribed to t/a at QoS 1, holding one delivery
     unacknowledged: (the harness, the client, the delivery)."""

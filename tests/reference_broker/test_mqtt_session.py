@@ -538,7 +538,7 @@ def test_unacknowledged_messages_redelivered_with_dup_and_same_packet_id(env, ve
     back.send(Puback(again.packet_id), Pubcomp(first["d/2"].packet_id))
     assert back.packets() == []
     sub_state = env.registry.get("r")
-    assert not sub_state.outbound and not sub_state.resend_ids
+    assert not sub_state.outbound and not sub_state.resends
 
 
 def test_held_back_messages_are_not_duplicates(env):

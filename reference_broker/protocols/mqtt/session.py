@@ -73,7 +73,7 @@ import time
 import uuid
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from typing import Callable, NamedTuple, Protocol
 
 from ...config import MqttConfig
 from ...engine.broker import Broker, Connection
@@ -86,7 +86,7 @@ from ...engine.errors import (
     NotAuthorized,
     ResourceLimitError,
 )
-from ...engine.message import MessageRef
+from ...engine.message import Message, MessageRef
 from ...engine.names import TOPIC, DestinationName, parse_destination
 from .codec import (
     CONNACK_REASON_CODES,
@@ -205,6 +205,15 @@ class OutboundFlight:
     released: bool = False  # QoS 2: PUBREC received, PUBREL sent, PUBCOMP awaited
 
 
+class Resend(NamedTuple):
+    """An unacknowledged delivery to send again when the session resumes: [MQTT-4.4.0-1] resends
+    the PUBLISH packet itself, so under its packet id and at the QoS it went out with, whatever a
+    re-SUBSCRIBE has since changed of the subscription's QoS."""
+
+    packet_id: int
+    qos: int
+
+
 @dataclass(slots=True)
 class PendingWill:
     will: Will
@@ -221,8 +230,8 @@ class SessionState:
     subscriptions: dict[str, SubscriptionState] = field(default_factory=dict)
     inbound_qos2: set[int] = field(default_factory=set)  # PUBREC sent, PUBREL awaited
     outbound: dict[int, OutboundFlight] = field(default_factory=dict)  # packet id -> flight
-    # Unacknowledged at the last disconnect: (consumer id, message id) -> packet id to reuse.
-    resend_ids: dict[tuple[str, str], int] = field(default_factory=dict)
+    # Unacknowledged at the last disconnect: (consumer id, message id) -> how to send it again.
+    resends: dict[tuple[str, str], Resend] = field(default_factory=dict)
     # Delivered by the engine but never written (held back by the window) at the last
     # disconnect: their redelivery is not a duplicate for the client (no DUP).
     held_back: set[tuple[str, str]] = field(default_factory=set)
@@ -232,7 +241,7 @@ class SessionState:
     will: PendingWill | None = None  # a delayed will waiting to be published
 
     def allocate_packet_id(self) -> int:
-        reserved = set(self.resend_ids.values()) if self.resend_ids else ()
+        reserved = {resend.packet_id for resend in self.resends.values()} if self.resends else ()
         for _ in range(65535):
             pid = self.next_packet_id
             self.next_packet_id = pid % 65535 + 1
@@ -609,8 +618,8 @@ class MqttSession:
         # Ids kept for messages that did not come back (shared or QoS 0 subscriptions, or
         # expired meanwhile) are no longer needed.
         durable_ids = {s.topic_filter for s in state.subscriptions.values() if s.durable}
-        for key in [k for k in state.resend_ids if k[0] not in durable_ids]:
-            del state.resend_ids[key]
+        for key in [k for k in state.resends if k[0] not in durable_ids]:
+            del state.resends[key]
 
     def _refuse(self, exc: ConnectRefused) -> None:
         """CONNACK with a failure code, then close (3.2.2.3; 5.0 3.2.2.2, 4.13)."""
@@ -890,8 +899,8 @@ class MqttSession:
         self._held = deque(item for item in self._held if item[0].consumer_id != consumer_id)
         self._offline_qos0.pop(consumer_id, None)
         state = self.state
-        for key in [k for k in state.resend_ids if k[0] == consumer_id]:
-            del state.resend_ids[key]
+        for key in [k for k in state.resends if k[0] == consumer_id]:
+            del state.resends[key]
         try:
             self.connection.unsubscribe(consumer_id, remove_durable=remove_durable and sub.durable)
         except EngineError as exc:
@@ -943,7 +952,7 @@ class MqttSession:
             if min(message_qos(message), sub.qos) == 0:
                 self._settle_unsent(consumer, ref)
                 return
-        qos = min(message_qos(message), sub.qos)
+        qos = self._delivery_qos(consumer, message, sub)
         if qos and (self._held or len(state.outbound) >= self.window):
             self._held.append((consumer, ref))  # the window is full: keep order, wait
             return
@@ -965,7 +974,13 @@ class MqttSession:
             if sub is None or consumer.closed:
                 continue
             topic = mqtt_topic_of(ref.message.destination)
-            self._emit(consumer, ref, sub, topic, min(message_qos(ref.message), sub.qos))
+            self._emit(consumer, ref, sub, topic, self._delivery_qos(consumer, ref.message, sub))
+
+    def _delivery_qos(self, consumer: Consumer, message: Message, sub: SubscriptionState) -> int:
+        """The QoS a delivery goes out with: min(publish, subscription) (3.1.1 3.8.4, 5.0 3.8.4),
+        but a resent one keeps the QoS it first went out with (`Resend`)."""
+        resend = self.state.resends.get((consumer.consumer_id, message.message_id))
+        return resend.qos if resend is not None else min(message_qos(message), sub.qos)
 
     def _emit(self, consumer: Consumer, ref: MessageRef, sub: SubscriptionState, topic: str, qos: int) -> None:
         message = ref.message
@@ -993,8 +1008,9 @@ class MqttSession:
         dup = False
         if qos:
             key = (consumer.consumer_id, message.message_id)
-            pid = state.resend_ids.pop(key, None)
-            dup = pid is not None or (ref.redelivered and key not in state.held_back)
+            resend = state.resends.pop(key, None)
+            pid = resend.packet_id if resend is not None else None
+            dup = resend is not None or (ref.redelivered and key not in state.held_back)
             state.held_back.discard(key)
             if pid is None or pid in state.outbound:
                 pid = state.allocate_packet_id()
@@ -1106,7 +1122,7 @@ class MqttSession:
         for pid, flight in list(state.outbound.items()):
             if not flight.released:
                 del state.outbound[pid]
-                state.resend_ids[(flight.consumer_id, flight.message_id)] = pid
+                state.resends[(flight.consumer_id, flight.message_id)] = Resend(pid, flight.qos)
         for consumer, ref in self._held:
             state.held_back.add((consumer.consumer_id, ref.message.message_id))
         self._held.clear()
