@@ -86,7 +86,7 @@ def launch(args: Any, *, grace: float = DEFAULT_GRACE_S, **popen_kwargs: Any) ->
     """``subprocess.Popen(args, **popen_kwargs)``, tethered: it (with its process group, when it
     leads one) is ended within ``grace`` seconds (SIGTERM, then SIGKILL) after this process dies."""
     _ensure_watchdog()  # first: a watchdog that cannot start must not leave a process untethered
-    proc = subprocess.Popen(args, **popen_kwargs)
+    proc = _EndedIfItsStartIsInterrupted(args, **popen_kwargs)
     try:
         tether(proc.pid, grace=grace)
     except BaseException:
@@ -100,6 +100,31 @@ def launch(args: Any, *, grace: float = DEFAULT_GRACE_S, **popen_kwargs: Any) ->
             proc.wait()
         raise
     return proc
+
+
+class _EndedIfItsStartIsInterrupted(subprocess.Popen):
+    """``subprocess.Popen`` that does not leave a forked child behind when its own start raises.
+
+    Popen forks, then reads a pipe until the child has exec'd. A signal whose handler raises (the
+    command line's SIGTERM/SIGINT handlers do, brokerconf/children.py) can land in that read: the
+    exception leaves ``__init__``, the caller never gets the handle, and the child runs on,
+    untethered (CI: `brokerconf bench mqtt` stopped with SIGTERM while it started a load
+    generator left the generator running after it exited). Here the child is killed and reaped
+    before the exception goes on."""
+
+    def _execute_child(self, *args: Any, **kwargs: Any) -> None:
+        try:
+            super()._execute_child(*args, **kwargs)
+        except BaseException:
+            pid = getattr(self, "pid", None)
+            if getattr(self, "_child_created", False) and pid and self.returncode is None:
+                try:
+                    os.kill(pid, signal.SIGKILL)  # not reaped yet, so the PID is surely the child
+                    os.waitpid(pid, 0)
+                    self.returncode = -signal.SIGKILL
+                except (ProcessLookupError, ChildProcessError):
+                    pass
+            raise
 
 
 def tether(pid: int, *, grace: float = DEFAULT_GRACE_S) -> None:

@@ -247,6 +247,35 @@ def test_launch_returns_the_commands_own_process():
             proc.wait()
 
 
+def test_a_start_interrupted_after_the_fork_leaves_no_child(monkeypatch):
+    """A signal handler that raises while Popen waits for its child's exec (CI: `brokerconf bench`
+    stopped with SIGTERM as it started a load generator) must not leave the forked child running
+    without a handle: `launch` ends it before the exception goes on."""
+    import psutil
+
+    from machinery import tether
+
+    tether._ensure_watchdog()  # started before the interrupted read, so it is not the child looked for
+    real_read = os.read
+    forked = []
+
+    def interrupted_read(fd, size):
+        # Popen's first read after the fork is its exec-status pipe's: the signal "arrives" there
+        forked.extend(child.pid for child in psutil.Process().children() if not tether.is_watchdog(child.cmdline()))
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "read", interrupted_read)
+    with pytest.raises(KeyboardInterrupt):
+        tether.launch(["sleep", "300"], start_new_session=True)
+    monkeypatch.setattr(os, "read", real_read)
+    assert forked, "setup: no child was forked before the interrupted read"
+    alive = [pid for pid in forked if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
+    for pid in alive:  # a regression must not leave the sleeper behind (our own child: its PID is its own)
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    assert not alive, f"the interrupted start left its child running: {alive}"
+
+
 def test_the_watchdog_signals_only_what_is_still_the_registered_process():
     from machinery.tether import Registration, _targets
 
