@@ -114,6 +114,22 @@ def test_mqtt_connector_answers_connack(broker):
 
 @pytest.mark.container
 @pytest.mark.slow
+def test_the_containers_jvm_has_the_quick_start_of_a_local_one(broker):
+    """A container's broker lives as briefly as a local one, on the same cores: it gets the same
+    quick start (conformance/targets/runtime/jvm.py), read off its java command line."""
+    from conformance.targets.runtime.jvm import quick_start_options
+
+    client = docker_client()
+    try:
+        processes = client.containers.get(broker.container_id).top(ps_args="-eo pid,args")["Processes"]
+    finally:
+        client.close()
+    [java] = [args for _, args in processes if args.split()[0].endswith("java")]
+    assert set(quick_start_options()) <= set(java.split()), java
+
+
+@pytest.mark.container
+@pytest.mark.slow
 def test_container_is_on_its_scenario_network_with_net_admin(broker):
     client = docker_client()
     try:

@@ -33,6 +33,7 @@ from machinery.docker_env import DockerUnavailable, docker_client, image_availab
 from conformance.targets.artemis.target import ArtemisTarget
 from conformance.targets.artemis.dist import ARTEMIS_IMAGE
 from chaos.nemesis.process import ProcessNemesis
+from conformance.targets.runtime.jvm import quick_start_options
 from conformance.targets.runtime.node import ProcessNode
 
 
@@ -210,7 +211,8 @@ def test_environment_ports_and_labels(engine, tmp_path):
     tc = FakeTC.made[-1]
     assert tc.image == ARTEMIS_IMAGE
     assert tc.env == {"ARTEMIS_USER": "alice", "ARTEMIS_PASSWORD": "pw", "ANONYMOUS_LOGIN": "false",
-                      "EXTRA_ARGS": "--http-host 0.0.0.0 --relax-jolokia", "JAVA_ARGS_APPEND": "-Xms64m -Xmx384m"}
+                      "EXTRA_ARGS": "--http-host 0.0.0.0 --relax-jolokia",
+                      "JAVA_ARGS_APPEND": " ".join(["-Xms64m -Xmx384m", *quick_start_options()])}
     assert set(tc.ports) == {"61616/tcp", "61613/tcp", "1883/tcp"}  # no AMQP asked, no console
     assert {host for host, _ in tc.ports.values()} == {"127.0.0.1"}
     assert tc.network is engine["networks"][0] and tc.network_aliases == ["art"]
@@ -421,6 +423,7 @@ def test_real_jvm_heap_is_the_launchers(artemis):
     args = out.decode("utf-8", "replace").split("\0")
     assert args[0].endswith("java"), args
     assert [a for a in args if a.startswith("-Xmx")][-1] == "-Xmx384m", args
+    assert set(quick_start_options()) <= set(args), args  # the quick start, as a local JVM's
 
 
 @pytest.mark.container

@@ -40,6 +40,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from conformance.targets.activemq.process import ActiveMQAddresses, ActiveMQProcess, ActiveMQStartError
+from conformance.targets.runtime.jvm import quick_start_options
 from conformance.targets.runtime.probes import stomp_handshake
 from machinery.container import ContainerLifecycle, _configure_reaper, docker_container, \
     init_container_state, new_network
@@ -191,7 +192,9 @@ class ActiveMQContainer(ActiveMQAddresses, ContainerLifecycle):
             self.jmx_port = free_ports(1)[0]
         env = {"ACTIVEMQ_XML": _CONFIG_IN_CONTAINER, "ACTIVEMQ_HEAP_MB": str(self._config.jvm_heap_mb),
                "ACTIVEMQ_BROKER_NAME": self.name,
-               "ACTIVEMQ_JAVA_OPTS": " ".join([*self._jmx_java_opts(), *self._config.extra_jvm_args]),
+               # the quick start as for a local JVM (conformance/targets/runtime/jvm.py)
+               "ACTIVEMQ_JAVA_OPTS": " ".join([*self._jmx_java_opts(), *quick_start_options(),
+                                               *self._config.extra_jvm_args]),
                "ACTIVEMQ_HEALTH_PORTS": " ".join(str(CONTAINER_PORTS[p]) for p in ("stomp", "openwire", "mqtt")
                                                  if getattr(self, p)),
                **self.env}

@@ -14,7 +14,8 @@ What the launcher relies on (../shared/REFERENCES.md, "ActiveMQ Artemis", Images
   users, so clients connect without credentials), ``EXTRA_ARGS`` (given to ``artemis create``; the
   image's default ``--http-host 0.0.0.0 --relax-jolokia`` is kept, since the readiness line below
   comes from that HTTP server), ``JAVA_ARGS_APPEND`` (``-Xms64m -Xmx<jvm_heap_mb>m``: the heap
-  ``artemis create`` writes, ``-Xmx2G``, is lowered; several JVMs share a small machine).
+  ``artemis create`` writes, ``-Xmx2G``, is lowered; several JVMs share a small machine; and the
+  quick start of every broker JVM the harness launches, conformance/targets/runtime/jvm.py).
 * The instance lives in ``/var/lib/artemis-instance`` inside the container (not kept: a restart
   after `kill` reuses the same container, so it keeps its instance and journal).
 * Readiness: the log line ``HTTP Server started`` (what testcontainers-java waits for), then a STOMP
@@ -58,6 +59,7 @@ from typing import Any
 
 from conformance.scenario import DestinationPolicy, Scenario
 
+from conformance.targets.runtime.jvm import quick_start_options
 from conformance.targets.runtime.probes import stomp_handshake
 # the address-setting mapping is shared with the local-process launcher (artemis/process.py)
 from conformance.targets.artemis.config import FRAGMENT_MARK, UnsupportedArtemisPolicy, address_settings_xml, artemis_match
@@ -192,8 +194,10 @@ class ArtemisContainer(ContainerLifecycle):
                 "EXTRA_ARGS": self.extra_args,
                 # bin/artemis puts $JAVA_ARGS_APPEND last on the java command line, after the
                 # profile's -Xms512M -Xmx2G, so these win (both images run Artemis's own script);
-                # -Xms too, as the initial heap must not exceed the maximum
-                "JAVA_ARGS_APPEND": f"-Xms64m -Xmx{self.jvm_heap_mb}m", **self.extra_env}
+                # -Xms too, as the initial heap must not exceed the maximum; the quick start as
+                # for a local JVM (a container's broker lives as briefly, on the same two cores)
+                "JAVA_ARGS_APPEND": " ".join([f"-Xms64m -Xmx{self.jvm_heap_mb}m", *quick_start_options()]),
+                **self.extra_env}
 
     def listeners(self) -> list[str]:
         return ["core", *(p for p in ("stomp", "mqtt", "amqp") if getattr(self, p))]
