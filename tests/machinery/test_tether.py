@@ -251,17 +251,26 @@ def test_a_start_interrupted_after_the_fork_leaves_no_child(monkeypatch):
     """A signal handler that raises while Popen waits for its child's exec (CI: `brokerconf bench`
     stopped with SIGTERM as it started a load generator) must not leave the forked child running
     without a handle: `launch` ends it before the exception goes on."""
+    import threading
+
     import psutil
 
     from machinery import tether
 
     tether._ensure_watchdog()  # started before the interrupted read, so it is not the child looked for
-    real_read = os.read
-    forked = []
+    # this worker may have children of its own (a module's broker): only the one forked here counts
+    before = {child.pid for child in psutil.Process().children()}
+    real_read, this_thread = os.read, threading.get_ident()
+    forked: list[int] = []
+    interrupted: list[bool] = []
 
     def interrupted_read(fd, size):
-        # Popen's first read after the fork is its exec-status pipe's: the signal "arrives" there
-        forked.extend(child.pid for child in psutil.Process().children() if not tether.is_watchdog(child.cmdline()))
+        # Popen's first read after the fork is its exec-status pipe's: the signal "arrives" there;
+        # any other thread's read, and any later one, is the real read
+        if threading.get_ident() != this_thread or interrupted:
+            return real_read(fd, size)
+        interrupted.append(True)
+        forked.extend(child.pid for child in psutil.Process().children() if child.pid not in before)
         raise KeyboardInterrupt
 
     monkeypatch.setattr(os, "read", interrupted_read)
@@ -270,7 +279,7 @@ def test_a_start_interrupted_after_the_fork_leaves_no_child(monkeypatch):
     monkeypatch.setattr(os, "read", real_read)
     assert forked, "setup: no child was forked before the interrupted read"
     alive = [pid for pid in forked if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
-    for pid in alive:  # a regression must not leave the sleeper behind (our own child: its PID is its own)
+    for pid in alive:  # a regression must not leave the sleeper behind (forked here: the PID is its own)
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
     assert not alive, f"the interrupted start left its child running: {alive}"
