@@ -361,7 +361,7 @@ def test_unacknowledged_delivery_is_resent_after_a_resubscribe_at_qos_0_and_resu
     the QoS 1/2 deliveries left unacknowledged (DUP) when the session resumes. Subscribed again at
     QoS 0, the reference broker makes a new engine subscription (session.py `engine_key`: QoS 0 is
     auto-acknowledged) and drops the old one with its in-flight message, as after an UNSUBSCRIBE."""
-    env, sub, delivered = _holding_one_qos1_delivery()
+    env, sub, delivered = _holding_one_delivery()
     sub.subscribe("t/a", 0)
     again = _resumed(env, sub)
     assert [(p.payload, p.packet_id, p.dup) for p in again] == [(b"m", delivered.packet_id, True)], (
@@ -374,14 +374,7 @@ def test_an_unacknowledged_delivery_is_resent_at_its_own_qos_after_a_resubscribe
     lower QoS >= 1 keeps the flow (3.8.4) and governs what is delivered after it, not the packet
     already in flight. The reference broker resent it at the new subscription QoS (QoS 1 for a
     QoS 2 packet id the client may hold in its QoS 2 state)."""
-    env = Env()
-    sub = env.client(MQTT_311)
-    sub.connect("keep", clean=False)
-    sub.subscribe("t/#", 2)
-    pub = env.client(MQTT_311)
-    pub.connect("pub")
-    pub.publish("t", b"m", 2)
-    [delivered] = sub.publishes()
+    env, sub, delivered = _holding_one_delivery("t/#", "t", qos=2)
     assert delivered.qos == 2, f"setup: delivered at QoS {delivered.qos}"
     sub.subscribe("t/#", 1)
     again = _resumed(env, sub)
@@ -389,16 +382,17 @@ def test_an_unacknowledged_delivery_is_resent_at_its_own_qos_after_a_resubscribe
         f"MQTT-REDELIVER-1: the unacknowledged QoS 2 delivery was not resent as it went out: {again}")
 
 
-def _holding_one_qos1_delivery():
-    """A 3.1.1 client with a kept session, subscribed to t/a at QoS 1, holding one delivery
-    unacknowledged: (the harness, the client, the delivery)."""
+def _holding_one_delivery(topic_filter: str = "t/a", topic: str = "t/a", qos: int = 1):
+    """A 3.1.1 client with a kept session, subscribed to ``topic_filter`` at ``qos``, holding one
+    delivery of a message published to ``topic`` at ``qos`` unacknowledged: (the harness, the
+    client, the delivery)."""
     env = Env()
     sub = env.client(MQTT_311)
     sub.connect("keep", clean=False)
-    sub.subscribe("t/a", 1)
+    sub.subscribe(topic_filter, qos)
     pub = env.client(MQTT_311)
     pub.connect("pub")
-    pub.publish("t/a", b"m", 1)
+    pub.publish(topic, b"m", qos)
     [delivered] = sub.publishes()
     return env, sub, delivered
 
@@ -419,7 +413,7 @@ def test_unacknowledged_delivery_is_resent_after_unsubscribe_and_resume():
     still completes the QoS 1/2 deliveries it had started, and [MQTT-4.4.0-1] resends them
     (DUP) when the session resumes. The reference broker drops the subscription's in-flight
     messages with the engine consumer (session.py `_detach`), so the message is lost."""
-    env, sub, delivered = _holding_one_qos1_delivery()
+    env, sub, delivered = _holding_one_delivery()
     sub.send(Unsubscribe(sub.pid(), ["t/a"]))
     assert isinstance(sub.one(), Unsuback)
     again = _resumed(env, sub)
