@@ -19,6 +19,7 @@ the engine or the image is not usable."""
 from __future__ import annotations
 
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -182,6 +183,7 @@ def _core_port_reachable(broker, peer: str) -> bool:
     return code == 0
 
 
+@pytest.mark.timeout(300)  # two Artemis containers start (each JVM up to a minute on a loaded machine), a cut, a heal
 def test_partition_cuts_artemis_containers_apart_until_healed(tmp_path):
     from conformance.targets.artemis import container as art  # noqa: PLC0415 - needs the docker SDK
 
@@ -192,8 +194,9 @@ def test_partition_cuts_artemis_containers_apart_until_healed(tmp_path):
                for n in ("A", "B")}
     history = History(tmp_path / "history.jsonl", run="artemis-partition", target="artemis:container")
     try:
-        for broker in brokers.values():
-            broker.start()
+        with ThreadPoolExecutor(max_workers=len(brokers)) as pool:  # side by side: each start waits on its JVM
+            for started in [pool.submit(broker.start) for broker in brokers.values()]:
+                started.result()
         a, b = brokers["A"], brokers["B"].name
         assert _core_port_reachable(a, b), "A cannot reach B's core port before any fault"
         with ContainerPartitionNemesis(brokers, history) as nemesis:
