@@ -183,16 +183,27 @@ def test_expire_has_nothing_to_heal():
     assert ("expire", {"host": "A"}) in nemesis.calls and not any(c[0] == "heal" for c in nemesis.calls)
 
 
-def _watched_past_the_runs_end(fault: str) -> dict:
+def _watched_past_the_runs_end(fault: str, healed_first: bool = False) -> dict:
     """The record of a ``fault`` whose victim A stops serving at 0.1 s and after which B serves
-    from 0.5 s on; the run ends (teardown) at 0.3 s and its drain lasts until 0.8 s."""
+    from 0.5 s on; the run ends (teardown) at 0.3 s and its drain lasts until 0.8 s.
+    ``healed_first``: the fault's schedule healed it at 0.2 s, before the run's end."""
     group = ScriptedGroup([(0.1, ["A"]), (0.5, []), (float("inf"), ["B"])])
     nemesis = ScriptedNemesis()
     watched = LockLossFault(nemesis, group, fault=fault, poll_s=0.02, settle_s=5)
     original = nemesis.invoke
-    nemesis.invoke = lambda f, **p: (setattr(group, "cut_at", time.monotonic()), original(f, **p))[1]
+
+    def fault_starts_the_script(f, **params):
+        if f != "heal":
+            group.cut_at = time.monotonic()
+        return original(f, **params)
+    nemesis.invoke = fault_starts_the_script
     watched.invoke("lock-loss")
-    time.sleep(0.3)
+    if healed_first:
+        time.sleep(0.2)
+        watched.invoke("heal")
+        time.sleep(0.1)
+    else:
+        time.sleep(0.3)
     watched.teardown()  # the run's end: nobody serves yet
     time.sleep(0.5)     # the drain
     watched.end_watch()
@@ -209,6 +220,16 @@ def test_an_expired_leases_watch_goes_on_through_the_drain_until_ended():
     assert expired["detection_s"] is not None and 0.45 <= expired["takeover_s"] <= 0.7, expired
     cut = _watched_past_the_runs_end("partition")
     assert cut["detection_s"] is not None and cut["takeover_s"] is None, cut
+
+
+def test_a_cut_healed_before_the_runs_end_is_watched_through_the_drain():
+    """mj51: the slave of a cut master had not served 23 s after the cut (healed at 16 s, then the
+    run's end) on a loaded machine, and the record said no slave took over while the drain still
+    waited for one. The heal came from the fault's schedule, so the run's end changes nothing the
+    watch sees: it goes on until `end_watch`."""
+    healed = _watched_past_the_runs_end("partition", healed_first=True)
+    assert healed["detection_s"] is not None and 0.45 <= healed["takeover_s"] <= 0.7, healed
+    assert healed["healed_at_s"] is not None and healed["healed_at_s"] < 0.3, healed
 
 
 def test_repeat_table_shows_median_spread_and_never():
