@@ -32,7 +32,7 @@ def _ours(client, kind: str, broker: str) -> list:
     """Containers or networks this module's launcher labelled for `broker` that still exist."""
     filters = {"label": [f"{LABEL}=activemq_container", f"org.brokerconf.broker={broker}"]}
     if kind == "containers":
-        return client.containers.list(all=True, filters=filters)
+        return client.containers.list(all=True, filters=filters, ignore_removed=True)
     return client.networks.list(filters=filters)
 
 

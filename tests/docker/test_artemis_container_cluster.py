@@ -114,7 +114,9 @@ def _labelled(workdir: Path) -> tuple[set[str], set[str]]:
     client = docker_client()
     try:
         label = f"{LABEL}={CLUSTER_LABEL}"
-        containers = {c.id for c in client.containers.list(all=True, filters={"label": label})
+        # ignore_removed: a container removed between the SDK's list and its inspect is gone, not an error
+        listed = client.containers.list(all=True, filters={"label": label}, ignore_removed=True)
+        containers = {c.id for c in listed
                       if c.labels.get(WORKDIR_LABEL, "").startswith(str(workdir))}
         networks = {n.name for n in client.networks.list(filters={"label": label})
                     if (n.attrs.get("Labels") or {}).get(WORKDIR_LABEL, "").startswith(str(workdir))}

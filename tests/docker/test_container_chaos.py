@@ -188,7 +188,11 @@ def _artemis_containers(workdir_under: Path) -> set[str]:
 
     client = docker_client()
     try:
-        return {c.id for c in client.containers.list(all=True, filters={"label": f"{LABEL}=artemis_container"})
+        # the SDK lists, then inspects each container; the run removes its containers meanwhile
+        # (stop 36's CI: 404 on a container removed between the two), so a vanished one is skipped
+        listed = client.containers.list(all=True, filters={"label": f"{LABEL}=artemis_container"},
+                                        ignore_removed=True)
+        return {c.id for c in listed
                 if c.labels.get("org.brokerconf.workdir", "").startswith(str(workdir_under))}
     finally:
         client.close()
