@@ -1,9 +1,12 @@
-"""CPU seconds of one local Artemis launch, three ways, interleaved in one run:
+"""CPU seconds of one local Artemis launch, four ways, interleaved in one run:
 
-- ``console``: the broker's web server and console serving Jolokia (how launches ran before), no
-  class archive;
-- ``agent``: the launcher as it is, Jolokia's JVM agent and no web server, no class archive;
-- ``agent+archive``: the launcher as it is with the class archive the set-up made.
+- ``console``: the broker's web server and console serving Jolokia, the broker's classes in the
+  boot loader's ``URLClassLoader``, no class archive (how launches ran at first);
+- ``agent``: Jolokia's JVM agent and no web server, still the boot loader's class loader, no archive;
+- ``agent+archive``: as ``agent``, with a class archive made for that layout (the launcher before
+  artemis/class_path.py; the benchmark makes this archive itself, in its temporary directory);
+- ``class-path+archive``: the launcher as it is (every jar on the application class path) with the
+  class archive the set-up made.
 
 For each launch: CPU time of the JVM from its start to STOMP CONNECTED, CPU in the 10 s after
 (a console keeps starting after the broker serves), wall time to CONNECTED; each run also reads
@@ -11,9 +14,9 @@ the broker's version over Jolokia the way it serves it, so every kind is checked
 
     .venv/bin/python benchmarks/artemis_launch_cpu.py --repeat 3
 
-Prints each launch, then per kind the median and [min, max] of each figure. The ``console``
-launches rebuild the old instance from the launcher's own: the template's bootstrap.xml (which
-keeps the web server) and the profile without the agent.
+Prints each launch, then per kind the median and [min, max] of each figure. The older kinds are
+rebuilt from the launcher's own instance: the template's bootstrap.xml (which keeps the web server),
+the profile without the agent, without the class path block or with another archive.
 """
 
 from __future__ import annotations
@@ -37,9 +40,10 @@ sys.path.insert(0, str(ROOT))
 from conformance.scenario import Scenario  # noqa: E402  (after the path insert)
 from conformance.targets.artemis.dist import installed  # noqa: E402
 from conformance.targets.artemis.process import ArtemisProcess, class_archive, jolokia_call  # noqa: E402
+from conformance.targets.artemis.class_path import BLOCK_BEGIN, BLOCK_END  # noqa: E402
 from conformance.targets.runtime.class_archive import USE_ENV  # noqa: E402
 
-KINDS = ("console", "agent", "agent+archive")
+KINDS = ("console", "agent", "agent+archive", "class-path+archive")
 
 
 def _as_before(broker: ArtemisProcess) -> None:
@@ -59,15 +63,49 @@ def _as_before(broker: ArtemisProcess) -> None:
     profile.write_text(re.sub(r" -javaagent:\S+", "", profile.read_text(encoding="utf-8")), encoding="utf-8")
 
 
+def _with_boot_loader(broker: ArtemisProcess, archive: Path | None) -> None:
+    """Take the class path block out of the instance's profile (the broker's classes go back into
+    the boot loader's URLClassLoader) and map ``archive`` instead of the set-up's, or none."""
+    profile = broker.instance / "etc" / "artemis.profile"
+    text = profile.read_text(encoding="utf-8")
+    begin = text.index(BLOCK_BEGIN)
+    text = text[:begin] + text[text.index(BLOCK_END, begin) + len(BLOCK_END):]
+    if archive is None:
+        text = re.sub(r" -XX:SharedArchiveFile=\S+", "", text)
+    else:
+        text = re.sub(r"-XX:(SharedArchiveFile|ArchiveClassesAtExit)=\S+", lambda m: f"-XX:{m.group(1)}={archive}", text)
+    profile.write_text(text, encoding="utf-8")
+
+
+def make_boot_loader_archive(work: Path) -> Path:
+    """An archive of the boot loader's layout (what ``agent+archive`` maps): one launch that writes it."""
+    archive = work / "boot-loader.jsa"
+    broker = ArtemisProcess(work / "dump", Scenario(name="bench", protocols=("stomp", "mqtt", "amqp")),
+                            jvm_heap_mb=256, class_archive_dump=archive)
+    broker._create_instance(timeout=120)
+    _with_boot_loader(broker, archive)
+    broker.start(timeout=180)
+    try:
+        broker.jolokia({"type": "read", "mbean": f'org.apache.activemq.artemis:broker="{broker.name}"',
+                        "attribute": "Version"})
+    finally:
+        broker.stop()
+    if not archive.is_file():
+        raise SystemExit(f"the boot-loader launch wrote no archive; its log's tail:\n{broker.log_tail(40)}")
+    return archive
+
+
 def _cpu(pid: int) -> float:
     process = psutil.Process(pid)
     return sum(sum(p.cpu_times()[:2]) for p in [process, *process.children(recursive=True)] if p.is_running())
 
 
-def one_launch(kind: str, workdir: Path) -> tuple[float, float, float]:
-    os.environ[USE_ENV] = "1" if kind == "agent+archive" else "0"
+def one_launch(kind: str, workdir: Path, boot_loader_archive: Path) -> tuple[float, float, float]:
+    os.environ[USE_ENV] = "1" if kind.endswith("+archive") else "0"
     broker = ArtemisProcess(workdir, Scenario(name="bench", protocols=("stomp",)), jvm_heap_mb=256)
     broker._create_instance(timeout=120)
+    if kind != "class-path+archive":
+        _with_boot_loader(broker, boot_loader_archive if kind == "agent+archive" else None)
     if kind == "console":
         _as_before(broker)
     began = time.monotonic()
@@ -102,22 +140,24 @@ def main() -> int:
         return 1
     results: dict[str, list[tuple[float, float, float]]] = {kind: [] for kind in KINDS}
     with tempfile.TemporaryDirectory(prefix="brokerconf-launch-bench-") as work:
+        os.environ[USE_ENV] = "1"
+        boot_loader_archive = make_boot_loader_archive(Path(work))
         for round_ in range(args.repeat):
             for kind in KINDS:
                 workdir = Path(work) / f"{kind.replace('+', '-')}-{round_}"
-                results[kind].append(one_launch(kind, workdir))
+                results[kind].append(one_launch(kind, workdir, boot_loader_archive))
                 shutil.rmtree(workdir, ignore_errors=True)
                 start, after, wall = results[kind][-1]
-                print(f"{kind:>14}  CPU to serving {start:5.2f} s  next 10 s {after:5.2f} s  wall {wall:5.2f} s",
+                print(f"{kind:>18}  CPU to serving {start:5.2f} s  next 10 s {after:5.2f} s  wall {wall:5.2f} s",
                       flush=True)
     print()
-    print(f"{'kind':>14}  {'CPU to serving':>22}  {'CPU next 10 s':>22}  {'CPU total':>8}  {'wall to serving':>22}")
+    print(f"{'kind':>18}  {'CPU to serving':>22}  {'CPU next 10 s':>22}  {'CPU total':>8}  {'wall to serving':>22}")
     for kind, runs in results.items():
         def figure(i: int) -> str:
             values = [r[i] for r in runs]
             return f"{statistics.median(values):5.2f} [{min(values):.2f}, {max(values):.2f}]"
         total = statistics.median(r[0] + r[1] for r in runs)
-        print(f"{kind:>14}  {figure(0):>22}  {figure(1):>22}  {total:8.2f}  {figure(2):>22}")
+        print(f"{kind:>18}  {figure(0):>22}  {figure(1):>22}  {total:8.2f}  {figure(2):>22}")
     return 0
 
 

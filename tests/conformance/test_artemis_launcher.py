@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import time
+import zipfile
 
 import psutil
 import pytest
@@ -15,7 +16,8 @@ from conformance.clients.base import ConnectFailed
 from conformance.requirements import skip_or_fail
 from conformance.scenario import DestinationPolicy, Scenario
 from conformance.targets.artemis.dist import installed
-from conformance.targets.artemis.process import ArtemisProcess, ArtemisStartError
+from conformance.targets.artemis.class_path import distribution_jars
+from conformance.targets.artemis.process import ArtemisProcess, ArtemisStartError, class_archive
 from conformance.targets.artemis.target import ArtemisTarget
 from conformance.targets.base import TargetUnavailable
 from machinery.waiting import poll
@@ -123,3 +125,26 @@ def test_a_jvm_that_exits_fails_fast_with_its_log(tmp_path):
         broker.start(timeout=120)
     assert time.monotonic() - started < 100
     assert not broker.running and os.path.exists(broker.log_path)
+
+
+def test_the_brokers_classes_come_from_the_application_class_path_and_its_archive(tmp_path):
+    """artemis/class_path.py: the JVM itself reports the jars on its class path (the launcher script
+    passes two -classpath options; the last must win), the set-up's archive is mapped, and no jar
+    holds a file of the instance's etc that the boot loader would have found there first."""
+    _require()
+    broker = ArtemisProcess(tmp_path / "cp", Scenario("cp"), jvm_heap_mb=256)
+    archive = class_archive(broker.artemis_home)
+    if not archive.exists():  # made at set-up (scripts/bootstrap.sh, `brokerconf targets install artemis`)
+        skip_or_fail("artemis", f"no class archive {archive.path}: run python -m conformance.targets.artemis.class_archive")
+    broker.start(timeout=120)
+    try:
+        reported = broker.jolokia({"type": "read", "mbean": "java.lang:type=Runtime", "attribute": "ClassPath"})
+        assert reported.split(":") == [str(j) for j in distribution_jars(broker.artemis_home)]
+        with open(f"/proc/{broker.pid}/maps", encoding="utf-8") as maps:
+            assert str(archive.path) in maps.read(), "the JVM did not map the class archive"
+    finally:
+        broker.stop()
+    etc_names = {p.name for p in (broker.instance / "etc").iterdir()}
+    for jar in distribution_jars(broker.artemis_home):
+        with zipfile.ZipFile(jar) as z:
+            assert not etc_names & set(z.namelist()), f"{jar} holds a file of the instance's etc"

@@ -25,7 +25,8 @@ Start-up (REFERENCES.md, "Artemis from its binary distribution"):
 
 Class-data sharing: each launch maps the archive of the distribution's classes that the set-up
 made (`class_archive`, artemis/class_archive.py; runtime/class_archive.py has the measurements),
-when there is one for its key.
+when there is one for its key. The broker's jars go on the application class path
+(artemis/class_path.py, written into ``etc/artemis.profile``), so the archive serves their classes.
 
 Counters come from Artemis's management MBeans through Jolokia (``POST /jolokia/`` to the agent,
 with basic auth checked against the broker's JAAS realm): see `jolokia_call` and
@@ -50,7 +51,7 @@ from conformance.scenario import Scenario
 
 from conformance.targets.runtime.probes import stomp_handshake
 from conformance.targets.artemis.config import ArtemisConfig, ArtemisDatabase, render
-from conformance.targets.artemis import jolokia_agent
+from conformance.targets.artemis import class_path, jolokia_agent
 from conformance.targets.artemis.dist import MARKER, home, installed
 from conformance.targets.artemis.template import ArtemisCreateError, CreateOptions, create_instance
 from conformance.targets.runtime.class_archive import ClassArchive
@@ -128,8 +129,12 @@ def class_archive(artemis_home: Path) -> ClassArchive:
     except OSError:
         distribution = "unverified"
     agent = jolokia_agent.jar(home.parent.parent)
+    # the class path is part of the key: an archive serves only a JVM whose class path starts with
+    # the one it was made with (artemis/class_path.py)
     return ClassArchive("artemis", {"home": str(home), "distribution": distribution, "agent": str(agent),
-                                    "agent_sha512": jolokia_agent.pin().sha512}, with_agent=True)
+                                    "agent_sha512": jolokia_agent.pin().sha512,
+                                    "class_path": [p.name for p in class_path.distribution_jars(home)]},
+                        with_agent=True)
 
 
 def _remove_web_server(bootstrap: Path) -> None:
@@ -248,6 +253,10 @@ class ArtemisProcess(QueueManagement, ManagedProcess):
         if self.database is not None:
             # Artemis puts <instance>/lib on its class path ("Persistence", JDBC: the driver jar there)
             shutil.copy(JDBC_DRIVER_JAR, self.instance / "lib" / "postgresql.jar")
+        try:
+            class_path.write_into_profile(self.instance, self.artemis_home)
+        except ValueError as exc:
+            raise ArtemisStartError(str(exc)) from exc
         self._write_config()
         self._created = True
 
