@@ -47,6 +47,14 @@ def test_the_jars_go_in_the_boot_loaders_order_distribution_first(tmp_path):
     assert "JAVA_ARGS=\"-Xmx64m\"" in (instance / "etc" / "artemis.profile").read_text()
 
 
+def test_the_agent_jar_comes_between_the_distributions_and_the_instances(tmp_path):
+    home, instance = _layout(tmp_path)
+    driver = _jar(instance / "lib" / "postgresql.jar")
+    agent = _jar(tmp_path / "tools" / "agent.jar")
+    jars = write_into_profile(instance, home, agent=agent)
+    assert jars[2:] == [home / "lib" / "c.zip", agent, driver]
+
+
 def test_writing_again_replaces_the_block(tmp_path):
     home, instance = _layout(tmp_path)
     write_into_profile(instance, home)

@@ -16,6 +16,7 @@ from conformance.clients.base import ConnectFailed
 from conformance.requirements import skip_or_fail
 from conformance.scenario import DestinationPolicy, Scenario
 from conformance.targets.artemis.dist import installed
+from conformance.targets.artemis import jolokia_agent
 from conformance.targets.artemis.class_path import distribution_jars
 from conformance.targets.artemis.process import ArtemisProcess, ArtemisStartError, class_archive
 from conformance.targets.artemis.target import ArtemisTarget
@@ -139,7 +140,8 @@ def test_the_brokers_classes_come_from_the_application_class_path_and_its_archiv
     broker.start(timeout=120)
     try:
         reported = broker.jolokia({"type": "read", "mbean": "java.lang:type=Runtime", "attribute": "ClassPath"})
-        assert reported.split(":") == [str(j) for j in distribution_jars(broker.artemis_home)]
+        agent = jolokia_agent.jar(broker.artemis_home.parent.parent)
+        assert reported.split(":") == [str(j) for j in [*distribution_jars(broker.artemis_home), agent]]
         with open(f"/proc/{broker.pid}/maps", encoding="utf-8") as maps:
             assert str(archive.path) in maps.read(), "the JVM did not map the class archive"
     finally:

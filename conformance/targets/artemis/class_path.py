@@ -48,10 +48,14 @@ def instance_jars(instance: Path) -> list[Path]:
     return _jars(Path(instance) / "lib")
 
 
-def write_into_profile(instance: Path, artemis_home: Path) -> list[Path]:
+def write_into_profile(instance: Path, artemis_home: Path, agent: Path | None = None) -> list[Path]:
     """Set the class path in ``instance``'s ``etc/artemis.profile`` (replacing an earlier block, so a
-    jar added to the instance's lib later is taken in by calling this again); the jars, in order."""
-    jars = [*distribution_jars(artemis_home), *instance_jars(instance)]
+    jar added to the instance's lib later is taken in by calling this again); the jars, in order.
+
+    ``agent``: the ``-javaagent`` jar, put right after the distribution's. The JVM appends an agent's
+    jar to the class path itself, but only after start-up, where the archive cannot serve its classes
+    (all 400 of Jolokia's were read from the jar); on the class path from the start, they are archived."""
+    jars = [*distribution_jars(artemis_home), *([agent] if agent else []), *instance_jars(instance)]
     profile = Path(instance) / "etc" / "artemis.profile"
     text = profile.read_text(encoding="utf-8")
     begin = text.find(BLOCK_BEGIN)

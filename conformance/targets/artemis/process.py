@@ -133,7 +133,7 @@ def class_archive(artemis_home: Path) -> ClassArchive:
     # the one it was made with (artemis/class_path.py)
     return ClassArchive("artemis", {"home": str(home), "distribution": distribution, "agent": str(agent),
                                     "agent_sha512": jolokia_agent.pin().sha512,
-                                    "class_path": [p.name for p in class_path.distribution_jars(home)]},
+                                    "class_path": [p.name for p in class_path.distribution_jars(home)] + [agent.name]},
                         with_agent=True)
 
 
@@ -254,7 +254,8 @@ class ArtemisProcess(QueueManagement, ManagedProcess):
             # Artemis puts <instance>/lib on its class path ("Persistence", JDBC: the driver jar there)
             shutil.copy(JDBC_DRIVER_JAR, self.instance / "lib" / "postgresql.jar")
         try:
-            class_path.write_into_profile(self.instance, self.artemis_home)
+            class_path.write_into_profile(self.instance, self.artemis_home,
+                                          agent=jolokia_agent.jar(self.artemis_home.parent.parent))
         except ValueError as exc:
             raise ArtemisStartError(str(exc)) from exc
         self._write_config()
