@@ -9,9 +9,14 @@ CPU samples in ``SSLDomain.__init__``. On a machine whose main job is CPU-bound,
 
 A connection uses its container's contexts only when it connects to an ``amqps`` URL without an
 ``ssl_domain`` of its own (or listens on one): the AMQP adapter always passes its own domain for TLS
-(amqp_client._ssl_domain). `install` replaces proton's ``SSLConfig`` with `OnDemandSSLConfig`,
-which has the same attributes and makes each domain on first access, so nothing else changes.
-Installing is process-wide and idempotent; the AMQP adapter does it when imported.
+(amqp_client._ssl_domain). `install` replaces proton's ``SSLConfig`` with `OnDemandSSLConfig`: its
+``server`` domain is made on first access, per container; its ``client`` domain is one default
+client domain for the whole process, made on first access. Per container would not do:
+``Container._connect`` reads ``self.ssl.client`` for every connection, ``amqp://`` included, as the
+fallback it keeps for an ``amqps`` URL. The shared default is what each container's own would have
+been (a client domain with proton's defaults); changing it (``container.ssl.client.set_...``) would
+change it for every container, which nothing in brokerconf does (tested). Installing is
+process-wide and idempotent; the AMQP adapter does it when imported.
 """
 
 from __future__ import annotations
@@ -24,15 +29,21 @@ from proton import SSLDomain
 __all__ = ["OnDemandSSLConfig", "install"]
 
 
+@functools.cache
+def _default_client_domain() -> SSLDomain:
+    return SSLDomain(SSLDomain.MODE_CLIENT)
+
+
 class OnDemandSSLConfig(proton_reactor.SSLConfig):
-    """proton's ``SSLConfig`` whose ``client`` and ``server`` domains are made when first read."""
+    """proton's ``SSLConfig``: ``client`` the process's default client domain, ``server`` this
+    container's own; each made when first read (the module docstring says why)."""
 
     def __init__(self) -> None:  # deliberately not SSLConfig.__init__, which makes both domains
         pass
 
-    @functools.cached_property
+    @property
     def client(self) -> SSLDomain:
-        return SSLDomain(SSLDomain.MODE_CLIENT)
+        return _default_client_domain()
 
     @functools.cached_property
     def server(self) -> SSLDomain:
