@@ -347,7 +347,9 @@ class ActiveMQProcess(ActiveMQAddresses, ManagedProcess):
     throughput here (advisories cost per destination/consumer, not per message);
     pass ``advisory_support=False`` to drop it.  ``policy_entries_xml`` is pasted
     verbatim inside ``<destinationPolicy><policyMap><policyEntries>``.
-    ``extra_jvm_args`` go before ``-cp`` and the main class.
+    ``extra_jvm_args`` go before ``-cp`` and the main class. ``class_archive_dump``: this JVM runs
+    on the base class path alone and writes the classes it loaded there when it exits (no MQTT
+    then; activemq/class_archive.py makes the archive every other launch maps so).
 
     Optional extras (all off by default, so the defaults above hold):
     ``jmx=True`` turns ``useJmx`` on and serves the platform MBean server over the JDK's own
@@ -646,7 +648,7 @@ class ActiveMQProcess(ActiveMQAddresses, ManagedProcess):
         """``activemq.classpath``: the conf directory (its log4j files win), then `_launch_jars`."""
         return os.pathsep.join([str(self.workdir / "conf"), *self._launch_jars()])
 
-    def jvm_class_path(self) -> list[str]:
+    def _jvm_class_path(self) -> list[str]:
         """The JVM's ``-cp``: the installation's base class path, then `_launch_jars`; a dump
         launch gets the base alone, so the archive it writes maps under any launch's class path
         (activemq/class_path.py)."""
@@ -681,7 +683,7 @@ class ActiveMQProcess(ActiveMQAddresses, ManagedProcess):
             *self._jmx_jvm_args(),
             *self._class_archive_options(),
             *self.extra_jvm_args,
-            "-cp", os.pathsep.join(self.jvm_class_path()), MAIN_CLASS,
+            "-cp", os.pathsep.join(self._jvm_class_path()), MAIN_CLASS,
             "start", f"xbean:file:{self.config_path}",
         ]
 
