@@ -265,6 +265,14 @@ _bc_ensure_activemq_amqp() {
     fi
 }
 
+# The class archive every local ActiveMQ launch maps (conformance/targets/runtime/class_archive.py,
+# activemq/class_path.py): one broker launch, once per JDK and set of installed jars, after the AMQP
+# transport so the launch loads its connector too; without it launches only start more slowly.
+_bc_ensure_activemq_class_archive() {
+    [ -f "${BROKERCONF_ACTIVEMQ_HOME:-/usr/share/activemq}/bin/activemq.jar" ] || return 0
+    .venv/bin/python -m conformance.targets.activemq.class_archive >/dev/null || true
+}
+
 # --------------------------------------------------------------------------- real Java clients
 # The client-side chapters checked on the real client libraries (issue 28): the clients pinned in
 # machinery/pins.toml [java-clients.*] fetched with Maven (which reads the machine's own
@@ -345,7 +353,8 @@ _bc_ensure_toxiproxy() {
 # - pip (no root) beside apt's packages (root; one apt at a time: it locks its database). The C
 #   compiler check comes first, since it may itself need apt;
 # - then the Maven fetches (one after the other: they share ~/.m2; the AMQP jars need the ActiveMQ
-#   package apt installed, and every fetch runs the project's Python) beside the Go build;
+#   package apt installed, and every fetch runs the project's Python) beside the Go build; each
+#   broker's class archive (a launch of it) follows its own fetch;
 # - the images last: the Toxiproxy image is built from the Go build's binary.
 # A failed pip fails the set-up; the other steps are not fatal (each says what will not run).
 _bc_ensure_venv
@@ -362,7 +371,7 @@ if [ -n "$_bc_pip_pid" ] && ! wait "$_bc_pip_pid"; then
     _bc_log "error: pip install -e '.[test]' failed (output above)"
     exit 1
 fi
-( _bc_ensure_artemis; _bc_ensure_activemq_amqp; _bc_ensure_java_clients ) &
+( _bc_ensure_artemis; _bc_ensure_activemq_amqp; _bc_ensure_activemq_class_archive; _bc_ensure_java_clients ) &
 _bc_maven_pid=$!
 _bc_ensure_toxiproxy
 wait "$_bc_maven_pid" || _bc_log "warning: fetching with Maven failed (output above)"

@@ -14,6 +14,7 @@ import shutil
 import subprocess
 from pathlib import Path
 from conformance.targets.activemq import amqp as activemq_amqp
+from conformance.targets.activemq import class_archive as activemq_class_archive
 from conformance.targets.artemis import class_archive
 from conformance.targets.artemis import dist as artemis_dist
 
@@ -104,6 +105,17 @@ def install(targets: list[str], progress=print, run=subprocess.run) -> None:
                 install_tool(tool, progress, run)
             except InstallError as exc:
                 progress(f"warning: {exc}; {name} runs without it")
+    if "activemq" in targets and run is subprocess.run:  # a real installation: after its AMQP transport
+        make_activemq_class_archive(progress)
+
+
+def make_activemq_class_archive(progress=print) -> None:
+    """The class archive the local ActiveMQ JVMs map (a broker launch; activemq/class_archive.py);
+    a failure is a warning: they start without it, more slowly."""
+    try:
+        progress(f"ActiveMQ class archive: {activemq_class_archive.ensure(progress=progress)}")
+    except (activemq_class_archive.ClassArchiveError, OSError) as exc:
+        progress(f"warning: no class archive for the ActiveMQ JVMs (they start more slowly): {exc}")
 
 
 def _install_packages(targets: list[str], packages: list[str], progress, run) -> None:
