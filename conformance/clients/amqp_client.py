@@ -56,10 +56,10 @@ from .base import (
     split_destination,
 )
 from .tls import ClientTls
-from . import proton_ssl
+from .proton_ssl import install as install_on_demand_tls_contexts
 from machinery.waiting import Deadline
 
-proton_ssl.install()  # each connection's container makes its TLS contexts only if it uses them (proton_ssl.py)
+install_on_demand_tls_contexts()  # each connection's container makes its TLS contexts only if used (proton_ssl.py)
 
 #: credit for a subscription that does not name a prefetch
 DEFAULT_CREDIT = 100
