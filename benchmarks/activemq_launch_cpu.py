@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
-import statistics
 import sys
 import tempfile
 import time
@@ -30,6 +28,8 @@ import psutil
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from launch_rounds import print_medians, run_rounds  # noqa: E402  (beside this file)
 
 from conformance.clients import connect  # noqa: E402  (after the path insert)
 from conformance.targets.activemq.class_path import MAIN_CLASS  # noqa: E402
@@ -103,23 +103,10 @@ def main() -> int:
         print("no class archive: run `.venv/bin/python -m conformance.targets.activemq.class_archive` first",
               file=sys.stderr)
         return 1
-    results: dict[str, list[tuple[float, float, float]]] = {kind: [] for kind in KINDS}
     with tempfile.TemporaryDirectory(prefix="brokerconf-activemq-launch-bench-") as work:
-        for round_ in range(args.repeat):
-            for kind in KINDS:
-                workdir = Path(work) / f"{kind.replace('+', '-')}-{round_}"
-                results[kind].append(one_launch(kind, workdir, args.mqtt))
-                shutil.rmtree(workdir, ignore_errors=True)
-                start, after, wall = results[kind][-1]
-                print(f"{kind:>18}  CPU to serving {start:5.2f} s  next 3 s {after:5.2f} s  wall {wall:5.2f} s",
-                      flush=True)
-    print()
-    print(f"{'kind':>18}  {'CPU to serving':>22}  {'CPU next 3 s':>22}  {'wall to serving':>22}")
-    for kind, runs in results.items():
-        def figure(i: int) -> str:
-            values = [r[i] for r in runs]
-            return f"{statistics.median(values):5.2f} [{min(values):.2f}, {max(values):.2f}]"
-        print(f"{kind:>18}  {figure(0):>22}  {figure(1):>22}  {figure(2):>22}")
+        results = run_rounds(KINDS, args.repeat, Path(work), after="next 3 s",
+                             launch=lambda kind, workdir: one_launch(kind, workdir, args.mqtt))
+    print_medians(results, after="next 3 s")
     return 0
 
 

@@ -25,8 +25,6 @@ import argparse
 import json
 import os
 import re
-import shutil
-import statistics
 import sys
 import tempfile
 import time
@@ -36,6 +34,8 @@ import psutil
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from launch_rounds import print_medians, run_rounds  # noqa: E402  (beside this file)
 
 from conformance.scenario import Scenario  # noqa: E402  (after the path insert)
 from conformance.targets.artemis.dist import installed  # noqa: E402
@@ -138,26 +138,12 @@ def main() -> int:
         print("no class archive: run `.venv/bin/python -m conformance.targets.artemis.class_archive` first",
               file=sys.stderr)
         return 1
-    results: dict[str, list[tuple[float, float, float]]] = {kind: [] for kind in KINDS}
     with tempfile.TemporaryDirectory(prefix="brokerconf-launch-bench-") as work:
         os.environ[USE_ENV] = "1"
         boot_loader_archive = make_boot_loader_archive(Path(work))
-        for round_ in range(args.repeat):
-            for kind in KINDS:
-                workdir = Path(work) / f"{kind.replace('+', '-')}-{round_}"
-                results[kind].append(one_launch(kind, workdir, boot_loader_archive))
-                shutil.rmtree(workdir, ignore_errors=True)
-                start, after, wall = results[kind][-1]
-                print(f"{kind:>18}  CPU to serving {start:5.2f} s  next 10 s {after:5.2f} s  wall {wall:5.2f} s",
-                      flush=True)
-    print()
-    print(f"{'kind':>18}  {'CPU to serving':>22}  {'CPU next 10 s':>22}  {'CPU total':>8}  {'wall to serving':>22}")
-    for kind, runs in results.items():
-        def figure(i: int) -> str:
-            values = [r[i] for r in runs]
-            return f"{statistics.median(values):5.2f} [{min(values):.2f}, {max(values):.2f}]"
-        total = statistics.median(r[0] + r[1] for r in runs)
-        print(f"{kind:>18}  {figure(0):>22}  {figure(1):>22}  {total:8.2f}  {figure(2):>22}")
+        results = run_rounds(KINDS, args.repeat, Path(work), after="next 10 s",
+                             launch=lambda kind, workdir: one_launch(kind, workdir, boot_loader_archive))
+    print_medians(results, after="next 10 s")
     return 0
 
 

@@ -16,7 +16,6 @@ starts without one, so a failure here costs speed only.
 from __future__ import annotations
 
 import sys
-import tempfile
 from pathlib import Path
 
 from conformance.clients import ClientError, connect
@@ -28,16 +27,9 @@ from conformance.targets.activemq.process import (
     activemq_available,
     installed_class_archive,
 )
+from conformance.targets.runtime.class_archive import ClassArchiveError, command_line, make_by_one_launch, say
 
 __all__ = ["ClassArchiveError", "ensure"]
-
-
-class ClassArchiveError(RuntimeError):
-    """The archive could not be made; the message says why."""
-
-
-def _say(message: str) -> None:
-    print(f"brokerconf: {message}", file=sys.stderr, flush=True)
 
 
 def _stomp_session(broker: ActiveMQProcess) -> None:
@@ -52,46 +44,26 @@ def _stomp_session(broker: ActiveMQProcess) -> None:
         consumer.close()
 
 
-def ensure(progress=_say, timeout: float = 120) -> Path:
+def _launch(work: Path, staging: Path) -> ActiveMQProcess:
+    return ActiveMQProcess(work, name="class-archive", stomp=True, openwire=True,
+                           amqp=activemq_amqp_available()[0], jmx=True, persistent=True,
+                           jvm_heap_mb=256, class_archive_dump=staging)
+
+
+def ensure(progress=say, timeout: float = 120) -> Path:
     """The archive of the installation's launches, made now when there is none for the current key."""
     ok, reason = activemq_available()
     if not ok:
         raise ClassArchiveError(reason)
-    archive = installed_class_archive()
-    if archive.exists():
-        return archive.path
-    archive.path.parent.mkdir(parents=True, exist_ok=True)
-    staging = archive.staging_path()
-    progress(f"making the ActiveMQ JVMs' class archive {archive.path.name} (one broker launch) ...")
-    with tempfile.TemporaryDirectory(prefix="brokerconf-activemq-classes-") as work:
-        broker = ActiveMQProcess(Path(work), name="class-archive", stomp=True, openwire=True,
-                                 amqp=activemq_amqp_available()[0], jmx=True, persistent=True,
-                                 jvm_heap_mb=256, class_archive_dump=staging)
-        try:
-            broker.start(timeout=timeout)
-            _stomp_session(broker)
-        except (ActiveMQNotInstalled, ActiveMQStartError, ClientError, OSError) as exc:
-            staging.unlink(missing_ok=True)
-            raise ClassArchiveError(f"the broker launched to make the archive failed: {exc}") from exc
-        finally:
-            broker.stop()  # SIGTERM: the JVM writes the archive on its way out
-        if not archive.publish(staging):
-            raise ClassArchiveError(f"the broker exited without writing {staging}; its log's tail:\n"
-                                    + broker.log_tail(30))
-    progress(f"made {archive.path} ({archive.path.stat().st_size // (1 << 20)} MiB)")
-    return archive.path
+    return make_by_one_launch(installed_class_archive(), kind="ActiveMQ", launch=_launch, exercise=_stomp_session,
+                              failures=(ActiveMQNotInstalled, ActiveMQStartError, ClientError, OSError, ClassArchiveError),
+                              progress=progress, timeout=timeout)
 
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m conformance.targets.activemq.class_archive`` (for bootstrap.sh): exit 1 with a
     warning when it could not be made (launches then start without it)."""
-    try:
-        print(ensure())
-    except (ClassArchiveError, OSError) as exc:
-        print(f"brokerconf: warning: no class archive for the ActiveMQ JVMs (they start more slowly): {exc}",
-              file=sys.stderr)
-        return 1
-    return 0
+    return command_line(ensure, "ActiveMQ")
 
 
 if __name__ == "__main__":

@@ -12,66 +12,42 @@ nothing. A launch that finds no archive starts without one, so a failure here co
 from __future__ import annotations
 
 import sys
-import tempfile
 from pathlib import Path
 
 from conformance.scenario import Scenario
 from conformance.targets.artemis.dist import home, installed
 from conformance.targets.artemis.process import ArtemisProcess, ArtemisStartError, JolokiaError, class_archive
+from conformance.targets.runtime.class_archive import ClassArchiveError, command_line, make_by_one_launch, say
 
 __all__ = ["ClassArchiveError", "ensure"]
 
 
-class ClassArchiveError(RuntimeError):
-    """The archive could not be made; the message says why."""
+def _read_version(broker: ArtemisProcess) -> None:
+    """A management read through the Jolokia agent, as the tests' counters are read."""
+    broker.jolokia({"type": "read", "mbean": f'org.apache.activemq.artemis:broker="{broker.name}"',
+                    "attribute": "Version"})
 
 
-def _say(message: str) -> None:
-    print(f"brokerconf: {message}", file=sys.stderr, flush=True)
-
-
-def ensure(artemis_home: Path | None = None, progress=_say, timeout: float = 180) -> Path:
+def ensure(artemis_home: Path | None = None, progress=say, timeout: float = 180) -> Path:
     """The archive of ``artemis_home``'s launches (default: the installed distribution), made now
     when there is none for the current key."""
     artemis_home = Path(artemis_home) if artemis_home else home()
     ok, reason = installed(artemis_home.parent.parent)
     if not ok:
         raise ClassArchiveError(reason)
-    archive = class_archive(artemis_home)
-    if archive.exists():
-        return archive.path
-    archive.path.parent.mkdir(parents=True, exist_ok=True)
-    staging = archive.staging_path()
-    progress(f"making the Artemis JVMs' class archive {archive.path.name} (one broker launch) ...")
-    with tempfile.TemporaryDirectory(prefix="brokerconf-artemis-classes-") as work:
-        broker = ArtemisProcess(Path(work), Scenario(name="class-archive", protocols=("stomp", "mqtt", "amqp")),
-                                artemis_home=artemis_home, class_archive_dump=staging)
-        try:
-            broker.start(timeout=timeout)
-            broker.jolokia({"type": "read", "mbean": f'org.apache.activemq.artemis:broker="{broker.name}"',
-                            "attribute": "Version"})
-        except (ArtemisStartError, JolokiaError) as exc:
-            staging.unlink(missing_ok=True)
-            raise ClassArchiveError(f"the broker launched to make the archive failed: {exc}") from exc
-        finally:
-            broker.stop()  # SIGTERM: the JVM writes the archive on its way out
-        if not archive.publish(staging):
-            raise ClassArchiveError(f"the broker exited without writing {staging}; its log's tail:\n"
-                                    + broker.log_tail(3000))
-    progress(f"made {archive.path} ({archive.path.stat().st_size // (1 << 20)} MiB)")
-    return archive.path
+
+    def launch(work: Path, staging: Path) -> ArtemisProcess:
+        return ArtemisProcess(work, Scenario(name="class-archive", protocols=("stomp", "mqtt", "amqp")),
+                              artemis_home=artemis_home, class_archive_dump=staging)
+
+    return make_by_one_launch(class_archive(artemis_home), kind="Artemis", launch=launch, exercise=_read_version,
+                              failures=(ArtemisStartError, JolokiaError), progress=progress, timeout=timeout)
 
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m conformance.targets.artemis.class_archive`` (for bootstrap.sh): exit 1 with a
     warning when it could not be made (launches then start without it)."""
-    try:
-        print(ensure())
-    except (ClassArchiveError, OSError) as exc:
-        print(f"brokerconf: warning: no class archive for the Artemis JVMs (they start more slowly): {exc}",
-              file=sys.stderr)
-        return 1
-    return 0
+    return command_line(ensure, "Artemis")
 
 
 if __name__ == "__main__":

@@ -26,13 +26,16 @@ import hashlib
 import json
 import os
 import secrets
+import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable, Protocol
 
 from conformance.targets.runtime.jvm import java_identity
 from machinery.tools_cache import TOOLS_DIR
 
-__all__ = ["ARCHIVES_DIR", "ClassArchive", "USE_ENV"]
+__all__ = ["ARCHIVES_DIR", "ClassArchive", "ClassArchiveError", "USE_ENV", "command_line", "make_by_one_launch", "say"]
 
 ARCHIVES_DIR = TOOLS_DIR / "class-archives"
 #: set to "0" to launch broker JVMs without their class archives
@@ -87,3 +90,59 @@ class ClassArchive:
 
     def _agent_options(self) -> list[str]:
         return list(_AGENT_OPTIONS) if self.with_agent else []
+
+
+class ClassArchiveError(RuntimeError):
+    """An archive could not be made; the message says why."""
+
+
+class _DumpingBroker(Protocol):
+    def start(self, timeout: float) -> None: ...
+    def stop(self) -> None: ...
+    def log_tail(self, lines: int = 50) -> str: ...
+
+
+def make_by_one_launch(archive: ClassArchive, *, kind: str, launch: Callable[[Path, Path], _DumpingBroker],
+                       exercise: Callable[[_DumpingBroker], None], failures: tuple[type[BaseException], ...],
+                       progress: Callable[[str], None], timeout: float) -> Path:
+    """``archive``'s path, made now when it is not there: ``launch(workdir, staging)`` gives a broker
+    of ``kind`` whose JVM dumps to ``staging``; it is started, ``exercise``-d (so it loads what a
+    test's launch loads) and stopped with SIGTERM, and the JVM writes the archive on its way out.
+    One of ``failures`` on the way becomes a ClassArchiveError."""
+    if archive.exists():
+        return archive.path
+    archive.path.parent.mkdir(parents=True, exist_ok=True)
+    staging = archive.staging_path()
+    progress(f"making the {kind} JVMs' class archive {archive.path.name} (one broker launch) ...")
+    with tempfile.TemporaryDirectory(prefix=f"brokerconf-{kind.lower()}-classes-") as work:
+        broker = launch(Path(work), staging)
+        try:
+            broker.start(timeout=timeout)
+            exercise(broker)
+        except failures as exc:
+            staging.unlink(missing_ok=True)
+            raise ClassArchiveError(f"the broker launched to make the archive failed: {exc}") from exc
+        finally:
+            broker.stop()  # SIGTERM: the JVM writes the archive on its way out
+        if not archive.publish(staging):
+            raise ClassArchiveError(f"the broker exited without writing {staging}; its log's tail:\n"
+                                    + broker.log_tail(30))
+    progress(f"made {archive.path} ({archive.path.stat().st_size // (1 << 20)} MiB)")
+    return archive.path
+
+
+def say(message: str) -> None:
+    """The set-up's progress line (stderr, so ``python -m ...class_archive`` prints only the path)."""
+    print(f"brokerconf: {message}", file=sys.stderr, flush=True)
+
+
+def command_line(ensure: Callable[[], Path], kind: str) -> int:
+    """``python -m conformance.targets.<broker>.class_archive`` (for bootstrap.sh): the archive's
+    path, or exit 1 with a warning when it could not be made (launches then start without it)."""
+    try:
+        print(ensure())
+    except (ClassArchiveError, OSError) as exc:
+        print(f"brokerconf: warning: no class archive for the {kind} JVMs (they start more slowly): {exc}",
+              file=sys.stderr)
+        return 1
+    return 0
