@@ -185,6 +185,20 @@ def test_no_archive_without_activemq_is_a_warning_of_the_set_up(monkeypatch, cap
 # ---------------------------------------------------------------- a real broker
 
 
+@pytest.fixture
+def real_activemq(monkeypatch):
+    """The installed ActiveMQ, its launches mapping their class archive (use on)."""
+    ok, reason = activemq_available()
+    if not ok:
+        skip_or_fail("activemq", reason)
+    monkeypatch.delenv(USE_ENV, raising=False)
+
+
+def _archive_elsewhere(directory: Path):
+    """The installation's archive, kept in ``directory`` instead of the set-up's."""
+    return dataclasses.replace(installed_class_archive(), directory=directory)
+
+
 def _mapped_files(pid: int) -> set[str]:
     with open(f"/proc/{pid}/maps", encoding="utf-8") as maps:
         return {line.split(None, 5)[5].strip() for line in maps if len(line.split(None, 5)) == 6}
@@ -213,12 +227,8 @@ def test_the_set_up_made_the_archive_and_an_mqtt_launch_maps_it_and_serves(tmp_p
 
 @pytest.mark.real_broker
 @pytest.mark.slow
-def test_a_damaged_archive_costs_speed_never_a_start(tmp_path, monkeypatch):
-    ok, reason = activemq_available()
-    if not ok:
-        skip_or_fail("activemq", reason)
-    monkeypatch.delenv(USE_ENV, raising=False)
-    damaged = dataclasses.replace(installed_class_archive(), directory=tmp_path / "archives")
+def test_a_damaged_archive_costs_speed_never_a_start(real_activemq, tmp_path, monkeypatch):
+    damaged = _archive_elsewhere(tmp_path / "archives")
     _write(damaged.path, b"not a class archive" * 100)
     monkeypatch.setattr(amq_mod, "installed_class_archive", lambda: damaged)
     with ActiveMQProcess(tmp_path / "amq", jvm_heap_mb=256) as amq:
@@ -228,12 +238,8 @@ def test_a_damaged_archive_costs_speed_never_a_start(tmp_path, monkeypatch):
 
 @pytest.mark.real_broker
 @pytest.mark.slow
-def test_ensure_dumps_an_archive_that_a_launch_with_amqp_maps(tmp_path, monkeypatch):
-    ok, reason = activemq_available()
-    if not ok:
-        skip_or_fail("activemq", reason)
-    monkeypatch.delenv(USE_ENV, raising=False)
-    fresh = dataclasses.replace(installed_class_archive(), directory=tmp_path / "archives")
+def test_ensure_dumps_an_archive_that_a_launch_with_amqp_maps(real_activemq, tmp_path, monkeypatch):
+    fresh = _archive_elsewhere(tmp_path / "archives")
     monkeypatch.setattr(making, "installed_class_archive", lambda: fresh)
     monkeypatch.setattr(amq_mod, "installed_class_archive", lambda: fresh)
     said: list[str] = []

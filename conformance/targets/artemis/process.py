@@ -234,8 +234,8 @@ class ArtemisProcess(QueueManagement, ManagedProcess):
                              ha_policy=self.ha_policy,
                              data_directory=str(self.shared_data) if self.shared_data else "data",
                              database=self.database, journal_file_size=self.journal_file_size, **tls)
-        agent = jolokia_agent.java_option(jolokia_agent.jar(self.artemis_home.parent.parent), host=self.host,
-                                          port=self.http_port)
+        agent_jar = jolokia_agent.jar(self.artemis_home.parent.parent)
+        agent = jolokia_agent.java_option(agent_jar, host=self.host, port=self.http_port)
         archive = class_archive(self.artemis_home)
         classes = (archive.dump_options(self.class_archive_dump) if self.class_archive_dump is not None
                    else archive.use_options())
@@ -254,8 +254,7 @@ class ArtemisProcess(QueueManagement, ManagedProcess):
             # Artemis puts <instance>/lib on its class path ("Persistence", JDBC: the driver jar there)
             shutil.copy(JDBC_DRIVER_JAR, self.instance / "lib" / "postgresql.jar")
         try:
-            class_path.write_into_profile(self.instance, self.artemis_home,
-                                          agent=jolokia_agent.jar(self.artemis_home.parent.parent))
+            class_path.write_into_profile(self.instance, self.artemis_home, agent=agent_jar)
         except ValueError as exc:
             raise ArtemisStartError(str(exc)) from exc
         self._write_config()
