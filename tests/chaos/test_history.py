@@ -121,7 +121,15 @@ def test_sigkill_of_the_writer_loses_no_recorded_line(tmp_path):
         os.kill(proc.pid, signal.SIGKILL)  # this test's own child, by its PID
         proc.wait(10)
         proc.stdout.close()
-    events = read_history(path)  # strict: no torn line either
+    # The kernel may cut the write in progress at a page boundary (chaos/history.py, about 1 kill
+    # in 75 here): only an unterminated last line may be dropped, and it must be the beginning of
+    # the next event. Every terminated line is read strictly.
+    data = path.read_bytes()
+    tail = data[data.rfind(b"\n") + 1:]
+    events = read_history(path, tolerate_torn_tail=True)
+    if tail:
+        next_event = b'{"index":%d,' % len(events)
+        assert next_event.startswith(tail) or tail.startswith(next_event), tail[:80]
     assert len(events) >= 1000
     assert [e["index"] for e in events] == list(range(len(events)))
     # Every ok that made it to the file has its invoke before it.
