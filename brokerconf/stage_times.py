@@ -50,7 +50,7 @@ def format_times(times: dict) -> list[str]:
     """The end-of-run lines: each stage's wall time and the run's (stages that ran side by side
     overlap, so the total is measured, not summed), then each target's (targets overlap on the
     workers: its wall time runs from its first test's start to its last's end; its test time is
-    the sum of its tests' times)."""
+    the sum of its tests' times; its CPU, where recorded, the sum of its tests' CPU seconds)."""
     lines = ["wall time by stage:"]
     for entry in times["stages"]:
         lines.append(f"  {entry['stage']:<40} {_minutes(entry['seconds'])}")
@@ -58,5 +58,6 @@ def format_times(times: dict) -> list[str]:
     if times.get("targets"):
         lines.append(f"conformance suites by target ({times.get('workers', 1)} workers):")
         for target, span in times["targets"].items():
-            lines.append(f"  {target:<40} wall {_minutes(span['wall_seconds'])}, tests {_minutes(span['test_seconds'])}")
+            cpu = f", CPU {_minutes(span['cpu_seconds'])}" if "cpu_seconds" in span else ""
+            lines.append(f"  {target:<40} wall {_minutes(span['wall_seconds'])}, tests {_minutes(span['test_seconds'])}{cpu}")
     return lines

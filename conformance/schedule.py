@@ -18,12 +18,19 @@ run): each unit's summed test time, each target's wall time (first test start to
 targets overlap on parallel workers) and its summed test time, and each module's per target. The
 main job prints them and puts them in its report; ``scripts/record_costs.py`` turns them into the
 next run's `COSTS_FILE`.
+
+Beside the seconds, each test phase carries its CPU seconds (`CpuMeter`, in the process that runs
+the test): its own process's CPU (every thread: the in-process reference broker included) plus
+the CPU of the child processes it reaped meanwhile (a broker JVM counts when the phase that stops it
+ends: a module's shared broker in the module's last teardown). The runs are CPU-bound on two cores,
+so CPU, not waiting, is what a unit costs the others; the report sums it per unit and target.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import resource
 import time
 from pathlib import Path
 
@@ -129,6 +136,8 @@ class RunTiming:
     def __init__(self) -> None:
         self.started = time.time()
         self.units: dict[str, float] = {}
+        #: unit -> summed CPU seconds of its test phases (`CpuMeter`)
+        self.units_cpu: dict[str, float] = {}
         self.targets: dict[str, dict] = {}
         self.modules: dict[str, dict[str, float]] = {}
         #: worker id -> its units in the order it ran them, each [unit, first start, last stop, seconds]
@@ -137,16 +146,19 @@ class RunTiming:
     def add(self, report: pytest.TestReport) -> None:
         unit = unit_of_nodeid(report.nodeid)
         self.units[unit] = self.units.get(unit, 0.0) + report.duration
+        cpu = getattr(report, CPU_ATTRIBUTE, 0.0)
+        self.units_cpu[unit] = self.units_cpu.get(unit, 0.0) + cpu
         self._add_to_worker(unit, report)
         where = suite_target_and_module(unit)
         if where is None:
             return
         target, module = where
         span = self.targets.setdefault(target, {"first_start": report.start, "last_stop": report.stop,
-                                                "test_seconds": 0.0})
+                                                "test_seconds": 0.0, "cpu_seconds": 0.0})
         span["first_start"] = min(span["first_start"], report.start)
         span["last_stop"] = max(span["last_stop"], report.stop)
         span["test_seconds"] += report.duration
+        span["cpu_seconds"] += cpu
         per_target = self.modules.setdefault(module, {})
         per_target[target] = per_target.get(target, 0.0) + report.duration
 
@@ -191,12 +203,47 @@ class RunTiming:
             "workers": self.worker_summary(),
             "timeline": self.timeline(),
             "units": {unit: round(seconds, 2) for unit, seconds in sorted(self.units.items())},
+            "units_cpu": {unit: round(seconds, 2) for unit, seconds in sorted(self.units_cpu.items())},
             "targets": {target: {"wall_seconds": round(span["last_stop"] - span["first_start"], 1),
-                                 "test_seconds": round(span["test_seconds"], 1)}
+                                 "test_seconds": round(span["test_seconds"], 1),
+                                 "cpu_seconds": round(span["cpu_seconds"], 1)}
                         for target, span in sorted(self.targets.items())},
             "modules": {module: {t: round(s, 1) for t, s in sorted(per.items())}
                         for module, per in sorted(self.modules.items())},
         }
+
+
+#: the attribute of a test report that holds the CPU seconds of its phase (it travels with the
+#: report from a pytest-xdist worker to the controller: reports are serialised with their attributes)
+CPU_ATTRIBUTE = "brokerconf_cpu_seconds"
+
+
+def process_cpu_seconds() -> float:
+    """This process's CPU (all threads) plus that of the children it has reaped."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+class CpuMeter:
+    """The process-running-tests side: puts each test phase's CPU seconds (since the test's start
+    or its previous phase) on the phase's report."""
+
+    def __init__(self) -> None:
+        self._mark = process_cpu_seconds()
+
+    def pytest_runtest_logstart(self) -> None:
+        self._mark = process_cpu_seconds()  # time spent waiting for work is not the test's
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self):
+        outcome = yield
+        now = process_cpu_seconds()
+        setattr(outcome.get_result(), CPU_ATTRIBUTE, round(now - self._mark, 3))
+        self._mark = now
+
+
+#: units named in the terminal summary's CPU lines
+CPU_LINES = 12
 
 
 class CostScheduling:
@@ -228,6 +275,17 @@ class CostScheduling:
             terminalreporter.write_line(
                 f"{worker}: busy {row['busy_seconds']:.0f} s in {row['units']} units, last test ended at "
                 f"{row['last_stop']:.0f} s, idle {row['idle_at_end']:.0f} s at the end; last unit {last_unit}")
+        self._write_cpu(terminalreporter)
+
+    def _write_cpu(self, terminalreporter) -> None:
+        """The units that cost the most CPU: on two cores, what a unit takes from all the others."""
+        cpu = self.timing.units_cpu
+        total = sum(cpu.values())
+        if not total:
+            return
+        terminalreporter.write_sep("=", f"CPU of the tests: {total / 60:.1f} min; the {CPU_LINES} costliest units")
+        for unit, seconds in sorted(cpu.items(), key=lambda item: -item[1])[:CPU_LINES]:
+            terminalreporter.write_line(f"{seconds:7.1f} s CPU  {self.timing.units[unit]:7.1f} s wall  {unit}")
 
     def pytest_sessionfinish(self) -> None:
         path = self.config.getoption("brokerconf_timing_report", None)
@@ -256,3 +314,4 @@ def add_options(group) -> None:
 def register(config: pytest.Config) -> None:
     if not config.pluginmanager.has_plugin("brokerconf-cost-scheduling"):
         config.pluginmanager.register(CostScheduling(config), "brokerconf-cost-scheduling")
+        config.pluginmanager.register(CpuMeter(), "brokerconf-cpu-meter")

@@ -72,23 +72,27 @@ def test_the_unit_of_a_node_id_is_read_as_pytest_xdist_reads_it(nodeid, unit):
 
 
 class FakeReport:
-    def __init__(self, nodeid, start, stop, worker_id=None):
+    def __init__(self, nodeid, start, stop, worker_id=None, cpu=None):
         self.nodeid, self.start, self.stop, self.duration = nodeid, start, stop, stop - start
         if worker_id:
             self.worker_id = worker_id
+        if cpu is not None:
+            setattr(self, schedule.CPU_ATTRIBUTE, cpu)
 
 
 def test_timing_sums_units_and_spans_targets_across_workers():
     timing = schedule.RunTiming()
     group = "@suites/test_groups.py({})"
-    timing.add(FakeReport("suites/test_groups.py::a" + group.format("artemis"), 100.0, 103.0))
-    timing.add(FakeReport("suites/test_groups.py::b" + group.format("artemis"), 110.0, 111.0))
-    timing.add(FakeReport("suites/test_groups.py::a" + group.format("reference"), 101.0, 101.5))
-    timing.add(FakeReport("tests/test_x.py::test_y", 100.0, 100.25))
+    timing.add(FakeReport("suites/test_groups.py::a" + group.format("artemis"), 100.0, 103.0, cpu=2.5))
+    timing.add(FakeReport("suites/test_groups.py::b" + group.format("artemis"), 110.0, 111.0, cpu=0.25))
+    timing.add(FakeReport("suites/test_groups.py::a" + group.format("reference"), 101.0, 101.5, cpu=0.5))
+    timing.add(FakeReport("tests/test_x.py::test_y", 100.0, 100.25))  # a report without CPU counts none
     out = timing.to_json()
     assert out["units"] == {"suites/test_groups.py(artemis)": 4.0,
                             "suites/test_groups.py(reference)": 0.5, "tests/test_x.py::test_y": 0.25}
-    assert out["targets"]["artemis"] == {"wall_seconds": 11.0, "test_seconds": 4.0}
+    assert out["units_cpu"] == {"suites/test_groups.py(artemis)": 2.75,
+                                "suites/test_groups.py(reference)": 0.5, "tests/test_x.py::test_y": 0.0}
+    assert out["targets"]["artemis"] == {"wall_seconds": 11.0, "test_seconds": 4.0, "cpu_seconds": 2.8}
     assert out["modules"] == {"suites/test_groups.py": {"artemis": 4.0, "reference": 0.5}}
 
 
@@ -157,3 +161,28 @@ def test_matrix_diff_is_silent_for_equal_matrices_and_names_each_changed_cell(tm
     assert changed.returncode == 1
     assert "artemis CLU-MLB-1: passed -> failed" in changed.stdout
     assert "x.py::t[artemis]: passed -> failed" in changed.stdout
+
+
+_CPU_TESTS = '''
+import subprocess, sys, time
+
+def test_burns_a_second_in_a_child():
+    # the child spins until it has used one second of CPU: the parent reaps it within the test
+    subprocess.run([sys.executable, "-c",
+                    "import time\\nwhile time.process_time() < 1.0: pass"], check=True)
+
+def test_sleeps():
+    time.sleep(1.0)
+'''
+
+
+def test_each_tests_cpu_reaches_the_timing_report_from_a_worker(tmp_path):
+    """Under pytest-xdist the CPU is measured in the worker and travels on its reports."""
+    (tmp_path / "test_cpu.py").write_text(_CPU_TESTS)
+    report = tmp_path / "timing.json"
+    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", str(tmp_path / "test_cpu.py"),
+                    f"--timing-report={report}"], check=True, capture_output=True, cwd=tmp_path)
+    cpu = json.loads(report.read_text())["units_cpu"]
+    burned, slept = cpu["test_cpu.py::test_burns_a_second_in_a_child"], cpu["test_cpu.py::test_sleeps"]
+    assert burned >= 1.0, cpu  # the child's CPU counts for the test that reaped it
+    assert slept < 0.5, cpu  # a sleep costs (next to) none: the figure is CPU, not wall
