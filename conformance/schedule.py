@@ -285,7 +285,7 @@ class CostScheduling:
             return
         terminalreporter.write_sep("=", f"CPU of the tests: {total / 60:.1f} min; the {CPU_LINES} costliest units")
         for unit, seconds in sorted(cpu.items(), key=lambda item: -item[1])[:CPU_LINES]:
-            terminalreporter.write_line(f"{seconds:7.1f} s CPU  {self.timing.units[unit]:7.1f} s wall  {unit}")
+            terminalreporter.write_line(f"{seconds:7.1f} s CPU  {self.timing.units[unit]:7.1f} s of test time  {unit}")
 
     def pytest_sessionfinish(self) -> None:
         path = self.config.getoption("brokerconf_timing_report", None)
