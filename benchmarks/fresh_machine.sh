@@ -17,7 +17,9 @@
 #   environment: a machine of this kind trusts its egress the same way;
 # - its Go toolchain (/usr/local/go, read-only, with the machine's go env settings): part of the
 #   machine kind, not of brokerconf's set-up. Go's module and build caches start empty;
-# - privileges (--privileged, as root on a machine): network namespaces and FUSE mounts.
+# - what root on a machine may do, as far as this engine grants it (--privileged is refused where
+#   the engine itself runs with reduced capabilities): network namespaces (NET_ADMIN, SYS_ADMIN,
+#   no seccomp filter) and FUSE mounts (/dev/fuse).
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)"
@@ -59,7 +61,8 @@ name="brokerconf-fresh-machine-$$"
 trap 'docker rm -f "$name" >/dev/null 2>&1 || true' EXIT INT TERM HUP
 began=$(date +%s)
 status=0
-docker run --name "$name" --privileged --network host --shm-size 4g \
+docker run --name "$name" --network host --shm-size 4g --cap-add NET_ADMIN --cap-add SYS_ADMIN \
+    --device /dev/fuse --security-opt apparmor=unconfined --security-opt seccomp=unconfined \
     -v "$ROOT/.git:/source.git:ro" -v "$GO_ROOT:/usr/local/go:ro" -v /etc/ssl/certs:/etc/ssl/certs:ro \
     -v "$OUT:/out" "${pip_conf[@]}" "${maven_conf[@]}" "${env_args[@]}" \
     -e PATH=/usr/local/go/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
