@@ -13,7 +13,8 @@
 # - the network (--network host): the registries are reached as this machine reaches them, through
 #   its own mirror settings; nothing of a registry is written here. The brokers listen on loopback
 #   ports the run picks free, so do not run another main job beside it;
-# - its TLS trust store (/etc/ssl/certs, read-only) and the certificate variables of its
+# - its TLS trust store (the CA bundle and Java's cacerts from /etc/ssl/certs), copied in before the run (not mounted:
+#   package scripts write there, ssl-cert's for PostgreSQL) with the certificate variables of its
 #   environment: a machine of this kind trusts its egress the same way;
 # - its Go toolchain (/usr/local/go, read-only, with the machine's go env settings): part of the
 #   machine kind, not of brokerconf's set-up. Go's module and build caches start empty;
@@ -63,10 +64,12 @@ began=$(date +%s)
 status=0
 docker run --name "$name" --network host --shm-size 4g --cap-add NET_ADMIN --cap-add SYS_ADMIN \
     --device /dev/fuse --security-opt apparmor=unconfined --security-opt seccomp=unconfined \
-    -v "$ROOT/.git:/source.git:ro" -v "$GO_ROOT:/usr/local/go:ro" -v /etc/ssl/certs:/etc/ssl/certs:ro \
+    -v "$ROOT/.git:/source.git:ro" -v "$GO_ROOT:/usr/local/go:ro" -v /etc/ssl/certs:/machine-certs:ro \
     -v "$OUT:/out" "${pip_conf[@]}" "${maven_conf[@]}" "${env_args[@]}" \
     -e PATH=/usr/local/go/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     "$IMAGE" bash -c 'set -e
+        cp /machine-certs/ca-certificates.crt /etc/ssl/certs/ca-certificates.crt
+        if [ -f /machine-certs/java/cacerts ]; then cp /machine-certs/java/cacerts /etc/ssl/certs/java/cacerts; fi
         git clone -q /source.git /root/brokerconf && cd /root/brokerconf
         began=$(date +%s)
         status=0

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import hashlib
 import os
+import posixpath
 import shutil
 import subprocess
+import tarfile
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +22,44 @@ from typing import Callable
 ROOT = Path(__file__).resolve().parents[1]
 PINS_FILE = Path(__file__).with_name("pins.toml")
 TOOLS_DIR = Path(os.environ.get("BROKERCONF_TOOLS_DIR", ROOT / ".tools"))
+
+
+class UnsafeArchiveError(ValueError):
+    """An archive member would land outside the directory it is unpacked into."""
+
+
+def extract_tar(tar: tarfile.TarFile, dest: Path) -> None:
+    """Unpack ``tar`` into ``dest``, keeping the owner's mode bits (a distribution's scripts stay
+    executable) and refusing members that would land outside it: absolute names, ``..`` out of it,
+    links to outside it, special files. Python's ``filter="data"`` does the same from 3.11.4 on;
+    Debian 12's python3 is 3.11.2, whose ``extractall`` has no ``filter`` (found by
+    benchmarks/fresh_machine.sh), so the members are checked here first, on every Python."""
+    for member in tar.getmembers():
+        _refuse_escaping(member)  # on every Python: the data filter would strip a leading "/" instead
+    if not hasattr(tarfile, "data_filter"):
+        tar.extractall(dest)
+        return
+    try:
+        tar.extractall(dest, filter="data")  # it also follows links already written
+    except tarfile.FilterError as exc:
+        raise UnsafeArchiveError(str(exc)) from None
+
+
+def _refuse_escaping(member: tarfile.TarInfo) -> None:
+    """What ``tarfile.data_filter`` refuses by the member alone (the archives installed are pinned by
+    digest as well; this keeps a bad pin from writing outside ``.tools``)."""
+    def escapes(name: str) -> bool:
+        normal = posixpath.normpath(name)
+        return name.startswith("/") or normal == ".." or normal.startswith("../")
+
+    if escapes(member.name):
+        raise UnsafeArchiveError(f"archive member {member.name!r} would be written outside the destination")
+    if member.ischr() or member.isblk() or member.isfifo():
+        raise UnsafeArchiveError(f"archive member {member.name!r} is a special file")
+    # a symbolic link's target is relative to its own directory; a hard link's to the archive's root
+    target = posixpath.join(posixpath.dirname(member.name), member.linkname) if member.issym() else member.linkname
+    if (member.issym() or member.islnk()) and escapes(target):
+        raise UnsafeArchiveError(f"archive member {member.name!r} links to {member.linkname!r}, outside the destination")
 
 
 def sha512_of(path: Path) -> str:

@@ -33,7 +33,8 @@ from pathlib import Path
 
 from machinery.tools_cache import PINS_FILE as PINS
 from machinery.tools_cache import TOOLS_DIR as TOOLS
-from machinery.tools_cache import MavenCopyError, MavenPin, maven_copy, maven_pin, sha512_of
+from machinery.tools_cache import (MavenCopyError, MavenPin, UnsafeArchiveError, extract_tar, maven_copy, maven_pin,
+                                   sha512_of)
 from conformance.targets.artemis import jolokia_agent
 MARKER = ".brokerconf-verified"
 
@@ -111,7 +112,10 @@ def _unpack(archive: Path, target: Path, p: ArtemisPin) -> None:
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
     with tarfile.open(archive, "r:gz") as tar:
-        tar.extractall(staging, filter="tar")  # "tar" keeps the scripts' exec bits, refuses escaping paths
+        try:
+            extract_tar(tar, staging)
+        except UnsafeArchiveError as exc:
+            raise ArtemisDistError(f"{archive}: {exc}") from None
     top = staging / f"apache-artemis-{p.version}"
     if not (top / "bin" / "artemis").is_file():
         raise ArtemisDistError(f"{archive} has no apache-artemis-{p.version}/bin/artemis")
