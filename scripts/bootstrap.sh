@@ -225,10 +225,15 @@ _bc_ensure_artemis() {
     if ! .venv/bin/python -m conformance.targets.artemis.dist >/dev/null; then
         _bc_log "warning: the Artemis target will be reported not applicable (see the message above;" \
                 "retry with: .venv/bin/brokerconf targets install artemis)"
-        return 0
     fi
-    # the class archive every Artemis launch maps (conformance/targets/runtime/class_archive.py):
-    # one broker launch, once per JDK and distribution; without it launches only start more slowly
+}
+
+# The class archive every Artemis launch maps (conformance/targets/runtime/class_archive.py): one
+# broker launch, once per JDK and distribution; without it launches only start more slowly. After
+# pip (the launcher needs the project's packages) and only where the distribution is in place (the
+# dist module only checks its stamp when it is).
+_bc_ensure_artemis_class_archive() {
+    .venv/bin/python -m conformance.targets.artemis.dist >/dev/null 2>&1 || return 0
     .venv/bin/python -m conformance.targets.artemis.class_archive >/dev/null || true
 }
 
@@ -349,13 +354,16 @@ _bc_ensure_toxiproxy() {
 }
 
 # The steps wait on downloads far more than they compute, so what does not depend on another runs
-# beside it (a fresh machine: pip 2 m 01 s, then apt + Maven + Go 1 m 44 s, one after the other):
+# beside it (a fresh machine, benchmarks/fresh_machine.sh: pip 1 m 08 s beside apt; the Maven fetches
+# then waited for pip although they need none of its packages):
 # - pip (no root) beside apt's packages (root; one apt at a time: it locks its database). The C
 #   compiler check comes first, since it may itself need apt;
-# - then the Maven fetches (one after the other: they share ~/.m2; the AMQP jars need the ActiveMQ
-#   package apt installed, and every fetch runs the project's Python) beside the Go build; each
-#   broker's class archive (a launch of it) follows its own fetch;
-# - the images last: the Toxiproxy image is built from the Go build's binary.
+# - once apt is done, the Maven fetches (one after the other: they share ~/.m2; the AMQP jars need
+#   the ActiveMQ package) and the Go build, beside pip: their modules need only Python's standard
+#   library, so the venv's interpreter runs them before pip has filled it (tests/test_setup_imports.py
+#   keeps them so);
+# - each broker's class archive (a launch of it, with the project's packages) once pip and its
+#   fetch are done; the images last: the Toxiproxy image is built from the Go build's binary.
 # A failed pip fails the set-up; the other steps are not fatal (each says what will not run).
 _bc_ensure_venv
 _bc_pip_pid=""
@@ -367,12 +375,15 @@ fi
 _bc_ensure_brokers
 _bc_ensure_netns
 _bc_ensure_fuse
+( _bc_ensure_artemis; _bc_ensure_activemq_amqp; _bc_ensure_java_clients ) &
+_bc_maven_pid=$!
+_bc_ensure_toxiproxy
 if [ -n "$_bc_pip_pid" ] && ! wait "$_bc_pip_pid"; then
+    wait "$_bc_maven_pid" || true  # nothing of the set-up is left running behind the error
     _bc_log "error: pip install -e '.[test]' failed (output above)"
     exit 1
 fi
-( _bc_ensure_artemis; _bc_ensure_activemq_amqp; _bc_ensure_activemq_class_archive; _bc_ensure_java_clients ) &
-_bc_maven_pid=$!
-_bc_ensure_toxiproxy
 wait "$_bc_maven_pid" || _bc_log "warning: fetching with Maven failed (output above)"
+_bc_ensure_artemis_class_archive
+_bc_ensure_activemq_class_archive
 _bc_ensure_docker
