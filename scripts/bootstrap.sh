@@ -133,21 +133,47 @@ _bc_ensure_venv() {
 }
 
 _bc_ensure_compiler() {
-    # The analysis's C line scanner (reports/pipeline/fused/_scan.c) is compiled by pip: it needs a
-    # C compiler and the Python headers. Without them pip still installs, and pyarrow parses instead
-    # (slower; the scanner's tests then fail, saying so).
+    # Two builds of pip's need more than Python: the analysis's C line scanner
+    # (reports/pipeline/fused/_scan.c) a C compiler and the Python headers (without them pyarrow
+    # parses instead, slower; the scanner's tests then fail, saying so); python-qpid-proton, which
+    # has no wheel for CPython 3.11, OpenSSL's headers found through pkg-config: without them pip
+    # builds it without TLS, and every amqps connection fails with "SSL failure." (found on a fresh
+    # Debian 12 by benchmarks/fresh_machine.sh; `_bc_check_amqp_tls` below catches a build made so).
     local include
     include="$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["include"])')"
-    if command -v cc >/dev/null 2>&1 && [ -f "$include/Python.h" ]; then
+    if command -v cc >/dev/null 2>&1 && [ -f "$include/Python.h" ] && command -v pkg-config >/dev/null 2>&1 \
+            && pkg-config --exists openssl 2>/dev/null; then
         return 0
     fi
     if _bc_is_root && _bc_have_apt; then
-        _bc_log "installing a C compiler and the Python headers (gcc, python3-dev) for the analysis's scanner..."
-        _bc_apt_install gcc libc6-dev python3-dev || _bc_log "warning: could not install gcc/python3-dev; the C scanner will not be built"
+        _bc_log "installing a C compiler, the Python and OpenSSL headers (gcc, python3-dev, libssl-dev," \
+                "pkg-config) for the analysis's scanner and the AMQP client's TLS..."
+        _bc_apt_install gcc libc6-dev python3-dev libssl-dev pkg-config || \
+            _bc_log "warning: could not install gcc/python3-dev/libssl-dev; the C scanner or AMQP over TLS may be missing"
     else
-        _bc_log "warning: no C compiler or no Python headers ($include/Python.h): the analysis's C scanner" \
-                "will not be built (Debian: sudo apt-get install gcc python3-dev)"
+        _bc_log "warning: no C compiler, Python headers ($include/Python.h) or OpenSSL headers: the analysis's" \
+                "C scanner or the AMQP client's TLS will not be built (Debian: sudo apt-get install gcc python3-dev" \
+                "libssl-dev pkg-config)"
     fi
+}
+
+# A python-qpid-proton built without OpenSSL (headers missing when pip built it, or a wheel of such a
+# build in pip's cache) fails every amqps connection. Rebuilt once from source, without the cache,
+# when the headers are there now; otherwise the reason is said, and the TLS tests fail saying it too.
+_bc_check_amqp_tls() {
+    local has_tls='import proton, sys; sys.exit(0 if proton.SSL.present() else 1)'
+    .venv/bin/python -c "$has_tls" 2>/dev/null && return 0
+    if ! pkg-config --exists openssl 2>/dev/null; then
+        _bc_log "warning: python-qpid-proton was built without TLS and OpenSSL's headers are missing" \
+                "(Debian: apt-get install libssl-dev pkg-config, then rerun): AMQP over TLS will fail"
+        return 0
+    fi
+    _bc_log "python-qpid-proton was built without TLS; rebuilding it against OpenSSL..."
+    local version
+    version="$(.venv/bin/python -c 'from importlib.metadata import version; print(version("python-qpid-proton"))')"
+    .venv/bin/python -m pip install --disable-pip-version-check --no-input -q --no-cache-dir --force-reinstall \
+        --no-deps "python-qpid-proton==$version" || true
+    .venv/bin/python -c "$has_tls" 2>/dev/null || _bc_log "warning: python-qpid-proton still has no TLS: AMQP over TLS will fail"
 }
 
 _bc_packages_stamp() {
@@ -384,6 +410,7 @@ if [ -n "$_bc_pip_pid" ] && ! wait "$_bc_pip_pid"; then
     exit 1
 fi
 wait "$_bc_maven_pid" || _bc_log "warning: fetching with Maven failed (output above)"
+_bc_check_amqp_tls
 _bc_ensure_artemis_class_archive
 _bc_ensure_activemq_class_archive
 _bc_ensure_docker
