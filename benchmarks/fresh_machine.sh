@@ -13,9 +13,9 @@
 # - the network (--network host): the registries are reached as this machine reaches them, through
 #   its own mirror settings; nothing of a registry is written here. The brokers listen on loopback
 #   ports the run picks free, so do not run another main job beside it;
-# - its TLS trust store (the CA bundle and Java's cacerts from /etc/ssl/certs), copied in before the run (not mounted:
-#   package scripts write there, ssl-cert's for PostgreSQL) with the certificate variables of its
-#   environment: a machine of this kind trusts its egress the same way;
+# - its TLS trust store (the CA bundle and Java's cacerts from /etc/ssl/certs), copied in before the
+#   run (not mounted over: package scripts write there, ssl-cert's for PostgreSQL), with the
+#   certificate variables of its environment: a machine of this kind trusts its egress the same way;
 # - its Go toolchain (/usr/local/go, read-only, with the machine's go env settings): part of the
 #   machine kind, not of brokerconf's set-up. Go's module and build caches start empty;
 # - what root on a machine may do, as far as this engine grants it (--privileged is refused where
@@ -32,7 +32,7 @@ IMAGE=brokerconf/fresh-machine:bookworm
 BASE_IMAGE="${BROKERCONF_BASE_IMAGE:-debian:bookworm-slim}"
 
 say() { echo "fresh-machine: $*" >&2; }
-if [ "$(id -u)" != 0 ]; then say "error: needs root (a privileged container)"; exit 2; fi
+if [ "$(id -u)" != 0 ]; then say "error: needs root (the container gets root's capabilities for network namespaces and FUSE)"; exit 2; fi
 if ! docker info >/dev/null 2>&1; then
     say "error: the Docker engine does not answer; start it with docker/start-engine.sh"; exit 1
 fi
