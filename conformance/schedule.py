@@ -23,7 +23,10 @@ Beside the seconds, each test phase carries its CPU seconds (`CpuMeter`, in the 
 the test): its own process's CPU (every thread: the in-process reference broker included) plus
 the CPU of the child processes it reaped meanwhile (a broker JVM counts when the phase that stops it
 ends: a module's shared broker in the module's last teardown). The runs are CPU-bound on two cores,
-so CPU, not waiting, is what a unit costs the others; the report sums it per unit and target.
+so CPU, not waiting, is what a unit costs the others; the report sums it per unit and target. A
+child reaped late counts where it is reaped: Python's subprocess module reaps the children of
+`Popen` objects dropped without a wait when the next `Popen` starts (ci19: a 2.3 s test that ran
+one `python -S` showed 84 s). Per unit the figure can therefore be off; a run's total is not.
 """
 
 from __future__ import annotations
