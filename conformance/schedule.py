@@ -24,9 +24,10 @@ the test): its own process's CPU (every thread: the in-process reference broker 
 the CPU of the child processes it reaped meanwhile (a broker JVM counts when the phase that stops it
 ends: a module's shared broker in the module's last teardown). The runs are CPU-bound on two cores,
 so CPU, not waiting, is what a unit costs the others; the report sums it per unit and target. A
-child reaped late counts where it is reaped: Python's subprocess module reaps the children of
-`Popen` objects dropped without a wait when the next `Popen` starts (ci19: a 2.3 s test that ran
-one `python -S` showed 84 s). Per unit the figure can therefore be off; a run's total is not.
+child reaped late counts where it is reaped (Python's subprocess module, for one, reaps the
+children of `Popen` objects dropped without a wait when the next `Popen` starts): in ci19 a 2.3 s
+test that started one `python -S` showed 84 s, a child it reaped that had run long before. Per unit
+the figure can therefore be off; a run's total is not.
 """
 
 from __future__ import annotations
