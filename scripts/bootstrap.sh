@@ -256,10 +256,9 @@ _bc_ensure_artemis() {
 
 # The class archive every Artemis launch maps (conformance/targets/runtime/class_archive.py): one
 # broker launch, once per JDK and distribution; without it launches only start more slowly. After
-# pip (the launcher needs the project's packages) and only where the distribution is in place (the
-# dist module only checks its stamp when it is).
+# pip (the launcher needs the project's packages). Without a verified distribution the module says
+# so and makes nothing (it checks, it does not fetch again: the fetch already warned).
 _bc_ensure_artemis_class_archive() {
-    .venv/bin/python -m conformance.targets.artemis.dist >/dev/null 2>&1 || return 0
     .venv/bin/python -m conformance.targets.artemis.class_archive >/dev/null || true
 }
 
