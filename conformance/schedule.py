@@ -133,6 +133,35 @@ def suite_target_and_module(unit: str) -> tuple[str, str] | None:
     return (match["target"], match["module"]) if match else None
 
 
+#: the attribute of a test report that holds the CPU seconds of its phase (it travels with the
+#: report from a pytest-xdist worker to the controller: reports are serialised with their attributes)
+CPU_ATTRIBUTE = "brokerconf_cpu_seconds"
+
+
+def process_cpu_seconds() -> float:
+    """This process's CPU (all threads) plus that of the children it has reaped."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+class CpuMeter:
+    """The process-running-tests side: puts each test phase's CPU seconds (since the test's start
+    or its previous phase) on the phase's report."""
+
+    def __init__(self) -> None:
+        self._mark = process_cpu_seconds()
+
+    def pytest_runtest_logstart(self) -> None:
+        self._mark = process_cpu_seconds()  # time spent waiting for work is not the test's
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self):
+        outcome = yield
+        now = process_cpu_seconds()
+        setattr(outcome.get_result(), CPU_ATTRIBUTE, round(now - self._mark, 3))
+        self._mark = now
+
+
 class RunTiming:
     """Collects each finished test phase's time, by unit, target and module (in the process that
     sees every report: the controller under pytest-xdist, the only process otherwise)."""
@@ -215,35 +244,6 @@ class RunTiming:
             "modules": {module: {t: round(s, 1) for t, s in sorted(per.items())}
                         for module, per in sorted(self.modules.items())},
         }
-
-
-#: the attribute of a test report that holds the CPU seconds of its phase (it travels with the
-#: report from a pytest-xdist worker to the controller: reports are serialised with their attributes)
-CPU_ATTRIBUTE = "brokerconf_cpu_seconds"
-
-
-def process_cpu_seconds() -> float:
-    """This process's CPU (all threads) plus that of the children it has reaped."""
-    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
-
-
-class CpuMeter:
-    """The process-running-tests side: puts each test phase's CPU seconds (since the test's start
-    or its previous phase) on the phase's report."""
-
-    def __init__(self) -> None:
-        self._mark = process_cpu_seconds()
-
-    def pytest_runtest_logstart(self) -> None:
-        self._mark = process_cpu_seconds()  # time spent waiting for work is not the test's
-
-    @pytest.hookimpl(hookwrapper=True)
-    def pytest_runtest_makereport(self):
-        outcome = yield
-        now = process_cpu_seconds()
-        setattr(outcome.get_result(), CPU_ATTRIBUTE, round(now - self._mark, 3))
-        self._mark = now
 
 
 #: units named in the terminal summary's CPU lines

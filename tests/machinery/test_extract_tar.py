@@ -15,7 +15,7 @@ WITH_AND_WITHOUT_FILTERS = pytest.mark.parametrize("filters", [True, False], ids
 
 
 @pytest.fixture
-def python_filters(request, monkeypatch):
+def python_filters(monkeypatch):
     """Run the test as on a Python without tarfile's filters when asked."""
     def use(filters: bool) -> None:
         if not filters:
