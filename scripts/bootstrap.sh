@@ -187,8 +187,9 @@ _bc_packages_current() {
 }
 
 _bc_install_packages() {
-    _bc_log "installing Python packages (pip install -e '.[test]')..."
-    .venv/bin/python -m pip install --disable-pip-version-check --no-input -q -e '.[test]'
+    # uv where it can follow pip's configuration, pip otherwise (machinery/package_install.py)
+    _bc_log "installing Python packages (-e '.[test]')..."
+    .venv/bin/python -m machinery.package_install -e '.[test]'
     _bc_packages_stamp > .venv/.brokerconf-install-stamp
     _bc_log "Python packages installed"
 }

@@ -119,11 +119,13 @@ def opening_of(data: bytes) -> str | None:
 
 @dataclass(frozen=True)
 class Attempt:
-    """One connection: when it was accepted (``time.monotonic()``) and what its client sent
-    first (`opening_of`; ``"none"`` when nothing recognisable came within the wait)."""
+    """One connection: when it was accepted and when the recorder dropped it (or saw the client
+    give up), both ``time.monotonic()``, and what its client sent first (`opening_of`; ``"none"``
+    when nothing recognisable came within the wait)."""
 
     at: float
     opening: str
+    dropped: float
 
     @property
     def of_the_link(self) -> bool:
@@ -198,16 +200,25 @@ class AttemptRecorder:
                     break
             if opening is not None:
                 time.sleep(self.HOLD)
-        self.attempts.append(Attempt(accepted, opening or "none"))
+        self.attempts.append(Attempt(accepted, opening or "none", dropped=time.monotonic()))
 
     def link_attempts(self) -> list[Attempt]:
         """The link's own attempts (`LINK_OPENINGS`), in the order they arrived."""
         return sorted((a for a in self.attempts if a.of_the_link), key=lambda a: a.at)
 
     def gaps(self) -> list[float]:
-        """Seconds between consecutive attempts of the link."""
+        """Seconds between consecutive attempts of the link, opening to opening: each holds the
+        earlier attempt's own round (connect, handshake, the recorder's hold) besides the wait."""
         times = [a.at for a in self.link_attempts()]
         return [b - a for a, b in zip(times, times[1:])]
+
+    def waits_after_drops(self) -> list[float]:
+        """Seconds from the recorder dropping one attempt of the link to the next attempt's
+        arrival: the link's wait after a failure plus its connect, without the failed attempt's
+        own round, which a loaded machine stretches (a JVM busy elsewhere answers the recorder
+        late). Never longer than the matching `gaps` entry."""
+        attempts = self.link_attempts()
+        return [b.at - a.dropped for a, b in zip(attempts, attempts[1:])]
 
     def describe(self) -> str:
         """Every connection, ms after the first, with its opening (for failure messages)."""
