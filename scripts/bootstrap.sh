@@ -1,8 +1,9 @@
 # shellcheck shell=bash
 # Sourced by scripts/main.sh and scripts/test.sh:
 #   * creates .venv in the repository root (python3 -m venv) if missing,
-#   * pip-installs the project with its test extra when pyproject.toml changed
-#     since the last successful install (hash kept in .venv/.brokerconf-install-stamp),
+#   * installs the project with its test extra (uv where it can follow pip's configuration, pip
+#     otherwise: machinery/package_install.py) when pyproject.toml changed since the last
+#     successful install (hash kept in .venv/.brokerconf-install-stamp),
 #     first making sure a C compiler and the Python headers are there for the analysis's
 #     C scanner (as root on Debian: gcc, python3-dev),
 #   * as root on Debian, installs the Debian packages the real-broker targets need
@@ -380,17 +381,21 @@ _bc_ensure_toxiproxy() {
 }
 
 # The steps wait on downloads far more than they compute, so what does not depend on another runs
-# beside it (a fresh machine, benchmarks/fresh_machine.sh: pip 1 m 08 s beside apt; the Maven fetches
-# then waited for pip although they need none of its packages):
-# - pip (no root) beside apt's packages (root; one apt at a time: it locks its database). The C
-#   compiler check comes first, since it may itself need apt;
-# - once apt is done, the Maven fetches (one after the other: they share ~/.m2; the AMQP jars need
-#   the ActiveMQ package) and the Go build, beside pip: their modules need only Python's standard
-#   library, so the venv's interpreter runs them before pip has filled it (tests/test_setup_imports.py
+# beside it. Measured on a fresh machine (benchmarks/fresh_machine.sh --setup-only): with uv the
+# packages took 43 s, and apt, then the Maven fetches and the Go build after it, then the class
+# archives made the rest of 2 m 24 s. So:
+# - the packages (no root) beside apt's packages (root; one apt at a time: it locks its database).
+#   The C compiler check comes first, since it may itself need apt;
+# - from the start, the Go build and the Maven fetches that need no Debian package (Artemis, the
+#   Java clients; one Maven at a time: they share ~/.m2, plugins included), once Maven is there
+#   (without it they wait for apt, which installs it). Their modules need only Python's standard
+#   library, so the venv's interpreter runs them before the packages are in (tests/test_setup_imports.py
 #   keeps them so);
-# - each broker's class archive (a launch of it, with the project's packages) once pip and its
-#   fetch are done; the images last: the Toxiproxy image is built from the Go build's binary.
-# A failed pip fails the set-up; the other steps are not fatal (each says what will not run).
+# - after apt and those fetches, ActiveMQ's AMQP jars (their check needs the ActiveMQ package);
+# - the two class archives (a launch of each broker, with the project's packages) side by side once
+#   the packages and their broker's files are there; the images last: the Toxiproxy image is built
+#   from the Go build's binary.
+# A failed package install fails the set-up; the other steps are not fatal (each says what will not run).
 _bc_ensure_venv
 _bc_pip_pid=""
 if ! _bc_packages_current; then
@@ -398,19 +403,31 @@ if ! _bc_packages_current; then
     _bc_install_packages &
     _bc_pip_pid=$!
 fi
+_bc_maven_pid=""
+if command -v mvn >/dev/null 2>&1; then
+    ( _bc_ensure_artemis; _bc_ensure_java_clients ) &
+    _bc_maven_pid=$!
+fi
+_bc_ensure_toxiproxy &
+_bc_go_pid=$!
 _bc_ensure_brokers
 _bc_ensure_netns
 _bc_ensure_fuse
-( _bc_ensure_artemis; _bc_ensure_activemq_amqp; _bc_ensure_java_clients ) &
-_bc_maven_pid=$!
-_bc_ensure_toxiproxy
+if [ -z "$_bc_maven_pid" ]; then
+    ( _bc_ensure_artemis; _bc_ensure_java_clients ) &
+    _bc_maven_pid=$!
+fi
 if [ -n "$_bc_pip_pid" ] && ! wait "$_bc_pip_pid"; then
-    wait "$_bc_maven_pid" || true  # nothing of the set-up is left running behind the error
-    _bc_log "error: pip install -e '.[test]' failed (output above)"
+    wait "$_bc_maven_pid" "$_bc_go_pid" || true  # nothing of the set-up is left running behind the error
+    _bc_log "error: installing the Python packages (-e '.[test]') failed (output above)"
     exit 1
 fi
-wait "$_bc_maven_pid" || _bc_log "warning: fetching with Maven failed (output above)"
 _bc_check_amqp_tls
-_bc_ensure_artemis_class_archive
+wait "$_bc_maven_pid" || _bc_log "warning: fetching with Maven failed (output above)"
+_bc_ensure_artemis_class_archive &
+_bc_artemis_archive_pid=$!
+_bc_ensure_activemq_amqp
 _bc_ensure_activemq_class_archive
+wait "$_bc_artemis_archive_pid" || true
+wait "$_bc_go_pid" || true
 _bc_ensure_docker
