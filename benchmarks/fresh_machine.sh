@@ -79,7 +79,7 @@ docker run --name "$name" --network host --shm-size 4g --cap-add NET_ADMIN --cap
         status=0
         if [ "$JOB" = setup ]; then
             # time: the CPU of the set-up (user and sys, every step it waited for) beside its wall time
-            time BROKERCONF_INSTALL_DOCKER=0 bash scripts/bootstrap.sh || status=$?
+            time BROKERCONF_INSTALL_DOCKER=0 BROKERCONF_INSTALL_BENCH_BROKERS=0 bash scripts/bootstrap.sh || status=$?
             echo "fresh-machine: scripts/bootstrap.sh exited $status after $(( $(date +%s) - began )) s"
         else
             ./scripts/main.sh --out /out "$@" || status=$?

@@ -12,6 +12,8 @@ _bc_setup_began=$(date +%s.%N)
 if [ -z "${BROKERCONF_INSTALL_DOCKER+set}" ] && [[ " $* " != *:container* ]]; then
     export BROKERCONF_INSTALL_DOCKER=0
 fi
+# Mosquitto and RabbitMQ serve the benchmarks, not the main job's targets (scripts/bootstrap.sh).
+export BROKERCONF_INSTALL_BENCH_BROKERS="${BROKERCONF_INSTALL_BENCH_BROKERS:-0}"
 # shellcheck source=scripts/bootstrap.sh
 source "$(dirname "${BASH_SOURCE[0]}")/bootstrap.sh"
 BROKERCONF_SETUP_SECONDS=$(awk -v a="$_bc_setup_began" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
