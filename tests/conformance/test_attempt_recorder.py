@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import socket
 import struct
+import time
 
 import pytest
 
@@ -118,3 +119,22 @@ def test_a_silent_client_is_dropped_after_the_opening_wait_and_noted():
             assert closed_within(conn, 5.0)
     assert [a.opening for a in recorder.attempts] == ["none"]
     assert recorder.gaps() == []
+
+
+def test_a_wait_counts_from_the_drop_so_the_attempt_s_own_round_is_left_out():
+    """The wait after a failed attempt runs from the recorder's drop to the next opening: shorter
+    than the opening-to-opening gap by the attempt's round (here at least its `HOLD`), and at
+    least the pause the client took before trying again."""
+    pause = 0.2
+    with AttemptRecorder() as recorder:
+        for n in range(3):
+            with socket.create_connection(recorder.address) as conn:
+                conn.sendall(hello_frame())
+                assert closed_within(conn, 5.0)
+            if n < 2:
+                time.sleep(pause)
+    gaps, waits = recorder.gaps(), recorder.waits_after_drops()
+    assert len(gaps) == len(waits) == 2
+    for gap, wait in zip(gaps, waits):
+        assert pause <= wait <= gap - AttemptRecorder.HOLD, (gaps, waits)
+    assert all(a.dropped >= a.at + AttemptRecorder.HOLD for a in recorder.attempts)
