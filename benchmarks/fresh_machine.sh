@@ -63,7 +63,8 @@ maven_conf=()
 
 name="brokerconf-fresh-machine-$$"
 # The container is removed by its name, which this script chose (and on interruption too).
-trap 'docker rm -f "$name" >/dev/null 2>&1 || true' EXIT INT TERM HUP
+trap 'docker rm -f "$name" >/dev/null 2>&1 || true' EXIT
+trap 'exit 130' INT TERM HUP
 began=$(date +%s)
 status=0
 docker run --name "$name" --network host --shm-size 4g --cap-add NET_ADMIN --cap-add SYS_ADMIN \
@@ -85,6 +86,9 @@ docker run --name "$name" --network host --shm-size 4g --cap-add NET_ADMIN --cap
             ./scripts/main.sh --out /out "$@" || status=$?
             echo "fresh-machine: ./scripts/main.sh exited $status after $(( $(date +%s) - began )) s (set-up included)"
         fi
-        exit $status' bash "$@" || status=$?
+        exit $status' bash "$@" &
+# in the background and waited for: bash runs a trap only once its foreground command has ended, so
+# an interrupted run would otherwise leave the container running until the main job inside it ends
+wait $! || status=$?
 say "container ran $(( $(date +%s) - began )) s; exit $status; reports in $OUT"
 exit $status
