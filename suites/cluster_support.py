@@ -56,7 +56,8 @@ from machinery.waiting import poll
 __all__ = ["CAPABILITY", "SETTLE", "FORMATION", "DEMAND_BOUND", "AttemptRecorder", "ClusterPool", "LinkFaults",
            "StompClients", "cluster_pool", "cluster_suite_marks", "clusters", "declare", "demand_crossed", "drain",
            "drain_each",
-           "parametrize_by_target", "queue", "settle", "bodies", "stream_across_a_fault", "wait_quiet_sizes"]
+           "parametrize_by_target", "queue", "restarted_after", "settle", "bodies", "stream_across_a_fault",
+           "wait_quiet_sizes"]
 
 CAPABILITY = "topology.cluster"
 #: seconds for a subscription's notification to reach the other nodes, where no probe can show it
@@ -261,6 +262,23 @@ def declare(clients: StompClients, node, destination: str) -> None:
     (queues are auto-created and kept once their consumer goes)."""
     subscription = clients.on(node).subscribe(destination, ack="auto")
     subscription.close()
+
+
+@contextmanager
+def restarted_after(cluster, name: str, timeout: float = FORMATION) -> Iterator[None]:
+    """Start node ``name`` again (and wait for its links) when the block ends, failed or not, so
+    the module's next test finds the cluster whole; not when the run is being interrupted (Ctrl-C,
+    SIGTERM, SIGHUP: conformance/signals.py), which stops every broker: starting one again would
+    only hold that stop up (up to ``timeout`` s)."""
+    interrupted = False
+    try:
+        yield
+    except KeyboardInterrupt:
+        interrupted = True
+        raise
+    finally:
+        if not interrupted:
+            cluster.start_broker(name, timeout=timeout)
 
 
 def settle() -> None:

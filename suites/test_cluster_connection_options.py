@@ -44,7 +44,7 @@ import pytest
 
 from suites.cluster_support import (  # noqa: F401 - cluster_pool, clusters: the fixtures
     FORMATION, StompClients, bodies, cluster_suite_marks, cluster_pool, clusters, declare, drain, parametrize_by_target,
-    demand_crossed, queue, send_numbered, settle, wait_quiet_sizes)
+    demand_crossed, queue, restarted_after, send_numbered, settle, wait_quiet_sizes)
 from conformance.topology import CLUSTER_CONNECTION_DEFAULTS, ClusterConnection, Topology
 from machinery.waiting import poll
 
@@ -204,10 +204,8 @@ def test_a_node_back_after_a_stop_is_reconnected_and_forwarded_to(clusters):
     cluster = clusters.get(DEFAULTS, disrupts=True)
     destination = queue()
     cluster.stop_broker("B")
-    try:
+    with restarted_after(cluster, "B"):  # waits for every link, A->B included
         time.sleep(DOWN_FOR)  # A retries meanwhile: reconnect-attempts -1 (default) never gives up
-    finally:
-        cluster.start_broker("B", timeout=FORMATION)  # waits for every link, A->B included
     with StompClients() as clients:
         declare(clients, cluster["A"], destination)
         consumer = clients.on(cluster["B"]).subscribe(destination, ack="auto")

@@ -40,7 +40,8 @@ import pytest
 
 from suites.cluster_support import (  # noqa: F401 - cluster_pool, clusters: the fixtures
     FORMATION, AttemptRecorder, StompClients, bodies, cluster_suite_marks, cluster_pool, clusters, declare, drain,
-    parametrize_by_target, queue, demand_crossed, send_numbered, settle, stream_across_a_fault, wait_quiet_sizes)
+    parametrize_by_target, queue, demand_crossed, restarted_after, send_numbered, settle, stream_across_a_fault,
+    wait_quiet_sizes)
 from conformance.targets.runtime.probes import tcp_accepts
 from machinery.waiting import poll
 from conformance.topology import ClusterConnection, Topology
@@ -253,19 +254,16 @@ def record_reconnect_waits(clusters, topology: Topology):
     Returns (cluster, the link's attempts, the `Waits`, when the recording ended, the recorder's
     description)."""
     cluster = clusters.get(topology, disrupts=True)
-    with AttemptRecorder() as recorder:
-        try:
-            diverting = time.monotonic()
-            with clusters.links.diverted(topology, "A", "B", recorder.address):
-                diverted = time.monotonic()  # the diversion dropped the link's connection by now: the loss
-                # B "is being rebooted" (the chapter's case): with B itself alive its link to A
-                # keeps telling A that B is up, and Artemis's bridge then stopped retrying after
-                # one or two attempts in some runs; with B down it retries steadily
-                cluster["B"].kill()
-                time.sleep(RECORD_FOR)  # no event to poll: A's attempts arrive meanwhile
-                ended = time.monotonic()
-        finally:
-            cluster.start_broker("B", timeout=FORMATION)
+    with AttemptRecorder() as recorder, restarted_after(cluster, "B"):
+        diverting = time.monotonic()
+        with clusters.links.diverted(topology, "A", "B", recorder.address):
+            diverted = time.monotonic()  # the diversion dropped the link's connection by now: the loss
+            # B "is being rebooted" (the chapter's case): with B itself alive its link to A
+            # keeps telling A that B is up, and Artemis's bridge then stopped retrying after
+            # one or two attempts in some runs; with B down it retries steadily
+            cluster["B"].kill()
+            time.sleep(RECORD_FOR)  # no event to poll: A's attempts arrive meanwhile
+            ended = time.monotonic()
     # read once the recorder is closed: every connection it took is then noted with its opening;
     # only the link's own attempts count (`attempt_recorder.LINK_OPENINGS`): an Artemis node's
     # cluster controller reconnects its own topology connection to the same proxy
