@@ -387,21 +387,20 @@ _bc_ensure_toxiproxy() {
     fi
 }
 
-# The steps wait on downloads far more than they compute, so what does not depend on another runs
-# beside it. Measured on a fresh machine (benchmarks/fresh_machine.sh --setup-only): with uv the
-# packages took 43 s, and apt, then the Maven fetches and the Go build after it, then the class
-# archives made the rest of 2 m 24 s. So:
+# The steps wait on downloads as much as they compute, and on a fresh machine of 2 cores they need
+# about 4 min of CPU between them (README, "Time"), so steps run side by side where one would
+# otherwise leave the machine idle, not more:
 # - the packages (no root) beside apt's packages (root; one apt at a time: it locks its database).
 #   The C compiler check comes first, since it may itself need apt;
-# - from the start, the Go build and the Maven fetches that need no Debian package (Artemis, the
-#   Java clients; one Maven at a time: they share ~/.m2, plugins included), once Maven is there
-#   (without it they wait for apt, which installs it). Their modules need only Python's standard
-#   library, so the venv's interpreter runs them before the packages are in (tests/test_setup_imports.py
-#   keeps them so);
-# - after apt and those fetches, ActiveMQ's AMQP jars (their check needs the ActiveMQ package);
+# - once apt is done, the Maven fetches (one after the other: they share ~/.m2; the AMQP jars need
+#   the ActiveMQ package) and the Go build, beside the packages: their modules need only Python's
+#   standard library, so the venv's interpreter runs them before the packages are in
+#   (tests/test_setup_imports.py keeps them so). Started at once instead, beside apt, they slowed
+#   apt and the packages by as much as they gained: 136-170 s for the set-up in four runs, against
+#   144 s (benchmarks/fresh_machine.sh --setup-only);
 # - the two class archives (a launch of each broker, with the project's packages) side by side once
-#   the packages and their broker's files are there; the images last: the Toxiproxy image is built
-#   from the Go build's binary.
+#   the packages and the fetches are done; the images last: the Toxiproxy image is built from the
+#   Go build's binary.
 # A failed package install fails the set-up; the other steps are not fatal (each says what will not run).
 _bc_ensure_venv
 _bc_pip_pid=""
@@ -410,31 +409,21 @@ if ! _bc_packages_current; then
     _bc_install_packages &
     _bc_pip_pid=$!
 fi
-_bc_maven_pid=""
-if command -v mvn >/dev/null 2>&1; then
-    ( _bc_ensure_artemis; _bc_ensure_java_clients ) &
-    _bc_maven_pid=$!
-fi
-_bc_ensure_toxiproxy &
-_bc_go_pid=$!
 _bc_ensure_brokers
 _bc_ensure_netns
 _bc_ensure_fuse
-if [ -z "$_bc_maven_pid" ]; then
-    ( _bc_ensure_artemis; _bc_ensure_java_clients ) &
-    _bc_maven_pid=$!
-fi
+( _bc_ensure_artemis; _bc_ensure_activemq_amqp; _bc_ensure_java_clients ) &
+_bc_maven_pid=$!
+_bc_ensure_toxiproxy
 if [ -n "$_bc_pip_pid" ] && ! wait "$_bc_pip_pid"; then
-    wait "$_bc_maven_pid" "$_bc_go_pid" || true  # nothing of the set-up is left running behind the error
+    wait "$_bc_maven_pid" || true  # nothing of the set-up is left running behind the error
     _bc_log "error: installing the Python packages (-e '.[test]') failed (output above)"
     exit 1
 fi
-_bc_check_amqp_tls
 wait "$_bc_maven_pid" || _bc_log "warning: fetching with Maven failed (output above)"
+_bc_check_amqp_tls
 _bc_ensure_artemis_class_archive &
 _bc_artemis_archive_pid=$!
-_bc_ensure_activemq_amqp
 _bc_ensure_activemq_class_archive
 wait "$_bc_artemis_archive_pid" || true
-wait "$_bc_go_pid" || true
 _bc_ensure_docker

@@ -32,9 +32,9 @@ def test_the_list_names_every_module_the_set_up_runs_beside_pip():
     script = (REPO / "scripts" / "bootstrap.sh").read_text()
     # from the package install's start to the first step after it has ended
     chain = script[script.index("    _bc_install_packages &\n"):script.index("\n_bc_check_amqp_tls\n")]
-    functions = [name for name in ("_bc_ensure_artemis", "_bc_ensure_java_clients", "_bc_ensure_toxiproxy")
-                 if name in chain]
-    assert len(functions) == 3, chain
+    functions = [name for name in ("_bc_ensure_artemis", "_bc_ensure_activemq_amqp", "_bc_ensure_java_clients",
+                                   "_bc_ensure_toxiproxy") if name in chain]
+    assert len(functions) == 4, chain
     for function in functions:
         body = script[script.index(f"{function}() {{"):]
         body = body[:body.index("\n}\n")]
