@@ -398,9 +398,10 @@ _bc_ensure_toxiproxy() {
 #   (tests/test_setup_imports.py keeps them so). Started at once instead, beside apt, they slowed
 #   apt and the packages by as much as they gained: 136-170 s for the set-up in four runs, against
 #   144 s (benchmarks/fresh_machine.sh --setup-only);
-# - the two class archives (a launch of each broker, with the project's packages) side by side once
-#   the packages and the fetches are done; the images last: the Toxiproxy image is built from the
-#   Go build's binary.
+# - each broker's class archive (a launch of it, with the project's packages) once the packages and
+#   its fetch are done, one after the other (the one fresh main job whose archives were made side by
+#   side spent 55 % more CPU in the brokers than the runs before it, for no reason found; ~5 s is not
+#   worth that doubt); the images last: the Toxiproxy image is built from the Go build's binary.
 # A failed package install fails the set-up; the other steps are not fatal (each says what will not run).
 _bc_ensure_venv
 _bc_pip_pid=""
@@ -422,8 +423,6 @@ if [ -n "$_bc_pip_pid" ] && ! wait "$_bc_pip_pid"; then
 fi
 wait "$_bc_maven_pid" || _bc_log "warning: fetching with Maven failed (output above)"
 _bc_check_amqp_tls
-_bc_ensure_artemis_class_archive &
-_bc_artemis_archive_pid=$!
+_bc_ensure_artemis_class_archive
 _bc_ensure_activemq_class_archive
-wait "$_bc_artemis_archive_pid" || true
 _bc_ensure_docker
