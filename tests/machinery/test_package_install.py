@@ -11,7 +11,7 @@ from machinery import package_install
 from machinery.package_install import Untranslatable, parse_pip_config, uv_environment
 
 LISTING = """global.cert='/etc/ssl/certs/ca-certificates.crt'
-global.index-url='https://mirror.invalid/simple'
+global.index-url='file:///srv/mirror/simple'
 :env:.default-timeout='180'
 :env:.disable-pip-version-check='1'
 :env:.find-links='/opt/wheels /srv/more-wheels'
@@ -20,27 +20,27 @@ global.index-url='https://mirror.invalid/simple'
 
 def test_pip_s_listing_is_read_as_names_and_values():
     assert parse_pip_config(LISTING + "not a setting\n") == [
-        ("cert", "/etc/ssl/certs/ca-certificates.crt"), ("index-url", "https://mirror.invalid/simple"),
+        ("cert", "/etc/ssl/certs/ca-certificates.crt"), ("index-url", "file:///srv/mirror/simple"),
         ("default-timeout", "180"), ("disable-pip-version-check", "1"), ("find-links", "/opt/wheels /srv/more-wheels")]
 
 
 def test_the_mirror_certificate_wheel_folders_and_timeout_reach_uv():
     assert uv_environment(parse_pip_config(LISTING)) == {
-        "SSL_CERT_FILE": "/etc/ssl/certs/ca-certificates.crt", "UV_DEFAULT_INDEX": "https://mirror.invalid/simple",
+        "SSL_CERT_FILE": "/etc/ssl/certs/ca-certificates.crt", "UV_DEFAULT_INDEX": "file:///srv/mirror/simple",
         "UV_HTTP_TIMEOUT": "180", "UV_FIND_LINKS": "/opt/wheels,/srv/more-wheels"}
 
 
 def test_extra_indexes_are_searched_for_the_best_version_as_pip_does():
-    env = uv_environment([("extra-index-url", "https://a.invalid/simple https://b.invalid/simple"),
-                          ("trusted-host", "a.invalid b.invalid")])
-    assert env == {"UV_INDEX": "https://a.invalid/simple https://b.invalid/simple",
-                   "UV_INDEX_STRATEGY": "unsafe-best-match", "UV_INSECURE_HOST": "a.invalid b.invalid"}
+    env = uv_environment([("extra-index-url", "file:///srv/a/simple file:///srv/b/simple"),
+                          ("trusted-host", "127.0.0.2 127.0.0.3")])
+    assert env == {"UV_INDEX": "file:///srv/a/simple file:///srv/b/simple",
+                   "UV_INDEX_STRATEGY": "unsafe-best-match", "UV_INSECURE_HOST": "127.0.0.2 127.0.0.3"}
 
 
 def test_the_environment_s_setting_wins_over_the_file_s():
     """pip lists its files before its environment, which overrides them."""
-    env = uv_environment([("index-url", "https://file.invalid/simple"), ("index-url", "https://env.invalid/simple")])
-    assert env == {"UV_DEFAULT_INDEX": "https://env.invalid/simple"}
+    env = uv_environment([("index-url", "file:///srv/file/simple"), ("index-url", "file:///srv/env/simple")])
+    assert env == {"UV_DEFAULT_INDEX": "file:///srv/env/simple"}
 
 
 def test_no_index_is_followed_only_when_set():
@@ -87,7 +87,7 @@ def test_uv_installs_with_pip_s_settings(monkeypatch, venv_bin):
     assert commands[1].endswith(f"pip install {' '.join(package_install.PIP_QUIET)} {package_install.UV_REQUIREMENT}")
     uv_command, uv_kwargs = run.calls[2]
     assert uv_command[:3] == [str(venv_bin / "uv"), "pip", "install"] and uv_command[-2:] == ["-e", ".[test]"]
-    assert uv_kwargs["env"]["UV_DEFAULT_INDEX"] == "https://mirror.invalid/simple"
+    assert uv_kwargs["env"]["UV_DEFAULT_INDEX"] == "file:///srv/mirror/simple"
     assert len(run.calls) == 3, "pip ran after uv had installed everything"
 
 
