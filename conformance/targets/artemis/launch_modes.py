@@ -135,6 +135,15 @@ class ArtemisContainerLaunch:
             raise TargetUnavailable(f"Apache Artemis (container) cannot run scenario {scenario.name!r} over TLS: "
                                     "only the local process launcher opens TLS acceptors")
 
+    @staticmethod
+    def start_timeout(configured: float) -> float:
+        """The process's budget plus what only a container's first start does: `artemis create`
+        (a JVM run of its own; a local launch copies a template instead) before the broker's JVM,
+        and the web console after it (the image's readiness line; a local launch serves Jolokia
+        from an agent). In a CI run with six workers busy the two together took ~95 s before the
+        broker's JVM started, and two containers missed the 120 s by a second."""
+        return configured + 60
+
     def launch(self, target, scenario: Scenario, workdir: Path) -> ArtemisContainerHandle:
         """One started container configured for ``scenario``."""
         self._refuse_tls(scenario)
@@ -144,7 +153,7 @@ class ArtemisContainerLaunch:
         except UnsupportedArtemisPolicy as e:
             raise TargetUnavailable(f"Apache Artemis cannot run scenario {scenario.name!r}: {e}") from e
         try:
-            broker.start(timeout=target.start_timeout)
+            broker.start(timeout=self.start_timeout(target.start_timeout))
         except (artemis_container.ArtemisStartError, DockerUnavailable) as e:
             raise TargetUnavailable(f"Apache Artemis (container) did not start for scenario {scenario.name!r}: "
                                     f"{e}") from e
