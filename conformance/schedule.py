@@ -27,7 +27,10 @@ so CPU, not waiting, is what a unit costs the others; the report sums it per uni
 child reaped late counts where it is reaped (Python's subprocess module, for one, reaps the
 children of `Popen` objects dropped without a wait when the next `Popen` starts): in ci19 a 2.3 s
 test that started one `python -S` showed 84 s, a child it reaped that had run long before. Per unit
-the figure can therefore be off; a run's total is not.
+the figure can therefore be off; a run's total is not. One such case is told apart: the teardown of
+the last test a process runs also ends its session-scoped fixtures (a Spark session's JVM, say),
+and their CPU went to whichever cheap test came last (ci21, ci22: 154 s and 130 s of CPU on tests
+of 1.4 s and 1.6 s). That phase's CPU is booked under `SESSION_TEARDOWN` instead.
 """
 
 from __future__ import annotations
@@ -136,6 +139,10 @@ def suite_target_and_module(unit: str) -> tuple[str, str] | None:
 #: the attribute of a test report that holds the CPU seconds of its phase (it travels with the
 #: report from a pytest-xdist worker to the controller: reports are serialised with their attributes)
 CPU_ATTRIBUTE = "brokerconf_cpu_seconds"
+#: set (True) on the report of a process's last teardown, which also ends its session-scoped fixtures
+SESSION_TEARDOWN_ATTRIBUTE = "brokerconf_session_teardown"
+#: the CPU line under which those last teardowns' CPU is summed (it is not the last test's own)
+SESSION_TEARDOWN = "(session-scoped fixtures' teardown, all workers)"
 
 
 def process_cpu_seconds() -> float:
@@ -150,15 +157,25 @@ class CpuMeter:
 
     def __init__(self) -> None:
         self._mark = process_cpu_seconds()
+        self._last_item = False
 
     def pytest_runtest_logstart(self) -> None:
         self._mark = process_cpu_seconds()  # time spent waiting for work is not the test's
 
     @pytest.hookimpl(hookwrapper=True)
-    def pytest_runtest_makereport(self):
+    def pytest_runtest_protocol(self, item, nextitem):
+        # no next item: this test's teardown also tears down the session-scoped fixtures
+        self._last_item = nextitem is None
+        yield
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, call):
         outcome = yield
         now = process_cpu_seconds()
-        setattr(outcome.get_result(), CPU_ATTRIBUTE, round(now - self._mark, 3))
+        report = outcome.get_result()
+        setattr(report, CPU_ATTRIBUTE, round(now - self._mark, 3))
+        if call.when == "teardown" and self._last_item:
+            setattr(report, SESSION_TEARDOWN_ATTRIBUTE, True)
         self._mark = now
 
 
@@ -180,7 +197,8 @@ class RunTiming:
         unit = unit_of_nodeid(report.nodeid)
         self.units[unit] = self.units.get(unit, 0.0) + report.duration
         cpu = getattr(report, CPU_ATTRIBUTE, 0.0)
-        self.units_cpu[unit] = self.units_cpu.get(unit, 0.0) + cpu
+        cpu_unit = SESSION_TEARDOWN if getattr(report, SESSION_TEARDOWN_ATTRIBUTE, False) else unit
+        self.units_cpu[cpu_unit] = self.units_cpu.get(cpu_unit, 0.0) + cpu
         self._add_to_worker(unit, report)
         where = suite_target_and_module(unit)
         if where is None:
@@ -289,7 +307,7 @@ class CostScheduling:
             return
         terminalreporter.write_sep("=", f"CPU of the tests: {total / 60:.1f} min; the {CPU_LINES} costliest units")
         for unit, seconds in sorted(cpu.items(), key=lambda item: -item[1])[:CPU_LINES]:
-            terminalreporter.write_line(f"{seconds:7.1f} s CPU  {self.timing.units[unit]:7.1f} s of test time  {unit}")
+            terminalreporter.write_line(f"{seconds:7.1f} s CPU  {self.timing.units.get(unit, 0.0):7.1f} s of test time  {unit}")
 
     def pytest_sessionfinish(self) -> None:
         path = self.config.getoption("brokerconf_timing_report", None)

@@ -186,3 +186,35 @@ def test_each_tests_cpu_reaches_the_timing_report_from_a_worker(tmp_path):
     burned, slept = cpu["test_cpu.py::test_burns_a_second_in_a_child"], cpu["test_cpu.py::test_sleeps"]
     assert burned >= 1.0, cpu  # the child's CPU counts for the test that reaped it
     assert slept < 0.5, cpu  # a sleep costs (next to) none: the figure is CPU, not wall
+
+
+_SESSION_FIXTURE_TESTS = '''
+import subprocess, sys
+import pytest
+
+@pytest.fixture(scope="session")
+def busy_child():
+    # a session-long child (a Spark JVM, say) that has used one second of CPU when the session ends
+    child = subprocess.Popen([sys.executable, "-c", "import time\\nwhile time.process_time() < 1.0: pass"])
+    yield
+    child.wait()
+
+def test_uses_the_session_fixture(busy_child):
+    pass
+
+def test_cheap_and_last():
+    pass
+'''
+
+
+def test_the_last_teardown_books_the_session_fixtures_cpu_apart_from_the_last_test(tmp_path):
+    """The child ends with the session's fixtures, in the last test's teardown: its CPU goes to
+    SESSION_TEARDOWN, not to the cheap test that happened to run last."""
+    (tmp_path / "test_session.py").write_text(_SESSION_FIXTURE_TESTS)
+    report = tmp_path / "timing.json"
+    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path / "test_session.py"),
+                    f"--timing-report={report}"], check=True, capture_output=True, cwd=tmp_path)
+    cpu = json.loads(report.read_text())["units_cpu"]
+    assert cpu[schedule.SESSION_TEARDOWN] >= 1.0, cpu
+    assert cpu["test_session.py::test_cheap_and_last"] < 0.5, cpu
+    assert cpu["test_session.py::test_uses_the_session_fixture"] < 0.5, cpu
