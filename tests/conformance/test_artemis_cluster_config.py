@@ -256,6 +256,21 @@ def test_the_links_towards_a_node_refuse_connections_until_it_serves(tmp_path, f
         assert mine == ["refuse", "start", "accept"], events
 
 
+def test_a_node_started_again_is_held_behind_its_links_as_at_launch(tmp_path):
+    # start_broker (a restart after a stop or kill, restarted_after in the suites) met the same
+    # half-started node as a launch: a peer's bridge waited 30 s for its first answer
+    from conformance.targets.artemis.cluster import ArtemisCluster
+
+    events: list = []
+    top = Topology(("A", "B"), cluster=ClusterConnection(), proxied=("cluster",))
+    nodes = {name: _StartingNode(name, events) for name in top.nodes}
+    cluster = ArtemisCluster(top, nodes, tmp_path, {("A", "B"): ("127.0.0.1", 1), ("B", "A"): ("127.0.0.1", 2)})
+    cluster.held_route = _RecordingRoute(events)
+    cluster.wait_formed = lambda timeout: events.append(("formed", "*"))
+    cluster.start_broker("B", timeout=5)
+    assert events == [("refuse", "B"), ("start", "B"), ("accept", "B"), ("formed", "*")]
+
+
 @pytest.mark.slow
 def test_two_node_cluster_forms_and_forwards_on_demand(tmp_path):
     from conformance.clients import connect
