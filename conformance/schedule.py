@@ -29,8 +29,8 @@ children of `Popen` objects dropped without a wait when the next `Popen` starts)
 test that started one `python -S` showed 84 s, a child it reaped that had run long before. Per unit
 the figure can therefore be off; a run's total is not. One such case is told apart: the teardown of
 the last test a process runs also ends its session-scoped fixtures (a Spark session's JVM, say),
-and their CPU went to whichever cheap test came last (ci21, ci22: 154 s and 130 s of CPU on tests
-of 1.4 s and 1.6 s). That phase's CPU is booked under `SESSION_TEARDOWN` instead.
+and their CPU went to whichever cheap test came last (two CI runs: 154 s and 130 s of CPU on tests of
+1.4 s and 1.6 s). That phase's CPU is booked under `SESSION_TEARDOWN` instead.
 """
 
 from __future__ import annotations

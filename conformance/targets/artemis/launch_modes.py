@@ -140,8 +140,8 @@ class ArtemisContainerLaunch:
         """The process's budget plus what only a container's first start does: `artemis create`
         (a JVM run of its own; a local launch copies a template instead) before the broker's JVM,
         and the web console after it (the image's readiness line; a local launch serves Jolokia
-        from an agent). In a CI run with six workers busy the two together took ~95 s before the
-        broker's JVM started, and two containers missed the 120 s by a second."""
+        from an agent). In a CI run with six workers busy `artemis create` alone took ~95 s before
+        the broker's JVM started, and two containers missed the 120 s by a second or so."""
         return configured + 60
 
     def launch(self, target, scenario: Scenario, workdir: Path) -> ArtemisContainerHandle:
