@@ -64,9 +64,13 @@ class BindingTable:
         self.max_hops = max_hops
         self._by_link: dict[str, dict[tuple[str, str], RemoteQueue]] = {}
 
-    def replace(self, link_peer: str, entries: list[RemoteQueue]) -> None:
-        """The table ``link_peer`` announced (its whole view, replacing the previous one)."""
-        self._by_link[link_peer] = {(e.node, e.queue): e for e in entries if e.node != self.me}
+    def replace(self, link_peer: str, entries: list[RemoteQueue]) -> bool:
+        """The table ``link_peer`` announced (its whole view, replacing the previous one); whether
+        it differs from what that link had announced before (a first table always does)."""
+        table = {(e.node, e.queue): e for e in entries if e.node != self.me}
+        changed = self._by_link.get(link_peer) != table
+        self._by_link[link_peer] = table
+        return changed
 
     def drop(self, link_peer: str) -> None:
         self._by_link.pop(link_peer, None)

@@ -47,6 +47,7 @@ class Link:
         self.peer_group = peer_group
         self.connector: "Connector | None" = None  # set on the dialing end
         self.acks: list[str] = []  # forwards received in this read, acknowledged after the flush
+        self.last_announced: dict | None = None  # the bindings frame last sent on this link (service.py)
         self._out: list[bytes] = []  # frames waiting for the end of this turn of the loop
         self._rids = itertools.count(1)
         self._calls: dict[int, asyncio.Future] = {}

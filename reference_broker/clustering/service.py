@@ -84,6 +84,7 @@ class ClusterService:
         self._server: asyncio.AbstractServer | None = None
         self._tasks: set[asyncio.Task] = set()
         self._announce_pending = False
+        self.bindings_sent = 0  # bindings frames announced to the nodes that dial this one
         self._waiters: dict[str, asyncio.Future] = {}
         self._poke: set[str] = set()  # queues that received forwards in this read
         self.store_forward = StoreAndForward(broker)
@@ -212,7 +213,7 @@ class ClusterService:
         if previous is not None:
             previous.close()
         self.inbound[link.peer] = link
-        link.send(self._bindings_frame(link.peer))
+        self._send_bindings(link)
         try:
             await link.serve(self._on_frame, self._end_of_read)
         finally:
@@ -293,8 +294,11 @@ class ClusterService:
     def _on_frame(self, link: Link, frame: dict) -> None:
         kind = frame["kind"]
         if kind == "bindings":
-            if link.connector is not None:  # only what a node we dial tells us: we forward to it
-                self.table.replace(link.peer, [RemoteQueue.from_wire(e) for e in frame.get("entries", [])])
+            # only what a node we dial tells us counts: we forward to it. An unchanged table changes
+            # nothing here: announcing on it would echo between two nodes that dial each other
+            # (a symmetric cluster) for as long as both run
+            if link.connector is not None and self.table.replace(
+                    link.peer, [RemoteQueue.from_wire(e) for e in frame.get("entries", [])]):
                 self._bindings_changed()
         elif kind == "forward":
             self._received(link, frame)
@@ -409,9 +413,19 @@ class ClusterService:
 
     def _announce(self) -> None:
         self._announce_pending = False
-        for peer, link in list(self.inbound.items()):
-            link.send(self._bindings_frame(peer))
+        for link in list(self.inbound.values()):
+            self._send_bindings(link)
         self.redistributor.poke()
+
+    def _send_bindings(self, link: Link) -> None:
+        """Announce this node's table to the node that dials over ``link``, unless that link was
+        last told the same (a change elsewhere need not concern every peer)."""
+        frame = self._bindings_frame(link.peer)
+        if frame == link.last_announced:
+            return
+        if link.send(frame):
+            link.last_announced = frame
+            self.bindings_sent += 1
 
     def _consumer_event(self, event: str, consumer: Consumer) -> None:
         source = consumer.source
