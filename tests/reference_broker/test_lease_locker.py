@@ -43,9 +43,13 @@ def test_one_holder_at_a_time_and_release_hands_it_over_at_once(lockers):
 
 
 def test_renewed_lease_keeps_others_out_past_its_first_term(lockers):
-    a, b = lockers("a"), lockers("b")
+    """A renewal is due STOP_MARGIN_S before its lease ends, so with LEASE_MS the holder's next one
+    had 0.4 s of slack after a 0.6 s pause and two database round trips, and a CI run on a loaded
+    machine missed it. The renewal cadence is not the subject: a 3 s lease renewed every 0.6 s
+    leaves 1.9 s of slack, and six renewals still outlast the first term."""
+    a, b = lockers("a", lease_ms=3000), lockers("b", lease_ms=3000)
     assert a.try_acquire()
-    for _ in range(4):  # 4 x 0.6 s > one 1.5 s lease
+    for _ in range(6):  # 6 x 0.6 s > one 3 s lease
         time.sleep(0.6)
         assert a.keep_alive()
         assert not b.try_acquire()
