@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -123,8 +124,32 @@ def run_checked(exp, workdir: Path) -> dict:
     print(f"{exp.name} on {exp.target.name}: lock_loss {json.dumps(stats['lock_loss'])}; total_queue lost "
           f"{len(total['lost'])} duplicated {len(total['duplicated'])}; split_brain "
           f"{verdict['checks'].get('split_brain', {}).get('valid')}")
+    print(key_log_lines(workdir / "run" / "broker-log-tail.txt"))
     check_harness(verdict, left=left, mounts=mounts_under(workdir))
     return verdict
+
+
+#: what a lock-loss run's logs say about who held the store when: the section headers, ActiveMQ's
+#: lock, start and stop lines, Artemis's activation and shutdown codes, the store server's lease
+#: expiries, and any line naming a master or backup (ours among them)
+KEY_LOG_LINE = re.compile(r"^--- |locked by|slave mode|[Ll]ock file|\bis (starting|shutting down|shutdown)\b|\) started"
+                          r"|Connector \w+ (started|stopped)|AMQ22?1\d{3}|lease of|master|backup", re.IGNORECASE)
+#: a stopping broker's lines per connection, which would crowd the rest out
+NOISE = ("Transport Connection to", "Suppressing reply", "\tat ", "\t... ")
+
+
+def key_log_lines(path: Path, limit: int = 60) -> str:
+    """The lines of a run's kept broker logs (chaos/experiment.py, ``broker-log-tail.txt``: each
+    node's and the store server's) that say who held the store when, at most ``limit``: printed
+    with the test, so a run whose outcome differs from the others' (a strict xfail that passed)
+    carries its timeline into the report after its run directory is gone."""
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError as exc:
+        return f"(no broker logs kept: {exc})"
+    keep = [line[:240] for line in lines if KEY_LOG_LINE.search(line) and not any(n in line for n in NOISE)]
+    cut = f"\n({len(keep) - limit} more lines in {path.name})" if len(keep) > limit else ""
+    return f"key lines of {path.name}:\n" + "\n".join(keep[:limit]) + cut
 
 
 def the_fault(verdict: dict) -> dict:

@@ -75,6 +75,7 @@ class StoreServerProcess:
         self.process: subprocess.Popen | None = None
         self.address = ""
         self.log = tempfile.NamedTemporaryFile(prefix="bc-store-", suffix=".log", delete=False)
+        self._final_log: str | None = None
 
     def start(self, timeout: float = 10.0) -> "StoreServerProcess":
         self.process = launch(
@@ -98,6 +99,9 @@ class StoreServerProcess:
         return control(self.address, {"op": "state"})
 
     def log_text(self) -> str:
+        """The server's log (lease expiries); after `stop`, what it was when the server stopped."""
+        if self._final_log is not None:
+            return self._final_log
         with open(self.log.name, errors="replace") as handle:
             return handle.read()
 
@@ -109,6 +113,11 @@ class StoreServerProcess:
         if self._tmp:
             shutil.rmtree(self._tmp, ignore_errors=True)
             self._tmp = None
+        if self._final_log is None:
+            try:  # kept for the run's evidence (a run keeps its logs after the store is gone)
+                self._final_log = self.log_text()
+            except OSError:
+                self._final_log = ""
         _discard(self.log)
 
     def __enter__(self) -> "StoreServerProcess":

@@ -30,6 +30,7 @@ from conformance.targets.activemq.network import NetworkNode
 from conformance.targets.runtime.database_links import DatabaseLinks
 from conformance.targets.runtime.node import NodeRestarts
 from conformance.targets.runtime.nfs_store import NfsStore
+from conformance.targets.runtime.shared_group import group_log_tail
 from machinery.postgres import PostgresServer
 from machinery.waiting import Deadline, poll
 
@@ -173,7 +174,8 @@ class SharedStoreGroup(NodeRestarts, Cluster, SharedStorage):
         return "\n".join(f"--- node {node.name} ---\n{node.config_text()}" for node in self.nodes.values())
 
     def log_tail(self, lines: int = 80) -> str:
-        return "\n".join(f"--- node {node.name} ---\n{node.log_tail(lines)}" for node in self.nodes.values())
+        rig = getattr(self, "rig", None) or getattr(self, "_stopped_rig", None)
+        return group_log_tail(self.nodes, rig, lines)
 
     # getattr: the container pair (container_network.SharedVolumePair) shares this stop() but has
     # neither an NFS rig nor a database of its own
@@ -199,7 +201,7 @@ class SharedStoreGroup(NodeRestarts, Cluster, SharedStorage):
                 self.rig.close()
             except Exception as exc:  # noqa: BLE001
                 errors.append(f"nfs store: {exc}")
-            self.rig = None
+            self._stopped_rig, self.rig = self.rig, None  # its server's log stays readable (`log_tail`)
         if errors:
             raise RuntimeError(f"could not stop every node of {self.store}: {errors}")
 

@@ -64,6 +64,17 @@ class NfsStore:
         """Every node's storage link as it was made, whoever cut it."""
         self.rig.heal()
 
+    def log_tail(self, lines: int = 80) -> str:
+        """The end of the store server's log (whose leases expired, and when): the store's side of
+        a takeover, kept with the brokers' logs (`SharedStoreCluster.log_tail`)."""
+        server = self.rig.server  # its log outlives it (`StoreServerProcess.stop`)
+        if server is None:
+            return ""
+        try:
+            return "\n".join(server.log_text().splitlines()[-lines:])
+        except OSError as exc:
+            return f"(the store server's log could not be read: {exc})"
+
     def path(self, host: str) -> Path:
         return Path(self.rig.path(host)) / self.subdir
 

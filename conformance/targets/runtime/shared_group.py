@@ -32,6 +32,16 @@ class SharedStoreError(RuntimeError):
     """The group is not in the guide's shape (no master, or two)."""
 
 
+def group_log_tail(nodes: dict, rig: Any, lines: int) -> str:
+    """The end of each node's log, then of the store server's when the store is on the simulated
+    NFS (its lease expiries: the store's side of a takeover); shared by every broker's group."""
+    parts = [f"--- node {node.name} ---\n{node.log_tail(lines)}" for node in nodes.values()]
+    store_log = getattr(rig, "log_tail", None)  # a database's links (DatabaseLinks) keep no log
+    if store_log is not None and (text := store_log(lines)):
+        parts.append(f"--- store server ---\n{text}")
+    return "\n".join(parts)
+
+
 class SharedStoreCluster(NodeRestarts, Cluster, SharedStorage):
     """``nodes`` (name -> ProcessNode, start order: the first becomes master) on the store at
     ``store``, locked through ``lock_file``."""
@@ -99,7 +109,7 @@ class SharedStoreCluster(NodeRestarts, Cluster, SharedStorage):
         return "\n".join(f"--- node {node.name} ---\n{node.process.render_config()}" for node in self.nodes.values())
 
     def log_tail(self, lines: int = 80) -> str:
-        return "\n".join(f"--- node {node.name} ---\n{node.log_tail(lines)}" for node in self.nodes.values())
+        return group_log_tail(self.nodes, self.rig, lines)
 
     def stop(self) -> None:
         errors = []

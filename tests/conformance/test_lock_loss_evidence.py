@@ -1,0 +1,59 @@
+"""What a shared-store group keeps of its logs (each node's, then the simulated NFS store's) and
+the lines a lock-loss suite prints of them, so a run whose outcome differs from the others'
+carries its timeline into the report (suites/experiment_support.key_log_lines)."""
+
+from __future__ import annotations
+
+from conformance.targets.runtime.shared_group import group_log_tail
+from suites.experiment_support import key_log_lines
+
+
+class _Node:
+    def __init__(self, name: str, log: str) -> None:
+        self.name, self._log = name, log
+
+    def log_tail(self, lines: int) -> str:
+        return self._log
+
+
+class _Rig:
+    def log_tail(self, lines: int) -> str:
+        return "11:00:05 store: lease of A (session 1) expired; its locks are released"
+
+
+def test_the_group_keeps_each_nodes_log_then_the_store_servers():
+    nodes = {"A": _Node("A", "a line"), "B": _Node("B", "b line")}
+    kept = group_log_tail(nodes, _Rig(), 10)
+    assert kept.splitlines() == ["--- node A ---", "a line", "--- node B ---", "b line", "--- store server ---",
+                                 "11:00:05 store: lease of A (session 1) expired; its locks are released"]
+    assert "store server" not in group_log_tail(nodes, object(), 10), "a rig without a log (a database's links)"
+    assert "store server" not in group_log_tail(nodes, None, 10)
+
+
+def test_key_lines_say_who_held_the_store_and_leave_the_per_connection_noise_out(tmp_path):
+    log = tmp_path / "broker-log-tail.txt"
+    log.write_text("\n".join([
+        "--- node A ---",
+        "10:00:01 | INFO  | Apache ActiveMQ 5.17.2 (A) started | BrokerService",
+        "10:00:20 | WARN  | Transport Connection to: tcp://127.0.0.1:1 failed: broker is being stopped",
+        "10:00:20 | INFO  | Suppressing reply to: MessageAck {commandId = 4}",
+        "\tat org.apache.activemq.broker.LockableServiceSupport.keepLockAlive(LockableServiceSupport.java:153)",
+        "10:00:20 | INFO  | Apache ActiveMQ 5.17.2 (A) is shutting down | BrokerService",
+        "--- node B ---",
+        "10:00:02 | INFO  | Database /m/B/kahadb/lock is locked by another server. This broker is now in slave mode",
+        "10:00:09 | INFO  | some unrelated line",
+        "--- store server ---",
+        "10:00:07 store: lease of A (session 1) expired; its locks are released",
+    ]))
+    assert key_log_lines(log).splitlines() == [
+        "key lines of broker-log-tail.txt:",
+        "--- node A ---",
+        "10:00:01 | INFO  | Apache ActiveMQ 5.17.2 (A) started | BrokerService",
+        "10:00:20 | INFO  | Apache ActiveMQ 5.17.2 (A) is shutting down | BrokerService",
+        "--- node B ---",
+        "10:00:02 | INFO  | Database /m/B/kahadb/lock is locked by another server. This broker is now in slave mode",
+        "--- store server ---",
+        "10:00:07 store: lease of A (session 1) expired; its locks are released",
+    ]
+    assert key_log_lines(log, limit=5).endswith("(2 more lines in broker-log-tail.txt)")
+    assert key_log_lines(tmp_path / "missing.txt").startswith("(no broker logs kept:")
