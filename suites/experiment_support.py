@@ -129,27 +129,41 @@ def run_checked(exp, workdir: Path) -> dict:
     return verdict
 
 
-#: what a lock-loss run's logs say about who held the store when: the section headers, ActiveMQ's
-#: lock, start and stop lines, Artemis's activation and shutdown codes, the store server's lease
-#: expiries, and any line naming a master or backup (ours among them)
-KEY_LOG_LINE = re.compile(r"^--- |locked by|slave mode|[Ll]ock file|\bis (starting|shutting down|shutdown)\b|\) started"
+#: what a lock-loss run's logs say about who held the store when: ActiveMQ's lock, start and stop
+#: lines, Artemis's activation and shutdown codes, the store server's lease expiries, and any line
+#: naming a master or backup (ours among them)
+KEY_LOG_LINE = re.compile(r"locked by|slave mode|lock file|\bis (starting|shutting down|shutdown)\b|\) started"
                           r"|Connector \w+ (started|stopped)|AMQ22?1\d{3}|lease of|master|backup", re.IGNORECASE)
-#: a stopping broker's lines per connection, which would crowd the rest out
-NOISE = ("Transport Connection to", "Suppressing reply", "\tat ", "\t... ")
+#: lines that would crowd the rest out: a stopping ActiveMQ's per connection, an Artemis start's
+#: per protocol module and per deployed address, stack frames
+NOISE = ("Transport Connection to", "Suppressing reply", "AMQ221043", "AMQ221080", "AMQ221003", "AMQ221057",
+         "\tat ", "\t... ")
 
 
-def key_log_lines(path: Path, limit: int = 60) -> str:
+def key_log_lines(path: Path, per_section: int = 30) -> str:
     """The lines of a run's kept broker logs (chaos/experiment.py, ``broker-log-tail.txt``: each
-    node's and the store server's) that say who held the store when, at most ``limit``: printed
-    with the test, so a run whose outcome differs from the others' (a strict xfail that passed)
-    carries its timeline into the report after its run directory is gone."""
+    node's section, then the store server's) that say who held the store when, the last
+    ``per_section`` of each section (the takeover is near the end; a long section does not crowd
+    the store's out): printed with the test, so a run whose outcome differs from the others' (a
+    strict xfail that passed) carries its timeline into the report after its run directory is gone."""
     try:
         lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
     except OSError as exc:
         return f"(no broker logs kept: {exc})"
-    keep = [line[:240] for line in lines if KEY_LOG_LINE.search(line) and not any(n in line for n in NOISE)]
-    cut = f"\n({len(keep) - limit} more lines in {path.name})" if len(keep) > limit else ""
-    return f"key lines of {path.name}:\n" + "\n".join(keep[:limit]) + cut
+    sections: list[tuple[str, list[str]]] = [("", [])]
+    for line in lines:
+        if line.startswith("--- "):
+            sections.append((line, []))
+        elif KEY_LOG_LINE.search(line) and not any(noise in line for noise in NOISE):
+            sections[-1][1].append(line[:240])
+    out = [f"key lines of {path.name}:"]
+    for header, kept in sections:
+        if header:
+            out.append(header)
+        if len(kept) > per_section:
+            out.append(f"({len(kept) - per_section} earlier lines in {path.name})")
+        out += kept[-per_section:]
+    return "\n".join(out)
 
 
 def the_fault(verdict: dict) -> dict:

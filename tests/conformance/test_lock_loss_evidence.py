@@ -55,5 +55,7 @@ def test_key_lines_say_who_held_the_store_and_leave_the_per_connection_noise_out
         "--- store server ---",
         "10:00:07 store: lease of A (session 1) expired; its locks are released",
     ]
-    assert key_log_lines(log, limit=5).endswith("(2 more lines in broker-log-tail.txt)")
+    assert key_log_lines(log, per_section=1).splitlines()[1:4] == [
+        "--- node A ---", "(1 earlier lines in broker-log-tail.txt)",
+        "10:00:20 | INFO  | Apache ActiveMQ 5.17.2 (A) is shutting down | BrokerService"], "each section's last lines"
     assert key_log_lines(tmp_path / "missing.txt").startswith("(no broker logs kept:")
