@@ -27,6 +27,7 @@ def _bindings_sent(cluster) -> int:
 
 def test_a_consumer_arriving_is_announced_once_and_not_echoed():
     cluster = launch(("A", "B"))
+    client = None
     try:
         a, b = cluster.nodes["A"], cluster.nodes["B"]
         client = NodeClient(b)
@@ -40,6 +41,7 @@ def test_a_consumer_arriving_is_announced_once_and_not_echoed():
         assert _bindings_sent(cluster) - after_change == 1, "B tells A once; A has nothing new to tell B"
         # each read above was a round trip on that node's loop: an echo would have gone on meanwhile
         assert _bindings_sent(cluster) - after_change == 1
-        client.close()
     finally:
+        if client is not None:
+            client.close()
         cluster.stop()
