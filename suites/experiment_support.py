@@ -131,9 +131,12 @@ def run_checked(exp, workdir: Path) -> dict:
 
 #: what a lock-loss run's logs say about who held the store when: ActiveMQ's lock, start and stop
 #: lines, Artemis's activation and shutdown codes, the store server's lease expiries, and any line
-#: naming a master or backup (ours among them)
+#: naming a master or backup (ours among them); the store server's lock grants
 KEY_LOG_LINE = re.compile(r"locked by|slave mode|lock file|\bis (starting|shutting down|shutdown)\b|\) started"
-                          r"|Connector \w+ (started|stopped)|AMQ22?1\d{3}|lease of|master|backup", re.IGNORECASE)
+                          r"|Connector \w+ (started|stopped)|AMQ22?1\d{3}|lease of|master|backup|granted to",
+                          re.IGNORECASE)
+#: a log line's leading timestamp (ActiveMQ's date and time, Artemis's and the store's time)
+TIMESTAMP = re.compile(r"^[\d\-:,. ]+(?=\S)")
 #: lines that would crowd the rest out: a stopping ActiveMQ's per connection, an Artemis start's
 #: per protocol module and per deployed address, stack frames
 NOISE = ("Transport Connection to", "Suppressing reply", "AMQ221043", "AMQ221080", "AMQ221003", "AMQ221057",
@@ -156,6 +159,7 @@ def key_log_lines(path: Path, per_section: int = 30) -> str:
             sections.append((line, []))
         elif KEY_LOG_LINE.search(line) and not any(noise in line for noise in NOISE):
             sections[-1][1].append(line[:240])
+    sections = [(header, _collapse_repeats(kept)) for header, kept in sections]
     out = [f"key lines of {path.name}:"]
     for header, kept in sections:
         if header:
@@ -164,6 +168,25 @@ def key_log_lines(path: Path, per_section: int = 30) -> str:
             out.append(f"({len(kept) - per_section} earlier lines in {path.name})")
         out += kept[-per_section:]
     return "\n".join(out)
+
+
+def _collapse_repeats(lines: list[str]) -> list[str]:
+    """A run of lines that differ only in their timestamps as its first line and a count (ActiveMQ
+    logs "giving up being a master" once per pending lock check, a dozen in one millisecond)."""
+    out: list[str] = []
+    run_text, repeats = None, 0
+    for line in lines:
+        text = TIMESTAMP.sub("", line)
+        if text == run_text:
+            repeats += 1
+            continue
+        if repeats:
+            out.append(f"  (the line above {repeats} more times)")
+        out.append(line)
+        run_text, repeats = text, 0
+    if repeats:
+        out.append(f"  (the line above {repeats} more times)")
+    return out
 
 
 def the_fault(verdict: dict) -> dict:

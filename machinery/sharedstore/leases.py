@@ -64,6 +64,10 @@ class LeaseTable:
     locks: list[Lock] = field(default_factory=list)
     #: (client, session id, when) of every expiry, for the server's log and the tests
     expiries: list[tuple[str, int, float]] = field(default_factory=list)
+    #: called with (session, why) at each expiry, whatever found it due: the expiry loop, the
+    #: nemesis's request, or another client's request (`touch`, `conflict`), which is usually
+    #: first (a slave polling for the lock)
+    on_expire: Callable[[Session, str], None] = lambda session, why: None
     _ids: itertools.count = field(default_factory=lambda: itertools.count(1))
 
     # ------------------------------------------------------------------ sessions
@@ -97,10 +101,10 @@ class LeaseTable:
         now = self.clock()
         due = [s for s in self.sessions.values() if not s.expired and s.expires is not None and s.expires <= now]
         for session in due:
-            self.expire(session.id)
+            self.expire(session.id, "its lease ran out")
         return due
 
-    def expire(self, session_id: int) -> Session:
+    def expire(self, session_id: int, why: str = "by request") -> Session:
         """End a session's lease now (the nemesis's server-side expiry); NFSv3 has no lease to end."""
         if self.lease is None:
             raise NoLease("NFSv3 has no leases: a client's locks stay until it reports a reboot")
@@ -109,6 +113,7 @@ class LeaseTable:
             session.expired = True
             self.locks = [lock for lock in self.locks if lock.owner[0] != session.id]
             self.expiries.append((session.client, session.id, self.clock()))
+            self.on_expire(session, why)
         return session
 
     def _drop(self, session: Session) -> None:
@@ -158,6 +163,11 @@ class LeaseTable:
         self.locks = [lock for lock in self.locks
                       if not (lock.owner[0] == session_id and (owner_cookie is None or lock.owner[1] == owner_cookie)
                               and (path is None or lock.path == path))]
+
+    def holds(self, path: str, owner: tuple[int, int], kind: str, start: int, end: int | None) -> bool:
+        """Whether ``owner`` already holds a ``kind`` lock overlapping [start, end] of ``path``."""
+        return any(lock.path == path and lock.owner == owner and lock.kind == kind and lock.overlaps(start, end)
+                   for lock in self.locks)
 
     def locks_of(self, client: str) -> list[Lock]:
         ids = {s.id for s in self.sessions_of(client)}

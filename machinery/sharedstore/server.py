@@ -21,7 +21,7 @@ import time
 from collections import deque
 
 from . import wire
-from .leases import UNLOCK, ExpiredSession, LeaseTable, NoLease
+from .leases import UNLOCK, WRITE, ExpiredSession, LeaseTable, NoLease, Session
 
 SESSION_OPS = {"renew", "getattr", "readdir", "create", "mkdir", "unlink", "rmdir", "rename", "truncate",
                "chmod", "utimens", "read", "write", "fsync", "statfs", "setlk", "getlk", "release"}
@@ -30,7 +30,7 @@ SESSION_OPS = {"renew", "getattr", "readdir", "create", "mkdir", "unlink", "rmdi
 class StoreServer:
     def __init__(self, root: str, lease: float | None, clock=time.monotonic) -> None:
         self.root = os.path.realpath(root)
-        self.table = LeaseTable(lease=lease, clock=clock)
+        self.table = LeaseTable(lease=lease, clock=clock, on_expire=self._log_expiry)
         self.clock = clock
         #: the last refused lock requests (client, path, start, server clock): what an NFS
         #: server's lock log shows of a slave polling for the master's lock (A-MQ FT 3.1,
@@ -73,9 +73,13 @@ class StoreServer:
     def expire_client(self, client: str) -> list[int]:
         live = [s for s in self.table.sessions_of(client) if not s.expired]
         for session in live:
-            self.table.expire(session.id)
-            log(f"lease of {client} (session {session.id}) expired by request; its locks are released")
+            self.table.expire(session.id, "by request")
         return [s.id for s in live]
+
+    @staticmethod
+    def _log_expiry(session: Session, why: str) -> None:
+        expired = "expired by request" if why == "by request" else f"expired ({why})"
+        log(f"lease of {session.client} (session {session.id}) {expired}; its locks are released")
 
     def state(self) -> dict:
         self.table.expire_due()
@@ -172,11 +176,16 @@ class StoreServer:
 
     def op_setlk(self, sid, req, data):
         self._real(req["path"])  # validates the path
-        blocker = self.table.set_lock(req["path"], (sid, int(req["owner"])), req["kind"], int(req["start"]),
-                                      req.get("end"), int(req.get("pid", 0)))
+        owner, start, end = (sid, int(req["owner"])), int(req["start"]), req.get("end")
+        newly_exclusive = req["kind"] == WRITE and not self.table.holds(req["path"], owner, WRITE, start, end)
+        blocker = self.table.set_lock(req["path"], owner, req["kind"], start, end, int(req.get("pid", 0)))
         if blocker is None:
+            client = self.table.sessions[sid].client
             if req["kind"] != UNLOCK:
-                self.granted_locks.append((self.table.sessions[sid].client, req["path"], int(req["start"]), self.clock()))
+                self.granted_locks.append((client, req["path"], start, self.clock()))
+            if newly_exclusive:  # who holds the store when: the store's side of a takeover
+                log(f"exclusive lock on {req['path']} [{start}..{'' if end is None else end}] granted to {client} "
+                    f"(session {sid})")
             return {}, b""
         self.refused_locks.append((self.table.sessions[sid].client, req["path"], int(req["start"]), self.clock()))
         return {"errno": errno.EAGAIN, "error": f"locked by another host ({blocker.kind} {blocker.start}..{blocker.end})"}, b""
@@ -215,8 +224,7 @@ async def serve(store: StoreServer, host: str, port: int) -> None:
         # expired client's locks so others can have them); checked ten times per lease
         period = (store.table.lease or 1) / 10
         while True:
-            for session in store.table.expire_due():
-                log(f"lease of {session.client} (session {session.id}) expired; its locks are released")
+            store.table.expire_due()  # logged by the table's on_expire
             await asyncio.sleep(period)
 
     server = await asyncio.start_server(client, host, port)

@@ -114,3 +114,30 @@ def test_release_of_one_owner_on_one_file_keeps_the_rest(clock):
     assert sorted((l.path, l.owner[1]) for l in t.locks) == [("/y", 1), ("/z", 2)]
     t.release_owner(a)
     assert t.locks == []
+
+
+def test_every_expiry_is_reported_whoever_found_it_due(clock):
+    """The server logs expiries through ``on_expire``: one found by another host's lock request (a
+    slave polling for the lock, usually first) is reported like one found by the expiry loop."""
+    seen = []
+    t = LeaseTable(lease=10.0, clock=clock, on_expire=lambda session, why: seen.append((session.client, why)))
+    a, b = t.open_session("A").id, t.open_session("B").id
+    assert t.set_lock("/lock", (a, 1), WRITE, 0, None) is None
+    clock.now = 5.0
+    t.touch(b)
+    clock.now = 11.0
+    t.touch(b)  # B renews again; A's lease ran out meanwhile (B's runs to 15)
+    assert seen == [("A", "its lease ran out")]
+    t.expire(b)
+    assert seen[-1] == ("B", "by request")
+    assert t.expire_due() == [] and len(seen) == 2, "an expiry is reported once"
+
+
+def test_holds_tells_a_new_exclusive_lock_from_a_renewed_one(clock):
+    t = table(clock)
+    a = t.open_session("A").id
+    assert not t.holds("/lock", (a, 1), WRITE, 0, 0)
+    t.set_lock("/lock", (a, 1), WRITE, 0, 0)
+    assert t.holds("/lock", (a, 1), WRITE, 0, 0)
+    assert not t.holds("/lock", (a, 2), WRITE, 0, 0), "another owner of the same host"
+    assert not t.holds("/lock", (a, 1), WRITE, 1, 1), "another byte"

@@ -59,3 +59,25 @@ def test_key_lines_say_who_held_the_store_and_leave_the_per_connection_noise_out
         "--- node A ---", "(1 earlier lines in broker-log-tail.txt)",
         "10:00:20 | INFO  | Apache ActiveMQ 5.17.2 (A) is shutting down | BrokerService"], "each section's last lines"
     assert key_log_lines(tmp_path / "missing.txt").startswith("(no broker logs kept:")
+
+
+def test_key_lines_count_a_repeated_line_once_and_keep_the_store_servers_lock_grants(tmp_path):
+    giving_up = "| ERROR | A, no longer able to keep the exclusive lock so giving up being a master | Support"
+    log = tmp_path / "broker-log-tail.txt"
+    log.write_text("\n".join([
+        "--- node A ---",
+        *(f"2026-12-01 13:01:49,94{i} {giving_up}" for i in range(3)),
+        "2026-12-01 13:01:50,817 | INFO  | Connector stomp stopped | TransportConnector",
+        f"2026-12-01 13:01:51,939 {giving_up}",
+        "--- store server ---",
+        "10:00:08 store: exclusive lock on /kahadb/lock [0..] granted to B (session 2)",
+    ]))
+    assert key_log_lines(log).splitlines()[1:] == [
+        "--- node A ---",
+        f"2026-12-01 13:01:49,940 {giving_up}",
+        "  (the line above 2 more times)",
+        "2026-12-01 13:01:50,817 | INFO  | Connector stomp stopped | TransportConnector",
+        f"2026-12-01 13:01:51,939 {giving_up}",
+        "--- store server ---",
+        "10:00:08 store: exclusive lock on /kahadb/lock [0..] granted to B (session 2)",
+    ]
