@@ -34,6 +34,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from brokerconf import chaos_stage
+from brokerconf.machine_speed import probe_seconds
 from brokerconf.stage_times import StageClock, format_times, setup_seconds_from_env
 from reports.pipeline.cli_args import positive_int
 
@@ -183,6 +184,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     started = time.monotonic()
     _progress(f"brokerconf run {run_id}: results in {out_dir}")
     stages = StageClock(setup_seconds=setup_seconds_from_env())
+    speed = {"start_seconds": probe_seconds()}  # before any broker runs: the machine's own speed
     status, verdicts = _suites_and_chaos(args, targets, out_dir, allow_unavailable, stages)
     matrix_path = out_dir / "matrix.json"
     if not matrix_path.exists():
@@ -200,9 +202,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     with stages.timed("Spark analysis"):
         spark = run_spark_stage(out_dir, progress=_progress)
+    speed["end_seconds"] = probe_seconds()  # every broker stopped again
     times = {"stages": stages.to_json(), "total_seconds": round(stages.setup + time.monotonic() - started, 1),
              "targets": timing.get("targets", {}), "modules": timing.get("modules", {}), "workers": args.workers,
-             "chaos_parallel": args.chaos_parallel}
+             "chaos_parallel": args.chaos_parallel, "machine_speed": speed}
     html_path = write_run_report(out_dir, run_id, matrix, seconds=time.monotonic() - started, chaos=verdicts,
                                  spark=spark, times=times)
     print()

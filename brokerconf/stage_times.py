@@ -60,4 +60,9 @@ def format_times(times: dict) -> list[str]:
         for target, span in times["targets"].items():
             cpu = f", CPU {_minutes(span['cpu_seconds'])}" if "cpu_seconds" in span else ""
             lines.append(f"  {target:<40} wall {_minutes(span['wall_seconds'])}, tests {_minutes(span['test_seconds'])}{cpu}")
+    speed = times.get("machine_speed") or {}
+    if "start_seconds" in speed:  # brokerconf/machine_speed.py
+        end = f", at the end {speed['end_seconds']:.2f} s" if "end_seconds" in speed else ""
+        lines.append(f"machine speed (CPU time of a fixed piece of work; more is slower): at the start "
+                     f"{speed['start_seconds']:.2f} s{end}")
     return lines

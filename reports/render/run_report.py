@@ -100,6 +100,11 @@ def _times_html(times: dict | None) -> str:
     total = times.get("total_seconds", sum(s["seconds"] for s in times["stages"]))
     out = ("<h2>Time</h2><table><tr><th>stage</th><th>wall time</th></tr>" + stages
            + f"<tr><td><b>total, set-up included</b></td><td><b>{total:.0f} s</b></td></tr></table>")
+    speed = times.get("machine_speed") or {}
+    if "start_seconds" in speed:  # brokerconf/machine_speed.py: the same work's CPU time, before and after
+        after = f", {speed['end_seconds']:.2f} s after it" if "end_seconds" in speed else ""
+        out += (f"<p>Machine speed: a fixed piece of work took {speed['start_seconds']:.2f} s of CPU before the run"
+                f"{after} (more is slower). Compare two runs' times only where these are alike.</p>")
     if times.get("targets"):
         rows = "".join(f"<tr><td>{e(t)}</td><td>{span['wall_seconds']:.0f} s</td><td>{span['test_seconds']:.0f} s</td></tr>"
                        for t, span in times["targets"].items())

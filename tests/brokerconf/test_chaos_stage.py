@@ -83,6 +83,22 @@ def test_stage_times_total_is_measured_not_summed_and_each_target_is_shown():
     assert lines[1].split() == ["set-up", "(scripts/bootstrap.sh)", "0", "m", "30.0", "s"]
     assert "total (set-up included)" in lines[4] and lines[4].endswith("10 m 00.0 s")  # not 12 m 50 s
     assert "artemis" in lines[6] and "wall 8 m 50.0 s, tests 17 m 30.0 s" in lines[6]
+    assert not any("machine speed" in line for line in lines), "no probe taken, no line"
+
+
+def test_the_machine_speed_probe_is_shown_with_the_stage_times_and_in_the_report():
+    from brokerconf.machine_speed import probe_seconds
+    from brokerconf.stage_times import format_times
+    from reports.render.run_report import _times_html
+
+    taken = probe_seconds(repeats=1)
+    assert 0 < taken < 30, taken
+    times = {"stages": [{"stage": "conformance suites", "seconds": 10.0}], "total_seconds": 10.0,
+             "machine_speed": {"start_seconds": 0.31, "end_seconds": 0.52}}
+    assert format_times(times)[-1] == ("machine speed (CPU time of a fixed piece of work; more is slower): "
+                                       "at the start 0.31 s, at the end 0.52 s")
+    html = _times_html(times)
+    assert "took 0.31 s of CPU before the run, 0.52 s after it" in html, html
 
 
 # --------------------------------------------------------------------------- minimum durations
