@@ -1,8 +1,9 @@
 """How fast this machine's CPU was when a run started and ended: the CPU time of one fixed piece of
 pure-Python work. The same machine (a VM on a shared host) has run that work 1.8 times slower at
 one moment than a minute later, with nothing of ours running, and the main job's broker JVMs
-needed half as much CPU again in the afternoon as after the machine's morning boot. A run's times are read against this figure: two runs with
-different probes were not on the same machine speed, whatever their code did."""
+needed half as much CPU again in its afternoon as after its morning boot. A run's times are read
+against this figure: two runs with different probes did not run at the same machine speed,
+whatever their code did."""
 
 from __future__ import annotations
 

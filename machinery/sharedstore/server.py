@@ -78,8 +78,7 @@ class StoreServer:
 
     @staticmethod
     def _log_expiry(session: Session, why: str) -> None:
-        expired = "expired by request" if why == "by request" else f"expired ({why})"
-        log(f"lease of {session.client} (session {session.id}) {expired}; its locks are released")
+        log(f"lease of {session.client} (session {session.id}) expired ({why}); its locks are released")
 
     def state(self) -> dict:
         self.table.expire_due()
@@ -187,7 +186,7 @@ class StoreServer:
                 log(f"exclusive lock on {req['path']} [{start}..{'' if end is None else end}] granted to {client} "
                     f"(session {sid})")
             return {}, b""
-        self.refused_locks.append((self.table.sessions[sid].client, req["path"], int(req["start"]), self.clock()))
+        self.refused_locks.append((self.table.sessions[sid].client, req["path"], start, self.clock()))
         return {"errno": errno.EAGAIN, "error": f"locked by another host ({blocker.kind} {blocker.start}..{blocker.end})"}, b""
 
     def op_getlk(self, sid, req, data):

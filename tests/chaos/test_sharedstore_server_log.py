@@ -21,7 +21,7 @@ def test_the_store_servers_log_is_kept_after_it_stopped():
         server.stop()
     assert not path.exists(), "the log file itself goes with the server"
     text = server.log_text()
-    assert "lease of A" in text and "expired by request" in text, text
+    assert "lease of A" in text and "expired (by request)" in text, text
 
 
 def test_the_log_says_when_a_lease_ran_out_and_who_got_the_lock_next():

@@ -18,14 +18,14 @@ class _Node:
 
 class _Rig:
     def log_tail(self, lines: int) -> str:
-        return "11:00:05 store: lease of A (session 1) expired; its locks are released"
+        return "11:00:05 store: lease of A (session 1) expired (its lease ran out); its locks are released"
 
 
 def test_the_group_keeps_each_nodes_log_then_the_store_servers():
     nodes = {"A": _Node("A", "a line"), "B": _Node("B", "b line")}
     kept = group_log_tail(nodes, _Rig(), 10)
     assert kept.splitlines() == ["--- node A ---", "a line", "--- node B ---", "b line", "--- store server ---",
-                                 "11:00:05 store: lease of A (session 1) expired; its locks are released"]
+                                 "11:00:05 store: lease of A (session 1) expired (its lease ran out); its locks are released"]
     assert "store server" not in group_log_tail(nodes, object(), 10), "a rig without a log (a database's links)"
     assert "store server" not in group_log_tail(nodes, None, 10)
 
@@ -43,7 +43,7 @@ def test_key_lines_say_who_held_the_store_and_leave_the_per_connection_noise_out
         "10:00:02 | INFO  | Database /m/B/kahadb/lock is locked by another server. This broker is now in slave mode",
         "10:00:09 | INFO  | some unrelated line",
         "--- store server ---",
-        "10:00:07 store: lease of A (session 1) expired; its locks are released",
+        "10:00:07 store: lease of A (session 1) expired (its lease ran out); its locks are released",
     ]))
     assert key_log_lines(log).splitlines() == [
         "key lines of broker-log-tail.txt:",
@@ -53,7 +53,7 @@ def test_key_lines_say_who_held_the_store_and_leave_the_per_connection_noise_out
         "--- node B ---",
         "10:00:02 | INFO  | Database /m/B/kahadb/lock is locked by another server. This broker is now in slave mode",
         "--- store server ---",
-        "10:00:07 store: lease of A (session 1) expired; its locks are released",
+        "10:00:07 store: lease of A (session 1) expired (its lease ran out); its locks are released",
     ]
     assert key_log_lines(log, per_section=1).splitlines()[1:4] == [
         "--- node A ---", "(1 earlier lines in broker-log-tail.txt)",
