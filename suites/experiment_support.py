@@ -16,6 +16,7 @@ whatever deviation the test has, instead of being booked as the broker's misbeha
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -174,18 +175,11 @@ def _collapse_repeats(lines: list[str]) -> list[str]:
     """A run of lines that differ only in their timestamps as its first line and a count (ActiveMQ
     logs "giving up being a master" once per pending lock check, a dozen in one millisecond)."""
     out: list[str] = []
-    run_text, repeats = None, 0
-    for line in lines:
-        text = TIMESTAMP.sub("", line)
-        if text == run_text:
-            repeats += 1
-            continue
-        if repeats:
-            out.append(f"  (the line above {repeats} more times)")
-        out.append(line)
-        run_text, repeats = text, 0
-    if repeats:
-        out.append(f"  (the line above {repeats} more times)")
+    for _, run in itertools.groupby(lines, key=lambda line: TIMESTAMP.sub("", line)):
+        first, *more = run
+        out.append(first)
+        if more:
+            out.append(f"  (the line above {len(more)} more times)")
     return out
 
 

@@ -176,17 +176,17 @@ class StoreServer:
     def op_setlk(self, sid, req, data):
         self._real(req["path"])  # validates the path
         owner, start, end = (sid, int(req["owner"])), int(req["start"]), req.get("end")
+        client = self.table.sessions[sid].client
         newly_exclusive = req["kind"] == WRITE and not self.table.holds(req["path"], owner, WRITE, start, end)
         blocker = self.table.set_lock(req["path"], owner, req["kind"], start, end, int(req.get("pid", 0)))
         if blocker is None:
-            client = self.table.sessions[sid].client
             if req["kind"] != UNLOCK:
                 self.granted_locks.append((client, req["path"], start, self.clock()))
             if newly_exclusive:  # who holds the store when: the store's side of a takeover
                 log(f"exclusive lock on {req['path']} [{start}..{'' if end is None else end}] granted to {client} "
                     f"(session {sid})")
             return {}, b""
-        self.refused_locks.append((self.table.sessions[sid].client, req["path"], start, self.clock()))
+        self.refused_locks.append((client, req["path"], start, self.clock()))
         return {"errno": errno.EAGAIN, "error": f"locked by another host ({blocker.kind} {blocker.start}..{blocker.end})"}, b""
 
     def op_getlk(self, sid, req, data):
